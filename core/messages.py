@@ -1,0 +1,197 @@
+"""The catalogue of every message that crosses a process boundary in dyn.
+
+One place to read the protocol (SGLang's io_struct.py habit). Three families:
+
+- **Request plane** (frontend/router DEALER -> worker ROUTER, ZMQ multipart ``[kind, payload]``):
+  ``GenerateRequest``, ``CancelRequest`` go to the worker; ``TokenChunk``, ``Finish``,
+  ``ErrorReply`` come back. The one-byte ``kind`` frame (``KIND_*``) names the struct, so a
+  receiver dispatches without decoding and decodes with a typed decoder (a malformed payload
+  fails at the boundary). ``request_id`` ties replies to their request; it is unique per client
+  connection, not globally.
+- **Load metrics** (worker metrics PUB, topic ``load-metrics``): ``LoadMetrics``.
+- **Discovery** (JSON records in the discovery store): ``WorkerRecord`` with ``WorkerEndpoints``.
+
+KV events are not here: they follow vLLM's wire format exactly, so that real engines and dyn's
+mocker share one decoder; see ``dyn.core.kv.events``.
+
+Hot-path structs are ``array_like`` msgpack arrays with ``omit_defaults``; new fields go at the
+end with a default so older peers still decode newer messages.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+# --------------------------------------------------------------------------- request plane
+
+
+class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """Sampling parameters forwarded to the engine. ``None`` means the engine's default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class StopConditions(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """When generation ends. ``max_tokens=None`` means: until EOS or the context length.
+
+    ``stop_token_ids`` end generation even with ``ignore_eos`` (vLLM semantics); neither EOS
+    nor stop tokens end it before ``min_tokens`` tokens were generated.
+    """
+
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] = []
+
+
+class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """Generate tokens for a tokenized prompt."""
+
+    request_id: str
+    token_ids: list[int]
+    sampling: SamplingParams = SamplingParams()
+    stop: StopConditions = StopConditions()
+    priority: int | None = None
+    dp_rank: int | None = None
+    lora_name: str | None = None
+
+
+class CancelRequest(msgspec.Struct, array_like=True, gc=False):
+    """Abort a request; the worker answers with a ``Finish(reason="cancelled")`` if it was live."""
+
+    request_id: str
+
+
+class TokenChunk(msgspec.Struct, array_like=True, gc=False):
+    """New output tokens of one request, in order; several when the engine made several."""
+
+    request_id: str
+    token_ids: list[int]
+
+
+class EngineTiming(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """Where the request's time went inside the worker, in milliseconds since the worker got it.
+
+    ``queue_ms``: received -> first scheduled; ``prefill_ms``: first scheduled -> first token;
+    ``decode_ms``: first token -> finish.
+    """
+
+    queue_ms: float = 0.0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+
+
+class Usage(msgspec.Struct, array_like=True, gc=False):
+    """Token accounting. ``cached_tokens`` counts prompt tokens served from the prefix cache."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+FINISH_REASONS = ("stop", "length", "cancelled", "error")
+
+
+class Finish(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """The last message of a request. ``reason`` is one of ``FINISH_REASONS``.
+
+    ``stop_token_id`` is the EOS or stop token that ended it (not part of the output), if any.
+    """
+
+    request_id: str
+    reason: str
+    usage: Usage
+    timing: EngineTiming = EngineTiming()
+    stop_token_id: int | None = None
+
+
+class ErrorReply(msgspec.Struct, array_like=True, gc=False):
+    """A request failed, or a frame could not be understood (then ``request_id`` may be empty).
+
+    ``code`` is a stable machine word (``bad_request``, ``unknown_kind``, ``engine_error``,
+    ``duplicate_request``); ``message`` says what to fix.
+    """
+
+    request_id: str
+    code: str
+    message: str
+
+
+KIND_GENERATE = b"G"
+KIND_CANCEL = b"C"
+KIND_TOKENS = b"T"
+KIND_FINISH = b"F"
+KIND_ERROR = b"E"
+
+REQUEST_KINDS: dict[bytes, type[msgspec.Struct]] = {
+    KIND_GENERATE: GenerateRequest,
+    KIND_CANCEL: CancelRequest,
+}
+REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
+    KIND_TOKENS: TokenChunk,
+    KIND_FINISH: Finish,
+    KIND_ERROR: ErrorReply,
+}
+KIND_OF: dict[type[msgspec.Struct], bytes] = {
+    cls: kind for kind, cls in (REQUEST_KINDS | REPLY_KINDS).items()
+}
+
+# --------------------------------------------------------------------------- load metrics
+
+LOAD_METRICS_TOPIC = b"load-metrics"
+
+
+class LoadMetrics(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One worker rank's load, published on its metrics PUB under ``LOAD_METRICS_TOPIC``."""
+
+    instance_id: int
+    dp_rank: int
+    ts: float
+    num_running: int
+    num_waiting: int
+    active_kv_blocks: int
+    total_kv_blocks: int
+    kv_usage: float
+    num_preempted: int = 0
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+class WorkerEndpoints(msgspec.Struct, omit_defaults=True):
+    """ZMQ endpoints a worker advertises (``tcp://host:port``). ``None``: not offered."""
+
+    request: str
+    kv_events: str | None = None
+    kv_replay: str | None = None
+    metrics: str | None = None
+
+
+class WorkerRecord(msgspec.Struct, omit_defaults=True):
+    """One worker instance as the discovery store holds it (JSON).
+
+    ``kv_events_topic`` is the topic the KV-event PUB sends under; ``dp_size`` ranks share one
+    instance id and are told apart by the ``data_parallel_rank`` of each event batch.
+    """
+
+    instance_id: int
+    namespace: str
+    model_name: str
+    engine: str
+    endpoints: WorkerEndpoints
+    block_size: int
+    total_kv_blocks: int
+    max_num_batched_tokens: int
+    dp_size: int = 1
+    kv_events_topic: str = "kv-events"
+    context_length: int | None = None
+    pid: int | None = None
+    started_at: float = 0.0
+    version: str = ""
