@@ -1,0 +1,168 @@
+"""Request plane and event plane over real ZMQ sockets on loopback."""
+
+import anyio
+import msgspec
+import pytest
+import zmq
+import zmq.asyncio
+
+from dyn.core.kv.events import REPLAY_END_SEQ, BlockRemoved, decode_event_batch, encode_seq, split_frames
+from dyn.core.messages import (
+    LOAD_METRICS_TOPIC,
+    CancelRequest,
+    ErrorReply,
+    Finish,
+    GenerateRequest,
+    LoadMetrics,
+    TokenChunk,
+    Usage,
+)
+from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher, decode_load_metrics
+from dyn.core.transport.request_plane import RemoteError, RequestServer, WorkerClient
+
+pytestmark = pytest.mark.anyio
+
+
+async def echo_worker(server: RequestServer, cancelled: list[str]) -> None:
+    """Answers each generate with its prompt back in two chunks, unless the prompt is [0]."""
+    while True:
+        identity, msg = await server.recv()
+        if isinstance(msg, GenerateRequest):
+            if msg.token_ids == [0]:
+                continue  # hang: the client will cancel
+            if msg.token_ids == [13]:
+                await server.send(identity, ErrorReply(msg.request_id, "bad_request", "unlucky"))
+                continue
+            half = len(msg.token_ids) // 2
+            await server.send(identity, TokenChunk(msg.request_id, msg.token_ids[:half]))
+            await server.send(identity, TokenChunk(msg.request_id, msg.token_ids[half:]))
+            await server.send(identity, Finish(msg.request_id, "length", Usage(len(msg.token_ids), len(msg.token_ids))))
+        elif isinstance(msg, CancelRequest):
+            cancelled.append(msg.request_id)
+        else:
+            await server.send(identity, ErrorReply("", "bad_request", str(msg)))
+
+
+async def test_generate_streams_chunks_then_finish_and_cancel_on_early_exit():
+    server = RequestServer()
+    cancelled: list[str] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(echo_worker, server, cancelled)
+            async with WorkerClient(server.endpoint) as client:
+                async def one(i):
+                    out = [m async for m in client.generate(GenerateRequest(f"r{i}", [i, i + 1, i + 2, i + 3]))]
+                    assert [type(m) for m in out] == [TokenChunk, TokenChunk, Finish]
+                    assert out[0].token_ids + out[1].token_ids == [i, i + 1, i + 2, i + 3]
+
+                async with anyio.create_task_group() as many:
+                    for i in range(1, 20):
+                        many.start_soon(one, i)
+
+                with pytest.raises(RemoteError, match="unlucky"):
+                    async for _ in client.generate(GenerateRequest("bad", [13])):
+                        pass
+
+                with anyio.move_on_after(0.2):
+                    async for _ in client.generate(GenerateRequest("hang", [0])):
+                        pass
+                while not cancelled:
+                    await anyio.sleep(0.01)
+                assert cancelled == ["hang"]
+                assert client.in_flight == 0
+            tg.cancel_scope.cancel()
+    server.close()
+
+
+async def test_malformed_frames_get_an_error_reply_not_a_crash():
+    server = RequestServer()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(echo_worker, server, [])
+            raw = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+            raw.setsockopt(zmq.LINGER, 0)
+            raw.connect(server.endpoint)
+            await raw.send_multipart([b"G", b"\xc1not msgpack"])
+            kind, payload = await raw.recv_multipart()
+            reply = msgspec.msgpack.decode(payload, type=ErrorReply)
+            assert kind == b"E" and reply.code == "bad_request" and "GenerateRequest" in reply.message
+            await raw.send_multipart([b"only-one-frame-and", b"another", b"and-a-third"])
+            kind, payload = await raw.recv_multipart()
+            assert "2 frames" in msgspec.msgpack.decode(payload, type=ErrorReply).message
+            raw.close()
+            # the server still works
+            async with WorkerClient(server.endpoint) as client:
+                out = [m async for m in client.generate(GenerateRequest("ok", [1, 2]))]
+                assert isinstance(out[-1], Finish)
+            tg.cancel_scope.cancel()
+    server.close()
+
+
+async def test_kv_events_reach_a_plain_sub_and_replay_resends_from_a_seq():
+    pub = KvEventPublisher(topic="kv-events")
+    ctx = zmq.asyncio.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(pub.endpoint)
+    with anyio.fail_after(10):
+        # PUB/SUB joins asynchronously: publish until the subscriber sees something
+        while True:
+            pub.publish([BlockRemoved([pub.next_seq])], dp_rank=0)
+            if await sub.poll(50):
+                break
+        topic, seq, payload = split_frames(await sub.recv_multipart())
+        assert topic == b"kv-events"
+        batch = decode_event_batch(payload)
+        assert batch.events == [BlockRemoved([seq])] and batch.data_parallel_rank == 0
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pub.serve_replay)
+            replay = ctx.socket(zmq.DEALER)
+            replay.setsockopt(zmq.LINGER, 0)
+            replay.connect(pub.replay_endpoint)
+            await replay.send_multipart([b"", encode_seq(1)])
+            got = []
+            while True:
+                empty, seq_frame, body = await replay.recv_multipart()
+                assert empty == b""
+                if seq_frame == REPLAY_END_SEQ:
+                    assert body == b""
+                    break
+                got.append((int.from_bytes(seq_frame, "big"), decode_event_batch(body).events))
+            assert [s for s, _ in got] == list(range(1, pub.next_seq))
+            assert all(events == [BlockRemoved([s])] for s, events in got)
+            await replay.send_multipart([b"", b"short"])  # malformed: answered with the end marker only
+            assert (await replay.recv_multipart())[1] == REPLAY_END_SEQ
+            replay.close()
+            tg.cancel_scope.cancel()
+    sub.close()
+    pub.close()
+
+
+async def test_replay_buffer_is_bounded():
+    pub = KvEventPublisher(buffer_size=3)
+    for i in range(5):
+        pub.publish([BlockRemoved([i])])
+    assert [s for s, _ in pub.replay_from(0)] == [2, 3, 4]
+    assert [s for s, _ in pub.replay_from(4)] == [4]
+    pub.close()
+
+
+async def test_load_metrics_have_their_own_topic():
+    pub = MetricsPublisher()
+    sub = zmq.asyncio.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, LOAD_METRICS_TOPIC)
+    sub.connect(pub.endpoint)
+    m = LoadMetrics(instance_id=5, dp_rank=0, ts=1.0, num_running=2, num_waiting=1,
+                    active_kv_blocks=10, total_kv_blocks=100, kv_usage=0.1)
+    with anyio.fail_after(10):
+        while True:
+            pub.publish(m)
+            if await sub.poll(50):
+                break
+        topic, payload = await sub.recv_multipart()
+    assert topic == LOAD_METRICS_TOPIC and decode_load_metrics(payload) == m
+    sub.close()
+    pub.close()
