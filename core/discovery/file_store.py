@@ -1,0 +1,235 @@
+"""The file discovery backend (the default): one JSON file per worker in a runtime directory.
+
+Layout: ``{root}/{namespace}/instances/{instance_id}.json``, holding
+``{"ttl_s": <seconds>, "record": <WorkerRecord>}``. The file's mtime is the last heartbeat:
+``put`` writes the file atomically (a temp file in the same directory, then ``os.replace``),
+``keepalive`` touches it (``os.utime``), and the record is live while ``now - mtime <= ttl_s``.
+No process runs in the background: whoever lists or watches notices stale files and deletes
+them. Meant for a local filesystem (one clock, fine-grained mtimes), e.g. tmpfs under
+``$XDG_RUNTIME_DIR``; directories it creates are private to the user (mode 0700).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import NamedTuple
+
+import anyio
+import msgspec
+
+from dyn.core.discovery.store import (
+    DiscoveryEvent,
+    DiscoveryStore,
+    LeaseExpired,
+    WorkerAdded,
+    WorkerRemoved,
+    validate_namespace,
+    validate_ttl,
+)
+from dyn.core.messages import WorkerRecord
+
+log = logging.getLogger(__name__)
+
+_RECORD_NAME = re.compile(r"(-?[0-9]+)\.json")
+_TMP_SUFFIX = ".tmp"
+_ORPHAN_TMP_AGE_S = 60.0
+
+
+class _RecordFile(msgspec.Struct):
+    ttl_s: float
+    record: WorkerRecord
+
+
+class _Live(NamedTuple):
+    record: WorkerRecord
+    ttl_s: float
+    mtime: float
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(_RecordFile)
+
+
+def default_root() -> Path:
+    """The default runtime directory holding every namespace.
+
+    ``$DYN_DISCOVERY_DIR`` if set, else ``$XDG_RUNTIME_DIR/dyn`` if that is set, else
+    ``{tempfile.gettempdir()}/dyn-{uid}``.
+    """
+    explicit = os.environ.get("DYN_DISCOVERY_DIR")
+    if explicit:
+        return Path(explicit)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "dyn"
+    user = os.getuid() if hasattr(os, "getuid") else getpass.getuser()
+    return Path(tempfile.gettempdir()) / f"dyn-{user}"
+
+
+class FileDiscoveryStore(DiscoveryStore):
+    """Worker records of ``namespace`` as files under ``root``; see the module docstring.
+
+    ``poll_interval_s`` bounds how late a watcher reports a change (after expiry, for expiries).
+    Several stores, in one process or many, may share a directory. Reading is cheap: a poll
+    stats the directory entries and re-reads a file only when its inode, size or mtime changed.
+    """
+
+    def __init__(self, root: str | Path, namespace: str, poll_interval_s: float = 0.2) -> None:
+        self.namespace = validate_namespace(namespace)
+        if not poll_interval_s > 0:
+            raise ValueError(f"invalid poll_interval_s {poll_interval_s!r}: must be positive")
+        self.root = Path(root)
+        self.directory = self.root / namespace / "instances"
+        self.poll_interval_s = poll_interval_s
+        self._parsed: dict[str, tuple[tuple[int, int, int], _RecordFile | None]] = {}
+
+    def path_of(self, instance_id: int) -> Path:
+        """The file that holds the record of ``instance_id``."""
+        return self.directory / f"{instance_id}.json"
+
+    async def put(self, record: WorkerRecord, ttl_s: float) -> None:
+        ttl_s = validate_ttl(ttl_s)
+        if record.namespace != self.namespace:
+            raise ValueError(
+                f"record of instance {record.instance_id} is for namespace {record.namespace!r}, "
+                f"not this store's {self.namespace!r}"
+            )
+        data = _encoder.encode(_RecordFile(ttl_s=ttl_s, record=record))
+        for directory in (self.root, self.root / self.namespace, self.directory):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.path_of(record.instance_id)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    async def keepalive(self, instance_id: int) -> None:
+        path = self.path_of(instance_id)
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            raise LeaseExpired(f"no discovery record for instance {instance_id}") from None
+        parsed = self._read(path, stat, instance_id)
+        if parsed is None or time.time() - stat.st_mtime > parsed.ttl_s:
+            raise LeaseExpired(f"the discovery record of instance {instance_id} expired")
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            msg = f"the discovery record of instance {instance_id} was removed"
+            raise LeaseExpired(msg) from None
+
+    async def delete(self, instance_id: int) -> None:
+        path = self.path_of(instance_id)
+        path.unlink(missing_ok=True)
+        self._parsed.pop(path.name, None)
+
+    async def list(self) -> list[WorkerRecord]:
+        live, _ = self._scan()
+        return [live[instance_id].record for instance_id in sorted(live)]
+
+    async def watch(self) -> AsyncIterator[DiscoveryEvent]:
+        known: dict[int, _Live] = {}
+        while True:
+            live, expired = self._scan()
+            now = time.time()
+            for instance_id in sorted(known.keys() - live.keys()):
+                gone = known.pop(instance_id)
+                # Another reader may have collected the stale file first; a file last seen long
+                # enough ago to be stale now expired, whoever removed it.
+                stale = instance_id in expired or now - gone.mtime > gone.ttl_s
+                reason = "expired" if stale else "deregistered"
+                yield WorkerRemoved(instance_id=instance_id, reason=reason)
+            for instance_id in sorted(live):
+                current = live[instance_id]
+                previous = known.get(instance_id)
+                known[instance_id] = current
+                if previous is None or previous.record != current.record:
+                    yield WorkerAdded(record=current.record)
+            await anyio.sleep(self.poll_interval_s)
+
+    def _scan(self) -> tuple[dict[int, _Live], set[int]]:
+        """The live records by instance id, and the ids of stale files found (and deleted)."""
+        now = time.time()
+        live: dict[int, _Live] = {}
+        expired: set[int] = set()
+        present: set[str] = set()
+        try:
+            with os.scandir(self.directory) as entries_iter:
+                entries = list(entries_iter)
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(_TMP_SUFFIX):
+                self._remove_orphan_tmp(entry, now)
+                continue
+            match = _RECORD_NAME.fullmatch(entry.name)
+            if match is None:
+                continue
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            present.add(entry.name)
+            parsed = self._read(Path(entry.path), stat, int(match[1]))
+            if parsed is None:
+                continue
+            if now - stat.st_mtime > parsed.ttl_s:
+                expired.add(parsed.record.instance_id)
+                self._remove_if_stale(Path(entry.path), parsed.ttl_s)
+                continue
+            live[parsed.record.instance_id] = _Live(parsed.record, parsed.ttl_s, stat.st_mtime)
+        for name in self._parsed.keys() - present:
+            del self._parsed[name]
+        return live, expired
+
+    def _read(self, path: Path, stat: os.stat_result, instance_id: int) -> _RecordFile | None:
+        """The parsed file, or ``None`` if it is not a valid record (warned once per change)."""
+        key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        cached = self._parsed.get(path.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            parsed: _RecordFile | None = _decoder.decode(path.read_bytes())
+            if parsed.record.instance_id != instance_id:
+                raise ValueError(f"it holds instance {parsed.record.instance_id}")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:  # msgspec.DecodeError is a ValueError
+            log.warning("skipping unreadable discovery record %s: %s", path, exc)
+            parsed = None
+        self._parsed[path.name] = (key, parsed)
+        return parsed
+
+    def _remove_if_stale(self, path: Path, ttl_s: float) -> bool:
+        """Delete the record file if it is still stale (its worker may have just refreshed it)."""
+        try:
+            if time.time() - os.stat(path).st_mtime <= ttl_s:
+                return False
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            log.debug("could not remove expired discovery record %s: %s", path, exc)
+            return False
+        self._parsed.pop(path.name, None)
+        log.info("removed expired discovery record %s", path)
+        return True
+
+    def _remove_orphan_tmp(self, entry: os.DirEntry[str], now: float) -> None:
+        """Delete a temp file that a writer killed mid-``put`` left behind."""
+        with contextlib.suppress(OSError):
+            if now - entry.stat().st_mtime > _ORPHAN_TMP_AGE_S:
+                os.unlink(entry.path)

@@ -1,0 +1,205 @@
+"""The discovery store interface: which worker instances are alive in a namespace.
+
+A worker registers one ``WorkerRecord`` per instance with a time-to-live and keeps it alive
+with heartbeats; a record that is not kept alive expires. Frontends and routers ``list`` the
+live records or ``watch`` them come and go. The interface is the intersection of what a runtime
+directory of files and etcd (leases plus prefix watches) can both do, so backends are
+interchangeable; ``open_store`` picks one by name.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import math
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import anyio
+import anyio.abc
+import msgspec
+
+from dyn.core.messages import WorkerRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TTL_S = 10.0
+BACKENDS = ("file",)
+
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+class WorkerAdded(msgspec.Struct, frozen=True):
+    """A worker instance is live. Seen again for an already added id: its record was replaced."""
+
+    record: WorkerRecord
+
+
+class WorkerRemoved(msgspec.Struct, frozen=True):
+    """A worker instance is gone: its owner deleted the record, or it was not kept alive in time."""
+
+    instance_id: int
+    reason: Literal["deregistered", "expired"]
+
+
+DiscoveryEvent = WorkerAdded | WorkerRemoved
+
+
+class LeaseExpired(LookupError):
+    """The record to keep alive is gone (deleted, or expired before its heartbeat); put it again."""
+
+
+def validate_namespace(namespace: str) -> str:
+    """Return ``namespace`` if it is a valid name, else raise ``ValueError`` saying what is allowed.
+
+    Valid: 1 to 128 letters, digits, ``-``, ``_`` or ``.``, and not ``.`` or ``..``; such a name
+    is safe as a path component and as an etcd key segment.
+    """
+    valid = isinstance(namespace, str) and _NAMESPACE_RE.fullmatch(namespace) is not None
+    if not valid or namespace in (".", ".."):
+        raise ValueError(
+            f"invalid namespace {namespace!r}: use 1 to 128 letters, digits, '-', '_' or '.' "
+            "(not '.' or '..')"
+        )
+    return namespace
+
+
+def validate_ttl(ttl_s: float) -> float:
+    """Return ``ttl_s`` if it is a positive finite number of seconds, else raise ``ValueError``."""
+    if not (isinstance(ttl_s, int | float) and math.isfinite(ttl_s) and ttl_s > 0):
+        raise ValueError(f"invalid ttl_s {ttl_s!r}: must be a positive number of seconds")
+    return float(ttl_s)
+
+
+class DiscoveryStore(abc.ABC):
+    """Live worker records of one namespace; every method is safe to call from several processes.
+
+    Records are keyed by ``instance_id``; ``put`` replaces a record with the same id. A record is
+    live from its ``put`` until ``ttl_s`` seconds pass without a ``put`` or ``keepalive`` of it,
+    or until it is deleted. Expiry is noticed lazily: within one poll interval of a watcher or
+    at the next ``list``.
+    """
+
+    namespace: str
+
+    @abc.abstractmethod
+    async def put(self, record: WorkerRecord, ttl_s: float) -> None:
+        """Register or replace ``record``, live for ``ttl_s`` seconds from now.
+
+        Raises ``ValueError`` if ``record.namespace`` is not this store's namespace or ``ttl_s``
+        is not positive.
+        """
+
+    @abc.abstractmethod
+    async def keepalive(self, instance_id: int) -> None:
+        """Extend the record's life by its ttl from now; ``LeaseExpired`` if it is not live."""
+
+    @abc.abstractmethod
+    async def delete(self, instance_id: int) -> None:
+        """Deregister the record; deleting an absent record is not an error."""
+
+    @abc.abstractmethod
+    async def list(self) -> list[WorkerRecord]:
+        """The live records, sorted by ``instance_id``. Unreadable records are skipped (logged)."""
+
+    @abc.abstractmethod
+    def watch(self) -> AsyncIterator[DiscoveryEvent]:
+        """Yield ``WorkerAdded`` for every live record, then the changes as they happen.
+
+        After the initial events, yields ``WorkerAdded`` when a record appears or is replaced
+        and ``WorkerRemoved`` when it is deleted (``"deregistered"``) or expires (``"expired"``).
+        Runs until cancelled or closed; waiting for changes is a cancellable sleep. Use it as
+        ``async with contextlib.aclosing(store.watch()) as events: async for event in events``.
+        """
+
+    async def aclose(self) -> None:
+        """Release connections the backend holds (none for the file backend)."""
+
+    def lease(self, record: WorkerRecord, ttl_s: float = DEFAULT_TTL_S) -> Lease:
+        """An async context manager that keeps ``record`` registered while it is open.
+
+        On entry: ``put(record, ttl_s)`` (its errors propagate). While open: ``keepalive`` every
+        ``ttl_s / 3`` seconds in a background task; a lost record (``LeaseExpired``) is put again,
+        and other errors are logged and retried, never raised into the body. On exit, also by
+        error or cancellation: the heartbeat stops, then the record is deleted.
+        """
+        return Lease(self, record, validate_ttl(ttl_s))
+
+
+class Lease:
+    """A registration held open by ``DiscoveryStore.lease``; see there."""
+
+    def __init__(self, store: DiscoveryStore, record: WorkerRecord, ttl_s: float) -> None:
+        self.store = store
+        self.record = record
+        self.ttl_s = ttl_s
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Lease:
+        await self.store.put(self.record, self.ttl_s)
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        task_group.start_soon(self._heartbeat)
+        self._task_group = task_group
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # The body's exception is not passed to the task group, which would wrap it in an
+        # ExceptionGroup; it propagates unchanged.
+        assert self._task_group is not None
+        try:
+            self._task_group.cancel_scope.cancel()
+            await self._task_group.__aexit__(None, None, None)
+        finally:
+            self._task_group = None
+            with anyio.CancelScope(shield=True):
+                await self.store.delete(self.record.instance_id)
+
+    async def _heartbeat(self) -> None:
+        instance_id = self.record.instance_id
+        failing = False
+        while True:
+            await anyio.sleep(self.ttl_s / 3)
+            try:
+                try:
+                    await self.store.keepalive(instance_id)
+                except LeaseExpired:
+                    log.warning(
+                        "discovery record of instance %d expired or vanished; registering it again",
+                        instance_id,
+                    )
+                    await self.store.put(self.record, self.ttl_s)
+            except Exception as exc:
+                if not failing:
+                    log.warning(
+                        "discovery heartbeat of instance %d failed (retrying): %s", instance_id, exc
+                    )
+                failing = True
+            else:
+                if failing:
+                    log.info("discovery heartbeat of instance %d recovered", instance_id)
+                failing = False
+
+
+def open_store(backend: str, namespace: str, root: str | Path | None = None) -> DiscoveryStore:
+    """The discovery store ``backend`` for ``namespace``.
+
+    ``root`` is backend-specific: the runtime directory for ``"file"`` (default
+    ``file_store.default_root()``). Raises ``ValueError`` for an unknown backend or namespace.
+    """
+    validate_namespace(namespace)
+    if backend == "file":
+        from dyn.core.discovery.file_store import FileDiscoveryStore, default_root
+
+        return FileDiscoveryStore(Path(root) if root is not None else default_root(), namespace)
+    if backend == "etcd":
+        raise ValueError("the 'etcd' discovery backend is not built yet; use 'file'")
+    raise ValueError(f"unknown discovery backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
