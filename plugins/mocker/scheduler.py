@@ -1,0 +1,409 @@
+"""vLLM-flavour continuous batching over simulated passes (reference 7.1); pure and clock-agnostic.
+
+``Scheduler.step()`` runs one forward pass and says how long it took in simulated milliseconds;
+the caller decides whether to sleep that long (live engine) or advance a virtual clock (replay).
+
+One pass:
+
+1. The token budget is ``max_num_batched_tokens``. Running requests are scheduled first, in
+   admission order: a prefilling one takes its remaining prompt chunk (as much as fits with
+   chunked prefill, otherwise all of it or nothing), a decoding one 1 token. When KV blocks run
+   out, a running request is preempted (``lifo``: the most recently admitted, ``fifo``: the
+   oldest): it releases its blocks (full ones stay cached), keeps its generated tokens and goes
+   to the front of the waiting queue, to recompute prompt + generated tokens when readmitted.
+2. Unless something was preempted in this pass, waiting requests are admitted in queue order
+   while fewer than ``max_num_seqs`` run, budget remains and their blocks can be allocated
+   (admission never preempts; it stops at the first request that does not fit). Admission
+   looks up the prefix cache; cached tokens are not recomputed, but at least one token is.
+3. Scheduled tokens are computed: their full blocks enter the prefix cache. A request whose
+   sequence is now fully computed samples one token, uniformly from the vocabulary with its own
+   RNG seeded by ``seed``. Finished requests release their blocks in the same pass.
+
+Stop rules (vLLM): a token in ``eos_token_ids`` (unless ``ignore_eos``) or in ``stop_token_ids``
+ends the request with reason ``"stop"``, but only once at least ``min_tokens`` tokens were
+output; the stopping token is not output (it is reported as ``stop_token_id``) but counts as a
+completion token, as in vLLM's usage. Reaching ``max_tokens`` ends it with ``"length"``.
+``max_tokens`` (``None``: unlimited) is capped so the sequence fits the context length and the
+KV cache (and, without chunked prefill, so a recompute fits one pass's token budget).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+
+from dyn.core.kv.events import KvEvent
+from dyn.core.messages import StopConditions
+from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.kv_cache import KvBlockManager, KvSequence
+from dyn.plugins.mocker.timing import pass_ms
+
+_NO_STOP = StopConditions()
+
+
+@dataclass(frozen=True, slots=True)
+class SimModel:
+    """What the simulated model looks like to the scheduler."""
+
+    vocab_size: int
+    context_length: int
+    eos_token_ids: frozenset[int] = frozenset()
+
+
+class SimRequest:
+    """A request inside the scheduler: the caller's fields plus its simulation state.
+
+    ``tokens`` is the prompt followed by the output tokens emitted so far.
+    """
+
+    __slots__ = (
+        "request_id", "tokens", "prompt_len", "stop", "seed", "priority", "lora_name",
+        "kv", "num_computed", "num_scheduled", "decoding", "num_output", "max_tokens",
+        "min_tokens", "stop_set", "cached_tokens", "started", "num_preemptions", "rand",
+    )
+
+    def __init__(
+        self,
+        request_id: Hashable,
+        token_ids: list[int],
+        stop: StopConditions = _NO_STOP,
+        seed: int = 0,
+        priority: int | None = None,
+        lora_name: str | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.tokens = list(token_ids)
+        self.prompt_len = len(self.tokens)
+        self.stop = stop
+        self.seed = seed
+        self.priority = priority
+        self.lora_name = lora_name
+        self.kv = KvSequence(self.tokens, lora_name)
+        self.num_computed = 0
+        self.num_scheduled = 0
+        self.decoding = False
+        self.num_output = 0
+        self.max_tokens = 0
+        self.min_tokens = stop.min_tokens
+        self.stop_set: frozenset[int] = frozenset()
+        self.cached_tokens = 0
+        self.started = False
+        self.num_preemptions = 0
+        self.rand = random.Random(seed).random
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """Tokens output so far (a copy)."""
+        return self.tokens[self.prompt_len :]
+
+
+@dataclass(slots=True)
+class Finished:
+    """A request that ended in this pass."""
+
+    request_id: Hashable
+    reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    stop_token_id: int | None = None
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one pass did.
+
+    ``tokens``: ``(request_id, token_id)`` in emission order. ``started``: requests scheduled
+    for the first time. ``events``: the KV events of this pass, in order. ``prefill_tokens``:
+    new prompt (or recompute) tokens computed. ``batch_size``: requests scheduled.
+    """
+
+    duration_ms: float = 0.0
+    tokens: list[tuple[Hashable, int]] = field(default_factory=list)
+    finished: list[Finished] = field(default_factory=list)
+    started: list[Hashable] = field(default_factory=list)
+    preempted: list[Hashable] = field(default_factory=list)
+    events: list[KvEvent] = field(default_factory=list)
+    prefill_tokens: int = 0
+    batch_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerLoad:
+    """A snapshot of the scheduler's load, as published to the router."""
+
+    num_running: int
+    num_waiting: int
+    active_blocks: int
+    total_blocks: int
+    kv_usage: float
+    num_preemptions: int
+
+
+class FifoQueue:
+    """The waiting queue: arrival order, preempted requests in front. A priority policy would
+    replace this class with the same methods."""
+
+    __slots__ = ("_q",)
+
+    def __init__(self) -> None:
+        self._q: deque[SimRequest] = deque()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        return iter(self._q)
+
+    def push(self, req: SimRequest) -> None:
+        """A new arrival."""
+        self._q.append(req)
+
+    def push_preempted(self, req: SimRequest) -> None:
+        """A preempted request, to be readmitted before new arrivals."""
+        self._q.appendleft(req)
+
+    def peek(self) -> SimRequest | None:
+        """The next request to admit, or None."""
+        return self._q[0] if self._q else None
+
+    def pop(self) -> SimRequest:
+        """Remove the request ``peek`` returned."""
+        return self._q.popleft()
+
+    def remove(self, req: SimRequest) -> None:
+        self._q.remove(req)
+
+
+class Scheduler:
+    """One simulated engine: queues, KV cache and the pass loop (see the module docstring)."""
+
+    def __init__(self, config: MockerConfig, model: SimModel) -> None:
+        config.validate()
+        if model.vocab_size <= 0 or model.context_length <= 1:
+            raise ValueError("vocab_size must be positive and context_length at least 2")
+        self.config = config
+        self.model = model
+        self.kv = KvBlockManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self._budget = config.max_num_batched_tokens
+        self._max_seqs = config.max_num_seqs
+        self._chunked = config.enable_chunked_prefill
+        self._lifo = config.preemption_mode == "lifo"
+        self._sr = config.speedup_ratio
+        self._dsr = config.decode_speedup_ratio
+        kv_tokens = config.num_gpu_blocks * config.block_size
+        if not self._chunked:
+            kv_tokens = min(kv_tokens, config.max_num_batched_tokens)
+        self._kv_tokens = kv_tokens  # the most tokens one sequence may ever need computed at once
+        self._running: list[SimRequest] = []
+        self._waiting = FifoQueue()
+        self._requests: dict[Hashable, SimRequest] = {}
+        self._preemptions = 0
+
+    # ------------------------------------------------------------------ queue management
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._requests)
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._preemptions
+
+    def load(self) -> SchedulerLoad:
+        kv = self.kv
+        return SchedulerLoad(
+            num_running=len(self._running),
+            num_waiting=len(self._waiting),
+            active_blocks=kv.num_active_blocks,
+            total_blocks=kv.num_blocks,
+            kv_usage=kv.usage,
+            num_preemptions=self._preemptions,
+        )
+
+    def add(self, req: SimRequest) -> None:
+        """Queue a request. Raises ``ValueError`` for a duplicate id, an empty prompt, a
+        ``max_tokens`` below 1, or a prompt leaving no room for one output token."""
+        if req.request_id in self._requests:
+            raise ValueError(f"request {req.request_id!r} is already in the engine")
+        n = req.prompt_len
+        if n == 0:
+            raise ValueError("the prompt is empty")
+        room = min(self.model.context_length - n, self._kv_tokens + 1 - n)
+        if room < 1:
+            raise ValueError(
+                f"a prompt of {n} tokens leaves no room for output "
+                f"(context length {self.model.context_length}, KV capacity {self._kv_tokens} tokens)"
+            )
+        stop = req.stop
+        if stop.max_tokens is not None:
+            if stop.max_tokens < 1:
+                raise ValueError("max_tokens must be at least 1")
+            room = min(room, stop.max_tokens)
+        req.max_tokens = room
+        req.min_tokens = stop.min_tokens
+        ends = set(stop.stop_token_ids)
+        if not stop.ignore_eos:
+            ends.update(self.model.eos_token_ids)
+        req.stop_set = frozenset(ends)
+        self._requests[req.request_id] = req
+        self._waiting.push(req)
+
+    def abort(self, request_id: Hashable) -> bool:
+        """Drop a request and free its blocks; False if it is not here."""
+        req = self._requests.pop(request_id, None)
+        if req is None:
+            return False
+        if req in self._running:
+            self._running.remove(req)
+        else:
+            self._waiting.remove(req)
+        self.kv.release(req.kv)
+        return True
+
+    def waiting(self) -> Iterator[SimRequest]:
+        """Waiting requests in admission order."""
+        return iter(self._waiting)
+
+    def running(self) -> Iterator[SimRequest]:
+        """Running requests in admission order."""
+        return iter(self._running)
+
+    # ------------------------------------------------------------------ the pass
+
+    def _preempt(self, req: SimRequest, result: StepResult) -> None:
+        self._running.remove(req)
+        self.kv.release(req.kv)
+        req.num_computed = 0
+        req.num_scheduled = 0
+        req.decoding = False
+        req.num_preemptions += 1
+        self._preemptions += 1
+        self._waiting.push_preempted(req)
+        result.preempted.append(req.request_id)
+
+    def step(self) -> StepResult:
+        """Run one pass (see the module docstring) and return what it did."""
+        result = StepResult()
+        kv = self.kv
+        running = self._running
+        budget = self._budget
+        chunked = self._chunked
+
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            remaining = len(req.tokens) - req.num_computed
+            if remaining > budget:
+                if not chunked:
+                    i += 1
+                    continue
+                n = budget
+            else:
+                n = remaining
+            target = req.num_computed + n
+            while not kv.allocate(req.kv, target):
+                victim = running[-1] if self._lifo else running[0]
+                vi = len(running) - 1 if self._lifo else 0
+                budget += victim.num_scheduled
+                self._preempt(victim, result)
+                if victim is req:
+                    break
+                if vi < i:
+                    i -= 1
+            else:
+                req.num_scheduled = n
+                budget -= n
+                i += 1
+
+        if not result.preempted:
+            waiting = self._waiting
+            bs = kv.block_size
+            max_seqs = self._max_seqs
+            while budget > 0 and len(running) < max_seqs:
+                req = waiting.peek()
+                if req is None:
+                    break
+                hit = kv.match_prefix(req.kv)
+                computed = hit * bs
+                remaining = len(req.tokens) - computed
+                if remaining > budget:
+                    if not chunked:
+                        break
+                    n = budget
+                else:
+                    n = remaining
+                if not kv.allocate(req.kv, computed + n, hit):
+                    break
+                waiting.pop()
+                req.num_computed = computed
+                req.num_scheduled = n
+                budget -= n
+                running.append(req)
+                if not req.started:
+                    req.started = True
+                    req.cached_tokens = computed
+                    result.started.append(req.request_id)
+
+        usage = kv.usage
+        prefill = 0
+        decoding = False
+        batch = 0
+        out = result.tokens
+        finished = result.finished
+        commit = kv.commit
+        vocab = self.model.vocab_size
+        for req in running:
+            n = req.num_scheduled
+            if not n:
+                continue
+            req.num_scheduled = 0
+            batch += 1
+            if req.decoding:
+                decoding = True
+            else:
+                prefill += n
+            computed = req.num_computed + n
+            req.num_computed = computed
+            commit(req.kv, computed)
+            tokens = req.tokens
+            if computed < len(tokens):
+                continue
+            req.decoding = True
+            tok = int(req.rand() * vocab)
+            if tok in req.stop_set and req.num_output >= req.min_tokens:
+                finished.append(Finished(req.request_id, "stop", req.prompt_len,
+                                         req.num_output + 1, req.cached_tokens, tok))
+                continue
+            tokens.append(tok)
+            req.num_output += 1
+            out.append((req.request_id, tok))
+            if req.num_output >= req.max_tokens:
+                finished.append(Finished(req.request_id, "length", req.prompt_len,
+                                         req.num_output, req.cached_tokens))
+
+        if finished:
+            requests = self._requests
+            done = set()
+            for f in finished:
+                req = requests.pop(f.request_id)
+                kv.release(req.kv)
+                done.add(f.request_id)
+            self._running = [r for r in running if r.request_id not in done]
+
+        result.batch_size = batch
+        result.prefill_tokens = prefill
+        if batch:
+            result.duration_ms = pass_ms(prefill, decoding, usage, self._sr, self._dsr)
+        result.events = kv.drain_events()
+        return result
