@@ -1,0 +1,95 @@
+"""The Engine protocol every backend implements, and the registry that finds engines.
+
+An engine turns a tokenized ``GenerateRequest`` into a stream of ``TokenChunk`` messages ended by
+exactly one ``Finish`` (or an ``EngineError`` raised from the iterator). The worker host
+(``dyn.core.worker``) owns the sockets and discovery; the engine owns scheduling and the KV cache.
+
+KV events: an engine either publishes them itself on its own ZMQ PUB (vLLM, SGLang: it reports
+the endpoints in ``EngineInfo``) or is handed a ``KvEventSink`` by its plugin and calls it once per
+step with that step's events (the mocker); the host then publishes them in the vLLM wire format.
+
+Engines are registered as entry points in the group ``dyn.engines``; core never imports a plugin
+directly, so ``dyn --help`` and the mocker never load vllm or sglang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from dyn.core.kv.events import KvEvent
+from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
+
+ENGINE_ENTRY_POINT_GROUP = "dyn.engines"
+
+KvEventSink = Callable[[list[KvEvent], int], None]
+"""``sink(events, dp_rank)``: publish one engine step's KV events for a data-parallel rank."""
+
+
+class EngineError(RuntimeError):
+    """The engine could not serve a request; ``code`` is an ``ErrorReply`` code."""
+
+    def __init__(self, message: str, code: str = "engine_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class EngineInfo(msgspec.Struct, kw_only=True):
+    """What a worker registers in discovery about its engine."""
+
+    block_size: int
+    total_kv_blocks: int
+    max_num_batched_tokens: int
+    dp_size: int = 1
+    context_length: int | None = None
+    kv_events_endpoint: str | None = None
+    """Set when the engine publishes KV events itself; the host then advertises it."""
+    kv_replay_endpoint: str | None = None
+    kv_events_topic: str = "kv-events"
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A backend that generates tokens. Implementations: dyn.plugins.mocker (vllm, sglang later)."""
+
+    info: EngineInfo
+
+    async def run(self, *, task_status: Any = ...) -> None:
+        """Run the engine until cancelled; call ``task_status.started()`` once ``generate`` may
+        be called (the host starts it with ``await task_group.start(engine.run)``). Cancellation
+        stops it and releases its resources."""
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+        """Stream output for one request: ``TokenChunk``s then one ``Finish``.
+
+        Closing the iterator early aborts the request in the engine.
+        """
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a live request; its stream ends with ``Finish(reason="cancelled")``.
+
+        Returns False when the request is unknown or already finished.
+        """
+
+    def load_metrics(self) -> list[LoadMetrics]:
+        """One snapshot per data-parallel rank (``instance_id`` left 0; the host fills it)."""
+
+
+def available_engines() -> dict[str, EntryPoint]:
+    """Registered engine plugins by name (entry point group ``dyn.engines``)."""
+    return {ep.name: ep for ep in entry_points(group=ENGINE_ENTRY_POINT_GROUP)}
+
+
+def load_engine_plugin(name: str) -> Any:
+    """Import and return the plugin object registered under ``name``.
+
+    Raises ``LookupError`` naming the engines that are installed when ``name`` is not one of them.
+    """
+    engines = available_engines()
+    if name not in engines:
+        known = ", ".join(sorted(engines)) or "none"
+        raise LookupError(f"no engine named {name!r} is installed (installed: {known})")
+    return engines[name].load()

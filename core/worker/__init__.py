@@ -1,0 +1,1 @@
+"""dyn.core.worker: the engine host (request plane, event publishing, discovery registration)."""

@@ -1,0 +1,191 @@
+"""``WorkerHost``: serves one engine on the request plane and announces it in discovery.
+
+Contract:
+- Every ``GenerateRequest`` received gets exactly one terminal reply: a ``Finish`` or an
+  ``ErrorReply`` (malformed frames get an ``ErrorReply`` too, with the request id when known).
+- A ``CancelRequest`` aborts the request in the engine; its stream then ends with
+  ``Finish(reason="cancelled")``.
+- The worker is registered in discovery only once its sockets are bound and the engine is ready,
+  and is deregistered first on shutdown, so routers stop sending before requests are cut off.
+- Load metrics go out every ``metrics_interval_s`` when they changed, and at least every second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import aclosing
+import secrets
+import time
+
+import anyio
+import msgspec
+
+import dyn.core as core_pkg
+from dyn.core.discovery.store import DiscoveryStore
+from dyn.core.engine import Engine, EngineError
+from dyn.core.messages import (
+    CancelRequest,
+    ErrorReply,
+    Finish,
+    GenerateRequest,
+    TokenChunk,
+    WorkerEndpoints,
+    WorkerRecord,
+)
+from dyn.core.transport.codec import ProtocolError
+from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher
+from dyn.core.transport.request_plane import RequestServer
+from dyn.core.worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+def new_instance_id() -> int:
+    """A random positive 63-bit id (fits a signed 64-bit integer everywhere)."""
+    return secrets.randbits(63) or 1
+
+
+class WorkerHost:
+    """Hosts ``engine`` as one worker instance. ``kv_publisher`` is the publisher the engine's
+    event sink writes to (mocker); engines that publish themselves report endpoints in ``info``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        engine_name: str,
+        model_name: str,
+        store: DiscoveryStore,
+        settings: WorkerSettings,
+        kv_publisher: KvEventPublisher | None = None,
+        instance_id: int | None = None,
+    ) -> None:
+        self.engine = engine
+        self.engine_name = engine_name
+        self.model_name = model_name
+        self.store = store
+        self.settings = settings
+        self.kv_publisher = kv_publisher
+        self.instance_id = instance_id if instance_id is not None else new_instance_id()
+        self._server = RequestServer(settings.host)
+        self._metrics = MetricsPublisher(settings.host)
+        self._inflight: dict[str, bytes] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    @property
+    def record(self) -> WorkerRecord:
+        info = self.engine.info
+        if self.kv_publisher is not None:
+            kv_events, kv_replay = self.kv_publisher.endpoint, self.kv_publisher.replay_endpoint
+            topic = self.kv_publisher.topic
+        else:
+            kv_events, kv_replay, topic = info.kv_events_endpoint, info.kv_replay_endpoint, info.kv_events_topic
+        return WorkerRecord(
+            instance_id=self.instance_id,
+            namespace=self.settings.namespace,
+            model_name=self.model_name,
+            engine=self.engine_name,
+            endpoints=WorkerEndpoints(
+                request=self._server.endpoint, kv_events=kv_events, kv_replay=kv_replay,
+                metrics=self._metrics.endpoint,
+            ),
+            block_size=info.block_size,
+            total_kv_blocks=info.total_kv_blocks,
+            max_num_batched_tokens=info.max_num_batched_tokens,
+            dp_size=info.dp_size,
+            kv_events_topic=topic,
+            context_length=info.context_length,
+            pid=os.getpid(),
+            started_at=time.time(),
+            version=core_pkg.__version__,
+        )
+
+    async def run(self, stop: anyio.Event, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop`` is set, then deregister, drain, and close every socket."""
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.engine.run)
+                tg.start_soon(self._serve_requests, tg)
+                tg.start_soon(self._publish_metrics)
+                if self.kv_publisher is not None:
+                    tg.start_soon(self.kv_publisher.serve_replay)
+                async with self.store.lease(self.record, self.settings.lease_ttl_s):
+                    log.info("worker %d (%s, model %s) serving on %s", self.instance_id,
+                             self.engine_name, self.model_name, self._server.endpoint)
+                    task_status.started(self)
+                    await stop.wait()
+                log.info("worker %d left discovery; draining %d request(s)", self.instance_id,
+                         len(self._inflight))
+                with anyio.move_on_after(self.settings.drain_timeout_s):
+                    await self._idle.wait()
+                for rid, identity in list(self._inflight.items()):
+                    await self._server.send(identity, ErrorReply(rid, "worker_shutdown",
+                                            "the worker shut down before the request finished; retry it"))
+                tg.cancel_scope.cancel()
+        finally:
+            self._server.close()
+            self._metrics.close()
+            if self.kv_publisher is not None:
+                self.kv_publisher.close()
+
+    async def _serve_requests(self, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            identity, message = await self._server.recv()
+            if isinstance(message, GenerateRequest):
+                if message.request_id in self._inflight:
+                    await self._server.send(identity, ErrorReply(
+                        message.request_id, "duplicate_request",
+                        f"request id {message.request_id!r} is already in flight on this worker"))
+                    continue
+                self._inflight[message.request_id] = identity
+                self._idle = anyio.Event()
+                tg.start_soon(self._stream, identity, message)
+            elif isinstance(message, CancelRequest):
+                if self._inflight.get(message.request_id) == identity:
+                    await self.engine.abort(message.request_id)
+            elif isinstance(message, ProtocolError):
+                log.warning("rejected a malformed request frame: %s", message)
+                await self._server.send(identity, ErrorReply("", "bad_request", str(message)))
+
+    async def _stream(self, identity: bytes, request: GenerateRequest) -> None:
+        rid = request.request_id
+        send = self._server.send
+        try:
+            async with aclosing(self.engine.generate(request)) as outputs:
+                async for out in outputs:
+                    await send(identity, out)
+                    if isinstance(out, Finish):
+                        return
+            await send(identity, ErrorReply(rid, "engine_error", "the engine ended the stream without finishing"))
+        except EngineError as exc:
+            await send(identity, ErrorReply(rid, exc.code, str(exc)))
+        except Exception as exc:  # an engine bug must not take the worker down
+            log.exception("engine failed on request %s", rid)
+            await send(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._inflight.pop(rid, None)
+            if not self._inflight:
+                self._idle.set()
+
+    async def _publish_metrics(self) -> None:
+        last: list | None = None
+        last_sent = 0.0
+        failing = False
+        while True:
+            await anyio.sleep(self.settings.metrics_interval_s)
+            try:
+                snapshots = self.engine.load_metrics()
+            except Exception:  # metrics are best effort; serving goes on
+                if not failing:
+                    log.exception("engine load metrics failed; will keep trying")
+                failing = True
+                continue
+            failing = False
+            key = [msgspec.structs.replace(m, ts=0.0) for m in snapshots]
+            now = time.monotonic()
+            if key != last or now - last_sent >= 1.0:
+                for m in snapshots:
+                    self._metrics.publish(msgspec.structs.replace(m, instance_id=self.instance_id))
+                last, last_sent = key, now
