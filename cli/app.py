@@ -1,0 +1,61 @@
+"""The ``dyn`` command: one Typer app, one module per subcommand."""
+
+from __future__ import annotations
+
+import typer
+
+from dyn.cli import unbuilt, worker
+from dyn.cli.options import flag
+
+app = typer.Typer(
+    name="dyn",
+    help="Serve LLMs to agent fleets: an OpenAI-compatible frontend with nvext, a KV-cache-aware "
+         "router, engine workers, a KV indexer, a benchmark client and a KV inspector.\n\n"
+         "Every flag has an environment twin: --some-flag is also DYN_SOME_FLAG.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        import dyn.core
+
+        typer.echo(f"dyn {dyn.core.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    log_level: str = flag("info", "--log-level", help="Log level: debug, info, warning, error."),
+    log_format: str = flag("rich", "--log-format", help="Log format: rich (for people) or json (one object per line)."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Options that apply to every command."""
+    from dyn.core.logs import configure_logging
+
+    try:
+        configure_logging(log_level, log_format)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+unbuilt.register(app, "frontend", "OpenAI-compatible HTTP frontend with nvext and an embedded router.",
+                 "the OpenAI-compatible HTTP frontend arrives with the next milestone (issue 3).")
+unbuilt.register(app, "router", "Standalone KV-aware router service for several frontends.",
+                 "the standalone KV-aware router arrives with the KV router milestone (issue 4).")
+app.add_typer(worker.app, name="worker")
+unbuilt.register(app, "indexer", "Standalone KV indexer: subscribes to workers' KV events, answers overlap queries.",
+                 "the standalone KV indexer arrives with the KV router milestone (issue 4).")
+unbuilt.register(app, "bench", "Agentic load client and trace replay for any OpenAI-compatible server.",
+                 "the benchmark client arrives with the bench milestone (issue 6).")
+unbuilt.register(app, "inspect-kv", "Show which worker caches which prefix, from an indexer or router.",
+                 "the KV inspector arrives with the bench milestone (issue 6).")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

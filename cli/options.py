@@ -1,0 +1,46 @@
+"""The environment-twin scheme and the options shared by several commands.
+
+Every flag ``--some-flag`` can also be set with ``DYN_SOME_FLAG`` (``DYN_`` + the long flag name
+in upper case, dashes as underscores; booleans take true/false/1/0). The flag wins over the
+environment. The same flag name means the same thing in every command, so one environment
+configures a whole stack (Dynamo's ``DYN_ROUTER_*`` names follow the same scheme).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+ENV_PREFIX = "DYN_"
+ENGINE_PANEL = "Engine"
+MODEL_PANEL = "Model"
+WORKER_PANEL = "Worker and discovery"
+
+
+def env_name(flag: str) -> str:
+    """``--max-num-seqs`` -> ``DYN_MAX_NUM_SEQS``."""
+    return ENV_PREFIX + flag.lstrip("-").split("/")[0].upper().replace("-", "_")
+
+
+def flag(default: Any, *names: str, help: str, panel: str | None = None, **kwargs: Any) -> Any:
+    """A Typer option with its environment twin, shown in ``--help`` under ``panel``."""
+    long_name = next(n for n in names if n.startswith("--"))
+    return typer.Option(default, *names, help=help, envvar=env_name(long_name), show_envvar=True,
+                        rich_help_panel=panel, **kwargs)
+
+
+NAMESPACE = flag("default", "--namespace", panel=WORKER_PANEL,
+                 help="Namespace that isolates one stack from another on this machine.")
+DISCOVERY_BACKEND = flag("file", "--discovery-backend", panel=WORKER_PANEL,
+                         help="Discovery store: file (workers on one machine).")
+DISCOVERY_DIR = flag(None, "--discovery-dir", panel=WORKER_PANEL,
+                     help="Root directory of the file discovery store "
+                          "(default: $XDG_RUNTIME_DIR/dyn, else /tmp/dyn-$UID).")
+HOST = flag("127.0.0.1", "--host", panel=WORKER_PANEL,
+            help="Address every socket of this process binds to and advertises.")
+MODEL_PATH = flag(None, "--model-path", panel=MODEL_PANEL,
+                  help="Local Hugging Face-style model directory with tokenizer.json and "
+                       "tokenizer_config.json (default: the embedded dyn-tiny).")
+MODEL_NAME = flag(None, "--model-name", panel=MODEL_PANEL,
+                  help="Served model name (default: the model directory's name).")

@@ -1,0 +1,81 @@
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+import dyn.core
+from dyn.cli.app import app
+from dyn.cli.options import env_name
+
+runner = CliRunner()
+SUBCOMMANDS = ["frontend", "router", "worker", "indexer", "bench", "inspect-kv"]
+UNBUILT = [["frontend"], ["router"], ["indexer"], ["bench"], ["inspect-kv"], ["worker", "vllm"], ["worker", "sglang"]]
+
+
+def all_commands(cmd, path=("dyn",)):
+    """Walk the command tree (Typer vendors its own click, so duck-type the classes)."""
+    yield path, cmd
+    if hasattr(cmd, "commands"):
+        for name, sub in cmd.commands.items():
+            yield from all_commands(sub, (*path, name))
+
+
+def test_help_lists_every_subcommand():
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0
+    for name in SUBCOMMANDS:
+        assert name in result.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"dyn {dyn.core.__version__}"
+
+
+@pytest.mark.parametrize("argv", UNBUILT, ids=" ".join)
+def test_unbuilt_commands_say_so_in_one_line_and_exit_2(argv):
+    result = runner.invoke(app, [*argv, "--port", "1"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "is not built yet" in lines[0] and argv[-1] in lines[0]
+
+
+def test_every_flag_has_its_documented_environment_twin():
+    checked = 0
+    for path, cmd in all_commands(typer.main.get_command(app)):
+        for param in cmd.params:
+            if param.param_type_name != "option" or param.name in ("help", "version"):
+                continue
+            long_name = next(o for o in param.opts if o.startswith("--"))
+            assert param.envvar == env_name(long_name), f"{' '.join(path)} {long_name}"
+            assert param.show_envvar, f"{' '.join(path)} {long_name} hides its env var"
+            checked += 1
+    assert checked >= 15
+
+
+def test_env_twin_is_read_and_bad_values_get_a_clear_error():
+    result = runner.invoke(app, ["worker", "mocker"], env={"DYN_PREEMPTION_MODE": "sideways"})
+    assert result.exit_code == 2 and "--preemption-mode must be one of lifo, fifo" in result.output
+    result = runner.invoke(app, ["worker", "mocker", "--block-size", "0"])
+    assert result.exit_code == 2 and "--block-size must be a positive integer" in result.output
+    result = runner.invoke(app, ["worker", "mocker", "--num-workers", "0"])
+    assert result.exit_code == 2 and "num-workers" in result.output
+
+
+def test_bad_log_level_is_rejected():
+    result = runner.invoke(app, ["--log-level", "loud", "worker", "--help"])
+    assert result.exit_code == 2 and "log level must be one of" in result.output
+
+
+def test_log_format_json_emits_one_object_per_line(capsys):
+    import logging
+
+    import orjson
+
+    from dyn.core.logs import configure_logging
+
+    configure_logging("info", "json")
+    logging.getLogger("dyn.test").info("hello %s", "there", extra={"instance_id": 7})
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    obj = orjson.loads(line)
+    assert obj["msg"] == "hello there" and obj["level"] == "info" and obj["instance_id"] == 7
+    configure_logging("warning", "rich")
