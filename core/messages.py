@@ -149,7 +149,10 @@ LOAD_METRICS_TOPIC = b"load-metrics"
 
 
 class LoadMetrics(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One worker rank's load, published on its metrics PUB under ``LOAD_METRICS_TOPIC``."""
+    """One worker rank's load, published on its metrics PUB under ``LOAD_METRICS_TOPIC``.
+
+    ``num_preempted`` and ``num_passes`` are cumulative counters since the worker started.
+    """
 
     instance_id: int
     dp_rank: int
@@ -160,6 +163,8 @@ class LoadMetrics(msgspec.Struct, array_like=True, omit_defaults=True, gc=False)
     total_kv_blocks: int
     kv_usage: float
     num_preempted: int = 0
+    num_passes: int = 0
+    """Forward passes run since the worker started (cumulative)."""
 
 
 # --------------------------------------------------------------------------- discovery

@@ -167,6 +167,7 @@ class MockerEngine:
             instance_id=0, dp_rank=self.dp_rank, ts=time.time(), num_running=load.num_running,
             num_waiting=load.num_waiting, active_kv_blocks=load.active_blocks,
             total_kv_blocks=load.total_blocks, kv_usage=load.kv_usage, num_preempted=load.num_preemptions,
+            num_passes=self.passes,
         )]
 
 

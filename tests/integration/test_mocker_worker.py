@@ -122,6 +122,7 @@ def test_mocker_worker_end_to_end(dyn_process, wait_for):
             topic, payload = await metrics_sub.recv_multipart()
         metrics = decode_load_metrics(payload)
         assert metrics.instance_id == rec.instance_id and metrics.total_kv_blocks == 256
+        assert metrics.num_passes > 0
         kv_sub.close()
         metrics_sub.close()
 
