@@ -1,5 +1,7 @@
 """WorkerHost contracts, with a scripted engine behind a real request plane and file discovery."""
 
+from contextlib import asynccontextmanager
+
 import anyio
 import pytest
 
@@ -46,78 +48,69 @@ class ScriptedEngine:
         return [LoadMetrics(0, 0, 0.0, 0, 0, 0, 100, 0.0)]
 
 
-async def start_host(tmp_path, drain_timeout_s=5.0):
+@asynccontextmanager
+async def running_host(tmp_path, drain_timeout_s=5.0):
+    """Yield ``(store, record, client, stop, task_group)`` for a host serving a ScriptedEngine."""
     store = FileDiscoveryStore(tmp_path, "t")
     host = WorkerHost(ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
                       settings=WorkerSettings(namespace="t", drain_timeout_s=drain_timeout_s))
-    return store, host
-
-
-async def test_errors_are_replies_and_the_worker_keeps_serving(tmp_path):
-    store, host = await start_host(tmp_path)
     stop = anyio.Event()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await tg.start(host.run, stop)
             (record,) = await store.list()
-            assert record.instance_id == host.instance_id and record.endpoints.request.startswith("tcp://127.0.0.1:")
+            assert record.instance_id == host.instance_id
             async with WorkerClient(record.endpoints.request) as client:
-                with pytest.raises(RemoteError) as bug:
-                    async for _ in client.generate(GenerateRequest("a", [-1])):
-                        pass
-                assert bug.value.code == "engine_error" and "engine bug" in str(bug.value)
-                with pytest.raises(RemoteError) as bad:
-                    async for _ in client.generate(GenerateRequest("b", [-2])):
-                        pass
-                assert bad.value.code == "bad_request"
-                # the same id twice while in flight: the second gets duplicate_request
-                async with WorkerClient(record.endpoints.request) as other:
-                    async def first():
-                        return [m async for m in client.generate(GenerateRequest("same", [4]))]
-                    async with anyio.create_task_group() as pair:
-                        pair.start_soon(first)
-                        await anyio.sleep(0.05)
-                        with pytest.raises(RemoteError) as dup:
-                            async for _ in other.generate(GenerateRequest("same", [1])):
-                                pass
-                        assert dup.value.code == "duplicate_request"
-                out = [m async for m in client.generate(GenerateRequest("c", [3]))]
-                assert [m.token_ids for m in out[:-1]] == [[0], [1], [2]] and out[-1].reason == "length"
+                yield store, record, client, stop, tg
             stop.set()
+
+
+async def test_errors_are_replies_and_the_worker_keeps_serving(tmp_path):
+    async with running_host(tmp_path) as (store, record, client, _stop, _tg):
+        assert record.endpoints.request.startswith("tcp://127.0.0.1:")
+        with pytest.raises(RemoteError) as bug:
+            async for _ in client.generate(GenerateRequest("a", [-1])):
+                pass
+        assert bug.value.code == "engine_error" and "engine bug" in str(bug.value)
+        with pytest.raises(RemoteError) as bad:
+            async for _ in client.generate(GenerateRequest("b", [-2])):
+                pass
+        assert bad.value.code == "bad_request"
+        # the same id twice while in flight: the second gets duplicate_request
+        async with WorkerClient(record.endpoints.request) as other:
+            async def first():
+                return [m async for m in client.generate(GenerateRequest("same", [4]))]
+            async with anyio.create_task_group() as pair:
+                pair.start_soon(first)
+                await anyio.sleep(0.05)
+                with pytest.raises(RemoteError) as dup:
+                    async for _ in other.generate(GenerateRequest("same", [1])):
+                        pass
+                assert dup.value.code == "duplicate_request"
+        out = [m async for m in client.generate(GenerateRequest("c", [3]))]
+        assert [m.token_ids for m in out[:-1]] == [[0], [1], [2]] and out[-1].reason == "length"
     assert await store.list() == []
 
 
 async def test_shutdown_leaves_discovery_first_then_drains(tmp_path):
-    store, host = await start_host(tmp_path)
-    stop = anyio.Event()
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            await tg.start(host.run, stop)
-            (record,) = await store.list()
-            async with WorkerClient(record.endpoints.request) as client:
-                got = []
-                async for m in client.generate(GenerateRequest("long", [10])):
-                    got.append(m)
-                    if len(got) == 2:
-                        stop.set()
-                        await anyio.sleep(0.05)
-                        assert await store.list() == []  # gone from discovery, still streaming
-                assert isinstance(got[-1], Finish) and len(got) == 11
+    async with running_host(tmp_path) as (store, _record, client, stop, _tg):
+        got = []
+        async for m in client.generate(GenerateRequest("long", [10])):
+            got.append(m)
+            if len(got) == 2:
+                stop.set()
+                await anyio.sleep(0.05)
+                assert await store.list() == []  # gone from discovery, still streaming
+        assert isinstance(got[-1], Finish) and len(got) == 11
 
 
 async def test_requests_still_running_after_the_drain_timeout_get_an_error(tmp_path):
-    store, host = await start_host(tmp_path, drain_timeout_s=0.3)
-    stop = anyio.Event()
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            await tg.start(host.run, stop)
-            (record,) = await store.list()
-            async with WorkerClient(record.endpoints.request) as client:
-                async def stopper():
-                    await anyio.sleep(0.2)
-                    stop.set()
-                tg.start_soon(stopper)
-                with pytest.raises(RemoteError) as cut:
-                    async for _ in client.generate(GenerateRequest("stuck", [-3])):
-                        pass
-                assert cut.value.code == "worker_shutdown"
+    async with running_host(tmp_path, drain_timeout_s=0.3) as (_store, _record, client, stop, tg):
+        async def stopper():
+            await anyio.sleep(0.2)
+            stop.set()
+        tg.start_soon(stopper)
+        with pytest.raises(RemoteError) as cut:
+            async for _ in client.generate(GenerateRequest("stuck", [-3])):
+                pass
+        assert cut.value.code == "worker_shutdown"
