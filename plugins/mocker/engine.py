@@ -76,8 +76,9 @@ class MockerEngine:
         deadline = time.monotonic()
         while True:
             if not scheduler.has_work:
-                await self._wake.wait()
-                self._wake = anyio.Event()
+                while not scheduler.has_work:
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
                 deadline = time.monotonic()
             start = time.monotonic()
             result = scheduler.step()
@@ -98,14 +99,14 @@ class MockerEngine:
         touched = set()
         for rid, token in result.tokens:
             stream = streams.get(rid)
-            if stream is not None:
+            if stream is not None and stream.finish is None:  # None: aborted during the pass
                 if stream.first_token is None:
                     stream.first_token = now
                 stream.tokens.append(token)
                 touched.add(rid)
         for fin in result.finished:
             stream = streams.get(fin.request_id)
-            if stream is None:
+            if stream is None or stream.finish is not None:
                 continue
             stream.finish = Finish(
                 request_id=fin.request_id, reason=fin.reason,
