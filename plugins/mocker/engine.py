@@ -99,7 +99,7 @@ class MockerEngine:
         touched = set()
         for rid, token in result.tokens:
             stream = streams.get(rid)
-            if stream is not None and stream.finish is None:  # None: aborted during the pass
+            if stream is not None and stream.finish is None:  # finish set: aborted during the pass
                 if stream.first_token is None:
                     stream.first_token = now
                 stream.tokens.append(token)
