@@ -36,6 +36,7 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fal
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    length_penalty: float | None = None
 
 
 class StopConditions(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):

@@ -1,0 +1,343 @@
+"""OpenAI request and response types, with vLLM's extra parameters and NVIDIA's ``nvext``.
+
+Requests decode straight from the body with msgspec (a wrong type fails at decode time and names
+the field, see ``decode_request``); ``check_*`` then applies the value rules vLLM applies. Unknown
+fields are ignored, as OpenAI and vLLM ignore them. Fields the serving path cannot honour yet
+(beam search, guided decoding, logprobs) are rejected with a 400 that names them, never dropped
+silently.
+
+Responses are msgspec Structs encoded with ``msgspec.json``; the streaming hot path in
+``dyn.core.frontend.responses`` writes its chunks from pre-encoded byte templates instead.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+from dyn.core.protocol.errors import ApiError, bad_request
+
+# --------------------------------------------------------------------------- nvext
+
+
+class AgentHints(msgspec.Struct, forbid_unknown_fields=False):
+    """Per-request scheduling hints (seed 002)."""
+
+    priority: int | None = None
+    osl: int | None = None
+    speculative_prefill: bool = False
+    latency_sensitivity: float | None = None
+
+
+class SessionControl(msgspec.Struct):
+    session_id: str
+    action: Literal["open", "bind", "close"] | None = None
+    timeout: int = 300
+
+
+class CacheControl(msgspec.Struct):
+    type: Literal["ephemeral"] = "ephemeral"
+    ttl: str | int | None = None
+
+
+class NvExt(msgspec.Struct, forbid_unknown_fields=False):
+    """NVIDIA's request extensions (seed 000). Routing fields are honoured by the frontend's
+    router; agent hints, sessions and cache control are parsed and typed here."""
+
+    greed_sampling: bool | None = None
+    use_raw_prompt: bool | None = None
+    annotations: list[str] | None = None
+    backend_instance_id: int | None = None
+    token_data: list[int] | None = None
+    max_thinking_tokens: int | None = None
+    extra_fields: list[str] | None = None
+    prefill_worker_id: int | None = None
+    decode_worker_id: int | None = None
+    dp_rank: int | None = None
+    agent_hints: AgentHints | None = None
+    cache_control: CacheControl | None = None
+    session_control: SessionControl | None = None
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class StreamOptions(msgspec.Struct, forbid_unknown_fields=False):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _GenerationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    """Fields shared by chat and text completions (OpenAI's, then vLLM's extras)."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM sampling extras
+    use_beam_search: bool = False
+    best_of: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    length_penalty: float = 1.0
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None
+    allowed_token_ids: list[int] | None = None
+    prompt_logprobs: int | None = None
+    # vLLM extra parameters
+    priority: int = 0
+    request_id: str | None = None
+    response_format: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
+    guided_whitespace_pattern: str | None = None
+    structured_outputs: dict[str, Any] | None = None
+    nvext: NvExt | None = None
+
+
+class ChatCompletionRequest(_GenerationRequest, kw_only=True):
+    """``POST /v1/chat/completions``. ``messages`` stay plain dicts: the chat template reads them
+    as the client sent them (``check_chat`` validates their shape)."""
+
+    messages: list[dict[str, Any]]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    echo: bool = False
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    documents: list[dict[str, str]] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class CompletionRequest(_GenerationRequest, kw_only=True):
+    """``POST /v1/completions``: one prompt (text or token ids) or a batch of them."""
+
+    prompt: str | list[Any]
+    """Text, token ids, or a batch of either (``check_completion`` checks the list's shape)."""
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+    add_special_tokens: bool = True
+
+
+_PATH_RE = re.compile(r" - at `\$(.*)`$")
+_MISSING_RE = re.compile(r"missing required field `([^`]+)`")
+
+
+def decode_request(body: bytes, kind: type[msgspec.Struct]) -> Any:
+    """Decode a JSON body into ``kind``; malformed JSON or a wrong type is a 400 naming the field."""
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH_RE.search(text)
+        param = match.group(1).lstrip(".") if match else None
+        missing = _MISSING_RE.search(text)
+        if missing:
+            param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+        message = _PATH_RE.sub("", text)
+        if param:
+            message = f"{message} at '{param}'"
+        raise bad_request(f"Invalid request: {message}", param=param) from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"Invalid JSON body: {exc}") from None
+
+
+def _range(req: _GenerationRequest, name: str, ok: bool, rule: str) -> None:
+    if not ok:
+        raise bad_request(f"{name} {rule}, got {getattr(req, name)!r}", param=name)
+
+
+def check_generation(req: _GenerationRequest) -> None:
+    """vLLM's value rules for the shared fields; unsupported features are a 400 naming them."""
+    _range(req, "n", 1 <= req.n <= 128, "must be between 1 and 128")
+    if req.max_tokens is not None:
+        _range(req, "max_tokens", req.max_tokens >= 1, "must be at least 1")
+    if req.temperature is not None:
+        _range(req, "temperature", 0 <= req.temperature <= 2, "must be between 0 and 2")
+    if req.top_p is not None:
+        _range(req, "top_p", 0 < req.top_p <= 1, "must be in (0, 1]")
+    if req.top_k is not None:
+        _range(req, "top_k", req.top_k == -1 or req.top_k >= 0, "must be -1 (disable) or at least 0")
+    if req.min_p is not None:
+        _range(req, "min_p", 0 <= req.min_p <= 1, "must be between 0 and 1")
+    if req.repetition_penalty is not None:
+        _range(req, "repetition_penalty", 0 < req.repetition_penalty <= 2, "must be in (0, 2]")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(req, name)
+        if value is not None:
+            _range(req, name, -2 <= value <= 2, "must be between -2 and 2")
+    _range(req, "min_tokens", req.min_tokens >= 0, "must be at least 0")
+    if req.max_tokens is not None and req.min_tokens > req.max_tokens:
+        raise bad_request(f"min_tokens ({req.min_tokens}) must not exceed max_tokens "
+                          f"({req.max_tokens})", param="min_tokens")
+    if req.truncate_prompt_tokens is not None:
+        _range(req, "truncate_prompt_tokens", req.truncate_prompt_tokens >= 1, "must be at least 1")
+    if isinstance(req.stop, list) and len(req.stop) > 16:
+        raise bad_request("stop may hold at most 16 strings", param="stop")
+    if req.stream_options is not None and not req.stream:
+        raise bad_request("stream_options is only allowed with stream=true", param="stream_options")
+    _unsupported(req)
+
+
+def _unsupported(req: _GenerationRequest) -> None:
+    if req.use_beam_search:
+        raise _not_supported("use_beam_search", "beam search")
+    if req.best_of is not None and req.best_of != req.n:
+        raise _not_supported("best_of", "best_of different from n (beam search)")
+    for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"):
+        if getattr(req, name) is not None:
+            raise _not_supported(name, "guided decoding")
+    if req.response_format is not None and req.response_format.get("type", "text") != "text":
+        raise _not_supported("response_format", "guided decoding (json_object / json_schema)")
+    if req.logit_bias:
+        raise _not_supported("logit_bias", "logit_bias")
+    if req.allowed_token_ids is not None:
+        raise _not_supported("allowed_token_ids", "allowed_token_ids")
+    if req.prompt_logprobs is not None:
+        raise _not_supported("prompt_logprobs", "prompt logprobs")
+
+
+def _not_supported(param: str, what: str) -> ApiError:
+    return bad_request(f"{what} is not supported by this server yet; remove '{param}'",
+                       param=param, code="unsupported_parameter")
+
+
+def check_chat(req: ChatCompletionRequest) -> None:
+    """Rules of the chat endpoint on top of ``check_generation``."""
+    check_generation(req)
+    if not req.messages:
+        raise bad_request("messages must hold at least one message", param="messages")
+    for i, message in enumerate(req.messages):
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise bad_request(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise bad_request(f"messages[{i}].content must be a string, a list of content parts "
+                              "or null", param=f"messages[{i}].content")
+    if req.max_completion_tokens is not None:
+        _range(req, "max_completion_tokens", req.max_completion_tokens >= 1, "must be at least 1")
+    if req.logprobs or req.top_logprobs:
+        raise _not_supported("logprobs", "logprobs")
+    if req.add_generation_prompt and req.continue_final_message:
+        raise bad_request("continue_final_message cannot be used together with "
+                          "add_generation_prompt=true; set add_generation_prompt to false",
+                          param="continue_final_message")
+    if isinstance(req.tool_choice, dict) or req.tool_choice == "required":
+        raise _not_supported("tool_choice", "forced tool calls (named or required tool_choice)")
+    if req.tool_choice not in (None, "none", "auto") and not isinstance(req.tool_choice, dict):
+        raise bad_request("tool_choice must be none, auto, required or a named tool",
+                          param="tool_choice")
+
+
+def check_completion(req: CompletionRequest) -> None:
+    """Rules of the completions endpoint on top of ``check_generation``."""
+    check_generation(req)
+    if req.suffix is not None:
+        raise _not_supported("suffix", "suffix")
+    if req.logprobs is not None:
+        raise _not_supported("logprobs", "logprobs")
+    prompt = req.prompt
+    if prompt == "" or prompt == []:
+        raise bad_request("prompt must not be empty", param="prompt")
+    if isinstance(prompt, list) and not (
+            all(type(p) is int for p in prompt) or all(isinstance(p, str) for p in prompt)
+            or all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt)):
+        raise bad_request("prompt must be a string, a list of strings, a list of token ids or a "
+                          "list of non-empty lists of token ids", param="prompt")
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class PromptTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0
+
+
+class UsageInfo(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class ChatMessageOut(msgspec.Struct, omit_defaults=True):
+    role: str
+    content: str | None = None
+
+
+class ChatChoice(msgspec.Struct):
+    index: int
+    message: ChatMessageOut
+    finish_reason: str | None
+    logprobs: None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+    object: str = "chat.completion"
+    nvext: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+    stop_reason: int | str | None = None
+
+
+class CompletionResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo
+    object: str = "text_completion"
+    nvext: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    created: int
+    owned_by: str = "dyn"
+    root: str | None = None
+    max_model_len: int | None = None
+    object: str = "model"
+
+
+class ModelList(msgspec.Struct):
+    data: list[ModelCard]
+    object: str = "list"
