@@ -1,0 +1,157 @@
+"""The frontend's tokenizer: a Hugging Face fast tokenizer (tokenizer.json) driven through the Rust
+``tokenizers`` package, plus what tokenizer_config.json says about special tokens and chat templates.
+
+Contract: ``encode`` gives the ids ``transformers.AutoTokenizer`` (5.x) gives for the same directory:
+with ``add_special_tokens`` the tokenizer.json post-processor adds what it adds (BOS/EOS), and
+tokenizer_config.json's ``add_bos_token``/``add_eos_token`` change nothing, as in transformers. ``decode``
+is the Rust decoder with no ``clean_up_tokenization_spaces`` (as vLLM's generated text). transformers
+is never imported: it is slow to import and the hot path needs none of it.
+
+Special token strings come from tokenizer_config.json (a string, or a dict with ``content``), and
+special_tokens_map.json fills the names it lacks. Chat templates follow transformers' loading:
+chat_template.jinja (and additional_chat_templates/*.jinja) replace tokenizer_config.json's
+``chat_template``, which is a string or a list of ``{name, template}``; chat_template.json (the legacy
+processor file) is the last resort.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import tokenizers
+
+from dyn.core.model.info import ModelError, ModelInfo
+
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                       "mask_token")
+"""The named special tokens transformers passes to chat templates (its SPECIAL_TOKENS_ATTRIBUTES)."""
+
+DEFAULT_TEMPLATE = "default"
+
+
+class Tokenizer:
+    """Encode, decode and look up tokens of one model; immutable and safe to share between requests."""
+
+    __slots__ = ("backend", "path", "special_tokens_map", "chat_templates", "special_token_ids",
+                 "added_tokens", "vocab_size", "_encode", "_decode")
+
+    def __init__(self, backend: tokenizers.Tokenizer, *, special_tokens_map: Mapping[str, str] | None = None,
+                 chat_templates: Mapping[str, str] | None = None, path: Path | None = None) -> None:
+        self.backend = backend
+        """The Rust tokenizer; the incremental detokenizer decodes through it directly."""
+        self.path = path
+        self.special_tokens_map: dict[str, str] = dict(special_tokens_map or {})
+        """Named special tokens (bos_token, eos_token, pad_token, ...) as strings, as transformers has them."""
+        self.chat_templates: dict[str, str] = dict(chat_templates or {})
+        """Chat templates by name; the model's default one is under "default"."""
+        added = backend.get_added_tokens_decoder()
+        self.added_tokens: dict[int, str] = {i: t.content for i, t in added.items()}
+        """Every added token (special or not) by id, as vLLM's detokenizer needs them."""
+        self.special_token_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
+        """Ids that ``skip_special_tokens`` removes: the added tokens marked special."""
+        self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
+        self._encode = backend.encode
+        self._decode = backend.decode
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Tokenizer:
+        """Load from a local Hugging Face model directory; ModelError says what is missing or broken."""
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise ModelError(f"{path}: not a directory; pass the local model directory that holds tokenizer.json")
+        tok_file = directory / "tokenizer.json"
+        if not tok_file.is_file():
+            raise ModelError(f"{path}: no tokenizer.json found; pass a local Hugging Face model directory "
+                             f"with a fast tokenizer (tokenizer.json)")
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(tok_file))
+        except Exception as e:  # the Rust side raises a bare Exception for any parse error
+            raise ModelError(f"{path}: tokenizer.json could not be loaded ({e}); fix or replace the file") from None
+        config = _read_json(directory / "tokenizer_config.json") or {}
+        legacy_map = _read_json(directory / "special_tokens_map.json") or {}
+        specials: dict[str, str] = {}
+        for name in SPECIAL_TOKEN_NAMES:
+            content = _token_content(config.get(name))
+            if content is None:
+                content = _token_content(legacy_map.get(name))
+            if content is not None:
+                specials[name] = content
+        return cls(backend, special_tokens_map=specials, chat_templates=_chat_templates(directory, config),
+                   path=directory)
+
+    @classmethod
+    def from_model(cls, info: ModelInfo) -> Tokenizer:
+        return cls.from_dir(info.path)
+
+    @property
+    def bos_token(self) -> str | None:
+        return self.special_tokens_map.get("bos_token")
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.special_tokens_map.get("eos_token")
+
+    @property
+    def chat_template(self) -> str | None:
+        """The default chat template's source, or None when the model has none."""
+        return self.chat_templates.get(DEFAULT_TEMPLATE)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; special tokens written in the text are recognised, as HF does.
+        ``add_special_tokens`` runs the post-processor (e.g. adds BOS); chat prompts pass False."""
+        return self._encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self._decode(ids if isinstance(ids, list) else list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary string of ``token_id`` (byte-level form, e.g. "Ġthe"), None when out of range."""
+        return self.backend.id_to_token(token_id)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        obj = msgspec.json.decode(path.read_bytes())
+    except msgspec.DecodeError as e:
+        raise ModelError(f"{path.parent}: {path.name} is not valid JSON ({e}); fix or replace the file") from None
+    if not isinstance(obj, dict):
+        raise ModelError(f"{path.parent}: {path.name} must hold a JSON object; fix or replace the file")
+    return obj
+
+
+def _token_content(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def _chat_templates(directory: Path, config: dict[str, Any]) -> dict[str, str]:
+    templates: dict[str, str] = {}
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        templates[DEFAULT_TEMPLATE] = jinja.read_text(encoding="utf-8")
+    extra = directory / "additional_chat_templates"
+    if extra.is_dir():
+        for f in sorted(extra.glob("*.jinja")):
+            templates[f.name.removesuffix(".jinja")] = f.read_text(encoding="utf-8")
+    if templates:
+        return templates
+    found = config.get("chat_template")
+    if found is None:
+        found = (_read_json(directory / "chat_template.json") or {}).get("chat_template")
+    if isinstance(found, str):
+        templates[DEFAULT_TEMPLATE] = found
+    elif isinstance(found, list):
+        for t in found:
+            if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str):
+                templates[t["name"]] = t["template"]
+    return templates
