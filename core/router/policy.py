@@ -1,0 +1,146 @@
+"""The routing interface and the simple policies: round-robin, random, direct.
+
+The frontend asks a ``Router`` for a ``Route`` per engine request and reports the request's
+progress on the route (``first_token``, ``finished``), so a router that books load (the KV router)
+can keep its accounting; the simple policies book nothing. A request that names a worker
+(``RouteRequest.instance_id``: ``nvext.backend_instance_id`` or ``x-worker-instance-id``) goes to
+that worker in every mode; ``direct`` mode requires one.
+
+Failures are ``RoutingError`` subclasses; the HTTP layer maps them to statuses
+(``NoWorkersError`` -> 503 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from collections.abc import Sequence
+
+import msgspec
+
+from dyn.core.router.pool import Worker, WorkerPool
+
+ROUTER_MODES = ("round-robin", "random", "direct")
+
+
+class RoutingError(Exception):
+    """A request could not be routed; the message says why and what to do."""
+
+
+class NoWorkersError(RoutingError):
+    """No live worker can take the request now; retrying later may succeed."""
+
+
+class WorkerNotFoundError(RoutingError):
+    """The request named a worker instance that is not live."""
+
+
+class TargetRequiredError(RoutingError):
+    """``direct`` mode got a request that names no worker."""
+
+
+class RouteRequest(msgspec.Struct, kw_only=True):
+    """What a router sees of one engine request."""
+
+    request_id: str
+    token_ids: list[int]
+    instance_id: int | None = None
+    dp_rank: int | None = None
+    priority: int | None = None
+    lora_name: str | None = None
+
+
+class Route:
+    """A routing decision: the worker (and rank) that serves one engine request.
+
+    The frontend calls ``first_token`` when the first output token arrives and ``finished``
+    exactly once when the request ends for any reason; the base class books nothing.
+    """
+
+    __slots__ = ("worker", "dp_rank")
+
+    def __init__(self, worker: Worker, dp_rank: int | None = None) -> None:
+        self.worker = worker
+        self.dp_rank = dp_rank
+
+    def first_token(self) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass
+
+
+class Router(abc.ABC):
+    """Chooses a worker from ``pool`` for each request."""
+
+    mode: str
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+
+    async def route(self, request: RouteRequest) -> Route:
+        """The route for ``request``; may wait (a queueing router); raises ``RoutingError``."""
+        if request.instance_id is not None:
+            worker = self.pool.get(request.instance_id)
+            if worker is None:
+                live = ", ".join(str(w.instance_id) for w in self.pool.workers()) or "none"
+                raise WorkerNotFoundError(
+                    f"worker instance {request.instance_id} is not live (live instances: {live})")
+            return Route(worker, request.dp_rank)
+        workers = self.pool.workers()
+        if not workers:
+            raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
+                                 "start one with 'dyn worker mocker' or retry later")
+        return Route(self.select(request, workers), request.dp_rank)
+
+    @abc.abstractmethod
+    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
+        """Pick one of ``workers`` (never empty) for a request that names no worker."""
+
+
+class RoundRobinRouter(Router):
+    mode = "round-robin"
+
+    def __init__(self, pool: WorkerPool) -> None:
+        super().__init__(pool)
+        self._next = 0
+
+    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
+        worker = workers[self._next % len(workers)]
+        self._next += 1
+        return worker
+
+
+class RandomRouter(Router):
+    mode = "random"
+
+    def __init__(self, pool: WorkerPool, rng: random.Random | None = None) -> None:
+        super().__init__(pool)
+        self._rng = rng or random.Random()
+
+    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
+        return workers[self._rng.randrange(len(workers))]
+
+
+class DirectRouter(Router):
+    """Only requests that name their worker; anything else is ``TargetRequiredError``."""
+
+    mode = "direct"
+
+    async def route(self, request: RouteRequest) -> Route:
+        if request.instance_id is None:
+            raise TargetRequiredError(
+                "router mode 'direct' needs a target worker: set nvext.backend_instance_id or the "
+                "x-worker-instance-id header")
+        return await super().route(request)
+
+    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
+        raise AssertionError("unreachable: direct routes only requests that name their worker")
+
+
+def make_router(mode: str, pool: WorkerPool) -> Router:
+    """The router for ``mode`` (one of ``ROUTER_MODES``); ``ValueError`` names the valid modes."""
+    routers = {cls.mode: cls for cls in (RoundRobinRouter, RandomRouter, DirectRouter)}
+    if mode not in routers:
+        raise ValueError(f"unknown router mode {mode!r}: choose one of {', '.join(ROUTER_MODES)}")
+    return routers[mode](pool)

@@ -1,0 +1,153 @@
+"""The live workers a frontend can send to, kept in step with the discovery store.
+
+``WorkerPool.run`` watches the store: a record that appears gets a request-plane client
+(``WorkerClient``), a record that goes away (deleted, or expired because its heartbeat stopped)
+is removed at once and its in-flight streams fail with ``WorkerUnavailable``. A worker is never
+handed out after the watch reported it gone. Workers serving another model than the pool's are
+skipped (logged once).
+
+Listeners (``add_listener``) hear every add and removal, so a KV router can keep its indexer and
+load tracking in step with the same membership.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+
+from dyn.core.discovery.store import DiscoveryStore, WorkerAdded, WorkerRemoved
+from dyn.core.messages import WorkerRecord
+from dyn.core.transport.request_plane import WorkerClient, WorkerUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """One routable worker: its discovery record and its open request-plane client."""
+
+    __slots__ = ("record", "client")
+
+    def __init__(self, record: WorkerRecord, client: WorkerClient) -> None:
+        self.record = record
+        self.client = client
+
+    @property
+    def instance_id(self) -> int:
+        return self.record.instance_id
+
+    def __repr__(self) -> str:
+        return f"Worker({self.instance_id}, {self.record.endpoints.request})"
+
+
+Listener = Callable[[Worker, bool], None]
+"""Called with ``(worker, added)``: ``added`` is False when the worker left."""
+
+
+class WorkerPool:
+    """Workers of one namespace serving ``model_name`` (every model when None)."""
+
+    def __init__(self, store: DiscoveryStore, model_name: str | None = None) -> None:
+        self.store = store
+        self.model_name = model_name
+        self._workers: dict[int, Worker] = {}
+        self._ordered: list[Worker] = []
+        self._gone: dict[int, anyio.Event] = {}
+        self._listeners: list[Listener] = []
+        self._skipped_models: set[str] = set()
+        self._changed = anyio.Event()
+
+    # ----------------------------------------------------------------- reading
+
+    def get(self, instance_id: int) -> Worker | None:
+        return self._workers.get(instance_id)
+
+    def workers(self) -> list[Worker]:
+        """Live workers in ``instance_id`` order (a shared list: do not mutate)."""
+        return self._ordered
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Hear about later changes; current workers are reported as added at once."""
+        self._listeners.append(listener)
+        for worker in self._ordered:
+            listener(worker, True)
+
+    async def wait_for(self, count: int) -> None:
+        """Return once at least ``count`` workers are live (callers bound it with a timeout)."""
+        while len(self._workers) < count:
+            await self._changed.wait()
+
+    # ----------------------------------------------------------------- membership
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Follow the store until cancelled; ``task_status.started()`` once the workers live now
+        are in the pool."""
+        async with anyio.create_task_group() as tg:
+            for record in await self.store.list():
+                await self._on_added(tg, record)
+            task_status.started()
+            async with aclosing(self.store.watch()) as events:
+                async for event in events:
+                    if isinstance(event, WorkerAdded):
+                        await self._on_added(tg, event.record)
+                    elif isinstance(event, WorkerRemoved):
+                        self._on_removed(event.instance_id)
+            tg.cancel_scope.cancel()
+
+    async def _on_added(self, tg: anyio.abc.TaskGroup, record: WorkerRecord) -> None:
+        if self.model_name is not None and record.model_name != self.model_name:
+            if record.model_name not in self._skipped_models:
+                self._skipped_models.add(record.model_name)
+                log.warning("ignoring worker %d: it serves model %r, this frontend serves %r",
+                            record.instance_id, record.model_name, self.model_name)
+            return
+        current = self._workers.get(record.instance_id)
+        if current is not None:
+            if current.record.endpoints.request == record.endpoints.request:
+                current.record = record
+                return
+            self._on_removed(record.instance_id)
+        await tg.start(self._hold, record)
+
+    async def _hold(self, record: WorkerRecord, *, task_status: Any) -> None:
+        """Own one worker's client for as long as the worker is live."""
+        gone = anyio.Event()
+        async with WorkerClient(record.endpoints.request) as client:
+            worker = Worker(record, client)
+            self._gone[record.instance_id] = gone
+            self._workers[record.instance_id] = worker
+            self._reorder()
+            log.info("worker %d joined (%s)", record.instance_id, record.endpoints.request)
+            self._notify(worker, True)
+            task_status.started()
+            try:
+                await gone.wait()
+            finally:
+                client.fail_all(WorkerUnavailable(f"worker {record.instance_id} left"))
+
+    def _on_removed(self, instance_id: int) -> None:
+        worker = self._workers.pop(instance_id, None)
+        if worker is None:
+            return
+        self._reorder()
+        log.info("worker %d left", instance_id)
+        self._gone.pop(instance_id).set()
+        self._notify(worker, False)
+
+    def _reorder(self) -> None:
+        self._ordered = [self._workers[i] for i in sorted(self._workers)]
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _notify(self, worker: Worker, added: bool) -> None:
+        for listener in self._listeners:
+            try:
+                listener(worker, added)
+            except Exception:
+                log.exception("worker pool listener failed")
