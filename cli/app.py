@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from dyn.cli import unbuilt, worker
+from dyn.cli import frontend, unbuilt, worker
 from dyn.cli.options import flag
 
 app = typer.Typer(
@@ -43,8 +43,7 @@ def main_options(
         raise typer.BadParameter(str(exc)) from None
 
 
-unbuilt.register(app, "frontend", "OpenAI-compatible HTTP frontend with nvext and an embedded router.",
-                 "the OpenAI-compatible HTTP frontend arrives with the next milestone (issue 3).")
+app.command("frontend")(frontend.frontend)
 unbuilt.register(app, "router", "Standalone KV-aware router service for several frontends.",
                  "the standalone KV-aware router arrives with the KV router milestone (issue 4).")
 app.add_typer(worker.app, name="worker")

@@ -144,7 +144,9 @@ class WorkerHost:
                 tg.start_soon(self._stream, identity, message)
             elif isinstance(message, CancelRequest):
                 if self._inflight.get(message.request_id) == identity:
-                    await self.engine.abort(message.request_id)
+                    aborted = await self.engine.abort(message.request_id)
+                    log.debug("request %s cancelled by its client (%s)", message.request_id,
+                              "aborted" if aborted else "already finished")
             elif isinstance(message, ProtocolError):
                 log.warning("rejected a malformed request frame: %s", message)
                 await self._server.send(identity, ErrorReply("", "bad_request", str(message)))

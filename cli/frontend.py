@@ -1,0 +1,70 @@
+"""``dyn frontend``: the OpenAI-compatible HTTP server with an embedded router."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from dyn.cli import options
+from dyn.cli.options import flag
+
+HTTP_PANEL = "HTTP"
+ROUTER_PANEL = "Router"
+
+
+def _list(value: str, name: str) -> tuple[str, ...]:
+    """vLLM takes a JSON list ('["a", "b"]'); a comma-separated list works too."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"{name}: not a JSON list: {exc}") from None
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise typer.BadParameter(f"{name}: must be a JSON list of strings")
+        return tuple(items)
+    return tuple(i.strip() for i in text.split(",") if i.strip())
+
+
+def frontend(
+    http_host: str = flag("127.0.0.1", "--http-host", panel=HTTP_PANEL, help="Address the HTTP server listens on."),
+    http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=HTTP_PANEL,
+                          help="Port the HTTP server listens on (0: a free port, printed at start)."),
+    api_key: str = flag(None, "--api-key", panel=HTTP_PANEL,
+                        help="Require 'Authorization: Bearer KEY' on /v1 endpoints."),
+    allowed_origins: str = flag('["*"]', "--allowed-origins", panel=HTTP_PANEL,
+                                help="CORS allowed origins, a JSON list or comma-separated."),
+    allowed_methods: str = flag('["*"]', "--allowed-methods", panel=HTTP_PANEL,
+                                help="CORS allowed methods, a JSON list or comma-separated."),
+    allowed_headers: str = flag('["*"]', "--allowed-headers", panel=HTTP_PANEL,
+                                help="CORS allowed headers, a JSON list or comma-separated."),
+    allow_credentials: bool = flag(False, "--allow-credentials", panel=HTTP_PANEL,
+                                   help="CORS: allow credentials."),
+    router_mode: str = flag("round-robin", "--router-mode", panel=ROUTER_PANEL,
+                            help="How to pick a worker: round-robin, random, or direct (the request "
+                                 "names its worker with nvext.backend_instance_id or the "
+                                 "x-worker-instance-id header)."),
+    model_path: str = options.MODEL_PATH,
+    model_name: str = options.MODEL_NAME,
+    namespace: str = options.NAMESPACE,
+    discovery_backend: str = options.DISCOVERY_BACKEND,
+    discovery_dir: str = options.DISCOVERY_DIR,
+) -> None:
+    """OpenAI-compatible HTTP frontend (chat, completions, streaming) with nvext, routing to the
+    workers it finds in discovery."""
+    from dyn.core.errors import ConfigError
+    from dyn.core.frontend.cors import CorsPolicy
+    from dyn.core.frontend.server import FrontendSettings, run_frontend
+
+    cors = CorsPolicy(_list(allowed_origins, "--allowed-origins"), _list(allowed_methods, "--allowed-methods"),
+                      _list(allowed_headers, "--allowed-headers"), allow_credentials)
+    settings = FrontendSettings(
+        http_host=http_host, http_port=http_port, router_mode=router_mode, namespace=namespace,
+        discovery_backend=discovery_backend, discovery_dir=discovery_dir, model_path=model_path,
+        model_name=model_name, api_key=api_key or None, cors=cors)
+    try:
+        run_frontend(settings)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

@@ -1,0 +1,62 @@
+"""The frontend's Prometheus metrics, named as Dynamo names them (``dynamo_frontend_*``).
+
+One ``FrontendMetrics`` per app, on its own registry, rendered in the Prometheus text format at
+``GET /metrics``. Observations happen once per request (and once per request for the mean
+inter-token latency), never per token, to keep the streaming path cheap.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "dynamo_frontend"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def log_buckets(low: float, high: float, per_decade: int = 4) -> list[float]:
+    """Buckets spaced evenly in log scale from ``low`` to at least ``high``."""
+    buckets, value, step = [], low, 10 ** (1 / per_decade)
+    while value < high * 1.0001:
+        buckets.append(float(f"{value:.4g}"))
+        value *= step
+    return buckets
+
+
+_SECONDS = log_buckets(0.001, 300.0)
+_TOKENS = log_buckets(1, 1_000_000, per_decade=3)
+
+
+class FrontendMetrics:
+    """Request metrics of one frontend; labels: ``model``, and for requests_total also
+    ``endpoint`` (chat_completions | completions), ``request_type`` (stream | unary) and
+    ``status`` (success | error)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds", "Time to first token",
+                              ["model"], buckets=_SECONDS, registry=r)
+        self.itl = Histogram(f"{PREFIX}_inter_token_latency_seconds",
+                             "Mean inter-token latency of a request", ["model"], buckets=_SECONDS,
+                             registry=r)
+        self.duration = Histogram(f"{PREFIX}_request_duration_seconds", "Request duration",
+                                  ["model"], buckets=_SECONDS, registry=r)
+        self.isl = Histogram(f"{PREFIX}_input_sequence_tokens", "Prompt tokens per request",
+                             ["model"], buckets=_TOKENS, registry=r)
+        self.osl = Histogram(f"{PREFIX}_output_sequence_tokens", "Output tokens per request",
+                             ["model"], buckets=_TOKENS, registry=r)
+        self.cached = Histogram(f"{PREFIX}_cached_tokens", "Prompt tokens served from the KV cache",
+                                ["model"], buckets=_TOKENS, registry=r)
+        self.output_tokens = Counter(f"{PREFIX}_output_tokens", "Output tokens generated",
+                                     ["model"], registry=r)
+        self.requests = Counter(f"{PREFIX}_requests", "Requests handled",
+                                ["model", "endpoint", "request_type", "status"], registry=r)
+        self.active = Gauge(f"{PREFIX}_active_requests", "Requests being served now", ["model"],
+                            registry=r)
+        self.disconnects = Counter(f"{PREFIX}_client_disconnects",
+                                   "Requests whose client went away before the end", ["model"],
+                                   registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

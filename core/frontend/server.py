@@ -1,0 +1,120 @@
+"""Running the frontend: discovery-fed worker pool, router, OpenAI service, HTTP server.
+
+``run_frontend(settings)`` blocks until SIGINT/SIGTERM. The HTTP server is uvicorn with uvloop
+and httptools (chosen by measurement, see docs/benchmarks.md) hosting the ASGI app in this
+process's event loop, next to the worker pool's ZMQ sockets. When it accepts connections it
+prints ``dyn frontend listening on http://HOST:PORT`` on stdout (``dyn serve`` and tests read
+the port from it when ``http_port`` is 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from dataclasses import dataclass, field
+
+import anyio
+
+from dyn.core.discovery.store import open_store
+from dyn.core.errors import ConfigError
+from dyn.core.frontend.app import FrontendApp
+from dyn.core.frontend.cors import CorsPolicy
+from dyn.core.frontend.metrics import FrontendMetrics
+from dyn.core.frontend.preprocessor import Preprocessor
+from dyn.core.frontend.service import OpenAIService
+from dyn.core.model.info import ModelError, load_model_info
+from dyn.core.router.policy import make_router
+from dyn.core.router.pool import WorkerPool
+
+log = logging.getLogger(__name__)
+
+READY_PREFIX = "dyn frontend listening on "
+
+
+@dataclass(slots=True)
+class FrontendSettings:
+    http_host: str = "127.0.0.1"
+    http_port: int = 8000
+    router_mode: str = "round-robin"
+    namespace: str = "default"
+    discovery_backend: str = "file"
+    discovery_dir: str | None = None
+    model_path: str | None = None
+    model_name: str | None = None
+    api_key: str | None = None
+    cors: CorsPolicy = field(default_factory=CorsPolicy)
+    graceful_shutdown_s: float = 10.0
+
+
+def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
+    """The app and the pool it routes over (the caller runs ``pool.run``); ``ConfigError`` on a
+    bad model, namespace or router mode."""
+    try:
+        info = load_model_info(settings.model_path, settings.model_name)
+        preprocessor = Preprocessor(info)
+    except ModelError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
+        pool = WorkerPool(store, info.name)
+        router = make_router(settings.router_mode, pool)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    service = OpenAIService(info.name, preprocessor, router, FrontendMetrics())
+    return FrontendApp(service, api_key=settings.api_key, cors=settings.cors), pool
+
+
+def bind_http(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 picks a free one); ``ConfigError`` if it cannot bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; "
+                          "choose another --http-port") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_frontend(settings: FrontendSettings) -> None:
+    import uvicorn
+
+    app, pool = build_app(settings)
+    sock = bind_http(settings.http_host, settings.http_port)
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, loop="none", http="httptools", lifespan="off", log_config=None,
+                            access_log=False, timeout_graceful_shutdown=settings.graceful_shutdown_s,
+                            backlog=2048, timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tg:
+        await tg.start(pool.run)
+
+        async def announce() -> None:
+            while not server.started:
+                await anyio.sleep(0.01)
+            url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+            print(READY_PREFIX + url, flush=True)
+            log.info("serving model %r at %s/v1 (router %s, %d worker(s) so far)",
+                     app.service.model_name, url, settings.router_mode, len(pool))
+
+        tg.start_soon(announce)
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def run_frontend(settings: FrontendSettings) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn handles both and drains open requests)."""
+    try:
+        import uvloop  # noqa: F401
+        options = {"use_uvloop": True}
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+        options = {}
+    anyio.run(serve_frontend, settings, backend="asyncio", backend_options=options)
+    sys.stdout.flush()

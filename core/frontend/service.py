@@ -1,0 +1,377 @@
+"""Serving one OpenAI request: preprocess, route every choice, generate, detokenize, respond.
+
+Two phases, so that every failure that can be known before the first byte gets its own HTTP
+status: ``OpenAIService.prepare_*`` validates, preprocesses and routes (raising ``ApiError``), then
+the returned ``Generation`` either ``stream``s SSE events through an ``emit`` callback or
+``collect``s a whole response. Both run inside the caller's cancel scope: when the client goes
+away the HTTP layer cancels it, every engine request is closed, and closing sends the worker a
+``CancelRequest``.
+
+A choice is one engine request. ``n`` > 1 and batched completion prompts fan out to several
+engine requests, each routed on its own (they share a prefix, which a KV-aware router exploits).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+import anyio
+import msgspec
+
+from dyn.core.frontend.detokenizer import IncrementalDetokenizer
+from dyn.core.frontend.metrics import FrontendMetrics
+from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
+from dyn.core.frontend.responses import DONE, StreamEncoder, error_event, usage_info
+from dyn.core.messages import Finish, TokenChunk
+from dyn.core.protocol.errors import ApiError, bad_request, unavailable
+from dyn.core.protocol.openai import (
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessageOut,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    _GenerationRequest,
+    check_chat,
+    check_completion,
+)
+from dyn.core.router.policy import (
+    NoWorkersError,
+    Route,
+    RouteRequest,
+    Router,
+    RoutingError,
+    TargetRequiredError,
+    WorkerNotFoundError,
+)
+from dyn.core.transport.request_plane import RemoteError, WorkerUnavailable
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[bytes], Awaitable[None]]
+_engine_seq = itertools.count()
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Per-request facts the HTTP layer knows: ids, arrival, routing headers."""
+
+    request_id: str
+    received: float = field(default_factory=time.perf_counter)
+    created: int = field(default_factory=lambda: int(time.time()))
+    worker_instance_id: int | None = None
+    dp_rank: int | None = None
+
+
+class _Choice:
+    """One engine request: its route, detokenizer and outcome."""
+
+    __slots__ = ("index", "prompt", "route", "request", "detok", "tokens", "first_at", "last_at",
+                 "finish_reason", "stop_reason", "usage", "parts")
+
+    def __init__(self, index: int, prompt: Prompt, route: Route, request, detok) -> None:
+        self.index = index
+        self.prompt = prompt
+        self.route = route
+        self.request = request
+        self.detok: IncrementalDetokenizer = detok
+        self.tokens = 0
+        self.first_at: float | None = None
+        self.last_at = 0.0
+        self.finish_reason = "stop"
+        self.stop_reason: int | str | None = None
+        self.usage = (len(prompt.token_ids), 0, 0)
+        self.parts: list[str] = []
+
+    async def run(self, on_text: Callable[["_Choice", str], Awaitable[None]] | None) -> str:
+        """Generate to the end; stream text through ``on_text`` or keep it in ``parts``.
+
+        Returns the text still held back at the end (the caller puts it in the final event).
+        """
+        try:
+            stream = self.route.worker.client.generate(self.request)
+            async with aclosing(stream):
+                async for item in stream:
+                    if isinstance(item, TokenChunk):
+                        now = time.perf_counter()
+                        if self.first_at is None:
+                            self.first_at = now
+                            self.route.first_token()
+                        self.last_at = now
+                        self.tokens += len(item.token_ids)
+                        text = self.detok.push(item.token_ids)
+                        if self.detok.stopped:
+                            self.stop_reason = self.detok.stop_reason
+                            return await self._text(on_text, text, final=True)
+                        if text:
+                            await self._text(on_text, text, final=False)
+                    else:
+                        self._finished(item)
+            return await self._text(on_text, self.detok.finish(), final=True)
+        finally:
+            self.route.finished()
+
+    async def _text(self, on_text, text: str, final: bool) -> str:
+        if on_text is None:
+            self.parts.append(text)
+            return ""
+        if final:
+            return text
+        await on_text(self, text)
+        return ""
+
+    def _finished(self, finish: Finish) -> None:
+        if finish.reason in ("error", "cancelled"):
+            raise ApiError(500 if finish.reason == "error" else 503,
+                           f"the engine ended the request: {finish.reason}", code=finish.reason)
+        self.finish_reason = finish.reason
+        if finish.stop_token_id is not None and finish.stop_token_id in self.prompt.stop.stop_token_ids:
+            self.stop_reason = finish.stop_token_id
+        u = finish.usage
+        self.usage = (u.prompt_tokens, u.completion_tokens, u.cached_tokens)
+
+
+class Generation:
+    """A prepared request: routed choices, ready to stream or collect."""
+
+    def __init__(self, service: "OpenAIService", ctx: RequestContext, req: _GenerationRequest,
+                 choices: list[_Choice], endpoint: str, echo_texts: list[str] | None) -> None:
+        self.service = service
+        self.ctx = ctx
+        self.req = req
+        self.choices = choices
+        self.endpoint = endpoint
+        self.chat = endpoint == "chat_completions"
+        self.echo_texts = echo_texts
+        prefix = "chatcmpl-" if self.chat else "cmpl-"
+        self.response_id = prefix + ctx.request_id
+
+    # ----------------------------------------------------------------- streaming
+
+    async def stream(self, emit: Emit) -> None:
+        """Send the whole SSE body through ``emit``, ending with ``data: [DONE]``."""
+        enc = StreamEncoder(self.response_id, self.ctx.created, self.service.model_name, self.chat)
+        lock = anyio.Lock() if len(self.choices) > 1 else None
+
+        async def send(data: bytes) -> None:
+            if lock is None:
+                await emit(data)
+            else:
+                async with lock:
+                    await emit(data)
+
+        async def on_text(choice: _Choice, text: str) -> None:
+            await send(enc.text(choice.index, text))
+
+        async def run(choice: _Choice) -> None:
+            first = enc.role(choice.index) if self.chat else b""
+            if self.echo_texts is not None:
+                first += enc.text(choice.index, self.echo_texts[choice.index])
+            if first:
+                await send(first)
+            rest = await choice.run(on_text)
+            await send(enc.finish(choice.index, choice.finish_reason, choice.stop_reason, rest))
+
+        ok = False
+        try:
+            await self._run_all(run)
+            opts = self.req.stream_options
+            if opts is not None and opts.include_usage:
+                await send(enc.usage(self._usage()))
+            ok = True
+        except (ApiError, RemoteError, WorkerUnavailable) as exc:
+            await send(error_event(_as_api_error(exc).body()))
+        finally:
+            self.service.observe(self, ok, stream=True)
+        await send(DONE)
+
+    async def _run_all(self, run: Callable[[_Choice], Awaitable[object]]) -> None:
+        """Run every choice concurrently; the first failure cancels the others and is raised."""
+        if len(self.choices) == 1:
+            await run(self.choices[0])
+            return
+        errors: list[Exception] = []
+
+        async def guarded(choice: _Choice) -> None:
+            try:
+                await run(choice)
+            except (ApiError, RemoteError, WorkerUnavailable) as exc:
+                errors.append(exc)
+                tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for choice in self.choices:
+                tg.start_soon(guarded, choice)
+        if errors:
+            raise errors[0]
+
+    # ----------------------------------------------------------------- unary
+
+    async def collect(self) -> bytes:
+        """Run every choice to the end and return the response body (JSON)."""
+        ok = False
+        try:
+            await self._run_all(lambda choice: choice.run(None))
+            ok = True
+        except (RemoteError, WorkerUnavailable) as exc:
+            raise _as_api_error(exc) from None
+        finally:
+            self.service.observe(self, ok, stream=False)
+        model = self.service.model_name
+        if self.chat:
+            chat_choices = [ChatChoice(c.index, ChatMessageOut("assistant", self._text(c)),
+                                       c.finish_reason, stop_reason=c.stop_reason)
+                            for c in self.choices]
+            body = ChatCompletionResponse(self.response_id, self.ctx.created, model,
+                                          chat_choices, self._usage())
+        else:
+            text_choices = [CompletionChoice(c.index, self._text(c), c.finish_reason,
+                                             stop_reason=c.stop_reason) for c in self.choices]
+            body = CompletionResponse(self.response_id, self.ctx.created, model, text_choices,
+                                      self._usage())
+        return msgspec.json.encode(body)
+
+    def _text(self, choice: _Choice) -> str:
+        text = "".join(choice.parts)
+        if self.echo_texts is not None:
+            text = self.echo_texts[choice.index] + text
+        return text
+
+    def _usage(self):
+        """Prompt tokens count once per distinct prompt (n choices share theirs)."""
+        n = self.req.n
+        prompt = sum(c.usage[0] for c in self.choices if c.index % n == 0)
+        cached = sum(c.usage[2] for c in self.choices if c.index % n == 0)
+        completion = sum(c.usage[1] or c.tokens for c in self.choices)
+        return usage_info(prompt, completion, cached)
+
+    # ----------------------------------------------------------------- metrics
+
+    def timings(self) -> tuple[float | None, float | None, float]:
+        """(ttft, mean inter-token latency, duration) in seconds."""
+        now = time.perf_counter()
+        firsts = [c.first_at for c in self.choices if c.first_at is not None]
+        if not firsts:
+            return None, None, now - self.ctx.received
+        first = min(firsts)
+        last = max(c.last_at for c in self.choices)
+        tokens = sum(c.tokens for c in self.choices)
+        itl = (last - first) / (tokens - 1) if tokens > 1 else None
+        return first - self.ctx.received, itl, now - self.ctx.received
+
+
+class OpenAIService:
+    """The OpenAI endpoints of one served model over a router."""
+
+    def __init__(self, model_name: str, preprocessor: Preprocessor, router: Router,
+                 metrics: FrontendMetrics) -> None:
+        self.model_name = model_name
+        self.preprocessor = preprocessor
+        self.router = router
+        self.metrics = metrics
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise ApiError(404, f"The model '{model}' does not exist; this server serves "
+                                f"'{self.model_name}' (see GET /v1/models)", param="model",
+                           code="model_not_found")
+
+    async def prepare_chat(self, req: ChatCompletionRequest, ctx: RequestContext) -> Generation:
+        check_chat(req)
+        self.check_model(req.model)
+        prompt = self.preprocessor.chat(req)
+        echo = None
+        if req.echo:
+            last = req.messages[-1]
+            content = last.get("content") if last.get("role") == "assistant" else None
+            text = content if isinstance(content, str) else ""
+            echo = [text] * req.n
+        choices = await self._route([prompt], req, ctx)
+        return Generation(self, ctx, req, choices, "chat_completions", echo)
+
+    async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Generation:
+        check_completion(req)
+        self.check_model(req.model)
+        prompts = self.preprocessor.completions(req)
+        echo = None
+        if req.echo:
+            tok = self.preprocessor.tokenizer
+            echo = [p.text if p.text is not None else tok.decode(p.token_ids, False)
+                    for p in prompts for _ in range(req.n)]
+        choices = await self._route(prompts, req, ctx)
+        return Generation(self, ctx, req, choices, "completions", echo)
+
+    async def _route(self, prompts: list[Prompt], req: _GenerationRequest,
+                     ctx: RequestContext) -> list[_Choice]:
+        nvext = req.nvext
+        instance_id = ctx.worker_instance_id
+        if instance_id is None and nvext is not None:
+            instance_id = nvext.backend_instance_id
+        dp_rank = ctx.dp_rank if ctx.dp_rank is not None else (nvext.dp_rank if nvext else None)
+        priority = req.priority or None
+        tokenizer = self.preprocessor.tokenizer
+        choices: list[_Choice] = []
+        try:
+            for p_index, prompt in enumerate(prompts):
+                for j in range(req.n):
+                    index = p_index * req.n + j
+                    engine_id = f"{ctx.request_id}-{next(_engine_seq):x}"
+                    route = await self.router.route(RouteRequest(
+                        request_id=engine_id, token_ids=prompt.token_ids, instance_id=instance_id,
+                        dp_rank=dp_rank, priority=priority))
+                    detok = IncrementalDetokenizer(
+                        tokenizer, prompt.token_ids,
+                        skip_special_tokens=req.skip_special_tokens,
+                        spaces_between_special_tokens=req.spaces_between_special_tokens,
+                        stop=prompt.stop_strings,
+                        include_stop_str_in_output=req.include_stop_str_in_output)
+                    choices.append(_Choice(index, prompt, route,
+                                           engine_request(engine_id, prompt, j, priority), detok))
+        except RoutingError as exc:
+            for choice in choices:
+                choice.route.finished()
+            raise _routing_error(exc) from None
+        return choices
+
+    def observe(self, gen: Generation, ok: bool, stream: bool) -> None:
+        m, model = self.metrics, self.model_name
+        ttft, itl, duration = gen.timings()
+        usage = gen._usage()
+        m.requests.labels(model, gen.endpoint, "stream" if stream else "unary",
+                          "success" if ok else "error").inc()
+        m.duration.labels(model).observe(duration)
+        m.isl.labels(model).observe(usage.prompt_tokens)
+        m.osl.labels(model).observe(usage.completion_tokens)
+        m.cached.labels(model).observe(usage.prompt_tokens_details.cached_tokens)
+        m.output_tokens.labels(model).inc(usage.completion_tokens)
+        if ttft is not None:
+            m.ttft.labels(model).observe(ttft)
+        if itl is not None:
+            m.itl.labels(model).observe(itl)
+
+
+def _routing_error(exc: RoutingError) -> ApiError:
+    if isinstance(exc, NoWorkersError):
+        return unavailable(str(exc))
+    if isinstance(exc, WorkerNotFoundError):
+        return ApiError(404, str(exc), param="nvext.backend_instance_id", code="worker_not_found")
+    if isinstance(exc, TargetRequiredError):
+        return bad_request(str(exc), param="nvext.backend_instance_id")
+    return ApiError(500, str(exc))
+
+
+def _as_api_error(exc: Exception) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, WorkerUnavailable):
+        return unavailable(f"the worker serving this request went away: {exc}")
+    assert isinstance(exc, RemoteError)
+    if exc.code == "bad_request":
+        return bad_request(exc.reply.message)
+    return ApiError(500, f"engine error: {exc.reply.message}", code=exc.code)

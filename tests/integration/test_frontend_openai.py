@@ -1,0 +1,139 @@
+"""The official openai client against a real frontend and real mocker workers."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MODEL = "dyn-tiny"
+MESSAGES = [{"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "Name three prime numbers."}]
+
+
+@pytest.fixture(scope="module")
+def client(stack):
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def test_models_lists_the_served_model(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_chat_unary_usage_adds_up(client):
+    r = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=12, seed=7)
+    choice = r.choices[0]
+    assert r.object == "chat.completion" and r.model == MODEL
+    assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert choice.finish_reason in ("stop", "length")
+    u = r.usage
+    assert u.prompt_tokens > 10 and 1 <= u.completion_tokens <= 12
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert u.prompt_tokens_details.cached_tokens >= 0
+
+
+def test_chat_stream_matches_unary_for_the_same_seed(client):
+    args = dict(model=MODEL, messages=MESSAGES, max_tokens=16, seed=11, extra_body={"ignore_eos": True})
+    unary = client.chat.completions.create(**args)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **args))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == unary.choices[0].message.content
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == ["length"]
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage.completion_tokens == 16
+    assert usage.total_tokens == usage.prompt_tokens + 16 == unary.usage.total_tokens
+
+
+def test_completions_unary_and_stream_with_n(client):
+    r = client.completions.create(model=MODEL, prompt="def fibonacci(n):", max_tokens=8, n=3,
+                                  extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    assert r.usage.completion_tokens == 24
+    assert all(c.finish_reason == "length" for c in r.choices)
+    stream = client.completions.create(model=MODEL, prompt="import os", max_tokens=5, n=2, stream=True,
+                                       extra_body={"ignore_eos": True})
+    finished = {c.choices[0].index for c in stream if c.choices and c.choices[0].finish_reason}
+    assert finished == {0, 1}
+
+
+def test_completions_echo_and_batched_prompts(client):
+    r = client.completions.create(model=MODEL, prompt=["hello", "world"], max_tokens=3, echo=True)
+    texts = {c.index: c.text for c in r.choices}
+    assert texts[0].startswith("hello") and texts[1].startswith("world")
+
+
+def test_vllm_extra_parameters_are_accepted(client):
+    r = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=6,
+        extra_body=dict(top_k=5, min_p=0.05, repetition_penalty=1.1, length_penalty=1.0,
+                        stop_token_ids=[], include_stop_str_in_output=False, ignore_eos=True,
+                        min_tokens=6, skip_special_tokens=True, spaces_between_special_tokens=True,
+                        truncate_prompt_tokens=8, priority=0, request_id="vllm-extras-1", echo=False,
+                        add_generation_prompt=True, continue_final_message=False,
+                        add_special_tokens=False, chat_template_kwargs={"enable_thinking": False},
+                        documents=[{"title": "t", "text": "x"}]))
+    assert r.usage.completion_tokens == 6
+    assert r.usage.prompt_tokens == 8  # truncated to the last 8 tokens
+    assert r.id == "chatcmpl-vllm-extras-1"
+
+
+def test_stop_string_ends_the_output(client):
+    args = dict(model=MODEL, prompt="class Parser:", max_tokens=40, seed=3, extra_body={"ignore_eos": True})
+    full = client.completions.create(**args).choices[0].text
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    assert stop and stop in full
+    cut = client.completions.create(stop=[stop], **args).choices[0]
+    assert cut.finish_reason == "stop" and cut.stop_reason == stop
+    assert cut.text == full[: full.index(stop)]
+    kept = client.completions.create(stop=[stop], **{**args, "extra_body": {
+        "ignore_eos": True, "include_stop_str_in_output": True}}).choices[0]
+    assert kept.text == full[: full.index(stop)] + stop
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stop=[stop], stream=True, **args)
+                       if c.choices)
+    assert streamed == cut.text
+
+
+def test_repeated_long_prompt_is_cached_on_the_same_worker(client, stack):
+    instance = stack.instances()[0]
+    prompt = "The quick brown fox jumps over the lazy dog. " * 40
+    pinned = client.with_options(default_headers={"x-worker-instance-id": str(instance)})
+    first = pinned.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+    second = pinned.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+    assert first.usage.prompt_tokens > 200
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 16
+    by_body = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2,
+                                        extra_body={"nvext": {"backend_instance_id": instance}})
+    assert by_body.usage.prompt_tokens_details.cached_tokens > 200
+
+
+def test_request_id_is_echoed(stack):
+    r = httpx.post(stack.url + "/v1/completions", headers={"x-request-id": "abc-123"},
+                   json={"model": MODEL, "prompt": "hi", "max_tokens": 1}, timeout=30)
+    assert r.status_code == 200 and r.headers["x-request-id"] == "abc-123"
+    assert r.json()["id"] == "cmpl-abc-123"
+
+
+def test_metrics_use_dynamo_names(client, stack):
+    client.completions.create(model=MODEL, prompt="count", max_tokens=2)
+    text = httpx.get(stack.url + "/metrics", timeout=10).text
+    for name in ("dynamo_frontend_time_to_first_token_seconds_bucket",
+                 "dynamo_frontend_inter_token_latency_seconds_bucket",
+                 "dynamo_frontend_request_duration_seconds_count",
+                 "dynamo_frontend_input_sequence_tokens_sum",
+                 "dynamo_frontend_output_sequence_tokens_sum",
+                 "dynamo_frontend_requests_total{",
+                 "dynamo_frontend_active_requests{"):
+        assert name in text, name
+    assert 'model="dyn-tiny"' in text and 'status="success"' in text
+
+
+def test_openapi_describes_the_api(stack):
+    doc = httpx.get(stack.url + "/openapi.json", timeout=10).json()
+    assert doc["openapi"].startswith("3.")
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} <= set(doc["paths"])
+    assert "ChatCompletionRequest" in doc["components"]["schemas"]
