@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from dyn.cli import frontend, unbuilt, worker
+from dyn.cli import serve
 from dyn.cli.options import flag
 
 app = typer.Typer(
@@ -44,6 +45,7 @@ def main_options(
 
 
 app.command("frontend")(frontend.frontend)
+app.command("serve", context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
 unbuilt.register(app, "router", "Standalone KV-aware router service for several frontends.",
                  "the standalone KV-aware router arrives with the KV router milestone (issue 4).")
 app.add_typer(worker.app, name="worker")

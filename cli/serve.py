@@ -1,0 +1,159 @@
+"""``dyn serve``: one frontend and N workers on this machine, supervised by one command."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dyn.cli import options
+from dyn.cli.options import flag
+
+SERVE_PANEL = "Stack"
+CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def serve(
+    ctx: typer.Context,
+    workers: int = flag(2, "--workers", min=1, panel=SERVE_PANEL,
+                        help="Worker processes to start."),
+    engine: str = flag("mocker", "--engine", panel=SERVE_PANEL,
+                       help="Engine of the workers: any dyn worker subcommand (mocker, vllm, sglang)."),
+    http_host: str = flag("127.0.0.1", "--http-host", panel=SERVE_PANEL,
+                          help="Address the frontend's HTTP server binds to."),
+    http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=SERVE_PANEL,
+                          help="Port of the frontend's HTTP server (0: pick a free one)."),
+    startup_timeout: float = flag(60.0, "--startup-timeout", min=0.0, panel=SERVE_PANEL,
+                                  help="Seconds to wait for the frontend and every worker to be routable."),
+    namespace: str = options.NAMESPACE,
+    discovery_backend: str = options.DISCOVERY_BACKEND,
+    discovery_dir: str = options.DISCOVERY_DIR,
+    model_path: str = options.MODEL_PATH,
+    model_name: str = options.MODEL_NAME,
+) -> None:
+    """Run a whole local stack: dyn frontend and N dyn worker ENGINE processes as children.
+
+    Prefixes their logs, waits until every worker is routable, prints the URL, and on Ctrl-C or SIGTERM stops them all.
+
+    Other flags go to the child command(s) that define them: --router-mode, --speedup-ratio, --block-size, ...
+    """
+    from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, route_flags, run_stack
+
+    root = _root_command(ctx)
+    frontend_cmd = root.commands["frontend"]
+    engines = root.commands["worker"].commands
+    if engine not in engines:
+        raise typer.BadParameter(f"must be one of {', '.join(engines)}, got {engine!r}", param_hint="--engine")
+    worker_cmd = engines[engine]
+    frontend_name, worker_name = "dyn frontend", f"dyn worker {engine}"
+    specs = {frontend_name: option_specs(frontend_cmd), worker_name: option_specs(worker_cmd)}
+    try:
+        routed = route_flags(ctx.args, specs)
+    except FlagRoutingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    shared = {"--namespace": namespace, "--discovery-backend": discovery_backend,
+              "--discovery-dir": discovery_dir, "--model-path": model_path, "--model-name": model_name}
+    frontend_own = {"--http-host": http_host, "--http-port": http_port, **shared}
+    frontend_args = [*_own_flags(frontend_own, specs[frontend_name]), *routed[frontend_name]]
+    worker_args = [*_own_flags(shared, specs[worker_name]), *routed[worker_name]]
+
+    per_process = max(1, _as_int(resolved_option(worker_cmd, routed[worker_name], "--num-workers"), 1))
+    router_mode = resolved_option(frontend_cmd, routed[frontend_name], "--router-mode")
+    model = model_name or (Path(model_path).name if model_path else _tiny_model_name())
+    total = workers * per_process
+    summary = f"model {model}, {total} {engine} worker{'s' if total != 1 else ''}"
+    if per_process > 1:
+        summary += f" in {workers} process{'es' if workers != 1 else ''}"
+    if router_mode is not None:
+        summary += f", router {router_mode}"
+
+    base = [sys.executable, "-m", "dyn.cli"]
+    try:
+        config = ServeConfig(
+            frontend=ChildSpec("frontend", [*base, "frontend", *frontend_args]),
+            workers=[ChildSpec(f"worker-{i}", [*base, "worker", engine, *worker_args]) for i in range(workers)],
+            instances_per_worker=per_process,
+            startup_timeout_s=startup_timeout,
+            summary=summary,
+            env=_log_env(ctx),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    raise typer.Exit(run_stack(config))
+
+
+def option_specs(command: Any) -> dict[str, int]:
+    """``{flag: values it takes}`` for every option of a click command (0 for boolean flags)."""
+    specs: dict[str, int] = {}
+    for param in command.params:
+        if getattr(param, "param_type_name", "") != "option":
+            continue
+        nvalues = 0 if (param.is_flag or getattr(param, "count", False)) else max(1, param.nargs)
+        for opt in (*param.opts, *param.secondary_opts):
+            specs[opt] = nvalues
+    return specs
+
+
+def resolved_option(command: Any, args: list[str], name: str) -> Any:
+    """What ``command`` will see for option ``name``: the value in ``args``, else its env twin, else its default.
+
+    None when ``command`` has no such option.
+    """
+    from dyn.core.serve import flag_value
+
+    param = next((p for p in command.params if getattr(p, "param_type_name", "") == "option"
+                  and name in p.opts), None)
+    if param is None:
+        return None
+    given = flag_value(args, name)
+    if given is not None:
+        return given
+    envvar = param.envvar if isinstance(param.envvar, str) else None
+    if envvar and os.environ.get(envvar):
+        return os.environ[envvar]
+    return param.default if not callable(param.default) else param.default()
+
+
+def _own_flags(values: dict[str, Any], specs: dict[str, int]) -> list[str]:
+    """``dyn serve``'s own flags, for a child that defines them; unset (None) ones stay unset."""
+    return [arg for name, value in values.items() if value is not None and name in specs
+            for arg in (name, str(value))]
+
+
+def _root_command(ctx: typer.Context) -> Any:
+    root = ctx.find_root().command
+    if "frontend" in getattr(root, "commands", {}) and "worker" in root.commands:
+        return root
+    import typer.main
+
+    from dyn.cli.app import app
+
+    return typer.main.get_command(app)
+
+
+def _log_env(ctx: typer.Context) -> dict[str, str]:
+    """Children log like the supervisor: ``dyn --log-level L --log-format F serve`` reaches them as env twins."""
+    env: dict[str, str] = {}
+    parent = ctx.find_root().params
+    for key, var in (("log_level", "DYN_LOG_LEVEL"), ("log_format", "DYN_LOG_FORMAT")):
+        if isinstance(parent.get(key), str):
+            env[var] = parent[key]
+    return env
+
+
+def _as_int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _tiny_model_name() -> str:
+    from dyn.core.model import TINY_MODEL_NAME
+
+    return TINY_MODEL_NAME

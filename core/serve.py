@@ -1,0 +1,523 @@
+"""``dyn serve``: run a whole local stack (one frontend, N workers) as children of one supervisor.
+
+Two ideas live here, both engine-agnostic and free of any CLI library:
+
+* ``route_flags`` sends each extra command-line flag to the child command(s) that define it, given
+  each command's option specs (flag name -> how many values it takes). A flag nobody defines is a
+  ``FlagRoutingError`` that names the flag and the commands searched.
+* ``run_stack`` starts the children (stdout and stderr piped, every line prefixed with the child's
+  name), waits until the frontend prints its listening line and its ``/health`` lists enough worker
+  instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. Whatever
+  happens, every child is stopped (SIGTERM, then SIGKILL after ``stop_timeout_s``) and reaped before
+  it returns. On Linux children also get PR_SET_PDEATHSIG, so they stop even if the supervisor is
+  SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO
+
+import httpx
+
+LISTENING_RE = re.compile(r"dyn frontend listening on (https?://\S+)")
+READY_PREFIX = "dyn serve: ready at "
+READY_RE = re.compile(re.escape(READY_PREFIX) + r"(https?://\S+)")
+_PR_SET_PDEATHSIG = 1
+_HEALTH_TIMEOUT_S = 1.0
+_READER_JOIN_S = 2.0
+_COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
+
+
+# ---------------------------------------------------------------------------------------------
+# flag routing
+
+
+class FlagRoutingError(ValueError):
+    """An extra flag that no child command defines, or one that lacks its value."""
+
+
+def split_flag(arg: str) -> tuple[str, str | None]:
+    """``--a=b`` -> ``("--a", "b")``; ``--a`` -> ``("--a", None)``."""
+    if arg.startswith("--") and "=" in arg:
+        name, _, value = arg.partition("=")
+        return name, value
+    return arg, None
+
+
+def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]]) -> dict[str, list[str]]:
+    """Send every flag in ``args`` (with its values) to each command whose specs define it.
+
+    ``commands`` maps a command's display name (``"dyn frontend"``) to its option specs: flag name
+    (``"--router-mode"``, ``"--no-enable-prefix-caching"``) -> number of values it takes (0 for a
+    boolean flag, ``True``/``False`` work too). ``--flag value``, ``--flag=value`` and value-less
+    flags are understood. Returns ``{command: [args...]}`` (every command present, order kept).
+    Raises ``FlagRoutingError`` for a flag no command defines, a missing value, a value given to a
+    boolean flag, or a stray positional argument.
+    """
+    routed: dict[str, list[str]] = {name: [] for name in commands}
+    searched = " or ".join(commands) or "no command"
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg == "-":
+            raise FlagRoutingError(f"unexpected argument {arg!r}: dyn serve passes only flags on to "
+                                   f"{searched}")
+        name, inline = split_flag(arg)
+        targets = [cmd for cmd, specs in commands.items() if name in specs]
+        if not targets:
+            raise FlagRoutingError(f"no such flag {name}: dyn serve passes extra flags on to {searched}, "
+                                   f"and none of them defines it (see their --help)")
+        nvalues = max(int(commands[t][name]) for t in targets)
+        if inline is not None:
+            if nvalues != 1:
+                what = "takes no value" if nvalues == 0 else f"takes {nvalues} values"
+                raise FlagRoutingError(f"flag {name} {what}; {arg!r} cannot be passed on")
+            chunk = [arg]
+        else:
+            values = list(args[i + 1:i + 1 + nvalues])
+            if len(values) < nvalues:
+                raise FlagRoutingError(f"flag {name} needs {nvalues} value(s)")
+            chunk = [arg, *values]
+        for target in targets:
+            routed[target].extend(chunk)
+        i += len(chunk)
+    return routed
+
+
+def flag_value(args: Sequence[str], name: str) -> str | None:
+    """The last value given to single-value flag ``name`` in already-routed ``args``, else None."""
+    found = None
+    for i, arg in enumerate(args):
+        flag_name, inline = split_flag(arg)
+        if flag_name != name:
+            continue
+        if inline is not None:
+            found = inline
+        elif i + 1 < len(args):
+            found = args[i + 1]
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# lines
+
+
+def parse_listening_url(line: str) -> str | None:
+    """The URL in the frontend's ``dyn frontend listening on http://HOST:PORT`` line, else None."""
+    m = LISTENING_RE.search(line)
+    return m.group(1).rstrip("/") if m else None
+
+
+def parse_ready_url(line: str) -> str | None:
+    """The URL in ``dyn serve``'s ready line (it ends in ``/v1``), else None."""
+    m = READY_RE.search(line)
+    return m.group(1) if m else None
+
+
+def ready_line(base_url: str, summary: str) -> str:
+    return f"{READY_PREFIX}{base_url}/v1" + (f"  ({summary})" if summary else "")
+
+
+def connectable_url(url: str) -> str:
+    """A wildcard bind address (0.0.0.0, ::) replaced by the matching loopback address."""
+    return url.replace("://0.0.0.0:", "://127.0.0.1:").replace("://[::]:", "://[::1]:")
+
+
+def describe_exit(code: int) -> str:
+    """``"exited with code 2"``, ``"was killed by SIGKILL"`` (Popen's negative return codes)."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# ---------------------------------------------------------------------------------------------
+# children
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One child process: its prefix name and full argv."""
+
+    name: str
+    argv: Sequence[str]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What ``run_stack`` runs and how long it waits.
+
+    ``instances_per_worker``: worker instances each worker process registers (the frontend's
+    ``/health`` must list ``len(workers) * instances_per_worker`` before the stack is ready).
+    ``summary`` goes in parentheses after the ready URL. ``env``: added to the supervisor's
+    environment for every child (which always gets ``PYTHONUNBUFFERED=1``).
+    """
+
+    frontend: ChildSpec
+    workers: Sequence[ChildSpec]
+    instances_per_worker: int = 1
+    startup_timeout_s: float = 60.0
+    stop_timeout_s: float = 15.0
+    summary: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    poll_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.workers:
+            raise ValueError("a stack needs at least one worker")
+        if self.instances_per_worker < 1:
+            raise ValueError("instances_per_worker must be at least 1")
+
+    @property
+    def expected_instances(self) -> int:
+        return len(self.workers) * self.instances_per_worker
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to SIGTERM the child when the supervisor dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    sig = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+class _Output:
+    """Serialises prefixed lines from many threads onto one stream; stops quietly on a broken pipe."""
+
+    def __init__(self, stream: IO[str], colour: bool) -> None:
+        self.stream = stream
+        self._colour = colour
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def prefix(self, name: str, width: int, index: int) -> str:
+        text = f"{name:<{width}} | "
+        if self._colour:
+            return f"\x1b[{_COLOURS[index % len(_COLOURS)]}m{text}\x1b[0m"
+        return text
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            if self._broken:
+                return
+            try:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                self._broken = True
+
+
+class _Child:
+    """A running child: its process, two pipe readers, and whether its exit was already reported."""
+
+    def __init__(self, spec: ChildSpec, proc: subprocess.Popen[bytes]) -> None:
+        self.spec = spec
+        self.proc = proc
+        self.readers: list[threading.Thread] = []
+        self.exit_reported = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def start_readers(self, prefix: str, out: _Output, on_stdout_line: Callable[[str], None] | None) -> None:
+        for pipe, hook in ((self.proc.stdout, on_stdout_line), (self.proc.stderr, None)):
+            if pipe is None:
+                continue
+            t = threading.Thread(target=self._pump, args=(pipe, prefix, out, hook),
+                                 name=f"serve-{self.name}", daemon=True)
+            t.start()
+            self.readers.append(t)
+
+    @staticmethod
+    def _pump(pipe: IO[bytes], prefix: str, out: _Output, hook: Callable[[str], None] | None) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in iter(pipe.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip()
+                out.write(prefix + line)
+                if hook is not None:
+                    hook(line)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def kill_group(self) -> None:
+        """SIGKILL the child's process group (it leads its own), catching grandchildren too."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# the supervisor
+
+
+class StackSupervisor:
+    """Starts, watches and stops the children of one ``dyn serve``; see ``run_stack``."""
+
+    def __init__(self, config: ServeConfig, out: IO[str], err: IO[str],
+                 stop: threading.Event | None = None) -> None:
+        self.config = config
+        colour = _isatty(out) and "NO_COLOR" not in os.environ
+        self._out = _Output(out, colour)
+        self._err = _Output(err, False) if err is not out else self._out
+        self._stop = stop or threading.Event()
+        self._wake = threading.Event()
+        self._signals: list[int] = []
+        self._children: list[_Child] = []
+        self._frontend: _Child | None = None
+        self._url: str | None = None
+        self.ready_url: str | None = None
+
+    # -- signals (main thread only) --
+
+    def on_signal(self, signum: int, _frame: object = None) -> None:
+        """Record the signal; the loops notice within ``poll_interval_s``.
+
+        Only a list append: taking a lock here (``Event.set``) could deadlock against the main
+        thread, which the handler interrupts, holding that same lock.
+        """
+        self._signals.append(signum)
+
+    def _stopping(self) -> bool:
+        return bool(self._signals) or self._stop.is_set()
+
+    # -- messages --
+
+    def _say(self, text: str) -> None:
+        self._out.write(f"dyn serve: {text}")
+
+    def _error(self, text: str) -> None:
+        self._err.write(f"dyn serve: error: {text}")
+
+    # -- lifecycle --
+
+    def run(self) -> int:
+        """Run the stack until a signal (exit 0) or a fatal failure (exit 1); always stop the children."""
+        try:
+            if not self._start_children():
+                return 1
+            return self._supervise()
+        finally:
+            self._stop_children()
+
+    def _start_children(self) -> bool:
+        specs = [self.config.frontend, *self.config.workers]
+        width = max(len(s.name) for s in specs)
+        env = {**os.environ, **self.config.env, "PYTHONUNBUFFERED": "1"}
+        if "COLUMNS" not in self.config.env:
+            env["COLUMNS"] = _child_columns(self._out.stream, width, os.environ.get("COLUMNS"))
+        preexec = _die_with_parent()
+        # Every child is forked before any reader thread starts: preexec_fn and threads do not mix.
+        for spec in specs:
+            try:
+                proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=env, process_group=0,
+                                        preexec_fn=preexec)
+            except OSError as exc:
+                self._error(f"could not start {spec.name} ({' '.join(spec.argv)}): {exc}")
+                return False
+            child = _Child(spec, proc)
+            self._children.append(child)
+            self._say(f"started {spec.name} (pid {proc.pid}): {_display_argv(spec.argv)}")
+        self._frontend = self._children[0]
+        for index, child in enumerate(self._children):
+            hook = self._on_frontend_line if child is self._frontend else None
+            child.start_readers(self._out.prefix(child.name, width, index), self._out, hook)
+        return True
+
+    def _on_frontend_line(self, line: str) -> None:
+        url = parse_listening_url(line)
+        if url and self._url is None:
+            self._url = connectable_url(url)
+            self._wake.set()
+
+    def _supervise(self) -> int:
+        cfg = self.config
+        deadline = time.monotonic() + cfg.startup_timeout_s
+        last_health = "was not asked yet"
+        with _quiet_httpx(), httpx.Client(timeout=_HEALTH_TIMEOUT_S, trust_env=False) as http:
+            while True:
+                if self._stopping():
+                    if self._signals:
+                        name = signal.Signals(self._signals[0]).name
+                        self._say(f"{name} received; stopping {self._alive_count()} process(es)")
+                    return 0
+                status = self._check_exits()
+                if status is not None:
+                    return status
+                if self.ready_url is None:
+                    if self._url is not None:
+                        count, last_health = self._poll_health(http)
+                        if count >= cfg.expected_instances:
+                            self.ready_url = f"{self._url}/v1"
+                            self._out.write(ready_line(self._url, cfg.summary))
+                            continue
+                    if time.monotonic() > deadline:
+                        self._error(self._timeout_message(last_health))
+                        return 1
+                self._wake.wait(cfg.poll_interval_s)
+                self._wake.clear()
+
+    def _timeout_message(self, last_health: str) -> str:
+        waited = f"the stack was not ready after {self.config.startup_timeout_s:g}s"
+        hint = "; raise --startup-timeout if it is just slow"
+        if self._url is None:
+            return f"{waited}: the frontend never printed its listening line{hint}"
+        return (f"{waited}: {self._url}/health {last_health}, want "
+                f"{self.config.expected_instances} worker instance(s){hint}")
+
+    def _poll_health(self, http: httpx.Client) -> tuple[int, str]:
+        try:
+            response = http.get(f"{self._url}/health")
+            instances = response.json().get("instances", [])
+            if not isinstance(instances, list):
+                return 0, f"answered with an unreadable instances field ({instances!r})"
+            return len(instances), f"lists {len(instances)} instance(s) (HTTP {response.status_code})"
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            return 0, f"did not answer ({type(exc).__name__}: {exc})"
+
+    def _check_exits(self) -> int | None:
+        """Report newly exited children; return an exit status when the stack cannot go on."""
+        for child in self._children:
+            code = child.proc.poll()
+            if code is None or child.exit_reported:
+                continue
+            child.exit_reported = True
+            for reader in child.readers:  # its last words (a traceback, say) before our verdict
+                reader.join(_READER_JOIN_S)
+            what = f"{child.name} (pid {child.proc.pid}) {describe_exit(code)}"
+            if self.ready_url is None:
+                self._error(f"{what} before the stack was ready; stopping the others")
+                return 1
+            if child is self._frontend:
+                self._error(f"{what}; stopping the workers")
+                return 1
+            alive = [c for c in self._children[1:] if c.proc.poll() is None]
+            if not alive:
+                self._error(f"{what}; no worker is left, stopping the frontend")
+                return 1
+            self._error(f"{what}; serving on with {len(alive)} worker process(es)")
+        return None
+
+    def _alive_count(self) -> int:
+        return sum(c.proc.poll() is None for c in self._children)
+
+    def _stop_children(self) -> None:
+        """SIGTERM every child, wait up to ``stop_timeout_s``, SIGKILL the rest, reap them all.
+
+        A second SIGINT/SIGTERM (or any, when no signal started the stop) skips straight to SIGKILL.
+        """
+        signals_before = min(len(self._signals), 1)
+        for child in self._children:
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.stop_timeout_s
+        while (self._alive_count() and time.monotonic() < deadline
+               and len(self._signals) == signals_before):
+            time.sleep(0.05)
+        hurried = len(self._signals) != signals_before
+        for child in self._children:
+            if child.proc.poll() is None:
+                why = "asked twice" if hurried else f"did not stop within {self.config.stop_timeout_s:g}s"
+                self._error(f"{child.name} (pid {child.proc.pid}) {why}; killing it")
+                child.kill_group()
+        for child in self._children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.proc.wait(5)
+            if child.proc.poll() is None:  # cannot happen short of an unkillable process
+                self._error(f"{child.name} (pid {child.proc.pid}) survived SIGKILL")
+        for child in self._children:
+            for reader in child.readers:
+                reader.join(_READER_JOIN_S)
+            for pipe in (child.proc.stdout, child.proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+
+
+def run_stack(config: ServeConfig, *, out: IO[str] | None = None, err: IO[str] | None = None,
+              stop: threading.Event | None = None) -> int:
+    """Run the stack in ``config`` until SIGINT/SIGTERM (or ``stop`` is set); return the exit status.
+
+    0 after a requested stop; 1 when a child exits before the stack is ready, the startup timeout
+    passes, the frontend exits, or the last worker exits. Signal handlers are installed only when
+    called from the main thread, and restored on return.
+    """
+    supervisor = StackSupervisor(config, out or sys.stdout, err or sys.stderr, stop)
+    installed: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            installed[sig] = signal.signal(sig, supervisor.on_signal)
+    try:
+        return supervisor.run()
+    finally:
+        for sig, previous in installed.items():
+            signal.signal(sig, previous)
+
+
+@contextlib.contextmanager
+def _quiet_httpx():
+    """Health polls are not news: keep httpx's per-request INFO lines out of the stack's output."""
+    logger = logging.getLogger("httpx")
+    previous = logger.level
+    logger.setLevel(max(previous, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _child_columns(stream: IO[str], prefix_width: int, inherited: str | None) -> str:
+    """Children's rich logs wrap at ``COLUMNS``: the terminal's width less the prefix, else wide."""
+    if _isatty(stream):
+        with contextlib.suppress(OSError, ValueError):
+            return str(max(40, os.get_terminal_size(stream.fileno()).columns - prefix_width - 3))
+    return inherited or "160"
+
+
+def _display_argv(argv: Sequence[str]) -> str:
+    """``python -m dyn.cli frontend ...`` reads better than the interpreter's full path."""
+    shown = list(argv)
+    if shown and shown[0] == sys.executable:
+        shown[0] = "python"
+    return " ".join(shown)
