@@ -29,7 +29,6 @@ from dyn.core.messages import (
     ErrorReply,
     Finish,
     GenerateRequest,
-    TokenChunk,
     WorkerEndpoints,
     WorkerRecord,
 )

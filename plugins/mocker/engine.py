@@ -10,7 +10,6 @@ clock, passes run as fast as the CPU allows.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 
 import anyio
