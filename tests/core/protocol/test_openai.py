@@ -1,0 +1,88 @@
+"""Request decoding and value rules: every mistake is an ApiError naming its field."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    check_chat,
+    check_completion,
+    decode_request,
+)
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def chat(**fields) -> ChatCompletionRequest:
+    return decode_request(msgspec.json.encode({"messages": MSG, **fields}), ChatCompletionRequest)
+
+
+def error_of(fn, *args) -> ApiError:
+    with pytest.raises(ApiError) as info:
+        fn(*args)
+    assert info.value.status == 400
+    return info.value
+
+
+def test_decode_keeps_vllm_extras_and_ignores_unknown_fields():
+    req = chat(top_k=5, ignore_eos=True, nvext={"backend_instance_id": 7, "future": 1}, whatever=3)
+    assert req.top_k == 5 and req.ignore_eos and req.nvext.backend_instance_id == 7
+    check_chat(req)
+
+
+@pytest.mark.parametrize("body, param", [
+    (b'{"messages": 3}', "messages"),
+    (b'{"messages": [], "max_tokens": "x"}', "max_tokens"),
+    (b'{"messages": [], "nvext": {"agent_hints": {"osl": "long"}}}', "nvext.agent_hints.osl"),
+    (b'{"messages": [], "nvext": {"session_control": {}}}', "nvext.session_control.session_id"),
+    (b'{}', "messages"),
+])
+def test_wrong_types_name_the_field(body, param):
+    assert error_of(decode_request, body, ChatCompletionRequest).param == param
+
+
+def test_malformed_json():
+    err = error_of(decode_request, b"{", ChatCompletionRequest)
+    assert "Invalid JSON" in err.message and err.param is None
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"n": 0}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"temperature": -1}, "temperature"),
+    ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k"), ({"min_p": 2}, "min_p"),
+    ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"), ({"presence_penalty": 3}, "presence_penalty"),
+    ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"), ({"use_beam_search": True}, "use_beam_search"),
+    ({"best_of": 3}, "best_of"), ({"guided_regex": "a+"}, "guided_regex"), ({"logprobs": True}, "logprobs"),
+    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": "sometimes"}, "tool_choice"), ({"messages": []}, "messages"),
+    ({"messages": [{"role": 1}]}, "messages[0].role"), ({"messages": [{"role": "user", "content": 5}]},
+                                                         "messages[0].content"),
+    ({"continue_final_message": True}, "continue_final_message"),
+])
+def test_value_rules(fields, param):
+    assert error_of(check_chat, chat(**fields)).param == param
+
+
+def test_supported_choices_pass():
+    check_chat(chat(tool_choice="auto", tools=[{"type": "function", "function": {"name": "f"}}],
+                    response_format={"type": "text"}, best_of=2, n=2, stop=["a", "b"]))
+
+
+@pytest.mark.parametrize("prompt, ok", [
+    ("text", True), (["a", "b"], True), ([1, 2, 3], True), ([[1, 2], [3]], True),
+    ([], False), ("", False), ([[1], []], False), ([1, "a"], False), ([True], False),
+])
+def test_completion_prompt_shapes(prompt, ok):
+    req = decode_request(msgspec.json.encode({"prompt": prompt}), CompletionRequest)
+    if ok:
+        check_completion(req)
+    else:
+        assert error_of(check_completion, req).param == "prompt"
+
+
+def test_suffix_is_refused():
+    req = decode_request(b'{"prompt": "x", "suffix": "y"}', CompletionRequest)
+    assert error_of(check_completion, req).code == "unsupported_parameter"
