@@ -1,0 +1,162 @@
+"""Benchmark: `dyn serve` against NVIDIA Dynamo 1.6.1 (the anchor), same machine, same run.
+
+Not a test. Needs the anchor installed (``../shared/anchor/install.sh``, venv in $ANCHOR_DIR,
+default /tmp/dyn-anchor). For each round and each system it starts the stack (2 mocker workers,
+speedup 100, block size 16, 8192 KV blocks, the given router mode), runs the anchor's ``load.py``
+(streaming, max_tokens 16, ignore_eos so both engines emit exactly 16 tokens) at each
+concurrency, and records req/s, TTFT p50/p99, the frontend's CPU seconds per request
+(utime+stime of the frontend process around the load run) and its peak RSS (VmHWM). Systems
+alternate inside a round so drift on this shared machine hits both. Prints one JSON object per
+measurement, then a table of medians and dyn/Dynamo ratios.
+
+    python tests/perf/bench_vs_anchor.py --rounds 3 --requests 3000 --concurrency 32 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+DEFAULT_ANCHOR_SCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "anchor"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_ready(url: str, workers: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                r = httpx.post(url + "/v1/chat/completions", timeout=10, json={
+                    "model": httpx.get(url + "/v1/models").json()["data"][0]["id"],
+                    "messages": [{"role": "user", "content": "warm"}], "max_tokens": 1})
+                if r.status_code == 200:
+                    return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready after {timeout}s")
+
+
+class Dynamo:
+    name = "dynamo"
+
+    def __init__(self, args) -> None:
+        self.args = args
+        self.env = {**os.environ, "ANCHOR_DIR": args.anchor_dir, "HTTP_PORT": str(args.port),
+                    "ROUTER_MODE": args.router_mode, "NUM_WORKERS": "2", "SPEEDUP": "100"}
+
+    def start(self) -> int:
+        subprocess.run([str(Path(self.args.anchor_scripts) / "run.sh"), "start"], env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
+        wait_ready(f"http://127.0.0.1:{self.args.port}", 2)
+        return int(Path(self.args.anchor_dir, "logs", "frontend.pid").read_text())
+
+    def stop(self) -> None:
+        subprocess.run([str(Path(self.args.anchor_scripts) / "run.sh"), "stop"], env=self.env, check=False,
+                       stdout=subprocess.DEVNULL)
+
+
+class Dyn:
+    name = "dyn"
+
+    def __init__(self, args) -> None:
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+        self.tmp = tempfile.TemporaryDirectory(prefix="dyn-bench-")
+
+    def start(self) -> int:
+        env = {**os.environ, "DYN_DISCOVERY_DIR": self.tmp.name}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dyn.cli", "serve", "--http-port", str(self.args.port),
+             "--router-mode", self.args.router_mode, "--speedup-ratio", "100", "--block-size", "16",
+             "--num-gpu-blocks-override", "8192"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_ready(f"http://127.0.0.1:{self.args.port}", 2)
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-f", "dyn.cli frontend"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        return int(out[0])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+def load(args, concurrency: int) -> dict:
+    python = str(Path(args.anchor_dir, "venv", "bin", "python"))
+    out = subprocess.run(
+        [python, str(Path(args.anchor_scripts) / "load.py"), "--url", f"http://127.0.0.1:{args.port}",
+         "--concurrency", str(concurrency), "--requests", str(args.requests), "--max-tokens", "16",
+         "--ignore-eos"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--anchor-dir", default=os.environ.get("ANCHOR_DIR", "/tmp/dyn-anchor"))
+    ap.add_argument("--anchor-scripts", default=str(DEFAULT_ANCHOR_SCRIPTS),
+                    help="folder with the anchor's run.sh and load.py")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--router-mode", default="round-robin")
+    ap.add_argument("--port", type=int, default=8000)
+    args = ap.parse_args()
+    rows: list[dict] = []
+    for rnd in range(args.rounds):
+        systems = [Dynamo(args), Dyn(args)]
+        for system in systems if rnd % 2 == 0 else systems[::-1]:
+            pid = system.start()
+            try:
+                for c in args.concurrency:
+                    cpu0 = cpu_seconds(pid)
+                    result = load(args, c)
+                    cpu = cpu_seconds(pid) - cpu0
+                    row = {"system": system.name, "round": rnd, "concurrency": c,
+                           "req_per_s": result["req_per_s"], "ttft_p50_ms": result["ttft_ms"]["p50"],
+                           "ttft_p99_ms": result["ttft_ms"]["p99"], "failed": result["requests_failed"],
+                           "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
+                           "frontend_peak_rss_mib": round(peak_rss_mib(pid), 1)}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+            finally:
+                system.stop()
+    print()
+    keys = ("req_per_s", "ttft_p50_ms", "ttft_p99_ms", "frontend_cpu_ms_per_req", "frontend_peak_rss_mib")
+    print("| concurrency | metric | Dynamo 1.6.1 | dyn | dyn / Dynamo |")
+    print("|---|---|---|---|---|")
+    for c in args.concurrency:
+        for key in keys:
+            med = {s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
+                   for s in ("dynamo", "dyn")}
+            print(f"| {c} | {key} | {med['dynamo']:.2f} | {med['dyn']:.2f} | {med['dyn'] / med['dynamo']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
