@@ -4,10 +4,10 @@ One place to read the protocol (SGLang's io_struct.py habit). Three families:
 
 - **Request plane** (frontend/router DEALER -> worker ROUTER, ZMQ multipart ``[kind, payload]``):
   ``GenerateRequest``, ``CancelRequest`` go to the worker; ``TokenChunk``, ``Finish``,
-  ``ErrorReply`` come back. The one-byte ``kind`` frame (``KIND_*``) names the struct, so a
-  receiver dispatches without decoding and decodes with a typed decoder (a malformed payload
-  fails at the boundary). ``request_id`` ties replies to their request; it is unique per client
-  connection, not globally.
+  ``ErrorReply`` come back, one per message or several in one ``ReplyBatch``. The one-byte
+  ``kind`` frame (``KIND_*``) names the struct, so a receiver dispatches without decoding and
+  decodes with a typed decoder (a malformed payload fails at the boundary). ``request_id`` ties
+  replies to their request; it is unique per client connection, not globally.
 - **Load metrics** (worker metrics PUB, topic ``load-metrics``): ``LoadMetrics``.
 - **Discovery** (JSON records in the discovery store): ``WorkerRecord`` with ``WorkerEndpoints``.
 
@@ -125,11 +125,30 @@ class ErrorReply(msgspec.Struct, array_like=True, gc=False):
     message: str
 
 
+class ReplyBatch(msgspec.Struct, array_like=True, gc=False):
+    """Several replies to one client in one message (kind ``B``), so a worker sends one message per
+    client per forward pass instead of one per request.
+
+    Wire form: the msgpack array ``[chunks, finishes, errors]`` of three arrays (maybe empty;
+    trailing ones may be left out) holding the single structs' own array forms, so it decodes in
+    one typed pass. A receiver applies ``chunks`` in list order, then ``finishes``, then
+    ``errors``; so a sender keeps each request's replies in order within ``chunks`` and never
+    puts a reply to a request after that request's ``Finish``/``ErrorReply`` in the same batch
+    (it starts a new batch instead; see ``codec.encode_replies``). Receivers accept this kind and
+    the single kinds interchangeably.
+    """
+
+    chunks: list[TokenChunk] = []
+    finishes: list[Finish] = []
+    errors: list[ErrorReply] = []
+
+
 KIND_GENERATE = b"G"
 KIND_CANCEL = b"C"
 KIND_TOKENS = b"T"
 KIND_FINISH = b"F"
 KIND_ERROR = b"E"
+KIND_BATCH = b"B"
 
 REQUEST_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_GENERATE: GenerateRequest,
@@ -139,6 +158,7 @@ REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_TOKENS: TokenChunk,
     KIND_FINISH: Finish,
     KIND_ERROR: ErrorReply,
+    KIND_BATCH: ReplyBatch,
 }
 KIND_OF: dict[type[msgspec.Struct], bytes] = {
     cls: kind for kind, cls in (REQUEST_KINDS | REPLY_KINDS).items()

@@ -27,7 +27,7 @@ from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.responses import DONE, StreamEncoder, error_event, usage_info
-from dyn.core.messages import Finish, TokenChunk
+from dyn.core.messages import Finish
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.protocol.openai import (
     ChatChoice,
@@ -95,24 +95,32 @@ class _Choice:
         Returns the text still held back at the end (the caller puts it in the final event).
         """
         try:
-            stream = self.route.worker.client.generate(self.request)
+            stream = self.route.worker.client.generate_batches(self.request)
             async with aclosing(stream):
-                async for item in stream:
-                    if isinstance(item, TokenChunk):
+                async for batch in stream:
+                    # a batch: this request's TokenChunks since the last wakeup, maybe then its Finish
+                    last = batch[-1]
+                    finish = last if isinstance(last, Finish) else None
+                    chunks = batch[:-1] if finish is not None else batch
+                    if chunks:
                         now = time.perf_counter()
                         if self.first_at is None:
                             self.first_at = now
                             self.route.first_token()
                         self.last_at = now
-                        self.tokens += len(item.token_ids)
-                        text = self.detok.push(item.token_ids)
+                        if len(chunks) == 1:
+                            ids = chunks[0].token_ids
+                        else:
+                            ids = [t for chunk in chunks for t in chunk.token_ids]
+                        self.tokens += len(ids)
+                        text = self.detok.push(ids)
                         if self.detok.stopped:
                             self.stop_reason = self.detok.stop_reason
                             return await self._text(on_text, text, final=True)
                         if text:
                             await self._text(on_text, text, final=False)
-                    else:
-                        self._finished(item)
+                    if finish is not None:
+                        self._finished(finish)
             return await self._text(on_text, self.detok.finish(), final=True)
         finally:
             self.route.finished()

@@ -3,6 +3,8 @@
 ``encode`` never fails for a catalogue struct. ``decode_request`` / ``decode_reply`` raise
 ``ProtocolError`` (and nothing else) for any frames they cannot turn into a catalogue struct,
 with a message saying what was wrong, so a bad peer can be answered instead of crashing us.
+``encode_replies`` packs a worker's replies to one client into as few messages as keep their
+order (``ReplyBatch``); ``decode_reply`` returns a ``ReplyBatch`` for those, unpacked by the caller.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from collections.abc import Sequence
 
 import msgspec
 
-from dyn.core.messages import KIND_OF, REPLY_KINDS, REQUEST_KINDS
+from dyn.core.messages import (
+    KIND_BATCH,
+    KIND_OF,
+    REPLY_KINDS,
+    REQUEST_KINDS,
+    ErrorReply,
+    Finish,
+    ReplyBatch,
+    TokenChunk,
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _request_decoders = {k: msgspec.msgpack.Decoder(cls) for k, cls in REQUEST_KINDS.items()}
@@ -25,6 +36,46 @@ class ProtocolError(ValueError):
 def encode(message: msgspec.Struct) -> list[bytes]:
     """The two frames ``[kind, payload]`` of a catalogue message."""
     return [KIND_OF[type(message)], _encoder.encode(message)]
+
+
+def encode_replies(replies: Sequence[TokenChunk | Finish | ErrorReply]) -> list[list[bytes]]:
+    """The frames of the messages that carry ``replies`` (all to one client) in order.
+
+    One reply goes as its own kind; more go as one ``ReplyBatch``, split only where a reply
+    follows its request's ``Finish``/``ErrorReply`` (a batch delivers chunks before terminals).
+    """
+    if len(replies) == 1:
+        return [encode(replies[0])]
+    messages: list[list[bytes]] = []
+    chunks: list[TokenChunk] = []
+    finishes: list[Finish] = []
+    errors: list[ErrorReply] = []
+    ended: set[str] = set()
+    for reply in replies:
+        rid = reply.request_id
+        if rid in ended:
+            messages.append(_batch_frames(chunks, finishes, errors))
+            chunks, finishes, errors, ended = [], [], [], set()
+        cls = type(reply)
+        if cls is TokenChunk:
+            chunks.append(reply)
+        else:
+            ended.add(rid)
+            if cls is Finish:
+                finishes.append(reply)
+            elif cls is ErrorReply:
+                errors.append(reply)
+            else:
+                raise TypeError(f"not a reply: {reply!r}")
+    if chunks or finishes or errors:
+        messages.append(_batch_frames(chunks, finishes, errors))
+    return messages
+
+
+def _batch_frames(chunks, finishes, errors) -> list[bytes]:
+    if len(chunks) + len(finishes) + len(errors) == 1:
+        return encode((chunks or finishes or errors)[0])
+    return [KIND_BATCH, _encoder.encode(ReplyBatch(chunks, finishes, errors))]
 
 
 def _decode(frames: Sequence[bytes], decoders: dict, what: str):
@@ -47,5 +98,6 @@ def decode_request(frames: Sequence[bytes]):
 
 
 def decode_reply(frames: Sequence[bytes]):
-    """Decode a message a client receives (``TokenChunk``, ``Finish`` or ``ErrorReply``)."""
+    """Decode a message a client receives (``TokenChunk``, ``Finish``, ``ErrorReply`` or a
+    ``ReplyBatch`` of them)."""
     return _decode(frames, _reply_decoders, "reply")

@@ -8,6 +8,10 @@ Contract:
 - The worker is registered in discovery only once its sockets are bound and the engine is ready,
   and is deregistered first on shutdown, so routers stop sending before requests are cut off.
 - Load metrics go out every ``metrics_interval_s`` when they changed, and at least every second.
+- Replies are batched per client: stream tasks queue each engine output in their client's outbox
+  and one flusher task sends each outbox as one message (a ``ReplyBatch``, or the plain kind for
+  a lone reply) once every stream woken by the same engine pass has queued its output. A
+  request's replies keep their order; its ``Finish`` never overtakes its chunks.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dyn.core.messages import (
     ErrorReply,
     Finish,
     GenerateRequest,
+    TokenChunk,
     WorkerEndpoints,
     WorkerRecord,
 )
@@ -72,6 +77,12 @@ class WorkerHost:
         self._inflight: dict[str, bytes] = {}
         self._idle = anyio.Event()
         self._idle.set()
+        self._outbox: dict[bytes, list[TokenChunk | Finish | ErrorReply]] = {}
+        self._flush_wanted = anyio.Event()
+        self.messages_sent = 0
+        """Reply messages sent on the request plane (a batch counts once)."""
+        self.replies_sent = 0
+        """Replies sent (every ``TokenChunk``, ``Finish`` and ``ErrorReply`` in them)."""
 
     @property
     def record(self) -> WorkerRecord:
@@ -106,6 +117,7 @@ class WorkerHost:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.engine.run)
+                tg.start_soon(self._flush_replies)
                 tg.start_soon(self._serve_requests, tg)
                 tg.start_soon(self._publish_metrics)
                 if self.kv_publisher is not None:
@@ -120,21 +132,56 @@ class WorkerHost:
                 with anyio.move_on_after(self.settings.drain_timeout_s):
                     await self._idle.wait()
                 for rid, identity in list(self._inflight.items()):
-                    await self._server.send(identity, ErrorReply(rid, "worker_shutdown",
-                                            "the worker shut down before the request finished; retry it"))
+                    self._reply(identity, ErrorReply(rid, "worker_shutdown",
+                                "the worker shut down before the request finished; retry it"))
+                self._flush()  # what the drained requests queued last, and the errors above
                 tg.cancel_scope.cancel()
         finally:
-            self._server.close()
+            try:
+                self._flush()
+            except Exception:
+                log.exception("could not flush the last replies")
+            # a short linger lets the replies flushed just now leave the process
+            self._server.close(linger_ms=1000)
             self._metrics.close()
             if self.kv_publisher is not None:
                 self.kv_publisher.close()
+
+    def _reply(self, identity: bytes, message: TokenChunk | Finish | ErrorReply) -> None:
+        """Queue a reply for the client ``identity``; the flusher sends it."""
+        box = self._outbox.get(identity)
+        if box is None:
+            self._outbox[identity] = [message]
+            self._flush_wanted.set()
+        else:
+            box.append(message)
+
+    async def _flush_replies(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            # The first reply of a pass woke us: yield once, so that every stream task the same
+            # pass woke queues its output first, and their replies go out together.
+            await anyio.lowlevel.checkpoint()
+            self._flush_wanted = anyio.Event()
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send every queued reply now, one batch per client (never blocks)."""
+        while self._outbox:
+            outbox, self._outbox = self._outbox, {}
+            for identity, replies in outbox.items():
+                try:
+                    self.messages_sent += self._server.send_replies(identity, replies)
+                    self.replies_sent += len(replies)
+                except Exception:  # one bad client must not stop the replies to the others
+                    log.exception("could not send %d replies to a client", len(replies))
 
     async def _serve_requests(self, tg: anyio.abc.TaskGroup) -> None:
         while True:
             identity, message = await self._server.recv()
             if isinstance(message, GenerateRequest):
                 if message.request_id in self._inflight:
-                    await self._server.send(identity, ErrorReply(
+                    self._reply(identity, ErrorReply(
                         message.request_id, "duplicate_request",
                         f"request id {message.request_id!r} is already in flight on this worker"))
                     continue
@@ -148,23 +195,28 @@ class WorkerHost:
                               "aborted" if aborted else "already finished")
             elif isinstance(message, ProtocolError):
                 log.warning("rejected a malformed request frame: %s", message)
-                await self._server.send(identity, ErrorReply("", "bad_request", str(message)))
+                self._reply(identity, ErrorReply("", "bad_request", str(message)))
 
     async def _stream(self, identity: bytes, request: GenerateRequest) -> None:
         rid = request.request_id
-        send = self._server.send
+        reply = self._reply
         try:
             async with aclosing(self.engine.generate(request)) as outputs:
                 async for out in outputs:
-                    await send(identity, out)
-                    if isinstance(out, Finish):
+                    cls = type(out)
+                    if cls is TokenChunk:
+                        reply(identity, out)
+                    elif cls is Finish:
+                        reply(identity, out)
                         return
-            await send(identity, ErrorReply(rid, "engine_error", "the engine ended the stream without finishing"))
+                    else:  # caught here, it cannot spoil the batch it would have gone out in
+                        raise TypeError(f"the engine yielded a {cls.__name__}, not a TokenChunk or Finish")
+            reply(identity, ErrorReply(rid, "engine_error", "the engine ended the stream without finishing"))
         except EngineError as exc:
-            await send(identity, ErrorReply(rid, exc.code, str(exc)))
+            reply(identity, ErrorReply(rid, exc.code, str(exc)))
         except Exception as exc:  # an engine bug must not take the worker down
             log.exception("engine failed on request %s", rid)
-            await send(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
+            reply(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
         finally:
             self._inflight.pop(rid, None)
             if not self._inflight:

@@ -9,7 +9,10 @@ down in docs/benchmarks.md with the command.
 It starts the worker as a subprocess (own discovery dir, loopback, free ports), drives a closed
 loop of `--concurrency` streams through WorkerClient, and reads the worker's cumulative
 `num_passes` from its load-metrics PUB before and after. Prints one JSON object: forward passes
-per second, requests/s, output tokens/s, mean batch size, wall time, and the worker's CPU time.
+per second, requests/s, output tokens/s, mean batch size, wall time, the worker's CPU time, and
+the request-plane replies (TokenChunk/Finish) and the reply messages that carried them, per pass
+(a worker that sends no ``ReplyBatch`` sends one message per reply). ``--batches`` consumes with
+``generate_batches`` (as the frontend does) instead of ``generate``.
 A huge --speedup-ratio makes simulated time ~0, so the figures are the Python ceiling; the
 default Dynamo timing with --speedup-ratio 100 shows the simulated-time-bound rate instead.
 """
@@ -47,6 +50,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--num-workers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batches", action="store_true", help="consume with WorkerClient.generate_batches")
     return p.parse_args()
 
 
@@ -78,6 +82,7 @@ async def drive(args: argparse.Namespace, discovery: str) -> dict:
     passes_before = await passes(sub, ids)
     counter = iter(range(args.requests))
     tokens = 0
+    replies = 0
     async with WorkerClient(records[0].endpoints.request) as c0:
         clients = [c0]
         extra = [WorkerClient(r.endpoints.request) for r in records[1:]]
@@ -85,20 +90,31 @@ async def drive(args: argparse.Namespace, discovery: str) -> dict:
             clients.append(await c.__aenter__())
 
         async def stream(slot: int) -> None:
-            nonlocal tokens
+            nonlocal tokens, replies
             for i in counter:
                 tail = [rng.randrange(100, 4000) for _ in range(args.prompt_tokens - len(shared))]
                 req = GenerateRequest(f"b{i}", shared + tail, SamplingParams(seed=i),
                                       StopConditions(max_tokens=args.max_tokens, ignore_eos=True))
-                async for m in clients[i % len(clients)].generate(req):
-                    if hasattr(m, "token_ids"):
-                        tokens += len(m.token_ids)
+                client = clients[i % len(clients)]
+                if args.batches:
+                    async for batch in client.generate_batches(req):
+                        replies += len(batch)
+                        for m in batch:
+                            if hasattr(m, "token_ids"):
+                                tokens += len(m.token_ids)
+                else:
+                    async for m in client.generate(req):
+                        replies += 1
+                        if hasattr(m, "token_ids"):
+                            tokens += len(m.token_ids)
 
         start = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for slot in range(args.concurrency):
                 tg.start_soon(stream, slot)
         wall = time.perf_counter() - start
+        # clients without the counter (before ReplyBatch) got one message per reply
+        messages = sum(getattr(c, "messages_received", 0) for c in clients) or replies
         for c in extra:
             await c.__aexit__(None, None, None)
     await anyio.sleep(1.2)  # idle workers still report at least once a second
@@ -112,6 +128,8 @@ async def drive(args: argparse.Namespace, discovery: str) -> dict:
         "mean_batch": round(tokens / n_passes, 1) if n_passes else None,
         "passes": n_passes,
         "wall_s": round(wall, 2),
+        "replies_per_pass": round(replies / n_passes, 1) if n_passes else None,
+        "reply_messages_per_pass": round(messages / n_passes, 2) if n_passes else None,
     }
 
 

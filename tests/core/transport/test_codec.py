@@ -2,18 +2,20 @@ import msgspec
 import pytest
 
 from dyn.core.messages import (
+    KIND_BATCH,
     KIND_GENERATE,
     CancelRequest,
     EngineTiming,
     ErrorReply,
     Finish,
     GenerateRequest,
+    ReplyBatch,
     SamplingParams,
     StopConditions,
     TokenChunk,
     Usage,
 )
-from dyn.core.transport.codec import ProtocolError, decode_reply, decode_request, encode
+from dyn.core.transport.codec import ProtocolError, decode_reply, decode_request, encode, encode_replies
 
 REQUESTS = [
     GenerateRequest("r1", [1, 2, 3]),
@@ -63,3 +65,95 @@ def test_malformed_request_frames_raise_protocol_error(frames, message):
 def test_a_reply_kind_is_not_a_request():
     with pytest.raises(ProtocolError, match="unknown request kind"):
         decode_request(encode(TokenChunk("r", [1])))
+
+
+# --------------------------------------------------------------------------- reply batches
+
+
+def c(rid, *ids):
+    return TokenChunk(rid, list(ids))
+
+
+def f(rid):
+    return Finish(rid, "length", Usage(1, 1))
+
+
+def unpack(frames_list):
+    """What a client delivers, in order: each batch's chunks, then finishes, then errors."""
+    out = []
+    for frames in frames_list:
+        msg = decode_reply(frames)
+        if isinstance(msg, ReplyBatch):
+            out += [*msg.chunks, *msg.finishes, *msg.errors]
+        else:
+            out.append(msg)
+    return out
+
+
+def per_request(replies):
+    by: dict[str, list] = {}
+    for r in replies:
+        by.setdefault(r.request_id, []).append(r)
+    return by
+
+
+def test_reply_batch_round_trip_and_compact_form():
+    batch = ReplyBatch([c("a", 1, 2), c("b", 3)], [f("a")], [ErrorReply("c", "engine_error", "x")])
+    frames = encode(batch)
+    assert frames[0] == KIND_BATCH == b"B"
+    assert decode_reply(frames) == batch
+    only_chunks = encode(ReplyBatch([c("a", 1)]))
+    # three lists; each item is the single struct's own array
+    assert msgspec.msgpack.decode(only_chunks[1]) == [[["a", [1]]], [], []]
+    assert decode_reply(only_chunks) == ReplyBatch([c("a", 1)], [], [])
+
+
+def test_encode_replies_sends_a_lone_reply_as_its_own_kind():
+    (frames,) = encode_replies([c("a", 1)])
+    assert frames[0] == b"T" and decode_reply(frames) == c("a", 1)
+    (frames,) = encode_replies([f("a")])
+    assert frames[0] == b"F"
+
+
+def test_encode_replies_packs_one_batch_in_order():
+    replies = [c("a", 1), c("b", 2), c("a", 3), f("a"), c("b", 4), ErrorReply("b", "engine_error", "boom"),
+               c("d", 5), f("d")]
+    (frames,) = encode_replies(replies)
+    assert frames[0] == KIND_BATCH
+    batch = decode_reply(frames)
+    assert batch.chunks == [c("a", 1), c("b", 2), c("a", 3), c("b", 4), c("d", 5)]
+    assert batch.finishes == [f("a"), f("d")] and [e.request_id for e in batch.errors] == ["b"]
+    assert per_request(unpack([frames])) == per_request(replies)
+
+
+def test_encode_replies_splits_where_a_reply_follows_its_request_terminal():
+    # "a" finished, then a new request reusing the id streams: the delivery order must hold
+    replies = [c("a", 1), f("a"), c("b", 2), c("a", 9), f("a"), f("b")]
+    frames_list = encode_replies(replies)
+    assert len(frames_list) == 2
+    assert unpack(frames_list)[:3] == [c("a", 1), c("b", 2), f("a")]
+    assert per_request(unpack(frames_list)) == per_request(replies)
+    # a lone leftover goes as its plain kind
+    frames_list = encode_replies([f("a"), f("a")])
+    assert [fr[0] for fr in frames_list] == [b"F", b"F"]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xc1",
+        msgspec.msgpack.encode({"chunks": []}),
+        msgspec.msgpack.encode([[["r", "not-a-list"]]]),
+        msgspec.msgpack.encode([[["r"]]]),
+        msgspec.msgpack.encode([[], [["r", "stop"]]]),  # a Finish without usage
+        msgspec.msgpack.encode([[], [], [["r", "code"]]]),
+    ],
+)
+def test_malformed_batches_raise_protocol_error(payload):
+    with pytest.raises(ProtocolError, match="malformed ReplyBatch"):
+        decode_reply([KIND_BATCH, payload])
+
+
+def test_a_batch_is_a_reply_not_a_request():
+    with pytest.raises(ProtocolError, match="unknown request kind"):
+        decode_request(encode(ReplyBatch([c("a", 1)])))

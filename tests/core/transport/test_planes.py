@@ -1,5 +1,7 @@
 """Request plane and event plane over real ZMQ sockets on loopback."""
 
+from contextlib import aclosing
+
 import anyio
 import msgspec
 import pytest
@@ -166,3 +168,149 @@ async def test_load_metrics_have_their_own_topic():
     assert topic == LOAD_METRICS_TOPIC and decode_load_metrics(payload) == m
     sub.close()
     pub.close()
+
+
+# --------------------------------------------------------------------------- reply batches
+
+
+def chunk(rid, *ids):
+    return TokenChunk(rid, list(ids))
+
+
+def fin(rid):
+    return Finish(rid, "length", Usage(1, 1))
+
+
+async def test_generate_batches_unpacks_batches_in_order_and_accepts_single_kinds():
+    server = RequestServer()
+    r2_first_batch = anyio.Event()
+
+    async def worker():
+        identity, _ = await server.recv()
+        identity2, _ = await server.recv()
+        assert identity == identity2
+        assert server.send_replies(identity, [chunk("r1", 1), chunk("r2", 2), chunk("r1", 3), fin("r1"),
+                                              chunk("r2", 4)]) == 1
+        await r2_first_batch.wait()
+        await server.send(identity, fin("r2"))  # a plain single-kind message still works
+
+    batches: dict[str, list] = {}
+
+    async def consume(client, rid):
+        async for batch in client.generate_batches(GenerateRequest(rid, [1])):
+            batches.setdefault(rid, []).append(batch)
+            if rid == "r2":
+                r2_first_batch.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            async with WorkerClient(server.endpoint) as client:
+                async with anyio.create_task_group() as both:
+                    both.start_soon(consume, client, "r1")
+                    both.start_soon(consume, client, "r2")
+                assert client.messages_received == 2 and client.in_flight == 0
+    server.close()
+    assert batches["r1"] == [[chunk("r1", 1), chunk("r1", 3), fin("r1")]]
+    assert batches["r2"] == [[chunk("r2", 2), chunk("r2", 4)], [fin("r2")]]
+
+
+async def test_an_error_in_a_batch_raises_after_the_chunks_before_it():
+    server = RequestServer()
+
+    async def worker():
+        while True:
+            identity, msg = await server.recv()
+            if isinstance(msg, GenerateRequest):
+                rid = msg.request_id
+                server.send_replies(identity, [chunk(rid, 1), chunk(rid, 2),
+                                               ErrorReply(rid, "engine_error", "boom")])
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            async with WorkerClient(server.endpoint) as client:
+                got = []
+                with pytest.raises(RemoteError, match="boom"):
+                    async for batch in client.generate_batches(GenerateRequest("a", [1])):
+                        got.append(batch)
+                assert got == [[chunk("a", 1), chunk("a", 2)]]
+                flat = []
+                with pytest.raises(RemoteError, match="boom"):
+                    async for item in client.generate(GenerateRequest("b", [1])):
+                        flat.append(item)
+                assert flat == [chunk("b", 1), chunk("b", 2)]
+            tg.cancel_scope.cancel()
+    server.close()
+
+
+async def test_leaving_generate_batches_early_cancels_unless_finished():
+    server = RequestServer()
+    cancelled: list[str] = []
+
+    async def worker():
+        while True:
+            identity, msg = await server.recv()
+            if isinstance(msg, GenerateRequest):
+                rid = msg.request_id
+                if rid == "done":
+                    server.send_replies(identity, [chunk(rid, 1), fin(rid)])
+                else:
+                    server.send_replies(identity, [chunk(rid, 1), chunk(rid, 2)])  # then nothing
+            elif isinstance(msg, CancelRequest):
+                cancelled.append(msg.request_id)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            async with WorkerClient(server.endpoint) as client:
+                for rid in ("early", "done", "early-again"):
+                    async with aclosing(client.generate_batches(GenerateRequest(rid, [1]))) as batches:
+                        async for batch in batches:
+                            assert batch[0] == chunk(rid, 1)
+                            break
+                    assert client.in_flight == 0
+                while len(cancelled) < 2:
+                    await anyio.sleep(0.01)
+                # "done" had its Finish in the batch it stopped at: nothing to cancel; one
+                # connection keeps order, so a cancel for it would have come before "early-again"
+                assert cancelled == ["early", "early-again"]
+            tg.cancel_scope.cancel()
+    server.close()
+
+
+async def test_the_worker_keeps_receiving_while_it_sends_batches():
+    """Replies sent while a ``recv`` waits must not swallow its wakeup (zmq's FD is edge-triggered)."""
+    server = RequestServer()
+    received: list[str] = []
+    arrived = anyio.Event()
+
+    async def chatter(identity):
+        i = 0
+        while True:
+            server.send_replies(identity, [chunk("bg", i), chunk("bg2", i)])
+            i += 1
+            await anyio.lowlevel.checkpoint()
+
+    async def worker():
+        while True:
+            identity, msg = await server.recv()
+            if not received:
+                tg.start_soon(chatter, identity)  # replies go out all the time from now on
+            received.append(msg.request_id)
+            arrived.set()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            async with WorkerClient(server.endpoint) as client:
+                for i in range(300):
+                    arrived = anyio.Event()
+                    await client.send(CancelRequest(f"c{i}"))
+                    with anyio.fail_after(2):
+                        await arrived.wait()
+                    if i % 3 == 0:
+                        await anyio.sleep(0.001)  # let the chatter run while recv waits
+            tg.cancel_scope.cancel()
+    server.close()
+    assert received == [f"c{i}" for i in range(300)]

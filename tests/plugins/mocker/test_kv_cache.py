@@ -119,7 +119,7 @@ def test_eviction_is_lru_among_leaves():
     m = KvBlockManager(6, 2)
     a = [1, 2, 3, 4, 5, 6, 7, 8]  # a1 a2 a3 a4
     b = [1, 2, 3, 4, 9, 10, 11, 12]  # a1 a2 b3 b4
-    hb = seq_hashes(b, 2)
+    ha, hb = seq_hashes(a, 2), seq_hashes(b, 2)
     sa = compute(m, a)
     sb = compute(m, b)
     assert m.num_free == 0
@@ -214,7 +214,7 @@ def test_many_reuse_cycles_keep_eviction_exact():
     m.drain_events()
     s = KvSequence(list(range(100, 108)))
     assert m.allocate(s, 8)
-    hb = seq_hashes(b, 2)
+    ha, hb = seq_hashes(a, 2), seq_hashes(b, 2)
     assert removed_hashes(m.drain_events()) == [ha[1], ha[0], hb[1], hb[0]]
 
 
