@@ -19,10 +19,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import tokenizers
 
-from dyn.core.model.info import ModelError, ModelInfo
+from dyn.core.model.info import ModelError, ModelInfo, read_model_json, token_content
 
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                        "mask_token")
@@ -70,13 +69,13 @@ class Tokenizer:
             backend = tokenizers.Tokenizer.from_file(str(tok_file))
         except Exception as e:  # the Rust side raises a bare Exception for any parse error
             raise ModelError(f"{path}: tokenizer.json could not be loaded ({e}); fix or replace the file") from None
-        config = _read_json(directory / "tokenizer_config.json") or {}
-        legacy_map = _read_json(directory / "special_tokens_map.json") or {}
+        config = read_model_json(str(directory), directory / "tokenizer_config.json", False) or {}
+        legacy_map = read_model_json(str(directory), directory / "special_tokens_map.json", False) or {}
         specials: dict[str, str] = {}
         for name in SPECIAL_TOKEN_NAMES:
-            content = _token_content(config.get(name))
+            content = token_content(config.get(name))
             if content is None:
-                content = _token_content(legacy_map.get(name))
+                content = token_content(legacy_map.get(name))
             if content is not None:
                 specials[name] = content
         return cls(backend, special_tokens_map=specials, chat_templates=_chat_templates(directory, config),
@@ -115,26 +114,6 @@ class Tokenizer:
         return self.backend.token_to_id(token)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        obj = msgspec.json.decode(path.read_bytes())
-    except msgspec.DecodeError as e:
-        raise ModelError(f"{path.parent}: {path.name} is not valid JSON ({e}); fix or replace the file") from None
-    if not isinstance(obj, dict):
-        raise ModelError(f"{path.parent}: {path.name} must hold a JSON object; fix or replace the file")
-    return obj
-
-
-def _token_content(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
-
-
 def _chat_templates(directory: Path, config: dict[str, Any]) -> dict[str, str]:
     templates: dict[str, str] = {}
     jinja = directory / "chat_template.jinja"
@@ -148,7 +127,7 @@ def _chat_templates(directory: Path, config: dict[str, Any]) -> dict[str, str]:
         return templates
     found = config.get("chat_template")
     if found is None:
-        found = (_read_json(directory / "chat_template.json") or {}).get("chat_template")
+        found = (read_model_json(str(directory), directory / "chat_template.json", False) or {}).get("chat_template")
     if isinstance(found, str):
         templates[DEFAULT_TEMPLATE] = found
     elif isinstance(found, list):

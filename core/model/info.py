@@ -62,7 +62,9 @@ def _where(model_path: str | Path | None, path: Path) -> str:
     return f"--model-path {model_path if model_path is not None else path}"
 
 
-def _read_json(where: str, path: Path, required: bool) -> dict[str, Any] | None:
+def read_model_json(where: str, path: Path, required: bool) -> dict[str, Any] | None:
+    """A model directory's JSON object file; None when absent and not ``required``; else ModelError
+    saying what to fix (``where`` names the directory in the message)."""
     if not path.is_file():
         if required:
             raise ModelError(f"{where}: no {path.name} found; pass a local Hugging Face model directory "
@@ -100,7 +102,8 @@ def _ids(value: Any) -> list[int]:
     return []
 
 
-def _token_content(value: Any) -> str | None:
+def token_content(value: Any) -> str | None:
+    """A special token as a string, whether the config writes it as a string or as {"content": ...}."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
@@ -154,9 +157,9 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
     directory = directory.resolve()
 
     tok = _read_tokenizer_json(where, directory / "tokenizer.json")
-    tok_config = _read_json(where, directory / "tokenizer_config.json", required=True) or {}
-    config = _read_json(where, directory / "config.json", required=False) or {}
-    gen_config = _read_json(where, directory / "generation_config.json", required=False) or {}
+    tok_config = read_model_json(where, directory / "tokenizer_config.json", required=True) or {}
+    config = read_model_json(where, directory / "config.json", required=False) or {}
+    gen_config = read_model_json(where, directory / "generation_config.json", required=False) or {}
     if not _has_chat_template(directory, tok_config):
         raise ModelError(f"{where}: no chat template found (tokenizer_config.json has no chat_template and "
                          f"there is no chat_template.jinja); use a chat/instruct model or add a template")
@@ -181,7 +184,7 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
         raise ModelError(f"{where}: tokenizer.json has no vocabulary; fix or replace the file")
 
     def token_id(key: str) -> int | None:
-        content = _token_content(tok_config.get(key))
+        content = token_content(tok_config.get(key))
         return token_ids.get(content) if content is not None else None
 
     bos = token_id("bos_token")
