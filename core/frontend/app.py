@@ -202,13 +202,18 @@ class FrontendApp:
                     scope.cancel()
                     return
 
+        error: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch, tg.cancel_scope)
             try:
                 await work
             except _Disconnected:
                 disconnected = True
+            except Exception as exc:  # re-raised below, unwrapped from the task group's group
+                error = exc
             tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
         if disconnected:
             self.service.metrics.disconnects.labels(self.service.model_name).inc()
             log.info("client disconnected; its engine requests were cancelled")

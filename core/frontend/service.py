@@ -209,7 +209,7 @@ class Generation:
         async def guarded(choice: _Choice) -> None:
             try:
                 await run(choice)
-            except (ApiError, RemoteError, WorkerUnavailable) as exc:
+            except Exception as exc:  # raised below, not as an ExceptionGroup
                 errors.append(exc)
                 tg.cancel_scope.cancel()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import anyio
@@ -20,7 +21,7 @@ def resilient(stack_factory):
     """Two worker processes (so one can be killed) behind a round-robin frontend."""
     s = stack_factory("resilient")
     s.worker("--block-size", "16", log_level="debug")
-    s.worker("--block-size", "16")
+    s.worker("--block-size", "16", "--speedup-ratio", "1")  # real time: its requests take a while
     s.start_frontend()
     s.wait_instances(2)
     return s
@@ -84,8 +85,23 @@ def test_killed_worker_stops_receiving_requests(resilient, wait_for):
     victim = resilient.procs[1]
     before = resilient.instances()
     assert len(before) == 2
+    victim_id = next(i for i in before if f"worker {i} " in victim.log())
+    answers: list[httpx.Response] = []
+
+    def long_unary_request() -> None:
+        answers.append(httpx.post(resilient.url + "/v1/completions", timeout=60, headers={
+            "x-worker-instance-id": str(victim_id)}, json={
+            "model": MODEL, "prompt": "never finishes", "max_tokens": 8000, "ignore_eos": True}))
+
+    caller = threading.Thread(target=long_unary_request)
+    caller.start()
+    time.sleep(0.5)
     os.killpg(victim.proc.pid, signal.SIGKILL)
     victim.proc.wait(10)
+    caller.join(30)
+    # the in-flight request fails cleanly once the worker's record expires: 503, not a 500
+    assert answers and answers[0].status_code == 503, answers[0].text if answers else "no answer"
+    assert "went away" in answers[0].json()["error"]["message"]
     t0 = time.monotonic()
     survivors = wait_for(lambda: len(resilient.instances()) == 1 and resilient.instances(), 20,
                          "the frontend to drop the killed worker")
