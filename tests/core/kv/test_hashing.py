@@ -1,3 +1,4 @@
+import random
 import struct
 
 import pytest
@@ -35,3 +36,29 @@ def test_sequence_hashes_chain_with_fixed_seed():
 def test_block_size_must_be_positive():
     with pytest.raises(ValueError, match="block_size"):
         block_hashes([1], 0)
+
+
+# Fixed vectors from NVIDIA Dynamo 1.6.1 itself, produced once with the anchor's venv
+# (../shared/anchor/install.sh) by:
+#   rng = random.Random(7)   # the two seeded sequences below, drawn in this order
+#   dynamo._core.compute_block_hash_for_seq(tokens, block_size, lora_name=lora)
+_rng = random.Random(7)
+_SEEDED_16 = [_rng.randrange(0, 152000) for _ in range(200)]
+_SEEDED_64 = [_rng.randrange(0, 2**32) for _ in range(130)]
+DYNAMO_VECTORS = [
+    (list(range(10)), 4, None, [9143094415614847814, 12124091508212882195]),
+    ([0, 2**32 - 1, 2**31, 1, 7], 2, None, [82595646164830710, 15192166924611705880]),
+    (_SEEDED_16, 16, None, [
+        9703090353016538247, 2447902649232434588, 2740232996443728605, 6802683928447940948,
+        15009743590188707908, 16191877740338339062, 13895406819070655718, 14365668698865364440,
+        7564890587082179632, 18020159212308157215, 1281541376044379934, 16917061043362018874]),
+    (_SEEDED_64, 64, None, [16534611448645346567, 13902037091290312146]),
+    (list(range(10)), 4, "adapter-a", [6665157333201000639, 11721812545976571723]),
+    (list(range(10)), 4, "", [9143094415614847814, 12124091508212882195]),
+    ([1, 2, 3], 4, None, []),
+]
+
+
+@pytest.mark.parametrize(("tokens", "block_size", "lora", "expected"), DYNAMO_VECTORS)
+def test_block_hashes_equal_dynamos(tokens, block_size, lora, expected):
+    assert block_hashes(tokens, block_size, lora) == expected
