@@ -1,0 +1,325 @@
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from dyn.core.kv.hashing import sequence_hashes
+from dyn.core.kv.indexer import ApplyStatus, DumpedBlock, RadixIndexer
+
+W1, W2, W3 = (1, 0), (2, 0), (2, 1)
+
+
+def matches(index: RadixIndexer, local: list[int]) -> dict:
+    """Both query paths (by sequence hash and by walking local hashes) must agree."""
+    fast = index.find_matches(local, sequence_hashes(local))
+    walked = index.find_matches(local)
+    assert fast == walked
+    return fast
+
+
+def chain(index: RadixIndexer, worker, locals_, parent=None, base=0):
+    """Store a chain whose engine hashes are base + position."""
+    blocks = [base + i for i in range(len(locals_))]
+    return index.store(worker, parent, blocks, locals_)
+
+
+# ----------------------------------------------------------------------------------- store
+
+
+def test_store_then_match_counts_contiguous_blocks_per_worker():
+    index = RadixIndexer()
+    assert chain(index, W1, [1, 2, 3, 4], base=100) is ApplyStatus.OK
+    assert chain(index, W2, [1, 2], base=200) is ApplyStatus.OK
+    assert matches(index, [1, 2, 3, 4, 5]) == {W1: 4, W2: 2}
+    assert matches(index, [1, 2, 9]) == {W1: 2, W2: 2}
+    assert matches(index, [9, 1]) == {}
+    assert matches(index, []) == {}
+    assert index.size == 6
+    assert index.blocks_per_worker() == {W1: 4, W2: 2}
+
+
+def test_store_under_a_parent_extends_that_workers_chain():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2], base=100)
+    assert index.store(W1, 101, [102, 103], [3, 4]) is ApplyStatus.OK
+    assert matches(index, [1, 2, 3, 4]) == {W1: 4}
+
+
+def test_parent_must_be_held_by_the_same_rank():
+    index = RadixIndexer()
+    chain(index, W2, [1, 2], base=100)
+    # W3 is another dp rank of the same instance: its lookup is its own
+    assert index.store(W3, 101, [102], [3]) is ApplyStatus.PARENT_BLOCK_NOT_FOUND
+    assert index.store(W1, 999, [102], [3]) is ApplyStatus.PARENT_BLOCK_NOT_FOUND
+    assert index.size == 2 and W3 not in index.workers()
+    assert matches(index, [1, 2, 3]) == {W2: 2}
+
+
+def test_invalid_events_change_nothing():
+    index = RadixIndexer()
+    chain(index, W1, [1], base=100)
+    assert index.store(W1, None, [5, 6], [1]) is ApplyStatus.INVALID_BLOCK
+    assert index.store(W1, None, [5, 5], [1, 2]) is ApplyStatus.INVALID_BLOCK
+    assert index.store(W1, 100, [100], [2]) is ApplyStatus.INVALID_BLOCK
+    assert index.size == 1
+    assert matches(index, [1, 2]) == {W1: 1}
+
+
+def test_dp_ranks_are_separate_workers():
+    index = RadixIndexer()
+    chain(index, W2, [1, 2, 3], base=100)
+    chain(index, W3, [1], base=100)
+    assert matches(index, [1, 2, 3]) == {W2: 3, W3: 1}
+
+
+def test_a_block_hash_stored_again_elsewhere_moves():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2], base=100)
+    assert index.store(W1, None, [101], [7]) is ApplyStatus.OK  # 101 now names the block [7]
+    assert index.blocks_per_worker() == {W1: 2}
+    assert matches(index, [1, 2]) == {W1: 1}
+    assert matches(index, [7]) == {W1: 1}
+
+
+def test_moving_a_parent_and_child_away_leaves_a_correct_hole():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2], base=100)          # A=[1] (100), B=[1,2] (101)
+    index.store(W1, 100, [102], [3])            # C=[1,3] (102)
+    chain(index, W2, [1], base=200)             # W2 holds A only
+    assert index.store(W1, None, [100, 101], [5, 6]) is ApplyStatus.OK  # A and B move away
+    assert matches(index, [1, 3]) == {W2: 1}    # W1 still holds C but no longer A
+    assert matches(index, [5, 6]) == {W1: 2}
+    assert matches(index, [1, 2]) == {W2: 1}
+
+
+# ---------------------------------------------------------------------------------- remove
+
+
+def test_remove_leaf_and_missing_hashes():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2, 3], base=100)
+    chain(index, W2, [1, 2, 3], base=200)
+    assert index.remove(W1, [102]) is ApplyStatus.OK
+    assert matches(index, [1, 2, 3]) == {W1: 2, W2: 3}
+    assert index.remove(W1, [999, 101]) is ApplyStatus.BLOCK_NOT_FOUND  # 101 still applied
+    assert matches(index, [1, 2, 3]) == {W1: 1, W2: 3}
+    assert index.remove((9, 0), [1]) is ApplyStatus.BLOCK_NOT_FOUND
+
+
+def test_remove_in_the_middle_ends_that_workers_match_there():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2, 3, 4, 5, 6], base=100)
+    chain(index, W2, [1, 2, 3, 4, 5, 6], base=200)
+    assert index.remove(W1, [102]) is ApplyStatus.OK  # a hole: W1 keeps blocks 4..6
+    assert matches(index, [1, 2, 3, 4, 5, 6]) == {W1: 2, W2: 6}
+    assert matches(index, [1, 2]) == {W1: 2, W2: 2}
+    assert index.store(W1, 101, [102], [3]) is ApplyStatus.OK  # the hole is filled again
+    assert matches(index, [1, 2, 3, 4, 5, 6]) == {W1: 6, W2: 6}
+
+
+def test_a_node_nobody_holds_drops_its_subtree():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2, 3], base=100)
+    chain(index, W2, [1, 2, 3], base=200)
+    index.remove(W1, [101])
+    index.remove(W2, [201])  # block 2 is now held by nobody: block 3 goes with it
+    assert matches(index, [1, 2, 3]) == {W1: 1, W2: 1}
+    assert index.blocks_per_worker() == {W1: 1, W2: 1}
+    assert index.depth_histogram() == {1: 1}
+    assert index.remove(W1, [102]) is ApplyStatus.BLOCK_NOT_FOUND
+    assert index.store(W1, 102, [103], [4]) is ApplyStatus.PARENT_BLOCK_NOT_FOUND
+
+
+def test_clear_keeps_the_worker_known_and_remove_worker_forgets_every_rank():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2], base=100)
+    chain(index, W2, [1, 2], base=200)
+    chain(index, W3, [1, 5], base=300)
+    index.clear(W1)
+    assert matches(index, [1, 2]) == {W2: 2, W3: 1}
+    assert index.blocks_per_worker() == {W1: 0, W2: 2, W3: 2}
+    index.remove_worker(2)
+    assert index.workers() == [W1]
+    assert matches(index, [1, 2]) == {} and matches(index, [1, 5]) == {}
+    assert index.size == 0 and index.depth_histogram() == {}
+
+
+# ------------------------------------------------------------------------------ inspection
+
+
+def test_dump_is_breadth_first_with_parents_first_and_round_trips():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2, 3], base=100)
+    chain(index, W2, [1, 4], base=200)
+    dumped = index.dump()
+    assert len(dumped) == index.size == 5
+    seen: set = set()
+    for block in dumped:
+        assert block.parent_hash is None or (block.worker, block.parent_hash) in seen
+        seen.add((block.worker, block.block_hash))
+    wire = msgspec.msgpack.decode(msgspec.msgpack.encode(dumped), type=list[DumpedBlock])
+    copy = RadixIndexer()
+    for block in wire:
+        assert copy.store(block.worker, block.parent_hash, [block.block_hash],
+                          [block.local_hash]) is ApplyStatus.OK
+    for query in ([1, 2, 3], [1, 4], [1], [2]):
+        assert matches(copy, query) == matches(index, query)
+    assert index.depth_histogram() == {1: 1, 2: 2, 3: 1}
+
+
+# -------------------------------------------------------------- property: brute-force model
+
+
+class Model:
+    """Entries as (worker -> block hash -> path of local hashes); answers by brute force."""
+
+    def __init__(self) -> None:
+        self.lookup: dict[tuple[int, int], dict[int, tuple[int, ...]]] = {}
+
+    def held(self, path: tuple[int, ...]) -> bool:
+        return any(path in entries.values() for entries in self.lookup.values())
+
+    def drop_below(self, path: tuple[int, ...]) -> None:
+        n = len(path)
+        for entries in self.lookup.values():
+            for block in [b for b, p in entries.items() if len(p) > n and p[:n] == path]:
+                del entries[block]
+
+    def store(self, worker, parent, blocks, locals_) -> ApplyStatus:
+        if len(blocks) != len(locals_) or len(set(blocks)) != len(blocks) or parent in blocks:
+            return ApplyStatus.INVALID_BLOCK
+        entries = self.lookup.get(worker)
+        if parent is None:
+            base: tuple[int, ...] = ()
+        elif entries is None or parent not in entries:
+            return ApplyStatus.PARENT_BLOCK_NOT_FOUND
+        else:
+            base = entries[parent]
+        entries = self.lookup.setdefault(worker, {})
+        displaced = []
+        for i, block in enumerate(blocks):
+            path = base + tuple(locals_[: i + 1])
+            current = [b for b, p in entries.items() if p == path]
+            if current == [block]:
+                continue
+            if current:
+                del entries[current[0]]
+            if block in entries:
+                displaced.append(entries[block])
+            entries[block] = path
+        for path in displaced:
+            if not self.held(path):
+                self.drop_below(path)
+        return ApplyStatus.OK
+
+    def remove(self, worker, blocks) -> ApplyStatus:
+        entries = self.lookup.get(worker)
+        if entries is None:
+            return ApplyStatus.BLOCK_NOT_FOUND if blocks else ApplyStatus.OK
+        missing = False
+        for block in blocks:
+            path = entries.pop(block, None)
+            if path is None:
+                missing = True
+            elif not self.held(path):
+                self.drop_below(path)
+        return ApplyStatus.BLOCK_NOT_FOUND if missing else ApplyStatus.OK
+
+    def clear(self, worker) -> None:
+        self.remove(worker, list(self.lookup.get(worker, {})))
+        self.lookup.setdefault(worker, {})
+
+    def remove_worker(self, instance_id) -> None:
+        for worker in [w for w in self.lookup if w[0] == instance_id]:
+            self.clear(worker)
+            del self.lookup[worker]
+
+    def find_matches(self, local) -> dict:
+        scores = {}
+        for worker, entries in self.lookup.items():
+            paths = set(entries.values())
+            depth = 0
+            while depth < len(local) and tuple(local[: depth + 1]) in paths:
+                depth += 1
+            if depth:
+                scores[worker] = depth
+        return scores
+
+    def paths(self) -> set[tuple[int, ...]]:
+        return {p for entries in self.lookup.values() for p in entries.values()}
+
+
+WORKERS = st.sampled_from([(1, 0), (2, 0), (2, 1), (3, 0)])
+LOCALS = st.integers(1, 3)
+BLOCKS = st.integers(100, 130)
+
+
+class IndexerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = RadixIndexer()
+        self.model = Model()
+
+    @rule(data=st.data(), worker=WORKERS, locals_=st.lists(LOCALS, max_size=7))
+    def store_chain(self, data, worker, locals_):
+        held = sorted(self.model.lookup.get(worker, {}))
+        parent = data.draw(st.sampled_from([None, *held]) if held else st.none())
+        start = data.draw(BLOCKS)
+        blocks = [start + 40 * i for i in range(len(locals_))]  # fresh names, chained
+        assert self.index.store(worker, parent, blocks, locals_) == \
+            self.model.store(worker, parent, blocks, locals_)
+
+    @rule(worker=WORKERS, parent=st.none() | BLOCKS,
+          pairs=st.lists(st.tuples(BLOCKS, LOCALS), max_size=4))
+    def store_anything(self, worker, parent, pairs):
+        blocks = [b for b, _ in pairs]
+        locals_ = [h for _, h in pairs]
+        assert self.index.store(worker, parent, blocks, locals_) == \
+            self.model.store(worker, parent, blocks, locals_)
+
+    @rule(data=st.data(), worker=WORKERS)
+    def remove_held(self, data, worker):
+        held = sorted(self.model.lookup.get(worker, {}))
+        picked = data.draw(st.lists(st.sampled_from(held), max_size=3, unique=True)) if held else []
+        extra = data.draw(st.lists(BLOCKS, max_size=1))
+        blocks = picked + extra
+        assert self.index.remove(worker, blocks) == self.model.remove(worker, blocks)
+
+    @rule(worker=WORKERS)
+    def clear(self, worker):
+        self.index.clear(worker)
+        self.model.clear(worker)
+
+    @rule(instance=st.integers(1, 3))
+    def remove_worker(self, instance):
+        self.index.remove_worker(instance)
+        self.model.remove_worker(instance)
+
+    @rule(query=st.lists(LOCALS, max_size=10))
+    def random_query(self, query):
+        assert matches(self.index, query) == self.model.find_matches(query)
+
+    @invariant()
+    def every_held_path_answers_like_the_model(self):
+        for path in self.model.paths():
+            query = list(path) + [9]
+            assert matches(self.index, query) == self.model.find_matches(query)
+        assert self.index.blocks_per_worker() == {w: len(e) for w, e in self.model.lookup.items()}
+        assert self.index.size == sum(len(e) for e in self.model.lookup.values())
+
+    @rule()
+    def dump_round_trip(self):
+        copy = RadixIndexer()
+        for block in self.index.dump():
+            copy.store(block.worker, block.parent_hash, [block.block_hash], [block.local_hash])
+        for path in self.model.paths():
+            assert matches(copy, list(path)) == matches(self.index, list(path))
+
+
+IndexerMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestIndexerAgainstModel = IndexerMachine.TestCase
