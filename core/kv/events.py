@@ -14,10 +14,15 @@ is: it takes the tagged-array form or a map with a ``type`` key, SGLang's shorte
 (ending at ``lora_id``), missing trailing fields, and ignores unknown trailing fields. Engine block
 hashes may be signed 64-bit ints; they are reinterpreted as unsigned. Anything it cannot use
 raises ``KvEventDecodeError`` naming what is wrong; it never raises anything else for bad bytes.
+``decode_known_events`` is the forward-compatible variant a subscriber uses: events of a type it
+does not know are dropped (and counted) instead of failing their whole batch.
+
+``tier_of`` maps an event's ``medium`` string to the ``StorageTier`` whose index it belongs to.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +38,35 @@ _U64 = (1 << 64) - 1
 
 class KvEventDecodeError(ValueError):
     """A KV-event frame or payload that cannot be understood; the message says which part."""
+
+
+class UnknownKvEventError(KvEventDecodeError):
+    """An event whose type name this decoder does not know (a newer engine, most likely)."""
+
+
+class StorageTier(enum.StrEnum):
+    """Where a cached block lives; each tier has its own index (Dynamo's ``StorageTier``)."""
+
+    DEVICE = "device"
+    HOST_PINNED = "host_pinned"
+    DISK = "disk"
+    EXTERNAL = "external"
+
+
+_TIER_OF_MEDIUM = {
+    "GPU": StorageTier.DEVICE, "DEVICE": StorageTier.DEVICE,
+    "CPU_PINNED": StorageTier.HOST_PINNED, "CPU_TIER1": StorageTier.HOST_PINNED,
+    "CPU_TIER2": StorageTier.DISK, "DISK": StorageTier.DISK, "NVME": StorageTier.DISK,
+    "EXTERNAL": StorageTier.EXTERNAL, "NETWORK": StorageTier.EXTERNAL,
+    "REMOTE": StorageTier.EXTERNAL, "SHARED": StorageTier.EXTERNAL,
+}
+
+
+def tier_of(medium: str | None) -> StorageTier:
+    """The tier an engine's ``medium`` names (case-insensitive); missing or unknown: device."""
+    if not medium:
+        return StorageTier.DEVICE
+    return _TIER_OF_MEDIUM.get(medium.upper(), StorageTier.DEVICE)
 
 
 class BlockStored(msgspec.Struct, tag=True, array_like=True, gc=False):
@@ -188,13 +222,23 @@ def decode_event(raw: Any) -> KvEvent:
     if tag == "AllBlocksCleared":
         return AllBlocksCleared()
     if isinstance(tag, str):
-        raise KvEventDecodeError(f"unknown KV event type {tag!r}")
+        raise UnknownKvEventError(f"unknown KV event type {tag!r}")
     _fields(raw, ())  # raises the precise shape error
     raise KvEventDecodeError("malformed KV event")  # pragma: no cover
 
 
 def decode_event_batch(payload: bytes) -> KvEventBatch:
     """Decode a batch payload in any form vLLM or SGLang writes (see the module docstring)."""
+    return _decode_batch(payload, skip_unknown=False)[0]
+
+
+def decode_known_events(payload: bytes) -> tuple[KvEventBatch, int]:
+    """Like ``decode_event_batch``, but events of an unknown type are left out of the batch
+    instead of failing it; returns the batch and how many events were left out."""
+    return _decode_batch(payload, skip_unknown=True)
+
+
+def _decode_batch(payload: bytes, *, skip_unknown: bool) -> tuple[KvEventBatch, int]:
     try:
         raw = msgspec.msgpack.decode(payload)
     except msgspec.DecodeError as exc:
@@ -211,4 +255,13 @@ def decode_event_batch(payload: bytes) -> KvEventBatch:
     dp_rank = raw[2] if len(raw) > 2 else None
     if dp_rank is not None and (isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or dp_rank < 0):
         raise KvEventDecodeError("batch data_parallel_rank must be a non-negative integer or null")
-    return KvEventBatch(ts=float(ts), events=[decode_event(e) for e in events], data_parallel_rank=dp_rank)
+    decoded: list[KvEvent] = []
+    unknown = 0
+    for raw_event in events:
+        try:
+            decoded.append(decode_event(raw_event))
+        except UnknownKvEventError:
+            if not skip_unknown:
+                raise
+            unknown += 1
+    return KvEventBatch(ts=float(ts), events=decoded, data_parallel_rank=dp_rank), unknown

@@ -1,0 +1,311 @@
+"""KV event ingestion for a changing set of workers: one ``KvEventSubscriber`` per worker.
+
+``KvEventIngestor`` keeps the indexers in step with the workers' engines. ``add_worker`` and
+``remove_worker`` are synchronous, for ``WorkerPool`` listeners (``follow(pool)`` wires that up);
+``run`` owns the subscriptions until cancelled. Removing a worker stops its subscription and
+drops all its blocks from every tier's index.
+
+Event threads (``--router-event-threads N``, default 4):
+
+- ``N == 1``: every subscription runs on the caller's event loop.
+- ``N > 1``: each worker is pinned to one of N OS threads (``instance_id % N``), each running its
+  own event loop. Receiving, msgpack decoding, sequence/gap handling and local-hash
+  recomputation happen there; the converted ``IndexOp``s are handed to the caller's loop, which
+  applies them in slices of at most 2 ms. The indexers thus keep a single writer, and the
+  routing code reads them on the same loop without locks.
+
+Python threads share the GIL: event threads move decode work off the routing loop, they do not
+add parallel CPU. On a machine with few cores the GIL hand-offs can cost more than they save;
+``N == 1`` also yields the loop after every batch, so both modes keep routing responsive.
+
+Hand-offs of a removed worker that are still in flight are dropped, so its blocks stay removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from dyn.core.kv.convert import IndexOp, KvEventMetrics, KvIndexWriter, TieredIndexers
+from dyn.core.kv.events import StorageTier
+from dyn.core.kv.subscriber import DEFAULT_REPLAY_TIMEOUT, KvEventSubscriber
+from dyn.core.messages import WorkerRecord
+
+if TYPE_CHECKING:
+    from dyn.core.router.pool import Worker, WorkerPool
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVENT_THREADS = 4
+THREAD_JOIN_TIMEOUT = 5.0
+
+
+class KvEventIngestor:
+    """Subscribes to the KV events of every added worker and applies them to the indexers.
+
+    ``block_size`` is the router's KV block size; None uses each worker's advertised one.
+    """
+
+    def __init__(
+        self, indexer: KvIndexWriter, metrics: KvEventMetrics, *,
+        lower_tiers: Mapping[StorageTier, KvIndexWriter] | None = None,
+        block_size: int | None = None, event_threads: int = DEFAULT_EVENT_THREADS,
+        replay_timeout: float = DEFAULT_REPLAY_TIMEOUT,
+    ) -> None:
+        if event_threads < 1:
+            raise ValueError(f"--router-event-threads must be at least 1, got {event_threads}")
+        if block_size is not None and block_size <= 0:
+            raise ValueError(f"--kv-cache-block-size must be positive, got {block_size}")
+        self.indexers = TieredIndexers(indexer, metrics, lower_tiers)
+        self.metrics = metrics
+        self.block_size = block_size
+        self.event_threads = event_threads
+        self.replay_timeout = replay_timeout
+        self._subscribers: dict[int, KvEventSubscriber] = {}
+        self._running = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._threads: list[_EventThread] = []
+        self._inbox: _LoopInbox | None = None
+
+    # ----------------------------------------------------------------- membership (sync)
+
+    def follow(self, pool: WorkerPool) -> None:
+        """Add and remove workers as ``pool`` reports them (current ones are added at once)."""
+        pool.add_listener(self._on_pool_change)
+
+    def _on_pool_change(self, worker: Worker, added: bool) -> None:
+        if added:
+            self.add_worker(worker.record)
+        else:
+            self.remove_worker(worker.instance_id)
+
+    def add_worker(self, record: WorkerRecord) -> None:
+        """Start following ``record``'s KV events (a worker without a KV-event endpoint is
+        skipped). A record with new endpoints for a known instance restarts it from scratch."""
+        current = self._subscribers.get(record.instance_id)
+        if record.endpoints.kv_events is None:
+            log.info("worker %d publishes no KV events; the router will not see its cache",
+                     record.instance_id)
+            if current is not None:
+                self.remove_worker(record.instance_id)
+            return
+        if current is not None:
+            if (current.record.endpoints.kv_events, current.record.endpoints.kv_replay) == (
+                    record.endpoints.kv_events, record.endpoints.kv_replay):
+                return
+            self.remove_worker(record.instance_id)
+        if self.event_threads == 1:
+            def deliver(ops: list[IndexOp]) -> None:
+                self._apply(subscriber, ops)
+        else:
+            def deliver(ops: list[IndexOp]) -> None:
+                self._hand_over(subscriber, ops)
+        subscriber = KvEventSubscriber(
+            record, deliver, self.metrics, block_size=self.block_size,
+            replay_timeout=self.replay_timeout,
+        )
+        self._subscribers[record.instance_id] = subscriber
+        if self._running:
+            self._start(subscriber)
+
+    def remove_worker(self, instance_id: int) -> None:
+        """Stop following the worker and drop all of its blocks."""
+        subscriber = self._subscribers.pop(instance_id, None)
+        if subscriber is not None and self._running:
+            self._stop(subscriber)
+        self.indexers.remove_worker(instance_id)
+
+    def subscriber(self, instance_id: int) -> KvEventSubscriber | None:
+        return self._subscribers.get(instance_id)
+
+    # ----------------------------------------------------------------- running
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Follow every added worker until cancelled; ``started()`` once subscriptions run."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if self.event_threads > 1:
+                    self._inbox = _LoopInbox(asyncio.get_running_loop(), self._apply)
+                    await self._start_threads()
+                self._running = True
+                for subscriber in self._subscribers.values():
+                    self._start(subscriber)
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            self._running = False
+            self._tg = None
+            if self._inbox is not None:
+                self._inbox.close()
+            with anyio.CancelScope(shield=True):
+                await self._stop_threads()
+            self._inbox = None
+
+    def _start(self, subscriber: KvEventSubscriber) -> None:
+        if self._threads:
+            self._thread_of(subscriber).spawn(subscriber)
+        else:
+            assert self._tg is not None
+            self._tg.start_soon(subscriber.run)
+
+    def _stop(self, subscriber: KvEventSubscriber) -> None:
+        if self._threads:
+            self._thread_of(subscriber).call(subscriber.cancel)
+        else:
+            subscriber.cancel()
+
+    def _thread_of(self, subscriber: KvEventSubscriber) -> _EventThread:
+        return self._threads[subscriber.instance_id % len(self._threads)]
+
+    def _apply(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
+        """Apply on the router's loop, unless the subscriber was removed meanwhile."""
+        if self._running and self._subscribers.get(subscriber.instance_id) is subscriber:
+            try:
+                self.indexers.apply(ops)
+            except Exception:
+                log.exception("applying KV events of worker %d failed", subscriber.instance_id)
+
+    def _hand_over(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
+        """Called on an event thread: queue the ops for the router's loop."""
+        if self._inbox is not None:
+            self._inbox.put(subscriber, ops)
+
+    async def _start_threads(self) -> None:
+        self._threads = [_EventThread(f"kv-events-{i}") for i in range(self.event_threads)]
+        for thread in self._threads:
+            thread.start()
+        for thread in self._threads:
+            if not await anyio.to_thread.run_sync(thread.ready.wait, THREAD_JOIN_TIMEOUT):
+                raise RuntimeError(f"KV event thread {thread.name} did not start")
+
+    async def _stop_threads(self) -> None:
+        threads, self._threads = self._threads, []
+        for thread in threads:
+            thread.stop()
+        for thread in threads:
+            await anyio.to_thread.run_sync(thread.join, THREAD_JOIN_TIMEOUT)
+            if thread.is_alive():
+                log.warning("KV event thread %s did not stop within %g s", thread.name,
+                            THREAD_JOIN_TIMEOUT)
+
+
+class _LoopInbox:
+    """Converted batches from event threads, applied on the router's loop in bounded slices.
+
+    ``put`` (any thread) appends and schedules one drain on the loop if none is pending; a drain
+    applies batches for at most ``SLICE_SECONDS``, then yields the loop to other tasks. FIFO overall, so each
+    worker's batches keep their order. Above ``HIGH_WATER`` queued batches a putting thread
+    waits (backpressure on that thread's sockets) until the loop catches up or the inbox closes.
+    """
+
+    SLICE_SECONDS = 0.002
+    HIGH_WATER = 4096
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 apply: Callable[[KvEventSubscriber, list[IndexOp]], None]) -> None:
+        self._loop = loop
+        self._apply = apply
+        self._queue: deque[tuple[KvEventSubscriber, list[IndexOp]]] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._closed = False
+
+    def put(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
+        while len(self._queue) >= self.HIGH_WATER and not self._closed:
+            time.sleep(0.001)
+        if self._closed:
+            return
+        self._queue.append((subscriber, ops))
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the router's loop is closed: we are shutting down
+            self._closed = True
+
+    def _drain(self) -> None:
+        deadline = time.perf_counter() + self.SLICE_SECONDS
+        while self._queue and time.perf_counter() < deadline:
+            subscriber, ops = self._queue.popleft()
+            self._apply(subscriber, ops)
+        with self._lock:
+            if self._queue and not self._closed:
+                self._loop.call_soon(self._drain)
+            else:
+                self._scheduled = False
+
+    def close(self) -> None:
+        """Drop what is queued and refuse more (the loop side; releases waiting threads)."""
+        self._closed = True
+        self._queue.clear()
+
+
+class _EventThread:
+    """An OS thread running its own event loop, on which subscribers are spawned and cancelled.
+
+    Every method is called from another thread and returns at once (``call_soon_threadsafe``).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stopping: anyio.Event | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            anyio.run(self._serve, backend="asyncio")
+        except Exception:
+            log.exception("KV event thread %s failed", self.name)
+        finally:
+            self.ready.set()  # never leave a starter waiting
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self.ready.set()
+            await self._stopping.wait()
+            tg.cancel_scope.cancel()
+
+    def call(self, fn: Any, *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # its loop already ended
+            pass
+
+    def spawn(self, subscriber: KvEventSubscriber) -> None:
+        self.call(self._spawn, subscriber)
+
+    def _spawn(self, subscriber: KvEventSubscriber) -> None:
+        if self._tg is not None:
+            self._tg.start_soon(subscriber.run)
+
+    def stop(self) -> None:
+        if self._stopping is not None:
+            self.call(self._stopping.set)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()

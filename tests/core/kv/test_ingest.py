@@ -1,0 +1,574 @@
+"""KV event ingestion: conversion to indexer operations, metrics, and subscriptions over real ZMQ.
+
+The indexer is a small recording fake with RadixIndexer's writing API and statuses (a store
+whose parent this worker does not hold is refused, removing an unknown block is reported), so
+out-of-order or duplicated delivery shows up in its call log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+
+import anyio
+import msgspec
+from prometheus_client import CollectorRegistry
+import pytest
+import zmq
+
+from dyn.core.kv.convert import (
+    BatchConverter,
+    KvEventMetrics,
+    RejectReason,
+    TieredIndexers,
+    apply_event_batch,
+)
+from dyn.core.kv.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEventBatch,
+    StorageTier,
+    decode_known_events,
+    encode_event_batch,
+    encode_seq,
+    tier_of,
+)
+from dyn.core.kv.hashing import block_hashes
+from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
+from dyn.core.kv.subscriber import KvEventSubscriber
+from dyn.core.messages import WorkerEndpoints, WorkerRecord
+from dyn.core.transport.event_plane import KvEventPublisher
+from dyn.core.transport.sockets import bind_random, configure, sync_context
+
+BS = 4
+
+
+class ApplyStatus(enum.StrEnum):
+    OK = "ok"
+    PARENT_BLOCK_NOT_FOUND = "parent_block_not_found"
+    BLOCK_NOT_FOUND = "block_not_found"
+    INVALID_BLOCK = "invalid_block"
+
+
+class RecordingIndexer:
+    """Records every call; keeps each worker's set of block hashes to judge parents."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.blocks: dict[tuple[int, int], set[int]] = {}
+
+    def store(self, worker, parent_hash, block_hashes, local_hashes):
+        self.calls.append(("store", worker, parent_hash, list(block_hashes), list(local_hashes)))
+        held = self.blocks.setdefault(worker, set())
+        if parent_hash is not None and parent_hash not in held:
+            return ApplyStatus.PARENT_BLOCK_NOT_FOUND
+        held.update(block_hashes)
+        return ApplyStatus.OK
+
+    def remove(self, worker, block_hashes):
+        self.calls.append(("remove", worker, list(block_hashes)))
+        held = self.blocks.setdefault(worker, set())
+        status = ApplyStatus.OK if all(h in held for h in block_hashes) else ApplyStatus.BLOCK_NOT_FOUND
+        held.difference_update(block_hashes)
+        return status
+
+    def clear(self, worker):
+        self.calls.append(("clear", worker))
+        self.blocks[worker] = set()
+
+    def remove_worker(self, instance_id):
+        self.calls.append(("remove_worker", instance_id))
+        for key in [k for k in self.blocks if k[0] == instance_id]:
+            del self.blocks[key]
+
+    def stored_hashes(self) -> list[int]:
+        return [h for c in self.calls if c[0] == "store" for h in c[3]]
+
+
+def applied(registry: CollectorRegistry, status: str, event_type: str) -> float:
+    return registry.get_sample_value(
+        "dynamo_component_kv_cache_events_applied_total", {"status": status, "event_type": event_type})
+
+
+def rejected(registry: CollectorRegistry, reason: str) -> float:
+    return registry.get_sample_value("dynamo_component_kv_events_rejected_total", {"reason": reason})
+
+
+def setup(lower=None, dp_rank=0):
+    registry = CollectorRegistry()
+    metrics = KvEventMetrics(registry)
+    device = RecordingIndexer()
+    indexers = TieredIndexers(device, metrics, lower)
+    return registry, metrics, device, indexers, BatchConverter(7, BS, metrics, dp_rank)
+
+
+def via_wire(value) -> KvEventBatch:
+    batch, unknown = decode_known_events(msgspec.msgpack.encode(value))
+    assert unknown == 0
+    return batch
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+@pytest.mark.parametrize(("medium", "tier"), [
+    (None, StorageTier.DEVICE), ("GPU", StorageTier.DEVICE), ("device", StorageTier.DEVICE),
+    ("CPU_PINNED", StorageTier.HOST_PINNED), ("cpu_tier1", StorageTier.HOST_PINNED),
+    ("CPU_TIER2", StorageTier.DISK), ("Disk", StorageTier.DISK), ("NVME", StorageTier.DISK),
+    ("EXTERNAL", StorageTier.EXTERNAL), ("network", StorageTier.EXTERNAL),
+    ("REMOTE", StorageTier.EXTERNAL), ("SHARED", StorageTier.EXTERNAL), ("TAPE", StorageTier.DEVICE),
+])
+def test_medium_maps_to_storage_tier(medium, tier):
+    assert tier_of(medium) is tier
+
+
+def test_vllm_batch_becomes_store_remove_clear_with_recomputed_local_hashes():
+    registry, _, device, indexers, converter = setup()
+    tokens = list(range(100, 108))
+    payload = encode_event_batch(KvEventBatch(1.0, [
+        BlockStored([11, 12], None, tokens, BS, None, "GPU", None),
+        BlockStored([13], 12, [1, 2, 3, 4], BS),
+        BlockRemoved([13]),
+        AllBlocksCleared(),
+    ], None))
+    batch, _ = decode_known_events(payload)
+    outcomes = apply_event_batch(batch, converter, indexers)
+    assert outcomes == ["ok", "ok", "ok", "ok"]
+    assert device.calls == [
+        ("store", (7, 0), None, [11, 12], block_hashes(tokens, BS)),
+        ("store", (7, 0), 12, [13], block_hashes([1, 2, 3, 4], BS)),
+        ("remove", (7, 0), [13]),
+        ("clear", (7, 0)),
+    ]
+    assert applied(registry, "ok", "stored") == 2
+    assert applied(registry, "ok", "removed") == 1 and applied(registry, "ok", "cleared") == 1
+
+
+def test_map_form_sglang_short_form_trailing_fields_and_signed_hashes():
+    _, _, device, indexers, converter = setup()
+    batch = via_wire([2.0, [
+        ["BlockStored", [-1], None, [1, 2, 3, 4], BS, None],  # SGLang: ends at lora_id
+        ["BlockStored", [-2], -1, [5, 6, 7, 8], BS, None, "GPU", None, None, None, 0, "full", 0],
+        {"type": "BlockRemoved", "block_hashes": [-2], "medium": "GPU", "group_idx": 3},
+    ], None])
+    assert apply_event_batch(batch, converter, indexers) == ["ok", "ok", "ok"]
+    top = 2**64
+    assert device.calls == [
+        ("store", (7, 0), None, [top - 1], block_hashes([1, 2, 3, 4], BS)),
+        ("store", (7, 0), top - 1, [top - 2], block_hashes([5, 6, 7, 8], BS)),
+        ("remove", (7, 0), [top - 2]),
+    ]
+
+
+def test_unknown_event_types_are_left_out_and_counted_apart():
+    batch, unknown = decode_known_events(msgspec.msgpack.encode(
+        [1.0, [["KvCacheDefragmented", 1], ["BlockRemoved", [5]]], 0]))
+    assert unknown == 1 and batch.events == [BlockRemoved([5], None)]
+
+
+def test_lower_tiers_go_to_their_indexer_or_are_rejected():
+    host = RecordingIndexer()
+    registry, _, device, indexers, converter = setup(lower={StorageTier.HOST_PINNED: host})
+    batch = KvEventBatch(1.0, [
+        BlockStored([1], None, [1, 2, 3, 4], BS, None, "CPU_PINNED"),
+        BlockStored([2], None, [1, 2, 3, 4], BS, None, "DISK"),
+        BlockRemoved([1], "cpu_tier1"),
+    ])
+    outcomes = apply_event_batch(batch, converter, indexers)
+    assert outcomes == ["ok", RejectReason.TIER_NOT_INDEXED, "ok"]
+    assert [c[0] for c in host.calls] == ["store", "remove"] and device.calls == []
+    assert rejected(registry, "tier_not_indexed") == 1
+
+
+def test_block_size_mismatch_indexes_the_good_leading_blocks_only(caplog):
+    registry, _, device, indexers, converter = setup()
+    tokens = list(range(10))  # 2 full blocks of 4, then 2 tokens for the third
+    with caplog.at_level(logging.WARNING, "dyn.core.kv.convert"):
+        outcomes = apply_event_batch(KvEventBatch(1.0, [
+            BlockStored([1, 2, 3], None, tokens, BS),
+            BlockStored([4, 5], None, list(range(16)), 8),  # engine block size 8, router 4
+        ]), converter, indexers)
+        for _ in range(5):
+            apply_event_batch(KvEventBatch(1.0, [BlockStored([6], None, [1], BS)]), converter, indexers)
+    assert outcomes == ["ok", RejectReason.BLOCK_SIZE_MISMATCH]
+    assert device.calls == [("store", (7, 0), None, [1, 2], block_hashes(tokens[:8], BS))]
+    assert rejected(registry, "block_size_mismatch") == 1 + 2 + 5
+    assert len([r for r in caplog.records if "not indexed" in r.message]) == 3
+
+
+def test_lora_name_changes_local_hashes():
+    _, _, device, indexers, converter = setup()
+    tokens = [9, 8, 7, 6]
+    apply_event_batch(KvEventBatch(1.0, [
+        BlockStored([1], None, tokens, BS, None, "GPU", None),
+        BlockStored([2], None, tokens, BS, None, "GPU", "my-lora"),
+    ]), converter, indexers)
+    plain, lora = device.calls[0][4], device.calls[1][4]
+    assert plain == block_hashes(tokens, BS) and lora == block_hashes(tokens, BS, "my-lora")
+    assert plain != lora
+
+
+def test_batch_dp_rank_overrides_the_registered_one():
+    _, _, device, indexers, converter = setup(dp_rank=1)
+    apply_event_batch(KvEventBatch(1.0, [AllBlocksCleared()], 3), converter, indexers)
+    apply_event_batch(KvEventBatch(1.0, [AllBlocksCleared()], None), converter, indexers)
+    assert device.calls == [("clear", (7, 3)), ("clear", (7, 1))]
+
+
+def test_indexer_statuses_are_counted_by_event_type():
+    registry, _, _, indexers, converter = setup()
+    outcomes = apply_event_batch(KvEventBatch(1.0, [
+        BlockStored([2], 99, [1, 2, 3, 4], BS),
+        BlockRemoved([42]),
+    ]), converter, indexers)
+    assert outcomes == ["parent_block_not_found", "block_not_found"]
+    assert applied(registry, "parent_block_not_found", "stored") == 1
+    assert applied(registry, "block_not_found", "removed") == 1
+    assert applied(registry, "ok", "stored") == 0 and applied(registry, "invalid_block", "cleared") == 0
+
+
+def test_with_the_real_radix_indexer():
+    indexer_module = pytest.importorskip("dyn.core.kv.indexer")
+    registry = CollectorRegistry()
+    metrics = KvEventMetrics(registry)
+    indexer = indexer_module.RadixIndexer()
+    indexers = TieredIndexers(indexer, metrics)
+    converter = BatchConverter(7, BS, metrics)
+    prompt = list(range(12))
+    outcomes = apply_event_batch(KvEventBatch(1.0, [
+        BlockStored([11, 12], None, prompt[:8], BS),
+        BlockStored([13], 12, prompt[8:], BS),
+        BlockStored([14], 99, [1, 2, 3, 4], BS),
+        BlockRemoved([77]),
+    ]), converter, indexers)
+    assert outcomes == ["ok", "ok", "parent_block_not_found", "block_not_found"]
+    # the router's own hashes of the prompt find the engine's blocks
+    assert indexer.find_matches(block_hashes(prompt + [5], BS)) == {(7, 0): 3}
+    apply_event_batch(KvEventBatch(1.0, [BlockRemoved([13])]), converter, indexers)
+    assert indexer.find_matches(block_hashes(prompt, BS)) == {(7, 0): 2}
+    indexers.remove_worker(7)
+    assert indexer.find_matches(block_hashes(prompt, BS)) == {}
+    assert applied(registry, "ok", "stored") == 2 and applied(registry, "ok", "removed") == 1
+
+
+# --------------------------------------------------------------------------- subscriptions
+
+
+
+def stored(k: int) -> BlockStored:
+    """Batch k of a chain: one block whose parent is block k-1."""
+    return BlockStored([1000 + k], 1000 + k - 1 if k else None, [k] * BS, BS)
+
+
+class FakeEngine:
+    """A worker's KV event plane whose live stream the test controls.
+
+    A real ``KvEventPublisher`` keeps the replay buffer and serves replay; live frames go out on
+    the test's own PUB, so a test can drop a seq, repeat one or send garbage.
+    """
+
+    def __init__(self, instance_id: int = 7, *, buffer_size: int = 1000, replay: bool = True,
+                 replay_endpoint: str | None = None) -> None:
+        self.publisher = KvEventPublisher(buffer_size=buffer_size)
+        self.pub = configure(sync_context().socket(zmq.PUB))
+        endpoint = bind_random(self.pub, "127.0.0.1")
+        if replay_endpoint is None and replay:
+            replay_endpoint = self.publisher.replay_endpoint
+        self.record = WorkerRecord(
+            instance_id=instance_id, namespace="ns", model_name="m", engine="mocker",
+            endpoints=WorkerEndpoints(request="tcp://127.0.0.1:9", kv_events=endpoint,
+                                      kv_replay=replay_endpoint),
+            block_size=BS, total_kv_blocks=64, max_num_batched_tokens=64,
+        )
+
+    def publish(self, events: list, *, send: bool = True, dp_rank: int = 0) -> int:
+        seq = self.publisher.publish(events, dp_rank)
+        if send:
+            payload = self.publisher.replay_from(seq)[0][1]
+            self.send([b"kv-events", encode_seq(seq), payload])
+        return seq
+
+    def send(self, frames: list[bytes]) -> None:
+        self.pub.send_multipart(frames)
+
+    def close(self) -> None:
+        self.pub.close(linger=0)
+        self.publisher.close()
+
+
+async def until(condition, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.005)
+
+
+async def go_live(engine: FakeEngine, indexer: RecordingIndexer, first: int) -> int:
+    """Publish chain batches from ``first`` until one reaches the subscriber live (earlier ones
+    then arrive through gap replay); returns the next chain index."""
+    k = first
+    with anyio.fail_after(5):
+        while True:
+            engine.publish([stored(k)])
+            k += 1
+            with anyio.move_on_after(0.05):
+                await until(lambda k=k: 1000 + k - 1 in indexer.blocks.get((7, 0), set()))
+                return k
+
+
+def engine_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("kv-events-")]
+
+
+@pytest.fixture(params=[1, 2], ids=["loop", "threads"])
+def event_threads(request) -> int:
+    return request.param
+
+
+@pytest.mark.anyio
+async def test_catch_up_replays_earlier_events_then_follows_live_without_duplicates(event_threads):
+    engine = FakeEngine()
+    engine.record.endpoints.kv_events = engine.publisher.endpoint  # the real publisher's PUB
+    for k in range(3):
+        engine.publisher.publish([stored(k)])
+    registry = CollectorRegistry()
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            ingestor.add_worker(engine.record)
+            await tg.start(ingestor.run)
+            await until(lambda: 1002 in indexer.blocks.get((7, 0), set()))
+            assert engine_threads() == (["kv-events-0", "kv-events-1"] if event_threads == 2 else [])
+            k = 3
+            while 1000 + k - 1 not in indexer.blocks[(7, 0)] or k < 6:
+                engine.publisher.publish([stored(k)])
+                k += 1
+                await anyio.sleep(0.01)
+            await until(lambda: indexer.stored_hashes() == [1000 + i for i in range(k)])
+            tg.cancel_scope.cancel()
+    assert applied(registry, "ok", "stored") == k
+    assert rejected(registry, "replay_incomplete") == 0
+    assert engine_threads() == []
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_a_standalone_subscriber_is_started_once_its_catch_up_is_applied():
+    engine = FakeEngine()
+    for k in range(3):
+        engine.publish([stored(k)], send=False)
+    registry, metrics, device, indexers, _ = setup()
+    subscriber = KvEventSubscriber(engine.record, indexers.apply, metrics)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(subscriber.run)
+            assert device.stored_hashes() == [1000, 1001, 1002] and subscriber.last_seq == 2
+            subscriber.cancel()
+            tg.cancel_scope.cancel()
+    assert applied(registry, "ok", "stored") == 3
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_dropped_seq_is_recovered_through_replay(event_threads):
+    engine = FakeEngine()
+    registry = CollectorRegistry()
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(ingestor.run)
+            ingestor.add_worker(engine.record)
+            k = await go_live(engine, indexer, 0)
+            engine.publish([stored(k)], send=False)  # lost on the live stream
+            engine.publish([stored(k + 1)], send=False)
+            engine.publish([stored(k + 2)])
+            await until(lambda: 1000 + k + 2 in indexer.blocks[(7, 0)])
+            engine.publish([stored(k + 3)])
+            await until(lambda: 1000 + k + 3 in indexer.blocks[(7, 0)])
+            tg.cancel_scope.cancel()
+    assert indexer.stored_hashes() == [1000 + i for i in range(k + 4)]
+    assert applied(registry, "parent_block_not_found", "stored") == 0
+    assert rejected(registry, "replay_incomplete") == 0
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_unrecoverable_gap_is_counted_and_the_stream_goes_on(event_threads):
+    engine = FakeEngine(buffer_size=2)
+    registry = CollectorRegistry()
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(ingestor.run)
+            ingestor.add_worker(engine.record)
+            k = await go_live(engine, indexer, 0)
+            before = rejected(registry, "replay_incomplete")  # catch-up or probing may roll over too
+            for i in range(3):  # lost live; the buffer of 2 keeps only the last and the next
+                engine.publish([stored(k + i)], send=False)
+            engine.publish([BlockStored([5000], None, [1] * BS, BS)])
+            await until(lambda: 5000 in indexer.blocks[(7, 0)])
+            engine.publish([BlockStored([5001], 5000, [2] * BS, BS)])
+            await until(lambda: 5001 in indexer.blocks[(7, 0)])
+            tg.cancel_scope.cancel()
+    assert rejected(registry, "replay_incomplete") == before + 1
+    # replayed what the buffer still had, then went on
+    assert indexer.stored_hashes()[-4:] == [1000 + k - 1, 1000 + k + 2, 5000, 5001]
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_gap_without_replay_endpoint_or_with_a_silent_one_is_counted(event_threads):
+    silent = configure(sync_context().socket(zmq.ROUTER))  # answers nothing
+    silent_endpoint = bind_random(silent, "127.0.0.1")
+    engines = [FakeEngine(7, replay=False), FakeEngine(8, replay_endpoint=silent_endpoint)]
+    registry = CollectorRegistry()
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads,
+                               replay_timeout=0.05)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(ingestor.run)
+            for engine in engines:
+                ingestor.add_worker(engine.record)
+            await until(lambda: rejected(registry, "replay_incomplete") == 1)  # 8's catch-up
+            for iid, engine in zip((7, 8), engines):
+                marker = 100 * iid
+                with anyio.fail_after(5):  # until one arrives live
+                    while (iid, 0) not in indexer.blocks:
+                        engine.publish([BlockStored([marker], None, [1] * BS, BS)])
+                        await anyio.sleep(0.02)
+                base = rejected(registry, "replay_incomplete")
+                engine.publish([BlockRemoved([marker])], send=False)
+                engine.publish([BlockStored([marker + 1], None, [2] * BS, BS)])
+                await until(lambda m=marker, i=iid: m + 1 in indexer.blocks[(i, 0)])
+                assert rejected(registry, "replay_incomplete") == base + 1
+                assert marker in indexer.blocks[(iid, 0)]  # the remove was lost
+            tg.cancel_scope.cancel()
+    for engine in engines:
+        engine.close()
+    silent.close(linger=0)
+
+
+@pytest.mark.anyio
+async def test_garbage_is_counted_and_the_subscription_survives(event_threads):
+    engine = FakeEngine()
+    registry = CollectorRegistry()
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(ingestor.run)
+            ingestor.add_worker(engine.record)
+            k = await go_live(engine, indexer, 0)
+            engine.send([b"kv-events", encode_seq(99)])  # two frames
+            engine.send([b"kv-events", b"\x01", b"\x90"])  # short seq frame
+            bad = engine.publish([stored(k)], send=False)
+            engine.send([b"kv-events", encode_seq(bad), b"\xc1 not msgpack"])  # uses up its seq
+            odd = engine.publish([stored(k + 1)], send=False)
+            engine.send([b"kv-events", encode_seq(odd), msgspec.msgpack.encode(
+                [1.0, [["FutureEvent", 1, 2], ["BlockStored", [2000], None, [3] * BS, BS]], 0])])
+            engine.publish([BlockStored([2001], 2000, [4] * BS, BS)])
+            await until(lambda: 2001 in indexer.blocks[(7, 0)])
+            tg.cancel_scope.cancel()
+    assert rejected(registry, "bad_frames") == 2
+    assert rejected(registry, "bad_payload") == 1
+    assert rejected(registry, "unknown_event") == 1
+    assert rejected(registry, "replay_incomplete") == 0
+    assert 1000 + k not in indexer.blocks[(7, 0)]  # its payload was garbage on the live stream
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_remove_worker_drops_its_blocks_and_late_hand_overs(event_threads):
+    engines = [FakeEngine(7), FakeEngine(8)]
+    registry = CollectorRegistry()
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for engine in engines:
+                tg.start_soon(engine.publisher.serve_replay)
+                engine.publisher.publish([BlockStored([engine.record.instance_id], None, [1] * BS, BS)])
+            await tg.start(ingestor.run)
+            for engine in engines:
+                ingestor.add_worker(engine.record)
+            await until(lambda: indexer.blocks.get((7, 0)) == {7} and indexer.blocks.get((8, 0)) == {8})
+            old = ingestor.subscriber(7)
+            ingestor.remove_worker(7)
+            assert ingestor.subscriber(7) is None and (7, 0) not in indexer.blocks
+            assert ("remove_worker", 7) in indexer.calls
+            ops = BatchConverter(7, BS, ingestor.metrics).convert(
+                KvEventBatch(1.0, [BlockStored([70], None, [1] * BS, BS)]))
+            old._deliver(ops)  # a hand-over still in flight when the worker left
+            await anyio.sleep(0.02)
+            assert (7, 0) not in indexer.blocks
+            tg.cancel_scope.cancel()
+    for engine in engines:
+        engine.close()
+
+
+def test_a_worker_without_kv_events_is_skipped_and_pool_changes_are_followed(caplog):
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(CollectorRegistry()), event_threads=1)
+    engine = FakeEngine(7)
+    quiet = msgspec.structs.replace(
+        engine.record, instance_id=8, endpoints=WorkerEndpoints(request="tcp://127.0.0.1:9"))
+
+    class Pool:
+        def add_listener(self, listener):
+            self.listener = listener
+
+    class Worker:
+        def __init__(self, record):
+            self.record, self.instance_id = record, record.instance_id
+
+    pool = Pool()
+    ingestor.follow(pool)
+    with caplog.at_level(logging.INFO, "dyn.core.kv.ingest"):
+        pool.listener(Worker(quiet), True)
+        pool.listener(Worker(engine.record), True)
+    assert ingestor.subscriber(8) is None and ingestor.subscriber(7) is not None
+    assert any("publishes no KV events" in r.message for r in caplog.records)
+    pool.listener(Worker(engine.record), False)
+    assert ingestor.subscriber(7) is None and ("remove_worker", 7) in indexer.calls
+    with pytest.raises(ValueError, match="router-event-threads"):
+        KvEventIngestor(indexer, KvEventMetrics(CollectorRegistry()), event_threads=0)
+    engine.close()
+
+
+class _NeverDrains:
+    def call_soon_threadsafe(self, *args):
+        pass
+
+
+def test_inbox_keeps_order_and_close_releases_a_thread_held_by_backpressure(monkeypatch):
+    got = []
+
+    async def fill_from_a_thread():
+        inbox = _LoopInbox(asyncio.get_running_loop(), lambda sub, ops: got.append(ops))
+        monkeypatch.setattr(inbox, "HIGH_WATER", 3)
+        await anyio.to_thread.run_sync(lambda: [inbox.put(None, [i]) for i in range(200)])
+        await until(lambda: len(got) == 200)
+
+    anyio.run(fill_from_a_thread)
+    assert got == [[i] for i in range(200)]
+
+    stuck = _LoopInbox(_NeverDrains(), lambda sub, ops: None)
+    monkeypatch.setattr(stuck, "HIGH_WATER", 1)
+    putter = threading.Thread(target=lambda: [stuck.put(None, [i]) for i in range(3)])
+    putter.start()
+    putter.join(0.05)
+    assert putter.is_alive()  # held: nothing drains
+    stuck.close()
+    putter.join(5)
+    assert not putter.is_alive()
