@@ -1,0 +1,210 @@
+"""KV router configuration: one dataclass, validated once at start-up.
+
+``KvRouterConfig`` holds every knob of the KV router (the ``--router-*`` flags). ``build_config``
+applies, in order, the deprecated overlap-score weight and the ``--load-aware`` preset, then
+validates; ``KvRouterConfig.validate`` raises ``ConfigError`` with a sentence naming the flags to
+change. The environment helpers parse ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` and the
+deprecated weight variables the way the reference does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from dyn.core.errors import ConfigError
+from dyn.core.router.queue import QUEUE_POLICIES
+
+log = logging.getLogger("dyn.router")
+
+PREFILL_LOAD_MODELS = ("none", "aic")
+DEFAULT_OVERLAP_REFRESH_SECS = 10.0
+OVERLAP_REFRESH_ENV = "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"
+DEPRECATED_WEIGHT_ENVS = ("DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT", "DYN_OVERLAP_SCORE_WEIGHT")
+
+
+@dataclass(slots=True)
+class KvRouterConfig:
+    """Every KV router setting; defaults are the seed's.
+
+    ``overlap_score_credit == 0`` means no prefix index and no KV events (``uses_indexer``).
+    Thresholds left ``None`` are off; ``queue_threshold=None`` disables the router queue.
+    """
+
+    overlap_score_credit: float = 1.0
+    prefill_load_scale: float = 1.0
+    temperature: float = 0.0
+    use_kv_events: bool = True
+    ttl_secs: float = 120.0
+    predicted_ttl_secs: float | None = None
+    event_threads: int = 4
+    track_active_blocks: bool = True
+    assume_kv_reuse: bool = True
+    track_output_blocks: bool = False
+    track_prefill_tokens: bool = True
+    prefill_load_model: str = "none"
+    queue_threshold: float | None = 16.0
+    queue_policy: str = "fcfs"
+    overlap_refresh_after_secs: float | None = DEFAULT_OVERLAP_REFRESH_SECS
+    replica_sync: bool = False
+    use_remote_indexer: bool = False
+    indexer_address: str | None = None
+    load_aware: bool = False
+    active_decode_blocks_threshold: float | None = None
+    active_prefill_tokens_threshold: int | None = None
+    active_prefill_tokens_threshold_frac: float | None = None
+    stale_request_secs: float = 300.0
+
+    @property
+    def uses_indexer(self) -> bool:
+        """Whether prefix overlap matters at all (a nonzero credit): build an indexer, read events."""
+        return self.overlap_score_credit > 0
+
+    def validate(self) -> KvRouterConfig:
+        """Return ``self`` if the settings can work together; raise ``ConfigError`` otherwise."""
+        credit = self.overlap_score_credit
+        if not _finite(credit) or not 0.0 <= credit <= 1.0:
+            raise ConfigError(
+                f"--router-kv-overlap-score-credit must be between 0.0 and 1.0, got {credit}; "
+                "to weigh prompt load more, raise --router-prefill-load-scale instead")
+        _non_negative(self.prefill_load_scale, "--router-prefill-load-scale")
+        _non_negative(self.temperature, "--router-temperature")
+        _positive(self.ttl_secs, "--router-ttl-secs")
+        _positive(self.stale_request_secs, "the stale request timeout")
+        if isinstance(self.event_threads, bool) or not isinstance(self.event_threads, int) \
+                or self.event_threads < 1:
+            raise ConfigError(f"--router-event-threads must be a whole number of at least 1, "
+                              f"got {self.event_threads!r}")
+        if self.predicted_ttl_secs is not None:
+            _positive(self.predicted_ttl_secs, "--router-predicted-ttl-secs")
+            if not self.use_kv_events:
+                raise ConfigError(
+                    "--router-predicted-ttl-secs needs KV events: do not combine it with "
+                    "--no-router-kv-events or --load-aware (approximate mode already records "
+                    "routing decisions); drop one of them")
+            if not self.uses_indexer:
+                raise ConfigError(
+                    "--router-predicted-ttl-secs has no effect when "
+                    "--router-kv-overlap-score-credit is 0 (or a deprecated overlap weight of 0 "
+                    "is set): prefix overlap is ignored; drop the flag or raise the credit")
+        if self.queue_threshold is not None:
+            _positive(self.queue_threshold, "--router-queue-threshold",
+                      hint="; use None to disable the router queue")
+        if self.queue_policy not in QUEUE_POLICIES:
+            raise ConfigError(f"--router-queue-policy must be one of {', '.join(QUEUE_POLICIES)}, "
+                              f"got {self.queue_policy!r}")
+        if self.prefill_load_model == "aic":
+            raise ConfigError(
+                "--router-prefill-load-model aic needs NVIDIA's AIConfigurator performance "
+                "database, which dyn does not ship; use --router-prefill-load-model none")
+        if self.prefill_load_model not in PREFILL_LOAD_MODELS:
+            raise ConfigError(f"--router-prefill-load-model must be one of "
+                              f"{', '.join(PREFILL_LOAD_MODELS)}, got {self.prefill_load_model!r}")
+        if self.track_output_blocks and not self.track_active_blocks:
+            raise ConfigError("--router-track-output-blocks needs active block tracking: drop "
+                              "--no-router-track-active-blocks or --router-track-output-blocks")
+        if self.overlap_refresh_after_secs is not None:
+            _positive(self.overlap_refresh_after_secs, OVERLAP_REFRESH_ENV,
+                      hint="; set it to 0 to disable the dequeue-time overlap refresh")
+        for value, flag in ((self.active_decode_blocks_threshold, "--active-decode-blocks-threshold"),
+                            (self.active_prefill_tokens_threshold, "--active-prefill-tokens-threshold"),
+                            (self.active_prefill_tokens_threshold_frac,
+                             "--active-prefill-tokens-threshold-frac")):
+            if value is not None:
+                _positive(value, flag, hint="; omit it to turn that busy check off")
+        return self
+
+
+def build_config(*, deprecated_overlap_weight: float | None = None,
+                 deprecated_weight_source: str = "--router-kv-overlap-score-weight",
+                 load_aware: bool = False, **fields: object) -> KvRouterConfig:
+    """A validated config from ``fields`` (``KvRouterConfig`` field names), then, in order:
+
+    1. the deprecated overlap-score weight (from ``deprecated_weight_source``, named in the
+       warning): a nonzero weight becomes ``prefill_load_scale``; 0 sets both
+       ``prefill_load_scale`` and ``overlap_score_credit`` to 0. It wins over the newer fields.
+    2. the ``--load-aware`` preset: credit 0, no KV events, no KV reuse assumption, active block
+       and prefill token tracking on, no remote indexer; ``prefill_load_scale`` is kept.
+    """
+    config = KvRouterConfig(**fields)  # type: ignore[arg-type]
+    if deprecated_overlap_weight is not None:
+        weight = deprecated_overlap_weight
+        if not _finite(weight) or weight < 0:
+            raise ConfigError(f"{deprecated_weight_source} must be a number >= 0, got {weight}; "
+                              "better, replace it with --router-prefill-load-scale")
+        if weight == 0:
+            log.warning("%s is deprecated; a value of 0 now means --router-prefill-load-scale 0 "
+                        "--router-kv-overlap-score-credit 0: use those flags instead",
+                        deprecated_weight_source)
+            config = replace(config, prefill_load_scale=0.0, overlap_score_credit=0.0)
+        else:
+            log.warning("%s is deprecated; use --router-prefill-load-scale %s instead (and "
+                        "--router-kv-overlap-score-credit only to tune the cache-overlap credit)",
+                        deprecated_weight_source, _fmt(weight))
+            config = replace(config, prefill_load_scale=float(weight))
+    if load_aware:
+        config = replace(config, overlap_score_credit=0.0, use_kv_events=False,
+                         assume_kv_reuse=False, track_active_blocks=True,
+                         track_prefill_tokens=True, use_remote_indexer=False, load_aware=True)
+    return config.validate()
+
+
+def overlap_refresh_from_env(value: str | None) -> float | None:
+    """``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS``: unset means 10 s; 0, negative or non-finite
+    disables the refresh (None); an unparsable value falls back to 10 s with a warning."""
+    if value is None or not value.strip():
+        return DEFAULT_OVERLAP_REFRESH_SECS
+    try:
+        secs = float(value)
+    except ValueError:
+        log.warning("%s=%r is not a number; using %s s", OVERLAP_REFRESH_ENV, value,
+                    _fmt(DEFAULT_OVERLAP_REFRESH_SECS))
+        return DEFAULT_OVERLAP_REFRESH_SECS
+    if not _finite(secs) or secs <= 0:
+        return None
+    return secs
+
+
+def deprecated_overlap_weight_from_env(environ: Mapping[str, str]) -> tuple[float, str] | None:
+    """The deprecated weight and the variable it came from, or None when neither variable is set
+    (``DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT`` wins over ``DYN_OVERLAP_SCORE_WEIGHT``)."""
+    for name in DEPRECATED_WEIGHT_ENVS:
+        raw = environ.get(name)
+        if raw is None or not raw.strip():
+            continue
+        try:
+            return float(raw), name
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not a number; remove it and set "
+                              "DYN_ROUTER_PREFILL_LOAD_SCALE instead") from None
+    return None
+
+
+def parse_queue_threshold(text: str) -> float | None:
+    """A ``--router-queue-threshold`` value: a number, or ``none`` to disable queueing."""
+    if text.strip().lower() in ("none", "null", "off", ""):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--router-queue-threshold must be a number or None, got {text!r}") from None
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _non_negative(value: float, flag: str) -> None:
+    if not _finite(value) or value < 0:
+        raise ConfigError(f"{flag} must be a finite number >= 0, got {value!r}")
+
+
+def _positive(value: float, flag: str, hint: str = "") -> None:
+    if not _finite(value) or value <= 0:
+        raise ConfigError(f"{flag} must be a finite number greater than 0, got {value!r}{hint}")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"

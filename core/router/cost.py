@@ -1,0 +1,92 @@
+"""The KV router's cost model and worker selection.
+
+A candidate rank's cost (its *logit*; lower is better) is::
+
+    raw_prefill_blocks = (active prefill tokens + isl) / block_size     (0 without prefill tracking)
+    overlap_credit     = credit * device_blocks + 0.75 * host_blocks + 0.25 * disk_blocks
+    logit              = prefill_load_scale * max(raw_prefill_blocks - overlap_credit, 0)
+                         + potential_decode_blocks
+
+``select_worker`` takes the argmin (ties broken uniformly at random) at temperature 0, and
+otherwise samples a softmax over the min-max normalised logits.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from typing import TypeVar
+
+HOST_CACHE_HIT_WEIGHT = 0.75
+DISK_CACHE_HIT_WEIGHT = 0.25
+
+K = TypeVar("K")
+
+
+def worker_logit(*, isl_tokens: int, block_size: int, potential_prefill_tokens: float | None,
+                 cached_tokens: float, device_overlap_blocks: float,
+                 potential_decode_blocks: float, overlap_score_credit: float,
+                 prefill_load_scale: float, track_prefill_tokens: bool,
+                 host_overlap_blocks: float = 0.0, disk_overlap_blocks: float = 0.0) -> float:
+    """The cost of sending the request to one rank.
+
+    ``potential_prefill_tokens`` is the rank's active prefill tokens plus ``isl - cached_tokens``
+    (``None`` for a rank with no load entry: the raw prompt load is then ``isl``), so adding
+    ``cached_tokens`` back gives the full prompt the rank would have in flight; the overlap
+    credit then subtracts what its caches already hold.
+    """
+    if not track_prefill_tokens:
+        raw_tokens = 0.0
+    elif potential_prefill_tokens is None:
+        raw_tokens = float(isl_tokens)
+    else:
+        raw_tokens = potential_prefill_tokens + cached_tokens
+    raw_blocks = raw_tokens / block_size
+    credit = (overlap_score_credit * device_overlap_blocks
+              + HOST_CACHE_HIT_WEIGHT * host_overlap_blocks
+              + DISK_CACHE_HIT_WEIGHT * disk_overlap_blocks)
+    adjusted = max(raw_blocks - credit, 0.0)
+    return prefill_load_scale * adjusted + potential_decode_blocks
+
+
+def select_worker(logits: Mapping[K, float], temperature: float, rng: random.Random) -> K:
+    """Pick a key of ``logits`` (non-empty).
+
+    ``temperature == 0``: the lowest logit; among equal lowest, each is equally likely (reservoir:
+    the k-th tie replaces the pick with probability 1/k). ``temperature > 0``: sample with
+    ``p_i ∝ exp(-(l_i - lo) / ((hi - lo) * T))``, uniform when every logit is equal.
+    """
+    if not logits:
+        raise ValueError("select_worker needs at least one candidate")
+    if temperature <= 0:
+        return _argmin(logits, rng)
+    values = logits.values()
+    lo, hi = min(values), max(values)
+    keys = list(logits)
+    if hi == lo:
+        return keys[int(rng.random() * len(keys)) % len(keys)]
+    scale = (hi - lo) * temperature
+    weights = [math.exp(-(v - lo) / scale) for v in values]
+    u = rng.random() * sum(weights)
+    acc = 0.0
+    for key, w in zip(keys, weights):
+        acc += w
+        if u < acc:
+            return key
+    return keys[-1]  # rounding left u at the very top
+
+
+def _argmin(logits: Mapping[K, float], rng: random.Random) -> K:
+    best_key: K | None = None
+    best = math.inf
+    ties = 0
+    for key, value in logits.items():
+        if best_key is None or value < best:
+            best_key, best, ties = key, value, 1
+        elif value == best:
+            ties += 1
+            if rng.random() * ties < 1.0:
+                best_key = key
+    assert best_key is not None
+    return best_key

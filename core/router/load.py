@@ -1,0 +1,338 @@
+"""Active load the router has booked on each (worker, dp_rank): decode blocks and prefill tokens.
+
+The router books a request when it routes it (``add_request``), drops its prompt load on the first
+output token (``mark_prefill_completed``) and everything on ``free``. From the bookings it projects
+the load a candidate request would add to each rank (``potential_loads``), the inputs of the cost
+model.
+
+- **Blocks** are refcounted by hash per rank, so a block held by several active requests counts
+  once ("assume KV reuse"; with it off the caller books random hashes, see ``tracking_hashes``).
+  Output blocks (``add_output_tokens``) get random hashes; with an expected output length they
+  decay: a block held only by that request counts ``max(0, 1 - generated/osl)``. The block count
+  is the rounded sum.
+- **Prefill tokens**: each booking adds ``isl - cached`` tokens to a FIFO; the oldest is the anchor.
+  ``active_tokens = sum - anchor_full + anchor_remaining``; without a predicted prefill duration
+  the anchor never decays, so this is the plain sum.
+- **Prefix depth**: hashes must be chained sequence hashes (or unique random values), so a rank
+  holding block ``i`` of a prompt holds blocks ``0..i``; the active prefix depth is found by
+  bisection, O(log n) per rank.
+
+Everything here is pure bookkeeping: times are passed in (``now``) or read from ``clock``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+WorkerKey = tuple[int, int]
+"""(worker instance id, dp rank)."""
+
+
+def tracking_hashes(seq_hashes: Sequence[int], assume_kv_reuse: bool,
+                    rng: random.Random) -> list[int]:
+    """The hashes to book for a request: its sequence hashes when KV reuse is assumed, else one
+    random 64-bit value per block so it never shares active blocks with another request."""
+    if assume_kv_reuse:
+        return list(seq_hashes)
+    return [rng.getrandbits(64) for _ in seq_hashes]
+
+
+class PotentialLoads(NamedTuple):
+    """What each candidate rank would carry if it took the request."""
+
+    decode_blocks: dict[WorkerKey, int]
+    prefill_tokens: dict[WorkerKey, int]
+
+
+class _Booking:
+    """One active request on one rank."""
+
+    __slots__ = (
+        "blocks",
+        "expected_output_tokens",
+        "isl_tokens",
+        "output_tokens",
+        "request_id",
+        "started_at",
+        "total_blocks",
+        "worker",
+    )
+
+    def __init__(self, request_id: str, worker: WorkerKey, blocks: list[int], isl_tokens: int,
+                 expected_output_tokens: int | None, started_at: float) -> None:
+        self.request_id = request_id
+        self.worker = worker
+        self.blocks = blocks
+        self.isl_tokens = isl_tokens
+        self.expected_output_tokens = expected_output_tokens
+        self.started_at = started_at
+        self.total_blocks = -1  # ceil((isl + output) / block_size) at the last output update
+        self.output_tokens = 0
+
+
+class ActiveSequences:
+    """The bookings of one (worker, dp_rank): refcounted blocks, the prefill FIFO, requests."""
+
+    __slots__ = (
+        "_anchor_since",
+        "_deficit",
+        "_fractions",
+        "_prefill_sum",
+        "_prefills",
+        "refs",
+        "requests",
+    )
+
+    def __init__(self) -> None:
+        self.refs: dict[int, int] = {}
+        self._fractions: dict[int, float] = {}  # block -> weight < 1, for decaying sole holders
+        self._deficit = 0.0  # sum of (1 - weight) over _fractions
+        # request id -> (tokens, expected prefill seconds or None); insertion order is the FIFO
+        self._prefills: dict[str, tuple[int, float | None]] = {}
+        self._prefill_sum = 0
+        self._anchor_since = 0.0
+        self.requests: set[str] = set()
+
+    # ------------------------------------------------------------ blocks
+
+    @property
+    def active_blocks(self) -> int:
+        """Distinct active blocks, decaying ones counted fractionally, rounded half up."""
+        return math.floor(len(self.refs) - self._deficit + 0.5)
+
+    def add_blocks(self, blocks: Iterable[int]) -> None:
+        refs = self.refs
+        for h in blocks:
+            n = refs.get(h, 0)
+            refs[h] = n + 1
+            if n == 1 and h in self._fractions:  # shared now: counts fully
+                self._drop_fraction(h)
+
+    def remove_blocks(self, blocks: Iterable[int]) -> None:
+        refs = self.refs
+        for h in blocks:
+            n = refs.get(h, 0)
+            if n <= 1:
+                refs.pop(h, None)
+                if h in self._fractions:
+                    self._drop_fraction(h)
+            else:
+                refs[h] = n - 1
+
+    def set_decay(self, blocks: Iterable[int], weight: float) -> None:
+        """Count each of ``blocks`` held by one request only as ``weight`` (in [0, 1])."""
+        refs, fractions = self.refs, self._fractions
+        deficit = self._deficit
+        for h in blocks:
+            if refs.get(h) == 1:
+                deficit += fractions.get(h, 1.0) - weight
+                fractions[h] = weight
+        self._deficit = deficit
+
+    def _drop_fraction(self, h: int) -> None:
+        self._deficit -= 1.0 - self._fractions.pop(h)
+        if not self._fractions:
+            self._deficit = 0.0  # no float drift once nothing decays
+
+    def prefix_depth(self, seq_hashes: Sequence[int]) -> int:
+        """How many leading ``seq_hashes`` are active here (chained hashes: bisection)."""
+        refs = self.refs
+        if not refs or not seq_hashes or seq_hashes[0] not in refs:
+            return 0
+        lo, hi = 1, len(seq_hashes)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if seq_hashes[mid] in refs:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # ------------------------------------------------------------ prefill tokens
+
+    def add_prefill(self, request_id: str, tokens: int, expected_secs: float | None,
+                    now: float) -> None:
+        if not self._prefills:
+            self._anchor_since = now
+        self._prefills[request_id] = (tokens, expected_secs)
+        self._prefill_sum += tokens
+
+    def remove_prefill(self, request_id: str, now: float) -> None:
+        prefills = self._prefills
+        entry = prefills.get(request_id)
+        if entry is None:
+            return
+        was_anchor = next(iter(prefills)) == request_id
+        del prefills[request_id]
+        self._prefill_sum -= entry[0]
+        if was_anchor:
+            self._anchor_since = now
+
+    def active_tokens(self, now: float) -> int:
+        """Prefill tokens still ahead of this rank; only the anchor (oldest) can decay."""
+        if not self._prefills:
+            return 0
+        full, expected = self._prefills[next(iter(self._prefills))]
+        if not expected or expected <= 0:
+            return self._prefill_sum
+        left = min(max(1.0 - (now - self._anchor_since) / expected, 0.0), 1.0)
+        return self._prefill_sum - full + math.ceil(full * left)
+
+
+_NO_BOOKINGS = ActiveSequences()  # read-only stand-in for a rank with no bookings yet
+
+
+class ActiveLoad:
+    """Bookings on every (worker, dp_rank) the router knows, keyed by ``WorkerKey``.
+
+    Unknown request ids are ignored by ``mark_prefill_completed``, ``free`` and
+    ``add_output_tokens`` (a finished stream may race a stale expiry or a removed worker).
+    """
+
+    def __init__(self, *, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._ranks: dict[WorkerKey, ActiveSequences] = {}
+        self._bookings: dict[str, _Booking] = {}
+        self._rng = rng or random.Random()
+        self._clock = clock
+
+    # ------------------------------------------------------------ workers
+
+    def add_worker(self, worker: WorkerKey) -> None:
+        self._ranks.setdefault(worker, ActiveSequences())
+
+    def remove_worker(self, instance_id: int) -> list[str]:
+        """Forget every rank of ``instance_id`` and its bookings; returns the dropped request ids."""
+        dropped: list[str] = []
+        for key in [k for k in self._ranks if k[0] == instance_id]:
+            seqs = self._ranks.pop(key)
+            for request_id in seqs.requests:
+                self._bookings.pop(request_id, None)
+                dropped.append(request_id)
+        return dropped
+
+    def workers(self) -> list[WorkerKey]:
+        return list(self._ranks)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._bookings
+
+    def __len__(self) -> int:
+        return len(self._bookings)
+
+    def worker_of(self, request_id: str) -> WorkerKey | None:
+        booking = self._bookings.get(request_id)
+        return booking.worker if booking else None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def add_request(self, request_id: str, worker: WorkerKey, seq_hashes: Sequence[int],
+                    isl_tokens: int, cached_tokens: int, expected_output_tokens: int | None,
+                    track_prefill_tokens: bool, now: float, *,
+                    expected_prefill_secs: float | None = None) -> None:
+        """Book a routed request on ``worker`` (a rank not seen before is added). Booking an id
+        that is already booked replaces the earlier booking."""
+        if request_id in self._bookings:
+            self.free(request_id, now=now)
+        seqs = self._ranks.get(worker)
+        if seqs is None:
+            seqs = self._ranks[worker] = ActiveSequences()
+        blocks = list(seq_hashes)
+        seqs.add_blocks(blocks)
+        seqs.requests.add(request_id)
+        self._bookings[request_id] = _Booking(request_id, worker, blocks, isl_tokens,
+                                              expected_output_tokens, now)
+        if track_prefill_tokens:
+            tokens = isl_tokens - min(cached_tokens, isl_tokens)
+            if tokens > 0:
+                seqs.add_prefill(request_id, tokens, expected_prefill_secs, now)
+
+    def mark_prefill_completed(self, request_id: str, *, now: float | None = None) -> None:
+        """The first output token arrived: the request's prompt no longer loads its rank."""
+        booking = self._bookings.get(request_id)
+        if booking is not None:
+            seqs = self._ranks[booking.worker]
+            seqs.remove_prefill(request_id, self._clock() if now is None else now)
+
+    def free(self, request_id: str, *, now: float | None = None) -> None:
+        """The request ended (any reason); idempotent."""
+        booking = self._bookings.pop(request_id, None)
+        if booking is None:
+            return
+        seqs = self._ranks[booking.worker]
+        seqs.remove_prefill(request_id, self._clock() if now is None else now)
+        seqs.remove_blocks(booking.blocks)
+        seqs.requests.discard(request_id)
+
+    def expire_stale(self, now: float, max_age: float) -> list[str]:
+        """Free bookings older than ``max_age`` seconds (never finished); returns their ids."""
+        stale = [rid for rid, b in self._bookings.items() if now - b.started_at > max_age]
+        for request_id in stale:
+            self.free(request_id, now=now)
+        return stale
+
+    def add_output_tokens(self, request_id: str, cumulative_output_tokens: int,
+                          block_size: int) -> None:
+        """Output progress (``--router-track-output-blocks``): each time
+        ``ceil((isl + generated) / block_size)`` grows, book one more block with a random hash
+        and, when the expected output length is known, decay the request's unshared blocks."""
+        booking = self._bookings.get(request_id)
+        if booking is None:
+            return
+        booking.output_tokens = cumulative_output_tokens
+        total = -(-(booking.isl_tokens + cumulative_output_tokens) // block_size)
+        if booking.total_blocks < 0:
+            booking.total_blocks = -(-booking.isl_tokens // block_size)
+        grown = total - booking.total_blocks
+        if grown <= 0:
+            return
+        booking.total_blocks = total
+        new = [self._rng.getrandbits(64) for _ in range(grown)]
+        booking.blocks.extend(new)
+        seqs = self._ranks[booking.worker]
+        seqs.add_blocks(new)
+        osl = booking.expected_output_tokens
+        if osl is not None:
+            weight = max(0.0, 1.0 - cumulative_output_tokens / max(osl, 1))
+            seqs.set_decay(booking.blocks, weight)
+
+    # ------------------------------------------------------------ reading
+
+    def active_decode_blocks(self, worker: WorkerKey) -> int:
+        seqs = self._ranks.get(worker)
+        return seqs.active_blocks if seqs else 0
+
+    def active_tokens(self, worker: WorkerKey, now: float | None = None) -> int:
+        """Active prefill tokens on ``worker`` at ``now`` (the clock when omitted)."""
+        seqs = self._ranks.get(worker)
+        if seqs is None:
+            return 0
+        return seqs.active_tokens(self._clock() if now is None else now)
+
+    active_prefill_tokens = active_tokens
+
+    def num_requests(self, worker: WorkerKey) -> int:
+        seqs = self._ranks.get(worker)
+        return len(seqs.requests) if seqs else 0
+
+    def potential_loads(self, workers: Iterable[WorkerKey], seq_hashes: Sequence[int],
+                        isl_tokens: int, cached_tokens: Mapping[WorkerKey, int],
+                        track_prefill_tokens: bool, now: float) -> PotentialLoads:
+        """Per candidate rank: decode blocks ``active + n_blocks - active_prefix_depth`` and
+        prefill tokens ``active_tokens + isl - cached`` (0 when prefill tokens are not tracked).
+        ``seq_hashes`` are the hashes the request would book (see ``tracking_hashes``)."""
+        n_blocks = len(seq_hashes)
+        decode: dict[WorkerKey, int] = {}
+        prefill: dict[WorkerKey, int] = {}
+        for key in workers:
+            seqs = self._ranks.get(key, _NO_BOOKINGS)
+            decode[key] = seqs.active_blocks + n_blocks - seqs.prefix_depth(seq_hashes)
+            if track_prefill_tokens:
+                prefill[key] = seqs.active_tokens(now) + isl_tokens - cached_tokens.get(key, 0)
+            else:
+                prefill[key] = 0
+        return PotentialLoads(decode, prefill)

@@ -1,0 +1,157 @@
+"""KV router configuration: defaults, validation messages, the deprecated weight, --load-aware."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from dyn.core.errors import ConfigError
+from dyn.core.router.config import (
+    KvRouterConfig,
+    build_config,
+    deprecated_overlap_weight_from_env,
+    overlap_refresh_from_env,
+    parse_queue_threshold,
+)
+
+
+def test_defaults_follow_the_seed():
+    c = KvRouterConfig().validate()
+    assert (c.overlap_score_credit, c.prefill_load_scale, c.temperature) == (1.0, 1.0, 0.0)
+    assert c.use_kv_events and c.track_active_blocks and c.assume_kv_reuse and c.track_prefill_tokens
+    assert not c.track_output_blocks
+    assert c.queue_threshold == 16.0 and c.queue_policy == "fcfs"
+    assert c.ttl_secs == 120.0 and c.event_threads == 4 and c.predicted_ttl_secs is None
+    assert c.overlap_refresh_after_secs == 10.0 and c.stale_request_secs == 300.0
+    assert c.uses_indexer
+
+
+def test_zero_credit_means_no_indexer():
+    assert not KvRouterConfig(overlap_score_credit=0.0).validate().uses_indexer
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"overlap_score_credit": 1.5}, "--router-kv-overlap-score-credit"),
+        ({"overlap_score_credit": -0.1}, "--router-kv-overlap-score-credit"),
+        ({"overlap_score_credit": math.nan}, "--router-kv-overlap-score-credit"),
+        ({"prefill_load_scale": -1.0}, "--router-prefill-load-scale"),
+        ({"temperature": -0.5}, "--router-temperature"),
+        ({"ttl_secs": 0.0}, "--router-ttl-secs"),
+        ({"event_threads": 0}, "--router-event-threads"),
+        ({"queue_threshold": 0.0}, "--router-queue-threshold"),
+        ({"queue_threshold": -2.0}, "--router-queue-threshold"),
+        ({"queue_policy": "sjf"}, "fcfs, lcfs, wspt"),
+        ({"prefill_load_model": "magic"}, "--router-prefill-load-model"),
+        ({"track_output_blocks": True, "track_active_blocks": False}, "--router-track-output-blocks"),
+        ({"predicted_ttl_secs": 0.0}, "--router-predicted-ttl-secs"),
+        ({"predicted_ttl_secs": 5.0, "use_kv_events": False}, "--no-router-kv-events"),
+        ({"predicted_ttl_secs": 5.0, "overlap_score_credit": 0.0}, "--router-kv-overlap-score-credit"),
+        ({"active_decode_blocks_threshold": 0.0}, "--active-decode-blocks-threshold"),
+        ({"active_prefill_tokens_threshold": -5}, "--active-prefill-tokens-threshold"),
+        ({"active_prefill_tokens_threshold_frac": 0.0}, "--active-prefill-tokens-threshold-frac"),
+        ({"overlap_refresh_after_secs": -1.0}, "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"),
+    ],
+)
+def test_validation_names_the_flag(fields, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        KvRouterConfig(**fields).validate()
+
+
+def test_aic_model_is_refused_with_the_way_out():
+    with pytest.raises(ConfigError) as err:
+        KvRouterConfig(prefill_load_model="aic").validate()
+    text = str(err.value)
+    assert "AIConfigurator" in text and "--router-prefill-load-model none" in text
+
+
+def test_valid_combinations_pass():
+    KvRouterConfig(predicted_ttl_secs=5.0).validate()
+    KvRouterConfig(queue_threshold=None, queue_policy="wspt", temperature=0.5).validate()
+    KvRouterConfig(use_kv_events=False, ttl_secs=30.0, overlap_score_credit=0.5).validate()
+    KvRouterConfig(track_output_blocks=True, active_prefill_tokens_threshold=1000,
+                   active_prefill_tokens_threshold_frac=1.5,
+                   active_decode_blocks_threshold=0.9, overlap_refresh_after_secs=None).validate()
+
+
+def test_nonzero_deprecated_weight_becomes_the_load_scale(caplog):
+    with caplog.at_level(logging.WARNING, logger="dyn.router"):
+        c = build_config(deprecated_overlap_weight=2.0, prefill_load_scale=0.5,
+                         overlap_score_credit=0.7)
+    assert c.prefill_load_scale == 2.0 and c.overlap_score_credit == 0.7
+    [record] = [r for r in caplog.records if r.name == "dyn.router"]
+    assert "deprecated" in record.getMessage()
+    assert "--router-prefill-load-scale 2" in record.getMessage()
+
+
+def test_zero_deprecated_weight_turns_off_scale_and_credit(caplog):
+    with caplog.at_level(logging.WARNING, logger="dyn.router"):
+        c = build_config(deprecated_overlap_weight=0.0, deprecated_weight_source="DYN_OVERLAP_SCORE_WEIGHT",
+                         prefill_load_scale=3.0, overlap_score_credit=1.0)
+    assert c.prefill_load_scale == 0.0 and c.overlap_score_credit == 0.0 and not c.uses_indexer
+    assert "DYN_OVERLAP_SCORE_WEIGHT is deprecated" in caplog.text
+
+
+def test_negative_deprecated_weight_is_an_error():
+    with pytest.raises(ConfigError, match="--kv-overlap-score-weight"):
+        build_config(deprecated_overlap_weight=-1.0, deprecated_weight_source="--kv-overlap-score-weight")
+
+
+def test_no_deprecated_weight_no_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="dyn.router"):
+        c = build_config(prefill_load_scale=1.5)
+    assert c.prefill_load_scale == 1.5 and not caplog.records
+
+
+def test_load_aware_preset_keeps_the_load_scale():
+    c = build_config(load_aware=True, prefill_load_scale=2.5, overlap_score_credit=0.8,
+                     track_prefill_tokens=False, track_active_blocks=False, use_remote_indexer=True)
+    assert c.overlap_score_credit == 0.0 and not c.uses_indexer
+    assert not c.use_kv_events and not c.assume_kv_reuse and not c.use_remote_indexer
+    assert c.track_active_blocks and c.track_prefill_tokens
+    assert c.prefill_load_scale == 2.5
+
+
+def test_load_aware_after_deprecated_weight():
+    c = build_config(deprecated_overlap_weight=3.0, load_aware=True)
+    assert c.prefill_load_scale == 3.0 and c.overlap_score_credit == 0.0
+
+
+def test_load_aware_with_predicted_ttl_is_refused():
+    with pytest.raises(ConfigError, match="--load-aware"):
+        build_config(load_aware=True, predicted_ttl_secs=5.0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [(None, 10.0), ("", 10.0), ("2.5", 2.5), ("0", None), ("-3", None), ("inf", None),
+     ("nan", None)],
+)
+def test_overlap_refresh_env(raw, expected):
+    assert overlap_refresh_from_env(raw) == expected
+
+
+def test_overlap_refresh_env_unparsable_falls_back_with_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="dyn.router"):
+        assert overlap_refresh_from_env("soon") == 10.0
+    assert "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS" in caplog.text
+
+
+def test_deprecated_weight_env():
+    assert deprecated_overlap_weight_from_env({}) is None
+    assert deprecated_overlap_weight_from_env({"DYN_OVERLAP_SCORE_WEIGHT": "0"}) == (
+        0.0, "DYN_OVERLAP_SCORE_WEIGHT")
+    both = {"DYN_OVERLAP_SCORE_WEIGHT": "1", "DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT": "2"}
+    assert deprecated_overlap_weight_from_env(both) == (2.0, "DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT")
+    with pytest.raises(ConfigError, match="DYN_ROUTER_PREFILL_LOAD_SCALE"):
+        deprecated_overlap_weight_from_env({"DYN_OVERLAP_SCORE_WEIGHT": "heavy"})
+
+
+def test_parse_queue_threshold():
+    assert parse_queue_threshold("None") is None
+    assert parse_queue_threshold("0.1") == 0.1
+    with pytest.raises(ConfigError, match="--router-queue-threshold"):
+        parse_queue_threshold("lots")
