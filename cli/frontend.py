@@ -8,6 +8,7 @@ import typer
 
 from dyn.cli import options
 from dyn.cli.options import flag
+from dyn.cli.router_flags import router_flags
 
 HTTP_PANEL = "HTTP"
 ROUTER_PANEL = "Router"
@@ -27,6 +28,7 @@ def _list(value: str, name: str) -> tuple[str, ...]:
     return tuple(i.strip() for i in text.split(",") if i.strip())
 
 
+@router_flags
 def frontend(
     http_host: str = flag("127.0.0.1", "--http-host", panel=HTTP_PANEL, help="Address the HTTP server listens on."),
     http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=HTTP_PANEL,
@@ -42,14 +44,18 @@ def frontend(
     allow_credentials: bool = flag(False, "--allow-credentials", panel=HTTP_PANEL,
                                    help="CORS: allow credentials."),
     router_mode: str = flag("round-robin", "--router-mode", panel=ROUTER_PANEL,
-                            help="How to pick a worker: round-robin, random, or direct (the request "
-                                 "names its worker with nvext.backend_instance_id or the "
-                                 "x-worker-instance-id header)."),
+                            help="How to pick a worker: kv (KV-cache and load aware), round-robin, "
+                                 "random, or direct (the request names its worker with "
+                                 "nvext.backend_instance_id or the x-worker-instance-id header)."),
+    router_address: str = flag(None, "--router-address", panel=ROUTER_PANEL,
+                               help="With --router-mode kv: ask the dyn router at this ZMQ address "
+                                    "instead of routing in this process."),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
+    router_config=None,
 ) -> None:
     """OpenAI-compatible HTTP frontend (chat, completions, streaming) with nvext, routing to the
     workers it finds in discovery."""
@@ -62,7 +68,10 @@ def frontend(
     settings = FrontendSettings(
         http_host=http_host, http_port=http_port, router_mode=router_mode, namespace=namespace,
         discovery_backend=discovery_backend, discovery_dir=discovery_dir, model_path=model_path,
-        model_name=model_name, api_key=api_key or None, cors=cors)
+        model_name=model_name, api_key=api_key or None, cors=cors, router_config=router_config,
+        router_address=router_address)
+    if router_config.load_aware:
+        settings.router_mode = "kv"
     try:
         run_frontend(settings)
     except ConfigError as exc:

@@ -8,6 +8,12 @@ One place to read the protocol (SGLang's io_struct.py habit). Three families:
   ``kind`` frame (``KIND_*``) names the struct, so a receiver dispatches without decoding and
   decodes with a typed decoder (a malformed payload fails at the boundary). ``request_id`` ties
   replies to their request; it is unique per client connection, not globally.
+- **Router plane** (frontend DEALER -> ``dyn router`` ROUTER, ``[kind, payload]`` like the request
+  plane): ``RouteQuery`` is answered by ``RouteAnswer`` or ``RouteRefused`` (matched by
+  ``query_id``); the frontend then reports the stream's progress with ``RouteProgress`` so the
+  router's load model stays true. Replica sync (router PUB -> peer SUB): ``ActiveSequenceEvent``.
+- **Indexer plane** (router DEALER -> ``dyn indexer`` ROUTER): ``OverlapQuery`` is answered by
+  ``OverlapAnswer`` or ``OverlapRefused``.
 - **Load metrics** (worker metrics PUB, topic ``load-metrics``): ``LoadMetrics``.
 - **Discovery** (JSON records in the discovery store): ``WorkerRecord`` with ``WorkerEndpoints``.
 
@@ -160,8 +166,123 @@ REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_ERROR: ErrorReply,
     KIND_BATCH: ReplyBatch,
 }
+
+# --------------------------------------------------------------------------- router plane
+
+
+class RouteQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """Ask a ``dyn router`` where one engine request should go (fields as ``RouteRequest``).
+    ``query_id`` is unique per client connection; ``request_id`` names the booking."""
+
+    query_id: int
+    request_id: str
+    token_ids: list[int]
+    instance_id: int | None = None
+    dp_rank: int | None = None
+    priority: int | None = None
+    lora_name: str | None = None
+    latency_sensitivity: float | None = None
+    expected_output_tokens: int | None = None
+
+
+class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
+    """The router booked the request on ``(instance_id, dp_rank)``."""
+
+    query_id: int
+    instance_id: int
+    dp_rank: int
+    overlap_blocks: int
+    cached_tokens: int
+    block_size: int = 0
+
+
+class RouteRefused(msgspec.Struct, array_like=True, gc=False):
+    """The request cannot be routed. ``code``: no_workers | worker_not_found | all_busy |
+    target_required | bad_request | error."""
+
+    query_id: int
+    code: str
+    message: str
+
+
+class RouteProgress(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """A routed stream's progress: ``event`` is first_token, progress (``output_tokens`` so far)
+    or finished (the booking is freed)."""
+
+    request_id: str
+    event: str
+    output_tokens: int = 0
+
+
+class ActiveSequenceEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """Replica sync: one router's booking change, applied by its peers. ``event``: add (with the
+    request's tracked block hashes, prompt local and sequence hashes for approximate indexes,
+    lengths and cached tokens), prefill_done, output (``output_tokens`` so far) or free."""
+
+    router_id: str
+    request_id: str
+    instance_id: int
+    dp_rank: int
+    event: str
+    tracked_hashes: list[int] = []
+    local_hashes: list[int] = []
+    seq_hashes: list[int] = []
+    isl_tokens: int = 0
+    cached_tokens: int = 0
+    expected_output_tokens: int | None = None
+    output_tokens: int = 0
+
+
+KIND_ROUTE_QUERY = b"Q"
+KIND_ROUTE_ANSWER = b"A"
+KIND_ROUTE_REFUSED = b"R"
+KIND_ROUTE_PROGRESS = b"P"
+ROUTER_KINDS: dict[bytes, type[msgspec.Struct]] = {
+    KIND_ROUTE_QUERY: RouteQuery,
+    KIND_ROUTE_ANSWER: RouteAnswer,
+    KIND_ROUTE_REFUSED: RouteRefused,
+    KIND_ROUTE_PROGRESS: RouteProgress,
+}
+ACTIVE_SEQUENCES_TOPIC = b"active-sequences"
+
+# --------------------------------------------------------------------------- indexer plane
+
+
+class OverlapQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """How many leading blocks of a prompt each worker caches. Give ``token_ids`` (hashed by the
+    indexer with its block size and ``lora_name``) or the local ``block_hashes`` directly."""
+
+    query_id: int
+    token_ids: list[int] | None = None
+    block_hashes: list[int] | None = None
+    lora_name: str | None = None
+
+
+class OverlapAnswer(msgspec.Struct, array_like=True, gc=False):
+    """Matched prefix blocks per ``(instance_id, dp_rank, blocks)``; workers absent matched 0."""
+
+    query_id: int
+    block_size: int
+    scores: list[tuple[int, int, int]]
+
+
+class OverlapRefused(msgspec.Struct, array_like=True, gc=False):
+    query_id: int
+    message: str
+
+
+KIND_OVERLAP_QUERY = b"q"
+KIND_OVERLAP_ANSWER = b"a"
+KIND_OVERLAP_REFUSED = b"r"
+INDEXER_KINDS: dict[bytes, type[msgspec.Struct]] = {
+    KIND_OVERLAP_QUERY: OverlapQuery,
+    KIND_OVERLAP_ANSWER: OverlapAnswer,
+    KIND_OVERLAP_REFUSED: OverlapRefused,
+}
+
 KIND_OF: dict[type[msgspec.Struct], bytes] = {
-    cls: kind for kind, cls in (REQUEST_KINDS | REPLY_KINDS).items()
+    cls: kind
+    for kind, cls in (REQUEST_KINDS | REPLY_KINDS | ROUTER_KINDS | INDEXER_KINDS).items()
 }
 
 # --------------------------------------------------------------------------- load metrics

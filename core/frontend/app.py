@@ -55,10 +55,12 @@ class FrontendApp:
     """ASGI app over an ``OpenAIService``."""
 
     def __init__(self, service: OpenAIService, *, api_key: str | None = None,
-                 cors: CorsPolicy | None = None) -> None:
+                 cors: CorsPolicy | None = None, kv_views: Any = None) -> None:
         self.service = service
         self.api_key = api_key
         self.cors = cors or CorsPolicy()
+        self.kv_views = kv_views
+        """The KV router's index under ``/kv/`` (``dyn indexer``'s read views), when it has one."""
         self.started = int(time.time())
         self._openapi: bytes | None = None
 
@@ -107,6 +109,8 @@ class FrontendApp:
                 self._authorize(headers)
             status, body, content_type = self._read_only(path)
             await _respond(send, status, body, extra + [(b"content-type", content_type)])
+        elif path.startswith("/kv/") and self.kv_views is not None:
+            await self.kv_views(scope, receive, send)
         else:
             raise ApiError(404, f"no route for {method} {path}; see /openapi.json")
 

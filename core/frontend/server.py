@@ -24,7 +24,8 @@ from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.model.info import ModelError, load_model_info
-from dyn.core.router.policy import make_router
+from dyn.core.router.build import build_router
+from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class FrontendSettings:
     api_key: str | None = None
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     graceful_shutdown_s: float = 10.0
+    router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
+    router_address: str | None = None
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -55,14 +58,28 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         preprocessor = Preprocessor(info)
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
+    metrics = FrontendMetrics()
     try:
         store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
         pool = WorkerPool(store, info.name)
-        router = make_router(settings.router_mode, pool)
+        router = build_router(settings.router_mode, pool, settings.router_config, metrics.registry,
+                              namespace=settings.namespace, router_address=settings.router_address)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    service = OpenAIService(info.name, preprocessor, router, FrontendMetrics())
-    return FrontendApp(service, api_key=settings.api_key, cors=settings.cors), pool
+    service = OpenAIService(info.name, preprocessor, router, metrics)
+    return FrontendApp(service, api_key=settings.api_key, cors=settings.cors,
+                       kv_views=_kv_views(router, info.name, metrics)), pool
+
+
+def _kv_views(router, model_name: str, metrics: FrontendMetrics):
+    """``dyn indexer``'s read-only HTTP views over the embedded KV router's index, at ``/kv/``."""
+    indexer = getattr(router, "indexer", None) or getattr(getattr(router, "approx", None), "tree", None)
+    if indexer is None:
+        return None
+    from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, RadixIndexView
+
+    view = RadixIndexView(indexer, model_name, lambda: router.block_size)
+    return IndexerHttpApp(view, IndexerMetrics(metrics.registry, view), prefix="/kv")
 
 
 def bind_http(host: str, port: int) -> socket.socket:
@@ -93,6 +110,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         await tg.start(pool.run)
+        await tg.start(app.service.router.run)
 
         async def announce() -> None:
             while not server.started:

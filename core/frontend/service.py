@@ -42,6 +42,7 @@ from dyn.core.protocol.openai import (
     check_completion,
 )
 from dyn.core.router.policy import (
+    AllWorkersBusyError,
     NoWorkersError,
     Route,
     RouteRequest,
@@ -113,6 +114,7 @@ class _Choice:
                         else:
                             ids = [t for chunk in chunks for t in chunk.token_ids]
                         self.tokens += len(ids)
+                        self.route.progress(self.tokens)
                         text = self.detok.push(ids)
                         if self.detok.stopped:
                             self.stop_reason = self.detok.stop_reason
@@ -323,6 +325,10 @@ class OpenAIService:
             instance_id = nvext.backend_instance_id
         dp_rank = ctx.dp_rank if ctx.dp_rank is not None else (nvext.dp_rank if nvext else None)
         priority = req.priority or None
+        hints = nvext.agent_hints if nvext is not None else None
+        latency_sensitivity = hints.latency_sensitivity if hints is not None else None
+        osl = hints.osl if hints is not None else None
+        route_priority = hints.priority if hints is not None else None
         tokenizer = self.preprocessor.tokenizer
         choices: list[_Choice] = []
         try:
@@ -332,7 +338,8 @@ class OpenAIService:
                     engine_id = f"{ctx.request_id}-{next(_engine_seq):x}"
                     route = await self.router.route(RouteRequest(
                         request_id=engine_id, token_ids=prompt.token_ids, instance_id=instance_id,
-                        dp_rank=dp_rank, priority=priority))
+                        dp_rank=dp_rank, priority=route_priority,
+                        latency_sensitivity=latency_sensitivity, expected_output_tokens=osl))
                     detok = IncrementalDetokenizer(
                         tokenizer, prompt.token_ids,
                         skip_special_tokens=req.skip_special_tokens,
@@ -365,7 +372,7 @@ class OpenAIService:
 
 
 def _routing_error(exc: RoutingError) -> ApiError:
-    if isinstance(exc, NoWorkersError):
+    if isinstance(exc, (NoWorkersError, AllWorkersBusyError)):
         return unavailable(str(exc))
     if isinstance(exc, WorkerNotFoundError):
         return ApiError(404, str(exc), param="nvext.backend_instance_id", code="worker_not_found")

@@ -15,12 +15,15 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Sequence
+from typing import Any
+
+import anyio
 
 import msgspec
 
 from dyn.core.router.pool import Worker, WorkerPool
 
-ROUTER_MODES = ("round-robin", "random", "direct")
+ROUTER_MODES = ("round-robin", "random", "direct", "kv")
 
 
 class RoutingError(Exception):
@@ -29,6 +32,10 @@ class RoutingError(Exception):
 
 class NoWorkersError(RoutingError):
     """No live worker can take the request now; retrying later may succeed."""
+
+
+class AllWorkersBusyError(RoutingError):
+    """Every eligible worker is over a busy threshold; retrying later may succeed."""
 
 
 class WorkerNotFoundError(RoutingError):
@@ -40,7 +47,9 @@ class TargetRequiredError(RoutingError):
 
 
 class RouteRequest(msgspec.Struct, kw_only=True):
-    """What a router sees of one engine request."""
+    """What a router sees of one engine request. ``priority`` and ``latency_sensitivity`` are
+    the agent hints (larger means sooner in the router queue); ``expected_output_tokens`` is
+    ``agent_hints.osl``."""
 
     request_id: str
     token_ids: list[int]
@@ -48,13 +57,16 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     dp_rank: int | None = None
     priority: int | None = None
     lora_name: str | None = None
+    latency_sensitivity: float | None = None
+    expected_output_tokens: int | None = None
 
 
 class Route:
     """A routing decision: the worker (and rank) that serves one engine request.
 
-    The frontend calls ``first_token`` when the first output token arrives and ``finished``
-    exactly once when the request ends for any reason; the base class books nothing.
+    The frontend calls ``first_token`` when the first output token arrives, ``progress`` with the
+    running count of output tokens as they arrive, and ``finished`` exactly once when the request
+    ends for any reason; the base class books nothing.
     """
 
     __slots__ = ("worker", "dp_rank")
@@ -64,6 +76,9 @@ class Route:
         self.dp_rank = dp_rank
 
     def first_token(self) -> None:
+        pass
+
+    def progress(self, output_tokens: int) -> None:
         pass
 
     def finished(self) -> None:
@@ -77,6 +92,10 @@ class Router(abc.ABC):
 
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Background work the router needs while it serves (none for the simple policies)."""
+        task_status.started()
 
     async def route(self, request: RouteRequest) -> Route:
         """The route for ``request``; may wait (a queueing router); raises ``RoutingError``."""
@@ -139,7 +158,8 @@ class DirectRouter(Router):
 
 
 def make_router(mode: str, pool: WorkerPool) -> Router:
-    """The router for ``mode`` (one of ``ROUTER_MODES``); ``ValueError`` names the valid modes."""
+    """The simple router for ``mode`` (round-robin, random or direct; ``kv`` is built by
+    ``dyn.core.router.build``); ``ValueError`` names the valid modes."""
     routers = {cls.mode: cls for cls in (RoundRobinRouter, RandomRouter, DirectRouter)}
     if mode not in routers:
         raise ValueError(f"unknown router mode {mode!r}: choose one of {', '.join(ROUTER_MODES)}")

@@ -14,10 +14,12 @@ from collections.abc import Sequence
 import msgspec
 
 from dyn.core.messages import (
+    INDEXER_KINDS,
     KIND_BATCH,
     KIND_OF,
     REPLY_KINDS,
     REQUEST_KINDS,
+    ROUTER_KINDS,
     ErrorReply,
     Finish,
     ReplyBatch,
@@ -101,3 +103,18 @@ def decode_reply(frames: Sequence[bytes]):
     """Decode a message a client receives (``TokenChunk``, ``Finish``, ``ErrorReply`` or a
     ``ReplyBatch`` of them)."""
     return _decode(frames, _reply_decoders, "reply")
+
+
+_router_decoders = {k: msgspec.msgpack.Decoder(cls) for k, cls in ROUTER_KINDS.items()}
+_indexer_decoders = {k: msgspec.msgpack.Decoder(cls) for k, cls in INDEXER_KINDS.items()}
+
+
+def decode_router_message(frames: Sequence[bytes]):
+    """Decode a router-plane message (``RouteQuery``, ``RouteAnswer``, ``RouteRefused``,
+    ``RouteProgress``)."""
+    return _decode(frames, _router_decoders, "router message")
+
+
+def decode_indexer_message(frames: Sequence[bytes]):
+    """Decode an indexer-plane message (``OverlapQuery``, ``OverlapAnswer``, ``OverlapRefused``)."""
+    return _decode(frames, _indexer_decoders, "indexer message")

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import aclosing
-import secrets
 import time
 
 import anyio
 import msgspec
 
 import dyn.core as core_pkg
+from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.engine import Engine, EngineError
 from dyn.core.messages import (
@@ -43,11 +43,6 @@ from dyn.core.transport.request_plane import RequestServer
 from dyn.core.worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
-
-
-def new_instance_id() -> int:
-    """A random positive 63-bit id (fits a signed 64-bit integer everywhere)."""
-    return secrets.randbits(63) or 1
 
 
 class WorkerHost:

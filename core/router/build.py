@@ -1,0 +1,98 @@
+"""Build the router a frontend (or ``dyn router``) asks for by mode and config.
+
+The router metrics are registered on ``registry`` in every mode (Dynamo registers them eagerly,
+so dashboards see zeros rather than gaps outside ``kv``). In ``kv`` mode the router is a
+``RemoteRouter`` when ``router_address`` names a ``dyn router`` (``tcp://...``, or ``auto``: found
+in discovery), else an embedded ``KvRouter``; with ``config.replica_sync`` that router gets a
+``ReplicaSync`` companion (started by ``KvRouter.run``) that binds its PUB on ``host`` and
+advertises ``serve_endpoint`` (a ``dyn router``'s query socket) in the routers' namespace.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import anyio
+from prometheus_client import CollectorRegistry
+
+from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.metrics import RouterMetrics
+from dyn.core.router.policy import ROUTER_MODES, Router, make_router
+from dyn.core.router.pool import WorkerPool
+
+log = logging.getLogger("dyn.router")
+INDEXER_LOOKUP_S = 1.0
+
+
+def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: CollectorRegistry,
+                 *, namespace: str = "default", router_address: str | None = None,
+                 router_id: str = "0", host: str = "127.0.0.1",
+                 serve_endpoint: str | None = None) -> Router:
+    """The router for ``mode`` over ``pool``; ``ValueError`` (``ConfigError``) names what to fix.
+
+    ``kv`` embeds a ``KvRouter`` unless ``router_address`` names a ``dyn router`` to ask instead.
+    """
+    if mode not in ROUTER_MODES:
+        raise ValueError(f"unknown router mode {mode!r}: choose one of {', '.join(ROUTER_MODES)}")
+    metrics = RouterMetrics(registry, namespace, router_id)
+    if mode != "kv":
+        if router_address is not None:
+            raise ValueError("--router-address needs --router-mode kv")
+        return make_router(mode, pool)
+    if router_address is not None:
+        if config.replica_sync:
+            raise ValueError("--router-replica-sync syncs routers that route in their own "
+                             "process; with --router-address the dyn router routes: pass "
+                             "--router-replica-sync to the dyn router replicas instead")
+        from dyn.core.router.remote import RemoteRouter
+
+        return RemoteRouter(pool, router_address)
+    from dyn.core.kv.ingest import KvEventIngestor, KvEventMetrics
+    from dyn.core.router.kv import KvRouter
+
+    event_metrics = KvEventMetrics(registry)
+
+    def ingest(indexer):
+        return KvEventIngestor(indexer, event_metrics, event_threads=config.event_threads)
+
+    router = KvRouter(pool, config, metrics, ingest=ingest)
+    if config.use_remote_indexer and config.uses_indexer:
+        router.companions.append(functools.partial(_remote_indexer, router, pool,
+                                                   config.indexer_address))
+    if config.replica_sync:
+        from dyn.core.router.sync import ReplicaSync
+
+        sync = ReplicaSync(router, pool.store, model_name=pool.model_name, host=host,
+                           request_endpoint=serve_endpoint)
+        router.companions.append(sync.run)
+    return router
+
+
+async def _remote_indexer(router: Any, pool: WorkerPool, address: str | None, *,
+                          task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    """``--use-remote-indexer``: ask the ``dyn indexer`` at ``address`` (or the one found in
+    discovery, looked up every second until there is one) for overlaps. Until it answers, the
+    router routes on load alone."""
+    from dyn.core.indexer.client import RemoteIndexer, indexers_store, live_indexer_address
+
+    task_status.started()
+    if address is None:
+        store = indexers_store(pool.store)
+        warned = False
+        while (address := await live_indexer_address(store, pool.model_name)) is None:
+            if not warned:
+                log.warning("--use-remote-indexer: no dyn indexer for model %r in discovery yet; "
+                            "routing on load alone until one starts", pool.model_name)
+                warned = True
+            await anyio.sleep(INDEXER_LOOKUP_S)
+    log.info("asking the dyn indexer at %s for KV overlaps", address)
+    indexer = RemoteIndexer(address)
+    async with anyio.create_task_group() as tg:
+        await tg.start(indexer.run)
+        router.remote_indexer = indexer
+        try:
+            await anyio.sleep_forever()
+        finally:
+            router.remote_indexer = None

@@ -1,0 +1,511 @@
+"""``KvRouter``: the KV-cache-aware router (reference section 3), composed of small parts.
+
+For each engine request it
+
+1. hashes the prompt into full blocks (``dyn.core.kv.hashing``) and chains sequence hashes;
+2. asks the overlap source how many leading blocks each (worker, dp_rank) holds: the exact
+   indexer fed by KV events, the TTL-approximate one fed by its own decisions
+   (``--no-router-kv-events``), or a remote ``dyn indexer``; max-merged with the short-TTL side
+   indexer of predicted routes (``--router-predicted-ttl-secs``);
+3. drops workers whose every rank is over a busy threshold (all busy: ``AllWorkersBusyError``, a 503);
+4. if the queue is on and every eligible rank has more than ``threshold * max_num_batched_tokens``
+   active prefill tokens, waits in the router queue (fcfs / lcfs / wspt keys, priority jumps);
+5. scores every rank with the cost model, picks one (argmin or softmax at a temperature), books
+   the request on it (``ActiveLoad``) and records the decision where an approximate index wants it.
+
+The returned ``KvRoute`` keeps the booking in step with the stream: ``first_token`` marks the
+prefill done, ``progress`` grows output blocks, ``finished`` frees the request; each of them may
+let queued requests through. Stale bookings (a request never finished) expire after
+``stale_request_secs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+
+from dyn.core.kv.approx import TtlIndexer, max_merge
+from dyn.core.kv.hashing import block_hashes, sequence_hashes
+from dyn.core.kv.indexer import OverlapScores, RadixIndexer, WorkerKey
+from dyn.core.messages import ActiveSequenceEvent
+from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.cost import select_worker, worker_logit
+from dyn.core.router.load import ActiveLoad, tracking_hashes
+from dyn.core.router.metrics import RouterMetrics
+from dyn.core.router.policy import (
+    AllWorkersBusyError,
+    NoWorkersError,
+    Route,
+    RouteRequest,
+    Router,
+    RoutingError,
+    WorkerNotFoundError,
+)
+from dyn.core.router.pool import Worker, WorkerPool
+from dyn.core.router.queue import RouterQueue, all_busy, priority_jump
+
+log = logging.getLogger("dyn.router")
+
+STALE_CHECK_S = 30.0
+QUEUE_RECHECK_S = 1.0
+
+
+class RouteDecision:
+    """What the router decided for one request (also sent over the wire by ``dyn router``)."""
+
+    __slots__ = ("worker", "overlap_blocks", "cached_tokens", "isl_tokens")
+
+    def __init__(self, worker: WorkerKey, overlap_blocks: int, cached_tokens: int, isl_tokens: int):
+        self.worker = worker
+        self.overlap_blocks = overlap_blocks
+        self.cached_tokens = cached_tokens
+        self.isl_tokens = isl_tokens
+
+
+class _Pending:
+    """A request between hashing and admission (possibly waiting in the queue)."""
+
+    __slots__ = ("request", "local", "seq", "scores", "predicted", "scored_at", "arrived", "route",
+                 "error", "done")
+
+    def __init__(self, request: RouteRequest, local: list[int], seq: list[int],
+                 overlaps: tuple[OverlapScores, OverlapScores], now: float) -> None:
+        self.request = request
+        self.local = local
+        self.seq = seq
+        self.scores, self.predicted = overlaps
+        self.scored_at = now
+        self.arrived = now
+        self.route: KvRoute | None = None
+        self.error: RoutingError | None = None
+        self.done: anyio.Event | None = None
+
+
+class KvRoute(Route):
+    """A booked route; its hooks keep the router's load model in step with the stream."""
+
+    __slots__ = ("router", "request_id", "key", "decision", "routed_at", "first_at", "output_tokens",
+                 "closed")
+
+    def __init__(self, worker: Worker, router: KvRouter, request_id: str, decision: RouteDecision,
+                 routed_at: float) -> None:
+        super().__init__(worker, decision.worker[1])
+        self.router = router
+        self.request_id = request_id
+        self.key = decision.worker
+        self.decision = decision
+        self.routed_at = routed_at
+        self.first_at: float | None = None
+        self.output_tokens = 0
+        self.closed = False
+
+    def first_token(self) -> None:
+        if self.first_at is None and not self.closed:
+            self.first_at = time.perf_counter()
+            self.router._prefill_done(self)
+
+    def progress(self, output_tokens: int) -> None:
+        if output_tokens > self.output_tokens and not self.closed:
+            self.output_tokens = output_tokens
+            self.router._output_progress(self)
+
+    def finished(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.router._free(self)
+
+
+class KvRouter(Router):
+    """The KV-aware router over ``pool`` (see the module docstring)."""
+
+    mode = "kv"
+
+    def __init__(self, pool: WorkerPool, config: KvRouterConfig, metrics: RouterMetrics, *,
+                 ingest: Callable[[RadixIndexer], Any] | None = None,
+                 rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic,
+                 block_size: int | None = None) -> None:
+        super().__init__(pool)
+        self.config = config.validate()
+        self.metrics = metrics
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self.block_size = block_size
+        self.load = ActiveLoad(rng=self._rng, clock=clock)
+        # overlap sources: exactly one primary (or none when the credit is 0), maybe a side index
+        self.indexer: RadixIndexer | None = None
+        self.approx: TtlIndexer | None = None
+        if config.uses_indexer and not config.use_remote_indexer:
+            if config.use_kv_events:
+                self.indexer = RadixIndexer()
+            else:
+                self.approx = TtlIndexer(config.ttl_secs, clock=clock)
+        self.side = (TtlIndexer(config.predicted_ttl_secs, clock=clock)
+                     if config.predicted_ttl_secs is not None else None)
+        self.remote_indexer: Any = None
+        self.ingestor: Any = None
+        """Feeds ``indexer`` from the workers' KV events (built by ``ingest(indexer)``)."""
+        if self.indexer is not None:
+            if ingest is None:
+                raise ValueError("a KV router that follows KV events needs an event ingestor")
+            self.ingestor = ingest(self.indexer)
+            self.ingestor.follow(pool)
+        self.queue = RouterQueue(config.queue_policy, clock)
+        self._ranks: dict[int, list[WorkerKey]] = {}
+        self._wake = anyio.Event()
+        self.on_booking: Callable[[ActiveSequenceEvent], None] | None = None
+        """Replica sync hears every booking change here (set by ``ReplicaSync``)."""
+        self.router_id = ""
+        self.companions: list[Callable[..., Awaitable[None]]] = []
+        """Tasks ``run`` starts beside the router (replica sync, for instance); each takes
+        ``task_status`` like ``anyio.TaskGroup.start`` expects."""
+        pool.add_listener(self._on_worker)
+
+    # ----------------------------------------------------------------- membership
+
+    def _on_worker(self, worker: Worker, added: bool) -> None:
+        record = worker.record
+        if added:
+            if self.block_size is None:
+                self.block_size = record.block_size
+                log.info("KV block size %d (from worker %d)", self.block_size, record.instance_id)
+            elif record.block_size != self.block_size:
+                log.warning("worker %d uses KV block size %d but the router hashes blocks of %d; "
+                            "its cache cannot be matched", record.instance_id, record.block_size,
+                            self.block_size)
+            keys = [(record.instance_id, r) for r in range(max(record.dp_size, 1))]
+            self._ranks[record.instance_id] = keys
+            for key in keys:
+                self.load.add_worker(key)
+            self._wake.set()
+        else:
+            keys = self._ranks.pop(record.instance_id, [])
+            self.load.remove_worker(record.instance_id)
+            for index in (self.approx, self.side):  # the ingestor drops the primary's blocks
+                if index is not None:
+                    index.remove_worker(record.instance_id)
+            for key in keys:
+                self.metrics.forget_worker(key)
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Background work until cancelled: KV-event ingestion, periodic queue rechecks, stale
+        booking expiry."""
+        async with anyio.create_task_group() as tg:
+            if self.ingestor is not None:
+                await tg.start(self.ingestor.run)
+            for companion in self.companions:
+                await tg.start(companion)
+            task_status.started()
+            last_stale = self._clock()
+            while True:
+                with anyio.move_on_after(QUEUE_RECHECK_S):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+                now = self._clock()
+                if now - last_stale >= STALE_CHECK_S:
+                    last_stale = now
+                    for request_id in self.load.expire_stale(now, self.config.stale_request_secs):
+                        log.warning("request %s held its booking for over %.0f s; freed",
+                                    request_id, self.config.stale_request_secs)
+                self._drain()
+
+    # ----------------------------------------------------------------- routing
+
+    async def route(self, request: RouteRequest) -> Route:
+        t0 = time.perf_counter()
+        if request.instance_id is not None and self.pool.get(request.instance_id) is None:
+            live = ", ".join(str(w.instance_id) for w in self.pool.workers()) or "none"
+            raise WorkerNotFoundError(
+                f"worker instance {request.instance_id} is not live (live instances: {live})")
+        if not self.pool.workers() or self.block_size is None:
+            raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
+                                 "start one with 'dyn worker mocker' or retry later")
+        local = block_hashes(request.token_ids, self.block_size, request.lora_name)
+        t1 = time.perf_counter()
+        seq = sequence_hashes(local)
+        t2 = time.perf_counter()
+        overlaps = await self._overlaps(local, seq)
+        t3 = time.perf_counter()
+        m = self.metrics
+        m.block_hashing_ms.observe((t1 - t0) * 1e3)
+        m.seq_hashing_ms.observe((t2 - t1) * 1e3)
+        m.find_matches_ms.observe((t3 - t2) * 1e3)
+        pending = _Pending(request, local, seq, overlaps, self._clock())
+        candidates = self._eligible(request)
+        if self.config.queue_threshold is not None and self._prefill_busy(candidates):
+            route = await self._wait_in_queue(pending)
+        else:
+            route = self._admit(pending, candidates)
+        t4 = time.perf_counter()
+        m.scheduling_ms.observe((t4 - t3) * 1e3)
+        m.total_ms.observe((t4 - t0) * 1e3)
+        return route
+
+    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
+        raise AssertionError("unreachable: KvRouter overrides route()")
+
+    async def _overlaps(self, local: list[int], seq: list[int]) -> tuple[OverlapScores, OverlapScores]:
+        """``(scores, predicted)``: matched blocks per rank, and of those the blocks only the
+        side index of predicted routes knows (a sibling's prefill still in flight there)."""
+        if not local:
+            return {}, {}
+        if self.indexer is not None:
+            scores = self.indexer.find_matches(local, seq)
+        elif self.approx is not None:
+            scores = self.approx.find_matches(local, seq)
+        elif self.remote_indexer is not None:
+            try:
+                scores = await self.remote_indexer.find_matches(local, seq)
+            except Exception as exc:  # an unreachable indexer degrades to load-only routing
+                log.warning("remote indexer query failed (%s); routing on load alone", exc)
+                scores = {}
+        else:
+            scores = {}
+        return self._with_side(scores, local, seq)
+
+    def _with_side(self, scores: OverlapScores, local: list[int],
+                   seq: list[int]) -> tuple[OverlapScores, OverlapScores]:
+        if self.side is None:
+            return scores, {}
+        side = self.side.find_matches(local, seq)
+        predicted = {k: n - scores.get(k, 0) for k, n in side.items() if n > scores.get(k, 0)}
+        return max_merge(scores, side), predicted
+
+    def _eligible(self, request: RouteRequest) -> list[WorkerKey]:
+        """The (worker, rank) pairs this request may go to, busy workers removed; raises when
+        nothing is left."""
+        if request.instance_id is not None:
+            keys = self._ranks.get(request.instance_id, [])
+            if request.dp_rank is not None:
+                keys = [k for k in keys if k[1] == request.dp_rank]
+                if not keys:
+                    raise WorkerNotFoundError(f"worker instance {request.instance_id} has no "
+                                              f"dp rank {request.dp_rank}")
+            if not keys:
+                raise WorkerNotFoundError(f"worker instance {request.instance_id} is not live")
+            return keys
+        keys = [k for w in self.pool.workers() for k in self._ranks.get(w.instance_id, ())]
+        if not keys:
+            raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
+                                 "start one with 'dyn worker mocker' or retry later")
+        if not self._thresholds_set():
+            return keys
+        busy = {k for k in keys if self._rank_busy(k)}
+        overloaded = {i for i, ks in self._ranks.items() if all(k in busy for k in ks)}
+        eligible = [k for k in keys if k[0] not in overloaded]
+        if not eligible:
+            self.metrics.rejected.labels("decode", "all_workers_busy").inc()
+            raise AllWorkersBusyError("every worker is over its busy threshold; retry later")
+        return eligible
+
+    def _thresholds_set(self) -> bool:
+        c = self.config
+        return (c.active_decode_blocks_threshold is not None
+                or c.active_prefill_tokens_threshold is not None
+                or c.active_prefill_tokens_threshold_frac is not None)
+
+    def _rank_busy(self, key: WorkerKey) -> bool:
+        c = self.config
+        worker = self.pool.get(key[0])
+        if worker is None:
+            return True
+        record = worker.record
+        prefill = self.load.active_tokens(key, self._clock())
+        if (c.active_decode_blocks_threshold is not None and
+                self.load.active_decode_blocks(key) > c.active_decode_blocks_threshold * record.total_kv_blocks):
+            return True
+        if c.active_prefill_tokens_threshold is not None and prefill > c.active_prefill_tokens_threshold:
+            return True
+        frac = c.active_prefill_tokens_threshold_frac
+        return frac is not None and prefill > frac * record.max_num_batched_tokens
+
+    def _prefill_busy(self, keys: list[WorkerKey]) -> bool:
+        now = self._clock()
+        caps = []
+        tokens = []
+        for key in keys:
+            worker = self.pool.get(key[0])
+            caps.append(worker.record.max_num_batched_tokens if worker else 0)
+            tokens.append(self.load.active_tokens(key, now))
+        return all_busy(tokens, self.config.queue_threshold, caps)
+
+    # ----------------------------------------------------------------- the queue
+
+    async def _wait_in_queue(self, pending: _Pending) -> Route:
+        req = pending.request
+        best_cached = max(pending.scores.values(), default=0) * (self.block_size or 0)
+        pending.done = anyio.Event()
+        entry = self.queue.push(pending, priority_jump=priority_jump(req.priority, req.latency_sensitivity),
+                                isl_tokens=len(req.token_ids), max_cached_tokens=best_cached)
+        self._queue_gauges()
+        try:
+            await pending.done.wait()
+        except BaseException:
+            self.queue.remove(entry)
+            self._queue_gauges()
+            if pending.route is not None:  # admitted while this waiter was being cancelled
+                pending.route.finished()
+            raise
+        if pending.error is not None:
+            raise pending.error
+        assert pending.route is not None
+        return pending.route
+
+    def _drain(self) -> None:
+        """Admit queued requests from the head while the head is not blocked."""
+        refresh = self.config.overlap_refresh_after_secs
+        while len(self.queue):
+            pending: _Pending = self.queue.peek()
+            try:
+                candidates = self._eligible(pending.request)
+            except RoutingError as exc:
+                self.queue.pop()
+                pending.error = exc
+                pending.done.set()
+                continue
+            if self._prefill_busy(candidates):
+                break
+            self.queue.pop()
+            now = self._clock()
+            if (refresh is not None and now - pending.scored_at >= refresh
+                    and (self.indexer is not None or self.approx is not None)):
+                index = self.indexer if self.indexer is not None else self.approx
+                scores = index.find_matches(pending.local, pending.seq)
+                pending.scores, pending.predicted = self._with_side(scores, pending.local, pending.seq)
+                pending.scored_at = now
+            try:
+                pending.route = self._admit(pending, candidates)
+            except RoutingError as exc:
+                pending.error = exc
+            pending.done.set()
+        self._queue_gauges()
+
+    def _queue_gauges(self) -> None:
+        self.metrics.queue_pending.set(len(self.queue))
+        self.metrics.queue_isl.set(self.queue.pending_isl_tokens)
+
+    # ----------------------------------------------------------------- admission and booking
+
+    def _admit(self, pending: _Pending, candidates: list[WorkerKey]) -> KvRoute:
+        c = self.config
+        req = pending.request
+        bs = self.block_size or 1
+        isl = len(req.token_ids)
+        now = self._clock()
+        scores = pending.scores
+        cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
+        track = tracking_hashes(pending.seq, c.assume_kv_reuse, self._rng) if c.track_active_blocks else []
+        decode, prefill = self.load.potential_loads(candidates, track, isl, cached,
+                                                    c.track_prefill_tokens, now)
+        for k, blocks in pending.predicted.items():
+            # Those blocks are being prefilled there for a sibling: that work is already in the
+            # worker's active prefill tokens and this request will reuse it, so it is not charged
+            # twice (without this, a burst of siblings spreads before the first one's prefill ends).
+            if k in prefill:
+                shared = min(blocks * bs, self.load.active_tokens(k, now))
+                prefill[k] = max(prefill[k] - shared, 0)
+        logits = {
+            k: worker_logit(
+                potential_prefill_tokens=prefill.get(k), cached_tokens=cached[k], isl_tokens=isl,
+                device_overlap_blocks=scores.get(k, 0), potential_decode_blocks=decode.get(k, 0),
+                block_size=bs, overlap_score_credit=c.overlap_score_credit,
+                prefill_load_scale=c.prefill_load_scale,
+                track_prefill_tokens=c.track_prefill_tokens)
+            for k in candidates
+        }
+        key = candidates[0] if len(candidates) == 1 else select_worker(logits, c.temperature, self._rng)
+        worker = self.pool.get(key[0])
+        if worker is None:  # the pool changed under a queued request
+            raise NoWorkersError("the chosen worker left; retry")
+        overlap = scores.get(key, 0)
+        self.load.add_request(req.request_id, key, track, isl, cached[key],
+                              req.expected_output_tokens, c.track_prefill_tokens, now)
+        if self.approx is not None:
+            self.approx.record(key, pending.local, pending.seq)
+        if self.side is not None:
+            self.side.record(key, pending.local, pending.seq)
+        decision = RouteDecision(key, overlap, cached[key], isl)
+        if self.on_booking is not None:
+            self.on_booking(ActiveSequenceEvent(
+                self.router_id, req.request_id, key[0], key[1], "add", tracked_hashes=track,
+                local_hashes=pending.local, seq_hashes=pending.seq, isl_tokens=isl,
+                cached_tokens=cached[key], expected_output_tokens=req.expected_output_tokens))
+        m = self.metrics
+        m.requests.inc()
+        m.isl.observe(isl)
+        m.kv_hit_rate.observe(cached[key] / isl if isl else 0.0)
+        self._publish_load(key)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("request %s -> worker %d rank %d (overlap %d blocks, logits %s)",
+                      req.request_id, key[0], key[1], overlap,
+                      {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()})
+        return KvRoute(worker, self, req.request_id, decision, time.perf_counter())
+
+    def _publish_load(self, key: WorkerKey) -> None:
+        self.metrics.worker_load(key, self.load.active_decode_blocks(key),
+                                 self.load.active_tokens(key, self._clock()))
+
+    def _sync(self, route: KvRoute, event: str) -> None:
+        if self.on_booking is not None:
+            self.on_booking(ActiveSequenceEvent(self.router_id, route.request_id, route.key[0],
+                                                route.key[1], event,
+                                                output_tokens=route.output_tokens))
+
+    def apply_remote(self, event: ActiveSequenceEvent) -> None:
+        """Apply a peer router's booking change (``--router-replica-sync``): its requests load
+        this router's view of the workers, and its decisions feed approximate indexes."""
+        key = (event.instance_id, event.dp_rank)
+        if event.instance_id not in self._ranks:
+            return
+        rid = f"{event.router_id}/{event.request_id}"
+        if event.event == "add":
+            self.load.add_request(rid, key, event.tracked_hashes, event.isl_tokens,
+                                  event.cached_tokens, event.expected_output_tokens,
+                                  self.config.track_prefill_tokens, self._clock())
+            if event.local_hashes:
+                for index in (self.approx, self.side):
+                    if index is not None:
+                        index.record(key, event.local_hashes, event.seq_hashes)
+        elif event.event == "prefill_done":
+            self.load.mark_prefill_completed(rid)
+        elif event.event == "output":
+            if self.config.track_output_blocks:
+                self.load.add_output_tokens(rid, event.output_tokens, self.block_size or 1)
+        elif event.event == "free":
+            self.load.free(rid)
+        else:
+            log.warning("ignoring replica event %r from router %s", event.event, event.router_id)
+            return
+        self._publish_load(key)
+        if event.event in ("prefill_done", "free") and len(self.queue):
+            self._drain()
+
+    def _prefill_done(self, route: KvRoute) -> None:
+        self._sync(route, "prefill_done")
+        self.load.mark_prefill_completed(route.request_id)
+        self.metrics.ttft.observe(route.first_at - route.routed_at)
+        self._publish_load(route.key)
+        if len(self.queue):
+            self._drain()
+
+    def _output_progress(self, route: KvRoute) -> None:
+        if self.config.track_output_blocks:
+            self.load.add_output_tokens(route.request_id, route.output_tokens, self.block_size or 1)
+            self._sync(route, "output")
+
+    def _free(self, route: KvRoute) -> None:
+        self._sync(route, "free")
+        self.load.free(route.request_id)
+        m = self.metrics
+        if route.output_tokens:
+            m.osl.observe(route.output_tokens)
+            if route.first_at is not None and route.output_tokens > 1:
+                m.itl.observe((time.perf_counter() - route.first_at) / (route.output_tokens - 1))
+        if route.key[0] in self._ranks:
+            self._publish_load(route.key)
+        if len(self.queue):
+            self._drain()

@@ -1,0 +1,101 @@
+"""The KV router's Prometheus metrics, with Dynamo's names (reference section 8).
+
+- ``dynamo_component_router_*``: per-request routing outcomes (requests, predicted KV hit rate,
+  TTFT and ITL seen through the router, sequence lengths), labelled like Dynamo's component
+  metrics (``dynamo_namespace``, ``dynamo_component``, ``dynamo_endpoint``). A frontend registers
+  them in every router mode; they stay zero outside ``kv``.
+- ``dynamo_router_overhead_*_ms``: where a routing decision's time goes (block hashing,
+  sequence hashing, find_matches, scheduling, total), labelled ``router_id``.
+- ``dynamo_frontend_worker_active_decode_blocks`` / ``_active_prefill_tokens``: the router's view
+  of each (worker, dp_rank)'s load.
+- ``dynamo_frontend_router_queue_pending_requests`` / ``_pending_isl_tokens``: the router queue.
+
+The KV-event counters (``dynamo_component_kv_cache_events_applied``) live with the ingestion code
+(``dyn.core.kv.ingest``) and are registered on the same registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_COMPONENT = ("dynamo_namespace", "dynamo_component", "dynamo_endpoint")
+_WORKER = ("worker_id", "dp_rank", "worker_type")
+
+
+def _exponential(start: float, factor: float, count: int) -> list[float]:
+    return [start * factor**i for i in range(count)]
+
+
+# Dynamo's buckets: compute phases exponential(0.001 ms, x2, 15); async phases (0.01 ms, x3, 17).
+_COMPUTE_MS = _exponential(0.001, 2.0, 15)
+_ASYNC_MS = _exponential(0.01, 3.0, 17)
+_SECONDS = _exponential(0.001, 2.0, 20)
+_TOKENS = _exponential(1.0, 2.0, 22)
+_RATIO = [i / 20 for i in range(21)]
+
+
+class RouterMetrics:
+    """Router metrics on ``registry``; ``namespace`` and ``router_id`` fill the fixed labels."""
+
+    def __init__(self, registry: CollectorRegistry, namespace: str = "default",
+                 router_id: str = "0", component: str = "router") -> None:
+        r = registry
+        labels = (namespace, component, "generate")
+        self.requests = Counter("dynamo_component_router_requests", "Requests routed",
+                                _COMPONENT, registry=r).labels(*labels)
+        self.ttft = Histogram("dynamo_component_router_time_to_first_token_seconds",
+                              "Time from routing to the first token", _COMPONENT,
+                              buckets=_SECONDS, registry=r).labels(*labels)
+        self.itl = Histogram("dynamo_component_router_inter_token_latency_seconds",
+                             "Mean inter-token latency per request", _COMPONENT, buckets=_SECONDS,
+                             registry=r).labels(*labels)
+        self.isl = Histogram("dynamo_component_router_input_sequence_tokens",
+                             "Prompt tokens per routed request", _COMPONENT, buckets=_TOKENS,
+                             registry=r).labels(*labels)
+        self.osl = Histogram("dynamo_component_router_output_sequence_tokens",
+                             "Output tokens per routed request", _COMPONENT, buckets=_TOKENS,
+                             registry=r).labels(*labels)
+        self.kv_hit_rate = Histogram("dynamo_component_router_kv_hit_rate",
+                                     "Predicted fraction of the prompt cached on the chosen worker",
+                                     _COMPONENT, buckets=_RATIO, registry=r).labels(*labels)
+        overhead = {
+            phase: Histogram(f"dynamo_router_overhead_{phase}_ms",
+                             f"Routing overhead: {phase.replace('_', ' ')} (ms)", ["router_id"],
+                             buckets=buckets, registry=r).labels(router_id)
+            for phase, buckets in (("block_hashing", _COMPUTE_MS), ("seq_hashing", _COMPUTE_MS),
+                                   ("indexer_find_matches", _ASYNC_MS),
+                                   ("scheduling", _COMPUTE_MS), ("total", _ASYNC_MS))
+        }
+        self.block_hashing_ms = overhead["block_hashing"]
+        self.seq_hashing_ms = overhead["seq_hashing"]
+        self.find_matches_ms = overhead["indexer_find_matches"]
+        self.scheduling_ms = overhead["scheduling"]
+        self.total_ms = overhead["total"]
+        self._decode_blocks = Gauge("dynamo_frontend_worker_active_decode_blocks",
+                                    "Active decode blocks the router books on a worker", _WORKER,
+                                    registry=r)
+        self._prefill_tokens = Gauge("dynamo_frontend_worker_active_prefill_tokens",
+                                     "Active prefill tokens the router books on a worker", _WORKER,
+                                     registry=r)
+        self.queue_pending = Gauge("dynamo_frontend_router_queue_pending_requests",
+                                   "Requests held in the router queue", ["worker_type"],
+                                   registry=r).labels("decode")
+        self.queue_isl = Gauge("dynamo_frontend_router_queue_pending_isl_tokens",
+                               "Prompt tokens of the requests held in the router queue",
+                               ["worker_type"], registry=r).labels("decode")
+        self.rejected = Counter("dynamo_frontend_router_queue_backpressure",
+                                "Requests refused by the router", ["worker_type", "reason"],
+                                registry=r)
+
+    def worker_load(self, worker: tuple[int, int], decode_blocks: float, prefill_tokens: float) -> None:
+        key = (str(worker[0]), str(worker[1]), "decode")
+        self._decode_blocks.labels(*key).set(decode_blocks)
+        self._prefill_tokens.labels(*key).set(prefill_tokens)
+
+    def forget_worker(self, worker: tuple[int, int]) -> None:
+        key = (str(worker[0]), str(worker[1]), "decode")
+        for gauge in (self._decode_blocks, self._prefill_tokens):
+            try:
+                gauge.remove(*key)
+            except KeyError:
+                pass

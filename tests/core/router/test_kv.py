@@ -1,0 +1,162 @@
+"""KvRouter in one process: overlap-aware choice, the side index for sibling bursts, approximate
+mode, pinned workers, busy thresholds and the router queue. The pool is a stand-in with the
+WorkerPool methods the router uses; the indexes, load model, cost and queue are the real ones."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import anyio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dyn.core.kv.hashing import block_hashes
+from dyn.core.messages import WorkerEndpoints, WorkerRecord
+from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.kv import KvRouter
+from dyn.core.router.metrics import RouterMetrics
+from dyn.core.router.policy import AllWorkersBusyError, RouteRequest, WorkerNotFoundError
+from dyn.core.router.pool import Worker
+
+pytestmark = pytest.mark.anyio
+
+BS = 4
+
+
+class FakePool:
+    model_name = "m"
+
+    def __init__(self, n: int, max_batched: int = 1000) -> None:
+        self._workers = [Worker(WorkerRecord(i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"),
+                                             BS, 1000, max_batched), None) for i in range(1, n + 1)]
+        self._listeners = []
+
+    def workers(self):
+        return self._workers
+
+    def get(self, instance_id):
+        return next((w for w in self._workers if w.instance_id == instance_id), None)
+
+    def add_listener(self, listener):
+        self._listeners.append(listener)
+        for w in self._workers:
+            listener(w, True)
+
+
+class FakeIngestor:
+    def __init__(self, indexer):
+        self.indexer = indexer
+
+    def follow(self, pool):
+        pass
+
+
+def make_router(n: int = 3, seed: int = 0, max_batched: int = 1000, **config) -> KvRouter:
+    return KvRouter(FakePool(n, max_batched), KvRouterConfig(**config),
+                    RouterMetrics(CollectorRegistry()), ingest=FakeIngestor, rng=random.Random(seed))
+
+
+def request(tokens, rid="r", **kw) -> RouteRequest:
+    return RouteRequest(request_id=rid, token_ids=list(tokens), **kw)
+
+
+def store(router: KvRouter, worker: int, tokens) -> None:
+    local = block_hashes(tokens, BS)
+    router.indexer.store((worker, 0), None, [h ^ 0xABC for h in local], local)
+
+
+PREFIX = list(range(100, 260))  # 40 blocks
+
+
+async def test_routes_to_the_worker_holding_the_prefix():
+    router = make_router()
+    store(router, 2, PREFIX)
+    route = await router.route(request(PREFIX + [1, 2, 3, 4, 5]))
+    assert route.worker.instance_id == 2
+    assert route.decision.overlap_blocks == 40 and route.decision.cached_tokens == 160
+
+
+async def test_load_moves_requests_away_from_a_busy_worker_without_overlap():
+    router = make_router()
+    chosen = []
+    for i in range(6):  # all open at once: each booking makes its worker dearer
+        chosen.append((await router.route(request(range(i * 1000, i * 1000 + 40), f"r{i}"))).worker.instance_id)
+    assert Counter(chosen) == {1: 2, 2: 2, 3: 2}
+
+
+@pytest.mark.parametrize(("predicted_ttl", "expect_one_worker"), [(5.0, True), (None, False)])
+async def test_sibling_burst_shares_one_worker_only_with_the_side_index(predicted_ttl, expect_one_worker):
+    router = make_router(predicted_ttl_secs=predicted_ttl)
+    workers = {(await router.route(request(PREFIX + [9000 + i] * 4, f"s{i}"))).worker.instance_id
+               for i in range(16)}
+    assert (len(workers) == 1) is expect_one_worker, workers
+
+
+async def test_approximate_mode_learns_from_its_own_decisions():
+    router = make_router(use_kv_events=False)
+    assert router.indexer is None and router.approx is not None
+    first = await router.route(request(PREFIX + [1] * 4, "a"))
+    first.finished()
+    for i in range(5):
+        route = await router.route(request(PREFIX + [i + 2] * 4, f"b{i}"))
+        assert route.worker is first.worker
+        route.finished()
+
+
+async def test_pinned_worker_is_honoured_and_unknown_one_refused():
+    router = make_router()
+    store(router, 2, PREFIX)
+    assert (await router.route(request(PREFIX, instance_id=3))).worker.instance_id == 3
+    with pytest.raises(WorkerNotFoundError):
+        await router.route(request(PREFIX, instance_id=42))
+
+
+async def test_all_workers_busy_is_refused():
+    router = make_router(n=2, active_prefill_tokens_threshold=50, queue_threshold=None)
+    await router.route(request(range(0, 60), "a"))
+    await router.route(request(range(100, 160), "b"))
+    with pytest.raises(AllWorkersBusyError):
+        await router.route(request(range(200, 260), "c"))
+
+
+async def test_finished_frees_the_booking():
+    router = make_router(n=1)
+    route = await router.route(request(PREFIX, "a"))
+    assert router.load.active_tokens((1, 0)) == 160
+    route.first_token()
+    assert router.load.active_tokens((1, 0)) == 0
+    route.finished()
+    route.finished()  # idempotent
+    assert router.load.active_decode_blocks((1, 0)) == 0
+
+
+async def test_queue_holds_requests_while_every_worker_is_busy_and_orders_by_priority():
+    # threshold 0.05 * 1000 batched tokens = 50 active prefill tokens per worker
+    router = make_router(n=1, queue_threshold=0.05)
+    head = await router.route(request(range(0, 60), "head"))
+    order: list[str] = []
+
+    async def send(name: str, priority: int | None) -> None:
+        route = await router.route(request(range(1000, 1060), name, priority=priority))
+        order.append(name)
+        route.first_token()  # its prefill is done at once, letting the next one through
+
+    async with anyio.create_task_group() as tg:
+        for name, priority in (("low", None), ("mid", 5), ("high", 50)):
+            tg.start_soon(send, name, priority)
+            await anyio.sleep(0.01)
+        assert len(router.queue) == 3 and order == []
+        head.first_token()  # the worker's prefill is done: drain
+    assert order == ["high", "mid", "low"]
+
+
+async def test_temperature_spreads_choices():
+    router = make_router(temperature=1.0, seed=3)
+    store(router, 1, PREFIX)
+    picks = Counter()
+    for i in range(200):
+        route = await router.route(request(PREFIX, f"t{i}"))
+        picks[route.worker.instance_id] += 1
+        route.finished()
+    assert picks[1] > picks[2] and picks[1] > picks[3] and picks[2] > 0 and picks[3] > 0
