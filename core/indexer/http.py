@@ -1,0 +1,335 @@
+"""Read-only HTTP views of a KV index: the standalone indexer's API (reference 2.6), as plain ASGI.
+
+``IndexerHttpApp`` serves any ``IndexView`` (the ``dyn indexer`` service, or a frontend's embedded
+``RadixIndexer`` wrapped in ``RadixIndexView``), so the same views can be mounted elsewhere; with
+``prefix`` they answer under that path. Importing this module starts nothing and imports no server.
+
+- ``GET /health`` -> ``{"status": "ok", "workers": N}`` (N: listed (instance, dp_rank) pairs)
+- ``GET /metrics`` -> the registry in the Prometheus text format
+- ``GET /workers`` -> ``[{"instance_id", "dp_rank", "blocks", "endpoint"}]``
+- ``POST /query {"token_ids": [...], "lora_name"?: str}`` and
+  ``POST /query_by_hash {"block_hashes": [...]}`` -> Dynamo's shape
+  ``{"scores": {inst: {dp: tokens}}, "instances": {inst: {"longest_matched": tokens, "dp":
+  {rank: tokens}}}, "block_size": N}``; counts are matched tokens (blocks * block_size), keys
+  are decimal strings, workers that matched nothing are absent. An optional ``model_name`` must
+  name the served model.
+- ``GET /dump`` -> ``{model: {"block_size": N, "events": [{"worker_id", "dp_rank",
+  "parent_hash", "block_hash", "tokens_hash"}]}}``, one stored block per event, parents first.
+
+Errors are ``{"error": "<sentence>"}``: 400 for bad JSON or a wrong field (the message names the
+field), 404 for an unknown path, 405 for a wrong method, 413 for an oversized body, 503 for a
+token query before the block size is known; an unexpected exception is logged and answered 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, ClassVar, Protocol
+
+import msgspec
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from dyn.core.kv.hashing import block_hashes, sequence_hashes
+from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
+
+log = logging.getLogger("dyn.indexer.http")
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+U64_MAX = (1 << 64) - 1
+ENDPOINTS = ("health", "metrics", "workers", "query", "query_by_hash", "dump", "zmq_query")
+_JSON = (b"content-type", b"application/json")
+
+
+class IndexView(Protocol):
+    """What the HTTP views read; all calls happen on the index's own event loop (single writer)."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def block_size(self) -> int | None:
+        """The block size queries are hashed with; None while unknown."""
+
+    def find_matches(self, local_hashes: Sequence[int],
+                     seq_hashes: Sequence[int] | None = None) -> OverlapScores: ...
+
+    def dump(self) -> list[DumpedBlock]: ...
+
+    def blocks_per_worker(self) -> dict[WorkerKey, int]: ...
+
+    def worker_endpoints(self) -> dict[WorkerKey, str | None]:
+        """Every known (instance_id, dp_rank), blocks or not, with its KV-event endpoint."""
+
+
+class RadixIndexView:
+    """An ``IndexView`` over a ``RadixIndexer`` owned by someone else (e.g. a frontend's router)."""
+
+    def __init__(self, indexer: RadixIndexer, model_name: str,
+                 block_size: int | None | Callable[[], int | None],
+                 endpoints: dict[WorkerKey, str | None] | None = None) -> None:
+        self.indexer = indexer
+        self.model_name = model_name
+        self._block_size = block_size
+        self.endpoints = endpoints if endpoints is not None else {}
+
+    @property
+    def block_size(self) -> int | None:
+        """Fixed, or read from a callable (a router that learns it from its first worker)."""
+        return self._block_size() if callable(self._block_size) else self._block_size
+
+    def find_matches(self, local_hashes: Sequence[int],
+                     seq_hashes: Sequence[int] | None = None) -> OverlapScores:
+        return self.indexer.find_matches(local_hashes, seq_hashes)
+
+    def dump(self) -> list[DumpedBlock]:
+        return self.indexer.dump()
+
+    def blocks_per_worker(self) -> dict[WorkerKey, int]:
+        return self.indexer.blocks_per_worker()
+
+    def worker_endpoints(self) -> dict[WorkerKey, str | None]:
+        known = dict(self.endpoints)
+        for key in self.indexer.workers():
+            known.setdefault(key, None)
+        return known
+
+
+class IndexerMetrics:
+    """The indexer's own series on ``registry`` (beside the KV-event ingestion counters):
+    ``dynamo_kvindexer_requests_total{endpoint}``, ``dynamo_kvindexer_errors_total{endpoint}``,
+    ``dynamo_kvindexer_request_duration_seconds{endpoint}``, and the gauges
+    ``dynamo_kvindexer_workers`` and ``dynamo_kvindexer_blocks`` read from ``view`` at scrape."""
+
+    def __init__(self, registry: CollectorRegistry, view: IndexView) -> None:
+        self.registry = registry
+        self.requests = Counter("dynamo_kvindexer_requests", "Indexer requests, by endpoint",
+                                ["endpoint"], registry=registry)
+        self.errors = Counter("dynamo_kvindexer_errors", "Indexer requests refused or failed, "
+                              "by endpoint", ["endpoint"], registry=registry)
+        self.duration = Histogram("dynamo_kvindexer_request_duration_seconds",
+                                  "Time to answer an indexer request, by endpoint", ["endpoint"],
+                                  buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1,
+                                           0.3, 1.0), registry=registry)
+        for endpoint in ENDPOINTS:
+            self.requests.labels(endpoint)
+            self.errors.labels(endpoint)
+        Gauge("dynamo_kvindexer_workers", "Known (instance, dp_rank) pairs",
+              registry=registry).set_function(lambda: len(view.worker_endpoints()))
+        Gauge("dynamo_kvindexer_blocks", "Indexed (worker, block) entries",
+              registry=registry).set_function(lambda: sum(view.blocks_per_worker().values()))
+
+    def observe(self, endpoint: str, seconds: float, failed: bool) -> None:
+        self.requests.labels(endpoint).inc()
+        self.duration.labels(endpoint).observe(seconds)
+        if failed:
+            self.errors.labels(endpoint).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 32) - 1)]
+BlockHash = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class TokenQuery(msgspec.Struct):
+    token_ids: list[TokenId]
+    lora_name: str | None = None
+    model_name: str | None = None
+
+
+class HashQuery(msgspec.Struct):
+    block_hashes: list[BlockHash]
+    model_name: str | None = None
+
+
+class HttpError(Exception):
+    """An answer other than 200: ``status`` and a sentence saying what to fix."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
+    """Decode a JSON request body, or raise a 400 naming the offending field."""
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise HttpError(400, f"invalid request body: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise HttpError(400, f"the request body is not valid JSON ({exc}); send a JSON object "
+                             f"with the field{'s' if len(kind.__struct_fields__) > 1 else ''} "
+                             f"{', '.join(kind.__struct_fields__)}") from None
+
+
+def overlap_body(scores: OverlapScores, block_size: int) -> dict[str, Any]:
+    """Dynamo's query answer: matched tokens per instance and dp rank."""
+    per_instance: dict[str, dict[str, int]] = {}
+    for (instance, rank), blocks in sorted(scores.items()):
+        if blocks > 0:
+            per_instance.setdefault(str(instance), {})[str(rank)] = blocks * block_size
+    return {
+        "scores": per_instance,
+        "instances": {inst: {"longest_matched": max(ranks.values()), "dp": ranks}
+                      for inst, ranks in per_instance.items()},
+        "block_size": block_size,
+    }
+
+
+def dump_body(view: IndexView) -> dict[str, Any]:
+    events = [{"worker_id": b.worker[0], "dp_rank": b.worker[1], "parent_hash": b.parent_hash,
+               "block_hash": b.block_hash, "tokens_hash": b.local_hash} for b in view.dump()]
+    return {view.model_name: {"block_size": view.block_size, "events": events}}
+
+
+def workers_body(view: IndexView) -> list[dict[str, Any]]:
+    blocks = view.blocks_per_worker()
+    return [{"instance_id": inst, "dp_rank": rank, "blocks": blocks.get((inst, rank), 0),
+             "endpoint": endpoint}
+            for (inst, rank), endpoint in sorted(view.worker_endpoints().items())]
+
+
+# --------------------------------------------------------------------------- the app
+
+
+class IndexerHttpApp:
+    """ASGI app serving ``view`` (see the module docstring); ``prefix`` mounts it under a path."""
+
+    _GET: ClassVar[dict[str, str]] = {"/health": "health", "/metrics": "metrics",
+                                      "/workers": "workers", "/dump": "dump"}
+    _POST: ClassVar[dict[str, str]] = {"/query": "query", "/query_by_hash": "query_by_hash"}
+
+    def __init__(self, view: IndexView, metrics: IndexerMetrics, *, prefix: str = "") -> None:
+        self.view = view
+        self.metrics = metrics
+        self.prefix = prefix.rstrip("/")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        endpoint: str | None = None
+        status = 500
+        try:
+            endpoint, method = self._route(scope["path"], scope["method"])
+            body = await _read_body(receive) if method == "POST" else b""
+            status, payload, content_type = self._answer(endpoint, body)
+        except HttpError as exc:
+            status, payload, content_type = exc.status, _error(exc.message), _JSON[1]
+        except _Disconnected:
+            return
+        except Exception:
+            log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            status, payload, content_type = 500, _error("internal error; see the indexer log"), _JSON[1]
+        if endpoint is not None:
+            self.metrics.observe(endpoint, time.perf_counter() - started, status != 200)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", content_type),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+    def _route(self, path: str, method: str) -> tuple[str, str]:
+        if self.prefix:
+            if not path.startswith(self.prefix + "/"):
+                raise HttpError(404, f"no route for {method} {path}")
+            path = path[len(self.prefix):]
+        if path in self._GET:
+            if method not in ("GET", "HEAD"):
+                raise HttpError(405, f"{self.prefix}{path} accepts GET only")
+            return self._GET[path], "GET"
+        if path in self._POST:
+            if method != "POST":
+                raise HttpError(405, f"{self.prefix}{path} accepts POST only")
+            return self._POST[path], "POST"
+        known = ", ".join(f"GET {self.prefix}{p}" for p in self._GET) + ", " + ", ".join(
+            f"POST {self.prefix}{p}" for p in self._POST)
+        raise HttpError(404, f"no route for {method} {path}; the indexer serves {known}")
+
+    def _answer(self, endpoint: str, body: bytes) -> tuple[int, bytes, bytes]:
+        view = self.view
+        if endpoint == "metrics":
+            return 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode()
+        if endpoint == "health":
+            result: Any = {"status": "ok", "workers": len(view.worker_endpoints())}
+        elif endpoint == "workers":
+            result = workers_body(view)
+        elif endpoint == "dump":
+            result = dump_body(view)
+        elif endpoint == "query":
+            query = decode_body(body, TokenQuery)
+            self._check_model(query.model_name)
+            block_size = view.block_size
+            if block_size is None:
+                raise HttpError(503, "the block size is not known yet: no worker has been "
+                                     "discovered; start a worker, pass --block-size, or retry")
+            local = block_hashes(query.token_ids, block_size, query.lora_name)
+            result = overlap_body(self._matches(local), block_size)
+        else:
+            query = decode_body(body, HashQuery)
+            self._check_model(query.model_name)
+            for i, h in enumerate(query.block_hashes):
+                if h > U64_MAX:
+                    raise HttpError(400, f"invalid request body: block_hashes[{i}] is {h}, "
+                                         "over the largest 64-bit hash")
+            result = overlap_body(self._matches(query.block_hashes), view.block_size or 0)
+        return 200, msgspec.json.encode(result), _JSON[1]
+
+    def _matches(self, local: list[int]) -> OverlapScores:
+        if not local:
+            return {}
+        return self.view.find_matches(local, sequence_hashes(local))
+
+    def _check_model(self, model_name: str | None) -> None:
+        if model_name is not None and model_name != self.view.model_name:
+            raise HttpError(400, f"invalid request body: model_name {model_name!r} is not "
+                                 f"indexed here; this indexer serves {self.view.model_name!r}")
+
+
+class _Disconnected(Exception):
+    """The client went away before its request body arrived."""
+
+
+def _error(message: str) -> bytes:
+    return msgspec.json.encode({"error": message})
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise HttpError(413, f"request body over {MAX_BODY_BYTES} bytes; query fewer tokens")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
