@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from dyn.cli import frontend, unbuilt, worker
+from dyn.cli import frontend, router, unbuilt, worker
 from dyn.cli import serve
+from dyn.cli import indexer
 from dyn.cli.options import flag
 
 app = typer.Typer(
@@ -46,11 +47,9 @@ def main_options(
 
 app.command("frontend")(frontend.frontend)
 app.command("serve", context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
-unbuilt.register(app, "router", "Standalone KV-aware router service for several frontends.",
-                 "the standalone KV-aware router arrives with the KV router milestone (issue 4).")
+app.command("router")(router.router)
 app.add_typer(worker.app, name="worker")
-unbuilt.register(app, "indexer", "Standalone KV indexer: subscribes to workers' KV events, answers overlap queries.",
-                 "the standalone KV indexer arrives with the KV router milestone (issue 4).")
+app.command("indexer")(indexer.indexer)
 unbuilt.register(app, "bench", "Agentic load client and trace replay for any OpenAI-compatible server.",
                  "the benchmark client arrives with the bench milestone (issue 6).")
 unbuilt.register(app, "inspect-kv", "Show which worker caches which prefix, from an indexer or router.",

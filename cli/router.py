@@ -1,0 +1,40 @@
+"""``dyn router``: the standalone KV-aware router service several frontends share."""
+
+from __future__ import annotations
+
+import typer
+
+from dyn.cli import options
+from dyn.cli.options import flag
+from dyn.cli.router_flags import router_flags
+
+SERVICE_PANEL = "Router service"
+
+
+@router_flags
+def router(
+    host: str = options.HOST,
+    port: int = flag(0, "--port", min=0, max=65535, panel=SERVICE_PANEL,
+                     help="Port of the ZMQ query socket frontends connect to (0: a free port, "
+                          "printed at start)."),
+    model_path: str = options.MODEL_PATH,
+    model_name: str = options.MODEL_NAME,
+    namespace: str = options.NAMESPACE,
+    discovery_backend: str = options.DISCOVERY_BACKEND,
+    discovery_dir: str = options.DISCOVERY_DIR,
+    router_config=None,
+) -> None:
+    """Standalone KV-aware router service for several frontends: start it, then run each
+    frontend with --router-mode kv --router-address tcp://HOST:PORT (or auto)."""
+    from dyn.core.errors import ConfigError
+    from dyn.core.router.service import RouterSettings, run_router_service
+
+    settings = RouterSettings(host=host, port=port, namespace=namespace,
+                              discovery_backend=discovery_backend, discovery_dir=discovery_dir,
+                              model_path=model_path, model_name=model_name,
+                              router_config=router_config)
+    try:
+        run_router_service(settings)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

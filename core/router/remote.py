@@ -1,0 +1,330 @@
+"""``RemoteRouter``: a frontend's router that asks a ``dyn router`` service instead of routing.
+
+``dyn frontend --router-mode kv --router-address ADDR`` builds one; ``ADDR`` is the service's
+``tcp://host:port`` or ``auto``: the first live ``dyn router`` of the frontend's model found in
+the ``{namespace}.routers`` discovery namespace (another one is taken when it leaves).
+
+Contract:
+
+- ``route`` sends a ``RouteQuery`` on a DEALER and waits for the ``RouteAnswer`` or
+  ``RouteRefused`` with the same ``query_id``. A refusal raises the matching ``RoutingError``
+  (``all_busy`` -> ``AllWorkersBusyError``); no answer within ``timeout_s`` (the service's queue
+  may hold a request a while) raises ``NoWorkersError``. The answer names a worker instance; if
+  the frontend's own pool does not know it yet, ``route`` waits up to ``worker_wait_s`` for
+  discovery to catch up, then gives up with ``NoWorkersError`` (and frees the booking).
+- The returned route reports the stream to the service with ``RouteProgress``: ``first_token``
+  once, ``progress`` only when the output crosses a KV block boundary (the block size comes with
+  the answer), ``finished`` exactly once. Reports never block the event loop and never raise into
+  the frontend: a full socket drops them (counted in ``dropped`` and logged); the service frees
+  a booking whose end it never hears after its stale-request timeout.
+- Answers for unknown queries are ignored. A query abandoned before its answer came (the client
+  went away, or the timeout passed) has its late booking freed at once.
+- ``run`` owns the socket and its receive loop; ``route`` raises ``NoWorkersError`` until it runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import zmq
+import zmq.asyncio
+
+from dyn.core.discovery.store import WorkerAdded, WorkerRemoved
+from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused, WorkerRecord
+from dyn.core.router.kv import AllWorkersBusyError, RouteDecision
+from dyn.core.router.policy import (
+    NoWorkersError,
+    Route,
+    RouteRequest,
+    Router,
+    RoutingError,
+    TargetRequiredError,
+    WorkerNotFoundError,
+)
+from dyn.core.router.pool import Worker, WorkerPool
+from dyn.core.router.registry import routers_store, serves_queries
+from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
+from dyn.core.transport.sockets import async_context, configure
+
+log = logging.getLogger("dyn.router.remote")
+
+AUTO = "auto"
+DEFAULT_TIMEOUT_S = 30.0
+WORKER_WAIT_S = 2.0
+SEND_HWM = 10_000
+_ABANDONED_KEPT = 10_000
+
+REFUSALS: dict[str, type[RoutingError]] = {
+    "no_workers": NoWorkersError,
+    "worker_not_found": WorkerNotFoundError,
+    "all_busy": AllWorkersBusyError,
+    "target_required": TargetRequiredError,
+}
+
+
+class _Query:
+    __slots__ = ("request_id", "reply", "done")
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.reply: RouteAnswer | RouteRefused | None = None
+        self.done = anyio.Event()
+
+
+class RemoteRoute(Route):
+    """A booking held by the ``dyn router``; the hooks report the stream to it."""
+
+    __slots__ = ("router", "request_id", "decision", "block_size", "output_tokens", "_first",
+                 "closed")
+
+    def __init__(self, worker: Worker, router: RemoteRouter, request_id: str, answer: RouteAnswer,
+                 isl_tokens: int) -> None:
+        super().__init__(worker, answer.dp_rank)
+        self.router = router
+        self.request_id = request_id
+        self.decision = RouteDecision((answer.instance_id, answer.dp_rank), answer.overlap_blocks,
+                                      answer.cached_tokens, isl_tokens)
+        self.block_size = max(answer.block_size, 1)
+        self.output_tokens = 0
+        self._first = False
+        self.closed = False
+
+    def first_token(self) -> None:
+        if not self._first and not self.closed:
+            self._first = True
+            self.router._report(RouteProgress(self.request_id, "first_token"))
+
+    def progress(self, output_tokens: int) -> None:
+        if self.closed or output_tokens <= self.output_tokens:
+            return
+        crossed = output_tokens // self.block_size > self.output_tokens // self.block_size
+        self.output_tokens = output_tokens
+        if crossed:
+            self.router._report(RouteProgress(self.request_id, "progress", output_tokens))
+
+    def finished(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.router._report(RouteProgress(self.request_id, "finished", self.output_tokens))
+
+
+class RemoteRouter(Router):
+    """Routes through the ``dyn router`` at ``address`` (see the module docstring)."""
+
+    mode = "kv"
+
+    def __init__(self, pool: WorkerPool, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 worker_wait_s: float = WORKER_WAIT_S) -> None:
+        super().__init__(pool)
+        if address != AUTO and not address.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ValueError(f"--router-address {address!r} is not a ZMQ address: give the "
+                             "tcp://HOST:PORT that 'dyn router' printed, or auto")
+        self.address = address
+        self._routers = routers_store(pool.store) if address == AUTO else None
+        self.timeout_s = timeout_s
+        self.worker_wait_s = worker_wait_s
+        self.endpoint: str | None = None
+        """The service this router talks to now (``address``, or the one ``auto`` found)."""
+        self._socket: zmq.asyncio.Socket | None = None
+        self._queries: dict[int, _Query] = {}
+        self._abandoned: OrderedDict[int, str] = OrderedDict()
+        self._ids = itertools.count(1)
+        self.dropped = 0
+        """Reports dropped because the socket was full."""
+
+    # ----------------------------------------------------------------- socket
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the DEALER and receive answers until cancelled; with ``auto``, follow the
+        routers' namespace to pick (and replace) the service."""
+        socket = configure(async_context().socket(zmq.DEALER), hwm=SEND_HWM)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._receive, socket)
+                if self.address == AUTO:
+                    await tg.start(self._follow_routers, socket)
+                else:
+                    self._use(socket, self.address)
+                self._socket = socket
+                task_status.started()
+        finally:
+            self._socket = None
+            self._fail_pending("the frontend is shutting down")
+            socket.close(linger=0)
+
+    def _use(self, socket: zmq.asyncio.Socket, endpoint: str | None) -> None:
+        if endpoint == self.endpoint:
+            return
+        if self.endpoint is not None:
+            try:
+                socket.disconnect(self.endpoint)
+            except zmq.ZMQError:
+                pass
+            self._fail_pending(f"dyn router at {self.endpoint} left")
+        self.endpoint = endpoint
+        if endpoint is not None:
+            try:
+                socket.connect(endpoint)
+            except zmq.ZMQError as exc:
+                self.endpoint = None
+                log.error("cannot connect to dyn router at %s: %s", endpoint, exc)
+                return
+            log.info("routing through the dyn router at %s", endpoint)
+
+    async def _follow_routers(self, socket: zmq.asyncio.Socket, *, task_status: Any) -> None:
+        store = self._routers
+        assert store is not None
+        live: dict[int, WorkerRecord] = {}
+
+        def choose() -> None:
+            endpoints = [live[i].endpoints.request for i in sorted(live)]
+            if self.endpoint not in endpoints:
+                self._use(socket, endpoints[0] if endpoints else None)
+                if not endpoints:
+                    log.warning("no dyn router for model %r is live in namespace %r",
+                                self.pool.model_name, store.namespace)
+
+        for record in await store.list():
+            if serves_queries(record, self.pool.model_name):
+                live[record.instance_id] = record
+        choose()
+        task_status.started()
+        async with aclosing(store.watch()) as events:
+            async for event in events:
+                if isinstance(event, WorkerAdded):
+                    if serves_queries(event.record, self.pool.model_name):
+                        live[event.record.instance_id] = event.record
+                    else:
+                        live.pop(event.record.instance_id, None)
+                elif isinstance(event, WorkerRemoved):
+                    live.pop(event.instance_id, None)
+                choose()
+
+    async def _receive(self, socket: zmq.asyncio.Socket) -> None:
+        while True:
+            frames = await socket.recv_multipart(copy=True)
+            try:
+                reply = decode_router_message(frames)
+            except ProtocolError as exc:
+                log.warning("dropping a malformed message from the dyn router: %s", exc)
+                continue
+            if not isinstance(reply, RouteAnswer | RouteRefused):
+                log.warning("dropping an unexpected %s from the dyn router", type(reply).__name__)
+                continue
+            query = self._queries.pop(reply.query_id, None)
+            if query is not None:
+                query.reply = reply
+                query.done.set()
+                continue
+            request_id = self._abandoned.pop(reply.query_id, None)
+            if request_id is not None and isinstance(reply, RouteAnswer):
+                self._report(RouteProgress(request_id, "finished"))
+            elif isinstance(reply, RouteRefused) and reply.query_id < 0:
+                log.warning("the dyn router refused a message: %s", reply.message)
+
+    def _fail_pending(self, why: str) -> None:
+        for query in self._queries.values():
+            query.reply = RouteRefused(-1, "no_workers", f"{why}; retry")
+            query.done.set()
+        self._queries.clear()
+
+    def _send(self, frames: Sequence[bytes]) -> bool:
+        """Queue ``frames`` without waiting; False when dropped (no socket, or it is full)."""
+        socket = self._socket
+        if socket is None:
+            return False
+        try:
+            sent = socket.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the socket was closed under us
+            log.debug("dropping a message to the dyn router: %s", exc)
+            return False
+        if sent.done():
+            exc = sent.exception()
+            if exc is None:
+                return True
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("dropped %d message(s) to the dyn router at %s: %s", self.dropped,
+                            self.endpoint, exc)
+            return False
+        sent.add_done_callback(_log_send_error)
+        return True
+
+    def _report(self, progress: RouteProgress) -> None:
+        self._send(encode(progress))
+
+    # ----------------------------------------------------------------- routing
+
+    async def route(self, request: RouteRequest) -> Route:
+        if self._socket is None or self.endpoint is None:
+            where = ("no dyn router is live in this namespace; start one with 'dyn router'"
+                     if self.address == AUTO else f"the dyn router at {self.address} is not "
+                     "connected yet")
+            raise NoWorkersError(f"{where}, or retry later")
+        query_id = next(self._ids)
+        query = _Query(request.request_id)
+        if not self._send(encode(RouteQuery(
+                query_id, request.request_id, request.token_ids, request.instance_id,
+                request.dp_rank, request.priority, request.lora_name,
+                request.latency_sensitivity, request.expected_output_tokens))):
+            raise NoWorkersError(f"dyn router at {self.endpoint} is not taking queries (its "
+                                 "socket is full); retry later")
+        self._queries[query_id] = query
+        try:
+            with anyio.move_on_after(self.timeout_s):
+                await query.done.wait()
+        except BaseException:  # cancelled (the client left): free a booking made meanwhile
+            self._forget(query_id, query)
+            raise
+        reply = query.reply
+        if reply is None:
+            self._forget(query_id, query)
+            raise NoWorkersError(
+                f"dyn router at {self.endpoint} is not answering (no answer in "
+                f"{self.timeout_s:g} s); check that 'dyn router' runs, or retry later")
+        if isinstance(reply, RouteRefused):
+            raise REFUSALS.get(reply.code, RoutingError)(reply.message)
+        try:
+            worker = await self._worker(reply.instance_id)
+        except BaseException:
+            self._report(RouteProgress(request.request_id, "finished"))
+            raise
+        return RemoteRoute(worker, self, request.request_id, reply, len(request.token_ids))
+
+    def _forget(self, query_id: int, query: _Query) -> None:
+        """Give up on a query: free its booking now if the answer came, or when it comes."""
+        if isinstance(query.reply, RouteAnswer):
+            self._report(RouteProgress(query.request_id, "finished"))
+            return
+        if query.reply is not None or self._queries.pop(query_id, None) is None:
+            return
+        self._abandoned[query_id] = query.request_id
+        while len(self._abandoned) > _ABANDONED_KEPT:
+            self._abandoned.popitem(last=False)
+
+    async def _worker(self, instance_id: int) -> Worker:
+        worker = self.pool.get(instance_id)
+        if worker is not None:
+            return worker
+        with anyio.move_on_after(self.worker_wait_s):
+            while worker is None:
+                await anyio.sleep(0.02)
+                worker = self.pool.get(instance_id)
+            return worker
+        raise NoWorkersError(f"the dyn router chose worker {instance_id}, which this frontend "
+                             "has not discovered; check that both use the same namespace and "
+                             "discovery directory")
+
+    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
+        raise AssertionError("unreachable: RemoteRouter overrides route()")
+
+
+def _log_send_error(sent) -> None:
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("a message to the dyn router could not be sent: %s", sent.exception())

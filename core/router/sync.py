@@ -1,0 +1,181 @@
+"""``ReplicaSync``: router replicas share their booking changes (``--router-replica-sync``).
+
+Each replica of a model's KV router sees only the requests routed through it; with sync on, every
+booking change (add, prefill_done, output, free) is published as an ``ActiveSequenceEvent`` on a
+PUB socket (topic ``ACTIVE_SEQUENCES_TOPIC``) and applied by every peer with
+``KvRouter.apply_remote``, so each replica's load model (and, in approximate mode, its prefix
+index) counts the others' requests too (reference 3.7).
+
+Peers find each other in the ``{namespace}.routers`` discovery namespace: the replica registers a
+record whose ``endpoints.kv_events`` is its PUB (``endpoints.request`` the query socket of a
+``dyn router``, if any), watches that namespace and connects one SUB to the PUB of every other
+router of the same model. Events carrying its own ``router_id`` are skipped; malformed messages
+are logged and skipped.
+
+PUB/SUB delivers only what is published after a subscription is live: events a replica published
+before a peer connected are lost to that peer, and nothing is replayed. Peers converge as those
+bookings end (a ``free`` for an unknown booking is ignored), and bookings a peer never hears the
+end of expire with the router's stale-request timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+import zmq
+import zmq.asyncio
+
+from dyn.core.discovery.services import new_instance_id
+from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore, WorkerAdded, WorkerRemoved
+from dyn.core.messages import ACTIVE_SEQUENCES_TOPIC, ActiveSequenceEvent, WorkerRecord
+from dyn.core.router.registry import (
+    ROUTER_ENGINE,
+    router_record,
+    routers_store,
+)
+from dyn.core.transport.sockets import async_context, bind_random, configure, sync_context
+
+if TYPE_CHECKING:
+    from dyn.core.router.kv import KvRouter
+
+log = logging.getLogger("dyn.router.sync")
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(ActiveSequenceEvent)
+
+
+class ReplicaSync:
+    """Publishes ``router``'s booking changes and applies its peers' (see the module docstring).
+
+    ``store`` is the workers' discovery store (the routers' namespace is derived from it);
+    ``request_endpoint`` is advertised in the record when this replica is a ``dyn router``.
+    Construction binds the PUB and hooks ``router.on_booking``; ``run`` registers, follows the
+    peers and applies their events until cancelled.
+    """
+
+    def __init__(self, router: KvRouter, store: DiscoveryStore, *, model_name: str | None,
+                 host: str = "127.0.0.1", request_endpoint: str | None = None,
+                 lease_ttl_s: float = DEFAULT_TTL_S) -> None:
+        self.router = router
+        if not router.router_id or router.router_id == "0":
+            router.router_id = uuid.uuid4().hex[:12]
+        self.router_id = router.router_id
+        self.model_name = model_name
+        self.store = routers_store(store)
+        self.instance_id = new_instance_id()
+        self.request_endpoint = request_endpoint
+        self.lease_ttl_s = lease_ttl_s
+        self._pub = configure(sync_context().socket(zmq.PUB), hwm=100_000)
+        self.endpoint = bind_random(self._pub, host)
+        self.peers: dict[int, str] = {}
+        """Peer instance id -> the PUB endpoint this replica's SUB is connected to."""
+        self.heard: set[str] = set()
+        """Router ids of the peers an event was received from."""
+        self.published = 0
+        self.applied = 0
+        self.dropped = 0
+        router.on_booking = self.publish
+
+    @property
+    def record(self) -> WorkerRecord:
+        return router_record(self.store, self.model_name, self.instance_id,
+                             request=self.request_endpoint, kv_events=self.endpoint)
+
+    def publish(self, event: ActiveSequenceEvent) -> None:
+        """Send one booking change to the peers now; never blocks or raises."""
+        if not event.router_id:
+            event.router_id = self.router_id
+        try:
+            self._pub.send_multipart((ACTIVE_SEQUENCES_TOPIC, _encoder.encode(event)),
+                                     flags=zmq.NOBLOCK)
+            self.published += 1
+        except zmq.ZMQError as exc:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("replica sync dropped %d event(s): %s", self.dropped, exc)
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Register, follow the peers and apply their events until cancelled; then unregister
+        and close the sockets."""
+        sub = configure(async_context().socket(zmq.SUB))
+        sub.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
+        try:
+            # the lease is left last: the record stays until the tasks stopped
+            async with (self.store.lease(self.record, self.lease_ttl_s),
+                        anyio.create_task_group() as tg):
+                tg.start_soon(self._receive, sub)
+                await tg.start(self._follow_peers, sub)
+                log.info("replica sync: router %s publishes on %s", self.router_id, self.endpoint)
+                task_status.started()
+        finally:
+            sub.close(linger=0)
+            self._pub.close(linger=0)
+            self.router.on_booking = None
+
+    async def _follow_peers(self, sub: zmq.asyncio.Socket, *, task_status: Any) -> None:
+        for record in await self.store.list():
+            self._on_peer(sub, record)
+        task_status.started()
+        async with aclosing(self.store.watch()) as events:
+            async for event in events:
+                if isinstance(event, WorkerAdded):
+                    self._on_peer(sub, event.record)
+                elif isinstance(event, WorkerRemoved):
+                    self._drop_peer(sub, event.instance_id)
+
+    def _on_peer(self, sub: zmq.asyncio.Socket, record: WorkerRecord) -> None:
+        if record.instance_id == self.instance_id or record.engine != ROUTER_ENGINE:
+            return
+        endpoint = record.endpoints.kv_events
+        same_model = self.model_name is None or record.model_name in (self.model_name, "")
+        if not endpoint or not same_model:
+            self._drop_peer(sub, record.instance_id)
+            return
+        if self.peers.get(record.instance_id) == endpoint:
+            return
+        self._drop_peer(sub, record.instance_id)
+        try:
+            sub.connect(endpoint)
+        except zmq.ZMQError as exc:
+            log.warning("replica sync: cannot connect to router %d at %s: %s",
+                        record.instance_id, endpoint, exc)
+            return
+        self.peers[record.instance_id] = endpoint
+        log.info("replica sync: following router %d at %s", record.instance_id, endpoint)
+
+    def _drop_peer(self, sub: zmq.asyncio.Socket, instance_id: int) -> None:
+        endpoint = self.peers.pop(instance_id, None)
+        if endpoint is None:
+            return
+        try:
+            sub.disconnect(endpoint)
+        except zmq.ZMQError:
+            pass
+        log.info("replica sync: router %d at %s left", instance_id, endpoint)
+
+    async def _receive(self, sub: zmq.asyncio.Socket) -> None:
+        while True:
+            frames = await sub.recv_multipart(copy=True)
+            try:
+                if len(frames) != 2:
+                    raise ValueError(f"expected 2 frames [topic, event], got {len(frames)}")
+                event = _decoder.decode(frames[1])
+            except (ValueError, msgspec.DecodeError) as exc:
+                log.warning("replica sync: skipping a malformed event: %s", exc)
+                continue
+            if event.router_id == self.router_id:
+                continue
+            if event.router_id not in self.heard:
+                self.heard.add(event.router_id)
+                log.info("replica sync: first event from router %s", event.router_id)
+            try:
+                self.router.apply_remote(event)
+                self.applied += 1
+            except Exception:
+                log.exception("replica sync: could not apply %s from router %s", event.event,
+                              event.router_id)

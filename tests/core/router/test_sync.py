@@ -1,0 +1,137 @@
+"""``ReplicaSync``: two KV routers in one process share bookings over real loopback PUB/SUB."""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+import zmq
+from prometheus_client import CollectorRegistry
+
+from dyn.core.discovery.file_store import FileDiscoveryStore
+from dyn.core.messages import ACTIVE_SEQUENCES_TOPIC, ActiveSequenceEvent, WorkerEndpoints, WorkerRecord
+from dyn.core.router.build import build_router
+from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.kv import KvRouter
+from dyn.core.router.policy import RouteRequest
+from dyn.core.router.pool import WorkerPool
+from dyn.core.discovery.services import new_instance_id
+from dyn.core.router.registry import router_record, routers_store
+from dyn.core.router.sync import ReplicaSync
+from dyn.core.transport.sockets import bind_random, configure, sync_context
+
+pytestmark = pytest.mark.anyio
+
+BLOCK = 16
+WORKERS = (1, 2, 3)
+
+
+def record(instance_id: int) -> WorkerRecord:
+    return WorkerRecord(instance_id=instance_id, namespace="t", model_name="m", engine="mocker",
+                        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
+                        block_size=BLOCK, total_kv_blocks=1024, max_num_batched_tokens=8192)
+
+
+def req(request_id: str, prompt: int = 0) -> RouteRequest:
+    return RouteRequest(request_id=request_id, token_ids=[prompt * 1000 + i for i in range(8 * BLOCK)])
+
+
+async def replica(tg, store: FileDiscoveryStore) -> tuple[KvRouter, ReplicaSync]:
+    pool = WorkerPool(store, "m")
+    config = KvRouterConfig(use_kv_events=False, replica_sync=True)
+    router = build_router("kv", pool, config, CollectorRegistry(), namespace="t")
+    assert isinstance(router, KvRouter)
+    await tg.start(pool.run)
+    await tg.start(router.run)
+    sync = router.on_booking.__self__
+    assert isinstance(sync, ReplicaSync) and router.router_id == sync.router_id
+    return router, sync
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+def booked(router: KvRouter) -> int:
+    return sum(router.load.num_requests((w, 0)) for w in WORKERS)
+
+
+async def first_heard(a: KvRouter, b: KvRouter) -> object:
+    """Book on ``a`` until ``b`` hears a booking (PUB/SUB drops what is published before the
+    subscription is live); returns the route ``b`` heard, the others are finished."""
+    for i in range(100):
+        route = await a.route(req(f"probe-{i}", prompt=i))
+        with anyio.move_on_after(0.2):
+            await until(lambda: booked(b) > 0)
+            return route
+        route.finished()
+    raise AssertionError("the peer never heard a booking")
+
+
+async def test_a_peer_counts_the_other_replicas_bookings_and_follows_its_decisions(tmp_path):
+    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    for i in WORKERS:
+        await store.put(record(i), ttl_s=30)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            a, sync_a = await replica(tg, store)
+            b, sync_b = await replica(tg, store)
+            assert a.router_id != b.router_id
+            await until(lambda: sync_a.peers and sync_b.peers)
+            assert list(sync_a.peers.values()) == [sync_b.endpoint]
+
+            route = await first_heard(a, b)
+            key = route.decision.worker
+            assert b.load.num_requests(key) == 1 and booked(b) == 1
+            assert b.load.active_tokens(key) > 0
+
+            route.first_token()  # A's prompt no longer loads the worker, on B too
+            await until(lambda: b.load.active_tokens(key) == 0)
+            # B knows A's decision (approximate mode): the same prompt goes to the same worker
+            again = await b.route(req("again", prompt=int(route.request_id.split("-")[1])))
+            assert again.decision.worker == key and again.decision.overlap_blocks == 8
+            await until(lambda: a.load.num_requests(key) == 2)
+
+            route.finished()
+            again.finished()
+            await until(lambda: booked(a) == 0 and booked(b) == 0)
+            assert sync_a.applied and sync_b.applied and not sync_a.dropped
+            assert a.router_id not in sync_a.heard
+            tg.cancel_scope.cancel()
+
+
+async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
+    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    for i in WORKERS:
+        await store.put(record(i), ttl_s=30)
+    pub = configure(sync_context().socket(zmq.PUB))
+    endpoint = bind_random(pub, "127.0.0.1")
+    routers = routers_store(store)
+    peer = router_record(routers, "m", new_instance_id(), kv_events=endpoint)
+    encode = msgspec.msgpack.encode
+    try:
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg, routers.lease(peer):
+                a, sync_a = await replica(tg, store)
+                await until(lambda: sync_a.peers)
+                own = ActiveSequenceEvent(a.router_id, "mine", 1, 0, "add", isl_tokens=50)
+                for i in range(200):
+                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(own)])
+                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, b"\xc1 not msgpack"])
+                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC])
+                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(ActiveSequenceEvent(
+                        "peer", f"theirs-{i}", 2, 0, "add", isl_tokens=50))])
+                    with anyio.move_on_after(0.05):
+                        await until(lambda: booked(a) > 0)
+                        break
+                assert booked(a) == 1 and a.load.num_requests((2, 0)) == 1
+                assert f"{a.router_id}/mine" not in a.load and sync_a.heard == {"peer"}
+                # its own decisions still book normally
+                route = await a.route(req("local"))
+                assert booked(a) == 2
+                route.finished()
+                tg.cancel_scope.cancel()
+    finally:
+        pub.close(linger=0)
