@@ -25,7 +25,7 @@ def indexer(
                         help="Follow these workers instead of discovery: "
                              "'ID[:DP_RANK]=tcp://HOST:PORT[|REPLAY_ENDPOINT],...' (the KV-event "
                              "PUB socket, and optionally its replay socket)."),
-    router_event_threads: int = flag(4, "--router-event-threads", min=1, panel=INDEXER_PANEL,
+    router_event_threads: int = flag(1, "--router-event-threads", min=1, panel=INDEXER_PANEL,
                                      help="Threads that receive and decode KV events (1: on the "
                                           "query loop)."),
     model_path: str = options.MODEL_PATH,

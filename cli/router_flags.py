@@ -65,8 +65,9 @@ _FLAGS: dict[str, tuple[Any, Any]] = {
         help="Record each decision in a side index with this TTL so sibling requests find the "
              "prefix before the engine reports it (try 5); needs KV events.")),
     "router_event_threads": (int, flag(
-        4, "--router-event-threads", min=1, panel=PANEL,
-        help="Threads that receive and decode KV events (1: on the event loop).")),
+        1, "--router-event-threads", min=1, panel=PANEL,
+        help="Threads that receive and decode KV events (1, the default: on the event loop; "
+             "Dynamo defaults to 4, but Python threads share the GIL and measured slower).")),
     "router_track_active_blocks": (bool, flag(
         True, "--router-track-active-blocks/--no-router-track-active-blocks", panel=PANEL,
         help="Count blocks of requests in flight in each worker's load.")),

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EVENT_THREADS = 4
+DEFAULT_EVENT_THREADS = 1
 THREAD_JOIN_TIMEOUT = 5.0
 
 

@@ -77,6 +77,7 @@ class RouterMetrics:
         self._prefill_tokens = Gauge("dynamo_frontend_worker_active_prefill_tokens",
                                      "Active prefill tokens the router books on a worker", _WORKER,
                                      registry=r)
+        self._worker_gauges: dict[tuple[int, int], tuple[Gauge, Gauge]] = {}
         self.queue_pending = Gauge("dynamo_frontend_router_queue_pending_requests",
                                    "Requests held in the router queue", ["worker_type"],
                                    registry=r).labels("decode")
@@ -88,11 +89,16 @@ class RouterMetrics:
                                 registry=r)
 
     def worker_load(self, worker: tuple[int, int], decode_blocks: float, prefill_tokens: float) -> None:
-        key = (str(worker[0]), str(worker[1]), "decode")
-        self._decode_blocks.labels(*key).set(decode_blocks)
-        self._prefill_tokens.labels(*key).set(prefill_tokens)
+        gauges = self._worker_gauges.get(worker)
+        if gauges is None:
+            key = (str(worker[0]), str(worker[1]), "decode")
+            gauges = self._worker_gauges[worker] = (self._decode_blocks.labels(*key),
+                                                    self._prefill_tokens.labels(*key))
+        gauges[0].set(decode_blocks)
+        gauges[1].set(prefill_tokens)
 
     def forget_worker(self, worker: tuple[int, int]) -> None:
+        self._worker_gauges.pop(worker, None)
         key = (str(worker[0]), str(worker[1]), "decode")
         for gauge in (self._decode_blocks, self._prefill_tokens):
             try:

@@ -23,7 +23,7 @@ def test_defaults_follow_the_seed():
     assert c.use_kv_events and c.track_active_blocks and c.assume_kv_reuse and c.track_prefill_tokens
     assert not c.track_output_blocks
     assert c.queue_threshold == 16.0 and c.queue_policy == "fcfs"
-    assert c.ttl_secs == 120.0 and c.event_threads == 4 and c.predicted_ttl_secs is None
+    assert c.ttl_secs == 120.0 and c.event_threads == 1 and c.predicted_ttl_secs is None
     assert c.overlap_refresh_after_secs == 10.0 and c.stale_request_secs == 300.0
     assert c.uses_indexer
 
