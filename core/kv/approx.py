@@ -41,7 +41,8 @@ class TtlIndexer:
         self.clock = clock
         self.tree = RadixIndexer()
         self._expiry: dict[WorkerKey, dict[int, float]] = {}  # worker -> seq hash -> expiry
-        self._heap: list[tuple[float, int, WorkerKey, tuple[int, ...]]] = []
+        # (expiry, tie-break, worker, sequence hashes by depth, their depths or None for 1, 2, ...)
+        self._heap: list[tuple[float, int, WorkerKey, tuple[int, ...], tuple[int, ...] | None]] = []
         self._heap_refs = 0  # block references held by heap entries
         self._live = 0  # entries in _expiry
         self._order = itertools.count()
@@ -64,7 +65,7 @@ class TtlIndexer:
         before = len(timers)
         timers.update(dict.fromkeys(seqs, expires))
         self._live += len(timers) - before
-        heapq.heappush(self._heap, (expires, next(self._order), worker, seqs))
+        heapq.heappush(self._heap, (expires, next(self._order), worker, seqs, None))
         self._heap_refs += len(seqs)
         if self._heap_refs > _REBUILD_FLOOR and self._heap_refs > _REBUILD_FACTOR * self._live:
             self._rebuild_heap()
@@ -77,33 +78,31 @@ class TtlIndexer:
         heap = self._heap
         if not heap or heap[0][0] > now:
             return 0
-        due: dict[WorkerKey, list[int]] = {}
+        due: dict[WorkerKey, list[tuple[int, int]]] = {}  # worker -> (depth, sequence hash)
         while heap and heap[0][0] <= now:
-            expires, _, worker, seqs = heapq.heappop(heap)
+            expires, _, worker, seqs, depths = heapq.heappop(heap)
             self._heap_refs -= len(seqs)
             timers = self._expiry.get(worker)
             if timers is None:
                 continue
-            expired = [seq for seq in seqs if timers.get(seq) == expires]
+            pairs = zip(depths, seqs) if depths is not None else enumerate(seqs, 1)
+            expired = [(depth, seq) for depth, seq in pairs if timers.get(seq) == expires]
             if expired:
-                for seq in expired:
+                for _, seq in expired:
                     del timers[seq]
                 due.setdefault(worker, []).extend(expired)
         removed = 0
-        for worker, seqs in due.items():
-            self._live -= len(seqs)
-            lookup = self.tree._lookup.get(worker, {})
-            seqs.sort(key=lambda seq: _depth(lookup, seq), reverse=True)
-            before = len(lookup)
-            self.tree.remove(worker, seqs)
-            removed += before - len(lookup)
+        for worker, entries in due.items():
+            self._live -= len(entries)
+            entries.sort(reverse=True)  # deepest first
+            removed += self.tree._remove_counting(worker, [seq for _, seq in entries])
         return removed
 
     def next_expiry(self) -> float | None:
         """When the earliest live entry expires, or ``None`` when nothing is indexed."""
         heap = self._heap
         while heap:
-            expires, _, worker, seqs = heap[0]
+            expires, _, worker, seqs, _ = heap[0]
             timers = self._expiry.get(worker)
             if timers is not None and any(timers.get(seq) == expires for seq in reversed(seqs)):
                 return expires
@@ -148,17 +147,12 @@ class TtlIndexer:
                 groups.setdefault((expires, worker), []).append(seq)
         heap = []
         for (expires, worker), seqs in groups.items():
-            lookup = self.tree._lookup.get(worker, {})
-            seqs.sort(key=lambda seq: _depth(lookup, seq))
-            heap.append((expires, next(self._order), worker, tuple(seqs)))
+            by_depth = sorted((self.tree._depth(seq), seq) for seq in seqs)
+            heap.append((expires, next(self._order), worker, tuple(seq for _, seq in by_depth),
+                         tuple(depth for depth, _ in by_depth)))
         heapq.heapify(heap)
         self._heap = heap
         self._heap_refs = self._live
-
-
-def _depth(lookup: dict, seq: int) -> int:
-    node = lookup.get(seq)
-    return 0 if node is None else node.depth
 
 
 def max_merge(primary: OverlapScores, side: OverlapScores) -> OverlapScores:

@@ -33,24 +33,34 @@ holds it breaks prefix closure; such nodes ("holes") are tracked exactly per wor
 with holes is bisected only above the first hole on the query path. Without sequence hashes the
 query walks the tree by local hash instead.
 
+Layout: a node *is* its sequence hash; its fields live in dicts keyed by it (holders, parent and
+depth, children), and workers are small ints inside. Everything the index holds is then ints in
+dicts that the garbage collector does not track, so a million cached blocks add no GC pauses.
+
 Single writer: all methods are meant to run on one thread (or one asyncio task).
 """
 
 from __future__ import annotations
 
 import enum
+import struct
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
+import xxhash
 
-from dyn.core.kv.hashing import extend_sequence_hash
+from dyn.core.kv.hashing import XXH3_SEED
 
 WorkerKey = tuple[int, int]
 """(instance_id, dp_rank)."""
 
 OverlapScores = dict[WorkerKey, int]
 """Contiguous matched prefix blocks per worker; a worker that is absent matched 0."""
+
+_ROOT = -1  # the root's key; sequence hashes are unsigned 64-bit
+_PAIR = struct.Struct("<QQ")
+_xxh3 = xxhash.xxh3_64_intdigest
 
 
 class ApplyStatus(enum.StrEnum):
@@ -71,27 +81,20 @@ class DumpedBlock(msgspec.Struct, array_like=True, frozen=True):
     local_hash: int
 
 
-class _Node:
-    __slots__ = ("seq", "local", "parent", "depth", "workers", "children", "hole_of")
-
-    def __init__(self, seq: int | None, local: int | None, parent: _Node | None, depth: int) -> None:
-        self.seq = seq
-        self.local = local
-        self.parent = parent
-        self.depth = depth
-        self.workers: dict[WorkerKey, int] = {}  # holder -> its block hash for this node
-        self.children: dict[int, _Node] | None = None  # by local hash; None while a leaf
-        self.hole_of: set[WorkerKey] | None = None  # workers absent here but held by a child
-
-
 class RadixIndexer:
     """Exact index of cached blocks per (worker, dp_rank), fed by KV events. Single writer."""
 
     def __init__(self) -> None:
-        self._root = _Node(None, None, None, 0)
-        self._nodes: dict[int, _Node] = {}  # sequence hash of the path -> node, attached only
-        self._lookup: dict[WorkerKey, dict[int, _Node]] = {}
-        self._holes: dict[WorkerKey, dict[_Node, int]] = {}  # hole -> children holding the worker
+        self._held: dict[int, dict[int, int]] = {}  # node -> worker id -> its block hash
+        self._node: dict[int, tuple[int, int, int]] = {}  # node -> (parent, local hash, depth)
+        # node -> its only child, or local hash -> child when it has several; leaves are absent
+        self._children: dict[int, int | dict[int, int]] = {}
+        self._ids: dict[WorkerKey, int] = {}
+        self._keys: list[WorkerKey] = []  # worker id -> key (a forgotten id waits in _free)
+        self._free: list[int] = []
+        self._lookup: dict[int, dict[int, int]] = {}  # worker id -> block hash -> node
+        self._holes: dict[int, dict[int, int]] = {}  # worker id -> hole -> children holding it
+        self._hole_of: dict[int, set[int]] = {}  # hole -> worker ids
 
     # ------------------------------------------------------------------------------- events
 
@@ -123,82 +126,136 @@ class RadixIndexer:
         distinct = set(block_hashes)
         if len(distinct) != n or parent_hash in distinct:
             return ApplyStatus.INVALID_BLOCK
-        lookup = self._lookup.get(worker)
+        wid = self._ids.get(worker)
         if parent_hash is None:
-            node = self._root
+            node, depth = _ROOT, 0
         else:
-            node = lookup.get(parent_hash) if lookup is not None else None
-            if node is None:
+            found = self._lookup[wid].get(parent_hash) if wid is not None else None
+            if found is None:
                 return ApplyStatus.PARENT_BLOCK_NOT_FOUND
-        if lookup is None:
-            lookup = self._lookup[worker] = {}
-        nodes = self._nodes
-        displaced: list[_Node] | None = None
-        for i in range(n):
-            local = local_hashes[i]
-            block = block_hashes[i]
-            children = node.children
-            child = children.get(local) if children is not None else None
-            if child is None:
-                seq = extend_sequence_hash(node.seq, local) if seq_hashes is None else seq_hashes[i]
-                child = _Node(seq, local, node, node.depth + 1)
+            node, depth = found, self._node[found][2]
+        if wid is None:
+            wid = self._register(worker)
+        lookup = self._lookup[wid]
+        held_by, meta, children_of, hole_of = self._held, self._node, self._children, self._hole_of
+        displaced: list[int] | None = None
+        i = 0
+        while i < n:  # along nodes that exist
+            if seq_hashes is not None:  # a node is its sequence hash: no need to ask the parent
+                child = seq_hashes[i]
+                holders = held_by.get(child)
+                if holders is None:
+                    break
+            else:
+                children = children_of.get(node)
                 if children is None:
-                    node.children = {local: child}
+                    break
+                if type(children) is int:
+                    child = children if meta[children][1] == local_hashes[i] else None
                 else:
-                    children[local] = child
-                nodes[seq] = child
-            held = child.workers.get(worker)
+                    child = children.get(local_hashes[i])
+                if child is None:
+                    break
+                holders = held_by[child]
+            block = block_hashes[i]
+            held = holders.get(wid)
             if held != block:
                 if held is not None:
                     del lookup[held]  # same node, the engine renamed it
-                elif child.hole_of is not None and worker in child.hole_of:
-                    self._unhole(child, worker)
+                elif child in hole_of and wid in hole_of[child]:
+                    self._unhole(child, wid)
                 elsewhere = lookup.get(block)
                 if elsewhere is not None:  # the hash moves here; settle its old node at the end
-                    del elsewhere.workers[worker]
-                    if displaced is None:
-                        displaced = []
-                    displaced.append(elsewhere)
-                child.workers[worker] = block
+                    del held_by[elsewhere][wid]
+                    displaced = (displaced or []) + [elsewhere]
+                holders[wid] = block
                 lookup[block] = child
+            node = child
+            i += 1
+        depth += i
+        for j in range(i, n):  # new nodes, each the only child of the one before
+            local = local_hashes[j]
+            block = block_hashes[j]
+            depth += 1
+            if seq_hashes is not None:
+                child = seq_hashes[j]
+            elif node == _ROOT:
+                child = local
+            else:  # hashing.extend_sequence_hash, inlined
+                child = _xxh3(_PAIR.pack(node, local), seed=XXH3_SEED)
+            children = children_of.get(node) if j == i else None
+            if children is None:
+                children_of[node] = child
+            elif type(children) is int:
+                children_of[node] = {meta[children][1]: children, local: child}
+            else:
+                children[local] = child
+            meta[child] = (node, local, depth)
+            held_by[child] = {wid: block}
+            elsewhere = lookup.get(block)
+            if elsewhere is not None:
+                del held_by[elsewhere][wid]
+                displaced = (displaced or []) + [elsewhere]
+            lookup[block] = child
             node = child
         if displaced is not None:
             for old in displaced:
-                if nodes.get(old.seq) is old and worker not in old.workers:  # type: ignore[arg-type]
-                    self._after_loss(old, worker, recount=True)
+                holders = held_by.get(old)
+                if holders is not None and wid not in holders:
+                    self._after_loss(old, wid, recount=True)
         return ApplyStatus.OK
 
     def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> ApplyStatus:
         """Apply a ``Removed`` event; hashes the worker does not hold are skipped."""
-        lookup = self._lookup.get(worker)
-        if lookup is None:
+        wid = self._ids.get(worker)
+        if wid is None:
             return ApplyStatus.BLOCK_NOT_FOUND if block_hashes else ApplyStatus.OK
+        lookup, held_by, meta, children_of = self._lookup[wid], self._held, self._node, self._children
         missing = False
         for block in block_hashes:
             node = lookup.pop(block, None)
             if node is None:
                 missing = True
                 continue
-            del node.workers[worker]
-            self._after_loss(node, worker, recount=False)
+            holders = held_by[node]
+            del holders[wid]
+            if self._hole_of or node in children_of:
+                self._after_loss(node, wid, recount=False)
+            elif not holders:  # the common case, an evicted leaf and no holes anywhere: unlink it
+                parent, local, _ = meta.pop(node)
+                del held_by[node]
+                siblings = children_of[parent]
+                if type(siblings) is int:
+                    del children_of[parent]
+                else:
+                    del siblings[local]
+                    if len(siblings) == 1:
+                        children_of[parent] = next(iter(siblings.values()))
         return ApplyStatus.BLOCK_NOT_FOUND if missing else ApplyStatus.OK
 
     def clear(self, worker: WorkerKey) -> None:
         """Apply ``AllBlocksCleared`` for one rank; the rank stays known, with no blocks."""
-        lookup = self._lookup.setdefault(worker, {})
-        held = sorted(lookup.values(), key=lambda node: node.depth, reverse=True)
+        wid = self._ids.get(worker)
+        if wid is None:
+            self._register(worker)
+            return
+        lookup, held_by = self._lookup[wid], self._held
+        nodes = list(lookup.values())
         lookup.clear()
-        for node in held:  # deepest first: no holes on the way
-            if node.workers.pop(worker, None) is not None and not node.workers:
+        for node in nodes:  # the worker's holes all go at the end, whatever the order here
+            holders = held_by.get(node)
+            if holders is not None and holders.pop(wid, None) is not None and not holders:
                 self._detach(node)
-        for node in self._holes.pop(worker, ()):
-            self._drop_hole_flag(node, worker)
+        for node in self._holes.pop(wid, ()):
+            self._drop_hole_flag(node, wid)
 
     def remove_worker(self, instance_id: int) -> None:
         """Forget every dp rank of ``instance_id`` and all their blocks."""
-        for key in [key for key in self._lookup if key[0] == instance_id]:
+        for key in [key for key in self._ids if key[0] == instance_id]:
             self.clear(key)
-            del self._lookup[key]
+            wid = self._ids.pop(key)
+            del self._lookup[wid]
+            self._free.append(wid)
 
     # ------------------------------------------------------------------------------ queries
 
@@ -212,107 +269,126 @@ class RadixIndexer:
         n = len(seq_hashes)
         if n == 0:
             return {}
-        nodes = self._nodes
-        first = nodes.get(seq_hashes[0])
+        held_by = self._held
+        first = held_by.get(seq_hashes[0])
         if first is None:
             return {}
-        last = nodes.get(seq_hashes[n - 1])
+        last = held_by.get(seq_hashes[n - 1])
         if last is not None:
             depth = n
-        else:  # node at depth lo exists, at depth hi does not
+        else:  # a node at depth lo exists, at depth hi does not
             lo, hi, last = 1, n, first
             while hi - lo > 1:
                 mid = (lo + hi) >> 1
-                node = nodes.get(seq_hashes[mid - 1])
-                if node is None:
+                holders = held_by.get(seq_hashes[mid - 1])
+                if holders is None:
                     hi = mid
                 else:
-                    lo, last = mid, node
+                    lo, last = mid, holders
             depth = lo
-        return self._score(first, last, depth, lambda d: nodes[seq_hashes[d - 1]])
+        return self._score(first, last, depth, lambda d: held_by[seq_hashes[d - 1]])
 
     def _match_by_walk(self, local_hashes: Sequence[int]) -> OverlapScores:
-        path: list[_Node] = []
-        node = self._root
+        children_of, meta = self._children, self._node
+        path: list[int] = []
+        node = _ROOT
         for local in local_hashes:
-            children = node.children
+            children = children_of.get(node)
             if children is None:
                 break
-            node = children.get(local)  # type: ignore[assignment]
-            if node is None:
-                break
+            if type(children) is int:
+                if meta[children][1] != local:
+                    break
+                node = children
+            else:
+                child = children.get(local)
+                if child is None:
+                    break
+                node = child
             path.append(node)
         if not path:
             return {}
-        return self._score(path[0], path[-1], len(path), lambda d: path[d - 1])
+        held_by = self._held
+        return self._score(held_by[path[0]], held_by[path[-1]], len(path),
+                           lambda d: held_by[path[d - 1]])
 
     def _score(
-        self, first: _Node, last: _Node, depth: int, node_at: Callable[[int], _Node]
+        self,
+        first: dict[int, int],
+        last: dict[int, int],
+        depth: int,
+        holders_at: Callable[[int], dict[int, int]],
     ) -> OverlapScores:
-        """Scores along a query path of ``depth`` attached nodes, ``node_at(d)`` for 1 <= d <= depth."""
-        holes = self._holes
-        if not holes:
-            if len(last.workers) == len(first.workers):
-                return dict.fromkeys(first.workers, depth)
-            scores = dict.fromkeys(last.workers, depth)
-            stack = [(1, depth, first, last)]
-            while stack:  # holder sets shrink with depth; equal sizes mean equal sets
-                lo, hi, top, bottom = stack.pop()
-                if hi - lo == 1:
-                    for worker in top.workers.keys() - bottom.workers.keys():
-                        scores[worker] = lo
-                    continue
-                mid = (lo + hi) >> 1
-                node = node_at(mid)
-                size = len(node.workers)
-                if size != len(top.workers):
-                    stack.append((lo, mid, top, node))
-                if size != len(bottom.workers):
-                    stack.append((mid, hi, node, bottom))
-            return scores
-        return self._score_with_holes(first, last, depth, node_at)
+        """Scores along a query path of ``depth`` attached nodes; ``first`` and ``last`` are the
+        holders at depth 1 and ``depth``, ``holders_at(d)`` those at any depth in between."""
+        keys = self._keys
+        if self._holes:
+            scores = self._score_with_holes(first, last, depth, holders_at)
+            return {keys[w]: d for w, d in scores.items()}
+        if len(last) == len(first):
+            return {keys[w]: depth for w in first}
+        scores = {keys[w]: depth for w in last}
+        stack = [(1, depth, first, last)]
+        while stack:  # holder sets shrink with depth; equal sizes mean equal sets
+            lo, hi, top, bottom = stack.pop()
+            if hi - lo == 1:
+                for w in top.keys() - bottom.keys():
+                    scores[keys[w]] = lo
+                continue
+            mid = (lo + hi) >> 1
+            holders = holders_at(mid)
+            size = len(holders)
+            if size != len(top):
+                stack.append((lo, mid, top, holders))
+            if size != len(bottom):
+                stack.append((mid, hi, holders, bottom))
+        return scores
 
     def _score_with_holes(
-        self, first: _Node, last: _Node, depth: int, node_at: Callable[[int], _Node]
-    ) -> OverlapScores:
+        self,
+        first: dict[int, int],
+        last: dict[int, int],
+        depth: int,
+        holders_at: Callable[[int], dict[int, int]],
+    ) -> dict[int, int]:
         holes = self._holes
 
-        def clean_count(node: _Node) -> int:
-            held = node.workers
-            return len(held) - sum(1 for worker in holes if worker in held)
+        def clean_count(holders: dict[int, int]) -> int:
+            return len(holders) - sum(1 for w in holes if w in holders)
 
-        scores = {worker: depth for worker in last.workers if worker not in holes}
+        scores = {w: depth for w in last if w not in holes}
         stack = [(1, depth, first, last, clean_count(first), clean_count(last))]
         while stack:
             lo, hi, top, bottom, top_n, bottom_n = stack.pop()
             if top_n == bottom_n:
                 continue
             if hi - lo == 1:
-                for worker in top.workers.keys() - bottom.workers.keys():
-                    if worker not in holes:
-                        scores[worker] = lo
+                for w in top.keys() - bottom.keys():
+                    if w not in holes:
+                        scores[w] = lo
                 continue
             mid = (lo + hi) >> 1
-            node = node_at(mid)
-            mid_n = clean_count(node)
-            stack.append((lo, mid, top, node, top_n, mid_n))
-            stack.append((mid, hi, node, bottom, mid_n, bottom_n))
-        for worker, worker_holes in holes.items():
-            if worker not in first.workers:
+            holders = holders_at(mid)
+            mid_n = clean_count(holders)
+            stack.append((lo, mid, top, holders, top_n, mid_n))
+            stack.append((mid, hi, holders, bottom, mid_n, bottom_n))
+        meta = self._node
+        for w, worker_holes in holes.items():
+            if w not in first:
                 continue
             cap = depth + 1  # the first hole on this path; above it the worker is prefix-closed
             for hole in worker_holes:
-                d = hole.depth
-                if d < cap and node_at(d) is hole:
+                d = meta[hole][2]
+                if d < cap and holders_at(d) is self._held[hole]:
                     cap = d
             lo, hi = 1, cap
             while hi - lo > 1:
                 mid = (lo + hi) >> 1
-                if worker in node_at(mid).workers:
+                if w in holders_at(mid):
                     lo = mid
                 else:
                     hi = mid
-            scores[worker] = lo
+            scores[w] = lo
         return scores
 
     # -------------------------------------------------------------------------- inspection
@@ -322,20 +398,18 @@ class RadixIndexer:
         children); storing each as a one-block event into an empty indexer rebuilds the same
         answers. Entries a worker holds below a node it lacks can never match and are left out."""
         out: list[DumpedBlock] = []
-        queue: deque[_Node] = deque()
-        if self._root.children:
-            queue.extend(self._root.children.values())
+        keys, held_by, meta = self._keys, self._held, self._node
+        queue: deque[int] = deque(self._kids(_ROOT))
         while queue:
             node = queue.popleft()
-            parent = node.parent
-            assert parent is not None and node.local is not None
-            for worker, block in node.workers.items():
-                if parent is self._root:
-                    out.append(DumpedBlock(worker, None, block, node.local))
-                elif (parent_block := parent.workers.get(worker)) is not None:
-                    out.append(DumpedBlock(worker, parent_block, block, node.local))
-            if node.children:
-                queue.extend(node.children.values())
+            parent, local, _ = meta[node]
+            parent_holders = held_by.get(parent)
+            for w, block in held_by[node].items():
+                if parent == _ROOT:
+                    out.append(DumpedBlock(keys[w], None, block, local))
+                elif (parent_block := parent_holders.get(w)) is not None:  # type: ignore[union-attr]
+                    out.append(DumpedBlock(keys[w], parent_block, block, local))
+            queue.extend(self._kids(node))
         return out
 
     @property
@@ -344,79 +418,118 @@ class RadixIndexer:
         return sum(len(lookup) for lookup in self._lookup.values())
 
     def blocks_per_worker(self) -> dict[WorkerKey, int]:
-        return {worker: len(lookup) for worker, lookup in self._lookup.items()}
+        return {key: len(self._lookup[wid]) for key, wid in self._ids.items()}
 
     def workers(self) -> list[WorkerKey]:
         """Every known (worker, dp_rank), including those cleared down to no blocks."""
-        return list(self._lookup)
+        return list(self._ids)
 
     def depth_histogram(self) -> dict[int, int]:
         """Node depth -> number of nodes at that depth."""
-        return dict(sorted(Counter(node.depth for node in self._nodes.values()).items()))
+        return dict(sorted(Counter(depth for _, _, depth in self._node.values()).items()))
 
     # ---------------------------------------------------------------------------- internals
 
-    def _after_loss(self, node: _Node, worker: WorkerKey, *, recount: bool) -> None:
-        """Keep the tree and the hole records right after ``worker`` left ``node``."""
-        parent = node.parent
-        assert parent is not None
-        if parent.hole_of is not None and worker in parent.hole_of:
-            parent_holes = self._holes[worker]
-            left = (sum(1 for c in parent.children.values() if worker in c.workers)  # type: ignore[union-attr]
-                    if recount else parent_holes[parent] - 1)
-            if left:
-                parent_holes[parent] = left
+    def _register(self, worker: WorkerKey) -> int:
+        if self._free:
+            wid = self._free.pop()
+            self._keys[wid] = worker
+        else:
+            wid = len(self._keys)
+            self._keys.append(worker)
+        self._ids[worker] = wid
+        self._lookup[wid] = {}
+        return wid
+
+    def _depth(self, node: int) -> int:
+        """The depth of a node (a sequence hash), 0 when it is not in the tree."""
+        meta = self._node.get(node)
+        return 0 if meta is None else meta[2]
+
+    def _remove_counting(self, worker: WorkerKey, block_hashes: Sequence[int]) -> int:
+        """``remove``, returning how many entries went (TTL expiry)."""
+        wid = self._ids.get(worker)
+        if wid is None:
+            return 0
+        lookup = self._lookup[wid]
+        before = len(lookup)
+        self.remove(worker, block_hashes)
+        return before - len(lookup)
+
+    def _kids(self, node: int) -> Iterable[int]:
+        children = self._children.get(node)
+        if children is None:
+            return ()
+        if type(children) is int:
+            return (children,)
+        return children.values()
+
+    def _after_loss(self, node: int, wid: int, *, recount: bool) -> None:
+        """Keep the tree and the hole records right after worker ``wid`` left ``node``."""
+        held_by = self._held
+        parent = self._node[node][0]
+        parent_holes = self._hole_of.get(parent)
+        if parent_holes is not None and wid in parent_holes:
+            worker_holes = self._holes[wid]
+            if recount:
+                left = sum(1 for child in self._kids(parent) if wid in held_by[child])
             else:
-                self._unhole(parent, worker)
-        if not node.workers:
+                left = worker_holes[parent] - 1
+            if left:
+                worker_holes[parent] = left
+            else:
+                self._unhole(parent, wid)
+        if not held_by[node]:
             self._detach(node)
             return
-        if node.children:
-            below = sum(1 for c in node.children.values() if worker in c.workers)
+        if node in self._children:
+            below = sum(1 for child in self._kids(node) if wid in held_by[child])
             if below:
-                self._holes.setdefault(worker, {})[node] = below
-                if node.hole_of is None:
-                    node.hole_of = {worker}
-                else:
-                    node.hole_of.add(worker)
+                self._holes.setdefault(wid, {})[node] = below
+                self._hole_of.setdefault(node, set()).add(wid)
 
-    def _unhole(self, node: _Node, worker: WorkerKey) -> None:
-        worker_holes = self._holes[worker]
+    def _unhole(self, node: int, wid: int) -> None:
+        worker_holes = self._holes[wid]
         del worker_holes[node]
         if not worker_holes:
-            del self._holes[worker]
-        self._drop_hole_flag(node, worker)
+            del self._holes[wid]
+        self._drop_hole_flag(node, wid)
 
-    @staticmethod
-    def _drop_hole_flag(node: _Node, worker: WorkerKey) -> None:
-        if node.hole_of is not None:
-            node.hole_of.discard(worker)
-            if not node.hole_of:
-                node.hole_of = None
+    def _drop_hole_flag(self, node: int, wid: int) -> None:
+        flags = self._hole_of.get(node)
+        if flags is not None:
+            flags.discard(wid)
+            if not flags:
+                del self._hole_of[node]
 
-    def _detach(self, top: _Node) -> None:
+    def _detach(self, top: int) -> None:
         """Cut ``top`` (held by no one) and its subtree off the tree, forgetting every entry."""
-        parent = top.parent
-        assert parent is not None and parent.children is not None
-        del parent.children[top.local]  # type: ignore[arg-type]
-        if not parent.children:
-            parent.children = None
-        nodes, lookups = self._nodes, self._lookup
+        held_by, meta, children_of, lookups = self._held, self._node, self._children, self._lookup
+        parent, local, _ = meta[top]
+        siblings = children_of[parent]
+        if type(siblings) is int:
+            del children_of[parent]
+        else:
+            del siblings[local]
+            if len(siblings) == 1:
+                children_of[parent] = next(iter(siblings.values()))
         stack = [top]
         while stack:
             node = stack.pop()
-            del nodes[node.seq]  # type: ignore[arg-type]
-            for worker, block in node.workers.items():
-                lookups[worker].pop(block, None)
-            node.workers.clear()
-            if node.hole_of is not None:
-                for worker in node.hole_of:
-                    worker_holes = self._holes[worker]
+            del meta[node]
+            for wid, block in held_by.pop(node).items():
+                lookup = lookups[wid]
+                if lookup.get(block) == node:
+                    del lookup[block]
+            flags = self._hole_of.pop(node, None)
+            if flags is not None:
+                for wid in flags:
+                    worker_holes = self._holes[wid]
                     del worker_holes[node]
                     if not worker_holes:
-                        del self._holes[worker]
-                node.hole_of = None
-            if node.children is not None:
-                stack.extend(node.children.values())
-                node.children = None
-            node.parent = None
+                        del self._holes[wid]
+            children = children_of.pop(node, None)
+            if type(children) is int:
+                stack.append(children)
+            elif children is not None:
+                stack.extend(children.values())

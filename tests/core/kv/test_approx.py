@@ -142,7 +142,7 @@ def test_expiry_removes_exactly_the_expired_entries(steps, tail):
 
 
 def test_heap_is_compacted_when_refreshes_pile_up(monkeypatch):
-    import dyn.core.kv.approx as approx
+    from dyn.core.kv import approx
 
     monkeypatch.setattr(approx, "_REBUILD_FLOOR", 0)
     clock = FakeClock()

@@ -119,6 +119,18 @@ def test_remove_in_the_middle_ends_that_workers_match_there():
     assert matches(index, [1, 2, 3, 4, 5, 6]) == {W1: 6, W2: 6}
 
 
+def test_a_hole_closes_when_the_blocks_below_it_go():
+    index = RadixIndexer()
+    chain(index, W1, [1, 2, 3, 4], base=100)
+    chain(index, W2, [1, 2], base=200)
+    index.remove(W1, [101])
+    assert len(index._holes) == 1  # W1 now answers on the slow path
+    index.remove(W1, [103])
+    index.remove(W1, [102])  # a leaf W2 does not hold either: unlinked
+    assert index._holes == {}
+    assert matches(index, [1, 2, 3, 4]) == {W1: 1, W2: 2}
+
+
 def test_a_node_nobody_holds_drops_its_subtree():
     index = RadixIndexer()
     chain(index, W1, [1, 2, 3], base=100)
@@ -308,6 +320,22 @@ class IndexerMachine(RuleBasedStateMachine):
             assert matches(self.index, query) == self.model.find_matches(query)
         assert self.index.blocks_per_worker() == {w: len(e) for w, e in self.model.lookup.items()}
         assert self.index.size == sum(len(e) for e in self.model.lookup.values())
+
+    @invariant()
+    def holes_are_tracked_exactly(self):
+        """A worker missing from a node whose child it holds is a "hole" (its slow path); the
+        index must know every one, with how many such children, and no others."""
+        expected = {}
+        for worker, entries in self.model.lookup.items():
+            paths = set(entries.values())
+            for path in paths:
+                if len(path) > 1 and path[:-1] not in paths:
+                    key = (worker, sequence_hashes(list(path[:-1]))[-1])
+                    expected[key] = expected.get(key, 0) + 1
+        keys = self.index._keys
+        actual = {(keys[wid], node): count
+                  for wid, holes in self.index._holes.items() for node, count in holes.items()}
+        assert actual == expected
 
     @rule()
     def dump_round_trip(self):
