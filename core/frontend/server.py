@@ -10,8 +10,6 @@ the port from it when ``http_port`` is 0).
 from __future__ import annotations
 
 import logging
-import socket
-import sys
 from dataclasses import dataclass, field
 
 import anyio
@@ -27,6 +25,7 @@ from dyn.core.model.info import ModelError, load_model_info
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.pool import WorkerPool
+from dyn.core.service import bind_http, run_service
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +81,6 @@ def _kv_views(router, model_name: str, metrics: FrontendMetrics):
     return IndexerHttpApp(view, IndexerMetrics(metrics.registry, view), prefix="/kv")
 
 
-def bind_http(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 picks a free one); ``ConfigError`` if it cannot bind."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; "
-                          "choose another --http-port") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
 async def serve_frontend(settings: FrontendSettings) -> None:
     import uvicorn
 
@@ -129,10 +112,4 @@ async def serve_frontend(settings: FrontendSettings) -> None:
 
 def run_frontend(settings: FrontendSettings) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn handles both and drains open requests)."""
-    try:
-        import uvloop  # noqa: F401
-        options = {"use_uvloop": True}
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
-        options = {}
-    anyio.run(serve_frontend, settings, backend="asyncio", backend_options=options)
-    sys.stdout.flush()
+    run_service(serve_frontend, settings)

@@ -30,8 +30,6 @@ import contextlib
 import logging
 import re
 import signal
-import socket
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -69,8 +67,9 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
+from dyn.core.service import bind_http, bind_zmq, run_service
 from dyn.core.transport.codec import ProtocolError, decode_indexer_message, encode
-from dyn.core.transport.sockets import async_context, bind_random, configure
+from dyn.core.transport.sockets import async_context, configure
 
 log = logging.getLogger("dyn.indexer")
 
@@ -206,16 +205,7 @@ class IndexerService:
                 self._static_endpoints[(entry.instance_id, entry.dp_rank)] = entry.endpoint
                 self.ingestor.add_worker(self._static_record(i, entry, block_size or 0))
         self._socket = configure(async_context().socket(zmq.ROUTER))
-        try:
-            if zmq_port:
-                self._socket.bind(f"tcp://{host}:{zmq_port}")
-                self.endpoint = f"tcp://{host}:{zmq_port}"
-            else:
-                self.endpoint = bind_random(self._socket, host)
-        except zmq.ZMQError as exc:
-            self._socket.close(linger=0)
-            raise ConfigError(f"cannot listen on {host}:{zmq_port}: {exc}; choose another "
-                              "--zmq-port (0 picks a free one) or --host") from None
+        self.endpoint = bind_zmq(self._socket, host, zmq_port, "--zmq-port")
 
     def _static_record(self, index: int, entry: StaticWorker, block_size: int) -> WorkerRecord:
         return WorkerRecord(
@@ -464,22 +454,6 @@ def build_service(settings: IndexerSettings) -> IndexerService:
                           host=settings.host, zmq_port=settings.zmq_port)
 
 
-def bind_http(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 picks a free one); ``ConfigError`` if it cannot bind."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
-                          "--http-port (0 picks a free one)") from None
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
 async def serve_indexer(settings: IndexerSettings) -> None:
     """Serve until SIGINT/SIGTERM (see the module docstring)."""
     import uvicorn
@@ -540,10 +514,4 @@ async def serve_indexer(settings: IndexerSettings) -> None:
 
 def run_indexer(settings: IndexerSettings) -> None:
     """Run ``dyn indexer`` until SIGINT/SIGTERM; ``ConfigError`` for anything to fix first."""
-    try:
-        import uvloop  # noqa: F401
-        options = {"use_uvloop": True}
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
-        options = {}
-    anyio.run(serve_indexer, settings, backend="asyncio", backend_options=options)
-    sys.stdout.flush()
+    run_service(serve_indexer, settings)

@@ -75,7 +75,11 @@ async def _remote_indexer(router: Any, pool: WorkerPool, address: str | None, *,
     """``--use-remote-indexer``: ask the ``dyn indexer`` at ``address`` (or the one found in
     discovery, looked up every second until there is one) for overlaps. Until it answers, the
     router routes on load alone."""
-    from dyn.core.indexer.client import RemoteIndexer, indexers_store, live_indexer_address
+    from dyn.core.indexer.client import (
+        RemoteIndexer,
+        indexers_store,
+        live_indexer_address,
+    )
 
     task_status.started()
     if address is None:

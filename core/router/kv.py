@@ -41,8 +41,8 @@ from dyn.core.router.policy import (
     AllWorkersBusyError,
     NoWorkersError,
     Route,
-    RouteRequest,
     Router,
+    RouteRequest,
     RoutingError,
     WorkerNotFoundError,
 )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ import anyio
 import zmq
 from prometheus_client import CollectorRegistry
 
+from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore, open_store
 from dyn.core.errors import ConfigError
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
@@ -50,10 +50,10 @@ from dyn.core.router.policy import (
     WorkerNotFoundError,
 )
 from dyn.core.router.pool import WorkerPool
-from dyn.core.discovery.services import new_instance_id
 from dyn.core.router.registry import router_record, routers_store
+from dyn.core.service import bind_zmq, run_service
 from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
-from dyn.core.transport.sockets import async_context, bind_random, configure
+from dyn.core.transport.sockets import async_context, configure
 
 log = logging.getLogger("dyn.router.service")
 
@@ -92,16 +92,7 @@ class RouterService:
         self.lease_ttl_s = lease_ttl_s
         self.registry = registry if registry is not None else CollectorRegistry()
         self._socket = configure(async_context().socket(zmq.ROUTER))
-        try:
-            if port:
-                self._socket.bind(f"tcp://{host}:{port}")
-                self.endpoint = f"tcp://{host}:{port}"
-            else:
-                self.endpoint = bind_random(self._socket, host)
-        except zmq.ZMQError as exc:
-            self._socket.close(linger=0)
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
-                              "--port (0 picks a free one) or --host") from None
+        self.endpoint = bind_zmq(self._socket, host, port, "--port")
         self.pool = WorkerPool(store, model_name)
         try:
             router = build_router("kv", self.pool, config, self.registry,
@@ -296,10 +287,4 @@ async def serve_router(settings: RouterSettings) -> None:
 
 def run_router_service(settings: RouterSettings) -> None:
     """Run ``dyn router`` until SIGINT/SIGTERM; ``ConfigError`` for anything to fix first."""
-    try:
-        import uvloop  # noqa: F401
-        options = {"use_uvloop": True}
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
-        options = {}
-    anyio.run(serve_router, settings, backend="asyncio", backend_options=options)
-    sys.stdout.flush()
+    run_service(serve_router, settings)

@@ -31,14 +31,24 @@ import zmq
 import zmq.asyncio
 
 from dyn.core.discovery.services import new_instance_id
-from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore, WorkerAdded, WorkerRemoved
+from dyn.core.discovery.store import (
+    DEFAULT_TTL_S,
+    DiscoveryStore,
+    WorkerAdded,
+    WorkerRemoved,
+)
 from dyn.core.messages import ACTIVE_SEQUENCES_TOPIC, ActiveSequenceEvent, WorkerRecord
 from dyn.core.router.registry import (
     ROUTER_ENGINE,
     router_record,
     routers_store,
 )
-from dyn.core.transport.sockets import async_context, bind_random, configure, sync_context
+from dyn.core.transport.sockets import (
+    async_context,
+    bind_random,
+    configure,
+    sync_context,
+)
 
 if TYPE_CHECKING:
     from dyn.core.router.kv import KvRouter

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import aclosing
 import time
+from contextlib import aclosing
 
 import anyio
 import msgspec

@@ -7,6 +7,7 @@ import pytest
 import zmq
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
+from dyn.core.discovery.services import new_instance_id
 from dyn.core.messages import (
     RouteAnswer,
     RouteProgress,
@@ -24,7 +25,6 @@ from dyn.core.router.policy import (
     WorkerNotFoundError,
 )
 from dyn.core.router.pool import WorkerPool
-from dyn.core.discovery.services import new_instance_id
 from dyn.core.router.registry import router_record, routers_store
 from dyn.core.router.remote import RemoteRouter
 from dyn.core.transport.codec import decode_router_message, encode

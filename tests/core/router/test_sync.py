@@ -9,13 +9,18 @@ import zmq
 from prometheus_client import CollectorRegistry
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
-from dyn.core.messages import ACTIVE_SEQUENCES_TOPIC, ActiveSequenceEvent, WorkerEndpoints, WorkerRecord
+from dyn.core.discovery.services import new_instance_id
+from dyn.core.messages import (
+    ACTIVE_SEQUENCES_TOPIC,
+    ActiveSequenceEvent,
+    WorkerEndpoints,
+    WorkerRecord,
+)
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRouter
 from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import WorkerPool
-from dyn.core.discovery.services import new_instance_id
 from dyn.core.router.registry import router_record, routers_store
 from dyn.core.router.sync import ReplicaSync
 from dyn.core.transport.sockets import bind_random, configure, sync_context

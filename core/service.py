@@ -1,0 +1,57 @@
+"""What every long-running dyn process shares: its event loop, and binding its listening sockets
+with an error that names the flag to change."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import zmq
+
+from dyn.core.errors import ConfigError
+from dyn.core.transport.sockets import bind_random
+
+
+def run_service(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    """Run ``main(*args)`` in an asyncio event loop (uvloop when installed) until it returns."""
+    try:
+        import uvloop  # noqa: F401
+        options = {"use_uvloop": True}
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+        options = {}
+    anyio.run(main, *args, backend="asyncio", backend_options=options)
+    sys.stdout.flush()
+
+
+def bind_http(host: str, port: int, flag: str = "--http-port") -> socket.socket:
+    """A listening TCP socket (port 0 picks a free one); ``ConfigError`` naming ``flag`` if it
+    cannot bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
+                          f"{flag} (0 picks a free one)") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def bind_zmq(sock: zmq.Socket, host: str, port: int, flag: str) -> str:
+    """Bind ``sock`` on ``host:port`` (0: a free port) and return its endpoint; ``ConfigError``
+    naming ``flag`` (and closing the socket) if it cannot bind."""
+    try:
+        if port:
+            sock.bind(f"tcp://{host}:{port}")
+            return f"tcp://{host}:{port}"
+        return bind_random(sock, host)
+    except zmq.ZMQError as exc:
+        sock.close(linger=0)
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
+                          f"{flag} (0 picks a free one) or --host") from None
