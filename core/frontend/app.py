@@ -24,6 +24,7 @@ import anyio
 import msgspec
 import orjson
 
+from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dyn.core.frontend.openapi import openapi_document
@@ -47,10 +48,6 @@ _GENERATE = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": C
 _GET = ("/v1/models", "/health", "/live", "/metrics", "/openapi.json")
 
 
-class _Disconnected(Exception):
-    """The client went away while the response was being sent."""
-
-
 class FrontendApp:
     """ASGI app over an ``OpenAIService``."""
 
@@ -67,7 +64,7 @@ class FrontendApp:
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if kind != "http":
             return
@@ -88,7 +85,7 @@ class FrontendApp:
             await self._dispatch(scope, headers, receive, send, extra)
         except ApiError as exc:
             await _respond_error(send, exc, extra)
-        except _Disconnected:
+        except Disconnected:
             pass
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
@@ -143,7 +140,10 @@ class FrontendApp:
         return 200, self._openapi, b"application/json"
 
     async def _generate(self, path, headers, receive, send, extra) -> None:
-        body = await _read_body(receive)
+        try:
+            body = await read_body(receive, MAX_BODY_BYTES)
+        except BodyTooLarge as exc:
+            raise ApiError(413, str(exc)) from None
         kind = _GENERATE[path]
         req = decode_request(body, kind)
         header_rid = headers.get(b"x-request-id")
@@ -178,7 +178,7 @@ class FrontendApp:
             try:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
             except OSError:
-                raise _Disconnected() from None
+                raise Disconnected() from None
 
         if not await self._until_disconnect(gen.stream(emit), receive):
             return
@@ -211,7 +211,7 @@ class FrontendApp:
             tg.start_soon(watch, tg.cancel_scope)
             try:
                 await work
-            except _Disconnected:
+            except Disconnected:
                 disconnected = True
             except Exception as exc:  # re-raised below, unwrapped from the task group's group
                 error = exc
@@ -241,21 +241,6 @@ def _with_headers(exc: ApiError, extra: list[tuple[bytes, bytes]]) -> ApiError:
     return exc
 
 
-async def _read_body(receive) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def _respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": headers + [(b"content-length", str(len(body)).encode())]})
@@ -275,13 +260,3 @@ def _dedupe(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     for k, v in headers:
         seen[k.lower()] = v
     return list(seen.items())
-
-
-async def _lifespan(receive, send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

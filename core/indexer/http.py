@@ -38,6 +38,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
 
@@ -213,6 +214,13 @@ class IndexerHttpApp:
                                       "/workers": "workers", "/dump": "dump"}
     _POST: ClassVar[dict[str, str]] = {"/query": "query", "/query_by_hash": "query_by_hash"}
 
+    @staticmethod
+    async def _body(receive: Any) -> bytes:
+        try:
+            return await read_body(receive, MAX_BODY_BYTES)
+        except BodyTooLarge as exc:
+            raise HttpError(413, f"{exc}; query fewer tokens") from None
+
     def __init__(self, view: IndexView, metrics: IndexerMetrics, *, prefix: str = "") -> None:
         self.view = view
         self.metrics = metrics
@@ -220,7 +228,7 @@ class IndexerHttpApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -229,11 +237,11 @@ class IndexerHttpApp:
         status = 500
         try:
             endpoint, method = self._route(scope["path"], scope["method"])
-            body = await _read_body(receive) if method == "POST" else b""
+            body = await self._body(receive) if method == "POST" else b""
             status, payload, content_type = self._answer(endpoint, body)
         except HttpError as exc:
             status, payload, content_type = exc.status, _error(exc.message), _JSON[1]
-        except _Disconnected:
+        except Disconnected:
             return
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
@@ -302,34 +310,5 @@ class IndexerHttpApp:
                                  f"indexed here; this indexer serves {self.view.model_name!r}")
 
 
-class _Disconnected(Exception):
-    """The client went away before its request body arrived."""
-
-
 def _error(message: str) -> bytes:
     return msgspec.json.encode({"error": message})
-
-
-async def _read_body(receive: Any) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise HttpError(413, f"request body over {MAX_BODY_BYTES} bytes; query fewer tokens")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _lifespan(receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
