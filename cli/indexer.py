@@ -12,7 +12,7 @@ INDEXER_PANEL = "Indexer"
 
 def indexer(
     host: str = options.HOST,
-    http_port: int = flag(8090, "--http-port", min=0, max=65535, panel=INDEXER_PANEL,
+    http_port: int = flag(8090, "--http-port", "--port", min=0, max=65535, panel=INDEXER_PANEL,
                           help="Port of the HTTP API (/query, /workers, /dump, /metrics; 0: a "
                                "free port, printed at start)."),
     zmq_port: int = flag(0, "--zmq-port", min=0, max=65535, panel=INDEXER_PANEL,
@@ -25,7 +25,7 @@ def indexer(
                         help="Follow these workers instead of discovery: "
                              "'ID[:DP_RANK]=tcp://HOST:PORT[|REPLAY_ENDPOINT],...' (the KV-event "
                              "PUB socket, and optionally its replay socket)."),
-    router_event_threads: int = flag(1, "--router-event-threads", min=1, panel=INDEXER_PANEL,
+    router_event_threads: int = flag(1, "--router-event-threads", "--threads", min=1, panel=INDEXER_PANEL,
                                      help="Threads that receive and decode KV events (1: on the "
                                           "query loop)."),
     model_path: str = options.MODEL_PATH,

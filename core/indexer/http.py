@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Protocol
 
 import msgspec
@@ -76,7 +76,7 @@ class RadixIndexView:
 
     def __init__(self, indexer: RadixIndexer, model_name: str,
                  block_size: int | None | Callable[[], int | None],
-                 endpoints: dict[WorkerKey, str | None] | None = None) -> None:
+                 endpoints: Mapping[WorkerKey, str | None] | None = None) -> None:
         self.indexer = indexer
         self.model_name = model_name
         self._block_size = block_size

@@ -197,6 +197,8 @@ def test_a_dead_worker_is_dropped_from_the_index(stack_factory):
     s.worker("--block-size", str(BLOCK))
     s.start_frontend("--router-mode", "kv")
     first, second = s.wait_instances(2)
+    listed = {w["instance_id"] for w in httpx.get(s.url + "/kv/workers", timeout=5).json()}
+    assert listed == {first, second}  # live workers are listed before they cache anything
     for instance in (first, second):
         _complete(s.url, _tokens(instance % 1000, 20 * BLOCK), **{"x-worker-instance-id": str(instance)})
 
