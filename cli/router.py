@@ -17,6 +17,9 @@ def router(
     port: int = flag(0, "--port", min=0, max=65535, panel=SERVICE_PANEL,
                      help="Port of the ZMQ query socket frontends connect to (0: a free port, "
                           "printed at start)."),
+    system_port: int = flag(None, "--system-port", min=0, max=65535, panel=SERVICE_PANEL,
+                            help="Serve the router's Prometheus metrics at "
+                                 "http://HOST:PORT/metrics (0: a free port, printed at start)."),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,
@@ -32,7 +35,7 @@ def router(
     settings = RouterSettings(host=host, port=port, namespace=namespace,
                               discovery_backend=discovery_backend, discovery_dir=discovery_dir,
                               model_path=model_path, model_name=model_name,
-                              router_config=router_config)
+                              router_config=router_config, system_port=system_port)
     try:
         run_router_service(settings)
     except ConfigError as exc:

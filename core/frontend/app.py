@@ -170,6 +170,7 @@ class FrontendApp:
                 await self._unary(gen, receive, send, extra)
         finally:
             active.dec()
+            gen.release()
 
     async def _stream(self, gen: Generation, receive, send, extra) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + extra})

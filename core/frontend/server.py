@@ -10,7 +10,6 @@ the port from it when ``http_port`` is 0).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -71,26 +70,6 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
                        kv_views=_kv_views(router, pool, info.name, metrics)), pool
 
 
-class _PoolEndpoints(Mapping):
-    """Every live worker rank -> its KV-event endpoint, read from the pool when asked."""
-
-    def __init__(self, pool: WorkerPool) -> None:
-        self.pool = pool
-
-    def _items(self) -> dict:
-        return {(w.instance_id, rank): w.record.endpoints.kv_events
-                for w in self.pool.workers() for rank in range(max(w.record.dp_size, 1))}
-
-    def __getitem__(self, key):
-        return self._items()[key]
-
-    def __iter__(self):
-        return iter(self._items())
-
-    def __len__(self) -> int:
-        return len(self._items())
-
-
 def _kv_views(router, pool: WorkerPool, model_name: str, metrics: FrontendMetrics):
     """``dyn indexer``'s read-only HTTP views over the embedded KV router's index, at ``/kv/``
     (every live worker is listed, with or without cached blocks)."""
@@ -99,7 +78,11 @@ def _kv_views(router, pool: WorkerPool, model_name: str, metrics: FrontendMetric
         return None
     from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, RadixIndexView
 
-    view = RadixIndexView(indexer, model_name, lambda: router.block_size, _PoolEndpoints(pool))
+    def endpoints() -> dict:
+        return {(w.instance_id, rank): w.record.endpoints.kv_events
+                for w in pool.workers() for rank in range(max(w.record.dp_size, 1))}
+
+    view = RadixIndexView(indexer, model_name, lambda: router.block_size, endpoints)
     return IndexerHttpApp(view, IndexerMetrics(metrics.registry, view), prefix="/kv")
 
 

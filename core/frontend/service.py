@@ -162,6 +162,12 @@ class Generation:
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         self.response_id = prefix + ctx.request_id
 
+    def release(self) -> None:
+        """End every choice's route (a no-op for those that ended): whatever happened to the
+        request, no booking outlives it in the router's load model."""
+        for choice in self.choices:
+            choice.route.finished()
+
     # ----------------------------------------------------------------- streaming
 
     async def stream(self, emit: Emit) -> None:
@@ -348,10 +354,12 @@ class OpenAIService:
                         include_stop_str_in_output=req.include_stop_str_in_output)
                     choices.append(_Choice(index, prompt, route,
                                            engine_request(engine_id, prompt, j, priority), detok))
-        except RoutingError as exc:
+        except BaseException as exc:  # a failed or cancelled route frees the ones booked before it
             for choice in choices:
                 choice.route.finished()
-            raise _routing_error(exc) from None
+            if isinstance(exc, RoutingError):
+                raise _routing_error(exc) from None
+            raise
         return choices
 
     def observe(self, gen: Generation, ok: bool, stream: bool) -> None:

@@ -76,7 +76,8 @@ class RadixIndexView:
 
     def __init__(self, indexer: RadixIndexer, model_name: str,
                  block_size: int | None | Callable[[], int | None],
-                 endpoints: Mapping[WorkerKey, str | None] | None = None) -> None:
+                 endpoints: Mapping[WorkerKey, str | None]
+                 | Callable[[], Mapping[WorkerKey, str | None]] | None = None) -> None:
         self.indexer = indexer
         self.model_name = model_name
         self._block_size = block_size
@@ -98,7 +99,7 @@ class RadixIndexView:
         return self.indexer.blocks_per_worker()
 
     def worker_endpoints(self) -> dict[WorkerKey, str | None]:
-        known = dict(self.endpoints)
+        known = dict(self.endpoints() if callable(self.endpoints) else self.endpoints)
         for key in self.indexer.workers():
             known.setdefault(key, None)
         return known

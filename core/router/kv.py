@@ -53,6 +53,7 @@ log = logging.getLogger("dyn.router")
 
 STALE_CHECK_S = 30.0
 QUEUE_RECHECK_S = 1.0
+REMOTE_RETRY_S = 5.0
 
 
 class RouteDecision:
@@ -70,8 +71,8 @@ class RouteDecision:
 class _Pending:
     """A request between hashing and admission (possibly waiting in the queue)."""
 
-    __slots__ = ("request", "local", "seq", "scores", "predicted", "scored_at", "arrived", "route",
-                 "error", "done")
+    __slots__ = ("request", "local", "seq", "scores", "predicted", "scored_at", "route", "error",
+                 "done")
 
     def __init__(self, request: RouteRequest, local: list[int], seq: list[int],
                  overlaps: tuple[OverlapScores, OverlapScores], now: float) -> None:
@@ -80,7 +81,6 @@ class _Pending:
         self.seq = seq
         self.scores, self.predicted = overlaps
         self.scored_at = now
-        self.arrived = now
         self.route: KvRoute | None = None
         self.error: RoutingError | None = None
         self.done: anyio.Event | None = None
@@ -147,6 +147,8 @@ class KvRouter(Router):
         self.side = (TtlIndexer(config.predicted_ttl_secs, clock=clock)
                      if config.predicted_ttl_secs is not None else None)
         self.remote_indexer: Any = None
+        self._remote_retry_at = 0.0
+        self._warned_block_size = False
         self.ingestor: Any = None
         """Feeds ``indexer`` from the workers' KV events (built by ``ingest(indexer)``)."""
         if self.indexer is not None:
@@ -257,15 +259,31 @@ class KvRouter(Router):
             scores = self.indexer.find_matches(local, seq)
         elif self.approx is not None:
             scores = self.approx.find_matches(local, seq)
-        elif self.remote_indexer is not None:
-            try:
-                scores = await self.remote_indexer.find_matches(local, seq)
-            except Exception as exc:  # an unreachable indexer degrades to load-only routing
-                log.warning("remote indexer query failed (%s); routing on load alone", exc)
-                scores = {}
+        elif self.remote_indexer is not None and self._clock() >= self._remote_retry_at:
+            scores = await self._remote_overlaps(local, seq)
         else:
             scores = {}
         return self._with_side(scores, local, seq)
+
+    async def _remote_overlaps(self, local: list[int], seq: list[int]) -> OverlapScores:
+        """The remote indexer's answer; a failure (or a block size that is not ours) degrades to
+        load-only routing, and after a failure the indexer is left alone for a while rather than
+        costing every request its timeout."""
+        indexer = self.remote_indexer
+        try:
+            scores = await indexer.find_matches(local, seq)
+        except Exception as exc:
+            self._remote_retry_at = self._clock() + REMOTE_RETRY_S
+            log.warning("remote indexer query failed (%s); routing on load alone for %.0f s",
+                        exc, REMOTE_RETRY_S)
+            return {}
+        if indexer.block_size not in (None, self.block_size):
+            if not self._warned_block_size:
+                self._warned_block_size = True
+                log.warning("the dyn indexer hashes blocks of %d tokens, this router %d; its "
+                            "answers are ignored", indexer.block_size, self.block_size)
+            return {}
+        return scores
 
     def _with_side(self, scores: OverlapScores, local: list[int],
                    seq: list[int]) -> tuple[OverlapScores, OverlapScores]:
@@ -381,6 +399,9 @@ class KvRouter(Router):
                 pending.route = self._admit(pending, candidates)
             except RoutingError as exc:
                 pending.error = exc
+            except Exception as exc:  # a bug must fail this request, not hang it or the drain
+                log.exception("admitting queued request %s failed", pending.request.request_id)
+                pending.error = RoutingError(f"the router failed to admit the request: {exc}")
             pending.done.set()
         self._queue_gauges()
 
@@ -484,10 +505,21 @@ class KvRouter(Router):
         if event.event in ("prefill_done", "free") and len(self.queue):
             self._drain()
 
+    def forget_peer(self, router_id: str) -> None:
+        """A peer router left: free the bookings it shared (its requests are no longer reported)."""
+        gone = self.load.free_prefixed(f"{router_id}/")
+        if gone:
+            log.info("freed %d booking(s) of departed router %s", len(gone), router_id)
+            for key in {k for ks in self._ranks.values() for k in ks}:
+                self._publish_load(key)
+            if len(self.queue):
+                self._drain()
+
     def _prefill_done(self, route: KvRoute) -> None:
         self._sync(route, "prefill_done")
         self.load.mark_prefill_completed(route.request_id)
-        self.metrics.ttft.observe(route.first_at - route.routed_at)
+        self.metrics.first_token(route.key, route.first_at - route.routed_at,
+                                 route.decision.isl_tokens)
         self._publish_load(route.key)
         if len(self.queue):
             self._drain()
@@ -500,11 +532,10 @@ class KvRouter(Router):
     def _free(self, route: KvRoute) -> None:
         self._sync(route, "free")
         self.load.free(route.request_id)
-        m = self.metrics
-        if route.output_tokens:
-            m.osl.observe(route.output_tokens)
-            if route.first_at is not None and route.output_tokens > 1:
-                m.itl.observe((time.perf_counter() - route.first_at) / (route.output_tokens - 1))
+        itl = None
+        if route.first_at is not None and route.output_tokens > 1:
+            itl = (time.perf_counter() - route.first_at) / (route.output_tokens - 1)
+        self.metrics.finished(route.key, route.output_tokens, itl)
         if route.key[0] in self._ranks:
             self._publish_load(route.key)
         if len(self.queue):

@@ -268,6 +268,14 @@ class ActiveLoad:
         seqs.remove_blocks(booking.blocks)
         seqs.requests.discard(request_id)
 
+    def free_prefixed(self, prefix: str) -> list[str]:
+        """Free every booking whose id starts with ``prefix`` (a departed peer router's);
+        returns their ids."""
+        gone = [rid for rid in self._bookings if rid.startswith(prefix)]
+        for request_id in gone:
+            self.free(request_id)
+        return gone
+
     def expire_stale(self, now: float, max_age: float) -> list[str]:
         """Free bookings older than ``max_age`` seconds (never finished); returns their ids."""
         stale = [rid for rid, b in self._bookings.items() if now - b.started_at > max_age]

@@ -78,6 +78,14 @@ class RouterMetrics:
                                      "Active prefill tokens the router books on a worker", _WORKER,
                                      registry=r)
         self._worker_gauges: dict[tuple[int, int], tuple[Gauge, Gauge]] = {}
+        self._last_ttft = Gauge("dynamo_frontend_worker_last_time_to_first_token_seconds",
+                                "TTFT of the last request a worker started", _WORKER, registry=r)
+        self._last_isl = Gauge("dynamo_frontend_worker_last_input_sequence_tokens",
+                               "Prompt tokens of the last request a worker started", _WORKER,
+                               registry=r)
+        self._last_itl = Gauge("dynamo_frontend_worker_last_inter_token_latency_seconds",
+                               "Mean ITL of the last request a worker finished", _WORKER,
+                               registry=r)
         self.queue_pending = Gauge("dynamo_frontend_router_queue_pending_requests",
                                    "Requests held in the router queue", ["worker_type"],
                                    registry=r).labels("decode")
@@ -97,10 +105,24 @@ class RouterMetrics:
         gauges[0].set(decode_blocks)
         gauges[1].set(prefill_tokens)
 
+    def first_token(self, worker: tuple[int, int], ttft_s: float, isl: int) -> None:
+        key = (str(worker[0]), str(worker[1]), "decode")
+        self._last_ttft.labels(*key).set(ttft_s)
+        self._last_isl.labels(*key).set(isl)
+        self.ttft.observe(ttft_s)
+
+    def finished(self, worker: tuple[int, int], output_tokens: int, itl_s: float | None) -> None:
+        if output_tokens:
+            self.osl.observe(output_tokens)
+        if itl_s is not None:
+            self._last_itl.labels(str(worker[0]), str(worker[1]), "decode").set(itl_s)
+            self.itl.observe(itl_s)
+
     def forget_worker(self, worker: tuple[int, int]) -> None:
         self._worker_gauges.pop(worker, None)
         key = (str(worker[0]), str(worker[1]), "decode")
-        for gauge in (self._decode_blocks, self._prefill_tokens):
+        for gauge in (self._decode_blocks, self._prefill_tokens, self._last_ttft, self._last_isl,
+                      self._last_itl):
             try:
                 gauge.remove(*key)
             except KeyError:

@@ -251,6 +251,7 @@ class RouterSettings:
     model_path: str | None = None
     model_name: str | None = None
     router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
+    system_port: int | None = None
 
 
 def build_service(settings: RouterSettings) -> RouterService:
@@ -273,6 +274,30 @@ def build_service(settings: RouterSettings) -> RouterService:
 async def serve_router(settings: RouterSettings) -> None:
     """Serve until SIGINT/SIGTERM."""
     service = build_service(settings)
+    metrics_server = None
+    if settings.system_port is not None:
+        metrics_server = _serve_metrics(service, settings.host, settings.system_port)
+    try:
+        await _serve(service, settings)
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+
+
+def _serve_metrics(service: RouterService, host: str, port: int):
+    """Prometheus text of the router's metrics at ``http://HOST:PORT/metrics`` (a thread)."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, _ = start_http_server(port, addr=host, registry=service.registry)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
+                          "--system-port (0 picks a free one)") from None
+    print(f"dyn router metrics: http://{host}:{server.server_port}/metrics", flush=True)
+    return server
+
+
+async def _serve(service: RouterService, settings: RouterSettings) -> None:
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             await tg.start(service.run)

@@ -21,7 +21,6 @@ end of expire with the router's stale-request timeout.
 from __future__ import annotations
 
 import logging
-import uuid
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +58,11 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(ActiveSequenceEvent)
 
 
+def peer_router_id(instance_id: int) -> str:
+    """The router id a replica with discovery ``instance_id`` puts in its events."""
+    return f"{instance_id:x}"
+
+
 class ReplicaSync:
     """Publishes ``router``'s booking changes and applies its peers' (see the module docstring).
 
@@ -72,12 +76,12 @@ class ReplicaSync:
                  host: str = "127.0.0.1", request_endpoint: str | None = None,
                  lease_ttl_s: float = DEFAULT_TTL_S) -> None:
         self.router = router
-        if not router.router_id or router.router_id == "0":
-            router.router_id = uuid.uuid4().hex[:12]
-        self.router_id = router.router_id
+        self.instance_id = new_instance_id()
+        # the router id is the discovery instance id, so a peer whose record goes away can be
+        # told apart and its bookings freed
+        router.router_id = self.router_id = peer_router_id(self.instance_id)
         self.model_name = model_name
         self.store = routers_store(store)
-        self.instance_id = new_instance_id()
         self.request_endpoint = request_endpoint
         self.lease_ttl_s = lease_ttl_s
         self._pub = configure(sync_context().socket(zmq.PUB), hwm=100_000)
@@ -167,6 +171,7 @@ class ReplicaSync:
         except zmq.ZMQError:
             pass
         log.info("replica sync: router %d at %s left", instance_id, endpoint)
+        self.router.forget_peer(peer_router_id(instance_id))
 
     async def _receive(self, sub: zmq.asyncio.Socket) -> None:
         while True:

@@ -211,3 +211,27 @@ def test_a_dead_worker_is_dropped_from_the_index(stack_factory):
                       "the killed worker to leave the index")
     _complete(s.url, _tokens(5, 20 * BLOCK))  # routing goes on with the survivor
     assert len(left) == 1
+
+
+def test_no_booking_outlives_its_request(kv_stack):
+    """Finished, failed and abandoned requests (a streamed n=2 chat the client drops after its
+    first event) all give their booking back: the router's per-worker load returns to zero."""
+    import httpx
+
+    client = _client(kv_stack.url)
+    _cached(client, _prompt(11, 1))
+    with httpx.stream("POST", kv_stack.url + "/v1/chat/completions", timeout=30, json={
+            "model": MODEL, "n": 2, "stream": True, "max_tokens": 500, "ignore_eos": True,
+            "messages": [{"role": "user", "content": _prompt(12, 1)}]}) as r:
+        next(r.iter_lines())
+    bad = httpx.post(kv_stack.url + "/v1/completions", timeout=30,
+                     json={"model": MODEL, "prompt": "x", "max_tokens": -1})
+    assert bad.status_code == 400
+
+    def loads() -> list[float]:
+        text = httpx.get(kv_stack.url + "/metrics", timeout=5).text
+        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith(("dynamo_frontend_worker_active_decode_blocks{",
+                                    "dynamo_frontend_worker_active_prefill_tokens{"))]
+
+    poll_until(lambda: loads() and not any(loads()), 10, f"every booking to be freed: {loads()}")

@@ -67,7 +67,7 @@ class RouterStack:
         ns = stack.namespace
         stack.worker("--block-size", str(BLOCK), count=3)
         self.routers = {
-            "shared": self._router(*APPROX),
+            "shared": self._router("--system-port", "0", *APPROX),
             "r1": self._router("--router-replica-sync", *APPROX),
             "r2": self._router("--router-replica-sync", *APPROX),
         }
@@ -139,3 +139,19 @@ def test_replica_sync_shares_decisions_between_routers(routers):
         raise AssertionError("router r2 never heard router r1:\n" + r2.log()[-3000:])
     fractions = _shared_groups(routers.url["c"], routers.url["d"], range(20, 24))
     assert min(min(f) for f in fractions) > 0.8, fractions
+
+
+def test_the_standalone_router_serves_its_metrics_on_the_system_port(routers):
+    url = poll_until(lambda: _ready(routers.routers["shared"], "dyn router metrics: "), 30,
+                     "the router's metrics URL")
+    _cached_fraction(routers.url["a"], _prompt(40, 1))
+
+    def counted() -> str | None:
+        text = httpx.get(url, timeout=5).text
+        for line in text.splitlines():
+            if line.startswith("dynamo_component_router_requests_total{"):
+                return text if float(line.rsplit(" ", 1)[1]) > 0 else None
+        return None
+
+    text = poll_until(counted, 10, "a routed request to be counted")
+    assert "dynamo_frontend_worker_last_time_to_first_token_seconds{" in text

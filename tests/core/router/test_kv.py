@@ -160,3 +160,66 @@ async def test_temperature_spreads_choices():
         picks[route.worker.instance_id] += 1
         route.finished()
     assert picks[1] > picks[2] and picks[1] > picks[3] and picks[2] > 0 and picks[3] > 0
+
+
+async def test_a_departed_peers_bookings_are_freed():
+    from dyn.core.messages import ActiveSequenceEvent
+
+    router = make_router(n=1)
+    router.apply_remote(ActiveSequenceEvent("peer1", "r1", 1, 0, "add", tracked_hashes=[1, 2, 3],
+                                            isl_tokens=12))
+    router.apply_remote(ActiveSequenceEvent("peer2", "r1", 1, 0, "add", tracked_hashes=[7, 8],
+                                            isl_tokens=8))
+    assert router.load.active_tokens((1, 0)) == 20
+    router.forget_peer("peer1")
+    assert router.load.active_tokens((1, 0)) == 8 and router.load.active_decode_blocks((1, 0)) == 2
+
+
+async def test_a_failing_admission_fails_the_queued_request_instead_of_hanging_it(monkeypatch):
+    router = make_router(n=1, queue_threshold=0.05)
+    head = await router.route(request(range(0, 60), "head"))
+    errors = []
+
+    async def queued() -> None:
+        try:
+            await router.route(request(range(1000, 1060), "queued"))
+        except Exception as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued)
+        await anyio.sleep(0.01)
+        monkeypatch.setattr(router, "_admit", lambda *a: 1 / 0)
+        with anyio.fail_after(2):
+            head.first_token()
+    assert len(errors) == 1 and "failed to admit" in str(errors[0])
+
+
+class FlakyIndexer:
+    def __init__(self, block_size=BS, fail=False):
+        self.block_size, self.fail, self.calls = block_size, fail, 0
+
+    async def find_matches(self, local, seq=None):
+        self.calls += 1
+        if self.fail:
+            raise TimeoutError("no answer")
+        return {(2, 0): len(local)}
+
+
+async def test_remote_indexer_answers_are_used_failures_back_off_and_foreign_block_sizes_ignored():
+    now = [100.0]
+    router = KvRouter(FakePool(3), KvRouterConfig(use_remote_indexer=True),
+                      RouterMetrics(CollectorRegistry()), rng=random.Random(0), clock=lambda: now[0])
+    router.remote_indexer = FlakyIndexer()
+    assert (await router.route(request(PREFIX, "a"))).worker.instance_id == 2
+    router.remote_indexer = failing = FlakyIndexer(fail=True)
+    await router.route(request(PREFIX, "b"))
+    await router.route(request(PREFIX, "c"))  # within the back-off: not asked again
+    assert failing.calls == 1
+    now[0] += 10
+    await router.route(request(PREFIX, "d"))
+    assert failing.calls == 2
+    now[0] += 10
+    router.remote_indexer = FlakyIndexer(block_size=BS * 2)
+    route = await router.route(request(PREFIX, "e"))
+    assert route.decision.overlap_blocks == 0
