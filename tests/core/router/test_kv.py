@@ -223,3 +223,37 @@ async def test_remote_indexer_answers_are_used_failures_back_off_and_foreign_blo
     router.remote_indexer = FlakyIndexer(block_size=BS * 2)
     route = await router.route(request(PREFIX, "e"))
     assert route.decision.overlap_blocks == 0
+
+
+def test_all_workers_busy_is_a_503_with_retry_after():
+    from dyn.core.frontend.service import _routing_error
+
+    err = _routing_error(AllWorkersBusyError("every worker is over its busy threshold"))
+    assert err.status == 503 and "retry-after" in err.headers
+
+
+@pytest.mark.parametrize(("refresh", "expected"), [(10.0, 2), (None, 1)])
+async def test_a_request_that_waited_long_is_rescored_before_admission(refresh, expected):
+    now = [0.0]
+    router = KvRouter(FakePool(2, max_batched=1000),
+                      KvRouterConfig(queue_threshold=0.05, overlap_refresh_after_secs=refresh),
+                      RouterMetrics(CollectorRegistry()), ingest=FakeIngestor,
+                      rng=random.Random(0), clock=lambda: now[0])
+    # both workers over 0.05 * 1000 prefill tokens; worker 2 carries more decode load
+    blockers = [await router.route(request(range(0, 60), "b1", instance_id=1)),
+                await router.route(request(range(100, 200), "b2", instance_id=2))]
+    chosen = []
+
+    async def queued() -> None:
+        chosen.append((await router.route(request(PREFIX, "late"))).worker.instance_id)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued)
+        await anyio.sleep(0.01)
+        assert len(router.queue) == 1
+        store(router, 2, PREFIX)  # while it waits, worker 2 caches its prefix
+        now[0] += 11  # past the refresh age
+        for b in blockers:
+            b.first_token()
+    # rescored, the cached prefix outweighs worker 2's load; with stale scores, load decides
+    assert chosen == [expected]
