@@ -55,3 +55,20 @@ def bind_zmq(sock: zmq.Socket, host: str, port: int, flag: str) -> str:
         sock.close(linger=0)
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
                           f"{flag} (0 picks a free one) or --host") from None
+
+
+def model_and_store(model_path: str | None, model_name: str | None, backend: str, namespace: str,
+                    discovery_dir: str | None) -> tuple[str, Any]:
+    """The served model's name and the workers' discovery store of a service that follows them
+    (router, indexer); ``ConfigError`` says what to fix."""
+    from dyn.core.discovery.store import open_store
+    from dyn.core.model.info import ModelError, load_model_info
+
+    try:
+        name = load_model_info(model_path, model_name).name
+    except ModelError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return name, open_store(backend, namespace, discovery_dir)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

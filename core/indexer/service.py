@@ -48,7 +48,6 @@ from dyn.core.discovery.store import (
     Lease,
     WorkerAdded,
     WorkerRemoved,
-    open_store,
 )
 from dyn.core.errors import ConfigError
 from dyn.core.indexer.client import (
@@ -67,7 +66,7 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
-from dyn.core.service import bind_http, bind_zmq, run_service
+from dyn.core.service import bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import ProtocolError, decode_indexer_message, encode
 from dyn.core.transport.sockets import async_context, configure
 
@@ -439,16 +438,9 @@ class IndexerSettings:
 
 def build_service(settings: IndexerSettings) -> IndexerService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
-    from dyn.core.model.info import ModelError, load_model_info
-
-    try:
-        model_name = load_model_info(settings.model_path, settings.model_name).name
-    except ModelError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
-        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    model_name, store = model_and_store(settings.model_path, settings.model_name,
+                                        settings.discovery_backend, settings.namespace,
+                                        settings.discovery_dir)
     return IndexerService(store, model_name, block_size=settings.block_size,
                           static_workers=settings.workers, event_threads=settings.event_threads,
                           host=settings.host, zmq_port=settings.zmq_port)

@@ -36,7 +36,7 @@ import zmq
 from prometheus_client import CollectorRegistry
 
 from dyn.core.discovery.services import new_instance_id
-from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore, open_store
+from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router
@@ -51,7 +51,7 @@ from dyn.core.router.policy import (
 )
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
-from dyn.core.service import bind_zmq, run_service
+from dyn.core.service import bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
 from dyn.core.transport.sockets import async_context, configure
 
@@ -256,15 +256,11 @@ class RouterSettings:
 
 def build_service(settings: RouterSettings) -> RouterService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
-    from dyn.core.model.info import ModelError, load_model_info
-
+    model_name, store = model_and_store(settings.model_path, settings.model_name,
+                                        settings.discovery_backend, settings.namespace,
+                                        settings.discovery_dir)
     try:
-        model_name = load_model_info(settings.model_path, settings.model_name).name
-    except ModelError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
-        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
-        routers_store(store)
+        routers_store(store)  # the backend must support router discovery
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return RouterService(store, model_name, settings.router_config, host=settings.host,
