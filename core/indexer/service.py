@@ -54,10 +54,10 @@ from dyn.core.indexer.client import (
     indexer_record,
     indexers_store,
 )
-from dyn.core.indexer.http import U64_MAX, IndexerHttpApp, IndexerMetrics
+from dyn.core.indexer.http import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
+from dyn.core.kv.indexer import RadixIndexer, WorkerKey
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
 from dyn.core.messages import (
     OverlapAnswer,
@@ -154,7 +154,7 @@ class _StaticRanks:
 # --------------------------------------------------------------------------- the service
 
 
-class IndexerService:
+class IndexerService(RadixIndexView):
     """One model's KV index, fed by KV events and answering overlap queries (module docstring).
 
     Construction binds the ZMQ query socket on ``host`` (``zmq_port`` 0: a free one; ``endpoint``
@@ -182,8 +182,7 @@ class IndexerService:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.kv_metrics = KvEventMetrics(self.registry)
         self.metrics = IndexerMetrics(self.registry, self)
-        self.indexer = RadixIndexer()
-        self._block_size = block_size
+        super().__init__(RadixIndexer(), model_name, block_size)  # sets self._block_size
         self.static_workers = list(static_workers) if static_workers is not None else None
         self._records: dict[int, WorkerRecord] = {}
         self._static_endpoints: dict[WorkerKey, str] = {}
@@ -213,21 +212,7 @@ class IndexerService:
                                                        kv_replay=entry.replay_endpoint),
             block_size=block_size, total_kv_blocks=0, max_num_batched_tokens=0)
 
-    # ----------------------------------------------------------------- IndexView
-
-    @property
-    def block_size(self) -> int | None:
-        return self._block_size
-
-    def find_matches(self, local_hashes: Sequence[int],
-                     seq_hashes: Sequence[int] | None = None) -> OverlapScores:
-        return self.indexer.find_matches(local_hashes, seq_hashes)
-
-    def dump(self) -> list[DumpedBlock]:
-        return self.indexer.dump()
-
-    def blocks_per_worker(self) -> dict[WorkerKey, int]:
-        return self.indexer.blocks_per_worker()
+    # ----------------------------------------------------------------- IndexView (the rest is RadixIndexView's)
 
     def worker_endpoints(self) -> dict[WorkerKey, str | None]:
         known: dict[WorkerKey, str | None] = dict(self._static_endpoints)
