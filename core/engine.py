@@ -49,6 +49,16 @@ class EngineInfo(msgspec.Struct, kw_only=True):
     """Set when the engine publishes KV events itself; the host then advertises it."""
     kv_replay_endpoint: str | None = None
     kv_events_topic: str = "kv-events"
+    priority_order: str = "lower_first"
+    """``lower_first`` or ``higher_first``: how ``GenerateRequest.priority`` orders requests."""
+    features: list[str] = []
+    """Optional calls this engine serves (``FEATURE_*``); the host answers the others with an
+    ``unsupported`` error."""
+
+
+FEATURE_STREAMING_SESSIONS = "streaming_sessions"
+FEATURE_PIN_PREFIX = "pin_prefix"
+PRIORITY_ORDERS = ("lower_first", "higher_first")
 
 
 @runtime_checkable
@@ -76,6 +86,16 @@ class Engine(Protocol):
 
     def load_metrics(self) -> list[LoadMetrics]:
         """One snapshot per data-parallel rank (``instance_id`` left 0; the host fills it)."""
+
+    # Optional calls, offered when named in ``info.features``:
+    #
+    # async def open_session(self, session_id: str, timeout_s: float) -> bool
+    #     Open a streaming session idle-closed after ``timeout_s``; False if it was already
+    #     open (its timeout is then updated). Raises ``EngineError`` when it cannot.
+    # async def close_session(self, session_id: str) -> bool
+    #     Close it and free its KV; False if it was not open.
+    # async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int
+    #     Pin the cached blocks of the prompt's prefix for ``ttl_s`` seconds; returns how many.
 
 
 def available_engines() -> dict[str, EntryPoint]:

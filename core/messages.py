@@ -4,7 +4,9 @@ One place to read the protocol (SGLang's io_struct.py habit). Three families:
 
 - **Request plane** (frontend/router DEALER -> worker ROUTER, ZMQ multipart ``[kind, payload]``):
   ``GenerateRequest``, ``CancelRequest`` go to the worker; ``TokenChunk``, ``Finish``,
-  ``ErrorReply`` come back, one per message or several in one ``ReplyBatch``. The one-byte
+  ``ErrorReply`` come back, one per message or several in one ``ReplyBatch``. Control calls
+  (``SessionControlRequest``, ``PinPrefixRequest``) are answered by one ``ControlReply`` or one
+  ``ErrorReply`` (code ``unsupported`` when the engine does not offer the call). The one-byte
   ``kind`` frame (``KIND_*``) names the struct, so a receiver dispatches without decoding and
   decodes with a typed decoder (a malformed payload fails at the boundary). ``request_id`` ties
   replies to their request; it is unique per client connection, not globally.
@@ -66,8 +68,15 @@ class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fa
     sampling: SamplingParams = SamplingParams()
     stop: StopConditions = StopConditions()
     priority: int | None = None
+    """In the engine's own convention (``WorkerRecord.priority_order``); the frontend converts
+    the client's priority once (``dyn.core.protocol.priority``)."""
     dp_rank: int | None = None
     lora_name: str | None = None
+    session_id: str | None = None
+    """A streaming session opened on this worker (``SessionControlRequest``): the request
+    appends to the session's held KV instead of going through the prefix cache alone."""
+    max_thinking_tokens: int | None = None
+    """Most reasoning tokens before the engine ends the thinking section (``None``: no cap)."""
 
 
 class CancelRequest(msgspec.Struct, array_like=True, gc=False):
@@ -131,6 +140,34 @@ class ErrorReply(msgspec.Struct, array_like=True, gc=False):
     message: str
 
 
+class SessionControlRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """Open or close a streaming session on the worker (SGLang's ``open_session`` /
+    ``close_session``). ``action``: open | close. ``timeout_s``: the session's idle timeout on the
+    worker (open only). Answered by ``ControlReply`` (``value`` 1 when something changed)."""
+
+    request_id: str
+    action: str
+    session_id: str
+    timeout_s: float = 0.0
+
+
+class PinPrefixRequest(msgspec.Struct, array_like=True, gc=False):
+    """Protect the cached KV blocks of ``token_ids``' prefix from eviction for ``ttl_s`` seconds.
+    Answered by ``ControlReply`` whose ``value`` is the number of blocks pinned."""
+
+    request_id: str
+    token_ids: list[int]
+    ttl_s: float
+
+
+class ControlReply(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """A control call succeeded; ``value`` and ``message`` depend on the call."""
+
+    request_id: str
+    value: int = 0
+    message: str = ""
+
+
 class ReplyBatch(msgspec.Struct, array_like=True, gc=False):
     """Several replies to one client in one message (kind ``B``), so a worker sends one message per
     client per forward pass instead of one per request.
@@ -155,16 +192,22 @@ KIND_TOKENS = b"T"
 KIND_FINISH = b"F"
 KIND_ERROR = b"E"
 KIND_BATCH = b"B"
+KIND_SESSION = b"S"
+KIND_PIN = b"N"
+KIND_CONTROL_REPLY = b"K"
 
 REQUEST_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_GENERATE: GenerateRequest,
     KIND_CANCEL: CancelRequest,
+    KIND_SESSION: SessionControlRequest,
+    KIND_PIN: PinPrefixRequest,
 }
 REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_TOKENS: TokenChunk,
     KIND_FINISH: Finish,
     KIND_ERROR: ErrorReply,
     KIND_BATCH: ReplyBatch,
+    KIND_CONTROL_REPLY: ControlReply,
 }
 
 # --------------------------------------------------------------------------- router plane
@@ -194,6 +237,8 @@ class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
     overlap_blocks: int
     cached_tokens: int
     block_size: int = 0
+    queue_depth: int = 0
+    """Requests waiting in the router queue when this one arrived."""
 
 
 class RouteRefused(msgspec.Struct, array_like=True, gc=False):
@@ -307,6 +352,10 @@ class LoadMetrics(msgspec.Struct, array_like=True, omit_defaults=True, gc=False)
     num_preempted: int = 0
     num_passes: int = 0
     """Forward passes run since the worker started (cumulative)."""
+    num_streaming_sessions: int = 0
+    """Streaming sessions open on this rank."""
+    streaming_session_held_tokens: int = 0
+    """Tokens of KV held in streaming-session slots (outside the prefix cache)."""
 
 
 # --------------------------------------------------------------------------- discovery
@@ -342,3 +391,8 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     pid: int | None = None
     started_at: float = 0.0
     version: str = ""
+    priority_order: str = "lower_first"
+    """How the engine reads ``GenerateRequest.priority``: ``lower_first`` (vLLM; SGLang with
+    ``--schedule-low-priority-values-first``) or ``higher_first`` (SGLang's default)."""
+    features: list[str] = []
+    """Optional calls the engine serves: ``streaming_sessions``, ``pin_prefix``."""

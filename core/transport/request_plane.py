@@ -8,7 +8,7 @@ the request it names. A stream ends with ``Finish``; an ``ErrorReply`` for it ra
 ``RemoteError`` from the iterator. Leaving the iterator early sends ``CancelRequest``.
 ``generate_batches`` yields, per wakeup, everything that arrived for the request meanwhile, so a
 consumer can handle a forward pass's worth of tokens at once; ``generate`` yields one reply at a
-time.
+time. ``call`` sends a control call and waits for its single ``ControlReply``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import zmq
 
 from dyn.core.messages import (
     CancelRequest,
+    ControlReply,
     ErrorReply,
     Finish,
     GenerateRequest,
@@ -106,7 +107,7 @@ class _ReplyStream:
     __slots__ = ("items", "ready")
 
     def __init__(self) -> None:
-        self.items: list[TokenChunk | Finish | ErrorReply | BaseException] = []
+        self.items: list[TokenChunk | Finish | ErrorReply | ControlReply | BaseException] = []
         self.ready = anyio.Event()
 
     def push(self, item) -> None:
@@ -191,7 +192,7 @@ class WorkerClient:
         for error in reply.errors:
             self._route(error)
 
-    def _route(self, reply: TokenChunk | Finish | ErrorReply) -> None:
+    def _route(self, reply: TokenChunk | Finish | ErrorReply | ControlReply) -> None:
         stream = self._streams.get(reply.request_id)
         if stream is not None:
             stream.push(reply)
@@ -200,6 +201,33 @@ class WorkerClient:
 
     async def send(self, message: msgspec.Struct) -> None:
         await self._socket.send_multipart(encode(message))
+
+    async def call(self, message: msgspec.Struct, timeout_s: float = 10.0) -> ControlReply:
+        """Send a control call (a struct with a ``request_id`` unique on this client) and return
+        its ``ControlReply``. Raises ``RemoteError`` on an ``ErrorReply``, ``WorkerUnavailable``
+        when the client closes meanwhile, ``TimeoutError`` after ``timeout_s``."""
+        if self._closed:
+            raise WorkerUnavailable(f"client for {self.endpoint} is closed")
+        rid = message.request_id  # type: ignore[attr-defined]
+        if rid in self._streams:
+            raise ValueError(f"request id {rid!r} is already in flight on this client")
+        stream = self._streams[rid] = _ReplyStream()
+        try:
+            await self.send(message)
+            with anyio.fail_after(timeout_s):
+                while not stream.items:
+                    await stream.ready.wait()
+                    stream.ready = anyio.Event()
+        finally:
+            del self._streams[rid]
+        reply = stream.items[0]
+        if isinstance(reply, ControlReply):
+            return reply
+        if isinstance(reply, ErrorReply):
+            raise RemoteError(reply)
+        if isinstance(reply, BaseException):
+            raise reply
+        raise RemoteError(ErrorReply(rid, "bad_reply", f"a control call got a {type(reply).__name__}"))
 
     async def generate_batches(self, request: GenerateRequest) -> AsyncIterator[list[TokenChunk | Finish]]:
         """Send ``request`` and yield, per wakeup, the non-empty list of its replies that arrived

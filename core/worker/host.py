@@ -5,6 +5,9 @@ Contract:
   ``ErrorReply`` (malformed frames get an ``ErrorReply`` too, with the request id when known).
 - A ``CancelRequest`` aborts the request in the engine; its stream then ends with
   ``Finish(reason="cancelled")``.
+- A control call (``SessionControlRequest``, ``PinPrefixRequest``) gets one ``ControlReply``, or
+  an ``ErrorReply``: ``unsupported`` when the engine does not list the feature, else the
+  engine's error. Control calls run as their own tasks, never blocking generation.
 - The worker is registered in discovery only once its sockets are bound and the engine is ready,
   and is deregistered first on shutdown, so routers stop sending before requests are cut off.
 - Load metrics go out every ``metrics_interval_s`` when they changed, and at least every second.
@@ -27,12 +30,15 @@ import msgspec
 import dyn.core as core_pkg
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DiscoveryStore
-from dyn.core.engine import Engine, EngineError
+from dyn.core.engine import FEATURE_PIN_PREFIX, FEATURE_STREAMING_SESSIONS, Engine, EngineError
 from dyn.core.messages import (
     CancelRequest,
+    ControlReply,
     ErrorReply,
     Finish,
     GenerateRequest,
+    PinPrefixRequest,
+    SessionControlRequest,
     TokenChunk,
     WorkerEndpoints,
     WorkerRecord,
@@ -102,6 +108,8 @@ class WorkerHost:
             dp_size=info.dp_size,
             kv_events_topic=topic,
             context_length=info.context_length,
+            priority_order=info.priority_order,
+            features=list(info.features),
             pid=os.getpid(),
             started_at=time.time(),
             version=core_pkg.__version__,
@@ -188,6 +196,8 @@ class WorkerHost:
                     aborted = await self.engine.abort(message.request_id)
                     log.debug("request %s cancelled by its client (%s)", message.request_id,
                               "aborted" if aborted else "already finished")
+            elif isinstance(message, SessionControlRequest | PinPrefixRequest):
+                tg.start_soon(self._control, identity, message)
             elif isinstance(message, ProtocolError):
                 log.warning("rejected a malformed request frame: %s", message)
                 self._reply(identity, ErrorReply("", "bad_request", str(message)))
@@ -216,6 +226,41 @@ class WorkerHost:
             self._inflight.pop(rid, None)
             if not self._inflight:
                 self._idle.set()
+
+    async def _control(self, identity: bytes,
+                       call: SessionControlRequest | PinPrefixRequest) -> None:
+        """Serve one control call with the engine's optional method (see ``Engine``)."""
+        engine, rid = self.engine, call.request_id
+        features = engine.info.features
+        try:
+            if isinstance(call, PinPrefixRequest):
+                if FEATURE_PIN_PREFIX not in features:
+                    raise EngineError(f"the {self.engine_name} engine does not pin prefixes",
+                                      code="unsupported")
+                pinned = await engine.pin_prefix(call.token_ids, call.ttl_s)  # type: ignore[attr-defined]
+                reply: ControlReply | ErrorReply = ControlReply(rid, pinned, f"pinned {pinned} blocks")
+            else:
+                if FEATURE_STREAMING_SESSIONS not in features:
+                    raise EngineError(f"the {self.engine_name} engine has no streaming sessions "
+                                      "(the mocker needs --enable-streaming-session)",
+                                      code="unsupported")
+                if call.action == "open":
+                    changed = await engine.open_session(call.session_id, call.timeout_s)  # type: ignore[attr-defined]
+                elif call.action == "close":
+                    changed = await engine.close_session(call.session_id)  # type: ignore[attr-defined]
+                else:
+                    raise EngineError(f"unknown session action {call.action!r}: open or close",
+                                      code="bad_request")
+                reply = ControlReply(rid, int(changed))
+        except EngineError as exc:
+            reply = ErrorReply(rid, exc.code, str(exc))
+        except Exception as exc:  # an engine bug must not take the worker down
+            log.exception("engine failed on control call %s", rid)
+            reply = ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}")
+        try:
+            self.messages_sent += self._server.send_replies(identity, [reply])
+        except Exception:
+            log.exception("could not answer control call %s", rid)
 
     async def _publish_metrics(self) -> None:
         last: list | None = None

@@ -8,13 +8,16 @@ import zmq
 import zmq.asyncio
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
-from dyn.core.engine import EngineError, EngineInfo
+from dyn.core.engine import FEATURE_PIN_PREFIX, FEATURE_STREAMING_SESSIONS, EngineError, EngineInfo
 from dyn.core.messages import (
+    ControlReply,
     Finish,
     GenerateRequest,
     LoadMetrics,
+    PinPrefixRequest,
     ReplyBatch,
     SamplingParams,
+    SessionControlRequest,
     StopConditions,
     TokenChunk,
     Usage,
@@ -63,11 +66,35 @@ class ScriptedEngine:
         return [LoadMetrics(0, 0, 0.0, 0, 0, 0, 100, 0.0)]
 
 
+class ControlEngine(ScriptedEngine):
+    """Serves sessions and pins, and says higher priority values go first."""
+
+    def __init__(self):
+        super().__init__()
+        self.info = EngineInfo(block_size=16, total_kv_blocks=100, max_num_batched_tokens=512,
+                               priority_order="higher_first",
+                               features=[FEATURE_STREAMING_SESSIONS, FEATURE_PIN_PREFIX])
+        self.sessions = {}
+
+    async def open_session(self, session_id, timeout_s):
+        if session_id == "boom":
+            raise EngineError("no room for another session")
+        fresh = session_id not in self.sessions
+        self.sessions[session_id] = timeout_s
+        return fresh
+
+    async def close_session(self, session_id):
+        return self.sessions.pop(session_id, None) is not None
+
+    async def pin_prefix(self, token_ids, ttl_s):
+        return len(token_ids) // 16
+
+
 @asynccontextmanager
-async def running_host(tmp_path, drain_timeout_s=5.0):
+async def running_host(tmp_path, drain_timeout_s=5.0, engine=None):
     """Yield ``(store, record, client, stop, task_group)`` for a host serving a ScriptedEngine."""
     store = FileDiscoveryStore(tmp_path, "t")
-    host = WorkerHost(ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
+    host = WorkerHost(engine or ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
                       settings=WorkerSettings(namespace="t", drain_timeout_s=drain_timeout_s))
     stop = anyio.Event()
     with anyio.fail_after(20):
@@ -111,6 +138,34 @@ async def test_errors_are_replies_and_the_worker_keeps_serving(tmp_path):
         out = [m async for m in client.generate(GenerateRequest("c", [3]))]
         assert [m.token_ids for m in out[:-1]] == [[0], [1], [2]] and out[-1].reason == "length"
     assert await store.list() == []
+
+
+async def test_control_calls_reach_the_engine_and_unsupported_ones_say_so(tmp_path):
+    async with running_host(tmp_path, engine=ControlEngine()) as (_store, record, client, _s, _tg):
+        assert record.priority_order == "higher_first"
+        assert record.features == ["streaming_sessions", "pin_prefix"]
+        opened = await client.call(SessionControlRequest("o1", "open", "s1", 90.0))
+        assert opened == ControlReply("o1", 1)
+        again = await client.call(SessionControlRequest("o2", "open", "s1", 90.0))
+        assert again.value == 0
+        with pytest.raises(RemoteError) as failed:
+            await client.call(SessionControlRequest("o3", "open", "boom", 90.0))
+        assert failed.value.code == "engine_error" and "no room" in str(failed.value)
+        with pytest.raises(RemoteError) as odd:
+            await client.call(SessionControlRequest("o4", "rename", "s1"))
+        assert odd.value.code == "bad_request" and "open or close" in str(odd.value)
+        assert (await client.call(SessionControlRequest("c1", "close", "s1"))).value == 1
+        pinned = await client.call(PinPrefixRequest("p1", list(range(40)), 300.0))
+        assert pinned.value == 2
+        # generation still works beside control calls
+        out = [m async for m in client.generate(GenerateRequest("g", [2]))]
+        assert out[-1].reason == "length"
+    async with running_host(tmp_path / "plain") as (_store, record, client, _s, _tg):
+        assert record.features == [] and record.priority_order == "lower_first"
+        for call in (SessionControlRequest("o", "open", "s", 5.0), PinPrefixRequest("p", [1], 300.0)):
+            with pytest.raises(RemoteError) as unsupported:
+                await client.call(call)
+            assert unsupported.value.code == "unsupported"
 
 
 async def test_shutdown_leaves_discovery_first_then_drains(tmp_path):
