@@ -50,6 +50,10 @@ def frontend(
     router_address: str = flag(None, "--router-address", panel=ROUTER_PANEL,
                                help="With --router-mode kv: ask the dyn router at this ZMQ address "
                                     "instead of routing in this process."),
+    enable_cache_control: bool = flag(False, "--enable-cache-control", panel=ROUTER_PANEL,
+                                      help="Honour nvext.cache_control: after generation, ask the "
+                                           "worker to pin the prompt's KV for the TTL (needs "
+                                           "--router-mode kv)."),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,
@@ -69,7 +73,7 @@ def frontend(
         http_host=http_host, http_port=http_port, router_mode=router_mode, namespace=namespace,
         discovery_backend=discovery_backend, discovery_dir=discovery_dir, model_path=model_path,
         model_name=model_name, api_key=api_key or None, cors=cors, router_config=router_config,
-        router_address=router_address)
+        router_address=router_address, enable_cache_control=enable_cache_control)
     if router_config.load_aware:
         settings.router_mode = "kv"
     try:

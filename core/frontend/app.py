@@ -149,6 +149,7 @@ class FrontendApp:
         header_rid = headers.get(b"x-request-id")
         rid = header_rid.decode("latin-1") if header_rid else (req.request_id or uuid.uuid4().hex)
         ctx = RequestContext(rid, worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
+                             prefill_instance_id=_int_header(headers, b"x-prefill-instance-id"),
                              dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"))
         extra = extra + [(b"x-request-id", rid.encode())]
         service = self.service

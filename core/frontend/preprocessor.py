@@ -30,6 +30,9 @@ class Prompt:
     sampling: SamplingParams
     stop: StopConditions
     stop_strings: list[str]
+    pretokenized: bool = False
+    """The client gave token ids (``nvext.token_data`` or a token prompt): nothing was tokenized."""
+    max_thinking_tokens: int | None = None
 
 
 class Preprocessor:
@@ -44,9 +47,39 @@ class Preprocessor:
     # ----------------------------------------------------------------- chat
 
     def chat(self, req: ChatCompletionRequest) -> Prompt:
+        """The prompt of a chat request: ``nvext.token_data`` as given; with
+        ``nvext.use_raw_prompt`` the last message's text tokenized without the template; else
+        the messages rendered with the chat template."""
         nvext = req.nvext
         if nvext is not None and nvext.token_data is not None:
-            return self._finish(req, list(nvext.token_data), None, req.max_completion_tokens)
+            return self._finish(req, list(nvext.token_data), None, req.max_completion_tokens,
+                                pretokenized=True)
+        if nvext is not None and nvext.use_raw_prompt:
+            text = _message_text(req.messages[-1])
+            token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+            return self._finish(req, token_ids, text, req.max_completion_tokens)
+        text = self._render(req, req.messages, req.add_generation_prompt,
+                            req.continue_final_message)
+        token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        return self._finish(req, token_ids, text, req.max_completion_tokens)
+
+    def next_turn_prefix(self, req: ChatCompletionRequest, reply: str) -> list[int] | None:
+        """The tokens the next turn of this conversation starts with: the messages plus the
+        assistant's ``reply``, rendered without a generation prompt (the template drops thinking
+        from earlier turns as it would in the next request). ``None`` when the request was not
+        rendered from its messages or the prefix does not fit the context."""
+        nvext = req.nvext
+        if nvext is not None and (nvext.token_data is not None or nvext.use_raw_prompt):
+            return None
+        messages = [*req.messages, {"role": "assistant", "content": reply}]
+        text = self._render(req, messages, False, False)
+        token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        if not token_ids or len(token_ids) >= self.info.context_length:
+            return None
+        return token_ids
+
+    def _render(self, req: ChatCompletionRequest, messages: list[dict], add_generation_prompt: bool,
+                continue_final_message: bool) -> str:
         template = self.chat_template
         if req.chat_template is not None:
             try:
@@ -57,16 +90,14 @@ class Preprocessor:
             raise bad_request(f"model {self.info.name!r} has no chat template; pass one in "
                               "'chat_template' or use /v1/completions", param="chat_template")
         try:
-            text = template.render(
-                req.messages, add_generation_prompt=req.add_generation_prompt,
-                continue_final_message=req.continue_final_message, tools=req.tools,
+            return template.render(
+                messages, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, tools=req.tools,
                 documents=req.documents, extra_kwargs=req.chat_template_kwargs,
                 bos_token=self.tokenizer.bos_token, eos_token=self.tokenizer.eos_token)
         except ChatTemplateError as exc:
             raise bad_request(f"messages could not be rendered with the chat template: {exc}",
                               param="messages") from None
-        token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
-        return self._finish(req, token_ids, text, req.max_completion_tokens)
 
     # ----------------------------------------------------------------- completions
 
@@ -87,13 +118,13 @@ class Preprocessor:
             else:
                 if not item:
                     raise bad_request("prompt must not be empty", param="prompt")
-                prompts.append(self._finish(req, list(item), None, None))
+                prompts.append(self._finish(req, list(item), None, None, pretokenized=True))
         return prompts
 
     # ----------------------------------------------------------------- shared rules
 
     def _finish(self, req: _GenerationRequest, token_ids: list[int], text: str | None,
-                max_completion_tokens: int | None) -> Prompt:
+                max_completion_tokens: int | None, pretokenized: bool = False) -> Prompt:
         vocab = self.info.vocab_size
         if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab):
             raise bad_request(f"prompt token ids must be in [0, {vocab})", param="prompt")
@@ -121,7 +152,8 @@ class Preprocessor:
         stop = StopConditions(max_tokens=max_tokens, min_tokens=req.min_tokens,
                               ignore_eos=req.ignore_eos, stop_token_ids=req.stop_token_ids or [])
         stop_strings = [req.stop] if isinstance(req.stop, str) else [s for s in (req.stop or []) if s]
-        return Prompt(token_ids, text, sampling, stop, stop_strings)
+        thinking = req.nvext.max_thinking_tokens if req.nvext is not None else None
+        return Prompt(token_ids, text, sampling, stop, stop_strings, pretokenized, thinking)
 
     def _too_long(self, prompt_tokens: int, max_tokens: int):
         context = self.info.context_length
@@ -132,10 +164,24 @@ class Preprocessor:
             param="messages", code="context_length_exceeded")
 
 
-def engine_request(request_id: str, prompt: Prompt, choice: int, priority: int | None) -> GenerateRequest:
-    """The engine request for choice ``choice`` of ``prompt`` (seeded choices get distinct seeds)."""
+def engine_request(request_id: str, prompt: Prompt, choice: int, priority: int | None,
+                   session_id: str | None = None) -> GenerateRequest:
+    """The engine request for choice ``choice`` of ``prompt`` (seeded choices get distinct
+    seeds); ``priority`` is already in the engine's convention."""
     sampling = prompt.sampling
     if choice and sampling.seed is not None:
         sampling = msgspec.structs.replace(sampling, seed=sampling.seed + choice)
     return GenerateRequest(request_id=request_id, token_ids=prompt.token_ids, sampling=sampling,
-                           stop=prompt.stop, priority=priority)
+                           stop=prompt.stop, priority=priority, session_id=session_id,
+                           max_thinking_tokens=prompt.max_thinking_tokens)
+
+
+def _message_text(message: dict) -> str:
+    """A message's content as text (the text parts of a list of content parts, joined)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content
+                       if isinstance(p, dict) and p.get("type") == "text")
+    return ""

@@ -46,15 +46,17 @@ class StreamEncoder:
         return self._head + b'{"index":%d,"text":' % index + orjson.dumps(text) + self._tail
 
     def finish(self, index: int, reason: str, stop_reason: int | str | None,
-               text: str = "") -> bytes:
-        """The last event of a choice: its remaining text (if any) and its finish reason."""
+               text: str = "", nvext: bytes | None = None) -> bytes:
+        """The last event of a choice: its remaining text (if any), its finish reason and the
+        response ``nvext`` (JSON) when one was asked for."""
         if self._chat:
             delta = b'{"content":' + orjson.dumps(text) + b"}" if text else b"{}"
             body = b'{"index":%d,"delta":' % index + delta
         else:
             body = b'{"index":%d,"text":' % index + orjson.dumps(text)
+        tail = b"}]" if nvext is None else b'}],"nvext":' + nvext
         return (self._head + body + b',"logprobs":null,"finish_reason":' + orjson.dumps(reason)
-                + b',"stop_reason":' + orjson.dumps(stop_reason) + b"}]}\n\n")
+                + b',"stop_reason":' + orjson.dumps(stop_reason) + tail + b"}\n\n")
 
     def usage(self, usage: UsageInfo) -> bytes:
         """The final ``stream_options.include_usage`` event: no choices, the request's usage."""

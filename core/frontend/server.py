@@ -22,6 +22,7 @@ from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.model.info import ModelError, load_model_info
+from dyn.core.router.agent import AgentRouter
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.pool import WorkerPool
@@ -47,6 +48,7 @@ class FrontendSettings:
     graceful_shutdown_s: float = 10.0
     router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
     router_address: str | None = None
+    enable_cache_control: bool = False
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -58,6 +60,9 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
     metrics = FrontendMetrics()
+    if settings.enable_cache_control and settings.router_mode != "kv":
+        raise ConfigError("--enable-cache-control needs --router-mode kv (the pin goes to the "
+                          "worker the KV router chose)")
     try:
         store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
         pool = WorkerPool(store, info.name)
@@ -65,7 +70,8 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
                               namespace=settings.namespace, router_address=settings.router_address)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    service = OpenAIService(info.name, preprocessor, router, metrics)
+    agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
+    service = OpenAIService(info.name, preprocessor, agent, metrics, agent.background)
     return FrontendApp(service, api_key=settings.api_key, cors=settings.cors,
                        kv_views=_kv_views(router, pool, info.name, metrics)), pool
 

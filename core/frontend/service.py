@@ -9,6 +9,12 @@ away the HTTP layer cancels it, every engine request is closed, and closing send
 
 A choice is one engine request. ``n`` > 1 and batched completion prompts fan out to several
 engine requests, each routed on its own (they share a prefix, which a KV-aware router exploits).
+
+nvext acts here: the routing target (``dyn.core.frontend.nvext.routing_target``), the priority
+(converted once, ``dyn.core.protocol.priority``), sessions and cache pinning (passed to the
+router, ``dyn.core.router.agent``), ``extra_fields`` and ``annotations`` on the response, and
+``agent_hints.speculative_prefill``: after a chat turn ends, the next turn's prefix (messages plus
+the reply) is prefilled in the background through the router with ``max_tokens=1``.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ from dataclasses import dataclass, field
 import anyio
 import msgspec
 
+from dyn.core.background import BackgroundTasks
+from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.responses import DONE, StreamEncoder, error_event, usage_info
-from dyn.core.messages import Finish
+from dyn.core.messages import Finish, GenerateRequest, StopConditions
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.protocol.openai import (
     ChatChoice,
@@ -41,6 +49,8 @@ from dyn.core.protocol.openai import (
     check_chat,
     check_completion,
 )
+from dyn.core.protocol.priority import engine_priority, request_priority
+from dyn.core.router.agent import SessionOpenError
 from dyn.core.router.policy import (
     AllWorkersBusyError,
     NoWorkersError,
@@ -65,30 +75,44 @@ class RequestContext:
 
     request_id: str
     received: float = field(default_factory=time.perf_counter)
-    created: int = field(default_factory=lambda: int(time.time()))
+    received_wall: float = field(default_factory=time.time)
     worker_instance_id: int | None = None
+    """``x-worker-instance-id``"""
+    prefill_instance_id: int | None = None
+    """``x-prefill-instance-id``"""
     dp_rank: int | None = None
+    """``x-dp-rank``"""
+
+    @property
+    def created(self) -> int:
+        return int(self.received_wall)
 
 
 class _Choice:
-    """One engine request: its route, detokenizer and outcome."""
+    """One engine request: its route, detokenizer and outcome. ``keep_text`` keeps the streamed
+    text too (a speculative prefill needs the reply)."""
 
-    __slots__ = ("index", "prompt", "route", "request", "detok", "tokens", "first_at", "last_at",
-                 "finish_reason", "stop_reason", "usage", "parts")
+    __slots__ = ("index", "prompt", "route", "request", "detok", "timing", "finish_reason",
+                 "stop_reason", "usage", "parts", "keep_text", "last_chunk")
 
-    def __init__(self, index: int, prompt: Prompt, route: Route, request, detok) -> None:
+    def __init__(self, index: int, prompt: Prompt, route: Route, request: GenerateRequest,
+                 detok: IncrementalDetokenizer, timing: nvext_out.ChoiceTiming) -> None:
         self.index = index
         self.prompt = prompt
         self.route = route
         self.request = request
-        self.detok: IncrementalDetokenizer = detok
-        self.tokens = 0
-        self.first_at: float | None = None
-        self.last_at = 0.0
+        self.detok = detok
+        self.timing = timing
         self.finish_reason = "stop"
         self.stop_reason: int | str | None = None
         self.usage = (len(prompt.token_ids), 0, 0)
         self.parts: list[str] = []
+        self.keep_text = False
+        self.last_chunk = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
 
     async def run(self, on_text: Callable[["_Choice", str], Awaitable[None]] | None) -> str:
         """Generate to the end; stream text through ``on_text`` or keep it in ``parts``.
@@ -105,16 +129,18 @@ class _Choice:
                     chunks = batch[:-1] if finish is not None else batch
                     if chunks:
                         now = time.perf_counter()
-                        if self.first_at is None:
-                            self.first_at = now
+                        timing = self.timing
+                        if timing.first is None:
+                            timing.first = now
                             self.route.first_token()
-                        self.last_at = now
+                        timing.last = now
                         if len(chunks) == 1:
                             ids = chunks[0].token_ids
                         else:
                             ids = [t for chunk in chunks for t in chunk.token_ids]
-                        self.tokens += len(ids)
-                        self.route.progress(self.tokens)
+                        timing.tokens += len(ids)
+                        self.last_chunk = len(ids)
+                        self.route.progress(timing.tokens)
                         text = self.detok.push(ids)
                         if self.detok.stopped:
                             self.stop_reason = self.detok.stop_reason
@@ -128,8 +154,9 @@ class _Choice:
             self.route.finished()
 
     async def _text(self, on_text, text: str, final: bool) -> str:
-        if on_text is None:
+        if on_text is None or self.keep_text:
             self.parts.append(text)
+        if on_text is None:
             return ""
         if final:
             return text
@@ -141,6 +168,7 @@ class _Choice:
             raise ApiError(500 if finish.reason == "error" else 503,
                            f"the engine ended the request: {finish.reason}", code=finish.reason)
         self.finish_reason = finish.reason
+        self.timing.engine = finish.timing
         if finish.stop_token_id is not None and finish.stop_token_id in self.prompt.stop.stop_token_ids:
             self.stop_reason = finish.stop_token_id
         u = finish.usage
@@ -159,8 +187,12 @@ class Generation:
         self.endpoint = endpoint
         self.chat = endpoint == "chat_completions"
         self.echo_texts = echo_texts
+        self.nvext = req.nvext
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         self.response_id = prefix + ctx.request_id
+        hints = req.nvext.agent_hints if req.nvext is not None else None
+        if hints is not None and hints.speculative_prefill and self.chat and len(choices) == 1:
+            choices[0].keep_text = True
 
     def release(self) -> None:
         """End every choice's route (a no-op for those that ended): whatever happened to the
@@ -185,6 +217,9 @@ class Generation:
         async def on_text(choice: _Choice, text: str) -> None:
             await send(enc.text(choice.index, text))
 
+        fields = self.nvext.extra_fields if self.nvext is not None else None
+        wanted = set(self.nvext.annotations or ()) if self.nvext is not None else set()
+
         async def run(choice: _Choice) -> None:
             first = enc.role(choice.index) if self.chat else b""
             if self.echo_texts is not None:
@@ -192,10 +227,19 @@ class Generation:
             if first:
                 await send(first)
             rest = await choice.run(on_text)
-            await send(enc.finish(choice.index, choice.finish_reason, choice.stop_reason, rest))
+            extra = nvext_out.response_nvext(fields, choice.timing, choice.route)
+            last = enc.finish(choice.index, choice.finish_reason, choice.stop_reason, rest, extra)
+            if "llm_metrics" in wanted:
+                prompt_tokens, completion, cached = choice.usage
+                last += nvext_out.annotation("llm_metrics", nvext_out.llm_metrics(
+                    choice.route, prompt_tokens, completion or choice.tokens, choice.last_chunk,
+                    cached))
+            await send(last)
 
         ok = False
         try:
+            if wanted:
+                await send(self._annotations(wanted))
             await self._run_all(run)
             opts = self.req.stream_options
             if opts is not None and opts.include_usage:
@@ -205,7 +249,29 @@ class Generation:
             await send(error_event(_as_api_error(exc).body()))
         finally:
             self.service.observe(self, ok, stream=True)
+        if ok:
+            self._after()
         await send(DONE)
+
+    def _annotations(self, wanted: set[str]) -> bytes:
+        """The events the request asked for that are known before generation."""
+        out = b""
+        prompt = self.choices[0].prompt
+        if "formatted_prompt" in wanted and prompt.text is not None:
+            out += nvext_out.annotation("formatted_prompt", prompt.text)
+        if "token_ids" in wanted and not prompt.pretokenized:
+            out += nvext_out.annotation("token_ids", prompt.token_ids)
+        if "request_id" in wanted:
+            out += nvext_out.annotation("request_id", self.ctx.request_id)
+        return out
+
+    def _after(self) -> None:
+        """Work that follows a successful response: the speculative prefill of the next turn."""
+        hints = self.nvext.agent_hints if self.nvext is not None else None
+        if (hints is not None and hints.speculative_prefill and self.chat
+                and len(self.choices) == 1 and self.choices[0].finish_reason != "error"):
+            choice = self.choices[0]
+            self.service.speculative_prefill(self.req, "".join(choice.parts), self.ctx.request_id)
 
     async def _run_all(self, run: Callable[[_Choice], Awaitable[object]]) -> None:
         """Run every choice concurrently; the first failure cancels the others and is raised."""
@@ -239,6 +305,7 @@ class Generation:
             raise _as_api_error(exc) from None
         finally:
             self.service.observe(self, ok, stream=False)
+        self._after()
         model = self.service.model_name
         if self.chat:
             chat_choices = [ChatChoice(c.index, ChatMessageOut("assistant", self._text(c)),
@@ -251,6 +318,11 @@ class Generation:
                                              stop_reason=c.stop_reason) for c in self.choices]
             body = CompletionResponse(self.response_id, self.ctx.created, model, text_choices,
                                       self._usage())
+        first = self.choices[0]
+        extra = nvext_out.response_nvext(self.nvext.extra_fields if self.nvext else None,
+                                         first.timing, first.route)
+        if extra is not None:
+            body.nvext = msgspec.Raw(extra)
         return msgspec.json.encode(body)
 
     def _text(self, choice: _Choice) -> str:
@@ -272,11 +344,11 @@ class Generation:
     def timings(self) -> tuple[float | None, float | None, float]:
         """(ttft, mean inter-token latency, duration) in seconds."""
         now = time.perf_counter()
-        firsts = [c.first_at for c in self.choices if c.first_at is not None]
+        firsts = [c.timing.first for c in self.choices if c.timing.first is not None]
         if not firsts:
             return None, None, now - self.ctx.received
         first = min(firsts)
-        last = max(c.last_at for c in self.choices)
+        last = max(c.timing.last for c in self.choices)
         tokens = sum(c.tokens for c in self.choices)
         itl = (last - first) / (tokens - 1) if tokens > 1 else None
         return first - self.ctx.received, itl, now - self.ctx.received
@@ -286,11 +358,13 @@ class OpenAIService:
     """The OpenAI endpoints of one served model over a router."""
 
     def __init__(self, model_name: str, preprocessor: Preprocessor, router: Router,
-                 metrics: FrontendMetrics) -> None:
+                 metrics: FrontendMetrics, background: BackgroundTasks | None = None) -> None:
         self.model_name = model_name
         self.preprocessor = preprocessor
         self.router = router
         self.metrics = metrics
+        self.background = background
+        """Runs speculative prefills; without it they are skipped."""
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -326,15 +400,20 @@ class OpenAIService:
     async def _route(self, prompts: list[Prompt], req: _GenerationRequest,
                      ctx: RequestContext) -> list[_Choice]:
         nvext = req.nvext
-        instance_id = ctx.worker_instance_id
-        if instance_id is None and nvext is not None:
-            instance_id = nvext.backend_instance_id
-        dp_rank = ctx.dp_rank if ctx.dp_rank is not None else (nvext.dp_rank if nvext else None)
-        priority = req.priority or None
+        instance_id, dp_rank = nvext_out.routing_target(nvext, ctx.worker_instance_id,
+                                                        ctx.prefill_instance_id, ctx.dp_rank)
         hints = nvext.agent_hints if nvext is not None else None
-        latency_sensitivity = hints.latency_sensitivity if hints is not None else None
-        osl = hints.osl if hints is not None else None
-        route_priority = hints.priority if hints is not None else None
+        session = nvext.session_control if nvext is not None else None
+        if session is not None and len(prompts) * req.n > 1:
+            raise bad_request("nvext.session_control needs a single choice: n=1 and one prompt",
+                              param="nvext.session_control")
+        cache = nvext.cache_control if nvext is not None else None
+        route_template = RouteRequest(
+            request_id="", token_ids=[], instance_id=instance_id, dp_rank=dp_rank,
+            priority=request_priority(req),
+            latency_sensitivity=hints.latency_sensitivity if hints is not None else None,
+            expected_output_tokens=hints.osl if hints is not None else None,
+            session=session, pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None)
         tokenizer = self.preprocessor.tokenizer
         choices: list[_Choice] = []
         try:
@@ -342,18 +421,20 @@ class OpenAIService:
                 for j in range(req.n):
                     index = p_index * req.n + j
                     engine_id = f"{ctx.request_id}-{next(_engine_seq):x}"
-                    route = await self.router.route(RouteRequest(
-                        request_id=engine_id, token_ids=prompt.token_ids, instance_id=instance_id,
-                        dp_rank=dp_rank, priority=route_priority,
-                        latency_sensitivity=latency_sensitivity, expected_output_tokens=osl))
+                    route = await self.router.route(msgspec.structs.replace(
+                        route_template, request_id=engine_id, token_ids=prompt.token_ids))
                     detok = IncrementalDetokenizer(
                         tokenizer, prompt.token_ids,
                         skip_special_tokens=req.skip_special_tokens,
                         spaces_between_special_tokens=req.spaces_between_special_tokens,
                         stop=prompt.stop_strings,
                         include_stop_str_in_output=req.include_stop_str_in_output)
-                    choices.append(_Choice(index, prompt, route,
-                                           engine_request(engine_id, prompt, j, priority), detok))
+                    priority = engine_priority(route_template.priority,
+                                               route.worker.record.priority_order)
+                    request = engine_request(engine_id, prompt, j, priority, route.session_id)
+                    timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall,
+                                                    routed=time.perf_counter())
+                    choices.append(_Choice(index, prompt, route, request, detok, timing))
         except BaseException as exc:  # a failed or cancelled route frees the ones booked before it
             for choice in choices:
                 choice.route.finished()
@@ -361,6 +442,33 @@ class OpenAIService:
                 raise _routing_error(exc) from None
             raise
         return choices
+
+    # ----------------------------------------------------------------- speculative prefill
+
+    def speculative_prefill(self, req: ChatCompletionRequest, reply: str, request_id: str) -> None:
+        """Queue the prefill of the turn after ``req`` answered with ``reply`` (background)."""
+        if self.background is not None:
+            self.background.spawn(f"speculative prefill after {request_id}",
+                                  self._speculative_prefill, req, reply, request_id)
+
+    async def _speculative_prefill(self, req: ChatCompletionRequest, reply: str,
+                                   request_id: str) -> None:
+        token_ids = self.preprocessor.next_turn_prefix(req, reply)
+        if token_ids is None:
+            return
+        engine_id = f"{request_id}-spec-{next(_engine_seq):x}"
+        route = await self.router.route(RouteRequest(request_id=engine_id, token_ids=token_ids))
+        try:
+            request = GenerateRequest(engine_id, token_ids,
+                                      stop=StopConditions(max_tokens=1, ignore_eos=True))
+            stream = route.worker.client.generate_batches(request)
+            async with aclosing(stream):
+                async for _ in stream:
+                    route.first_token()
+        finally:
+            route.finished()
+        log.debug("speculative prefill of %d tokens after %s on worker %d", len(token_ids),
+                  request_id, route.worker.instance_id)
 
     def observe(self, gen: Generation, ok: bool, stream: bool) -> None:
         m, model = self.metrics, self.model_name
@@ -386,6 +494,8 @@ def _routing_error(exc: RoutingError) -> ApiError:
         return ApiError(404, str(exc), param="nvext.backend_instance_id", code="worker_not_found")
     if isinstance(exc, TargetRequiredError):
         return bad_request(str(exc), param="nvext.backend_instance_id")
+    if isinstance(exc, SessionOpenError):
+        return unavailable(str(exc))
     return ApiError(500, str(exc))
 
 

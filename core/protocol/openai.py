@@ -12,6 +12,7 @@ Responses are msgspec Structs encoded with ``msgspec.json``; the streaming hot p
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -23,7 +24,8 @@ from dyn.core.protocol.errors import ApiError, bad_request
 
 
 class AgentHints(msgspec.Struct, forbid_unknown_fields=False):
-    """Per-request scheduling hints (seed 002)."""
+    """Per-request scheduling hints (seed 002). ``priority``: larger is more important, on every
+    backend (``dyn.core.protocol.priority`` converts it to the engine's convention)."""
 
     priority: int | None = None
     osl: int | None = None
@@ -31,20 +33,51 @@ class AgentHints(msgspec.Struct, forbid_unknown_fields=False):
     latency_sensitivity: float | None = None
 
 
+SESSION_ACTIONS = ("open", "bind", "close")
+
+
 class SessionControl(msgspec.Struct):
+    """``nvext.session_control`` (seed 003): ``action`` open | bind | close, or omitted on the
+    turns in between; ``timeout`` is the idle timeout in seconds (open and bind)."""
+
     session_id: str
     action: Literal["open", "bind", "close"] | None = None
     timeout: int = 300
 
 
+CACHE_TTL_MIN_S = 300
+CACHE_TTL_MAX_S = 3600
+_TTL_SHORTHANDS = {"5m": 300, "1h": 3600}
+
+
 class CacheControl(msgspec.Struct):
+    """``nvext.cache_control``: pin the conversation's KV for ``ttl`` after generation."""
+
     type: Literal["ephemeral"] = "ephemeral"
     ttl: str | int | None = None
 
+    def ttl_seconds(self) -> int:
+        """``ttl`` in seconds: ``None`` is 300, "5m" 300, "1h" 3600, integer seconds (as a number
+        or a string) clamped to [300, 3600]; ``ValueError`` for any other string."""
+        ttl = self.ttl
+        if ttl is None:
+            return CACHE_TTL_MIN_S
+        if isinstance(ttl, str):
+            text = ttl.strip()
+            if text in _TTL_SHORTHANDS:
+                return _TTL_SHORTHANDS[text]
+            if not text.isdigit():
+                raise ValueError(f"ttl must be integer seconds, \"5m\" or \"1h\", got {ttl!r}")
+            ttl = int(text)
+        return min(max(ttl, CACHE_TTL_MIN_S), CACHE_TTL_MAX_S)
+
+
+EXTRA_FIELDS = ("worker_id", "timing")
+ANNOTATIONS = ("formatted_prompt", "token_ids", "request_id", "llm_metrics")
+
 
 class NvExt(msgspec.Struct, forbid_unknown_fields=False):
-    """NVIDIA's request extensions (seed 000). Routing fields are honoured by the frontend's
-    router; agent hints, sessions and cache control are parsed and typed here."""
+    """NVIDIA's request extensions (seed 000); ``check_nvext`` holds the value rules."""
 
     greed_sampling: bool | None = None
     use_raw_prompt: bool | None = None
@@ -59,6 +92,54 @@ class NvExt(msgspec.Struct, forbid_unknown_fields=False):
     agent_hints: AgentHints | None = None
     cache_control: CacheControl | None = None
     session_control: SessionControl | None = None
+
+
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+_I32 = 2**31
+
+
+def check_nvext(nvext: NvExt) -> None:
+    """Value rules of ``nvext`` (types were checked at decode): a 400 naming the field."""
+    def need(ok: bool, field: str, rule: str, value: Any) -> None:
+        if not ok:
+            raise bad_request(f"nvext.{field} {rule}, got {value!r}", param=f"nvext.{field}")
+
+    for name in ("backend_instance_id", "prefill_worker_id", "decode_worker_id"):
+        value = getattr(nvext, name)
+        if value is not None:
+            need(0 <= value <= _U64, name, "must be an unsigned 64-bit worker instance id", value)
+    if nvext.dp_rank is not None:
+        need(0 <= nvext.dp_rank <= _U32, "dp_rank", "must be at least 0", nvext.dp_rank)
+    if nvext.max_thinking_tokens is not None:
+        need(0 <= nvext.max_thinking_tokens <= _U32, "max_thinking_tokens", "must be at least 0",
+             nvext.max_thinking_tokens)
+    if nvext.token_data is not None:
+        need(bool(nvext.token_data), "token_data", "must hold at least one token id", [])
+    for name, known in (("extra_fields", EXTRA_FIELDS), ("annotations", ANNOTATIONS)):
+        for item in getattr(nvext, name) or ():
+            need(item in known, name, f"entries must be among {', '.join(known)}", item)
+    hints = nvext.agent_hints
+    if hints is not None:
+        if hints.priority is not None:
+            need(-_I32 <= hints.priority < _I32, "agent_hints.priority",
+                 "must be a signed 32-bit integer", hints.priority)
+        if hints.osl is not None:
+            need(0 <= hints.osl <= _U32, "agent_hints.osl", "must be at least 0", hints.osl)
+        if hints.latency_sensitivity is not None:
+            need(math.isfinite(hints.latency_sensitivity), "agent_hints.latency_sensitivity",
+                 "must be a finite number of seconds", hints.latency_sensitivity)
+    session = nvext.session_control
+    if session is not None:
+        need(bool(session.session_id.strip()), "session_control.session_id", "must not be empty",
+             session.session_id)
+        need(session.timeout >= 1, "session_control.timeout", "must be at least 1 second",
+             session.timeout)
+    if nvext.cache_control is not None:
+        try:
+            nvext.cache_control.ttl_seconds()
+        except ValueError as exc:
+            raise bad_request(f"nvext.cache_control.{exc}", param="nvext.cache_control.ttl") from None
 
 
 # --------------------------------------------------------------------------- requests
@@ -203,6 +284,8 @@ def check_generation(req: _GenerationRequest) -> None:
         raise bad_request("stop may hold at most 16 strings", param="stop")
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options is only allowed with stream=true", param="stream_options")
+    if req.nvext is not None:
+        check_nvext(req.nvext)
     _unsupported(req)
 
 
@@ -308,7 +391,7 @@ class ChatCompletionResponse(msgspec.Struct):
     choices: list[ChatChoice]
     usage: UsageInfo
     object: str = "chat.completion"
-    nvext: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    nvext: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
 
 
 class CompletionChoice(msgspec.Struct):
@@ -326,7 +409,7 @@ class CompletionResponse(msgspec.Struct):
     choices: list[CompletionChoice]
     usage: UsageInfo
     object: str = "text_completion"
-    nvext: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    nvext: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
 
 
 class ModelCard(msgspec.Struct):

@@ -72,11 +72,12 @@ class _Pending:
     """A request between hashing and admission (possibly waiting in the queue)."""
 
     __slots__ = ("request", "local", "seq", "scores", "predicted", "scored_at", "route", "error",
-                 "done")
+                 "done", "queue_depth")
 
     def __init__(self, request: RouteRequest, local: list[int], seq: list[int],
-                 overlaps: tuple[OverlapScores, OverlapScores], now: float) -> None:
+                 overlaps: tuple[OverlapScores, OverlapScores], now: float, queue_depth: int) -> None:
         self.request = request
+        self.queue_depth = queue_depth
         self.local = local
         self.seq = seq
         self.scores, self.predicted = overlaps
@@ -90,11 +91,12 @@ class KvRoute(Route):
     """A booked route; its hooks keep the router's load model in step with the stream."""
 
     __slots__ = ("router", "request_id", "key", "decision", "routed_at", "first_at", "output_tokens",
-                 "closed")
+                 "closed", "queue_depth")
 
     def __init__(self, worker: Worker, router: KvRouter, request_id: str, decision: RouteDecision,
-                 routed_at: float) -> None:
+                 routed_at: float, queue_depth: int = 0) -> None:
         super().__init__(worker, decision.worker[1])
+        self.queue_depth = queue_depth
         self.router = router
         self.request_id = request_id
         self.key = decision.worker
@@ -103,6 +105,14 @@ class KvRoute(Route):
         self.first_at: float | None = None
         self.output_tokens = 0
         self.closed = False
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.decision.cached_tokens
+
+    @property
+    def isl_tokens(self) -> int:
+        return self.decision.isl_tokens
 
     def first_token(self) -> None:
         if self.first_at is None and not self.closed:
@@ -236,7 +246,7 @@ class KvRouter(Router):
         m.block_hashing_ms.observe((t1 - t0) * 1e3)
         m.seq_hashing_ms.observe((t2 - t1) * 1e3)
         m.find_matches_ms.observe((t3 - t2) * 1e3)
-        pending = _Pending(request, local, seq, overlaps, self._clock())
+        pending = _Pending(request, local, seq, overlaps, self._clock(), len(self.queue))
         candidates = self._eligible(request)
         if self.config.queue_threshold is not None and self._prefill_busy(candidates):
             route = await self._wait_in_queue(pending)
@@ -464,7 +474,8 @@ class KvRouter(Router):
             log.debug("request %s -> worker %d rank %d (overlap %d blocks, logits %s)",
                       req.request_id, key[0], key[1], overlap,
                       {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()})
-        return KvRoute(worker, self, req.request_id, decision, time.perf_counter())
+        return KvRoute(worker, self, req.request_id, decision, time.perf_counter(),
+                       pending.queue_depth)
 
     def _publish_load(self, key: WorkerKey) -> None:
         self.metrics.worker_load(key, self.load.active_decode_blocks(key),

@@ -21,6 +21,7 @@ import anyio
 
 import msgspec
 
+from dyn.core.protocol.openai import SessionControl
 from dyn.core.router.pool import Worker, WorkerPool
 
 ROUTER_MODES = ("round-robin", "random", "direct", "kv")
@@ -49,7 +50,8 @@ class TargetRequiredError(RoutingError):
 class RouteRequest(msgspec.Struct, kw_only=True):
     """What a router sees of one engine request. ``priority`` and ``latency_sensitivity`` are
     the agent hints (larger means sooner in the router queue); ``expected_output_tokens`` is
-    ``agent_hints.osl``."""
+    ``agent_hints.osl``. ``session`` and ``pin_ttl_s`` (``nvext.session_control``, the
+    ``cache_control`` TTL) are served by ``dyn.core.router.agent.AgentRouter``."""
 
     request_id: str
     token_ids: list[int]
@@ -59,6 +61,8 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     lora_name: str | None = None
     latency_sensitivity: float | None = None
     expected_output_tokens: int | None = None
+    session: SessionControl | None = None
+    pin_ttl_s: float | None = None
 
 
 class Route:
@@ -67,9 +71,17 @@ class Route:
     The frontend calls ``first_token`` when the first output token arrives, ``progress`` with the
     running count of output tokens as they arrive, and ``finished`` exactly once when the request
     ends for any reason; the base class books nothing.
+
+    What a router knew when it routed, for the response's ``nvext.timing`` (``None``: unknown):
+    ``cached_tokens`` / ``isl_tokens`` (the predicted KV hit) and ``queue_depth`` (requests waiting
+    in the router queue). ``session_id`` names the engine session the request runs in.
     """
 
     __slots__ = ("worker", "dp_rank")
+    cached_tokens: int | None = None
+    isl_tokens: int | None = None
+    queue_depth: int | None = None
+    session_id: str | None = None
 
     def __init__(self, worker: Worker, dp_rank: int | None = None) -> None:
         self.worker = worker

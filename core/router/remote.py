@@ -81,7 +81,7 @@ class RemoteRoute(Route):
     """A booking held by the ``dyn router``; the hooks report the stream to it."""
 
     __slots__ = ("router", "request_id", "decision", "block_size", "output_tokens", "_first",
-                 "closed")
+                 "closed", "queue_depth")
 
     def __init__(self, worker: Worker, router: RemoteRouter, request_id: str, answer: RouteAnswer,
                  isl_tokens: int) -> None:
@@ -91,9 +91,18 @@ class RemoteRoute(Route):
         self.decision = RouteDecision((answer.instance_id, answer.dp_rank), answer.overlap_blocks,
                                       answer.cached_tokens, isl_tokens)
         self.block_size = max(answer.block_size, 1)
+        self.queue_depth = answer.queue_depth
         self.output_tokens = 0
         self._first = False
         self.closed = False
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.decision.cached_tokens
+
+    @property
+    def isl_tokens(self) -> int:
+        return self.decision.isl_tokens
 
     def first_token(self) -> None:
         if not self._first and not self.closed:

@@ -182,7 +182,7 @@ class RouterService:
         decision = route.decision
         self._send(identity, RouteAnswer(query.query_id, decision.worker[0], decision.worker[1],
                                          decision.overlap_blocks, decision.cached_tokens,
-                                         self.router.block_size or 0))
+                                         self.router.block_size or 0, route.queue_depth))
 
     def _progress(self, identity: bytes, progress: RouteProgress) -> None:
         key = (identity, progress.request_id)

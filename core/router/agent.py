@@ -1,0 +1,252 @@
+"""``AgentRouter``: sticky sessions, the session lifecycle and cache pinning around any router.
+
+Reference 4.2-4.4 (Dynamo's StickySessionRouter, AgentController and the cache_control pin).
+The frontend routes every engine request through it; requests without ``session`` or
+``pin_ttl_s`` pass straight to the inner router.
+
+``nvext.session_control`` (``RouteRequest.session``):
+
+- **Stickiness.** A request whose session is bound, and that names no worker or dp rank itself,
+  is pinned to the bound (worker, rank): it still passes the inner router's queue and booking,
+  only the choice is made. If the bound worker is gone, the binding is dropped with a warning and
+  the request is routed normally. A turn without ``action`` refreshes the binding's TTL.
+- **open**: after routing, before generating, the worker is asked to open a streaming session
+  with ``timeout + 30`` seconds (so the router's expiry closes it first); the request then runs in
+  it and the session is bound ``engine_backed``. A failed open fails the request
+  (``SessionOpenError``). A worker without streaming sessions gets a router-only binding and a
+  warning (once per worker).
+- **bind**: a router-only binding, no call to the worker.
+- **close**: the binding is removed at once; after the stream ends the worker is asked to close
+  the session, if the binding was engine-backed or there was none (the worker may still hold one).
+- **Expiry.** A reaper checks every ``REAP_INTERVAL_S``; an expired engine-backed session is
+  closed on its worker.
+
+``RouteRequest.pin_ttl_s`` (``nvext.cache_control`` with ``--enable-cache-control``): after the
+stream ends, the worker that served it is asked to pin the prompt's cached prefix for that long.
+
+Worker calls after a stream run in the background (``BackgroundTasks``); their failures are
+logged, never reported to a client that already has its answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from dyn.core.background import BackgroundTasks
+from dyn.core.engine import FEATURE_PIN_PREFIX, FEATURE_STREAMING_SESSIONS
+from dyn.core.messages import PinPrefixRequest, SessionControlRequest
+from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError, WorkerNotFoundError
+from dyn.core.router.pool import Worker
+from dyn.core.router.sessions import SessionAffinity
+from dyn.core.transport.request_plane import RemoteError, WorkerUnavailable
+
+log = logging.getLogger("dyn.router")
+
+ENGINE_TIMEOUT_MARGIN_S = 30
+REAP_INTERVAL_S = 1.0
+CALL_TIMEOUT_S = 10.0
+_call_ids = itertools.count()
+
+
+class SessionOpenError(RoutingError):
+    """The worker could not open the streaming session the request asked for."""
+
+
+class AgentRoute(Route):
+    """The inner router's route plus what must follow the stream (close, pin)."""
+
+    __slots__ = ("inner", "session_id", "_after", "_closed")
+
+    def __init__(self, inner: Route, session_id: str | None,
+                 after: list[Callable[[], None]]) -> None:
+        super().__init__(inner.worker, inner.dp_rank)
+        self.inner = inner
+        self.session_id = session_id
+        self._after = after
+        self._closed = False
+
+    @property
+    def cached_tokens(self) -> int | None:  # type: ignore[override]
+        return self.inner.cached_tokens
+
+    @property
+    def isl_tokens(self) -> int | None:  # type: ignore[override]
+        return self.inner.isl_tokens
+
+    @property
+    def queue_depth(self) -> int | None:  # type: ignore[override]
+        return self.inner.queue_depth
+
+    def first_token(self) -> None:
+        self.inner.first_token()
+
+    def progress(self, output_tokens: int) -> None:
+        self.inner.progress(output_tokens)
+
+    def finished(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.inner.finished()
+        for job in self._after:
+            job()
+
+
+class AgentRouter(Router):
+    """Sessions and pinning around ``inner`` (see the module docstring)."""
+
+    def __init__(self, inner: Router, *, enable_cache_control: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(inner.pool)
+        self.inner = inner
+        self.mode = inner.mode
+        self.enable_cache_control = enable_cache_control
+        self.sessions = SessionAffinity(clock)
+        self.background = BackgroundTasks()
+        self._warned: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        # the inner router's own views (its index, block size) stay reachable through the wrapper
+        return getattr(self.inner, name)
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.inner.run)
+            await tg.start(self.background.run)
+            task_status.started()
+            while True:
+                await anyio.sleep(REAP_INTERVAL_S)
+                self._reap()
+
+    def select(self, request: RouteRequest, workers: Any) -> Worker:
+        raise AssertionError("unreachable: AgentRouter overrides route()")
+
+    # ----------------------------------------------------------------- routing
+
+    async def route(self, request: RouteRequest) -> Route:
+        session = request.session
+        pin = request.pin_ttl_s if self.enable_cache_control else None
+        if session is None and pin is None:
+            return await self.inner.route(request)
+        after: list[Callable[[], None]] = []
+        if session is None:
+            route = await self.inner.route(request)
+            engine_session = None
+        else:
+            route, engine_session = await self._route_session(request, after)
+        if pin is not None:
+            after.append(lambda: self._spawn_pin(route.worker, request.token_ids, pin))
+        return AgentRoute(route, engine_session, after)
+
+    async def _route_session(self, request: RouteRequest,
+                             after: list[Callable[[], None]]) -> tuple[Route, str | None]:
+        session = request.session
+        assert session is not None
+        sid = session.session_id
+        bound = None
+        if request.instance_id is None and request.dp_rank is None:
+            bound = self.sessions.peek(sid)
+            if bound is not None and self.pool.get(bound.instance_id) is None:
+                log.warning("session %s was bound to worker %d, which is gone; routing it anew",
+                            sid, bound.instance_id)
+                self.sessions.unbind(sid)
+                bound = None
+        route = None
+        if bound is not None:
+            pinned = msgspec.structs.replace(request, instance_id=bound.instance_id,
+                                             dp_rank=bound.dp_rank)
+            try:
+                route = await self.inner.route(pinned)
+            except WorkerNotFoundError:
+                log.warning("session %s: bound worker %d cannot take it; routing it anew", sid,
+                            bound.instance_id)
+                self.sessions.unbind(sid)
+                bound = None
+        if route is None:
+            route = await self.inner.route(request)
+        worker = route.worker
+        action = session.action
+        if action is None:
+            if bound is not None:
+                self.sessions.resolve(sid)
+                return route, sid if bound.engine_backed else None
+            return route, None
+        if action == "bind":
+            self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout,
+                               engine_backed=False)
+            return route, None
+        if action == "open":
+            opened = await self._open(route, sid, session.timeout)
+            self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout,
+                               engine_backed=opened)
+            return route, sid if opened else None
+        # close: unbind now; the worker closes its session once this stream is over
+        old = self.sessions.unbind(sid)
+        engine = old is None or old.engine_backed
+        if engine and self._supports(worker, FEATURE_STREAMING_SESSIONS, warn=False):
+            after.append(lambda: self.background.spawn(
+                f"close_session {sid}", self._close_session, worker, sid))
+        return route, sid if old is not None and old.engine_backed else None
+
+    async def _open(self, route: Route, sid: str, timeout: int) -> bool:
+        """Open ``sid`` on the route's worker; False when it has no streaming sessions."""
+        worker = route.worker
+        if not self._supports(worker, FEATURE_STREAMING_SESSIONS):
+            return False
+        call = SessionControlRequest(f"session-{next(_call_ids)}", "open", sid,
+                                     float(timeout + ENGINE_TIMEOUT_MARGIN_S))
+        try:
+            await worker.client.call(call, CALL_TIMEOUT_S)
+        except (RemoteError, WorkerUnavailable, TimeoutError) as exc:
+            route.finished()
+            raise SessionOpenError(f"worker {worker.instance_id} could not open session "
+                                   f"{sid!r}: {exc}") from None
+        except BaseException:
+            route.finished()
+            raise
+        return True
+
+    def _supports(self, worker: Worker, feature: str, warn: bool = True) -> bool:
+        if feature in worker.record.features:
+            return True
+        if warn and worker.instance_id not in self._warned:
+            self._warned.add(worker.instance_id)
+            log.warning("worker %d (%s) does not offer %s; %s", worker.instance_id,
+                        worker.record.engine, feature,
+                        "sessions stay router-only (SGLang needs --enable-streaming-session)"
+                        if feature == FEATURE_STREAMING_SESSIONS else "cache_control is ignored")
+        return False
+
+    # ----------------------------------------------------------------- after the stream
+
+    def _spawn_pin(self, worker: Worker, token_ids: list[int], ttl_s: float) -> None:
+        if self._supports(worker, FEATURE_PIN_PREFIX):
+            self.background.spawn(f"pin_prefix on worker {worker.instance_id}", self._pin,
+                                  worker, token_ids, ttl_s)
+
+    async def _pin(self, worker: Worker, token_ids: list[int], ttl_s: float) -> None:
+        reply = await worker.client.call(
+            PinPrefixRequest(f"pin-{next(_call_ids)}", token_ids, ttl_s), CALL_TIMEOUT_S)
+        log.debug("worker %d pinned %d blocks for %.0f s", worker.instance_id, reply.value, ttl_s)
+
+    async def _close_session(self, worker: Worker, sid: str) -> None:
+        await worker.client.call(SessionControlRequest(f"session-{next(_call_ids)}", "close", sid),
+                                 CALL_TIMEOUT_S)
+        log.debug("closed session %s on worker %d", sid, worker.instance_id)
+
+    def _reap(self) -> None:
+        for sid, binding in self.sessions.expire():
+            if not binding.engine_backed:
+                continue
+            worker = self.pool.get(binding.instance_id)
+            if worker is not None:
+                log.info("session %s idle for %.0f s; closing it on worker %d", sid,
+                         binding.ttl_s, binding.instance_id)
+                self.background.spawn(f"close_session {sid}", self._close_session, worker, sid)
