@@ -32,6 +32,29 @@ def mocker(
                                 help="Divide every simulated pass time by this (<= 0: no scaling)."),
     decode_speedup_ratio: float = flag(1.0, "--decode-speedup-ratio", panel=options.ENGINE_PANEL,
                                        help="Further divide simulated decode time by this."),
+    engine_type: str = flag("vllm", "--engine-type", panel=options.ENGINE_PANEL,
+                            help="Engine flavour to simulate: vllm or sglang (same pass loop; flags and "
+                                 "priority conventions differ; SGLang's new_token_ratio and lpm are not simulated)."),
+    scheduling_policy: str = flag("fcfs", "--scheduling-policy", panel=options.ENGINE_PANEL,
+                                  help="vLLM flavour: fcfs, or priority (waiting queue by priority then arrival, "
+                                       "smaller value first; preempt the largest priority)."),
+    enable_priority_scheduling: bool = flag(False, "--enable-priority-scheduling", panel=options.ENGINE_PANEL,
+                                            help="SGLang flavour: order the waiting queue by priority, larger value "
+                                                 "first; a request without one goes last."),
+    schedule_low_priority_values_first: bool = flag(False, "--schedule-low-priority-values-first",
+                                                    panel=options.ENGINE_PANEL,
+                                                    help="SGLang flavour: smaller priority values are more important "
+                                                         "(the worker then advertises lower_first)."),
+    radix_eviction_policy: str = flag("lru", "--radix-eviction-policy", panel=options.ENGINE_PANEL,
+                                      help="SGLang flavour: lru, or priority (evict the least important cached "
+                                           "block first, ties least recently used)."),
+    enable_streaming_session: bool = flag(False, "--enable-streaming-session", panel=options.ENGINE_PANEL,
+                                          help="SGLang flavour: offer streaming sessions that hold a conversation's "
+                                               "KV between turns, outside the prefix cache."),
+    reasoning: str = flag(None, "--reasoning", panel=options.ENGINE_PANEL,
+                          help='Start every output with a thinking section, as JSON: {"start_thinking_token_id": A, '
+                               '"end_thinking_token_id": B, "thinking_ratio": R} (R of max_tokens). Without it a '
+                               "request's max_thinking_tokens has no effect."),
     num_workers: int = flag(1, "--num-workers", min=1, help="Simulated workers hosted by this process, each with "
                                                         "its own instance id, sockets and cache.",
                        panel=options.WORKER_PANEL),
@@ -41,9 +64,11 @@ def mocker(
     host: str = options.HOST,
 ) -> None:
     """Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
-    chunked prefill, preemption, Dynamo's timing model, real KV events. Needs no GPU."""
+    chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
+    priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
+    sections. Needs no GPU."""
     from dyn.core.worker.settings import WorkerSettings
-    from dyn.plugins.mocker.config import MockerConfig
+    from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
 
     try:
         config = MockerConfig(
@@ -51,6 +76,11 @@ def mocker(
             max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
             enable_chunked_prefill=enable_chunked_prefill, preemption_mode=preemption_mode,
             speedup_ratio=speedup_ratio, decode_speedup_ratio=decode_speedup_ratio,
+            engine_type=engine_type, scheduling_policy=scheduling_policy,
+            enable_priority_scheduling=enable_priority_scheduling,
+            schedule_low_priority_values_first=schedule_low_priority_values_first,
+            radix_eviction_policy=radix_eviction_policy, enable_streaming_session=enable_streaming_session,
+            reasoning=ReasoningConfig.parse(reasoning) if reasoning else None,
         ).validate()
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

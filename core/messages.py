@@ -355,7 +355,7 @@ class LoadMetrics(msgspec.Struct, array_like=True, omit_defaults=True, gc=False)
     num_streaming_sessions: int = 0
     """Streaming sessions open on this rank."""
     streaming_session_held_tokens: int = 0
-    """Tokens of KV held in streaming-session slots (outside the prefix cache)."""
+    """Tokens of KV held in streaming-session slots."""
 
 
 # --------------------------------------------------------------------------- discovery

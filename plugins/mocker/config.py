@@ -1,10 +1,56 @@
-"""Configuration of the mocker engine; flag names and defaults mirror Dynamo's mocker."""
+"""Configuration of the mocker engine; flag names and defaults mirror Dynamo's mocker, vLLM and SGLang.
+
+The mocker simulates one of two engine flavours (``engine_type``). Both run the same pass loop; they
+differ in the flags they accept and in how they read ``GenerateRequest.priority``:
+
+- ``vllm``: ``--scheduling-policy fcfs|priority`` (smaller priority value first);
+- ``sglang``: ``--enable-priority-scheduling`` (larger value first, or smaller with
+  ``--schedule-low-priority-values-first``), ``--radix-eviction-policy lru|priority`` and
+  ``--enable-streaming-session``.
+
+A flag of the other flavour is refused by ``validate`` with a sentence naming ``--engine-type``.
+"""
 
 from __future__ import annotations
+
+import math
 
 import msgspec
 
 PREEMPTION_MODES = ("lifo", "fifo")
+ENGINE_TYPES = ("vllm", "sglang")
+SCHEDULING_POLICIES = ("fcfs", "priority")
+RADIX_EVICTION_POLICIES = ("lru", "priority")
+
+
+class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """Dynamo mocker's ``--reasoning``: every output starts with a thinking section
+    ``[start_thinking_token_id, ..., end_thinking_token_id]`` of ``floor(max_tokens *
+    thinking_ratio)`` tokens (boundaries included; at least 2, none when that is 0 or
+    ``max_tokens < 2``)."""
+
+    start_thinking_token_id: int
+    end_thinking_token_id: int
+    thinking_ratio: float
+
+    @classmethod
+    def parse(cls, text: str) -> "ReasoningConfig":
+        """Decode the flag's JSON; raise ``ValueError`` saying what to fix."""
+        try:
+            return msgspec.json.decode(text, type=cls).validate()
+        except msgspec.ValidationError as exc:
+            raise ValueError(
+                "--reasoning must be a JSON object with start_thinking_token_id, "
+                f"end_thinking_token_id and thinking_ratio: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"--reasoning is not valid JSON: {exc}") from None
+
+    def validate(self) -> "ReasoningConfig":
+        if self.start_thinking_token_id < 0 or self.end_thinking_token_id < 0:
+            raise ValueError("--reasoning token ids must be non-negative")
+        if not (0.0 <= self.thinking_ratio <= 1.0) or math.isnan(self.thinking_ratio):
+            raise ValueError("--reasoning thinking_ratio must be between 0 and 1")
+        return self
 
 
 class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -23,6 +69,22 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     preemption_mode: str = "lifo"
     speedup_ratio: float = 1.0
     decode_speedup_ratio: float = 1.0
+    engine_type: str = "vllm"
+    scheduling_policy: str = "fcfs"
+    """vLLM flavour: ``priority`` orders the waiting queue by (priority, arrival)."""
+    enable_priority_scheduling: bool = False
+    """SGLang flavour: order the waiting queue by priority, larger value first."""
+    schedule_low_priority_values_first: bool = False
+    """SGLang flavour: smaller priority values are the more important ones."""
+    radix_eviction_policy: str = "lru"
+    """SGLang flavour: ``priority`` evicts the least important cached leaf first."""
+    enable_streaming_session: bool = False
+    """SGLang flavour: offer streaming sessions (``open_session`` / ``close_session``)."""
+    reasoning: ReasoningConfig | None = None
+
+    @property
+    def is_sglang(self) -> bool:
+        return self.engine_type == "sglang"
 
     def validate(self) -> "MockerConfig":
         """Raise ``ValueError`` with a sentence saying what to fix; return self when fine."""
@@ -33,4 +95,26 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError(f"--preemption-mode must be one of {', '.join(PREEMPTION_MODES)}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.block_size:
             raise ValueError("--max-num-batched-tokens must be at least --block-size")
+        if self.engine_type not in ENGINE_TYPES:
+            raise ValueError(f"--engine-type must be one of {', '.join(ENGINE_TYPES)}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"--scheduling-policy must be one of {', '.join(SCHEDULING_POLICIES)}")
+        if self.radix_eviction_policy not in RADIX_EVICTION_POLICIES:
+            raise ValueError(
+                f"--radix-eviction-policy must be one of {', '.join(RADIX_EVICTION_POLICIES)}")
+        if self.is_sglang:
+            if self.scheduling_policy != "fcfs":
+                raise ValueError("--scheduling-policy is a vLLM flag: use --enable-priority-scheduling "
+                                 "with --engine-type sglang, or drop --engine-type sglang")
+        else:
+            sglang_only = [flag for flag, used in (
+                ("--enable-priority-scheduling", self.enable_priority_scheduling),
+                ("--schedule-low-priority-values-first", self.schedule_low_priority_values_first),
+                ("--radix-eviction-policy", self.radix_eviction_policy != "lru"),
+                ("--enable-streaming-session", self.enable_streaming_session),
+            ) if used]
+            if sglang_only:
+                raise ValueError(f"{sglang_only[0]} is an SGLang flag: add --engine-type sglang")
+        if self.reasoning is not None:
+            self.reasoning.validate()
         return self

@@ -4,22 +4,42 @@ One engine is one simulated worker rank. Its loop runs a scheduler pass, sleeps 
 simulated end (``duration / speedup``; passes are scheduled back to back against a deadline so
 Python overhead does not add up), then delivers the pass's tokens to the request streams and hands
 the pass's KV events to the event sink. When the process cannot keep up with the simulated
-clock, passes run as fast as the CPU allows.
+clock, passes run as fast as the CPU allows. A pass that could schedule nothing (KV held by
+streaming sessions or pins) waits for a new request, a cancel or a closed session, retrying at
+least every ``STALL_RETRY_S``.
+
+Optional calls (``EngineInfo.features``): ``pin_prefix`` in both flavours when prefix caching is on;
+``open_session`` / ``close_session`` with ``--enable-streaming-session``, whose idle slots are
+reaped every pass and at least every ``REAP_INTERVAL_S``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 
 import anyio
 import xxhash
 
-from dyn.core.engine import EngineError, EngineInfo, KvEventSink
+from dyn.core.engine import (
+    FEATURE_PIN_PREFIX,
+    FEATURE_STREAMING_SESSIONS,
+    EngineError,
+    EngineInfo,
+    KvEventSink,
+)
 from dyn.core.messages import EngineTiming, Finish, GenerateRequest, LoadMetrics, TokenChunk, Usage
 from dyn.core.model import ModelInfo
 from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.priorities import priority_order
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
+from dyn.plugins.mocker.sessions import StreamingSessions
+
+log = logging.getLogger(__name__)
+
+REAP_INTERVAL_S = 0.5
+STALL_RETRY_S = 0.5
 
 
 def request_seed(request: GenerateRequest) -> int:
@@ -45,7 +65,7 @@ class _Stream:
 
 
 class MockerEngine:
-    """A simulated vLLM-style engine for one worker rank."""
+    """A simulated vLLM- or SGLang-flavour engine for one worker rank."""
 
     def __init__(
         self, config: MockerConfig, model: ModelInfo, event_sink: KvEventSink | None = None,
@@ -61,27 +81,54 @@ class MockerEngine:
         self._streams: dict[str, _Stream] = {}
         self._wake = anyio.Event()
         self.passes = 0
+        features = []
+        if config.enable_prefix_caching:
+            features.append(FEATURE_PIN_PREFIX)
+        if config.enable_streaming_session:
+            features.append(FEATURE_STREAMING_SESSIONS)
         self.info = EngineInfo(
             block_size=config.block_size, total_kv_blocks=config.num_gpu_blocks,
             max_num_batched_tokens=config.max_num_batched_tokens, context_length=model.context_length,
+            priority_order=priority_order(config), features=features,
         )
 
     # ------------------------------------------------------------------ engine loop
 
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """Run passes while there is work; idle without spinning. Runs until cancelled."""
+        async with anyio.create_task_group() as tg:
+            if self._scheduler.sessions is not None:
+                tg.start_soon(self._reap_sessions, self._scheduler.sessions)
+            task_status.started()
+            await self._pass_loop()
+
+    async def _reap_sessions(self, sessions: StreamingSessions) -> None:
+        while True:
+            await anyio.sleep(REAP_INTERVAL_S)
+            if sessions.reap_due():
+                self._wake.set()
+
+    async def _wait_for_wake(self, timeout: float | None = None) -> None:
+        with anyio.move_on_after(timeout):
+            await self._wake.wait()
+        self._wake = anyio.Event()
+
+    async def _pass_loop(self) -> None:
         scheduler = self._scheduler
-        task_status.started()
         deadline = time.monotonic()
         while True:
             if not scheduler.has_work:
                 while not scheduler.has_work:
-                    await self._wake.wait()
-                    self._wake = anyio.Event()
+                    await self._wait_for_wake()
                 deadline = time.monotonic()
             start = time.monotonic()
             result = scheduler.step()
             self.passes += 1
+            if not result.batch_size and not result.preempted:
+                self._deliver(result)
+                await self._wait_for_wake(STALL_RETRY_S)  # nothing fits until KV is given back
+                deadline = time.monotonic()
+                continue
             for rid in result.started:
                 stream = self._streams.get(rid)
                 if stream is not None and stream.scheduled is None:
@@ -124,8 +171,12 @@ class MockerEngine:
         rid = request.request_id
         if rid in self._streams:
             raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
+        if request.session_id is not None and self._scheduler.sessions is None:
+            log.debug("streaming sessions are off; serving %s of session %s as an ordinary request",
+                      rid, request.session_id)
         sim = SimRequest(rid, request.token_ids, stop=request.stop, seed=request_seed(request),
-                         priority=request.priority, lora_name=request.lora_name)
+                         priority=request.priority, lora_name=request.lora_name,
+                         session_id=request.session_id, max_thinking_tokens=request.max_thinking_tokens)
         try:
             self._scheduler.add(sim)
         except ValueError as exc:
@@ -143,8 +194,8 @@ class MockerEngine:
                     yield stream.finish
                     return
         finally:
-            if stream.finish is None:
-                self._scheduler.abort(rid)
+            if stream.finish is None and self._scheduler.abort(rid):
+                self._wake.set()
             del self._streams[rid]
 
     async def abort(self, request_id: str) -> bool:
@@ -159,6 +210,7 @@ class MockerEngine:
             usage=Usage(sim.prompt_len, sim.num_output, sim.cached_tokens),
             timing=_timing(stream, time.monotonic()))
         stream.ready.set()
+        self._wake.set()  # its blocks are free: a stalled pass may fit now
         return True
 
     def load_metrics(self) -> list[LoadMetrics]:
@@ -167,8 +219,38 @@ class MockerEngine:
             instance_id=0, dp_rank=self.dp_rank, ts=time.time(), num_running=load.num_running,
             num_waiting=load.num_waiting, active_kv_blocks=load.active_blocks,
             total_kv_blocks=load.total_blocks, kv_usage=load.kv_usage, num_preempted=load.num_preemptions,
-            num_passes=self.passes,
+            num_passes=self.passes, num_streaming_sessions=load.num_sessions,
+            streaming_session_held_tokens=load.session_held_tokens,
         )]
+
+    # ------------------------------------------------------------------ optional calls
+
+    def _sessions(self) -> StreamingSessions:
+        sessions = self._scheduler.sessions
+        if sessions is None:
+            raise EngineError("streaming sessions are off: start the mocker with --engine-type sglang "
+                              "--enable-streaming-session", code="unsupported")
+        return sessions
+
+    async def open_session(self, session_id: str, timeout_s: float) -> bool:
+        """Open a streaming session idle-closed ``timeout_s`` after its last use (<= 0: the
+        default 300 s); False, with the timeout refreshed, when it is already open."""
+        if not session_id:
+            raise EngineError("a session needs a non-empty session_id", code="bad_request")
+        return self._sessions().open(session_id, timeout_s)
+
+    async def close_session(self, session_id: str) -> bool:
+        """Close a streaming session and free its KV (after its running turn, if any)."""
+        closed = self._sessions().close(session_id)
+        if closed:
+            self._wake.set()
+        return closed
+
+    async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:
+        """Pin the cached full blocks leading ``token_ids`` for ``ttl_s`` seconds; returns how many."""
+        if not ttl_s > 0:
+            raise EngineError("ttl_s must be a positive number of seconds", code="bad_request")
+        return self._scheduler.kv.pin_prefix(token_ids, ttl_s)
 
 
 def _timing(stream: _Stream, now: float) -> EngineTiming:

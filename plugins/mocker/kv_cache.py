@@ -15,18 +15,33 @@ another sequence stored first) emits nothing; only a new store emits ``BlockStor
 eviction emits ``BlockRemoved``. Eviction takes the least recently released inactive *leaf* (a
 cached block with no cached child), so a chain is evicted tail first. With prefix caching off
 nothing is hashed, matched or reported and every block is private.
+
+Two additions that an LRU-only run never pays for:
+
+- **Pins** (``pin_prefix``): cached blocks protected from eviction until a deadline on the
+  manager's injectable ``clock`` (default ``time.monotonic``; an offline replay passes virtual
+  time). A pinned inactive block is not evictable (``num_available`` excludes it); once the pin
+  expires the block re-enters the eviction order with its old rank.
+- **Priority eviction** (``PriorityKvBlockManager``, SGLang's ``--radix-eviction-policy
+  priority``): the least important evictable leaf goes first, ties least recently released first.
+
+A sequence can also hold blocks *outside* the prefix cache (``KvSequence.outside``: a streaming
+session's later turns): ``commit`` registers nothing for it, so its new blocks stay private,
+unmatchable and unreported.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent
 from dyn.core.kv.hashing import block_hashes, extend_sequence_hash
 
-# Fields of a cache entry (a small list, keyed by sequence hash).
-_REF, _PARENT, _CHILDREN, _TICK = 0, 1, 2, 3
+# Fields of a cache entry (a small list, keyed by sequence hash). _IMP: importance (priority
+# eviction only). Eviction-heap items end with (tick, push order, hash).
+_REF, _PARENT, _CHILDREN, _TICK, _IMP = 0, 1, 2, 3, 4
 
 
 class KvSequence:
@@ -34,16 +49,21 @@ class KvSequence:
 
     ``hashes`` are the sequence hashes of the full blocks of ``tokens`` computed so far (filled
     lazily by the manager); the first ``num_registered`` of them are held in the cache.
+    ``importance`` is what priority eviction gives the blocks it stores or uses; ``outside``
+    keeps its new blocks out of the prefix cache.
     """
 
-    __slots__ = ("tokens", "lora_name", "hashes", "num_registered", "num_private")
+    __slots__ = ("tokens", "lora_name", "hashes", "num_registered", "num_private", "importance",
+                 "outside")
 
-    def __init__(self, tokens: list[int], lora_name: str | None = None) -> None:
+    def __init__(self, tokens: list[int], lora_name: str | None = None, importance: float = 0) -> None:
         self.tokens = tokens
         self.lora_name = lora_name
         self.hashes: list[int] = []
         self.num_registered = 0
         self.num_private = 0
+        self.importance = importance
+        self.outside = False
 
     @property
     def num_blocks(self) -> int:
@@ -59,20 +79,25 @@ class KvBlockManager:
     request finishes, is preempted or aborted; ``drain_events`` at the pass boundary.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         self._total = num_blocks
         self._bs = block_size
         self._caching = enable_prefix_caching
+        self._now = clock
         self._free = num_blocks
         self._active = 0
         self._inactive = 0
         self._cache: dict[int, list] = {}
-        self._heap: list[tuple[int, int, int]] = []  # (tick, push order, hash); lazily invalidated
-        self._clock = 0
+        self._heap: list[tuple] = []  # eviction candidates, lazily invalidated (see _push_leaf)
+        self._tick = 0
         self._pushes = 0
         self._events: list[KvEvent] = []
+        self._pins: dict[int, float] = {}  # hash -> expiry, until the expiry is processed
+        self._pin_heap: list[tuple[float, int]] = []
+        self._pinned_inactive = 0  # inactive blocks in _pins
 
     # ------------------------------------------------------------------ counts
 
@@ -105,8 +130,12 @@ class KvBlockManager:
 
     @property
     def num_available(self) -> int:
-        """Blocks an allocation could obtain: free plus evictable."""
-        return self._free + self._inactive
+        """Blocks an allocation could obtain: free plus evictable (inactive and not pinned)."""
+        return self._free + self._evictable()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._now
 
     @property
     def usage(self) -> float:
@@ -161,20 +190,27 @@ class KvBlockManager:
         need = (num_tokens + bs - 1) // bs - seq.num_registered - seq.num_private - num_cached_blocks
         if num_cached_blocks:
             cache = self._cache
+            pins = self._pins
+            if pins:
+                self._expire_pins()
             prefix = seq.hashes[:num_cached_blocks]
-            revived = 0
+            revived = revived_pinned = 0
             for h in prefix:
                 if cache[h][_REF] == 0:
                     revived += 1
-            if need > self._free + self._inactive - revived:
+                    if pins and h in pins:
+                        revived_pinned += 1
+            evictable = self._inactive - self._pinned_inactive - (revived - revived_pinned)
+            if need > self._free and need > self._free + evictable:
                 return False
             for h in prefix:
                 e = cache[h]
                 e[_REF] += 1
             self._inactive -= revived
+            self._pinned_inactive -= revived_pinned
             self._active += revived
             seq.num_registered = num_cached_blocks
-        elif need > self._free + self._inactive:
+        elif need > self._free and need > self._free + self._evictable():
             return False
         if need > 0:
             take = need if need <= self._free else self._free
@@ -185,17 +221,32 @@ class KvBlockManager:
             seq.num_private += need
         return True
 
+    def _evictable(self) -> int:
+        if self._pins:
+            self._expire_pins()
+        return self._inactive - self._pinned_inactive
+
+    def _push_leaf(self, h: int, e: list) -> None:
+        """Make an inactive leaf an eviction candidate; LRU ranks by release tick."""
+        self._pushes += 1
+        heapq.heappush(self._heap, (e[_TICK], self._pushes, h))
+
     def _evict(self, n: int) -> None:
+        """Evict ``n`` blocks; the caller checked they are evictable (pins expired just before)."""
         cache = self._cache
         heap = self._heap
+        pins = self._pins
         removed: list[int] = []
         while len(removed) < n:
             if not heap:
                 raise RuntimeError("KV cache accounting broken: no evictable block")
-            tick, _, h = heapq.heappop(heap)
+            item = heapq.heappop(heap)
+            h = item[-1]
             e = cache.get(h)
-            if e is None or e[_REF] or e[_CHILDREN] or e[_TICK] != tick:
+            if e is None or e[_REF] or e[_CHILDREN] or e[_TICK] != item[-3]:
                 continue
+            if pins and h in pins:
+                continue  # pushed again when its pin expires
             del cache[h]
             removed.append(h)
             parent = e[_PARENT]
@@ -203,8 +254,7 @@ class KvBlockManager:
                 p = cache[parent]
                 p[_CHILDREN] -= 1
                 if p[_CHILDREN] == 0 and p[_REF] == 0:
-                    self._pushes += 1
-                    heapq.heappush(heap, (p[_TICK], self._pushes, parent))
+                    self._push_leaf(parent, p)
         self._inactive -= n
         events = self._events
         if events and type(events[-1]) is BlockRemoved:
@@ -221,7 +271,7 @@ class KvBlockManager:
         bs = self._bs
         n_full = num_computed // bs
         start = seq.num_registered
-        if n_full <= start:
+        if n_full <= start or seq.outside:
             return
         hashes = self.full_hashes(seq, n_full)
         cache = self._cache
@@ -231,7 +281,7 @@ class KvBlockManager:
             h = hashes[idx]
             e = cache.get(h)
             if e is None:
-                cache[h] = [1, parent, 0, 0]
+                cache[h] = [1, parent, 0, 0, seq.importance]
                 if parent is not None:
                     cache[parent][_CHILDREN] += 1
                 if run < 0:
@@ -239,6 +289,8 @@ class KvBlockManager:
             else:
                 if e[_REF] == 0:
                     self._inactive -= 1
+                    if self._pins and h in self._pins:
+                        self._pinned_inactive -= 1
                 else:
                     self._active -= 1
                 self._free += 1
@@ -276,33 +328,99 @@ class KvBlockManager:
         k = seq.num_registered
         if not k:
             return
-        self._clock += 1
-        tick = self._clock
+        self._tick += 1
+        tick = self._tick
         cache = self._cache
-        heap = self._heap
+        pins = self._pins
         for h in seq.hashes[:k]:
             e = cache[h]
             e[_REF] -= 1
             if e[_REF] == 0:
                 self._active -= 1
                 self._inactive += 1
+                if pins and h in pins:
+                    self._pinned_inactive += 1
                 e[_TICK] = tick
                 if e[_CHILDREN] == 0:
-                    self._pushes += 1
-                    heapq.heappush(heap, (tick, self._pushes, h))
+                    self._push_leaf(h, e)
         seq.num_registered = 0
-        if len(heap) > 2 * self._inactive + 1024:
+        if len(self._heap) > 2 * self._inactive + 1024:
             self._compact()
+
+    def truncate(self, seq: KvSequence, num_blocks: int) -> None:
+        """Free ``seq``'s private blocks beyond its first ``num_blocks`` (registered blocks, which
+        lead, are kept): a session turn giving back what it added to its slot's KV."""
+        extra = seq.num_registered + seq.num_private - num_blocks
+        if extra > 0:
+            if extra > seq.num_private:
+                raise RuntimeError("truncate would drop registered blocks")
+            seq.num_private -= extra
+            self._free += extra
+            self._active -= extra
 
     def _compact(self) -> None:
         cache = self._cache
         live = []
         for item in self._heap:
-            e = cache.get(item[2])
-            if e is not None and not e[_REF] and not e[_CHILDREN] and e[_TICK] == item[0]:
+            e = cache.get(item[-1])
+            if e is not None and not e[_REF] and not e[_CHILDREN] and e[_TICK] == item[-3]:
                 live.append(item)
         heapq.heapify(live)
         self._heap = live
+
+    # ------------------------------------------------------------------ pins
+
+    def pin_prefix(self, token_ids: Sequence[int], ttl_s: float, lora_name: str | None = None) -> int:
+        """Pin the leading cached full blocks of ``token_ids`` (matched by sequence hash, every
+        full block, unlike ``match_prefix``) until ``clock() + ttl_s``; a block already pinned
+        longer keeps its later expiry. Returns how many blocks are pinned."""
+        if not self._caching or ttl_s <= 0:
+            return 0
+        n_full = len(token_ids) // self._bs
+        if n_full == 0:
+            return 0
+        self._expire_pins()
+        expiry = self._now() + ttl_s
+        probe = KvSequence(list(token_ids[: n_full * self._bs]), lora_name)
+        cache = self._cache
+        pins = self._pins
+        count = 0
+        for h in self.full_hashes(probe, n_full):
+            e = cache.get(h)
+            if e is None:
+                break
+            old = pins.get(h)
+            if old is None or expiry > old:
+                if old is None and e[_REF] == 0:
+                    self._pinned_inactive += 1
+                pins[h] = expiry
+                heapq.heappush(self._pin_heap, (expiry, h))
+            count += 1
+        return count
+
+    def is_pinned(self, seq_hash: int) -> bool:
+        """Whether the block's pin is still in force."""
+        self._expire_pins()
+        return seq_hash in self._pins
+
+    def _expire_pins(self) -> None:
+        """Unpin blocks whose pin ran out; an inactive leaf becomes an eviction candidate again."""
+        heap = self._pin_heap
+        if not heap:
+            return
+        now = self._now()
+        pins = self._pins
+        cache = self._cache
+        while heap and heap[0][0] <= now:
+            expiry, h = heapq.heappop(heap)
+            if pins.get(h) != expiry:
+                continue  # extended: a later heap item holds the new expiry
+            del pins[h]
+            e = cache[h]  # pinned blocks are never evicted
+            if e[_REF] == 0:
+                self._pinned_inactive -= 1
+                if e[_CHILDREN] == 0:
+                    self._push_leaf(h, e)
 
     # ------------------------------------------------------------------ events
 
@@ -317,3 +435,45 @@ class KvBlockManager:
     def cached_hashes(self) -> Sequence[int]:
         """Sequence hashes of every cached block (active or inactive), e.g. for a full dump."""
         return list(self._cache)
+
+
+class PriorityKvBlockManager(KvBlockManager):
+    """SGLang's ``--radix-eviction-policy priority``: evict the least important evictable leaf
+    first, ties least recently released first (SGLang's ``PriorityStrategy`` ranks a node by
+    ``(priority, last_access_time)``).
+
+    Following SGLang's ``RadixCache._insert_helper`` (``node.priority = max(node.priority,
+    priority)`` on every node of the inserted path), a block's importance is the highest
+    ``KvSequence.importance`` among the sequences that stored it or used it (a prefix hit or a
+    shared store). Since a sequence holds its whole chain, a parent is never less important than
+    its children, so leaf-first eviction and importance order agree.
+    """
+
+    def _push_leaf(self, h: int, e: list) -> None:
+        self._pushes += 1
+        heapq.heappush(self._heap, (e[_IMP], e[_TICK], self._pushes, h))
+
+    def allocate(self, seq: KvSequence, num_tokens: int, num_cached_blocks: int = 0) -> bool:
+        if not super().allocate(seq, num_tokens, num_cached_blocks):
+            return False
+        if num_cached_blocks:
+            self._raise_importance(seq, 0, num_cached_blocks)
+        return True
+
+    def commit(self, seq: KvSequence, num_computed: int) -> None:
+        start = seq.num_registered
+        super().commit(seq, num_computed)
+        if seq.num_registered > start:
+            self._raise_importance(seq, start, seq.num_registered)
+
+    def _raise_importance(self, seq: KvSequence, start: int, end: int) -> None:
+        imp = seq.importance
+        cache = self._cache
+        for h in seq.hashes[start:end]:
+            e = cache[h]
+            if imp > e[_IMP]:
+                e[_IMP] = imp
+
+    def importance_of(self, seq_hash: int) -> float:
+        """A cached block's importance (for inspection)."""
+        return self._cache[seq_hash][_IMP]

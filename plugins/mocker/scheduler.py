@@ -1,7 +1,14 @@
-"""vLLM-flavour continuous batching over simulated passes (reference 7.1); pure and clock-agnostic.
+"""Continuous batching over simulated passes (reference 7.1); pure, time only through an injected clock.
 
 ``Scheduler.step()`` runs one forward pass and says how long it took in simulated milliseconds;
 the caller decides whether to sleep that long (live engine) or advance a virtual clock (replay).
+The clock (default ``time.monotonic``) only dates pins and streaming-session deadlines.
+
+Both engine flavours (``--engine-type vllm|sglang``) run this vLLM-style pass loop; the SGLang
+flavour differs in its flags and priority conventions (``priorities``), its priority radix
+eviction (``kv_cache.PriorityKvBlockManager``) and its streaming sessions (``sessions``). SGLang's
+own scheduler details (the adaptive ``new_token_ratio``, the ``lpm`` policy) are not simulated.
+Policies are picked once at construction, so the default path (fcfs, lru) pays nothing for them.
 
 One pass:
 
@@ -9,15 +16,20 @@ One pass:
    admission order: a prefilling one takes its remaining prompt chunk (as much as fits with
    chunked prefill, otherwise all of it or nothing), a decoding one 1 token. When KV blocks run
    out, a running request is preempted (``lifo``: the most recently admitted, ``fifo``: the
-   oldest): it releases its blocks (full ones stay cached), keeps its generated tokens and goes
-   to the front of the waiting queue, to recompute prompt + generated tokens when readmitted.
+   oldest; vLLM's ``--scheduling-policy priority``: the largest ``(priority, arrival)``): it
+   releases its blocks (full ones stay cached; a session turn keeps its slot's KV), keeps its
+   generated tokens and goes back to the waiting queue (in front, or by its priority), to
+   recompute prompt + generated tokens when readmitted.
 2. Unless something was preempted in this pass, waiting requests are admitted in queue order
-   while fewer than ``max_num_seqs`` run, budget remains and their blocks can be allocated
-   (admission never preempts; it stops at the first request that does not fit). Admission
-   looks up the prefix cache; cached tokens are not recomputed, but at least one token is.
+   (arrival, or priority then arrival) while fewer than ``max_num_seqs`` run, budget remains and
+   their blocks can be allocated (admission never preempts; it stops at the first request that
+   does not fit). Admission looks up the prefix cache (a session turn resumes on its slot's KV
+   instead); cached tokens are not recomputed, but at least one token is.
 3. Scheduled tokens are computed: their full blocks enter the prefix cache. A request whose
    sequence is now fully computed samples one token, uniformly from the vocabulary with its own
-   RNG seeded by ``seed``. Finished requests release their blocks in the same pass.
+   RNG seeded by ``seed`` (the boundaries of a ``--reasoning`` thinking section are forced, see
+   ``reasoning``). Finished requests release their blocks in the same pass (a session turn hands
+   them to its slot).
 
 Stop rules (vLLM): a token in ``eos_token_ids`` (unless ``ignore_eos``) or in ``stop_token_ids``
 ends the request with reason ``"stop"``, but only once at least ``min_tokens`` tokens were
@@ -30,14 +42,17 @@ KV cache (and, without chunked prefill, so a recompute fits one pass's token bud
 from __future__ import annotations
 
 import random
-from collections import deque
-from collections.abc import Hashable, Iterator
+import time
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 from dyn.core.kv.events import KvEvent
 from dyn.core.messages import StopConditions
+from dyn.plugins.mocker import priorities, reasoning
 from dyn.plugins.mocker.config import MockerConfig
-from dyn.plugins.mocker.kv_cache import KvBlockManager, KvSequence
+from dyn.plugins.mocker.kv_cache import KvBlockManager, KvSequence, PriorityKvBlockManager
+from dyn.plugins.mocker.queue import FifoQueue, PriorityQueue
+from dyn.plugins.mocker.sessions import SessionSlot, StreamingSessions
 from dyn.plugins.mocker.timing import pass_ms
 
 _NO_STOP = StopConditions()
@@ -55,13 +70,15 @@ class SimModel:
 class SimRequest:
     """A request inside the scheduler: the caller's fields plus its simulation state.
 
-    ``tokens`` is the prompt followed by the output tokens emitted so far.
+    ``tokens`` is the prompt followed by the output tokens emitted so far. A streaming-session
+    turn has ``slot`` set; ``held`` tokens of its KV (``base_blocks`` blocks) came from the slot.
     """
 
     __slots__ = (
         "request_id", "tokens", "prompt_len", "stop", "seed", "priority", "lora_name",
         "kv", "num_computed", "num_scheduled", "decoding", "num_output", "max_tokens",
         "min_tokens", "stop_set", "cached_tokens", "started", "num_preemptions", "rand",
+        "session_id", "max_thinking_tokens", "arrival", "slot", "held", "base_blocks",
     )
 
     def __init__(
@@ -72,6 +89,8 @@ class SimRequest:
         seed: int = 0,
         priority: int | None = None,
         lora_name: str | None = None,
+        session_id: str | None = None,
+        max_thinking_tokens: int | None = None,
     ) -> None:
         self.request_id = request_id
         self.tokens = list(token_ids)
@@ -92,6 +111,12 @@ class SimRequest:
         self.started = False
         self.num_preemptions = 0
         self.rand = random.Random(seed).random
+        self.session_id = session_id
+        self.max_thinking_tokens = max_thinking_tokens
+        self.arrival = 0
+        self.slot: SessionSlot | None = None
+        self.held = 0
+        self.base_blocks = 0
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -140,53 +165,30 @@ class SchedulerLoad:
     total_blocks: int
     kv_usage: float
     num_preemptions: int
+    num_sessions: int = 0
+    session_held_tokens: int = 0
 
 
-class FifoQueue:
-    """The waiting queue: arrival order, preempted requests in front. A priority policy would
-    replace this class with the same methods."""
-
-    __slots__ = ("_q",)
-
-    def __init__(self) -> None:
-        self._q: deque[SimRequest] = deque()
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __iter__(self) -> Iterator[SimRequest]:
-        return iter(self._q)
-
-    def push(self, req: SimRequest) -> None:
-        """A new arrival."""
-        self._q.append(req)
-
-    def push_preempted(self, req: SimRequest) -> None:
-        """A preempted request, to be readmitted before new arrivals."""
-        self._q.appendleft(req)
-
-    def peek(self) -> SimRequest | None:
-        """The next request to admit, or None."""
-        return self._q[0] if self._q else None
-
-    def pop(self) -> SimRequest:
-        """Remove the request ``peek`` returned."""
-        return self._q.popleft()
-
-    def remove(self, req: SimRequest) -> None:
-        self._q.remove(req)
+def _vllm_victim_rank(req: SimRequest) -> tuple:
+    return (0 if req.priority is None else req.priority, req.arrival)
 
 
 class Scheduler:
     """One simulated engine: queues, KV cache and the pass loop (see the module docstring)."""
 
-    def __init__(self, config: MockerConfig, model: SimModel) -> None:
+    def __init__(self, config: MockerConfig, model: SimModel,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         config.validate()
         if model.vocab_size <= 0 or model.context_length <= 1:
             raise ValueError("vocab_size must be positive and context_length at least 2")
         self.config = config
         self.model = model
-        self.kv = KvBlockManager(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        self._importance = priorities.importance(config)
+        kv_class = KvBlockManager if self._importance is None else PriorityKvBlockManager
+        self.kv = kv_class(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching, clock)
+        self.sessions = StreamingSessions(self.kv, clock) if config.enable_streaming_session else None
+        self._reasoning = config.reasoning
+        self._priority_victim = priorities.uses_priority_victim(config)
         self._budget = config.max_num_batched_tokens
         self._max_seqs = config.max_num_seqs
         self._chunked = config.enable_chunked_prefill
@@ -198,9 +200,11 @@ class Scheduler:
             kv_tokens = min(kv_tokens, config.max_num_batched_tokens)
         self._kv_tokens = kv_tokens  # the most tokens one sequence may ever need computed at once
         self._running: list[SimRequest] = []
-        self._waiting = FifoQueue()
+        key = priorities.waiting_key(config)
+        self._waiting: FifoQueue | PriorityQueue = FifoQueue() if key is None else PriorityQueue(key)
         self._requests: dict[Hashable, SimRequest] = {}
         self._preemptions = 0
+        self._arrivals = 0
 
     # ------------------------------------------------------------------ queue management
 
@@ -222,6 +226,7 @@ class Scheduler:
 
     def load(self) -> SchedulerLoad:
         kv = self.kv
+        sessions = self.sessions
         return SchedulerLoad(
             num_running=len(self._running),
             num_waiting=len(self._waiting),
@@ -229,11 +234,14 @@ class Scheduler:
             total_blocks=kv.num_blocks,
             kv_usage=kv.usage,
             num_preemptions=self._preemptions,
+            num_sessions=len(sessions) if sessions is not None else 0,
+            session_held_tokens=sessions.held_tokens if sessions is not None else 0,
         )
 
     def add(self, req: SimRequest) -> None:
         """Queue a request. Raises ``ValueError`` for a duplicate id, an empty prompt, a
-        ``max_tokens`` below 1, or a prompt leaving no room for one output token."""
+        ``max_tokens`` below 1, a negative ``max_thinking_tokens``, or a prompt leaving no room
+        for one output token. A request naming an open streaming session becomes its turn."""
         if req.request_id in self._requests:
             raise ValueError(f"request {req.request_id!r} is already in the engine")
         n = req.prompt_len
@@ -250,12 +258,26 @@ class Scheduler:
             if stop.max_tokens < 1:
                 raise ValueError("max_tokens must be at least 1")
             room = min(room, stop.max_tokens)
+        if req.max_thinking_tokens is not None and req.max_thinking_tokens < 0:
+            raise ValueError("max_thinking_tokens must be at least 0")
         req.max_tokens = room
         req.min_tokens = stop.min_tokens
         ends = set(stop.stop_token_ids)
         if not stop.ignore_eos:
             ends.update(self.model.eos_token_ids)
         req.stop_set = frozenset(ends)
+        if self._reasoning is not None:
+            cfg = self._reasoning
+            end = reasoning.end_index(cfg, room, req.max_thinking_tokens)
+            if end:
+                req.rand = reasoning.forced_draws(req.rand, self.model.vocab_size,
+                                                  cfg.start_thinking_token_id, cfg.end_thinking_token_id, end)
+        if self._importance is not None:
+            req.kv.importance = self._importance(req.priority)
+        req.arrival = self._arrivals
+        self._arrivals += 1
+        if req.session_id is not None and self.sessions is not None:
+            self.sessions.attach(req)
         self._requests[req.request_id] = req
         self._waiting.push(req)
 
@@ -268,7 +290,10 @@ class Scheduler:
             self._running.remove(req)
         else:
             self._waiting.remove(req)
-        self.kv.release(req.kv)
+        if req.slot is not None:
+            self.sessions.turn_ended(req, finished=False)  # type: ignore[union-attr]
+        else:
+            self.kv.release(req.kv)
         return True
 
     def waiting(self) -> Iterator[SimRequest]:
@@ -281,9 +306,17 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the pass
 
+    def _victim_index(self, running: list[SimRequest]) -> int:
+        if self._priority_victim:
+            return running.index(max(running, key=_vllm_victim_rank))
+        return len(running) - 1 if self._lifo else 0
+
     def _preempt(self, req: SimRequest, result: StepResult) -> None:
         self._running.remove(req)
-        self.kv.release(req.kv)
+        if req.base_blocks:
+            self.kv.truncate(req.kv, req.base_blocks)  # the slot's KV stays held
+        else:
+            self.kv.release(req.kv)
         req.num_computed = 0
         req.num_scheduled = 0
         req.decoding = False
@@ -295,6 +328,8 @@ class Scheduler:
     def step(self) -> StepResult:
         """Run one pass (see the module docstring) and return what it did."""
         result = StepResult()
+        if self.sessions is not None:
+            self.sessions.reap_due()
         kv = self.kv
         running = self._running
         budget = self._budget
@@ -313,8 +348,8 @@ class Scheduler:
                 n = remaining
             target = req.num_computed + n
             while not kv.allocate(req.kv, target):
-                victim = running[-1] if self._lifo else running[0]
-                vi = len(running) - 1 if self._lifo else 0
+                vi = self._victim_index(running)
+                victim = running[vi]
                 budget += victim.num_scheduled
                 self._preempt(victim, result)
                 if victim is req:
@@ -334,8 +369,12 @@ class Scheduler:
                 req = waiting.peek()
                 if req is None:
                     break
-                hit = kv.match_prefix(req.kv)
-                computed = hit * bs
+                if req.held:  # a session turn resumes on its slot's KV
+                    hit = 0
+                    computed = req.held
+                else:
+                    hit = kv.match_prefix(req.kv)
+                    computed = hit * bs
                 remaining = len(req.tokens) - computed
                 if remaining > budget:
                     if not chunked:
@@ -397,7 +436,10 @@ class Scheduler:
             done = set()
             for f in finished:
                 req = requests.pop(f.request_id)
-                kv.release(req.kv)
+                if req.slot is not None:
+                    self.sessions.turn_ended(req, finished=True)  # type: ignore[union-attr]
+                else:
+                    kv.release(req.kv)
                 done.add(f.request_id)
             self._running = [r for r in running if r.request_id not in done]
 

@@ -9,7 +9,7 @@ from dyn.core.engine import Engine, EngineError
 from dyn.core.kv.events import BlockStored
 from dyn.core.messages import Finish, GenerateRequest, SamplingParams, StopConditions, TokenChunk
 from dyn.core.model import load_model_info
-from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
 from dyn.plugins.mocker.engine import MockerEngine
 
 pytestmark = pytest.mark.anyio
@@ -79,3 +79,108 @@ async def test_bad_requests_raise_engine_error():
     with pytest.raises(EngineError, match="no room"):
         async for _ in eng.generate(GenerateRequest("y", [1] * MODEL.context_length)):
             pass
+
+
+def sglang_engine(num_gpu_blocks=64):
+    cfg = MockerConfig(engine_type="sglang", enable_streaming_session=True, block_size=16,
+                       num_gpu_blocks=num_gpu_blocks, speedup_ratio=1000)
+    return MockerEngine(cfg, MODEL)
+
+
+@pytest.mark.parametrize("overrides,order,features", [
+    ({}, "lower_first", ["pin_prefix"]),
+    ({"enable_prefix_caching": False}, "lower_first", []),
+    ({"engine_type": "sglang"}, "higher_first", ["pin_prefix"]),
+    ({"engine_type": "sglang", "schedule_low_priority_values_first": True, "enable_streaming_session": True},
+     "lower_first", ["pin_prefix", "streaming_sessions"]),
+])
+def test_engine_info_advertises_priority_order_and_features(overrides, order, features):
+    eng, _ = engine(**overrides)
+    assert eng.info.priority_order == order and eng.info.features == features
+
+
+async def test_session_calls_turns_and_load_metrics():
+    eng = sglang_engine()
+    prompt = list(range(10, 50))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(eng.run)
+            assert await eng.open_session("s", 30) and not await eng.open_session("s", 30)
+            first = [m async for m in eng.generate(GenerateRequest(
+                "t1", prompt, stop=StopConditions(max_tokens=8, ignore_eos=True), session_id="s"))]
+            out = [t for m in first[:-1] for t in m.token_ids]
+            metrics = eng.load_metrics()[0]
+            assert (metrics.num_streaming_sessions, metrics.streaming_session_held_tokens) == (1, 47)
+            second = [m async for m in eng.generate(GenerateRequest(
+                "t2", prompt + out + [1, 2, 3], stop=StopConditions(max_tokens=2, ignore_eos=True), session_id="s"))]
+            assert second[-1].usage.cached_tokens == 47
+            assert await eng.close_session("s") and not await eng.close_session("s")
+            metrics = eng.load_metrics()[0]
+            assert (metrics.num_streaming_sessions, metrics.streaming_session_held_tokens, metrics.active_kv_blocks) \
+                == (0, 0, 0)
+            assert await eng.pin_prefix(prompt, 60) == 2
+            with pytest.raises(EngineError) as exc:
+                await eng.pin_prefix(prompt, 0)
+            assert exc.value.code == "bad_request"
+            tg.cancel_scope.cancel()
+
+
+async def test_session_calls_are_unsupported_without_the_flag():
+    eng, _ = engine()
+    with pytest.raises(EngineError) as exc:
+        await eng.open_session("s", 10)
+    assert exc.value.code == "unsupported" and "--enable-streaming-session" in str(exc.value)
+
+
+async def test_engine_reaps_idle_sessions_without_traffic():
+    eng = sglang_engine()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(eng.run)
+            await eng.open_session("s", 0.05)
+            [m async for m in eng.generate(GenerateRequest(
+                "t1", list(range(40)), stop=StopConditions(max_tokens=2, ignore_eos=True), session_id="s"))]
+            assert eng.load_metrics()[0].num_streaming_sessions == 1
+            while eng.load_metrics()[0].num_streaming_sessions:  # the reaper runs every 0.5 s
+                await anyio.sleep(0.05)
+            assert eng.load_metrics()[0].active_kv_blocks == 0
+            tg.cancel_scope.cancel()
+
+
+async def test_a_request_blocked_by_session_kv_waits_without_spinning_and_runs_after_close():
+    eng = sglang_engine(num_gpu_blocks=8)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(eng.run)
+            await eng.open_session("s", 600)
+            [m async for m in eng.generate(GenerateRequest(
+                "hold", list(range(100)), stop=StopConditions(max_tokens=1, ignore_eos=True), session_id="s"))]
+            results = []
+
+            async def blocked():
+                results.extend([m async for m in eng.generate(GenerateRequest(
+                    "big", list(range(500, 600)), stop=StopConditions(max_tokens=1, ignore_eos=True)))])
+
+            tg.start_soon(blocked)
+            await anyio.sleep(0.3)
+            passes = eng.passes
+            await anyio.sleep(0.3)
+            assert not results and eng.passes - passes < 20  # waits instead of spinning
+            assert await eng.close_session("s")
+            while not results:
+                await anyio.sleep(0.01)
+            assert isinstance(results[-1], Finish) and results[-1].reason == "length"
+            tg.cancel_scope.cancel()
+
+
+async def test_generate_request_max_thinking_tokens_reaches_the_scheduler():
+    eng, _ = engine(reasoning=ReasoningConfig(start_thinking_token_id=7, end_thinking_token_id=8,
+                                              thinking_ratio=0.5))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(eng.run)
+            out = [m async for m in eng.generate(GenerateRequest(
+                "r", list(range(20)), stop=StopConditions(max_tokens=20, ignore_eos=True), max_thinking_tokens=1))]
+            tokens = [t for m in out[:-1] for t in m.token_ids]
+            assert tokens[0] == 7 and tokens[2] == 8 and len(tokens) == 20
+            tg.cancel_scope.cancel()
