@@ -410,10 +410,11 @@ class OpenAIService:
         cache = nvext.cache_control if nvext is not None else None
         route_template = RouteRequest(
             request_id="", token_ids=[], instance_id=instance_id, dp_rank=dp_rank,
-            priority=request_priority(req),
+            priority=hints.priority if hints is not None else None,
             latency_sensitivity=hints.latency_sensitivity if hints is not None else None,
             expected_output_tokens=hints.osl if hints is not None else None,
             session=session, pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None)
+        client_priority = request_priority(req)
         tokenizer = self.preprocessor.tokenizer
         choices: list[_Choice] = []
         try:
@@ -429,8 +430,7 @@ class OpenAIService:
                         spaces_between_special_tokens=req.spaces_between_special_tokens,
                         stop=prompt.stop_strings,
                         include_stop_str_in_output=req.include_stop_str_in_output)
-                    priority = engine_priority(route_template.priority,
-                                               route.worker.record.priority_order)
+                    priority = engine_priority(client_priority, route.worker.record.priority_order)
                     request = engine_request(engine_id, prompt, j, priority, route.session_id)
                     timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall,
                                                     routed=time.perf_counter())
@@ -453,7 +453,8 @@ class OpenAIService:
 
     async def _speculative_prefill(self, req: ChatCompletionRequest, reply: str,
                                    request_id: str) -> None:
-        token_ids = self.preprocessor.next_turn_prefix(req, reply)
+        # rendering and tokenizing a long conversation must not stall the streams being served
+        token_ids = await anyio.to_thread.run_sync(self.preprocessor.next_turn_prefix, req, reply)
         if token_ids is None:
             return
         engine_id = f"{request_id}-spec-{next(_engine_seq):x}"

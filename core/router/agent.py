@@ -16,8 +16,10 @@ The frontend routes every engine request through it; requests without ``session`
   (``SessionOpenError``). A worker without streaming sessions gets a router-only binding and a
   warning (once per worker).
 - **bind**: a router-only binding, no call to the worker.
-- **close**: the binding is removed at once; after the stream ends the worker is asked to close
-  the session, if the binding was engine-backed or there was none (the worker may still hold one).
+- **close**: the binding is removed at once; after the stream ends the worker holding the
+  session is asked to close it, if the binding was engine-backed or there was none (the worker
+  may still hold one). A rebinding (``bind``, or ``open`` elsewhere) closes the engine session
+  it replaces.
 - **Expiry.** A reaper checks every ``REAP_INTERVAL_S``; an expired engine-backed session is
   closed on its worker.
 
@@ -179,21 +181,36 @@ class AgentRouter(Router):
                 return route, sid if bound.engine_backed else None
             return route, None
         if action == "bind":
+            old = self.sessions.peek(sid)
             self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout,
                                engine_backed=False)
+            self._close_replaced(sid, old, None)
             return route, None
         if action == "open":
+            old = self.sessions.peek(sid)
             opened = await self._open(route, sid, session.timeout)
             self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout,
                                engine_backed=opened)
+            self._close_replaced(sid, old, worker.instance_id if opened else None)
             return route, sid if opened else None
-        # close: unbind now; the worker closes its session once this stream is over
+        # close: unbind now; the worker holding the session closes it once this stream is over
         old = self.sessions.unbind(sid)
-        engine = old is None or old.engine_backed
-        if engine and self._supports(worker, FEATURE_STREAMING_SESSIONS, warn=False):
+        holder = worker if old is None else self.pool.get(old.instance_id)
+        if ((old is None or old.engine_backed) and holder is not None
+                and self._supports(holder, FEATURE_STREAMING_SESSIONS, warn=False)):
             after.append(lambda: self.background.spawn(
-                f"close_session {sid}", self._close_session, worker, sid))
-        return route, sid if old is not None and old.engine_backed else None
+                f"close_session {sid}", self._close_session, holder, sid))
+        in_session = old is not None and old.engine_backed and old.instance_id == worker.instance_id
+        return route, sid if in_session else None
+
+    def _close_replaced(self, sid: str, old: Any, kept_on: int | None) -> None:
+        """A rebinding replaced ``old``: close its engine session unless it lives on where the
+        session is engine-backed now (``kept_on``)."""
+        if old is None or not old.engine_backed or old.instance_id == kept_on:
+            return
+        holder = self.pool.get(old.instance_id)
+        if holder is not None:
+            self.background.spawn(f"close_session {sid}", self._close_session, holder, sid)
 
     async def _open(self, route: Route, sid: str, timeout: int) -> bool:
         """Open ``sid`` on the route's worker; False when it has no streaming sessions."""

@@ -38,6 +38,8 @@ class SessionAffinity:
         """Bind (or rebind) ``session_id``; the TTL starts now."""
         binding = Binding(instance_id, dp_rank, ttl_s, self._clock() + ttl_s, engine_backed)
         self._bindings[session_id] = binding
+        if self._expired:  # an expiry not reaped yet must not close the session bound anew
+            self._expired = [(sid, b) for sid, b in self._expired if sid != session_id]
         return binding
 
     def peek(self, session_id: str) -> Binding | None:

@@ -325,6 +325,19 @@ class Scheduler:
         self._waiting.push_preempted(req)
         result.preempted.append(req.request_id)
 
+    def _give_back_lent_kv(self) -> None:
+        """Nothing runs and the queue head does not fit: waiting session turns return the KV
+        their slots lent them (each restarts on the turn-1 path), so turns that hold KV while
+        waiting cannot block one another forever."""
+        for req in self._waiting:
+            if req.base_blocks:
+                self.kv.release(req.kv)
+                req.kv = KvSequence(req.tokens, req.lora_name)
+                req.held = 0
+                req.base_blocks = 0
+                if req.slot is not None:
+                    req.slot.held_len = 0
+
     def step(self) -> StepResult:
         """Run one pass (see the module docstring) and return what it did."""
         result = StepResult()
@@ -393,6 +406,8 @@ class Scheduler:
                     req.started = True
                     req.cached_tokens = computed
                     result.started.append(req.request_id)
+            if not running and len(waiting) and self.sessions is not None:
+                self._give_back_lent_kv()
 
         usage = kv.usage
         prefill = 0

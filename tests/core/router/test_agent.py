@@ -229,3 +229,31 @@ async def test_cache_control_pins_the_prompt_on_the_same_worker_after_the_stream
     plain.finished()
     await drain(off)
     assert plain.worker.client.calls == []
+
+
+async def test_reopening_an_expired_session_is_not_closed_by_the_stale_expiry():
+    clock = Clock()
+    agent, _ = setup(worker(1), clock=clock)
+    await agent.route(req(session("open", timeout=5)))
+    clock.now += 10
+    await agent.route(req(session("open", timeout=5)))  # the lookup drops the expired binding
+    agent._reap()
+    await drain(agent)
+    assert [c.action for c in agent.pool.get(1).client.calls] == ["open", "open"]
+    assert agent.sessions.peek("s1").engine_backed
+
+
+async def test_close_and_rebinding_reach_the_worker_that_holds_the_session():
+    a, b = worker(1), worker(2)
+    agent, _ = setup(a, b)
+    await agent.route(req(session("open")))
+    closing = await agent.route(req(session("close"), instance_id=2))  # the client names b
+    assert closing.worker is b and closing.session_id is None  # b holds no session for it
+    closing.finished()
+    await drain(agent)
+    assert [c.action for c in a.client.calls] == ["open", "close"] and b.client.calls == []
+    await agent.route(req(session("open")))  # opened on a again (turn order: b, then a)
+    opened_on = [w for w in (a, b) if w.client.calls and w.client.calls[-1].action == "open"]
+    await agent.route(req(session("bind")))  # router-only now: the engine session is closed
+    await drain(agent)
+    assert opened_on[-1].client.calls[-1].action == "close"

@@ -336,3 +336,21 @@ def test_random_workload_with_sessions_pins_and_priorities_keeps_accounting():
         s.abort(q.request_id)
     assert s.kv.num_active_blocks == 0 and s.load().session_held_tokens == 0
     check(s)
+
+
+def test_waiting_turns_holding_lent_kv_cannot_block_each_other():
+    s = make(num_gpu_blocks=10)
+    s.sessions.open("a", 60)
+    s.sessions.open("b", 60)
+    add(s, "a1", list(range(100, 164)), 2, session="a")  # 5 blocks held by a
+    drain(s)
+    add(s, "b1", list(range(200, 248)), 2, session="b")  # 4 blocks held by b
+    drain(s)
+    # a2 needs 3 more blocks with 1 free; b2 fits but waits behind a2
+    add(s, "a2", s.sessions.slot("a").seq.tokens[:65] + list(range(500, 540)), 2, session="a")
+    add(s, "b2", s.sessions.slot("b").seq.tokens[:49] + list(range(600, 605)), 2, session="b")
+    s.sessions.close("a")  # the last turns: closes wait for them to end
+    s.sessions.close("b")
+    _, fins, _ = drain(s)
+    assert set(fins) == {"a2", "b2"}
+    check(s)
