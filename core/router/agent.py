@@ -75,12 +75,8 @@ class AgentRoute(Route):
         self._closed = False
 
     @property
-    def cached_tokens(self) -> int | None:  # type: ignore[override]
-        return self.inner.cached_tokens
-
-    @property
-    def isl_tokens(self) -> int | None:  # type: ignore[override]
-        return self.inner.isl_tokens
+    def decision(self) -> Any:  # type: ignore[override]
+        return self.inner.decision
 
     @property
     def queue_depth(self) -> int | None:  # type: ignore[override]

@@ -106,14 +106,6 @@ class KvRoute(Route):
         self.output_tokens = 0
         self.closed = False
 
-    @property
-    def cached_tokens(self) -> int:
-        return self.decision.cached_tokens
-
-    @property
-    def isl_tokens(self) -> int:
-        return self.decision.isl_tokens
-
     def first_token(self) -> None:
         if self.first_at is None and not self.closed:
             self.first_at = time.perf_counter()

@@ -78,10 +78,18 @@ class Route:
     """
 
     __slots__ = ("worker", "dp_rank")
-    cached_tokens: int | None = None
-    isl_tokens: int | None = None
+    decision: Any = None
+    """A KV router's ``RouteDecision`` (overlap, cached and prompt tokens)."""
     queue_depth: int | None = None
     session_id: str | None = None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return None if self.decision is None else self.decision.cached_tokens
+
+    @property
+    def isl_tokens(self) -> int | None:
+        return None if self.decision is None else self.decision.isl_tokens
 
     def __init__(self, worker: Worker, dp_rank: int | None = None) -> None:
         self.worker = worker

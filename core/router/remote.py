@@ -96,14 +96,6 @@ class RemoteRoute(Route):
         self._first = False
         self.closed = False
 
-    @property
-    def cached_tokens(self) -> int:
-        return self.decision.cached_tokens
-
-    @property
-    def isl_tokens(self) -> int:
-        return self.decision.isl_tokens
-
     def first_token(self) -> None:
         if not self._first and not self.closed:
             self._first = True
