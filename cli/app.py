@@ -7,6 +7,7 @@ import typer
 from dyn.cli import frontend, router, unbuilt, worker
 from dyn.cli import serve
 from dyn.cli import indexer
+from dyn.cli import inspect_kv
 from dyn.cli.options import flag
 
 app = typer.Typer(
@@ -52,8 +53,7 @@ app.add_typer(worker.app, name="worker")
 app.command("indexer")(indexer.indexer)
 unbuilt.register(app, "bench", "Agentic load client and trace replay for any OpenAI-compatible server.",
                  "the benchmark client arrives with the bench milestone (issue 6).")
-unbuilt.register(app, "inspect-kv", "Show which worker caches which prefix, from an indexer or router.",
-                 "the KV inspector arrives with the bench milestone (issue 6).")
+app.command("inspect-kv")(inspect_kv.inspect_kv)
 
 
 def main() -> None:

@@ -18,8 +18,10 @@ def router(
                      help="Port of the ZMQ query socket frontends connect to (0: a free port, "
                           "printed at start)."),
     system_port: int = flag(None, "--system-port", min=0, max=65535, panel=SERVICE_PANEL,
-                            help="Serve the router's Prometheus metrics at "
-                                 "http://HOST:PORT/metrics (0: a free port, printed at start)."),
+                            help="Serve HTTP on this port: Prometheus metrics at /metrics and "
+                                 "the router's KV index views under /kv/ (/kv/workers, "
+                                 "/kv/query, /kv/dump; read by dyn inspect-kv). 0: a free "
+                                 "port, printed at start."),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,

@@ -79,16 +79,11 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
 def _kv_views(router, pool: WorkerPool, model_name: str, metrics: FrontendMetrics):
     """``dyn indexer``'s read-only HTTP views over the embedded KV router's index, at ``/kv/``
     (every live worker is listed, with or without cached blocks)."""
-    indexer = getattr(router, "indexer", None) or getattr(getattr(router, "approx", None), "tree", None)
-    if indexer is None:
+    from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, router_index_view
+
+    view = router_index_view(router, pool, model_name)
+    if view is None:
         return None
-    from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, RadixIndexView
-
-    def endpoints() -> dict:
-        return {(w.instance_id, rank): w.record.endpoints.kv_events
-                for w in pool.workers() for rank in range(max(w.record.dp_size, 1))}
-
-    view = RadixIndexView(indexer, model_name, lambda: router.block_size, endpoints)
     return IndexerHttpApp(view, IndexerMetrics(metrics.registry, view), prefix="/kv")
 
 

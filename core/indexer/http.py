@@ -1,12 +1,15 @@
 """Read-only HTTP views of a KV index: the standalone indexer's API (reference 2.6), as plain ASGI.
 
 ``IndexerHttpApp`` serves any ``IndexView`` (the ``dyn indexer`` service, or a frontend's embedded
-``RadixIndexer`` wrapped in ``RadixIndexView``), so the same views can be mounted elsewhere; with
-``prefix`` they answer under that path. Importing this module starts nothing and imports no server.
+``RadixIndexer`` wrapped in ``RadixIndexView``; ``router_index_view`` builds one for any KV
+router), so the same views can be mounted elsewhere; with ``prefix`` they answer under that path
+(frontends and ``dyn router`` use ``/kv``). Importing this module starts nothing and imports no
+server.
 
 - ``GET /health`` -> ``{"status": "ok", "workers": N}`` (N: listed (instance, dp_rank) pairs)
 - ``GET /metrics`` -> the registry in the Prometheus text format
-- ``GET /workers`` -> ``[{"instance_id", "dp_rank", "blocks", "endpoint"}]``
+- ``GET /workers`` -> ``[{"instance_id", "dp_rank", "blocks", "endpoint", "total_blocks"?}]``;
+  ``total_blocks`` (the rank's KV capacity in blocks, from its worker record) only where known
 - ``POST /query {"token_ids": [...], "lora_name"?: str}`` and
   ``POST /query_by_hash {"block_hashes": [...]}`` -> Dynamo's shape
   ``{"scores": {inst: {dp: tokens}}, "instances": {inst: {"longest_matched": tokens, "dp":
@@ -70,18 +73,27 @@ class IndexView(Protocol):
     def worker_endpoints(self) -> dict[WorkerKey, str | None]:
         """Every known (instance_id, dp_rank), blocks or not, with its KV-event endpoint."""
 
+    def worker_total_blocks(self) -> dict[WorkerKey, int]:
+        """Each (instance_id, dp_rank)'s KV capacity in blocks, where its worker record says."""
+
+
+Capacity = Mapping[WorkerKey, int] | Callable[[], Mapping[WorkerKey, int]]
+
 
 class RadixIndexView:
-    """An ``IndexView`` over a ``RadixIndexer`` owned by someone else (e.g. a frontend's router)."""
+    """An ``IndexView`` over a ``RadixIndexer`` owned by someone else (e.g. a frontend's router);
+    ``capacity`` gives the ranks' KV capacity in blocks, where known."""
 
     def __init__(self, indexer: RadixIndexer, model_name: str,
                  block_size: int | None | Callable[[], int | None],
                  endpoints: Mapping[WorkerKey, str | None]
-                 | Callable[[], Mapping[WorkerKey, str | None]] | None = None) -> None:
+                 | Callable[[], Mapping[WorkerKey, str | None]] | None = None,
+                 capacity: Capacity | None = None) -> None:
         self.indexer = indexer
         self.model_name = model_name
         self._block_size = block_size
         self.endpoints = endpoints if endpoints is not None else {}
+        self.capacity = capacity if capacity is not None else {}
 
     @property
     def block_size(self) -> int | None:
@@ -103,6 +115,32 @@ class RadixIndexView:
         for key in self.indexer.workers():
             known.setdefault(key, None)
         return known
+
+    def worker_total_blocks(self) -> dict[WorkerKey, int]:
+        return dict(self.capacity() if callable(self.capacity) else self.capacity)
+
+
+def router_index_view(router: Any, pool: Any, model_name: str) -> RadixIndexView | None:
+    """The view of a KV router's own index (a frontend's embedded ``KvRouter`` or a ``dyn
+    router``'s): its event-fed ``RadixIndexer``, or in approximate mode the tree of its
+    ``TtlIndexer``; None when it keeps none (another router mode, ``--use-remote-indexer``, an
+    overlap credit of 0). Every live worker of ``pool`` is listed, with its KV capacity."""
+    indexer = getattr(router, "indexer", None) or getattr(getattr(router, "approx", None), "tree", None)
+    if indexer is None:
+        return None
+
+    def ranks(worker: Any) -> range:
+        return range(max(worker.record.dp_size, 1))
+
+    def endpoints() -> dict[WorkerKey, str | None]:
+        return {(w.instance_id, rank): w.record.endpoints.kv_events
+                for w in pool.workers() for rank in ranks(w)}
+
+    def capacity() -> dict[WorkerKey, int]:
+        return {(w.instance_id, rank): w.record.total_kv_blocks
+                for w in pool.workers() for rank in ranks(w) if w.record.total_kv_blocks > 0}
+
+    return RadixIndexView(indexer, model_name, lambda: router.block_size, endpoints, capacity)
 
 
 class IndexerMetrics:
@@ -200,9 +238,15 @@ def dump_body(view: IndexView) -> dict[str, Any]:
 
 def workers_body(view: IndexView) -> list[dict[str, Any]]:
     blocks = view.blocks_per_worker()
-    return [{"instance_id": inst, "dp_rank": rank, "blocks": blocks.get((inst, rank), 0),
-             "endpoint": endpoint}
-            for (inst, rank), endpoint in sorted(view.worker_endpoints().items())]
+    capacity = view.worker_total_blocks()
+    out: list[dict[str, Any]] = []
+    for key, endpoint in sorted(view.worker_endpoints().items()):
+        entry = {"instance_id": key[0], "dp_rank": key[1], "blocks": blocks.get(key, 0),
+                 "endpoint": endpoint}
+        if capacity.get(key):
+            entry["total_blocks"] = capacity[key]
+        out.append(entry)
+    return out
 
 
 # --------------------------------------------------------------------------- the app

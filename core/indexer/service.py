@@ -226,6 +226,11 @@ class IndexerService(RadixIndexView):
                 known[key] = by_instance[key[0]]
         return known
 
+    def worker_total_blocks(self) -> dict[WorkerKey, int]:
+        """KV capacity per (instance, dp_rank) from the workers' records, where they state one."""
+        return {(r.instance_id, rank): r.total_kv_blocks for r in self._records.values()
+                for rank in range(max(r.dp_size, 1)) if r.total_kv_blocks > 0}
+
     # ----------------------------------------------------------------- running
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:

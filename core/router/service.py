@@ -20,21 +20,30 @@ The service registers in the ``{namespace}.routers`` discovery namespace (so fro
 ``--router-address auto`` find it) and deregisters on shutdown; with ``--router-replica-sync``
 that record is the ``ReplicaSync``'s, which also carries the query endpoint.
 ``run_router_service`` is the process: it prints ``dyn router ready: zmq=ENDPOINT`` once it
-serves and stops cleanly on SIGINT/SIGTERM.
+serves and stops cleanly on SIGINT/SIGTERM. With ``system_port`` it also serves ``RouterHttpApp``
+(Prometheus ``/metrics`` and the index views under ``/kv/``) with uvicorn on the same event loop,
+so HTTP reads of the index never race its single writer, and prints
+``dyn router metrics: http://HOST:PORT/metrics`` before the ready line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
+import msgspec
 import zmq
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from dyn.core.asgi import lifespan
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
@@ -51,14 +60,16 @@ from dyn.core.router.policy import (
 )
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
-from dyn.core.service import bind_zmq, model_and_store, run_service
+from dyn.core.service import bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
 from dyn.core.transport.sockets import async_context, configure
 
 log = logging.getLogger("dyn.router.service")
 
 READY_PREFIX = "dyn router ready: zmq="
+METRICS_PREFIX = "dyn router metrics: "
 SWEEP_S = 30.0
+STOP_GRACE_S = 5.0
 
 REFUSAL_CODES: tuple[tuple[type[RoutingError], str], ...] = (
     (AllWorkersBusyError, "all_busy"),
@@ -270,39 +281,146 @@ def build_service(settings: RouterSettings) -> RouterService:
 async def serve_router(settings: RouterSettings) -> None:
     """Serve until SIGINT/SIGTERM."""
     service = build_service(settings)
-    metrics_server = None
+    sock = None
     if settings.system_port is not None:
-        metrics_server = _serve_metrics(service, settings.host, settings.system_port)
+        try:
+            sock = bind_http(settings.host, settings.system_port, "--system-port")
+        except ConfigError:
+            service._socket.close(linger=0)
+            raise
     try:
-        await _serve(service, settings)
+        await _serve(service, settings, sock)
     finally:
-        if metrics_server is not None:
-            metrics_server.shutdown()
+        if sock is not None:
+            sock.close()
 
 
-def _serve_metrics(service: RouterService, host: str, port: int):
-    """Prometheus text of the router's metrics at ``http://HOST:PORT/metrics`` (a thread)."""
-    from prometheus_client import start_http_server
-
-    try:
-        server, _ = start_http_server(port, addr=host, registry=service.registry)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
-                          "--system-port (0 picks a free one)") from None
-    print(f"dyn router metrics: http://{host}:{server.server_port}/metrics", flush=True)
-    return server
+# --------------------------------------------------------------------------- the system port
 
 
-async def _serve(service: RouterService, settings: RouterSettings) -> None:
+class RouterHttpApp:
+    """The ``--system-port`` HTTP API of a ``dyn router`` (ASGI), read on the router's loop:
+
+    - ``GET /metrics``: the router's registry in the Prometheus text format.
+    - ``/kv/...``: ``dyn indexer``'s read views (``dyn.core.indexer.http``) over the router's own
+      index, as a frontend in kv mode serves them. A router without one (``--use-remote-indexer``,
+      an overlap credit of 0) answers 404 with a sentence naming what to inspect instead.
+
+    Anything else is a 404, a wrong method a 405; errors are ``{"error": "<sentence>"}``.
+    """
+
+    def __init__(self, service: RouterService) -> None:
+        from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, router_index_view
+
+        self.service = service
+        view = router_index_view(service.router, service.pool, service.model_name)
+        self.kv_views = (IndexerHttpApp(view, IndexerMetrics(service.registry, view), prefix="/kv")
+                         if view is not None else None)
+
+    def no_index(self) -> str:
+        """Why this router has no ``/kv/`` views, and what to inspect instead."""
+        config = self.service.config
+        if config.use_remote_indexer:
+            remote = self.service.router.remote_indexer
+            where = (f"the dyn indexer at {remote.address}" if remote is not None
+                     else "a dyn indexer found in discovery")
+            return (f"this router keeps no KV index: it asks {where} (--use-remote-indexer); "
+                    "inspect that indexer instead (dyn inspect-kv --namespace "
+                    f"{self.service.store.namespace}, or --url with its http= address)")
+        return ("this router keeps no KV index: prefix overlap is off "
+                "(--router-kv-overlap-score-credit 0 or --load-aware)")
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path.startswith("/kv/"):
+            if self.kv_views is not None:
+                await self.kv_views(scope, receive, send)
+                return
+            status, body, content_type = 404, _error(self.no_index()), b"application/json"
+        elif path == "/metrics":
+            if method in ("GET", "HEAD"):
+                status, body = 200, generate_latest(self.service.registry)
+                content_type = CONTENT_TYPE_LATEST.encode()
+            else:
+                status, body, content_type = 405, _error("/metrics accepts GET only"), b"application/json"
+        else:
+            status, body, content_type = 404, _error(
+                f"no route for {method} {path}; a dyn router serves GET /metrics and the KV index "
+                "views under /kv/ (/kv/workers, /kv/query, /kv/dump, ...)"), b"application/json"
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", content_type),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _error(message: str) -> bytes:
+    return msgspec.json.encode({"error": message})
+
+
+class SystemServer:
+    """uvicorn serving ``RouterHttpApp`` on an already bound ``sock``, in the router's loop."""
+
+    def __init__(self, service: RouterService, sock: socket.socket, host: str) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):  # type: ignore[override]
+                yield  # the router handles SIGINT/SIGTERM itself
+
+        self.sock = sock
+        self.host = host
+        self.server = Server(uvicorn.Config(RouterHttpApp(service), loop="none", http="httptools",
+                                            lifespan="off", log_config=None, access_log=False,
+                                            timeout_keep_alive=30))
+        self.served = anyio.Event()
+
+    @property
+    def url(self) -> str:
+        port = self.sock.getsockname()[1]
+        return f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{port}"
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Serve in ``tg``; return once connections are accepted (or serving ended)."""
+        tg.start_soon(self._serve)
+        while not self.server.started and not self.served.is_set():
+            await anyio.sleep(0.01)
+
+    async def stop(self) -> None:
+        """Let open requests finish (at most ``STOP_GRACE_S``)."""
+        self.server.should_exit = True
+        with anyio.move_on_after(STOP_GRACE_S):
+            await self.served.wait()
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        finally:
+            self.served.set()
+
+
+async def _serve(service: RouterService, settings: RouterSettings,
+                 sock: socket.socket | None = None) -> None:
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             await tg.start(service.run)
+            system = SystemServer(service, sock, settings.host) if sock is not None else None
+            if system is not None:
+                await system.start(tg)
+                print(f"{METRICS_PREFIX}{system.url}/metrics", flush=True)
             print(READY_PREFIX + service.endpoint, flush=True)
             log.info("routing model %r for namespace %r (%d worker(s) so far)",
                      service.model_name, settings.namespace, len(service.pool))
             async for signum in signals:
                 log.info("received %s; stopping", signal.Signals(signum).name)
                 break
+            if system is not None:
+                await system.stop()
             tg.cancel_scope.cancel()
 
 
