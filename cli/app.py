@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from dyn.cli import frontend, router, unbuilt, worker
+from dyn.cli import bench, frontend, router, worker
 from dyn.cli import serve
 from dyn.cli import indexer
 from dyn.cli import inspect_kv
@@ -51,8 +51,7 @@ app.command("serve", context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
 app.command("router")(router.router)
 app.add_typer(worker.app, name="worker")
 app.command("indexer")(indexer.indexer)
-unbuilt.register(app, "bench", "Agentic load client and trace replay for any OpenAI-compatible server.",
-                 "the benchmark client arrives with the bench milestone (issue 6).")
+app.add_typer(bench.app, name="bench")
 app.command("inspect-kv")(inspect_kv.inspect_kv)
 
 

@@ -8,7 +8,7 @@ from dyn.cli.options import env_name
 
 runner = CliRunner()
 SUBCOMMANDS = ["frontend", "router", "worker", "indexer", "bench", "inspect-kv"]
-UNBUILT = [["bench"], ["worker", "vllm"], ["worker", "sglang"]]
+UNBUILT = [["worker", "vllm"], ["worker", "sglang"]]
 
 
 def all_commands(cmd, path=("dyn",)):

@@ -1,0 +1,189 @@
+"""The live load client: runs a ``Workload`` against an OpenAI-compatible server (``run_load``).
+
+Load models (``LoadSettings``):
+
+- closed loop (``concurrency`` C): C units in flight; each finished unit lets the next one start;
+- open loop (``request_rate`` R): units arrive as a Poisson process of R units per second;
+- recorded times: units with ``start_s`` (traces) start at that offset, unless a closed or open
+  loop was asked for explicitly (then the trace is replayed as fast as that load allows).
+
+Bounds: no unit starts once ``max_requests`` requests were started or ``duration_s`` has passed;
+units already running finish their turns (each request is bounded by the client timeout). A
+conversation stops at its first failed turn (the rest of it is not sent; its children never
+start). On SIGINT the run stops at once and returns what finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import anyio
+import httpx
+
+from dyn.core.bench.client import ClientOptions, chat_body, completion_body, send
+from dyn.core.bench.metrics import RequestRecord
+from dyn.core.bench.workloads import Conversation, Unit, Workload
+
+log = logging.getLogger("dyn.bench")
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    concurrency: int | None = None
+    request_rate: float | None = None
+    max_requests: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+
+    def validate(self) -> LoadSettings:
+        if self.concurrency is not None and self.request_rate is not None:
+            raise ValueError("choose one load model: --concurrency (closed loop) or --request-rate "
+                             "(open loop), not both")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError("--concurrency must be at least 1")
+        if self.request_rate is not None and self.request_rate <= 0:
+            raise ValueError("--request-rate must be positive")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError("--num-requests must be at least 1")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError("--duration must be positive")
+        return self
+
+
+@dataclass
+class RunOutcome:
+    records: list[RequestRecord]
+    interrupted: bool
+    wall_s: float
+
+
+class _Run:
+    def __init__(self, workload: Workload, client: httpx.AsyncClient, options: ClientOptions,
+                 load: LoadSettings, on_record: Callable[[RequestRecord], None] | None) -> None:
+        self.workload = workload
+        self.client = client
+        self.options = options
+        self.load = load
+        self.on_record = on_record
+        self.records: list[RequestRecord] = []
+        self.started_requests = 0
+        self.origin = time.perf_counter()
+
+    def may_start(self, unit: Unit) -> bool:
+        if self.load.max_requests is not None and self.started_requests >= self.load.max_requests:
+            return False
+        if self.load.duration_s is not None and time.perf_counter() - self.origin >= self.load.duration_s:
+            return False
+        self.started_requests += unit.num_requests
+        return True
+
+    async def unit(self, unit: Unit) -> None:
+        children: dict[str, dict[int, list[Conversation]]] = {}
+        for conv in unit.conversations:
+            if conv.parent is not None:
+                children.setdefault(conv.parent, {}).setdefault(conv.after_turn, []).append(conv)
+        async with anyio.create_task_group() as tg:
+            for conv in unit.conversations:
+                if conv.parent is None:
+                    tg.start_soon(self.conversation, conv, children)
+
+    async def conversation(self, conv: Conversation,
+                           children: dict[str, dict[int, list[Conversation]]]) -> None:
+        messages = [{"role": "system", "content": conv.system}] if conv.system else []
+        spawns = children.get(conv.key, {})
+        for index, turn in enumerate(conv.turns):
+            if turn.delay_s > 0:
+                await anyio.sleep(turn.delay_s)
+            record = RequestRecord(conversation=conv.key, group=conv.group, turn=index, cls=conv.cls,
+                                   start_s=0.0, end_s=0.0)
+            if turn.prompt_ids is not None:
+                path = "/v1/completions"
+                body = completion_body(self.options, list(turn.prompt_ids), turn.max_tokens, turn.nvext)
+            else:
+                messages.append({"role": "user", "content": turn.user or ""})
+                path = "/v1/chat/completions"
+                body = chat_body(self.options, messages, turn.max_tokens, turn.nvext)
+            reply = await send(self.client, path, body, record, time.perf_counter, self.origin,
+                               self.options)
+            self.records.append(record)
+            if self.on_record is not None:
+                self.on_record(record)
+            if record.error is not None:
+                return
+            if turn.prompt_ids is None:
+                messages.append({"role": "assistant", "content": reply.text})
+            if spawns.get(index):
+                async with anyio.create_task_group() as tg:
+                    for child in spawns[index]:
+                        tg.start_soon(self.conversation, child, children)
+
+    async def closed_loop(self, units: Iterator[Unit], concurrency: int) -> None:
+        async def lane() -> None:
+            for unit in units:
+                if not self.may_start(unit):
+                    return
+                await self.unit(unit)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(concurrency):
+                tg.start_soon(lane)
+
+    async def at_times(self, units: list[tuple[float, Unit]]) -> None:
+        async with anyio.create_task_group() as tg:
+            for at, unit in units:
+                delay = at - (time.perf_counter() - self.origin)
+                if delay > 0:
+                    await anyio.sleep(delay)
+                if not self.may_start(unit):
+                    break
+                tg.start_soon(self.unit, unit)
+
+
+def arrival_times(workload: Workload, load: LoadSettings) -> list[tuple[float, Unit]] | None:
+    """Start offsets for an open loop (Poisson) or recorded times; None means a closed loop."""
+    if load.request_rate is not None:
+        rng = random.Random(load.seed)
+        at, out = 0.0, []
+        for unit in workload.units:
+            out.append((at, unit))
+            at += rng.expovariate(load.request_rate)
+        return out
+    if load.concurrency is None and workload.timed:
+        return [(unit.start_s or 0.0, unit) for unit in workload.units]
+    return None
+
+
+async def run_load(workload: Workload, url: str, options: ClientOptions, load: LoadSettings,
+                   on_record: Callable[[RequestRecord], None] | None = None, *,
+                   transport: httpx.AsyncBaseTransport | None = None) -> RunOutcome:
+    """Send ``workload`` to ``url`` (the server's base URL, without ``/v1``) under ``load``;
+    ``transport`` replaces the network (tests)."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
+    interrupted = False
+    async with httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits, timeout=options.timeout_s,
+                                 transport=transport) as client:
+        run = _Run(workload, client, options, load, on_record)
+        times = arrival_times(workload, load)
+        async with anyio.create_task_group() as tg:
+            async def watch_signals() -> None:
+                nonlocal interrupted
+                with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                    async for _ in signals:
+                        interrupted = True
+                        log.warning("interrupted: stopping and reporting what finished")
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(watch_signals)
+            if times is None:
+                await run.closed_loop(iter(workload.units), load.concurrency or 1)
+            else:
+                await run.at_times(times)
+            tg.cancel_scope.cancel()
+    return RunOutcome(records=run.records, interrupted=interrupted,
+                      wall_s=time.perf_counter() - run.origin)

@@ -1,0 +1,163 @@
+"""The load client against a scripted OpenAI server (ASGI, through httpx's real streaming path)."""
+
+from __future__ import annotations
+
+import socket
+
+import anyio
+import httpx
+import orjson
+import pytest
+
+from dyn.core.bench import workloads
+from dyn.core.bench.client import ClientOptions, chat_body, completion_body, send
+from dyn.core.bench.metrics import RequestRecord
+from dyn.core.bench.runner import LoadSettings, arrival_times, run_load
+from dyn.core.bench.workloads import Conversation, Turn, Unit, Workload
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def sse(*chunks) -> bytes:
+    return b"".join(b"data: " + (c if isinstance(c, bytes) else orjson.dumps(c)) + b"\n\n" for c in chunks)
+
+
+def chat_chunk(text):
+    return {"choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+USAGE = {"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 3,
+                                  "prompt_tokens_details": {"cached_tokens": 16}},
+         "nvext": {"worker_id": {"decode_worker_id": 42}, "timing": {"prefill_wait_time_ms": 7.5}}}
+
+
+class Server:
+    """Answers each POST with the next scripted (status, body); records the request bodies."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.bodies: list[dict] = []
+
+    async def __call__(self, scope, receive, send):
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.bodies.append({"path": scope["path"], **orjson.loads(body)})
+        status, payload = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+async def one(server, body=None):
+    options = ClientOptions(model="m")
+    record = RequestRecord(conversation="c", group="g", start_s=0.0, end_s=0.0)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=server), base_url="http://t") as client:
+        reply = await send(client, "/v1/chat/completions",
+                           body or chat_body(options, [{"role": "user", "content": "hi"}], 3, None),
+                           record, anyio.current_time, anyio.current_time(), options)
+    return reply
+
+
+async def test_a_stream_fills_every_field():
+    stream = sse({"choices": [{"delta": {"role": "assistant"}}]}, chat_chunk("a"), chat_chunk("b"),
+                 chat_chunk("c"), USAGE, b"[DONE]")
+    reply = await one(Server((200, stream)))
+    r = reply.record
+    assert reply.text == "abc" and r.error is None
+    assert r.ttft_s is not None and r.ttft_s >= 0 and len(r.itl_s) == 2
+    assert (r.prompt_tokens, r.cached_tokens, r.output_tokens) == (20, 16, 3)
+    assert r.worker == "42" and r.queue_s == pytest.approx(0.0075)
+    assert r.end_s >= r.start_s
+
+
+@pytest.mark.parametrize("answer, kind, detail", [
+    ((503, orjson.dumps({"error": {"message": "no workers"}})), "http_503", "no workers"),
+    ((200, sse(chat_chunk("a"), {"error": {"message": "engine died"}})), "server_error", "engine died"),
+    ((200, sse(chat_chunk("a"))), "stream", "without [DONE]"),
+    ((200, b"data: {not json\n\n"), "stream", "malformed"),
+])
+async def test_failures_get_a_kind_and_the_servers_message(answer, kind, detail):
+    r = (await one(Server(answer))).record
+    assert r.error == kind and detail in r.detail
+
+
+async def test_connection_refused_is_connect():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = ClientOptions(model="m", timeout_s=5)
+    record = RequestRecord(conversation="c", group="g", start_s=0.0, end_s=0.0)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        reply = await send(client, "/v1/completions", completion_body(options, [1, 2], 1, None), record,
+                           anyio.current_time, anyio.current_time(), options)
+    assert reply.record.error == "connect"
+
+
+def test_bodies_carry_nvext_only_when_asked():
+    on = chat_body(ClientOptions(model="m"), [], 5, {"agent_hints": {"priority": 1}})
+    assert on["nvext"] == {"agent_hints": {"priority": 1}, "extra_fields": ["worker_id", "timing"]}
+    assert on["stream"] and on["stream_options"] == {"include_usage": True} and on["ignore_eos"]
+    off = completion_body(ClientOptions(model="m", nvext=False, ignore_eos=False), [3], 5, None)
+    assert "nvext" not in off and "ignore_eos" not in off and off["prompt"] == [3]
+    hinted = completion_body(ClientOptions(model="m", nvext=False), [3], 5, {"session_control": {"session_id": "s"}})
+    assert hinted["nvext"] == {"session_control": {"session_id": "s"}}
+
+
+OK_STREAM = sse(chat_chunk("x"), chat_chunk("y"), USAGE, b"[DONE]")
+
+
+async def test_history_grows_and_children_finish_before_the_parents_next_turn():
+    w = workloads.multi_turn(agents=1, lead_turns=2, subagents=1, subagent_turns=2, system_tokens=8,
+                             turn_tokens=4, max_tokens=2, tool_pause_s=0, speculative_prefill=False,
+                             priority_mix=0, session_timeout_s=9, block_size=4, seed=0)
+    server = Server((200, OK_STREAM))
+    out = await run_load(w, "http://t", ClientOptions(model="m"), LoadSettings(concurrency=1),
+                         transport=httpx.ASGITransport(app=server))
+    assert len(out.records) == 4 and not out.interrupted
+    order = [(b["messages"][0]["content"][:20], len(b["messages"])) for b in server.bodies]
+    lead_system = server.bodies[0]["messages"][0]["content"][:20]
+    # lead turn 1, subagent turns 1 and 2, then lead turn 2 with the reply of turn 1 in its history
+    assert [o[0] == lead_system for o in order] == [True, False, False, True]
+    assert [o[1] for o in order] == [2, 2, 4, 4]
+    assert server.bodies[2]["messages"][2] == {"role": "assistant", "content": "xy"}
+    assert server.bodies[1]["nvext"]["session_control"]["action"] == "open"
+    assert server.bodies[2]["nvext"]["session_control"]["action"] == "close"
+
+
+def simple(n, start=None):
+    def unit(i):
+        turns = (Turn(max_tokens=1, blocks=(i,), user="u"), Turn(max_tokens=1, blocks=(i,), user="v"))
+        return Unit(start_s=None if start is None else start * i,
+                    conversations=(Conversation(key=f"c{i}", group="g", turns=turns),))
+    return Workload(name="t", block_size=1, params={}, units=tuple(unit(i) for i in range(n)))
+
+
+async def test_a_failed_turn_ends_its_conversation_and_bounds_stop_new_units():
+    server = Server((503, b"{}"))
+    out = await run_load(simple(3), "http://t", ClientOptions(model="m"), LoadSettings(concurrency=2),
+                         transport=httpx.ASGITransport(app=server))
+    assert len(out.records) == 3 and all(r.error == "http_503" and r.turn == 0 for r in out.records)
+    server = Server((200, OK_STREAM))
+    out = await run_load(simple(5), "http://t", ClientOptions(model="m"),
+                         LoadSettings(concurrency=1, max_requests=3), transport=httpx.ASGITransport(app=server))
+    assert len(out.records) == 4  # units of 2 requests: the second unit starts at 2 < 3, the third not
+
+
+def test_arrival_models():
+    w = simple(4, start=0.5)
+    assert [a for a, _ in arrival_times(w, LoadSettings())] == [0.0, 0.5, 1.0, 1.5]
+    assert arrival_times(w, LoadSettings(concurrency=2)) is None
+    poisson = [a for a, _ in arrival_times(w, LoadSettings(request_rate=10.0, seed=1))]
+    assert poisson[0] == 0.0 and poisson == sorted(poisson) and len(set(poisson)) == 4
+    assert poisson == [a for a, _ in arrival_times(w, LoadSettings(request_rate=10.0, seed=1))]
+    with pytest.raises(ValueError, match="not both"):
+        LoadSettings(concurrency=1, request_rate=1.0).validate()
