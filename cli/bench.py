@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from dyn.cli import bench_replay
 from dyn.cli.options import flag
 
 TARGET, WORKLOAD, SAMPLING, MULTI, PREFIX, TRACE, LOAD, OUTPUT = (
@@ -153,3 +154,6 @@ def compare(
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         Console().print(compare_table(rows, a, b))
+
+
+app.command("replay")(bench_replay.replay)

@@ -15,7 +15,6 @@ the stream), and ``detail`` (the server's message, cut to 300 characters).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 

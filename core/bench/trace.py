@@ -14,7 +14,8 @@ One JSON object per line:
 ``read_trace`` validates every line and raises ``TraceError`` naming the file, line and field.
 ``TokenSynth`` turns hash ids into token ids the way the reference tools do: one deterministic
 random block of tokens per distinct id, reused wherever the id appears, so shared ids give
-shared token prefixes.
+shared token prefixes (an hour of a Mooncake trace has some 10^5 distinct ids, hence the bulk
+draws and the bounded cache).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import orjson
 
 MOONCAKE_BLOCK_SIZE = 512
@@ -133,45 +135,82 @@ def default_block_size(rows: Sequence[TraceRow], path: str | Path | None = None)
     return MOONCAKE_BLOCK_SIZE
 
 
+CACHE_BLOCKS = 8192
+
+
+def draws(rng: random.Random, count: int, low: int, high: int) -> np.ndarray:
+    """``[rng.randrange(low, high) for _ in range(count)]`` as uint32, in bulk.
+
+    ``randrange(low, high)`` (``high`` up to 2**32) is ``low + r`` with ``r`` the first of the Mersenne Twister's 32-bit
+    outputs ``w`` for which ``w >> (32 - k) < high - low`` (``k = (high - low).bit_length()``,
+    CPython's ``_randbelow``), and ``getrandbits(32 * m)`` hands out the next ``m`` outputs as
+    little-endian words; ``rng`` is left wherever (callers use a generator for one sequence).
+    """
+    n = high - low
+    k = n.bit_length()
+    if count == 0:
+        return np.zeros(0, np.uint32)
+    if k > 32 or n <= 0 or high > 1 << 32:
+        return np.fromiter((rng.randrange(low, high) for _ in range(count)), np.int64, count)
+    shift = np.uint32(32 - k)
+    parts: list[np.ndarray] = []
+    need = count
+    while need > 0:
+        words = need + (need >> 1) + 16  # acceptance is above one half
+        r = np.frombuffer(rng.getrandbits(32 * words).to_bytes(4 * words, "little"), "<u4") >> shift
+        ok = r[r < n][:need]
+        parts.append(ok)
+        need -= len(ok)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return out + np.uint32(low)
+
+
 class TokenSynth:
     """Deterministic token ids for hash ids: each id -> ``block_size`` tokens in ``[low, vocab)``.
 
-    ``prompt(row)`` concatenates the blocks of ``row.hash_ids`` and cuts or extends the result to
-    ``row.input_length`` (tokens past the last block are unique to the request, drawn from
+    Block ``h`` is ``random.Random(f"{seed}:{h}")``'s first ``block_size`` draws of
+    ``randrange(low, vocab)`` (computed in bulk by ``draws``; the last ``cache_blocks`` blocks are
+    kept). ``prompt(row)`` concatenates the blocks of ``row.hash_ids`` and cuts or extends the result
+    to ``row.input_length`` (tokens past the last block are unique to the request, drawn from
     ``salt``), so two rows with the same leading ids share exactly those blocks.
     """
 
-    def __init__(self, block_size: int, vocab_size: int, *, seed: int = 0, low: int = 16) -> None:
+    def __init__(self, block_size: int, vocab_size: int, *, seed: int = 0, low: int = 16,
+                 cache_blocks: int = CACHE_BLOCKS) -> None:
         if block_size < 1:
             raise ValueError("block size must be at least 1")
-        if vocab_size <= low:
-            raise ValueError(f"vocab size must exceed {low}")
+        if not low < vocab_size <= 1 << 32:
+            raise ValueError(f"vocab size must exceed {low} and fit 32 bits")
         self.block_size = block_size
         self.vocab_size = vocab_size
         self.seed = seed
         self.low = low
-        self._blocks: dict[int, list[int]] = {}
+        self._cache: dict[int, np.ndarray] = {}
+        self._cap = cache_blocks
 
-    def block(self, hash_id: int) -> list[int]:
-        tokens = self._blocks.get(hash_id)
+    def block(self, hash_id: int) -> np.ndarray:
+        tokens = self._cache.get(hash_id)
         if tokens is None:
-            rng = random.Random(f"{self.seed}:{hash_id}")
-            tokens = [rng.randrange(self.low, self.vocab_size) for _ in range(self.block_size)]
-            self._blocks[hash_id] = tokens
+            tokens = draws(random.Random(f"{self.seed}:{hash_id}"), self.block_size, self.low,
+                           self.vocab_size)
+            if len(self._cache) >= self._cap:
+                del self._cache[next(iter(self._cache))]
+            self._cache[hash_id] = tokens
         return tokens
 
     def prompt(self, row: TraceRow, salt: object = None) -> list[int]:
-        tokens: list[int] = []
-        for hash_id in row.hash_ids:
-            if len(tokens) >= row.input_length:
-                break
-            tokens.extend(self.block(hash_id))
-        del tokens[row.input_length:]
-        if len(tokens) < row.input_length:
-            rng = random.Random(f"{self.seed}:tail:{salt}")
-            tokens.extend(rng.randrange(self.low, self.vocab_size)
-                          for _ in range(row.input_length - len(tokens)))
-        return tokens
+        n = row.input_length
+        bs = self.block_size
+        used = row.hash_ids[: -(-n // bs)] if n else ()
+        parts = [self.block(h) for h in used]
+        have = len(used) * bs
+        if have < n:
+            parts.append(draws(random.Random(f"{self.seed}:tail:{salt}"), n - have, self.low,
+                               self.vocab_size))
+        if not parts:
+            return []
+        tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return tokens[:n].tolist()
 
 
 def theoretical_hit_rate(prompts: Iterable[Sequence[int]]) -> float:

@@ -1,0 +1,103 @@
+"""``dyn bench replay --offline TRACE``: a trace through the real router and simulated mocker
+workers in virtual time (``dyn.core.bench.replay``), reported like a live ``dyn bench`` run.
+
+The command function ``replay`` is registered by ``dyn.cli.bench``. It takes the router flags
+(``@router_flags``) and the mocker engine flags (``@mocker_flags``) of ``dyn frontend`` and
+``dyn worker mocker``, with the same names and meanings.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from dyn.cli import options
+from dyn.cli.mocker_flags import mocker_flags
+from dyn.cli.options import flag
+from dyn.cli.router_flags import router_flags
+
+if TYPE_CHECKING:
+    from dyn.core.router.config import KvRouterConfig
+    from dyn.plugins.mocker.config import MockerConfig
+
+REPLAY_PANEL = "Trace replay"
+ROUTER_PANEL = "Router"
+OUTPUT_PANEL = "Output"
+
+
+@router_flags
+@mocker_flags
+def replay(
+    offline: str = flag(..., "--offline", panel=REPLAY_PANEL,
+                        help="The Mooncake (or Bailian) JSONL trace to replay offline: the real router "
+                             "and simulated mocker workers in virtual time, no sockets. Only offline "
+                             "replay exists here; to replay a trace against a live server use "
+                             "dyn bench --trace FILE."),
+    num_workers: int = flag(1, "--num-workers", min=1, panel=options.WORKER_PANEL,
+                            help="Simulated mocker workers, each with its own scheduler and KV cache."),
+    router_mode: str = flag("kv", "--router-mode", panel=ROUTER_PANEL,
+                            help="How to pick a worker: kv (KV-cache and load aware, tuned with the "
+                                 "KV router flags), round-robin or random."),
+    speedup: float = flag(1.0, "--speedup", min=0.0, panel=REPLAY_PANEL,
+                          help="Divide the trace's arrival times and delays by this."),
+    trace_block_size: int = flag(None, "--trace-block-size", min=1, panel=REPLAY_PANEL,
+                                 help="Tokens per trace hash id (default: 512, or 16 for Bailian traces)."),
+    vocab_size: int = flag(4096, "--vocab-size", min=17, panel=REPLAY_PANEL,
+                           help="Token ids of synthesized trace prompts stay below this (as dyn bench "
+                                "--trace, so both send the same prompts)."),
+    num_requests: int = flag(None, "--num-requests", min=1, panel=REPLAY_PANEL,
+                             help="Replay only this many rows from the start of the trace."),
+    seed: int = flag(0, "--seed", panel=REPLAY_PANEL,
+                     help="Seed of every random choice (same seed, same records)."),
+    output: str = flag(None, "--output", "-o", panel=OUTPUT_PANEL,
+                       help="Write the results (JSON, schema dyn-bench/1, kind offline) here."),
+    mocker_config: MockerConfig = None,  # the engine flags, see dyn.cli.mocker_flags
+    router_config: KvRouterConfig = None,  # the KV router flags, see dyn.cli.router_flags
+) -> None:
+    """Replay a trace offline: the real router code drives simulated mocker workers in virtual
+    time, so an hour of trace takes seconds to a minute; reports the metrics of a live run."""
+    import dataclasses
+
+    import msgspec
+    from rich.console import Console
+
+    from dyn.core.bench.metrics import summarize
+    from dyn.core.bench.replay import ReplaySettings, trace_shape
+    from dyn.core.bench.replay import replay as run_replay
+    from dyn.core.bench.report import BenchResult, print_summary, write_result
+    from dyn.core.bench.trace import TraceError, default_block_size, read_trace
+    from dyn.core.errors import ConfigError
+
+    if router_config.load_aware:  # as in dyn frontend: the preset implies the KV router
+        router_mode = "kv"
+    try:
+        rows = read_trace(offline, limit=num_requests)
+        block_size = trace_block_size or default_block_size(rows, offline)
+        settings = ReplaySettings(num_workers=num_workers, mocker=mocker_config,
+                                  router_mode=router_mode, router=router_config, speedup=speedup,
+                                  trace_block_size=block_size, vocab_size=vocab_size, seed=seed,
+                                  limit=num_requests)
+        result = run_replay(rows, settings)
+    except (TraceError, ConfigError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    config = {
+        "trace": offline, "num_workers": num_workers, "router_mode": router_mode,
+        "router": dataclasses.asdict(router_config) if router_mode == "kv" else None,
+        "mocker": msgspec.to_builtins(mocker_config), "speedup": speedup,
+        "trace_block_size": block_size, "vocab_size": vocab_size, "num_requests": num_requests, "seed": seed,
+        "simulation": result.stats(),
+    }
+    bench = BenchResult(kind="offline", workload=trace_shape(rows, block_size=block_size, speedup=speedup),
+                        config=config, summary=summarize(result.records), requests=result.records)
+    console = Console()
+    print_summary(bench, console)
+    console.print(
+        f"simulated {result.sim_s:.1f} s in {result.wall_s:.2f} s ({result.speed:.0f}x), "
+        f"{result.passes} passes; blocks prefilled {result.stored_blocks}, of which "
+        f"{result.duplicate_prefill_blocks} were cached on another worker; "
+        f"{result.router_queued} requests waited in the router queue")
+    if output:
+        write_result(output, bench)
+        console.print(f"results written to {output}")

@@ -1,0 +1,568 @@
+"""Offline trace replay: the real router driving simulated mocker workers in virtual time.
+
+``replay(rows, settings)`` plays a trace (``dyn.core.bench.trace``) through ``num_workers``
+mocker ``Scheduler``s and the router of ``router_mode`` (``kv``: a ``KvRouter`` with the given
+``KvRouterConfig``; ``round-robin``, ``random``: the frontend's simple routers), with no sockets
+and no sleeping, and returns one ``RequestRecord`` per request plus what the simulation cost.
+
+Design: a discrete-event simulation on one heap of ``(time, seq, action)``; virtual time jumps
+from event to event and is the only clock anyone reads (the router's, its queue's, the
+schedulers').
+
+- **Arrival**: a trace row becomes a prompt (``TokenSynth``'s tokens, as ``dyn bench --trace`` sends them; salt =
+  row index) at ``timestamp / speedup``; a later turn of a session arrives ``delay / speedup``
+  after its previous turn finished (or failed). The request is routed at once.
+- **Routing**: ``router.route()`` is a coroutine; the simulation drives it by hand
+  (``coro.send``) instead of through an event loop. It completes synchronously unless the
+  request waits in the router queue, where it is parked on the asyncio future it awaits; a hook
+  that drains the queue (``first_token`` / ``finished``) resolves that future and the simulation
+  resumes the coroutine right after the hook, at the same virtual instant. So time advances
+  only when every routing coroutine is blocked, with no scheduler in between. (An event loop is
+  running, because anyio objects need one, but nothing is ever scheduled on it.)
+- **Dispatch**: the routed request joins its worker's scheduler; an idle worker starts a pass
+  now. A pass of ``d`` simulated ms ends ``d`` later (``MockerConfig.speedup_ratio`` is already
+  in ``d``); at its end, as in ``MockerEngine``, its KV events reach the router's indexer
+  (through ``BatchConverter`` and ``TieredIndexers``, the live router's conversion path, with no
+  delay), then its tokens reach the route hooks (``first_token``, ``progress``, ``finished``:
+  the frontend's order), then the worker's next pass starts at once if it has work.
+
+The routers are built directly, not through ``build_router``: the simulation must hand them its
+clock and a seeded RNG. ``KvRouter.run`` is not started: its ingestion is replaced by the direct
+application above, and its once-a-second queue recheck only matters with a prefill load model
+that decays over time, which dyn does not build; hooks drain the queue as they do live. Should
+the heap empty while requests are unfinished, they are recorded as ``stalled``.
+``duplicate_prefill_blocks`` counts blocks stored on a worker while another worker held them.
+
+Record fields: ``start_s`` arrival, ``ttft_s`` / ``itl_s`` / ``end_s`` from pass ends,
+``queue_s`` from arrival to the start of the first pass that scheduled the request (router-queue
+wait *plus* engine waiting), ``cached_tokens`` the scheduler's prefix-cache hit at admission,
+``worker`` the instance id (0..N-1). ``conversation`` and ``group`` are ``s<session>`` or
+``r<row index>`` and ``turn`` counts within the conversation, as ``dyn bench --trace`` names them.
+Failures: a routing error (busy thresholds) is ``http_503``, a prompt the engine refuses (longer
+than the KV cache, empty) ``bad_request``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import heapq
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from dyn.core.bench.metrics import RequestRecord
+from dyn.core.bench.trace import MOONCAKE_BLOCK_SIZE, TokenSynth, TraceRow, theoretical_hit_rate
+from dyn.core.errors import ConfigError
+from dyn.core.kv.convert import BatchConverter, KvEventMetrics, TieredIndexers
+from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent, KvEventBatch
+from dyn.core.messages import StopConditions, WorkerEndpoints, WorkerRecord
+from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.metrics import RouterMetrics
+from dyn.core.router.policy import RandomRouter, RoundRobinRouter, Route, Router, RouteRequest, RoutingError
+from dyn.core.router.pool import Worker
+from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest, StepResult
+
+REPLAY_ROUTER_MODES = ("kv", "round-robin", "random")
+UNLIMITED_CONTEXT = 1 << 40
+MODEL_NAME = "replay"
+GC_THRESHOLD = 200_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaySettings:
+    """What to simulate. ``trace_block_size``: tokens per trace hash id; ``context_length``
+    None: only the KV cache limits a sequence; ``limit``: replay the first rows only."""
+
+    num_workers: int = 1
+    mocker: MockerConfig = field(default_factory=MockerConfig)
+    router_mode: str = "kv"
+    router: KvRouterConfig = field(default_factory=KvRouterConfig)
+    speedup: float = 1.0
+    trace_block_size: int = MOONCAKE_BLOCK_SIZE
+    vocab_size: int = 4096
+    context_length: int | None = None
+    seed: int = 0
+    limit: int | None = None
+
+    def validate(self) -> ReplaySettings:
+        """Return self, or raise ``ConfigError`` with a sentence saying what to fix."""
+        if self.num_workers < 1:
+            raise ConfigError("--num-workers must be at least 1")
+        if self.router_mode not in REPLAY_ROUTER_MODES:
+            raise ConfigError(f"offline replay routes with --router-mode "
+                              f"{', '.join(REPLAY_ROUTER_MODES)}, not {self.router_mode!r}")
+        if not self.speedup > 0:
+            raise ConfigError("--speedup must be positive")
+        if self.trace_block_size < 1:
+            raise ConfigError("--trace-block-size must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError("--num-requests must be at least 1")
+        if self.context_length is not None and self.context_length < 2:
+            raise ConfigError("the context length must be at least 2")
+        try:
+            self.mocker.validate()
+            TokenSynth(self.trace_block_size, self.vocab_size)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.router_mode == "kv":
+            self.router.validate()
+            if self.router.use_remote_indexer:
+                raise ConfigError("--use-remote-indexer asks a live dyn indexer; offline replay "
+                                  "indexes KV events in-process: drop the flag")
+            if self.router.replica_sync:
+                raise ConfigError("--router-replica-sync needs live router replicas; offline "
+                                  "replay runs one router: drop the flag")
+        return self
+
+
+@dataclass(kw_only=True)
+class ReplayResult:
+    """What a replay produced. ``sim_s``: virtual seconds from the first arrival to the last
+    event; ``wall_s``: real seconds the simulation took. ``duplicate_prefill_blocks``: KV blocks
+    a worker stored (prefilled) while another worker held the same prefix block in its cache;
+    ``stored_blocks``: all blocks stored. ``router_queued``: requests that waited in the router
+    queue, for ``router_queue_s`` seconds in all."""
+
+    records: list[RequestRecord] = field(repr=False)
+    sim_s: float
+    wall_s: float
+    passes: int
+    stored_blocks: int
+    duplicate_prefill_blocks: int
+    router_queued: int
+    router_queue_s: float
+
+    @property
+    def speed(self) -> float:
+        """Simulated seconds per real second."""
+        return self.sim_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+    def stats(self) -> dict[str, Any]:
+        return {"sim_s": self.sim_s, "wall_s": self.wall_s, "speed": self.speed,
+                "passes": self.passes, "stored_blocks": self.stored_blocks,
+                "duplicate_prefill_blocks": self.duplicate_prefill_blocks,
+                "router_queued": self.router_queued, "router_queue_s": self.router_queue_s}
+
+
+def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
+    """Replay ``rows`` (in file order) under ``settings``; ``ConfigError`` for bad settings.
+    Runs an event loop of its own, so call it from synchronous code."""
+    settings.validate()
+    if settings.limit is not None:
+        rows = rows[: settings.limit]
+
+    done: list[ReplayResult] = []
+
+    async def main() -> None:  # returns nothing: asyncio.run may repr the task and its result
+        done.append(_Simulation(rows, settings).run())
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, *threshold[1:])  # millions of short-lived objects: collect rarely
+    try:
+        asyncio.run(main())
+    finally:
+        gc.set_threshold(*threshold)
+    return done[0]
+
+
+def trace_shape(rows: Sequence[TraceRow], *, block_size: int, speedup: float = 1.0) -> dict[str, Any]:
+    """The trace's shape for a result's ``workload``: counts, ISL/OSL, span (after ``speedup``)
+    and the theoretical hit rate of its hash ids taken in file order."""
+    isl = [r.input_length for r in rows]
+    osl = [r.output_length for r in rows]
+    stamps = [r.timestamp_ms for r in rows if r.timestamp_ms is not None]
+    return {
+        "workload": "trace", "requests": len(rows),
+        "sessions": len({r.session_id for r in rows if r.session_id is not None}),
+        "block_size": block_size,
+        "mean_isl_tokens": sum(isl) / len(isl) if isl else 0.0, "max_isl_tokens": max(isl, default=0),
+        "mean_osl_tokens": sum(osl) / len(osl) if osl else 0.0,
+        "span_s": (max(stamps) - min(stamps)) / 1000.0 / speedup if stamps else None,
+        "theoretical_hit_rate": theoretical_hit_rate(r.hash_ids for r in rows),
+    }
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+class _Pool:
+    """The ``WorkerPool`` surface routers read, over a fixed set of simulated workers."""
+
+    store = None
+    model_name = MODEL_NAME
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self._ordered = sorted(workers, key=lambda w: w.instance_id)
+        self._by_id = {w.instance_id: w for w in workers}
+
+    def get(self, instance_id: int) -> Worker | None:
+        return self._by_id.get(instance_id)
+
+    def workers(self) -> list[Worker]:
+        return self._ordered
+
+    def __len__(self) -> int:
+        return len(self._ordered)
+
+    def add_listener(self, listener: Callable[[Worker, bool], None]) -> None:
+        for worker in self._ordered:
+            listener(worker, True)
+
+
+class _DirectIngest:
+    """Stands in for ``KvEventIngestor``: each worker's events go through its ``BatchConverter``
+    into ``TieredIndexers`` when ``apply`` is called, instead of arriving on a socket."""
+
+    def __init__(self, indexer: Any, metrics: KvEventMetrics) -> None:
+        self.indexers = TieredIndexers(indexer, metrics)
+        self.metrics = metrics
+        self._converters: dict[int, BatchConverter] = {}
+
+    def follow(self, pool: Any) -> None:
+        pool.add_listener(self._on_worker)
+
+    def _on_worker(self, worker: Worker, added: bool) -> None:
+        record = worker.record
+        if added:
+            self._converters[record.instance_id] = BatchConverter(
+                record.instance_id, record.block_size, self.metrics)
+
+    async def run(self, *, task_status: Any) -> None:  # pragma: no cover - never started here
+        raise RuntimeError("offline replay applies KV events directly")
+
+    def apply(self, instance_id: int, events: list[KvEvent], ts: float) -> None:
+        batch = KvEventBatch(ts=ts, events=events)
+        self.indexers.apply(self._converters[instance_id].convert(batch))
+
+
+class _SimWorker:
+    __slots__ = ("instance_id", "scheduler", "busy", "label")
+
+    def __init__(self, instance_id: int, scheduler: Scheduler) -> None:
+        self.instance_id = instance_id
+        self.scheduler = scheduler
+        self.busy = False
+        self.label = str(instance_id)
+
+
+class _Flight:
+    """One request from arrival to its record."""
+
+    __slots__ = ("rid", "index", "row", "conversation", "turn", "session", "arrival", "tokens",
+                 "coro", "awaiting", "route", "worker", "routed_at", "admitted", "first", "last",
+                 "itl", "output")
+
+    def __init__(self, index: int, row: TraceRow, conversation: str, turn: int,
+                 session: str | None, arrival: float) -> None:
+        self.rid = f"r{index}"
+        self.index = index
+        self.row = row
+        self.conversation = conversation
+        self.turn = turn
+        self.session = session
+        self.arrival = arrival
+        self.tokens: list[int] | None = None
+        self.coro: Coroutine[Any, Any, Route] | None = None
+        self.awaiting: asyncio.Future | None = None
+        self.route: Route | None = None
+        self.worker: _SimWorker | None = None
+        self.routed_at = arrival
+        self.admitted: float | None = None
+        self.first: float | None = None
+        self.last = 0.0
+        self.itl: list[float] = []
+        self.output = 0
+
+
+class _Simulation:
+    def __init__(self, rows: Sequence[TraceRow], settings: ReplaySettings) -> None:
+        self.settings = settings
+        self.rows = rows
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
+        self._seq = 0
+        config = settings.mocker
+        model = SimModel(vocab_size=settings.vocab_size,
+                         context_length=settings.context_length or UNLIMITED_CONTEXT)
+        clock = self.clock
+        self.workers = [_SimWorker(i, Scheduler(config, model, clock)) for i in range(settings.num_workers)]
+        self._by_id = {w.instance_id: w for w in self.workers}
+        pool = _Pool([Worker(WorkerRecord(
+            instance_id=w.instance_id, namespace=MODEL_NAME, model_name=MODEL_NAME, engine="mocker",
+            endpoints=WorkerEndpoints(request=f"sim://{w.instance_id}"), block_size=config.block_size,
+            total_kv_blocks=config.num_gpu_blocks, max_num_batched_tokens=config.max_num_batched_tokens,
+            context_length=settings.context_length), client=None)  # type: ignore[arg-type]
+            for w in self.workers])
+        self.ingest: _DirectIngest | None = None
+        self.router = self._router(pool)
+        self._queue = getattr(self.router, "queue", None)
+        self.synth = TokenSynth(settings.trace_block_size, settings.vocab_size, seed=settings.seed)
+        self._flights: dict[str, _Flight] = {}
+        self._parked: dict[str, _Flight] = {}
+        self._later_turns: dict[str, deque[tuple[int, TraceRow]]] = {}
+        self._turns: dict[str, int] = {}
+        self.records: list[RequestRecord] = []
+        self.passes = 0
+        self._holders: dict[int, int] = {}
+        self.stored_blocks = 0
+        self.duplicate_blocks = 0
+        self.router_queued = 0
+        self.router_queue_s = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def _router(self, pool: _Pool) -> Router:
+        s = self.settings
+        rng = random.Random(s.seed)
+        if s.router_mode == "round-robin":
+            return RoundRobinRouter(pool)  # type: ignore[arg-type]
+        if s.router_mode == "random":
+            return RandomRouter(pool, rng)  # type: ignore[arg-type]
+        from dyn.core.router.kv import KvRouter
+
+        registry = CollectorRegistry()
+        event_metrics = KvEventMetrics(registry)
+
+        def ingest(indexer: Any) -> _DirectIngest:
+            self.ingest = _DirectIngest(indexer, event_metrics)
+            return self.ingest
+
+        return KvRouter(pool, s.router, RouterMetrics(registry, MODEL_NAME),  # type: ignore[arg-type]
+                        ingest=ingest, rng=rng, clock=self.clock)
+
+    # ------------------------------------------------------------------ the event loop
+
+    def _at(self, when: float, action: Callable[[Any], None], arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, action, arg))
+
+    def run(self) -> ReplayResult:
+        started = time.perf_counter()
+        speedup = self.settings.speedup
+        for index, row in enumerate(self.rows):
+            session = row.session_id
+            if session is not None and row.timestamp_ms is None:
+                self._later_turns.setdefault(session, deque()).append((index, row))
+                continue
+            key = f"r{index}" if session is None else f"s{session}"
+            self._at((row.timestamp_ms or 0.0) / 1000.0 / speedup, self._arrive,
+                     _Flight(index, row, key, self._next_turn(key), session,
+                             (row.timestamp_ms or 0.0) / 1000.0 / speedup))
+        first = self._heap[0][0] if self._heap else 0.0
+        heap = self._heap
+        pop = heapq.heappop
+        while True:
+            while heap:
+                when, _, action, arg = pop(heap)
+                self.now = when
+                action(arg)
+            stuck = list(self._flights.values())
+            if not stuck:
+                break
+            for flight in stuck:  # nothing left to happen: these can never finish
+                self._abandon(flight)
+        self.records.sort(key=lambda r: (r.start_s, r.conversation, r.turn))
+        return ReplayResult(records=self.records, sim_s=self.now - first,
+                            wall_s=time.perf_counter() - started, passes=self.passes,
+                            stored_blocks=self.stored_blocks,
+                            duplicate_prefill_blocks=self.duplicate_blocks,
+                            router_queued=self.router_queued, router_queue_s=self.router_queue_s)
+
+    def _next_turn(self, key: str) -> int:
+        turn = self._turns.get(key, 0)
+        self._turns[key] = turn + 1
+        return turn
+
+    # ------------------------------------------------------------------ requests
+
+    def _arrive(self, flight: _Flight) -> None:
+        flight.arrival = self.now
+        self._flights[flight.rid] = flight
+        flight.tokens = self.synth.prompt(flight.row, salt=flight.index)
+        flight.coro = self.router.route(RouteRequest(request_id=flight.rid, token_ids=flight.tokens))
+        self._drive(flight)
+
+    def _drive(self, flight: _Flight) -> None:
+        """Run the routing coroutine until it returns, fails or blocks on an unresolved future."""
+        coro = flight.coro
+        assert coro is not None
+        while True:
+            try:
+                awaited = coro.send(None)
+            except StopIteration as stop:
+                flight.coro = None
+                self._dispatch(flight, stop.value)
+                return
+            except RoutingError as exc:
+                flight.coro = None
+                self._fail(flight, "http_503", str(exc))
+                return
+            if awaited is None:  # a bare checkpoint (sleep(0)): go on
+                continue
+            if isinstance(awaited, asyncio.Future):
+                if awaited.done():
+                    continue
+                if flight.rid not in self._parked:
+                    self.router_queued += 1
+                flight.awaiting = awaited
+                self._parked[flight.rid] = flight
+                return
+            coro.close()
+            raise RuntimeError(f"route() awaited {awaited!r}, which offline replay cannot drive")
+
+    def _resume_parked(self) -> None:
+        """Resume routing coroutines whose request left the router queue (after a drain)."""
+        parked = self._parked
+        queue = self._queue
+        while parked and queue is not None and len(queue) < len(parked):
+            left = len(parked) - len(queue)
+            for rid, flight in list(parked.items()):
+                if flight.awaiting is not None and flight.awaiting.done():
+                    del parked[rid]
+                    flight.awaiting = None
+                    self._drive(flight)
+                    left -= 1
+                    if left <= 0:
+                        break
+            else:
+                break
+
+    def _dispatch(self, flight: _Flight, route: Route) -> None:
+        now = self.now
+        flight.route = route
+        if now > flight.arrival:
+            self.router_queue_s += now - flight.arrival
+        worker = self._by_id[route.worker.instance_id]
+        flight.worker = worker
+        row = flight.row
+        tokens = flight.tokens or []
+        flight.tokens = None
+        request = SimRequest(flight.rid, tokens,
+                             StopConditions(max_tokens=max(row.output_length, 1), ignore_eos=True),
+                             seed=flight.index)
+        try:
+            worker.scheduler.add(request)
+        except ValueError as exc:
+            self._fail(flight, "bad_request", str(exc))
+            route.finished()
+            self._resume_parked()
+            return
+        if not worker.busy:
+            worker.busy = True
+            self._at(now, self._step, worker)
+
+    def _fail(self, flight: _Flight, kind: str, detail: str) -> None:
+        self._flights.pop(flight.rid, None)
+        self._parked.pop(flight.rid, None)
+        if flight.coro is not None:
+            flight.coro.close()
+            flight.coro = None
+        self.records.append(RequestRecord(
+            conversation=flight.conversation, group=flight.conversation, turn=flight.turn,
+            start_s=flight.arrival, end_s=self.now, prompt_tokens=flight.row.input_length,
+            worker=None if flight.worker is None else flight.worker.label, error=kind, detail=detail))
+        self._next_of_session(flight)
+
+    def _abandon(self, flight: _Flight) -> None:
+        if flight.rid not in self._flights:
+            return
+        if flight.worker is not None:
+            flight.worker.scheduler.abort(flight.rid)
+        self._fail(flight, "stalled", "no simulated event could advance this request")
+        if flight.route is not None:
+            flight.route.finished()
+            self._resume_parked()
+
+    def _next_of_session(self, flight: _Flight) -> None:
+        if flight.session is None:
+            return
+        later = self._later_turns.get(flight.session)
+        if not later:
+            return
+        index, row = later.popleft()
+        delay = (row.delay_ms or 0.0) / 1000.0 / self.settings.speedup
+        when = self.now + delay
+        self._at(when, self._arrive, _Flight(index, row, flight.conversation,
+                                              self._next_turn(flight.conversation), flight.session,
+                                              when))
+
+    # ------------------------------------------------------------------ workers
+
+    def _step(self, worker: _SimWorker) -> None:
+        result = worker.scheduler.step()
+        self.passes += 1
+        now = self.now
+        flights = self._flights
+        for rid in result.started:
+            flights[rid].admitted = now
+        if not result.batch_size and not result.preempted:
+            # nothing fits until something changes: wait for the next arrival
+            worker.busy = False
+            if result.events:
+                self._kv_events(worker, result.events)
+            return
+        self._at(now + result.duration_ms / 1000.0, self._pass_end, (worker, result))
+
+    def _pass_end(self, arg: tuple[_SimWorker, StepResult]) -> None:
+        worker, result = arg
+        now = self.now
+        if result.events:
+            self._kv_events(worker, result.events)
+        flights = self._flights
+        for rid, _token in result.tokens:
+            flight = flights[rid]
+            route = flight.route
+            if flight.first is None:
+                flight.first = now
+                route.first_token()  # type: ignore[union-attr]
+            else:
+                flight.itl.append(now - flight.last)
+            flight.last = now
+            flight.output += 1
+            route.progress(flight.output)  # type: ignore[union-attr]
+        for fin in result.finished:
+            flight = flights.pop(fin.request_id)
+            flight.route.finished()  # type: ignore[union-attr]
+            first = flight.first if flight.first is not None else now
+            admitted = flight.admitted if flight.admitted is not None else first
+            self.records.append(RequestRecord(
+                conversation=flight.conversation, group=flight.conversation, turn=flight.turn,
+                start_s=flight.arrival, end_s=now, ttft_s=first - flight.arrival, itl_s=flight.itl,
+                prompt_tokens=fin.prompt_tokens, cached_tokens=fin.cached_tokens,
+                output_tokens=fin.completion_tokens, queue_s=admitted - flight.arrival,
+                worker=worker.label))
+            self._next_of_session(flight)
+        if self._parked:
+            self._resume_parked()
+        if worker.scheduler.has_work:
+            self._step(worker)
+        else:
+            worker.busy = False
+
+    def _kv_events(self, worker: _SimWorker, events: list[KvEvent]) -> None:
+        holders = self._holders
+        for event in events:
+            if type(event) is BlockStored:
+                for h in event.block_hashes:
+                    n = holders.get(h, 0)
+                    if n:
+                        self.duplicate_blocks += 1
+                    holders[h] = n + 1
+                self.stored_blocks += len(event.block_hashes)
+            elif type(event) is BlockRemoved:
+                for h in event.block_hashes:
+                    n = holders[h] - 1
+                    if n:
+                        holders[h] = n
+                    else:
+                        del holders[h]
+        if self.ingest is not None:
+            self.ingest.apply(worker.instance_id, events, self.now)
