@@ -1,8 +1,9 @@
-"""What every long-running dyn process shares: its event loop, and binding its listening sockets
-with an error that names the flag to change."""
+"""What every long-running dyn process shares: its event loop, binding its listening sockets
+with an error that names the flag to change, and an HTTP server on that loop."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -72,3 +73,51 @@ def model_and_store(model_path: str | None, model_name: str | None, backend: str
         return name, open_store(backend, namespace, discovery_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+STOP_GRACE_S = 5.0
+
+
+class LoopHttpServer:
+    """uvicorn serving the ASGI ``app`` on an already bound ``sock``, inside the caller's event
+    loop (so the app reads single-writer state safely); the caller handles SIGINT/SIGTERM.
+    ``served`` is set once serving has ended."""
+
+    def __init__(self, app: Any, sock: socket.socket, host: str) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):  # type: ignore[override]
+                yield  # the service handles SIGINT/SIGTERM itself
+
+        self.sock = sock
+        self.host = host
+        self.server = Server(uvicorn.Config(app, loop="none", http="httptools", lifespan="off",
+                                            log_config=None, access_log=False, timeout_keep_alive=30))
+        self.served = anyio.Event()
+
+    @property
+    def url(self) -> str:
+        port = self.sock.getsockname()[1]
+        return f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{port}"
+
+    async def start(self, tg: Any) -> bool:
+        """Serve in task group ``tg``; return once connections are accepted (True) or serving
+        ended before that (False)."""
+        tg.start_soon(self._serve)
+        while not self.server.started and not self.served.is_set():
+            await anyio.sleep(0.01)
+        return bool(self.server.started)
+
+    async def stop(self) -> None:
+        """Let open requests finish (at most ``STOP_GRACE_S``)."""
+        self.server.should_exit = True
+        with anyio.move_on_after(STOP_GRACE_S):
+            await self.served.wait()
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve(sockets=[self.sock])
+        finally:
+            self.served.set()

@@ -8,7 +8,8 @@ servers ignore or reject the field, so ``--no-nvext`` leaves it out).
 
 TTFT is the time to the first chunk carrying output text; ITL the gaps between later chunks that
 carry text (``vllm bench serve``'s definition); output tokens from ``usage.completion_tokens``
-(else one per text chunk). A failed request gets an error kind: ``http_<status>``, ``timeout``,
+(else one per text chunk). ``timeout_s`` bounds the whole request, not each read. A failed request
+gets an error kind: ``http_<status>``, ``timeout``,
 ``connect``, ``stream`` (a malformed or truncated stream) or ``server_error`` (an error object in
 the stream), and ``detail`` (the server's message, cut to 300 characters).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 
@@ -92,7 +94,7 @@ class _Stream:
             self.done = True
             return None
         chunk = orjson.loads(data)
-        if "error" in chunk:
+        if chunk.get("error") is not None:
             error = chunk["error"]
             return str(error.get("message", error) if isinstance(error, dict) else error)
         if chunk.get("usage"):
@@ -127,22 +129,25 @@ async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], recor
     started = clock()
     record.start_s = started - origin
     stream = _Stream(started)
-    headers = {"authorization": f"Bearer {options.api_key}"} if options.api_key else None
+    headers = {"content-type": "application/json"}
+    if options.api_key:
+        headers["authorization"] = f"Bearer {options.api_key}"
     try:
-        async with client.stream("POST", path, content=orjson.dumps(body), headers=headers,
-                                 timeout=options.timeout_s) as response:
-            if response.status_code != 200:
-                detail = (await response.aread()).decode(errors="replace")
-                return _failed(record, stream, clock, origin, f"http_{response.status_code}",
-                               _message_of(detail))
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                message = stream.feed(line[5:].strip().encode(), clock())
-                if message is not None:
-                    return _failed(record, stream, clock, origin, "server_error", message)
-    except httpx.TimeoutException:
-        return _failed(record, stream, clock, origin, "timeout", f"no answer within {options.timeout_s} s")
+        with anyio.fail_after(options.timeout_s):
+            async with client.stream("POST", path, content=orjson.dumps(body), headers=headers,
+                                     timeout=options.timeout_s) as response:
+                if response.status_code != 200:
+                    detail = (await response.aread()).decode(errors="replace")
+                    return _failed(record, stream, clock, origin, f"http_{response.status_code}",
+                                   _message_of(detail))
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    message = stream.feed(line[5:].strip().encode(), clock())
+                    if message is not None:
+                        return _failed(record, stream, clock, origin, "server_error", message)
+    except (httpx.TimeoutException, TimeoutError):
+        return _failed(record, stream, clock, origin, "timeout", f"not finished within {options.timeout_s} s")
     except httpx.TransportError as exc:
         kind = "connect" if isinstance(exc, httpx.ConnectError) else "stream"
         return _failed(record, stream, clock, origin, kind, str(exc) or type(exc).__name__)
@@ -150,33 +155,58 @@ async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], recor
         return _failed(record, stream, clock, origin, "stream", f"malformed chunk: {exc}")
     if not stream.done:
         return _failed(record, stream, clock, origin, "stream", "the stream ended without [DONE]")
-    _finish(record, stream, clock() - origin, origin)
+    try:
+        _finish(record, stream, clock() - origin, origin)
+    except (TypeError, ValueError) as exc:
+        return _failed(record, stream, clock, origin, "stream", f"malformed usage or nvext: {exc}")
     return Reply(record=record, text="".join(stream.text))
 
 
 def _finish(record: RequestRecord, stream: _Stream, end_s: float, origin: float) -> None:
+    """Fill ``record`` from the stream; ``TypeError`` / ``ValueError`` for malformed usage or nvext
+    (a server that reports no cached tokens leaves ``cached_tokens`` None, not 0)."""
     record.end_s = end_s
     if stream.first is not None:
         record.ttft_s = stream.first - stream.started
     record.itl_s = stream.gaps
-    usage = stream.usage or {}
-    record.output_tokens = int(usage.get("completion_tokens") or stream.chunks)
-    if "prompt_tokens" in usage:
-        record.prompt_tokens = int(usage["prompt_tokens"])
-        details = usage.get("prompt_tokens_details") or {}
-        record.cached_tokens = int(details.get("cached_tokens") or 0)
-    nvext = stream.nvext or {}
-    worker = nvext.get("worker_id") or {}
-    if isinstance(worker, dict) and worker.get("decode_worker_id") is not None:
+    record.output_tokens = stream.chunks
+    usage = _object(stream.usage) or {}
+    if usage.get("completion_tokens") is not None:
+        record.output_tokens = _count(usage["completion_tokens"])
+    if usage.get("prompt_tokens") is not None:
+        record.prompt_tokens = _count(usage["prompt_tokens"])
+        details = _object(usage.get("prompt_tokens_details")) or {}
+        if details.get("cached_tokens") is not None:
+            record.cached_tokens = _count(details["cached_tokens"])
+    nvext = _object(stream.nvext) or {}
+    worker = _object(nvext.get("worker_id")) or {}
+    if worker.get("decode_worker_id") is not None:
         record.worker = str(worker["decode_worker_id"])
-    wait = (nvext.get("timing") or {}).get("prefill_wait_time_ms")
-    if isinstance(wait, (int, float)):
+    wait = (_object(nvext.get("timing")) or {}).get("prefill_wait_time_ms")
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool):
         record.queue_s = wait / 1000.0
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {value!r}"[:120])
+    return value
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a token count, got {value!r}"[:120])
+    return value
 
 
 def _failed(record: RequestRecord, stream: _Stream, clock: Any, origin: float, kind: str,
             detail: str) -> Reply:
-    _finish(record, stream, clock() - origin, origin)
+    try:
+        _finish(record, stream, clock() - origin, origin)
+    except (TypeError, ValueError):
+        record.end_s = clock() - origin
     record.error = kind
     record.detail = detail[:300]
     return Reply(record=record, text="".join(stream.text))

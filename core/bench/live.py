@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -67,11 +69,23 @@ def prepare(settings: BenchSettings) -> Workload:
     if not settings.dry_run and not settings.url:
         raise ConfigError("--url is required (the server's base URL, e.g. http://127.0.0.1:8000), "
                           "unless --dry-run")
+    if settings.url and not settings.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url {settings.url!r} must start with http:// or https://")
+    for flag, path in (("--output", settings.output), ("--plot", settings.plot)):
+        if path and not settings.dry_run:
+            writable(flag, path)
     if settings.plot and not settings.dry_run:
         from dyn.core.bench.plot import require_matplotlib
 
         require_matplotlib()
     return workload
+
+
+def writable(flag: str, path: str) -> None:
+    """Refuse, before the run, an output path whose folder does not exist or cannot be written."""
+    folder = Path(path).expanduser().resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise ConfigError(f"{flag} {path}: cannot write into {folder}; choose an existing, writable folder")
 
 
 async def served_model(url: str, api_key: str | None) -> str:
@@ -81,9 +95,15 @@ async def served_model(url: str, api_key: str | None) -> str:
             response = await client.get(url.rstrip("/") + "/v1/models", headers=headers)
     except httpx.HTTPError as exc:
         raise ConfigError(f"cannot reach {url}: {exc or type(exc).__name__}") from None
+    if response.status_code in (401, 403):
+        raise ConfigError(f"{url}/v1/models answered {response.status_code}; pass the server's --api-key")
     if response.status_code != 200:
         raise ConfigError(f"{url}/v1/models answered {response.status_code}; name the model with --model")
-    models = [m.get("id") for m in response.json().get("data", [])]
+    try:
+        models = [m["id"] for m in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"{url}/v1/models did not answer like an OpenAI server; "
+                          "check --url or name the model with --model") from None
     if not models:
         raise ConfigError(f"{url} serves no model yet; start a worker or name one with --model")
     return models[0]
@@ -108,22 +128,27 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
     result = BenchResult(kind="live", workload=info, config=config, summary=summary,
                          requests=outcome.records)
     print_summary(result, console)
-    if settings.output:
-        write_result(settings.output, result)
-        console.print(f"results written to {settings.output}")
-    if settings.plot:
-        from dyn.core.bench.plot import plot_result
+    try:
+        if settings.output:
+            write_result(settings.output, result)
+            console.print(f"results written to {settings.output}")
+        if settings.plot:
+            from dyn.core.bench.plot import plot_result
 
-        plot_result(result, settings.plot)
-        console.print(f"plot written to {settings.plot}")
+            plot_result(result, settings.plot)
+            console.print(f"plot written to {settings.plot}")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return 0 if summary.failed == 0 and not outcome.interrupted else 1
 
 
 def _run_with_progress(workload: Workload, settings: BenchSettings, options: ClientOptions,
                        console: Console) -> RunOutcome:
-    total = workload.num_requests
-    if settings.load.max_requests is not None:
-        total = min(total, settings.load.max_requests)
+    total = 0  # whole units start until the bound is reached, as the runner does
+    for unit in workload.units:
+        if settings.load.max_requests is not None and total >= settings.load.max_requests:
+            break
+        total += unit.num_requests
     progress = Progress(TextColumn("[bold]requests"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
                         console=console, disable=not settings.progress, transient=False)

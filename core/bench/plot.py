@@ -43,8 +43,10 @@ def plot_result(result: BenchResult, path: str | Path) -> None:
     cdf.set_title("TTFT CDF")
     cdf.grid(alpha=0.3)
     span = result.summary.duration_s
-    times, rates = throughput_series(result, max(span / 50, 0.1))
-    tput.step(times, rates, where="post")
+    bin_s = max(span / 50, 0.01)
+    times, rates = throughput_series(result, bin_s)
+    if rates:
+        tput.stairs(rates, [*times, times[-1] + bin_s])
     tput.set_xlabel("time (s)")
     tput.set_ylabel("output tokens/s")
     tput.set_title("Output throughput")

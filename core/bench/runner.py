@@ -7,8 +7,10 @@ Load models (``LoadSettings``):
 - recorded times: units with ``start_s`` (traces) start at that offset, unless a closed or open
   loop was asked for explicitly (then the trace is replayed as fast as that load allows).
 
-Bounds: no unit starts once ``max_requests`` requests were started or ``duration_s`` has passed;
-units already running finish their turns (each request is bounded by the client timeout). A
+Bounds: no unit starts once ``max_requests`` requests were started or ``duration_s`` has passed
+(an open loop or trace stops at the first unit due after it, without waiting for it); units
+already running finish their turns (each request is bounded by the client timeout). Session ids
+in ``nvext.session_control`` get a per-run prefix. A
 conversation stops at its first failed turn (the rest of it is not sent; its children never
 start). On SIGINT the run stops at once and returns what finished.
 """
@@ -16,7 +18,9 @@ start). On SIGINT the run stops at once and returns what finished.
 from __future__ import annotations
 
 import logging
+import math
 import random
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -46,11 +50,11 @@ class LoadSettings:
                              "(open loop), not both")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
-        if self.request_rate is not None and self.request_rate <= 0:
-            raise ValueError("--request-rate must be positive")
+        if self.request_rate is not None and not (math.isfinite(self.request_rate) and self.request_rate > 0):
+            raise ValueError("--request-rate must be a positive number")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError("--num-requests must be at least 1")
-        if self.duration_s is not None and self.duration_s <= 0:
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
             raise ValueError("--duration must be positive")
         return self
 
@@ -73,6 +77,7 @@ class _Run:
         self.records: list[RequestRecord] = []
         self.started_requests = 0
         self.origin = time.perf_counter()
+        self.run_id = secrets.token_hex(4)
 
     def may_start(self, unit: Unit) -> bool:
         if self.load.max_requests is not None and self.started_requests >= self.load.max_requests:
@@ -81,6 +86,14 @@ class _Run:
             return False
         self.started_requests += unit.num_requests
         return True
+
+    def own_sessions(self, nvext: dict | None) -> dict | None:
+        """Session ids made unique to this run, so concurrent or repeated runs never share one."""
+        if not nvext or "session_control" not in nvext:
+            return nvext
+        control = dict(nvext["session_control"])
+        control["session_id"] = f"{self.run_id}-{control['session_id']}"
+        return {**nvext, "session_control": control}
 
     async def unit(self, unit: Unit) -> None:
         children: dict[str, dict[int, list[Conversation]]] = {}
@@ -101,13 +114,14 @@ class _Run:
                 await anyio.sleep(turn.delay_s)
             record = RequestRecord(conversation=conv.key, group=conv.group, turn=index, cls=conv.cls,
                                    start_s=0.0, end_s=0.0)
+            nvext = self.own_sessions(turn.nvext)
             if turn.prompt_ids is not None:
                 path = "/v1/completions"
-                body = completion_body(self.options, list(turn.prompt_ids), turn.max_tokens, turn.nvext)
+                body = completion_body(self.options, list(turn.prompt_ids), turn.max_tokens, nvext)
             else:
                 messages.append({"role": "user", "content": turn.user or ""})
                 path = "/v1/chat/completions"
-                body = chat_body(self.options, messages, turn.max_tokens, turn.nvext)
+                body = chat_body(self.options, messages, turn.max_tokens, nvext)
             reply = await send(self.client, path, body, record, time.perf_counter, self.origin,
                                self.options)
             self.records.append(record)
@@ -136,6 +150,10 @@ class _Run:
     async def at_times(self, units: list[tuple[float, Unit]]) -> None:
         async with anyio.create_task_group() as tg:
             for at, unit in units:
+                if self.load.max_requests is not None and self.started_requests >= self.load.max_requests:
+                    break
+                if self.load.duration_s is not None and at >= self.load.duration_s:
+                    break
                 delay = at - (time.perf_counter() - self.origin)
                 if delay > 0:
                     await anyio.sleep(delay)

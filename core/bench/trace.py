@@ -72,6 +72,8 @@ def parse_row(obj: object, where: str, sessions_seen: set[str]) -> TraceRow:
     for key, value in (("input_length", input_length), ("output_length", output_length)):
         if value is None:
             raise TraceError(f"{where}: missing {key!r}")
+    if input_length == 0:
+        raise TraceError(f"{where}: 'input_length' must be at least 1 (a prompt cannot be empty)")
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):

@@ -220,7 +220,7 @@ def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: 
             if speculative_prefill and t < turns - 1:
                 hints["speculative_prefill"] = True
             nvext: dict[str, Any] = {"agent_hints": hints} if hints else {}
-            if session:
+            if session and turns > 1:  # a one-turn conversation has nothing to keep
                 control: dict[str, Any] = {"session_id": key}
                 if t == 0:
                     control.update(action="open", timeout=session_timeout_s)

@@ -66,14 +66,13 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
-from dyn.core.service import bind_http, bind_zmq, model_and_store, run_service
+from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import ProtocolError, decode_indexer_message, encode
 from dyn.core.transport.sockets import async_context, configure
 
 log = logging.getLogger("dyn.indexer")
 
 READY_PREFIX = "dyn indexer ready: "
-STOP_GRACE_S = 5.0
 
 # --------------------------------------------------------------------------- --workers
 
@@ -438,33 +437,14 @@ def build_service(settings: IndexerSettings) -> IndexerService:
 
 async def serve_indexer(settings: IndexerSettings) -> None:
     """Serve until SIGINT/SIGTERM (see the module docstring)."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[override]
-            yield  # we handle SIGINT/SIGTERM ourselves, to deregister before exiting
-
     service = build_service(settings)
     try:
         sock = bind_http(settings.host, settings.http_port)
     except ConfigError:
         service._socket.close(linger=0)
         raise
-    host, port = sock.getsockname()[:2]
-    http_url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
-    app = IndexerHttpApp(service, service.metrics)
-    server = Server(uvicorn.Config(app, loop="none", http="httptools", lifespan="off",
-                                   log_config=None, access_log=False, timeout_keep_alive=30))
+    server = LoopHttpServer(IndexerHttpApp(service, service.metrics), sock, settings.host)
     stop = anyio.Event()
-    served = anyio.Event()
-
-    async def serve_http() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            served.set()
-            stop.set()
 
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -474,22 +454,22 @@ async def serve_indexer(settings: IndexerSettings) -> None:
                     stop.set()
                     return
 
+            async def until_served() -> None:
+                await server.served.wait()
+                stop.set()
+
             tg.start_soon(on_signal)
             await tg.start(service.run)
-            tg.start_soon(serve_http)
-            while not server.started and not served.is_set():
-                await anyio.sleep(0.01)
-            if server.started:
-                async with service.announce(http_url):
-                    print(f"{READY_PREFIX}http={http_url} zmq={service.endpoint}", flush=True)
+            if await server.start(tg):
+                tg.start_soon(until_served)
+                async with service.announce(server.url):
+                    print(f"{READY_PREFIX}http={server.url} zmq={service.endpoint}", flush=True)
                     log.info("indexing model %r (%s, block size %s)", service.model_name,
                              "static --workers" if service.static_workers is not None
                              else f"workers of namespace {settings.namespace!r}",
                              service.block_size or "from the first worker")
                     await stop.wait()
-            server.should_exit = True
-            with anyio.move_on_after(STOP_GRACE_S):
-                await served.wait()
+            await server.stop()
             tg.cancel_scope.cancel()
     sock.close()
 

@@ -28,7 +28,6 @@ so HTTP reads of the index never race its single writer, and prints
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import socket
@@ -60,7 +59,7 @@ from dyn.core.router.policy import (
 )
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
-from dyn.core.service import bind_http, bind_zmq, model_and_store, run_service
+from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
 from dyn.core.transport.sockets import async_context, configure
 
@@ -69,7 +68,6 @@ log = logging.getLogger("dyn.router.service")
 READY_PREFIX = "dyn router ready: zmq="
 METRICS_PREFIX = "dyn router metrics: "
 SWEEP_S = 30.0
-STOP_GRACE_S = 5.0
 
 REFUSAL_CODES: tuple[tuple[type[RoutingError], str], ...] = (
     (AllWorkersBusyError, "all_busy"),
@@ -362,54 +360,12 @@ def _error(message: str) -> bytes:
     return msgspec.json.encode({"error": message})
 
 
-class SystemServer:
-    """uvicorn serving ``RouterHttpApp`` on an already bound ``sock``, in the router's loop."""
-
-    def __init__(self, service: RouterService, sock: socket.socket, host: str) -> None:
-        import uvicorn
-
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[override]
-                yield  # the router handles SIGINT/SIGTERM itself
-
-        self.sock = sock
-        self.host = host
-        self.server = Server(uvicorn.Config(RouterHttpApp(service), loop="none", http="httptools",
-                                            lifespan="off", log_config=None, access_log=False,
-                                            timeout_keep_alive=30))
-        self.served = anyio.Event()
-
-    @property
-    def url(self) -> str:
-        port = self.sock.getsockname()[1]
-        return f"http://{self.host if ':' not in self.host else f'[{self.host}]'}:{port}"
-
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Serve in ``tg``; return once connections are accepted (or serving ended)."""
-        tg.start_soon(self._serve)
-        while not self.server.started and not self.served.is_set():
-            await anyio.sleep(0.01)
-
-    async def stop(self) -> None:
-        """Let open requests finish (at most ``STOP_GRACE_S``)."""
-        self.server.should_exit = True
-        with anyio.move_on_after(STOP_GRACE_S):
-            await self.served.wait()
-
-    async def _serve(self) -> None:
-        try:
-            await self.server.serve(sockets=[self.sock])
-        finally:
-            self.served.set()
-
-
 async def _serve(service: RouterService, settings: RouterSettings,
                  sock: socket.socket | None = None) -> None:
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             await tg.start(service.run)
-            system = SystemServer(service, sock, settings.host) if sock is not None else None
+            system = LoopHttpServer(RouterHttpApp(service), sock, settings.host) if sock is not None else None
             if system is not None:
                 await system.start(tg)
                 print(f"{METRICS_PREFIX}{system.url}/metrics", flush=True)

@@ -43,6 +43,9 @@ def test_usage_errors_are_one_sentence(tmp_path):
         (["--multi-turn", "--dry-run", "--lead-turns", "2", "--subagents", "2"], "--subagents must be"),
         (["--trace", str(tmp_path / "none.jsonl"), "--dry-run"], "cannot read trace"),
         (["--prefix", "--dry-run", "--duration", "0"], "--duration must be positive"),
+        (["--prefix", "--dry-run", "--request-rate", "nan"], "--request-rate must be a positive number"),
+        (["--prefix", "--url", "127.0.0.1:8000"], "must start with http://"),
+        (["--prefix", "--url", "http://127.0.0.1:9", "-o", str(tmp_path / "no" / "r.json")], "cannot write into"),
     ]
     for args, message in cases:
         result = invoke(*args)

@@ -176,4 +176,8 @@ def test_watch_prints_a_table_and_exits(inspected):
     s = inspected
     result = s.inspect("--url", s.indexer, "--watch", "--duration", "2", "--interval", "0.5")
     assert "Cached blocks per worker" in result.stdout and str(s.w1) in result.stdout
-    assert "/s" in result.stdout  # the events rate, measured from the second refresh on
+    frames = [json.loads(line) for line in
+              s.inspect("--url", s.indexer, "--watch", "--json", "--duration", "1.2", "--interval", "0.4")
+              .stdout.splitlines() if line.strip()]
+    assert len(frames) >= 2 and frames[0]["events"]["per_second"] is None
+    assert all(f["events"]["per_second"] is not None for f in frames[1:])  # a rate from the 2nd frame on

@@ -50,6 +50,7 @@ class Server:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        assert (b"content-type", b"application/json") in scope["headers"]
         self.bodies.append({"path": scope["path"], **orjson.loads(body)})
         status, payload = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         await send({"type": "http.response.start", "status": status,
@@ -161,3 +162,71 @@ def test_arrival_models():
     assert poisson == [a for a, _ in arrival_times(w, LoadSettings(request_rate=10.0, seed=1))]
     with pytest.raises(ValueError, match="not both"):
         LoadSettings(concurrency=1, request_rate=1.0).validate()
+
+
+class Slow:
+    """A chunk every ``gap`` seconds, ``n`` of them."""
+
+    def __init__(self, gap, n):
+        self.gap, self.n = gap, n
+
+    async def __call__(self, scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(self.n):
+            await anyio.sleep(self.gap)
+            await send({"type": "http.response.body", "body": sse(chat_chunk("a")), "more_body": True})
+        await send({"type": "http.response.body", "body": sse(USAGE, b"[DONE]")})
+
+
+async def test_the_timeout_bounds_the_whole_request_not_each_read():
+    options = ClientOptions(model="m", timeout_s=0.3)
+    record = RequestRecord(conversation="c", group="g", start_s=0.0, end_s=0.0)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=Slow(0.1, 20)), base_url="http://t") as client:
+        reply = await send(client, "/v1/completions", completion_body(options, [1], 1, None), record,
+                           anyio.current_time, anyio.current_time(), options)
+    assert reply.record.error == "timeout" and "0.3" in reply.record.detail
+
+
+@pytest.mark.parametrize("usage", [
+    {"choices": [], "usage": 5},
+    {"choices": [], "usage": {"prompt_tokens": 3, "prompt_tokens_details": [1]}},
+    {"choices": [], "usage": {"completion_tokens": "x"}},
+    {"choices": [], "nvext": [1]},
+    {"choices": [], "nvext": {"timing": [1]}},
+])
+async def test_malformed_usage_or_nvext_is_a_stream_error_not_a_crash(usage):
+    r = (await one(Server((200, sse(chat_chunk("a"), usage, b"[DONE]"))))).record
+    assert r.error == "stream" and "malformed" in r.detail
+
+
+async def test_a_server_without_cached_token_details_reports_none():
+    usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}}
+    r = (await one(Server((200, sse(chat_chunk("a"), usage, b"[DONE]"))))).record
+    assert r.error is None and r.prompt_tokens == 9 and r.cached_tokens is None
+
+
+async def test_open_loop_and_trace_bounds_do_not_wait_for_the_next_arrival():
+    far = simple(2, start=3600.0)  # the second unit is due in an hour
+    server = Server((200, OK_STREAM))
+    out = await run_load(far, "http://t", ClientOptions(model="m"), LoadSettings(duration_s=5.0),
+                         transport=httpx.ASGITransport(app=server))
+    assert len(out.records) == 2  # the first unit's two turns; the hour-later unit never starts
+    out = await run_load(far, "http://t", ClientOptions(model="m"), LoadSettings(max_requests=2),
+                         transport=httpx.ASGITransport(app=server))
+    assert len(out.records) == 2
+
+
+async def test_session_ids_are_unique_to_each_run():
+    w = workloads.multi_turn(agents=1, lead_turns=2, subagents=1, subagent_turns=2, system_tokens=8,
+                             turn_tokens=4, max_tokens=2, tool_pause_s=0, speculative_prefill=False,
+                             priority_mix=0, session_timeout_s=9, block_size=4, seed=0)
+    ids = []
+    for _ in range(2):
+        server = Server((200, OK_STREAM))
+        await run_load(w, "http://t", ClientOptions(model="m"), LoadSettings(concurrency=1),
+                       transport=httpx.ASGITransport(app=server))
+        ids.append({b["nvext"]["session_control"]["session_id"] for b in server.bodies
+                    if "session_control" in b.get("nvext", {})})
+    assert len(ids[0]) == len(ids[1]) == 1 and ids[0] != ids[1]
+    assert next(iter(ids[0])).endswith("-agent0-sub0")

@@ -81,6 +81,9 @@ def test_multi_turn_lead_subagents_sessions_and_hints():
     assert all(t.nvext is None for t in plain.turns())
     with pytest.raises(ValueError, match="subagents"):
         mt(subagents=3)
+    one_turn = mt(subagent_turns=1, speculative_prefill=False, priority_mix=0.0)
+    subs = [c for u in one_turn.units for c in u.conversations if c.parent is not None]
+    assert subs and all(t.nvext is None for c in subs for t in c.turns)  # no session to open or close
 
 
 def test_trace_workload_orders_units_and_keeps_sessions_together():
