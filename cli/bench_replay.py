@@ -1,5 +1,5 @@
 """``dyn bench replay --offline TRACE``: a trace through the real router and simulated mocker
-workers in virtual time (``dyn.core.bench.replay``), reported like a live ``dyn bench`` run.
+workers in virtual time (``dyn.plugins.mocker.replay``), reported like a live ``dyn bench`` run.
 
 The command function ``replay`` is registered by ``dyn.cli.bench``. It takes the router flags
 (``@router_flags``) and the mocker engine flags (``@mocker_flags``) of ``dyn frontend`` and
@@ -57,21 +57,19 @@ def replay(
 ) -> None:
     """Replay a trace offline: the real router code drives simulated mocker workers in virtual
     time, so an hour of trace takes seconds to a minute; reports the metrics of a live run."""
-    import dataclasses
-
-    import msgspec
     from rich.console import Console
 
-    from dyn.core.bench.metrics import summarize
-    from dyn.core.bench.replay import ReplaySettings, trace_shape
-    from dyn.core.bench.replay import replay as run_replay
-    from dyn.core.bench.report import BenchResult, print_summary, write_result
+    from dyn.core.bench.report import print_summary, writable, write_result
     from dyn.core.bench.trace import TraceError, default_block_size, read_trace
     from dyn.core.errors import ConfigError
+    from dyn.plugins.mocker.replay import ReplaySettings, bench_result, simulation_line
+    from dyn.plugins.mocker.replay import replay as run_replay
 
     if router_config.load_aware:  # as in dyn frontend: the preset implies the KV router
         router_mode = "kv"
     try:
+        if output:
+            writable("--output", output)
         rows = read_trace(offline, limit=num_requests)
         block_size = trace_block_size or default_block_size(rows, offline)
         settings = ReplaySettings(num_workers=num_workers, mocker=mocker_config,
@@ -82,22 +80,10 @@ def replay(
     except (TraceError, ConfigError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    config = {
-        "trace": offline, "num_workers": num_workers, "router_mode": router_mode,
-        "router": dataclasses.asdict(router_config) if router_mode == "kv" else None,
-        "mocker": msgspec.to_builtins(mocker_config), "speedup": speedup,
-        "trace_block_size": block_size, "vocab_size": vocab_size, "num_requests": num_requests, "seed": seed,
-        "simulation": result.stats(),
-    }
-    bench = BenchResult(kind="offline", workload=trace_shape(rows, block_size=block_size, speedup=speedup),
-                        config=config, summary=summarize(result.records), requests=result.records)
+    bench = bench_result(offline, rows, settings, result)
     console = Console()
     print_summary(bench, console)
-    console.print(
-        f"simulated {result.sim_s:.1f} s in {result.wall_s:.2f} s ({result.speed:.0f}x), "
-        f"{result.passes} passes; blocks prefilled {result.stored_blocks}, of which "
-        f"{result.duplicate_prefill_blocks} were cached on another worker; "
-        f"{result.router_queued} requests waited in the router queue")
+    console.print(simulation_line(result))
     if output:
         write_result(output, bench)
         console.print(f"results written to {output}")

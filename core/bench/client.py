@@ -24,6 +24,7 @@ import httpx
 import orjson
 
 from dyn.core.bench.metrics import RequestRecord
+from dyn.core.protocol.errors import error_message
 
 EXTRA_FIELDS = ["worker_id", "timing"]
 
@@ -137,9 +138,8 @@ async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], recor
             async with client.stream("POST", path, content=orjson.dumps(body), headers=headers,
                                      timeout=options.timeout_s) as response:
                 if response.status_code != 200:
-                    detail = (await response.aread()).decode(errors="replace")
                     return _failed(record, stream, clock, origin, f"http_{response.status_code}",
-                                   _message_of(detail))
+                                   error_message(await response.aread()))
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -210,12 +210,3 @@ def _failed(record: RequestRecord, stream: _Stream, clock: Any, origin: float, k
     record.error = kind
     record.detail = detail[:300]
     return Reply(record=record, text="".join(stream.text))
-
-
-def _message_of(body: str) -> str:
-    try:
-        parsed = orjson.loads(body)
-        error = parsed.get("error", parsed)
-        return str(error.get("message", error)) if isinstance(error, dict) else str(error)
-    except (orjson.JSONDecodeError, AttributeError):
-        return body

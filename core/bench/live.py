@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,7 +22,7 @@ from rich.table import Table
 
 from dyn.core.bench.client import ClientOptions
 from dyn.core.bench.metrics import RequestRecord, summarize
-from dyn.core.bench.report import BenchResult, print_summary, write_result
+from dyn.core.bench.report import BenchResult, print_summary, writable, write_result
 from dyn.core.bench.runner import LoadSettings, RunOutcome, run_load
 from dyn.core.bench.spec import WorkloadSpec
 from dyn.core.bench.trace import TraceError
@@ -79,13 +77,6 @@ def prepare(settings: BenchSettings) -> Workload:
 
         require_matplotlib()
     return workload
-
-
-def writable(flag: str, path: str) -> None:
-    """Refuse, before the run, an output path whose folder does not exist or cannot be written."""
-    folder = Path(path).expanduser().resolve().parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise ConfigError(f"{flag} {path}: cannot write into {folder}; choose an existing, writable folder")
 
 
 async def served_model(url: str, api_key: str | None) -> str:

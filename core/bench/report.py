@@ -9,6 +9,7 @@ with another schema with a sentence saying so.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dyn.core.bench.metrics import Distribution, RequestRecord, Summary
+from dyn.core.errors import ConfigError
 
 SCHEMA = "dyn-bench/1"
 
@@ -32,6 +34,13 @@ class BenchResult(msgspec.Struct, kw_only=True):
     config: dict[str, Any]
     summary: Summary
     requests: list[RequestRecord]
+
+
+def writable(flag: str, path: str) -> None:
+    """Refuse, before the run, an output path whose folder does not exist or cannot be written."""
+    folder = Path(path).expanduser().resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise ConfigError(f"{flag} {path}: cannot write into {folder}; choose an existing, writable folder")
 
 
 def write_result(path: str | Path, result: BenchResult) -> None:

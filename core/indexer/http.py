@@ -285,12 +285,12 @@ class IndexerHttpApp:
             body = await self._body(receive) if method == "POST" else b""
             status, payload, content_type = self._answer(endpoint, body)
         except HttpError as exc:
-            status, payload, content_type = exc.status, _error(exc.message), _JSON[1]
+            status, payload, content_type = exc.status, error_body(exc.message), _JSON[1]
         except Disconnected:
             return
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            status, payload, content_type = 500, _error("internal error; see the indexer log"), _JSON[1]
+            status, payload, content_type = 500, error_body("internal error; see the indexer log"), _JSON[1]
         if endpoint is not None:
             self.metrics.observe(endpoint, time.perf_counter() - started, status != 200)
         await send({"type": "http.response.start", "status": status,
@@ -355,5 +355,6 @@ class IndexerHttpApp:
                                  f"indexed here; this indexer serves {self.view.model_name!r}")
 
 
-def _error(message: str) -> bytes:
+def error_body(message: str) -> bytes:
+    """``{"error": message}`` as JSON: the views' error answer."""
     return msgspec.json.encode({"error": message})

@@ -21,6 +21,7 @@ import httpx
 import msgspec
 
 from dyn.core.inspect.snapshot import Dump, WorkerEntry
+from dyn.core.protocol.errors import error_message
 
 TIMEOUT_S = 30.0
 """For an answer (a large index's dump takes a while); connecting gets ``CONNECT_TIMEOUT_S``."""
@@ -83,7 +84,7 @@ class KvTarget:
                               "running?") from None
         if response.status_code != 200:
             raise TargetError(f"{method} {url} answered {response.status_code}: "
-                              f"{error_message(response)}")
+                              f"{error_message(response.content)}")
         return response
 
     @staticmethod
@@ -117,7 +118,7 @@ def open_target(url: str, *, timeout_s: float = TIMEOUT_S,
                 return KvTarget(base, client)
         # the last probe (under /kv) says most: a frontend or router without an index says why
         raise TargetError(f"{url} serves no KV index views: {base}/workers answered "
-                          f"{response.status_code} ({error_message(response)}). {TARGETS_HINT}")
+                          f"{response.status_code} ({error_message(response.content)}). {TARGETS_HINT}")
     except BaseException:
         client.close()
         raise
@@ -152,23 +153,6 @@ def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None,
             f"'dyn indexer --namespace {namespace}', pass the --namespace, --discovery-dir or "
             f"--model-name it runs with, or pass --url. {TARGETS_HINT}")
     return record.endpoints.metrics
-
-
-def error_message(response: httpx.Response) -> str:
-    """The sentence in an error answer (``{"error": "..."}``, OpenAI's ``{"error": {"message"}}``)
-    or its text."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
-        if isinstance(error, str):
-            return error
-    text = response.text.strip()
-    return text[:200] if text else "(empty answer)"
 
 
 def _is_list(response: httpx.Response) -> bool:

@@ -61,3 +61,20 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 def unavailable(message: str, retry_after_s: int = 1) -> ApiError:
     """503: nothing can serve the request now; the client should retry after ``retry_after_s``."""
     return ApiError(503, message, code="no_workers", headers={"retry-after": str(retry_after_s)})
+
+
+def error_message(body: bytes | str) -> str:
+    """The sentence in an error answer a client received: OpenAI's ``{"error": {"message"}}``,
+    dyn's views' ``{"error": "..."}``, else the text itself (cut to 300 characters)."""
+    try:
+        parsed = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    text = (body.decode(errors="replace") if isinstance(body, bytes) else body).strip()
+    return text[:300] if text else "(empty answer)"

@@ -37,7 +37,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import msgspec
 import zmq
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -46,6 +45,7 @@ from dyn.core.asgi import lifespan
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
+from dyn.core.indexer.http import error_body
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
@@ -339,25 +339,21 @@ class RouterHttpApp:
             if self.kv_views is not None:
                 await self.kv_views(scope, receive, send)
                 return
-            status, body, content_type = 404, _error(self.no_index()), b"application/json"
+            status, body, content_type = 404, error_body(self.no_index()), b"application/json"
         elif path == "/metrics":
             if method in ("GET", "HEAD"):
                 status, body = 200, generate_latest(self.service.registry)
                 content_type = CONTENT_TYPE_LATEST.encode()
             else:
-                status, body, content_type = 405, _error("/metrics accepts GET only"), b"application/json"
+                status, body, content_type = 405, error_body("/metrics accepts GET only"), b"application/json"
         else:
-            status, body, content_type = 404, _error(
+            status, body, content_type = 404, error_body(
                 f"no route for {method} {path}; a dyn router serves GET /metrics and the KV index "
                 "views under /kv/ (/kv/workers, /kv/query, /kv/dump, ...)"), b"application/json"
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", content_type),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-def _error(message: str) -> bytes:
-    return msgspec.json.encode({"error": message})
 
 
 async def _serve(service: RouterService, settings: RouterSettings,

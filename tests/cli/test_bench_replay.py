@@ -96,3 +96,8 @@ def test_mocker_flags_are_the_same_in_both_commands():
     # dyn worker mocker keeps its order: model flags, engine flags, then worker flags
     assert list(ours) == ["model_path", "model_name", *engine, "num_workers", "namespace",
                           "discovery_backend", "discovery_dir", "host"]
+
+
+def test_an_unwritable_output_is_refused_before_the_replay(trace, tmp_path):
+    result = runner.invoke(dyn_app, ["bench", "replay", "--offline", str(trace), "-o", str(tmp_path / "no" / "r.json")])
+    assert result.exit_code == 2 and "cannot write into" in result.output

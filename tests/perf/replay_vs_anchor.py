@@ -1,5 +1,5 @@
 """Offline replay, ours against Dynamo's: the same synthetic Mooncake-style trace through
-``dyn.core.bench.replay`` and the anchor's ``dynamo._core.run_mocker_trace_replay``.
+``dyn.plugins.mocker.replay`` and the anchor's ``dynamo._core.run_mocker_trace_replay``.
 
     /tmp/dynvenv/bin/python tests/perf/replay_vs_anchor.py --requests 2000 --duration 600 \
         --num-workers 4 --router-mode kv --router-mode round-robin
@@ -149,7 +149,7 @@ def metrics(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 
 def run_ours(trace: Path, args: argparse.Namespace, mode: str) -> tuple[dict[str, Any], list]:
-    from dyn.core.bench.replay import ReplaySettings, replay
+    from dyn.plugins.mocker.replay import ReplaySettings, replay
     from dyn.core.bench.trace import read_trace
     from dyn.plugins.mocker.config import MockerConfig
 

@@ -45,6 +45,7 @@ than the KV cache, empty) ``bad_request``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import heapq
 import random
@@ -54,9 +55,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from prometheus_client import CollectorRegistry
 
-from dyn.core.bench.metrics import RequestRecord
+from dyn.core.bench.metrics import RequestRecord, summarize
+from dyn.core.bench.report import BenchResult
 from dyn.core.bench.trace import MOONCAKE_BLOCK_SIZE, TokenSynth, TraceRow, theoretical_hit_rate
 from dyn.core.errors import ConfigError
 from dyn.core.kv.convert import BatchConverter, KvEventMetrics, TieredIndexers
@@ -170,6 +173,30 @@ def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
     finally:
         gc.set_threshold(*threshold)
     return done[0]
+
+
+def bench_result(trace: str, rows: Sequence[TraceRow], settings: ReplaySettings,
+                 result: ReplayResult) -> BenchResult:
+    """The ``--output`` of an offline replay: kind ``offline``, the trace's shape, the settings
+    (``simulation``: ``result.stats()``) and every request."""
+    config = {
+        "trace": trace, "num_workers": settings.num_workers, "router_mode": settings.router_mode,
+        "router": dataclasses.asdict(settings.router) if settings.router_mode == "kv" else None,
+        "mocker": msgspec.to_builtins(settings.mocker), "speedup": settings.speedup,
+        "trace_block_size": settings.trace_block_size, "vocab_size": settings.vocab_size,
+        "num_requests": settings.limit, "seed": settings.seed, "simulation": result.stats(),
+    }
+    shape = trace_shape(rows, block_size=settings.trace_block_size, speedup=settings.speedup)
+    return BenchResult(kind="offline", workload=shape, config=config,
+                       summary=summarize(result.records), requests=result.records)
+
+
+def simulation_line(result: ReplayResult) -> str:
+    """One sentence on the simulation itself: speed, passes, duplicated prefill, router queue."""
+    return (f"simulated {result.sim_s:.1f} s in {result.wall_s:.2f} s ({result.speed:.0f}x), "
+            f"{result.passes} passes; blocks prefilled {result.stored_blocks}, of which "
+            f"{result.duplicate_prefill_blocks} were cached on another worker; "
+            f"{result.router_queued} requests waited in the router queue")
 
 
 def trace_shape(rows: Sequence[TraceRow], *, block_size: int, speedup: float = 1.0) -> dict[str, Any]:

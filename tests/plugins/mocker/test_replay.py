@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyn.core.bench.metrics import summarize
-from dyn.core.bench.replay import ReplaySettings, replay, trace_shape
+from dyn.plugins.mocker.replay import ReplaySettings, replay, trace_shape
 from dyn.core.bench.trace import TokenSynth, TraceRow, draws
 from dyn.core.errors import ConfigError
 from dyn.core.router.config import KvRouterConfig
