@@ -1,22 +1,18 @@
 """The mocker engine's flags, shared by ``dyn worker mocker`` and ``dyn bench replay --offline``.
 
-``@mocker_flags`` puts every flag below in place of the command's ``mocker_config`` parameter
-(so ``--help`` keeps the command's own order) and hands the command one validated
-``MockerConfig`` instead of sixteen loose values. A bad value or combination exits with status 2
+``@mocker_flags`` (``dyn.cli.config_flags``) puts every flag below in place of the command's
+``mocker_config`` parameter and hands the command one validated ``MockerConfig`` instead of
+sixteen loose values. A bad value or combination exits with status 2
 and a sentence naming the flag. Worker-side flags (``--num-workers``, discovery, model) stay with
 each command.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from typing import Any
 
-import typer
-
 from dyn.cli import options
+from dyn.cli.config_flags import config_flags
 from dyn.cli.options import flag
 
 PANEL = options.ENGINE_PANEL
@@ -98,32 +94,6 @@ def mocker_config(values: dict[str, Any]) -> Any:
     ).validate()
 
 
-def mocker_flags(command: Callable[..., None]) -> Callable[..., None]:
-    """Put the mocker flags where ``command``'s ``mocker_config`` parameter is; the command
-    receives that parameter as a validated ``MockerConfig``."""
-    signature = inspect.signature(command)
-    params = list(signature.parameters.values())
-    names = [p.name for p in params]
-    if "mocker_config" not in names:
-        raise TypeError(f"{command.__name__} needs a mocker_config parameter for @mocker_flags")
-    at = names.index("mocker_config")
-    kind = inspect.Parameter.KEYWORD_ONLY if params[at].kind == inspect.Parameter.KEYWORD_ONLY \
-        else inspect.Parameter.POSITIONAL_OR_KEYWORD
-    added = [inspect.Parameter(name, kind, default=option, annotation=annotation)
-             for name, (annotation, option) in _FLAGS.items()]
-    own = params[:at] + params[at + 1:]
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        values = {name: kwargs.pop(name) for name in _FLAGS}
-        try:
-            kwargs["mocker_config"] = mocker_config(values)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
-        command(**kwargs)
-
-    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=params[:at] + added + params[at + 1:])
-    wrapper.__annotations__ = {**{p.name: p.annotation for p in own},
-                               **{p.name: p.annotation for p in added}}
-    return wrapper
+mocker_flags = config_flags("mocker_config", _FLAGS, mocker_config)
+"""Put the mocker flags where a command's ``mocker_config`` parameter is; the command receives
+that parameter as a validated ``MockerConfig``."""

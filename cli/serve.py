@@ -39,6 +39,7 @@ def serve(
     Prefixes their logs, waits until every worker is routable, prints the URL, and on Ctrl-C or SIGTERM stops them all.
 
     Other flags go to the child command(s) that define them: --router-mode, --speedup-ratio, --block-size, ...
+    With --engine vllm, a flag no child defines goes to the workers' engine.
     """
     from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, route_flags, run_stack
 
@@ -51,7 +52,7 @@ def serve(
     frontend_name, worker_name = "dyn frontend", f"dyn worker {engine}"
     specs = {frontend_name: option_specs(frontend_cmd), worker_name: option_specs(worker_cmd)}
     try:
-        routed = route_flags(ctx.args, specs)
+        routed = route_flags(ctx.args, specs, passthrough=worker_name if _passes_through(worker_cmd) else None)
     except FlagRoutingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -117,6 +118,11 @@ def resolved_option(command: Any, args: list[str], name: str) -> Any:
     if envvar and os.environ.get(envvar):
         return os.environ[envvar]
     return param.default if not callable(param.default) else param.default()
+
+
+def _passes_through(command: Any) -> bool:
+    """Whether ``command`` hands flags it does not declare to its engine (``dyn worker vllm``)."""
+    return bool(getattr(command, "context_settings", {}).get("ignore_unknown_options"))
 
 
 def _own_flags(values: dict[str, Any], specs: dict[str, int]) -> list[str]:

@@ -6,12 +6,17 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from dyn.cli import options, unbuilt
+from dyn.cli import options
 from dyn.cli.mocker_flags import mocker_flags
 from dyn.cli.options import flag
+from dyn.cli.vllm_flags import vllm_flags
 
 if TYPE_CHECKING:
+    from dyn.core.worker.settings import WorkerSettings
     from dyn.plugins.mocker.config import MockerConfig
+    from dyn.plugins.vllm.config import VllmConfig
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 app = typer.Typer(
     help="Run engine workers: each registers in discovery, serves the request plane and "
@@ -38,22 +43,55 @@ def mocker(
     chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
     priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
     sections. Needs no GPU."""
-    from dyn.core.engine import load_engine_plugin
-    from dyn.core.errors import ConfigError
+    _serve("mocker", mocker_config, _settings(namespace, discovery_backend, discovery_dir, host),
+           model_path=model_path, model_name=model_name, num_workers=num_workers)
+
+
+@app.command("vllm", context_settings=PASS_THROUGH)
+@vllm_flags
+def vllm(
+    ctx: typer.Context,
+    model_path: str = flag(..., "--model-path", "--model", panel=options.MODEL_PANEL,
+                           help="Model directory (or Hugging Face id vLLM can load) to serve."),
+    model_name: str = options.MODEL_NAME,
+    vllm_config: VllmConfig = None,  # the engine flags, see dyn.cli.vllm_flags
+    namespace: str = options.NAMESPACE,
+    discovery_backend: str = options.DISCOVERY_BACKEND,
+    discovery_dir: str = options.DISCOVERY_DIR,
+    host: str = options.HOST,
+) -> None:
+    """vLLM engine (needs the vllm extra): one AsyncLLM per worker process. Any other vLLM engine flag
+    is passed through as in vllm serve (--swap-space 4, --quantization fp8, ...). vLLM publishes
+    KV events itself; the worker advertises its endpoints in discovery."""
+    import msgspec
+
+    config = msgspec.structs.replace(vllm_config, extra_args=list(ctx.args))
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    _serve("vllm", config, _settings(namespace, discovery_backend, discovery_dir, host),
+           model_path=model_path, model_name=model_name)
+
+
+def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None,
+              host: str) -> WorkerSettings:
     from dyn.core.worker.settings import WorkerSettings
 
-    settings = WorkerSettings(namespace=namespace, discovery_backend=discovery_backend,
-                              discovery_dir=discovery_dir, host=host)
+    return WorkerSettings(namespace=namespace, discovery_backend=discovery_backend,
+                          discovery_dir=discovery_dir, host=host)
+
+
+def _serve(engine: str, config: object, settings: WorkerSettings, **kwargs: object) -> None:
+    """Run the ``engine`` plugin's workers; a bad setting exits 2, an engine that cannot start 1."""
+    from dyn.core.engine import EngineStartError, load_engine_plugin
+    from dyn.core.errors import ConfigError
 
     try:
-        load_engine_plugin("mocker").serve(mocker_config, settings, model_path=model_path,
-                                           model_name=model_name, num_workers=num_workers)
+        load_engine_plugin(engine).serve(config, settings, **kwargs)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-
-
-unbuilt.register(app, "vllm", "vLLM engine worker (needs the vllm extra).",
-                 "the vLLM worker arrives with the real-engines milestone (issue 7).")
-unbuilt.register(app, "sglang", "SGLang engine worker (needs the sglang extra).",
-                 "the SGLang worker arrives with the real-engines milestone (issue 7).")
+    except EngineStartError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None

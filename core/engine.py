@@ -37,6 +37,12 @@ class EngineError(RuntimeError):
         self.code = code
 
 
+class EngineStartError(RuntimeError):
+    """The engine could not start (not installed, no usable device, bad engine arguments, the
+    engine's own start-up failed). The message says what to fix; ``dyn worker`` prints it and
+    exits with status 1 instead of a traceback."""
+
+
 class EngineInfo(msgspec.Struct, kw_only=True):
     """What a worker registers in discovery about its engine."""
 
@@ -63,14 +69,15 @@ PRIORITY_ORDERS = ("lower_first", "higher_first")
 
 @runtime_checkable
 class Engine(Protocol):
-    """A backend that generates tokens. Implementations: dyn.plugins.mocker (vllm, sglang later)."""
+    """A backend that generates tokens. Implementations: dyn.plugins.mocker, .vllm, .sglang."""
 
     info: EngineInfo
 
     async def run(self, *, task_status: Any = ...) -> None:
         """Run the engine until cancelled; call ``task_status.started()`` once ``generate`` may
-        be called (the host starts it with ``await task_group.start(engine.run)``). Cancellation
-        stops it and releases its resources."""
+        be called (the host starts it with ``await task_group.start(engine.run)``), and fill
+        ``info`` before that (the host registers it). Cancellation stops it and releases its
+        resources. Raises ``EngineStartError`` when it cannot start."""
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
         """Stream output for one request: ``TokenChunk``s then one ``Finish``.

@@ -56,15 +56,19 @@ def split_flag(arg: str) -> tuple[str, str | None]:
     return arg, None
 
 
-def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]]) -> dict[str, list[str]]:
+def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]], *,
+                passthrough: str | None = None) -> dict[str, list[str]]:
     """Send every flag in ``args`` (with its values) to each command whose specs define it.
 
     ``commands`` maps a command's display name (``"dyn frontend"``) to its option specs: flag name
     (``"--router-mode"``, ``"--no-enable-prefix-caching"``) -> number of values it takes (0 for a
     boolean flag, ``True``/``False`` work too). ``--flag value``, ``--flag=value`` and value-less
     flags are understood. Returns ``{command: [args...]}`` (every command present, order kept).
-    Raises ``FlagRoutingError`` for a flag no command defines, a missing value, a value given to a
-    boolean flag, or a stray positional argument.
+    ``passthrough`` names a command that takes flags it does not declare (``dyn worker vllm``
+    passes them to vLLM): a flag no command defines goes there, with the next argument as its
+    value unless that one is a flag too (``--flag=value`` is never ambiguous).
+    Raises ``FlagRoutingError`` for a flag no command defines (without ``passthrough``), a missing
+    value, a value given to a boolean flag, or a stray positional argument.
     """
     routed: dict[str, list[str]] = {name: [] for name in commands}
     searched = " or ".join(commands) or "no command"
@@ -76,6 +80,12 @@ def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]]) 
                                    f"{searched}")
         name, inline = split_flag(arg)
         targets = [cmd for cmd, specs in commands.items() if name in specs]
+        if not targets and passthrough is not None:
+            takes_value = inline is None and i + 1 < len(args) and not _is_flag(args[i + 1])
+            chunk = [arg, args[i + 1]] if takes_value else [arg]
+            routed[passthrough].extend(chunk)
+            i += len(chunk)
+            continue
         if not targets:
             raise FlagRoutingError(f"no such flag {name}: dyn serve passes extra flags on to {searched}, "
                                    f"and none of them defines it (see their --help)")
@@ -94,6 +104,17 @@ def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]]) 
             routed[target].extend(chunk)
         i += len(chunk)
     return routed
+
+
+def _is_flag(arg: str) -> bool:
+    """``--x`` or ``-x`` is a flag; ``-1`` and ``-0.5`` are values."""
+    if not arg.startswith("-") or arg == "-":
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False
 
 
 def flag_value(args: Sequence[str], name: str) -> str | None:

@@ -12,7 +12,8 @@ On the wire (vLLM ``ZmqEventPublisher``; SGLang speaks the same):
 The encoder writes exactly that. The decoder (``decode_event_batch``) is tolerant the way Dynamo's
 is: it takes the tagged-array form or a map with a ``type`` key, SGLang's shorter ``BlockStored``
 (ending at ``lora_id``), missing trailing fields, and ignores unknown trailing fields. Engine block
-hashes may be signed 64-bit ints; they are reinterpreted as unsigned. Anything it cannot use
+hashes may be signed 64-bit ints (reinterpreted as unsigned) or vLLM's sha256 bytes (reduced to
+their low 64 bits, as vLLM's ``maybe_convert_block_hash`` does). Anything it cannot use
 raises ``KvEventDecodeError`` naming what is wrong; it never raises anything else for bad bytes.
 ``decode_known_events`` is the forward-compatible variant a subscriber uses: events of a type it
 does not know are dropped (and counted) instead of failing their whole batch.
@@ -143,6 +144,8 @@ _REMOVED_FIELDS = ("block_hashes", "medium")
 
 
 def _u64(value: Any, what: str) -> int:
+    if isinstance(value, bytes) and value:  # vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0
+        return int.from_bytes(value, "big") & _U64  # vLLM's own int form of a hash
     if isinstance(value, bool) or not isinstance(value, int):
         raise KvEventDecodeError(f"{what} must be an integer, got {type(value).__name__}")
     if value < -(1 << 63) or value > _U64:

@@ -6,8 +6,8 @@ It hands each batch, converted to ``IndexOp``s, to ``deliver`` exactly once and 
 order:
 
 - **catch-up**: before reading live messages it replays from seq 0 through the worker's
-  ``kv_replay`` ROUTER (``[b"", start_seq]`` on a DEALER; answers ``[b"", seq, payload]`` ... then
-  seq -1), so blocks stored before the router subscribed are known. Live messages that arrive
+  ``kv_replay`` ROUTER (``[b"", start_seq]`` on a DEALER; answers ``[b"", seq, payload]`` ...
+  then seq -1; vLLM 0.32 puts its topic before seq, ``[b"", topic, seq, payload]``), so blocks stored before the router subscribed are known. Live messages that arrive
   meanwhile wait in the SUB queue and are then deduplicated by seq.
 - ``seq == last + 1``: applied. ``seq <= last``: a duplicate, skipped.
 - ``seq > last + 1``: a gap. The missing batches are replayed from ``last + 1``, then the current
@@ -232,6 +232,8 @@ class KvEventSubscriber:
                     frames = await dealer.recv_multipart(copy=True)
                 if waited.cancelled_caught:
                     raise ReplayUnavailable(f"no replay answer within {self._replay_timeout:g} s")
+                if len(frames) == 4:  # vLLM's form, topic before seq
+                    frames = [frames[0], frames[2], frames[3]]
                 if len(frames) != 3 or frames[0] != b"":
                     self._metrics.count_rejected(RejectReason.BAD_FRAMES)
                     continue

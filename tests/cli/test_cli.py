@@ -8,7 +8,6 @@ from dyn.cli.options import env_name
 
 runner = CliRunner()
 SUBCOMMANDS = ["frontend", "router", "worker", "indexer", "bench", "inspect-kv"]
-UNBUILT = [["worker", "vllm"], ["worker", "sglang"]]
 
 
 def all_commands(cmd, path=("dyn",)):
@@ -29,14 +28,6 @@ def test_help_lists_every_subcommand():
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"dyn {dyn.core.__version__}"
-
-
-@pytest.mark.parametrize("argv", UNBUILT, ids=" ".join)
-def test_unbuilt_commands_say_so_in_one_line_and_exit_2(argv):
-    result = runner.invoke(app, [*argv, "--port", "1"])
-    assert result.exit_code == 2
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "is not built yet" in lines[0] and argv[-1] in lines[0]
 
 
 def test_every_flag_has_its_documented_environment_twin():

@@ -80,6 +80,15 @@ def test_unknown_flag_error_names_the_flag_and_the_commands_searched():
     assert "--warp-drive" in message and FRONTEND in message and WORKER in message
 
 
+def test_undeclared_flags_go_to_the_pass_through_command_with_their_values():
+    args = ["--swap-space", "4", "--trust-remote-code", "--router-mode", "kv", "--offset", "-1",
+            "--quantization=fp8", "--block-size", "32"]
+    routed = route_flags(args, SPECS, passthrough=WORKER)
+    assert routed[WORKER] == ["--swap-space", "4", "--trust-remote-code", "--offset", "-1",
+                              "--quantization=fp8", "--block-size", "32"]
+    assert routed[FRONTEND] == ["--router-mode", "kv"]
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--block-size"], "needs 1 value"),
     (["--pair", "a"], "needs 2 value"),

@@ -100,6 +100,8 @@ def mp_encode(v) -> bytes:
     if isinstance(v, str):
         raw = v.encode()
         return b"\xd9" + bytes([len(raw)]) + raw
+    if isinstance(v, bytes):
+        return b"\xc4" + bytes([len(v)]) + v
     if isinstance(v, list):
         return b"\xdc" + struct.pack(">H", len(v)) + b"".join(mp_encode(x) for x in v)
     if isinstance(v, dict):
@@ -174,6 +176,19 @@ def test_decodes_map_form_and_signed_hashes():
     (ev,) = batch.events
     assert ev.block_hashes == [2**64 - 1] and ev.parent_block_hash == 2**64 - 2
     assert batch.data_parallel_rank == 1
+
+
+def test_decodes_vllm_032_map_events_with_sha256_bytes_hashes():
+    """vLLM 0.32 sends ``KVCacheEvent``s as maps (tag=True, not array_like) with its new tail
+    fields; with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`` the hashes are sha256 bytes."""
+    digest = bytes(range(24, 56))  # 32 bytes
+    payload = mp_encode([3.0, [{
+        "type": "BlockStored", "block_hashes": [digest], "parent_block_hash": None,
+        "token_ids": [1, 2], "block_size": 2, "lora_id": None, "medium": "GPU", "lora_name": None,
+        "extra_keys": [None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}], 0])
+    (ev,) = decode_event_batch(payload).events
+    assert ev.block_hashes == [int.from_bytes(digest, "big") & (2**64 - 1)]
+    assert ev.token_ids == [1, 2] and ev.medium == "GPU"
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from dyn.core.kv.events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    REPLAY_END_SEQ,
     KvEventBatch,
     StorageTier,
     decode_known_events,
@@ -371,6 +372,36 @@ async def test_a_standalone_subscriber_is_started_once_its_catch_up_is_applied()
             subscriber.cancel()
             tg.cancel_scope.cancel()
     assert applied(registry, "ok", "stored") == 3
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_catch_up_reads_vllm_replay_answers_that_carry_the_topic():
+    """vLLM 0.32's ``ZmqEventPublisher._service_replay`` answers ``[id, b"", topic, seq, payload]``
+    per batch and ``[id, b"", b"", -1, b""]`` at the end."""
+    engine = FakeEngine(replay=False)
+    router = configure(sync_context().socket(zmq.ROUTER))
+    engine.record.endpoints.kv_replay = bind_random(router, "127.0.0.1")
+    payloads = [engine.publisher.replay_from(engine.publish([stored(k)], send=False))[0][1]
+                for k in range(3)]
+
+    def serve_one_replay() -> None:
+        client, _, start = router.recv_multipart()
+        for seq in range(int.from_bytes(start, "big"), len(payloads)):
+            router.send_multipart([client, b"", b"kv-events", seq.to_bytes(8, "big"), payloads[seq]])
+        router.send_multipart([client, b"", b"", REPLAY_END_SEQ, b""])
+
+    registry, metrics, device, indexers, _ = setup()
+    subscriber = KvEventSubscriber(engine.record, indexers.apply, metrics)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, serve_one_replay)
+            await tg.start(subscriber.run)
+            assert device.stored_hashes() == [1000, 1001, 1002] and subscriber.last_seq == 2
+            subscriber.cancel()
+            tg.cancel_scope.cancel()
+    assert rejected(registry, "bad_frames") == 0
+    router.close(linger=0)
     engine.close()
 
 

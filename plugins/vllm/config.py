@@ -1,0 +1,104 @@
+"""What ``dyn worker vllm`` passes to vLLM: its engine flags, in vLLM's own command-line form.
+
+Contract: ``VllmConfig`` holds the flags ``dyn worker vllm`` declares (``None``: vLLM's default,
+not passed) and ``extra_args``, any other vLLM engine flag, exactly as ``vllm serve`` takes it.
+``engine_argv`` turns both into one argument list that vLLM's own parser reads
+(``AsyncEngineArgs.add_cli_args``), so every flag means what it means in vLLM.
+
+KV events: unless the flags carry a ``--kv-events-config``, dyn enables vLLM's ZMQ publisher with
+``default_kv_events_config``: the PUB and the replay ROUTER on ``tcp://*:0``, which vLLM binds on
+``VLLM_HOST_IP`` (dyn sets it to the worker's ``--host``, loopback by default) at a free port and
+reports back through ``AsyncLLM.get_kv_event_sources()``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+
+SCHEDULING_POLICIES = ("fcfs", "priority")
+KV_EVENTS_TOPIC = "kv-events"
+
+
+class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
+    """The engine flags of ``dyn worker vllm``; ``None`` leaves vLLM's default."""
+
+    dtype: str | None = None
+    max_model_len: int | None = None
+    block_size: int | None = None
+    enable_prefix_caching: bool | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    tensor_parallel_size: int | None = None
+    scheduling_policy: str | None = None
+    enforce_eager: bool = False
+    seed: int | None = None
+    kv_events_config: str | None = None
+    """vLLM's ``--kv-events-config`` JSON; ``None``: ``default_kv_events_config()``."""
+    extra_args: list[str] = []
+    """Any other vLLM engine flag, passed through as given (``--swap-space 4``, ``--quantization fp8``)."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the flag when a value cannot work."""
+        positive = {"--max-model-len": self.max_model_len, "--block-size": self.block_size,
+                    "--max-num-seqs": self.max_num_seqs,
+                    "--max-num-batched-tokens": self.max_num_batched_tokens,
+                    "--tensor-parallel-size": self.tensor_parallel_size}
+        for name, value in positive.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.scheduling_policy is not None and self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"--scheduling-policy must be fcfs or priority, got {self.scheduling_policy!r}")
+        if self.kv_events_config is not None:
+            try:
+                parsed = json.loads(self.kv_events_config)
+            except ValueError as exc:
+                raise ValueError(f"--kv-events-config must be a JSON object: {exc}") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("--kv-events-config must be a JSON object such as "
+                                 '{"enable_kv_cache_events": true, "publisher": "zmq"}')
+        if "--kv-events-config" in self.extra_args or "--model" in self.extra_args:
+            raise ValueError("pass --kv-events-config and --model-path as dyn worker vllm's own flags")
+
+    def engine_argv(self, model_path: str) -> list[str]:
+        """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras."""
+        argv = ["--model", model_path]
+        values = {"--dtype": self.dtype, "--max-model-len": self.max_model_len,
+                  "--block-size": self.block_size,
+                  "--gpu-memory-utilization": self.gpu_memory_utilization,
+                  "--max-num-seqs": self.max_num_seqs,
+                  "--max-num-batched-tokens": self.max_num_batched_tokens,
+                  "--tensor-parallel-size": self.tensor_parallel_size,
+                  "--scheduling-policy": self.scheduling_policy, "--seed": self.seed}
+        for name, value in values.items():
+            if value is not None:
+                argv += [name, str(value)]
+        if self.enable_prefix_caching is not None:
+            argv.append("--enable-prefix-caching" if self.enable_prefix_caching
+                        else "--no-enable-prefix-caching")
+        if self.enforce_eager:
+            argv.append("--enforce-eager")
+        argv += ["--kv-events-config", self.kv_events_config or default_kv_events_config()]
+        return [*argv, *self.extra_args]
+
+
+def default_kv_events_config() -> str:
+    """vLLM's ``--kv-events-config`` dyn uses when none is given (see the module docstring)."""
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:0",
+                       "replay_endpoint": "tcp://*:0", "topic": KV_EVENTS_TOPIC})
+
+
+def advertised_endpoint(endpoint: str | None, host: str) -> str | None:
+    """The address peers connect to for an endpoint vLLM bound: a ``*`` host becomes ``host``.
+
+    ``None`` for no endpoint, or for a port vLLM chose without reporting it (``:0``).
+    """
+    if not endpoint:
+        return None
+    if endpoint.startswith("tcp://*:"):
+        endpoint = f"tcp://{host}:{endpoint.removeprefix('tcp://*:')}"
+    return None if endpoint.endswith(":0") else endpoint

