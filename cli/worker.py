@@ -9,11 +9,13 @@ import typer
 from dyn.cli import options
 from dyn.cli.mocker_flags import mocker_flags
 from dyn.cli.options import flag
+from dyn.cli.sglang_flags import sglang_flags
 from dyn.cli.vllm_flags import vllm_flags
 
 if TYPE_CHECKING:
     from dyn.core.worker.settings import WorkerSettings
     from dyn.plugins.mocker.config import MockerConfig
+    from dyn.plugins.sglang.config import SglangConfig
     from dyn.plugins.vllm.config import VllmConfig
 
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -72,6 +74,28 @@ def vllm(
         raise typer.BadParameter(str(exc)) from None
     _serve("vllm", config, _settings(namespace, discovery_backend, discovery_dir, host),
            model_path=model_path, model_name=model_name)
+
+
+@app.command("sglang", context_settings=PASS_THROUGH)
+@sglang_flags
+def sglang(
+    ctx: typer.Context,
+    model_path: str = flag(..., "--model-path", panel=options.MODEL_PANEL,
+                           help="Local Hugging Face model directory SGLang loads (the frontend "
+                                "tokenizes with the same one)."),
+    model_name: str = options.MODEL_NAME,
+    sglang_config: SglangConfig = None,  # the engine flags, see dyn.cli.sglang_flags
+    namespace: str = options.NAMESPACE,
+    discovery_backend: str = options.DISCOVERY_BACKEND,
+    discovery_dir: str = options.DISCOVERY_DIR,
+    host: str = options.HOST,
+) -> None:
+    """SGLang engine (needs the sglang extra): one sglang.Engine per worker process, with priority
+    scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
+    server flag is passed through as in python -m sglang.launch_server. Not yet run against a
+    live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures."""
+    _serve("sglang", sglang_config, _settings(namespace, discovery_backend, discovery_dir, host),
+           model_path=model_path, model_name=model_name, extra_args=list(ctx.args))
 
 
 def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None,

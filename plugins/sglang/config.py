@@ -1,0 +1,190 @@
+"""What ``dyn worker sglang`` passes to SGLang: its engine flags, as one SGLang ``ServerArgs``.
+
+Contract: ``SglangConfig`` holds the flags ``dyn worker sglang`` declares (``None`` / ``False``:
+SGLang's default, not passed) and ``extra_args``, any other SGLang server flag exactly as
+``python -m sglang.launch_server`` takes it. ``parse_server_args`` parses ``extra_args`` with
+SGLang's own parser (``ServerArgs.add_cli_args``) and lays dyn's flags over it; ``to_server_args``
+adds dyn's fixed settings and builds the record with ``ServerArgs.from_cli_args``, so every flag
+means what it means in SGLang. A flag given both ways, an SGLang argument dyn owns, or one SGLang's parser refuses raises
+``EngineStartError`` with a sentence (parsing needs SGLang, so it happens when the engine starts).
+
+dyn's fixed settings: ``skip_tokenizer_init`` (the frontend tokenizes), ``incremental_streaming_output``
+(each streamed chunk carries only its new token ids, as Dynamo's SGLang worker enforces) and the
+``--kv-events-config`` that ``dyn.plugins.sglang.kv_events`` builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from dyn.core.engine import EngineStartError
+
+RADIX_EVICTION_POLICIES = ("lru", "priority")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+OWNED_BY_DYN = {
+    "model_path": "give the model with dyn's own --model-path",
+    "kv_events_config": "give it with dyn's own --kv-events-config flag",
+}
+"""SGLang arguments dyn sets itself; passing them in ``extra_args`` is refused with this advice."""
+
+
+class SglangConfig(msgspec.Struct, kw_only=True, frozen=True):
+    """The engine flags of ``dyn worker sglang``; ``None`` / ``False`` leave SGLang's default.
+
+    Field names are SGLang's ``ServerArgs`` field names, except ``kv_events_endpoint`` (dyn's:
+    where the KV-event publisher binds when dyn builds the ``--kv-events-config``).
+    """
+
+    tp_size: int | None = None
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
+    max_prefill_tokens: int | None = None
+    """Also what the worker registers as ``max_num_batched_tokens``; unset, SGLang's whole KV pool
+    (``max_total_num_tokens``) is registered instead, as Dynamo does (see ``engine``)."""
+    chunked_prefill_size: int | None = None
+    page_size: int | None = None
+    context_length: int | None = None
+    dtype: str | None = None
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    radix_eviction_policy: str | None = None
+    enable_streaming_session: bool = False
+    disable_radix_cache: bool = False
+    kv_events_config: str | None = None
+    """SGLang's ``--kv-events-config`` JSON, passed as given; ``None``: dyn builds one."""
+    kv_events_endpoint: str | None = None
+    """``tcp://HOST:PORT`` the publisher binds when dyn builds the config (default: a free port on
+    the worker's ``--host``)."""
+    extra_args: list[str] = []
+    """Any other SGLang server flag, passed through as given (``--quantization fp8``)."""
+
+    def validate(self) -> SglangConfig:
+        """Raise ``ValueError`` with a sentence naming the flag; return self when fine."""
+        positive = {"--tp-size": self.tp_size, "--max-running-requests": self.max_running_requests,
+                    "--max-prefill-tokens": self.max_prefill_tokens, "--page-size": self.page_size,
+                    "--context-length": self.context_length}
+        for name, value in positive.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.chunked_prefill_size is not None and (
+                self.chunked_prefill_size < 1 and self.chunked_prefill_size != -1):
+            raise ValueError("--chunked-prefill-size must be a positive number of tokens, or -1 to "
+                             f"disable chunked prefill, got {self.chunked_prefill_size}")
+        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static <= 1:
+            raise ValueError(f"--mem-fraction-static must be in (0, 1], got {self.mem_fraction_static}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.radix_eviction_policy is not None and self.radix_eviction_policy not in RADIX_EVICTION_POLICIES:
+            raise ValueError(f"--radix-eviction-policy must be lru or priority, got {self.radix_eviction_policy!r}")
+        if self.kv_events_config is not None:
+            if self.kv_events_endpoint is not None:
+                raise ValueError("--kv-events-endpoint only applies to the KV-events config dyn builds; "
+                                 "put the endpoint in your --kv-events-config instead")
+            parse_kv_events_config(self.kv_events_config)
+        if self.kv_events_endpoint is not None:
+            parse_tcp_endpoint(self.kv_events_endpoint, "--kv-events-endpoint")
+        return self
+
+    def engine_fields(self) -> dict[str, Any]:
+        """The ``ServerArgs`` fields these flags set (only those given)."""
+        fields: dict[str, Any] = {}
+        for name in ("tp_size", "mem_fraction_static", "max_running_requests", "max_prefill_tokens",
+                     "chunked_prefill_size", "page_size", "context_length", "dtype",
+                     "radix_eviction_policy", "kv_events_config"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = value
+        for name in ("enable_priority_scheduling", "schedule_low_priority_values_first",
+                     "enable_streaming_session", "disable_radix_cache"):
+            if getattr(self, name):
+                fields[name] = True
+        return fields
+
+
+def parse_kv_events_config(text: str) -> dict[str, Any]:
+    """Decode a ``--kv-events-config`` JSON object; ``ValueError`` says what is wrong."""
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--kv-events-config must be a JSON object: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError("--kv-events-config must be a JSON object, e.g. "
+                         '{"publisher": "zmq", "endpoint": "tcp://*:5557"}')
+    return parsed
+
+
+def parse_tcp_endpoint(endpoint: str, what: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` -> ``(HOST, PORT)`` (IPv6 hosts in brackets); ``ValueError`` otherwise."""
+    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if not endpoint.startswith("tcp://") or not sep or not host or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise ValueError(f"{what} must look like tcp://HOST:PORT, got {endpoint!r}")
+    return host.strip("[]"), int(port)
+
+
+class _ArgumentError(Exception):
+    """SGLang's parser refused an argument (argparse would have exited)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _ArgumentError(message)
+
+
+def parse_server_args(server_args_cls: Any, config: SglangConfig,
+                      model_path: str) -> tuple[argparse.Namespace, set[str]]:
+    """Parse ``extra_args`` with SGLang's own parser (``server_args_cls.add_cli_args``) and lay
+    dyn's flags over them.
+
+    Returns ``(namespace, given)``: ``given`` names the fields the user set, by a dyn flag or in
+    ``extra_args``. Raises ``EngineStartError`` with a sentence for a bad argument, one dyn owns,
+    or one given both ways.
+    """
+    parser = _Parser(prog="dyn worker sglang ... --", add_help=False)
+    server_args_cls.add_cli_args(parser)
+    base = ["--model-path", model_path]
+    try:
+        namespace = parser.parse_args([*base, *config.extra_args])
+        defaults = vars(parser.parse_args(base))
+    except _ArgumentError as exc:
+        raise EngineStartError(f"SGLang refused the arguments passed through to it: {exc}") from None
+    except SystemExit:
+        raise EngineStartError("SGLang's parser exited on the arguments passed through to it; pass "
+                               "SGLang server flags only (see python -m sglang.launch_server --help)") from None
+    passed = {name for name, value in vars(namespace).items() if defaults.get(name, value) != value}
+    for name in sorted(passed & OWNED_BY_DYN.keys()):
+        raise EngineStartError(f"--{name.replace('_', '-')} is among the arguments passed through to "
+                               f"SGLang: {OWNED_BY_DYN[name]}")
+    ours = config.engine_fields()
+    for name in sorted(passed & ours.keys()):
+        raise EngineStartError(f"--{name.replace('_', '-')} is given both as a dyn flag and among the "
+                               "arguments passed through to SGLang; give it once")
+    for name, value in ours.items():
+        setattr(namespace, name, value)
+    return namespace, passed | ours.keys()
+
+
+def to_server_args(server_args_cls: Any, namespace: argparse.Namespace, fixed: dict[str, Any]) -> Any:
+    """``server_args_cls.from_cli_args`` of ``namespace`` with ``fixed`` (dyn's own settings) set.
+
+    Raises ``EngineStartError`` when SGLang refuses the combination.
+    """
+    for name, value in fixed.items():
+        setattr(namespace, name, value)
+    try:
+        return server_args_cls.from_cli_args(namespace)
+    except (ValueError, TypeError) as exc:
+        raise EngineStartError(f"SGLang refused its arguments: {exc}") from None
+
+
+def merge_extra_args(config: SglangConfig, extra_args: Sequence[str]) -> SglangConfig:
+    """``config`` with ``extra_args`` appended to its own."""
+    if not extra_args:
+        return config
+    return msgspec.structs.replace(config, extra_args=[*config.extra_args, *extra_args])

@@ -1,0 +1,403 @@
+"""A fake ``sglang`` package for the SGLang plugin's tests: it records every call and streams the
+way SGLang does. ``install(monkeypatch)`` puts it in ``sys.modules`` as ``sglang`` and returns
+the ``Control`` that scripts it and holds the recorded calls.
+
+The parameter lists are copied from SGLang 0.5.23 (the PyPI wheel), these files:
+
+- ``python/sglang/srt/entrypoints/engine.py``: ``Engine.__init__(self, **kwargs)`` (``server_args=``
+  or ``ServerArgs`` fields), ``Engine.async_generate(...)`` (below, in full), ``Engine.shutdown(self)``,
+  ``Engine._scheduler_init_result.scheduler_infos`` (``SchedulerInitResult``).
+- ``python/sglang/srt/server_args.py``: ``ServerArgs.add_cli_args(parser)`` (staticmethod),
+  ``ServerArgs.from_cli_args(cls, args)`` (classmethod), ``ServerArgs.resolved_dict(self)``; the
+  field defaults of the fields used here (``srt/arg_groups/fields/*.py``).
+- ``python/sglang/srt/managers/tokenizer_manager.py``: ``generate_request(self, obj, request=None)``
+  with ``_handle_batch_output`` / ``_wait_one_response`` / ``_handle_abort_req``'s output dicts,
+  ``abort_request(self, rid: str = "", abort_all: bool = False)``, ``context_len``.
+- ``python/sglang/srt/managers/tokenizer_control_mixin.py``: ``open_session(self, obj, request=None)``,
+  ``close_session(self, obj, request=None)``, ``get_loads(self, include=None, dp_rank=None)``.
+- ``python/sglang/srt/managers/io_struct.py``: ``OpenSessionReqInput``, ``CloseSessionReqInput``.
+- ``python/sglang/srt/disaggregation/kv_events.py``: ``KVEventsConfig`` (a pydantic model; only
+  ``model_fields`` is used).
+- ``python/sglang/srt/session/session_controller.py``: streaming-session appends and refusals.
+
+The model is a script: ``Control.script(context) -> token ids`` it would generate; the fake then
+applies SGLang's stop rules (``Req._check_token_based_finish``: ``ignore_eos`` disables stop ids
+too; the matched token stays in ``output_ids``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+import types
+import uuid
+from collections.abc import Callable
+from typing import Any, Dict, List, Optional, Union
+
+import anyio
+
+EOS = 2
+
+
+class Control:
+    """Scripts the fake and records what the plugin called."""
+
+    def __init__(self) -> None:
+        self.engines: list[Engine] = []
+        self.script: Callable[[list[int]], list[int]] = lambda context: list(range(100, 108))
+        self.fail_start: str | None = None
+        self.start_s = 0.0
+        """How long ``Engine()`` blocks (loading the model)."""
+        self.max_total_num_tokens = 4096
+        self.cached_tokens = 0
+        self.resolved_overrides: dict[str, Any] = {}
+        """Resolved values that differ from the record (an SGLang that ignores a flag)."""
+        self.hold: anyio.Event | None = None
+        """While set and not fired, every request waits once it has ``hold_after`` tokens."""
+        self.hold_after = 0
+        self.ignore_aborts = False
+        self.tokens_per_chunk = 1
+        self.has_get_loads = True
+        self.module = sys.modules[__name__]
+
+    @property
+    def engine(self) -> Engine:
+        (engine,) = self.engines
+        return engine
+
+
+CONTROL = Control()
+
+
+# --------------------------------------------------------------------------- server_args.py
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    model_path: str
+    tp_size: int = 1
+    dp_size: int = 1
+    mem_fraction_static: Optional[float] = None
+    max_running_requests: Optional[int] = None
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: Optional[int] = None
+    page_size: Optional[int] = None
+    context_length: Optional[int] = None
+    dtype: str = "auto"
+    quantization: Optional[str] = None
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    radix_eviction_policy: str = "lru"
+    enable_streaming_session: bool = False
+    disable_radix_cache: bool = False
+    kv_events_config: Optional[str] = None
+    skip_tokenizer_init: bool = False
+    incremental_streaming_output: bool = False
+    enable_metrics: bool = False
+    log_level: str = "info"
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser):
+        choices = {"dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
+                   "radix_eviction_policy": ["lru", "lfu", "slru", "priority", "tlru"]}
+        aliases = {"model_path": ["--model"], "tp_size": ["--tensor-parallel-size"],
+                   "dp_size": ["--data-parallel-size"]}
+        for field in dataclasses.fields(ServerArgs):
+            names = [f"--{field.name.replace('_', '-')}", *aliases.get(field.name, [])]
+            if field.type == "bool":
+                parser.add_argument(*names, dest=field.name, action="store_true")
+                continue
+            kind = {"int": int, "Optional[int]": int, "Optional[float]": float}.get(field.type, str)
+            default = None if field.default is dataclasses.MISSING else field.default
+            parser.add_argument(*names, dest=field.name, type=kind, default=default,
+                                choices=choices.get(field.name),
+                                required=field.default is dataclasses.MISSING)
+        parser.add_argument("--config", type=str)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace):
+        attrs = [attr.name for attr in dataclasses.fields(cls) if hasattr(args, attr.name)]
+        return cls(**{attr: getattr(args, attr) for attr in attrs})
+
+    def resolved_dict(self) -> dict[str, Any]:
+        resolved = dataclasses.asdict(self)
+        resolved["page_size"] = self.page_size or 1
+        resolved["context_length"] = self.context_length or 4096
+        resolved["mem_fraction_static"] = self.mem_fraction_static or 0.88
+        resolved["chunked_prefill_size"] = self.chunked_prefill_size or 8192
+        resolved.update(CONTROL.resolved_overrides)
+        return resolved
+
+
+# --------------------------------------------------------------------------- io_struct.py
+
+
+@dataclasses.dataclass(kw_only=True)
+class OpenSessionReqInput:
+    capacity_of_str_len: int
+    session_id: Optional[str] = None
+    streaming: Optional[bool] = None
+    timeout: Optional[float] = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class CloseSessionReqInput:
+    session_id: str
+
+
+@dataclasses.dataclass
+class LoadSnapshot:
+    timestamp: float = 0.0
+    dp_rank: int = 0
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    num_used_tokens: int = 0
+    max_total_num_tokens: int = 0
+    token_usage: float = 0.0
+
+
+class KVEventsConfig:
+    """Only what the plugin reads: which fields the pydantic model has (``install`` sets 0.5.23's
+    ``bind``; a test drops it to play an older SGLang)."""
+
+    model_fields: dict[str, Any] = {}
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+@dataclasses.dataclass
+class _Session:
+    timeout: float | None
+    history: list[int] = dataclasses.field(default_factory=list)
+    inflight: bool = False
+
+
+@dataclasses.dataclass
+class _ReqState:
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    aborted: bool = False
+
+
+@dataclasses.dataclass
+class SchedulerInitResult:
+    scheduler_infos: List[Dict[str, Any]]
+
+
+class TokenizerManager:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.server_args = engine.server_args
+        self.context_len = engine.server_args.resolved_dict()["context_length"]
+        self.rid_to_state: dict[str, _ReqState] = {}
+        self.sessions: dict[str, _Session] = {}
+        self.aborts: list[str] = []
+        self.session_calls: list[tuple[str, Any]] = []
+        self.released: list[str] = []
+        if CONTROL.has_get_loads:
+            self.get_loads = self._get_loads
+
+    def abort_request(self, rid: str = "", abort_all: bool = False):
+        self.aborts.append(rid)
+        state = self.rid_to_state.get(rid)
+        if state is not None and not CONTROL.ignore_aborts:
+            state.aborted = True
+
+    async def open_session(self, obj: OpenSessionReqInput, request=None):
+        self.session_calls.append(("open", obj))
+        if obj.streaming and not self.server_args.enable_streaming_session:
+            raise ValueError("Streaming sessions are disabled. Please relaunch with --enable-streaming-session.")
+        if obj.session_id in self.sessions:
+            return None
+        self.sessions[obj.session_id] = _Session(obj.timeout)
+        return obj.session_id
+
+    async def close_session(self, obj: CloseSessionReqInput, request=None):
+        self.session_calls.append(("close", obj))
+        self.sessions.pop(obj.session_id, None)
+
+    async def _get_loads(self, include: Optional[List[str]] = None, dp_rank: Optional[int] = None):
+        running = len(self.rid_to_state)
+        used = sum(len(s.output_ids) for s in self.rid_to_state.values()) + 10 * running
+        return [LoadSnapshot(dp_rank=0, num_running_reqs=running, num_waiting_reqs=0,
+                             num_used_tokens=used, max_total_num_tokens=CONTROL.max_total_num_tokens,
+                             token_usage=used / CONTROL.max_total_num_tokens)]
+
+    async def generate_request(self, call: dict[str, Any]):
+        """``TokenizerManager.generate_request`` for one streamed ``input_ids`` request."""
+        rid = call["rid"] or uuid.uuid4().hex
+        session_params = call["session_params"]
+        input_ids = list(call["input_ids"] or [])
+        if not input_ids and not (session_params and session_params.get("id")):
+            raise ValueError("input_ids cannot be empty.")
+        if call["session_id"] is not None and session_params is not None:
+            raise ValueError("session_id and session_params cannot both be set.")
+        incremental = self.server_args.resolved_dict()["incremental_streaming_output"]
+        sampling = dict(call["sampling_params"] or {})
+        state = self.rid_to_state[rid] = _ReqState()
+        session = None
+        context = input_ids
+        try:
+            if session_params is not None:
+                session = self.sessions.get(session_params["id"])
+                message = None
+                if session is None:
+                    message = f"Invalid request: session id {session_params['id']} does not exist"
+                elif session.inflight:
+                    message = "Streaming session already has an active request."
+                if message is not None:
+                    session = None
+                    yield {"output_ids": [], "meta_info": {
+                        "id": rid, "finish_reason": {"type": "abort", "message": message},
+                        "prompt_tokens": len(input_ids), "completion_tokens": 0, "cached_tokens": 0}}
+                    return
+                session.inflight = True
+                context = session.history + input_ids
+            cached = len(session.history) if session is not None else CONTROL.cached_tokens
+            output, finish = _generate(CONTROL.script(list(context)), sampling)
+            sent = 0
+            while True:
+                while (CONTROL.hold is not None and not CONTROL.hold.is_set() and not state.aborted
+                       and len(state.output_ids) >= CONTROL.hold_after):
+                    await anyio.sleep(0.005)
+                await anyio.sleep(0)
+                if state.aborted:
+                    ids = state.output_ids
+                    yield {"output_ids": ids[-1:] if incremental else ids, "meta_info": {
+                        "id": rid, "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+                        "completion_tokens": len(ids), "e2e_latency": 0.0}}
+                    return
+                step = output[sent:sent + CONTROL.tokens_per_chunk]
+                sent += len(step)
+                state.output_ids.extend(step)
+                done = sent >= len(output)
+                meta = {"id": rid, "finish_reason": finish if done else None,
+                        "prompt_tokens": len(context), "completion_tokens": len(state.output_ids),
+                        "cached_tokens": cached}
+                ids = step if incremental else (list(state.output_ids) if done else state.output_ids)
+                if done:
+                    if session is not None:
+                        session.history = context + state.output_ids
+                    yield {"output_ids": ids, "meta_info": meta}
+                    return
+                yield {"output_ids": ids, "meta_info": meta}
+        except BaseException:
+            self.released.append(rid)  # _release_req_states_on_failure
+            raise
+        finally:
+            if session is not None:
+                session.inflight = False
+            self.rid_to_state.pop(rid, None)
+
+
+def _generate(wishes: list[int], sampling: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+    """SGLang's stop rules over the script's tokens: the output (stop token kept) and finish_reason."""
+    limit = sampling.get("max_new_tokens", 128)
+    ignore_eos = sampling.get("ignore_eos", False)
+    stops = set(sampling.get("stop_token_ids") or ()) | {EOS}
+    min_new = sampling.get("min_new_tokens", 0)
+    output: list[int] = []
+    for token in wishes:
+        if limit is not None and len(output) >= limit:
+            return output, {"type": "length", "length": limit}
+        output.append(token)
+        if not ignore_eos and len(output) > min_new and token in stops:
+            return output, {"type": "stop", "matched": token}
+    return output, {"type": "length", "length": len(output)}
+
+
+class Engine:
+    """``sglang.Engine``: builds from ``server_args=`` or ``ServerArgs`` fields, records calls."""
+
+    def __init__(self, **kwargs):
+        if "server_args" in kwargs:
+            server_args = kwargs["server_args"]
+        else:
+            if "log_level" not in kwargs:
+                kwargs["log_level"] = "error"
+            server_args = ServerArgs(**kwargs)
+        self.server_args = server_args
+        time.sleep(CONTROL.start_s)
+        if CONTROL.fail_start:
+            raise RuntimeError(CONTROL.fail_start)
+        self.tokenizer_manager = TokenizerManager(self)
+        self._scheduler_init_result = SchedulerInitResult(scheduler_infos=[{
+            "status": "ready", "max_total_num_tokens": CONTROL.max_total_num_tokens,
+            "max_req_input_len": CONTROL.max_total_num_tokens - 1, "startup_time": 0.0}])
+        self.generate_calls: list[dict[str, Any]] = []
+        self.shutdowns = 0
+        CONTROL.engines.append(self)
+
+    async def async_generate(
+        self,
+        prompt: Optional[Union[List[str], str]] = None,
+        sampling_params: Optional[Union[List[Dict], Dict]] = None,
+        input_ids: Optional[Union[List[List[int]], List[int]]] = None,
+        image_data: Any = None,
+        audio_data: Any = None,
+        video_data: Any = None,
+        mm_hashes: Optional[Union[List[str], List[List[str]]]] = None,
+        mm_content_hashes: Optional[Union[List[Optional[str]], List[List[Optional[str]]]]] = None,
+        return_logprob: Optional[Union[List[bool], bool]] = False,
+        logprob_start_len: Optional[Union[List[int], int]] = None,
+        top_logprobs_num: Optional[Union[List[int], int]] = None,
+        token_ids_logprob: Optional[Union[List[List[int]], List[int]]] = None,
+        lora_path: Optional[List[Optional[str]]] = None,
+        custom_logit_processor: Optional[Union[List[str], str]] = None,
+        require_reasoning: bool = False,
+        return_hidden_states: Any = False,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
+        stream: bool = False,
+        bootstrap_host: Optional[Union[List[str], str]] = None,
+        bootstrap_port: Optional[Union[List[int], int]] = None,
+        bootstrap_room: Optional[Union[List[int], int]] = None,
+        routed_dp_rank: Optional[int] = None,
+        disagg_prefill_dp_rank: Optional[int] = None,
+        kv_hints: Optional[Dict] = None,
+        data_parallel_rank: Optional[int] = None,
+        external_trace_header: Optional[Dict] = None,
+        rid: Optional[Union[List[str], str]] = None,
+        session_params: Optional[Dict] = None,
+        priority: Optional[int] = None,
+        session_id: Optional[str] = None,
+        *,
+        cache_salt: Optional[Union[List[str], str]] = None,
+    ):
+        call = dict(locals())
+        del call["self"]
+        self.generate_calls.append(call)
+        generator = self.tokenizer_manager.generate_request(call)
+        if stream is True:
+            return generator
+        return await generator.__anext__()
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+# --------------------------------------------------------------------------- installing
+
+
+def install(monkeypatch) -> Control:
+    """Put the fake in ``sys.modules`` as ``sglang`` (undone by ``monkeypatch``); a fresh Control."""
+    global CONTROL
+    CONTROL = Control()
+    KVEventsConfig.model_fields = {"publisher": None, "endpoint": None, "bind": None}
+    modules = {
+        "sglang": {"Engine": Engine},
+        "sglang.srt": {},
+        "sglang.srt.server_args": {"ServerArgs": ServerArgs},
+        "sglang.srt.managers": {},
+        "sglang.srt.managers.io_struct": {"OpenSessionReqInput": OpenSessionReqInput,
+                                          "CloseSessionReqInput": CloseSessionReqInput},
+        "sglang.srt.disaggregation": {},
+        "sglang.srt.disaggregation.kv_events": {"KVEventsConfig": KVEventsConfig},
+    }
+    for name, attrs in modules.items():
+        module = types.ModuleType(name)
+        module.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, module)
+    return CONTROL
