@@ -59,8 +59,8 @@ _FLAGS: dict[str, tuple[Any, Any]] = {
              "(the worker then advertises lower_first).")),
     "radix_eviction_policy": (str, flag(
         "lru", "--radix-eviction-policy", panel=PANEL,
-        help="SGLang flavour: lru, or priority (evict the least important cached "
-             "block first, ties least recently used).")),
+        help="SGLang flavour: lru, or priority (evict the blocks of the smallest priority "
+             "values first, as SGLang does in either scheduling order; ties least recently used).")),
     "enable_streaming_session": (bool, flag(
         False, "--enable-streaming-session", panel=PANEL,
         help="SGLang flavour: offer streaming sessions that hold a conversation's "

@@ -10,9 +10,11 @@
   ``sys.maxsize`` with low-values-first). The preemption victim stays ``--preemption-mode``'s
   (SGLang's retraction does not look at priority).
 - **Importance** (``--radix-eviction-policy priority``): the number a cached block keeps, larger
-  meaning kept longer: the priority itself, negated under low-values-first. A missing priority
-  counts as 0 (SGLang's radix insert turns ``None`` into 0) unless priority scheduling is on, where
-  it is the least important (SGLang has assigned the default before the insert).
+  meaning kept longer: the raw priority, whatever the scheduling order (SGLang 0.5.23's
+  ``PriorityStrategy`` evicts smaller values first even with low-values-first, so there the
+  blocks of the most urgent requests go first). A missing priority counts as 0 (SGLang's radix
+  insert turns ``None`` into 0) unless priority scheduling is on, where it is the default SGLang
+  assigned before the insert: the smallest value, or the largest with low-values-first.
 
 Without priority scheduling the priority is ignored for ordering (plain FCFS).
 """
@@ -54,9 +56,9 @@ def importance(config: MockerConfig) -> Callable[[int | None], float] | None:
     """Priority -> cache-block importance for priority eviction, or None when eviction is LRU."""
     if not config.is_sglang or config.radix_eviction_policy != "priority":
         return None
-    missing = LEAST_IMPORTANT if config.enable_priority_scheduling else 0
-    if config.schedule_low_priority_values_first:
-        return lambda p: missing if p is None else -p
+    missing: float = 0
+    if config.enable_priority_scheduling:
+        missing = -LEAST_IMPORTANT if config.schedule_low_priority_values_first else LEAST_IMPORTANT
     return lambda p: missing if p is None else p
 
 

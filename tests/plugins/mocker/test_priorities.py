@@ -4,7 +4,7 @@ import pytest
 
 from dyn.core.messages import StopConditions
 from dyn.plugins.mocker.config import MockerConfig
-from dyn.plugins.mocker.priorities import priority_order
+from dyn.plugins.mocker.priorities import importance, priority_order
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
 
 MODEL = SimModel(vocab_size=1000, context_length=4096)
@@ -85,3 +85,21 @@ def test_preempted_request_requeues_by_priority():
 ])
 def test_priority_order_follows_the_flavour(cfg, order):
     assert priority_order(MockerConfig(**cfg).validate()) == order
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({}, {None: 0, 5: 5, -5: -5}),
+    ({"enable_priority_scheduling": True}, {None: float("-inf"), 5: 5}),
+    # SGLang's PriorityStrategy evicts smaller raw values first even with low-values-first
+    ({"schedule_low_priority_values_first": True}, {None: 0, 5: 5, -5: -5}),
+    ({"enable_priority_scheduling": True, "schedule_low_priority_values_first": True},
+     {None: float("inf"), 5: 5}),
+])
+def test_eviction_importance_is_sglangs_raw_priority(flags, expected):
+    key = importance(MockerConfig(engine_type="sglang", radix_eviction_policy="priority", **flags))
+    assert {p: key(p) for p in expected} == expected
+
+
+def test_no_importance_without_priority_eviction():
+    assert importance(MockerConfig(engine_type="sglang")) is None
+    assert importance(MockerConfig(radix_eviction_policy="priority")) is None
