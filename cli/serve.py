@@ -26,8 +26,9 @@ def serve(
                           help="Address the frontend's HTTP server binds to."),
     http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=SERVE_PANEL,
                           help="Port of the frontend's HTTP server (0: pick a free one)."),
-    startup_timeout: float = flag(60.0, "--startup-timeout", min=0.0, panel=SERVE_PANEL,
-                                  help="Seconds to wait for the frontend and every worker to be routable."),
+    startup_timeout: float = flag(None, "--startup-timeout", min=0.0, panel=SERVE_PANEL,
+                                  help="Seconds to wait for the frontend and every worker to be routable "
+                                       "(default: 60 for the mocker, 900 for real engines, which load weights)."),
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
@@ -79,7 +80,8 @@ def serve(
             frontend=ChildSpec("frontend", [*base, "frontend", *frontend_args]),
             workers=[ChildSpec(f"worker-{i}", [*base, "worker", engine, *worker_args]) for i in range(workers)],
             instances_per_worker=per_process,
-            startup_timeout_s=startup_timeout,
+            startup_timeout_s=startup_timeout if startup_timeout is not None
+            else (60.0 if engine == "mocker" else 900.0),
             summary=summary,
             env=_log_env(ctx),
         )

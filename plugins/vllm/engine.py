@@ -81,6 +81,7 @@ class VllmEngine:
         self.load = EngineLoad()
         self._llm: Any = None
         self._live: set[str] = set()
+        self._aborted: set[str] = set()
         self._priority = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -173,6 +174,10 @@ class VllmEngine:
                                    priority=priority)
             async with aclosing(outputs):
                 async for output in outputs:
+                    if rid in self._aborted and not output.finished:
+                        # aborted before vLLM had registered it: now it has, so abort again
+                        self._aborted.discard(rid)
+                        await llm.abort(rid)
                     tokens, finish = stream.step(output)
                     if tokens:
                         yield TokenChunk(rid, tokens)
@@ -183,10 +188,12 @@ class VllmEngine:
             raise EngineError(f"vLLM rejected the request: {exc}", code="bad_request") from None
         finally:
             self._live.discard(rid)
+            self._aborted.discard(rid)
 
     async def abort(self, request_id: str) -> bool:
         if request_id not in self._live or self._llm is None:
             return False
+        self._aborted.add(request_id)
         await self._llm.abort(request_id)
         return True
 
