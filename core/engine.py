@@ -15,6 +15,7 @@ directly, so ``dyn --help`` and the mocker never load vllm or sglang.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,13 +106,27 @@ class Engine(Protocol):
     #     Pin the cached blocks of the prompt's prefix for ``ttl_s`` seconds; returns how many.
 
 
+@dataclass(frozen=True)
+class EnginePlugin:
+    """What an engine package registers under ``dyn.engines``.
+
+    ``serve(config, settings, **kwargs)`` runs the engine's workers in this process until SIGINT
+    or SIGTERM; it raises ``ConfigError`` for bad settings and ``EngineStartError`` when the
+    engine cannot start. ``config`` is the engine's own config object (its CLI flags).
+    """
+
+    name: str
+    summary: str
+    serve: Callable[..., None]
+
+
 def available_engines() -> dict[str, EntryPoint]:
     """Registered engine plugins by name (entry point group ``dyn.engines``)."""
     return {ep.name: ep for ep in entry_points(group=ENGINE_ENTRY_POINT_GROUP)}
 
 
-def load_engine_plugin(name: str) -> Any:
-    """Import and return the plugin object registered under ``name``.
+def load_engine_plugin(name: str) -> EnginePlugin:
+    """Import and return the plugin registered under ``name``.
 
     Raises ``LookupError`` naming the engines that are installed when ``name`` is not one of them.
     """

@@ -7,8 +7,7 @@ scheduler and KV cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from dyn.core.engine import EnginePlugin
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.mocker.config import MockerConfig
 
@@ -52,13 +51,5 @@ def serve(config: MockerConfig, settings: WorkerSettings, *, model_path: str | N
     anyio.run(run_hosts, hosts)
 
 
-@dataclass(frozen=True)
-class _Plugin:
-    name: str
-    summary: str
-
-    serve = staticmethod(serve)
-    build_hosts = staticmethod(build_hosts)
-
-
-ENGINE = _Plugin(name="mocker", summary="Simulated engine: no GPU, real scheduling, KV cache and events.")
+ENGINE = EnginePlugin(name="mocker", serve=serve,
+                      summary="Simulated engine: no GPU, real scheduling, KV cache and events.")

@@ -9,8 +9,7 @@ registered and how requests, aborts and streaming sessions map onto SGLang.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-
+from dyn.core.engine import EnginePlugin
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.sglang.config import SglangConfig
 
@@ -57,14 +56,6 @@ def serve(config: SglangConfig, settings: WorkerSettings, *, model_path: str | N
     anyio.run(run_hosts, [host])
 
 
-@dataclass(frozen=True)
-class _Plugin:
-    name: str
-    summary: str
-
-    serve = staticmethod(serve)
-    build_host = staticmethod(build_host)
-
-
-ENGINE = _Plugin(name="sglang", summary="SGLang's Engine: real model, radix cache, priority scheduling "
-                                        "and eviction, streaming sessions, KV events from SGLang's publisher.")
+ENGINE = EnginePlugin(name="sglang", serve=serve,
+                      summary="SGLang's Engine: real model, radix cache, priority scheduling and "
+                              "eviction, streaming sessions, KV events from SGLang's publisher.")

@@ -6,8 +6,7 @@ engine starts, so this module loads without it (``dyn --help``, the mocker, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from dyn.core.engine import EnginePlugin
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.vllm.config import VllmConfig
 
@@ -48,14 +47,6 @@ def serve(config: VllmConfig, settings: WorkerSettings, *, model_path: str,
     anyio.run(run_hosts, [host])
 
 
-@dataclass(frozen=True)
-class _Plugin:
-    name: str
-    summary: str
-
-    serve = staticmethod(serve)
-    build_host = staticmethod(build_host)
-
-
-ENGINE = _Plugin(name="vllm", summary="vLLM's AsyncLLM: real model, prefix caching, priority "
-                                      "scheduling, KV events from vLLM's own publisher.")
+ENGINE = EnginePlugin(name="vllm", serve=serve,
+                      summary="vLLM's AsyncLLM: real model, prefix caching, priority scheduling, "
+                              "KV events from vLLM's own publisher.")
