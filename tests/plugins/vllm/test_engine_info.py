@@ -79,3 +79,20 @@ def test_load_metrics_follow_the_scheduler_stats_and_read_idle_without_requests(
     (idle,) = e.load_metrics()
     assert idle.num_running == idle.num_waiting == 0
 
+
+
+def test_no_usable_device_is_a_start_error_that_says_so(monkeypatch):
+    """``vllm.platforms.current_platform`` is ``UnspecifiedPlatform`` when vLLM finds no device."""
+    import sys
+    import types
+
+    from dyn.plugins.vllm.engine import check_device
+
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(is_unspecified=lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    with pytest.raises(EngineStartError, match="no usable device"):
+        check_device()
+    platforms.current_platform = SimpleNamespace(is_unspecified=lambda: False)
+    check_device()
