@@ -61,8 +61,6 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             if not isinstance(parsed, dict):
                 raise ValueError("--kv-events-config must be a JSON object such as "
                                  '{"enable_kv_cache_events": true, "publisher": "zmq"}')
-        if "--kv-events-config" in self.extra_args or "--model" in self.extra_args:
-            raise ValueError("pass --kv-events-config and --model-path as dyn worker vllm's own flags")
 
     def engine_argv(self, model_path: str) -> list[str]:
         """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras."""

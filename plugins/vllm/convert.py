@@ -26,15 +26,17 @@ from dyn.core.messages import EngineTiming, Finish, GenerateRequest, Usage
 _FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "cancelled"}
 
 
-def sampling_kwargs(request: GenerateRequest) -> dict[str, Any]:
-    """``vllm.SamplingParams(**kwargs)`` for ``request`` (without ``output_kind``)."""
+def sampling_kwargs(request: GenerateRequest, *, thinking_budget: bool = True) -> dict[str, Any]:
+    """``vllm.SamplingParams(**kwargs)`` for ``request`` (without ``output_kind``);
+    ``thinking_budget``: pass ``max_thinking_tokens`` on (the engine has a reasoning config)."""
     s, stop = request.sampling, request.stop
     kwargs: dict[str, Any] = {"n": 1, "detokenize": False, "min_tokens": stop.min_tokens,
                               "ignore_eos": stop.ignore_eos}
     optional = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
                 "seed": s.seed, "repetition_penalty": s.repetition_penalty,
                 "presence_penalty": s.presence_penalty, "frequency_penalty": s.frequency_penalty,
-                "max_tokens": stop.max_tokens, "thinking_token_budget": request.max_thinking_tokens}
+                "max_tokens": stop.max_tokens,
+                "thinking_token_budget": request.max_thinking_tokens if thinking_budget else None}
     kwargs.update((k, v) for k, v in optional.items() if v is not None)
     if stop.stop_token_ids:
         kwargs["stop_token_ids"] = list(stop.stop_token_ids)

@@ -17,7 +17,9 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   the engine runs ``--scheduling-policy priority``; under ``fcfs`` vLLM refuses a non-zero
   priority, so it is dropped. ``abort`` calls ``AsyncLLM.abort``; vLLM then ends the stream with
   ``finish_reason="abort"`` (dyn's ``cancelled``). Closing the stream early aborts too (vLLM's
-  ``generate`` aborts on ``GeneratorExit``).
+  ``generate`` aborts on ``GeneratorExit``). vLLM's ``VLLMClientError`` (a bad request) is a
+  ``bad_request``; ``max_thinking_tokens`` becomes ``thinking_token_budget`` only when vLLM runs
+  with a reasoning config (it refuses the budget otherwise).
 - Load metrics come from vLLM's scheduler stats, delivered to a stat logger dyn registers
   (``StatLoggerBase``): running and waiting requests, KV usage (active blocks = usage x capacity),
   preemptions. vLLM sends them with each engine step; when no request is in flight the counts
@@ -31,8 +33,9 @@ import io
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, redirect_stderr
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -80,17 +83,27 @@ class VllmEngine:
         """Placeholder until ``run`` has started vLLM and read the real values."""
         self.load = EngineLoad()
         self._llm: Any = None
+        """The running ``AsyncLLM``, while ``generate`` may use it."""
+        self._owned: Any = None
+        """The started ``AsyncLLM`` this object must shut down (set by the start thread)."""
+        self._api: VllmApi | None = None
         self._live: set[str] = set()
         self._aborted: set[str] = set()
         self._priority = False
+        self._thinking_budget = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        llm = await anyio.to_thread.run_sync(self._start)
         try:
+            # not abandoned on cancel: a cancelled start waits for vLLM, then shuts it down
+            await anyio.to_thread.run_sync(self._start)
+            llm = self._owned
             self.info = self._read_info(llm)
-            self._priority = llm.vllm_config.scheduler_config.policy == "priority"
+            cfg = llm.vllm_config
+            self._priority = cfg.scheduler_config.policy == "priority"
+            reasoning = getattr(cfg, "reasoning_config", None)
+            self._thinking_budget = reasoning is not None and bool(getattr(reasoning, "enabled", True))
             self._llm = llm
             task_status.started()
             while True:
@@ -98,18 +111,26 @@ class VllmEngine:
                 if llm.errored:
                     raise EngineError("the vLLM engine core died; see its log above. Restart the worker.")
         finally:
-            self._llm = None
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(llm.shutdown)
+            llm, self._llm, self._owned = self._owned, None, None
+            if llm is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(llm.shutdown)
 
-    def _start(self) -> Any:
-        """Build the ``AsyncLLM`` (blocking; runs in a thread)."""
+    def _start(self) -> None:
+        """Build the ``AsyncLLM`` into ``_owned`` (blocking; runs in a thread)."""
         try:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
+
+            self._api = VllmApi.load()
+            check_device()
+        except EngineStartError:
+            raise
         except ImportError as exc:
             raise EngineStartError(f"{NOT_INSTALLED} ({exc})") from None
-        check_device()
+        except Exception as exc:  # a broken install: a CUDA-linked torchvision, a missing library
+            raise EngineStartError(f"vLLM is installed but cannot be imported: {type(exc).__name__}: "
+                                   f"{exc}") from None
         args = parse_engine_args(AsyncEngineArgs, self.config.engine_argv(self.model_path))
         # vLLM binds "tcp://*:0" KV-event sockets on VLLM_HOST_IP (see plugins.vllm.config)
         os.environ.setdefault("VLLM_HOST_IP", self.host)
@@ -119,7 +140,7 @@ class VllmEngine:
             return _stat_logger_class()(load)
 
         try:
-            return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger])
+            self._owned = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger])
         except Exception as exc:
             raise EngineStartError(f"vLLM could not start: {type(exc).__name__}: {exc}") from None
 
@@ -152,25 +173,22 @@ class VllmEngine:
     # ------------------------------------------------------------------ requests
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
-        llm = self._llm
-        if llm is None:
+        llm, api = self._llm, self._api
+        if llm is None or api is None:
             raise EngineError("the vLLM engine is not running", code="worker_shutdown")
         if request.lora_name is not None:
             raise EngineError("dyn worker vllm serves no LoRA adapters yet", code="unsupported")
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
         rid = request.request_id
         stream = OutputStream(request, time.monotonic())
         try:
-            params = SamplingParams(**sampling_kwargs(request), output_kind=RequestOutputKind.DELTA)
-        except (TypeError, ValueError) as exc:
+            params = api.sampling_params(**sampling_kwargs(request, thinking_budget=self._thinking_budget),
+                                         output_kind=api.delta)
+        except (TypeError, ValueError, *api.client_errors) as exc:
             raise EngineError(f"vLLM rejected the sampling parameters: {exc}", code="bad_request") from None
         priority = (request.priority or 0) if self._priority else 0
         self._live.add(rid)
         try:
-            outputs = llm.generate(TokensPrompt(prompt_token_ids=request.token_ids), params, rid,
+            outputs = llm.generate(api.tokens_prompt(prompt_token_ids=request.token_ids), params, rid,
                                    priority=priority)
             async with aclosing(outputs):
                 async for output in outputs:
@@ -184,7 +202,7 @@ class VllmEngine:
                     if finish is not None:
                         yield finish
                         return
-        except ValueError as exc:  # vLLM's request validation (prompt too long, bad parameter)
+        except (ValueError, *api.client_errors) as exc:  # the request's fault: prompt, parameters
             raise EngineError(f"vLLM rejected the request: {exc}", code="bad_request") from None
         finally:
             self._live.discard(rid)
@@ -203,8 +221,34 @@ class VllmEngine:
         return [LoadMetrics(
             instance_id=0, dp_rank=0, ts=time.time(),
             num_running=0 if idle else load.num_running, num_waiting=0 if idle else load.num_waiting,
-            active_kv_blocks=round(load.kv_usage * total), total_kv_blocks=total,
-            kv_usage=load.kv_usage, num_preempted=load.num_preempted, num_passes=load.num_passes)]
+            active_kv_blocks=0 if idle else round(load.kv_usage * total), total_kv_blocks=total,
+            kv_usage=0.0 if idle else load.kv_usage, num_preempted=load.num_preempted,
+            num_passes=load.num_passes)]
+
+
+@dataclass(frozen=True)
+class VllmApi:
+    """The vLLM request types the engine builds (loaded once at start; vLLM is imported lazily)."""
+
+    sampling_params: Callable[..., Any]
+    tokens_prompt: Callable[..., Any]
+    delta: Any
+    """``RequestOutputKind.DELTA``: each output carries only its new tokens."""
+    client_errors: tuple[type[BaseException], ...]
+    """vLLM's errors for a bad request (``VLLMClientError``; older vLLM raised ``ValueError``)."""
+
+    @staticmethod
+    def load() -> VllmApi:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        try:
+            from vllm.exceptions import VLLMClientError
+            client_errors: tuple[type[BaseException], ...] = (VLLMClientError,)
+        except ImportError:
+            client_errors = ()
+        return VllmApi(SamplingParams, TokensPrompt, RequestOutputKind.DELTA, client_errors)
 
 
 def check_device() -> None:

@@ -43,7 +43,6 @@ def test_a_given_kv_events_config_is_passed_as_is():
     (VllmConfig(scheduling_policy="lifo"), "fcfs or priority"),
     (VllmConfig(kv_events_config="{nope"), "must be a JSON object"),
     (VllmConfig(kv_events_config="[1]"), "must be a JSON object"),
-    (VllmConfig(extra_args=["--model", "x"]), "--model-path"),
 ])
 def test_bad_values_name_the_flag(config, needle):
     with pytest.raises(ValueError, match=needle):

@@ -1,0 +1,103 @@
+"""``VllmEngine.generate`` / ``abort`` against a stand-in for vLLM's ``AsyncLLM`` with vLLM 0.32's
+call shapes: ``generate(prompt, sampling_params, request_id, *, priority)`` yielding
+``RequestOutput`` deltas, ``abort(request_id)``, and ``VLLMClientError`` for a bad request."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import anyio
+import pytest
+
+from dyn.core.engine import EngineError
+from dyn.core.messages import Finish, GenerateRequest, StopConditions, TokenChunk
+from dyn.plugins.vllm.config import VllmConfig
+from dyn.plugins.vllm.engine import VllmApi, VllmEngine
+
+pytestmark = pytest.mark.anyio
+
+
+class ClientError(Exception):
+    """Stands for vllm.exceptions.VLLMClientError."""
+
+
+def delta(tokens, reason=None):
+    return SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason, stop_reason=None)],
+                           finished=reason is not None, num_cached_tokens=0, metrics=None)
+
+
+class FakeLLM:
+    def __init__(self, outputs=(), error: Exception | None = None) -> None:
+        self.outputs = list(outputs)
+        self.error = error
+        self.calls: list[dict] = []
+        self.aborts: list[str] = []
+        self.release = anyio.Event()
+
+    async def generate(self, prompt, params, request_id, *, priority=0):
+        self.calls.append({"prompt": prompt, "params": params, "rid": request_id, "priority": priority})
+        if self.error is not None:
+            raise self.error
+        await self.release.wait()
+        for out in self.outputs:
+            yield out
+            if self.aborts:
+                yield delta([], "abort")
+                return
+
+    async def abort(self, request_id):
+        self.aborts.append(request_id)
+
+
+def engine(llm: FakeLLM, *, priority: bool = False, thinking: bool = False) -> VllmEngine:
+    e = VllmEngine(VllmConfig(), "/m")
+    e._llm = llm
+    e._api = VllmApi(sampling_params=lambda **kw: kw, tokens_prompt=lambda **kw: kw, delta="DELTA",
+                     client_errors=(ClientError,))
+    e._priority, e._thinking_budget = priority, thinking
+    return e
+
+
+async def collect(e: VllmEngine, request: GenerateRequest) -> list:
+    return [out async for out in e.generate(request)]
+
+
+@pytest.mark.parametrize("scheduling_by_priority", [False, True])
+async def test_tokens_stream_and_priority_reaches_vllm_only_under_priority_scheduling(scheduling_by_priority):
+    llm = FakeLLM([delta([5, 6]), delta([7], "length")])
+    llm.release.set()
+    e = engine(llm, priority=scheduling_by_priority)
+    outs = await collect(e, GenerateRequest("r1", [1, 2, 3], priority=-4, max_thinking_tokens=8,
+                                            stop=StopConditions(max_tokens=3)))
+    assert [type(o) for o in outs] == [TokenChunk, TokenChunk, Finish]
+    assert outs[-1].reason == "length" and outs[-1].usage.completion_tokens == 3
+    call = llm.calls[0]
+    assert call["priority"] == (-4 if scheduling_by_priority else 0)
+    assert call["prompt"] == {"prompt_token_ids": [1, 2, 3]} and call["params"]["output_kind"] == "DELTA"
+    assert "thinking_token_budget" not in call["params"]  # no reasoning config: vLLM would refuse it
+
+
+async def test_a_request_vllm_refuses_is_a_bad_request():
+    e = engine(FakeLLM(error=ClientError("prompt too long")))
+    with pytest.raises(EngineError) as err:
+        await collect(e, GenerateRequest("r1", [1]))
+    assert err.value.code == "bad_request" and "prompt too long" in str(err.value)
+    assert not e._live
+
+
+async def test_abort_of_a_live_request_ends_it_cancelled_and_unknown_ones_are_refused():
+    llm = FakeLLM([delta([5]), delta([6]), delta([7], "length")])
+    e = engine(llm)
+    outs: list = []
+
+    async def run() -> None:
+        outs.extend(await collect(e, GenerateRequest("r1", [1])))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.wait_all_tasks_blocked()
+        assert await e.abort("nope") is False
+        assert await e.abort("r1") is True  # before vLLM streamed anything
+        llm.release.set()
+    assert llm.aborts[0] == "r1" and outs[-1].reason == "cancelled"
+    assert await e.abort("r1") is False
