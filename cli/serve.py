@@ -22,6 +22,9 @@ def serve(
                         help="Worker processes to start."),
     engine: str = flag("mocker", "--engine", panel=SERVE_PANEL,
                        help="Engine of the workers: any dyn worker subcommand (mocker, vllm, sglang)."),
+    gpus_per_worker: int = flag(0, "--gpus-per-worker", min=0, panel=SERVE_PANEL,
+                                help="Give each worker process its own N GPUs through CUDA_VISIBLE_DEVICES "
+                                     "(slices of the visible ones); 0 leaves it alone, so the workers share them."),
     http_host: str = flag("127.0.0.1", "--http-host", panel=SERVE_PANEL,
                           help="Address the frontend's HTTP server binds to."),
     http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=SERVE_PANEL,
@@ -40,9 +43,9 @@ def serve(
     Prefixes their logs, waits until every worker is routable, prints the URL, and on Ctrl-C or SIGTERM stops them all.
 
     Other flags go to the child command(s) that define them: --router-mode, --speedup-ratio, --block-size, ...
-    With --engine vllm, a flag no child defines goes to the workers' engine.
+    With --engine vllm or sglang, a flag no child defines goes to the workers' engine.
     """
-    from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, route_flags, run_stack
+    from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, device_sets, route_flags, run_stack
 
     root = _root_command(ctx)
     frontend_cmd = root.commands["frontend"]
@@ -76,9 +79,13 @@ def serve(
 
     base = [sys.executable, "-m", "dyn.cli"]
     try:
+        devices = device_sets(workers, gpus_per_worker, os.environ.get("CUDA_VISIBLE_DEVICES")) \
+            if gpus_per_worker else [None] * workers
         config = ServeConfig(
             frontend=ChildSpec("frontend", [*base, "frontend", *frontend_args]),
-            workers=[ChildSpec(f"worker-{i}", [*base, "worker", engine, *worker_args]) for i in range(workers)],
+            workers=[ChildSpec(f"worker-{i}", [*base, "worker", engine, *worker_args],
+                               env={"CUDA_VISIBLE_DEVICES": d} if d is not None else {})
+                     for i, d in enumerate(devices)],
             instances_per_worker=per_process,
             startup_timeout_s=startup_timeout if startup_timeout is not None
             else (60.0 if engine == "mocker" else 900.0),

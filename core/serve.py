@@ -172,10 +172,27 @@ def describe_exit(code: int) -> str:
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """One child process: its prefix name and full argv."""
+    """One child process: its prefix name, full argv, and environment added for it alone."""
 
     name: str
     argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def device_sets(workers: int, per_worker: int, visible: str | None) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` for each of ``workers`` processes, ``per_worker`` GPUs apiece:
+    consecutive slices of ``visible`` (the supervisor's own list) or, unset, of 0, 1, 2, ...
+
+    Raises ``ValueError`` when ``visible`` lists fewer GPUs than the workers need.
+    """
+    if visible is not None and visible.strip():
+        pool = [d.strip() for d in visible.split(",") if d.strip()]
+        if len(pool) < workers * per_worker:
+            raise ValueError(f"--gpus-per-worker {per_worker} x --workers {workers} needs "
+                             f"{workers * per_worker} GPUs, but CUDA_VISIBLE_DEVICES lists {len(pool)}")
+    else:
+        pool = [str(i) for i in range(workers * per_worker)]
+    return [",".join(pool[i * per_worker:(i + 1) * per_worker]) for i in range(workers)]
 
 
 @dataclass(frozen=True)
@@ -366,7 +383,7 @@ class StackSupervisor:
         for spec in specs:
             try:
                 proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, env=env, process_group=0,
+                                        stderr=subprocess.PIPE, env={**env, **spec.env}, process_group=0,
                                         preexec_fn=preexec)
             except OSError as exc:
                 self._error(f"could not start {spec.name} ({' '.join(spec.argv)}): {exc}")

@@ -48,6 +48,10 @@ def _fake_app() -> typer.Typer:
     def other() -> None:
         """Another engine."""
 
+    @workers.command("real", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def real(namespace: str = flag("default", "--namespace", help="Namespace.")) -> None:
+        """An engine that passes undeclared flags to itself, like dyn worker vllm."""
+
     app.add_typer(workers, name="worker")
     app.command("serve", context_settings=serve_cli.CONTEXT_SETTINGS)(serve_cli.serve)
     return app
@@ -122,3 +126,23 @@ def test_real_app_rejects_an_unknown_flag():
 
     result = CliRunner().invoke(app, ["serve", "--warp-drive", "9"])
     assert result.exit_code == 2 and "--warp-drive" in result.output and "dyn worker mocker" in result.output
+
+
+def test_real_engines_take_undeclared_flags_own_gpus_and_a_longer_start(captured_config, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    result = CliRunner().invoke(_fake_app(), [
+        "serve", "--engine", "real", "--workers", "2", "--gpus-per-worker", "2", "--router-mode", "kv",
+        "--quantization", "fp8", "--trust-remote-code"])
+    assert result.exit_code == 0, result.output
+    (config,) = captured_config
+    assert list(config.workers[1].argv[-3:]) == ["--quantization", "fp8", "--trust-remote-code"]
+    assert [dict(w.env) for w in config.workers] == [{"CUDA_VISIBLE_DEVICES": "4,5"},
+                                                      {"CUDA_VISIBLE_DEVICES": "6,7"}]
+    assert config.frontend.env == {} and config.startup_timeout_s == 900.0
+
+
+def test_too_few_visible_gpus_is_refused_before_starting(captured_config, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    result = CliRunner().invoke(_fake_app(), ["serve", "--engine", "real", "--workers", "2",
+                                              "--gpus-per-worker", "1"])
+    assert result.exit_code == 2 and "needs 2 GPUs" in result.output and not captured_config

@@ -449,3 +449,13 @@ def test_a_second_signal_kills_stragglers_at_once(supervisor_process):
     assert time.monotonic() - started < 10
     sp.out.wait_for(lambda line: "worker-0" in line and "asked twice; killing it" in line)
     assert_all_gone(pids)
+
+
+def test_device_sets_slice_the_visible_gpus_or_count_from_zero():
+    from dyn.core.serve import device_sets
+
+    assert device_sets(3, 1, None) == ["0", "1", "2"]
+    assert device_sets(2, 2, "") == ["0,1", "2,3"]
+    assert device_sets(2, 1, "3, 5,7") == ["3", "5"]
+    with pytest.raises(ValueError, match="needs 4 GPUs"):
+        device_sets(2, 2, "0,1,2")
