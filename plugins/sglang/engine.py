@@ -25,11 +25,17 @@ engine with these signatures.
   threshold's denominator, so the worker logs a warning); ``priority_order`` = ``lower_first``
   with ``--schedule-low-priority-values-first``, else ``higher_first``; ``features`` =
   ``streaming_sessions`` with ``--enable-streaming-session``. SGLang 0.5.23 has no prefix-pinning
-  call, so ``pin_prefix`` is not offered.
+  call, so ``pin_prefix`` is not offered. With ``--radix-eviction-policy priority`` and
+  ``--schedule-low-priority-values-first`` a start-up warning says that SGLang's
+  ``PriorityStrategy`` evicts the smallest values, i.e. the most important requests' prefixes, first.
 - **generate**: ``async_generate(input_ids=..., sampling_params=..., stream=True, rid=...,
   priority=..., lora_path=..., session_params={"id": ...})``; the SGLang ``rid`` is a fresh
   32-hex id per request, because SGLang aborts by rid *prefix* and dyn's request ids are only
-  unique per client. Output conversion: ``output``. ``max_thinking_tokens`` is not forwarded
+  unique per client. ``priority`` is sent only where SGLang uses it (the resolved server args):
+  with ``--enable-priority-scheduling``, or with ``--radix-eviction-policy priority`` (the radix
+  tree keeps each prefix's highest priority) unless ``--abort-on-priority-when-disabled`` is set,
+  which makes SGLang's scheduler abort (503) every request carrying a priority while priority
+  scheduling is off (``Scheduler._set_or_validate_priority``). Output conversion: ``output``. ``max_thinking_tokens`` is not forwarded
   (``async_generate`` takes no such argument). Timing: measured here (received, first token,
   finish), with ``queue_ms`` from meta_info's ``queue_time`` when SGLang runs with
   ``--enable-metrics``, else 0 (the time to first token is then all ``prefill_ms``).
@@ -41,7 +47,14 @@ engine with these signatures.
   ``close_session`` with ``OpenSessionReqInput(capacity_of_str_len, session_id, streaming=True,
   timeout)`` as Dynamo sends them (``Engine.open_session`` is synchronous, ``run_until_complete``
   on SGLang's loop, so unusable inside dyn's); turns as ``sessions`` describes. SGLang cannot change an open
-  session's timeout, so re-opening one returns False and keeps the first timeout.
+  session's timeout, so re-opening one returns False and keeps the first timeout. An open SGLang
+  refuses (it still holds that id, e.g. a close it deferred behind a running turn) returns False
+  and is not recorded: the session's turns then go as ordinary requests. A turn SGLang aborts for
+  a session reason before any token (``Scheduler`` / ``Session.create_req``: the session does not
+  exist, its close was requested, or it already has a turn running; status 400 like a bad
+  request) is resent once with the whole prompt as an ordinary request, and dyn forgets the
+  session (keeps it with an unknown history when only busy); after tokens it is an
+  ``engine_error``.
 - **load_metrics**: polls ``tokenizer_manager.get_loads()`` every ``LOAD_POLL_S`` (a shared-memory
   read in 0.5.23) for running/waiting requests and used KV tokens; without it, dyn's own count of
   live streams. Preemptions and forward passes are not reported (0).
@@ -66,7 +79,7 @@ from dyn.core.engine import (
 from dyn.core.messages import EngineTiming, Finish, GenerateRequest, LoadMetrics, TokenChunk, Usage
 from dyn.plugins.sglang.config import SglangConfig, parse_server_args, to_server_args
 from dyn.plugins.sglang.kv_events import KvEventsPlan, plan_kv_events
-from dyn.plugins.sglang.output import OutputDecoder
+from dyn.plugins.sglang.output import OutputDecoder, Outcome
 from dyn.plugins.sglang.sampling import sampling_params
 from dyn.plugins.sglang.sessions import CAPACITY_OF_STR_LEN, DEFAULT_TIMEOUT_S, SessionTable, TurnPlan
 
@@ -114,6 +127,7 @@ class SglangEngine:
         self._streams: dict[str, _Stream] = {}
         self._sessions = SessionTable()
         self._incremental = True
+        self._send_priority = False
         self._loads: list[Any] | None = None
         self.server_args: Any = None
         """SGLang's ``ServerArgs`` the engine was built with (set by ``run``)."""
@@ -200,6 +214,7 @@ class SglangEngine:
         context = getattr(getattr(engine, "tokenizer_manager", None), "context_len", None) \
             or values.get("context_length") or self._context_length
         self._incremental = bool(values.get("incremental_streaming_output", True))
+        self._send_priority = self._priority_settings(values)
         return EngineInfo(
             block_size=page_size, total_kv_blocks=max_total // page_size,
             max_num_batched_tokens=batched, dp_size=1,
@@ -209,6 +224,25 @@ class SglangEngine:
             priority_order="lower_first" if values.get("schedule_low_priority_values_first") else "higher_first",
             features=[FEATURE_STREAMING_SESSIONS] if values.get("enable_streaming_session") else [],
         )
+
+    @staticmethod
+    def _priority_settings(values: dict[str, Any]) -> bool:
+        """Whether requests carry their priority to SGLang; warns of priority settings that work
+        against dyn's conversion."""
+        scheduling = bool(values.get("enable_priority_scheduling"))
+        eviction = values.get("radix_eviction_policy") == "priority"
+        refused = bool(values.get("abort_on_priority_when_disabled")) and not scheduling
+        if eviction and refused:
+            log.warning("--radix-eviction-policy priority with --abort-on-priority-when-disabled and without "
+                        "--enable-priority-scheduling: SGLang would abort every request that carries a "
+                        "priority, so none is sent and the radix cache sees every prefix at priority 0")
+        if eviction and values.get("schedule_low_priority_values_first"):
+            log.warning("--radix-eviction-policy priority with --schedule-low-priority-values-first: SGLang "
+                        "evicts cached prefixes with the smallest priority values first, and dyn sends the "
+                        "most important requests as the smallest values, so their prefixes are evicted "
+                        "first. Drop --schedule-low-priority-values-first (or use --radix-eviction-policy "
+                        "lru) to keep important prefixes cached longest.")
+        return scheduling or (eviction and not refused)
 
     def _require_engine(self) -> Any:
         if self._engine is None:
@@ -240,6 +274,7 @@ class SglangEngine:
                 yield self._cancelled(request, stream, decoder)
                 return
             outputs = await engine.async_generate(**self._generate_kwargs(request, plan, stream.rid))
+            resent = False
             while True:
                 out = await self._next_output(stream, outputs)
                 if out is None:
@@ -261,6 +296,30 @@ class SglangEngine:
                     yield TokenChunk(rid, step.tokens)
                 outcome = step.outcome
                 if outcome is None:
+                    continue
+                refusal = _session_refusal(plan, outcome)
+                if refusal is not None and not resent:
+                    assert plan.session_id is not None
+                    if stream.delivered:
+                        stream.done = True
+                        raise EngineError(f"SGLang aborted session {plan.session_id}'s turn after it had "
+                                          f"streamed {stream.delivered} tokens: {outcome.message}",
+                                          code="engine_error")
+                    log.info("SGLang refused session %s's turn (%s); resending request %s as an ordinary "
+                             "request", plan.session_id, outcome.message, rid)
+                    self._sessions.finished(plan, request.token_ids, None)
+                    if refusal == "gone":
+                        self._sessions.closed(plan.session_id)
+                    plan, resent = TurnPlan("ordinary", request.token_ids), True
+                    with anyio.CancelScope(shield=True):
+                        await outputs.aclose()
+                    outputs = None
+                    if stream.cancel_requested:
+                        yield self._cancelled(request, stream, decoder)
+                        return
+                    stream.rid = uuid.uuid4().hex
+                    decoder = OutputDecoder(incremental=self._incremental)
+                    outputs = await engine.async_generate(**self._generate_kwargs(request, plan, stream.rid))
                     continue
                 stream.done = True
                 if outcome.reason == "abort":
@@ -319,17 +378,22 @@ class SglangEngine:
     # ------------------------------------------------------------------ optional calls
 
     async def open_session(self, session_id: str, timeout_s: float) -> bool:
-        """Open a streaming session idle-closed ``timeout_s`` after its last request (<= 0: 300 s);
-        False when it is already open (SGLang keeps its first timeout)."""
+        """Open a streaming session idle-closed ``timeout_s`` after it was opened or its last turn
+        started (<= 0: 300 s); False when it is already open (SGLang keeps its first timeout) or
+        SGLang refused it (it still holds the id): its turns then go as ordinary requests."""
         engine = self._sessions_engine()
         if not session_id:
             raise EngineError("a session needs a non-empty session_id", code="bad_request")
         if self._sessions.get(session_id) is not None:
             return False
         timeout = timeout_s if timeout_s > 0 else DEFAULT_TIMEOUT_S
-        opened = await self._open_in_sglang(engine, session_id, timeout)
-        self._sessions.opened(session_id, timeout)
-        return opened
+        since = self._sessions.now()
+        if not await self._open_in_sglang(engine, session_id, timeout):
+            log.warning("SGLang refused to open session %s (it still holds that id); its turns go as "
+                        "ordinary requests", session_id)
+            return False
+        self._sessions.opened(session_id, timeout, since)
+        return True
 
     async def close_session(self, session_id: str) -> bool:
         """Close a streaming session; SGLang frees its KV (after its running turn, if any)."""
@@ -367,18 +431,17 @@ class SglangEngine:
         timeout = entry.timeout_s if entry is not None else DEFAULT_TIMEOUT_S
         await engine.tokenizer_manager.close_session(CloseSessionReqInput(session_id=plan.session_id), None)
         if await self._open_in_sglang(engine, plan.session_id, timeout):
-            return plan
+            return plan  # the entry's idle clock started when the turn was planned, before the reopen
         log.warning("SGLang did not reopen session %s; its turn goes as an ordinary request", plan.session_id)
         self._sessions.closed(plan.session_id)
         return TurnPlan("ordinary", plan.input_ids)
 
     # ------------------------------------------------------------------ helpers
 
-    @staticmethod
-    def _generate_kwargs(request: GenerateRequest, plan: TurnPlan, rid: str) -> dict[str, Any]:
+    def _generate_kwargs(self, request: GenerateRequest, plan: TurnPlan, rid: str) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"input_ids": plan.input_ids, "sampling_params": sampling_params(request),
                                   "stream": True, "rid": rid}
-        if request.priority is not None:
+        if request.priority is not None and self._send_priority:
             kwargs["priority"] = request.priority
         if request.lora_name:
             kwargs["lora_path"] = request.lora_name
@@ -445,6 +508,24 @@ def scheduler_info(engine: Any) -> dict[str, Any]:
         return dict(infos[0])
     legacy = getattr(engine, "scheduler_info", None)
     return dict(legacy) if isinstance(legacy, dict) else {}
+
+
+SESSION_GONE = ("Invalid request: session id {sid} does not exist",
+                "Invalid request: close was requested for session {sid}")
+SESSION_BUSY = "Streaming session already has an active request."
+"""SGLang 0.5.23's abort messages for a session turn it will not run (``Scheduler``'s session
+lookup, ``Session.create_req``)."""
+
+
+def _session_refusal(plan: TurnPlan, outcome: Outcome) -> str | None:
+    """``gone`` / ``busy`` when ``outcome`` is SGLang refusing ``plan``'s session turn, else None."""
+    if plan.session_id is None or outcome.reason != "abort":
+        return None
+    if outcome.message in (m.format(sid=plan.session_id) for m in SESSION_GONE):
+        return "gone"
+    if outcome.message == SESSION_BUSY:
+        return "busy"
+    return None
 
 
 def _kv_events_can_bind() -> bool:

@@ -4,7 +4,9 @@ SGLang's streaming session (``--enable-streaming-session``; ``Session.create_req
 ``python/sglang/srt/session/session_controller.py``, 0.5.23) keeps one conversation's KV between
 turns: a request with ``session_params={"id": ...}`` has its ``input_ids`` *appended* to the
 session's history (the last turn's prompt and every id it generated, stop token included). It
-allows one turn at a time, no rewind, and idles out ``timeout`` seconds after the last request.
+allows one turn at a time, no rewind, and is reaped ``timeout`` seconds after it was opened or its
+last turn *started* (``Session.last_active_time``, set in ``create_req``; a turn still running
+then is closed when it ends).
 
 dyn's ``GenerateRequest`` carries the whole prompt, so the table turns a session turn into:
 
@@ -14,8 +16,14 @@ dyn's ``GenerateRequest`` carries the whole prompt, so the table turns a session
 - ``restart``: it does not (a chat template that re-renders the reply differently, a dropped
   thinking section): the engine closes and reopens the session, then sends the whole prompt;
 - ``ordinary``: the session is not open here (never opened, closed, or idle past its timeout
-  by dyn's clock, which runs ``EXPIRY_MARGIN_S`` ahead of SGLang's) or already has a turn
-  running: the whole prompt without the session, as the mocker does.
+  by dyn's clock) or already has a turn running: the whole prompt without the session, as the
+  mocker does.
+
+dyn's idle clock starts no later than SGLang's: at the open (taken before SGLang is asked) and
+when a turn is planned (before SGLang's ``create_req``), never when a turn ends; and an idle
+entry is dropped ``EXPIRY_MARGIN_S`` before its timeout, so dyn's entry never outlives SGLang's
+session. SGLang can still drop a session dyn thinks open (a close from elsewhere); the engine
+then resends the turn as an ordinary request and forgets the session.
 
 A turn that finishes (stop or length) leaves ``history = prompt + generated ids``; an aborted or
 failed one leaves it unknown, so the next turn restarts.
@@ -38,6 +46,7 @@ CAPACITY_OF_STR_LEN = 65536
 class SessionEntry:
     timeout_s: float
     last_used: float
+    """When the session was opened or its last turn was planned (SGLang's idle clock starts later)."""
     history: list[int] | None = None
     """Token ids SGLang holds for the session; ``None`` before the first turn or when unknown."""
     busy: bool = False
@@ -72,8 +81,13 @@ class SessionTable:
             return None
         return entry
 
-    def opened(self, session_id: str, timeout_s: float) -> None:
-        self._entries[session_id] = SessionEntry(timeout_s, self._clock())
+    def now(self) -> float:
+        """The table's clock (take it before asking SGLang to open a session)."""
+        return self._clock()
+
+    def opened(self, session_id: str, timeout_s: float, since: float | None = None) -> None:
+        """Record an open session, idle since ``since`` (default: now)."""
+        self._entries[session_id] = SessionEntry(timeout_s, self._clock() if since is None else since)
 
     def closed(self, session_id: str) -> bool:
         """Forget ``session_id``; True if it was live."""
@@ -105,8 +119,7 @@ class SessionTable:
         if entry is None:
             return
         entry.busy = False
-        entry.started = True
-        entry.last_used = self._clock()
+        entry.started = True  # last_used stays the turn's start, as SGLang's idle clock
         entry.history = [*prompt, *output_ids] if output_ids is not None else None
 
     def __len__(self) -> int:

@@ -18,7 +18,10 @@ The parameter lists are copied from SGLang 0.5.23 (the PyPI wheel), these files:
 - ``python/sglang/srt/managers/io_struct.py``: ``OpenSessionReqInput``, ``CloseSessionReqInput``.
 - ``python/sglang/srt/disaggregation/kv_events.py``: ``KVEventsConfig`` (a pydantic model; only
   ``model_fields`` is used).
-- ``python/sglang/srt/session/session_controller.py``: streaming-session appends and refusals.
+- ``python/sglang/srt/session/session_controller.py``: streaming-session appends, refusals and
+  deferred closes; ``srt/managers/scheduler.py``: the session lookup's aborts and
+  ``_set_or_validate_priority``; ``srt/managers/schedule_batch.py``: ``Req.set_finish_with_abort``
+  (status 400 by default).
 
 The model is a script: ``Control.script(context) -> token ids`` it would generate; the fake then
 applies SGLang's stop rules (``Req._check_token_based_finish``: ``ignore_eos`` disables stop ids
@@ -58,6 +61,8 @@ class Control:
         """While set and not fired, every request waits once it has ``hold_after`` tokens."""
         self.hold_after = 0
         self.ignore_aborts = False
+        self.abort_after: tuple[int, dict[str, Any]] | None = None
+        """``(n, finish_reason)``: the scheduler aborts every request with it once ``n`` tokens are out."""
         self.tokens_per_chunk = 1
         self.has_get_loads = True
         self.module = sys.modules[__name__]
@@ -88,6 +93,7 @@ class ServerArgs:
     dtype: str = "auto"
     quantization: Optional[str] = None
     enable_priority_scheduling: bool = False
+    abort_on_priority_when_disabled: bool = False
     schedule_low_priority_values_first: bool = False
     radix_eviction_policy: str = "lru"
     enable_streaming_session: bool = False
@@ -173,6 +179,7 @@ class _Session:
     timeout: float | None
     history: list[int] = dataclasses.field(default_factory=list)
     inflight: bool = False
+    close_on_finish: bool = False
 
 
 @dataclasses.dataclass
@@ -215,8 +222,13 @@ class TokenizerManager:
         return obj.session_id
 
     async def close_session(self, obj: CloseSessionReqInput, request=None):
+        """``SessionController.close``: deferred (``close_on_finish``) while a turn is running."""
         self.session_calls.append(("close", obj))
-        self.sessions.pop(obj.session_id, None)
+        session = self.sessions.get(obj.session_id)
+        if session is not None and session.inflight:
+            session.close_on_finish = True
+        else:
+            self.sessions.pop(obj.session_id, None)
 
     async def _get_loads(self, include: Optional[List[str]] = None, dp_rank: Optional[int] = None):
         running = len(self.rid_to_state)
@@ -240,18 +252,31 @@ class TokenizerManager:
         session = None
         context = input_ids
         try:
+            if (call["priority"] is not None and not self.server_args.enable_priority_scheduling
+                    and self.server_args.abort_on_priority_when_disabled):
+                # Scheduler._set_or_validate_priority
+                yield {"output_ids": [], "meta_info": {"id": rid, "finish_reason": {
+                    "type": "abort", "status_code": 503, "message": "Using priority is disabled for this "
+                    "server. Please send a new request without a priority."}}}
+                return
             if session_params is not None:
-                session = self.sessions.get(session_params["id"])
+                sid = session_params["id"]
+                session = self.sessions.get(sid)
                 message = None
-                if session is None:
-                    message = f"Invalid request: session id {session_params['id']} does not exist"
-                elif session.inflight:
+                if session is None:  # Scheduler: session lookup
+                    message = f"Invalid request: session id {sid} does not exist"
+                elif session.close_on_finish:
+                    message = f"Invalid request: close was requested for session {sid}"
+                elif session.inflight:  # Session.create_req
                     message = "Streaming session already has an active request."
                 if message is not None:
                     session = None
-                    yield {"output_ids": [], "meta_info": {
-                        "id": rid, "finish_reason": {"type": "abort", "message": message},
-                        "prompt_tokens": len(input_ids), "completion_tokens": 0, "cached_tokens": 0}}
+                    # Req.set_finish_with_abort's defaults (the request runs as a one-token prefill;
+                    # the ids an abort dict carries are not output)
+                    yield {"output_ids": [7], "meta_info": {
+                        "id": rid, "finish_reason": {"type": "abort", "message": message, "status_code": 400,
+                                                     "err_type": "BadRequestError"},
+                        "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}}
                     return
                 session.inflight = True
                 context = session.history + input_ids
@@ -263,6 +288,9 @@ class TokenizerManager:
                        and len(state.output_ids) >= CONTROL.hold_after):
                     await anyio.sleep(0.005)
                 await anyio.sleep(0)
+                if CONTROL.abort_after is not None and len(state.output_ids) >= CONTROL.abort_after[0]:
+                    yield {"output_ids": [], "meta_info": {"id": rid, "finish_reason": CONTROL.abort_after[1]}}
+                    return
                 if state.aborted:
                     ids = state.output_ids
                     yield {"output_ids": ids[-1:] if incremental else ids, "meta_info": {
@@ -289,6 +317,8 @@ class TokenizerManager:
         finally:
             if session is not None:
                 session.inflight = False
+                if session.close_on_finish:  # the reaper's deferred close
+                    self.sessions.pop(session_params["id"], None)
             self.rid_to_state.pop(rid, None)
 
 

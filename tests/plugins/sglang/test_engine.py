@@ -140,7 +140,8 @@ async def test_a_request_streams_its_tokens_and_finishes_on_the_stop_token(fake)
     assert (finish.reason, finish.stop_token_id) == ("stop", 2)
     assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (3, 4, 2)
     (call,) = fake.engine.generate_calls
-    assert call["input_ids"] == [5, 6, 7] and call["stream"] is True and call["priority"] == 7
+    assert call["input_ids"] == [5, 6, 7] and call["stream"] is True
+    assert call["priority"] is None  # SGLang's defaults make no use of it (see the priority tests)
     assert call["sampling_params"] == {"max_new_tokens": 10, "temperature": 0.3, "sampling_seed": 9}
     assert re.fullmatch(r"[0-9a-f]{32}", call["rid"])  # SGLang aborts by rid prefix: never ours
     assert call["session_params"] is None and call["session_id"] is None
@@ -310,13 +311,119 @@ async def test_a_busy_session_serves_its_second_turn_as_an_ordinary_request(fake
         assert [c["session_params"] for c in fake.engine.generate_calls] == [{"id": "s"}, None]
 
 
-async def test_an_abort_sglang_did_not_ask_for_is_an_error(fake):
+async def test_a_turn_on_a_session_sglang_no_longer_holds_is_resent_as_an_ordinary_request(fake):
+    # SGLang aborts it with status 400 (Req.set_finish_with_abort's default), as it would a bad request
+    fake.script = lambda context: [len(context), 2]
     async with started(SglangConfig(enable_streaming_session=True)) as engine:
-        await engine.open_session("s", 30.0)
-        fake.engine.tokenizer_manager.sessions.clear()  # SGLang reaped it
-        with pytest.raises(EngineError) as gone:
-            await collect(engine, GenerateRequest("r", [1], session_id="s"))
-        assert gone.value.code == "engine_error" and "session id s does not exist" in str(gone.value)
+        tm, calls = fake.engine.tokenizer_manager, fake.engine.generate_calls
+        assert await engine.open_session("s", 30.0)
+        tm.sessions.clear()  # SGLang closed it (a close dyn did not send)
+        out = await collect(engine, GenerateRequest("r", [1, 2, 3], session_id="s"))
+        assert out[0] == TokenChunk("r", [3]) and (out[-1].reason, out[-1].stop_token_id) == ("stop", 2)
+        assert [(c["input_ids"], c["session_params"]) for c in calls] == [([1, 2, 3], {"id": "s"}),
+                                                                          ([1, 2, 3], None)]
+        assert calls[0]["rid"] != calls[1]["rid"]
+        assert engine.load_metrics()[0].num_streaming_sessions == 0  # forgotten: later turns are ordinary
+        await collect(engine, GenerateRequest("r2", [1, 2, 3, 3, 2, 4], session_id="s"))
+        assert len(calls) == 3 and calls[-1]["session_params"] is None
+        # a close SGLang deferred behind a turn it still runs: "close was requested"
+        assert await engine.open_session("t", 30.0)
+        tm.sessions["t"].close_on_finish = True
+        out = await collect(engine, GenerateRequest("r3", [5, 6, 7], session_id="t"))
+        assert out[0].token_ids == [3] and isinstance(out[-1], Finish)
+        assert [c["session_params"] for c in calls[3:]] == [{"id": "t"}, None]
+        assert engine.load_metrics()[0].num_streaming_sessions == 0
+
+
+async def test_a_turn_sglang_finds_busy_is_resent_and_the_session_restarts_next(fake):
+    fake.script = lambda context: [len(context), 2]
+    async with started(SglangConfig(enable_streaming_session=True)) as engine:
+        tm, calls = fake.engine.tokenizer_manager, fake.engine.generate_calls
+        assert await engine.open_session("s", 30.0)
+        await collect(engine, GenerateRequest("t1", [1, 2, 3], session_id="s"))
+        tm.sessions["s"].inflight = True  # a turn dyn gave up on still runs in SGLang
+        out = await collect(engine, GenerateRequest("t2", [1, 2, 3, 3, 2, 9], session_id="s"))
+        assert out[0].token_ids == [6] and isinstance(out[-1], Finish)
+        assert [(c["input_ids"], c["session_params"]) for c in calls[1:]] == [
+            ([9], {"id": "s"}), ([1, 2, 3, 3, 2, 9], None)]
+        tm.sessions["s"].inflight = False
+        metrics = engine.load_metrics()[0]  # kept, with an unknown history
+        assert (metrics.num_streaming_sessions, metrics.streaming_session_held_tokens) == (1, 0)
+        before = len(tm.session_calls)
+        await collect(engine, GenerateRequest("t3", [1, 2, 3, 3, 2, 9, 6, 2, 4], session_id="s"))
+        assert [kind for kind, _ in tm.session_calls[before:]] == ["close", "open"]
+        assert (calls[-1]["input_ids"], calls[-1]["session_params"]) == ([1, 2, 3, 3, 2, 9, 6, 2, 4], {"id": "s"})
+
+
+async def test_a_session_abort_after_tokens_is_an_engine_error_and_other_aborts_keep_their_code(fake):
+    fake.script = lambda context: [40] * 20
+    async with started(SglangConfig(enable_streaming_session=True)) as engine:
+        assert await engine.open_session("s", 30.0)
+        fake.abort_after = (2, {"type": "abort", "message": "Invalid request: session id s does not exist",
+                                "status_code": 400, "err_type": "BadRequestError"})
+        chunks = []
+        with pytest.raises(EngineError) as late:
+            async for message in engine.generate(GenerateRequest("r", [1], session_id="s")):
+                chunks.append(message)
+        assert late.value.code == "engine_error" and "after it had streamed 2 tokens" in str(late.value)
+        assert chunks == [TokenChunk("r", [40]), TokenChunk("r", [40])]
+        assert len(fake.engine.generate_calls) == 1
+        # a 400 abort for another reason on a session turn stays the client's error, not resent
+        fake.abort_after = (0, {"type": "abort", "status_code": 400,
+                                "message": "The input (3 tokens) is longer than the model's context length"})
+        with pytest.raises(EngineError) as bad:
+            await collect(engine, GenerateRequest("r2", [1, 2, 3], session_id="s"))
+        assert bad.value.code == "bad_request" and len(fake.engine.generate_calls) == 2
+
+
+async def test_an_open_sglang_refuses_is_not_recorded(fake):
+    fake.hold = anyio.Event()
+    async with started(SglangConfig(enable_streaming_session=True)) as engine:
+        tm = fake.engine.tokenizer_manager
+        assert await engine.open_session("s", 30.0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect, engine, GenerateRequest("a", [1, 2], session_id="s"))
+            while not ("s" in tm.sessions and tm.sessions["s"].inflight):
+                await anyio.sleep(0.01)
+            assert await engine.close_session("s")  # SGLang defers the close behind the running turn
+            assert not await engine.open_session("s", 30.0)  # and still holds the id: refused
+            assert engine.load_metrics()[0].num_streaming_sessions == 0
+            fake.hold.set()
+        assert "s" not in tm.sessions
+        await collect(engine, GenerateRequest("b", [1, 2], session_id="s"))
+        calls = fake.engine.generate_calls
+        assert len(calls) == 2 and calls[-1]["session_params"] is None  # sent ordinary at once
+
+
+# --------------------------------------------------------------------------- priority
+
+
+@pytest.mark.parametrize(("config", "overrides", "sent"), [
+    (SglangConfig(), {}, None),
+    (SglangConfig(enable_priority_scheduling=True), {}, 7),
+    (SglangConfig(radix_eviction_policy="priority"), {}, 7),
+    (SglangConfig(), {"radix_eviction_policy": "priority"}, 7),  # resolved (a model override)
+    (SglangConfig(extra_args=["--abort-on-priority-when-disabled"]), {}, None),
+    (SglangConfig(radix_eviction_policy="priority", extra_args=["--abort-on-priority-when-disabled"]), {}, None),
+    (SglangConfig(enable_priority_scheduling=True, extra_args=["--abort-on-priority-when-disabled"]), {}, 7),
+])
+async def test_priority_is_sent_only_where_sglang_uses_it_and_never_aborts_a_request(fake, config, overrides, sent):
+    fake.resolved_overrides = overrides
+    async with started(config) as engine:
+        out = await collect(engine, GenerateRequest("p", [1], priority=7))
+    assert isinstance(out[-1], Finish) and out[-1].reason == "length"
+    assert fake.engine.generate_calls[0]["priority"] == sent
+
+
+async def test_priority_eviction_with_low_values_first_warns_that_important_prefixes_go_first(fake, caplog):
+    async with started(SglangConfig(enable_priority_scheduling=True, radix_eviction_policy="priority")):
+        pass
+    assert "evicts cached prefixes with the smallest priority values first" not in caplog.text
+    async with started(SglangConfig(enable_priority_scheduling=True, radix_eviction_policy="priority",
+                                    schedule_low_priority_values_first=True)) as engine:
+        assert engine.info.priority_order == "lower_first"
+    assert "evicts cached prefixes with the smallest priority values first" in caplog.text
+    assert "most important requests" in caplog.text
 
 
 # --------------------------------------------------------------------------- load metrics

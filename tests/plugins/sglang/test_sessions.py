@@ -47,3 +47,18 @@ def test_unknown_closed_and_idle_sessions_are_served_as_ordinary_requests():
     assert table.plan("s", [1]).kind == "ordinary"
     table.opened("t", 10.0)
     assert table.closed("t") and not table.closed("t")
+
+
+def test_the_idle_clock_runs_from_the_open_and_each_turns_start_as_sglangs_does():
+    clock = Clock()
+    table = SessionTable(clock)
+    table.opened("s", 10.0)
+    clock.now = 105.0
+    turn = table.plan("s", [1])  # SGLang restarts its idle clock here (Session.create_req)
+    clock.now = 113.0  # the turn ran 8 s
+    table.finished(turn, [1], [2])
+    assert table.get("s") is not None
+    clock.now = 114.5  # SGLang reaps it after 115: dyn has let it go already
+    assert table.get("s") is None
+    table.opened("t", 10.0, since=clock.now - 9.5)  # the open was asked for 9.5 s ago
+    assert table.get("t") is None
