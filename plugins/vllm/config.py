@@ -98,5 +98,6 @@ def advertised_endpoint(endpoint: str | None, host: str) -> str | None:
     if not endpoint:
         return None
     if endpoint.startswith("tcp://*:"):
-        endpoint = f"tcp://{host}:{endpoint.removeprefix('tcp://*:')}"
+        bracketed = f"[{host}]" if ":" in host else host
+        endpoint = f"tcp://{bracketed}:{endpoint.removeprefix('tcp://*:')}"
     return None if endpoint.endswith(":0") else endpoint

@@ -52,6 +52,7 @@ def test_bad_values_name_the_flag(config, needle):
 @pytest.mark.parametrize(("endpoint", "host", "advertised"), [
     ("tcp://127.0.0.1:4001", "127.0.0.1", "tcp://127.0.0.1:4001"),
     ("tcp://*:5557", "10.0.0.2", "tcp://10.0.0.2:5557"),
+    ("tcp://*:5557", "::1", "tcp://[::1]:5557"),
     ("tcp://*:0", "127.0.0.1", None),
     (None, "127.0.0.1", None),
     ("ipc:///tmp/kv", "127.0.0.1", "ipc:///tmp/kv"),
