@@ -67,11 +67,7 @@ def vllm(
     KV events itself; the worker advertises its endpoints in discovery."""
     import msgspec
 
-    config = msgspec.structs.replace(vllm_config, extra_args=list(ctx.args))
-    try:
-        config.validate()
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    config = msgspec.structs.replace(vllm_config, extra_args=list(ctx.args))  # vLLM's parser reads them
     _serve("vllm", config, _settings(namespace, discovery_backend, discovery_dir, host),
            model_path=model_path, model_name=model_name)
 

@@ -64,8 +64,8 @@ def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]], 
     (``"--router-mode"``, ``"--no-enable-prefix-caching"``) -> number of values it takes (0 for a
     boolean flag, ``True``/``False`` work too). ``--flag value``, ``--flag=value`` and value-less
     flags are understood. Returns ``{command: [args...]}`` (every command present, order kept).
-    ``passthrough`` names a command that takes flags it does not declare (``dyn worker vllm``
-    passes them to vLLM): a flag no command defines goes there, with the next argument as its
+    ``passthrough`` names a command that takes flags it does not declare (``dyn worker vllm`` and
+    ``dyn worker sglang`` pass them to their engine): a flag no command defines goes there, with the next argument as its
     value unless that one is a flag too (``--flag=value`` is never ambiguous).
     Raises ``FlagRoutingError`` for a flag no command defines (without ``passthrough``), a missing
     value, a value given to a boolean flag, or a stray positional argument.

@@ -7,7 +7,8 @@ order:
 
 - **catch-up**: before reading live messages it replays from seq 0 through the worker's
   ``kv_replay`` ROUTER (``[b"", start_seq]`` on a DEALER; answers ``[b"", seq, payload]`` ...
-  then seq -1; vLLM 0.32 puts its topic before seq, ``[b"", topic, seq, payload]``), so blocks stored before the router subscribed are known. Live messages that arrive
+  then seq -1; vLLM 0.32 puts its topic before seq, ``[b"", topic, seq, payload]``), so blocks
+  stored before the router subscribed are known. Live messages that arrive
   meanwhile wait in the SUB queue and are then deduplicated by seq.
 - ``seq == last + 1``: applied. ``seq <= last``: a duplicate, skipped.
 - ``seq > last + 1``: a gap. The missing batches are replayed from ``last + 1``, then the current
