@@ -129,44 +129,59 @@ def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack
 
 def test_priority_reorders_a_contended_vllm_queue(stack):
     """One worker, one running slot (--max-num-seqs 1): a long request runs, three normal ones
-    queue, then an important one arrives last. vLLM's priority queue runs it before them."""
+    queue, then an important one arrives last. vLLM's priority queue runs it before them.
+
+    The queue forms only if the long request is still streaming when the last request is sent;
+    a try where it was not (this machine is shared) proves nothing and is repeated, up to 3 times.
+    """
     url, _ = stack
-    target = instances(url)[0]
-    finished: list[str] = []
-    headers = {"x-worker-instance-id": str(target)}
+    headers = {"x-worker-instance-id": str(instances(url)[0])}
 
     def body(name: str, max_tokens: int, priority: int | None = None, **extra) -> dict:
         nvext = {"agent_hints": {"priority": priority}} if priority is not None else {}
         return {"model": MODEL, "prompt": f"request {name}", "max_tokens": max_tokens,
                 "ignore_eos": True, "nvext": nvext, **extra}
 
-    async def send(client: httpx.AsyncClient, name: str, priority: int | None = None) -> None:
-        r = await client.post(url + "/v1/completions", headers=headers, json=body(name, 40, priority),
-                              timeout=300)
-        assert r.status_code == 200, r.text
-        finished.append(name)
+    async def scenario() -> tuple[list[str], bool]:
+        finished: list[str] = []
+        streaming = asyncio.Event()
 
-    async def long_running(client: httpx.AsyncClient, running: asyncio.Event) -> None:
-        async with client.stream("POST", url + "/v1/completions", headers=headers, timeout=300,
-                                 json=body("long", 1900, stream=True)) as r:
-            assert r.status_code == 200
-            async for _ in r.aiter_lines():
-                running.set()  # it holds the one running slot from its first token on
-        finished.append("long")
+        async def send(client: httpx.AsyncClient, name: str, priority: int | None = None) -> None:
+            r = await client.post(url + "/v1/completions", headers=headers, json=body(name, 40, priority),
+                                  timeout=300)
+            assert r.status_code == 200, r.text
+            finished.append(name)
 
-    async def scenario() -> None:
-        running = asyncio.Event()
+        async def long_running(client: httpx.AsyncClient) -> None:
+            async with client.stream("POST", url + "/v1/completions", headers=headers, timeout=300,
+                                     json=body("long", 1900, stream=True)) as r:
+                assert r.status_code == 200
+                chunks = 0
+                async for line in r.aiter_lines():
+                    chunks += line.startswith("data: {")
+                    if chunks >= 3:  # decoding: it holds the one running slot
+                        streaming.set()
+            finished.append("long")
+
         async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
-            tg.create_task(long_running(client, running))
-            await asyncio.wait_for(running.wait(), 60)
+            tg.create_task(long_running(client))
+            await asyncio.wait_for(streaming.wait(), 60)
             for name in ("normal-1", "normal-2", "normal-3"):
                 tg.create_task(send(client, name))
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.02)
             tg.create_task(send(client, "important", 10))
-            await asyncio.sleep(0.05)
-            assert "long" not in finished, "the long request ended before the queue formed"
+            await asyncio.sleep(0.02)
+            contended = "long" not in finished
+        return finished, contended
 
-    asyncio.run(scenario())
+    tries = []
+    for _ in range(3):
+        finished, contended = asyncio.run(scenario())
+        tries.append(finished)
+        if contended:
+            break
+    else:
+        pytest.fail(f"the long request never held the slot while the others queued: {tries}")
     # vLLM may also preempt the long request for the important one; either way it beats the queue
     normals = [name for name in finished if name.startswith("normal")]
     assert normals == ["normal-1", "normal-2", "normal-3"], finished
