@@ -1,0 +1,49 @@
+"""Reasoning parsers: a model's text -> reasoning and content, one module per format family.
+
+Contract of a ``ReasoningParser`` (one instance per choice, fed in order): ``feed(text)`` returns
+the events the piece completes, ``Reasoning`` and content ``str``
+(``dyn.core.parsers.events``); ``finish()`` what is left when the stream ends. Joined, the
+events are the same for every way of splitting the text. Reasoning cut off by ``max_tokens``
+stays reasoning. The parser is told the rendered prompt (``prompt_text``: a template that opens
+the thinking section itself, or closes it when thinking is off, decides where the output
+starts) and the request's ``chat_template_kwargs``, and whether the output was constrained.
+
+Names follow vLLM's ``--reasoning-parser`` and Dynamo's ``--dyn-reasoning-parser``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from dyn.core.parsers.events import Event
+from dyn.core.parsers.registry import Registry
+
+REASONING_PARSERS: Registry = Registry("reasoning parser", __name__)
+
+
+class ReasoningParser:
+    """Base of the reasoning parsers (see the module's contract)."""
+
+    name: ClassVar[str] = ""
+    needs_special_tokens: ClassVar[bool] = False
+    """The format's markers are special tokens: the frontend keeps them in the text it parses."""
+
+    def __init__(self, prompt_text: str | None = None,
+                 chat_template_kwargs: Mapping[str, Any] | None = None, *, constrained: bool = False) -> None:
+        self.prompt_text = prompt_text
+        self.chat_template_kwargs = chat_template_kwargs or {}
+        self.constrained = constrained
+        """The engine held the output to a grammar from its first token (structured outputs, a
+        forced tool call): a format that would start in reasoning starts in content instead,
+        unless the output opens the section itself or the prompt did."""
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise ``ParserUnavailable`` when this parser cannot run here (servers call it at start)."""
+
+    def feed(self, text: str) -> list[Event]:
+        raise NotImplementedError
+
+    def finish(self) -> list[Event]:
+        return []

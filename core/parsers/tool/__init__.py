@@ -1,0 +1,87 @@
+"""Tool-call parsers: a model's text -> content and tool calls, one module per format family.
+
+Contract of a ``ToolParser`` (one instance per choice, fed in order):
+
+- ``feed(text)`` takes the next piece of the choice's text and returns the events it completes
+  (``dyn.core.parsers.events``): content ``str``, ``ToolCallStart``, ``ToolCallArgs``,
+  ``TOOL_CALL_END``. Text that might begin a call marker is held back until the next piece
+  decides; ``finish()`` returns what is left when the stream ends (a call cut off by
+  ``max_tokens`` has a start and maybe arguments but no end).
+- Joining the events gives the same content and calls for every way of splitting the text into
+  pieces (the tests feed each recorded output whole and at every split point).
+- A call's arguments, joined, are one JSON object as text: the model's own JSON where its format
+  writes JSON (verbatim), else built from its format (XML parameters, Python keywords) with
+  ``json.dumps``. A call body that cannot be read is returned as content, markers included.
+- ``render(calls)`` writes calls the way a model of this family does, so that the parser reads
+  them back (the mocker answers in the format of its parser with it).
+
+Names follow vLLM's ``--tool-call-parser`` and Dynamo's ``--dyn-tool-call-parser``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from dyn.core.parsers.events import Event
+from dyn.core.parsers.registry import Registry
+
+TOOL_PARSERS: Registry = Registry("tool-call parser", __name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the request offers: its name and its parameters' JSON Schema."""
+
+    name: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_openai(cls, tool: Mapping[str, Any]) -> "Tool":
+        """From an OpenAI ``tools`` entry (``{"type": "function", "function": {...}}``)."""
+        function = tool.get("function") or {}
+        return cls(str(function.get("name", "")), function.get("parameters") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One complete call: the function's name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+
+    @property
+    def args(self) -> Any:
+        return json.loads(self.arguments)
+
+
+class ToolParser:
+    """Base of the tool-call parsers (see the module's contract)."""
+
+    name: ClassVar[str] = ""
+    needs_special_tokens: ClassVar[bool] = False
+    """The format uses special tokens: the frontend keeps them in the text it parses
+    (``skip_special_tokens=False``, as vLLM's parsers ask with ``adjust_request``)."""
+    emits_reasoning: ClassVar[bool] = False
+    """The format carries reasoning too (Harmony): this parser also emits ``Reasoning`` events
+    and takes the place of the reasoning parser of the same family."""
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        self.tools = {t.name: t for t in tools}
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise ``ParserUnavailable`` when this parser cannot run here (servers call it at start)."""
+
+    def feed(self, text: str) -> list[Event]:
+        raise NotImplementedError
+
+    def finish(self) -> list[Event]:
+        return []
+
+    @classmethod
+    def render(cls, calls: Sequence[ToolCall]) -> str:
+        raise NotImplementedError(f"the {cls.name} parser cannot write calls")

@@ -1,0 +1,88 @@
+"""DeepSeek-V3.2 tool calls in DSML (vLLM's ``deepseek_v32``, Dynamo's ``deepseek_v3_2``).
+
+Format (DeepSeek-V3.2's ``encoding/encoding_dsv32.py``; the example in vLLM's
+``deepseekv32_tool_parser.py``): a ``function_calls`` block of ``invoke`` elements, each
+parameter an element whose ``string`` attribute says whether its text is the string itself
+(``true``) or JSON (``false``). ``｜DSML｜`` uses the full-width bar U+FF5C.
+
+    <｜DSML｜function_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="location" string="true">杭州</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜function_calls>
+
+The call starts once the invoke's name is read; the arguments object goes out one member per
+complete parameter and is closed by the invoke's end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
+from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter, parameter_schema, typed_value, value_text
+from dyn.core.parsers.tool.sectioned import SectionedToolParser
+
+DSML = "\uff5cDSML\uff5c"
+CALLS_BEGIN = f"<{DSML}function_calls>"
+CALLS_END = f"</{DSML}function_calls>"
+INVOKE = f"<{DSML}invoke"
+INVOKE_END = f"</{DSML}invoke>"
+
+_HEAD = re.compile(r'\s+name="([^"<>]+)"\s*>')
+_PARAMETER = re.compile(
+    rf'<{DSML}parameter\s+name="([^"<>]+)"(?:\s+string="(true|false)")?\s*>(.*?)</{DSML}parameter>', re.DOTALL)
+
+
+@TOOL_PARSERS.register("deepseek_v32", "deepseek_v3_2")
+class DeepSeekV32ToolParser(SectionedToolParser):
+    section_starts = (CALLS_BEGIN,)
+    section_ends = (CALLS_END,)
+    call_start = INVOKE
+    call_end = INVOKE_END
+    needs_special_tokens = False  # DSML is plain text; vLLM asks for no change
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        super().__init__(tools)
+        self.call_begin()
+
+    def call_begin(self) -> None:
+        self._name: str | None = None
+        self._pos = 0
+        self._args = ArgumentsWriter()
+
+    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
+        events: list[Event] = []
+        if self._name is None:
+            head = _HEAD.match(body)
+            if head is None:
+                return [self.raw_call(body, complete)] if complete or final else []
+            self._name, self._pos = head.group(1), head.end()
+            events.append(ToolCallStart(self._name))
+        while (parameter := _PARAMETER.search(body, self._pos)) is not None:
+            key, is_string, text = parameter.groups()
+            if is_string == "true":
+                value = text
+            else:
+                value = typed_value(text.strip(), parameter_schema(self.tools.get(self._name), key)
+                                    if is_string is None else {})
+            events.append(ToolCallArgs(self._args.member(key, value)))
+            self._pos = parameter.end()
+        if complete:
+            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+        return events
+
+    @classmethod
+    def render(cls, calls: Sequence[ToolCall]) -> str:
+        def parameter(key: str, value: object) -> str:
+            string = "true" if isinstance(value, str) else "false"
+            return f'<{DSML}parameter name="{key}" string="{string}">{value_text(value)}</{DSML}parameter>'
+
+        invokes = "\n".join(
+            f'{INVOKE} name="{c.name}">\n' + "\n".join(parameter(k, v) for k, v in c.args.items())
+            + f"\n{INVOKE_END}" for c in calls)
+        return f"{CALLS_BEGIN}\n{invokes}\n{CALLS_END}"
+

@@ -1,0 +1,212 @@
+"""The common shape of most tool-call formats: content, then calls each written between a start
+and an end marker (``<tool_call>`` ... ``</tool_call>``).
+
+``DelimitedToolParser`` finds the markers in streamed text (holding back a tail that may be the
+start of one) and hands each call's body, as it grows, to the subclass's ``call_events``.
+Whitespace right after a call is dropped (models put newlines between calls); other text after a
+call is content. A call whose end marker never came is read when the stream ends, as far as it
+got (``finish``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.text import JsonScanner, marker_tail
+from dyn.core.parsers.tool import Tool, ToolParser
+
+
+class DelimitedToolParser(ToolParser):
+    """Calls between ``call_start`` and ``call_end``; subclasses read the body (``call_events``)."""
+
+    call_start: ClassVar[str]
+    call_end: ClassVar[str]
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        super().__init__(tools)
+        self._buf = ""
+        self._in_call = False
+        self._after_call = False
+        self._reader = self.body_reader()
+
+    def feed(self, text: str) -> list[Event]:
+        self._buf += text
+        return self._run(final=False)
+
+    def finish(self) -> list[Event]:
+        return self._run(final=True)
+
+    def _run(self, final: bool) -> list[Event]:
+        events: list[Event] = []
+        while True:
+            buf = self._buf
+            if not self._in_call:
+                hit = buf.find(self.call_start)
+                if hit < 0:
+                    keep = 0 if final else marker_tail(buf, (self.call_start,))
+                    self._content(events, buf[:len(buf) - keep])
+                    self._buf = buf[len(buf) - keep:]
+                    return events
+                self._content(events, buf[:hit])
+                self._buf = buf[hit + len(self.call_start):]
+                self._in_call = True
+                self.call_begin()
+                continue
+            end = buf.find(self.call_end)
+            if end < 0:
+                if final:
+                    events.extend(self.call_events(buf, complete=False, final=True))
+                    self._buf = ""
+                    return events
+                keep = marker_tail(buf, (self.call_end,))
+                events.extend(self.call_events(buf[:len(buf) - keep], complete=False, final=False))
+                return events
+            events.extend(self.call_events(buf[:end], complete=True, final=final))
+            self._buf = buf[end + len(self.call_end):]
+            self._in_call = False
+            self._after_call = True
+
+    def _content(self, events: list[Event], text: str) -> None:
+        if self._after_call:
+            text = text.lstrip()
+            if not text:
+                return
+            self._after_call = False
+        if text:
+            events.append(text)
+
+    def raw_call(self, body: str, complete: bool = True) -> str:
+        """A call that cannot be read, returned as content with its markers."""
+        return self.call_start + body + (self.call_end if complete else "")
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def body_reader(self) -> CallBodyReader | None:
+        """The reader of every call's body, for formats that one reader handles; the others
+        override ``call_begin`` and ``call_events`` instead."""
+        return None
+
+    def call_begin(self) -> None:
+        """A new call's start marker was read."""
+        if self._reader is not None:
+            self._reader.reset()
+
+    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
+        """Events for the current call's ``body`` so far (everything after its start marker,
+        growing by appends between calls). ``complete``: the end marker was read; ``final``:
+        the stream ended (a call cut off is ``final`` and not ``complete``). By default the
+        ``body_reader``'s, and a body it cannot read is content."""
+        if self._reader is None:
+            raise NotImplementedError(f"{type(self).__name__} reads no call bodies")
+        events = self._reader.events(body, complete, final)
+        return [self.raw_call(body, complete)] if events is None else events
+
+
+class CallBodyReader(Protocol):
+    """Reads one call's body as it grows (``JsonCallBody`` and its kin)."""
+
+    def reset(self) -> None:
+        """A new call begins."""
+
+    def events(self, body: str, complete: bool, final: bool) -> list[Event] | None:
+        """Events for the body so far; ``None`` when a body that ended cannot be read."""
+
+
+class JsonCallBody:
+    """Reads a call body that is a JSON object holding the function's name and its arguments
+    (``{"name": "f", "arguments": {...}}``), streaming the arguments as they arrive.
+
+    When the body starts with the name and then the arguments key, the name is announced as soon
+    as it is read and the arguments object's text goes out verbatim as it grows; any other shape
+    (keys in another order, arguments as a JSON string) is read once the body is complete.
+    """
+
+    __slots__ = ("head", "args_keys", "_started", "_args_at", "_sent", "_scanner", "_args_end")
+
+    def __init__(self, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")) -> None:
+        keys = "|".join(re.escape(k) for k in args_keys)
+        self.head = re.compile(r'\s*\{\s*"' + re.escape(name_key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:'
+                               + keys + r')"\s*:\s*')
+        self.args_keys = tuple(args_keys)
+        self.reset()
+
+    def reset(self) -> None:
+        self._started = False
+        self._args_at = -1
+        self._sent = 0
+        self._scanner = JsonScanner()
+        self._args_end = -1
+
+    def events(self, body: str, complete: bool, final: bool = False,
+               name_key: str = "name") -> list[Event] | None:
+        """Events for the body so far; ``None`` when a body that ended (``complete``, or cut off
+        by the end of the stream: ``final``) cannot be read as a call."""
+        events: list[Event] = []
+        if not self._started:
+            match = self.head.match(body)
+            name = None
+            if match is not None and len(body) > match.end() and body[match.end()] == "{":
+                name = _json_string(match.group(1))
+            if match is not None and name is not None:
+                self._started = True
+                self._args_at = match.end()
+                events.append(ToolCallStart(name))
+            elif complete or final:
+                call = read_json_call(body, name_key, self.args_keys)
+                if call is None:
+                    return None
+                name, arguments = call
+                return [ToolCallStart(name), ToolCallArgs(arguments), TOOL_CALL_END]
+            else:
+                return events
+        if self._args_end < 0:
+            args = body[self._args_at:]
+            end = self._scanner.scan(args)
+            upto = end if end >= 0 else len(args)
+            if upto > self._sent:
+                events.append(ToolCallArgs(args[self._sent:upto]))
+                self._sent = upto
+            if end >= 0:
+                self._args_end = end
+        if complete or (final and self._args_end >= 0):
+            events.append(TOOL_CALL_END)
+        return events
+
+
+def _json_string(text: str) -> str | None:
+    """The string a JSON string literal holds; ``None`` when it is not valid JSON (a raw
+    control character, an unknown escape)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def read_json_call(text: str, name_key: str = "name",
+                   args_keys: Sequence[str] = ("arguments", "parameters")) -> tuple[str, str] | None:
+    """(name, arguments JSON) of a complete JSON call object, or ``None`` when it is not one.
+    Arguments given as a JSON string are decoded (some models double-encode them)."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get(name_key), str):
+        return None
+    args: Any = next((obj[k] for k in args_keys if k in obj), {})
+    return obj[name_key], arguments_json(args)
+
+
+def arguments_json(args: Any) -> str:
+    """Arguments as JSON text; a string holding a JSON object is taken as that object."""
+    if isinstance(args, str):
+        try:
+            decoded = json.loads(args)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            args = decoded
+    return json.dumps(args, ensure_ascii=False)

@@ -1,0 +1,107 @@
+"""GLM-4.5 / GLM-4.6 (vLLM's ``glm45``) and GLM-4.7 (vLLM's and Dynamo's ``glm47``) tool calls.
+
+Format (the models' chat templates, zai-org/GLM-4.5 and GLM-4.7 ``chat_template.jinja``): each
+call between ``<tool_call>`` and ``</tool_call>`` holds the function's name, then its
+arguments as key/value pairs; GLM-4.5 puts each on its own line, GLM-4.7 writes them back to
+back. Text before the first call is content.
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Beijing</arg_value>
+    <arg_key>days</arg_key>
+    <arg_value>3</arg_value>
+    </tool_call>
+
+Values are typed by the tool's parameter schema as vLLM does (``kv_arguments.typed_value``:
+a ``string`` parameter keeps its text, the rest is read as JSON or a Python literal). The
+call starts once its name is read (a newline or the first ``<arg_key>`` ends it); the
+arguments object goes out one member per complete key/value pair and is closed by the call's
+end, so the joined pieces are the unary result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.text import find_first
+from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
+from dyn.core.parsers.tool.delimited import DelimitedToolParser
+from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter, parameter_schema, typed_value, value_text
+
+_PAIR = re.compile(r"<arg_key>\s*([^<]*?)\s*</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.DOTALL)
+_NAME = re.compile(r"[\w.:\-]+")
+_NAME_ENDS = ("\n", "<arg_key>")
+
+
+class GlmToolParser(DelimitedToolParser):
+    """The GLM call format; subclasses differ in how they write calls (``render``)."""
+
+    call_start = "<tool_call>"
+    call_end = "</tool_call>"
+    needs_special_tokens = True  # vLLM keeps <tool_call> in the text (skip_special_tokens=False)
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        super().__init__(tools)
+        self.call_begin()
+
+    def call_begin(self) -> None:
+        self._name: str | None = None
+        self._broken = False
+        self._pos = 0
+        self._args = ArgumentsWriter()
+
+    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
+        events: list[Event] = []
+        if self._name is None:
+            if not self._broken:
+                self._read_name(body, complete, events)
+            if self._name is None:
+                return [self.raw_call(body, complete)] if complete or final else []
+        while (pair := _PAIR.search(body, self._pos)) is not None:
+            key = pair.group(1)
+            value = typed_value(pair.group(2).strip(), parameter_schema(self.tools.get(self._name), key))
+            events.append(ToolCallArgs(self._args.member(key, value)))
+            self._pos = pair.end()
+        if complete:
+            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+        return events
+
+    def _read_name(self, body: str, complete: bool, events: list[Event]) -> None:
+        start = len(body) - len(body.lstrip())
+        cut = find_first(body, _NAME_ENDS, start)
+        if cut is None and not complete:
+            return
+        end = len(body) if cut is None else cut[0]
+        name = body[start:end].strip()
+        if not _NAME.fullmatch(name):
+            self._broken = True
+            return
+        self._name = name
+        self._pos = end
+        events.append(ToolCallStart(name))
+
+
+@TOOL_PARSERS.register("glm45")
+class Glm45ToolParser(GlmToolParser):
+    @classmethod
+    def render(cls, calls: Sequence[ToolCall]) -> str:
+        return "\n".join(
+            f"<tool_call>{c.name}\n"
+            + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{value_text(v)}</arg_value>\n"
+                      for k, v in c.args.items())
+            + "</tool_call>"
+            for c in calls)
+
+
+@TOOL_PARSERS.register("glm47")
+class Glm47ToolParser(GlmToolParser):
+    @classmethod
+    def render(cls, calls: Sequence[ToolCall]) -> str:
+        return "".join(
+            f"<tool_call>{c.name}"
+            + "".join(f"<arg_key>{k}</arg_key><arg_value>{value_text(v)}</arg_value>"
+                      for k, v in c.args.items())
+            + "</tool_call>"
+            for c in calls)

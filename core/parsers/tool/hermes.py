@@ -1,0 +1,36 @@
+"""Hermes-style tool calls: Hermes 2/3 (NousResearch), Qwen2.5 and Qwen3 instruct models.
+
+Format (the Hermes function-calling template; Qwen2.5's and Qwen3's ``tokenizer_config.json``
+chat templates write the same): each call is a JSON object with ``name`` and ``arguments`` on its
+own line between ``<tool_call>`` and ``</tool_call>``; text before the first call is content.
+
+    I'll check.
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
+from dyn.core.parsers.tool.delimited import CallBodyReader, DelimitedToolParser, JsonCallBody
+
+
+@TOOL_PARSERS.register("hermes", "qwen25", "qwen3")
+class HermesToolParser(DelimitedToolParser):
+    call_start = "<tool_call>"
+    call_end = "</tool_call>"
+    needs_special_tokens = True  # Hermes 2 Pro's <tool_call> is a special token
+
+    def body_reader(self) -> CallBodyReader:
+        return JsonCallBody()
+
+
+    @classmethod
+    def render(cls, calls: Sequence[ToolCall]) -> str:
+        return "\n".join(
+            f'<tool_call>\n{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}\n</tool_call>'
+            for c in calls)

@@ -1,0 +1,143 @@
+"""Calls grouped in a section (DeepSeek-V3's ``<｜tool▁calls▁begin｜>`` ... ``<｜tool▁calls▁end｜>``,
+Kimi K2's ``<|tool_calls_section_begin|>`` ...), each call between its own markers, its body a
+head (the function's name, maybe an id) followed by the arguments as a JSON object.
+
+``SectionedToolParser`` drops the section markers that wrap calls and reads the calls as
+``DelimitedToolParser`` does: a section start followed (after whitespace) by a call start is
+dropped, and so is the section end inside a section; a section start followed by anything
+else stays content. A call start outside any section is still read as a call (models that
+forget the section marker). ``JsonArgsBody`` streams a headed body's JSON arguments verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar, NamedTuple
+
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.text import JsonScanner, find_first, marker_tail
+from dyn.core.parsers.tool import Tool
+from dyn.core.parsers.tool.delimited import DelimitedToolParser
+
+_OUTSIDE, _OPENED, _INSIDE = 0, 1, 2
+
+
+class SectionedToolParser(DelimitedToolParser):
+    """``DelimitedToolParser`` whose calls sit inside ``section_starts`` ... ``section_ends``."""
+
+    section_starts: ClassVar[tuple[str, ...]]
+    section_ends: ClassVar[tuple[str, ...]]
+
+    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+        super().__init__(tools)
+        self._pending = ""
+        self._section = _OUTSIDE
+        self._opened = ""
+
+    def feed(self, text: str) -> list[Event]:
+        return super().feed(self._unwrap(text, final=False))
+
+    def finish(self) -> list[Event]:
+        rest = self._unwrap("", final=True)
+        events = super().feed(rest) if rest else []
+        return events + super().finish()
+
+    def _unwrap(self, text: str, final: bool) -> str:
+        """The text with the section markers around calls removed; holds back what may still
+        turn out to be one."""
+        buf = self._pending + text
+        out: list[str] = []
+        while True:
+            if self._section == _OUTSIDE:
+                hit = find_first(buf, self.section_starts)
+                if hit is None:
+                    keep = 0 if final else marker_tail(buf, self.section_starts)
+                    out.append(buf[:len(buf) - keep])
+                    buf = buf[len(buf) - keep:]
+                    break
+                at, marker = hit
+                out.append(buf[:at])
+                buf = buf[at + len(marker):]
+                self._opened = marker
+                self._section = _OPENED
+            elif self._section == _OPENED:
+                body = buf.lstrip()
+                if body.startswith(self.call_start):
+                    buf = body
+                    self._opened = ""
+                    self._section = _INSIDE
+                elif not final and self.call_start.startswith(body):
+                    break  # maybe a call start, not complete yet
+                else:
+                    out.append(self._opened)
+                    self._opened = ""
+                    self._section = _OUTSIDE
+            else:
+                hit = find_first(buf, self.section_ends)
+                if hit is None:
+                    keep = 0 if final else marker_tail(buf, self.section_ends)
+                    out.append(buf[:len(buf) - keep])
+                    buf = buf[len(buf) - keep:]
+                    break
+                at, marker = hit
+                out.append(buf[:at])
+                buf = buf[at + len(marker):]
+                self._section = _OUTSIDE
+        self._pending = buf
+        return "".join(out)
+
+
+class CallHead(NamedTuple):
+    """What a call body's head says: the function's name, the model's call id (if its format
+    has one), and where the arguments object starts in the body."""
+
+    name: str
+    id: str | None
+    args_at: int
+
+
+HeadReader = Callable[[str, bool], CallHead | None]
+"""``(body so far, complete) -> CallHead``, or ``None`` while the head is not (or cannot be)
+read. Once it reads a head from a body it must read the same head from every longer body."""
+
+
+class JsonArgsBody:
+    """Streams a call whose body is a head and then a JSON object (the arguments).
+
+    The call starts as soon as ``read_head`` reads the head (the arguments' ``{`` included);
+    the object's text then goes out verbatim as it arrives, up to its closing brace (anything
+    after it in the body, like DeepSeek-V3's closing code fence, is ignored). A body that ends
+    before a head was read is unreadable (``None``).
+    """
+
+    __slots__ = ("read_head", "_args_at", "_sent", "_scanner", "_args_end")
+
+    def __init__(self, read_head: HeadReader) -> None:
+        self.read_head = read_head
+        self.reset()
+
+    def reset(self) -> None:
+        self._args_at = -1
+        self._sent = 0
+        self._scanner = JsonScanner()
+        self._args_end = -1
+
+    def events(self, body: str, complete: bool, final: bool) -> list[Event] | None:
+        events: list[Event] = []
+        if self._args_at < 0:
+            head = self.read_head(body, complete)
+            if head is None:
+                return None if complete or final else events
+            self._args_at = head.args_at
+            events.append(ToolCallStart(head.name, head.id))
+        if self._args_end < 0:
+            args = body[self._args_at:]
+            end = self._scanner.scan(args)
+            upto = end if end >= 0 else len(args)
+            if upto > self._sent:
+                events.append(ToolCallArgs(args[self._sent:upto]))
+                self._sent = upto
+            self._args_end = end
+        if complete or (final and self._args_end >= 0):
+            events.append(TOOL_CALL_END)
+        return events
