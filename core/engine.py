@@ -65,6 +65,8 @@ class EngineInfo(msgspec.Struct, kw_only=True):
 
 FEATURE_STREAMING_SESSIONS = "streaming_sessions"
 FEATURE_PIN_PREFIX = "pin_prefix"
+FEATURE_TOOL_HINTS = "tool_hints"
+"""The engine acts on ``GenerateRequest.tools`` (the mocker's ``--tool-call-rate``)."""
 PRIORITY_ORDERS = ("lower_first", "higher_first")
 
 

@@ -60,6 +60,41 @@ class StopConditions(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fal
     stop_token_ids: list[int] = []
 
 
+CONSTRAINT_KINDS = ("json", "json_object", "regex", "choice", "grammar")
+
+
+class OutputConstraint(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """Structured output the engine must produce, validated once by the frontend
+    (``dyn.core.protocol.structured``); each engine enforces it its own way.
+
+    ``kind`` (one of ``CONSTRAINT_KINDS``) says what ``spec`` holds:
+
+    - ``json``: a JSON Schema, as JSON text; the output is one JSON value valid under it;
+    - ``json_object``: ``spec`` is empty; the output is one JSON object;
+    - ``regex``: a regular expression the whole output matches;
+    - ``choice``: ``choices`` holds the strings; the output is exactly one of them;
+    - ``grammar``: a context-free grammar: GBNF-style EBNF (``root ::= ...``, as vLLM's default
+      backend and SGLang's ``ebnf`` read it) or Lark (``start: ...``).
+
+    ``whitespace_pattern``: vLLM's ``guided_whitespace_pattern`` for JSON (``None``: the engine's
+    default).
+    """
+
+    kind: str
+    spec: str = ""
+    choices: tuple[str, ...] = ()
+    whitespace_pattern: str | None = None
+
+
+class ToolSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """One tool a request offers the model, as a hint to engines that act on it (the mocker's
+    ``--tool-call-rate``); real engines see the tools only through the rendered prompt.
+    ``parameters`` is the tool's JSON Schema as JSON text."""
+
+    name: str
+    parameters: str = "{}"
+
+
 class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """Generate tokens for a tokenized prompt."""
 
@@ -77,6 +112,17 @@ class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fa
     appends to the session's held KV instead of going through the prefix cache alone."""
     max_thinking_tokens: int | None = None
     """Most reasoning tokens before the engine ends the thinking section (``None``: no cap)."""
+    constraint: OutputConstraint | None = None
+    """Structured output the engine must follow (``None``: free text)."""
+    logprobs: int | None = None
+    """Return each output token's log-probability and this many top alternatives (0: the
+    token's own only); ``None``: no logprobs (``TokenChunk.logprobs`` stays empty)."""
+    prompt_logprobs: int | None = None
+    """Return each prompt token's log-probability and this many top alternatives, in
+    ``Finish.prompt_logprobs``; ``None``: none."""
+    tools: list[ToolSpec] = []
+    """The request's tools when the model may call one (``tool_choice`` auto); sent only to
+    workers that advertise ``FEATURE_TOOL_HINTS``."""
 
 
 class CancelRequest(msgspec.Struct, array_like=True, gc=False):
@@ -85,11 +131,25 @@ class CancelRequest(msgspec.Struct, array_like=True, gc=False):
     request_id: str
 
 
-class TokenChunk(msgspec.Struct, array_like=True, gc=False):
-    """New output tokens of one request, in order; several when the engine made several."""
+class TokenLogprobs(msgspec.Struct, array_like=True, gc=False):
+    """Log-probabilities at one position: the chosen token's ``logprob`` and the ``top`` most
+    likely tokens there, most likely first, as ``top_ids[i]`` with ``top_logprobs[i]`` (as many as
+    the request asked for; the chosen token may be among them). ``rank``: the chosen token's
+    1-based rank among all tokens at that position (0: the engine does not know it)."""
+
+    logprob: float
+    top_ids: list[int] = []
+    top_logprobs: list[float] = []
+    rank: int = 0
+
+
+class TokenChunk(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """New output tokens of one request, in order; several when the engine made several.
+    ``logprobs``: one entry per token when the request asked for logprobs, else empty."""
 
     request_id: str
     token_ids: list[int]
+    logprobs: list[TokenLogprobs] = []
 
 
 class EngineTiming(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
@@ -126,6 +186,9 @@ class Finish(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     usage: Usage
     timing: EngineTiming = EngineTiming()
     stop_token_id: int | None = None
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
+    """One entry per prompt token when the request asked for prompt logprobs (the first is
+    ``None``: nothing precedes it), else ``None``."""
 
 
 class ErrorReply(msgspec.Struct, array_like=True, gc=False):
@@ -395,4 +458,10 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     """How the engine reads ``GenerateRequest.priority``: ``lower_first`` (vLLM; SGLang with
     ``--schedule-low-priority-values-first``) or ``higher_first`` (SGLang's default)."""
     features: list[str] = []
-    """Optional calls the engine serves: ``streaming_sessions``, ``pin_prefix``."""
+    """Optional calls the engine serves: ``streaming_sessions``, ``pin_prefix``, ``tool_hints``
+    (send it ``GenerateRequest.tools``)."""
+    tool_call_parser: str | None = None
+    """How the served model writes tool calls (``--dyn-tool-call-parser``): a tool-call parser
+    name the frontend uses unless it was given its own ``--tool-call-parser``."""
+    reasoning_parser: str | None = None
+    """How the served model writes its reasoning (``--dyn-reasoning-parser``), likewise."""

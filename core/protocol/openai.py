@@ -3,8 +3,9 @@
 Requests decode straight from the body with msgspec (a wrong type fails at decode time and names
 the field, see ``decode_request``); ``check_*`` then applies the value rules vLLM applies. Unknown
 fields are ignored, as OpenAI and vLLM ignore them. Fields the serving path cannot honour yet
-(beam search, guided decoding, logprobs) are rejected with a 400 that names them, never dropped
-silently.
+(beam search, ``logit_bias``, ``allowed_token_ids``, ``suffix``) are rejected with a 400 that
+names them, never dropped silently. Tools and structured outputs are checked by
+``dyn.core.protocol.tools`` and ``dyn.core.protocol.structured``.
 
 Responses are msgspec Structs encoded with ``msgspec.json``; the streaming hot path in
 ``dyn.core.frontend.responses`` writes its chunks from pre-encoded byte templates instead.
@@ -255,7 +256,11 @@ def _range(req: _GenerationRequest, name: str, ok: bool, rule: str) -> None:
         raise bad_request(f"{name} {rule}, got {getattr(req, name)!r}", param=name)
 
 
-def check_generation(req: _GenerationRequest) -> None:
+DEFAULT_MAX_LOGPROBS = 20
+"""vLLM's ``--max-logprobs`` default: the most top logprobs a request may ask for."""
+
+
+def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
     """vLLM's value rules for the shared fields; unsupported features are a 400 naming them."""
     _range(req, "n", 1 <= req.n <= 128, "must be between 1 and 128")
     if req.max_tokens is not None:
@@ -284,9 +289,16 @@ def check_generation(req: _GenerationRequest) -> None:
         raise bad_request("stop may hold at most 16 strings", param="stop")
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options is only allowed with stream=true", param="stream_options")
+    if req.prompt_logprobs is not None:
+        _logprobs_range(req, "prompt_logprobs", req.prompt_logprobs, max_logprobs)
     if req.nvext is not None:
         check_nvext(req.nvext)
     _unsupported(req)
+
+
+def _logprobs_range(req: _GenerationRequest, name: str, value: int, max_logprobs: int) -> None:
+    _range(req, name, 0 <= value <= max_logprobs,
+           f"must be between 0 and {max_logprobs} (the server's --max-logprobs)")
 
 
 def _unsupported(req: _GenerationRequest) -> None:
@@ -294,17 +306,10 @@ def _unsupported(req: _GenerationRequest) -> None:
         raise _not_supported("use_beam_search", "beam search")
     if req.best_of is not None and req.best_of != req.n:
         raise _not_supported("best_of", "best_of different from n (beam search)")
-    for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"):
-        if getattr(req, name) is not None:
-            raise _not_supported(name, "guided decoding")
-    if req.response_format is not None and req.response_format.get("type", "text") != "text":
-        raise _not_supported("response_format", "guided decoding (json_object / json_schema)")
     if req.logit_bias:
         raise _not_supported("logit_bias", "logit_bias")
     if req.allowed_token_ids is not None:
         raise _not_supported("allowed_token_ids", "allowed_token_ids")
-    if req.prompt_logprobs is not None:
-        raise _not_supported("prompt_logprobs", "prompt logprobs")
 
 
 def _not_supported(param: str, what: str) -> ApiError:
@@ -312,9 +317,9 @@ def _not_supported(param: str, what: str) -> ApiError:
                        param=param, code="unsupported_parameter")
 
 
-def check_chat(req: ChatCompletionRequest) -> None:
+def check_chat(req: ChatCompletionRequest, max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
     """Rules of the chat endpoint on top of ``check_generation``."""
-    check_generation(req)
+    check_generation(req, max_logprobs)
     if not req.messages:
         raise bad_request("messages must hold at least one message", param="messages")
     for i, message in enumerate(req.messages):
@@ -327,26 +332,23 @@ def check_chat(req: ChatCompletionRequest) -> None:
                               "or null", param=f"messages[{i}].content")
     if req.max_completion_tokens is not None:
         _range(req, "max_completion_tokens", req.max_completion_tokens >= 1, "must be at least 1")
-    if req.logprobs or req.top_logprobs:
-        raise _not_supported("logprobs", "logprobs")
+    if req.top_logprobs is not None:
+        if not req.logprobs:
+            raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
+        _logprobs_range(req, "top_logprobs", req.top_logprobs, max_logprobs)
     if req.add_generation_prompt and req.continue_final_message:
         raise bad_request("continue_final_message cannot be used together with "
                           "add_generation_prompt=true; set add_generation_prompt to false",
                           param="continue_final_message")
-    if isinstance(req.tool_choice, dict) or req.tool_choice == "required":
-        raise _not_supported("tool_choice", "forced tool calls (named or required tool_choice)")
-    if req.tool_choice not in (None, "none", "auto") and not isinstance(req.tool_choice, dict):
-        raise bad_request("tool_choice must be none, auto, required or a named tool",
-                          param="tool_choice")
 
 
-def check_completion(req: CompletionRequest) -> None:
+def check_completion(req: CompletionRequest, max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
     """Rules of the completions endpoint on top of ``check_generation``."""
-    check_generation(req)
+    check_generation(req, max_logprobs)
     if req.suffix is not None:
         raise _not_supported("suffix", "suffix")
     if req.logprobs is not None:
-        raise _not_supported("logprobs", "logprobs")
+        _logprobs_range(req, "logprobs", req.logprobs, max_logprobs)
     prompt = req.prompt
     if prompt == "" or prompt == []:
         raise bad_request("prompt must not be empty", param="prompt")
@@ -371,16 +373,34 @@ class UsageInfo(msgspec.Struct):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
+class FunctionCallOut(msgspec.Struct):
+    name: str
+    arguments: str
+    """JSON text, as OpenAI sends it."""
+
+
+class ToolCallOut(msgspec.Struct):
+    id: str
+    function: FunctionCallOut
+    type: str = "function"
+
+
 class ChatMessageOut(msgspec.Struct, omit_defaults=True):
+    """The assistant's message: ``content`` is always sent (null when there is none);
+    ``reasoning_content`` and ``tool_calls`` only when the output had them."""
+
     role: str
-    content: str | None = None
+    content: str | None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallOut] = []
 
 
 class ChatChoice(msgspec.Struct):
     index: int
     message: ChatMessageOut
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: msgspec.Raw | None = None
+    """``{"content": [...]}`` when logprobs were asked for (pre-encoded JSON)."""
     stop_reason: int | str | None = None
 
 
@@ -391,6 +411,8 @@ class ChatCompletionResponse(msgspec.Struct):
     choices: list[ChatChoice]
     usage: UsageInfo
     object: str = "chat.completion"
+    prompt_logprobs: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    """vLLM's: one entry per prompt token when asked for (pre-encoded JSON)."""
     nvext: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -398,8 +420,10 @@ class CompletionChoice(msgspec.Struct):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: msgspec.Raw | None = None
+    """``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}`` when asked for."""
     stop_reason: int | str | None = None
+    prompt_logprobs: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
 
 
 class CompletionResponse(msgspec.Struct):

@@ -55,9 +55,9 @@ def test_malformed_json():
     ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k"), ({"min_p": 2}, "min_p"),
     ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"), ({"presence_penalty": 3}, "presence_penalty"),
     ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"), ({"use_beam_search": True}, "use_beam_search"),
-    ({"best_of": 3}, "best_of"), ({"guided_regex": "a+"}, "guided_regex"), ({"logprobs": True}, "logprobs"),
-    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"tool_choice": "required"}, "tool_choice"),
-    ({"tool_choice": "sometimes"}, "tool_choice"), ({"messages": []}, "messages"),
+    ({"best_of": 3}, "best_of"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"prompt_logprobs": -1}, "prompt_logprobs"),
+    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"messages": []}, "messages"),
     ({"messages": [{"role": 1}]}, "messages[0].role"), ({"messages": [{"role": "user", "content": 5}]},
                                                          "messages[0].content"),
     ({"continue_final_message": True}, "continue_final_message"),
@@ -68,7 +68,8 @@ def test_value_rules(fields, param):
 
 def test_supported_choices_pass():
     check_chat(chat(tool_choice="auto", tools=[{"type": "function", "function": {"name": "f"}}],
-                    response_format={"type": "text"}, best_of=2, n=2, stop=["a", "b"]))
+                    response_format={"type": "text"}, best_of=2, n=2, stop=["a", "b"], logprobs=True,
+                    top_logprobs=20, prompt_logprobs=0, guided_regex="a+"))
 
 
 @pytest.mark.parametrize("prompt, ok", [

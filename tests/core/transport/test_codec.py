@@ -44,7 +44,9 @@ def test_reply_round_trip(message):
 
 def test_token_chunk_is_a_compact_array():
     kind, payload = encode(TokenChunk("r", [1, 2]))
-    assert kind == b"T" and msgspec.msgpack.decode(payload) == ["r", [1, 2]]
+    assert kind == b"T" and msgspec.msgpack.decode(payload) == ["r", [1, 2], []]
+    # a peer that predates logprobs sends two fields; it still decodes
+    assert decode_reply([b"T", msgspec.msgpack.encode(["r", [1, 2]])]) == TokenChunk("r", [1, 2])
 
 
 @pytest.mark.parametrize(
@@ -104,7 +106,7 @@ def test_reply_batch_round_trip_and_compact_form():
     assert decode_reply(frames) == batch
     only_chunks = encode(ReplyBatch([c("a", 1)]))
     # three lists; each item is the single struct's own array
-    assert msgspec.msgpack.decode(only_chunks[1]) == [[["a", [1]]], [], []]
+    assert msgspec.msgpack.decode(only_chunks[1]) == [[["a", [1], []]], [], []]
     assert decode_reply(only_chunks) == ReplyBatch([c("a", 1)], [], [])
 
 
