@@ -28,6 +28,15 @@ def _list(value: str, name: str) -> tuple[str, ...]:
     return tuple(i.strip() for i in text.split(",") if i.strip())
 
 
+def _parser_names(kind: str) -> str:
+    """The registered parser names, for the help text."""
+    if kind == "tool":
+        from dyn.core.parsers.tool import TOOL_PARSERS as registry
+    else:
+        from dyn.core.parsers.reasoning import REASONING_PARSERS as registry
+    return ", ".join(registry.names())
+
+
 @router_flags
 def frontend(
     http_host: str = flag("127.0.0.1", "--http-host", panel=HTTP_PANEL, help="Address the HTTP server listens on."),
@@ -54,6 +63,25 @@ def frontend(
                                       help="Honour nvext.cache_control: after generation, ask the "
                                            "worker to pin the prompt's KV for the TTL (needs "
                                            "--router-mode kv)."),
+    enable_auto_tool_choice: bool = flag(False, "--enable-auto-tool-choice", panel=options.PARSERS_PANEL,
+                                         help="Accept tool_choice auto (the default when a request has "
+                                              "tools): calls are parsed with --tool-call-parser. Workers "
+                                              "started with --dyn-tool-call-parser turn it on by themselves."),
+    tool_call_parser: str = flag(None, "--tool-call-parser", panel=options.PARSERS_PANEL,
+                                 help="How the model writes tool calls; overrides what workers advertise. "
+                                      f"One of: {_parser_names('tool')}."),
+    reasoning_parser: str = flag(None, "--reasoning-parser", panel=options.PARSERS_PANEL,
+                                 help="How the model writes reasoning (returned as reasoning_content); "
+                                      f"overrides what workers advertise. One of: {_parser_names('reasoning')}."),
+    tool_parser_plugin: list[str] = flag(None, "--tool-parser-plugin", panel=options.PARSERS_PANEL,
+                                         help="A Python file whose parsers register themselves "
+                                              "(@TOOL_PARSERS.register(NAME) on a ToolParser subclass); "
+                                              "repeatable."),
+    chat_template: str = flag(None, "--chat-template", panel=options.PARSERS_PANEL,
+                              help="A Jinja chat template file (or the template text) replacing the model's."),
+    max_logprobs: int = flag(20, "--max-logprobs", min=0, panel=options.PARSERS_PANEL,
+                             help="Most top logprobs a request may ask for (top_logprobs, logprobs, "
+                                  "prompt_logprobs)."),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,
@@ -73,7 +101,11 @@ def frontend(
         http_host=http_host, http_port=http_port, router_mode=router_mode, namespace=namespace,
         discovery_backend=discovery_backend, discovery_dir=discovery_dir, model_path=model_path,
         model_name=model_name, api_key=api_key or None, cors=cors, router_config=router_config,
-        router_address=router_address, enable_cache_control=enable_cache_control)
+        router_address=router_address, enable_cache_control=enable_cache_control,
+        tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+        enable_auto_tool_choice=enable_auto_tool_choice,
+        tool_parser_plugins=tuple(tool_parser_plugin or ()), chat_template=chat_template,
+        max_logprobs=max_logprobs)
     if router_config.load_aware:
         settings.router_mode = "kv"
     try:

@@ -44,3 +44,13 @@ MODEL_PATH = flag(None, "--model-path", panel=MODEL_PANEL,
                        "tokenizer_config.json (default: the embedded dyn-tiny).")
 MODEL_NAME = flag(None, "--model-name", panel=MODEL_PANEL,
                   help="Served model name (default: the model directory's name).")
+
+PARSERS_PANEL = "Tools and reasoning"
+DYN_TOOL_CALL_PARSER = flag(None, "--dyn-tool-call-parser", panel=PARSERS_PANEL,
+                            help="How the served model writes tool calls (hermes, llama3_json, mistral, "
+                                 "...; `dyn frontend --help` lists them): advertised in discovery, so "
+                                 "frontends parse this worker's calls and accept tool_choice auto "
+                                 "(default for the embedded dyn-tiny: hermes).")
+DYN_REASONING_PARSER = flag(None, "--dyn-reasoning-parser", panel=PARSERS_PANEL,
+                            help="How the served model writes its reasoning (deepseek_r1, qwen3, ...): "
+                                 "advertised in discovery, so frontends return it as reasoning_content.")

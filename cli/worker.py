@@ -36,6 +36,8 @@ def mocker(
     num_workers: int = flag(1, "--num-workers", min=1, help="Simulated workers hosted by this process, each with "
                                                         "its own instance id, sockets and cache.",
                        panel=options.WORKER_PANEL),
+    dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
+    dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
@@ -45,8 +47,10 @@ def mocker(
     chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
     priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
     sections. Needs no GPU."""
-    _serve("mocker", mocker_config, _settings(namespace, discovery_backend, discovery_dir, host),
-           model_path=model_path, model_name=model_name, num_workers=num_workers)
+    settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
+                         dyn_reasoning_parser, model_path)
+    _serve("mocker", mocker_config, settings, model_path=model_path, model_name=model_name,
+           num_workers=num_workers)
 
 
 @app.command("vllm", context_settings=PASS_THROUGH)
@@ -57,6 +61,8 @@ def vllm(
                            help="Model directory (or Hugging Face id vLLM can load) to serve."),
     model_name: str = options.MODEL_NAME,
     vllm_config: VllmConfig = None,  # the engine flags, see dyn.cli.vllm_flags
+    dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
+    dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
@@ -68,8 +74,9 @@ def vllm(
     import msgspec
 
     config = msgspec.structs.replace(vllm_config, extra_args=list(ctx.args))  # vLLM's parser reads them
-    _serve("vllm", config, _settings(namespace, discovery_backend, discovery_dir, host),
-           model_path=model_path, model_name=model_name)
+    settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
+                         dyn_reasoning_parser, model_path)
+    _serve("vllm", config, settings, model_path=model_path, model_name=model_name)
 
 
 @app.command("sglang", context_settings=PASS_THROUGH)
@@ -81,6 +88,8 @@ def sglang(
                                 "tokenizes with the same one)."),
     model_name: str = options.MODEL_NAME,
     sglang_config: SglangConfig = None,  # the engine flags, see dyn.cli.sglang_flags
+    dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
+    dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
@@ -90,16 +99,26 @@ def sglang(
     scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
     server flag is passed through as in python -m sglang.launch_server. Not yet run against a
     live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures."""
-    _serve("sglang", sglang_config, _settings(namespace, discovery_backend, discovery_dir, host),
-           model_path=model_path, model_name=model_name, extra_args=list(ctx.args))
+    settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
+                         dyn_reasoning_parser, model_path)
+    _serve("sglang", sglang_config, settings, model_path=model_path, model_name=model_name,
+           extra_args=list(ctx.args))
 
 
-def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None,
-              host: str) -> WorkerSettings:
-    from dyn.core.worker.settings import WorkerSettings
+def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None, host: str,
+              tool_call_parser: str | None, reasoning_parser: str | None,
+              model_path: str | None) -> WorkerSettings:
+    """The worker settings; an unknown parser name exits 2 with the known ones."""
+    from dyn.core.worker.settings import WorkerSettings, model_parsers
 
+    try:
+        tool_call_parser, reasoning_parser = model_parsers(tool_call_parser, reasoning_parser, model_path)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     return WorkerSettings(namespace=namespace, discovery_backend=discovery_backend,
-                          discovery_dir=discovery_dir, host=host)
+                          discovery_dir=discovery_dir, host=host, tool_call_parser=tool_call_parser,
+                          reasoning_parser=reasoning_parser)
 
 
 def _serve(engine: str, config: object, settings: WorkerSettings, **kwargs: object) -> None:

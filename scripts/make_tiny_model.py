@@ -31,8 +31,30 @@ VOCAB_SIZE = 4096
 CORPUS_FILES = 200
 SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
-    "{{ message['content'] }}<|eot_id|>{% endfor %}"
+    # Llama-3 headers; tools, tool calls and tool results the Hermes / Qwen2.5 way (dyn's "hermes"
+    # tool-call parser reads the calls back). Without tools it renders exactly like the anchor's.
+    # (A newline right after a {% tag %} is trimmed, as in transformers: {{ '\n' }} keeps one.)
+    "{{ bos_token }}"
+    "{% if tools %}<|start_header_id|>system<|end_header_id|>\n\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|eot_id|>{% endif %}"
+    "{% for message in messages %}"
+    "{% if not (tools and loop.first and message['role'] == 'system') %}"
+    "{% if message['role'] == 'tool' %}"
+    "<|start_header_id|>tool<|end_header_id|>\n\n<tool_response>\n{{ message['content'] }}\n</tool_response><|eot_id|>"
+    "{% else %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% if call['function'] is defined %}{% set call = call['function'] %}{% endif %}"
+    "{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": {{ call['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}<|eot_id|>"
+    "{% endif %}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
 SPECIAL_MAP = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"}
 GENERATOR = "python scripts/make_tiny_model.py core/model/dyn-tiny"

@@ -14,7 +14,7 @@ import msgspec
 
 from dyn.core.frontend.chat_template import ChatTemplate, ChatTemplateError, compile_template
 from dyn.core.frontend.tokenizer import Tokenizer
-from dyn.core.messages import GenerateRequest, SamplingParams, StopConditions
+from dyn.core.messages import GenerateRequest, OutputConstraint, SamplingParams, StopConditions, ToolSpec
 from dyn.core.model.info import ModelInfo
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest
@@ -38,10 +38,13 @@ class Prompt:
 class Preprocessor:
     """Template + tokenizer + context rules of one model."""
 
-    def __init__(self, info: ModelInfo, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(self, info: ModelInfo, tokenizer: Tokenizer | None = None,
+                 chat_template: str | None = None) -> None:
+        """``chat_template``: a template source that replaces the model's (``--chat-template``);
+        ``ChatTemplateError`` when it does not compile."""
         self.info = info
         self.tokenizer = tokenizer or Tokenizer.from_model(info)
-        source = self.tokenizer.chat_template
+        source = chat_template if chat_template is not None else self.tokenizer.chat_template
         self.chat_template: ChatTemplate | None = compile_template(source) if source else None
 
     # ----------------------------------------------------------------- chat
@@ -165,7 +168,9 @@ class Preprocessor:
 
 
 def engine_request(request_id: str, prompt: Prompt, choice: int, priority: int | None,
-                   session_id: str | None = None) -> GenerateRequest:
+                   session_id: str | None = None, *, constraint: OutputConstraint | None = None,
+                   logprobs: int | None = None, prompt_logprobs: int | None = None,
+                   tools: list[ToolSpec] | None = None) -> GenerateRequest:
     """The engine request for choice ``choice`` of ``prompt`` (seeded choices get distinct
     seeds); ``priority`` is already in the engine's convention."""
     sampling = prompt.sampling
@@ -173,7 +178,8 @@ def engine_request(request_id: str, prompt: Prompt, choice: int, priority: int |
         sampling = msgspec.structs.replace(sampling, seed=sampling.seed + choice)
     return GenerateRequest(request_id=request_id, token_ids=prompt.token_ids, sampling=sampling,
                            stop=prompt.stop, priority=priority, session_id=session_id,
-                           max_thinking_tokens=prompt.max_thinking_tokens)
+                           max_thinking_tokens=prompt.max_thinking_tokens, constraint=constraint,
+                           logprobs=logprobs, prompt_logprobs=prompt_logprobs, tools=tools or [])
 
 
 def _message_text(message: dict) -> str:

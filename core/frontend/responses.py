@@ -8,10 +8,16 @@ the JSON-escaped text and the finish reason. The bytes are the same JSON the Ope
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import msgspec
 import orjson
 
 from dyn.core.protocol.openai import PromptTokensDetails, UsageInfo
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.output import ToolCallDelta
 
 DONE = b"data: [DONE]\n\n"
 
@@ -39,28 +45,63 @@ class StreamEncoder:
         return (self._head + b'{"index":%d,"delta":{"role":' % index + orjson.dumps(role)
                 + b',"content":""}' + self._tail)
 
-    def text(self, index: int, text: str) -> bytes:
+    def text(self, index: int, text: str, logprobs: bytes | None = None) -> bytes:
+        """A chunk of plain text (chat: ``delta.content``), with its tokens' logprobs (JSON)."""
         if self._chat:
-            return (self._head + b'{"index":%d,"delta":{"content":' % index + orjson.dumps(text)
-                    + b"}" + self._tail)
-        return self._head + b'{"index":%d,"text":' % index + orjson.dumps(text) + self._tail
+            body = b'{"index":%d,"delta":{"content":' % index + orjson.dumps(text) + b"}"
+        else:
+            body = b'{"index":%d,"text":' % index + orjson.dumps(text)
+        if logprobs is None:
+            return self._head + body + self._tail
+        return (self._head + body + b',"logprobs":' + logprobs
+                + b',"finish_reason":null}]}\n\n')
+
+    def delta(self, index: int, delta: bytes, logprobs: bytes | None = None) -> bytes:
+        """A chat chunk with a ``delta`` built by ``chat_delta``."""
+        return (self._head + b'{"index":%d,"delta":' % index + delta + b',"logprobs":'
+                + (logprobs or b"null") + b',"finish_reason":null}]}\n\n')
 
     def finish(self, index: int, reason: str, stop_reason: int | str | None,
-               text: str = "", nvext: bytes | None = None) -> bytes:
-        """The last event of a choice: its remaining text (if any), its finish reason and the
-        response ``nvext`` (JSON) when one was asked for."""
+               text: str = "", nvext: bytes | None = None, *, delta: bytes | None = None,
+               logprobs: bytes | None = None, prompt_logprobs: bytes | None = None) -> bytes:
+        """The last event of a choice: its remaining text (chat: or a ``chat_delta``), its
+        finish reason, the last tokens' logprobs, the prompt logprobs (completions) and the
+        response ``nvext`` (JSON) when they were asked for."""
         if self._chat:
-            delta = b'{"content":' + orjson.dumps(text) + b"}" if text else b"{}"
+            if delta is None:
+                delta = b'{"content":' + orjson.dumps(text) + b"}" if text else b"{}"
             body = b'{"index":%d,"delta":' % index + delta
         else:
             body = b'{"index":%d,"text":' % index + orjson.dumps(text)
+        if prompt_logprobs is not None:
+            body += b',"prompt_logprobs":' + prompt_logprobs
         tail = b"}]" if nvext is None else b'}],"nvext":' + nvext
-        return (self._head + body + b',"logprobs":null,"finish_reason":' + orjson.dumps(reason)
-                + b',"stop_reason":' + orjson.dumps(stop_reason) + tail + b"}\n\n")
+        return (self._head + body + b',"logprobs":' + (logprobs or b"null") + b',"finish_reason":'
+                + orjson.dumps(reason) + b',"stop_reason":' + orjson.dumps(stop_reason) + tail + b"}\n\n")
 
     def usage(self, usage: UsageInfo) -> bytes:
         """The final ``stream_options.include_usage`` event: no choices, the request's usage."""
         return self._head + b'],"usage":' + msgspec.json.encode(usage) + b"}\n\n"
+
+
+def chat_delta(content: str, reasoning: str, tool_calls: Sequence[ToolCallDelta]) -> bytes:
+    """A chat ``delta`` object with what is set: ``content``, ``reasoning_content`` and
+    ``tool_calls`` (a call's first entry with its id, type and name, later ones with arguments)."""
+    parts = []
+    if content:
+        parts.append(b'"content":' + orjson.dumps(content))
+    if reasoning:
+        parts.append(b'"reasoning_content":' + orjson.dumps(reasoning))
+    if tool_calls:
+        calls = []
+        for call in tool_calls:
+            if call.name is not None:
+                calls.append({"index": call.index, "id": call.id, "type": "function",
+                              "function": {"name": call.name, "arguments": call.arguments}})
+            else:
+                calls.append({"index": call.index, "function": {"arguments": call.arguments}})
+        parts.append(b'"tool_calls":' + orjson.dumps(calls))
+    return b"{" + b",".join(parts) + b"}"
 
 
 def error_event(body: msgspec.Struct) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 
@@ -19,8 +20,13 @@ from dyn.core.errors import ConfigError
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.metrics import FrontendMetrics
+from dyn.core.frontend.chat_template import ChatTemplateError
 from dyn.core.frontend.preprocessor import Preprocessor
-from dyn.core.frontend.service import OpenAIService
+from dyn.core.frontend.service import OpenAIService, OutputSettings
+from dyn.core.parsers.reasoning import REASONING_PARSERS
+from dyn.core.parsers.registry import ParserUnavailable, UnknownParserError, load_plugin
+from dyn.core.parsers.tool import TOOL_PARSERS
+from dyn.core.protocol.openai import DEFAULT_MAX_LOGPROBS
 from dyn.core.model.info import ModelError, load_model_info
 from dyn.core.router.agent import AgentRouter
 from dyn.core.router.build import build_router
@@ -49,6 +55,13 @@ class FrontendSettings:
     router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
     router_address: str | None = None
     enable_cache_control: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    tool_parser_plugins: tuple[str, ...] = ()
+    chat_template: str | None = None
+    """A file holding a Jinja chat template, or the template itself (``--chat-template``)."""
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -56,9 +69,12 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     bad model, namespace or router mode."""
     try:
         info = load_model_info(settings.model_path, settings.model_name)
-        preprocessor = Preprocessor(info)
+        preprocessor = Preprocessor(info, chat_template=_chat_template(settings.chat_template))
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
+    except ChatTemplateError as exc:
+        raise ConfigError(f"--chat-template does not compile: {exc}") from None
+    outputs = _output_settings(settings)
     metrics = FrontendMetrics()
     if settings.enable_cache_control and settings.router_mode != "kv":
         raise ConfigError("--enable-cache-control needs --router-mode kv (the pin goes to the "
@@ -71,9 +87,42 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
-    service = OpenAIService(info.name, preprocessor, agent, metrics, agent.background)
+    service = OpenAIService(info.name, preprocessor, agent, metrics, agent.background, outputs)
     return FrontendApp(service, api_key=settings.api_key, cors=settings.cors,
                        kv_views=_kv_views(router, pool, info.name, metrics)), pool
+
+
+def _chat_template(value: str | None) -> str | None:
+    """``--chat-template``: a path to a template file, or the template itself (as vLLM takes it)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if len(value) < 4096 and "{" not in value and "\n" not in value:
+        if not path.is_file():
+            raise ConfigError(f"--chat-template {value!r}: no such file (pass a Jinja template file, "
+                              "or the template text itself)")
+        return path.read_text(encoding="utf-8")
+    return value
+
+
+def _output_settings(settings: FrontendSettings) -> OutputSettings:
+    """The parser flags, checked: plugins imported, names known, ranges sane."""
+    for plugin in settings.tool_parser_plugins:
+        try:
+            load_plugin(plugin)
+        except ValueError as exc:
+            raise ConfigError(f"--tool-parser-plugin: {exc}") from None
+    for flag, registry, name in (("--tool-call-parser", TOOL_PARSERS, settings.tool_call_parser),
+                                 ("--reasoning-parser", REASONING_PARSERS, settings.reasoning_parser)):
+        try:
+            if name:
+                registry.usable(name)
+        except (UnknownParserError, ParserUnavailable) as exc:
+            raise ConfigError(f"{flag}: {exc}") from None
+    if settings.max_logprobs < 0:
+        raise ConfigError("--max-logprobs must be at least 0")
+    return OutputSettings(settings.tool_call_parser or None, settings.reasoning_parser or None,
+                          settings.enable_auto_tool_choice, settings.max_logprobs)
 
 
 def _kv_views(router, pool: WorkerPool, model_name: str, metrics: FrontendMetrics):

@@ -34,8 +34,24 @@ from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
-from dyn.core.frontend.responses import DONE, StreamEncoder, error_event, usage_info
-from dyn.core.messages import Finish, GenerateRequest, StopConditions
+from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
+from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
+from dyn.core.engine import FEATURE_TOOL_HINTS
+from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan
+from dyn.core.messages import (
+    Finish,
+    GenerateRequest,
+    OutputConstraint,
+    StopConditions,
+    TokenChunk,
+    TokenLogprobs,
+    ToolSpec,
+)
+from dyn.core.parsers.reasoning import REASONING_PARSERS
+from dyn.core.parsers.registry import Registry, UnknownParserError
+from dyn.core.parsers.tool import TOOL_PARSERS
+from dyn.core.protocol.structured import request_constraint
+from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.protocol.openai import (
     ChatChoice,
@@ -45,6 +61,7 @@ from dyn.core.protocol.openai import (
     CompletionChoice,
     CompletionRequest,
     CompletionResponse,
+    DEFAULT_MAX_LOGPROBS,
     _GenerationRequest,
     check_chat,
     check_completion,
@@ -66,6 +83,7 @@ from dyn.core.transport.request_plane import RemoteError, WorkerUnavailable
 log = logging.getLogger(__name__)
 
 Emit = Callable[[bytes], Awaitable[None]]
+OnText = Callable[["_Choice", str, list[int], "list[TokenLogprobs] | None"], Awaitable[None]]
 _engine_seq = itertools.count()
 
 
@@ -89,32 +107,41 @@ class RequestContext:
 
 
 class _Choice:
-    """One engine request: its route, detokenizer and outcome. ``keep_text`` keeps the streamed
-    text too (a speculative prefill needs the reply)."""
+    """One engine request: its route, detokenizer, output stage and outcome. ``keep_text`` keeps
+    the streamed text too (a speculative prefill needs the reply). With logprobs asked for,
+    a unary choice keeps every token and its ``TokenLogprobs``; a streamed one hands them to
+    ``on_text`` with the text they produced, and the last ones (``tail``) to the final event."""
 
     __slots__ = ("index", "prompt", "route", "request", "detok", "timing", "finish_reason",
-                 "stop_reason", "usage", "parts", "keep_text", "last_chunk")
+                 "stop_reason", "usage", "parts", "keep_text", "last_chunk", "output",
+                 "token_ids", "logprobs", "tail", "prompt_logprobs")
 
     def __init__(self, index: int, prompt: Prompt, route: Route, request: GenerateRequest,
-                 detok: IncrementalDetokenizer, timing: nvext_out.ChoiceTiming) -> None:
+                 detok: IncrementalDetokenizer, timing: nvext_out.ChoiceTiming,
+                 output: ChoiceOutput | None = None) -> None:
         self.index = index
         self.prompt = prompt
         self.route = route
         self.request = request
         self.detok = detok
         self.timing = timing
+        self.output = output
         self.finish_reason = "stop"
         self.stop_reason: int | str | None = None
         self.usage = (len(prompt.token_ids), 0, 0)
         self.parts: list[str] = []
         self.keep_text = False
         self.last_chunk = 0
+        self.token_ids: list[int] = []
+        self.logprobs: list[TokenLogprobs] | None = [] if request.logprobs is not None else None
+        self.tail: tuple[list[int], list[TokenLogprobs]] | None = None
+        self.prompt_logprobs: list[TokenLogprobs | None] | None = None
 
     @property
     def tokens(self) -> int:
         return self.timing.tokens
 
-    async def run(self, on_text: Callable[["_Choice", str], Awaitable[None]] | None) -> str:
+    async def run(self, on_text: OnText | None) -> str:
         """Generate to the end; stream text through ``on_text`` or keep it in ``parts``.
 
         Returns the text still held back at the end (the caller puts it in the final event).
@@ -141,26 +168,41 @@ class _Choice:
                         timing.tokens += len(ids)
                         self.last_chunk = len(ids)
                         self.route.progress(timing.tokens)
+                        lps = self._logprobs(ids, chunks, on_text is None)
                         text = self.detok.push(ids)
                         if self.detok.stopped:
                             self.stop_reason = self.detok.stop_reason
-                            return await self._text(on_text, text, final=True)
-                        if text:
-                            await self._text(on_text, text, final=False)
+                            return await self._text(on_text, text, True, ids, lps)
+                        if text or lps:
+                            await self._text(on_text, text, False, ids, lps)
                     if finish is not None:
                         self._finished(finish)
-            return await self._text(on_text, self.detok.finish(), final=True)
+            return await self._text(on_text, self.detok.finish(), True, [], None)
         finally:
             self.route.finished()
 
-    async def _text(self, on_text, text: str, final: bool) -> str:
+    def _logprobs(self, ids: list[int], chunks: list[TokenChunk], keep: bool) -> list[TokenLogprobs] | None:
+        if self.logprobs is None:
+            return None
+        lps = chunks[0].logprobs if len(chunks) == 1 else [lp for c in chunks for lp in c.logprobs]
+        if len(lps) != len(ids):
+            raise ApiError(500, "the engine sent logprobs that do not match its tokens", code="engine_error")
+        if keep:
+            self.token_ids.extend(ids)
+            self.logprobs.extend(lps)
+        return lps
+
+    async def _text(self, on_text: OnText | None, text: str, final: bool, ids: list[int],
+                    lps: list[TokenLogprobs] | None) -> str:
         if on_text is None or self.keep_text:
             self.parts.append(text)
         if on_text is None:
             return ""
         if final:
+            if lps:
+                self.tail = (ids, lps)
             return text
-        await on_text(self, text)
+        await on_text(self, text, ids, lps)
         return ""
 
     def _finished(self, finish: Finish) -> None:
@@ -173,6 +215,7 @@ class _Choice:
             self.stop_reason = finish.stop_token_id
         u = finish.usage
         self.usage = (u.prompt_tokens, u.completion_tokens, u.cached_tokens)
+        self.prompt_logprobs = finish.prompt_logprobs
 
 
 class Generation:
@@ -190,6 +233,7 @@ class Generation:
         self.nvext = req.nvext
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         self.response_id = prefix + ctx.request_id
+        self._logprob_formatters: dict[int, ChatLogprobs | CompletionLogprobs] = {}
         hints = req.nvext.agent_hints if req.nvext is not None else None
         if hints is not None and hints.speculative_prefill and self.chat and len(choices) == 1:
             choices[0].keep_text = True
@@ -214,8 +258,16 @@ class Generation:
                 async with lock:
                     await emit(data)
 
-        async def on_text(choice: _Choice, text: str) -> None:
-            await send(enc.text(choice.index, text))
+        async def on_text(choice: _Choice, text: str, ids: list[int],
+                          lps: list[TokenLogprobs] | None) -> None:
+            logprobs = self._logprobs_json(choice, ids, lps) if lps else None
+            output = choice.output
+            if output is None:
+                await send(enc.text(choice.index, text, logprobs))
+                return
+            delta = output.push(text)
+            if delta is not None or logprobs is not None:
+                await send(enc.delta(choice.index, chat_delta(*delta) if delta else b"{}", logprobs))
 
         fields = self.nvext.extra_fields if self.nvext is not None else None
         wanted = set(self.nvext.annotations or ()) if self.nvext is not None else set()
@@ -228,7 +280,17 @@ class Generation:
                 await send(first)
             rest = await choice.run(on_text)
             extra = nvext_out.response_nvext(fields, choice.timing, choice.route)
-            last = enc.finish(choice.index, choice.finish_reason, choice.stop_reason, rest, extra)
+            logprobs = self._logprobs_json(choice, *choice.tail) if choice.tail else None
+            prompt_lps = None if self.chat else self._prompt_logprobs_json(choice)
+            output = choice.output
+            if output is None:
+                last = enc.finish(choice.index, choice.finish_reason, choice.stop_reason, rest, extra,
+                                  logprobs=logprobs, prompt_logprobs=prompt_lps)
+            else:
+                delta = _joined(output.push(rest), output.finish())
+                last = enc.finish(choice.index, output.finish_reason(choice.finish_reason),
+                                  choice.stop_reason, nvext=extra,
+                                  delta=chat_delta(*delta) if delta else None, logprobs=logprobs)
             if "llm_metrics" in wanted:
                 prompt_tokens, completion, cached = choice.usage
                 last += nvext_out.annotation("llm_metrics", nvext_out.llm_metrics(
@@ -308,14 +370,20 @@ class Generation:
         self._after()
         model = self.service.model_name
         if self.chat:
-            chat_choices = [ChatChoice(c.index, ChatMessageOut("assistant", self._text(c)),
-                                       c.finish_reason, stop_reason=c.stop_reason)
-                            for c in self.choices]
             body = ChatCompletionResponse(self.response_id, self.ctx.created, model,
-                                          chat_choices, self._usage())
+                                          [self._chat_choice(c) for c in self.choices], self._usage())
+            prompt_lps = self._prompt_logprobs_json(self.choices[0])
+            if prompt_lps is not None:
+                body.prompt_logprobs = msgspec.Raw(prompt_lps)
         else:
-            text_choices = [CompletionChoice(c.index, self._text(c), c.finish_reason,
-                                             stop_reason=c.stop_reason) for c in self.choices]
+            text_choices = []
+            for c in self.choices:
+                choice = CompletionChoice(c.index, self._text(c), c.finish_reason,
+                                          self._unary_logprobs(c), stop_reason=c.stop_reason)
+                prompt_lps = self._prompt_logprobs_json(c)
+                if prompt_lps is not None:
+                    choice.prompt_logprobs = msgspec.Raw(prompt_lps)
+                text_choices.append(choice)
             body = CompletionResponse(self.response_id, self.ctx.created, model, text_choices,
                                       self._usage())
         first = self.choices[0]
@@ -330,6 +398,53 @@ class Generation:
         if self.echo_texts is not None:
             text = self.echo_texts[choice.index] + text
         return text
+
+    def _chat_choice(self, choice: _Choice) -> ChatChoice:
+        output = choice.output
+        logprobs = self._unary_logprobs(choice)
+        if output is None:
+            message = ChatMessageOut("assistant", self._text(choice))
+            return ChatChoice(choice.index, message, choice.finish_reason, logprobs, choice.stop_reason)
+        output.push("".join(choice.parts))
+        output.finish()
+        content, reasoning, calls = output.message()
+        if self.echo_texts is not None:
+            content = self.echo_texts[choice.index] + (content or "")
+        message = ChatMessageOut("assistant", content, reasoning, calls)
+        return ChatChoice(choice.index, message, output.finish_reason(choice.finish_reason), logprobs,
+                          choice.stop_reason)
+
+    # ----------------------------------------------------------------- logprobs
+
+    def _formatter(self, choice: _Choice) -> ChatLogprobs | CompletionLogprobs:
+        formatters = self._logprob_formatters
+        formatter = formatters.get(choice.index)
+        if formatter is None:
+            texts, top = self.service.token_texts, choice.request.logprobs or 0
+            if self.chat:
+                formatter = ChatLogprobs(texts, top)
+            else:
+                echo = self.echo_texts[choice.index] if self.echo_texts is not None else ""
+                formatter = CompletionLogprobs(texts, top, offset=len(echo))
+            formatters[choice.index] = formatter
+        return formatter
+
+    def _logprobs_json(self, choice: _Choice, ids: list[int], lps: list[TokenLogprobs]) -> bytes:
+        formatter = self._formatter(choice)
+        if isinstance(formatter, ChatLogprobs):
+            return formatter.encode(formatter.entries(ids, lps))
+        return formatter.encode(ids, lps)
+
+    def _unary_logprobs(self, choice: _Choice) -> msgspec.Raw | None:
+        if choice.logprobs is None:
+            return None
+        return msgspec.Raw(self._logprobs_json(choice, choice.token_ids, choice.logprobs))
+
+    def _prompt_logprobs_json(self, choice: _Choice) -> bytes | None:
+        if choice.prompt_logprobs is None or choice.request.prompt_logprobs is None:
+            return None
+        return prompt_logprobs_json(self.service.token_texts, choice.request.token_ids,
+                                    choice.prompt_logprobs, choice.request.prompt_logprobs)
 
     def _usage(self):
         """Prompt tokens count once per distinct prompt (n choices share theirs)."""
@@ -354,17 +469,44 @@ class Generation:
         return first - self.ctx.received, itl, now - self.ctx.received
 
 
+@dataclass(frozen=True, slots=True)
+class OutputSettings:
+    """The frontend's output flags (vLLM's spellings). A parser left unset here is taken from
+    what the live workers advertise (``--dyn-tool-call-parser``, ``--dyn-reasoning-parser``);
+    a worker's tool-call parser also enables ``tool_choice: auto``, as Dynamo's does."""
+
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
+
+
+@dataclass(slots=True)
+class _Outputs:
+    """What a request asks of every choice's output, beyond sampling."""
+
+    plan: OutputPlan | None = None
+    constraint: OutputConstraint | None = None
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    tool_hints: list[ToolSpec] | None = None
+    """The tools, for workers with ``FEATURE_TOOL_HINTS`` (``tool_choice`` auto only)."""
+
+
 class OpenAIService:
     """The OpenAI endpoints of one served model over a router."""
 
     def __init__(self, model_name: str, preprocessor: Preprocessor, router: Router,
-                 metrics: FrontendMetrics, background: BackgroundTasks | None = None) -> None:
+                 metrics: FrontendMetrics, background: BackgroundTasks | None = None,
+                 outputs: OutputSettings | None = None) -> None:
         self.model_name = model_name
         self.preprocessor = preprocessor
         self.router = router
         self.metrics = metrics
         self.background = background
         """Runs speculative prefills; without it they are skipped."""
+        self.outputs = outputs or OutputSettings()
+        self.token_texts = TokenTexts(preprocessor.tokenizer)
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -372,33 +514,73 @@ class OpenAIService:
                                 f"'{self.model_name}' (see GET /v1/models)", param="model",
                            code="model_not_found")
 
+    def parser_names(self) -> tuple[str | None, str | None, bool]:
+        """(tool-call parser, reasoning parser, whether ``tool_choice: auto`` is on) for the
+        next request: the frontend's flags, else the first live worker that advertises one."""
+        settings = self.outputs
+        tool, reasoning = settings.tool_call_parser, settings.reasoning_parser
+        auto = settings.enable_auto_tool_choice and tool is not None
+        if tool is None or reasoning is None:
+            for worker in self.router.pool.workers():
+                record = worker.record
+                if tool is None and record.tool_call_parser:
+                    tool, auto = record.tool_call_parser, True
+                if reasoning is None and record.reasoning_parser:
+                    reasoning = record.reasoning_parser
+                if tool is not None and reasoning is not None:
+                    break
+        return tool, reasoning, auto
+
     async def prepare_chat(self, req: ChatCompletionRequest, ctx: RequestContext) -> Generation:
-        check_chat(req)
+        check_chat(req, self.outputs.max_logprobs)
         self.check_model(req.model)
+        plan = tool_plan(req.tools, req.tool_choice, req.parallel_tool_calls)
+        tool_name, reasoning_name, auto = self.parser_names()
+        if plan.choice == "auto" and not auto:
+            raise bad_request(
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be '
+                "set on the frontend (or workers started with --dyn-tool-call-parser); or send "
+                'tool_choice "none"', param="tool_choice")
+        outputs = _Outputs(constraint=await _constraint(req, forced_schema(plan)),
+                           logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+                           prompt_logprobs=req.prompt_logprobs)
         prompt = self.preprocessor.chat(req)
+        output_plan = OutputPlan(
+            reasoning=_parser(REASONING_PARSERS, reasoning_name),
+            tool_parser=_parser(TOOL_PARSERS, tool_name) if plan.choice == "auto" else None,
+            tools=plan.tools, forced=plan.choice if plan.choice in ("named", "required") else None,
+            forced_name=plan.name, prompt_text=prompt.text,
+            chat_template_kwargs=req.chat_template_kwargs, constrained=outputs.constraint is not None)
+        if output_plan.reasoning or output_plan.tool_parser or output_plan.forced:
+            outputs.plan = output_plan
+        if plan.choice == "auto":
+            outputs.tool_hints = [ToolSpec(t.name, msgspec.json.encode(t.parameters).decode())
+                                  for t in plan.tools]
         echo = None
         if req.echo:
             last = req.messages[-1]
             content = last.get("content") if last.get("role") == "assistant" else None
             text = content if isinstance(content, str) else ""
             echo = [text] * req.n
-        choices = await self._route([prompt], req, ctx)
+        choices = await self._route([prompt], req, ctx, outputs)
         return Generation(self, ctx, req, choices, "chat_completions", echo)
 
     async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Generation:
-        check_completion(req)
+        check_completion(req, self.outputs.max_logprobs)
         self.check_model(req.model)
+        outputs = _Outputs(constraint=await _constraint(req, None), logprobs=req.logprobs,
+                           prompt_logprobs=req.prompt_logprobs)
         prompts = self.preprocessor.completions(req)
         echo = None
         if req.echo:
             tok = self.preprocessor.tokenizer
             echo = [p.text if p.text is not None else tok.decode(p.token_ids, False)
                     for p in prompts for _ in range(req.n)]
-        choices = await self._route(prompts, req, ctx)
+        choices = await self._route(prompts, req, ctx, outputs)
         return Generation(self, ctx, req, choices, "completions", echo)
 
     async def _route(self, prompts: list[Prompt], req: _GenerationRequest,
-                     ctx: RequestContext) -> list[_Choice]:
+                     ctx: RequestContext, outputs: _Outputs) -> list[_Choice]:
         nvext = req.nvext
         instance_id, dp_rank = nvext_out.routing_target(nvext, ctx.worker_instance_id,
                                                         ctx.prefill_instance_id, ctx.dp_rank)
@@ -416,6 +598,8 @@ class OpenAIService:
             session=session, pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None)
         client_priority = request_priority(req)
         tokenizer = self.preprocessor.tokenizer
+        plan = outputs.plan
+        skip_special = req.skip_special_tokens and not (plan is not None and plan.needs_special_tokens)
         choices: list[_Choice] = []
         try:
             for p_index, prompt in enumerate(prompts):
@@ -426,15 +610,21 @@ class OpenAIService:
                         route_template, request_id=engine_id, token_ids=prompt.token_ids))
                     detok = IncrementalDetokenizer(
                         tokenizer, prompt.token_ids,
-                        skip_special_tokens=req.skip_special_tokens,
+                        skip_special_tokens=skip_special,
                         spaces_between_special_tokens=req.spaces_between_special_tokens,
                         stop=prompt.stop_strings,
                         include_stop_str_in_output=req.include_stop_str_in_output)
-                    priority = engine_priority(client_priority, route.worker.record.priority_order)
-                    request = engine_request(engine_id, prompt, j, priority, route.session_id)
+                    record = route.worker.record
+                    priority = engine_priority(client_priority, record.priority_order)
+                    tools = outputs.tool_hints if FEATURE_TOOL_HINTS in record.features else None
+                    request = engine_request(
+                        engine_id, prompt, j, priority, route.session_id, constraint=outputs.constraint,
+                        logprobs=outputs.logprobs, prompt_logprobs=outputs.prompt_logprobs,
+                        tools=tools or [])
                     timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall,
                                                     routed=time.perf_counter())
-                    choices.append(_Choice(index, prompt, route, request, detok, timing))
+                    choices.append(_Choice(index, prompt, route, request, detok, timing,
+                                           plan.new() if plan is not None else None))
         except BaseException as exc:  # a failed or cancelled route frees the ones booked before it
             for choice in choices:
                 choice.route.finished()
@@ -486,6 +676,43 @@ class OpenAIService:
             m.ttft.labels(model).observe(ttft)
         if itl is not None:
             m.itl.labels(model).observe(itl)
+
+
+def _parser(registry: Registry, name: str | None) -> type | None:
+    """A parser class by the name the frontend was given or a worker advertised."""
+    if not name:
+        return None
+    try:
+        return registry.get(name)
+    except UnknownParserError as exc:
+        raise ApiError(500, f"a worker advertises a parser this frontend does not know ({exc}); start "
+                            "the frontend with its --tool-parser-plugin", code="unknown_parser") from None
+
+
+async def _constraint(req: _GenerationRequest,
+                      forced_tool_schema: dict | None) -> OutputConstraint | None:
+    """The request's structured-output constraint, checked off the event loop (compiling a
+    large schema takes milliseconds)."""
+    if (forced_tool_schema is None and req.response_format is None and req.guided_json is None
+            and req.guided_regex is None and req.guided_choice is None and req.guided_grammar is None
+            and req.structured_outputs is None):
+        return None
+    return await anyio.to_thread.run_sync(request_constraint, req, forced_tool_schema)
+
+
+def _joined(*deltas: OutputDelta | None) -> OutputDelta | None:
+    """One delta carrying several in order (tool-call pieces of one call merged)."""
+    got = [d for d in deltas if d is not None]
+    if len(got) <= 1:
+        return got[0] if got else None
+    calls = []
+    for delta in got:
+        for call in delta.tool_calls:
+            if calls and calls[-1].index == call.index:
+                calls[-1] = calls[-1]._replace(arguments=calls[-1].arguments + call.arguments)
+            else:
+                calls.append(call)
+    return OutputDelta("".join(d.content for d in got), "".join(d.reasoning for d in got), calls)
 
 
 def _routing_error(exc: RoutingError) -> ApiError:

@@ -13,6 +13,9 @@ import msgspec
 
 TINY_MODEL_NAME = "dyn-tiny"
 TINY_MODEL_DIR: Path = Path(__file__).resolve().parent / TINY_MODEL_NAME
+TINY_MODEL_TOOL_CALL_PARSER = "hermes"
+"""The tool-call format of dyn-tiny's chat template (Hermes / Qwen style): what a worker serving
+it advertises unless told otherwise."""
 
 DEFAULT_CONTEXT_LENGTH = 8192
 """Used when neither config.json nor tokenizer_config.json states a usable context length."""

@@ -110,6 +110,8 @@ class WorkerHost:
             context_length=info.context_length,
             priority_order=info.priority_order,
             features=list(info.features),
+            tool_call_parser=self.settings.tool_call_parser,
+            reasoning_parser=self.settings.reasoning_parser,
             pid=os.getpid(),
             started_at=time.time(),
             version=core_pkg.__version__,

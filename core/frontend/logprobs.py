@@ -1,0 +1,145 @@
+"""Logprobs in OpenAI's shapes, from the engine's ``TokenLogprobs`` (``dyn.core.messages``).
+
+- Chat (``logprobs: true``, ``top_logprobs: k``): ``{"content": [{"token", "logprob", "bytes",
+  "top_logprobs": [{"token", "logprob", "bytes"}, ...]}, ...]}``, k entries in each top list.
+- Completions (``logprobs: k``): ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``,
+  each top entry a ``{token: logprob}`` map of the k most likely tokens plus the chosen one.
+- ``prompt_logprobs`` (vLLM's): per prompt token ``None`` (the first) or ``{token_id:
+  {"logprob", "rank", "decoded_token"}}`` with the prompt token and the top k.
+
+Token strings are each id decoded on its own (special tokens kept), as vLLM shows them; ``bytes``
+are the token's exact bytes for byte-level BPE vocabularies, else the UTF-8 of that string.
+Logprobs below -9999 (or -inf) are sent as -9999.0, as vLLM does, since JSON has no infinity.
+Streamed chunks carry the logprobs of the tokens that arrived with them, with ``text_offset``
+continuing across chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+
+from dyn.core.frontend.tokenizer import Tokenizer
+from dyn.core.messages import TokenLogprobs
+
+_FLOOR = -9999.0
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte <-> printable character table that byte-level BPE vocabularies use."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars = keep[:]
+    n = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return dict(zip(keep, map(chr, chars)))
+
+
+_BYTE_OF_CHAR = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+class TokenTexts:
+    """Each token's text and bytes, decoded once per id (shared by every request of a model)."""
+
+    __slots__ = ("_tokenizer", "_text", "_bytes", "_byte_level")
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._text: dict[int, str] = {}
+        self._bytes: dict[int, list[int]] = {}
+        decoder = getattr(tokenizer.backend, "decoder", None)
+        self._byte_level = type(decoder).__name__ == "ByteLevel"
+
+    def text(self, token_id: int) -> str:
+        text = self._text.get(token_id)
+        if text is None:
+            text = self._text[token_id] = self._tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
+
+    def bytes(self, token_id: int) -> list[int]:
+        found = self._bytes.get(token_id)
+        if found is None:
+            found = None
+            if self._byte_level and token_id not in self._tokenizer.added_tokens:
+                piece = self._tokenizer.id_to_token(token_id)
+                if piece is not None and all(c in _BYTE_OF_CHAR for c in piece):
+                    found = [_BYTE_OF_CHAR[c] for c in piece]
+            if found is None:
+                found = list(self.text(token_id).encode("utf-8"))
+            self._bytes[token_id] = found
+        return found
+
+
+def _lp(value: float) -> float:
+    return value if value > _FLOOR else _FLOOR
+
+
+class ChatLogprobs:
+    """``choices[i].logprobs`` of a chat response, a chunk at a time or whole."""
+
+    __slots__ = ("_texts", "_top")
+
+    def __init__(self, texts: TokenTexts, top: int) -> None:
+        self._texts = texts
+        self._top = top
+
+    def entries(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> list[dict]:
+        texts, top = self._texts, self._top
+        out = []
+        for token_id, lp in zip(token_ids, logprobs):
+            out.append({
+                "token": texts.text(token_id), "logprob": _lp(lp.logprob), "bytes": texts.bytes(token_id),
+                "top_logprobs": [{"token": texts.text(t), "logprob": _lp(v), "bytes": texts.bytes(t)}
+                                 for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])]})
+        return out
+
+    @staticmethod
+    def encode(entries: list[dict]) -> bytes:
+        return orjson.dumps({"content": entries})
+
+
+class CompletionLogprobs:
+    """``choices[i].logprobs`` of a completion; keeps the text offset across chunks."""
+
+    __slots__ = ("_texts", "_top", "offset")
+
+    def __init__(self, texts: TokenTexts, top: int, offset: int = 0) -> None:
+        self._texts = texts
+        self._top = top
+        self.offset = offset
+        """Where the next token's text starts in the choice's text (after an echoed prompt)."""
+
+    def encode(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> bytes:
+        texts, top = self._texts, self._top
+        tokens, values, tops, offsets = [], [], [], []
+        for token_id, lp in zip(token_ids, logprobs):
+            text = texts.text(token_id)
+            tokens.append(text)
+            values.append(_lp(lp.logprob))
+            best = {texts.text(t): _lp(v) for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])}
+            best.setdefault(text, _lp(lp.logprob))
+            tops.append(best)
+            offsets.append(self.offset)
+            self.offset += len(text)
+        return orjson.dumps({"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+                             "text_offset": offsets})
+
+
+def prompt_logprobs_json(texts: TokenTexts, prompt_ids: Sequence[int],
+                         logprobs: Sequence[TokenLogprobs | None], top: int) -> bytes:
+    """vLLM's ``prompt_logprobs`` list for one prompt."""
+    out: list[dict | None] = []
+    for token_id, lp in zip(prompt_ids, logprobs):
+        if lp is None:
+            out.append(None)
+            continue
+        entry = {str(token_id): {"logprob": _lp(lp.logprob), "rank": lp.rank or None,
+                                 "decoded_token": texts.text(token_id)}}
+        for rank, (t, v) in enumerate(zip(lp.top_ids[:top], lp.top_logprobs[:top]), start=1):
+            entry.setdefault(str(t), {"logprob": _lp(v), "rank": rank, "decoded_token": texts.text(t)})
+        out.append(entry)
+    return orjson.dumps(out)
