@@ -3,7 +3,8 @@
 ``@mocker_flags`` (``dyn.cli.config_flags``) puts every flag below in place of the command's
 ``mocker_config`` parameter and hands the command one validated ``MockerConfig`` instead of
 sixteen loose values. A bad value or combination exits with status 2
-and a sentence naming the flag. Worker-side flags (``--num-workers``, discovery, model) stay with
+and a sentence naming the flag (``--replies`` is read here, so a bad file is reported before
+anything starts). Worker-side flags (``--num-workers``, discovery, model) stay with
 each command.
 """
 
@@ -70,14 +71,29 @@ _FLAGS: dict[str, tuple[Any, Any]] = {
         help='Start every output with a thinking section, as JSON: {"start_thinking_token_id": A, '
              '"end_thinking_token_id": B, "thinking_ratio": R} (R of max_tokens). Without it a '
              "request's max_thinking_tokens has no effect.")),
+    "replies": (str, flag(
+        None, "--replies", panel=PANEL,
+        help='Scripted answers, a JSON lines file of {"match": REGEX, "text": RAW_MODEL_OUTPUT}: the '
+             "first entry whose regex is found in the conversation's last message (a user message or "
+             "a tool result) is streamed as the model's output, then EOS; other requests get random "
+             "tokens. Scripts a whole agent tool loop.")),
+    "tool_call_rate": (float, flag(
+        0.0, "--tool-call-rate", panel=PANEL,
+        help="Probability (0..1, drawn from the request's seed) that a request offering tools with "
+             "tool_choice auto is answered with one call to one of them, its arguments valid under the "
+             "tool's schema, written in the worker's --dyn-tool-call-parser format (required when > 0). "
+             "--replies wins when an entry matches.")),
 }
 
 
 def mocker_config(values: dict[str, Any]) -> Any:
     """The validated ``MockerConfig`` of the flags' values; ``ValueError`` names what to fix."""
     from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
+    from dyn.plugins.mocker.replies import Replies
 
     reasoning = values["reasoning"]
+    if values["replies"] is not None:
+        Replies.load(values["replies"])  # a bad file stops the command before anything starts
     return MockerConfig(
         block_size=values["block_size"], num_gpu_blocks=values["num_gpu_blocks_override"],
         max_num_seqs=values["max_num_seqs"], max_num_batched_tokens=values["max_num_batched_tokens"],
@@ -91,6 +107,7 @@ def mocker_config(values: dict[str, Any]) -> Any:
         radix_eviction_policy=values["radix_eviction_policy"],
         enable_streaming_session=values["enable_streaming_session"],
         reasoning=ReasoningConfig.parse(reasoning) if reasoning else None,
+        replies=values["replies"], tool_call_rate=values["tool_call_rate"],
     ).validate()
 
 

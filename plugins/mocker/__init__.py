@@ -20,11 +20,12 @@ def build_hosts(config: MockerConfig, settings: WorkerSettings, *, model_path: s
     from dyn.core.model import load_model_info
     from dyn.core.transport.event_plane import KvEventPublisher
     from dyn.core.worker.host import WorkerHost
-    from dyn.plugins.mocker.engine import MockerEngine
+    from dyn.plugins.mocker.engine import MockerEngine, answers_for
 
     try:
         config.validate()
         model = load_model_info(model_path, model_name)
+        answers = answers_for(config, model, settings.tool_call_parser)
         store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -33,7 +34,7 @@ def build_hosts(config: MockerConfig, settings: WorkerSettings, *, model_path: s
     hosts = []
     for _ in range(num_workers):
         publisher = KvEventPublisher(settings.host)
-        engine = MockerEngine(config, model, publisher.publish)
+        engine = MockerEngine(config, model, publisher.publish, answers=answers)
         hosts.append(WorkerHost(engine, engine_name="mocker", model_name=model.name, store=store,
                                 settings=settings, kv_publisher=publisher))
     return hosts

@@ -81,6 +81,10 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     enable_streaming_session: bool = False
     """SGLang flavour: offer streaming sessions (``open_session`` / ``close_session``)."""
     reasoning: ReasoningConfig | None = None
+    replies: str | None = None
+    """``--replies``: a JSON lines file of scripted answers (``replies``); read at start-up."""
+    tool_call_rate: float = 0.0
+    """``--tool-call-rate``: the probability that a request offering tools gets a tool call."""
 
     @property
     def is_sglang(self) -> bool:
@@ -117,4 +121,8 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
                 raise ValueError(f"{sglang_only[0]} is an SGLang flag: add --engine-type sglang")
         if self.reasoning is not None:
             self.reasoning.validate()
+        if not (0.0 <= self.tool_call_rate <= 1.0):
+            raise ValueError("--tool-call-rate must be a probability between 0 and 1")
+        if self.replies is not None and not self.replies.strip():
+            raise ValueError("--replies needs a file path")
         return self

@@ -10,7 +10,13 @@ least every ``STALL_RETRY_S``.
 
 Optional calls (``EngineInfo.features``): ``pin_prefix`` in both flavours when prefix caching is on;
 ``open_session`` / ``close_session`` with ``--enable-streaming-session``, whose idle slots are
-reaped every pass and at least every ``REAP_INTERVAL_S``.
+reaped every pass and at least every ``REAP_INTERVAL_S``; ``FEATURE_TOOL_HINTS`` with
+``--tool-call-rate`` above 0.
+
+What a request's tokens are (random, a constraint's grammar, a scripted reply, a tool call) is
+chosen by ``answers.Answers`` before the request is queued. ``GenerateRequest.logprobs`` and
+``prompt_logprobs`` are answered with synthetic values (``logprobs``) computed in the request's
+own stream, never in the pass loop, and never from the sampling RNG.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ import xxhash
 from dyn.core.engine import (
     FEATURE_PIN_PREFIX,
     FEATURE_STREAMING_SESSIONS,
+    FEATURE_TOOL_HINTS,
     EngineError,
     EngineInfo,
     KvEventSink,
 )
 from dyn.core.messages import EngineTiming, Finish, GenerateRequest, LoadMetrics, TokenChunk, Usage
 from dyn.core.model import ModelInfo
+from dyn.plugins.mocker import logprobs
+from dyn.plugins.mocker.answers import Answers
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.priorities import priority_order
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
@@ -40,6 +49,8 @@ log = logging.getLogger(__name__)
 
 REAP_INTERVAL_S = 0.5
 STALL_RETRY_S = 0.5
+PROMPT_LOGPROBS_INLINE = 2048
+"""Prompt positions x (alternatives + 1) computed in the event loop; more go to a worker thread."""
 
 
 def request_seed(request: GenerateRequest) -> int:
@@ -52,10 +63,13 @@ def request_seed(request: GenerateRequest) -> int:
 class _Stream:
     """Output of one request waiting to be read by its ``generate`` iterator."""
 
-    __slots__ = ("sim", "tokens", "finish", "ready", "received", "scheduled", "first_token")
+    __slots__ = ("sim", "tokens", "finish", "ready", "received", "scheduled", "first_token", "position",
+                 "error")
 
     def __init__(self, sim: SimRequest, received: float) -> None:
         self.sim = sim
+        self.position = 0
+        self.error = ""
         self.tokens: list[int] = []
         self.finish: Finish | None = None
         self.ready = anyio.Event()
@@ -65,14 +79,22 @@ class _Stream:
 
 
 class MockerEngine:
-    """A simulated vLLM- or SGLang-flavour engine for one worker rank."""
+    """A simulated vLLM- or SGLang-flavour engine for one worker rank.
+
+    ``answers`` may be shared by the engines of one process; without it the engine builds its own
+    from ``config`` (``--replies``, ``--tool-call-rate``) and ``tool_call_parser`` (the worker's
+    ``--dyn-tool-call-parser``). ``ValueError`` says what to fix in either.
+    """
 
     def __init__(
         self, config: MockerConfig, model: ModelInfo, event_sink: KvEventSink | None = None,
-        dp_rank: int = 0,
+        dp_rank: int = 0, *, answers: Answers | None = None, tool_call_parser: str | None = None,
     ) -> None:
         self.config = config.validate()
         self.model = model
+        if answers is None:
+            answers = answers_for(config, model, tool_call_parser)
+        self._answers = answers
         self.dp_rank = dp_rank
         self._sink = event_sink
         self._scheduler = Scheduler(config, SimModel(
@@ -86,6 +108,8 @@ class MockerEngine:
             features.append(FEATURE_PIN_PREFIX)
         if config.enable_streaming_session:
             features.append(FEATURE_STREAMING_SESSIONS)
+        if config.tool_call_rate > 0:
+            features.append(FEATURE_TOOL_HINTS)
         self.info = EngineInfo(
             block_size=config.block_size, total_kv_blocks=config.num_gpu_blocks,
             max_num_batched_tokens=config.max_num_batched_tokens, context_length=model.context_length,
@@ -154,6 +178,9 @@ class MockerEngine:
             stream = streams.get(fin.request_id)
             if stream is None or stream.finish is not None:
                 continue
+            if fin.error:
+                log.warning("request %s failed in the grammar engine: %s", fin.request_id, fin.error)
+                stream.error = fin.error
             stream.finish = Finish(
                 request_id=fin.request_id, reason=fin.reason,
                 usage=Usage(fin.prompt_tokens, fin.completion_tokens, fin.cached_tokens),
@@ -174,23 +201,41 @@ class MockerEngine:
         if request.session_id is not None and self._scheduler.sessions is None:
             log.debug("streaming sessions are off; serving %s of session %s as an ordinary request",
                       rid, request.session_id)
-        sim = SimRequest(rid, request.token_ids, stop=request.stop, seed=request_seed(request),
+        seed = request_seed(request)
+        source = None
+        if self._answers.wants(request):
+            source = await self._answers.source_for(request, seed)
+            if rid in self._streams:
+                raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
+        sim = SimRequest(rid, request.token_ids, stop=request.stop, seed=seed,
                          priority=request.priority, lora_name=request.lora_name,
-                         session_id=request.session_id, max_thinking_tokens=request.max_thinking_tokens)
+                         session_id=request.session_id, max_thinking_tokens=request.max_thinking_tokens,
+                         source=source)
         try:
             self._scheduler.add(sim)
         except ValueError as exc:
             raise EngineError(str(exc), code="bad_request") from None
         stream = self._streams[rid] = _Stream(sim, time.monotonic())
         self._wake.set()
+        top = request.logprobs
+        vocab = self.model.vocab_size
         try:
             while True:
                 await stream.ready.wait()
                 stream.ready = anyio.Event()
                 if stream.tokens:
                     tokens, stream.tokens = stream.tokens, []
-                    yield TokenChunk(rid, tokens)
+                    if top is None:
+                        yield TokenChunk(rid, tokens)
+                    else:
+                        values = logprobs.output_logprobs(seed, stream.position, tokens, top, vocab)
+                        stream.position += len(tokens)
+                        yield TokenChunk(rid, tokens, values)
                 if stream.finish is not None:
+                    if stream.error:  # the client gets the reason, not a bare "error" finish
+                        raise EngineError(f"the grammar engine failed: {stream.error}")
+                    if request.prompt_logprobs is not None:
+                        stream.finish.prompt_logprobs = await _prompt_logprobs(request, seed, vocab)
                     yield stream.finish
                     return
         finally:
@@ -251,6 +296,23 @@ class MockerEngine:
         if not ttl_s > 0:
             raise EngineError("ttl_s must be a positive number of seconds", code="bad_request")
         return self._scheduler.kv.pin_prefix(token_ids, ttl_s)
+
+
+async def _prompt_logprobs(request: GenerateRequest, seed: int, vocab: int):
+    args = (seed, request.token_ids, request.prompt_logprobs, vocab)
+    if len(request.token_ids) * (1 + (request.prompt_logprobs or 0)) <= PROMPT_LOGPROBS_INLINE:
+        return logprobs.prompt_logprobs(*args)
+    return await anyio.to_thread.run_sync(logprobs.prompt_logprobs, *args)
+
+
+def answers_for(config: MockerConfig, model: ModelInfo, tool_call_parser: str | None) -> Answers:
+    """The ``Answers`` of ``config``'s ``--replies`` / ``--tool-call-rate`` for ``model``; reads the
+    replies file. ``ValueError`` says what to fix."""
+    from dyn.plugins.mocker.replies import Replies
+
+    replies = Replies.load(config.replies) if config.replies is not None else None
+    return Answers(model, replies=replies, tool_call_rate=config.tool_call_rate,
+                   tool_call_parser=tool_call_parser)
 
 
 def _timing(stream: _Stream, now: float) -> EngineTiming:

@@ -68,3 +68,30 @@ def forced_draws(draw: Callable[[], float], vocab_size: int, start_id: int, end_
         return u
 
     return draw_forced
+
+
+class ThinkingFirst:
+    """A token source (``sources``) behind a thinking section: output positions up to ``end``
+    (the end token's) are drawn as usual, with the boundaries forced by ``forced_draws``; the
+    wrapped source writes the rest (a reasoning model thinks, then answers under the constraint)."""
+
+    __slots__ = ("source", "end", "vocab_size")
+    thinks = True
+
+    def __init__(self, source, end: int, vocab_size: int) -> None:
+        self.source = source
+        self.end = end
+        self.vocab_size = vocab_size
+
+    @property
+    def end_token_id(self) -> int | None:
+        return self.source.end_token_id
+
+    @property
+    def error(self) -> str:
+        return self.source.error
+
+    def next_token(self, req) -> int:
+        if req.num_output <= self.end:
+            return int(req.rand() * self.vocab_size)
+        return self.source.next_token(req)

@@ -28,7 +28,9 @@ One pass:
 3. Scheduled tokens are computed: their full blocks enter the prefix cache. A request whose
    sequence is now fully computed samples one token, uniformly from the vocabulary with its own
    RNG seeded by ``seed`` (the boundaries of a ``--reasoning`` thinking section are forced, see
-   ``reasoning``). Finished requests release their blocks in the same pass (a session turn hands
+   ``reasoning``), or, for a request with a ``source`` (a constraint's grammar, a scripted reply:
+   see ``sources``), from that source, which may also end the request (``"stop"``) or fail it
+   (``"error"``). Finished requests release their blocks in the same pass (a session turn hands
    them to its slot).
 
 Stop rules (vLLM): a token in ``eos_token_ids`` (unless ``ignore_eos``) or in ``stop_token_ids``
@@ -53,6 +55,7 @@ from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.kv_cache import KvBlockManager, KvSequence, PriorityKvBlockManager
 from dyn.plugins.mocker.queue import FifoQueue, PriorityQueue
 from dyn.plugins.mocker.sessions import SessionSlot, StreamingSessions
+from dyn.plugins.mocker.sources import FAIL, STOP, TokenSource
 from dyn.plugins.mocker.timing import pass_ms
 
 _NO_STOP = StopConditions()
@@ -72,13 +75,14 @@ class SimRequest:
 
     ``tokens`` is the prompt followed by the output tokens emitted so far. A streaming-session
     turn has ``slot`` set; ``held`` tokens of its KV (``base_blocks`` blocks) came from the slot.
+    ``source`` (``sources.TokenSource``), when set, writes the output instead of uniform draws.
     """
 
     __slots__ = (
         "request_id", "tokens", "prompt_len", "stop", "seed", "priority", "lora_name",
         "kv", "num_computed", "num_scheduled", "decoding", "num_output", "max_tokens",
         "min_tokens", "stop_set", "cached_tokens", "started", "num_preemptions", "rand",
-        "session_id", "max_thinking_tokens", "arrival", "slot", "held", "base_blocks",
+        "session_id", "max_thinking_tokens", "arrival", "slot", "held", "base_blocks", "source",
     )
 
     def __init__(
@@ -91,6 +95,7 @@ class SimRequest:
         lora_name: str | None = None,
         session_id: str | None = None,
         max_thinking_tokens: int | None = None,
+        source: TokenSource | None = None,
     ) -> None:
         self.request_id = request_id
         self.tokens = list(token_ids)
@@ -117,6 +122,7 @@ class SimRequest:
         self.slot: SessionSlot | None = None
         self.held = 0
         self.base_blocks = 0
+        self.source = source
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -134,6 +140,8 @@ class Finished:
     completion_tokens: int
     cached_tokens: int
     stop_token_id: int | None = None
+    error: str = ""
+    """Why a request finished with reason ``"error"``."""
 
 
 @dataclass(slots=True)
@@ -272,6 +280,8 @@ class Scheduler:
             if end:
                 req.rand = reasoning.forced_draws(req.rand, self.model.vocab_size,
                                                   cfg.start_thinking_token_id, cfg.end_thinking_token_id, end)
+                if req.source is not None and req.source.thinks:
+                    req.source = reasoning.ThinkingFirst(req.source, end, self.model.vocab_size)
         if self._importance is not None:
             req.kv.importance = self._importance(req.priority)
         req.arrival = self._arrivals
@@ -434,7 +444,23 @@ class Scheduler:
             if computed < len(tokens):
                 continue
             req.decoding = True
-            tok = int(req.rand() * vocab)
+            source = req.source
+            if source is None:
+                tok = int(req.rand() * vocab)
+            else:
+                try:
+                    tok = source.next_token(req)
+                    error = source.error
+                except Exception as exc:  # a source's bug fails its request, never the pass
+                    tok, error = FAIL, f"{type(exc).__name__}: {exc}"
+                if tok < 0:  # the source ended the output (sources.STOP) or failed (sources.FAIL)
+                    if tok == STOP:
+                        finished.append(Finished(req.request_id, "stop", req.prompt_len, req.num_output + 1,
+                                                 req.cached_tokens, source.end_token_id))
+                    else:
+                        finished.append(Finished(req.request_id, "error", req.prompt_len, req.num_output,
+                                                 req.cached_tokens, error=error))
+                    continue
             if tok in req.stop_set and req.num_output >= req.min_tokens:
                 finished.append(Finished(req.request_id, "stop", req.prompt_len,
                                          req.num_output + 1, req.cached_tokens, tok))

@@ -90,12 +90,12 @@ def test_mocker_flags_are_the_same_in_both_commands():
               "enable_prefix_caching", "enable_chunked_prefill", "preemption_mode", "speedup_ratio",
               "decode_speedup_ratio", "engine_type", "scheduling_policy", "enable_priority_scheduling",
               "schedule_low_priority_values_first", "radix_eviction_policy",
-              "enable_streaming_session", "reasoning"]
+              "enable_streaming_session", "reasoning", "replies", "tool_call_rate"]
     for name in engine:
         assert ours[name] == theirs[name], name
     # dyn worker mocker keeps its order: model flags, engine flags, then worker flags
-    assert list(ours) == ["model_path", "model_name", *engine, "num_workers", "namespace",
-                          "discovery_backend", "discovery_dir", "host"]
+    assert list(ours) == ["model_path", "model_name", *engine, "num_workers", "dyn_tool_call_parser",
+                          "dyn_reasoning_parser", "namespace", "discovery_backend", "discovery_dir", "host"]
 
 
 def test_an_unwritable_output_is_refused_before_the_replay(trace, tmp_path):
