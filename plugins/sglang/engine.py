@@ -39,6 +39,15 @@ engine with these signatures.
   (``async_generate`` takes no such argument). Timing: measured here (received, first token,
   finish), with ``queue_ms`` from meta_info's ``queue_time`` when SGLang runs with
   ``--enable-metrics``, else 0 (the time to first token is then all ``prefill_ms``).
+- **Structured outputs** (``GenerateRequest.constraint``): SGLang's ``json_schema`` / ``regex`` /
+  ``ebnf`` sampling keys (``constraints``), compiled by the server's ``--grammar-backend``; a
+  constraint SGLang cannot compile comes back as its abort with status 400, a ``bad_request``.
+- **Logprobs**: ``async_generate(return_logprob=True, top_logprobs_num=k)``, k the larger of the
+  two counts (SGLang takes one for both sides), and ``logprob_start_len=0`` for prompt logprobs
+  (SGLang then scores the whole prompt, which also keeps that request from reusing cached
+  prefixes); converted in ``output``. SGLang ignores ``logprob_start_len`` on a streaming-session
+  turn, so a turn asking for prompt logprobs goes as an ordinary request (whole prompt, no
+  session; the session keeps its history for the next turn).
 - **abort**: ``tokenizer_manager.abort_request(rid)``; the stream ends with
   ``Finish(cancelled)`` when SGLang's abort comes back, or after ``abort_grace_s`` if it does not
   (an abort that reaches SGLang's scheduler before the request itself, a narrow window, is lost
@@ -76,8 +85,17 @@ from dyn.core.engine import (
     EngineInfo,
     EngineStartError,
 )
-from dyn.core.messages import EngineTiming, Finish, GenerateRequest, LoadMetrics, TokenChunk, Usage
+from dyn.core.messages import (
+    EngineTiming,
+    Finish,
+    GenerateRequest,
+    LoadMetrics,
+    TokenChunk,
+    TokenLogprobs,
+    Usage,
+)
 from dyn.plugins.sglang.config import SglangConfig, parse_server_args, to_server_args
+from dyn.plugins.sglang.constraints import constraint_params
 from dyn.plugins.sglang.kv_events import KvEventsPlan, plan_kv_events
 from dyn.plugins.sglang.output import OutputDecoder, Outcome
 from dyn.plugins.sglang.sampling import sampling_params
@@ -127,6 +145,7 @@ class SglangEngine:
         self._streams: dict[str, _Stream] = {}
         self._sessions = SessionTable()
         self._incremental = True
+        self._grammar_backend = "xgrammar"
         self._send_priority = False
         self._loads: list[Any] | None = None
         self.server_args: Any = None
@@ -214,6 +233,7 @@ class SglangEngine:
         context = getattr(getattr(engine, "tokenizer_manager", None), "context_len", None) \
             or values.get("context_length") or self._context_length
         self._incremental = bool(values.get("incremental_streaming_output", True))
+        self._grammar_backend = str(values.get("grammar_backend") or "xgrammar")
         self._send_priority = self._priority_settings(values)
         return EngineInfo(
             block_size=page_size, total_kv_blocks=max_total // page_size,
@@ -259,12 +279,18 @@ class SglangEngine:
         if request.max_thinking_tokens is not None:
             log.debug("max_thinking_tokens of %s is not forwarded: SGLang's async_generate has no such "
                       "argument", rid)
+        sampling = self._sampling_params(request)
         stream = self._streams[rid] = _Stream(uuid.uuid4().hex, time.monotonic())
-        plan = self._sessions.plan(request.session_id, request.token_ids)
-        if request.session_id is not None and plan.session_id is None:
-            log.debug("request %s names session %s, which is not open here or is busy: serving it as an "
-                      "ordinary request", rid, request.session_id)
-        decoder = OutputDecoder(incremental=self._incremental)
+        if request.session_id is not None and request.prompt_logprobs is not None:
+            log.debug("request %s asks for prompt logprobs, which SGLang does not give on a session turn: "
+                      "serving it as an ordinary request", rid)
+            plan = TurnPlan("ordinary", request.token_ids)
+        else:
+            plan = self._sessions.plan(request.session_id, request.token_ids)
+            if request.session_id is not None and plan.session_id is None:
+                log.debug("request %s names session %s, which is not open here or is busy: serving it as an "
+                          "ordinary request", rid, request.session_id)
+        decoder = self._decoder(request)
         outputs: Any = None
         history: list[int] | None = None
         try:
@@ -273,7 +299,8 @@ class SglangEngine:
             if stream.cancel_requested:
                 yield self._cancelled(request, stream, decoder)
                 return
-            outputs = await engine.async_generate(**self._generate_kwargs(request, plan, stream.rid))
+            kwargs = self._generate_kwargs(request, plan, stream.rid, sampling)
+            outputs = await engine.async_generate(**kwargs)
             resent = False
             while True:
                 out = await self._next_output(stream, outputs)
@@ -293,7 +320,7 @@ class SglangEngine:
                     if stream.first_token is None:
                         stream.first_token = time.monotonic()
                     stream.delivered += len(step.tokens)
-                    yield TokenChunk(rid, step.tokens)
+                    yield TokenChunk(rid, step.tokens, step.logprobs)
                 outcome = step.outcome
                 if outcome is None:
                     continue
@@ -318,8 +345,9 @@ class SglangEngine:
                         yield self._cancelled(request, stream, decoder)
                         return
                     stream.rid = uuid.uuid4().hex
-                    decoder = OutputDecoder(incremental=self._incremental)
-                    outputs = await engine.async_generate(**self._generate_kwargs(request, plan, stream.rid))
+                    decoder = self._decoder(request)
+                    outputs = await engine.async_generate(**self._generate_kwargs(request, plan, stream.rid,
+                                                                                  sampling))
                     continue
                 stream.done = True
                 if outcome.reason == "abort":
@@ -329,7 +357,8 @@ class SglangEngine:
                 prompt, completion, cached = decoder.usage_counts(len(request.token_ids), stream.delivered)
                 yield Finish(rid, outcome.reason, Usage(prompt, completion, cached),
                              timing=_timing(stream, decoder, time.monotonic()),
-                             stop_token_id=outcome.stop_token_id)
+                             stop_token_id=outcome.stop_token_id,
+                             prompt_logprobs=_prompt_logprobs(request, decoder))
                 return
         except ValueError as exc:  # SGLang's request validation: prompt too long, bad sampling values
             raise EngineError(f"SGLang refused the request: {exc}", code="bad_request") from None
@@ -438,9 +467,27 @@ class SglangEngine:
 
     # ------------------------------------------------------------------ helpers
 
-    def _generate_kwargs(self, request: GenerateRequest, plan: TurnPlan, rid: str) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"input_ids": plan.input_ids, "sampling_params": sampling_params(request),
+    def _sampling_params(self, request: GenerateRequest) -> dict[str, Any]:
+        """SGLang's sampling parameters for ``request``, its constraint included (a Lark grammar
+        the worker cannot convert raises ``EngineError(bad_request)``)."""
+        params = sampling_params(request)
+        if request.constraint is not None:
+            params.update(constraint_params(request.constraint, self._grammar_backend))
+        return params
+
+    def _decoder(self, request: GenerateRequest) -> OutputDecoder:
+        return OutputDecoder(incremental=self._incremental, logprobs=request.logprobs,
+                             prompt_logprobs=request.prompt_logprobs)
+
+    def _generate_kwargs(self, request: GenerateRequest, plan: TurnPlan, rid: str,
+                         sampling: dict[str, Any]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"input_ids": plan.input_ids, "sampling_params": sampling,
                                   "stream": True, "rid": rid}
+        if request.logprobs is not None or request.prompt_logprobs is not None:
+            kwargs["return_logprob"] = True
+            kwargs["top_logprobs_num"] = max(request.logprobs or 0, request.prompt_logprobs or 0)
+            if request.prompt_logprobs is not None:
+                kwargs["logprob_start_len"] = 0
         if request.priority is not None and self._send_priority:
             kwargs["priority"] = request.priority
         if request.lora_name:
@@ -526,6 +573,15 @@ def _session_refusal(plan: TurnPlan, outcome: Outcome) -> str | None:
     if outcome.message == SESSION_BUSY:
         return "busy"
     return None
+
+
+def _prompt_logprobs(request: GenerateRequest, decoder: OutputDecoder) -> list[TokenLogprobs | None] | None:
+    """The finished request's prompt logprobs, one per prompt token (``None``: not asked for)."""
+    found = decoder.prompt_logprobs()
+    if found is not None and len(found) != len(request.token_ids):
+        raise EngineError(f"SGLang returned {len(found)} prompt logprobs for a prompt of "
+                          f"{len(request.token_ids)} tokens", code="engine_error")
+    return found
 
 
 def _kv_events_can_bind() -> bool:

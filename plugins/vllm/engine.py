@@ -20,6 +20,11 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   ``generate`` aborts on ``GeneratorExit``). vLLM's ``VLLMClientError`` (a bad request) is a
   ``bad_request``; ``max_thinking_tokens`` becomes ``thinking_token_budget`` only when vLLM runs
   with a reasoning config (it refuses the budget otherwise).
+- Structured outputs: the request's constraint becomes ``SamplingParams(structured_outputs=
+  StructuredOutputsParams(...))``; vLLM's own backend choice applies (``--structured-outputs-config``,
+  ``auto`` by default: xgrammar, falling back to guidance or outlines for what xgrammar cannot
+  read). A constraint vLLM refuses (``VLLMValidationError``, a ``VLLMClientError``) is a
+  ``bad_request`` carrying vLLM's message. Logprobs: ``plugins.vllm.convert``.
 - Load metrics come from vLLM's scheduler stats, delivered to a stat logger dyn registers
   (``StatLoggerBase``): running and waiting requests, KV usage (active blocks = usage x capacity),
   preemptions. vLLM sends them with each engine step; when no request is in flight the counts
@@ -43,7 +48,7 @@ import anyio
 from dyn.core.engine import EngineError, EngineInfo, EngineStartError
 from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
-from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs
+from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +186,11 @@ class VllmEngine:
         rid = request.request_id
         stream = OutputStream(request, time.monotonic())
         try:
-            params = api.sampling_params(**sampling_kwargs(request, thinking_budget=self._thinking_budget),
-                                         output_kind=api.delta)
+            kwargs = sampling_kwargs(request, thinking_budget=self._thinking_budget)
+            if request.constraint is not None:
+                kwargs["structured_outputs"] = api.structured_outputs(
+                    **structured_outputs_kwargs(request.constraint))
+            params = api.sampling_params(**kwargs, output_kind=api.delta)
         except (TypeError, ValueError, *api.client_errors) as exc:
             raise EngineError(f"vLLM rejected the sampling parameters: {exc}", code="bad_request") from None
         priority = (request.priority or 0) if self._priority else 0
@@ -196,9 +204,9 @@ class VllmEngine:
                         # aborted before vLLM had registered it: now it has, so abort again
                         self._aborted.discard(rid)
                         await llm.abort(rid)
-                    tokens, finish = stream.step(output)
+                    tokens, logprobs, finish = stream.step(output)
                     if tokens:
-                        yield TokenChunk(rid, tokens)
+                        yield TokenChunk(rid, tokens, logprobs)
                     if finish is not None:
                         yield finish
                         return
@@ -236,19 +244,22 @@ class VllmApi:
     """``RequestOutputKind.DELTA``: each output carries only its new tokens."""
     client_errors: tuple[type[BaseException], ...]
     """vLLM's errors for a bad request (``VLLMClientError``; older vLLM raised ``ValueError``)."""
+    structured_outputs: Callable[..., Any]
+    """``StructuredOutputsParams``, the ``SamplingParams.structured_outputs`` value (vLLM 0.11+)."""
 
     @staticmethod
     def load() -> VllmApi:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         try:
             from vllm.exceptions import VLLMClientError
             client_errors: tuple[type[BaseException], ...] = (VLLMClientError,)
         except ImportError:
             client_errors = ()
-        return VllmApi(SamplingParams, TokensPrompt, RequestOutputKind.DELTA, client_errors)
+        return VllmApi(SamplingParams, TokensPrompt, RequestOutputKind.DELTA, client_errors,
+                       StructuredOutputsParams)
 
 
 def check_device() -> None:

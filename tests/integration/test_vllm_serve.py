@@ -3,13 +3,14 @@
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (the
 README's test command makes one); the stack runs on that venv's Python, the test on this one. What
 it proves on real vLLM code: chat through the openai client, vLLM's own KV events reaching the
-router, a shared prefix routed to the worker that holds it, and priority reordering a contended
-vLLM queue.
+router, a shared prefix routed to the worker that holds it, priority reordering a contended vLLM
+queue, structured outputs and a forced tool call that validate, and logprobs in OpenAI's shapes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -48,7 +49,10 @@ def stack(tmp_path_factory):
             "--startup-timeout", "300", "--router-mode", "kv",
             # engine flags under vLLM's names: declared by dyn worker vllm, or passed through to vLLM
             "--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--max-model-len", "2048",
-            "--scheduling-policy", "priority", "--max-num-seqs", "1", "--disable-log-stats"]
+            "--scheduling-policy", "priority", "--max-num-seqs", "1", "--disable-log-stats",
+            # the random-weight model would fill all the whitespace xgrammar allows and run out of tokens
+            "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+            "--dyn-tool-call-parser", "hermes"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -184,3 +188,90 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
         pytest.fail(f"the short requests never queued together behind the long ones: {tries}")
     order = sorted(seen, key=lambda name: seen[name][1])
     assert order == ["important", "normal-1", "normal-2", "normal-3"], seen
+
+
+THING = {
+    "type": "object",
+    "properties": {
+        "answer": {"enum": ["yes", "no"]}, "ok": {"type": "boolean"},
+        "count": {"type": "integer", "minimum": 0, "maximum": 99},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
+        "name": {"type": "string", "maxLength": 8},
+        "inner": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"],
+                  "additionalProperties": False},
+    },
+    "required": ["answer", "ok", "count", "tags", "name", "inner"], "additionalProperties": False,
+}
+LIGHT = {"type": "object", "properties": {"room": {"enum": ["kitchen", "hall"]}, "on": {"type": "boolean"},
+                                          "level": {"type": "integer", "minimum": 0, "maximum": 10}},
+         "required": ["room", "on", "level"], "additionalProperties": False}
+
+
+def test_json_schema_output_validates(stack):
+    import jsonschema
+    import openai
+
+    url, _ = stack
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    for seed in (0, 1, 2):
+        reply = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Describe a thing."}], max_tokens=300, seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": THING}})
+        assert reply.choices[0].finish_reason == "stop", reply
+        jsonschema.validate(json.loads(reply.choices[0].message.content), THING)
+    streamed = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Another."}], max_tokens=300, seed=3, stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": THING}})
+    jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in streamed if c.choices)),
+                        THING)
+    choice = client.completions.create(model=MODEL, prompt="Pick one:", max_tokens=20, seed=4,
+                                       extra_body={"guided_choice": ["red", "green (dark)", "a.b*c"]})
+    assert choice.choices[0].text in ["red", "green (dark)", "a.b*c"]
+
+
+def test_named_tool_choice_gives_a_valid_call(stack):
+    """Constrained to the tool's parameters, as vLLM does; vLLM and OpenAI finish a named call with "stop"."""
+    import jsonschema
+    import openai
+
+    url, _ = stack
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    tool = {"type": "function", "function": {"name": "set_light", "description": "Switch a light.",
+                                             "parameters": LIGHT}}
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Turn on the kitchen light."}], max_tokens=200, seed=0,
+        tools=[tool], tool_choice={"type": "function", "function": {"name": "set_light"}})
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop"
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id and call.function.name == "set_light"
+    jsonschema.validate(json.loads(call.function.arguments), LIGHT)
+
+
+def test_logprobs_shape_through_the_frontend(stack):
+    import openai
+
+    url, _ = stack
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Logprobs, please."}], max_tokens=6, temperature=0,
+        logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens == 6
+    for item in content:
+        tops = [t.logprob for t in item.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True) and all(v <= 0 for v in tops)
+        assert item.logprob == tops[0] and item.bytes is not None  # greedy: the most likely token
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Logprobs, please."}], max_tokens=6, temperature=0,
+        logprobs=True, top_logprobs=3, stream=True, extra_body={"ignore_eos": True}))
+    streamed = [i for c in chunks if c.choices and c.choices[0].logprobs for i in c.choices[0].logprobs.content]
+    assert [(i.token, i.logprob) for i in streamed] == [(i.token, i.logprob) for i in content]
+    completion = client.completions.create(model=MODEL, prompt="Tokens and their odds", max_tokens=5,
+                                           logprobs=2, extra_body={"ignore_eos": True, "prompt_logprobs": 1})
+    lp = completion.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 5
+    assert all(2 <= len(top) <= 3 for top in lp.top_logprobs)  # the k best, plus the chosen one if not among them
+    prompt_lps = completion.choices[0].model_extra["prompt_logprobs"]
+    assert len(prompt_lps) == completion.usage.prompt_tokens and prompt_lps[0] is None
+    assert all(1 <= len(p) <= 2 for p in prompt_lps[1:])

@@ -22,6 +22,22 @@ The parameter lists are copied from SGLang 0.5.23 (the PyPI wheel), these files:
   deferred closes; ``srt/managers/scheduler.py``: the session lookup's aborts and
   ``_set_or_validate_priority``; ``srt/managers/schedule_batch.py``: ``Req.set_finish_with_abort``
   (status 400 by default).
+- Structured outputs: ``srt/sampling/sampling_params.py`` (``SamplingParams.verify``: at most one
+  of ``json_schema`` / ``regex`` / ``ebnf``, a ``ValueError`` out of ``async_generate``) and
+  ``srt/constrained/grammar_manager.py`` (a grammar the backend cannot compile, or any grammar
+  under ``--grammar-backend none``, aborts the request with status 400 before any token).
+  ``grammar_error`` stands for the backends' compilers: xgrammar reads JSON schemas, regexes and
+  GBNF-style EBNF only; llguidance also reads Lark in ``ebnf``; outlines reads no EBNF. The fake
+  does not enforce constraints on the script's tokens (it has no tokenizer).
+- Logprobs: ``srt/managers/scheduler.py`` (``logprob_start_len`` -1 means output only; above the
+  prompt length it aborts), ``srt/managers/schedule_batch.py`` (a streaming session ignores
+  ``logprob_start_len``), ``srt/managers/scheduler_components/logprob_result_processor.py``
+  (prompt positions from ``logprob_start_len``, the first with a ``None`` logprob and top row)
+  and ``srt/managers/tokenizer_manager.py`` (``convert_logprob_style`` / ``add_logprob_to_meta_info``:
+  ``(logprob, token_id, None)`` tuples, top rows only when ``top_logprobs_num`` > 0, output lists
+  sliced to the chunk under incremental streaming, prompt lists repeated whole). The values come
+  from ``fake_logprobs``: deterministic and self-consistent (rows sorted, the chosen token in its
+  row exactly when its logprob is among the row's).
 
 The model is a script: ``Control.script(context) -> token ids`` it would generate; the fake then
 applies SGLang's stop rules (``Req._check_token_based_finish``: ``ignore_eos`` disables stop ids
@@ -32,6 +48,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import re
 import sys
 import time
 import types
@@ -65,6 +83,8 @@ class Control:
         """``(n, finish_reason)``: the scheduler aborts every request with it once ``n`` tokens are out."""
         self.tokens_per_chunk = 1
         self.has_get_loads = True
+        self.sampling: list[dict[str, Any]] = []
+        """The ``sampling_params`` of every request, as SGLang received them."""
         self.module = sys.modules[__name__]
 
     @property
@@ -102,6 +122,7 @@ class ServerArgs:
     skip_tokenizer_init: bool = False
     incremental_streaming_output: bool = False
     enable_metrics: bool = False
+    grammar_backend: Optional[str] = None
     log_level: str = "info"
 
     @staticmethod
@@ -133,6 +154,7 @@ class ServerArgs:
         resolved["context_length"] = self.context_length or 4096
         resolved["mem_fraction_static"] = self.mem_fraction_static or 0.88
         resolved["chunked_prefill_size"] = self.chunked_prefill_size or 8192
+        resolved["grammar_backend"] = self.grammar_backend or "xgrammar"
         resolved.update(CONTROL.resolved_overrides)
         return resolved
 
@@ -246,12 +268,25 @@ class TokenizerManager:
             raise ValueError("input_ids cannot be empty.")
         if call["session_id"] is not None and session_params is not None:
             raise ValueError("session_id and session_params cannot both be set.")
-        incremental = self.server_args.resolved_dict()["incremental_streaming_output"]
+        resolved = self.server_args.resolved_dict()
+        incremental = resolved["incremental_streaming_output"]
         sampling = dict(call["sampling_params"] or {})
+        grammars = [key for key in ("json_schema", "regex", "ebnf", "structural_tag") if sampling.get(key)]
+        if len(grammars) > 1:  # SamplingParams.verify
+            raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
+        CONTROL.sampling.append(sampling)
         state = self.rid_to_state[rid] = _ReqState()
         session = None
         context = input_ids
         try:
+            if grammars:
+                message = grammar_error(grammars[0], sampling[grammars[0]], resolved["grammar_backend"])
+                if message is not None:  # GrammarManager: Req.set_finish_with_abort before any token
+                    yield {"output_ids": [0], "meta_info": {
+                        "id": rid, "finish_reason": {"type": "abort", "message": message, "status_code": 400,
+                                                     "err_type": "BadRequestError"},
+                        "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}}
+                    return
             if (call["priority"] is not None and not self.server_args.enable_priority_scheduling
                     and self.server_args.abort_on_priority_when_disabled):
                 # Scheduler._set_or_validate_priority
@@ -280,6 +315,19 @@ class TokenizerManager:
                     return
                 session.inflight = True
                 context = session.history + input_ids
+            logprobs = None
+            if call["return_logprob"]:
+                start = -1 if call["logprob_start_len"] is None else call["logprob_start_len"]
+                if session is not None:
+                    start = -1  # a streaming session ignores logprob_start_len
+                if start > len(context):
+                    yield {"output_ids": [0], "meta_info": {"id": rid, "finish_reason": {
+                        "type": "abort", "status_code": 400, "err_type": "BadRequestError",
+                        "message": f"req.logprob_start_len={start} is higher than the number of input tokens "
+                                   f"len(req.origin_input_ids)={len(context)}. Please use a smaller "
+                                   "logprob_start_len."}}}
+                    return
+                logprobs = _Logprobs(context, start, call["top_logprobs_num"] or 0)
             cached = len(session.history) if session is not None else CONTROL.cached_tokens
             output, finish = _generate(CONTROL.script(list(context)), sampling)
             sent = 0
@@ -298,12 +346,16 @@ class TokenizerManager:
                         "completion_tokens": len(ids), "e2e_latency": 0.0}}
                     return
                 step = output[sent:sent + CONTROL.tokens_per_chunk]
+                offset = len(state.output_ids)
                 sent += len(step)
                 state.output_ids.extend(step)
                 done = sent >= len(output)
                 meta = {"id": rid, "finish_reason": finish if done else None,
                         "prompt_tokens": len(context), "completion_tokens": len(state.output_ids),
                         "cached_tokens": cached}
+                if logprobs is not None:
+                    logprobs.add_output(step)
+                    meta.update(logprobs.meta_info(offset if incremental else 0))
                 ids = step if incremental else (list(state.output_ids) if done else state.output_ids)
                 if done:
                     if session is not None:
@@ -320,6 +372,79 @@ class TokenizerManager:
                 if session.close_on_finish:  # the reaper's deferred close
                     self.sessions.pop(session_params["id"], None)
             self.rid_to_state.pop(rid, None)
+
+
+def grammar_error(kind: str, text: str, backend: str) -> Optional[str]:
+    """SGLang's abort message for a grammar ``backend`` cannot compile, else ``None``."""
+    if backend == "none":
+        return ("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when "
+                "the server is launched with --grammar-backend none")
+    key = {"json_schema": "json"}.get(kind, kind)
+    error = None
+    if kind == "json_schema":
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            error = str(exc)
+    elif kind == "regex":
+        try:
+            re.compile(text)
+        except re.error as exc:
+            error = str(exc)
+    elif kind == "ebnf":
+        ebnf = re.search(r"^\s*root\s*::=", text, re.MULTILINE) is not None
+        lark = re.search(r"^\s*\??start\s*:", text, re.MULTILINE) is not None
+        if backend == "outlines":
+            error = "Unknown grammar error"  # InvalidGrammarObject(): outlines has no EBNF
+        elif not (ebnf or (lark and backend == "llguidance")):
+            error = "EBNF parse error: the root rule is not found"
+    return None if error is None else f"Failed to compile {key} grammar: {error}"
+
+
+def fake_logprobs(position: int, token: int, k: int) -> tuple[float, list[tuple[float, int, None]]]:
+    """The fake model's logprob of ``token`` at ``position`` (0 = the first prompt token) and the
+    ``k`` most likely there, most likely first: the row holds ``token`` at index ``position % k``
+    on even positions, else other ids, all more likely than ``token``."""
+    row = [(-0.25 * (j + 1), 5000 + 3 * position + j, None) for j in range(k)]
+    if k and position % 2 == 0:
+        j = position % k
+        row[j] = (row[j][0], token, None)
+        return row[j][0], row
+    return -0.25 * (k + 1) - (token % 5), row
+
+
+class _Logprobs:
+    """One request's logprob lists, as the tokenizer manager's ``ReqState`` accumulates them."""
+
+    def __init__(self, context: list[int], start: int, top: int) -> None:
+        self.top = top
+        self.context_len = len(context)
+        self.input_token: list[tuple] = []
+        self.input_top: list[Any] = []
+        if 0 <= start < len(context):
+            for position in range(start, len(context)):
+                logprob, row = fake_logprobs(position, context[position], top)
+                first = position == start
+                self.input_token.append((None if first else logprob, context[position], None))
+                self.input_top.append(None if first else row)
+        self.output_token: list[tuple] = []
+        self.output_top: list[Any] = []
+
+    def add_output(self, ids: list[int]) -> None:
+        for token in ids:
+            logprob, row = fake_logprobs(self.context_len + len(self.output_token), token, self.top)
+            self.output_token.append((logprob, token, None))
+            self.output_top.append(row)
+
+    def meta_info(self, offset: int) -> dict[str, Any]:
+        """The logprob keys of one streamed dict; output lists from ``offset`` (the chunk's)."""
+        meta: dict[str, Any] = {"input_token_logprobs": list(self.input_token),
+                                "output_token_logprobs": self.output_token[offset:],
+                                "output_token_logprobs_length": len(self.output_token)}
+        if self.top > 0:
+            meta["input_top_logprobs"] = list(self.input_top)
+            meta["output_top_logprobs"] = self.output_top[offset:]
+        return meta
 
 
 def _generate(wishes: list[int], sampling: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
