@@ -6,16 +6,23 @@ to ``/v1/completions`` with ``prompt`` as a list of token ids. Every request str
 asks for ``nvext.extra_fields: ["worker_id", "timing"]`` (``dyn`` and Dynamo answer them; other
 servers ignore or reject the field, so ``--no-nvext`` leaves it out).
 
-TTFT is the time to the first chunk carrying output text; ITL the gaps between later chunks that
-carry text (``vllm bench serve``'s definition); output tokens from ``usage.completion_tokens``
-(else one per text chunk). ``timeout_s`` bounds the whole request, not each read. A failed request
-gets an error kind: ``http_<status>``, ``timeout``,
-``connect``, ``stream`` (a malformed or truncated stream) or ``server_error`` (an error object in
-the stream), and ``detail`` (the server's message, cut to 300 characters).
+Chat requests may offer ``tools``; the reply's streamed calls (``delta.tool_calls[i]``: ``index``,
+``id`` and ``function.name`` in the first delta of a call, ``function.arguments`` pieces after, as
+OpenAI streams them) are put together by index (``ToolCallDeltas``) into ``Reply.tool_calls``.
+
+TTFT is the time to the first chunk carrying output (text, reasoning or a tool call); ITL the gaps
+between later chunks that carry output (``vllm bench serve``'s definition); output tokens from
+``usage.completion_tokens`` (else one per output chunk). ``timeout_s`` bounds the whole request,
+not each read. A failed request gets an error kind: ``http_<status>``, ``timeout``,
+``connect``, ``stream`` (a malformed or truncated stream), ``server_error`` (an error object in
+the stream) or ``tool_arguments`` (a complete reply with a tool call whose arguments are not a
+JSON object, e.g. cut off by ``max_tokens``), and ``detail`` (the server's message, cut to 300
+characters).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,17 +47,73 @@ class ClientOptions:
 
 
 @dataclass
+class ToolCall:
+    """One streamed call, put together; ``arguments`` as the server sent them (a JSON string)."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+    @property
+    def valid(self) -> bool:
+        """Whether ``arguments`` is a JSON object, as OpenAI's function arguments are."""
+        try:
+            return isinstance(orjson.loads(self.arguments), dict)
+        except orjson.JSONDecodeError:
+            return False
+
+
+class ToolCallDeltas:
+    """Accumulates ``delta.tool_calls`` by ``index``: ``id`` from its first delta that has one,
+    ``function.name`` and ``function.arguments`` pieces concatenated in order (as the openai SDK
+    does). A delta without ``index`` continues the call of the same position in its list.
+    ``TypeError`` / ``AttributeError`` for a delta that is not shaped like OpenAI's."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, ToolCall] = {}
+
+    def feed(self, deltas: list[dict[str, Any]]) -> None:
+        if not isinstance(deltas, list):
+            raise TypeError(f"tool_calls is not a list: {deltas!r}"[:120])
+        for position, delta in enumerate(deltas):
+            index = delta.get("index", position)
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(f"tool call index is not an integer: {index!r}"[:120])
+            call = self._calls.setdefault(index, ToolCall(index=index))
+            if delta.get("id") and not call.id:
+                call.id = _string(delta["id"])
+            function = delta.get("function") or {}
+            call.name += _string(function.get("name") or "")
+            call.arguments += _string(function.get("arguments") or "")
+
+    def calls(self) -> list[ToolCall]:
+        """The calls so far, by index."""
+        return [self._calls[i] for i in sorted(self._calls)]
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}"[:120])
+    return value
+
+
+@dataclass
 class Reply:
-    """A finished request: its record and the assistant text (for the next turn's history)."""
+    """A finished request: its record, the assistant text and tool calls (for the history)."""
 
     record: RequestRecord
     text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-def chat_body(options: ClientOptions, messages: list[dict[str, str]], max_tokens: int,
-              nvext: dict[str, Any] | None) -> dict[str, Any]:
+def chat_body(options: ClientOptions, messages: list[dict[str, Any]], max_tokens: int,
+              nvext: dict[str, Any] | None, tools: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A chat request; ``tools`` (OpenAI function tools) are offered when given and not empty."""
     body = _common(options, max_tokens, nvext)
     body["messages"] = messages
+    if tools:
+        body["tools"] = list(tools)
     return body
 
 
@@ -84,6 +147,7 @@ class _Stream:
         self.last: float | None = None
         self.gaps: list[float] = []
         self.text: list[str] = []
+        self.calls = ToolCallDeltas()
         self.chunks = 0
         self.usage: dict[str, Any] | None = None
         self.nvext: dict[str, Any] | None = None
@@ -104,10 +168,14 @@ class _Stream:
             self.nvext = chunk["nvext"]
         for choice in chunk.get("choices") or ():
             piece = _text_of(choice)
+            calls = (choice.get("delta") or {}).get("tool_calls")
             if choice.get("nvext"):
                 self.nvext = choice["nvext"]
-            if piece:
-                self.text.append(piece)
+            if calls:
+                self.calls.feed(calls)
+            if piece or calls:
+                if piece:
+                    self.text.append(piece)
                 self.chunks += 1
                 if self.first is None:
                     self.first = now
@@ -159,7 +227,15 @@ async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], recor
         _finish(record, stream, clock() - origin, origin)
     except (TypeError, ValueError) as exc:
         return _failed(record, stream, clock, origin, "stream", f"malformed usage or nvext: {exc}")
-    return Reply(record=record, text="".join(stream.text))
+    calls = stream.calls.calls()
+    record.tool_calls = len(calls)
+    invalid = [c for c in calls if not c.valid]
+    record.invalid_tool_calls = len(invalid)
+    if invalid:
+        first = invalid[0]
+        record.error = "tool_arguments"
+        record.detail = f"the arguments of {first.name or 'a call'} are not a JSON object: {first.arguments!r}"[:300]
+    return Reply(record=record, text="".join(stream.text), tool_calls=calls)
 
 
 def _finish(record: RequestRecord, stream: _Stream, end_s: float, origin: float) -> None:

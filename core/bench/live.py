@@ -147,9 +147,10 @@ def _run_with_progress(workload: Workload, settings: BenchSettings, options: Cli
     failed = 0
 
     def on_record(record: RequestRecord) -> None:
-        nonlocal failed
+        nonlocal failed, total
         failed += record.error is not None
-        progress.update(task, advance=1, failed=failed)
+        total += record.tool_round > 0  # tool rounds are known only once a reply asks for them
+        progress.update(task, advance=1, failed=failed, total=total)
 
     with progress:
         return anyio.run(run_load, workload, settings.url, options, settings.load, on_record)

@@ -20,7 +20,12 @@ records of a run into a ``Summary``:
   sum over groups of (distinct workers serving the group - 1).
 - ``errors``: failed requests by kind (``http_503``, ``timeout``, ``connect``, ...).
 - ``ttft_by_class``: TTFT per request class (``RequestRecord.cls``: e.g. ``lead/high``,
-  ``subagent/normal`` in the multi-turn workload), when the workload labels its requests.
+  ``subagent/normal`` in the multi-turn workload, ``lead/high/tool-round`` for its tool rounds),
+  when the workload labels its requests.
+- ``tool_calls``, ``invalid_tool_calls``, ``tool_rounds``: tool calls in complete replies, those
+  whose arguments were not a JSON object (each such request also counts as an error of kind
+  ``tool_arguments``), and requests that were tool rounds (``RequestRecord.tool_round`` > 0: the
+  request after a reply's calls were answered, within the same turn).
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     worker: str | None = None
     error: str | None = None
     detail: str | None = None
+    tool_round: int = 0
+    """0 for a scripted turn; k for the k-th tool round of turn ``turn``."""
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
 
     @property
     def e2e_s(self) -> float:
@@ -100,6 +109,9 @@ class Summary(msgspec.Struct, kw_only=True):
     duplicate_prefills: int | None
     errors: dict[str, int]
     ttft_by_class: dict[str, Distribution] = {}
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
+    tool_rounds: int = 0
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -169,6 +181,9 @@ def summarize(records: Sequence[RequestRecord], *, grouped: bool = False) -> Sum
         duplicate_prefills=duplicate_prefills(ok) if grouped else None,
         errors=dict(Counter(r.error for r in records if r.error is not None)),
         ttft_by_class=_by_class(ok),
+        tool_calls=sum(r.tool_calls for r in records),
+        invalid_tool_calls=sum(r.invalid_tool_calls for r in records),
+        tool_rounds=sum(1 for r in records if r.tool_round > 0),
     )
 
 

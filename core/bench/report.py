@@ -107,6 +107,9 @@ def totals_table(summary: Summary) -> Table:
     if spread.requests:
         rows.append(("workers (requests)", ", ".join(f"{w}: {n}" for w, n in spread.requests.items())))
         rows.append(("worker share max / min", f"{spread.max_share:.1%} / {spread.min_share:.1%}"))
+    if summary.tool_calls or summary.tool_rounds:
+        rows.append(("tool calls (invalid)", f"{summary.tool_calls} ({summary.invalid_tool_calls})"))
+        rows.append(("tool rounds", str(summary.tool_rounds)))
     for kind, count in sorted(summary.errors.items()):
         rows.append((f"errors: {kind}", str(count)))
     for row in rows:

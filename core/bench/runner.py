@@ -11,8 +11,18 @@ Bounds: no unit starts once ``max_requests`` requests were started or ``duration
 (an open loop or trace stops at the first unit due after it, without waiting for it); units
 already running finish their turns (each request is bounded by the client timeout). Session ids
 in ``nvext.session_control`` get a per-run prefix. A
-conversation stops at its first failed turn (the rest of it is not sent; its children never
+conversation stops at its first failed request (the rest of it is not sent; its children never
 start). On SIGINT the run stops at once and returns what finished.
+
+Tool calls (a conversation with ``tool_use``): every chat request offers the tools. A reply with
+tool calls is answered as an agent does: the assistant message with its ``tool_calls`` and one
+``tool`` message per call (``tools.tool_result``) join the history, and, after the tools' pause,
+the next request of the same turn is sent (a *tool round*, recorded with ``tool_round`` k and
+class ``<class>/tool-round``), up to ``max_rounds`` per turn; then the conversation goes on to
+its next scripted turn (the last round's calls answered in its history). A tool round repeats its
+turn's ``nvext`` with the session id but no session action (it continues the session the turn
+opened; after the closing turn it is routed as any request). Tool rounds count against
+``max_requests`` as they are sent. Without ``tool_use`` a reply is kept as plain text.
 """
 
 from __future__ import annotations
@@ -25,15 +35,18 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import httpx
 
-from dyn.core.bench.client import ClientOptions, chat_body, completion_body, send
+from dyn.core.bench.client import ClientOptions, Reply, chat_body, completion_body, send
 from dyn.core.bench.metrics import RequestRecord
-from dyn.core.bench.workloads import Conversation, Unit, Workload
+from dyn.core.bench.tools import ToolUse, tool_pause, tool_result
+from dyn.core.bench.workloads import Conversation, Turn, Unit, Workload
 
 log = logging.getLogger("dyn.bench")
+TOOL_ROUND = "tool-round"
 
 
 @dataclass(frozen=True)
@@ -105,15 +118,27 @@ class _Run:
                 if conv.parent is None:
                     tg.start_soon(self.conversation, conv, children)
 
+    async def request(self, conv: Conversation, turn: int, path: str, body: dict[str, Any],
+                      tool_round: int = 0) -> Reply:
+        cls = conv.cls
+        if tool_round:
+            cls = f"{cls}/{TOOL_ROUND}" if cls else TOOL_ROUND
+        record = RequestRecord(conversation=conv.key, group=conv.group, turn=turn, cls=cls,
+                               tool_round=tool_round, start_s=0.0, end_s=0.0)
+        reply = await send(self.client, path, body, record, time.perf_counter, self.origin, self.options)
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+        return reply
+
     async def conversation(self, conv: Conversation,
                            children: dict[str, dict[int, list[Conversation]]]) -> None:
-        messages = [{"role": "system", "content": conv.system}] if conv.system else []
+        messages: list[dict[str, Any]] = [{"role": "system", "content": conv.system}] if conv.system else []
         spawns = children.get(conv.key, {})
+        tools = conv.tool_use.tools if conv.tool_use is not None else None
         for index, turn in enumerate(conv.turns):
             if turn.delay_s > 0:
                 await anyio.sleep(turn.delay_s)
-            record = RequestRecord(conversation=conv.key, group=conv.group, turn=index, cls=conv.cls,
-                                   start_s=0.0, end_s=0.0)
             nvext = self.own_sessions(turn.nvext)
             if turn.prompt_ids is not None:
                 path = "/v1/completions"
@@ -121,20 +146,40 @@ class _Run:
             else:
                 messages.append({"role": "user", "content": turn.user or ""})
                 path = "/v1/chat/completions"
-                body = chat_body(self.options, messages, turn.max_tokens, nvext)
-            reply = await send(self.client, path, body, record, time.perf_counter, self.origin,
-                               self.options)
-            self.records.append(record)
-            if self.on_record is not None:
-                self.on_record(record)
-            if record.error is not None:
+                body = chat_body(self.options, messages, turn.max_tokens, nvext, tools)
+            reply = await self.request(conv, index, path, body)
+            if reply.record.error is not None:
                 return
-            if turn.prompt_ids is None:
-                messages.append({"role": "assistant", "content": reply.text})
+            if turn.prompt_ids is None and not await self.tool_rounds(conv, index, turn, nvext, messages, reply):
+                return
             if spawns.get(index):
                 async with anyio.create_task_group() as tg:
                     for child in spawns[index]:
                         tg.start_soon(self.conversation, child, children)
+
+    async def tool_rounds(self, conv: Conversation, index: int, turn: Turn, nvext: dict[str, Any] | None,
+                          messages: list[dict[str, Any]], reply: Reply) -> bool:
+        """Put ``reply`` into the history; while it carries tool calls, answer them and send the
+        turn's next tool round (up to the limit). False when a round failed."""
+        use = conv.tool_use
+        round_ = 0
+        while use is not None and reply.tool_calls:
+            assistant = _assistant_calls(reply, index, round_)
+            messages.append(assistant)
+            messages.extend(_tool_messages(use, conv.key, index, round_, assistant["tool_calls"]))
+            if round_ == use.max_rounds:
+                return True
+            round_ += 1
+            pause = tool_pause(use, conv.key, index, round_)
+            if pause > 0:
+                await anyio.sleep(pause)
+            self.started_requests += 1
+            body = chat_body(self.options, messages, turn.max_tokens, _without_session_action(nvext), use.tools)
+            reply = await self.request(conv, index, "/v1/chat/completions", body, tool_round=round_)
+            if reply.record.error is not None:
+                return False
+        messages.append({"role": "assistant", "content": reply.text})
+        return True
 
     async def closed_loop(self, units: Iterator[Unit], concurrency: int) -> None:
         async def lane() -> None:
@@ -160,6 +205,28 @@ class _Run:
                 if not self.may_start(unit):
                     break
                 tg.start_soon(self.unit, unit)
+
+
+def _assistant_calls(reply: Reply, turn: int, round_: int) -> dict[str, Any]:
+    """The assistant message of a reply with tool calls, as an agent sends it back; calls the
+    server gave no id get one unique within the conversation."""
+    calls = [{"id": call.id or f"call_{turn}_{round_}_{i}", "type": "function",
+              "function": {"name": call.name, "arguments": call.arguments}}
+             for i, call in enumerate(reply.tool_calls)]
+    return {"role": "assistant", "content": reply.text or None, "tool_calls": calls}
+
+
+def _tool_messages(use: ToolUse, conversation: str, turn: int, round_: int,
+                   calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"role": "tool", "tool_call_id": call["id"],
+             "content": tool_result(use, conversation, turn, round_, i, call["function"]["name"])}
+            for i, call in enumerate(calls)]
+
+
+def _without_session_action(nvext: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not nvext or "session_control" not in nvext:
+        return nvext
+    return {**nvext, "session_control": {"session_id": nvext["session_control"]["session_id"]}}
 
 
 def arrival_times(workload: Workload, load: LoadSettings) -> list[tuple[float, Unit]] | None:

@@ -34,6 +34,9 @@ class WorkloadSpec:
     speculative_prefill: bool = False
     priority_mix: float = 0.0
     session_timeout_s: int = 60
+    tools: int = 0
+    max_tool_rounds: int = 4
+    tool_result_tokens: int = 64
     # prefix
     groups: int = 20
     per_group: int = 10
@@ -49,6 +52,8 @@ class WorkloadSpec:
     def build(self) -> Workload:
         """The workload; ``ValueError`` / ``TraceError`` with a sentence for bad parameters."""
         common = {"block_size": self.block_size, "seed": self.seed}
+        if self.tools and self.kind != "multi-turn":
+            raise ValueError("--tools needs --multi-turn (the agents offer the tools)")
         if self.kind == "parallel-sampling":
             return workloads.parallel_sampling(
                 problems=self.problems, samples=self.samples, system_tokens=self.system_tokens,
@@ -59,7 +64,9 @@ class WorkloadSpec:
                 subagent_turns=self.subagent_turns, system_tokens=self.system_tokens,
                 turn_tokens=self.turn_tokens, max_tokens=self.max_tokens,
                 tool_pause_s=self.tool_pause_s, speculative_prefill=self.speculative_prefill,
-                priority_mix=self.priority_mix, session_timeout_s=self.session_timeout_s, **common)
+                priority_mix=self.priority_mix, session_timeout_s=self.session_timeout_s,
+                tools=self.tools, max_tool_rounds=self.max_tool_rounds,
+                tool_result_tokens=self.tool_result_tokens, **common)
         if self.kind == "prefix":
             return workloads.prefix_groups(
                 groups=self.groups, per_group=self.per_group, isl=self.isl, ratio=self.prefix_ratio,

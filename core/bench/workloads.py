@@ -22,7 +22,10 @@ Workloads:
 - ``multi_turn``: agent runs; a lead agent with growing history over its turns, and at some turns
   subagents (own system prompt and task, a few turns, ``nvext.session_control`` open / turns /
   close) whose result the lead waits for; pauses between turns; optional speculative prefill; a
-  fraction of runs marked high priority (``nvext.agent_hints.priority``).
+  fraction of runs marked high priority (``nvext.agent_hints.priority``); optionally function
+  tools on every request (``Conversation.tool_use``): a reply with tool calls makes the runner
+  answer them and send *tool rounds* within the turn. Tool rounds depend on the server's replies,
+  so the block model (and ``--dry-run``'s hit rate) knows only the scripted turns.
 - ``prefix``: G groups x R requests; each prompt is its group's shared prefix (``ratio`` of the
   ISL) followed by a unique suffix; requests shuffled.
 - ``trace``: rows of a Mooncake / Bailian trace; token-id prompts on ``/v1/completions``; rows of
@@ -38,14 +41,11 @@ from typing import Any
 
 import msgspec
 
+from dyn.core.bench.tools import ToolUse, function_tools
 from dyn.core.bench.trace import TokenSynth, TraceRow, theoretical_hit_rate
+from dyn.core.bench.words import TextSynth
 
 HIGH_PRIORITY = 10
-WORDS = tuple(
-    "the of and to in is that it for on with as was at by be this from or an are not have which "
-    "you one but all they were their there can has more will would about been what when who some "
-    "into so out up time other like than only then its also new could these two may first any way "
-    "over most such made after".split())
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,6 +69,7 @@ class Conversation(msgspec.Struct, frozen=True, kw_only=True):
     cls: str | None = None
     parent: str | None = None
     after_turn: int = 0
+    tool_use: ToolUse | None = None
 
     @property
     def chat(self) -> bool:
@@ -107,21 +108,6 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True):
         for unit in self.units:
             for conversation in unit.conversations:
                 yield from conversation.turns
-
-
-class TextSynth:
-    """Block id -> ``block_size`` words, deterministic for a seed (about one token per word)."""
-
-    def __init__(self, block_size: int, seed: int) -> None:
-        self.block_size = block_size
-        self.seed = seed
-
-    def block(self, block_id: int) -> str:
-        rng = random.Random(f"{self.seed}:text:{block_id}")
-        return " ".join(rng.choice(WORDS) for _ in range(self.block_size))
-
-    def text(self, block_ids: Sequence[int]) -> str:
-        return " ".join(self.block(b) for b in block_ids)
 
 
 def _blocks_for(tokens: int, block_size: int) -> int:
@@ -187,11 +173,19 @@ def prefix_groups(*, groups: int, per_group: int, isl: int, ratio: float, max_to
 def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: int,
                system_tokens: int, turn_tokens: int, max_tokens: int, tool_pause_s: float,
                speculative_prefill: bool, priority_mix: float, session_timeout_s: int,
-               block_size: int, seed: int) -> Workload:
+               block_size: int, seed: int, tools: int = 0, max_tool_rounds: int = 4,
+               tool_result_tokens: int = 64) -> Workload:
     """Agent runs: a lead with ``lead_turns`` turns; after each of its first ``subagents`` turns it
-    spawns one subagent (``subagent_turns`` turns in an engine session) and waits for it."""
+    spawns one subagent (``subagent_turns`` turns in an engine session) and waits for it. With
+    ``tools`` > 0 every conversation offers that many function tools (``ToolUse``)."""
     _check_positive(agents=agents, lead_turns=lead_turns, subagent_turns=subagent_turns,
                     max_tokens=max_tokens, block_size=block_size)
+    if max_tool_rounds < 0:
+        raise ValueError("--max-tool-rounds must be at least 0")
+    if tool_result_tokens < 1:
+        raise ValueError("--tool-result-tokens must be at least 1")
+    tool_use = (ToolUse(tools=function_tools(tools, seed), max_rounds=max_tool_rounds,
+                        result_tokens=tool_result_tokens, seed=seed, pause_s=tool_pause_s) if tools else None)
     if subagents < 0 or subagents >= lead_turns:
         raise ValueError("--subagents must be between 0 and the lead's turns - 1 (each is spawned "
                          "after a lead turn and its result feeds the next one)")
@@ -231,7 +225,7 @@ def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: 
                             delay_s=pause() if t else 0.0, nvext=nvext or None))
             history = history + ids.take(reply_blocks)
         return Conversation(key=key, group=group, cls=cls, system=text.text(system),
-                            turns=tuple(out), **link)
+                            turns=tuple(out), tool_use=tool_use, **link)
 
     units = []
     for a in range(agents):
@@ -246,11 +240,14 @@ def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: 
                                         sub_system, subagent_turns, priority, session=True,
                                         parent=lead_key, after_turn=s))
         units.append(Unit(conversations=tuple(members)))
-    return Workload(name="multi-turn", block_size=block_size, units=tuple(units), params={
+    params: dict[str, Any] = {
         "agents": agents, "lead_turns": lead_turns, "subagents": subagents,
         "subagent_turns": subagent_turns, "system_tokens": system_tokens, "turn_tokens": turn_tokens,
         "max_tokens": max_tokens, "tool_pause_s": tool_pause_s,
-        "speculative_prefill": speculative_prefill, "priority_mix": priority_mix, "seed": seed})
+        "speculative_prefill": speculative_prefill, "priority_mix": priority_mix, "seed": seed}
+    if tool_use is not None:  # without tools the shape stays as it always was
+        params.update(tools=tools, max_tool_rounds=max_tool_rounds, tool_result_tokens=tool_result_tokens)
+    return Workload(name="multi-turn", block_size=block_size, units=tuple(units), params=params)
 
 
 def from_trace(rows: Sequence[TraceRow], *, block_size: int, vocab_size: int, speedup: float,

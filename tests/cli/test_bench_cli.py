@@ -30,6 +30,16 @@ def test_dry_run_of_a_trace(tmp_path):
     assert "25.0%" in result.output and "0.50" in result.output  # span 1 s / speedup 2
 
 
+def test_dry_run_of_multi_turn_shows_the_tools_only_when_offered():
+    args = ("--multi-turn", "--agents", "2", "--lead-turns", "2", "--subagents", "1", "--dry-run")
+    result = invoke(*args, "--tools", "3", "--max-tool-rounds", "2", "--tool-result-tokens", "32")
+    assert result.exit_code == 0, result.output
+    rows = {tuple(cell.strip() for cell in line.strip("│ ").split("│")) for line in result.output.splitlines()}
+    assert {("tools", "3"), ("max tool rounds", "2"), ("tool result tokens", "32")} <= rows
+    plain = invoke(*args)
+    assert plain.exit_code == 0 and "tools" not in plain.output
+
+
 def test_exactly_one_workload():
     for args in ([], ["--prefix", "--multi-turn"]):
         result = invoke(*args, "--dry-run")
@@ -41,6 +51,8 @@ def test_usage_errors_are_one_sentence(tmp_path):
         (["--prefix"], "--url is required"),
         (["--prefix", "--dry-run", "--concurrency", "2", "--request-rate", "1"], "not both"),
         (["--multi-turn", "--dry-run", "--lead-turns", "2", "--subagents", "2"], "--subagents must be"),
+        (["--prefix", "--dry-run", "--tools", "2"], "--tools needs --multi-turn"),
+        (["--multi-turn", "--dry-run", "--tools", "1000"], "--tools must be between 0 and"),
         (["--trace", str(tmp_path / "none.jsonl"), "--dry-run"], "cannot read trace"),
         (["--prefix", "--dry-run", "--duration", "0"], "--duration must be positive"),
         (["--prefix", "--dry-run", "--request-rate", "nan"], "--request-rate must be a positive number"),

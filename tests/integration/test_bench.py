@@ -94,3 +94,41 @@ def test_errors_are_counted_by_kind(kv_stack, tmp_path):
                            "--max-tokens", "2", "--model", "no-such-model", expect=1)
     assert result["summary"]["errors"] == {"http_404": 2}
     assert result["requests"][0]["detail"]
+
+
+@pytest.fixture(scope="module")
+def tool_stack(stack_factory):
+    """Mocker workers that answer 70% of the requests offering tools with a schema-valid call, in the
+    hermes format dyn-tiny's workers advertise (README "Agents"); the frontend parses the calls."""
+    s = stack_factory("benchtools")
+    s.worker("--block-size", "16", "--tool-call-rate", "0.7", count=2)
+    s.start_frontend("--router-mode", "kv")
+    s.wait_instances(2)
+    return s
+
+
+def test_multi_turn_with_tools_answers_real_tool_calls(tool_stack, tmp_path):
+    result, stdout = bench(tool_stack, tmp_path, "--multi-turn", "--tools", "2", "--agents", "2", "--lead-turns", "2",
+                           "--subagents", "1", "--subagent-turns", "2", "--system-tokens", "64", "--turn-tokens", "16",
+                           "--max-tokens", "96", "--tool-pause", "0.01", "--tool-result-tokens", "16",
+                           "--concurrency", "2")
+    s = result["summary"]
+    assert s["failed"] == 0 and s["errors"] == {}
+    assert result["workload"]["tools"] == 2
+    requests = result["requests"]
+    scripted = [r for r in requests if r["tool_round"] == 0]
+    rounds = [r for r in requests if r["tool_round"] > 0]
+    assert len(scripted) == 2 * (2 + 2)  # every scripted turn was sent, whatever the rounds did
+    # 8 scripted requests each call with probability 0.7: none at all is a 0.3^8 (7e-5) event
+    assert rounds and s["tool_rounds"] == len(rounds) and all(r["tool_round"] <= 4 for r in rounds)
+    assert s["tool_calls"] >= len(rounds) and s["invalid_tool_calls"] == 0  # every call's arguments parsed
+    assert all(r["cls"].endswith("/tool-round") for r in rounds)
+    assert any(c.endswith("/tool-round") for c in s["ttft_by_class"])
+    by_position = {(r["conversation"], r["turn"], r["tool_round"]): r for r in requests}
+    for r in rounds:
+        before = by_position[(r["conversation"], r["turn"], r["tool_round"] - 1)]
+        assert before["tool_calls"] >= 1 and r["start_s"] >= before["end_s"]
+        assert r["prompt_tokens"] > before["prompt_tokens"] + 16  # the history plus the call and its result
+    # a round's prompt extends the one before it, so the KV router finds most of it cached
+    assert sum(r["cached_tokens"] for r in rounds) > 0.5 * sum(r["prompt_tokens"] for r in rounds)
+    assert "tool rounds" in stdout and "tool-round" in stdout

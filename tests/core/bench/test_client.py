@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from dyn.core.bench import workloads
-from dyn.core.bench.client import ClientOptions, chat_body, completion_body, send
+from dyn.core.bench.client import ClientOptions, ToolCall, ToolCallDeltas, chat_body, completion_body, send
 from dyn.core.bench.metrics import RequestRecord
 from dyn.core.bench.runner import LoadSettings, arrival_times, run_load
 from dyn.core.bench.workloads import Conversation, Turn, Unit, Workload
@@ -230,3 +230,79 @@ async def test_session_ids_are_unique_to_each_run():
                     if "session_control" in b.get("nvext", {})})
     assert len(ids[0]) == len(ids[1]) == 1 and ids[0] != ids[1]
     assert next(iter(ids[0])).endswith("-agent0-sub0")
+
+
+# A streamed call as `dyn serve --tool-call-rate 1.0` (dyn-tiny, hermes parser) sent it, ids shortened:
+# id, type and name with the first argument piece, the rest of the arguments in the next delta (OpenAI's
+# streaming shape, README "Agents"; the openai SDK's lib/streaming/_deltas.py accumulates it by index).
+CALL_START = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_f7cc", "type": "function",
+                                                                 "function": {"name": "search_docs",
+                                                                              "arguments": "{\"query\":"}}]}}]}
+CALL_REST = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {
+    "arguments": "\". neededtab>\",\"limit\":10,\"scope\":\"docs\"}"}}]}}]}
+CALL_FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+
+
+def test_tool_call_deltas_are_put_together_by_index():
+    deltas = ToolCallDeltas()
+    # two parallel calls, interleaved; the second call's name split in two; two pieces of one call
+    # in a single chunk (the openai SDK merges those too)
+    deltas.feed([{"index": 0, "id": "a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}])
+    deltas.feed([{"index": 1, "id": "b", "type": "function", "function": {"name": "list_", "arguments": "{\"d"}}])
+    deltas.feed([{"index": 0, "function": {"arguments": "{\"city\": "}},
+                 {"index": 1, "function": {"name": "orders"}}])
+    deltas.feed([{"index": 0, "id": "ignored", "function": {"arguments": "\"Paris\"}"}},
+                 {"index": 1, "function": {"arguments": "ays\": 3"}}, {"index": 1, "function": {"arguments": "}"}}])
+    a, b = deltas.calls()
+    assert (a.index, a.id, a.name, a.arguments) == (0, "a", "get_weather", '{"city": "Paris"}')
+    assert (b.index, b.id, b.name, b.arguments) == (1, "b", "list_orders", '{"days": 3}')
+    assert a.valid and b.valid
+    assert not ToolCall(0, arguments='{"query":').valid and not ToolCall(0, arguments="[1]").valid
+    assert not ToolCall(0, arguments="").valid
+    positional = ToolCallDeltas()
+    positional.feed([{"id": "x", "function": {"name": "f", "arguments": "{}"}}])  # no index: its position
+    assert positional.calls()[0].index == 0 and positional.calls()[0].valid
+
+
+async def test_a_streamed_tool_call_is_the_replys_call_and_its_first_token():
+    server = Server((200, sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+                              CALL_START, CALL_REST, CALL_FINISH, USAGE, b"[DONE]")))
+    reply = await one(server, chat_body(ClientOptions(model="m"), [{"role": "user", "content": "hi"}], 64, None,
+                                        [{"type": "function", "function": {"name": "search_docs"}}]))
+    r = reply.record
+    assert r.error is None and reply.text == ""
+    assert [(c.id, c.name, orjson.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("call_f7cc", "search_docs", {"query": ". neededtab>", "limit": 10, "scope": "docs"})]
+    assert (r.tool_calls, r.invalid_tool_calls) == (1, 0)
+    assert r.ttft_s is not None and len(r.itl_s) == 1  # the call's chunks are output: no content at all
+    assert server.bodies[0]["tools"][0]["function"]["name"] == "search_docs"
+
+
+async def test_a_call_cut_off_by_max_tokens_is_a_tool_arguments_error():
+    # dyn serve --tool-call-rate 1.0 with max_tokens 24: the call starts, then "length" ends it
+    cut = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_61ad", "type": "function",
+                                                              "function": {"name": "search_docs",
+                                                                           "arguments": "{\"query"}}]}}]}
+    length = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+    reply = await one(Server((200, sse(cut, length, USAGE, b"[DONE]"))))
+    r = reply.record
+    assert r.error == "tool_arguments" and (r.tool_calls, r.invalid_tool_calls) == (1, 1)
+    assert "search_docs" in r.detail and "not a JSON object" in r.detail
+
+
+@pytest.mark.parametrize("calls", [
+    {"index": 0},                                             # not a list
+    [{"index": "0", "function": {"name": "f"}}],              # index not an integer
+    [{"index": 0, "function": {"name": 3}}],                  # name not a string
+    [{"index": 0, "function": ["f"]}],                        # function not an object
+])
+async def test_malformed_tool_call_deltas_are_a_stream_error(calls):
+    chunk = {"choices": [{"index": 0, "delta": {"tool_calls": calls}}]}
+    r = (await one(Server((200, sse(chunk, b"[DONE]"))))).record
+    assert r.error == "stream" and "malformed" in r.detail
+
+
+def test_tools_are_offered_only_when_there_are_some():
+    assert "tools" not in chat_body(ClientOptions(model="m"), [], 5, None)
+    assert "tools" not in chat_body(ClientOptions(model="m"), [], 5, None, ())
+    assert chat_body(ClientOptions(model="m"), [], 5, None, ({"type": "function"},))["tools"] == [{"type": "function"}]

@@ -60,3 +60,22 @@ def test_empty_and_ungrouped_runs():
     assert s.duplicate_prefills is None and s.workers.requests == {}
     s = summarize([rec("a", "g", 0.0, 1.0, ttft=0.1, out=2)], grouped=True)
     assert s.duplicate_prefills is None  # no worker ids: unknown, not zero
+
+
+def test_tool_calls_rounds_and_invalid_arguments_are_counted():
+    records = [
+        rec("a", "g", 0.0, 1.0, ttft=0.1, out=4, cls="lead/normal"),
+        rec("a", "g", 1.0, 2.0, ttft=0.05, out=4, cls="lead/normal/tool-round"),
+        rec("a", "g", 2.0, 3.0, ttft=0.05, out=4, cls="lead/normal/tool-round"),
+        rec("b", "g", 0.0, 1.0, error="tool_arguments", cls="lead/normal"),
+    ]
+    records[0].tool_calls = 2
+    records[1].tool_round, records[1].tool_calls = 1, 1
+    records[2].tool_round = 2
+    records[3].tool_calls = records[3].invalid_tool_calls = 1
+    s = summarize(records)
+    assert (s.tool_calls, s.tool_rounds, s.invalid_tool_calls) == (4, 2, 1)
+    assert s.errors == {"tool_arguments": 1}
+    assert s.ttft_by_class["lead/normal/tool-round"].count == 2
+    plain = summarize([rec("a", "g", 0.0, 1.0, ttft=0.1, out=1)])
+    assert (plain.tool_calls, plain.tool_rounds, plain.invalid_tool_calls) == (0, 0, 0)

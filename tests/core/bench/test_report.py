@@ -86,3 +86,30 @@ def test_plot_writes_a_png_and_bins_throughput(tmp_path):
     path = tmp_path / "out.png"
     plot_result(r, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tool_counts_in_the_table_and_results_written_before_them_still_read(tmp_path):
+    r = result(0.2, 50)
+    console = Console(record=True, width=120)
+    print_summary(r, console)
+    assert "tool calls" not in console.export_text()  # a run without tools shows what it always did
+    r.requests[1].tool_round, r.requests[1].tool_calls = 1, 2
+    r.requests[2].tool_calls = r.requests[2].invalid_tool_calls = 1
+    r.summary = summarize(r.requests, grouped=True)
+    console = Console(record=True, width=120)
+    print_summary(r, console)
+    text = console.export_text()
+    assert "tool calls (invalid)" in text and "3 (1)" in text and "tool rounds" in text
+    path = tmp_path / "r.json"
+    write_result(path, r)
+    raw = json.loads(path.read_text())
+    assert (raw["summary"]["tool_calls"], raw["summary"]["tool_rounds"], raw["summary"]["invalid_tool_calls"]) \
+        == (3, 1, 1)
+    for key in ("tool_calls", "tool_rounds", "invalid_tool_calls"):
+        del raw["summary"][key]
+    for request in raw["requests"]:
+        for key in ("tool_round", "tool_calls", "invalid_tool_calls"):
+            del request[key]
+    path.write_text(json.dumps(raw))
+    old = read_result(path)
+    assert old.summary.tool_calls == 0 and old.requests[1].tool_round == 0
