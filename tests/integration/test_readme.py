@@ -35,3 +35,12 @@ def test_readme_curl_and_openai_snippets(stack):
 def test_readme_main_command_is_dyn_serve():
     install = blocks("bash")[0].strip()
     assert install == "pip install -e . && dyn serve"
+
+
+def test_readme_agents_snippet(stack):
+    python = next(b for b in blocks("python") if "tool_calls" in b).replace(DEFAULT_URL, stack.url)
+    python += ("\nimport json\nassert call.function.name == 'get_weather'\n"
+               "assert isinstance(json.loads(call.function.arguments)['city'], str)\n"
+               "assert final.choices[0].finish_reason in ('stop', 'length', 'tool_calls')\n")
+    run = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
