@@ -43,6 +43,9 @@ class OutputDelta(NamedTuple):
     tool_calls: list[ToolCallDelta]
 
 
+_NO_CALLS: list[ToolCallDelta] = []  # shared by content-only deltas; never mutated
+
+
 @dataclass(frozen=True, slots=True)
 class OutputPlan:
     """How every choice of one chat request is read (see the module docstring)."""
@@ -110,6 +113,15 @@ class ChoiceOutput:
         if not text:
             return None
         events = self._reasoning.feed(text) if self._reasoning is not None else [text]
+        if len(events) == 1 and type(events[0]) is str and self._tools is not None:
+            # the common piece: plain text that stays plain content (no list-building below)
+            piece = events[0]
+            self._raw.append(piece)
+            got = self._tools.feed(piece)
+            if len(got) == 1 and type(got[0]) is str:
+                self._content.append(got[0])
+                return OutputDelta(got[0], "", _NO_CALLS)
+            return self._tool_delta(got)
         return self._apply(events, final=False)
 
     def finish(self) -> OutputDelta | None:
@@ -132,6 +144,9 @@ class ChoiceOutput:
                 self._tool_events(tools.feed(event), content, reasoning, deltas)
         if final and tools is not None:
             self._tool_events(tools.finish(), content, reasoning, deltas)
+        return self._delta(content, reasoning, deltas)
+
+    def _delta(self, content: list[str], reasoning: list[str], deltas: list[ToolCallDelta]) -> OutputDelta | None:
         if not (content or reasoning or deltas):
             return None
         text, thought = "".join(content), "".join(reasoning)
@@ -140,6 +155,13 @@ class ChoiceOutput:
         if thought:
             self._thinking.append(thought)
         return OutputDelta(text, thought, deltas)
+
+    def _tool_delta(self, events: Sequence[Any]) -> OutputDelta | None:
+        content: list[str] = []
+        reasoning: list[str] = []
+        deltas: list[ToolCallDelta] = []
+        self._tool_events(events, content, reasoning, deltas)
+        return self._delta(content, reasoning, deltas)
 
     def _tool_events(self, events: Sequence[Any], content: list[str], reasoning: list[str],
                      deltas: list[ToolCallDelta]) -> None:

@@ -49,7 +49,7 @@ from dyn.core.messages import (
 )
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import Registry, UnknownParserError
-from dyn.core.parsers.tool import TOOL_PARSERS
+from dyn.core.parsers.tool import TOOL_PARSERS, Tool
 from dyn.core.protocol.structured import request_constraint
 from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
@@ -266,7 +266,9 @@ class Generation:
                 await send(enc.text(choice.index, text, logprobs))
                 return
             delta = output.push(text)
-            if delta is not None or logprobs is not None:
+            if delta is not None and not delta.reasoning and not delta.tool_calls:
+                await send(enc.text(choice.index, delta.content, logprobs))
+            elif delta is not None or logprobs is not None:
                 await send(enc.delta(choice.index, chat_delta(*delta) if delta else b"{}", logprobs))
 
         fields = self.nvext.extra_fields if self.nvext is not None else None
@@ -489,8 +491,16 @@ class _Outputs:
     constraint: OutputConstraint | None = None
     logprobs: int | None = None
     prompt_logprobs: int | None = None
-    tool_hints: list[ToolSpec] | None = None
-    """The tools, for workers with ``FEATURE_TOOL_HINTS`` (``tool_choice`` auto only)."""
+    hinted_tools: tuple[Tool, ...] = ()
+    """The tools to tell workers with ``FEATURE_TOOL_HINTS`` about (``tool_choice`` auto only)."""
+    _hints: list[ToolSpec] | None = None
+
+    def tool_hints(self) -> list[ToolSpec]:
+        """``hinted_tools`` as the request plane carries them, encoded once per request."""
+        if self._hints is None:
+            self._hints = [ToolSpec(t.name, msgspec.json.encode(t.parameters).decode())
+                           for t in self.hinted_tools]
+        return self._hints
 
 
 class OpenAIService:
@@ -554,8 +564,7 @@ class OpenAIService:
         if output_plan.reasoning or output_plan.tool_parser or output_plan.forced:
             outputs.plan = output_plan
         if plan.choice == "auto":
-            outputs.tool_hints = [ToolSpec(t.name, msgspec.json.encode(t.parameters).decode())
-                                  for t in plan.tools]
+            outputs.hinted_tools = plan.tools
         echo = None
         if req.echo:
             last = req.messages[-1]
@@ -616,11 +625,11 @@ class OpenAIService:
                         include_stop_str_in_output=req.include_stop_str_in_output)
                     record = route.worker.record
                     priority = engine_priority(client_priority, record.priority_order)
-                    tools = outputs.tool_hints if FEATURE_TOOL_HINTS in record.features else None
+                    hinted = outputs.hinted_tools and FEATURE_TOOL_HINTS in record.features
                     request = engine_request(
                         engine_id, prompt, j, priority, route.session_id, constraint=outputs.constraint,
                         logprobs=outputs.logprobs, prompt_logprobs=outputs.prompt_logprobs,
-                        tools=tools or [])
+                        tools=outputs.tool_hints() if hinted else None)
                     timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall,
                                                     routed=time.perf_counter())
                     choices.append(_Choice(index, prompt, route, request, detok, timing,

@@ -13,14 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from dyn.core.parsers.tool import Tool
 from dyn.core.protocol.errors import bad_request
 
 MAX_TOOLS = 512
-MAX_TOOL_SCHEMA_BYTES = 256 * 1024
-"""Most bytes of all tools' parameter schemas together (they become one grammar when forced)."""
+"""Their schemas' size is bounded where it matters: as a forced call's grammar
+(``dyn.core.protocol.structured.MAX_CONSTRAINT_BYTES``), and by the request body's limit."""
 
 TOOL_CHOICES = ("none", "auto", "required", "named")
 
@@ -69,7 +67,6 @@ def _tools(tools: list[dict[str, Any]]) -> tuple[Tool, ...]:
         raise bad_request(f"tools may hold at most {MAX_TOOLS} functions", param="tools")
     out: list[Tool] = []
     names: set[str] = set()
-    size = 0
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
@@ -91,11 +88,7 @@ def _tools(tools: list[dict[str, Any]]) -> tuple[Tool, ...]:
         if not isinstance(parameters, dict):
             raise bad_request(f"{where}.function.parameters must be a JSON Schema object",
                               param=f"{where}.function.parameters")
-        size += len(msgspec.json.encode(parameters))
         out.append(Tool(name, parameters))
-    if size > MAX_TOOL_SCHEMA_BYTES:
-        raise bad_request(f"the tools' parameter schemas take {size} bytes; at most "
-                          f"{MAX_TOOL_SCHEMA_BYTES} are accepted", param="tools")
     return tuple(out)
 
 

@@ -102,6 +102,9 @@ class TaggedReasoningParser(ReasoningParser):
             markers = (self.end_tags if self.drops_stray_end else ()) + (
                 self.start_tags if self.reopens else ())
         self._content_markers = markers
+        tags = self.start_tags + self.end_tags + self.exits + (self.answer_tags or ())
+        self._marker_chars = frozenset(tag[0] for tag in tags)
+        """A piece without any of these cannot touch a tag: outside a section it is content as is."""
 
     def thinking(self) -> bool:
         """Whether the request has thinking on (``thinking_keys``, else ``thinking_default``)."""
@@ -112,8 +115,9 @@ class TaggedReasoningParser(ReasoningParser):
     def feed(self, text: str) -> list[Event]:
         if not text:
             return []
-        if (self._state == _CONTENT and not self._buf and not self._strip and not self._content_markers
-                and self._answer == _NO_ANSWER):
+        if (self._state != _REASONING and not self._buf and not self._strip and not self._at_start
+                and self._answer == _NO_ANSWER
+                and (not self._content_markers or self._marker_chars.isdisjoint(text))):
             return [text]
         self._buf += text
         return self._run(final=False)

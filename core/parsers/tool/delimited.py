@@ -10,6 +10,7 @@ got (``finish``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -31,9 +32,19 @@ class DelimitedToolParser(ToolParser):
         self._buf = ""
         self._in_call = False
         self._after_call = False
+        self._searched = 0
+        """How far the current call's body was searched for its end marker (a long call is not
+        searched from its start at every piece)."""
         self._reader = self.body_reader()
 
     def feed(self, text: str) -> list[Event]:
+        if not self._in_call and not self._buf and self.call_start[0] not in text:
+            if self._after_call:  # the common piece: plain content, nothing held
+                text = text.lstrip()
+                if not text:
+                    return []
+                self._after_call = False
+            return [text] if text else []
         self._buf += text
         return self._run(final=False)
 
@@ -54,10 +65,12 @@ class DelimitedToolParser(ToolParser):
                 self._content(events, buf[:hit])
                 self._buf = buf[hit + len(self.call_start):]
                 self._in_call = True
+                self._searched = 0
                 self.call_begin()
                 continue
-            end = buf.find(self.call_end)
+            end = buf.find(self.call_end, self._searched)
             if end < 0:
+                self._searched = max(0, len(buf) - len(self.call_end) + 1)
                 if final:
                     events.extend(self.call_events(buf, complete=False, final=True))
                     self._buf = ""
@@ -128,10 +141,8 @@ class JsonCallBody:
     __slots__ = ("head", "args_keys", "_started", "_args_at", "_sent", "_scanner", "_args_end")
 
     def __init__(self, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")) -> None:
-        keys = "|".join(re.escape(k) for k in args_keys)
-        self.head = re.compile(r'\s*\{\s*"' + re.escape(name_key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:'
-                               + keys + r')"\s*:\s*')
         self.args_keys = tuple(args_keys)
+        self.head = _call_head(name_key, self.args_keys)
         self.reset()
 
     def reset(self) -> None:
@@ -184,6 +195,14 @@ def _json_string(text: str) -> str | None:
         return json.loads(text)
     except ValueError:
         return None
+
+
+@functools.lru_cache(maxsize=16)
+def _call_head(name_key: str, args_keys: tuple[str, ...]) -> re.Pattern[str]:
+    """The pattern of a call object's start: the name, then the arguments key (one per key set)."""
+    keys = "|".join(re.escape(k) for k in args_keys)
+    return re.compile(r'\s*\{\s*"' + re.escape(name_key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:'
+                      + keys + r')"\s*:\s*')
 
 
 def read_json_call(text: str, name_key: str = "name",

@@ -57,6 +57,7 @@ def test_malformed_json():
     ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"), ({"use_beam_search": True}, "use_beam_search"),
     ({"best_of": 3}, "best_of"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"prompt_logprobs": -1}, "prompt_logprobs"),
+    ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"messages": []}, "messages"),
     ({"messages": [{"role": 1}]}, "messages[0].role"), ({"messages": [{"role": "user", "content": 5}]},
                                                          "messages[0].content"),

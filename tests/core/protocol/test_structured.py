@@ -10,7 +10,7 @@ import pytest
 from dyn.core.messages import OutputConstraint
 from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, decode_request
-from dyn.core.protocol.structured import MAX_CONSTRAINT_BYTES, request_constraint
+from dyn.core.protocol.structured import MAX_CHOICES, MAX_CONSTRAINT_BYTES, request_constraint
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name"], "additionalProperties": False}
@@ -76,6 +76,7 @@ def test_forced_tool_schema_is_a_json_constraint():
     ({"structured_outputs": {"json": SCHEMA, "regex": "a"}}, "structured_outputs"),
     ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag"),
     ({"guided_regex": "a" * (MAX_CONSTRAINT_BYTES + 1)}, "guided_regex"),
+    ({"guided_choice": [f"c{i}" for i in range(MAX_CHOICES + 1)]}, "guided_choice"),
 ])
 def test_refusals_name_the_field(fields, param):
     assert refused(chat(**fields)).param == param
