@@ -40,6 +40,7 @@ REPLIES = [
     {"match": "kimi please", "text": (
         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
         '{"city": "Rome"}<|tool_call_end|><|tool_calls_section_end|>')},
+    {"match": "plugin please", "text": 'Calling.\nCALL get_time {"tz": "UTC"}'},
     {"match": "coder please", "text": (
         "<tool_call>\n<function=get_weather>\n<parameter=city>\nLima\n</parameter>\n</function>\n</tool_call>")},
 ]
@@ -282,3 +283,48 @@ def test_tool_call_rate_answers_with_schema_valid_calls(stack_factory):
         jsonschema.validate(json.loads(call.function.arguments), schema)
     plain = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "go"}], max_tokens=5)
     assert not plain.choices[0].message.tool_calls  # no tools offered: no call
+
+
+PLUGIN = """
+from dyn.core.parsers.events import TOOL_CALL_END, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolParser
+
+
+@TOOL_PARSERS.register("line_calls")
+class LineCalls(ToolParser):
+    \"\"\"Calls written as whole lines: CALL NAME ARGS_JSON.\"\"\"
+
+    def __init__(self, tools=()):
+        super().__init__(tools)
+        self.buf = ""
+
+    def feed(self, text):
+        self.buf += text
+        return []
+
+    def finish(self):
+        events = []
+        for line in self.buf.split("\\n"):
+            if line.startswith("CALL "):
+                _, name, args = line.split(" ", 2)
+                events += [ToolCallStart(name), ToolCallArgs(args), TOOL_CALL_END]
+            elif line:
+                events.append(line + "\\n")
+        return events
+"""
+
+
+def test_a_users_parser_plugin_reads_calls(agent_stack, stack_factory, tmp_path):
+    plugin = tmp_path / "line_calls.py"
+    plugin.write_text(PLUGIN)
+    s = stack_factory("fe-plugin")
+    s.namespace, s.env = agent_stack.namespace, agent_stack.env
+    url = s.start_frontend("--tool-parser-plugin", str(plugin), "--tool-call-parser", "line_calls",
+                           "--enable-auto-tool-choice")
+    s.wait_instances(2)
+    reply = client_for(url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "plugin please"}], tools=[WEATHER, TIME], max_tokens=100)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Calling.\n"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
+        ("get_time", {"tz": "UTC"})]
