@@ -187,7 +187,11 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
     else:
         pytest.fail(f"the short requests never queued together behind the long ones: {tries}")
     order = sorted(seen, key=lambda name: seen[name][1])
-    assert order == ["important", "normal-1", "normal-2", "normal-3"], seen
+    assert order[0] == "important", seen
+    # the normal ones in arrival order (FCFS among equals), which need not be the order they were
+    # sent in: concurrent connections may reach the frontend a millisecond out of order
+    received = [seen[name][0] for name in order[1:]]
+    assert received == sorted(received), seen
 
 
 THING = {
