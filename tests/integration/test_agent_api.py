@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -285,41 +286,13 @@ def test_tool_call_rate_answers_with_schema_valid_calls(stack_factory):
     assert not plain.choices[0].message.tool_calls  # no tools offered: no call
 
 
-PLUGIN = """
-from dyn.core.parsers.events import TOOL_CALL_END, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.tool import TOOL_PARSERS, ToolParser
+PLUGIN = Path(__file__).resolve().parents[1] / "core" / "parsers" / "line_calls_plugin.py"
 
 
-@TOOL_PARSERS.register("line_calls")
-class LineCalls(ToolParser):
-    \"\"\"Calls written as whole lines: CALL NAME ARGS_JSON.\"\"\"
-
-    def __init__(self, tools=()):
-        super().__init__(tools)
-        self.buf = ""
-
-    def feed(self, text):
-        self.buf += text
-        return []
-
-    def finish(self):
-        events = []
-        for line in self.buf.split("\\n"):
-            if line.startswith("CALL "):
-                _, name, args = line.split(" ", 2)
-                events += [ToolCallStart(name), ToolCallArgs(args), TOOL_CALL_END]
-            elif line:
-                events.append(line + "\\n")
-        return events
-"""
-
-
-def test_a_users_parser_plugin_reads_calls(agent_stack, stack_factory, tmp_path):
-    plugin = tmp_path / "line_calls.py"
-    plugin.write_text(PLUGIN)
+def test_a_users_parser_plugin_reads_calls(agent_stack, stack_factory):
     s = stack_factory("fe-plugin")
     s.namespace, s.env = agent_stack.namespace, agent_stack.env
-    url = s.start_frontend("--tool-parser-plugin", str(plugin), "--tool-call-parser", "line_calls",
+    url = s.start_frontend("--tool-parser-plugin", str(PLUGIN), "--tool-call-parser", "line_calls",
                            "--enable-auto-tool-choice")
     s.wait_instances(2)
     reply = client_for(url).chat.completions.create(

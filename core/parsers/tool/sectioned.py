@@ -49,15 +49,9 @@ class SectionedToolParser(DelimitedToolParser):
         out: list[str] = []
         while True:
             if self._section == _OUTSIDE:
-                hit = find_first(buf, self.section_starts)
-                if hit is None:
-                    keep = 0 if final else marker_tail(buf, self.section_starts)
-                    out.append(buf[:len(buf) - keep])
-                    buf = buf[len(buf) - keep:]
+                buf, marker = _until(buf, self.section_starts, final, out)
+                if marker is None:
                     break
-                at, marker = hit
-                out.append(buf[:at])
-                buf = buf[at + len(marker):]
                 self._opened = marker
                 self._section = _OPENED
             elif self._section == _OPENED:
@@ -73,18 +67,25 @@ class SectionedToolParser(DelimitedToolParser):
                     self._opened = ""
                     self._section = _OUTSIDE
             else:
-                hit = find_first(buf, self.section_ends)
-                if hit is None:
-                    keep = 0 if final else marker_tail(buf, self.section_ends)
-                    out.append(buf[:len(buf) - keep])
-                    buf = buf[len(buf) - keep:]
+                buf, marker = _until(buf, self.section_ends, final, out)
+                if marker is None:
                     break
-                at, marker = hit
-                out.append(buf[:at])
-                buf = buf[at + len(marker):]
                 self._section = _OUTSIDE
         self._pending = buf
         return "".join(out)
+
+
+def _until(buf: str, markers: tuple[str, ...], final: bool, out: list[str]) -> tuple[str, str | None]:
+    """Move the text before the first of ``markers`` into ``out``: (what follows it, the marker);
+    without one, all but a tail that may begin one: (that tail, None)."""
+    hit = find_first(buf, markers)
+    if hit is None:
+        keep = 0 if final else marker_tail(buf, markers)
+        out.append(buf[:len(buf) - keep])
+        return buf[len(buf) - keep:], None
+    at, marker = hit
+    out.append(buf[:at])
+    return buf[at + len(marker):], marker
 
 
 class CallHead(NamedTuple):

@@ -3,7 +3,7 @@ plugin file registering its own parser, and clear errors."""
 
 from __future__ import annotations
 
-import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +11,7 @@ from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import UnknownParserError, load_plugin
 from dyn.core.parsers.tool import TOOL_PARSERS
 
+PLUGIN = Path(__file__).with_name("line_calls_plugin.py")
 ISSUE_TOOL_PARSERS = ("hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "granite", "internlm",
                       "jamba", "deepseek_v3", "deepseek_v31", "glm45", "glm47", "kimi_k2", "gpt-oss")
 ISSUE_REASONING_PARSERS = ("deepseek_r1", "qwen3", "glm45", "gpt_oss", "granite", "kimi", "minimax", "nemotron")
@@ -31,38 +32,11 @@ def test_unknown_name_lists_the_known_ones():
     assert "unknown tool-call parser 'nope'" in str(info.value) and "hermes" in str(info.value)
 
 
-def test_a_plugin_file_registers_its_parser(tmp_path, parse):
-    plugin = tmp_path / "shout.py"
-    plugin.write_text(textwrap.dedent('''
-        from dyn.core.parsers.events import TOOL_CALL_END, ToolCallArgs, ToolCallStart
-        from dyn.core.parsers.tool import TOOL_PARSERS, ToolParser
-
-        @TOOL_PARSERS.register("shout_calls")
-        class ShoutParser(ToolParser):
-            """CALL NAME ARGS_JSON, one per line, whole lines only."""
-
-            def __init__(self, tools=()):
-                super().__init__(tools)
-                self.buf = ""
-
-            def feed(self, text):
-                self.buf += text
-                return []
-
-            def finish(self):
-                events = []
-                for line in self.buf.splitlines():
-                    if line.startswith("CALL "):
-                        _, name, args = line.split(" ", 2)
-                        events += [ToolCallStart(name), ToolCallArgs(args), TOOL_CALL_END]
-                    elif line:
-                        events.append(line)
-                return events
-    '''))
-    load_plugin(plugin)
-    load_plugin(plugin)  # a second load is a no-op
-    got = parse(TOOL_PARSERS.get("shout_calls"), ['CALL f {"a": ', "1}"])
-    assert got.named_args == [("f", {"a": 1})]
+def test_a_plugin_file_registers_its_parser(parse):
+    load_plugin(PLUGIN)
+    load_plugin(PLUGIN)  # a second load is a no-op
+    got = parse(TOOL_PARSERS.get("line_calls"), ["Sure.\nCALL f {\"a\": ", "1}"])
+    assert got.content == "Sure.\n" and got.named_args == [("f", {"a": 1})]
 
 
 def test_plugin_errors_say_what_went_wrong(tmp_path):
