@@ -30,14 +30,14 @@ import anyio
 import msgspec
 
 from dyn.core.background import BackgroundTasks
+from dyn.core.engine import FEATURE_TOOL_HINTS
 from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
-from dyn.core.frontend.metrics import FrontendMetrics
-from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
-from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
-from dyn.core.engine import FEATURE_TOOL_HINTS
+from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan
+from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
+from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
 from dyn.core.messages import (
     Finish,
     GenerateRequest,
@@ -50,8 +50,6 @@ from dyn.core.messages import (
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import Registry, UnknownParserError
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool
-from dyn.core.protocol.structured import request_constraint
-from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.protocol.openai import (
     ChatChoice,
@@ -67,6 +65,8 @@ from dyn.core.protocol.openai import (
     check_completion,
 )
 from dyn.core.protocol.priority import engine_priority, request_priority
+from dyn.core.protocol.structured import request_constraint
+from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.router.agent import SessionOpenError
 from dyn.core.router.policy import (
     AllWorkersBusyError,
@@ -186,7 +186,8 @@ class _Choice:
             return None
         lps = chunks[0].logprobs if len(chunks) == 1 else [lp for c in chunks for lp in c.logprobs]
         if len(lps) != len(ids):
-            raise ApiError(500, "the engine sent logprobs that do not match its tokens", code="engine_error")
+            raise ApiError(500, f"the worker sent {len(lps)} logprobs for {len(ids)} tokens; does its engine "
+                                "return logprobs?", code="engine_error")
         if keep:
             self.token_ids.extend(ids)
             self.logprobs.extend(lps)
