@@ -73,6 +73,20 @@ def poll_until(predicate, timeout: float, what: str, interval: float = 0.05):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM ``proc`` (started with ``start_new_session``), wait ``grace_s``, then SIGKILL its
+    whole process group: nothing it started outlives the test."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 READY_PREFIX = "dyn frontend listening on "
 
 

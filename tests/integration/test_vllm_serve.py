@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.conftest import poll_until
+from tests.integration.conftest import poll_until, stop_process_group
 
 VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
@@ -68,15 +67,7 @@ def stack(tmp_path_factory):
         url = poll_until(ready, 320, "dyn serve --engine vllm to be ready", interval=0.5)
         yield url, log_path
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                pass
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_process_group(proc, grace_s=60)
 
 
 def instances(url: str) -> list[int]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from dyn.core.messages import (
     TokenChunk,
 )
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
-from tests.integration.conftest import poll_until
+from tests.integration.conftest import poll_until, stop_process_group
 
 VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
@@ -101,15 +100,7 @@ def worker(tmp_path_factory):
         endpoint = poll_until(registered, 320, "dyn worker vllm to register", interval=0.5)
         yield endpoint, Tokenizer.from_file(str(model / "tokenizer.json"))
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                pass
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop_process_group(proc, grace_s=60)
 
 
 def generate(endpoint: str, request: GenerateRequest) -> tuple[list[TokenChunk], Finish]:
