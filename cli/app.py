@@ -8,6 +8,7 @@ from dyn.cli import bench, frontend, router, worker
 from dyn.cli import serve
 from dyn.cli import indexer
 from dyn.cli import inspect_kv
+from dyn.cli import keys
 from dyn.cli.options import flag
 
 app = typer.Typer(
@@ -39,7 +40,9 @@ def main_options(
 ) -> None:
     """Options that apply to every command."""
     from dyn.core.logs import configure_logging
+    from dyn.core.serve import follow_parent
 
+    follow_parent()
     try:
         configure_logging(log_level, log_format)
     except ValueError as exc:
@@ -53,6 +56,7 @@ app.add_typer(worker.app, name="worker")
 app.command("indexer")(indexer.indexer)
 app.add_typer(bench.app, name="bench")
 app.command("inspect-kv")(inspect_kv.inspect_kv)
+app.command("keys")(keys.keys)
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ def indexer(
     router_event_threads: int = flag(1, "--router-event-threads", "--threads", min=1, panel=INDEXER_PANEL,
                                      help="Threads that receive and decode KV events (1: on the "
                                           "query loop)."),
+    api_key: str = options.API_KEY,
+    plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,
@@ -39,6 +41,7 @@ def indexer(
     from dyn.core.errors import ConfigError
     from dyn.core.indexer.service import IndexerSettings, parse_workers, run_indexer
 
+    options.use_plane_keys(plane_keys)
     static = None
     if workers is not None:
         try:
@@ -51,7 +54,7 @@ def indexer(
     settings = IndexerSettings(
         host=host, http_port=http_port, zmq_port=zmq_port, block_size=block_size, workers=static,
         model_name=model_name, model_path=model_path, event_threads=router_event_threads,
-        namespace=namespace, discovery_backend=discovery_backend, discovery_dir=discovery_dir)
+        namespace=namespace, discovery_backend=discovery_backend, discovery_dir=discovery_dir, api_key=api_key or None)
     try:
         run_indexer(settings)
     except ConfigError as exc:

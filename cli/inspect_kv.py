@@ -18,6 +18,8 @@ def inspect_kv(
                          "--router-mode kv, or of a dyn router's --system-port (their views "
                          "are under /kv/, found by probing). Default: the newest dyn indexer "
                          "in discovery."),
+    api_key: str = flag(None, "--api-key", panel=TARGET_PANEL,
+                        help="The target's --api-key, sent as 'Authorization: Bearer KEY'."),
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
@@ -55,7 +57,7 @@ def inspect_kv(
         url=url, namespace=namespace, discovery_backend=discovery_backend,
         discovery_dir=discovery_dir, model_name=model_name, model_path=model_path, prompt=prompt,
         messages_file=messages, json=json_output, watch=watch, interval_s=interval,
-        duration_s=duration)
+        duration_s=duration, api_key=api_key or None)
     try:
         run_inspect(settings)
     except ConfigError as exc:

@@ -39,11 +39,33 @@ DISCOVERY_DIR = flag(None, "--discovery-dir", panel=WORKER_PANEL,
                           "(default: $XDG_RUNTIME_DIR/dyn, else /tmp/dyn-$UID).")
 HOST = flag("127.0.0.1", "--host", panel=WORKER_PANEL,
             help="Address every socket of this process binds to and advertises.")
+DRAIN_TIMEOUT = flag(10.0, "--drain-timeout", min=0.0, panel=WORKER_PANEL,
+                     help="On SIGTERM the worker leaves discovery at once, then lets its in-flight requests "
+                          "finish for this many seconds; those still running are handed back to their "
+                          "frontends (which migrate them with --migration-limit) and it exits.")
 MODEL_PATH = flag(None, "--model-path", panel=MODEL_PANEL,
                   help="Local Hugging Face-style model directory with tokenizer.json and "
                        "tokenizer_config.json (default: the embedded dyn-tiny).")
 MODEL_NAME = flag(None, "--model-name", panel=MODEL_PANEL,
                   help="Served model name (default: the model directory's name).")
+
+SECURITY_PANEL = "Security"
+API_KEY = flag(None, "--api-key", panel=SECURITY_PANEL,
+               help="Require 'Authorization: Bearer KEY' on every HTTP route but /live and /health.")
+PLANE_KEYS = flag(None, "--plane-keys", panel=SECURITY_PANEL,
+                  help="Directory of CurveZMQ keys (made by 'dyn keys'): every ZMQ plane is encrypted and "
+                       "only holders of the keys may connect. Required to bind beyond loopback.")
+
+
+def use_plane_keys(directory: str | None) -> None:
+    """Apply ``--plane-keys`` to every ZMQ socket this process makes; a bad directory exits 2."""
+    from dyn.core.transport.sockets import PlaneKeyError, use_plane_keys as apply
+
+    try:
+        apply(directory)
+    except PlaneKeyError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--plane-keys") from None
+
 
 PARSERS_PANEL = "Tools and reasoning"
 DYN_TOOL_CALL_PARSER = flag(None, "--dyn-tool-call-parser", panel=PARSERS_PANEL,

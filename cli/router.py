@@ -22,6 +22,8 @@ def router(
                                  "the router's KV index views under /kv/ (/kv/workers, "
                                  "/kv/query, /kv/dump; read by dyn inspect-kv). 0: a free "
                                  "port, printed at start."),
+    api_key: str = options.API_KEY,
+    plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     namespace: str = options.NAMESPACE,
@@ -34,10 +36,12 @@ def router(
     from dyn.core.errors import ConfigError
     from dyn.core.router.service import RouterSettings, run_router_service
 
+    options.use_plane_keys(plane_keys)
     settings = RouterSettings(host=host, port=port, namespace=namespace,
                               discovery_backend=discovery_backend, discovery_dir=discovery_dir,
                               model_path=model_path, model_name=model_name,
-                              router_config=router_config, system_port=system_port)
+                              router_config=router_config, system_port=system_port,
+                              api_key=api_key or None)
     try:
         run_router_service(settings)
     except ConfigError as exc:

@@ -53,6 +53,16 @@ _FLAGS: dict[str, tuple[Any, Any]] = {
     "router_queue_policy": (str, flag(
         "fcfs", "--router-queue-policy", panel=PANEL,
         help="Router queue order: fcfs (tail TTFT), lcfs (experiments), wspt (average TTFT).")),
+    "router_queue_limit": (int, flag(
+        1024, "--router-queue-limit", min=0, panel=PANEL,
+        help="Most engine requests that may wait in the router queue (a request's n choices wait "
+             "as one entry but count n); a request arriving at a full queue is answered 503 with "
+             "Retry-After at once. 0: no limit (Dynamo's default).")),
+    "router_unstarted_booking_secs": (float, flag(
+        5.0, "--router-unstarted-booking-secs", min=0.0, panel=PANEL,
+        help="Free a routed request's load booking when the frontend has not sent it to its worker "
+             "within this many seconds (a frontend that crashed or gave up after routing); 0: "
+             "only the 300 s stale expiry. dyn's own flag: Dynamo has no such limit.")),
     "router_kv_events": (bool, flag(
         True, "--router-kv-events/--no-router-kv-events", panel=PANEL,
         help="Follow workers' KV events; without them, predict cache state from routing "
@@ -145,6 +155,8 @@ def _config(values: dict[str, Any]) -> Any:
         prefill_load_model=values["router_prefill_load_model"],
         queue_threshold=parse_queue_threshold(values["router_queue_threshold"]),
         queue_policy=values["router_queue_policy"],
+        max_queued_requests=values["router_queue_limit"] or None,
+        unstarted_booking_secs=values["router_unstarted_booking_secs"] or None,
         overlap_refresh_after_secs=overlap_refresh_from_env(
             os.environ.get("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS")),
         replica_sync=values["router_replica_sync"],

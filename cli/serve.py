@@ -32,6 +32,9 @@ def serve(
     startup_timeout: float = flag(None, "--startup-timeout", min=0.0, panel=SERVE_PANEL,
                                   help="Seconds to wait for the frontend and every worker to be routable "
                                        "(default: 60 for the mocker, 900 for real engines, which load weights)."),
+    restart_workers: bool = flag(True, "--restart-workers/--no-restart-workers", panel=SERVE_PANEL,
+                                 help="Restart a worker process that dies once the stack is ready, after a "
+                                      "back-off that doubles with each quick death (1 s up to 30 s)."),
     namespace: str = options.NAMESPACE,
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
@@ -47,6 +50,7 @@ def serve(
     """
     from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, device_sets, route_flags, run_stack
 
+    _check_discovery(discovery_backend, namespace, discovery_dir)
     root = _root_command(ctx)
     frontend_cmd = root.commands["frontend"]
     engines = root.commands["worker"].commands
@@ -91,10 +95,23 @@ def serve(
             else (60.0 if engine == "mocker" else 900.0),
             summary=summary,
             env=_log_env(ctx),
+            restart_workers=restart_workers,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     raise typer.Exit(run_stack(config))
+
+
+def _check_discovery(backend: str, namespace: str, directory: str | None) -> None:
+    """Refuse a bad discovery setting (an unsafe directory, say) once, before any child starts."""
+    from dyn.core.discovery.store import open_store
+    from dyn.core.errors import ConfigError
+
+    try:
+        open_store(backend, namespace, directory)
+    except (ConfigError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def option_specs(command: Any) -> dict[str, int]:

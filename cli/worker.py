@@ -42,13 +42,15 @@ def mocker(
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
     host: str = options.HOST,
+    drain_timeout: float = options.DRAIN_TIMEOUT,
+    plane_keys: str = options.PLANE_KEYS,
 ) -> None:
     """Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
     chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
     priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
     sections. Needs no GPU."""
     settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
-                         dyn_reasoning_parser, model_path)
+                         dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
     _serve("mocker", mocker_config, settings, model_path=model_path, model_name=model_name,
            num_workers=num_workers)
 
@@ -67,6 +69,8 @@ def vllm(
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
     host: str = options.HOST,
+    drain_timeout: float = options.DRAIN_TIMEOUT,
+    plane_keys: str = options.PLANE_KEYS,
 ) -> None:
     """vLLM engine (needs the vllm extra): one AsyncLLM per worker process. Any other vLLM engine flag
     is passed through as in vllm serve (--swap-space 4, --quantization fp8, ...). vLLM publishes
@@ -75,7 +79,7 @@ def vllm(
 
     config = msgspec.structs.replace(vllm_config, extra_args=list(ctx.args))  # vLLM's parser reads them
     settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
-                         dyn_reasoning_parser, model_path)
+                         dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
     _serve("vllm", config, settings, model_path=model_path, model_name=model_name)
 
 
@@ -94,23 +98,26 @@ def sglang(
     discovery_backend: str = options.DISCOVERY_BACKEND,
     discovery_dir: str = options.DISCOVERY_DIR,
     host: str = options.HOST,
+    drain_timeout: float = options.DRAIN_TIMEOUT,
+    plane_keys: str = options.PLANE_KEYS,
 ) -> None:
     """SGLang engine (needs the sglang extra): one sglang.Engine per worker process, with priority
     scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
     server flag is passed through as in python -m sglang.launch_server. Not yet run against a
     live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures."""
     settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
-                         dyn_reasoning_parser, model_path)
+                         dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
     _serve("sglang", sglang_config, settings, model_path=model_path, model_name=model_name,
            extra_args=list(ctx.args))
 
 
 def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None, host: str,
               tool_call_parser: str | None, reasoning_parser: str | None,
-              model_path: str | None) -> WorkerSettings:
+              model_path: str | None, drain_timeout: float, plane_keys: str | None) -> WorkerSettings:
     """The worker settings; an unknown parser name exits 2 with the known ones."""
     from dyn.core.worker.settings import WorkerSettings, model_parsers
 
+    options.use_plane_keys(plane_keys)
     try:
         tool_call_parser, reasoning_parser = model_parsers(tool_call_parser, reasoning_parser, model_path)
     except ValueError as exc:
@@ -118,7 +125,7 @@ def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None,
         raise typer.Exit(2) from None
     return WorkerSettings(namespace=namespace, discovery_backend=discovery_backend,
                           discovery_dir=discovery_dir, host=host, tool_call_parser=tool_call_parser,
-                          reasoning_parser=reasoning_parser)
+                          reasoning_parser=reasoning_parser, drain_timeout_s=drain_timeout)
 
 
 def _serve(engine: str, config: object, settings: WorkerSettings, **kwargs: object) -> None:

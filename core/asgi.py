@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -43,3 +44,29 @@ async def lifespan(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def json_error_protocol(error_body: Callable[[str], bytes]) -> type | str:
+    """uvicorn's httptools protocol, but its own 400s (a request it cannot parse, before any app
+    sees it: a control character in a header, a malformed request line) carry
+    ``error_body(reason)`` as JSON instead of a line of plain text. Pass it as ``uvicorn.Config(
+    http=...)``; uvicorn is imported only when this is called. A uvicorn laid out differently gets
+    its own protocol back (``"httptools"``), plain-text 400s and all."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+    except ImportError:
+        return "httptools"
+
+    class JsonErrorProtocol(HttpToolsProtocol):
+        def send_400_response(self, msg: str) -> None:
+            body = error_body(msg)
+            head = [STATUS_LINE[400]]
+            for name, value in self.server_state.default_headers:
+                head += [name, b": ", value, b"\r\n"]
+            head += [b"content-type: application/json\r\n",
+                     b"content-length: " + str(len(body)).encode() + b"\r\n",
+                     b"connection: close\r\n\r\n"]
+            self.transport.write(b"".join(head) + body)
+            self.transport.close()
+
+    return JsonErrorProtocol

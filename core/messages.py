@@ -277,8 +277,10 @@ REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
 
 
 class RouteQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """Ask a ``dyn router`` where one engine request should go (fields as ``RouteRequest``).
-    ``query_id`` is unique per client connection; ``request_id`` names the booking."""
+    """Ask a ``dyn router`` where one engine request should go (fields as ``RouteRequest``), or a
+    group of them admitted as one unit (``siblings``: the other choices and prompts of one client
+    request, with the same routing fields). ``query_id`` is unique per client connection;
+    ``request_id`` (and each sibling id) names a booking."""
 
     query_id: int
     request_id: str
@@ -289,10 +291,20 @@ class RouteQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     lora_name: str | None = None
     latency_sensitivity: float | None = None
     expected_output_tokens: int | None = None
+    siblings: list[str] = []
+    """Request ids routed with this one as one unit; member ``i`` of the group is
+    ``siblings[i - 1]``, member 0 this query's own ``request_id``."""
+    sibling_prompts: list[int] = []
+    """Per sibling, its prompt: 0 is ``token_ids``, ``i`` is ``prompts[i - 1]`` (empty: all 0)."""
+    prompts: list[list[int]] = []
+    reports_start: bool = False
+    """The client reports ``RouteProgress`` "started" when it sends each request to its worker;
+    without it the router counts the answer as the start."""
 
 
 class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
-    """The router booked the request on ``(instance_id, dp_rank)``."""
+    """The router booked the request on ``(instance_id, dp_rank)``. A group is answered with one
+    ``RouteAnswer`` per member, sent together once every member is booked."""
 
     query_id: int
     instance_id: int
@@ -302,11 +314,17 @@ class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
     block_size: int = 0
     queue_depth: int = 0
     """Requests waiting in the router queue when this one arrived."""
+    member: int = -1
+    """Which member of the query's group this books (0: the query's own request); -1 from a
+    router that predates groups and answers the query's own request only."""
 
 
 class RouteRefused(msgspec.Struct, array_like=True, gc=False):
-    """The request cannot be routed. ``code``: no_workers | worker_not_found | all_busy |
-    target_required | bad_request | error."""
+    """The request (a group: all of it) cannot be routed. ``code``: no_workers |
+    worker_not_found | all_busy | queue_full | target_required | bad_request | cancelled (the
+    client withdrew it) | error. ``query_id`` -1: a message the router could not take;
+    ``query_id`` 0 (never a query's) with code ``probe``: the router checking that the client is
+    still connected, which clients ignore."""
 
     query_id: int
     code: str
@@ -314,8 +332,9 @@ class RouteRefused(msgspec.Struct, array_like=True, gc=False):
 
 
 class RouteProgress(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """A routed stream's progress: ``event`` is first_token, progress (``output_tokens`` so far)
-    or finished (the booking is freed)."""
+    """A routed stream's progress: ``event`` is started (sent to its worker), first_token,
+    progress (``output_tokens`` so far) or finished (the booking is freed; a query of the
+    client still waiting for its answer is withdrawn, its whole group with it)."""
 
     request_id: str
     event: str
@@ -431,6 +450,9 @@ class WorkerEndpoints(msgspec.Struct, omit_defaults=True):
     kv_events: str | None = None
     kv_replay: str | None = None
     metrics: str | None = None
+    kv_events_plain: bool = False
+    """The KV-event sockets are the engine's own (vLLM, SGLang): plain ZMQ even under
+    ``--plane-keys``, so subscribers connect to them without CurveZMQ."""
 
 
 class WorkerRecord(msgspec.Struct, omit_defaults=True):

@@ -7,10 +7,13 @@ Two ideas live here, both engine-agnostic and free of any CLI library:
   ``FlagRoutingError`` that names the flag and the commands searched.
 * ``run_stack`` starts the children (stdout and stderr piped, every line prefixed with the child's
   name), waits until the frontend prints its listening line and its ``/health`` lists enough worker
-  instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. Whatever
-  happens, every child is stopped (SIGTERM, then SIGKILL after ``stop_timeout_s``) and reaped before
-  it returns. On Linux children also get PR_SET_PDEATHSIG, so they stop even if the supervisor is
-  SIGKILLed.
+  instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. A worker
+  that dies once the stack is ready is restarted after a back-off that doubles with each quick
+  death (``restart_backoff_s``), and the supervisor says so. Stopping is a drain: every child gets
+  SIGTERM (workers leave discovery and finish or hand back their requests, the frontend finishes
+  its open responses), then SIGKILL after ``stop_timeout_s``; all are reaped before it returns.
+  Children stop even if the supervisor is SIGKILLed: each runs ``follow_parent`` at start (Linux's
+  PR_SET_PDEATHSIG), told the supervisor's pid in ``PARENT_ENV``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ LISTENING_RE = re.compile(r"dyn frontend listening on (https?://\S+)")
 READY_PREFIX = "dyn serve: ready at "
 READY_RE = re.compile(re.escape(READY_PREFIX) + r"(https?://\S+)")
 _PR_SET_PDEATHSIG = 1
+PARENT_ENV = "DYN_SERVE_PARENT_PID"
+_STEADY_S = 60.0
+"""A restarted worker that lived this long starts the back-off over."""
+SECRET_FLAGS = ("--api-key",)
+"""Flags whose values never appear in the supervisor's output (they reach the child in its
+environment instead of its argv, so ``ps`` does not show them either)."""
 _HEALTH_TIMEOUT_S = 1.0
 _READER_JOIN_S = 2.0
 _COLOURS = ("36", "33", "35", "32", "34", "31", "96", "93", "95", "92", "94", "91")
@@ -210,6 +219,9 @@ class ServeConfig:
     instances_per_worker: int = 1
     startup_timeout_s: float = 60.0
     stop_timeout_s: float = 15.0
+    restart_workers: bool = True
+    restart_backoff_s: tuple[float, float] = (1.0, 30.0)
+    """First and longest wait before restarting a worker that died."""
     summary: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     poll_interval_s: float = 0.1
@@ -225,25 +237,39 @@ class ServeConfig:
         return len(self.workers) * self.instances_per_worker
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks Linux to SIGTERM the child when the supervisor dies."""
-    if not sys.platform.startswith("linux"):
-        return None
+def follow_parent() -> None:
+    """In a child of ``dyn serve`` (``PARENT_ENV`` set): ask Linux to SIGTERM this process when
+    the supervisor dies, and stop at once if it died already. A no-op elsewhere."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return None
+        return
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    parent = os.getpid()
-    sig = int(signal.SIGTERM)
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if str(os.getppid()) != parent:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:  # the supervisor died before prctl took effect
-            os.kill(os.getpid(), sig)
 
-    return preexec
+def hide_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """``argv`` without the ``SECRET_FLAGS`` and their values, and the environment twins that
+    carry them instead (``--api-key K`` -> ``DYN_API_KEY=K``)."""
+    shown: list[str] = []
+    env: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        name, inline = split_flag(argv[i])
+        if name in SECRET_FLAGS:
+            value = inline if inline is not None else (argv[i + 1] if i + 1 < len(argv) else "")
+            env["DYN_" + name.lstrip("-").upper().replace("-", "_")] = value
+            i += 1 if inline is not None else 2
+            continue
+        shown.append(argv[i])
+        i += 1
+    return shown, env
 
 
 class _Output:
@@ -273,13 +299,17 @@ class _Output:
 
 
 class _Child:
-    """A running child: its process, two pipe readers, and whether its exit was already reported."""
+    """A running child: its process, two pipe readers, and whether its exit was already reported;
+    for a worker that died, when it may be restarted and how many quick deaths came before."""
 
     def __init__(self, spec: ChildSpec, proc: subprocess.Popen[bytes]) -> None:
         self.spec = spec
         self.proc = proc
         self.readers: list[threading.Thread] = []
         self.exit_reported = False
+        self.started_at = time.monotonic()
+        self.restart_at: float | None = None
+        self.quick_deaths = 0
 
     @property
     def name(self) -> str:
@@ -339,6 +369,8 @@ class StackSupervisor:
         self._frontend: _Child | None = None
         self._url: str | None = None
         self.ready_url: str | None = None
+        self._width = 0
+        self._env: dict[str, str] = {}
 
     # -- signals (main thread only) --
 
@@ -374,28 +406,34 @@ class StackSupervisor:
 
     def _start_children(self) -> bool:
         specs = [self.config.frontend, *self.config.workers]
-        width = max(len(s.name) for s in specs)
-        env = {**os.environ, **self.config.env, "PYTHONUNBUFFERED": "1"}
+        self._width = max(len(s.name) for s in specs)
+        env = {**os.environ, **self.config.env, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
         if "COLUMNS" not in self.config.env:
-            env["COLUMNS"] = _child_columns(self._out.stream, width, os.environ.get("COLUMNS"))
-        preexec = _die_with_parent()
-        # Every child is forked before any reader thread starts: preexec_fn and threads do not mix.
-        for spec in specs:
-            try:
-                proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, env={**env, **spec.env}, process_group=0,
-                                        preexec_fn=preexec)
-            except OSError as exc:
-                self._error(f"could not start {spec.name} ({' '.join(spec.argv)}): {exc}")
+            env["COLUMNS"] = _child_columns(self._out.stream, self._width, os.environ.get("COLUMNS"))
+        self._env = env
+        for index, spec in enumerate(specs):
+            child = self._spawn(spec, index)
+            if child is None:
                 return False
-            child = _Child(spec, proc)
             self._children.append(child)
-            self._say(f"started {spec.name} (pid {proc.pid}): {_display_argv(spec.argv)}")
         self._frontend = self._children[0]
-        for index, child in enumerate(self._children):
-            hook = self._on_frontend_line if child is self._frontend else None
-            child.start_readers(self._out.prefix(child.name, width, index), self._out, hook)
         return True
+
+    def _spawn(self, spec: ChildSpec, index: int) -> _Child | None:
+        """Start one child and its log readers; None (said why) if it cannot start."""
+        argv, secrets = hide_secrets(spec.argv)
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env={**self._env, **spec.env, **secrets},
+                                    process_group=0)
+        except OSError as exc:
+            self._error(f"could not start {spec.name} ({_display_argv(argv)}): {exc}")
+            return None
+        child = _Child(spec, proc)
+        self._say(f"started {spec.name} (pid {proc.pid}): {_display_argv(argv)}")
+        hook = self._on_frontend_line if index == 0 else None
+        child.start_readers(self._out.prefix(spec.name, self._width, index), self._out, hook)
+        return child
 
     def _on_frontend_line(self, line: str) -> None:
         url = parse_listening_url(line)
@@ -417,6 +455,7 @@ class StackSupervisor:
                 status = self._check_exits()
                 if status is not None:
                     return status
+                self._restart_due()
                 if self.ready_url is None:
                     if self._url is not None:
                         count, last_health = self._poll_health(http)
@@ -464,12 +503,42 @@ class StackSupervisor:
             if child is self._frontend:
                 self._error(f"{what}; stopping the workers")
                 return 1
+            if self.config.restart_workers:
+                self._schedule_restart(child, what)
+                continue
             alive = [c for c in self._children[1:] if c.proc.poll() is None]
             if not alive:
                 self._error(f"{what}; no worker is left, stopping the frontend")
                 return 1
             self._error(f"{what}; serving on with {len(alive)} worker process(es)")
         return None
+
+    def _schedule_restart(self, child: _Child, what: str) -> None:
+        first, longest = self.config.restart_backoff_s
+        if time.monotonic() - child.started_at >= _STEADY_S:
+            child.quick_deaths = 0
+        wait = min(longest, first * 2 ** child.quick_deaths)
+        child.quick_deaths += 1
+        child.restart_at = time.monotonic() + wait
+        self._error(f"{what}; restarting it in {wait:g}s")
+
+    def _restart_due(self) -> None:
+        """Restart the workers whose back-off has passed (a fresh process, a new instance id)."""
+        now = time.monotonic()
+        for index, child in enumerate(self._children):
+            if child.restart_at is None or now < child.restart_at:
+                continue
+            child.restart_at = None
+            for pipe in (child.proc.stdout, child.proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            fresh = self._spawn(child.spec, index)
+            if fresh is None:  # said why; try again after the next back-off
+                self._schedule_restart(child, f"{child.name} could not restart")
+                continue
+            fresh.quick_deaths = child.quick_deaths
+            self._children[index] = fresh
 
     def _alive_count(self) -> int:
         return sum(c.proc.poll() is None for c in self._children)
@@ -554,8 +623,9 @@ def _child_columns(stream: IO[str], prefix_width: int, inherited: str | None) ->
 
 
 def _display_argv(argv: Sequence[str]) -> str:
-    """``python -m dyn.cli frontend ...`` reads better than the interpreter's full path."""
-    shown = list(argv)
+    """``python -m dyn.cli frontend ...`` reads better than the interpreter's full path; the
+    values of ``SECRET_FLAGS`` are never shown."""
+    shown = hide_secrets(argv)[0]
     if shown and shown[0] == sys.executable:
         shown[0] = "python"
     return " ".join(shown)

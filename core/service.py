@@ -13,7 +13,7 @@ import anyio
 import zmq
 
 from dyn.core.errors import ConfigError
-from dyn.core.transport.sockets import bind_random
+from dyn.core.transport.sockets import bind
 
 
 def run_service(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -48,10 +48,7 @@ def bind_zmq(sock: zmq.Socket, host: str, port: int, flag: str) -> str:
     """Bind ``sock`` on ``host:port`` (0: a free port) and return its endpoint; ``ConfigError``
     naming ``flag`` (and closing the socket) if it cannot bind."""
     try:
-        if port:
-            sock.bind(f"tcp://{host}:{port}")
-            return f"tcp://{host}:{port}"
-        return bind_random(sock, host)
+        return bind(sock, host, port)
     except zmq.ZMQError as exc:
         sock.close(linger=0)
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "

@@ -7,6 +7,10 @@ Layout: ``{root}/{namespace}/instances/{instance_id}.json``, holding
 No process runs in the background: whoever lists or watches notices stale files and deletes
 them. Meant for a local filesystem (one clock, fine-grained mtimes), e.g. tmpfs under
 ``$XDG_RUNTIME_DIR``; directories it creates are private to the user (mode 0700).
+
+Whoever can write to the root can register a worker that receives prompts and answers users,
+so the root is checked when a store is made: created 0700 if missing, and refused
+(``DiscoveryDirError``) when it is not owned by this user or other users may write to it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from typing import NamedTuple
 
 import anyio
 import msgspec
-
 from dyn.core.discovery.store import (
     DiscoveryEvent,
     DiscoveryStore,
@@ -34,7 +37,9 @@ from dyn.core.discovery.store import (
     validate_namespace,
     validate_ttl,
 )
+from dyn.core.errors import ConfigError
 from dyn.core.messages import WorkerRecord
+from dyn.core.private_dir import check_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,27 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / f"dyn-{user}"
 
 
+class DiscoveryDirError(ConfigError):
+    """The discovery root is not private to this user."""
+
+
+def secure_root(root: Path) -> Path:
+    """Create ``root`` (0700) if it is missing; ``DiscoveryDirError`` saying what to do if it is
+    not a directory owned by this user, closed to other users' writes."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DiscoveryDirError(f"cannot create the discovery directory {root}: {exc.strerror}; "
+                                "choose another --discovery-dir (or DYN_DISCOVERY_DIR)") from None
+    fix = (f"another user could register a forged worker there. Run 'chmod 700 {root}' if it is "
+           "yours, or choose another --discovery-dir (or DYN_DISCOVERY_DIR)")
+    try:
+        check_private_dir(root, "the discovery directory", fix)
+    except ConfigError as exc:
+        raise DiscoveryDirError(str(exc)) from None
+    return root
+
+
 class FileDiscoveryStore(DiscoveryStore):
     """Worker records of ``namespace`` as files under ``root``; see the module docstring.
 
@@ -86,7 +112,7 @@ class FileDiscoveryStore(DiscoveryStore):
         self.namespace = validate_namespace(namespace)
         if not poll_interval_s > 0:
             raise ValueError(f"invalid poll_interval_s {poll_interval_s!r}: must be positive")
-        self.root = Path(root)
+        self.root = secure_root(Path(root))
         self.directory = self.root / namespace / "instances"
         self.poll_interval_s = poll_interval_s
         self._parsed: dict[str, tuple[tuple[int, int, int], _RecordFile | None]] = {}

@@ -6,16 +6,29 @@ A plain ASGI callable (no framework on the hot path). Endpoints:
 - ``GET /v1/models``, ``GET /health`` (200 with live instances, 503 with none), ``GET /live``,
   ``GET /metrics`` (Prometheus text), ``GET /openapi.json``
 
-Contracts: every error is an OpenAI error body (``dyn.core.protocol.errors``); ``x-request-id``
-(the client's, else the body's ``request_id``, else a fresh one) is echoed on every ``/v1``
-response; with an API key, ``/v1/*`` needs ``Authorization: Bearer KEY``; a client that
-disconnects cancels its engine requests. An unexpected exception is logged and answered with a
-500, never left to take the server down.
+Contracts:
+
+- Every error is an OpenAI error body (``dyn.core.protocol.errors``), malformed input a 4xx: a
+  body that is not ``application/json`` is a 415 (charset and other parameters allowed); bad JSON,
+  invalid UTF-8, deep nesting, a wrong type or an integer out of range a 400 naming the field.
+- With an API key every route but ``/live`` and ``/health`` needs ``Authorization: Bearer KEY``
+  (``dyn.core.api_key``; ``/metrics`` too unless ``public_metrics``; ``/openapi.json`` and
+  ``/kv/*`` too): a 401 with ``WWW-Authenticate: Bearer`` otherwise. CORS preflights need none.
+- ``x-request-id`` (the client's header, else the body's ``request_id``, else a fresh one) is
+  echoed on every generate response; a client's id must be 1 to 256 visible ASCII characters
+  (a 400 otherwise), so the echo is always a valid header.
+- With ``max_inflight``, a generate request beyond that many in progress is answered 503 with
+  ``Retry-After: 1`` before its body is read, and counted in
+  ``dynamo_frontend_requests_rejected_total{reason="max_inflight"}``.
+- A client that disconnects cancels its request, whether it waits in the router's queue or is
+  generating. An unexpected exception is logged and answered with a 500, never left to take the
+  server down.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from typing import Any
@@ -24,12 +37,13 @@ import anyio
 import msgspec
 import orjson
 
-from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
+from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, needs_key
+from dyn.core.asgi import BodyTooLarge, Disconnected, json_error_protocol, lifespan, read_body
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dyn.core.frontend.openapi import openapi_document
 from dyn.core.frontend.service import Generation, OpenAIService, RequestContext
-from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.errors import ApiError, bad_request, encoded, overloaded
 from dyn.core.protocol.openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -46,20 +60,36 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
                 (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 _GENERATE = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
 _GET = ("/v1/models", "/health", "/live", "/metrics", "/openapi.json")
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
+"""A client's request id: visible ASCII, so it can be echoed as a header and logged as it is."""
 
 
 class FrontendApp:
-    """ASGI app over an ``OpenAIService``."""
+    """ASGI app over an ``OpenAIService``. ``max_inflight``: most generate requests in progress
+    at once (0: no limit); ``public_metrics``: ``/metrics`` answers without the API key."""
 
     def __init__(self, service: OpenAIService, *, api_key: str | None = None,
-                 cors: CorsPolicy | None = None, kv_views: Any = None) -> None:
+                 cors: CorsPolicy | None = None, kv_views: Any = None, public_metrics: bool = False,
+                 max_inflight: int = 0) -> None:
         self.service = service
-        self.api_key = api_key
+        self.api_key = ApiKey(api_key) if api_key else None
+        self.public_metrics = public_metrics
+        self.max_inflight = max_inflight
+        self.inflight = 0
+        """Generate requests admitted and not yet answered in full."""
         self.cors = cors or CorsPolicy()
         self.kv_views = kv_views
         """The KV router's index under ``/kv/`` (``dyn indexer``'s read views), when it has one."""
         self.started = int(time.time())
         self._openapi: bytes | None = None
+
+    @staticmethod
+    def http_protocol() -> type | str:
+        """The uvicorn protocol to serve this app with: its own 400s for requests it cannot parse
+        are OpenAI error bodies too."""
+        return json_error_protocol(lambda reason: encoded(bad_request(
+            f"the HTTP request could not be parsed ({reason.rstrip('.')}): a header holds a control "
+            "character, or the request line or framing is malformed")))
 
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
         kind = scope["type"]
@@ -82,6 +112,7 @@ class FrontendApp:
                 return
             extra = self.cors.response_headers(origin_s)
         try:
+            self._authorize(scope["path"], headers)
             await self._dispatch(scope, headers, receive, send, extra)
         except ApiError as exc:
             await _respond_error(send, exc, extra)
@@ -97,13 +128,11 @@ class FrontendApp:
         if path in _GENERATE:
             if method != "POST":
                 raise ApiError(405, f"{path} accepts POST only")
-            self._authorize(headers)
-            await self._generate(path, headers, receive, send, extra)
+            _require_json(headers)
+            await self._admitted(path, headers, receive, send, extra)
         elif path in _GET:
             if method not in ("GET", "HEAD"):
                 raise ApiError(405, f"{path} accepts GET only")
-            if path.startswith("/v1/"):
-                self._authorize(headers)
             status, body, content_type = self._read_only(path)
             await _respond(send, status, body, extra + [(b"content-type", content_type)])
         elif path.startswith("/kv/") and self.kv_views is not None:
@@ -111,12 +140,14 @@ class FrontendApp:
         else:
             raise ApiError(404, f"no route for {method} {path}; see /openapi.json")
 
-    def _authorize(self, headers: dict[bytes, bytes]) -> None:
-        if self.api_key is None:
+    def _authorize(self, path: str, headers: dict[bytes, bytes]) -> None:
+        """401 unless ``path`` is open or the request carries the API key."""
+        key = self.api_key
+        if not needs_key(key, path) or (path == "/metrics" and self.public_metrics):
             return
-        if headers.get(b"authorization", b"") != b"Bearer " + self.api_key.encode():
-            raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                           code="invalid_api_key")
+        if not key.allows(headers.get(b"authorization")):
+            raise ApiError(401, REFUSAL, code="invalid_api_key",
+                           headers={CHALLENGE[0].decode(): CHALLENGE[1].decode()})
 
     def _read_only(self, path: str) -> tuple[int, bytes, bytes]:
         service = self.service
@@ -136,8 +167,25 @@ class FrontendApp:
         if path == "/metrics":
             return 200, service.metrics.render(), METRICS_CONTENT_TYPE.encode()
         if self._openapi is None:
-            self._openapi = orjson.dumps(openapi_document())
+            info = service.preprocessor.info
+            self._openapi = orjson.dumps(openapi_document(
+                service.model_name, context_length=info.context_length, vocab_size=info.vocab_size,
+                max_logprobs=service.outputs.max_logprobs))
         return 200, self._openapi, b"application/json"
+
+    async def _admitted(self, path, headers, receive, send, extra) -> None:
+        """Serve a generate request if fewer than ``max_inflight`` are in progress; else 503 at
+        once, before its body is read."""
+        if self.max_inflight and self.inflight >= self.max_inflight:
+            service = self.service
+            service.metrics.rejected.labels(service.model_name, "max_inflight").inc()
+            raise overloaded(f"the frontend is serving its limit of {self.max_inflight} requests "
+                             "(--max-inflight); retry after the Retry-After seconds")
+        self.inflight += 1
+        try:
+            await self._generate(path, headers, receive, send, extra)
+        finally:
+            self.inflight -= 1
 
     async def _generate(self, path, headers, receive, send, extra) -> None:
         try:
@@ -146,22 +194,32 @@ class FrontendApp:
             raise ApiError(413, str(exc)) from None
         kind = _GENERATE[path]
         req = decode_request(body, kind)
-        header_rid = headers.get(b"x-request-id")
-        rid = header_rid.decode("latin-1") if header_rid else (req.request_id or uuid.uuid4().hex)
+        rid = _request_id(headers.get(b"x-request-id"), req.request_id)
         ctx = RequestContext(rid, worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
                              prefill_instance_id=_int_header(headers, b"x-prefill-instance-id"),
                              dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"))
         extra = extra + [(b"x-request-id", rid.encode())]
         service = self.service
-        try:
+        prepared: list[Generation] = []
+
+        async def prepare() -> None:
             if kind is ChatCompletionRequest:
-                gen = await service.prepare_chat(req, ctx)
+                prepared.append(await service.prepare_chat(req, ctx))
             else:
-                gen = await service.prepare_completion(req, ctx)
+                prepared.append(await service.prepare_completion(req, ctx))
+
+        try:
+            # Routing may wait in the router's queue: a client that leaves meanwhile takes its
+            # place in the queue with it.
+            if not await self._until_disconnect(prepare(), receive):
+                for gen in prepared:
+                    gen.release()
+                return
         except ApiError as exc:
             service.metrics.requests.labels(service.model_name, path[4:].replace("/", "_"),
                                             "stream" if req.stream else "unary", "error").inc()
             raise _with_headers(exc, extra) from None
+        gen = prepared[0]
         active = service.metrics.active.labels(service.model_name)
         active.inc()
         try:
@@ -226,6 +284,36 @@ class FrontendApp:
         return not disconnected
 
 
+def _require_json(headers: dict[bytes, bytes]) -> None:
+    """415 unless the body is declared ``application/json`` (any parameters, any case), as
+    Dynamo's frontend requires: a page in a browser cannot send that cross-origin without a CORS
+    preflight, so it cannot make the server generate unasked."""
+    value = headers.get(b"content-type")
+    media = value.split(b";", 1)[0].strip().lower() if value else b""
+    if media == b"application/json":
+        return
+    got = f"Content-Type {value.decode('latin-1')[:100]!r}" if value else "no Content-Type"
+    hint = (" (curl -d sends form data unless told -H 'Content-Type: application/json')"
+            if media == b"application/x-www-form-urlencoded" else "")
+    raise ApiError(415, f"the request body must be JSON; got {got}{hint}: send "
+                        "Content-Type: application/json", code="unsupported_media_type")
+
+
+def _request_id(header: bytes | None, body_id: str | None) -> str:
+    """The request's id: the ``x-request-id`` header, else the body's ``request_id``, else a fresh
+    one; a client's id that is not 1 to 256 visible ASCII characters is a 400."""
+    for value, where in ((header.decode("latin-1") if header else None, "x-request-id"),
+                         (body_id, "request_id")):
+        if value is None:
+            continue
+        if not _REQUEST_ID.fullmatch(value):
+            raise bad_request(f"{where} must be 1 to 256 visible ASCII characters (letters, digits, "
+                              f"punctuation; no spaces or control characters), got {value[:80]!r}",
+                              param=where)
+        return value
+    return uuid.uuid4().hex
+
+
 def _int_header(headers: dict[bytes, bytes], *names: bytes) -> int | None:
     """An integer routing header; unparsable values are ignored (as Dynamo does)."""
     for name in names:
@@ -252,7 +340,7 @@ async def _respond(send, status: int, body: bytes, headers: list[tuple[bytes, by
 async def _respond_error(send, exc: ApiError, extra: list[tuple[bytes, bytes]]) -> None:
     headers = extra + [_JSON] + [(k.encode(), v.encode("latin-1")) for k, v in exc.headers.items()]
     try:
-        await _respond(send, exc.status, msgspec.json.encode(exc.body()), _dedupe(headers))
+        await _respond(send, exc.status, encoded(exc), _dedupe(headers))
     except (OSError, RuntimeError):
         pass  # the response had started or the client is gone; nothing more can be said
 

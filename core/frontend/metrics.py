@@ -54,6 +54,13 @@ class FrontendMetrics:
                                 ["model", "endpoint", "request_type", "status"], registry=r)
         self.active = Gauge(f"{PREFIX}_active_requests", "Requests being served now", ["model"],
                             registry=r)
+        self.migrations = Counter(f"{PREFIX}_model_migration",
+                                  "Requests moved to another worker after theirs failed (migration_type: "
+                                  "new_request before the first token, ongoing_request after)",
+                                  ["model", "migration_type"], registry=r)
+        self.rejected = Counter(f"{PREFIX}_requests_rejected",
+                                "Requests refused before their body was read (reason: max_inflight)",
+                                ["model", "reason"], registry=r)
         self.disconnects = Counter(f"{PREFIX}_client_disconnects",
                                    "Requests whose client went away before the end", ["model"],
                                    registry=r)

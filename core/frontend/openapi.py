@@ -1,8 +1,16 @@
 """The OpenAPI 3.1 document served at ``GET /openapi.json``, generated from the protocol types
-(``msgspec.json.schema_components``) so it cannot drift from what the server decodes."""
+(``msgspec.json.schema_components``) so it cannot drift from what the server decodes.
+
+The types carry the shapes and the integer ranges the wire takes; ``VALUE_RULES`` adds the value
+rules ``check_generation`` / ``check_chat`` / ``check_completion`` apply after decoding (ranges,
+at least one message with a role, a non-empty prompt, the served model's name, the parameters
+refused as not supported yet), so a client or a fuzzer that follows the document sends requests
+the server accepts. ``tests/reliability/test_schemathesis.py`` fuzzes the server from it.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
@@ -10,6 +18,7 @@ import msgspec
 import dyn.core
 from dyn.core.protocol.errors import ErrorResponse
 from dyn.core.protocol.openai import (
+    DEFAULT_MAX_LOGPROBS,
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionRequest,
@@ -18,6 +27,78 @@ from dyn.core.protocol.openai import (
 )
 
 _REF = "#/components/schemas/{name}"
+
+_MESSAGE = {
+    "type": "object", "required": ["role"],
+    "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+                   "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}},
+                                         {"type": "null"}]}},
+}
+_NOT_SUPPORTED = "Not supported by this server yet: a request that sets it is refused with a 400."
+
+
+def value_rules(max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per request schema, per field: JSON Schema keywords for the field's non-null form."""
+    logprobs = {"minimum": 0, "maximum": max_logprobs}
+    shared = {
+        "n": {"minimum": 1, "maximum": 128},
+        "max_tokens": {"minimum": 1},
+        "temperature": {"minimum": 0, "maximum": 2},
+        "top_p": {"exclusiveMinimum": 0, "maximum": 1},
+        "top_k": {"minimum": -1},
+        "min_p": {"minimum": 0, "maximum": 1},
+        "repetition_penalty": {"exclusiveMinimum": 0, "maximum": 2},
+        "presence_penalty": {"minimum": -2, "maximum": 2},
+        "frequency_penalty": {"minimum": -2, "maximum": 2},
+        "min_tokens": {"minimum": 0},
+        "truncate_prompt_tokens": {"minimum": 1},
+        "prompt_logprobs": logprobs,
+        "use_beam_search": {"const": False, "description": _NOT_SUPPORTED},
+        "logit_bias": {"maxProperties": 0, "description": _NOT_SUPPORTED},
+    }
+    return {
+        "ChatCompletionRequest": {
+            **shared,
+            "messages": {"minItems": 1, "items": _MESSAGE},
+            "max_completion_tokens": {"minimum": 1},
+            "top_logprobs": {**logprobs, "description": "Needs logprobs=true."},
+        },
+        "CompletionRequest": {
+            **shared,
+            "logprobs": logprobs,
+        },
+    }
+
+
+_NULL_ONLY = ("allowed_token_ids", "suffix")
+
+
+def _prompt(vocab_size: int | None) -> dict[str, Any]:
+    """``check_completion``'s prompt shapes: text, token ids, or a batch of either."""
+    token: dict[str, Any] = {"type": "integer", "minimum": 0}
+    if vocab_size is not None:
+        token["maximum"] = vocab_size - 1
+    ids = {"type": "array", "minItems": 1, "items": token}
+    return {"anyOf": [{"type": "string", "minLength": 1},
+                      {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                      ids, {"type": "array", "minItems": 1, "items": ids}],
+            "description": "Text, token ids, or a batch of either (not mixed)"}
+
+
+def _tighten(schema: dict[str, Any], rules: dict[str, Any]) -> None:
+    """Add ``rules`` to the non-null form(s) of a property schema (``anyOf [T, null]`` or ``T``);
+    keywords that do not apply to a form's type are harmless in JSON Schema and kept out anyway."""
+    forms = [f for f in schema.get("anyOf", [schema]) if f.get("type") != "null"]
+    for form in forms:
+        kind = form.get("type")
+        for keyword, value in rules.items():
+            if keyword in ("minLength", "maxLength") and kind != "string":
+                continue
+            if keyword in ("minItems", "maxItems", "items") and kind != "array":
+                continue
+            if keyword == "maxProperties" and kind != "object":
+                continue
+            form[keyword] = copy.deepcopy(value)
 
 
 def _json(ref: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +109,8 @@ def _errors() -> dict[str, Any]:
     ref = {"$ref": _REF.format(name="ErrorResponse")}
     return {str(code): {"description": text, **_json(ref)} for code, text in (
         (400, "Invalid request"), (401, "Missing or wrong API key"),
-        (404, "Unknown model or worker"), (503, "No worker available; retry after Retry-After"))}
+        (404, "Unknown model or worker"), (415, "The body is not application/json"),
+        (503, "No worker available, or the frontend is at --max-inflight; retry after Retry-After"))}
 
 
 def _generate(summary: str, request: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
@@ -37,10 +119,11 @@ def _generate(summary: str, request: dict[str, Any], response: dict[str, Any]) -
     return {"post": {
         "summary": summary,
         "parameters": [
-            {"name": "x-request-id", "in": "header", "required": False, "schema": {"type": "string"},
-             "description": "Request id, echoed on the response"},
+            {"name": "x-request-id", "in": "header", "required": False,
+             "schema": {"type": "string", "pattern": "^[!-~]{1,256}$"},
+             "description": "Request id (1 to 256 visible ASCII characters), echoed on the response"},
             {"name": "x-worker-instance-id", "in": "header", "required": False,
-             "schema": {"type": "integer"}, "description": "Route to this worker instance"},
+             "schema": {"type": "integer", "minimum": 0}, "description": "Route to this worker instance"},
         ],
         "requestBody": {"required": True, **_json(request)},
         "responses": {"200": {"description": "Completion (JSON), or SSE when stream=true",
@@ -49,11 +132,36 @@ def _generate(summary: str, request: dict[str, Any], response: dict[str, Any]) -
     }}
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document(model: str | None = None, *, context_length: int | None = None,
+                     vocab_size: int | None = None,
+                     max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, Any]:
+    """The document; with ``model`` the requests' ``model`` is that name (or omitted), with
+    ``context_length`` ``max_tokens`` is at most that, with ``vocab_size`` token ids are below it."""
     (chat_req, chat_resp, cmpl_req, cmpl_resp, models, error), components = \
         msgspec.json.schema_components(
             [ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
              ModelList, ErrorResponse], ref_template=_REF)
+    for name, rules in value_rules(max_logprobs).items():
+        properties = components[name]["properties"]
+        if model is not None:
+            rules = {**rules, "model": {"enum": [model]}}
+        if context_length is not None:
+            for field in ("max_tokens", "max_completion_tokens"):
+                if field in properties:
+                    rules = {**rules, field: {**rules[field], "maximum": context_length}}
+        if vocab_size is not None:
+            rules = {**rules, "stop_token_ids": {"items": {"type": "integer", "minimum": 0,
+                                                           "maximum": vocab_size - 1}}}
+        for field, keywords in rules.items():
+            _tighten(properties[field], keywords)
+        for field in _NULL_ONLY:
+            if field in properties:
+                properties[field] = {"type": "null", "default": None, "description": _NOT_SUPPORTED}
+        if "prompt" in properties:
+            properties["prompt"] = _prompt(vocab_size)
+    if vocab_size is not None:
+        _tighten(components["NvExt"]["properties"]["token_data"],
+                 {"minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}})
     plain = {"200": {"description": "OK"}}
     return {
         "openapi": "3.1.0",

@@ -19,7 +19,9 @@ from dyn.core.discovery.store import open_store
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.cors import CorsPolicy
+from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.metrics import FrontendMetrics
+from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.chat_template import ChatTemplateError
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.service import OpenAIService, OutputSettings
@@ -62,6 +64,12 @@ class FrontendSettings:
     chat_template: str | None = None
     """A file holding a Jinja chat template, or the template itself (``--chat-template``)."""
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
+    public_metrics: bool = False
+    """``/metrics`` answers without the API key."""
+    max_inflight: int = 0
+    """Most requests served at once (0: no limit); beyond it, 503 with Retry-After."""
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    reliability: Reliability = field(default_factory=Reliability)
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -69,7 +77,8 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     bad model, namespace or router mode."""
     try:
         info = load_model_info(settings.model_path, settings.model_name)
-        preprocessor = Preprocessor(info, chat_template=_chat_template(settings.chat_template))
+        preprocessor = Preprocessor(info, chat_template=_chat_template(settings.chat_template),
+                                    limits=settings.limits)
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
     except ChatTemplateError as exc:
@@ -81,15 +90,19 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
                           "worker the KV router chose)")
     try:
         store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
-        pool = WorkerPool(store, info.name)
+        reliability = settings.reliability
+        pool = WorkerPool(store, info.name, first_token_timeout_s=reliability.first_token_timeout_s,
+                          inter_token_timeout_s=reliability.inter_token_timeout_s)
         router = build_router(settings.router_mode, pool, settings.router_config, metrics.registry,
                               namespace=settings.namespace, router_address=settings.router_address)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
-    service = OpenAIService(info.name, preprocessor, agent, metrics, agent.background, outputs)
+    service = OpenAIService(info.name, preprocessor, agent, metrics, agent.background, outputs,
+                            settings.reliability)
     return FrontendApp(service, api_key=settings.api_key, cors=settings.cors,
-                       kv_views=_kv_views(router, pool, info.name, metrics)), pool
+                       kv_views=_kv_views(router, pool, info.name, metrics),
+                       public_metrics=settings.public_metrics, max_inflight=settings.max_inflight), pool
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -142,7 +155,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
     app, pool = build_app(settings)
     sock = bind_http(settings.http_host, settings.http_port)
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, loop="none", http="httptools", lifespan="off", log_config=None,
+    config = uvicorn.Config(app, loop="none", http=app.http_protocol(), lifespan="off", log_config=None,
                             access_log=False, timeout_graceful_shutdown=settings.graceful_shutdown_s,
                             backlog=2048, timeout_keep_alive=30)
     server = uvicorn.Server(config)

@@ -35,6 +35,7 @@ from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
 from dyn.core.frontend.metrics import FrontendMetrics
+from dyn.core.frontend.migration import Reliability, continued_request, worker_failed
 from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
@@ -110,15 +111,20 @@ class _Choice:
     """One engine request: its route, detokenizer, output stage and outcome. ``keep_text`` keeps
     the streamed text too (a speculative prefill needs the reply). With logprobs asked for,
     a unary choice keeps every token and its ``TokenLogprobs``; a streamed one hands them to
-    ``on_text`` with the text they produced, and the last ones (``tail``) to the final event."""
+    ``on_text`` with the text they produced, and the last ones (``tail``) to the final event.
+
+    With a ``migration`` (see ``dyn.core.frontend.migration``) the choice keeps its output token
+    ids (``generated``) and, when its worker fails, continues on the route ``migration.reroute``
+    gives it; ``base`` is how many output tokens came before the current engine request."""
 
     __slots__ = ("index", "prompt", "route", "request", "detok", "timing", "finish_reason",
                  "stop_reason", "usage", "parts", "keep_text", "last_chunk", "output",
-                 "token_ids", "logprobs", "tail", "prompt_logprobs")
+                 "token_ids", "logprobs", "tail", "prompt_logprobs", "migration", "generated", "base",
+                 "awaiting_first")
 
     def __init__(self, index: int, prompt: Prompt, route: Route, request: GenerateRequest,
                  detok: IncrementalDetokenizer, timing: nvext_out.ChoiceTiming,
-                 output: ChoiceOutput | None = None) -> None:
+                 output: ChoiceOutput | None = None, migration: "_Migration | None" = None) -> None:
         self.index = index
         self.prompt = prompt
         self.route = route
@@ -136,6 +142,10 @@ class _Choice:
         self.logprobs: list[TokenLogprobs] | None = [] if request.logprobs is not None else None
         self.tail: tuple[list[int], list[TokenLogprobs]] | None = None
         self.prompt_logprobs: list[TokenLogprobs | None] | None = None
+        self.migration = migration
+        self.generated: list[int] | None = [] if migration is not None else None
+        self.base = 0
+        self.awaiting_first = True
 
     @property
     def tokens(self) -> int:
@@ -146,40 +156,88 @@ class _Choice:
 
         Returns the text still held back at the end (the caller puts it in the final event).
         """
+        request = self.request
         try:
-            stream = self.route.worker.client.generate_batches(self.request)
-            async with aclosing(stream):
-                async for batch in stream:
-                    # a batch: this request's TokenChunks since the last wakeup, maybe then its Finish
-                    last = batch[-1]
-                    finish = last if isinstance(last, Finish) else None
-                    chunks = batch[:-1] if finish is not None else batch
-                    if chunks:
-                        now = time.perf_counter()
-                        timing = self.timing
-                        if timing.first is None:
-                            timing.first = now
-                            self.route.first_token()
-                        timing.last = now
-                        if len(chunks) == 1:
-                            ids = chunks[0].token_ids
-                        else:
-                            ids = [t for chunk in chunks for t in chunk.token_ids]
-                        timing.tokens += len(ids)
-                        self.last_chunk = len(ids)
-                        self.route.progress(timing.tokens)
-                        lps = self._logprobs(ids, chunks, on_text is None)
-                        text = self.detok.push(ids)
-                        if self.detok.stopped:
-                            self.stop_reason = self.detok.stop_reason
-                            return await self._text(on_text, text, True, ids, lps)
-                        if text or lps:
-                            await self._text(on_text, text, False, ids, lps)
-                    if finish is not None:
-                        self._finished(finish)
-            return await self._text(on_text, self.detok.finish(), True, [], None)
+            while True:
+                try:
+                    return await self._generate(request, on_text)
+                except (WorkerUnavailable, RemoteError) as exc:
+                    request = await self._migrate(request, exc)
+                    if request is None:  # the budget was spent before the failure: done
+                        return await self._text(on_text, self.detok.finish(), True, [], None)
         finally:
             self.route.finished()
+
+    async def _generate(self, request: GenerateRequest, on_text: OnText | None) -> str:
+        stream = self.route.worker.client.generate_batches(request)
+        self.route.started()
+        async with aclosing(stream):
+            async for batch in stream:
+                # a batch: this request's TokenChunks since the last wakeup, maybe then its Finish
+                last = batch[-1]
+                finish = last if isinstance(last, Finish) else None
+                chunks = batch[:-1] if finish is not None else batch
+                if chunks:
+                    now = time.perf_counter()
+                    timing = self.timing
+                    if self.awaiting_first:
+                        self.awaiting_first = False
+                        if timing.first is None:
+                            timing.first = now
+                        self.route.first_token()
+                    timing.last = now
+                    if len(chunks) == 1:
+                        ids = chunks[0].token_ids
+                    else:
+                        ids = [t for chunk in chunks for t in chunk.token_ids]
+                    timing.tokens += len(ids)
+                    self.last_chunk = len(ids)
+                    self.route.progress(timing.tokens - self.base)
+                    if self.generated is not None:
+                        self._track(ids)
+                    lps = self._logprobs(ids, chunks, on_text is None)
+                    text = self.detok.push(ids)
+                    if self.detok.stopped:
+                        self.stop_reason = self.detok.stop_reason
+                        return await self._text(on_text, text, True, ids, lps)
+                    if text or lps:
+                        await self._text(on_text, text, False, ids, lps)
+                if finish is not None:
+                    self._finished(finish)
+        return await self._text(on_text, self.detok.finish(), True, [], None)
+
+    def _track(self, ids: list[int]) -> None:
+        """Keep the output for a migration, until the sequence grows past the bound on that."""
+        generated = self.generated
+        generated.extend(ids)
+        bound = self.migration.max_seq_len
+        if bound is not None and len(self.prompt.token_ids) + len(generated) > bound:
+            self.generated = None
+            self.migration = None
+
+    async def _migrate(self, request: GenerateRequest, exc: Exception) -> GenerateRequest | None:
+        """Continue on another worker after ``exc``, or raise it when this choice cannot move."""
+        migration = self.migration
+        generated = self.generated
+        if (migration is None or generated is None or migration.left <= 0 or not worker_failed(exc)
+                or request.session_id is not None or (generated and request.constraint is not None)):
+            raise exc
+        migration.left -= 1
+        failed = self.route.worker.instance_id
+        self.route.finished()
+        self.base = len(generated)
+        continued = continued_request(self.request, generated,
+                                      f"{self.request.request_id}-m{migration.limit - migration.left}")
+        if continued.stop.max_tokens == 0:
+            self.finish_reason = "length"
+            return None
+        self.route = await migration.reroute(continued)
+        self.awaiting_first = True
+        migration.count("ongoing_request" if generated else "new_request")
+        log.warning("request %s: worker %d failed (%s); continuing on worker %d after %d token(s), "
+                    "%d migration(s) left", self.request.request_id, failed, exc,
+                    self.route.worker.instance_id, len(generated), migration.left)
+        return msgspec.structs.replace(continued, priority=migration.priority(self.route))
 
     def _logprobs(self, ids: list[int], chunks: list[TokenChunk], keep: bool) -> list[TokenLogprobs] | None:
         if self.logprobs is None:
@@ -215,8 +273,11 @@ class _Choice:
         if finish.stop_token_id is not None and finish.stop_token_id in self.prompt.stop.stop_token_ids:
             self.stop_reason = finish.stop_token_id
         u = finish.usage
-        self.usage = (u.prompt_tokens, u.completion_tokens, u.cached_tokens)
-        self.prompt_logprobs = finish.prompt_logprobs
+        base = self.base  # after a migration the engine saw the earlier output as prompt
+        prompt_tokens = u.prompt_tokens - base
+        self.usage = (prompt_tokens, u.completion_tokens + base, min(u.cached_tokens, prompt_tokens))
+        lps = finish.prompt_logprobs
+        self.prompt_logprobs = lps[:prompt_tokens] if base and lps is not None else lps
 
 
 class Generation:
@@ -504,12 +565,39 @@ class _Outputs:
         return self._hints
 
 
+class _Migration:
+    """One choice's migration budget, and how it finds its next worker: routed like the first
+    (same hints), the engine priority converted for the new worker's convention."""
+
+    __slots__ = ("service", "template", "client_priority", "limit", "left", "max_seq_len")
+
+    def __init__(self, service: "OpenAIService", template: RouteRequest, client_priority: int | None) -> None:
+        self.service = service
+        self.template = template
+        self.client_priority = client_priority
+        self.limit = self.left = service.reliability.migration_limit
+        self.max_seq_len = service.reliability.migration_max_seq_len
+
+    async def reroute(self, request: GenerateRequest) -> Route:
+        try:
+            return await self.service.router.route(msgspec.structs.replace(
+                self.template, request_id=request.request_id, token_ids=request.token_ids))
+        except RoutingError as exc:
+            raise _routing_error(exc) from None
+
+    def count(self, kind: str) -> None:
+        self.service.metrics.migrations.labels(self.service.model_name, kind).inc()
+
+    def priority(self, route: Route) -> int | None:
+        return engine_priority(self.client_priority, route.worker.record.priority_order)
+
+
 class OpenAIService:
     """The OpenAI endpoints of one served model over a router."""
 
     def __init__(self, model_name: str, preprocessor: Preprocessor, router: Router,
                  metrics: FrontendMetrics, background: BackgroundTasks | None = None,
-                 outputs: OutputSettings | None = None) -> None:
+                 outputs: OutputSettings | None = None, reliability: Reliability | None = None) -> None:
         self.model_name = model_name
         self.preprocessor = preprocessor
         self.router = router
@@ -517,6 +605,7 @@ class OpenAIService:
         self.background = background
         """Runs speculative prefills; without it they are skipped."""
         self.outputs = outputs or OutputSettings()
+        self.reliability = reliability or Reliability()
         self.token_texts = TokenTexts(preprocessor.tokenizer)
 
     def check_model(self, model: str | None) -> None:
@@ -555,7 +644,7 @@ class OpenAIService:
         outputs = _Outputs(constraint=await _constraint(req, forced_schema(plan)),
                            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
                            prompt_logprobs=req.prompt_logprobs)
-        prompt = self.preprocessor.chat(req)
+        prompt = await self.preprocessor.chat_async(req)
         output_plan = OutputPlan(
             reasoning=_parser(REASONING_PARSERS, reasoning_name),
             tool_parser=_parser(TOOL_PARSERS, tool_name) if plan.choice == "auto" else None,
@@ -580,7 +669,7 @@ class OpenAIService:
         self.check_model(req.model)
         outputs = _Outputs(constraint=await _constraint(req, None), logprobs=req.logprobs,
                            prompt_logprobs=req.prompt_logprobs)
-        prompts = self.preprocessor.completions(req)
+        prompts = await self.preprocessor.completions_async(req)
         echo = None
         if req.echo:
             tok = self.preprocessor.tokenizer
@@ -610,36 +699,41 @@ class OpenAIService:
         tokenizer = self.preprocessor.tokenizer
         plan = outputs.plan
         skip_special = req.skip_special_tokens and not (plan is not None and plan.needs_special_tokens)
+        migrates = (self.reliability.migration_limit > 0 and instance_id is None and session is None)
+        members = [(prompt, j) for prompt in prompts for j in range(req.n)]
+        route_requests = [
+            msgspec.structs.replace(route_template, request_id=f"{ctx.request_id}-{next(_engine_seq):x}",
+                                    token_ids=prompt.token_ids)
+            for prompt, _ in members]
+        try:  # the choices are admitted as one unit, so none waits behind its own siblings
+            routes = await self.router.route_all(route_requests)
+        except RoutingError as exc:
+            raise _routing_error(exc) from None
         choices: list[_Choice] = []
         try:
-            for p_index, prompt in enumerate(prompts):
-                for j in range(req.n):
-                    index = p_index * req.n + j
-                    engine_id = f"{ctx.request_id}-{next(_engine_seq):x}"
-                    route = await self.router.route(msgspec.structs.replace(
-                        route_template, request_id=engine_id, token_ids=prompt.token_ids))
-                    detok = IncrementalDetokenizer(
-                        tokenizer, prompt.token_ids,
-                        skip_special_tokens=skip_special,
-                        spaces_between_special_tokens=req.spaces_between_special_tokens,
-                        stop=prompt.stop_strings,
-                        include_stop_str_in_output=req.include_stop_str_in_output)
-                    record = route.worker.record
-                    priority = engine_priority(client_priority, record.priority_order)
-                    hinted = outputs.hinted_tools and FEATURE_TOOL_HINTS in record.features
-                    request = engine_request(
-                        engine_id, prompt, j, priority, route.session_id, constraint=outputs.constraint,
-                        logprobs=outputs.logprobs, prompt_logprobs=outputs.prompt_logprobs,
-                        tools=outputs.tool_hints() if hinted else None)
-                    timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall,
-                                                    routed=time.perf_counter())
-                    choices.append(_Choice(index, prompt, route, request, detok, timing,
-                                           plan.new() if plan is not None else None))
-        except BaseException as exc:  # a failed or cancelled route frees the ones booked before it
-            for choice in choices:
-                choice.route.finished()
-            if isinstance(exc, RoutingError):
-                raise _routing_error(exc) from None
+            for index, ((prompt, j), route, route_request) in enumerate(
+                    zip(members, routes, route_requests, strict=True)):
+                engine_id = route_request.request_id
+                detok = IncrementalDetokenizer(
+                    tokenizer, prompt.token_ids,
+                    skip_special_tokens=skip_special,
+                    spaces_between_special_tokens=req.spaces_between_special_tokens,
+                    stop=prompt.stop_matcher or (),
+                    include_stop_str_in_output=req.include_stop_str_in_output)
+                record = route.worker.record
+                priority = engine_priority(client_priority, record.priority_order)
+                hinted = outputs.hinted_tools and FEATURE_TOOL_HINTS in record.features
+                request = engine_request(
+                    engine_id, prompt, j, priority, route.session_id, constraint=outputs.constraint,
+                    logprobs=outputs.logprobs, prompt_logprobs=outputs.prompt_logprobs,
+                    tools=outputs.tool_hints() if hinted else None)
+                timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall, routed=time.perf_counter())
+                migration = _Migration(self, route_template, client_priority) if migrates else None
+                choices.append(_Choice(index, prompt, route, request, detok, timing,
+                                       plan.new() if plan is not None else None, migration))
+        except BaseException:  # whatever failed, no booking outlives the request
+            for route in routes:
+                route.finished()
             raise
         return choices
 
@@ -654,7 +748,7 @@ class OpenAIService:
     async def _speculative_prefill(self, req: ChatCompletionRequest, reply: str,
                                    request_id: str) -> None:
         # rendering and tokenizing a long conversation must not stall the streams being served
-        token_ids = await anyio.to_thread.run_sync(self.preprocessor.next_turn_prefix, req, reply)
+        token_ids = await self.preprocessor.next_turn_prefix_async(req, reply)
         if token_ids is None:
             return
         engine_id = f"{request_id}-spec-{next(_engine_seq):x}"
@@ -663,6 +757,7 @@ class OpenAIService:
             request = GenerateRequest(engine_id, token_ids,
                                       stop=StopConditions(max_tokens=1, ignore_eos=True))
             stream = route.worker.client.generate_batches(request)
+            route.started()
             async with aclosing(stream):
                 async for _ in stream:
                     route.first_token()

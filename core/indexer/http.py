@@ -20,8 +20,10 @@ server.
   "parent_hash", "block_hash", "tokens_hash"}]}}``, one stored block per event, parents first.
 
 Errors are ``{"error": "<sentence>"}``: 400 for bad JSON or a wrong field (the message names the
-field), 404 for an unknown path, 405 for a wrong method, 413 for an oversized body, 503 for a
-token query before the block size is known; an unexpected exception is logged and answered 500.
+field), 401 (with ``WWW-Authenticate: Bearer``) without the API key when the app has one (every
+route but ``/health`` needs it, see ``dyn.core.api_key``), 404 for an unknown path, 405 for a
+wrong method, 413 for an oversized body, 503 for a token query before the block size is known;
+an unexpected exception is logged and answered 500.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
 from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
@@ -253,7 +256,9 @@ def workers_body(view: IndexView) -> list[dict[str, Any]]:
 
 
 class IndexerHttpApp:
-    """ASGI app serving ``view`` (see the module docstring); ``prefix`` mounts it under a path."""
+    """ASGI app serving ``view`` (see the module docstring); ``prefix`` mounts it under a path;
+    ``api_key`` guards every route but ``/health`` (an app mounted behind a guard of its own, as
+    in a frontend, takes none)."""
 
     _GET: ClassVar[dict[str, str]] = {"/health": "health", "/metrics": "metrics",
                                       "/workers": "workers", "/dump": "dump"}
@@ -266,16 +271,21 @@ class IndexerHttpApp:
         except BodyTooLarge as exc:
             raise HttpError(413, f"{exc}; query fewer tokens") from None
 
-    def __init__(self, view: IndexView, metrics: IndexerMetrics, *, prefix: str = "") -> None:
+    def __init__(self, view: IndexView, metrics: IndexerMetrics, *, prefix: str = "",
+                 api_key: str | None = None) -> None:
         self.view = view
         self.metrics = metrics
         self.prefix = prefix.rstrip("/")
+        self.api_key = ApiKey(api_key) if api_key else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if not self.authorized(scope):
+            await respond(send, 401, error_body(REFUSAL), _JSON[1], [CHALLENGE])
             return
         started = time.perf_counter()
         endpoint: str | None = None
@@ -293,10 +303,12 @@ class IndexerHttpApp:
             status, payload, content_type = 500, error_body("internal error; see the indexer log"), _JSON[1]
         if endpoint is not None:
             self.metrics.observe(endpoint, time.perf_counter() - started, status != 200)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", content_type),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
+        await respond(send, status, payload, content_type)
+
+    def authorized(self, scope: dict[str, Any]) -> bool:
+        """Whether the request may be served: no key, an open path, or the key sent."""
+        return (not needs_key(self.api_key, scope["path"])
+                or self.api_key.allows(authorization(scope["headers"])))
 
     def _route(self, path: str, method: str) -> tuple[str, str]:
         if self.prefix:
@@ -358,3 +370,12 @@ class IndexerHttpApp:
 def error_body(message: str) -> bytes:
     """``{"error": message}`` as JSON: the views' error answer."""
     return msgspec.json.encode({"error": message})
+
+
+async def respond(send: Any, status: int, body: bytes, content_type: bytes,
+                  headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """Send a whole response."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})

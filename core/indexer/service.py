@@ -341,6 +341,8 @@ class IndexerService(RadixIndexView):
 
     async def _serve_queries(self) -> None:
         while True:
+            # a queued message does not yield to the loop: a flood must not starve event ingestion
+            await anyio.lowlevel.checkpoint()
             frames = await self._socket.recv_multipart(copy=True)
             started = anyio.current_time()
             reply = self._reply_to(frames[1:])
@@ -423,6 +425,8 @@ class IndexerSettings:
     namespace: str = "default"
     discovery_backend: str = "file"
     discovery_dir: str | None = None
+    api_key: str | None = None
+    """Required as 'Authorization: Bearer KEY' on the HTTP routes but /live and /health."""
 
 
 def build_service(settings: IndexerSettings) -> IndexerService:
@@ -443,7 +447,8 @@ async def serve_indexer(settings: IndexerSettings) -> None:
     except ConfigError:
         service._socket.close(linger=0)
         raise
-    server = LoopHttpServer(IndexerHttpApp(service, service.metrics), sock, settings.host)
+    server = LoopHttpServer(IndexerHttpApp(service, service.metrics, api_key=settings.api_key), sock,
+                            settings.host)
     stop = anyio.Event()
 
     async with anyio.create_task_group() as tg:

@@ -43,6 +43,8 @@ class InspectSettings:
     watch: bool = False
     interval_s: float = 1.0
     duration_s: float = 0.0
+    api_key: str | None = None
+    """Sent as a bearer token to a target started with ``--api-key``."""
 
 
 def run_inspect(settings: InspectSettings) -> None:
@@ -62,7 +64,7 @@ def run_inspect(settings: InspectSettings) -> None:
                                messages_file=settings.messages_file)
     url = settings.url or find_indexer_url(settings.namespace, settings.discovery_backend,
                                            settings.discovery_dir, settings.model_name)
-    with open_target(url) as target:
+    with open_target(url, api_key=settings.api_key) as target:
         model, dump = target.dump()
         if tokens is not None and model is not None and model != tokens.model_name:
             print(f"note: {target.base} indexes model {model!r}; the request was tokenized "

@@ -96,16 +96,18 @@ class KvTarget:
                               f"({exc}). {TARGETS_HINT}") from None
 
 
-def open_target(url: str, *, timeout_s: float = TIMEOUT_S,
-                client: httpx.Client | None = None) -> KvTarget:
+def open_target(url: str, *, timeout_s: float = TIMEOUT_S, client: httpx.Client | None = None,
+                api_key: str | None = None) -> KvTarget:
     """The views at ``url``: at its root (a ``dyn indexer``) or under ``/kv`` (frontend, router).
-    The target owns ``client`` (default: a new one with ``timeout_s``) and closes it."""
+    The target owns ``client`` (default: a new one with ``timeout_s``, sending ``api_key`` as a
+    bearer token when given) and closes it."""
     if not url.startswith(("http://", "https://")):
         raise TargetError(f"--url {url!r} is not an HTTP URL like http://127.0.0.1:8090; "
                           f"{TARGETS_HINT}")
     root = url.rstrip("/")
     if client is None:
-        client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S), headers=headers)
     try:
         bases = [root] if root.endswith(KV_PREFIX) else [root, root + KV_PREFIX]
         for base in bases:
@@ -129,10 +131,13 @@ def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None,
     """The HTTP URL of the newest live ``dyn indexer`` of ``model_name`` (None: any model) in
     ``namespace``; ``TargetError`` saying what to pass when there is none."""
     from dyn.core.discovery.store import open_store
+    from dyn.core.errors import ConfigError
     from dyn.core.indexer.client import indexers_store, serves_model
 
     try:
         store = indexers_store(open_store(backend, namespace, discovery_dir))
+    except ConfigError:  # an unsafe discovery directory: the user's to fix
+        raise
     except ValueError as exc:
         raise TargetError(str(exc)) from None
 

@@ -62,6 +62,9 @@ class RejectReason(enum.StrEnum):
     BLOCK_SIZE_MISMATCH = "block_size_mismatch"
     TIER_NOT_INDEXED = "tier_not_indexed"
     REPLAY_INCOMPLETE = "replay_incomplete"
+    OVER_CAPACITY = "over_capacity"
+    UNKNOWN_DP_RANK = "unknown_dp_rank"
+    TOO_LARGE = "too_large"
 
 
 class KvEventMetrics:
@@ -71,8 +74,11 @@ class KvEventMetrics:
       by the indexer's status.
     - ``dynamo_component_kv_events_rejected_total{reason}``: what was refused before an indexer,
       counted in its own unit: messages (``bad_frames``, ``bad_payload``), events
-      (``unknown_event``, ``tier_not_indexed``), blocks (``block_size_mismatch``) and gaps
-      (``replay_incomplete``).
+      (``unknown_event``, ``tier_not_indexed``, ``over_capacity``, ``unknown_dp_rank``), blocks
+      (``block_size_mismatch``), gaps (``replay_incomplete``) and messages over the size a
+      worker's record allows (``too_large``).
+    - ``dynamo_component_kv_events_rejected_by_worker{worker_id, reason}``: the same, for the
+      rejections that can be told apart by worker (all but those of the plain ``apply`` path).
 
     prometheus_client counters are thread-safe, so converters on event threads count here too.
     """
@@ -91,15 +97,31 @@ class KvEventMetrics:
         for status in APPLY_STATUSES:
             for event_type in EventType:
                 self.applied.labels(status=status, event_type=event_type.value)
+        self.rejected_by_worker = Counter(
+            "dynamo_component_kv_events_rejected_by_worker",
+            "KV events, blocks, messages or gaps refused before the indexer, by worker and reason",
+            ["worker_id", "reason"], registry=registry,
+        )
         for reason in RejectReason:
             self.rejected.labels(reason=reason.value)
 
     def count_applied(self, status: str, event_type: EventType) -> None:
         self.applied.labels(status=str(status), event_type=event_type.value).inc()
 
-    def count_rejected(self, reason: RejectReason, amount: int = 1) -> None:
+    def count_rejected(self, reason: RejectReason, amount: int = 1, worker: int | None = None) -> None:
+        """Count ``amount`` rejections, also under ``worker`` (an instance id) when given."""
         if amount:
             self.rejected.labels(reason=reason.value).inc(amount)
+            if worker is not None:
+                self.rejected_by_worker.labels(worker_id=str(worker), reason=reason.value).inc(amount)
+
+    def forget_worker(self, worker: int) -> None:
+        """Drop the per-worker series of a worker that left."""
+        for reason in RejectReason:
+            try:
+                self.rejected_by_worker.remove(str(worker), reason.value)
+            except KeyError:
+                pass
 
 
 class KvIndexWriter(Protocol):
@@ -185,7 +207,8 @@ class BatchConverter:
         else:
             good = 0
         if good < len(hashes):
-            self.metrics.count_rejected(RejectReason.BLOCK_SIZE_MISMATCH, len(hashes) - good)
+            self.metrics.count_rejected(RejectReason.BLOCK_SIZE_MISMATCH, len(hashes) - good,
+                                        self.instance_id)
             self._warn_mismatch(event, good)
         if good == 0:
             return RejectedOp(EventType.STORED, RejectReason.BLOCK_SIZE_MISMATCH)

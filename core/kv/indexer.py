@@ -420,6 +420,11 @@ class RadixIndexer:
     def blocks_per_worker(self) -> dict[WorkerKey, int]:
         return {key: len(self._lookup[wid]) for key, wid in self._ids.items()}
 
+    def blocks_held(self, worker: WorkerKey) -> int:
+        """How many blocks one (worker, dp_rank) holds; 0 for one the index does not know."""
+        wid = self._ids.get(worker)
+        return 0 if wid is None else len(self._lookup[wid])
+
     def workers(self) -> list[WorkerKey]:
         """Every known (worker, dp_rank), including those cleared down to no blocks."""
         return list(self._ids)

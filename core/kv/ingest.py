@@ -5,6 +5,13 @@
 ``run`` owns the subscriptions until cancelled. Removing a worker stops its subscription and
 drops all its blocks from every tier's index.
 
+Nothing a worker publishes can claim more than its discovery record advertises
+(``KvEventBounds``): before an op reaches the indexers, a ``stored`` op that would take a rank
+past its capacity (plus a small slack, see there) and any op for a dp rank the record does not
+have are refused, counted per worker (``dynamo_component_kv_events_rejected_by_worker``) and
+logged at most once per few seconds per worker. The capacity check reads the device indexer's
+own count (``blocks_held``), so it holds however the blocks got there.
+
 Event threads (``--router-event-threads N``, default 4):
 
 - ``N == 1``: every subscription runs on the caller's event loop.
@@ -34,9 +41,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from dyn.core.kv.convert import IndexOp, KvEventMetrics, KvIndexWriter, TieredIndexers
+from dyn.core.kv.convert import (
+    IndexOp,
+    KvEventMetrics,
+    KvIndexWriter,
+    RejectedOp,
+    RejectReason,
+    StoreOp,
+    TieredIndexers,
+)
 from dyn.core.kv.events import StorageTier
-from dyn.core.kv.subscriber import DEFAULT_REPLAY_TIMEOUT, KvEventSubscriber
+from dyn.core.kv.subscriber import DEFAULT_REPLAY_TIMEOUT, KvEventBounds, KvEventSubscriber
 from dyn.core.messages import WorkerRecord
 
 if TYPE_CHECKING:
@@ -65,6 +80,7 @@ class KvEventIngestor:
         if block_size is not None and block_size <= 0:
             raise ValueError(f"--kv-cache-block-size must be positive, got {block_size}")
         self.indexers = TieredIndexers(indexer, metrics, lower_tiers)
+        self._blocks_held: Callable[[tuple[int, int]], int] | None = getattr(indexer, "blocks_held", None)
         self.metrics = metrics
         self.block_size = block_size
         self.event_threads = event_threads
@@ -122,6 +138,7 @@ class KvEventIngestor:
         if subscriber is not None and self._running:
             self._stop(subscriber)
         self.indexers.remove_worker(instance_id)
+        self.metrics.forget_worker(instance_id)
 
     def subscriber(self, instance_id: int) -> KvEventSubscriber | None:
         return self._subscribers.get(instance_id)
@@ -167,12 +184,43 @@ class KvEventIngestor:
         return self._threads[subscriber.instance_id % len(self._threads)]
 
     def _apply(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
-        """Apply on the router's loop, unless the subscriber was removed meanwhile."""
-        if self._running and self._subscribers.get(subscriber.instance_id) is subscriber:
-            try:
+        """Apply on the router's loop, unless the subscriber was removed meanwhile; ops beyond
+        the worker's bounds are refused (one at a time, so each sees the count before it)."""
+        if not (self._running and self._subscribers.get(subscriber.instance_id) is subscriber):
+            return
+        bounds = subscriber.bounds
+        try:
+            if bounds.dp_size is None:
                 self.indexers.apply(ops)
-            except Exception:
-                log.exception("applying KV events of worker %d failed", subscriber.instance_id)
+                return
+            for op in ops:
+                refused = self._refusal(bounds, op)
+                if refused is None:
+                    self.indexers.apply((op,))
+                else:
+                    subscriber.reject(refused[0], refused[1])
+        except Exception:
+            log.exception("applying KV events of worker %d failed", subscriber.instance_id)
+
+    def _refusal(self, bounds: KvEventBounds, op: IndexOp) -> tuple[RejectReason, str] | None:
+        """Why ``op`` is beyond what the worker's record allows, or None."""
+        if isinstance(op, RejectedOp):
+            return None
+        rank = op.worker[1]
+        assert bounds.dp_size is not None
+        if not 0 <= rank < bounds.dp_size:
+            return (RejectReason.UNKNOWN_DP_RANK,
+                    f"an event for dp rank {rank}, but its record has {bounds.dp_size} rank(s)")
+        if (isinstance(op, StoreOp) and op.tier is StorageTier.DEVICE and bounds.block_limit is not None
+                and self._blocks_held is not None):
+            held = self._blocks_held(op.worker)
+            after = held + len(op.block_hashes)
+            if after > bounds.block_limit:
+                why = (f"storing {len(op.block_hashes)} blocks would take rank {rank} from {held} to "
+                       f"{after}, past the {bounds.block_limit} its record allows (total_kv_blocks "
+                       "plus slack)")
+                return RejectReason.OVER_CAPACITY, why
+        return None
 
     def _hand_over(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
         """Called on an event thread: queue the ops for the router's loop."""

@@ -13,10 +13,18 @@ order:
 - ``seq == last + 1``: applied. ``seq <= last``: a duplicate, skipped.
 - ``seq > last + 1``: a gap. The missing batches are replayed from ``last + 1``, then the current
   one is applied. If replay cannot supply them (no replay endpoint, the worker's buffer rolled
-  over, or no answer within ``replay_timeout`` seconds per message), a warning is logged,
-  ``replay_incomplete`` is counted and the stream goes on from what it has.
+  over, or no answer within ``replay_timeout`` seconds per message), a warning is logged (at
+  most one per few seconds), ``replay_incomplete`` is counted and the stream goes on.
 - Bad frames and bad payloads are counted and skipped (a bad payload still uses up its seq);
-  nothing a worker sends stops the task.
+  nothing a worker sends stops the task. A payload larger than the worker's record allows
+  (``KvEventBounds``) is counted as ``too_large`` without being decoded, so no single message
+  costs more CPU than the worker's advertised cache could justify; ZMQ itself drops (and
+  reconnects) messages over ``MAX_MESSAGE_BYTES``. Rejections are logged at most once per
+  few seconds per worker, with a count (``rejects``, shared with the ingestor's checks).
+- The loop yields to the event loop after every message (a queued message does not make pyzmq
+  yield), so a flood from one worker cannot starve the rest of the process.
+- Under ``--plane-keys`` the sockets are CurveZMQ clients, except for a record whose
+  ``kv_events_plain`` says the engine (vLLM, SGLang) binds them itself, in plain ZMQ.
 
 The subscriber runs on whichever event loop calls ``run`` (the router's, or an event thread's);
 ``deliver`` is called on that loop, and ``cancel`` must be called from it too.
@@ -27,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -43,13 +52,51 @@ from dyn.core.kv.events import (
     split_frames,
 )
 from dyn.core.messages import WorkerRecord
-from dyn.core.transport.sockets import async_context, configure
+from dyn.core.transport.codec import RejectedFrames
+from dyn.core.transport.sockets import async_context, configure, plain
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REPLAY_TIMEOUT = 2.0
+MAX_MESSAGE_BYTES = 256 << 20
+"""Messages above this never reach Python: ZMQ drops them and the connection (it reconnects)."""
+UNKNOWN_CAPACITY_MESSAGE_BYTES = 64 << 20
+CAPACITY_SLACK_FRACTION = 32
+MIN_CAPACITY_SLACK = 64
+_MESSAGE_OVERHEAD_BYTES = 64 << 10
+_BYTES_PER_BLOCK = 96  # a hash (vLLM's sha256 form: 34 bytes), its event's framing, a parent hash
+_BYTES_PER_TOKEN = 12  # a token id (5 bytes), or an Eagle pair of them (11)
 
 Deliver = Callable[[list[IndexOp]], object]
+
+
+@dataclass(frozen=True, slots=True)
+class KvEventBounds:
+    """What one worker's KV events may claim, from its discovery record.
+
+    A record that states a KV capacity (``total_kv_blocks`` > 0, per dp rank) bounds:
+    - ``block_limit``: the blocks one rank may hold in the index: the capacity plus a slack of
+      1/``CAPACITY_SLACK_FRACTION`` of it (at least ``MIN_CAPACITY_SLACK``) for a stale index
+      (removes lost with a replay gap) that the engine's next events put right;
+    - ``dp_size``: ranks beyond it are refused;
+    - ``max_message_bytes``: one batch can at most remove and store a whole cache, so its
+      payload cannot be larger than twice the capacity times a block's encoded size.
+    A record without a capacity (``dyn indexer --workers``) bounds only the message size.
+    """
+
+    dp_size: int | None
+    block_limit: int | None
+    max_message_bytes: int
+
+    @classmethod
+    def of(cls, record: WorkerRecord) -> KvEventBounds:
+        capacity = record.total_kv_blocks
+        if capacity <= 0:
+            return cls(None, None, UNKNOWN_CAPACITY_MESSAGE_BYTES)
+        slack = max(MIN_CAPACITY_SLACK, capacity // CAPACITY_SLACK_FRACTION)
+        per_block = _BYTES_PER_BLOCK + _BYTES_PER_TOKEN * max(record.block_size, 1)
+        size = _MESSAGE_OVERHEAD_BYTES + 2 * capacity * per_block
+        return cls(max(record.dp_size, 1), capacity + slack, min(size, MAX_MESSAGE_BYTES))
 
 
 class ReplayUnavailable(Exception):
@@ -66,6 +113,13 @@ class KvEventSubscriber:
     ) -> None:
         self.record = record
         self.instance_id = record.instance_id
+        self.bounds = KvEventBounds.of(record)
+        self.rejects = RejectedFrames(log, f"KV-event message of worker {record.instance_id}",
+                                      f"KV-event messages of worker {record.instance_id}")
+        """Rejections of this worker's events, by this subscriber or its ingestor's checks."""
+        self._gaps = RejectedFrames(log, f"part of the KV events of worker {record.instance_id}",
+                                    f"parts of the KV events of worker {record.instance_id}",
+                                    verb="lost")
         self._deliver = deliver
         self._metrics = metrics
         self._converter = BatchConverter(
@@ -76,7 +130,6 @@ class KvEventSubscriber:
         self._dealer: zmq.asyncio.Socket | None = None
         self._scope: anyio.CancelScope | None = None
         self._cancelled = False
-        self._warned_bad = False
 
     @property
     def last_seq(self) -> int | None:
@@ -99,7 +152,7 @@ class KvEventSubscriber:
         started = False
         with anyio.CancelScope() as self._scope:
             try:
-                sub = configure(async_context().socket(zmq.SUB))
+                sub = self._socket(zmq.SUB)
                 sub.setsockopt(zmq.SUBSCRIBE, b"")
                 sub.connect(endpoint)
                 await self._catch_up()
@@ -122,6 +175,18 @@ class KvEventSubscriber:
         if not started:
             task_status.started()
 
+    def _socket(self, kind: int) -> zmq.asyncio.Socket:
+        socket = configure(async_context().socket(kind))
+        socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if self.record.endpoints.kv_events_plain:
+            plain(socket)
+        return socket
+
+    def reject(self, reason: RejectReason, why: object, amount: int = 1) -> None:
+        """Count ``amount`` rejections of this worker's events and log them (rate-limited)."""
+        self._metrics.count_rejected(reason, amount, self.instance_id)
+        self.rejects.reject(why)
+
     # ----------------------------------------------------------------- stream handling
 
     async def _on_frames(self, frames: list[bytes]) -> None:
@@ -130,8 +195,7 @@ class KvEventSubscriber:
             if seq < 0:
                 raise KvEventDecodeError("a live message cannot carry the replay end marker as seq")
         except KvEventDecodeError as exc:
-            self._metrics.count_rejected(RejectReason.BAD_FRAMES)
-            self._log_bad("frames", exc)
+            self.reject(RejectReason.BAD_FRAMES, f"bad frames: {exc}")
             return
         last = self._last
         if last is not None and seq <= last:
@@ -145,13 +209,17 @@ class KvEventSubscriber:
     def _apply(self, seq: int, payload: bytes) -> None:
         """Decode, convert and deliver one batch; its seq is used up even if it is bad."""
         self._last = seq
+        limit = self.bounds.max_message_bytes
+        if len(payload) > limit:
+            self.reject(RejectReason.TOO_LARGE, f"the payload at seq {seq} has {len(payload)} bytes, "
+                        f"more than the {limit} its advertised KV cache could fill (not decoded)")
+            return
         try:
             batch, unknown = decode_known_events(payload)
         except KvEventDecodeError as exc:
-            self._metrics.count_rejected(RejectReason.BAD_PAYLOAD)
-            self._log_bad(f"payload at seq {seq}", exc)
+            self.reject(RejectReason.BAD_PAYLOAD, f"bad payload at seq {seq}: {exc}")
             return
-        self._metrics.count_rejected(RejectReason.UNKNOWN_EVENT, unknown)
+        self._metrics.count_rejected(RejectReason.UNKNOWN_EVENT, unknown, self.instance_id)
         ops = self._converter.convert(batch)
         if ops:
             self._deliver(ops)
@@ -198,16 +266,9 @@ class KvEventSubscriber:
         if self._last < seq - 1 and not counted:
             self._incomplete(f"seq {self._last + 1}..{seq - 1} are lost: {reason}")
 
-    def _log_bad(self, what: str, exc: Exception) -> None:
-        """The first bad message of a worker is a warning, later ones are debug lines."""
-        level = logging.DEBUG if self._warned_bad else logging.WARNING
-        self._warned_bad = True
-        log.log(level, "worker %d sent a bad KV-event %s (skipped; later ones are counted in "
-                "dynamo_component_kv_events_rejected_total): %s", self.instance_id, what, exc)
-
     def _incomplete(self, what: str) -> None:
-        self._metrics.count_rejected(RejectReason.REPLAY_INCOMPLETE)
-        log.warning("KV events of worker %d are incomplete: %s; continuing", self.instance_id, what)
+        self._metrics.count_rejected(RejectReason.REPLAY_INCOMPLETE, 1, self.instance_id)
+        self._gaps.reject(f"{what}; continuing")
 
     # ----------------------------------------------------------------- replay socket
 
@@ -222,7 +283,7 @@ class KvEventSubscriber:
         if endpoint is None:
             raise ReplayUnavailable("the worker has no replay endpoint")
         if self._dealer is None:
-            self._dealer = configure(async_context().socket(zmq.DEALER))
+            self._dealer = self._socket(zmq.DEALER)
             self._dealer.connect(endpoint)
         dealer = self._dealer
         finished = False
@@ -236,12 +297,12 @@ class KvEventSubscriber:
                 if len(frames) == 4:  # vLLM's form, topic before seq
                     frames = [frames[0], frames[2], frames[3]]
                 if len(frames) != 3 or frames[0] != b"":
-                    self._metrics.count_rejected(RejectReason.BAD_FRAMES)
+                    self.reject(RejectReason.BAD_FRAMES, f"a replay answer of {len(frames)} frames")
                     continue
                 try:
                     seq = decode_seq(frames[1])
-                except KvEventDecodeError:
-                    self._metrics.count_rejected(RejectReason.BAD_FRAMES)
+                except KvEventDecodeError as exc:
+                    self.reject(RejectReason.BAD_FRAMES, f"a replay answer with {exc}")
                     continue
                 if seq < 0:
                     finished = True

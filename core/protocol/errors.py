@@ -1,8 +1,10 @@
 """OpenAI error bodies and the exception that carries one to the HTTP layer.
 
 Every failure a client sees is ``{"error": {"message", "type", "param", "code"}}`` with an HTTP
-status that says whose fault it was: 4xx for the client's mistakes (never a 500), 503 with
-``Retry-After`` when no worker can take the request now, 500 only for dyn's own bugs.
+status that says whose fault it was: 4xx for the client's mistakes (never a 500), 401 with
+``WWW-Authenticate`` for a missing or wrong API key, 415 for a body that is not JSON, 503 with
+``Retry-After`` when no worker (or no room in the frontend) can take the request now, 500 only for
+dyn's own bugs.
 """
 
 from __future__ import annotations
@@ -61,6 +63,16 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 def unavailable(message: str, retry_after_s: int = 1) -> ApiError:
     """503: nothing can serve the request now; the client should retry after ``retry_after_s``."""
     return ApiError(503, message, code="no_workers", headers={"retry-after": str(retry_after_s)})
+
+
+def overloaded(message: str, retry_after_s: int = 1) -> ApiError:
+    """503: the frontend is at its capacity; the client should retry after ``retry_after_s``."""
+    return ApiError(503, message, code="overloaded", headers={"retry-after": str(retry_after_s)})
+
+
+def encoded(exc: ApiError) -> bytes:
+    """The error body as JSON bytes."""
+    return msgspec.json.encode(exc.body())
 
 
 def error_message(body: bytes | str) -> str:

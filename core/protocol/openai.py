@@ -1,8 +1,9 @@
 """OpenAI request and response types, with vLLM's extra parameters and NVIDIA's ``nvext``.
 
-Requests decode straight from the body with msgspec (a wrong type fails at decode time and names
-the field, see ``decode_request``); ``check_*`` then applies the value rules vLLM applies. Unknown
-fields are ignored, as OpenAI and vLLM ignore them. Fields the serving path cannot honour yet
+Requests decode straight from the body with msgspec (a wrong type, or an integer outside the range
+its consumer takes, fails at decode time and names the field, see ``decode_request``);
+``check_*`` then applies the value rules vLLM applies. Unknown fields are ignored, as OpenAI and
+vLLM ignore them. Fields the serving path cannot honour yet
 (beam search, ``logit_bias``, ``allowed_token_ids``, ``suffix``) are rejected with a 400 that
 names them, never dropped silently. Tools and structured outputs are checked by
 ``dyn.core.protocol.tools`` and ``dyn.core.protocol.structured``.
@@ -15,11 +16,27 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from dyn.core.protocol.errors import ApiError, bad_request
+
+# --------------------------------------------------------------------------- bounded integers
+
+# JSON integers have no size; the request plane's msgpack carries at most 64 bits and engines take
+# less. Each integer field is declared with the range its consumer can take, so a larger value is
+# a 400 at decode time that names the field, never an overflow further down (a 500).
+I32 = Annotated[int, msgspec.Meta(ge=-2**31, le=2**31 - 1)]
+I64 = Annotated[int, msgspec.Meta(ge=-2**63, le=2**63 - 1)]
+U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+U64_MAX = 2**64 - 1
+WorkerId = Annotated[int, msgspec.Meta(ge=0)]
+"""A worker instance id: unsigned 64-bit; msgspec's bounds stop at int64, so ``check_nvext``
+checks the upper end."""
+TokenId = U32
+"""A token id: vocabularies are indexed by unsigned 32-bit integers."""
+
 
 # --------------------------------------------------------------------------- nvext
 
@@ -28,8 +45,8 @@ class AgentHints(msgspec.Struct, forbid_unknown_fields=False):
     """Per-request scheduling hints (seed 002). ``priority``: larger is more important, on every
     backend (``dyn.core.protocol.priority`` converts it to the engine's convention)."""
 
-    priority: int | None = None
-    osl: int | None = None
+    priority: I32 | None = None
+    osl: U32 | None = None
     speculative_prefill: bool = False
     latency_sensitivity: float | None = None
 
@@ -43,7 +60,7 @@ class SessionControl(msgspec.Struct):
 
     session_id: str
     action: Literal["open", "bind", "close"] | None = None
-    timeout: int = 300
+    timeout: U32 = 300
 
 
 CACHE_TTL_MIN_S = 300
@@ -55,7 +72,7 @@ class CacheControl(msgspec.Struct):
     """``nvext.cache_control``: pin the conversation's KV for ``ttl`` after generation."""
 
     type: Literal["ephemeral"] = "ephemeral"
-    ttl: str | int | None = None
+    ttl: str | I64 | None = None
 
     def ttl_seconds(self) -> int:
         """``ttl`` in seconds: ``None`` is 300, "5m" 300, "1h" 3600, integer seconds (as a number
@@ -83,25 +100,21 @@ class NvExt(msgspec.Struct, forbid_unknown_fields=False):
     greed_sampling: bool | None = None
     use_raw_prompt: bool | None = None
     annotations: list[str] | None = None
-    backend_instance_id: int | None = None
-    token_data: list[int] | None = None
-    max_thinking_tokens: int | None = None
+    backend_instance_id: WorkerId | None = None
+    token_data: list[TokenId] | None = None
+    max_thinking_tokens: U32 | None = None
     extra_fields: list[str] | None = None
-    prefill_worker_id: int | None = None
-    decode_worker_id: int | None = None
-    dp_rank: int | None = None
+    prefill_worker_id: WorkerId | None = None
+    decode_worker_id: WorkerId | None = None
+    dp_rank: U32 | None = None
     agent_hints: AgentHints | None = None
     cache_control: CacheControl | None = None
     session_control: SessionControl | None = None
 
 
-_U32 = 2**32 - 1
-_U64 = 2**64 - 1
-_I32 = 2**31
-
-
 def check_nvext(nvext: NvExt) -> None:
-    """Value rules of ``nvext`` (types were checked at decode): a 400 naming the field."""
+    """Value rules of ``nvext`` (types and integer ranges were checked at decode): a 400 naming
+    the field."""
     def need(ok: bool, field: str, rule: str, value: Any) -> None:
         if not ok:
             raise bad_request(f"nvext.{field} {rule}, got {value!r}", param=f"nvext.{field}")
@@ -109,27 +122,16 @@ def check_nvext(nvext: NvExt) -> None:
     for name in ("backend_instance_id", "prefill_worker_id", "decode_worker_id"):
         value = getattr(nvext, name)
         if value is not None:
-            need(0 <= value <= _U64, name, "must be an unsigned 64-bit worker instance id", value)
-    if nvext.dp_rank is not None:
-        need(0 <= nvext.dp_rank <= _U32, "dp_rank", "must be at least 0", nvext.dp_rank)
-    if nvext.max_thinking_tokens is not None:
-        need(0 <= nvext.max_thinking_tokens <= _U32, "max_thinking_tokens", "must be at least 0",
-             nvext.max_thinking_tokens)
+            need(value <= U64_MAX, name, "must be an unsigned 64-bit worker instance id", value)
     if nvext.token_data is not None:
         need(bool(nvext.token_data), "token_data", "must hold at least one token id", [])
     for name, known in (("extra_fields", EXTRA_FIELDS), ("annotations", ANNOTATIONS)):
         for item in getattr(nvext, name) or ():
             need(item in known, name, f"entries must be among {', '.join(known)}", item)
     hints = nvext.agent_hints
-    if hints is not None:
-        if hints.priority is not None:
-            need(-_I32 <= hints.priority < _I32, "agent_hints.priority",
-                 "must be a signed 32-bit integer", hints.priority)
-        if hints.osl is not None:
-            need(0 <= hints.osl <= _U32, "agent_hints.osl", "must be at least 0", hints.osl)
-        if hints.latency_sensitivity is not None:
-            need(math.isfinite(hints.latency_sensitivity), "agent_hints.latency_sensitivity",
-                 "must be a finite number of seconds", hints.latency_sensitivity)
+    if hints is not None and hints.latency_sensitivity is not None:
+        need(math.isfinite(hints.latency_sensitivity), "agent_hints.latency_sensitivity",
+             "must be a finite number of seconds", hints.latency_sensitivity)
     session = nvext.session_control
     if session is not None:
         need(bool(session.session_id.strip()), "session_control.session_id", "must not be empty",
@@ -155,36 +157,36 @@ class _GenerationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Fal
     """Fields shared by chat and text completions (OpenAI's, then vLLM's extras)."""
 
     model: str | None = None
-    max_tokens: int | None = None
+    max_tokens: I64 | None = None
     temperature: float | None = None
     top_p: float | None = None
-    n: int = 1
+    n: I32 = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: I64 | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     # vLLM sampling extras
     use_beam_search: bool = False
-    best_of: int | None = None
-    top_k: int | None = None
+    best_of: I32 | None = None
+    top_k: I32 | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
     length_penalty: float = 1.0
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
-    min_tokens: int = 0
+    min_tokens: I64 = 0
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = None
-    allowed_token_ids: list[int] | None = None
-    prompt_logprobs: int | None = None
+    truncate_prompt_tokens: I64 | None = None
+    allowed_token_ids: list[I64] | None = None
+    prompt_logprobs: I32 | None = None
     # vLLM extra parameters
-    priority: int = 0
+    priority: I32 = 0
     request_id: str | None = None
     response_format: dict[str, Any] | None = None
     guided_json: Any = None
@@ -202,9 +204,9 @@ class ChatCompletionRequest(_GenerationRequest, kw_only=True):
     as the client sent them (``check_chat`` validates their shape)."""
 
     messages: list[dict[str, Any]]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: I64 | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: I32 | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -223,7 +225,7 @@ class CompletionRequest(_GenerationRequest, kw_only=True):
     prompt: str | list[Any]
     """Text, token ids, or a batch of either (``check_completion`` checks the list's shape)."""
     echo: bool = False
-    logprobs: int | None = None
+    logprobs: I32 | None = None
     suffix: str | None = None
     add_special_tokens: bool = True
 
@@ -233,9 +235,18 @@ _MISSING_RE = re.compile(r"missing required field `([^`]+)`")
 
 
 def decode_request(body: bytes, kind: type[msgspec.Struct]) -> Any:
-    """Decode a JSON body into ``kind``; malformed JSON or a wrong type is a 400 naming the field."""
+    """Decode a JSON body into ``kind``; malformed JSON, a wrong type or an integer out of its
+    field's range is a 400 naming the field. Invalid UTF-8 in a string the request uses and JSON
+    nested deeper than the decoder's recursion limit (which it reaches in microseconds) are 400s
+    too: nothing a client sends here is a 500."""
     try:
         return msgspec.json.decode(body, type=kind)
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"Invalid JSON body: a string is not valid UTF-8 ({exc.reason} at byte "
+                          f"{exc.start} of the string); send the body as UTF-8") from None
+    except RecursionError:
+        raise bad_request("Invalid JSON body: nested too deeply; send at most a few hundred levels "
+                          "of arrays and objects") from None
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _PATH_RE.search(text)
@@ -262,7 +273,7 @@ DEFAULT_MAX_LOGPROBS = 20
 
 def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
     """vLLM's value rules for the shared fields; unsupported features are a 400 naming them."""
-    _range(req, "n", 1 <= req.n <= 128, "must be between 1 and 128")
+    _range(req, "n", req.n >= 1, "must be at least 1")  # the most: --max-n (dyn.core.frontend.limits)
     if req.max_tokens is not None:
         _range(req, "max_tokens", req.max_tokens >= 1, "must be at least 1")
     if req.temperature is not None:
@@ -285,8 +296,6 @@ def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LO
                           f"({req.max_tokens})", param="min_tokens")
     if req.truncate_prompt_tokens is not None:
         _range(req, "truncate_prompt_tokens", req.truncate_prompt_tokens >= 1, "must be at least 1")
-    if isinstance(req.stop, list) and len(req.stop) > 16:
-        raise bad_request("stop may hold at most 16 strings", param="stop")
     if req.stream_options is not None and not req.stream:
         raise bad_request("stream_options is only allowed with stream=true", param="stream_options")
     if req.prompt_logprobs is not None:

@@ -26,12 +26,18 @@ The frontend routes every engine request through it; requests without ``session`
 ``RouteRequest.pin_ttl_s`` (``nvext.cache_control`` with ``--enable-cache-control``): after the
 stream ends, the worker that served it is asked to pin the prompt's cached prefix for that long.
 
+``route_all`` (the ``n`` choices of one request) passes the group to the inner router's
+``route_all``, so it is admitted as one unit, and adds each member's pin. A session needs a single
+choice: a group of several requests of which one carries ``session`` is a caller's bug
+(``ValueError``; the frontend refuses such requests with a 400 first).
+
 Worker calls after a stream run in the background (``BackgroundTasks``); their failures are
 logged, never reported to a client that already has its answer.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -81,6 +87,9 @@ class AgentRoute(Route):
     @property
     def queue_depth(self) -> int | None:  # type: ignore[override]
         return self.inner.queue_depth
+
+    def started(self) -> None:
+        self.inner.started()
 
     def first_token(self) -> None:
         self.inner.first_token()
@@ -142,6 +151,25 @@ class AgentRouter(Router):
         if pin is not None:
             after.append(lambda: self._spawn_pin(route.worker, request.token_ids, pin))
         return AgentRoute(route, engine_session, after)
+
+    async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
+        if len(requests) == 1:
+            return [await self.route(requests[0])]
+        if any(r.session is not None for r in requests):
+            raise ValueError("nvext.session_control needs a single choice: route_all got "
+                             f"{len(requests)} requests, one with a session")
+        routes = await self.inner.route_all(requests)
+        if not self.enable_cache_control:
+            return routes
+        wrapped: list[Route] = []
+        for request, route in zip(requests, routes, strict=True):
+            if request.pin_ttl_s is None:
+                wrapped.append(route)
+                continue
+            pin = functools.partial(self._spawn_pin, route.worker, request.token_ids,
+                                    request.pin_ttl_s)
+            wrapped.append(AgentRoute(route, None, [pin]))
+        return wrapped
 
     async def _route_session(self, request: RouteRequest,
                              after: list[Callable[[], None]]) -> tuple[Route, str | None]:

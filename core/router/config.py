@@ -20,6 +20,8 @@ from dyn.core.router.queue import QUEUE_POLICIES
 log = logging.getLogger("dyn.router")
 
 PREFILL_LOAD_MODELS = ("none", "aic")
+DEFAULT_UNSTARTED_BOOKING_SECS = 5.0
+DEFAULT_MAX_QUEUED_REQUESTS = 1024
 DEFAULT_OVERLAP_REFRESH_SECS = 10.0
 OVERLAP_REFRESH_ENV = "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"
 DEPRECATED_WEIGHT_ENVS = ("DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT", "DYN_OVERLAP_SCORE_WEIGHT")
@@ -31,6 +33,12 @@ class KvRouterConfig:
 
     ``overlap_score_credit == 0`` means no prefix index and no KV events (``uses_indexer``).
     Thresholds left ``None`` are off; ``queue_threshold=None`` disables the router queue.
+
+    ``unstarted_booking_secs``: a booking whose request was not sent to its worker (``started``)
+    nor reached its first token within this many seconds is freed (None: never; Dynamo has no
+    such limit, only the ``stale_request_secs`` expiry). ``max_queued_requests``: a request that
+    would wait in the router queue while it already holds this many engine requests is refused
+    with ``QueueFullError`` (None: no limit).
     """
 
     overlap_score_credit: float = 1.0
@@ -56,6 +64,8 @@ class KvRouterConfig:
     active_prefill_tokens_threshold: int | None = None
     active_prefill_tokens_threshold_frac: float | None = None
     stale_request_secs: float = 300.0
+    unstarted_booking_secs: float | None = DEFAULT_UNSTARTED_BOOKING_SECS
+    max_queued_requests: int | None = DEFAULT_MAX_QUEUED_REQUESTS
 
     @property
     def uses_indexer(self) -> bool:
@@ -73,6 +83,13 @@ class KvRouterConfig:
         _non_negative(self.temperature, "--router-temperature")
         _positive(self.ttl_secs, "--router-ttl-secs")
         _positive(self.stale_request_secs, "the stale request timeout")
+        if self.unstarted_booking_secs is not None:
+            _positive(self.unstarted_booking_secs, "--router-unstarted-booking-secs",
+                      hint="; use 0 to never expire bookings that were not started")
+        limit = self.max_queued_requests
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"--router-queue-limit must be a whole number of at least 1, got "
+                              f"{limit!r}; use 0 for no limit")
         if isinstance(self.event_threads, bool) or not isinstance(self.event_threads, int) \
                 or self.event_threads < 1:
             raise ConfigError(f"--router-event-threads must be a whole number of at least 1, "

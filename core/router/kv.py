@@ -1,6 +1,7 @@
 """``KvRouter``: the KV-cache-aware router (reference section 3), composed of small parts.
 
-For each engine request it
+For each engine request (or each group of them: ``route_all`` admits the ``n`` choices and
+batched prompts of one client request as one unit) it
 
 1. hashes the prompt into full blocks (``dyn.core.kv.hashing``) and chains sequence hashes;
 2. asks the overlap source how many leading blocks each (worker, dp_rank) holds: the exact
@@ -9,14 +10,22 @@ For each engine request it
    indexer of predicted routes (``--router-predicted-ttl-secs``);
 3. drops workers whose every rank is over a busy threshold (all busy: ``AllWorkersBusyError``, a 503);
 4. if the queue is on and every eligible rank has more than ``threshold * max_num_batched_tokens``
-   active prefill tokens, waits in the router queue (fcfs / lcfs / wspt keys, priority jumps);
+   active prefill tokens, waits in the router queue (fcfs / lcfs / wspt keys, priority jumps); a
+   group waits as one entry keyed by its first request, and is refused at once
+   (``QueueFullError``) when the queue already holds ``max_queued_requests`` engine requests;
 5. scores every rank with the cost model, picks one (argmin or softmax at a temperature), books
    the request on it (``ActiveLoad``) and records the decision where an approximate index wants it.
+   A group's members are all scored and booked in the same step, each seeing its siblings'
+   bookings, and never wait behind each other: the frontend starts none of them until all are
+   routed, so a member waiting for its siblings' prefill would wait forever. If one member cannot
+   be booked, the others are freed and the error raised.
 
-The returned ``KvRoute`` keeps the booking in step with the stream: ``first_token`` marks the
-prefill done, ``progress`` grows output blocks, ``finished`` frees the request; each of them may
-let queued requests through. Stale bookings (a request never finished) expire after
-``stale_request_secs``.
+The returned ``KvRoute`` keeps the booking in step with the stream: ``started`` says the request
+was sent to its worker, ``first_token`` marks the prefill done, ``progress`` grows output blocks,
+``finished`` frees the request; each of them may let queued requests through. A booking neither
+started nor past its first token after ``unstarted_booking_secs`` is freed (its frontend crashed
+or gave up between routing and sending; checked every second); stale bookings (a request never
+finished) expire after ``stale_request_secs``.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import (
     AllWorkersBusyError,
     NoWorkersError,
+    QueueFullError,
     Route,
     Router,
     RouteRequest,
@@ -68,33 +78,44 @@ class RouteDecision:
         self.isl_tokens = isl_tokens
 
 
-class _Pending:
-    """A request between hashing and admission (possibly waiting in the queue)."""
+class _Prompt:
+    """A prompt's block hashes and overlap scores, shared by the group members that send it."""
 
-    __slots__ = ("request", "local", "seq", "scores", "predicted", "scored_at", "route", "error",
-                 "done", "queue_depth")
+    __slots__ = ("local", "seq", "scores", "predicted", "scored_at")
 
-    def __init__(self, request: RouteRequest, local: list[int], seq: list[int],
-                 overlaps: tuple[OverlapScores, OverlapScores], now: float, queue_depth: int) -> None:
-        self.request = request
-        self.queue_depth = queue_depth
+    def __init__(self, local: list[int], seq: list[int],
+                 overlaps: tuple[OverlapScores, OverlapScores], now: float) -> None:
         self.local = local
         self.seq = seq
         self.scores, self.predicted = overlaps
         self.scored_at = now
-        self.route: KvRoute | None = None
+
+
+class _Group:
+    """The requests of one ``route_all`` between hashing and admission (maybe in the queue)."""
+
+    __slots__ = ("members", "queue_depth", "routes", "error", "done")
+
+    def __init__(self, members: list[tuple[RouteRequest, _Prompt]], queue_depth: int) -> None:
+        self.members = members
+        self.queue_depth = queue_depth
+        self.routes: list[KvRoute] = []
         self.error: RoutingError | None = None
         self.done: anyio.Event | None = None
+
+    @property
+    def first(self) -> RouteRequest:
+        return self.members[0][0]
 
 
 class KvRoute(Route):
     """A booked route; its hooks keep the router's load model in step with the stream."""
 
-    __slots__ = ("router", "request_id", "key", "decision", "routed_at", "first_at", "output_tokens",
-                 "closed", "queue_depth")
+    __slots__ = ("router", "request_id", "key", "decision", "routed_at", "booked_at", "first_at",
+                 "output_tokens", "closed", "queue_depth")
 
     def __init__(self, worker: Worker, router: KvRouter, request_id: str, decision: RouteDecision,
-                 routed_at: float, queue_depth: int = 0) -> None:
+                 routed_at: float, queue_depth: int = 0, booked_at: float = 0.0) -> None:
         super().__init__(worker, decision.worker[1])
         self.queue_depth = queue_depth
         self.router = router
@@ -102,13 +123,20 @@ class KvRoute(Route):
         self.key = decision.worker
         self.decision = decision
         self.routed_at = routed_at
+        self.booked_at = booked_at
+        """When it was booked, on the router's clock (the unstarted-booking expiry's start)."""
         self.first_at: float | None = None
         self.output_tokens = 0
         self.closed = False
 
+    def started(self) -> None:
+        if not self.closed:
+            self.router._started(self)
+
     def first_token(self) -> None:
         if self.first_at is None and not self.closed:
             self.first_at = time.perf_counter()
+            self.router._started(self)
             self.router._prefill_done(self)
 
     def progress(self, output_tokens: int) -> None:
@@ -159,6 +187,10 @@ class KvRouter(Router):
             self.ingestor = ingest(self.indexer)
             self.ingestor.follow(pool)
         self.queue = RouterQueue(config.queue_policy, clock)
+        self._draining = False
+        self._unstarted: dict[str, KvRoute] = {}  # booking order, so the oldest come first
+        self.unstarted_expired = 0
+        """Bookings freed because their request was not started in time."""
         self._ranks: dict[int, list[WorkerKey]] = {}
         self._wake = anyio.Event()
         self.on_booking: Callable[[ActiveSequenceEvent], None] | None = None
@@ -196,8 +228,8 @@ class KvRouter(Router):
                 self.metrics.forget_worker(key)
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Background work until cancelled: KV-event ingestion, periodic queue rechecks, stale
-        booking expiry."""
+        """Background work until cancelled: KV-event ingestion, queue rechecks and the expiry of
+        unstarted bookings every second, stale booking expiry every 30 s."""
         async with anyio.create_task_group() as tg:
             if self.ingestor is not None:
                 await tg.start(self.ingestor.run)
@@ -210,6 +242,7 @@ class KvRouter(Router):
                     await self._wake.wait()
                 self._wake = anyio.Event()
                 now = self._clock()
+                self._expire_unstarted(now)
                 if now - last_stale >= STALE_CHECK_S:
                     last_stale = now
                     for request_id in self.load.expire_stale(now, self.config.stale_request_secs):
@@ -220,14 +253,46 @@ class KvRouter(Router):
     # ----------------------------------------------------------------- routing
 
     async def route(self, request: RouteRequest) -> Route:
+        return (await self.route_all([request]))[0]
+
+    async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
+        """Route ``requests`` as one unit (see the module docstring): one queue entry, all
+        booked in one step, all or none."""
+        if not requests:
+            return []
         t0 = time.perf_counter()
-        if request.instance_id is not None and self.pool.get(request.instance_id) is None:
-            live = ", ".join(str(w.instance_id) for w in self.pool.workers()) or "none"
-            raise WorkerNotFoundError(
-                f"worker instance {request.instance_id} is not live (live instances: {live})")
+        for target in {r.instance_id for r in requests if r.instance_id is not None}:
+            if self.pool.get(target) is None:
+                live = ", ".join(str(w.instance_id) for w in self.pool.workers()) or "none"
+                raise WorkerNotFoundError(
+                    f"worker instance {target} is not live (live instances: {live})")
         if not self.pool.workers() or self.block_size is None:
             raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
                                  "start one with 'dyn worker mocker' or retry later")
+        prompts: dict[tuple[int, str | None], _Prompt] = {}
+        members: list[tuple[RouteRequest, _Prompt]] = []
+        for request in requests:
+            # the n choices of a prompt share its token list: hash and score it once
+            key = (id(request.token_ids), request.lora_name)
+            prompt = prompts.get(key)
+            if prompt is None:
+                prompt = prompts[key] = await self._prompt(request)
+            members.append((request, prompt))
+        t3 = time.perf_counter()
+        group = _Group(members, self.queue.pending_requests)
+        targets = self._targets(group)
+        first = targets[(group.first.instance_id, group.first.dp_rank)]
+        if self.config.queue_threshold is not None and self._prefill_busy(first):
+            routes = await self._wait_in_queue(group)
+        else:
+            routes = self._admit_group(group, targets)
+        t4 = time.perf_counter()
+        self.metrics.scheduling_ms.observe((t4 - t3) * 1e3)
+        self.metrics.total_ms.observe((t4 - t0) * 1e3)
+        return list(routes)
+
+    async def _prompt(self, request: RouteRequest) -> _Prompt:
+        t0 = time.perf_counter()
         local = block_hashes(request.token_ids, self.block_size, request.lora_name)
         t1 = time.perf_counter()
         seq = sequence_hashes(local)
@@ -238,16 +303,17 @@ class KvRouter(Router):
         m.block_hashing_ms.observe((t1 - t0) * 1e3)
         m.seq_hashing_ms.observe((t2 - t1) * 1e3)
         m.find_matches_ms.observe((t3 - t2) * 1e3)
-        pending = _Pending(request, local, seq, overlaps, self._clock(), len(self.queue))
-        candidates = self._eligible(request)
-        if self.config.queue_threshold is not None and self._prefill_busy(candidates):
-            route = await self._wait_in_queue(pending)
-        else:
-            route = self._admit(pending, candidates)
-        t4 = time.perf_counter()
-        m.scheduling_ms.observe((t4 - t3) * 1e3)
-        m.total_ms.observe((t4 - t0) * 1e3)
-        return route
+        return _Prompt(local, seq, overlaps, self._clock())
+
+    def _targets(self, group: _Group) -> dict[tuple[int | None, int | None], list[WorkerKey]]:
+        """The eligible ranks of each (instance_id, dp_rank) target the group's members name,
+        decided once for the whole group, before any of it is booked; raises ``RoutingError``."""
+        targets: dict[tuple[int | None, int | None], list[WorkerKey]] = {}
+        for request, _ in group.members:
+            target = (request.instance_id, request.dp_rank)
+            if target not in targets:
+                targets[target] = self._eligible(request)
+        return targets
 
     def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
         raise AssertionError("unreachable: KvRouter overrides route()")
@@ -355,76 +421,113 @@ class KvRouter(Router):
 
     # ----------------------------------------------------------------- the queue
 
-    async def _wait_in_queue(self, pending: _Pending) -> Route:
-        req = pending.request
-        best_cached = max(pending.scores.values(), default=0) * (self.block_size or 0)
-        pending.done = anyio.Event()
-        entry = self.queue.push(pending, priority_jump=priority_jump(req.priority, req.latency_sensitivity),
-                                isl_tokens=len(req.token_ids), max_cached_tokens=best_cached)
+    async def _wait_in_queue(self, group: _Group) -> list[KvRoute]:
+        limit = self.config.max_queued_requests
+        waiting = self.queue.pending_requests
+        if limit is not None and waiting >= limit:
+            self.metrics.rejected.labels("decode", "queue_full").inc()
+            raise QueueFullError(
+                f"every worker is busy and {waiting} requests already wait in the router queue "
+                f"(--router-queue-limit {limit}); retry later")
+        req, prompt = group.members[0]
+        best_cached = max(prompt.scores.values(), default=0) * (self.block_size or 0)
+        group.done = anyio.Event()
+        entry = self.queue.push(group, priority_jump=priority_jump(req.priority, req.latency_sensitivity),
+                                isl_tokens=len(req.token_ids), max_cached_tokens=best_cached,
+                                requests=len(group.members),
+                                tokens=sum(len(r.token_ids) for r, _ in group.members))
         self._queue_gauges()
         try:
-            await pending.done.wait()
+            await group.done.wait()
         except BaseException:
             self.queue.remove(entry)
             self._queue_gauges()
-            if pending.route is not None:  # admitted while this waiter was being cancelled
-                pending.route.finished()
+            for route in group.routes:  # admitted while this waiter was being cancelled
+                route.finished()
             raise
-        if pending.error is not None:
-            raise pending.error
-        assert pending.route is not None
-        return pending.route
+        if group.error is not None:
+            raise group.error
+        return group.routes
 
     def _drain(self) -> None:
-        """Admit queued requests from the head while the head is not blocked."""
+        """Admit queued groups from the head while the head is not blocked. A drain that a
+        booking change causes while one runs is folded into it (the running loop re-reads the
+        load before each admission)."""
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            self._drain_queue()
+        finally:
+            self._draining = False
+        self._queue_gauges()
+
+    def _drain_queue(self) -> None:
         refresh = self.config.overlap_refresh_after_secs
         while len(self.queue):
-            pending: _Pending = self.queue.peek()
+            group: _Group = self.queue.peek()
             try:
-                candidates = self._eligible(pending.request)
+                targets = self._targets(group)
             except RoutingError as exc:
                 self.queue.pop()
-                pending.error = exc
-                pending.done.set()
+                group.error = exc
+                group.done.set()
                 continue
-            if self._prefill_busy(candidates):
+            if self._prefill_busy(targets[(group.first.instance_id, group.first.dp_rank)]):
                 break
             self.queue.pop()
             now = self._clock()
-            if (refresh is not None and now - pending.scored_at >= refresh
-                    and (self.indexer is not None or self.approx is not None)):
+            if refresh is not None and (self.indexer is not None or self.approx is not None):
                 index = self.indexer if self.indexer is not None else self.approx
-                scores = index.find_matches(pending.local, pending.seq)
-                pending.scores, pending.predicted = self._with_side(scores, pending.local, pending.seq)
-                pending.scored_at = now
+                for prompt in {id(p): p for _, p in group.members}.values():
+                    if now - prompt.scored_at >= refresh:
+                        scores = index.find_matches(prompt.local, prompt.seq)
+                        prompt.scores, prompt.predicted = self._with_side(scores, prompt.local,
+                                                                          prompt.seq)
+                        prompt.scored_at = now
             try:
-                pending.route = self._admit(pending, candidates)
+                group.routes = self._admit_group(group, targets)
             except RoutingError as exc:
-                pending.error = exc
+                group.error = exc
             except Exception as exc:  # a bug must fail this request, not hang it or the drain
-                log.exception("admitting queued request %s failed", pending.request.request_id)
-                pending.error = RoutingError(f"the router failed to admit the request: {exc}")
-            pending.done.set()
-        self._queue_gauges()
+                log.exception("admitting queued request %s failed", group.first.request_id)
+                group.error = RoutingError(f"the router failed to admit the request: {exc}")
+            group.done.set()
 
     def _queue_gauges(self) -> None:
-        self.metrics.queue_pending.set(len(self.queue))
+        self.metrics.queue_pending.set(self.queue.pending_requests)
         self.metrics.queue_isl.set(self.queue.pending_isl_tokens)
 
     # ----------------------------------------------------------------- admission and booking
 
-    def _admit(self, pending: _Pending, candidates: list[WorkerKey]) -> KvRoute:
+    def _admit_group(self, group: _Group,
+                     targets: dict[tuple[int | None, int | None], list[WorkerKey]]) -> list[KvRoute]:
+        """Book every member now, each seeing the bookings of those before it; if one fails,
+        free the others and raise."""
+        routes: list[KvRoute] = []
+        try:
+            for request, prompt in group.members:
+                routes.append(self._admit(request, prompt,
+                                          targets[(request.instance_id, request.dp_rank)],
+                                          group.queue_depth))
+        except BaseException:
+            for route in routes:
+                route.finished()
+            raise
+        return routes
+
+    def _admit(self, req: RouteRequest, prompt: _Prompt, candidates: list[WorkerKey],
+               queue_depth: int = 0) -> KvRoute:
         c = self.config
-        req = pending.request
         bs = self.block_size or 1
         isl = len(req.token_ids)
         now = self._clock()
-        scores = pending.scores
+        scores = prompt.scores
         cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
-        track = tracking_hashes(pending.seq, c.assume_kv_reuse, self._rng) if c.track_active_blocks else []
+        track = tracking_hashes(prompt.seq, c.assume_kv_reuse, self._rng) if c.track_active_blocks else []
         decode, prefill = self.load.potential_loads(candidates, track, isl, cached,
                                                     c.track_prefill_tokens, now)
-        for k, blocks in pending.predicted.items():
+        for k, blocks in prompt.predicted.items():
             # Those blocks are being prefilled there for a sibling: that work is already in the
             # worker's active prefill tokens and this request will reuse it, so it is not charged
             # twice (without this, a burst of siblings spreads before the first one's prefill ends).
@@ -448,14 +551,14 @@ class KvRouter(Router):
         self.load.add_request(req.request_id, key, track, isl, cached[key],
                               req.expected_output_tokens, c.track_prefill_tokens, now)
         if self.approx is not None:
-            self.approx.record(key, pending.local, pending.seq)
+            self.approx.record(key, prompt.local, prompt.seq)
         if self.side is not None:
-            self.side.record(key, pending.local, pending.seq)
+            self.side.record(key, prompt.local, prompt.seq)
         decision = RouteDecision(key, overlap, cached[key], isl)
         if self.on_booking is not None:
             self.on_booking(ActiveSequenceEvent(
                 self.router_id, req.request_id, key[0], key[1], "add", tracked_hashes=track,
-                local_hashes=pending.local, seq_hashes=pending.seq, isl_tokens=isl,
+                local_hashes=prompt.local, seq_hashes=prompt.seq, isl_tokens=isl,
                 cached_tokens=cached[key], expected_output_tokens=req.expected_output_tokens))
         m = self.metrics
         m.requests.inc()
@@ -466,8 +569,11 @@ class KvRouter(Router):
             log.debug("request %s -> worker %d rank %d (overlap %d blocks, logits %s)",
                       req.request_id, key[0], key[1], overlap,
                       {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()})
-        return KvRoute(worker, self, req.request_id, decision, time.perf_counter(),
-                       pending.queue_depth)
+        route = KvRoute(worker, self, req.request_id, decision, time.perf_counter(), queue_depth,
+                        now)
+        if c.unstarted_booking_secs is not None:
+            self._unstarted[req.request_id] = route
+        return route
 
     def _publish_load(self, key: WorkerKey) -> None:
         self.metrics.worker_load(key, self.load.active_decode_blocks(key),
@@ -518,6 +624,30 @@ class KvRouter(Router):
             if len(self.queue):
                 self._drain()
 
+    def _started(self, route: KvRoute) -> None:
+        if self._unstarted.get(route.request_id) is route:
+            del self._unstarted[route.request_id]
+
+    def _expire_unstarted(self, now: float) -> None:
+        """Free the bookings whose request was neither started nor past its first token
+        ``unstarted_booking_secs`` after booking."""
+        max_age = self.config.unstarted_booking_secs
+        if max_age is None or not self._unstarted:
+            return
+        expired = []
+        for route in self._unstarted.values():
+            if now - route.booked_at <= max_age:
+                break
+            expired.append(route)
+        if not expired:
+            return
+        for route in expired:
+            route.finished()
+        self.unstarted_expired += len(expired)
+        log.warning("freed %d booking(s) whose request was not sent to its worker within %g s "
+                    "(%s...): its frontend crashed or gave up after routing", len(expired),
+                    max_age, expired[0].request_id)
+
     def _prefill_done(self, route: KvRoute) -> None:
         self._sync(route, "prefill_done")
         self.load.mark_prefill_completed(route.request_id)
@@ -533,6 +663,7 @@ class KvRouter(Router):
             self._sync(route, "output")
 
     def _free(self, route: KvRoute) -> None:
+        self._started(route)
         self._sync(route, "free")
         self.load.free(route.request_id)
         itl = None

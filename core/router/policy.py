@@ -1,8 +1,10 @@
 """The routing interface and the simple policies: round-robin, random, direct.
 
-The frontend asks a ``Router`` for a ``Route`` per engine request and reports the request's
-progress on the route (``first_token``, ``finished``), so a router that books load (the KV router)
-can keep its accounting; the simple policies book nothing. A request that names a worker
+The frontend asks a ``Router`` for a ``Route`` per engine request, or for the routes of all the
+engine requests of one client request at once (``route_all``: the ``n`` choices and batched prompts
+are admitted as one unit), and reports each request's progress on its route (``started``,
+``first_token``, ``progress``, ``finished``), so a router that books load (the KV router) can keep
+its accounting; the simple policies book nothing. A request that names a worker
 (``RouteRequest.instance_id``: ``nvext.backend_instance_id`` or ``x-worker-instance-id``) goes to
 that worker in every mode; ``direct`` mode requires one.
 
@@ -39,6 +41,11 @@ class AllWorkersBusyError(RoutingError):
     """Every eligible worker is over a busy threshold; retrying later may succeed."""
 
 
+class QueueFullError(AllWorkersBusyError):
+    """Every eligible worker is busy and the router queue holds as many requests as it may
+    (``--router-queue-limit``); retrying later may succeed."""
+
+
 class WorkerNotFoundError(RoutingError):
     """The request named a worker instance that is not live."""
 
@@ -68,9 +75,11 @@ class RouteRequest(msgspec.Struct, kw_only=True):
 class Route:
     """A routing decision: the worker (and rank) that serves one engine request.
 
-    The frontend calls ``first_token`` when the first output token arrives, ``progress`` with the
-    running count of output tokens as they arrive, and ``finished`` exactly once when the request
-    ends for any reason; the base class books nothing.
+    The frontend calls ``started`` right after it sends the request to its worker, ``first_token``
+    when the first output token arrives, ``progress`` with the running count of output tokens as
+    they arrive, and ``finished`` exactly once when the request ends for any reason; the base class
+    books nothing. A KV router frees a booking that was not started (nor reached its first token)
+    within ``KvRouterConfig.unstarted_booking_secs``: a route that is never sent costs seconds.
 
     What a router knew when it routed, for the response's ``nvext.timing`` (``None``: unknown):
     ``cached_tokens`` / ``isl_tokens`` (the predicted KV hit) and ``queue_depth`` (requests waiting
@@ -94,6 +103,9 @@ class Route:
     def __init__(self, worker: Worker, dp_rank: int | None = None) -> None:
         self.worker = worker
         self.dp_rank = dp_rank
+
+    def started(self) -> None:
+        pass
 
     def first_token(self) -> None:
         pass
@@ -131,6 +143,22 @@ class Router(abc.ABC):
             raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
                                  "start one with 'dyn worker mocker' or retry later")
         return Route(self.select(request, workers), request.dp_rank)
+
+    async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
+        """The routes of ``requests``, in order: the engine requests of one client request (its
+        ``n`` choices, its batched prompts), admitted as one unit. Either every request is routed
+        or none is: on a failure (or cancellation) the routes already made are finished and the
+        error is raised. This base routes each in turn, which suits routers that never wait; a
+        queueing router overrides it so that the group never waits behind its own members."""
+        routes: list[Route] = []
+        try:
+            for request in requests:
+                routes.append(await self.route(request))
+        except BaseException:
+            for route in routes:
+                route.finished()
+            raise
+        return routes
 
     @abc.abstractmethod
     def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:

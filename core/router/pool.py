@@ -2,9 +2,15 @@
 
 ``WorkerPool.run`` watches the store: a record that appears gets a request-plane client
 (``WorkerClient``), a record that goes away (deleted, or expired because its heartbeat stopped)
-is removed at once and its in-flight streams fail with ``WorkerUnavailable``. A worker is never
-handed out after the watch reported it gone. Workers serving another model than the pool's are
+is removed from routing at once; its in-flight streams go on while its connection lives (a
+draining worker finishes them), and fail with ``WorkerUnavailable`` when it closes. A worker is
+never handed out after the watch reported it gone. Workers serving another model than the pool's are
 skipped (logged once).
+
+The request plane knows sooner than discovery: a worker whose client reports it unhealthy (its
+connection dropped, it never connected, or it went silent past a timeout; see
+``dyn.core.transport.request_plane``) is taken out of routing at once, and put back when its
+client reports it healthy again, until discovery removes it for good.
 
 Listeners (``add_listener``) hear every add and removal, so a KV router can keep its indexer and
 load tracking in step with the same membership.
@@ -24,6 +30,8 @@ from dyn.core.messages import WorkerRecord
 from dyn.core.transport.request_plane import WorkerClient, WorkerUnavailable
 
 log = logging.getLogger(__name__)
+
+_DRAIN_POLL_S = 0.05
 
 
 class Worker:
@@ -50,10 +58,14 @@ Listener = Callable[[Worker, bool], None]
 class WorkerPool:
     """Workers of one namespace serving ``model_name`` (every model when None)."""
 
-    def __init__(self, store: DiscoveryStore, model_name: str | None = None) -> None:
+    def __init__(self, store: DiscoveryStore, model_name: str | None = None, *,
+                 first_token_timeout_s: float = 0.0, inter_token_timeout_s: float = 0.0) -> None:
         self.store = store
         self.model_name = model_name
+        self._timeouts = {"first_token_timeout_s": first_token_timeout_s,
+                          "inter_token_timeout_s": inter_token_timeout_s}
         self._workers: dict[int, Worker] = {}
+        self._unhealthy: dict[int, Worker] = {}
         self._ordered: list[Worker] = []
         self._gone: dict[int, anyio.Event] = {}
         self._listeners: list[Listener] = []
@@ -107,7 +119,7 @@ class WorkerPool:
                 log.warning("ignoring worker %d: it serves model %r, this frontend serves %r",
                             record.instance_id, record.model_name, self.model_name)
             return
-        current = self._workers.get(record.instance_id)
+        current = self._workers.get(record.instance_id) or self._unhealthy.get(record.instance_id)
         if current is not None:
             if current.record.endpoints.request == record.endpoints.request:
                 current.record = record
@@ -118,7 +130,8 @@ class WorkerPool:
     async def _hold(self, record: WorkerRecord, *, task_status: Any) -> None:
         """Own one worker's client for as long as the worker is live."""
         gone = anyio.Event()
-        async with WorkerClient(record.endpoints.request) as client:
+        client = WorkerClient(record.endpoints.request, on_health=self._on_health, **self._timeouts)
+        async with client:
             worker = Worker(record, client)
             self._gone[record.instance_id] = gone
             self._workers[record.instance_id] = worker
@@ -128,10 +141,18 @@ class WorkerPool:
             task_status.started()
             try:
                 await gone.wait()
+                # It left discovery, so nothing new goes to it; if it is draining, what it still
+                # serves finishes (or ends with worker_shutdown) before its connection closes.
+                while client.in_flight and client.healthy:
+                    await anyio.sleep(_DRAIN_POLL_S)
             finally:
                 client.fail_all(WorkerUnavailable(f"worker {record.instance_id} left"))
 
     def _on_removed(self, instance_id: int) -> None:
+        if self._unhealthy.pop(instance_id, None) is not None:  # out of routing already
+            log.info("worker %d left", instance_id)
+            self._gone.pop(instance_id).set()
+            return
         worker = self._workers.pop(instance_id, None)
         if worker is None:
             return
@@ -139,6 +160,21 @@ class WorkerPool:
         log.info("worker %d left", instance_id)
         self._gone.pop(instance_id).set()
         self._notify(worker, False)
+
+    def _on_health(self, client: WorkerClient, healthy: bool, reason: str) -> None:
+        """A worker's client lost or regained it: take it out of routing or put it back."""
+        source, target = (self._unhealthy, self._workers) if healthy else (self._workers, self._unhealthy)
+        worker = next((w for w in source.values() if w.client is client), None)
+        if worker is None:
+            return
+        del source[worker.instance_id]
+        target[worker.instance_id] = worker
+        self._reorder()
+        if healthy:
+            log.info("worker %d is reachable again (%s); routing to it", worker.instance_id, reason)
+        else:
+            log.warning("worker %d is unreachable (%s); not routing to it", worker.instance_id, reason)
+        self._notify(worker, healthy)
 
     def _reorder(self) -> None:
         self._ordered = [self._workers[i] for i in sorted(self._workers)]

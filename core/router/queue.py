@@ -10,7 +10,10 @@ waiting requests by a policy key, computed once at push time (higher leaves firs
 - ``wspt``: ``(1 + jump) / max(1, isl - max_cached_tokens)`` (Smith's rule; best mean TTFT),
 
 where ``jump = max(priority_jump, 0)`` and ``arrival_offset`` is seconds since the queue was made.
-Equal keys leave in push order. The queue does not decide busy-ness: the router drains it.
+Equal keys leave in push order. An entry may stand for several engine requests (the ``n``
+choices of one client request, admitted as one unit): it is keyed by its first request and
+counted ``requests`` times in ``pending_requests``. The queue does not decide busy-ness: the
+router drains it.
 """
 
 from __future__ import annotations
@@ -73,13 +76,18 @@ class QueueEntry:
         "max_cached_tokens",
         "payload",
         "priority_jump",
+        "requests",
+        "tokens",
     )
 
     def __init__(self, payload: Any, key: float, isl_tokens: int, priority_jump: float,
-                 max_cached_tokens: float, enqueued_at: float, seq: int) -> None:
+                 max_cached_tokens: float, enqueued_at: float, seq: int, requests: int = 1,
+                 tokens: int | None = None) -> None:
         self.payload = payload
         self.key = key
         self.isl_tokens = isl_tokens
+        self.requests = requests
+        self.tokens = isl_tokens if tokens is None else tokens
         self.priority_jump = priority_jump
         self.max_cached_tokens = max_cached_tokens
         self.enqueued_at = enqueued_at
@@ -109,19 +117,25 @@ class RouterQueue:
         self._heap: list[QueueEntry] = []
         self._count = itertools.count()
         self._len = 0
+        self._pending_requests = 0
         self._pending_isl = 0
 
     def push(self, payload: Any, *, priority_jump: float = 0.0, isl_tokens: int,
-             max_cached_tokens: float = 0.0) -> QueueEntry:
+             max_cached_tokens: float = 0.0, requests: int = 1,
+             tokens: int | None = None) -> QueueEntry:
+        """Queue ``payload``, keyed by one request's ``isl_tokens`` and ``max_cached_tokens``;
+        it stands for ``requests`` engine requests of ``tokens`` prompt tokens in all
+        (default: one request of ``isl_tokens``)."""
         now = self._clock()
         key = queue_key(self.policy, priority_jump=priority_jump,
                         arrival_offset_secs=now - self.started_at, isl_tokens=isl_tokens,
                         max_cached_tokens=max_cached_tokens)
         entry = QueueEntry(payload, key, isl_tokens, priority_jump, max_cached_tokens, now,
-                           next(self._count))
+                           next(self._count), requests, tokens)
         heapq.heappush(self._heap, entry)
         self._len += 1
-        self._pending_isl += isl_tokens
+        self._pending_requests += entry.requests
+        self._pending_isl += entry.tokens
         return entry
 
     def peek(self) -> Any:
@@ -154,7 +168,13 @@ class RouterQueue:
         return True
 
     def __len__(self) -> int:
+        """Waiting entries (a group of requests counts once)."""
         return self._len
+
+    @property
+    def pending_requests(self) -> int:
+        """Engine requests waiting (a group counts each of its requests)."""
+        return self._pending_requests
 
     @property
     def pending_isl_tokens(self) -> int:
@@ -170,4 +190,5 @@ class RouterQueue:
     def _forget(self, entry: QueueEntry) -> None:
         entry._live = False
         self._len -= 1
-        self._pending_isl -= entry.isl_tokens
+        self._pending_requests -= entry.requests
+        self._pending_isl -= entry.tokens

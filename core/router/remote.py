@@ -6,20 +6,28 @@ the ``{namespace}.routers`` discovery namespace (another one is taken when it le
 
 Contract:
 
-- ``route`` sends a ``RouteQuery`` on a DEALER and waits for the ``RouteAnswer`` or
-  ``RouteRefused`` with the same ``query_id``. A refusal raises the matching ``RoutingError``
-  (``all_busy`` -> ``AllWorkersBusyError``); no answer within ``timeout_s`` (the service's queue
-  may hold a request a while) raises ``NoWorkersError``. The answer names a worker instance; if
-  the frontend's own pool does not know it yet, ``route`` waits up to ``worker_wait_s`` for
-  discovery to catch up, then gives up with ``NoWorkersError`` (and frees the booking).
-- The returned route reports the stream to the service with ``RouteProgress``: ``first_token``
-  once, ``progress`` only when the output crosses a KV block boundary (the block size comes with
-  the answer), ``finished`` exactly once. Reports never block the event loop and never raise into
-  the frontend: a full socket drops them (counted in ``dropped`` and logged); the service frees
-  a booking whose end it never hears after its stale-request timeout.
-- Answers for unknown queries are ignored. A query abandoned before its answer came (the client
-  went away, or the timeout passed) has its late booking freed at once.
-- ``run`` owns the socket and its receive loop; ``route`` raises ``NoWorkersError`` until it runs.
+- ``route_all`` sends one ``RouteQuery`` for the whole group (the first request's fields, the
+  others as ``siblings``, each distinct prompt once) on a DEALER and waits for one ``RouteAnswer``
+  per member, or the ``RouteRefused`` with the same ``query_id``; ``route`` is a group of one. The
+  members must share every routing field but ``request_id`` and ``token_ids`` (``ValueError``
+  otherwise: the frontend's groups always do). A refusal raises the matching ``RoutingError``
+  (``all_busy`` -> ``AllWorkersBusyError``, ``queue_full`` -> ``QueueFullError``); no answer
+  within ``timeout_s`` (the service's queue may hold a request a while) raises ``NoWorkersError``.
+  The answers name worker instances; if the frontend's own pool does not know one yet, the call
+  waits up to ``worker_wait_s`` for discovery to catch up, then gives up with ``NoWorkersError``
+  (and frees the group's bookings). A ``dyn router`` older than groups answers only the first
+  member (``member`` -1): the others are then routed one query each, as it always did.
+- The returned route reports the stream to the service with ``RouteProgress``: ``started`` once
+  (when the router understands it), ``first_token`` once, ``progress`` only when the output
+  crosses a KV block boundary (the block size comes with the answer), ``finished`` exactly once.
+  Reports never block the event loop and never raise into the frontend: a full socket drops
+  them (counted in ``dropped`` and logged); the service frees a booking not started within its
+  unstarted-booking expiry, and one whose end it never hears after its stale-request timeout.
+- Answers for unknown queries, and the service's probes (``query_id`` 0), are ignored. A query
+  abandoned before its answer came (the caller was cancelled: the client went away; or the
+  timeout passed) is withdrawn at once with ``finished`` for its members, so the service takes it
+  out of its queue; a booking answered meanwhile is freed when its answer comes.
+- ``run`` owns the socket and its receive loop; routing raises ``NoWorkersError`` until it runs.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefus
 from dyn.core.router.kv import AllWorkersBusyError, RouteDecision
 from dyn.core.router.policy import (
     NoWorkersError,
+    QueueFullError,
     Route,
     RouteRequest,
     Router,
@@ -64,24 +73,39 @@ REFUSALS: dict[str, type[RoutingError]] = {
     "no_workers": NoWorkersError,
     "worker_not_found": WorkerNotFoundError,
     "all_busy": AllWorkersBusyError,
+    "queue_full": QueueFullError,
     "target_required": TargetRequiredError,
 }
 
 
 class _Query:
-    __slots__ = ("request_id", "reply", "done")
+    """A group's query in flight: one answer slot per member."""
 
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-        self.reply: RouteAnswer | RouteRefused | None = None
+    __slots__ = ("request_ids", "answers", "missing", "refused", "done")
+
+    def __init__(self, request_ids: list[str]) -> None:
+        self.request_ids = request_ids
+        self.answers: list[RouteAnswer | None] = [None] * len(request_ids)
+        self.missing = len(request_ids)
+        self.refused: RouteRefused | None = None
         self.done = anyio.Event()
+
+    def take(self, answer: RouteAnswer) -> None:
+        """Record ``answer``; an answer without a member index (an older router) answers the
+        first member and ends the query."""
+        member = max(answer.member, 0)
+        if member < len(self.answers) and self.answers[member] is None:
+            self.answers[member] = answer
+            self.missing -= 1
+        if self.missing == 0 or answer.member < 0:
+            self.done.set()
 
 
 class RemoteRoute(Route):
     """A booking held by the ``dyn router``; the hooks report the stream to it."""
 
     __slots__ = ("router", "request_id", "decision", "block_size", "output_tokens", "_first",
-                 "closed", "queue_depth")
+                 "_started", "closed", "queue_depth")
 
     def __init__(self, worker: Worker, router: RemoteRouter, request_id: str, answer: RouteAnswer,
                  isl_tokens: int) -> None:
@@ -94,7 +118,13 @@ class RemoteRoute(Route):
         self.queue_depth = answer.queue_depth
         self.output_tokens = 0
         self._first = False
+        self._started = answer.member < 0  # a router older than "started" refuses the report
         self.closed = False
+
+    def started(self) -> None:
+        if not self._started and not self.closed:
+            self._started = True
+            self.router._report(RouteProgress(self.request_id, "started"))
 
     def first_token(self) -> None:
         if not self._first and not self.closed:
@@ -134,7 +164,7 @@ class RemoteRouter(Router):
         """The service this router talks to now (``address``, or the one ``auto`` found)."""
         self._socket: zmq.asyncio.Socket | None = None
         self._queries: dict[int, _Query] = {}
-        self._abandoned: OrderedDict[int, str] = OrderedDict()
+        self._abandoned: OrderedDict[int, list[str]] = OrderedDict()
         self._ids = itertools.count(1)
         self.dropped = 0
         """Reports dropped because the socket was full."""
@@ -218,20 +248,28 @@ class RemoteRouter(Router):
             if not isinstance(reply, RouteAnswer | RouteRefused):
                 log.warning("dropping an unexpected %s from the dyn router", type(reply).__name__)
                 continue
-            query = self._queries.pop(reply.query_id, None)
+            query = self._queries.get(reply.query_id)
             if query is not None:
-                query.reply = reply
-                query.done.set()
+                if isinstance(reply, RouteAnswer):
+                    query.take(reply)
+                else:
+                    query.refused = reply
+                    query.done.set()
+                if query.done.is_set():
+                    del self._queries[reply.query_id]
                 continue
-            request_id = self._abandoned.pop(reply.query_id, None)
-            if request_id is not None and isinstance(reply, RouteAnswer):
-                self._report(RouteProgress(request_id, "finished"))
+            request_ids = self._abandoned.get(reply.query_id)
+            if request_ids is not None:
+                if isinstance(reply, RouteAnswer) and max(reply.member, 0) < len(request_ids):
+                    self._report(RouteProgress(request_ids[max(reply.member, 0)], "finished"))
+                else:
+                    del self._abandoned[reply.query_id]
             elif isinstance(reply, RouteRefused) and reply.query_id < 0:
                 log.warning("the dyn router refused a message: %s", reply.message)
 
     def _fail_pending(self, why: str) -> None:
         for query in self._queries.values():
-            query.reply = RouteRefused(-1, "no_workers", f"{why}; retry")
+            query.refused = RouteRefused(-1, "no_workers", f"{why}; retry")
             query.done.set()
         self._queries.clear()
 
@@ -263,49 +301,62 @@ class RemoteRouter(Router):
     # ----------------------------------------------------------------- routing
 
     async def route(self, request: RouteRequest) -> Route:
+        return (await self.route_all([request]))[0]
+
+    async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
+        if not requests:
+            return []
         if self._socket is None or self.endpoint is None:
             where = ("no dyn router is live in this namespace; start one with 'dyn router'"
                      if self.address == AUTO else f"the dyn router at {self.address} is not "
                      "connected yet")
             raise NoWorkersError(f"{where}, or retry later")
         query_id = next(self._ids)
-        query = _Query(request.request_id)
-        if not self._send(encode(RouteQuery(
-                query_id, request.request_id, request.token_ids, request.instance_id,
-                request.dp_rank, request.priority, request.lora_name,
-                request.latency_sensitivity, request.expected_output_tokens))):
+        query = _Query([r.request_id for r in requests])
+        if not self._send(encode(_group_query(query_id, requests))):
             raise NoWorkersError(f"dyn router at {self.endpoint} is not taking queries (its "
                                  "socket is full); retry later")
         self._queries[query_id] = query
         try:
             with anyio.move_on_after(self.timeout_s):
                 await query.done.wait()
-        except BaseException:  # cancelled (the client left): free a booking made meanwhile
+        except BaseException:  # cancelled (the client left): withdraw it, free what was booked
             self._forget(query_id, query)
             raise
-        reply = query.reply
-        if reply is None:
+        if not query.done.is_set():
             self._forget(query_id, query)
             raise NoWorkersError(
                 f"dyn router at {self.endpoint} is not answering (no answer in "
                 f"{self.timeout_s:g} s); check that 'dyn router' runs, or retry later")
-        if isinstance(reply, RouteRefused):
-            raise REFUSALS.get(reply.code, RoutingError)(reply.message)
+        if query.refused is not None:
+            raise REFUSALS.get(query.refused.code, RoutingError)(query.refused.message)
+        routes: list[Route] = []
         try:
-            worker = await self._worker(reply.instance_id)
+            for request, answer in zip(requests, query.answers, strict=True):
+                if answer is None:  # an older dyn router answered the first member only
+                    routes.append(await self.route(request))
+                    continue
+                worker = await self._worker(answer.instance_id)
+                routes.append(RemoteRoute(worker, self, request.request_id, answer,
+                                          len(request.token_ids)))
         except BaseException:
-            self._report(RouteProgress(request.request_id, "finished"))
+            for route in routes:
+                route.finished()
+            for request, answer in zip(requests[len(routes):], query.answers[len(routes):]):
+                if answer is not None:
+                    self._report(RouteProgress(request.request_id, "finished"))
             raise
-        return RemoteRoute(worker, self, request.request_id, reply, len(request.token_ids))
+        return routes
 
     def _forget(self, query_id: int, query: _Query) -> None:
-        """Give up on a query: free its booking now if the answer came, or when it comes."""
-        if isinstance(query.reply, RouteAnswer):
-            self._report(RouteProgress(query.request_id, "finished"))
+        """Give up on a query: withdraw it (the service takes it out of its queue, or frees
+        what it booked), and free the bookings whose answers come later."""
+        done = self._queries.pop(query_id, None) is None
+        for request_id in query.request_ids:
+            self._report(RouteProgress(request_id, "finished"))
+        if done:
             return
-        if query.reply is not None or self._queries.pop(query_id, None) is None:
-            return
-        self._abandoned[query_id] = query.request_id
+        self._abandoned[query_id] = query.request_ids
         while len(self._abandoned) > _ABANDONED_KEPT:
             self._abandoned.popitem(last=False)
 
@@ -324,6 +375,31 @@ class RemoteRouter(Router):
 
     def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
         raise AssertionError("unreachable: RemoteRouter overrides route()")
+
+
+def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
+    """One query for ``requests`` (see the module docstring): each distinct prompt sent once."""
+    first = requests[0]
+    shared = (first.instance_id, first.dp_rank, first.priority, first.lora_name,
+              first.latency_sensitivity, first.expected_output_tokens)
+    prompts: list[list[int]] = []
+    index = {id(first.token_ids): 0}
+    which: list[int] = []
+    for request in requests[1:]:
+        if (request.instance_id, request.dp_rank, request.priority, request.lora_name,
+                request.latency_sensitivity, request.expected_output_tokens) != shared:
+            raise ValueError("the requests of one route_all group must share their routing "
+                             "fields (all but request_id and token_ids)")
+        i = index.get(id(request.token_ids))
+        if i is None:
+            prompts.append(request.token_ids)
+            i = index[id(request.token_ids)] = len(prompts)
+        which.append(i)
+    return RouteQuery(
+        query_id, first.request_id, first.token_ids, first.instance_id, first.dp_rank,
+        first.priority, first.lora_name, first.latency_sensitivity, first.expected_output_tokens,
+        siblings=[r.request_id for r in requests[1:]],
+        sibling_prompts=which if any(which) else [], prompts=prompts, reports_start=True)
 
 
 def _log_send_error(sent) -> None:

@@ -4,17 +4,27 @@
 by ``build_router(mode "kv")``, so every ``--router-*`` flag means what it means in a frontend)
 and answers on a ROUTER socket (the router plane of ``dyn.core.messages``):
 
-- ``RouteQuery`` -> ``KvRouter.route`` in a task of its own (it may wait in the router queue)
-  -> ``RouteAnswer`` (with the router's block size) or ``RouteRefused`` (``no_workers``,
-  ``worker_not_found``, ``all_busy``, ``target_required``, ``bad_request`` or ``error``, and a
-  sentence). The booking is kept under (client, request id).
-- ``RouteProgress`` -> the booking's ``first_token`` / ``progress`` / ``finished`` hook;
-  ``finished`` forgets it. Progress for an unknown booking is ignored.
+- ``RouteQuery`` -> ``KvRouter.route_all`` over the query's group (its own request and its
+  ``siblings``, admitted as one unit) in a task of its own (it may wait in the router queue)
+  -> one ``RouteAnswer`` per member (with the router's block size and the member's index) or one
+  ``RouteRefused`` for the whole group (``no_workers``, ``worker_not_found``, ``all_busy``,
+  ``queue_full``, ``target_required``, ``bad_request``, ``cancelled`` or ``error``, and a
+  sentence). Each booking is kept under (client, request id).
+- ``RouteProgress`` -> the booking's ``started`` / ``first_token`` / ``progress`` / ``finished``
+  hook; ``finished`` forgets it, and withdraws a query still waiting (its task is cancelled, so it
+  leaves the router queue, and the client gets ``cancelled``). Progress for an unknown booking
+  is ignored.
 - Malformed frames get ``RouteRefused(query_id=-1, "bad_request", ...)``; nothing a client sends
   stops the service.
 
-A booking whose client never reports its end is freed by the router's stale-request expiry
-(``KvRouterConfig.stale_request_secs``); the service then forgets it too.
+A client that disconnects (its frontend crashed or stopped) is noticed within a second: the
+socket refuses to send to a peer that left (``ROUTER_MANDATORY``), and every second each client
+holding a booking or a waiting query is sent a ``probe`` that clients ignore. Its waiting queries
+are withdrawn and its bookings freed. A query answered for a client that left is freed at once.
+A booking whose client stays but never reports its start is freed by the router's unstarted
+expiry (``unstarted_booking_secs``; not for clients that do not set ``reports_start``), one that
+never reports its end by the stale-request expiry (``stale_request_secs``); the service forgets
+both within a second.
 
 The service registers in the ``{namespace}.routers`` discovery namespace (so frontends with
 ``--router-address auto`` find it) and deregisters on shutdown; with ``--router-replica-sync``
@@ -45,13 +55,15 @@ from dyn.core.asgi import lifespan
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
-from dyn.core.indexer.http import error_body
+from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
+from dyn.core.indexer.http import error_body, respond
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import AllWorkersBusyError, KvRoute, KvRouter
 from dyn.core.router.policy import (
     NoWorkersError,
+    QueueFullError,
     RouteRequest,
     RoutingError,
     TargetRequiredError,
@@ -60,16 +72,17 @@ from dyn.core.router.policy import (
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
-from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
+from dyn.core.transport.codec import ProtocolError, RejectedFrames, decode_router_message, encode
 from dyn.core.transport.sockets import async_context, configure
 
 log = logging.getLogger("dyn.router.service")
 
 READY_PREFIX = "dyn router ready: zmq="
 METRICS_PREFIX = "dyn router metrics: "
-SWEEP_S = 30.0
+SWEEP_S = 1.0
 
 REFUSAL_CODES: tuple[tuple[type[RoutingError], str], ...] = (
+    (QueueFullError, "queue_full"),
     (AllWorkersBusyError, "all_busy"),
     (NoWorkersError, "no_workers"),
     (WorkerNotFoundError, "worker_not_found"),
@@ -101,6 +114,7 @@ class RouterService:
         self.lease_ttl_s = lease_ttl_s
         self.registry = registry if registry is not None else CollectorRegistry()
         self._socket = configure(async_context().socket(zmq.ROUTER))
+        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a client that left fails
         self.endpoint = bind_zmq(self._socket, host, port, "--port")
         self.pool = WorkerPool(store, model_name)
         try:
@@ -115,7 +129,8 @@ class RouterService:
         self.routes: dict[tuple[bytes, str], KvRoute] = {}
         """Live bookings by (client identity, request id)."""
         self._booked_at: dict[tuple[bytes, str], float] = {}
-        self._pending: set[tuple[bytes, str]] = set()
+        self._waiting: dict[tuple[bytes, str], anyio.CancelScope] = {}
+        """Queries not answered yet: each member's key -> its group's task scope."""
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started(endpoint)`` once queries are answered
@@ -141,24 +156,27 @@ class RouterService:
     # ----------------------------------------------------------------- serving
 
     async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
+        rejected = RejectedFrames(log, "malformed message")
         while True:
+            # a queued message does not yield to the loop: a flood must not starve the rest
+            await anyio.lowlevel.checkpoint()
             frames = await self._socket.recv_multipart(copy=True)
             identity, body = frames[0], frames[1:]
             try:
                 message = decode_router_message(body)
             except ProtocolError as exc:
-                log.warning("refused a malformed message: %s", exc)
+                rejected.reject(exc)
                 self._send(identity, RouteRefused(-1, "bad_request", str(exc)))
                 continue
             if isinstance(message, RouteQuery):
-                key = (identity, message.request_id)
-                if key in self.routes or key in self._pending:
-                    self._send(identity, RouteRefused(
-                        message.query_id, "bad_request",
-                        f"request id {message.request_id!r} is already booked by this client"))
+                problem = self._check_query(identity, message)
+                if problem is not None:
+                    self._send(identity, RouteRefused(message.query_id, "bad_request", problem))
                     continue
-                self._pending.add(key)
-                tg.start_soon(self._answer, identity, message)
+                scope = anyio.CancelScope()
+                for rid in (message.request_id, *message.siblings):
+                    self._waiting[(identity, rid)] = scope
+                tg.start_soon(self._answer, identity, message, scope)
             elif isinstance(message, RouteProgress):
                 self._progress(identity, message)
             else:
@@ -166,15 +184,40 @@ class RouterService:
                     -1, "bad_request", f"a dyn router takes RouteQuery and RouteProgress, not "
                     f"{type(message).__name__}"))
 
-    async def _answer(self, identity: bytes, query: RouteQuery) -> None:
-        key = (identity, query.request_id)
-        request = RouteRequest(
-            request_id=f"{identity.hex()}/{query.request_id}", token_ids=query.token_ids,
-            instance_id=query.instance_id, dp_rank=query.dp_rank, priority=query.priority,
-            lora_name=query.lora_name, latency_sensitivity=query.latency_sensitivity,
-            expected_output_tokens=query.expected_output_tokens)
+    def _check_query(self, identity: bytes, query: RouteQuery) -> str | None:
+        """Why ``query`` cannot be taken, or None."""
+        ids = (query.request_id, *query.siblings)
+        if len(set(ids)) != len(ids):
+            return "the request ids of a query's group must differ"
+        for rid in ids:
+            if (identity, rid) in self.routes or (identity, rid) in self._waiting:
+                return f"request id {rid!r} is already booked by this client"
+        if query.sibling_prompts:
+            if len(query.sibling_prompts) != len(query.siblings):
+                return (f"sibling_prompts has {len(query.sibling_prompts)} entries for "
+                        f"{len(query.siblings)} siblings")
+            if any(not 0 <= i <= len(query.prompts) for i in query.sibling_prompts):
+                return f"a sibling prompt index is outside 0..{len(query.prompts)}"
+        return None
+
+    def _group(self, identity: bytes, query: RouteQuery) -> list[RouteRequest]:
+        prompts = [query.token_ids, *query.prompts]
+        which = query.sibling_prompts or [0] * len(query.siblings)
+        members = [(query.request_id, query.token_ids)]
+        members += [(rid, prompts[i]) for rid, i in zip(query.siblings, which, strict=True)]
+        prefix = identity.hex()
+        return [RouteRequest(
+            request_id=f"{prefix}/{rid}", token_ids=tokens, instance_id=query.instance_id,
+            dp_rank=query.dp_rank, priority=query.priority, lora_name=query.lora_name,
+            latency_sensitivity=query.latency_sensitivity,
+            expected_output_tokens=query.expected_output_tokens) for rid, tokens in members]
+
+    async def _answer(self, identity: bytes, query: RouteQuery, scope: anyio.CancelScope) -> None:
+        rids = (query.request_id, *query.siblings)
+        routes = None
         try:
-            route = await self.router.route(request)
+            with scope:
+                routes = await self.router.route_all(self._group(identity, query))
         except RoutingError as exc:
             self._send(identity, RouteRefused(query.query_id, refusal_code(exc), str(exc)))
             return
@@ -184,62 +227,116 @@ class RouterService:
                                               f"the router failed: {type(exc).__name__}: {exc}"))
             return
         finally:
-            self._pending.discard(key)
-        assert isinstance(route, KvRoute)
-        self.routes[key] = route
-        self._booked_at[key] = time.monotonic()
-        decision = route.decision
-        self._send(identity, RouteAnswer(query.query_id, decision.worker[0], decision.worker[1],
-                                         decision.overlap_blocks, decision.cached_tokens,
-                                         self.router.block_size or 0, route.queue_depth))
+            for rid in rids:
+                self._waiting.pop((identity, rid), None)
+        if routes is None:  # withdrawn: the client gave up, or left
+            self._send(identity, RouteRefused(query.query_id, "cancelled",
+                                              "the client withdrew the query"))
+            return
+        now = time.monotonic()
+        block_size = self.router.block_size or 0
+        answers = []
+        for member, (rid, route) in enumerate(zip(rids, routes, strict=True)):
+            assert isinstance(route, KvRoute)
+            key = (identity, rid)
+            self.routes[key] = route
+            self._booked_at[key] = now
+            if not query.reports_start:
+                route.started()  # an older client: the answer is the only start we will hear of
+            d = route.decision
+            answers.append(RouteAnswer(query.query_id, d.worker[0], d.worker[1], d.overlap_blocks,
+                                       d.cached_tokens, block_size, route.queue_depth, member))
+        for answer in answers:
+            if not self._send(identity, answer):
+                log.info("client %s left before its answer; freed %d booking(s)", identity.hex(),
+                         len(rids))
+                for rid in rids:
+                    self._forget((identity, rid))
+                return
+
+    def _forget(self, key: tuple[bytes, str]) -> None:
+        """Free and forget a booking, or withdraw a waiting query's group."""
+        self._booked_at.pop(key, None)
+        route = self.routes.pop(key, None)
+        if route is not None:
+            route.finished()
+            return
+        scope = self._waiting.get(key)
+        if scope is not None:
+            scope.cancel()
 
     def _progress(self, identity: bytes, progress: RouteProgress) -> None:
         key = (identity, progress.request_id)
         route = self.routes.get(key)
         if route is None:
-            log.debug("progress for unknown booking %s", progress.request_id)
+            if progress.event == "finished" and key in self._waiting:
+                self._forget(key)
+            else:
+                log.debug("progress for unknown booking %s", progress.request_id)
             return
-        if progress.event == "first_token":
+        if progress.event == "started":
+            route.started()
+        elif progress.event == "first_token":
             route.first_token()
         elif progress.event == "progress":
             route.progress(progress.output_tokens)
         elif progress.event == "finished":
             if progress.output_tokens:
                 route.progress(progress.output_tokens)
-            del self.routes[key]
-            self._booked_at.pop(key, None)
-            route.finished()
+            self._forget(key)
         else:
             self._send(identity, RouteRefused(-1, "bad_request",
                                               f"unknown progress event {progress.event!r}: use "
-                                              "first_token, progress or finished"))
+                                              "started, first_token, progress or finished"))
 
-    def _send(self, identity: bytes, message: Any) -> None:
-        """Send without waiting (the send high-water mark is unbounded); a ROUTER drops
-        messages to a client that went away."""
-        sent = self._socket.send_multipart([identity, *encode(message)])
+    def _send(self, identity: bytes, message: Any) -> bool:
+        """Send without waiting (the send high-water mark is unbounded); False when the client
+        is gone (``ROUTER_MANDATORY``) or the send failed."""
+        try:
+            sent = self._socket.send_multipart([identity, *encode(message)])
+        except zmq.ZMQError as exc:
+            return self._send_failed(exc)
         if sent.done():
-            if sent.exception() is not None:
-                log.warning("could not answer a client: %s", sent.exception())
-        else:
-            sent.add_done_callback(_log_send_error)
+            exc = sent.exception()
+            return exc is None or self._send_failed(exc)
+        sent.add_done_callback(_log_send_error)
+        return True
+
+    @staticmethod
+    def _send_failed(exc: BaseException) -> bool:
+        if not (isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EHOSTUNREACH):
+            log.warning("could not answer a client: %s", exc)
+        return False
 
     async def _sweep(self) -> None:
-        """Forget bookings older than the router's stale-request timeout (their client never
-        reported the end; the router has freed or will free them)."""
+        """Every second: forget bookings the router freed (unstarted or stale), free those older
+        than the stale-request timeout, and drop the clients that left."""
         max_age = self.config.stale_request_secs
         while True:
-            await anyio.sleep(min(SWEEP_S, max_age))
-            now = time.monotonic()
-            stale = [k for k, t in self._booked_at.items() if now - t > max_age]
-            for key in stale:
-                del self._booked_at[key]
-                route = self.routes.pop(key, None)
-                if route is not None:
-                    route.finished()
-            if stale:
-                log.warning("forgot %d booking(s) whose client never reported their end",
-                            len(stale))
+            await anyio.sleep(SWEEP_S)
+            self.sweep(time.monotonic(), max_age)
+
+    def sweep(self, now: float, max_age: float) -> None:
+        """One pass of ``_sweep``."""
+        stale = [k for k, route in self.routes.items()
+                 if route.closed or now - self._booked_at.get(k, now) > max_age]
+        unreported = 0
+        for key in stale:
+            unreported += not self.routes[key].closed
+            self._forget(key)
+        if unreported:
+            log.warning("forgot %d booking(s) whose client never reported their end", unreported)
+        clients = {k[0] for k in self.routes} | {k[0] for k in self._waiting}
+        for identity in clients:
+            if not self._send(identity, RouteRefused(0, "probe", "")):
+                self._client_left(identity)
+
+    def _client_left(self, identity: bytes) -> None:
+        keys = [k for k in (*self.routes, *self._waiting) if k[0] == identity]
+        for key in keys:
+            self._forget(key)
+        log.info("client %s left; freed its %d booking(s) and waiting request(s)", identity.hex(),
+                 len(keys))
 
 
 def _log_send_error(sent) -> None:
@@ -261,6 +358,8 @@ class RouterSettings:
     model_name: str | None = None
     router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
     system_port: int | None = None
+    api_key: str | None = None
+    """Required as 'Authorization: Bearer KEY' on the HTTP routes but /live and /health."""
 
 
 def build_service(settings: RouterSettings) -> RouterService:
@@ -304,16 +403,18 @@ class RouterHttpApp:
       index, as a frontend in kv mode serves them. A router without one (``--use-remote-indexer``,
       an overlap credit of 0) answers 404 with a sentence naming what to inspect instead.
 
-    Anything else is a 404, a wrong method a 405; errors are ``{"error": "<sentence>"}``.
+    Anything else is a 404, a wrong method a 405; errors are ``{"error": "<sentence>"}``. With
+    ``api_key`` every route needs it (``dyn.core.api_key``): a 401 otherwise.
     """
 
-    def __init__(self, service: RouterService) -> None:
+    def __init__(self, service: RouterService, api_key: str | None = None) -> None:
         from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, router_index_view
 
         self.service = service
         view = router_index_view(service.router, service.pool, service.model_name)
         self.kv_views = (IndexerHttpApp(view, IndexerMetrics(service.registry, view), prefix="/kv")
                          if view is not None else None)
+        self.api_key = ApiKey(api_key) if api_key else None
 
     def no_index(self) -> str:
         """Why this router has no ``/kv/`` views, and what to inspect instead."""
@@ -335,6 +436,9 @@ class RouterHttpApp:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        if needs_key(self.api_key, path) and not self.api_key.allows(authorization(scope["headers"])):
+            await respond(send, 401, error_body(REFUSAL), b"application/json", [CHALLENGE])
+            return
         if path.startswith("/kv/"):
             if self.kv_views is not None:
                 await self.kv_views(scope, receive, send)
@@ -361,7 +465,8 @@ async def _serve(service: RouterService, settings: RouterSettings,
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             await tg.start(service.run)
-            system = LoopHttpServer(RouterHttpApp(service), sock, settings.host) if sock is not None else None
+            system = (LoopHttpServer(RouterHttpApp(service, settings.api_key), sock, settings.host)
+                      if sock is not None else None)
             if system is not None:
                 await system.start(tg)
                 print(f"{METRICS_PREFIX}{system.url}/metrics", flush=True)

@@ -5,11 +5,16 @@
 with a message saying what was wrong, so a bad peer can be answered instead of crashing us.
 ``encode_replies`` packs a worker's replies to one client into as few messages as keep their
 order (``ReplyBatch``); ``decode_reply`` returns a ``ReplyBatch`` for those, unpacked by the caller.
+``RejectedFrames`` is how a receive loop reports what it could not decode: counted, and logged
+at most once per interval, so a flood of garbage costs a counter increment per frame.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -33,6 +38,49 @@ _reply_decoders = {k: msgspec.msgpack.Decoder(cls) for k, cls in REPLY_KINDS.ite
 
 class ProtocolError(ValueError):
     """Frames that are not a valid request-plane message."""
+
+
+REJECT_LOG_INTERVAL_S = 5.0
+
+
+class RejectedFrames:
+    """Counts the messages a receive loop rejected and logs them as warnings, at most one line
+    per ``interval_s``: the first rejection at once with its reason, later ones as one line with
+    how many were rejected since the previous line and the latest reason. Rejections after the
+    last line are reported with the next one (``total`` always has them all). Thread-safe.
+    ``verb`` words the line for other repeated troubles (``"lost"``: gaps in a stream)."""
+
+    def __init__(self, logger: logging.Logger, what: str, plural: str | None = None,
+                 interval_s: float = REJECT_LOG_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic, verb: str = "rejected") -> None:
+        self._log = logger
+        self.what = what
+        self.plural = plural or f"{what}s"
+        self.verb = verb
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.total = 0
+        """Every rejection so far."""
+        self._unlogged = 0
+        self._logged_at: float | None = None
+
+    def reject(self, reason: object) -> None:
+        """Count one rejected message; log if the last line is ``interval_s`` old."""
+        with self._lock:
+            self.total += 1
+            self._unlogged += 1
+            now = self._clock()
+            last = self._logged_at
+            if last is not None and now - last < self.interval_s:
+                return
+            count, self._unlogged, self._logged_at = self._unlogged, 0, now
+        if last is None:
+            self._log.warning("%s a %s: %s (further ones are counted and logged at most every %g s)",
+                              self.verb, self.what, reason, self.interval_s)
+        else:
+            self._log.warning("%s %d %s in the last %.0f s (latest: %s)", self.verb, count,
+                              self.plural if count != 1 else self.what, now - last, reason)
 
 
 def encode(message: msgspec.Struct) -> list[bytes]:

@@ -5,6 +5,9 @@ batch, keeps the last ``buffer_size`` batches, and binds a ROUTER replay socket:
 ``[identity, b"", start_seq (8-byte BE)]`` is answered with ``[identity, b"", seq, payload]`` for
 every buffered batch with ``seq >= start_seq``, then ``[identity, b"", -1 (8-byte BE), b""]``.
 That is vLLM's ``ZmqEventPublisher`` protocol, so any subscriber written for vLLM works.
+Malformed replay requests are answered with the end marker alone, counted and logged at most once
+per few seconds; the replay loop yields to the event loop after every request and every
+``REPLAY_YIELD_EVERY`` batches sent, so a flood of requests cannot starve the worker.
 
 ``MetricsPublisher`` binds a PUB that sends ``[LOAD_METRICS_TOPIC, msgpack(LoadMetrics)]``.
 """
@@ -15,6 +18,7 @@ import logging
 import time
 from collections import deque
 
+import anyio.lowlevel
 import msgspec
 import zmq
 
@@ -29,11 +33,13 @@ from dyn.core.kv.events import (
     encode_seq,
 )
 from dyn.core.messages import LOAD_METRICS_TOPIC, LoadMetrics
+from dyn.core.transport.codec import RejectedFrames
 from dyn.core.transport.sockets import async_context, bind_random, configure, sync_context
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REPLAY_BUFFER = 10_000
+REPLAY_YIELD_EVERY = 64
 
 
 class KvEventPublisher:
@@ -51,6 +57,7 @@ class KvEventPublisher:
         self.replay_endpoint = bind_random(self._replay, host)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_size)
         self._next_seq = 0
+        self.rejected = RejectedFrames(log, "malformed KV replay request")
 
     @property
     def next_seq(self) -> int:
@@ -81,6 +88,7 @@ class KvEventPublisher:
     async def serve_replay(self) -> None:
         """Answer replay requests until cancelled."""
         while True:
+            await anyio.lowlevel.checkpoint()
             frames = await self._replay.recv_multipart()
             identity = frames[0]
             try:
@@ -90,11 +98,13 @@ class KvEventPublisher:
                     )
                 start = decode_seq(frames[2])
             except KvEventDecodeError as exc:
-                log.warning("bad replay request: %s", exc)
+                self.rejected.reject(exc)
                 await self._replay.send_multipart([identity, b"", REPLAY_END_SEQ, b""])
                 continue
-            for seq, payload in self.replay_from(start):
+            for i, (seq, payload) in enumerate(self.replay_from(start), 1):
                 await self._replay.send_multipart([identity, b"", encode_seq(seq), payload])
+                if i % REPLAY_YIELD_EVERY == 0:
+                    await anyio.lowlevel.checkpoint()
             await self._replay.send_multipart([identity, b"", REPLAY_END_SEQ, b""])
 
     def close(self) -> None:

@@ -9,17 +9,28 @@ the request it names. A stream ends with ``Finish``; an ``ErrorReply`` for it ra
 ``generate_batches`` yields, per wakeup, everything that arrived for the request meanwhile, so a
 consumer can handle a forward pass's worth of tokens at once; ``generate`` yields one reply at a
 time. ``call`` sends a control call and waits for its single ``ControlReply``.
+
+Liveness: the client's socket sends ZMTP heartbeats and a socket monitor watches its connection.
+When the connection drops (the worker process died: the kernel closes its socket at once) or the
+heartbeats go unanswered (``HEARTBEAT_TIMEOUT_MS``: a frozen or unreachable host), or a request
+waits on a client that never connected (a stale record of a dead worker), every in-flight stream fails with ``WorkerUnavailable`` and ``on_health``
+hears ``(client, False, reason)``; a later successful handshake reports it healthy again. With
+silence timeouts set, a stream that gets no reply for ``first_token_timeout_s`` (before its first
+reply) or ``inter_token_timeout_s`` (after it) fails with ``WorkerSilent`` and the client reports
+itself unhealthy until the worker sends anything again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 import anyio
 import msgspec
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from dyn.core.messages import (
     CancelRequest,
@@ -30,12 +41,22 @@ from dyn.core.messages import (
     ReplyBatch,
     TokenChunk,
 )
-from dyn.core.transport.codec import ProtocolError, decode_reply, decode_request, encode, encode_replies
+from dyn.core.transport.codec import (
+    ProtocolError,
+    RejectedFrames,
+    decode_reply,
+    decode_request,
+    encode,
+    encode_replies,
+)
 from dyn.core.transport.sockets import async_context, bind_random, configure
 
 log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 256
+HEARTBEAT_IVL_MS = 200
+HEARTBEAT_TIMEOUT_MS = 1000
+_MONITORED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_CONNECT_RETRIED
 
 
 class RemoteError(RuntimeError):
@@ -48,7 +69,15 @@ class RemoteError(RuntimeError):
 
 
 class WorkerUnavailable(RuntimeError):
-    """The connection to the worker was closed while a request was in flight."""
+    """The worker cannot finish the request: its connection was lost or closed, or it left."""
+
+
+class WorkerSilent(WorkerUnavailable):
+    """The worker sent nothing for a request within its silence timeout."""
+
+
+HealthListener = Callable[["WorkerClient", bool, str], None]
+"""``(client, healthy, reason)``: the client lost or regained its worker."""
 
 
 class RequestServer:
@@ -102,15 +131,22 @@ def _log_send_error(sent) -> None:
 
 
 class _ReplyStream:
-    """Replies of one in-flight request, buffered until its consumer reads them."""
+    """Replies of one in-flight request, buffered until its consumer reads them. ``touched``:
+    something arrived since the silence watchdog last looked; ``since``: when it last saw
+    something arrive (or the stream start); ``started``: a first reply has arrived."""
 
-    __slots__ = ("items", "ready")
+    __slots__ = ("items", "ready", "touched", "since", "started", "timed_out")
 
     def __init__(self) -> None:
         self.items: list[TokenChunk | Finish | ErrorReply | ControlReply | BaseException] = []
         self.ready = anyio.Event()
+        self.touched = False
+        self.since = time.monotonic()
+        self.started = False
+        self.timed_out = False
 
     def push(self, item) -> None:
+        self.touched = True
         items = self.items
         items.append(item)
         if len(items) == 1:  # the consumer took everything before: wake it
@@ -121,16 +157,29 @@ class WorkerClient:
     """Client of one worker's request plane. Use as ``async with WorkerClient(endpoint) as c``.
 
     ``generate`` may be called concurrently from many tasks; request ids must be unique among the
-    requests in flight on this client.
+    requests in flight on this client. ``healthy`` and ``on_health``: see the module docstring
+    (0 disables a silence timeout).
     """
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, *, first_token_timeout_s: float = 0.0,
+                 inter_token_timeout_s: float = 0.0, on_health: HealthListener | None = None) -> None:
         self.endpoint = endpoint
+        self.first_token_timeout_s = first_token_timeout_s
+        self.inter_token_timeout_s = inter_token_timeout_s
+        self.on_health = on_health
         self._socket = configure(async_context().socket(zmq.DEALER))
+        self._socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        self._monitor = self._socket.get_monitor_socket(_MONITORED)
         self._socket.connect(endpoint)
         self._streams: dict[str, _ReplyStream] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
+        self.healthy = True
+        """False while the worker is unreachable or silent (see the module docstring)."""
+        self._handshaken = False
+        self._silent = False
+        self._rejected = RejectedFrames(log, f"malformed reply from {endpoint}", "malformed replies")
         self.messages_received = 0
         """Reply messages received (a ``ReplyBatch`` counts once), for measurements."""
 
@@ -138,6 +187,9 @@ class WorkerClient:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._receive_loop)
+        self._tg.start_soon(self._watch_connection)
+        if self.first_token_timeout_s > 0 or self.inter_token_timeout_s > 0:
+            self._tg.start_soon(self._watch_silence)
         return self
 
     async def __aexit__(self, *exc_info) -> None:
@@ -146,6 +198,8 @@ class WorkerClient:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(*exc_info)
+        self._socket.disable_monitor()
+        self._monitor.close(linger=0)
         self._socket.close(linger=0)
 
     @property
@@ -156,6 +210,58 @@ class WorkerClient:
         """End every in-flight stream with ``error`` (e.g. the worker left discovery)."""
         for stream in self._streams.values():
             stream.push(error)
+
+    def _set_health(self, healthy: bool, reason: str) -> None:
+        if healthy == self.healthy:
+            return
+        self.healthy = healthy
+        if not healthy:
+            self.fail_all(WorkerUnavailable(f"worker at {self.endpoint}: {reason}"))
+        if self.on_health is not None:
+            try:
+                self.on_health(self, healthy, reason)
+            except Exception:
+                log.exception("worker health listener failed")
+
+    async def _watch_connection(self) -> None:
+        """Follow the socket monitor: a dropped connection (or one never made) is a dead worker."""
+        while True:
+            event = parse_monitor_message(await self._monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshaken = True
+                self._silent = False
+                self._set_health(True, "connected")
+            elif event == zmq.EVENT_DISCONNECTED:
+                self._set_health(False, "the connection closed (the worker died or stopped answering "
+                                        "heartbeats)")
+            elif event == zmq.EVENT_CONNECT_RETRIED and not self._handshaken and self._streams:
+                # never connected and a request waits on it: a stale record of a dead worker
+                self._set_health(False, "cannot connect")
+
+    async def _watch_silence(self) -> None:
+        """Fail the streams whose worker has been silent past their timeout."""
+        limits = [t for t in (self.first_token_timeout_s, self.inter_token_timeout_s) if t > 0]
+        interval = min(1.0, max(0.02, min(limits) / 4))
+        while True:
+            await anyio.sleep(interval)
+            now = time.monotonic()
+            silent = 0
+            for rid, stream in list(self._streams.items()):
+                if stream.touched:
+                    stream.touched = False
+                    stream.started = True
+                    stream.since = now
+                    continue
+                limit = self.inter_token_timeout_s if stream.started else self.first_token_timeout_s
+                if limit > 0 and not stream.timed_out and now - stream.since > limit:
+                    stream.timed_out = True
+                    silent += 1
+                    what = "between tokens" if stream.started else "before the first token"
+                    stream.push(WorkerSilent(f"worker at {self.endpoint} sent nothing for request "
+                                             f"{rid} for {limit:g} s {what}"))
+            if silent and self.healthy:
+                self._silent = True
+                self._set_health(False, f"silent for {silent} request(s)")
 
     async def _receive_loop(self) -> None:
         # One awaited receive, then a bounded non-blocking drain of whatever else is queued: under
@@ -172,10 +278,13 @@ class WorkerClient:
 
     def _deliver(self, frames: list[bytes]) -> None:
         self.messages_received += 1
+        if self._silent:
+            self._silent = False
+            self._set_health(True, "answering again")
         try:
             reply = decode_reply(frames)
         except ProtocolError as exc:
-            log.warning("dropping malformed reply from %s: %s", self.endpoint, exc)
+            self._rejected.reject(exc)
             return
         if type(reply) is not ReplyBatch:
             self._route(reply)
@@ -234,11 +343,13 @@ class WorkerClient:
         since the last yield: ``TokenChunk``s in order, the last list ending with the ``Finish``.
 
         Raises ``RemoteError`` on an ``ErrorReply`` and ``WorkerUnavailable`` if the client is
-        closed or failed meanwhile, after yielding the chunks that came before. Closing the
-        iterator before ``Finish`` cancels the request.
+        closed or unhealthy, or fails meanwhile (after yielding the chunks that came before).
+        Closing the iterator before ``Finish`` cancels the request.
         """
-        if self._closed:
-            raise WorkerUnavailable(f"client for {self.endpoint} is closed")
+        if self._closed or not self.healthy:
+            # unhealthy: its in-flight streams failed already; a request routed just before must too
+            state = "closed" if self._closed else "unhealthy"
+            raise WorkerUnavailable(f"client for {self.endpoint} is {state}")
         rid = request.request_id
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already in flight on this client")
@@ -261,8 +372,9 @@ class WorkerClient:
                 if end == len(items):
                     yield items
                     continue
-                finished = True  # a terminal arrived: nothing left to cancel
                 terminal = items[end]
+                # a reply ends the request on the worker; a local failure (silence) may not have
+                finished = not isinstance(terminal, BaseException)
                 if isinstance(terminal, Finish):
                     yield items[:end + 1] if end + 1 < len(items) else items
                     return

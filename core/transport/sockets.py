@@ -1,9 +1,49 @@
-"""Small helpers around pyzmq sockets shared by both planes."""
+"""The ZMQ sockets of every plane: contexts, binding, and the CurveZMQ keys that secure them.
+
+Every socket dyn makes goes through ``configure`` when it is made and through ``bind`` (or
+``bind_random``) when it listens, so one switch, ``use_plane_keys(directory)``, secures them all:
+
+- without keys (the default), sockets are plain ZMQ and may only listen on a loopback address;
+  ``bind`` refuses any other address with a ``PlaneKeyError`` naming ``--plane-keys``;
+- with keys, every socket ``configure`` makes is a CurveZMQ client that knows the planes' server
+  public key, and every socket ``bind`` listens on becomes a CurveZMQ server that accepts only
+  clients whose public key is one of the directory's ``*.key`` files (a ZAP handler per ZMQ
+  context checks each new connection; a server socket without a handler refuses everyone).
+  Traffic is encrypted and authenticated; a peer without a listed key cannot get a frame in.
+
+The key directory (``dyn keys DIR`` writes one) holds ``server.key`` (public) and
+``server.key_secret`` (needed only to listen), ``client.key`` and ``client.key_secret``, each
+0600, in a directory only its owner may enter (0700). Every process of a deployment uses a copy
+of the same directory: one trust domain, one server identity. Another client may be admitted by
+adding its public ``NAME.key`` file.
+
+Sockets whose peer is not a dyn socket (the KV-event publishers vLLM and SGLang bind themselves)
+are connected with ``plain`` instead.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
 import zmq
 import zmq.asyncio
+import zmq.auth
+from dyn.core.errors import ConfigError
+from dyn.core.private_dir import check_private_dir
+from zmq.auth.thread import ThreadAuthenticator
+
+log = logging.getLogger(__name__)
+
+ZAP_DOMAIN = "dyn"
+SERVER_KEY = "server"
+CLIENT_KEY = "client"
+PUBLIC_SUFFIX = ".key"
+SECRET_SUFFIX = ".key_secret"
 
 
 def async_context() -> zmq.asyncio.Context:
@@ -16,15 +56,190 @@ def sync_context() -> zmq.Context:
     return zmq.Context.instance()
 
 
-def bind_random(socket: zmq.Socket, host: str) -> str:
-    """Bind ``socket`` to a free TCP port on ``host`` and return its ``tcp://host:port`` endpoint."""
-    port = socket.bind_to_random_port(f"tcp://{host}")
-    return f"tcp://{host}:{port}"
+class PlaneKeyError(ConfigError):
+    """``--plane-keys`` names a directory that does not hold usable CurveZMQ keys, or a socket
+    would listen beyond loopback without them."""
+
+
+@dataclass(frozen=True)
+class PlaneKeys:
+    """The CurveZMQ keys of one process (Z85 bytes); ``server_secret`` None: it cannot listen."""
+
+    directory: Path
+    server_public: bytes
+    server_secret: bytes | None
+    client_public: bytes
+    client_secret: bytes
+
+
+def load_plane_keys(directory: str | Path) -> PlaneKeys:
+    """Read and check a key directory (see the module docstring); ``PlaneKeyError`` says what
+    is wrong and how to fix it."""
+    path = Path(directory).expanduser()
+    fix = f"make one with 'dyn keys DIR', or run 'chmod 700 {path}'"
+    try:
+        info = check_private_dir(path, "--plane-keys directory", fix)
+    except ConfigError as exc:
+        raise PlaneKeyError(str(exc)) from None
+    if info.st_mode & 0o077:
+        raise PlaneKeyError(f"--plane-keys directory {path} is open to other users (mode "
+                            f"{stat.S_IMODE(info.st_mode):o}); run 'chmod 700 {path}'")
+    for secret in sorted(path.glob(f"*{SECRET_SUFFIX}")):
+        mode = os.stat(secret)
+        if mode.st_uid != os.geteuid() or mode.st_mode & 0o077:
+            raise PlaneKeyError(f"secret key {secret} is readable by other users or not yours "
+                                f"(mode {stat.S_IMODE(mode.st_mode):o}); run 'chmod 600 {secret}'")
+    server_public, _ = _read_key(path / f"{SERVER_KEY}{PUBLIC_SUFFIX}", secret=False)
+    server_secret = None
+    if (path / f"{SERVER_KEY}{SECRET_SUFFIX}").exists():
+        public, server_secret = _read_key(path / f"{SERVER_KEY}{SECRET_SUFFIX}", secret=True)
+        if public != server_public:
+            raise PlaneKeyError(f"{path}: {SERVER_KEY}{PUBLIC_SUFFIX} and {SERVER_KEY}{SECRET_SUFFIX} "
+                                "are not one keypair; make the directory again with 'dyn keys'")
+    client_public, client_secret = _read_key(path / f"{CLIENT_KEY}{SECRET_SUFFIX}", secret=True)
+    assert client_secret is not None
+    return PlaneKeys(path, server_public, server_secret, client_public, client_secret)
+
+
+def _read_key(file: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
+    try:
+        public, secret_key = zmq.auth.load_certificate(file)
+    except (OSError, ValueError) as exc:
+        raise PlaneKeyError(f"cannot read the CurveZMQ key {file}: {exc}; make the directory "
+                            "with 'dyn keys DIR'") from None
+    if len(public or b"") != 40 or (secret and len(secret_key or b"") != 40):
+        raise PlaneKeyError(f"{file} does not hold a CurveZMQ {'secret' if secret else 'public'} "
+                            "key; make the directory with 'dyn keys DIR'")
+    return public, secret_key
+
+
+def write_plane_keys(directory: str | Path) -> Path:
+    """Make a key directory (0700) with a server and a client keypair (files 0600, written
+    with those modes from the start); ``PlaneKeyError`` if it already holds keys or cannot
+    be made private."""
+    path = Path(directory).expanduser()
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlaneKeyError(f"cannot make {path}: {exc.strerror}") from None
+    check_private_dir(path, "key directory", f"choose another directory or run 'chmod 700 {path}'")
+    os.chmod(path, 0o700)
+    names = [f"{n}{s}" for n in (SERVER_KEY, CLIENT_KEY) for s in (PUBLIC_SUFFIX, SECRET_SUFFIX)]
+    present = [n for n in names if (path / n).exists()]
+    if present:
+        raise PlaneKeyError(f"{path} already holds keys ({', '.join(present)}); remove them "
+                            "first or choose another directory")
+    for name in (SERVER_KEY, CLIENT_KEY):
+        public, secret = zmq.curve_keypair()
+        _write_key(path / f"{name}{PUBLIC_SUFFIX}", public, None)
+        _write_key(path / f"{name}{SECRET_SUFFIX}", public, secret)
+    return path
+
+
+def _write_key(file: Path, public: bytes, secret: bytes | None) -> None:
+    """One key file in the ZeroMQ certificate format ``zmq.auth.load_certificate`` reads."""
+    lines = ["#   dyn plane key (CurveZMQ): made by 'dyn keys'", "metadata", "curve",
+             f'    public-key = "{public.decode()}"']
+    if secret is not None:
+        lines.append(f'    secret-key = "{secret.decode()}"')
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+_keys: PlaneKeys | None = None
+_authenticators: list[ThreadAuthenticator] = []
+
+
+def use_plane_keys(directory: str | Path | None) -> PlaneKeys | None:
+    """Secure every ZMQ socket this process makes from now on with the CurveZMQ keys in
+    ``directory``; None turns them off again (plain sockets, loopback only). Starts one ZAP
+    handler thread per ZMQ context. ``PlaneKeyError`` when the directory is unusable."""
+    global _keys
+    keys = load_plane_keys(directory) if directory is not None else None
+    for authenticator in _authenticators:
+        authenticator.stop()
+    _authenticators.clear()
+    _keys = keys
+    if keys is None:
+        return None
+    for context in (async_context(), sync_context()):
+        authenticator = ThreadAuthenticator(zmq.Context.shadow(context.underlying))
+        authenticator.start()
+        authenticator.configure_curve(domain=ZAP_DOMAIN, location=str(keys.directory))
+        _authenticators.append(authenticator)
+    return keys
+
+
+def plane_keys() -> PlaneKeys | None:
+    """The keys ``use_plane_keys`` set, if any."""
+    return _keys
 
 
 def configure(socket: zmq.Socket, *, hwm: int = 0) -> zmq.Socket:
-    """Linger 0 (closing never hangs) and the given high-water marks (0 = unbounded)."""
+    """Linger 0 (closing never hangs), the given high-water marks (0 = unbounded), and with
+    plane keys the CurveZMQ client keys (``bind`` turns a listening socket into a server)."""
     socket.setsockopt(zmq.LINGER, 0)
     socket.setsockopt(zmq.SNDHWM, hwm)
     socket.setsockopt(zmq.RCVHWM, hwm)
+    keys = _keys
+    if keys is not None:
+        socket.curve_secretkey = keys.client_secret
+        socket.curve_publickey = keys.client_public
+        socket.curve_serverkey = keys.server_public
     return socket
+
+
+def plain(socket: zmq.Socket) -> zmq.Socket:
+    """Undo the client keys of ``configure``: for a peer that is not a dyn socket (an engine's
+    own KV-event publisher), which speaks plain ZMQ."""
+    if _keys is not None:
+        socket.curve_server = False  # also resets the mechanism to NULL
+    return socket
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or ``localhost``) names this machine's loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(socket: zmq.Socket, host: str, port: int = 0) -> str:
+    """Listen on ``host:port`` (0: a free port) and return the ``tcp://host:port`` endpoint.
+
+    With plane keys the socket becomes a CurveZMQ server first. Without them, ``PlaneKeyError``
+    for a ``host`` beyond loopback: nothing would stop another machine from connecting.
+    ``zmq.ZMQError`` when the address cannot be bound.
+    """
+    keys = _keys
+    if keys is None:
+        if not is_loopback(host):
+            raise PlaneKeyError(
+                f"refusing to listen on {host}: without --plane-keys the ZMQ planes are not "
+                "authenticated, so only a loopback address (127.0.0.1) is allowed. Make keys with "
+                "'dyn keys DIR' and pass --plane-keys DIR to every dyn process")
+    else:
+        if keys.server_secret is None:
+            raise PlaneKeyError(f"--plane-keys {keys.directory} has no {SERVER_KEY}{SECRET_SUFFIX}, "
+                                "which a process needs to listen; copy it from the directory "
+                                "'dyn keys' made")
+        socket.curve_secretkey = keys.server_secret
+        socket.curve_publickey = keys.server_public
+        socket.curve_server = True
+        socket.zap_domain = ZAP_DOMAIN.encode()
+        socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+    if port:
+        socket.bind(f"tcp://{host}:{port}")
+    else:
+        port = socket.bind_to_random_port(f"tcp://{host}")
+    return f"tcp://{host}:{port}"
+
+
+def bind_random(socket: zmq.Socket, host: str) -> str:
+    """Bind ``socket`` to a free TCP port on ``host`` and return its ``tcp://host:port`` endpoint
+    (see ``bind``)."""
+    return bind(socket, host, 0)

@@ -5,6 +5,10 @@ Contract:
   ``ErrorReply`` (malformed frames get an ``ErrorReply`` too, with the request id when known).
 - A ``CancelRequest`` aborts the request in the engine; its stream then ends with
   ``Finish(reason="cancelled")``.
+- Malformed frames are answered, counted (``frames_rejected``) and logged at most once per
+  ``REJECT_LOG_INTERVAL_S`` with a count; the receive loop yields to the event loop after every
+  message (a message already queued does not make pyzmq yield), so no flood of frames can starve
+  the discovery heartbeat, the replies or the engine.
 - A control call (``SessionControlRequest``, ``PinPrefixRequest``) gets one ``ControlReply``, or
   an ``ErrorReply``: ``unsupported`` when the engine does not list the feature, else the
   engine's error. Control calls run as their own tasks, never blocking generation.
@@ -43,7 +47,7 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
-from dyn.core.transport.codec import ProtocolError
+from dyn.core.transport.codec import ProtocolError, RejectedFrames
 from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher
 from dyn.core.transport.request_plane import RequestServer
 from dyn.core.worker.settings import WorkerSettings
@@ -84,6 +88,12 @@ class WorkerHost:
         """Reply messages sent on the request plane (a batch counts once)."""
         self.replies_sent = 0
         """Replies sent (every ``TokenChunk``, ``Finish`` and ``ErrorReply`` in them)."""
+        self._rejected = RejectedFrames(log, "malformed request frame")
+
+    @property
+    def frames_rejected(self) -> int:
+        """Malformed request-plane messages received so far."""
+        return self._rejected.total
 
     @property
     def record(self) -> WorkerRecord:
@@ -101,6 +111,7 @@ class WorkerHost:
             endpoints=WorkerEndpoints(
                 request=self._server.endpoint, kv_events=kv_events, kv_replay=kv_replay,
                 metrics=self._metrics.endpoint,
+                kv_events_plain=self.kv_publisher is None and kv_events is not None,
             ),
             block_size=info.block_size,
             total_kv_blocks=info.total_kv_blocks,
@@ -183,6 +194,7 @@ class WorkerHost:
 
     async def _serve_requests(self, tg: anyio.abc.TaskGroup) -> None:
         while True:
+            await anyio.lowlevel.checkpoint()
             identity, message = await self._server.recv()
             if isinstance(message, GenerateRequest):
                 if message.request_id in self._inflight:
@@ -201,7 +213,7 @@ class WorkerHost:
             elif isinstance(message, SessionControlRequest | PinPrefixRequest):
                 tg.start_soon(self._control, identity, message)
             elif isinstance(message, ProtocolError):
-                log.warning("rejected a malformed request frame: %s", message)
+                self._rejected.reject(message)
                 self._reply(identity, ErrorReply("", "bad_request", str(message)))
 
     async def _stream(self, identity: bytes, request: GenerateRequest) -> None:

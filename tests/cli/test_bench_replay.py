@@ -95,7 +95,8 @@ def test_mocker_flags_are_the_same_in_both_commands():
         assert ours[name] == theirs[name], name
     # dyn worker mocker keeps its order: model flags, engine flags, then worker flags
     assert list(ours) == ["model_path", "model_name", *engine, "num_workers", "dyn_tool_call_parser",
-                          "dyn_reasoning_parser", "namespace", "discovery_backend", "discovery_dir", "host"]
+                          "dyn_reasoning_parser", "namespace", "discovery_backend", "discovery_dir", "host",
+                          "drain_timeout", "plane_keys"]
 
 
 def test_an_unwritable_output_is_refused_before_the_replay(trace, tmp_path):

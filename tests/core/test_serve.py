@@ -26,6 +26,7 @@ from dyn.core.serve import (
     ServeConfig,
     connectable_url,
     describe_exit,
+    hide_secrets,
     flag_value,
     parse_listening_url,
     parse_ready_url,
@@ -133,6 +134,8 @@ def test_wildcard_addresses_become_loopback_and_exits_read_well():
 
 FAKE_FRONTEND = r"""
 import http.server, json, os, signal, sys, threading, time
+from dyn.core.serve import follow_parent
+follow_parent()  # as every dyn command does first
 instances, trigger = int(sys.argv[1]), sys.argv[2]
 
 class Health(http.server.BaseHTTPRequestHandler):
@@ -162,6 +165,8 @@ while time.monotonic() < deadline:
 
 FAKE_WORKER = r"""
 import os, signal, sys, time
+from dyn.core.serve import follow_parent
+follow_parent()
 code, trigger, on_term = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 signal.signal(signal.SIGTERM, signal.SIG_IGN if on_term == "ignore" else (lambda *_: sys.exit(0)))
 print(f"worker up pid={os.getpid()}", flush=True)
@@ -328,7 +333,8 @@ def test_a_child_that_cannot_start_is_reported(stacks):
 def test_worker_exit_after_ready_keeps_serving_until_the_last_one_goes(stacks, tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     run = stacks(config_for(fake_frontend(2), [fake_worker(0, code=5, trigger=first),
-                                               fake_worker(1, code=6, trigger=second)]))
+                                               fake_worker(1, code=6, trigger=second)],
+                            restart_workers=False))
     run.out.wait_for(lambda line: parse_ready_url(line) is not None)
     first.touch()
     run.err.wait_for(lambda line: "worker-0" in line and "code 5" in line and "serving on with 1" in line)
@@ -337,6 +343,48 @@ def test_worker_exit_after_ready_keeps_serving_until_the_last_one_goes(stacks, t
     assert run.join() == 1
     assert "no worker is left" in run.err.text()
     assert_all_gone(run.pids().values())
+
+
+def test_a_dead_worker_is_restarted_after_a_doubling_back_off(stacks, tmp_path):
+    dying = tmp_path / "dying"
+    run = stacks(config_for(fake_frontend(2), [fake_worker(0, code=5, trigger=dying), fake_worker(1)],
+                            restart_backoff_s=(0.2, 0.4)))
+    run.out.wait_for(lambda line: parse_ready_url(line) is not None)
+    first_pid = run.pids()["worker-0"]
+    dying.touch()  # every worker-0 started from now on exits at once with code 5
+    run.err.wait_for(lambda line: "worker-0" in line and "code 5; restarting it in 0.2s" in line)
+    run.err.wait_for(lambda line: "code 5; restarting it in 0.4s" in line)
+    dying.unlink()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sum("restarting it in 0.4s" in line for line in run.err.lines) < 2:
+        time.sleep(0.05)  # the back-off stays at its longest while the worker keeps dying
+    run.out.wait_for(lambda line: line.startswith("worker-0 | worker up") and f"pid={first_pid}" not in line)
+    restarted = run.pids()["worker-0"]
+    assert restarted != first_pid and not gone(restarted)
+    assert run.thread.is_alive()
+    run.stop.set()
+    assert run.join() == 0
+    assert_all_gone(run.pids().values())
+
+
+def test_secret_flags_travel_in_the_environment_and_are_never_printed():
+    argv, env = hide_secrets(["python", "-m", "dyn.cli", "frontend", "--api-key", "s3cret", "--http-port", "0",
+                              "--api-key=other"])
+    assert argv == ["python", "-m", "dyn.cli", "frontend", "--http-port", "0"]
+    assert env == {"DYN_API_KEY": "other"}  # the last one wins, as on the command line
+
+
+def test_the_api_key_reaches_the_child_but_not_the_output(stacks):
+    probe = ChildSpec("worker-0", [sys.executable, "-c", "import os; print('key=' + os.environ['DYN_API_KEY'], "
+                                   "flush=True); " + FAKE_WORKER.replace("int(sys.argv[1])", "0")
+                                   .replace("sys.argv[2]", "'-'").replace("sys.argv[3]", "'exit'"),
+                                   "--api-key", "s3cret"])
+    run = stacks(config_for(fake_frontend(1), [probe]))
+    run.out.wait_for(lambda line: line.startswith("worker-0 | key=s3cret"))
+    started = next(line for line in run.out.lines if line.startswith("dyn serve: started worker-0"))
+    assert "s3cret" not in started and "--api-key" not in started
+    run.stop.set()
+    assert run.join() == 0
 
 
 def test_frontend_exit_after_ready_stops_everything(stacks, tmp_path):

@@ -140,7 +140,10 @@ class Stack:
 
     def close(self) -> None:
         for p in reversed(self.procs):
-            p.terminate(timeout=10)
+            try:
+                p.terminate(timeout=10)
+            except subprocess.TimeoutExpired:  # killed by terminate; stop the others all the same
+                pass
 
 
 @pytest.fixture(scope="module")

@@ -51,8 +51,10 @@ def test_bad_request_bodies_are_400_naming_the_field(stack, body, param):
 
 
 def test_malformed_json_is_400(stack):
-    assert_error(post(stack, "/v1/chat/completions", content=b'{"model": "dyn-tiny", "messages": ['), 400)
-    assert_error(post(stack, "/v1/completions", content=b"not json"), 400)
+    json_type = {"content-type": "application/json"}
+    assert_error(post(stack, "/v1/chat/completions", content=b'{"model": "dyn-tiny", "messages": [',
+                      headers=json_type), 400)
+    assert_error(post(stack, "/v1/completions", content=b"not json", headers=json_type), 400)
 
 
 def test_unknown_model_is_404(stack):
@@ -101,7 +103,8 @@ def test_api_key_protects_v1(guarded):
     assert_error(httpx.get(guarded.url + "/v1/models", headers=wrong, timeout=10), 401)
     ok = httpx.get(guarded.url + "/v1/models", headers={"authorization": "Bearer sekret"}, timeout=10)
     assert ok.status_code == 200
-    assert httpx.get(guarded.url + "/metrics", timeout=10).status_code == 200
+    assert_error(httpx.get(guarded.url + "/metrics", timeout=10), 401)  # only --public-metrics opens it
+    assert httpx.get(guarded.url + "/metrics", headers={"authorization": "Bearer sekret"}, timeout=10).status_code == 200
 
 
 def test_no_workers_is_503_with_retry_after(guarded):

@@ -155,3 +155,45 @@ def test_the_standalone_router_serves_its_metrics_on_the_system_port(routers):
 
     text = poll_until(counted, 10, "a routed request to be counted")
     assert "dynamo_frontend_worker_last_time_to_first_token_seconds{" in text
+
+
+def _booked(metrics_url: str) -> float:
+    """Decode blocks the router books on all workers (its ``/metrics``)."""
+    total = 0.0
+    for line in httpx.get(metrics_url, timeout=5).text.splitlines():
+        if line.startswith("dynamo_frontend_worker_active_decode_blocks{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_frontend_killed_mid_stream_leaves_no_booking_in_the_router(stack_factory):
+    """Issue 16: a frontend that dies after routing through ``dyn router`` must not leave its
+    bookings to the 300 s stale expiry. The router notices the frontend's connection close
+    (its once-a-second probe of each client fails) and frees them within seconds."""
+    stack = stack_factory("rcrash")
+    # real time, so the stream lasts; no drain on stop for the stream nobody reads any more
+    stack.start("worker", "mocker", "--namespace", stack.namespace, "--drain-timeout", "0")
+    router = stack.start("router", "--namespace", stack.namespace, "--system-port", "0")
+    address = poll_until(lambda: _ready(router, ROUTER_READY), 60, "the router")
+    metrics = poll_until(lambda: _ready(router, "dyn router metrics: "), 30, "the router's metrics")
+    frontend = stack.start("frontend", "--http-port", "0", "--namespace", stack.namespace,
+                           "--router-mode", "kv", "--router-address", address)
+    url = poll_until(lambda: _ready(frontend, READY_PREFIX), 60, "the frontend")
+    poll_until(lambda: len(_instances(url)) == 1, 30, "the frontend to see the worker")
+    poll_until(lambda: httpx.post(url + "/v1/completions", timeout=10, json={
+        "model": MODEL, "prompt": "hi", "max_tokens": 1}).status_code == 200, 30,
+        "the router to see the worker")
+
+    body = {"model": MODEL, "prompt": _prompt(1, 1), "max_tokens": 2000, "stream": True,
+            "ignore_eos": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()  # kept open: a closed stream is a client that left
+        for line in lines:
+            if line.startswith("data: {"):
+                break  # the request is generating: its booking is live in the router
+        assert _booked(metrics) > 0
+        frontend.proc.kill()
+        frontend.proc.wait(10)
+        poll_until(lambda: _booked(metrics) == 0, 5, "the router to free the dead frontend's booking")
+    assert router.proc.poll() is None

@@ -84,19 +84,61 @@ def test_serve_starts_the_stack_serves_and_stops_cleanly(dyn_process, wait_for):
     stop_and_check(proc, pids, wait_for)
 
 
-def test_serve_keeps_serving_when_one_worker_dies(dyn_process, wait_for):
+def test_serve_restarts_a_worker_that_dies(dyn_process, wait_for):
     proc = dyn_process("serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100")
     url = ready_url(proc)
     base = url.removesuffix("/v1")
     pids = child_pids(proc)
+    before = set(health(base)["instances"])
     os.kill(pids["worker-0"], signal.SIGKILL)
-    wait_for(lambda: "worker-0" in proc.log() and "was killed by SIGKILL; serving on with 1" in proc.log(), 15,
+    wait_for(lambda: "worker-0" in proc.log() and "was killed by SIGKILL; restarting it in 1s" in proc.log(), 15,
              f"the supervisor to report the dead worker:\n{proc.log()}")
-    assert proc.proc.poll() is None
-    wait_for(lambda: len(health(base)["instances"]) == 1, 30, "the frontend to drop the dead worker")
+    assert len(health(base)["instances"]) == 1  # out of routing at once (its connection closed)
     response = chat(url)
     assert response.status_code == 200, response.text
+    wait_for(lambda: child_pids(proc)["worker-0"] != pids["worker-0"], 15, "a new worker-0 process")
+    wait_for(lambda: len(health(base)["instances"]) == 2, 60, "the restarted worker to be routable")
+    assert len(set(health(base)["instances"]) & before) == 1  # a new instance beside the survivor
+    assert proc.proc.poll() is None
+    stop_and_check(proc, child_pids(proc), wait_for)
+
+
+def test_serve_without_restarts_keeps_serving_on_the_rest(dyn_process, wait_for):
+    proc = dyn_process("serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100",
+                       "--no-restart-workers")
+    url = ready_url(proc)
+    pids = child_pids(proc)
+    os.kill(pids["worker-0"], signal.SIGKILL)
+    wait_for(lambda: "was killed by SIGKILL; serving on with 1" in proc.log(), 15, "the dead worker reported")
+    assert chat(url).status_code == 200
     stop_and_check(proc, pids, wait_for)
+
+
+def test_children_stop_when_the_supervisor_is_killed(dyn_process, wait_for):
+    proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100")
+    ready_url(proc)
+    pids = child_pids(proc)
+    proc.proc.send_signal(signal.SIGKILL)  # no chance to stop them itself
+    proc.proc.wait(10)
+    wait_for(lambda: all(gone(p) for p in pids.values()), 20, f"every child to follow its parent: {pids}")
+
+
+def test_serve_stop_drains_an_open_stream(dyn_process, wait_for):
+    proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "1", "--api-key", "k3y")
+    url = ready_url(proc)
+    assert "k3y" not in proc.log()
+    body = {"model": "dyn-tiny", "prompt": "a long answer", "max_tokens": 200, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{url}/completions", json=body, timeout=60,
+                      headers={"Authorization": "Bearer k3y"}) as r:
+        assert r.status_code == 200, r.read()
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        proc.proc.send_signal(signal.SIGTERM)  # stop the stack mid-stream
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+    assert '"completion_tokens":200' in rest[-2], rest[-3:]
+    assert proc.proc.wait(30) == 0
 
 
 def test_serve_rejects_an_unknown_pass_through_flag(dyn_process):

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from contextlib import aclosing
@@ -23,6 +24,7 @@ from dyn.core.discovery import (
     default_root,
     open_store,
 )
+from dyn.core.discovery.file_store import DiscoveryDirError
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 
 pytestmark = pytest.mark.anyio
@@ -123,8 +125,53 @@ def test_default_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("DYN_DISCOVERY_DIR")
     assert default_root() == tmp_path / "xdg" / "dyn"
     monkeypatch.delenv("XDG_RUNTIME_DIR")
-    assert default_root().name == f"dyn-{os.getuid()}"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    assert default_root() == tmp_path / "tmp" / f"dyn-{os.getuid()}"
     assert open_store("file", NS).root == default_root()
+    assert os.stat(default_root()).st_mode & 0o777 == 0o700  # made private
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o722, 0o1777])
+def test_a_root_other_users_may_write_to_is_refused(tmp_path: Path, mode: int) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    root.chmod(mode)
+    with pytest.raises(DiscoveryDirError, match=rf"{root} is writable by other users \(mode {mode:o}\).*"
+                                               rf"chmod 700 {root}.*--discovery-dir"):
+        FileDiscoveryStore(root, NS)
+    with pytest.raises(ValueError):  # what every caller of open_store turns into its own error
+        open_store("file", NS, root)
+    assert list(root.iterdir()) == []
+    root.chmod(0o755)  # readable by others is allowed; writable is not
+    assert FileDiscoveryStore(root, NS).root == root
+
+
+def test_a_root_owned_by_someone_else_or_reached_through_their_link_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        with pytest.raises(DiscoveryDirError, match="belongs to user id 0, not to you"):
+            FileDiscoveryStore("/", NS)
+        return
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(DiscoveryDirError, match=f"{theirs} belongs to user id 65534, not to you"):
+        FileDiscoveryStore(theirs, NS)
+    ours = tmp_path / "ours"
+    ours.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(ours)
+    assert FileDiscoveryStore(link, NS).root == link  # our own link to our own directory
+    os.lchown(link, 65534, 65534)  # their link could be re-pointed at any time
+    with pytest.raises(DiscoveryDirError, match="belongs to user id 65534"):
+        FileDiscoveryStore(link, NS)
+
+
+def test_a_missing_root_is_created_private_and_a_file_is_refused(tmp_path: Path) -> None:
+    store = FileDiscoveryStore(tmp_path / "a" / "b", NS)
+    assert os.stat(store.root).st_mode & 0o777 == 0o700
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DiscoveryDirError, match="cannot create the discovery directory"):
+        FileDiscoveryStore(tmp_path / "file", NS)
 
 
 async def test_expired_record_is_not_listed_and_is_collected(tmp_path: Path) -> None:

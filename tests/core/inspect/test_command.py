@@ -22,7 +22,7 @@ runner = CliRunner()
 def served(monkeypatch):
     """``run_inspect`` reads the known index state served under /kv/ at any URL."""
     monkeypatch.setattr(command, "open_target",
-                        lambda url: open_target(url, client=asgi_client(kv_app(prefix="/kv"))))
+                        lambda url, **_: open_target(url, client=asgi_client(kv_app(prefix="/kv"))))
 
 
 def test_json_is_one_object_with_the_known_numbers(served, capsys, tmp_path):

@@ -39,7 +39,8 @@ from dyn.core.kv.events import (
 )
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
-from dyn.core.kv.subscriber import KvEventSubscriber
+from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.subscriber import KvEventBounds, KvEventSubscriber
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.transport.event_plane import KvEventPublisher
 from dyn.core.transport.sockets import bind_random, configure, sync_context
@@ -603,3 +604,75 @@ def test_inbox_keeps_order_and_close_releases_a_thread_held_by_backpressure(monk
     stuck.close()
     putter.join(5)
     assert not putter.is_alive()
+
+
+# --------------------------------------------------------------------------- bounds from the record
+
+
+def by_worker(registry: CollectorRegistry, worker: int, reason: str) -> float | None:
+    return registry.get_sample_value("dynamo_component_kv_events_rejected_by_worker_total",
+                                     {"worker_id": str(worker), "reason": reason})
+
+
+def chain(first: int, blocks: int, parent: int | None) -> BlockStored:
+    """``blocks`` new blocks with hashes from ``first``, each holding its own tokens."""
+    hashes = list(range(first, first + blocks))
+    return BlockStored(hashes, parent, [h for h in hashes for _ in range(BS)], BS)
+
+
+def test_bounds_follow_the_record():
+    engine = FakeEngine()
+    bounds = KvEventBounds.of(engine.record)  # 64 blocks of 4 tokens, 1 rank
+    assert bounds.dp_size == 1 and bounds.block_limit == 64 + 64
+    assert bounds.max_message_bytes == (64 << 10) + 2 * 64 * (96 + 12 * 4)
+    big = msgspec.structs.replace(engine.record, total_kv_blocks=16_384, block_size=16, dp_size=2)
+    assert KvEventBounds.of(big).block_limit == 16_384 + 512 and KvEventBounds.of(big).dp_size == 2
+    static = msgspec.structs.replace(engine.record, total_kv_blocks=0)
+    assert KvEventBounds.of(static).block_limit is None and KvEventBounds.of(static).dp_size is None
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_events_beyond_the_records_capacity_ranks_or_size_are_refused_and_counted(
+        event_threads, caplog):
+    """Issue 16: forged events claimed 219,000 blocks for a worker advertising 16,384. Here the
+    record advertises 64 blocks (limit 128 with the slack) and one rank."""
+    engine = FakeEngine()
+    ops = [
+        [chain(1, 40, None)], [chain(41, 40, 40)], [chain(81, 40, 80)],  # 120 blocks
+        [chain(121, 40, 120)],  # 160 > 128: refused
+        [BlockRemoved(list(range(91, 121)))],  # 90 left
+        [chain(201, 35, None)],  # 125
+        [chain(301, 1, None)],  # dp rank 1: the record has one rank
+        [chain(401, 2, None), chain(501, 2, None)],  # 127, then 129 > 128: one of two refused
+    ]
+    for i, events in enumerate(ops):
+        engine.publish(events, send=False, dp_rank=1 if i == 6 else 0)
+    registry = CollectorRegistry()
+    indexer = RadixIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
+    with caplog.at_level(logging.WARNING, "dyn.core"), anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(ingestor.run)
+            ingestor.add_worker(engine.record)
+            await until(lambda: indexer.blocks_held((7, 0)) == 127
+                        and by_worker(registry, 7, "unknown_dp_rank") == 1)
+            assert by_worker(registry, 7, "over_capacity") == 2
+            assert rejected(registry, "over_capacity") == 2 and rejected(registry, "unknown_dp_rank") == 1
+            assert indexer.blocks_per_worker() == {(7, 0): 127}
+            warnings = [r.getMessage() for r in caplog.records if "of worker 7" in r.getMessage()]
+            assert len(warnings) == 1 and "past the 128 its record allows" in warnings[0]
+
+            # a message larger than 64 such blocks could fill is refused before decoding
+            seq = engine.publisher.next_seq
+            limit = ingestor.subscriber(7).bounds.max_message_bytes
+            while by_worker(registry, 7, "too_large") is None:  # until the live SUB has joined
+                engine.send([b"kv-events", encode_seq(seq), b"\xc1" * (limit + 1)])
+                seq += 1
+                await anyio.sleep(0.02)
+            assert rejected(registry, "bad_payload") == 0
+            tg.cancel_scope.cancel()
+    ingestor.remove_worker(7)
+    assert by_worker(registry, 7, "over_capacity") is None  # its series go with it
+    engine.close()

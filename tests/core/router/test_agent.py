@@ -257,3 +257,44 @@ async def test_close_and_rebinding_reach_the_worker_that_holds_the_session():
     await agent.route(req(session("bind")))  # router-only now: the engine session is closed
     await drain(agent)
     assert opened_on[-1].client.calls[-1].action == "close"
+
+
+class StartCountingRoute(CountingRoute):
+    __slots__ = ("starts",)
+
+    def __init__(self, w: Worker, dp_rank=None) -> None:
+        super().__init__(w, dp_rank)
+        self.starts = 0
+
+    def started(self) -> None:
+        self.starts += 1
+
+
+async def test_route_all_hands_the_group_to_the_inner_router_and_pins_each_member():
+    agent, inner = setup(worker(1), worker(2), cache=True)
+    groups = []
+
+    async def route_all(requests):
+        groups.append(requests)
+        return [StartCountingRoute(inner.pool.get(1 + i % 2), 0) for i, _ in enumerate(requests)]
+
+    inner.route_all = route_all
+    members = [RouteRequest(request_id=f"c{i}", token_ids=list(range(40)), pin_ttl_s=60.0)
+               for i in range(3)]
+    routes = await agent.route_all(members)
+    assert groups == [members] and inner.seen == []  # one call, as one unit
+    for route in routes:
+        route.started()
+        route.finished()
+    assert [r.inner.starts for r in routes] == [1, 1, 1]
+    await drain(agent)
+    pins = [c for w in (1, 2) for c in agent.pool.get(w).client.calls]
+    assert len(pins) == 3 and all(isinstance(p, PinPrefixRequest) for p in pins)
+
+
+async def test_route_all_of_one_request_keeps_its_session_and_a_session_group_is_a_bug():
+    agent, inner = setup(worker(1), worker(2))
+    (route,) = await agent.route_all([req(session("open"))])
+    assert route.session_id == "s1" and len(inner.seen) == 1
+    with pytest.raises(ValueError, match="single choice"):
+        await agent.route_all([req(session()), req()])

@@ -54,6 +54,10 @@ def test_zero_credit_means_no_indexer():
         ({"active_prefill_tokens_threshold": -5}, "--active-prefill-tokens-threshold"),
         ({"active_prefill_tokens_threshold_frac": 0.0}, "--active-prefill-tokens-threshold-frac"),
         ({"overlap_refresh_after_secs": -1.0}, "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"),
+        ({"unstarted_booking_secs": 0.0}, "--router-unstarted-booking-secs"),
+        ({"unstarted_booking_secs": math.inf}, "--router-unstarted-booking-secs"),
+        ({"max_queued_requests": 0}, "--router-queue-limit"),
+        ({"max_queued_requests": 2.5}, "--router-queue-limit"),
     ],
 )
 def test_validation_names_the_flag(fields, needle):
@@ -155,3 +159,15 @@ def test_parse_queue_threshold():
     assert parse_queue_threshold("0.1") == 0.1
     with pytest.raises(ConfigError, match="--router-queue-threshold"):
         parse_queue_threshold("lots")
+
+
+def test_unstarted_expiry_and_queue_limit_defaults_and_their_flags():
+    from dyn.cli.router_flags import _FLAGS, _config
+
+    c = KvRouterConfig().validate()
+    assert c.unstarted_booking_secs == 5.0 and c.max_queued_requests == 1024
+    values = {name: option.default for name, (_, option) in _FLAGS.items()}
+    assert (_config(values).unstarted_booking_secs, _config(values).max_queued_requests) == (5.0, 1024)
+    off = _config({**values, "router_unstarted_booking_secs": 0.0, "router_queue_limit": 0})
+    assert off.unstarted_booking_secs is None and off.max_queued_requests is None
+    assert "Dynamo has no such" in _FLAGS["router_unstarted_booking_secs"][1].help

@@ -141,3 +141,15 @@ def test_all_busy_needs_every_rank_over_the_threshold():
     assert not all_busy([], 1.0, [])  # nobody eligible: route and fail, do not wait
     assert not all_busy([5_000_000], 0.5, [None])  # default capacity 10,000,000
     assert all_busy([1], 16.0, [0])  # a rank with no capacity is busy with any load
+
+
+def test_a_group_entry_is_keyed_by_one_request_and_counts_all_of_them():
+    q = RouterQueue("wspt", FakeClock())
+    group = q.push("group", isl_tokens=100, requests=128, tokens=128 * 100)
+    q.push("short", isl_tokens=50)
+    assert len(q) == 2 and q.pending_requests == 129 and q.pending_isl_tokens == 12_850
+    assert group.key == queue_key("wspt", priority_jump=0.0, arrival_offset_secs=0.0,
+                                  isl_tokens=100, max_cached_tokens=0.0)
+    assert q.peek() == "short"  # Smith's rule per request: the group is not 128 times longer
+    assert q.remove(group) and q.pending_requests == 1 and q.pending_isl_tokens == 50
+    assert drain(q) == ["short"] and q.pending_requests == 0

@@ -19,6 +19,7 @@ from dyn.core.messages import (
 from dyn.core.router.kv import AllWorkersBusyError
 from dyn.core.router.policy import (
     NoWorkersError,
+    QueueFullError,
     RouteRequest,
     RoutingError,
     TargetRequiredError,
@@ -141,7 +142,7 @@ async def test_answer_books_and_progress_is_reported_at_block_boundaries_and_fin
 @pytest.mark.parametrize(("code", "error"), [
     ("no_workers", NoWorkersError), ("worker_not_found", WorkerNotFoundError),
     ("all_busy", AllWorkersBusyError), ("target_required", TargetRequiredError),
-    ("error", RoutingError),
+    ("queue_full", QueueFullError), ("error", RoutingError),
 ])
 async def test_refusals_raise_the_matching_routing_error(tmp_path, code, error):
     with anyio.fail_after(10):
@@ -160,9 +161,11 @@ async def test_no_answer_times_out_and_a_late_booking_is_freed(tmp_path):
             router, service = await started(tmp_path, tg)
             with pytest.raises(NoWorkersError, match="is not answering"):
                 await router.route(req("silent-1"))
-            await service.answer_silent()
-            await service.wait(lambda: service.progress)
+            await service.wait(lambda: service.progress)  # withdrawn at once
             assert [(p.request_id, p.event) for p in service.progress] == [("silent-1", "finished")]
+            await service.answer_silent()  # a router that booked it anyway: freed too
+            await service.wait(lambda: len(service.progress) == 2)
+            assert service.progress[1].event == "finished"
             tg.cancel_scope.cancel()
 
 
@@ -174,9 +177,10 @@ async def test_a_cancelled_route_frees_the_booking_that_arrives_later(tmp_path):
                 client.start_soon(router.route, req("silent-2"))
                 await service.wait(lambda: service.silent)
                 client.cancel_scope.cancel()
-            await service.answer_silent()
-            await service.wait(lambda: service.progress)
-            assert [(p.request_id, p.event) for p in service.progress] == [("silent-2", "finished")]
+            await service.wait(lambda: service.progress)  # withdrawn at once
+            await service.answer_silent()  # a router that booked it anyway: freed too
+            await service.wait(lambda: len(service.progress) == 2)
+            assert [(p.request_id, p.event) for p in service.progress] == [("silent-2", "finished")] * 2
             tg.cancel_scope.cancel()
 
 
@@ -273,3 +277,193 @@ async def test_against_the_real_service(tmp_path):
     finally:
         raw.close(linger=0)
     assert await routers_store(store).list() == []  # deregistered on the way out
+
+
+# --------------------------------------------------------------------------- groups (route_all)
+
+
+def test_a_group_is_one_query_with_each_prompt_sent_once():
+    from dyn.core.router.remote import _group_query
+
+    a, b = list(range(8)), list(range(100, 108))
+    group = [RouteRequest(request_id=f"c{i}", token_ids=p, priority=3) for i, p in
+             enumerate((a, a, b, b, a))]
+    q = _group_query(7, group)
+    assert (q.query_id, q.request_id, q.token_ids, q.priority) == (7, "c0", a, 3)
+    assert q.siblings == ["c1", "c2", "c3", "c4"] and q.prompts == [b]
+    assert q.sibling_prompts == [0, 1, 1, 0] and q.reports_start
+    same = _group_query(8, [RouteRequest(request_id=f"c{i}", token_ids=a) for i in range(3)])
+    assert same.sibling_prompts == [] and same.prompts == []
+    with pytest.raises(ValueError, match="share their routing fields"):
+        _group_query(9, [RouteRequest(request_id="x", token_ids=a),
+                         RouteRequest(request_id="y", token_ids=a, instance_id=1)])
+
+
+async def test_a_router_older_than_groups_gets_the_members_one_query_each(tmp_path):
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            router, service = await started(tmp_path, tg)
+            routes = await router.route_all([req(f"ok-{i}") for i in range(3)])
+            assert [q.request_id for q in service.queries] == ["ok-0", "ok-1", "ok-2"]
+            assert service.queries[0].siblings == ["ok-1", "ok-2"]
+            for route in routes:
+                route.started()  # an old router would refuse "started": not sent
+                route.finished()
+            await service.wait(lambda: len(service.progress) == 3)
+            assert [(p.request_id, p.event) for p in service.progress] == [
+                ("ok-0", "finished"), ("ok-1", "finished"), ("ok-2", "finished")]
+            tg.cancel_scope.cancel()
+
+
+def real_service(store, **config):
+    from dyn.core.router.config import KvRouterConfig
+    from dyn.core.router.service import RouterService
+
+    return RouterService(store, "m", KvRouterConfig(use_kv_events=False, **config))
+
+
+async def serving(tmp_path, tg, **config):
+    """A real RouterService over workers 1 and 2 and a RemoteRouter asking it."""
+    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    for i in (1, 2):
+        await store.put(record(i), ttl_s=30)
+    service = real_service(store, **config)
+    await tg.start(service.run)
+    pool = WorkerPool(store, "m")
+    await tg.start(pool.run)
+    router = RemoteRouter(pool, service.endpoint, timeout_s=5)
+    await tg.start(router.run)
+    return service, router
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+async def test_route_all_round_trip_with_the_real_service(tmp_path):
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            service, router = await serving(tmp_path, tg)
+            a, b = list(range(3 * BLOCK)), list(range(100, 100 + 3 * BLOCK))
+            group = [RouteRequest(request_id=f"c{i}", token_ids=p) for i, p in
+                     enumerate((a, a, a, b, b, b))]
+            routes = await router.route_all(group)
+            assert [r.request_id for r in routes] == [f"c{i}" for i in range(6)]
+            assert {r.worker.instance_id for r in routes} == {1, 2}  # spread over both
+            assert len(service.routes) == 6 and len(service.router.load) == 6
+            assert len(service.router._unstarted) == 6
+            for route in routes:
+                route.started()
+            await until(lambda: not service.router._unstarted)
+            for route in routes:
+                route.first_token()
+                route.finished()
+            await until(lambda: not service.routes and len(service.router.load) == 0)
+            tg.cancel_scope.cancel()
+
+
+async def busy(service, router) -> list:
+    """Fill both workers over the queue threshold (0.1 * 256 tokens each)."""
+    routes = [await router.route(RouteRequest(request_id=f"fill-{i}", token_ids=list(range(i, i + 40))))
+              for i in (1000, 2000)]
+    assert {r.worker.instance_id for r in routes} == {1, 2}
+    return routes
+
+
+async def test_a_queued_group_withdrawn_by_its_caller_leaves_the_service_queue(tmp_path):
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            service, router = await serving(tmp_path, tg, queue_threshold=0.1, max_queued_requests=3)
+            fill = await busy(service, router)
+            async with anyio.create_task_group() as client:
+                client.start_soon(router.route_all, [req(f"g{i}") for i in range(3)])
+                await until(lambda: service.router.queue.pending_requests == 3)
+                assert len(service.router.queue) == 1
+                with pytest.raises(QueueFullError, match="--router-queue-limit 3"):
+                    await router.route(req("one-too-many"))
+                client.cancel_scope.cancel()  # the HTTP client went away
+            await until(lambda: len(service.router.queue) == 0 and not service._waiting)
+            for route in fill:
+                route.finished()
+            await until(lambda: len(service.router.load) == 0)
+            assert not service.routes
+            tg.cancel_scope.cancel()
+
+
+async def raw_client(endpoint: str):
+    sock = configure(async_context().socket(zmq.DEALER))
+    sock.connect(endpoint)
+    return sock
+
+
+async def test_a_client_that_disconnects_loses_its_queries_and_bookings_within_seconds(tmp_path):
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            service, router = await serving(tmp_path, tg, queue_threshold=0.1)
+            booker = await raw_client(service.endpoint)
+            await booker.send_multipart(encode(RouteQuery(1, "held", list(range(40)))))
+            answer = decode_router_message(await booker.recv_multipart())
+            assert isinstance(answer, RouteAnswer) and answer.member == 0
+            other = await router.route(RouteRequest(request_id="fill", token_ids=list(range(500, 540))))
+            assert [service.router.load.num_requests((i, 0)) for i in (1, 2)] == [1, 1]
+            waiter = await raw_client(service.endpoint)
+            await waiter.send_multipart(encode(RouteQuery(1, "w0", list(range(8)), siblings=["w1"],
+                                                          reports_start=True)))
+            await until(lambda: service.router.queue.pending_requests == 2)
+            assert len(service.routes) == 2
+            booker.close(linger=0)  # a frontend that crashed: one booked, two waiting
+            waiter.close(linger=0)
+            await until(lambda: len(service.router.queue) == 0 and not service._waiting, 3)
+            await until(lambda: len(service.routes) == 1, 3)
+            assert len(service.router.load) == 1  # only the live frontend's booking is left
+            other.finished()
+            await until(lambda: len(service.router.load) == 0)
+            tg.cancel_scope.cancel()
+
+
+async def test_a_booking_never_started_is_freed_unless_the_client_predates_start_reports(tmp_path):
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            # long enough that the answers are read before it can expire, on a loaded machine too
+            service, _ = await serving(tmp_path, tg, unstarted_booking_secs=1.5)
+            client = await raw_client(service.endpoint)
+            try:
+                await client.send_multipart(encode(RouteQuery(1, "new", [1, 2, 3, 4],
+                                                              reports_start=True)))
+                await client.send_multipart(encode(RouteQuery(2, "old", [1, 2, 3, 4])))
+                for _ in range(2):
+                    assert isinstance(decode_router_message(await client.recv_multipart()), RouteAnswer)
+                assert len(service.routes) == 2
+                # the frontend that asked "new" crashed or hung between routing and sending
+                await until(lambda: len(service.routes) == 1, 6)
+                assert next(iter(service.routes))[1] == "old" and len(service.router.load) == 1
+                assert service.router.unstarted_expired == 1
+                with anyio.move_on_after(0.5):
+                    while True:  # probes only: ignored by every client
+                        probe = decode_router_message(await client.recv_multipart())
+                        assert (probe.query_id, probe.code) == (0, "probe")
+            finally:
+                client.close(linger=0)
+            tg.cancel_scope.cancel()
+
+
+async def test_the_service_refuses_a_malformed_group(tmp_path):
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            service, _ = await serving(tmp_path, tg)
+            client = await raw_client(service.endpoint)
+            try:
+                for query, needle in (
+                        (RouteQuery(1, "a", [1], siblings=["a"]), "must differ"),
+                        (RouteQuery(2, "a", [1], siblings=["b"], sibling_prompts=[0, 0]), "2 entries"),
+                        (RouteQuery(3, "a", [1], siblings=["b"], sibling_prompts=[2]), "outside 0..0")):
+                    await client.send_multipart(encode(query))
+                    refused = decode_router_message(await client.recv_multipart())
+                    assert (refused.query_id, refused.code) == (query.query_id, "bad_request")
+                    assert needle in refused.message
+                assert not service.routes and not service._waiting
+            finally:
+                client.close(linger=0)
+            tg.cancel_scope.cancel()

@@ -159,3 +159,28 @@ def test_malformed_batches_raise_protocol_error(payload):
 def test_a_batch_is_a_reply_not_a_request():
     with pytest.raises(ProtocolError, match="unknown request kind"):
         decode_request(encode(ReplyBatch([c("a", 1)])))
+
+
+def test_rejected_frames_are_counted_each_and_logged_once_per_interval(caplog):
+    import logging
+
+    from dyn.core.transport.codec import RejectedFrames
+
+    now = [100.0]
+    log = logging.getLogger("test.rejects")
+    rejects = RejectedFrames(log, "malformed request frame", interval_s=5.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "test.rejects"):
+        for i in range(10_000):  # a flood within one interval: one line
+            now[0] += 0.0001
+            rejects.reject(f"bad {i}")
+        assert [r.getMessage() for r in caplog.records] == [
+            "rejected a malformed request frame: bad 0 (further ones are counted and logged at most every 5 s)"]
+        now[0] += 5.0
+        rejects.reject("bad last")
+        assert caplog.records[-1].getMessage() == (
+            "rejected 10000 malformed request frames in the last 6 s (latest: bad last)")
+        now[0] += 60.0
+        rejects.reject("lone")
+        assert caplog.records[-1].getMessage() == (
+            "rejected 1 malformed request frame in the last 60 s (latest: lone)")
+    assert rejects.total == 10_002 and len(caplog.records) == 3

@@ -20,7 +20,13 @@ from dyn.core.messages import (
     Usage,
 )
 from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher, decode_load_metrics
-from dyn.core.transport.request_plane import RemoteError, RequestServer, WorkerClient
+from dyn.core.transport.request_plane import (
+    RemoteError,
+    RequestServer,
+    WorkerClient,
+    WorkerSilent,
+    WorkerUnavailable,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -314,3 +320,69 @@ async def test_the_worker_keeps_receiving_while_it_sends_batches():
             tg.cancel_scope.cancel()
     server.close()
     assert received == [f"c{i}" for i in range(300)]
+
+
+async def test_a_closed_worker_connection_fails_streams_at_once_and_new_ones_too():
+    server = RequestServer()
+    health: list[tuple[bool, str]] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(echo_worker, server, [])
+            async with WorkerClient(server.endpoint,
+                                    on_health=lambda _c, ok, why: health.append((ok, why))) as client:
+                out = [m async for m in client.generate(GenerateRequest("warm", [1, 2]))]
+                assert isinstance(out[-1], Finish)
+                failed: list[BaseException] = []
+
+                async def hang() -> None:
+                    try:
+                        async for _ in client.generate(GenerateRequest("hang", [0])):
+                            pass
+                    except WorkerUnavailable as exc:
+                        failed.append(exc)
+
+                tg.start_soon(hang)
+                while client.in_flight == 0:
+                    await anyio.sleep(0.005)
+                server.close()  # the worker's socket goes away, as when its process dies
+                while not failed:
+                    await anyio.sleep(0.005)
+                assert "connection closed" in str(failed[0])
+                assert health[-1][0] is False and not client.healthy
+                # routed before the failure, sent after it: fails at once, never waits for discovery
+                with pytest.raises(WorkerUnavailable, match="unhealthy"):
+                    async for _ in client.generate(GenerateRequest("late", [1])):
+                        pass
+            tg.cancel_scope.cancel()
+
+
+async def test_a_silent_worker_times_out_per_stream_and_recovers_when_it_answers():
+    """A worker that ignores a request but answers its cancel (as ``WorkerHost`` does with a
+    ``Finish(cancelled)``): out of routing on the timeout, back as soon as it sends anything."""
+    server = RequestServer()
+    health: list[bool] = []
+
+    async def ignoring_worker() -> None:
+        while True:
+            identity, msg = await server.recv()
+            if isinstance(msg, CancelRequest):
+                await server.send(identity, Finish(msg.request_id, "cancelled", Usage(1, 0)))
+            elif msg.token_ids != [0]:
+                await server.send(identity, Finish(msg.request_id, "length", Usage(1, 0)))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ignoring_worker)
+            async with WorkerClient(server.endpoint, first_token_timeout_s=0.2,
+                                    on_health=lambda _c, ok, _why: health.append(ok)) as client:
+                started = anyio.current_time()
+                with pytest.raises(WorkerSilent, match="before the first token"):
+                    async for _ in client.generate(GenerateRequest("hang", [0])):
+                        pass
+                assert 0.2 <= anyio.current_time() - started < 1.0
+                while health != [False, True]:  # its answer to the cancel brings it back
+                    await anyio.sleep(0.01)
+                out = [m async for m in client.generate(GenerateRequest("ok", [1, 2]))]
+                assert isinstance(out[-1], Finish) and client.healthy
+            tg.cancel_scope.cancel()
+    server.close()

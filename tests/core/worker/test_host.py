@@ -1,5 +1,6 @@
 """WorkerHost contracts, with a scripted engine behind a real request plane and file discovery."""
 
+import logging
 from contextlib import asynccontextmanager
 
 import anyio
@@ -390,3 +391,54 @@ async def test_mocker_passes_reach_a_client_in_batches(tmp_path):
         assert client.messages_received == host.messages_sent
         # 32 requests x (16 tokens + Finish): many replies per message
         assert host.replies_sent >= 32 * 2 and host.messages_sent * 4 <= host.replies_sent
+
+
+# --------------------------------------------------------------------------- malformed floods
+
+
+async def test_a_flood_of_malformed_frames_is_answered_counted_and_never_blocks_the_loop(tmp_path, caplog):
+    """Issue 16: 200k malformed frames made the worker log one warning each and starve its
+    discovery heartbeat. Each frame is still answered, but logged at most once per interval,
+    and the receive loop yields between messages (already queued ones included)."""
+    flood = 20_000
+    store = FileDiscoveryStore(tmp_path, "t")
+    host = WorkerHost(ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
+                      settings=WorkerSettings(namespace="t"))
+    stop = anyio.Event()
+    gaps: list[float] = []
+
+    async def ticker(done: anyio.Event) -> None:
+        last = anyio.current_time()
+        while not done.is_set():
+            await anyio.sleep(0.001)
+            now = anyio.current_time()
+            gaps.append(now - last)
+            last = now
+
+    with caplog.at_level(logging.WARNING, "dyn.core.worker.host"), anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            await tg.start(host.run, stop)
+            raw = zmq.Context.instance().socket(zmq.DEALER)
+            raw.linger = 0
+            raw.sndhwm = raw.rcvhwm = 0
+            raw.connect(host.record.endpoints.request)
+            for i in range(flood):  # all queued at the worker before it reads the first
+                raw.send_multipart([b"G", b"\xc1"] if i % 2 else [b"junk"])
+            done = anyio.Event()
+            tg.start_soon(ticker, done)
+            answered = 0
+            while answered < flood:
+                while not raw.poll(0):
+                    await anyio.sleep(0.001)
+                reply = decode_reply(raw.recv_multipart())
+                answered += len(reply.errors) if isinstance(reply, ReplyBatch) else 1
+            done.set()
+            async with WorkerClient(host.record.endpoints.request) as client:
+                out = [m async for m in client.generate(GenerateRequest("after", [2]))]
+            assert isinstance(out[-1], Finish)
+            raw.close()
+            stop.set()
+    assert host.frames_rejected == flood
+    warnings = [r.getMessage() for r in caplog.records if r.name == "dyn.core.worker.host"]
+    assert len(warnings) <= 2 and "rejected a malformed request frame" in warnings[0]
+    assert max(gaps) < 0.5, max(gaps)

@@ -1,0 +1,145 @@
+"""dyn.core.frontend.preprocessor's async entry points: small requests are preprocessed inline,
+large ones in a few worker threads, so the event loop keeps running while the largest prompt the
+caps allow is rendered and tokenized."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from dyn.core.frontend.limits import RequestLimits
+from dyn.core.frontend.preprocessor import INLINE_WORK_BYTES, PREPROCESS_THREADS, Preprocessor
+from dyn.core.frontend.tokenizer import Tokenizer
+from dyn.core.model.info import load_model_info
+from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+
+class WatchedTokenizer(Tokenizer):
+    """dyn-tiny's tokenizer, noting which threads encode and how many at once."""
+
+    threads: list[str]
+    running = 0
+    most = 0
+    delay = 0.0
+    lock = threading.Lock()
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        cls = WatchedTokenizer
+        with cls.lock:
+            cls.threads.append(threading.current_thread().name)
+            cls.running += 1
+            cls.most = max(cls.most, cls.running)
+        try:
+            if cls.delay:
+                time.sleep(cls.delay)
+            return super().encode(text, add_special_tokens)
+        finally:
+            with cls.lock:
+                cls.running -= 1
+
+
+@pytest.fixture
+def pre() -> Preprocessor:
+    WatchedTokenizer.threads, WatchedTokenizer.most, WatchedTokenizer.delay = [], 0, 0.0
+    info = load_model_info(None, None)
+    return Preprocessor(info, WatchedTokenizer.from_dir(info.path), limits=RequestLimits())
+
+
+def chat(content: Any, **body: Any) -> ChatCompletionRequest:
+    return msgspec.convert({"messages": [{"role": "user", "content": content}], "max_tokens": 1, **body},
+                           ChatCompletionRequest)
+
+
+def test_small_inline_large_in_a_thread(pre: Preprocessor) -> None:
+    main = threading.current_thread().name
+
+    async def run() -> None:
+        await pre.chat_async(chat("hello"))
+        await pre.completions_async(msgspec.convert({"prompt": "hello", "max_tokens": 1}, CompletionRequest))
+        assert WatchedTokenizer.threads == [main, main]
+        await pre.chat_async(chat("word " * INLINE_WORK_BYTES))
+        batch = {"prompt": ["word " * INLINE_WORK_BYTES] * 2, "max_tokens": 1}
+        await pre.completions_async(msgspec.convert(batch, CompletionRequest))
+        assert len(WatchedTokenizer.threads) == 5 and main not in WatchedTokenizer.threads[2:]
+        # long stop strings are work too: their matcher is built off the loop
+        await pre.chat_async(chat("hi", stop=["x" * 4000, "y" * 4000]))
+        assert WatchedTokenizer.threads[-1] != main
+
+    anyio.run(run)
+
+
+def test_bounds_are_checked_before_the_thread(pre: Preprocessor) -> None:
+    async def run() -> None:
+        with pytest.raises(ApiError) as caught:
+            await pre.chat_async(chat("x" * (pre.prompt_bytes + 1)))
+        assert "--max-prompt-bytes" in caught.value.message
+        assert WatchedTokenizer.threads == []
+
+    anyio.run(run)
+
+
+def test_threads_are_bounded(pre: Preprocessor) -> None:
+    WatchedTokenizer.delay = 0.2
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(3 * PREPROCESS_THREADS):
+                tg.start_soon(pre.chat_async, chat("word " * INLINE_WORK_BYTES))
+
+    anyio.run(run)
+    assert WatchedTokenizer.most == PREPROCESS_THREADS
+
+
+def test_speculative_prefix_is_skipped_when_the_threads_are_busy(pre: Preprocessor) -> None:
+    request = chat("hello")
+
+    async def run() -> None:
+        assert await pre.next_turn_prefix_async(request, "hi there") is not None
+        WatchedTokenizer.delay = 0.5
+        async with anyio.create_task_group() as tg:
+            for _ in range(PREPROCESS_THREADS):
+                tg.start_soon(pre.chat_async, chat("word " * INLINE_WORK_BYTES))
+            with anyio.fail_after(5):
+                while pre._threads().borrowed_tokens < PREPROCESS_THREADS:
+                    await anyio.sleep(0.01)
+            assert await pre.next_turn_prefix_async(request, "hi there") is None
+
+    anyio.run(run)
+
+
+def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Preprocessor) -> None:
+    """The largest prompt the default caps accept, in one message: the loop is never held for
+    100 ms (its heartbeat keeps beating) while it is rendered and tokenized."""
+    text = ("All work and no play makes Jack a dull boy. " * (pre.prompt_bytes // 45))[:pre.prompt_bytes - 100]
+    request = chat(text, max_tokens=None)
+    gaps: list[float] = []
+
+    async def heartbeat(done: anyio.Event) -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await anyio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async def run() -> None:
+        done = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(heartbeat, done)
+            try:
+                with pytest.raises(ApiError, match="maximum context length"):  # 1 MiB is > 8192 tokens
+                    await pre.chat_async(request)
+            finally:
+                done.set()
+
+    start = time.perf_counter()
+    anyio.run(run)
+    assert WatchedTokenizer.threads and WatchedTokenizer.threads[0] != threading.current_thread().name
+    assert time.perf_counter() - start > 0.05 and len(gaps) > 5  # real work happened while the loop beat
+    assert max(gaps) < 0.1, max(gaps)
+

@@ -1,0 +1,208 @@
+"""Issue 16, bounded work: the probe's requests against a real ``dyn frontend`` + mocker workers.
+
+Each request below once cost the frontend gigabytes or froze its event loop: a 1 MB stop string
+(19.6 GB, killed), 10k-character stop strings x n (45 MB each), a request ``chat_template`` of
+``{{ 'a ' * 10000000 }}`` (4.3 GB, /live blocked 8.7 s), a 10 MB prompt (+1.4 GB, 5.6 s),
+1000 prompts x n=128 (/live blocked > 30 s). Now each is refused at once (or served in bounded
+memory), and ``/live`` answers within 100 ms while the largest prompt the caps accept is
+preprocessed. The request bodies are the probe's; the model is the embedded dyn-tiny (its
+context length, 8192, makes the default --max-prompt-bytes 1 MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MODEL = "dyn-tiny"
+READY = "dyn frontend listening on "
+STOP_CHARS = 10_000
+
+
+@pytest.fixture(scope="module")
+def bounded(stack_factory):
+    """Two mocker workers behind a frontend with the default caps but 10k-character stop strings,
+    and a second frontend, on the same workers, that trusts request chat templates."""
+    s = stack_factory("bounded")
+    s.worker("--block-size", "16", count=2)
+    s.start_frontend("--max-stop-string-chars", str(STOP_CHARS))
+    s.wait_instances(2)
+    trusting = s.start("frontend", "--http-port", "0", "--namespace", s.namespace,
+                       "--trust-request-chat-template")
+    deadline = time.monotonic() + 60
+    while not (url := _listening(trusting.log_path)):
+        assert trusting.proc.poll() is None and time.monotonic() < deadline, trusting.log()
+        time.sleep(0.05)
+    s.trusting_url = url
+    s.trusting_pid = trusting.proc.pid
+    return s
+
+
+def _listening(log: Path) -> str | None:
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith(READY):
+            return line[len(READY):].strip()
+    return None
+
+
+def _memory_kib(pid: int, field: str) -> int:
+    """``VmHWM`` (peak resident memory) or ``VmRSS`` of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for pid {pid}")
+
+
+class LivePoller:
+    """Polls ``/live`` from its own thread and connection while a request is in flight; every
+    answer's latency is kept."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            client.get("/live")  # connected before the measured request starts
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                r = client.get("/live")
+                self.latencies.append(time.perf_counter() - start)
+                if r.status_code != 200:
+                    self.failures.append(f"{r.status_code} {r.text}")
+                time.sleep(0.01)
+
+    def __enter__(self) -> LivePoller:
+        self._thread.start()
+        time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(0.05)
+        self._stop.set()
+        self._thread.join(15)
+
+    def assert_live(self, within: float = 0.1) -> None:
+        assert not self.failures, self.failures
+        assert len(self.latencies) >= 5, self.latencies
+        assert max(self.latencies) < within, sorted(self.latencies)[-5:]
+
+
+def _post(url: str, path: str, body: dict | bytes, timeout: float = 60) -> tuple[httpx.Response, float]:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    start = time.perf_counter()
+    r = httpx.post(url + path, content=content, headers={"content-type": "application/json"}, timeout=timeout)
+    return r, time.perf_counter() - start
+
+
+def _error(r: httpx.Response) -> dict:
+    assert r.status_code == 400, r.text[:500]
+    return r.json()["error"]
+
+
+def test_megabyte_stop_string_is_refused_without_growing_the_frontend(bounded):
+    pid = bounded.frontend.proc.pid
+    peak = _memory_kib(pid, "VmHWM")
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+            "stop": ["s" * (1 << 20)]}
+    r, took = _post(bounded.url, "/v1/chat/completions", body)
+    err = _error(r)
+    assert err["param"] == "stop[0]" and "--max-stop-string-chars" in err["message"]
+    assert took < 1
+    assert _memory_kib(pid, "VmHWM") - peak < 64 * 1024  # was 19.6 GB, then the kernel's OOM killer
+    assert httpx.get(bounded.url + "/live").status_code == 200
+
+
+def test_long_stop_strings_times_n_at_the_limits_stay_in_bounded_memory(bounded):
+    """16 stop strings (the most the protocol takes) of 10,000 characters, n=128 (--max-n):
+    the old detokenizer built every prefix of every string for every choice (45 MB per string
+    and choice, about 92 GB here); now one matcher serves all 128 choices."""
+    pid = bounded.frontend.proc.pid
+    rng = random.Random(16)
+    stops = ["".join(rng.choice("qxzj") for _ in range(STOP_CHARS)) for _ in range(16)]
+    peak = _memory_kib(pid, "VmHWM")
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 8, "n": 128, "ignore_eos": True,
+            "stop": stops}
+    r, _ = _post(bounded.url, "/v1/completions", body, timeout=120)
+    assert r.status_code == 200, r.text[:500]
+    choices = r.json()["choices"]
+    assert len(choices) == 128 and all(c["finish_reason"] == "length" for c in choices)
+    assert _memory_kib(pid, "VmHWM") - peak < 200 * 1024
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "trusted"])
+def test_template_bomb_is_a_400_in_under_a_second(bounded, trusted):
+    url = bounded.trusting_url if trusted else bounded.url
+    pid = bounded.trusting_pid if trusted else bounded.frontend.proc.pid
+    peak = _memory_kib(pid, "VmHWM")
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+            "chat_template": "{{ 'a ' * 10000000 }}"}
+    with LivePoller(url) as live:
+        r, took = _post(url, "/v1/chat/completions", body)
+    err = _error(r)
+    assert err["param"] == "chat_template" and took < 1
+    if trusted:
+        assert "longer than" in err["message"]
+    else:
+        assert "--trust-request-chat-template" in err["message"]
+    assert _memory_kib(pid, "VmHWM") - peak < 64 * 1024  # was 4.3 GB
+    live.assert_live()
+    # a trusted template that is not a bomb is used
+    if trusted:
+        body["chat_template"] = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+        body["echo"] = False
+        r, _ = _post(url, "/v1/chat/completions", body)
+        assert r.status_code == 200, r.text[:500]
+
+
+def test_ten_megabyte_prompt_is_refused_while_live_answers(bounded):
+    pid = bounded.frontend.proc.pid
+    peak = _memory_kib(pid, "VmHWM")
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a" * (10 << 20)}],
+                       "max_tokens": 8}).encode()
+    with LivePoller(bounded.url) as live:
+        r, took = _post(bounded.url, "/v1/chat/completions", body)
+    err = _error(r)
+    assert err["param"] == "messages" and "--max-prompt-bytes" in err["message"]
+    assert took < 2
+    live.assert_live()
+    assert _memory_kib(pid, "VmHWM") - peak < 200 * 1024  # the body and its decoded text; was +1.4 GB
+
+
+def test_thousand_prompts_times_128_is_refused_at_once(bounded):
+    body = {"model": MODEL, "prompt": ["Tell me a story about a dragon."] * 1000, "n": 128, "max_tokens": 16}
+    with LivePoller(bounded.url) as live:
+        r, took = _post(bounded.url, "/v1/completions", body)
+    err = _error(r)
+    assert err["param"] == "prompt" and "--max-prompts" in err["message"] and "128000" in err["message"]
+    assert took < 1
+    live.assert_live()
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_largest_accepted_prompt_keeps_live_answering(bounded, endpoint):
+    """A prompt just under the default --max-prompt-bytes (1 MiB for dyn-tiny) passes the caps, is
+    rendered and tokenized (about 350,000 tokens: then refused for the context length), and
+    /live answers within 100 ms all the while."""
+    text = ("The quick brown fox jumps over the lazy dog. " * 30000)[:(1 << 20) - 4096]
+    if endpoint == "chat":
+        path, body = "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+    else:
+        path, body = "/v1/completions", {"model": MODEL, "prompt": text}
+    with LivePoller(bounded.url) as live:
+        r, took = _post(bounded.url, path, body)
+    err = _error(r)
+    assert err["code"] == "context_length_exceeded", err
+    assert took > 0.05  # the prompt really was tokenized
+    live.assert_live()

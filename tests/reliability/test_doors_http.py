@@ -1,0 +1,201 @@
+"""``--api-key`` closes every HTTP door but the probes: the frontend's ``/v1/*``, ``/metrics``
+(unless ``--public-metrics``), ``/openapi.json`` and ``/kv/*`` (whose query view tells whether
+another user's prompt is cached), ``dyn router``'s system port and ``dyn indexer``'s HTTP API.
+``/live`` and ``/health`` stay open; the scheme is case-insensitive; the key is compared with
+``hmac.compare_digest``; a refusal is a 401 with ``WWW-Authenticate: Bearer``.
+
+The header format is RFC 6750's ``Authorization: Bearer <token>`` (the scheme case-insensitive per
+RFC 9110 11.1), as vLLM's ``AuthenticationMiddleware`` reads it
+(vllm/entrypoints/openai/server_utils.py: ``scheme.lower() != "bearer"``, ``secrets.compare_digest``
+of SHA-256 digests). The frontend's 401 body is OpenAI's error object; the router's and indexer's
+are dyn's ``{"error": "<sentence>"}``. The model is dyn's embedded ``dyn-tiny``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import hashlib
+
+import httpx
+import pytest
+
+from dyn.core import api_key
+from dyn.core.api_key import ApiKey
+from dyn.core.indexer.service import READY_PREFIX as INDEXER_READY
+
+pytestmark = pytest.mark.integration
+
+KEY = "s3cret-k3y"
+GOOD = {"authorization": f"Bearer {KEY}"}
+MODEL = "dyn-tiny"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+# (method, path, JSON body, status with the key)
+FRONTEND_ROUTES = [
+    ("GET", "/v1/models", None, 200),
+    ("POST", "/v1/chat/completions", CHAT, 200),
+    ("POST", "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2}, 200),
+    ("GET", "/metrics", None, 200),
+    ("GET", "/openapi.json", None, 200),
+    ("GET", "/kv/workers", None, 200),
+    ("POST", "/kv/query", {"token_ids": list(range(64))}, 200),
+    ("GET", "/kv/dump", None, 200),
+    ("GET", "/v1/nothing", None, 404),
+    ("GET", "/nothing", None, 404),
+    ("DELETE", "/v1/models", None, 405),
+]
+
+
+def call(url: str, method: str, path: str, body=None, headers=None) -> httpx.Response:
+    return httpx.request(method, url + path, json=body, headers=headers, timeout=30)
+
+
+def assert_refused(r: httpx.Response, openai_shape: bool = True) -> None:
+    assert r.status_code == 401, r.text
+    assert r.headers["www-authenticate"] == "Bearer"
+    error = r.json()["error"]
+    message = error["message"] if openai_shape else error
+    assert "Authorization: Bearer" in message
+    if openai_shape:
+        assert error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
+
+
+@pytest.fixture(scope="module")
+def guarded(stack_factory):
+    """A KV-routed frontend (so it serves ``/kv/``) with an API key, over one mocker worker."""
+    s = stack_factory("doors")
+    s.worker("--block-size", "16")
+    s.start_frontend("--api-key", KEY, "--router-mode", "kv", "--allowed-origins", '["https://app.example"]')
+    s.wait_instances(1)
+    return s
+
+
+@pytest.mark.parametrize("method, path, body, status", FRONTEND_ROUTES,
+                         ids=[f"{m} {p}" for m, p, _, _ in FRONTEND_ROUTES])
+def test_every_frontend_route_needs_the_key(guarded, method, path, body, status):
+    assert_refused(call(guarded.url, method, path, body))
+    assert_refused(call(guarded.url, method, path, body, {"authorization": "Bearer wrong"}))
+    assert call(guarded.url, method, path, body, GOOD).status_code == status
+
+
+@pytest.mark.parametrize("path", ["/live", "/health"])
+def test_the_probes_stay_open(guarded, path):
+    assert call(guarded.url, "GET", path).status_code == 200
+
+
+@pytest.mark.parametrize("authorization", [f"bearer {KEY}", f"BEARER {KEY}", f"BeArEr {KEY}",
+                                           f"Bearer  {KEY}"])
+def test_the_scheme_is_case_insensitive(guarded, authorization):
+    assert call(guarded.url, "GET", "/v1/models", headers={"authorization": authorization}).status_code == 200
+
+
+@pytest.mark.parametrize("authorization", [
+    "", "Bearer", f"Basic {KEY}", f"Bearer{KEY}", f"Bearer {KEY[:-1]}", f"Bearer {KEY}x",
+    f"Bearer {KEY.upper()}", f"Token {KEY}", KEY,
+])
+def test_anything_but_the_exact_key_is_refused(guarded, authorization):
+    assert_refused(call(guarded.url, "GET", "/v1/models", headers={"authorization": authorization}))
+
+
+def test_a_cors_preflight_needs_no_key_and_a_refusal_keeps_the_cors_headers(guarded):
+    """Browsers send preflights without credentials; the 401 must stay readable by the page."""
+    pre = httpx.options(guarded.url + "/v1/chat/completions", timeout=10, headers={
+        "origin": "https://app.example", "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type"})
+    assert pre.status_code == 200
+    refused = call(guarded.url, "POST", "/v1/chat/completions", CHAT, {"origin": "https://app.example"})
+    assert_refused(refused)
+    assert refused.headers["access-control-allow-origin"] == "https://app.example"
+
+
+def test_the_key_is_not_in_the_frontend_log(guarded):
+    call(guarded.url, "GET", "/v1/models", headers={"authorization": "Bearer wrong"})
+    assert KEY not in guarded.frontend.log()
+
+
+def test_inspect_kv_reads_a_guarded_index_with_its_key(guarded):
+    import subprocess
+    import sys
+
+    def inspect(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dyn.cli", "inspect-kv", "--url", guarded.url, "--json",
+                               *extra], capture_output=True, text=True, timeout=60, env=guarded.env)
+
+    refused = inspect()
+    assert refused.returncode == 1 and "401" in refused.stderr, refused.stderr
+    allowed = inspect("--api-key", KEY)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "workers" in json.loads(allowed.stdout)
+
+
+def test_public_metrics_opens_metrics_only(stack_factory):
+    s = stack_factory("public-metrics")
+    s.start_frontend("--api-key", KEY, "--public-metrics")
+    r = call(s.url, "GET", "/metrics")
+    assert r.status_code == 200 and "dynamo_frontend_requests_total" in r.text
+    for path in ("/v1/models", "/openapi.json"):
+        assert_refused(call(s.url, "GET", path))
+
+
+def test_the_key_is_compared_with_compare_digest_of_digests(monkeypatch):
+    seen: list[tuple[bytes, bytes]] = []
+
+    def spy(a: bytes, b: bytes) -> bool:
+        seen.append((a, b))
+        return a == b
+
+    monkeypatch.setattr(api_key.hmac, "compare_digest", spy)
+    key = ApiKey(KEY)
+    assert key.allows(f"bearer {KEY}".encode()) and not key.allows(b"Bearer x")
+    digest = hashlib.sha256(KEY.encode()).digest()
+    assert seen == [(digest, digest), (hashlib.sha256(b"x").digest(), digest)]
+    assert KEY not in repr(key)
+
+
+def test_an_empty_key_is_a_mistake():
+    with pytest.raises(ValueError):
+        ApiKey("")
+
+
+# --------------------------------------------------------------------------- router and indexer
+
+
+def _line_after(proc, prefix: str, wait_for) -> str:
+    def found():
+        for line in proc.log().splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        assert proc.proc.poll() is None, proc.log()
+        return None
+
+    return wait_for(found, 60, f"{prefix!r} in the log")
+
+
+def test_the_router_system_port_needs_the_key(dyn_process, wait_for):
+    router = dyn_process("router", "--namespace", "doors-router", "--port", "0", "--system-port", "0",
+                         "--api-key", KEY)
+    metrics = _line_after(router, "dyn router metrics: ", wait_for)
+    base = metrics.removesuffix("/metrics")
+    for method, path, body in (("GET", "/metrics", None), ("GET", "/kv/workers", None),
+                               ("POST", "/kv/query_by_hash", {"block_hashes": [1]}),
+                               ("GET", "/kv/dump", None), ("GET", "/nothing", None)):
+        assert_refused(call(base, method, path, body), openai_shape=False)
+        assert_refused(call(base, method, path, body, {"authorization": "Bearer wrong"}), openai_shape=False)
+        assert call(base, method, path, body, {"authorization": f"bearer {KEY}"}).status_code in (200, 404)
+    assert call(base, "GET", "/metrics", headers=GOOD).status_code == 200
+    assert KEY not in router.log()
+
+
+def test_the_indexer_http_api_needs_the_key_but_health(dyn_process, wait_for):
+    indexer = dyn_process("indexer", "--namespace", "doors-indexer", "--http-port", "0", "--zmq-port", "0",
+                          "--block-size", "16", "--api-key", KEY)
+    fields = dict(part.split("=", 1) for part in _line_after(indexer, INDEXER_READY, wait_for).split())
+    base = fields["http"]
+    assert call(base, "GET", "/health").status_code == 200
+    for method, path, body in (("GET", "/workers", None), ("GET", "/metrics", None), ("GET", "/dump", None),
+                               ("POST", "/query", {"token_ids": [1, 2, 3]}),
+                               ("POST", "/query_by_hash", {"block_hashes": [1]})):
+        assert_refused(call(base, method, path, body), openai_shape=False)
+        assert call(base, method, path, body, {"authorization": f"BEARER {KEY}"}).status_code == 200
+    assert KEY not in indexer.log()
