@@ -1,5 +1,6 @@
 """``dyn bench replay --offline TRACE``: a trace through the real router and simulated mocker
-workers in virtual time (``dyn.plugins.mocker.replay``), reported like a live ``dyn bench`` run.
+workers in virtual time (``dyn.core.bench.replay`` driving ``dyn.plugins.mocker.simulator``), reported
+like a live ``dyn bench`` run.
 
 The command function ``replay`` is registered by ``dyn.cli.bench``. It takes the router flags
 (``@router_flags``) and the mocker engine flags (``@mocker_flags``) of ``dyn frontend`` and
@@ -62,8 +63,9 @@ def replay(
     from dyn.core.bench.report import print_summary, writable, write_result
     from dyn.core.bench.trace import TraceError, default_block_size, read_trace
     from dyn.core.errors import ConfigError
-    from dyn.plugins.mocker.replay import ReplaySettings, bench_result, simulation_line
-    from dyn.plugins.mocker.replay import replay as run_replay
+    from dyn.core.bench.replay import ReplaySettings, bench_result, simulation_line
+    from dyn.core.bench.replay import replay as run_replay
+    from dyn.plugins.mocker.simulator import MockerSimulator
 
     if router_config.load_aware:  # as in dyn frontend: the preset implies the KV router
         router_mode = "kv"
@@ -72,7 +74,7 @@ def replay(
             writable("--output", output)
         rows = read_trace(offline, limit=num_requests)
         block_size = trace_block_size or default_block_size(rows, offline)
-        settings = ReplaySettings(num_workers=num_workers, mocker=mocker_config,
+        settings = ReplaySettings(num_workers=num_workers, simulator=MockerSimulator(mocker_config),
                                   router_mode=router_mode, router=router_config, speedup=speedup,
                                   trace_block_size=block_size, vocab_size=vocab_size, seed=seed,
                                   limit=num_requests)

@@ -1,10 +1,12 @@
-"""``config_flags``: turn a table of Typer options into one typed config parameter.
+"""``config_flags``: a config class's declared flags as one typed parameter of a command.
 
-An engine has many flags; its commands take them as one validated config object instead of a
-dozen loose values. ``config_flags(param, flags, build)`` makes a decorator that puts every option
-of ``flags`` where the command's ``param`` parameter is (so ``--help`` keeps the command's own
-order), and calls the command with ``param=build(values)``. ``build`` raises ``ValueError`` with a
-sentence naming the flag; the command then exits with status 2 and that sentence.
+A config class declares its flags once (``dyn.core.config``: ``Annotated[T, Flag(...)]`` on its
+fields). ``flag_table(config_type)`` turns those declarations into Typer options with their
+environment twins; ``config_flags(param, config_type)`` makes a decorator that puts every one of
+them where the command's ``param`` parameter is (so ``--help`` keeps the command's own order), and
+calls the command with ``param`` set to the config built from the values (``Flag.parse`` applied,
+then ``validate()`` when the class has one). A ``ValueError`` from parsing, building or validating
+(a sentence naming the flag) makes the command exit with status 2 and that sentence.
 """
 
 from __future__ import annotations
@@ -16,13 +18,43 @@ from typing import Any
 
 import typer
 
+from dyn.cli.options import flag
+from dyn.core.config import build_from_flags, declared_flags
+
 Flags = Mapping[str, tuple[Any, Any]]
 """``{parameter name: (annotation, typer option)}``."""
 
 
-def config_flags(param: str, flags: Flags,
-                 build: Callable[[dict[str, Any]], Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """A decorator replacing ``param`` of a command by ``flags``, handing it ``build(values)``."""
+def flag_table(config_type: type) -> dict[str, tuple[Any, Any]]:
+    """The Typer options of every flag ``config_type`` declares, by parameter name, in field order."""
+    table: dict[str, tuple[Any, Any]] = {}
+    for setting in declared_flags(config_type):
+        declared = setting.flag
+        table[declared.param] = (setting.type, flag(
+            setting.default, *declared.names, help=declared.help, panel=declared.panel,
+            hidden=declared.hidden, min=setting.ge, max=setting.le))
+    return table
+
+
+def validated(config_type: type) -> Callable[[dict[str, Any]], Any]:
+    """The default builder: ``config_type`` from the flag values, then its ``validate()``."""
+
+    def build(values: dict[str, Any]) -> Any:
+        config = build_from_flags(config_type, values)
+        check = getattr(config, "validate", None)
+        if check is not None:
+            check()
+        return config
+
+    return build
+
+
+def config_flags(param: str, config_type: type, build: Callable[[dict[str, Any]], Any] | None = None,
+                 flags: Flags | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator replacing ``param`` of a command by the flags of ``config_type`` (or ``flags``),
+    handing it ``build(values)`` (default: ``validated(config_type)``)."""
+    table = dict(flags if flags is not None else flag_table(config_type))
+    make = build or validated(config_type)
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(command)
@@ -34,14 +66,14 @@ def config_flags(param: str, flags: Flags,
         kind = inspect.Parameter.KEYWORD_ONLY if params[at].kind == inspect.Parameter.KEYWORD_ONLY \
             else inspect.Parameter.POSITIONAL_OR_KEYWORD
         added = [inspect.Parameter(name, kind, default=option, annotation=annotation)
-                 for name, (annotation, option) in flags.items()]
+                 for name, (annotation, option) in table.items()]
         own = params[:at] + params[at + 1:]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> None:
-            values = {name: kwargs.pop(name) for name in flags}
+            values = {name: kwargs.pop(name) for name in table}
             try:
-                kwargs[param] = build(values)
+                kwargs[param] = make(values)
             except ValueError as exc:
                 raise typer.BadParameter(str(exc)) from None
             command(**kwargs)
@@ -53,3 +85,11 @@ def config_flags(param: str, flags: Flags,
         return wrapper
 
     return decorate
+
+
+def discovery_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Put ``--namespace``, ``--discovery-backend`` and ``--discovery-dir`` where the command's
+    ``discovery`` parameter is; the command receives one ``DiscoveryConfig``."""
+    from dyn.core.config import DiscoveryConfig
+
+    return config_flags("discovery", DiscoveryConfig)(command)

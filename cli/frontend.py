@@ -7,8 +7,10 @@ import json
 import typer
 
 from dyn.cli import options
+from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
+from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.limits import RequestLimits
 
 HTTP_PANEL = "HTTP"
@@ -42,6 +44,7 @@ def _parser_names(kind: str) -> str:
 
 
 @router_flags
+@discovery_flags
 def frontend(
     http_host: str = flag("127.0.0.1", "--http-host", panel=HTTP_PANEL, help="Address the HTTP server listens on."),
     http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=HTTP_PANEL,
@@ -124,9 +127,7 @@ def frontend(
                                   "prompt_logprobs)."),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
+    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
     router_config=None,
 ) -> None:
     """OpenAI-compatible HTTP frontend (chat, completions, streaming) with nvext, routing to the
@@ -139,8 +140,7 @@ def frontend(
     cors = CorsPolicy(_list(allowed_origins, "--allowed-origins"), _list(allowed_methods, "--allowed-methods"),
                       _list(allowed_headers, "--allowed-headers"), allow_credentials)
     settings = FrontendSettings(
-        http_host=http_host, http_port=http_port, router_mode=router_mode, namespace=namespace,
-        discovery_backend=discovery_backend, discovery_dir=discovery_dir, model_path=model_path,
+        http_host=http_host, http_port=http_port, router_mode=router_mode, discovery=discovery, model_path=model_path,
         model_name=model_name, api_key=api_key or None, cors=cors, router_config=router_config,
         router_address=router_address, enable_cache_control=enable_cache_control,
         tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,

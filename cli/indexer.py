@@ -5,11 +5,14 @@ from __future__ import annotations
 import typer
 
 from dyn.cli import options
+from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
+from dyn.core.config import DiscoveryConfig
 
 INDEXER_PANEL = "Indexer"
 
 
+@discovery_flags
 def indexer(
     host: str = options.HOST,
     http_port: int = flag(8090, "--http-port", "--port", min=0, max=65535, panel=INDEXER_PANEL,
@@ -32,9 +35,7 @@ def indexer(
     plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
+    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
 ) -> None:
     """Standalone KV indexer: follows the workers' KV events and answers which worker caches
     how much of a prompt, over HTTP and ZMQ (routers use it with --use-remote-indexer)."""
@@ -54,7 +55,7 @@ def indexer(
     settings = IndexerSettings(
         host=host, http_port=http_port, zmq_port=zmq_port, block_size=block_size, workers=static,
         model_name=model_name, model_path=model_path, event_threads=router_event_threads,
-        namespace=namespace, discovery_backend=discovery_backend, discovery_dir=discovery_dir, api_key=api_key or None)
+        discovery=discovery, api_key=api_key or None)
     try:
         run_indexer(settings)
     except ConfigError as exc:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import typer
 
 from dyn.cli import options
+from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
+from dyn.core.config import DiscoveryConfig
 
 TARGET_PANEL = "Target"
 REQUEST_PANEL = "Request"
 OUTPUT_PANEL = "Output"
 
 
+@discovery_flags
 def inspect_kv(
     url: str = flag(None, "--url", panel=TARGET_PANEL,
                     help="HTTP URL of a dyn indexer (its http= address), of a frontend with "
@@ -20,9 +23,7 @@ def inspect_kv(
                          "in discovery."),
     api_key: str = flag(None, "--api-key", panel=TARGET_PANEL,
                         help="The target's --api-key, sent as 'Authorization: Bearer KEY'."),
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
+    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
     model_name: str = flag(None, "--model-name", panel=options.MODEL_PANEL,
                            help="Find the dyn indexer of this model in discovery (default: any "
                                 "model)."),
@@ -54,8 +55,7 @@ def inspect_kv(
     from dyn.core.inspect.target import TargetError
 
     settings = InspectSettings(
-        url=url, namespace=namespace, discovery_backend=discovery_backend,
-        discovery_dir=discovery_dir, model_name=model_name, model_path=model_path, prompt=prompt,
+        url=url, discovery=discovery, model_name=model_name, model_path=model_path, prompt=prompt,
         messages_file=messages, json=json_output, watch=watch, interval_s=interval,
         duration_s=duration, api_key=api_key or None)
     try:

@@ -4,6 +4,10 @@ Every flag ``--some-flag`` can also be set with ``DYN_SOME_FLAG`` (``DYN_`` + th
 in upper case, dashes as underscores; booleans take true/false/1/0). The flag wins over the
 environment. The same flag name means the same thing in every command, so one environment
 configures a whole stack (Dynamo's ``DYN_ROUTER_*`` names follow the same scheme).
+
+Settings that belong to a config class are declared on it (``dyn.core.config``) and offered by
+``dyn.cli.config_flags``: the discovery flags (``DiscoveryConfig``), the router's
+(``KvRouterConfig``), each engine's. The options below are the ones no config class holds.
 """
 
 from __future__ import annotations
@@ -12,10 +16,9 @@ from typing import Any
 
 import typer
 
+from dyn.core.config import ENGINE_PANEL, MODEL_PANEL, WORKER_PANEL  # noqa: F401  (the panels' one home)
+
 ENV_PREFIX = "DYN_"
-ENGINE_PANEL = "Engine"
-MODEL_PANEL = "Model"
-WORKER_PANEL = "Worker and discovery"
 
 
 def env_name(flag: str) -> str:
@@ -30,13 +33,6 @@ def flag(default: Any, *names: str, help: str, panel: str | None = None, **kwarg
                         rich_help_panel=panel, **kwargs)
 
 
-NAMESPACE = flag("default", "--namespace", panel=WORKER_PANEL,
-                 help="Namespace that isolates one stack from another on this machine.")
-DISCOVERY_BACKEND = flag("file", "--discovery-backend", panel=WORKER_PANEL,
-                         help="Discovery store: file (workers on one machine).")
-DISCOVERY_DIR = flag(None, "--discovery-dir", panel=WORKER_PANEL,
-                     help="Root directory of the file discovery store "
-                          "(default: $XDG_RUNTIME_DIR/dyn, else /tmp/dyn-$UID).")
 HOST = flag("127.0.0.1", "--host", panel=WORKER_PANEL,
             help="Address every socket of this process binds to and advertises.")
 DRAIN_TIMEOUT = flag(10.0, "--drain-timeout", min=0.0, panel=WORKER_PANEL,

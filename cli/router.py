@@ -6,12 +6,15 @@ import typer
 
 from dyn.cli import options
 from dyn.cli.options import flag
+from dyn.cli.config_flags import discovery_flags
 from dyn.cli.router_flags import router_flags
+from dyn.core.config import DiscoveryConfig
 
 SERVICE_PANEL = "Router service"
 
 
 @router_flags
+@discovery_flags
 def router(
     host: str = options.HOST,
     port: int = flag(0, "--port", min=0, max=65535, panel=SERVICE_PANEL,
@@ -26,9 +29,7 @@ def router(
     plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
+    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
     router_config=None,
 ) -> None:
     """Standalone KV-aware router service for several frontends: start it, then run each
@@ -37,8 +38,7 @@ def router(
     from dyn.core.router.service import RouterSettings, run_router_service
 
     options.use_plane_keys(plane_keys)
-    settings = RouterSettings(host=host, port=port, namespace=namespace,
-                              discovery_backend=discovery_backend, discovery_dir=discovery_dir,
+    settings = RouterSettings(host=host, port=port, discovery=discovery,
                               model_path=model_path, model_name=model_name,
                               router_config=router_config, system_port=system_port,
                               api_key=api_key or None)

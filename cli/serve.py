@@ -10,12 +10,15 @@ from typing import Any
 import typer
 
 from dyn.cli import options
+from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
+from dyn.core.config import DiscoveryConfig
 
 SERVE_PANEL = "Stack"
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+@discovery_flags
 def serve(
     ctx: typer.Context,
     workers: int = flag(2, "--workers", min=1, panel=SERVE_PANEL,
@@ -35,9 +38,7 @@ def serve(
     restart_workers: bool = flag(True, "--restart-workers/--no-restart-workers", panel=SERVE_PANEL,
                                  help="Restart a worker process that dies once the stack is ready, after a "
                                       "back-off that doubles with each quick death (1 s up to 30 s)."),
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
+    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
 ) -> None:
@@ -50,7 +51,7 @@ def serve(
     """
     from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, device_sets, route_flags, run_stack
 
-    _check_discovery(discovery_backend, namespace, discovery_dir)
+    _check_discovery(discovery)
     root = _root_command(ctx)
     frontend_cmd = root.commands["frontend"]
     engines = root.commands["worker"].commands
@@ -65,8 +66,8 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
-    shared = {"--namespace": namespace, "--discovery-backend": discovery_backend,
-              "--discovery-dir": discovery_dir, "--model-path": model_path, "--model-name": model_name}
+    shared = {"--namespace": discovery.namespace, "--discovery-backend": discovery.backend,
+              "--discovery-dir": discovery.dir, "--model-path": model_path, "--model-name": model_name}
     frontend_own = {"--http-host": http_host, "--http-port": http_port, **shared}
     frontend_args = [*_own_flags(frontend_own, specs[frontend_name]), *routed[frontend_name]]
     worker_args = [*_own_flags(shared, specs[worker_name]), *routed[worker_name]]
@@ -102,13 +103,12 @@ def serve(
     raise typer.Exit(run_stack(config))
 
 
-def _check_discovery(backend: str, namespace: str, directory: str | None) -> None:
+def _check_discovery(discovery: DiscoveryConfig) -> None:
     """Refuse a bad discovery setting (an unsafe directory, say) once, before any child starts."""
-    from dyn.core.discovery.store import open_store
     from dyn.core.errors import ConfigError
 
     try:
-        open_store(backend, namespace, directory)
+        discovery.open()
     except (ConfigError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -1,23 +1,29 @@
-"""``dyn worker <engine>``: run engine workers that register in discovery and serve requests."""
+"""``dyn worker <engine>``: run engine workers that register in discovery and serve requests.
+
+One subcommand per engine registered under the ``dyn.engines`` entry points (``dyn.core.engine``),
+generated from its ``EnginePlugin``: the model flags, the engine's own flags (its config class's
+declarations), its worker-level options, then the flags every worker has (parsers, discovery, host,
+drain, keys). An engine that ``passes_through`` hands the flags it does not declare to the engine.
+Installing a package that registers an engine is enough for ``dyn worker NAME`` to exist.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import inspect
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dyn.cli import options
-from dyn.cli.mocker_flags import mocker_flags
-from dyn.cli.options import flag
-from dyn.cli.sglang_flags import sglang_flags
-from dyn.cli.vllm_flags import vllm_flags
+from dyn.cli.config_flags import config_flags, discovery_flags
 
 if TYPE_CHECKING:
+    from dyn.core.config import DiscoveryConfig
+    from dyn.core.engine import EnginePlugin
     from dyn.core.worker.settings import WorkerSettings
-    from dyn.plugins.mocker.config import MockerConfig
-    from dyn.plugins.sglang.config import SglangConfig
-    from dyn.plugins.vllm.config import VllmConfig
 
+LISTED_FIRST = ("mocker", "vllm", "sglang")
+"""dyn's own engines, in the order ``dyn worker --help`` has always listed them."""
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 app = typer.Typer(
@@ -27,91 +33,88 @@ app = typer.Typer(
 )
 
 
-@app.command("mocker")
-@mocker_flags
-def mocker(
+def _worker(
+    ctx: typer.Context,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
-    mocker_config: MockerConfig = None,  # the engine flags, see dyn.cli.mocker_flags
-    num_workers: int = flag(1, "--num-workers", min=1, help="Simulated workers hosted by this process, each with "
-                                                        "its own instance id, sockets and cache.",
-                       panel=options.WORKER_PANEL),
+    engine_config: Any = None,
+    worker_options: Any = None,
     dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
     dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
+    discovery: Any = None,  # --namespace, --discovery-backend, --discovery-dir
     host: str = options.HOST,
     drain_timeout: float = options.DRAIN_TIMEOUT,
     plane_keys: str = options.PLANE_KEYS,
 ) -> None:
-    """Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
-    chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
-    priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
-    sections. Needs no GPU."""
-    settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
-                         dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
-    _serve("mocker", mocker_config, settings, model_path=model_path, model_name=model_name,
-           num_workers=num_workers)
+    """The body every ``dyn worker NAME`` shares; ``worker_command`` fills in the engine."""
 
 
-@app.command("vllm", context_settings=PASS_THROUGH)
-@vllm_flags
-def vllm(
-    ctx: typer.Context,
-    model_path: str = flag(..., "--model-path", "--model", panel=options.MODEL_PANEL,
-                           help="Model directory (or Hugging Face id vLLM can load) to serve."),
-    model_name: str = options.MODEL_NAME,
-    vllm_config: VllmConfig = None,  # the engine flags, see dyn.cli.vllm_flags
-    dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
-    dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
-    host: str = options.HOST,
-    drain_timeout: float = options.DRAIN_TIMEOUT,
-    plane_keys: str = options.PLANE_KEYS,
-) -> None:
-    """vLLM engine (needs the vllm extra): one AsyncLLM per worker process. Any other vLLM engine flag
-    is passed through as in vllm serve (--swap-space 4, --quantization fp8, ...). vLLM publishes
-    KV events itself; the worker advertises its endpoints in discovery."""
-    import msgspec
+def worker_command(plugin: EnginePlugin) -> Any:
+    """The ``dyn worker NAME`` command function of ``plugin``."""
 
-    config = msgspec.structs.replace(vllm_config, extra_args=list(ctx.args))  # vLLM's parser reads them
-    settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
-                         dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
-    _serve("vllm", config, settings, model_path=model_path, model_name=model_name)
+    def command(ctx: typer.Context, model_path: str | None, model_name: str | None, engine_config: Any,
+                worker_options: Any, dyn_tool_call_parser: str | None, dyn_reasoning_parser: str | None,
+                discovery: DiscoveryConfig, host: str, drain_timeout: float, plane_keys: str | None) -> None:
+        settings = _settings(discovery, host, dyn_tool_call_parser,
+                             dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
+        extra = {"extra_args": list(ctx.args)} if plugin.passes_through else {}
+        own = {} if worker_options is None else {
+            name: getattr(worker_options, name) for name in worker_options.__struct_fields__}
+        _serve(plugin, engine_config, settings, model_path=model_path, model_name=model_name,
+               **extra, **own)
 
-
-@app.command("sglang", context_settings=PASS_THROUGH)
-@sglang_flags
-def sglang(
-    ctx: typer.Context,
-    model_path: str = flag(..., "--model-path", panel=options.MODEL_PANEL,
-                           help="Local Hugging Face model directory SGLang loads (the frontend "
-                                "tokenizes with the same one)."),
-    model_name: str = options.MODEL_NAME,
-    sglang_config: SglangConfig = None,  # the engine flags, see dyn.cli.sglang_flags
-    dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
-    dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
-    namespace: str = options.NAMESPACE,
-    discovery_backend: str = options.DISCOVERY_BACKEND,
-    discovery_dir: str = options.DISCOVERY_DIR,
-    host: str = options.HOST,
-    drain_timeout: float = options.DRAIN_TIMEOUT,
-    plane_keys: str = options.PLANE_KEYS,
-) -> None:
-    """SGLang engine (needs the sglang extra): one sglang.Engine per worker process, with priority
-    scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
-    server flag is passed through as in python -m sglang.launch_server. Not yet run against a
-    live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures."""
-    settings = _settings(namespace, discovery_backend, discovery_dir, host, dyn_tool_call_parser,
-                         dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
-    _serve("sglang", sglang_config, settings, model_path=model_path, model_name=model_name,
-           extra_args=list(ctx.args))
+    signature = inspect.signature(_worker)
+    params = dict(signature.parameters)
+    if plugin.model_path is not None:
+        declared = plugin.model_path
+        params["model_path"] = params["model_path"].replace(default=options.flag(
+            declared.default, *declared.names, help=declared.help, panel=declared.panel))
+    command.__signature__ = signature.replace(parameters=list(params.values()))  # type: ignore[attr-defined]
+    command.__doc__ = plugin.description or plugin.summary
+    command.__name__ = plugin.name
+    command = discovery_flags(config_flags("engine_config", plugin.config_type)(command))
+    if plugin.worker_options is None:
+        return _without(command, "worker_options")
+    return config_flags("worker_options", plugin.worker_options)(command)
 
 
-def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None, host: str,
+def _without(command: Any, name: str) -> Any:
+    """``command`` with its ``name`` parameter removed (called with it as None)."""
+    signature = inspect.signature(command)
+
+    def wrapper(**kwargs: Any) -> None:
+        command(**kwargs, **{name: None})
+
+    kept = [p for p in signature.parameters.values() if p.name != name]
+    wrapper.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in kept}
+    wrapper.__doc__, wrapper.__name__ = command.__doc__, command.__name__
+    return wrapper
+
+
+def register_engines(target: typer.Typer) -> None:
+    """Add ``dyn worker NAME`` to ``target`` for every installed engine: dyn's own in
+    ``LISTED_FIRST`` order, then the others by name.
+
+    An engine whose plugin cannot be imported is left out with a warning on stderr, so one broken
+    package does not take the whole CLI down.
+    """
+    from dyn.core.engine import available_engines
+
+    engines = available_engines()
+    rank = {name: at for at, name in enumerate(LISTED_FIRST)}
+    for name in sorted(engines, key=lambda n: (rank.get(n, len(rank)), n)):
+        entry = engines[name]
+        try:
+            plugin = entry.load()
+        except Exception as exc:  # noqa: BLE001 - a third-party package may fail in any way
+            typer.echo(f"warning: engine {name!r} ({entry.value}) cannot be loaded: {exc}", err=True)
+            continue
+        settings = PASS_THROUGH if plugin.passes_through else None
+        target.command(name, context_settings=settings)(worker_command(plugin))
+
+
+def _settings(discovery: DiscoveryConfig, host: str,
               tool_call_parser: str | None, reasoning_parser: str | None,
               model_path: str | None, drain_timeout: float, plane_keys: str | None) -> WorkerSettings:
     """The worker settings; an unknown parser name exits 2 with the known ones."""
@@ -123,21 +126,24 @@ def _settings(namespace: str, discovery_backend: str, discovery_dir: str | None,
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    return WorkerSettings(namespace=namespace, discovery_backend=discovery_backend,
-                          discovery_dir=discovery_dir, host=host, tool_call_parser=tool_call_parser,
+    return WorkerSettings(discovery=discovery, host=host, tool_call_parser=tool_call_parser,
                           reasoning_parser=reasoning_parser, drain_timeout_s=drain_timeout)
 
 
-def _serve(engine: str, config: object, settings: WorkerSettings, **kwargs: object) -> None:
-    """Run the ``engine`` plugin's workers; a bad setting exits 2, an engine that cannot start 1."""
-    from dyn.core.engine import EngineStartError, load_engine_plugin
+def _serve(plugin: EnginePlugin, config: object, settings: WorkerSettings, **kwargs: Any) -> None:
+    """Run the plugin's workers; a bad setting exits 2, an engine that cannot start 1."""
+    from dyn.core.engine import EngineStartError
     from dyn.core.errors import ConfigError
+    from dyn.core.worker.launch import serve
 
     try:
-        load_engine_plugin(engine).serve(config, settings, **kwargs)
+        serve(plugin, config, settings, **kwargs)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except EngineStartError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+register_engines(app)

@@ -14,15 +14,18 @@ directly, so ``dyn --help`` and the mocker never load vllm or sglang.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
 from dyn.core.kv.events import KvEvent
 from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
+
+if TYPE_CHECKING:
+    from dyn.core.config import Flag
 
 ENGINE_ENTRY_POINT_GROUP = "dyn.engines"
 
@@ -110,16 +113,50 @@ class Engine(Protocol):
 
 @dataclass(frozen=True)
 class EnginePlugin:
-    """What an engine package registers under ``dyn.engines``.
+    """What an engine package registers under ``dyn.engines``: everything ``dyn worker NAME``
+    needs, so a third-party engine gets its command without an edit in dyn.
 
-    ``serve(config, settings, **kwargs)`` runs the engine's workers in this process until SIGINT
-    or SIGTERM; it raises ``ConfigError`` for bad settings and ``EngineStartError`` when the
-    engine cannot start. ``config`` is the engine's own config object (its CLI flags).
+    ``config_type`` is the engine's config class; the fields it declares with a ``Flag``
+    (``dyn.core.config``) are the command's engine flags, and the command hands the engine one
+    validated instance. ``create(config, model, settings, kv_sinks)`` makes one (not yet started)
+    engine per entry of ``kv_sinks`` (one per worker this process hosts, so what the engines can
+    share is made once): ``model`` is what ``load_model(model_path, model_name)`` returned (it has a
+    ``name``); each sink is its host's KV-event publisher when ``publishes_kv_events`` is False (the
+    engine calls it once per step), None when the engine publishes its own and reports where in
+    ``EngineInfo``. The shared rest (discovery, sockets, hosts, signals) is ``dyn.core.worker.launch``.
+
+    Optional, for what differs between engines:
+
+    - ``description``: the command's ``--help`` text (default: ``summary``);
+    - ``model_path``: the engine's own ``--model-path`` flag (default: optional, the embedded dyn-tiny);
+    - ``load_model``: how the model is found (default: ``dyn.core.model.load_model_info``); raises
+      ``ValueError`` saying what to fix;
+    - ``prepare(config, extra_args)``: the config to run, checked (default: ``config.validate()``);
+      ``extra_args`` are the flags the command did not declare, given only when ``passes_through``;
+    - ``worker_options``: a config class whose flags are worker-level options of the command; its
+      field values reach ``create`` through ``dyn.core.worker.launch.build_hosts`` (``num_workers``:
+      how many engines this process hosts).
     """
 
     name: str
     summary: str
-    serve: Callable[..., None]
+    config_type: type
+    create: Callable[..., Sequence[Engine]]
+    description: str = ""
+    model_path: Flag | None = None
+    load_model: Callable[[str | None, str | None], Any] | None = None
+    prepare: Callable[[Any, Sequence[str]], Any] | None = None
+    passes_through: bool = False
+    publishes_kv_events: bool = True
+    worker_options: type | None = None
+
+    def serve(self, config: Any, settings: Any, **kwargs: Any) -> None:
+        """Run this engine's workers in this process until SIGINT or SIGTERM (see
+        ``dyn.core.worker.launch.serve``); ``ConfigError`` for bad settings, ``EngineStartError``
+        when the engine cannot start."""
+        from dyn.core.worker.launch import serve
+
+        serve(self, config, settings, **kwargs)
 
 
 def available_engines() -> dict[str, EntryPoint]:

@@ -13,10 +13,11 @@ import abc
 import logging
 import math
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Protocol
 
 import anyio
 import anyio.abc
@@ -46,6 +47,26 @@ class WorkerRemoved(msgspec.Struct, frozen=True):
 
 
 DiscoveryEvent = WorkerAdded | WorkerRemoved
+
+
+class Clock(Protocol):
+    """The time a store judges expiry by (item 7: tests inject a manual one instead of sleeping)."""
+
+    def time(self) -> float:
+        """Seconds since the epoch, comparable with file mtimes."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once ``time()`` has advanced by ``seconds``; cancellable."""
+
+
+class SystemClock:
+    """The wall clock and anyio's sleep."""
+
+    time = staticmethod(time.time)
+    sleep = staticmethod(anyio.sleep)
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
 
 
 class LeaseExpired(LookupError):
@@ -79,11 +100,13 @@ class DiscoveryStore(abc.ABC):
 
     Records are keyed by ``instance_id``; ``put`` replaces a record with the same id. A record is
     live from its ``put`` until ``ttl_s`` seconds pass without a ``put`` or ``keepalive`` of it,
-    or until it is deleted. Expiry is noticed lazily: within one poll interval of a watcher or
-    at the next ``list``.
+    or until it is deleted. Expiry is noticed by a watcher's timer (set for the next record to
+    expire) or at the next ``list``.
     """
 
     namespace: str
+    clock: Clock = SYSTEM_CLOCK
+    """What expiry and the lease heartbeat are timed by."""
 
     @abc.abstractmethod
     async def put(self, record: WorkerRecord, ttl_s: float) -> None:
@@ -167,7 +190,7 @@ class Lease:
         instance_id = self.record.instance_id
         failing = False
         while True:
-            await anyio.sleep(self.ttl_s / 3)
+            await self.store.clock.sleep(self.ttl_s / 3)
             try:
                 try:
                     await self.store.keepalive(instance_id)

@@ -1,10 +1,13 @@
 """Incremental detokenization of one generated stream, with stop strings, as vLLM does it.
 
 Token ids arrive a few at a time; ``push`` returns the text that is safe to show now and ``finish``
-what was held back when the stream ends. Decoding uses vLLM's window: the ids since the last
-emission point (``read``) are decoded together with the ids of the emission before it (the
-prefix), and the new text is the difference, so decoders that depend on the previous token
-(SentencePiece's leading space) stay right while each push decodes only a few ids.
+what was held back when the stream ends. Decoding runs in ``tokenizers.decoders.DecodeStream``
+(as vLLM's fast detokenizer does): the ids since the last emission point are decoded together with
+the ids of the emission before it (the prefix), and the new text is the difference, so decoders
+that depend on the previous token (SentencePiece's leading space) stay right while each push
+decodes only a few ids. Around it, this class flushes what DecodeStream would hold forever
+(endless invalid bytes, the stream's end) and decodes on its own what DecodeStream refuses (a
+decoder that rewrites earlier text).
 
 Contract:
 - Nothing ending in U+FFFD is emitted while more tokens may complete the character (the complete
@@ -29,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
 from dyn.core.frontend.tokenizer import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 _REPLACEMENT = "\ufffd"
 _PROMPT_TAIL = 6
@@ -42,8 +46,8 @@ make every push decode a longer window."""
 class IncrementalDetokenizer:
     """Text of one generated stream, a push at a time; not thread-safe (one per stream)."""
 
-    __slots__ = ("stopped", "stop_reason", "_decode", "_skip", "_ids", "_read", "_prefix_text",
-                 "_stops", "_include_stop", "_added", "_last_added", "_done")
+    __slots__ = ("stopped", "stop_reason", "_backend", "_decode", "_skip", "_stream", "_stream_step", "_ids",
+                 "_read", "_stops", "_include_stop", "_added", "_last_added", "_done")
 
     def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int] | None = None, *,
                  skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True,
@@ -51,12 +55,10 @@ class IncrementalDetokenizer:
         """``stop``: the stop strings, or their matcher (``stop_matcher``), shared by a request's choices."""
         self.stopped = False
         self.stop_reason: str | None = None
-        decode = tokenizer.backend.decode
-        self._decode = decode
+        self._backend = tokenizer.backend
+        self._decode = tokenizer.backend.decode
         self._skip = skip_special_tokens
-        self._ids: list[int] = _prompt_tail(decode, prompt_token_ids, skip_special_tokens)
-        self._read = len(self._ids)
-        self._prefix_text = decode(self._ids, skip_special_tokens=skip_special_tokens) if self._ids else ""
+        self._restart(_prompt_tail(self._decode, prompt_token_ids, skip_special_tokens))
 
         matcher = stop if isinstance(stop, StopMatcher) else stop_matcher(stop) if stop else None
         self._stops = StopScanner(matcher) if matcher is not None and matcher.stops else None
@@ -71,10 +73,12 @@ class IncrementalDetokenizer:
         """Take newly generated ids; return the text to send now (often "", never part of a character)."""
         if self.stopped or self._done or not token_ids:
             return ""
-        if self._added is None:
-            new = self._step(token_ids, False)
-        else:
-            new = "".join(self._step_unjoined(t) for t in token_ids)
+        if self._added is not None:
+            new = "".join([self._step_unjoined(t) for t in token_ids])
+        elif len(token_ids) == 1:
+            new = self._step(token_ids[0])
+        else:  # token by token, so the complete characters of a chunk go out even if it ends inside one
+            new = "".join([self._step(t) for t in token_ids])
         return self._emit(new, False) if new else ""
 
     def finish(self) -> str:
@@ -83,36 +87,49 @@ class IncrementalDetokenizer:
         if self.stopped or self._done:
             return ""
         self._done = True
-        new = self._step((), True) if len(self._ids) > self._read else ""
+        new = self._flush() if len(self._ids) > self._read else ""
         return self._emit(new, True)
 
-    def _step(self, token_ids: Sequence[int], final: bool) -> str:
+    def _restart(self, context: list[int]) -> None:
+        """A new window primed with ``context`` (ids whose text was already shown, or none)."""
+        self._stream = DecodeStream(context or None, skip_special_tokens=self._skip)
+        self._stream_step = self._stream.step
+        self._ids = context
+        self._read = len(context)
+
+    def _step(self, token_id: int) -> str:
+        # ``_ids`` mirrors DecodeStream's window: the ids of the last emission (``[:_read]``, the
+        # prefix) then the ids held since, so a flush can decode what the stream holds
+        try:
+            new = self._stream_step(self._backend, token_id)
+        except Exception:  # noqa: BLE001  Rust raises a bare Exception when the decoder rewrote earlier text
+            self._ids.append(token_id)
+            return self._flush(rewritten=True)
         ids = self._ids
-        before = len(ids)
-        ids.extend(token_ids)
-        text = self._decode(ids, skip_special_tokens=self._skip)
-        prefix_text = self._prefix_text
-        if len(text) <= len(prefix_text):
-            return ""
-        read = self._read
-        if text[-1] == _REPLACEMENT and not final and before - read < _MAX_HELD_IDS:
-            if len(token_ids) == 1:
-                return ""
-            # the chunk ends inside a character: step token by token, so the complete part goes out
-            # now and the window restarts at the last whole character
-            del ids[before:]
-            return "".join([self._step((t,), False) for t in token_ids])
-        if text.startswith(prefix_text):
+        if new is None:
+            ids.append(token_id)
+            return self._flush() if len(ids) - self._read >= _MAX_HELD_IDS else ""
+        window = ids[self._read:]
+        window.append(token_id)
+        self._ids = window
+        self._read = len(window)
+        return new
+
+    def _flush(self, rewritten: bool = False) -> str:
+        """Emit the held ids as they decode now (an unfinished character included) and restart
+        the window after them."""
+        ids, read, decode, skip = self._ids, self._read, self._decode, self._skip
+        text = decode(ids, skip_special_tokens=skip)
+        prefix_text = decode(ids[:read], skip_special_tokens=skip) if read else ""
+        if not rewritten and text.startswith(prefix_text):
             new = text[len(prefix_text):]
-        else:  # the decoder rewrote earlier text (not left-to-right): emit the new ids on their own
-            new = self._decode(ids[read:], skip_special_tokens=self._skip)
-        del ids[:read]
-        self._read = len(ids)
-        self._prefix_text = self._decode(ids, skip_special_tokens=self._skip)
+        else:
+            new = decode(ids[read:], skip_special_tokens=skip)
+        self._restart(_prompt_tail(decode, ids[read:], skip))
         return new
 
     def _step_unjoined(self, token_id: int) -> str:
-        new = self._step((token_id,), False)
+        new = self._step(token_id)
         content = self._added.get(token_id)  # type: ignore[union-attr]
         if content is not None and self._last_added:
             new = content

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 
-from dyn.core.discovery.store import open_store
+from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.cors import CorsPolicy
@@ -46,9 +46,7 @@ class FrontendSettings:
     http_host: str = "127.0.0.1"
     http_port: int = 8000
     router_mode: str = "round-robin"
-    namespace: str = "default"
-    discovery_backend: str = "file"
-    discovery_dir: str | None = None
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     model_path: str | None = None
     model_name: str | None = None
     api_key: str | None = None
@@ -89,12 +87,12 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         raise ConfigError("--enable-cache-control needs --router-mode kv (the pin goes to the "
                           "worker the KV router chose)")
     try:
-        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
+        store = settings.discovery.open()
         reliability = settings.reliability
         pool = WorkerPool(store, info.name, first_token_timeout_s=reliability.first_token_timeout_s,
                           inter_token_timeout_s=reliability.inter_token_timeout_s)
         router = build_router(settings.router_mode, pool, settings.router_config, metrics.registry,
-                              namespace=settings.namespace, router_address=settings.router_address)
+                              namespace=settings.discovery.namespace, router_address=settings.router_address)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
@@ -141,7 +139,7 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
 def _kv_views(router, pool: WorkerPool, model_name: str, metrics: FrontendMetrics):
     """``dyn indexer``'s read-only HTTP views over the embedded KV router's index, at ``/kv/``
     (every live worker is listed, with or without cached blocks)."""
-    from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, router_index_view
+    from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, router_index_view
 
     view = router_index_view(router, pool, model_name)
     if view is None:

@@ -23,7 +23,6 @@ Contract:
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Sequence
 from types import TracebackType
@@ -31,8 +30,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import zmq
-import zmq.asyncio
 
 from dyn.core.discovery.services import service_namespace, service_record, service_store
 from dyn.core.discovery.store import DiscoveryStore, open_store
@@ -43,8 +40,8 @@ from dyn.core.messages import (
     OverlapRefused,
     WorkerRecord,
 )
-from dyn.core.transport.codec import ProtocolError, decode_indexer_message, encode
-from dyn.core.transport.sockets import async_context, configure
+from dyn.core.transport.codec import decode_indexer_message
+from dyn.core.transport.rpc import RpcClient, RpcUnavailable
 
 log = logging.getLogger("dyn.indexer.client")
 
@@ -104,14 +101,6 @@ class IndexerQueryError(RuntimeError):
     """The indexer refused a query, or the client cannot ask (not running)."""
 
 
-class _Pending:
-    __slots__ = ("done", "reply")
-
-    def __init__(self) -> None:
-        self.reply: OverlapAnswer | OverlapRefused | None = None
-        self.done = anyio.Event()
-
-
 class RemoteIndexer:
     """Asks the ``dyn indexer`` at ``address`` for overlap scores (see the module docstring)."""
 
@@ -124,30 +113,19 @@ class RemoteIndexer:
         self.address = address
         self.timeout_s = timeout_s
         self.block_size: int | None = None
-        self._socket: zmq.asyncio.Socket | None = None
-        self._pending: dict[int, _Pending] = {}
-        self._ids = itertools.count(1)
+        self._rpc = RpcClient(decode_indexer_message, (OverlapAnswer, OverlapRefused),
+                              peer=f"the indexer at {address}", hwm=SEND_HWM, logger=log)
+        self._rpc.on_unmatched = self._on_unmatched
         self._tg: anyio.abc.TaskGroup | None = None
 
     # ----------------------------------------------------------------- lifetime
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the DEALER and receive answers until cancelled; ``started()`` once connected."""
-        socket = configure(async_context().socket(zmq.DEALER), hwm=SEND_HWM)
-        try:
-            socket.connect(self.address)
-            self._socket = socket
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._rpc.run)
+            self._rpc.connect(self.address)
             task_status.started()
-            while True:
-                frames = await socket.recv_multipart(copy=True)
-                self._on_reply(frames)
-        finally:
-            self._socket = None
-            for pending in self._pending.values():
-                pending.reply = OverlapRefused(-1, "the indexer client was closed")
-                pending.done.set()
-            self._pending.clear()
-            socket.close(linger=0)
 
     async def __aenter__(self) -> RemoteIndexer:
         tg = anyio.create_task_group()
@@ -168,21 +146,10 @@ class RemoteIndexer:
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
-    def _on_reply(self, frames: list[bytes]) -> None:
-        try:
-            reply = decode_indexer_message(frames)
-        except ProtocolError as exc:
-            log.warning("dropping a malformed message from the indexer at %s: %s",
-                        self.address, exc)
-            return
-        if not isinstance(reply, OverlapAnswer | OverlapRefused):
-            log.warning("dropping an unexpected %s from the indexer", type(reply).__name__)
-            return
-        pending = self._pending.pop(reply.query_id, None)
-        if pending is not None:
-            pending.reply = reply
-            pending.done.set()
-        elif isinstance(reply, OverlapRefused) and reply.query_id < 0:
+    def _on_unmatched(self, reply: OverlapAnswer | OverlapRefused) -> None:
+        """An answer to an abandoned query is dropped; a refusal of a message it could not read
+        (query id -1) is logged."""
+        if isinstance(reply, OverlapRefused) and reply.query_id < 0:
             log.warning("the indexer at %s refused a message: %s", self.address, reply.message)
 
     # ----------------------------------------------------------------- queries
@@ -201,25 +168,10 @@ class RemoteIndexer:
                                                         lora_name=lora_name))
 
     async def _ask(self, build: Any) -> OverlapScores:
-        socket = self._socket
-        if socket is None:
-            raise IndexerQueryError(f"the indexer client for {self.address} is not running")
-        query_id = next(self._ids)
-        pending = _Pending()
-        self._pending[query_id] = pending
         try:
-            try:
-                await socket.send_multipart(encode(build(query_id)), flags=zmq.NOBLOCK)
-            except zmq.ZMQError as exc:
-                raise IndexerQueryError(f"cannot send to the indexer at {self.address}: {exc}") from None
-            with anyio.move_on_after(self.timeout_s):
-                await pending.done.wait()
-        finally:
-            self._pending.pop(query_id, None)
-        reply = pending.reply
-        if reply is None:
-            raise TimeoutError(f"the indexer at {self.address} did not answer within "
-                               f"{self.timeout_s:g} s")
+            reply = await self._rpc.call(build(self._rpc.new_id()), self.timeout_s)
+        except RpcUnavailable as exc:
+            raise IndexerQueryError(str(exc)) from None
         if isinstance(reply, OverlapRefused):
             raise IndexerQueryError(f"the indexer at {self.address} refused the query: "
                                     f"{reply.message}")

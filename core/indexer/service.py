@@ -12,11 +12,12 @@ from the workers' KV-event PUB sockets. Workers come from one of two places:
   instance may publish on separate sockets. Blocks are indexed under the entry's
   ``(instance_id, dp_rank)``; a batch that names a nonzero ``data_parallel_rank`` overrides the rank.
 
-The service is its own ``IndexView`` (``dyn.core.indexer.http``). Its ZMQ ROUTER answers the
+The service is its own ``IndexView`` (``dyn.core.kv.views``). Its ZMQ ROUTER answers the
 indexer plane of ``dyn.core.messages``: ``OverlapQuery`` (``token_ids`` hashed with the block size
 and ``lora_name``, or local ``block_hashes``; exactly one) -> ``OverlapAnswer`` with
 ``(instance_id, dp_rank, blocks)`` per worker that matched; anything malformed -> ``OverlapRefused``
-with the reason (the query id when it can be read, else -1). Nothing a client sends stops it.
+with the reason (the query id when it can be read, else -1), and frames that cannot be decoded are
+counted and logged at most every few seconds (``RpcServer``). Nothing a client sends stops it.
 
 Everything (ingestion, queries, HTTP) runs on one event loop, so the index has a single writer.
 ``serve_indexer`` is the process: it serves HTTP with uvicorn on the same loop, registers the
@@ -32,15 +33,15 @@ import re
 import signal
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import anyio.abc
 import msgspec
-import zmq
 from prometheus_client import CollectorRegistry
 
+from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import (
     DEFAULT_TTL_S,
@@ -54,7 +55,7 @@ from dyn.core.indexer.client import (
     indexer_record,
     indexers_store,
 )
-from dyn.core.indexer.http import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
+from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import RadixIndexer, WorkerKey
@@ -67,8 +68,8 @@ from dyn.core.messages import (
     WorkerRecord,
 )
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
-from dyn.core.transport.codec import ProtocolError, decode_indexer_message, encode
-from dyn.core.transport.sockets import async_context, configure
+from dyn.core.transport.codec import decode_indexer_message
+from dyn.core.transport.rpc import RpcServer
 
 log = logging.getLogger("dyn.indexer")
 
@@ -201,7 +202,11 @@ class IndexerService(RadixIndexView):
             for i, entry in enumerate(self.static_workers):
                 self._static_endpoints[(entry.instance_id, entry.dp_rank)] = entry.endpoint
                 self.ingestor.add_worker(self._static_record(i, entry, block_size or 0))
-        self._socket = configure(async_context().socket(zmq.ROUTER))
+        self._rpc = RpcServer(decode_indexer_message, logger=log)
+        self._rpc.handle(OverlapQuery, self._on_query)
+        self._rpc.fallback = self._refuse_unexpected
+        self._rpc.on_malformed = self._on_malformed
+        self._socket = self._rpc.socket
         self.endpoint = bind_zmq(self._socket, host, zmq_port, "--zmq-port")
 
     def _static_record(self, index: int, entry: StaticWorker, block_size: int) -> WorkerRecord:
@@ -241,7 +246,7 @@ class IndexerService(RadixIndexView):
                 await tg.start(self.ingestor.run)
                 if self.static_workers is None:
                     await tg.start(self._follow_discovery)
-                tg.start_soon(self._serve_queries)
+                tg.start_soon(self._rpc.serve)
                 task_status.started(self.endpoint)
         finally:
             self._tg = None
@@ -339,41 +344,30 @@ class IndexerService(RadixIndexView):
         return OverlapAnswer(qid, block_size or 0,
                              [(inst, dp, blocks) for (inst, dp), blocks in sorted(scores.items())])
 
-    async def _serve_queries(self) -> None:
-        while True:
-            # a queued message does not yield to the loop: a flood must not starve event ingestion
-            await anyio.lowlevel.checkpoint()
-            frames = await self._socket.recv_multipart(copy=True)
-            started = anyio.current_time()
-            reply = self._reply_to(frames[1:])
-            self.metrics.observe("zmq_query", anyio.current_time() - started,
-                                 isinstance(reply, OverlapRefused))
-            self._send(frames[0], reply)
-
-    def _reply_to(self, body: list[bytes]) -> OverlapAnswer | OverlapRefused:
+    def _on_query(self, identity: bytes, query: OverlapQuery) -> None:
+        started = anyio.current_time()
         try:
-            message = decode_indexer_message(body)
-        except ProtocolError as exc:
-            return OverlapRefused(_query_id_of(body), _name_fields(str(exc)))
-        if not isinstance(message, OverlapQuery):
-            return OverlapRefused(-1, f"a dyn indexer takes OverlapQuery, not "
-                                      f"{type(message).__name__}")
-        try:
-            return self.answer(message)
+            reply = self.answer(query)
         except Exception as exc:  # a bug must not take the service down
-            log.exception("answering query %d failed", message.query_id)
-            return OverlapRefused(message.query_id, f"the indexer failed: "
-                                                    f"{type(exc).__name__}: {exc}")
+            log.exception("answering query %d failed", query.query_id)
+            reply = OverlapRefused(query.query_id, f"the indexer failed: {type(exc).__name__}: {exc}")
+        self._observed(identity, reply, started)
 
-    def _send(self, identity: bytes, message: OverlapAnswer | OverlapRefused) -> None:
-        """Send without waiting (unbounded high-water mark); a ROUTER drops messages to a
-        client that went away."""
-        sent = self._socket.send_multipart([identity, *encode(message)])
-        if sent.done():
-            if sent.exception() is not None:
-                log.warning("could not answer a client: %s", sent.exception())
-        else:
-            sent.add_done_callback(_log_send_error)
+    def _on_malformed(self, identity: bytes, body: list[bytes], exc: Exception) -> None:
+        started = anyio.current_time()
+        self._observed(identity, OverlapRefused(_query_id_of(body), _name_fields(str(exc))), started)
+
+    def _refuse_unexpected(self, identity: bytes, message: Any) -> None:
+        started = anyio.current_time()
+        self._observed(identity, OverlapRefused(-1, f"a dyn indexer takes OverlapQuery, not "
+                                                    f"{type(message).__name__}"), started)
+
+    def _observed(self, identity: bytes, reply: OverlapAnswer | OverlapRefused, started: float) -> None:
+        """Count the query's time and outcome in the metrics, then send ``reply`` (never waits;
+        a ROUTER drops messages to a client that went away)."""
+        self.metrics.observe("zmq_query", anyio.current_time() - started,
+                             isinstance(reply, OverlapRefused))
+        self._rpc.send(identity, reply)
 
 
 def _query_id_of(body: list[bytes]) -> int:
@@ -404,10 +398,6 @@ def _name_fields(message: str) -> str:
     return _POSITION.sub(name, message)
 
 
-def _log_send_error(sent: Any) -> None:
-    if not sent.cancelled() and sent.exception() is not None:
-        log.warning("could not answer a client: %s", sent.exception())
-
 
 # --------------------------------------------------------------------------- the process
 
@@ -422,9 +412,7 @@ class IndexerSettings:
     model_name: str | None = None
     model_path: str | None = None
     event_threads: int = DEFAULT_EVENT_THREADS
-    namespace: str = "default"
-    discovery_backend: str = "file"
-    discovery_dir: str | None = None
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     api_key: str | None = None
     """Required as 'Authorization: Bearer KEY' on the HTTP routes but /live and /health."""
 
@@ -432,8 +420,8 @@ class IndexerSettings:
 def build_service(settings: IndexerSettings) -> IndexerService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
     model_name, store = model_and_store(settings.model_path, settings.model_name,
-                                        settings.discovery_backend, settings.namespace,
-                                        settings.discovery_dir)
+                                        settings.discovery.backend, settings.discovery.namespace,
+                                        settings.discovery.dir)
     return IndexerService(store, model_name, block_size=settings.block_size,
                           static_workers=settings.workers, event_threads=settings.event_threads,
                           host=settings.host, zmq_port=settings.zmq_port)
@@ -471,7 +459,7 @@ async def serve_indexer(settings: IndexerSettings) -> None:
                     print(f"{READY_PREFIX}http={server.url} zmq={service.endpoint}", flush=True)
                     log.info("indexing model %r (%s, block size %s)", service.model_name,
                              "static --workers" if service.static_workers is not None
-                             else f"workers of namespace {settings.namespace!r}",
+                             else f"workers of namespace {settings.discovery.namespace!r}",
                              service.block_size or "from the first worker")
                     await stop.wait()
             await server.stop()

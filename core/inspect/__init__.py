@@ -1,4 +1,4 @@
-"""``dyn inspect-kv``: what a KV index holds, read from its HTTP views (``dyn.core.indexer.http``)
+"""``dyn inspect-kv``: what a KV index holds, read from its HTTP views (``dyn.core.kv.views``)
 on a ``dyn indexer``, a frontend in kv mode or a ``dyn router``'s ``--system-port``.
 
 - ``target``: finding the views (probing ``/workers`` then ``/kv/workers``, or a ``dyn indexer``

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
 from dyn.core.inspect.metrics import MetricsError, events_per_second, read_metrics
 from dyn.core.inspect.prompt import PromptTokens, prompt_tokens
@@ -32,9 +33,7 @@ from dyn.core.inspect.target import KvTarget, TargetError, find_indexer_url, ope
 @dataclass(slots=True)
 class InspectSettings:
     url: str | None = None
-    namespace: str = "default"
-    discovery_backend: str = "file"
-    discovery_dir: str | None = None
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     model_name: str | None = None
     model_path: str | None = None
     prompt: str | None = None
@@ -62,8 +61,8 @@ def run_inspect(settings: InspectSettings) -> None:
     if settings.prompt is not None or settings.messages_file is not None:
         tokens = prompt_tokens(settings.model_path, prompt=settings.prompt,
                                messages_file=settings.messages_file)
-    url = settings.url or find_indexer_url(settings.namespace, settings.discovery_backend,
-                                           settings.discovery_dir, settings.model_name)
+    url = settings.url or find_indexer_url(settings.discovery.namespace, settings.discovery.backend,
+                                           settings.discovery.dir, settings.model_name)
     with open_target(url, api_key=settings.api_key) as target:
         model, dump = target.dump()
         if tokens is not None and model is not None and model != tokens.model_name:

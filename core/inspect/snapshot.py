@@ -1,6 +1,6 @@
 """What ``dyn inspect-kv`` reports, and the arithmetic that turns the index views into it.
 
-Pure functions over what the views answer (``dyn.core.indexer.http``): ``/workers`` entries,
+Pure functions over what the views answer (``dyn.core.kv.views``): ``/workers`` entries,
 ``/dump`` events, a ``/query`` answer and the metrics ``dyn.core.inspect.metrics`` reads. Nothing
 here does I/O, so every number can be checked against a hand-built index state.
 

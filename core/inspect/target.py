@@ -1,5 +1,5 @@
 """Where ``dyn inspect-kv`` reads: the KV index views of a ``dyn indexer``, a frontend or a
-``dyn router`` (``dyn.core.indexer.http``), over HTTP.
+``dyn router`` (``dyn.core.kv.views``), over HTTP.
 
 - ``open_target(url)`` probes ``URL/workers`` (a ``dyn indexer``, views at the root), then
   ``URL/kv/workers`` (a frontend in kv mode, or a ``dyn router``'s ``--system-port``). A URL that

@@ -9,9 +9,10 @@ On the wire (vLLM ``ZmqEventPublisher``; SGLang speaks the same):
   ``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name]``,
   ``["BlockRemoved", block_hashes, medium]``, ``["AllBlocksCleared"]``.
 
-The encoder writes exactly that. The decoder (``decode_event_batch``) is tolerant the way Dynamo's
-is: it takes the tagged-array form or a map with a ``type`` key, SGLang's shorter ``BlockStored``
-(ending at ``lora_id``), missing trailing fields, and ignores unknown trailing fields. Engine block
+The encoder writes exactly that. The decoder (``decode_event_batch``, msgspec tagged-union
+decoders) is tolerant the way Dynamo's is: it takes the tagged-array form or a map with a ``type``
+key, SGLang's shorter ``BlockStored`` (ending at ``lora_id``), missing trailing fields (their
+defaults: ``medium`` GPU), and ignores unknown trailing fields and keys. Engine block
 hashes may be signed 64-bit ints (reinterpreted as unsigned) or vLLM's sha256 bytes (reduced to
 their low 64 bits, as vLLM's ``maybe_convert_block_hash`` does). Anything it cannot use
 raises ``KvEventDecodeError`` naming what is wrong; it never raises anything else for bad bytes.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Required, TypedDict
 
 import msgspec
 
@@ -75,8 +76,8 @@ class BlockStored(msgspec.Struct, tag=True, array_like=True, gc=False):
 
     block_hashes: list[int]
     parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
+    token_ids: list[Annotated[int, msgspec.Meta(ge=0)]]
+    block_size: Annotated[int, msgspec.Meta(gt=0)]
     lora_id: int | None = None
     medium: str | None = DEFAULT_MEDIUM
     lora_name: str | None = None
@@ -101,7 +102,7 @@ class KvEventBatch(msgspec.Struct, array_like=True, gc=False):
 
     ts: float
     events: list[KvEvent]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -137,97 +138,161 @@ def split_frames(frames: Sequence[bytes]) -> tuple[bytes, int, bytes]:
 
 
 # --------------------------------------------------------------------------- tolerant decoding
+#
+# Two typed msgspec decoders, no hand validation: the batch as vLLM writes it by default (tagged
+# arrays, int hashes) decodes straight into the public structs in one call; anything else (maps,
+# sha256 bytes hashes, Eagle bigrams, an odd lora_id, unknown events) is decoded event by event
+# into wider wire structs, which are then normalised into the public ones.
 
-_STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                  "medium", "lora_name")
-_REMOVED_FIELDS = ("block_hashes", "medium")
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+_Hash = int | bytes
+_Token = _NonNegative | list[_NonNegative]
 
 
-def _u64(value: Any, what: str) -> int:
-    if isinstance(value, bytes) and value:  # vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0
-        return int.from_bytes(value, "big") & _U64  # vLLM's own int form of a hash
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise KvEventDecodeError(f"{what} must be an integer, got {type(value).__name__}")
-    if value < -(1 << 63) or value > _U64:
-        raise KvEventDecodeError(f"{what} {value} does not fit in 64 bits")
+class _StoredWire(msgspec.Struct, gc=False):
+    """``BlockStored`` as engines send it; the array and map forms below differ only in shape."""
+
+    block_hashes: list[_Hash]
+    parent_block_hash: _Hash | None
+    token_ids: list[_Token]
+    block_size: _Positive
+    lora_id: Any = None
+    medium: str | None = DEFAULT_MEDIUM
+    lora_name: str | None = None
+
+
+class _RemovedWire(msgspec.Struct, gc=False):
+    block_hashes: list[_Hash]
+    medium: str | None = DEFAULT_MEDIUM
+
+
+class _StoredArray(_StoredWire, tag="BlockStored", array_like=True):
+    pass
+
+
+class _RemovedArray(_RemovedWire, tag="BlockRemoved", array_like=True):
+    pass
+
+
+class _ClearedArray(msgspec.Struct, tag="AllBlocksCleared", array_like=True, gc=False):
+    pass
+
+
+class _StoredMap(_StoredWire, tag="BlockStored", tag_field="type"):
+    pass
+
+
+class _RemovedMap(_RemovedWire, tag="BlockRemoved", tag_field="type"):
+    pass
+
+
+class _ClearedMap(msgspec.Struct, tag="AllBlocksCleared", tag_field="type", gc=False):
+    pass
+
+
+class _RawBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[msgspec.Raw]
+    data_parallel_rank: _NonNegative | None = None
+
+
+class _RawBatchMap(TypedDict, total=False):
+    ts: Required[float]
+    events: Required[list[msgspec.Raw]]
+    data_parallel_rank: _NonNegative | None
+    attn_dp_rank: _NonNegative | None  # SGLang's name for it
+
+
+_KNOWN = frozenset(("BlockStored", "BlockRemoved", "AllBlocksCleared"))
+_batch_decoder = msgspec.msgpack.Decoder(KvEventBatch)
+_raw_batch_decoder = msgspec.msgpack.Decoder(_RawBatch | _RawBatchMap)
+_array_event_decoder = msgspec.msgpack.Decoder(_StoredArray | _RemovedArray | _ClearedArray)
+_map_event_decoder = msgspec.msgpack.Decoder(_StoredMap | _RemovedMap | _ClearedMap)
+_ARRAY_MARKERS = frozenset((*range(0x90, 0xA0), 0xDC, 0xDD))
+_MAP_MARKERS = frozenset((*range(0x80, 0x90), 0xDE, 0xDF))
+
+
+def _u64(value: int | bytes) -> int:
+    if isinstance(value, bytes):
+        if not value:
+            raise KvEventDecodeError("a block hash must be an integer or non-empty bytes")
+        return int.from_bytes(value, "big") & _U64  # vLLM's own int form of a sha256 hash
     return value & _U64
 
 
-def _int_list(value: Any, what: str) -> list[int]:
-    if not isinstance(value, list):
-        raise KvEventDecodeError(f"{what} must be a list, got {type(value).__name__}")
-    return [_u64(v, what) for v in value]
+def _hashes(values: list[Any]) -> list[int]:
+    """Engine block hashes as unsigned 64-bit ints (msgspec already bounded ints to 64 bits)."""
+    try:
+        if not values or min(values) >= 0:
+            return values
+    except TypeError:  # bytes hashes (sha256), alone or mixed with ints
+        pass
+    return [_u64(v) for v in values]
 
 
-def _token_list(value: Any) -> list[int]:
-    if not isinstance(value, list):
-        raise KvEventDecodeError(f"token_ids must be a list, got {type(value).__name__}")
-    out: list[int] = []
-    for v in value:
-        if isinstance(v, list) and v:  # Eagle bigrams [[a, b], ...]: keep the first of each pair
+def _tokens(values: list[Any]) -> list[int]:
+    """Token ids, with Eagle's bigrams ``[[a, b], ...]`` reduced to the first of each pair."""
+    try:
+        if not values or type(min(values)) is int:
+            return values
+    except TypeError:  # ints and bigrams mixed
+        pass
+    out = []
+    for v in values:
+        if isinstance(v, list):
+            if not v:
+                raise KvEventDecodeError("token_ids must be non-negative integers or non-empty pairs")
             v = v[0]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise KvEventDecodeError("token_ids must be non-negative integers")
         out.append(v)
     return out
 
 
-def _opt_str(value: Any, what: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise KvEventDecodeError(f"{what} must be a string or null, got {type(value).__name__}")
-
-
-def _fields(raw: Any, names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    """Normalise a tagged array or a map into ``(tag, {field: value})``."""
-    if isinstance(raw, list):
-        if not raw or not isinstance(raw[0], str):
-            raise KvEventDecodeError("an event array must start with its type name")
-        return raw[0], dict(zip(names, raw[1:]))  # extra trailing elements are ignored
-    if isinstance(raw, dict):
-        tag = raw.get("type")
-        if not isinstance(tag, str):
-            raise KvEventDecodeError("an event map needs a string 'type' key")
-        return tag, {k: raw[k] for k in names if k in raw}
-    raise KvEventDecodeError(f"an event must be an array or a map, got {type(raw).__name__}")
-
-
-def decode_event(raw: Any) -> KvEvent:
-    """Build one typed event from its decoded msgpack value."""
-    tag = raw[0] if isinstance(raw, list) and raw else (raw.get("type") if isinstance(raw, dict) else None)
-    if tag == "BlockStored":
-        _, f = _fields(raw, _STORED_FIELDS)
-        for required in ("block_hashes", "parent_block_hash", "token_ids", "block_size"):
-            if required not in f:
-                raise KvEventDecodeError(f"BlockStored is missing {required}")
-        parent = f["parent_block_hash"]
-        block_size = f["block_size"]
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-            raise KvEventDecodeError("BlockStored block_size must be a positive integer")
-        lora_id = f.get("lora_id")
+def _public(wire: Any) -> KvEvent:
+    if isinstance(wire, _StoredWire):
+        parent = wire.parent_block_hash
+        lora_id = wire.lora_id
         return BlockStored(
-            block_hashes=_int_list(f["block_hashes"], "block_hashes"),
-            parent_block_hash=None if parent is None else _u64(parent, "parent_block_hash"),
-            token_ids=_token_list(f["token_ids"]),
-            block_size=block_size,
+            block_hashes=_hashes(wire.block_hashes),
+            parent_block_hash=None if parent is None else _u64(parent),
+            token_ids=_tokens(wire.token_ids),
+            block_size=wire.block_size,
             lora_id=lora_id if isinstance(lora_id, int) and not isinstance(lora_id, bool) else None,
-            medium=_opt_str(f.get("medium"), "medium"),
-            lora_name=_opt_str(f.get("lora_name"), "lora_name"),
+            medium=wire.medium,
+            lora_name=wire.lora_name,
         )
-    if tag == "BlockRemoved":
-        _, f = _fields(raw, _REMOVED_FIELDS)
-        if "block_hashes" not in f:
-            raise KvEventDecodeError("BlockRemoved is missing block_hashes")
-        return BlockRemoved(
-            block_hashes=_int_list(f["block_hashes"], "block_hashes"),
-            medium=_opt_str(f.get("medium"), "medium"),
-        )
-    if tag == "AllBlocksCleared":
-        return AllBlocksCleared()
-    if isinstance(tag, str):
-        raise UnknownKvEventError(f"unknown KV event type {tag!r}")
-    _fields(raw, ())  # raises the precise shape error
-    raise KvEventDecodeError("malformed KV event")  # pragma: no cover
+    if isinstance(wire, _RemovedWire):
+        return BlockRemoved(block_hashes=_hashes(wire.block_hashes), medium=wire.medium)
+    return AllBlocksCleared()
+
+
+def _decode_event(raw: msgspec.Raw) -> KvEvent:
+    """One event in either form; UnknownKvEventError when only its type name is not known."""
+    view = memoryview(raw)
+    marker = view[0] if len(view) else -1
+    if marker in _ARRAY_MARKERS:
+        decoder, form = _array_event_decoder, "array"
+    elif marker in _MAP_MARKERS:
+        decoder, form = _map_event_decoder, "map"
+    else:
+        got = type(msgspec.msgpack.decode(raw)).__name__
+        raise KvEventDecodeError(f"an event must be an array or a map, got {got}")
+    try:
+        return _public(decoder.decode(raw))
+    except msgspec.ValidationError as exc:
+        tag = _tag(msgspec.msgpack.decode(raw))
+        if isinstance(tag, str) and tag not in _KNOWN:
+            raise UnknownKvEventError(f"unknown KV event type {tag!r}") from None
+        if not isinstance(tag, str):
+            where = "start with its type name" if form == "array" else "have a string 'type' key"
+            raise KvEventDecodeError(f"an event {form} must {where}") from None
+        raise KvEventDecodeError(f"{tag}: {exc}") from None
+
+
+def _tag(value: Any) -> Any:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value.get("type")
 
 
 def decode_event_batch(payload: bytes) -> KvEventBatch:
@@ -243,28 +308,36 @@ def decode_known_events(payload: bytes) -> tuple[KvEventBatch, int]:
 
 def _decode_batch(payload: bytes, *, skip_unknown: bool) -> tuple[KvEventBatch, int]:
     try:
-        raw = msgspec.msgpack.decode(payload)
+        batch = _batch_decoder.decode(payload)
+    except msgspec.DecodeError:  # ValidationError included: not vLLM's default form, go event by event
+        return _decode_event_by_event(payload, skip_unknown)
+    for event in batch.events:
+        if event.__class__ is not AllBlocksCleared:  # signed hashes become unsigned
+            hashes = event.block_hashes  # type: ignore[union-attr]
+            if hashes and min(hashes) < 0:
+                event.block_hashes = [h & _U64 for h in hashes]  # type: ignore[union-attr]
+            if event.__class__ is BlockStored and event.parent_block_hash is not None:  # type: ignore[union-attr]
+                event.parent_block_hash &= _U64  # type: ignore[union-attr]
+    return batch, 0
+
+
+def _decode_event_by_event(payload: bytes, skip_unknown: bool) -> tuple[KvEventBatch, int]:
+    try:
+        raw = _raw_batch_decoder.decode(payload)
+    except msgspec.ValidationError as exc:
+        raise KvEventDecodeError(f"a batch must be an array [ts, events, data_parallel_rank] "
+                                 f"or a map of them: {exc}") from None
     except msgspec.DecodeError as exc:
         raise KvEventDecodeError(f"payload is not valid msgpack: {exc}") from None
     if isinstance(raw, dict):
-        raw = [raw.get("ts"), raw.get("events"), raw.get("data_parallel_rank", raw.get("attn_dp_rank"))]
-    if not isinstance(raw, list) or len(raw) < 2:
-        raise KvEventDecodeError("a batch must be an array [ts, events, data_parallel_rank]")
-    ts, events = raw[0], raw[1]
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        raise KvEventDecodeError("batch ts must be a number")
-    if not isinstance(events, list):
-        raise KvEventDecodeError("batch events must be a list")
-    dp_rank = raw[2] if len(raw) > 2 else None
-    if dp_rank is not None and (isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or dp_rank < 0):
-        raise KvEventDecodeError("batch data_parallel_rank must be a non-negative integer or null")
+        raw = _RawBatch(raw["ts"], raw["events"], raw.get("data_parallel_rank", raw.get("attn_dp_rank")))
     decoded: list[KvEvent] = []
     unknown = 0
-    for raw_event in events:
+    for raw_event in raw.events:
         try:
-            decoded.append(decode_event(raw_event))
+            decoded.append(_decode_event(raw_event))
         except UnknownKvEventError:
             if not skip_unknown:
                 raise
             unknown += 1
-    return KvEventBatch(ts=float(ts), events=decoded, data_parallel_rank=dp_rank), unknown
+    return KvEventBatch(ts=raw.ts, events=decoded, data_parallel_rank=raw.data_parallel_rank), unknown

@@ -1,7 +1,8 @@
 """KV event ingestion for a changing set of workers: one ``KvEventSubscriber`` per worker.
 
 ``KvEventIngestor`` keeps the indexers in step with the workers' engines. ``add_worker`` and
-``remove_worker`` are synchronous, for ``WorkerPool`` listeners (``follow(pool)`` wires that up);
+``remove_worker`` are synchronous, for membership listeners (``follow(membership)`` wires that up
+for any ``dyn.core.kv.membership.Membership``, such as the router's ``WorkerPool``);
 ``run`` owns the subscriptions until cancelled. Removing a worker stops its subscription and
 drops all its blocks from every tier's index.
 
@@ -36,7 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -51,11 +52,9 @@ from dyn.core.kv.convert import (
     TieredIndexers,
 )
 from dyn.core.kv.events import StorageTier
+from dyn.core.kv.membership import Member, Membership
 from dyn.core.kv.subscriber import DEFAULT_REPLAY_TIMEOUT, KvEventBounds, KvEventSubscriber
 from dyn.core.messages import WorkerRecord
-
-if TYPE_CHECKING:
-    from dyn.core.router.pool import Worker, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +92,15 @@ class KvEventIngestor:
 
     # ----------------------------------------------------------------- membership (sync)
 
-    def follow(self, pool: WorkerPool) -> None:
-        """Add and remove workers as ``pool`` reports them (current ones are added at once)."""
-        pool.add_listener(self._on_pool_change)
+    def follow(self, membership: Membership) -> None:
+        """Add and remove workers as ``membership`` reports them (current ones are added at once)."""
+        membership.add_listener(self._on_membership_change)
 
-    def _on_pool_change(self, worker: Worker, added: bool) -> None:
-        if added:
-            self.add_worker(worker.record)
+    def _on_membership_change(self, member: Member, joined: bool) -> None:
+        if joined:
+            self.add_worker(member.record)
         else:
-            self.remove_worker(worker.instance_id)
+            self.remove_worker(member.record.instance_id)
 
     def add_worker(self, record: WorkerRecord) -> None:
         """Start following ``record``'s KV events (a worker without a KV-event endpoint is

@@ -13,7 +13,11 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Annotated
 
+from msgspec import Meta
+
+from dyn.core.config import flag
 from dyn.core.errors import ConfigError
 from dyn.core.router.queue import QUEUE_POLICIES
 
@@ -25,11 +29,24 @@ DEFAULT_MAX_QUEUED_REQUESTS = 1024
 DEFAULT_OVERLAP_REFRESH_SECS = 10.0
 OVERLAP_REFRESH_ENV = "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"
 DEPRECATED_WEIGHT_ENVS = ("DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT", "DYN_OVERLAP_SCORE_WEIGHT")
+PANEL = "KV router"
+"""The ``--help`` panel of the router flags."""
 
 
-@dataclass(slots=True)
+def _zero_is_none(value: float | None) -> float | None:
+    """A flag where 0 turns the limit off."""
+    return value or None
+
+
+def _queue_threshold(text: str) -> float | None:
+    return parse_queue_threshold(text)  # defined below, read when a flag is parsed
+
+
+@dataclass(slots=True, kw_only=True)
 class KvRouterConfig:
-    """Every KV router setting; defaults are the seed's.
+    """Every KV router setting; defaults are the seed's. Each field a user sets is declared with
+    its flag (``dyn.core.config``), in the order ``--help`` lists them; ``dyn frontend``, ``dyn
+    router`` and ``dyn bench replay`` offer them all.
 
     ``overlap_score_credit == 0`` means no prefix index and no KV events (``uses_indexer``).
     Thresholds left ``None`` are off; ``queue_threshold=None`` disables the router queue.
@@ -41,31 +58,94 @@ class KvRouterConfig:
     with ``QueueFullError`` (None: no limit).
     """
 
-    overlap_score_credit: float = 1.0
-    prefill_load_scale: float = 1.0
-    temperature: float = 0.0
-    use_kv_events: bool = True
-    ttl_secs: float = 120.0
-    predicted_ttl_secs: float | None = None
-    event_threads: int = 1  # the seed says 4 (Rust threads); in Python 1 measures best, see docs
-    track_active_blocks: bool = True
-    assume_kv_reuse: bool = True
-    track_output_blocks: bool = False
-    track_prefill_tokens: bool = True
-    prefill_load_model: str = "none"
-    queue_threshold: float | None = 16.0
-    queue_policy: str = "fcfs"
+    overlap_score_credit: Annotated[float, Meta(ge=0.0, le=1.0), flag(
+        "--router-kv-overlap-score-credit", panel=PANEL,
+        help="Credit for device-local prefix overlap in the prefill cost, 0 to 1; 0 ignores prefix "
+             "caches and creates no indexer.")] = 1.0
+    prefill_load_scale: Annotated[float, Meta(ge=0.0), flag(
+        "--router-prefill-load-scale", panel=PANEL,
+        help="Scale of the overlap-adjusted prompt-side load against decode blocks.")] = 1.0
+    load_aware: Annotated[bool, flag(
+        "--load-aware", panel=PANEL,
+        help="Preset: KV routing on load alone (overlap credit 0, no KV events, no KV-reuse "
+             "assumption, active-block and prefill-token tracking on); implies --router-mode kv.")] = False
+    temperature: Annotated[float, Meta(ge=0.0), flag(
+        "--router-temperature", panel=PANEL,
+        help="Softmax temperature over normalised costs; 0 picks the cheapest worker.")] = 0.0
+    track_prefill_tokens: Annotated[bool, flag(
+        "--router-track-prefill-tokens/--no-router-track-prefill-tokens", panel=PANEL,
+        help="Count prompt tokens being prefilled in each worker's load.")] = True
+    prefill_load_model: Annotated[str, flag(
+        "--router-prefill-load-model", panel=PANEL,
+        help="Prompt-side load model: none (static until first token); aic is refused (it needs "
+             "NVIDIA's AIConfigurator database).")] = "none"
+    queue_threshold: Annotated[float | None, flag(
+        "--router-queue-threshold", panel=PANEL, cli_type=str, default="16.0",
+        parse=_queue_threshold,
+        help="Hold requests while every worker's active prefill tokens exceed this fraction of "
+             "its max_num_batched_tokens; None disables the queue.")] = 16.0
+    queue_policy: Annotated[str, flag(
+        "--router-queue-policy", panel=PANEL,
+        help="Router queue order: fcfs (tail TTFT), lcfs (experiments), wspt (average TTFT).")] = "fcfs"
+    max_queued_requests: Annotated[int | None, flag(
+        "--router-queue-limit", panel=PANEL, cli_type=Annotated[int, Meta(ge=0)], parse=_zero_is_none,
+        help="Most engine requests that may wait in the router queue (a request's n choices wait "
+             "as one entry but count n); a request arriving at a full queue is answered 503 with "
+             "Retry-After at once. 0: no limit (Dynamo's default).")] = DEFAULT_MAX_QUEUED_REQUESTS
+    unstarted_booking_secs: Annotated[float | None, flag(
+        "--router-unstarted-booking-secs", panel=PANEL, cli_type=Annotated[float, Meta(ge=0.0)],
+        parse=_zero_is_none,
+        help="Free a routed request's load booking when the frontend has not sent it to its worker "
+             "within this many seconds (a frontend that crashed or gave up after routing); 0: "
+             "only the 300 s stale expiry. dyn's own flag: Dynamo has no such limit.")] = \
+        DEFAULT_UNSTARTED_BOOKING_SECS
+    use_kv_events: Annotated[bool, flag(
+        "--router-kv-events/--no-router-kv-events", panel=PANEL,
+        help="Follow workers' KV events; without them, predict cache state from routing "
+             "decisions with a TTL.")] = True
+    ttl_secs: Annotated[float, Meta(ge=0.0), flag(
+        "--router-ttl-secs", panel=PANEL,
+        help="Lifetime of predicted blocks in approximate mode (--no-router-kv-events).")] = 120.0
+    predicted_ttl_secs: Annotated[Annotated[float, Meta(ge=0.0)] | None, flag(
+        "--router-predicted-ttl-secs", panel=PANEL,
+        help="Record each decision in a side index with this TTL so sibling requests find the "
+             "prefix before the engine reports it (try 5); needs KV events.")] = None
+    event_threads: Annotated[int, Meta(ge=1), flag(
+        "--router-event-threads", panel=PANEL,
+        help="Threads that receive and decode KV events (1, the default: on the event loop; "
+             "Dynamo defaults to 4, but Python threads share the GIL and measured slower).")] = 1
+    track_active_blocks: Annotated[bool, flag(
+        "--router-track-active-blocks/--no-router-track-active-blocks", panel=PANEL,
+        help="Count blocks of requests in flight in each worker's load.")] = True
+    track_output_blocks: Annotated[bool, flag(
+        "--router-track-output-blocks", panel=PANEL,
+        help="Experimental: add output blocks as tokens are generated, decaying toward "
+             "nvext.agent_hints.osl.")] = False
+    assume_kv_reuse: Annotated[bool, flag(
+        "--router-assume-kv-reuse/--no-router-assume-kv-reuse", panel=PANEL,
+        help="Count a prefix block shared by requests on one worker once.")] = True
+    replica_sync: Annotated[bool, flag(
+        "--router-replica-sync", panel=PANEL,
+        help="Share routing decisions with the other router replicas of the namespace.")] = False
+    use_remote_indexer: Annotated[bool, flag(
+        "--use-remote-indexer", panel=PANEL,
+        help="Ask a dyn indexer for overlaps (see --indexer-address) instead of indexing here.")] = False
+    indexer_address: Annotated[str | None, flag(
+        "--indexer-address", panel=PANEL,
+        help="ZMQ address of the dyn indexer for --use-remote-indexer (default: found in "
+             "discovery).")] = None
+    active_decode_blocks_threshold: Annotated[Annotated[float, Meta(ge=0.0)] | None, flag(
+        "--active-decode-blocks-threshold", panel=PANEL,
+        help="Busy when active decode blocks exceed this fraction of the worker's KV blocks.")] = None
+    active_prefill_tokens_threshold: Annotated[Annotated[int, Meta(ge=0)] | None, flag(
+        "--active-prefill-tokens-threshold", panel=PANEL,
+        help="Busy when active prefill tokens exceed this many.")] = None
+    active_prefill_tokens_threshold_frac: Annotated[Annotated[float, Meta(ge=0.0)] | None, flag(
+        "--active-prefill-tokens-threshold-frac", panel=PANEL,
+        help="Busy when active prefill tokens exceed this fraction of max_num_batched_tokens.")] = None
     overlap_refresh_after_secs: float | None = DEFAULT_OVERLAP_REFRESH_SECS
-    replica_sync: bool = False
-    use_remote_indexer: bool = False
-    indexer_address: str | None = None
-    load_aware: bool = False
-    active_decode_blocks_threshold: float | None = None
-    active_prefill_tokens_threshold: int | None = None
-    active_prefill_tokens_threshold_frac: float | None = None
+    """Set from ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` only (no flag, as in Dynamo)."""
     stale_request_secs: float = 300.0
-    unstarted_booking_secs: float | None = DEFAULT_UNSTARTED_BOOKING_SECS
-    max_queued_requests: int | None = DEFAULT_MAX_QUEUED_REQUESTS
 
     @property
     def uses_indexer(self) -> bool:
@@ -125,12 +205,12 @@ class KvRouterConfig:
         if self.overlap_refresh_after_secs is not None:
             _positive(self.overlap_refresh_after_secs, OVERLAP_REFRESH_ENV,
                       hint="; set it to 0 to disable the dequeue-time overlap refresh")
-        for value, flag in ((self.active_decode_blocks_threshold, "--active-decode-blocks-threshold"),
+        for value, name in ((self.active_decode_blocks_threshold, "--active-decode-blocks-threshold"),
                             (self.active_prefill_tokens_threshold, "--active-prefill-tokens-threshold"),
                             (self.active_prefill_tokens_threshold_frac,
                              "--active-prefill-tokens-threshold-frac")):
             if value is not None:
-                _positive(value, flag, hint="; omit it to turn that busy check off")
+                _positive(value, name, hint="; omit it to turn that busy check off")
         return self
 
 

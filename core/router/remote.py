@@ -32,7 +32,6 @@ Contract:
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,7 +40,6 @@ from typing import Any
 
 import anyio
 import zmq
-import zmq.asyncio
 
 from dyn.core.discovery.store import WorkerAdded, WorkerRemoved
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused, WorkerRecord
@@ -58,15 +56,14 @@ from dyn.core.router.policy import (
 )
 from dyn.core.router.pool import Worker, WorkerPool
 from dyn.core.router.registry import routers_store, serves_queries
-from dyn.core.transport.codec import ProtocolError, decode_router_message, encode
-from dyn.core.transport.sockets import async_context, configure
+from dyn.core.transport.codec import decode_router_message
+from dyn.core.transport.rpc import SEND_HWM, RpcClient, RpcDropped, RpcUnavailable
 
 log = logging.getLogger("dyn.router.remote")
 
 AUTO = "auto"
 DEFAULT_TIMEOUT_S = 30.0
 WORKER_WAIT_S = 2.0
-SEND_HWM = 10_000
 _ABANDONED_KEPT = 10_000
 
 REFUSALS: dict[str, type[RoutingError]] = {
@@ -88,17 +85,21 @@ class _Query:
         self.answers: list[RouteAnswer | None] = [None] * len(request_ids)
         self.missing = len(request_ids)
         self.refused: RouteRefused | None = None
-        self.done = anyio.Event()
+        self.done = False
 
-    def take(self, answer: RouteAnswer) -> None:
-        """Record ``answer``; an answer without a member index (an older router) answers the
-        first member and ends the query."""
-        member = max(answer.member, 0)
+    def take(self, reply: RouteAnswer | RouteRefused) -> bool:
+        """Record ``reply``; True once the query is answered: every member answered, a refusal,
+        or an answer without a member index (an older router answers the first member only)."""
+        if type(reply) is RouteRefused:
+            self.refused = reply
+            self.done = True
+            return True
+        member = max(reply.member, 0)
         if member < len(self.answers) and self.answers[member] is None:
-            self.answers[member] = answer
+            self.answers[member] = reply
             self.missing -= 1
-        if self.missing == 0 or answer.member < 0:
-            self.done.set()
+        self.done = self.missing == 0 or reply.member < 0
+        return self.done
 
 
 class RemoteRoute(Route):
@@ -162,53 +163,51 @@ class RemoteRouter(Router):
         self.worker_wait_s = worker_wait_s
         self.endpoint: str | None = None
         """The service this router talks to now (``address``, or the one ``auto`` found)."""
-        self._socket: zmq.asyncio.Socket | None = None
-        self._queries: dict[int, _Query] = {}
+        self._rpc = RpcClient(decode_router_message, (RouteAnswer, RouteRefused),
+                              peer="the dyn router", hwm=SEND_HWM, logger=log)
+        self._rpc.on_unmatched = self._on_late
+        self._running = False
         self._abandoned: OrderedDict[int, list[str]] = OrderedDict()
-        self._ids = itertools.count(1)
-        self.dropped = 0
+
+    @property
+    def dropped(self) -> int:
         """Reports dropped because the socket was full."""
+        return self._rpc.dropped
 
     # ----------------------------------------------------------------- socket
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the DEALER and receive answers until cancelled; with ``auto``, follow the
         routers' namespace to pick (and replace) the service."""
-        socket = configure(async_context().socket(zmq.DEALER), hwm=SEND_HWM)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._receive, socket)
+                await tg.start(self._rpc.run)
                 if self.address == AUTO:
-                    await tg.start(self._follow_routers, socket)
+                    await tg.start(self._follow_routers)
                 else:
-                    self._use(socket, self.address)
-                self._socket = socket
+                    self._use(self.address)
+                self._running = True
                 task_status.started()
         finally:
-            self._socket = None
-            self._fail_pending("the frontend is shutting down")
-            socket.close(linger=0)
+            self._running = False
 
-    def _use(self, socket: zmq.asyncio.Socket, endpoint: str | None) -> None:
+    def _use(self, endpoint: str | None) -> None:
         if endpoint == self.endpoint:
             return
         if self.endpoint is not None:
-            try:
-                socket.disconnect(self.endpoint)
-            except zmq.ZMQError:
-                pass
-            self._fail_pending(f"dyn router at {self.endpoint} left")
+            self._rpc.disconnect(self.endpoint)
+            self._rpc.fail_all(RpcUnavailable(f"dyn router at {self.endpoint} left; retry"))
         self.endpoint = endpoint
         if endpoint is not None:
             try:
-                socket.connect(endpoint)
+                self._rpc.connect(endpoint)
             except zmq.ZMQError as exc:
                 self.endpoint = None
                 log.error("cannot connect to dyn router at %s: %s", endpoint, exc)
                 return
             log.info("routing through the dyn router at %s", endpoint)
 
-    async def _follow_routers(self, socket: zmq.asyncio.Socket, *, task_status: Any) -> None:
+    async def _follow_routers(self, *, task_status: Any) -> None:
         store = self._routers
         assert store is not None
         live: dict[int, WorkerRecord] = {}
@@ -216,7 +215,7 @@ class RemoteRouter(Router):
         def choose() -> None:
             endpoints = [live[i].endpoints.request for i in sorted(live)]
             if self.endpoint not in endpoints:
-                self._use(socket, endpoints[0] if endpoints else None)
+                self._use(endpoints[0] if endpoints else None)
                 if not endpoints:
                     log.warning("no dyn router for model %r is live in namespace %r",
                                 self.pool.model_name, store.namespace)
@@ -237,66 +236,21 @@ class RemoteRouter(Router):
                     live.pop(event.instance_id, None)
                 choose()
 
-    async def _receive(self, socket: zmq.asyncio.Socket) -> None:
-        while True:
-            frames = await socket.recv_multipart(copy=True)
-            try:
-                reply = decode_router_message(frames)
-            except ProtocolError as exc:
-                log.warning("dropping a malformed message from the dyn router: %s", exc)
-                continue
-            if not isinstance(reply, RouteAnswer | RouteRefused):
-                log.warning("dropping an unexpected %s from the dyn router", type(reply).__name__)
-                continue
-            query = self._queries.get(reply.query_id)
-            if query is not None:
-                if isinstance(reply, RouteAnswer):
-                    query.take(reply)
-                else:
-                    query.refused = reply
-                    query.done.set()
-                if query.done.is_set():
-                    del self._queries[reply.query_id]
-                continue
-            request_ids = self._abandoned.get(reply.query_id)
-            if request_ids is not None:
-                if isinstance(reply, RouteAnswer) and max(reply.member, 0) < len(request_ids):
-                    self._report(RouteProgress(request_ids[max(reply.member, 0)], "finished"))
-                else:
-                    del self._abandoned[reply.query_id]
-            elif isinstance(reply, RouteRefused) and reply.query_id < 0:
-                log.warning("the dyn router refused a message: %s", reply.message)
-
-    def _fail_pending(self, why: str) -> None:
-        for query in self._queries.values():
-            query.refused = RouteRefused(-1, "no_workers", f"{why}; retry")
-            query.done.set()
-        self._queries.clear()
-
-    def _send(self, frames: Sequence[bytes]) -> bool:
-        """Queue ``frames`` without waiting; False when dropped (no socket, or it is full)."""
-        socket = self._socket
-        if socket is None:
-            return False
-        try:
-            sent = socket.send_multipart(frames, flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # the socket was closed under us
-            log.debug("dropping a message to the dyn router: %s", exc)
-            return False
-        if sent.done():
-            exc = sent.exception()
-            if exc is None:
-                return True
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("dropped %d message(s) to the dyn router at %s: %s", self.dropped,
-                            self.endpoint, exc)
-            return False
-        sent.add_done_callback(_log_send_error)
-        return True
+    def _on_late(self, reply: RouteAnswer | RouteRefused) -> None:
+        """A reply for no pending query: free the booking of an abandoned query's answer;
+        ignore probes and the rest, but log a refusal of a message the router could not read."""
+        request_ids = self._abandoned.get(reply.query_id)
+        if request_ids is not None:
+            member = max(reply.member, 0) if type(reply) is RouteAnswer else len(request_ids)
+            if member < len(request_ids):
+                self._report(RouteProgress(request_ids[member], "finished"))
+            else:
+                del self._abandoned[reply.query_id]
+        elif type(reply) is RouteRefused and reply.query_id < 0:
+            log.warning("the dyn router refused a message: %s", reply.message)
 
     def _report(self, progress: RouteProgress) -> None:
-        self._send(encode(progress))
+        self._rpc.send(progress)
 
     # ----------------------------------------------------------------- routing
 
@@ -306,28 +260,29 @@ class RemoteRouter(Router):
     async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
         if not requests:
             return []
-        if self._socket is None or self.endpoint is None:
+        if not self._running or self.endpoint is None:
             where = ("no dyn router is live in this namespace; start one with 'dyn router'"
                      if self.address == AUTO else f"the dyn router at {self.address} is not "
                      "connected yet")
             raise NoWorkersError(f"{where}, or retry later")
-        query_id = next(self._ids)
+        message = _group_query(self._rpc.new_id(), requests)
+        query_id = message.query_id
         query = _Query([r.request_id for r in requests])
-        if not self._send(encode(_group_query(query_id, requests))):
-            raise NoWorkersError(f"dyn router at {self.endpoint} is not taking queries (its "
-                                 "socket is full); retry later")
-        self._queries[query_id] = query
         try:
-            with anyio.move_on_after(self.timeout_s):
-                await query.done.wait()
-        except BaseException:  # cancelled (the client left): withdraw it, free what was booked
-            self._forget(query_id, query)
-            raise
-        if not query.done.is_set():
+            await self._rpc.call(message, self.timeout_s, collect=query.take)
+        except RpcDropped:
+            raise NoWorkersError(f"dyn router at {self.endpoint} is not taking queries (its "
+                                 "socket is full); retry later") from None
+        except RpcUnavailable as exc:
+            raise NoWorkersError(str(exc)) from None
+        except TimeoutError:
             self._forget(query_id, query)
             raise NoWorkersError(
                 f"dyn router at {self.endpoint} is not answering (no answer in "
-                f"{self.timeout_s:g} s); check that 'dyn router' runs, or retry later")
+                f"{self.timeout_s:g} s); check that 'dyn router' runs, or retry later") from None
+        except BaseException:  # cancelled (the client left): withdraw it, free what was booked
+            self._forget(query_id, query)
+            raise
         if query.refused is not None:
             raise REFUSALS.get(query.refused.code, RoutingError)(query.refused.message)
         routes: list[Route] = []
@@ -351,10 +306,9 @@ class RemoteRouter(Router):
     def _forget(self, query_id: int, query: _Query) -> None:
         """Give up on a query: withdraw it (the service takes it out of its queue, or frees
         what it booked), and free the bookings whose answers come later."""
-        done = self._queries.pop(query_id, None) is None
         for request_id in query.request_ids:
             self._report(RouteProgress(request_id, "finished"))
-        if done:
+        if query.done:
             return
         self._abandoned[query_id] = query.request_ids
         while len(self._abandoned) > _ABANDONED_KEPT:
@@ -401,7 +355,3 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         siblings=[r.request_id for r in requests[1:]],
         sibling_prompts=which if any(which) else [], prompts=prompts, reports_start=True)
 
-
-def _log_send_error(sent) -> None:
-    if not sent.cancelled() and sent.exception() is not None:
-        log.warning("a message to the dyn router could not be sent: %s", sent.exception())

@@ -47,16 +47,16 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import zmq
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dyn.core.asgi import lifespan
+from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
-from dyn.core.indexer.http import error_body, respond
+from dyn.core.kv.views import error_body, respond
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
@@ -72,8 +72,8 @@ from dyn.core.router.policy import (
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
-from dyn.core.transport.codec import ProtocolError, RejectedFrames, decode_router_message, encode
-from dyn.core.transport.sockets import async_context, configure
+from dyn.core.transport.codec import decode_router_message
+from dyn.core.transport.rpc import RpcServer
 
 log = logging.getLogger("dyn.router.service")
 
@@ -113,8 +113,9 @@ class RouterService:
         self.config = config
         self.lease_ttl_s = lease_ttl_s
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._socket = configure(async_context().socket(zmq.ROUTER))
-        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a client that left fails
+        # mandatory: a send to a client that left fails, which is how a departure is noticed
+        self._rpc = RpcServer(decode_router_message, mandatory=True, logger=log)
+        self._socket = self._rpc.socket
         self.endpoint = bind_zmq(self._socket, host, port, "--port")
         self.pool = WorkerPool(store, model_name)
         try:
@@ -156,33 +157,28 @@ class RouterService:
     # ----------------------------------------------------------------- serving
 
     async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
-        rejected = RejectedFrames(log, "malformed message")
-        while True:
-            # a queued message does not yield to the loop: a flood must not starve the rest
-            await anyio.lowlevel.checkpoint()
-            frames = await self._socket.recv_multipart(copy=True)
-            identity, body = frames[0], frames[1:]
-            try:
-                message = decode_router_message(body)
-            except ProtocolError as exc:
-                rejected.reject(exc)
-                self._send(identity, RouteRefused(-1, "bad_request", str(exc)))
-                continue
-            if isinstance(message, RouteQuery):
-                problem = self._check_query(identity, message)
-                if problem is not None:
-                    self._send(identity, RouteRefused(message.query_id, "bad_request", problem))
-                    continue
-                scope = anyio.CancelScope()
-                for rid in (message.request_id, *message.siblings):
-                    self._waiting[(identity, rid)] = scope
-                tg.start_soon(self._answer, identity, message, scope)
-            elif isinstance(message, RouteProgress):
-                self._progress(identity, message)
-            else:
-                self._send(identity, RouteRefused(
-                    -1, "bad_request", f"a dyn router takes RouteQuery and RouteProgress, not "
-                    f"{type(message).__name__}"))
+        rpc = self._rpc
+        rpc.handle(RouteQuery, lambda identity, query: self._on_query(tg, identity, query))
+        rpc.handle(RouteProgress, self._progress)
+        rpc.fallback = self._refuse_unexpected
+        rpc.on_malformed = lambda identity, body, exc: self._send(
+            identity, RouteRefused(-1, "bad_request", str(exc)))
+        await rpc.serve()
+
+    def _on_query(self, tg: anyio.abc.TaskGroup, identity: bytes, query: RouteQuery) -> None:
+        problem = self._check_query(identity, query)
+        if problem is not None:
+            self._send(identity, RouteRefused(query.query_id, "bad_request", problem))
+            return
+        scope = anyio.CancelScope()
+        for rid in (query.request_id, *query.siblings):
+            self._waiting[(identity, rid)] = scope
+        tg.start_soon(self._answer, identity, query, scope)
+
+    def _refuse_unexpected(self, identity: bytes, message: Any) -> None:
+        self._send(identity, RouteRefused(
+            -1, "bad_request", f"a dyn router takes RouteQuery and RouteProgress, not "
+            f"{type(message).__name__}"))
 
     def _check_query(self, identity: bytes, query: RouteQuery) -> str | None:
         """Why ``query`` cannot be taken, or None."""
@@ -292,21 +288,7 @@ class RouterService:
     def _send(self, identity: bytes, message: Any) -> bool:
         """Send without waiting (the send high-water mark is unbounded); False when the client
         is gone (``ROUTER_MANDATORY``) or the send failed."""
-        try:
-            sent = self._socket.send_multipart([identity, *encode(message)])
-        except zmq.ZMQError as exc:
-            return self._send_failed(exc)
-        if sent.done():
-            exc = sent.exception()
-            return exc is None or self._send_failed(exc)
-        sent.add_done_callback(_log_send_error)
-        return True
-
-    @staticmethod
-    def _send_failed(exc: BaseException) -> bool:
-        if not (isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EHOSTUNREACH):
-            log.warning("could not answer a client: %s", exc)
-        return False
+        return self._rpc.send(identity, message)
 
     async def _sweep(self) -> None:
         """Every second: forget bookings the router freed (unstarted or stale), free those older
@@ -339,10 +321,6 @@ class RouterService:
                  len(keys))
 
 
-def _log_send_error(sent) -> None:
-    if not sent.cancelled() and sent.exception() is not None:
-        log.warning("could not answer a client: %s", sent.exception())
-
 
 # --------------------------------------------------------------------------- the process
 
@@ -351,9 +329,7 @@ def _log_send_error(sent) -> None:
 class RouterSettings:
     host: str = "127.0.0.1"
     port: int = 0
-    namespace: str = "default"
-    discovery_backend: str = "file"
-    discovery_dir: str | None = None
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     model_path: str | None = None
     model_name: str | None = None
     router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
@@ -365,8 +341,8 @@ class RouterSettings:
 def build_service(settings: RouterSettings) -> RouterService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
     model_name, store = model_and_store(settings.model_path, settings.model_name,
-                                        settings.discovery_backend, settings.namespace,
-                                        settings.discovery_dir)
+                                        settings.discovery.backend, settings.discovery.namespace,
+                                        settings.discovery.dir)
     try:
         routers_store(store)  # the backend must support router discovery
     except ValueError as exc:
@@ -399,7 +375,7 @@ class RouterHttpApp:
     """The ``--system-port`` HTTP API of a ``dyn router`` (ASGI), read on the router's loop:
 
     - ``GET /metrics``: the router's registry in the Prometheus text format.
-    - ``/kv/...``: ``dyn indexer``'s read views (``dyn.core.indexer.http``) over the router's own
+    - ``/kv/...``: ``dyn indexer``'s read views (``dyn.core.kv.views``) over the router's own
       index, as a frontend in kv mode serves them. A router without one (``--use-remote-indexer``,
       an overlap credit of 0) answers 404 with a sentence naming what to inspect instead.
 
@@ -408,7 +384,7 @@ class RouterHttpApp:
     """
 
     def __init__(self, service: RouterService, api_key: str | None = None) -> None:
-        from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, router_index_view
+        from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, router_index_view
 
         self.service = service
         view = router_index_view(service.router, service.pool, service.model_name)
@@ -472,7 +448,7 @@ async def _serve(service: RouterService, settings: RouterSettings,
                 print(f"{METRICS_PREFIX}{system.url}/metrics", flush=True)
             print(READY_PREFIX + service.endpoint, flush=True)
             log.info("routing model %r for namespace %r (%d worker(s) so far)",
-                     service.model_name, settings.namespace, len(service.pool))
+                     service.model_name, settings.discovery.namespace, len(service.pool))
             async for signum in signals:
                 log.info("received %s; stopping", signal.Signals(signum).name)
                 break

@@ -1,8 +1,8 @@
 """The request plane: a worker's ROUTER socket and the DEALER client that talks to it.
 
-Worker side, ``RequestServer``: binds a ROUTER; every received message is
-``[identity, kind, payload]``; replies go back to the same identity, one per message (``send``)
-or packed into ``ReplyBatch`` messages (``send_replies``). Client side, ``WorkerClient``: one
+Worker side, ``RequestServer``: an ``RpcServer`` (``dyn.core.transport.rpc``) on a ROUTER; every
+received message is ``[identity, kind, payload]``; replies go back to the same identity, one per
+message (``send``) or packed into ``ReplyBatch`` messages (``send_replies``). Client side, ``WorkerClient``: one
 DEALER per worker, one receiver task that unpacks batches and hands each reply to the stream of
 the request it names. A stream ends with ``Finish``; an ``ErrorReply`` for it raises
 ``RemoteError`` from the iterator. Leaving the iterator early sends ``CancelRequest``.
@@ -49,6 +49,7 @@ from dyn.core.transport.codec import (
     encode,
     encode_replies,
 )
+from dyn.core.transport.rpc import RpcServer
 from dyn.core.transport.sockets import async_context, bind_random, configure
 
 log = logging.getLogger(__name__)
@@ -80,54 +81,24 @@ HealthListener = Callable[["WorkerClient", bool, str], None]
 """``(client, healthy, reason)``: the client lost or regained its worker."""
 
 
-class RequestServer:
-    """A worker's request-plane socket (ROUTER), bound on ``host`` at a free port."""
+class RequestServer(RpcServer):
+    """A worker's request-plane socket: an ``RpcServer`` of ``decode_request``, bound on ``host``
+    at a free port (``endpoint``). Malformed frames are counted as ``malformed request frame``s
+    in ``logger``'s name."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        self._socket = configure(async_context().socket(zmq.ROUTER))
-        self.endpoint = bind_random(self._socket, host)
-
-    async def recv(self) -> tuple[bytes, msgspec.Struct | ProtocolError]:
-        """Wait for the next message: ``(identity, message)``, or ``(identity, error)`` when the
-        frames were malformed, so the caller can answer the peer."""
-        frames = await self._socket.recv_multipart(copy=True)
-        identity, body = frames[0], frames[1:]
-        try:
-            return identity, decode_request(body)
-        except ProtocolError as exc:
-            return identity, exc
-
-    async def send(self, identity: bytes, message: msgspec.Struct) -> None:
-        """Send one reply to the client with this identity (dropped if it went away)."""
-        await self._socket.send_multipart([identity, *encode(message)])
+    def __init__(self, host: str = "127.0.0.1", *, logger: logging.Logger = log) -> None:
+        super().__init__(decode_request, what="malformed request frame", logger=logger)
+        self.endpoint = bind_random(self.socket, host)
 
     def send_replies(self, identity: bytes, replies: list[TokenChunk | Finish | ErrorReply]) -> int:
         """Send ``replies`` (in order) to the client with this identity as few messages as
-        ``encode_replies`` packs them into, without waiting; returns how many messages that was.
-
-        Never waits: the send high-water mark is unbounded, so each send completes at once (were
-        one to find the socket busy, pyzmq would queue it behind, in order), and a ROUTER drops
-        messages to a client that went away. The asyncio socket is used, not a blocking shadow:
-        a send on the shadow could consume the edge-triggered wakeup a pending ``recv`` waits for.
-        """
-        send = self._socket.send_multipart
+        ``encode_replies`` packs them into, without waiting (see ``RpcServer.send_frames``; a
+        ROUTER drops messages to a client that went away); returns how many messages that was."""
+        send = self.send_frames
         messages = encode_replies(replies)
         for frames in messages:
-            sent = send([identity, *frames])
-            if sent.done():
-                sent.result()  # raise a send error here
-            else:
-                sent.add_done_callback(_log_send_error)
+            send(identity, frames)
         return len(messages)
-
-    def close(self, linger_ms: int = 0) -> None:
-        """Close the socket; ``linger_ms`` > 0 lets replies already queued still go out."""
-        self._socket.close(linger=linger_ms)
-
-
-def _log_send_error(sent) -> None:
-    if not sent.cancelled() and sent.exception() is not None:
-        log.warning("a queued reply could not be sent: %s", sent.exception())
 
 
 class _ReplyStream:

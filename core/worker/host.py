@@ -47,7 +47,6 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
-from dyn.core.transport.codec import ProtocolError, RejectedFrames
 from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher
 from dyn.core.transport.request_plane import RequestServer
 from dyn.core.worker.settings import WorkerSettings
@@ -77,7 +76,7 @@ class WorkerHost:
         self.settings = settings
         self.kv_publisher = kv_publisher
         self.instance_id = instance_id if instance_id is not None else new_instance_id()
-        self._server = RequestServer(settings.host)
+        self._server = RequestServer(settings.host, logger=log)
         self._metrics = MetricsPublisher(settings.host)
         self._inflight: dict[str, bytes] = {}
         self._idle = anyio.Event()
@@ -88,12 +87,11 @@ class WorkerHost:
         """Reply messages sent on the request plane (a batch counts once)."""
         self.replies_sent = 0
         """Replies sent (every ``TokenChunk``, ``Finish`` and ``ErrorReply`` in them)."""
-        self._rejected = RejectedFrames(log, "malformed request frame")
 
     @property
     def frames_rejected(self) -> int:
         """Malformed request-plane messages received so far."""
-        return self._rejected.total
+        return self._server.rejected.total
 
     @property
     def record(self) -> WorkerRecord:
@@ -105,7 +103,7 @@ class WorkerHost:
             kv_events, kv_replay, topic = info.kv_events_endpoint, info.kv_replay_endpoint, info.kv_events_topic
         return WorkerRecord(
             instance_id=self.instance_id,
-            namespace=self.settings.namespace,
+            namespace=self.settings.discovery.namespace,
             model_name=self.model_name,
             engine=self.engine_name,
             endpoints=WorkerEndpoints(
@@ -193,28 +191,32 @@ class WorkerHost:
                     log.exception("could not send %d replies to a client", len(replies))
 
     async def _serve_requests(self, tg: anyio.abc.TaskGroup) -> None:
-        while True:
-            await anyio.lowlevel.checkpoint()
-            identity, message = await self._server.recv()
-            if isinstance(message, GenerateRequest):
-                if message.request_id in self._inflight:
-                    self._reply(identity, ErrorReply(
-                        message.request_id, "duplicate_request",
-                        f"request id {message.request_id!r} is already in flight on this worker"))
-                    continue
-                self._inflight[message.request_id] = identity
-                self._idle = anyio.Event()
-                tg.start_soon(self._stream, identity, message)
-            elif isinstance(message, CancelRequest):
-                if self._inflight.get(message.request_id) == identity:
-                    aborted = await self.engine.abort(message.request_id)
-                    log.debug("request %s cancelled by its client (%s)", message.request_id,
-                              "aborted" if aborted else "already finished")
-            elif isinstance(message, SessionControlRequest | PinPrefixRequest):
-                tg.start_soon(self._control, identity, message)
-            elif isinstance(message, ProtocolError):
-                self._rejected.reject(message)
-                self._reply(identity, ErrorReply("", "bad_request", str(message)))
+        """Serve the request plane: one handler per message type (see ``RpcServer``)."""
+        server = self._server
+        server.handle(GenerateRequest, lambda identity, request: self._on_generate(tg, identity, request))
+        server.handle(CancelRequest, self._on_cancel)
+        control = lambda identity, call: tg.start_soon(self._control, identity, call)  # noqa: E731
+        server.handle(SessionControlRequest, control)
+        server.handle(PinPrefixRequest, control)
+        server.on_malformed = lambda identity, body, exc: self._reply(
+            identity, ErrorReply("", "bad_request", str(exc)))
+        await server.serve()
+
+    def _on_generate(self, tg: anyio.abc.TaskGroup, identity: bytes, request: GenerateRequest) -> None:
+        rid = request.request_id
+        if rid in self._inflight:
+            self._reply(identity, ErrorReply(
+                rid, "duplicate_request", f"request id {rid!r} is already in flight on this worker"))
+            return
+        self._inflight[rid] = identity
+        self._idle = anyio.Event()
+        tg.start_soon(self._stream, identity, request)
+
+    async def _on_cancel(self, identity: bytes, cancel: CancelRequest) -> None:
+        if self._inflight.get(cancel.request_id) == identity:
+            aborted = await self.engine.abort(cancel.request_id)
+            log.debug("request %s cancelled by its client (%s)", cancel.request_id,
+                      "aborted" if aborted else "already finished")
 
     async def _stream(self, identity: bytes, request: GenerateRequest) -> None:
         rid = request.request_id

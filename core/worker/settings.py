@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
+from dyn.core.config import DiscoveryConfig
+
 
 class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
-    """Where a worker lives and how it registers.
+    """Where a worker lives and how it registers (``discovery``: the store it registers in).
 
     ``host`` is the loopback or interface address every socket binds to and advertises.
     ``lease_ttl_s``: how long discovery keeps the record without a heartbeat (the heartbeat runs
@@ -14,9 +16,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
     after the worker has left discovery before they are cut off with an error.
     """
 
-    namespace: str = "default"
-    discovery_backend: str = "file"
-    discovery_dir: str | None = None
+    discovery: DiscoveryConfig = msgspec.field(default_factory=DiscoveryConfig)
     host: str = "127.0.0.1"
     lease_ttl_s: float = 5.0
     drain_timeout_s: float = 10.0

@@ -1,56 +1,56 @@
 """The mocker engine: a faithful GPU-free simulation of an LLM engine (Dynamo's mocker).
 
-Registered as the ``mocker`` entry point of ``dyn.engines``; ``ENGINE.serve`` runs
+Registered as the ``mocker`` entry point of ``dyn.engines``: ``dyn worker mocker`` runs
 ``--num-workers`` simulated workers in this process, each with its own instance id, sockets,
-scheduler and KV cache.
+scheduler and KV cache. The engine flags are ``MockerConfig``'s; the host publishes the KV events
+each simulated step hands it.
 """
 
 from __future__ import annotations
 
-from dyn.core.engine import EnginePlugin
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import msgspec
+
+from dyn.core.config import WORKER_PANEL, flag
+from dyn.core.engine import EnginePlugin, KvEventSink
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.mocker.config import MockerConfig
+
+
+class MockerWorkers(msgspec.Struct, kw_only=True, frozen=True):
+    """``dyn worker mocker``'s worker-level flag."""
+
+    num_workers: Annotated[int, msgspec.Meta(ge=1), flag(
+        "--num-workers", panel=WORKER_PANEL,
+        help="Simulated workers hosted by this process, each with its own instance id, sockets and "
+             "cache.")] = 1
+
+
+def create_engines(config: MockerConfig, model: Any, settings: WorkerSettings,
+                   kv_sinks: Sequence[KvEventSink | None]) -> list[Any]:
+    """One simulated engine per sink; they share the scripted answers (read once)."""
+    from dyn.plugins.mocker.engine import MockerEngine, answers_for
+
+    answers = answers_for(config, model, settings.tool_call_parser)
+    return [MockerEngine(config, model, sink, answers=answers) for sink in kv_sinks]
 
 
 def build_hosts(config: MockerConfig, settings: WorkerSettings, *, model_path: str | None,
                 model_name: str | None, num_workers: int):
     """Create ``num_workers`` ready-to-run worker hosts. Raises ``ConfigError`` for bad input."""
-    from dyn.core.discovery.store import open_store
-    from dyn.core.errors import ConfigError
-    from dyn.core.model import load_model_info
-    from dyn.core.transport.event_plane import KvEventPublisher
-    from dyn.core.worker.host import WorkerHost
-    from dyn.plugins.mocker.engine import MockerEngine, answers_for
+    from dyn.core.worker.launch import build_hosts
 
-    try:
-        config.validate()
-        model = load_model_info(model_path, model_name)
-        answers = answers_for(config, model, settings.tool_call_parser)
-        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if num_workers < 1:
-        raise ConfigError("--num-workers must be at least 1")
-    hosts = []
-    for _ in range(num_workers):
-        publisher = KvEventPublisher(settings.host)
-        engine = MockerEngine(config, model, publisher.publish, answers=answers)
-        hosts.append(WorkerHost(engine, engine_name="mocker", model_name=model.name, store=store,
-                                settings=settings, kv_publisher=publisher))
-    return hosts
+    return build_hosts(ENGINE, config, settings, model_path=model_path, model_name=model_name,
+                       num_workers=num_workers)
 
 
-def serve(config: MockerConfig, settings: WorkerSettings, *, model_path: str | None = None,
-          model_name: str | None = None, num_workers: int = 1) -> None:
-    """Run mocker workers until SIGINT/SIGTERM. Raises ``ConfigError`` for bad input."""
-    import anyio
-
-    from dyn.core.worker.runner import run_hosts
-
-    hosts = build_hosts(config, settings, model_path=model_path, model_name=model_name,
-                        num_workers=num_workers)
-    anyio.run(run_hosts, hosts)
-
-
-ENGINE = EnginePlugin(name="mocker", serve=serve,
-                      summary="Simulated engine: no GPU, real scheduling, KV cache and events.")
+ENGINE = EnginePlugin(
+    name="mocker", config_type=MockerConfig, create=create_engines, publishes_kv_events=False,
+    worker_options=MockerWorkers,
+    summary="Simulated engine: no GPU, real scheduling, KV cache and events.",
+    description="""Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
+    chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
+    priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
+    sections. Needs no GPU.""")

@@ -9,9 +9,36 @@ registered and how requests, aborts and streaming sessions map onto SGLang.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from dyn.core.config import MODEL_PANEL, flag
 from dyn.core.engine import EnginePlugin
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.sglang.config import SglangConfig
+
+
+def load_model(model_path: str | None, model_name: str | None) -> Any:
+    """The local model directory SGLang loads (the frontend tokenizes with the same one)."""
+    from dyn.core.model import load_model_info
+
+    if model_path is None:
+        raise ValueError("dyn worker sglang needs --model-path: the local Hugging Face model directory "
+                         "SGLang loads and the frontend tokenizes with")
+    return load_model_info(model_path, model_name)
+
+
+def prepare(config: SglangConfig, extra_args: Sequence[str]) -> SglangConfig:
+    from dyn.plugins.sglang.config import merge_extra_args
+
+    return merge_extra_args(config, extra_args).validate()
+
+
+def create_engines(config: SglangConfig, model: Any, settings: WorkerSettings,
+                   kv_sinks: Sequence[Any]) -> list[Any]:
+    from dyn.plugins.sglang.engine import SglangEngine
+
+    return [SglangEngine(config, model_path=str(model.path), host=settings.host,
+                         context_length=model.context_length) for _ in kv_sinks]
 
 
 def build_host(config: SglangConfig, settings: WorkerSettings, *, model_path: str | None,
@@ -22,40 +49,21 @@ def build_host(config: SglangConfig, settings: WorkerSettings, *, model_path: st
     one); ``extra_args`` are further SGLang server flags. Raises ``ConfigError`` for what can be
     checked before SGLang starts; SGLang's own checks raise ``EngineStartError`` when the host runs.
     """
-    from dyn.core.discovery.store import open_store
-    from dyn.core.errors import ConfigError
-    from dyn.core.model import load_model_info
-    from dyn.core.worker.host import WorkerHost
-    from dyn.plugins.sglang.config import merge_extra_args
-    from dyn.plugins.sglang.engine import SglangEngine
+    from dyn.core.worker.launch import build_hosts
 
-    if model_path is None:
-        raise ConfigError("dyn worker sglang needs --model-path: the local Hugging Face model directory "
-                          "SGLang loads and the frontend tokenizes with")
-    try:
-        config = merge_extra_args(config, extra_args).validate()
-        model = load_model_info(model_path, model_name)
-        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    engine = SglangEngine(config, model_path=str(model.path), host=settings.host,
-                          context_length=model.context_length)
-    return WorkerHost(engine, engine_name="sglang", model_name=model.name, store=store, settings=settings)
+    return build_hosts(ENGINE, config, settings, model_path=model_path, model_name=model_name,
+                       extra_args=extra_args)[0]
 
 
-def serve(config: SglangConfig, settings: WorkerSettings, *, model_path: str | None = None,
-          model_name: str | None = None, extra_args: Sequence[str] = ()) -> None:
-    """Run one SGLang worker until SIGINT/SIGTERM. Raises ``ConfigError`` for bad flags and
-    ``EngineStartError`` when SGLang cannot start."""
-    import anyio
-
-    from dyn.core.worker.runner import run_hosts
-
-    host = build_host(config, settings, model_path=model_path, model_name=model_name,
-                      extra_args=extra_args)
-    anyio.run(run_hosts, [host])
-
-
-ENGINE = EnginePlugin(name="sglang", serve=serve,
-                      summary="SGLang's Engine: real model, radix cache, priority scheduling and "
-                              "eviction, streaming sessions, KV events from SGLang's publisher.")
+ENGINE = EnginePlugin(
+    name="sglang", config_type=SglangConfig, create=create_engines, load_model=load_model,
+    prepare=prepare, passes_through=True,
+    model_path=flag("--model-path", panel=MODEL_PANEL, default=...,
+                    help="Local Hugging Face model directory SGLang loads (the frontend tokenizes with "
+                         "the same one)."),
+    summary="SGLang's Engine: real model, radix cache, priority scheduling and "
+            "eviction, streaming sessions, KV events from SGLang's publisher.",
+    description="""SGLang engine (needs the sglang extra): one sglang.Engine per worker process, with priority
+    scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
+    server flag is passed through as in python -m sglang.launch_server. Not yet run against a
+    live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures.""")

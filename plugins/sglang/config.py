@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
+from dyn.core.config import ENGINE_PANEL, flag
 from dyn.core.engine import EngineStartError
 
 RADIX_EVICTION_POLICIES = ("lru", "priority")
@@ -35,30 +36,65 @@ OWNED_BY_DYN = {
 
 
 class SglangConfig(msgspec.Struct, kw_only=True, frozen=True):
-    """The engine flags of ``dyn worker sglang``; ``None`` / ``False`` leave SGLang's default.
+    """The engine flags of ``dyn worker sglang``, each declared with its flag (``dyn.core.config``);
+    ``None`` / ``False`` leave SGLang's default.
 
     Field names are SGLang's ``ServerArgs`` field names, except ``kv_events_endpoint`` (dyn's:
     where the KV-event publisher binds when dyn builds the ``--kv-events-config``).
     """
 
-    tp_size: int | None = None
-    mem_fraction_static: float | None = None
-    max_running_requests: int | None = None
-    max_prefill_tokens: int | None = None
+    tp_size: Annotated[int | None, flag("--tp-size", panel=ENGINE_PANEL,
+                                        help="Tensor-parallel size: GPUs one SGLang engine spans.")] = None
+    mem_fraction_static: Annotated[float | None, flag(
+        "--mem-fraction-static", panel=ENGINE_PANEL,
+        help="Fraction of GPU memory for model weights and the KV cache pool (SGLang's default: "
+             "picked from the GPU).")] = None
+    max_running_requests: Annotated[int | None, flag("--max-running-requests", panel=ENGINE_PANEL,
+                                                     help="Most requests running at once.")] = None
+    max_prefill_tokens: Annotated[int | None, flag(
+        "--max-prefill-tokens", panel=ENGINE_PANEL,
+        help="Token budget of one prefill batch. Also registered as the worker's "
+             "max_num_batched_tokens; unset, the whole KV pool is registered instead (as Dynamo "
+             "does), which makes a router queue threshold much looser.")] = None
     """Also what the worker registers as ``max_num_batched_tokens``; unset, SGLang's whole KV pool
     (``max_total_num_tokens``) is registered instead, as Dynamo does (see ``engine``)."""
-    chunked_prefill_size: int | None = None
-    page_size: int | None = None
-    context_length: int | None = None
-    dtype: str | None = None
-    enable_priority_scheduling: bool = False
-    schedule_low_priority_values_first: bool = False
-    radix_eviction_policy: str | None = None
-    enable_streaming_session: bool = False
-    disable_radix_cache: bool = False
-    kv_events_config: str | None = None
+    chunked_prefill_size: Annotated[int | None, flag(
+        "--chunked-prefill-size", panel=ENGINE_PANEL,
+        help="Most prompt tokens prefilled per chunk; -1 disables chunked prefill.")] = None
+    page_size: Annotated[int | None, flag(
+        "--page-size", panel=ENGINE_PANEL,
+        help="Tokens per KV page; the worker's KV block size (SGLang's default: 1).")] = None
+    context_length: Annotated[int | None, flag(
+        "--context-length", panel=ENGINE_PANEL,
+        help="Longest sequence (default: the model's config.json).")] = None
+    dtype: Annotated[str | None, flag(
+        "--dtype", panel=ENGINE_PANEL,
+        help="Weights and activations: auto, half, float16, bfloat16, float or float32.")] = None
+    enable_priority_scheduling: Annotated[bool, flag(
+        "--enable-priority-scheduling", panel=ENGINE_PANEL,
+        help="Order the waiting queue by request priority, larger value first.")] = False
+    schedule_low_priority_values_first: Annotated[bool, flag(
+        "--schedule-low-priority-values-first", panel=ENGINE_PANEL,
+        help="Smaller priority values are more important (the worker then advertises lower_first).")] = False
+    radix_eviction_policy: Annotated[str | None, flag(
+        "--radix-eviction-policy", panel=ENGINE_PANEL,
+        help="lru, or priority (evict the cached prefixes of the smallest priority values first, "
+             "in either scheduling order).")] = None
+    enable_streaming_session: Annotated[bool, flag(
+        "--enable-streaming-session", panel=ENGINE_PANEL,
+        help="Offer streaming sessions (nvext.session_control) that hold a conversation's KV "
+             "between turns, outside the radix cache.")] = False
+    disable_radix_cache: Annotated[bool, flag(
+        "--disable-radix-cache", panel=ENGINE_PANEL,
+        help="Turn off prefix caching (no KV events are published then).")] = False
+    kv_events_config: Annotated[str | None, flag(
+        "--kv-events-config", panel=ENGINE_PANEL,
+        help="SGLang's KV-events JSON, passed as given (default: dyn builds one that publishes on "
+             "free ports of --host).")] = None
     """SGLang's ``--kv-events-config`` JSON, passed as given; ``None``: dyn builds one."""
-    kv_events_endpoint: str | None = None
+    kv_events_endpoint: Annotated[str | None, flag(
+        "--kv-events-endpoint", panel=ENGINE_PANEL,
+        help="tcp://HOST:PORT the KV-event publisher binds when dyn builds the KV-events config.")] = None
     """``tcp://HOST:PORT`` the publisher binds when dyn builds the config (default: a free port on
     the worker's ``--host``)."""
     extra_args: list[str] = []

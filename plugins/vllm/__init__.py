@@ -1,14 +1,50 @@
 """The vLLM engine: ``dyn worker vllm`` hosts one vLLM ``AsyncLLM`` as a dyn worker.
 
 Registered as the ``vllm`` entry point of ``dyn.engines``. vLLM itself is imported only when the
-engine starts, so this module loads without it (``dyn --help``, the mocker, the tests).
+engine starts, so this module loads without it (``dyn --help``, the mocker, the tests). The engine
+flags are ``VllmConfig``'s; any other vLLM engine flag is passed through to vLLM's own parser.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from dyn.core.config import MODEL_PANEL, flag
 from dyn.core.engine import EnginePlugin
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.vllm.config import VllmConfig
+
+
+class VllmModel(msgspec.Struct, frozen=True):
+    """The model vLLM loads (a directory or a Hugging Face id; vLLM reads it) and its served name."""
+
+    path: str
+    name: str
+
+
+def load_model(model_path: str | None, model_name: str | None) -> VllmModel:
+    if model_path is None:
+        raise ValueError("dyn worker vllm needs --model-path: the model directory (or Hugging Face id) "
+                         "vLLM loads")
+    return VllmModel(model_path, model_name or Path(model_path).name)
+
+
+def prepare(config: VllmConfig, extra_args: Sequence[str]) -> VllmConfig:
+    """The flags with the pass-through ones added (vLLM's parser reads them), checked."""
+    config = msgspec.structs.replace(config, extra_args=[*config.extra_args, *extra_args])
+    config.validate()
+    return config
+
+
+def create_engines(config: VllmConfig, model: VllmModel, settings: WorkerSettings,
+                   kv_sinks: Sequence[Any]) -> list[Any]:
+    from dyn.plugins.vllm.engine import VllmEngine
+
+    return [VllmEngine(config, model.path, host=settings.host) for _ in kv_sinks]
 
 
 def build_host(config: VllmConfig, settings: WorkerSettings, *, model_path: str,
@@ -18,35 +54,18 @@ def build_host(config: VllmConfig, settings: WorkerSettings, *, model_path: str,
     Raises ``ConfigError`` for bad flags found before vLLM starts; vLLM's own checks raise
     ``EngineStartError`` when the host runs.
     """
-    from pathlib import Path
+    from dyn.core.worker.launch import build_hosts
 
-    from dyn.core.discovery.store import open_store
-    from dyn.core.errors import ConfigError
-    from dyn.core.worker.host import WorkerHost
-    from dyn.plugins.vllm.engine import VllmEngine
-
-    try:
-        config.validate()
-        store = open_store(settings.discovery_backend, settings.namespace, settings.discovery_dir)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    engine = VllmEngine(config, model_path, host=settings.host)
-    name = model_name or Path(model_path).name
-    return WorkerHost(engine, engine_name="vllm", model_name=name, store=store, settings=settings)
+    return build_hosts(ENGINE, config, settings, model_path=model_path, model_name=model_name)[0]
 
 
-def serve(config: VllmConfig, settings: WorkerSettings, *, model_path: str,
-          model_name: str | None = None) -> None:
-    """Run one vLLM worker until SIGINT/SIGTERM. Raises ``ConfigError`` for bad flags and
-    ``EngineStartError`` when vLLM cannot start."""
-    import anyio
-
-    from dyn.core.worker.runner import run_hosts
-
-    host = build_host(config, settings, model_path=model_path, model_name=model_name)
-    anyio.run(run_hosts, [host])
-
-
-ENGINE = EnginePlugin(name="vllm", serve=serve,
-                      summary="vLLM's AsyncLLM: real model, prefix caching, priority scheduling, "
-                              "KV events from vLLM's own publisher.")
+ENGINE = EnginePlugin(
+    name="vllm", config_type=VllmConfig, create=create_engines, load_model=load_model, prepare=prepare,
+    passes_through=True,
+    model_path=flag("--model-path", "--model", panel=MODEL_PANEL, default=...,
+                    help="Model directory (or Hugging Face id vLLM can load) to serve."),
+    summary="vLLM's AsyncLLM: real model, prefix caching, priority scheduling, "
+            "KV events from vLLM's own publisher.",
+    description="""vLLM engine (needs the vllm extra): one AsyncLLM per worker process. Any other vLLM engine flag
+    is passed through as in vllm serve (--swap-space 4, --quantization fp8, ...). vLLM publishes
+    KV events itself; the worker advertises its endpoints in discovery.""")

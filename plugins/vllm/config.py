@@ -14,28 +14,52 @@ reports back through ``AsyncLLM.get_kv_event_sources()``.
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import msgspec
+
+from dyn.core.config import ENGINE_PANEL, flag
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 KV_EVENTS_TOPIC = "kv-events"
 
 
 class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
-    """The engine flags of ``dyn worker vllm``; ``None`` leaves vLLM's default."""
+    """The engine flags of ``dyn worker vllm``, each declared with its flag (``dyn.core.config``);
+    ``None`` leaves vLLM's default."""
 
-    dtype: str | None = None
-    max_model_len: int | None = None
-    block_size: int | None = None
-    enable_prefix_caching: bool | None = None
-    gpu_memory_utilization: float | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    tensor_parallel_size: int | None = None
-    scheduling_policy: str | None = None
-    enforce_eager: bool = False
-    seed: int | None = None
-    kv_events_config: str | None = None
+    dtype: Annotated[str | None, flag(
+        "--dtype", panel=ENGINE_PANEL,
+        help="Weights and activations dtype: auto, bfloat16, float16, float32.")] = None
+    max_model_len: Annotated[int | None, flag("--max-model-len", panel=ENGINE_PANEL,
+                                              help="Context length (default: the model's).")] = None
+    block_size: Annotated[int | None, flag(
+        "--block-size", panel=ENGINE_PANEL,
+        help="Tokens per KV block (registered for the router's hashing).")] = None
+    enable_prefix_caching: Annotated[bool | None, flag(
+        "--enable-prefix-caching/--no-enable-prefix-caching", panel=ENGINE_PANEL,
+        help="Reuse cached KV blocks of shared prompt prefixes (vLLM's default: on).")] = None
+    gpu_memory_utilization: Annotated[float | None, flag(
+        "--gpu-memory-utilization", panel=ENGINE_PANEL,
+        help="Fraction of GPU memory vLLM may use (0-1].")] = None
+    max_num_seqs: Annotated[int | None, flag("--max-num-seqs", panel=ENGINE_PANEL,
+                                             help="Most requests running in one forward pass.")] = None
+    max_num_batched_tokens: Annotated[int | None, flag("--max-num-batched-tokens", panel=ENGINE_PANEL,
+                                                       help="Token budget of one forward pass.")] = None
+    tensor_parallel_size: Annotated[int | None, flag("--tensor-parallel-size", "-tp", panel=ENGINE_PANEL,
+                                                     help="GPUs one model replica is split across.")] = None
+    scheduling_policy: Annotated[str | None, flag(
+        "--scheduling-policy", panel=ENGINE_PANEL,
+        help="fcfs, or priority: the waiting queue by request priority (smaller first), then "
+             "arrival; nvext.agent_hints.priority reaches vLLM only with priority.")] = None
+    enforce_eager: Annotated[bool, flag(
+        "--enforce-eager", panel=ENGINE_PANEL,
+        help="Run eagerly: no CUDA graphs or torch.compile (faster start).")] = False
+    seed: Annotated[int | None, flag("--seed", panel=ENGINE_PANEL, help="vLLM's random seed.")] = None
+    kv_events_config: Annotated[str | None, flag(
+        "--kv-events-config", panel=ENGINE_PANEL,
+        help="vLLM's KV-event publisher config as JSON (default: ZMQ PUB and replay sockets on "
+             "--host at free ports, advertised in discovery).")] = None
     """vLLM's ``--kv-events-config`` JSON; ``None``: ``default_kv_events_config()``."""
     extra_args: list[str] = []
     """Any other vLLM engine flag, passed through as given (``--swap-space 4``, ``--quantization fp8``)."""

@@ -140,6 +140,18 @@ def dynamo_event_json(event: list[Any], event_id: int) -> bytes:
     return json.dumps({"event_id": event_id, "data": data, "dp_rank": 0}).encode()
 
 
+def vllm_event_batch(event: list[Any]) -> bytes:
+    """One workload event as vLLM's ``ZmqEventPublisher`` payload (int hashes, block size 16,
+    token ids of a realistic size; the benchmark indexes the workload's local hashes)."""
+    if event[0] == "s":
+        n = len(event[3])
+        tokens = [100_000 + i for i in range(16 * n)]
+        data: list[Any] = ["BlockStored", event[3], event[2], tokens, 16, None, "GPU", None]
+    else:
+        data = ["BlockRemoved", event[2], "GPU"]
+    return msgspec.msgpack.encode([time.time(), [data], 0])
+
+
 # ----------------------------------------------------------------------------- the sides
 
 
@@ -199,6 +211,7 @@ def _rss_mib() -> float:
 
 
 def dyn_side(path: str) -> dict[str, Any]:
+    from dyn.core.kv.events import BlockStored, decode_known_events
     from dyn.core.kv.indexer import RadixIndexer
 
     wl = _load(path)
@@ -236,6 +249,24 @@ def dyn_side(path: str) -> dict[str, Any]:
     out["ingest_json"] = {"events_per_s": round(len(events) / wall),
                           "blocks_per_s": round(blocks / wall), "wall_s": round(wall, 2)}
     del index2, wire
+    gc.collect()
+
+    # the router's own path: vLLM msgpack batches through dyn's KV-event decoder, then the index
+    vllm_wire = [vllm_event_batch(e) for e in events]
+    index3 = RadixIndexer()
+    t0 = time.perf_counter()
+    for e, raw in zip(events, vllm_wire):
+        batch, _ = decode_known_events(raw)
+        ev = batch.events[0]
+        key = (e[1], batch.data_parallel_rank)
+        if ev.__class__ is BlockStored:
+            index3.store(key, ev.parent_block_hash, ev.block_hashes, e[4])
+        else:
+            index3.remove(key, ev.block_hashes)
+    wall = time.perf_counter() - t0
+    out["ingest_vllm_msgpack"] = {"events_per_s": round(len(events) / wall),
+                                  "blocks_per_s": round(blocks / wall), "wall_s": round(wall, 2)}
+    del index3, vllm_wire
     gc.collect()
 
     out["find"] = _time_queries(lambda q: index.find_matches(q[0], q[1]), queries)
@@ -343,6 +374,8 @@ def main() -> None:
         print(f"{lead} dyn (JSON bytes; local-hash walk) | {d['ingest_json']['events_per_s']:,} | "
               f"{d['ingest_json']['blocks_per_s']:,} | {d['find_walk']['p50_us']} | "
               f"{d['find_walk']['p99_us']} | |")
+        print(f"{lead} dyn (vLLM msgpack through decode_known_events) | "
+              f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | |")
         if a is not None:
             print(f"{lead} Dynamo RadixTree (JSON bytes) | {a['ingest']['events_per_s']:,} | "
                   f"{a['ingest']['blocks_per_s']:,} | {a['find']['p50_us']} | {a['find']['p99_us']} | "

@@ -14,6 +14,7 @@ import argparse
 
 import anyio
 
+from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.server import FrontendSettings, build_app
 
 
@@ -21,7 +22,7 @@ async def serve(port: int, namespace: str) -> None:
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
-    app, pool = build_app(FrontendSettings(http_port=port, namespace=namespace))
+    app, pool = build_app(FrontendSettings(http_port=port, discovery=DiscoveryConfig(namespace=namespace)))
     async with anyio.create_task_group() as tg:
         await tg.start(pool.run)
         server = Server(app, address="127.0.0.1", port=port, interface=Interfaces.ASGINL,

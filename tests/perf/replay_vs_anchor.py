@@ -1,5 +1,6 @@
 """Offline replay, ours against Dynamo's: the same synthetic Mooncake-style trace through
-``dyn.plugins.mocker.replay`` and the anchor's ``dynamo._core.run_mocker_trace_replay``.
+``dyn.core.bench.replay`` (over ``dyn.plugins.mocker.simulator``) and the anchor's
+``dynamo._core.run_mocker_trace_replay``.
 
     /tmp/dynvenv/bin/python tests/perf/replay_vs_anchor.py --requests 2000 --duration 600 \
         --num-workers 4 --router-mode kv --router-mode round-robin
@@ -149,14 +150,16 @@ def metrics(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 
 def run_ours(trace: Path, args: argparse.Namespace, mode: str) -> tuple[dict[str, Any], list]:
-    from dyn.plugins.mocker.replay import ReplaySettings, replay
+    from dyn.core.bench.replay import ReplaySettings, replay
     from dyn.core.bench.trace import read_trace
     from dyn.plugins.mocker.config import MockerConfig
+    from dyn.plugins.mocker.simulator import MockerSimulator
 
     mocker = MockerConfig(block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks,
                           max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens)
-    settings = ReplaySettings(num_workers=args.num_workers, mocker=mocker, router_mode=mode,
+    settings = ReplaySettings(num_workers=args.num_workers, simulator=MockerSimulator(mocker),
+                              router_mode=mode,
                               speedup=args.speedup, trace_block_size=TRACE_BLOCK, seed=args.seed)
     start = time.perf_counter()
     result = replay(read_trace(trace), settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from contextlib import aclosing
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from dyn.core.discovery import (
@@ -24,6 +26,7 @@ from dyn.core.discovery import (
     default_root,
     open_store,
 )
+from dyn.core.discovery import file_store
 from dyn.core.discovery.file_store import DiscoveryDirError
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 
@@ -51,6 +54,41 @@ def make_record(instance_id: int, namespace: str = NS, **changes) -> WorkerRecor
 def backdate(path: Path, seconds: float) -> None:
     past = time.time() - seconds
     os.utime(path, (past, past))
+
+
+class ManualClock:
+    """A store clock that moves only when ``advance`` is called; sleepers wake when it passes
+    their deadline (the store's expiry timer, the lease heartbeat)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+        self._sleepers: list[tuple[float, anyio.Event]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        wake = anyio.Event()
+        entry = (self.now + seconds, wake)
+        if seconds <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        self._sleepers.append(entry)
+        try:
+            await wake.wait()
+        finally:
+            self._sleepers.remove(entry)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for deadline, wake in self._sleepers:
+            if deadline <= self.now:
+                wake.set()
+
+    async def sleeping(self) -> None:
+        """Return once some task sleeps on this clock (so an ``advance`` wakes it)."""
+        while not self._sleepers:
+            await anyio.sleep(0.005)
 
 
 async def next_event(events, timeout: float = 10.0):
@@ -175,38 +213,42 @@ def test_a_missing_root_is_created_private_and_a_file_is_refused(tmp_path: Path)
 
 
 async def test_expired_record_is_not_listed_and_is_collected(tmp_path: Path) -> None:
-    store = FileDiscoveryStore(tmp_path, NS)
+    clock = ManualClock()
+    store = FileDiscoveryStore(tmp_path, NS, clock=clock)
     with anyio.fail_after(10):
         await store.put(make_record(1), ttl_s=5)
+        clock.advance(6)
         await store.put(make_record(2), ttl_s=5)
-        backdate(store.path_of(1), 6)
+        assert store.path_of(2).stat().st_mtime == clock.time()  # the mtime written is the clock's
         assert [r.instance_id for r in await store.list()] == [2]
         assert not store.path_of(1).exists()
         assert store.path_of(2).exists()
 
 
 async def test_collection_spares_a_refreshed_record(tmp_path: Path) -> None:
-    store = FileDiscoveryStore(tmp_path, NS)
+    clock = ManualClock()
+    store = FileDiscoveryStore(tmp_path, NS, clock=clock)
     with anyio.fail_after(10):
         await store.put(make_record(1), ttl_s=5)
         # a scan saw it stale, then its worker refreshed it before the re-check
         assert store._remove_if_stale(store.path_of(1), 5) is False
         assert store.path_of(1).exists()
-        backdate(store.path_of(1), 6)
+        clock.advance(6)
         assert store._remove_if_stale(store.path_of(1), 5) is True
         assert not store.path_of(1).exists()
 
 
 async def test_keepalive_refreshes_or_reports_lost_lease(tmp_path: Path) -> None:
-    store = FileDiscoveryStore(tmp_path, NS)
+    clock = ManualClock()
+    store = FileDiscoveryStore(tmp_path, NS, clock=clock)
     with anyio.fail_after(10):
         with pytest.raises(LeaseExpired):
             await store.keepalive(1)
         await store.put(make_record(1), ttl_s=5)
-        backdate(store.path_of(1), 3)
+        clock.advance(3)
         await store.keepalive(1)
-        assert time.time() - store.path_of(1).stat().st_mtime < 2
-        backdate(store.path_of(1), 6)
+        assert store.path_of(1).stat().st_mtime == clock.time()
+        clock.advance(6)
         with pytest.raises(LeaseExpired):
             await store.keepalive(1)
         await store.delete(1)
@@ -216,40 +258,119 @@ async def test_keepalive_refreshes_or_reports_lost_lease(tmp_path: Path) -> None
 
 
 async def test_watch_sees_add_change_deregister_and_expiry(tmp_path: Path) -> None:
-    store = FileDiscoveryStore(tmp_path, NS, poll_interval_s=0.05)
-    other = FileDiscoveryStore(tmp_path, NS)  # the workers' side
+    clock = ManualClock()
+    store = FileDiscoveryStore(tmp_path, NS, poll_interval_s=0.05, clock=clock)
+    other = FileDiscoveryStore(tmp_path, NS, clock=clock)  # the workers' side
     await other.put(make_record(2), ttl_s=30)
     await other.put(make_record(1), ttl_s=30)
     async with aclosing(store.watch()) as events:
         assert await next_event(events) == WorkerAdded(make_record(1))
         assert await next_event(events) == WorkerAdded(make_record(2))
 
-        await other.put(make_record(3), ttl_s=30)
+        await other.put(make_record(3), ttl_s=60)
         assert await next_event(events) == WorkerAdded(make_record(3))
 
-        await other.put(make_record(3, total_kv_blocks=9), ttl_s=30)
+        await other.put(make_record(3, total_kv_blocks=9), ttl_s=60)
         assert await next_event(events) == WorkerAdded(make_record(3, total_kv_blocks=9))
 
         await other.delete(1)
         assert await next_event(events) == WorkerRemoved(1, "deregistered")
 
-        backdate(other.path_of(2), 31)
+        clock.advance(31)  # the watcher's expiry timer runs on the clock: no waiting out the ttl
         assert await next_event(events) == WorkerRemoved(2, "expired")
         assert not other.path_of(2).exists()
         assert await other.list() == [make_record(3, total_kv_blocks=9)]
 
 
 async def test_watch_reports_expiry_noticed_by_someone_else(tmp_path: Path) -> None:
-    watcher = FileDiscoveryStore(tmp_path, NS, poll_interval_s=0.05)
-    other = FileDiscoveryStore(tmp_path, NS)
+    clock = ManualClock()
+    watcher = FileDiscoveryStore(tmp_path, NS, poll_interval_s=0.05, clock=clock)
+    other = FileDiscoveryStore(tmp_path, NS, clock=clock)
     await other.put(make_record(1), ttl_s=1.0)
     async with aclosing(watcher.watch()) as events:
         assert await next_event(events) == WorkerAdded(make_record(1))
         # the watcher is suspended; the record expires and another reader collects it
-        await anyio.sleep(1.2)
+        clock.advance(1.2)
         assert await other.list() == []
         assert not other.path_of(1).exists()
         assert await next_event(events) == WorkerRemoved(1, "expired")
+
+
+async def test_watch_hears_changes_from_the_kernel_not_by_polling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(file_store, "_SETTLE_S", 0.0)  # no start-up polling either
+    store = FileDiscoveryStore(tmp_path, NS, poll_interval_s=3600)
+    other = FileDiscoveryStore(tmp_path, NS)
+    seen: list = []
+
+    async def collect() -> None:
+        async with aclosing(store.watch()) as events:
+            async for event in events:
+                seen.append(event)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            # until the watcher's inotify watch is in place, a put may go unseen: put again
+            while not seen:
+                await other.put(make_record(1), ttl_s=3600)
+                await anyio.sleep(0.05)
+            started = time.monotonic()
+            await other.put(make_record(2), ttl_s=3600)
+            while len(seen) < 2:
+                await anyio.sleep(0.01)
+            await other.delete(1)
+            while len(seen) < 3:
+                await anyio.sleep(0.01)
+            assert time.monotonic() - started < 10  # an hour's poll interval: only inotify explains it
+            tg.cancel_scope.cancel()
+    assert seen == [WorkerAdded(make_record(1)), WorkerAdded(make_record(2)), WorkerRemoved(1, "deregistered")]
+
+
+async def test_watch_survives_its_directory_being_removed(tmp_path: Path) -> None:
+    store = FileDiscoveryStore(tmp_path, NS, poll_interval_s=3600)
+    other = FileDiscoveryStore(tmp_path, NS)
+    await other.put(make_record(1), ttl_s=3600)
+    with anyio.fail_after(20):
+        async with aclosing(store.watch()) as events:
+            assert await next_event(events) == WorkerAdded(make_record(1))
+            shutil.rmtree(tmp_path / NS)
+            assert await next_event(events) == WorkerRemoved(1, "deregistered")
+            await other.put(make_record(2), ttl_s=3600)
+            assert await next_event(events) == WorkerAdded(make_record(2))
+
+
+async def test_watch_polls_where_the_kernel_cannot_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(*args, **kwargs):
+        raise OSError("OS file watch limit reached")
+
+    monkeypatch.setattr(file_store.watchfiles, "watch", refuse)
+    monkeypatch.setattr(file_store, "_SETTLE_S", 0.0)
+    store = FileDiscoveryStore(tmp_path, NS, poll_interval_s=0.05)
+    with caplog.at_level(logging.INFO, logger="dyn.core.discovery"), anyio.fail_after(10):
+        async with aclosing(store.watch()) as events:
+            await store.put(make_record(1), ttl_s=30)
+            assert await next_event(events) == WorkerAdded(make_record(1))
+            await store.put(make_record(2), ttl_s=30)
+            assert await next_event(events) == WorkerAdded(make_record(2))
+    assert any("polling it instead" in r.getMessage() for r in caplog.records)
+
+
+async def test_lease_heartbeat_runs_on_the_store_clock(tmp_path: Path) -> None:
+    clock = ManualClock()
+    store = FileDiscoveryStore(tmp_path, NS, clock=clock)
+    with anyio.fail_after(10):
+        async with store.lease(make_record(1), ttl_s=3):
+            for _ in range(10):  # ten ttls of the clock, kept alive by the heartbeat every ttl/3
+                await clock.sleeping()
+                clock.advance(1.0)
+                while store.path_of(1).stat().st_mtime != clock.time():
+                    await anyio.sleep(0.01)
+                assert await store.list() == [make_record(1)]
+        assert await store.list() == []
 
 
 async def test_watch_starts_before_directory_exists_and_is_cancellable(tmp_path: Path) -> None:

@@ -98,6 +98,9 @@ def test_endless_invalid_bytes_do_not_grow_the_window(tok: Tokenizer) -> None:
     detok = IncrementalDetokenizer(tok)
     out = "".join(detok.push([lone]) for _ in range(1000))
     assert out.count("\ufffd") >= 1000 - 64 and len(detok._ids) < 64
+    # the window restarts cleanly: what follows decodes as itself, and nothing is shown twice
+    rest = "".join(detok.push([i]) for i in tok.encode(" then text", add_special_tokens=False)) + detok.finish()
+    assert (out + rest).endswith("\ufffd then text") and (out + rest).count("\ufffd") == 1000
 
 
 def _expected(text: str, stops: list[str], include: bool) -> tuple[str, str | None]:

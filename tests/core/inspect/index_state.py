@@ -6,7 +6,7 @@ import anyio
 import httpx
 from prometheus_client import CollectorRegistry
 
-from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, RadixIndexView
+from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.indexer import RadixIndexer
 

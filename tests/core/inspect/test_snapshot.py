@@ -8,7 +8,7 @@ import random
 import msgspec
 import pytest
 
-from dyn.core.indexer.http import dump_body, overlap_body, workers_body
+from dyn.core.kv.views import dump_body, overlap_body, workers_body
 from dyn.core.inspect.snapshot import (
     DepthBucket,
     Dump,

@@ -159,7 +159,7 @@ def test_decodes_sglang_short_block_stored_and_ignores_trailing_fields():
     batch = decode_event_batch(payload)
     assert batch.data_parallel_rank is None
     short, long_, removed, cleared = batch.events
-    assert short == BlockStored([11, 12], None, [1, 2, 3, 4], 2, None, None, None)
+    assert short == BlockStored([11, 12], None, [1, 2, 3, 4], 2, None)  # medium: the default, GPU
     assert long_.medium == "CPU_PINNED" and long_.lora_name == "lora-a" and long_.parent_block_hash == 12
     assert removed == BlockRemoved([11], "GPU")
     assert cleared == AllBlocksCleared()
@@ -195,13 +195,18 @@ def test_decodes_vllm_032_map_events_with_sha256_bytes_hashes():
     ("value", "message"),
     [
         ([1.0], "array \\[ts, events"),
-        (["x", []], "ts must be a number"),
+        (["x", []], "Expected `float`, got `str` - at `\\$\\[0\\]`"),
         ([1.0, [["Bogus"]]], "unknown KV event type"),
-        ([1.0, [["BlockStored", [1]]]], "missing parent_block_hash"),
-        ([1.0, [["BlockStored", [1], None, [1], 0, None]]], "block_size must be a positive"),
-        ([1.0, [["BlockStored", ["h"], None, [1], 1, None]]], "block_hashes must be an integer"),
+        ([1.0, [["BlockStored", [1]]]], "BlockStored: Expected `array` of at least length 5, got 2"),
+        ([1.0, [["BlockStored", [1], None, [1], 0, None]]], "Expected `int` >= 1 - at `\\$\\[4\\]`"),
+        ([1.0, [["BlockStored", ["h"], None, [1], 1, None]]], "Expected `int \\| bytes`, got `str`"),
+        ([1.0, [["BlockStored", [1], None, [-1], 1, None]]], "Expected `int` >= 0"),
+        ([1.0, [["BlockStored", [b""], None, [1], 1, None]]], "non-empty bytes"),
+        ([1.0, [["BlockStored", [1], None, [[]], 1, None]]], "non-empty pairs"),
+        ([1.0, [[1, 2]]], "must start with its type name"),
+        ([1.0, [{"block_hashes": [1]}]], "string 'type' key"),
         ([1.0, [7]], "must be an array or a map"),
-        ([1.0, [], -1], "data_parallel_rank"),
+        ([1.0, [], -1], "Expected `int` >= 0 - at `\\$\\[2\\]`"),
     ],
 )
 def test_malformed_payloads_raise_a_clear_error(value, message):

@@ -168,7 +168,7 @@ def test_map_form_sglang_short_form_trailing_fields_and_signed_hashes():
 def test_unknown_event_types_are_left_out_and_counted_apart():
     batch, unknown = decode_known_events(msgspec.msgpack.encode(
         [1.0, [["KvCacheDefragmented", 1], ["BlockRemoved", [5]]], 0]))
-    assert unknown == 1 and batch.events == [BlockRemoved([5], None)]
+    assert unknown == 1 and batch.events == [BlockRemoved([5])]  # a missing medium takes its default
 
 
 def test_lower_tiers_go_to_their_indexer_or_are_rejected():
@@ -576,6 +576,31 @@ def test_a_worker_without_kv_events_is_skipped_and_pool_changes_are_followed(cap
     with pytest.raises(ValueError, match="router-event-threads"):
         KvEventIngestor(indexer, KvEventMetrics(CollectorRegistry()), event_threads=0)
     engine.close()
+
+
+@pytest.mark.anyio
+async def test_the_routers_worker_pool_is_a_membership_the_ingestor_follows(tmp_path):
+    """``WorkerPool`` satisfies ``dyn.core.kv.membership.Membership`` as it is: no adapter."""
+    from dyn.core.discovery.file_store import FileDiscoveryStore
+    from dyn.core.router.pool import WorkerPool
+
+    indexer = RecordingIndexer()
+    ingestor = KvEventIngestor(indexer, KvEventMetrics(CollectorRegistry()), event_threads=1)
+    engine = FakeEngine(7)
+    store = FileDiscoveryStore(tmp_path, "ns", poll_interval_s=0.02)
+    await store.put(engine.record, ttl_s=30)
+    pool = WorkerPool(store, "m")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            ingestor.follow(pool)  # a current worker is followed at once
+            assert ingestor.subscriber(7) is not None
+            await store.delete(7)
+            await until(lambda: ingestor.subscriber(7) is None)
+            assert ("remove_worker", 7) in indexer.calls
+            tg.cancel_scope.cancel()
+    finally:
+        engine.close()
 
 
 class _NeverDrains:

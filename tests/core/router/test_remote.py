@@ -201,6 +201,7 @@ async def test_malformed_and_unknown_answers_are_ignored(tmp_path):
             router, _ = await started(tmp_path, tg)
             route = await router.route(req("junk"))
             assert route.worker.instance_id == 1
+            assert router._rpc.rejected.total >= 1  # the malformed answer was counted, not fatal
             tg.cancel_scope.cancel()
 
 

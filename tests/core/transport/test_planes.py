@@ -39,16 +39,16 @@ async def echo_worker(server: RequestServer, cancelled: list[str]) -> None:
             if msg.token_ids == [0]:
                 continue  # hang: the client will cancel
             if msg.token_ids == [13]:
-                await server.send(identity, ErrorReply(msg.request_id, "bad_request", "unlucky"))
+                server.send(identity, ErrorReply(msg.request_id, "bad_request", "unlucky"))
                 continue
             half = len(msg.token_ids) // 2
-            await server.send(identity, TokenChunk(msg.request_id, msg.token_ids[:half]))
-            await server.send(identity, TokenChunk(msg.request_id, msg.token_ids[half:]))
-            await server.send(identity, Finish(msg.request_id, "length", Usage(len(msg.token_ids), len(msg.token_ids))))
+            server.send(identity, TokenChunk(msg.request_id, msg.token_ids[:half]))
+            server.send(identity, TokenChunk(msg.request_id, msg.token_ids[half:]))
+            server.send(identity, Finish(msg.request_id, "length", Usage(len(msg.token_ids), len(msg.token_ids))))
         elif isinstance(msg, CancelRequest):
             cancelled.append(msg.request_id)
         else:
-            await server.send(identity, ErrorReply("", "bad_request", str(msg)))
+            server.send(identity, ErrorReply("", "bad_request", str(msg)))
 
 
 async def test_generate_streams_chunks_then_finish_and_cancel_on_early_exit():
@@ -198,7 +198,7 @@ async def test_generate_batches_unpacks_batches_in_order_and_accepts_single_kind
         assert server.send_replies(identity, [chunk("r1", 1), chunk("r2", 2), chunk("r1", 3), fin("r1"),
                                               chunk("r2", 4)]) == 1
         await r2_first_batch.wait()
-        await server.send(identity, fin("r2"))  # a plain single-kind message still works
+        server.send(identity, fin("r2"))  # a plain single-kind message still works
 
     batches: dict[str, list] = {}
 
@@ -366,9 +366,9 @@ async def test_a_silent_worker_times_out_per_stream_and_recovers_when_it_answers
         while True:
             identity, msg = await server.recv()
             if isinstance(msg, CancelRequest):
-                await server.send(identity, Finish(msg.request_id, "cancelled", Usage(1, 0)))
+                server.send(identity, Finish(msg.request_id, "cancelled", Usage(1, 0)))
             elif msg.token_ids != [0]:
-                await server.send(identity, Finish(msg.request_id, "length", Usage(1, 0)))
+                server.send(identity, Finish(msg.request_id, "length", Usage(1, 0)))
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:

@@ -204,8 +204,8 @@ async def test_the_request_plane_works_through_the_keys(keys):
 
     async def answer_one():
         identity, message = await server.recv()
-        await server.send(identity, TokenChunk(message.request_id, [1]))
-        await server.send(identity, Finish(message.request_id, "length", Usage(2, 1)))
+        server.send(identity, TokenChunk(message.request_id, [1]))
+        server.send(identity, Finish(message.request_id, "length", Usage(2, 1)))
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:

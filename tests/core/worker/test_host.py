@@ -8,6 +8,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.engine import FEATURE_PIN_PREFIX, FEATURE_STREAMING_SESSIONS, EngineError, EngineInfo
 from dyn.core.messages import (
@@ -96,7 +97,7 @@ async def running_host(tmp_path, drain_timeout_s=5.0, engine=None):
     """Yield ``(store, record, client, stop, task_group)`` for a host serving a ScriptedEngine."""
     store = FileDiscoveryStore(tmp_path, "t")
     host = WorkerHost(engine or ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
-                      settings=WorkerSettings(namespace="t", drain_timeout_s=drain_timeout_s))
+                      settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t"), drain_timeout_s=drain_timeout_s))
     stop = anyio.Event()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -254,7 +255,7 @@ async def pass_host(tmp_path, engine=None):
     engine = engine or PassEngine()
     store = FileDiscoveryStore(tmp_path, "t")
     host = WorkerHost(engine, engine_name="pass", model_name="m", store=store,
-                      settings=WorkerSettings(namespace="t", drain_timeout_s=5.0))
+                      settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t"), drain_timeout_s=5.0))
     stop = anyio.Event()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -403,7 +404,7 @@ async def test_a_flood_of_malformed_frames_is_answered_counted_and_never_blocks_
     flood = 20_000
     store = FileDiscoveryStore(tmp_path, "t")
     host = WorkerHost(ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
-                      settings=WorkerSettings(namespace="t"))
+                      settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t")))
     stop = anyio.Event()
     gaps: list[float] = []
 

@@ -8,6 +8,7 @@ import json
 import anyio
 import pytest
 
+from dyn.core.config import DiscoveryConfig
 from dyn.core.engine import FEATURE_TOOL_HINTS, EngineError
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.tokenizer import Tokenizer
@@ -128,7 +129,7 @@ def test_a_rate_needs_a_parser_that_can_write_calls(tmp_path):
         engine(0.5, parser=None)
     with pytest.raises(ValueError, match="unknown tool-call parser"):
         engine(0.5, parser="no_such_format")
-    settings = WorkerSettings(discovery_dir=str(tmp_path), tool_call_parser=None)
+    settings = WorkerSettings(discovery=DiscoveryConfig(dir=str(tmp_path)), tool_call_parser=None)
     with pytest.raises(ConfigError, match="--dyn-tool-call-parser"):
         build_hosts(MockerConfig(tool_call_rate=0.5), settings, model_path=None, model_name=None, num_workers=1)
     with pytest.raises(ValueError, match="between 0 and 1"):

@@ -4,9 +4,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from dyn.cli.sglang_flags import sglang_flags
+from dyn.cli.config_flags import config_flags
 from dyn.core.engine import EngineStartError
 from dyn.plugins.sglang.config import SglangConfig, merge_extra_args, parse_server_args, to_server_args
+
+sglang_flags = config_flags("sglang_config", SglangConfig)  # what dyn worker sglang takes its engine flags with
 
 
 @pytest.mark.parametrize(("config", "message"), [

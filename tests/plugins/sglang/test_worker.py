@@ -4,6 +4,7 @@ around SglangEngine and the fake SGLang, driven by a real WorkerClient."""
 import anyio
 import pytest
 
+from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
 from dyn.core.messages import (
     CancelRequest,
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
     fake.script = lambda context: [50, 51, 52, 2]
-    settings = WorkerSettings(namespace="t", discovery_dir=str(tmp_path), drain_timeout_s=2.0)
+    settings = WorkerSettings(discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)), drain_timeout_s=2.0)
     host = build_host(SglangConfig(page_size=16, max_prefill_tokens=4096, enable_streaming_session=True),
                       settings, model_path=str(TINY_MODEL_DIR), extra_args=["--quantization", "fp8"])
     stop = anyio.Event()
@@ -69,7 +70,7 @@ async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
 
 
 def test_build_host_refuses_what_it_can_check_before_sglang_starts(fake, tmp_path):
-    settings = WorkerSettings(namespace="t", discovery_dir=str(tmp_path))
+    settings = WorkerSettings(discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)))
     with pytest.raises(ConfigError, match="needs --model-path"):
         build_host(SglangConfig(), settings, model_path=None)
     with pytest.raises(ConfigError, match="--page-size must be at least 1"):

@@ -1,4 +1,5 @@
-"""Offline replay: the real router over simulated mocker workers in virtual time."""
+"""Offline replay (``dyn.core.bench.replay``): the real router over simulated mocker workers
+(``dyn.plugins.mocker.simulator``) in virtual time."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyn.core.bench.metrics import summarize
-from dyn.plugins.mocker.replay import ReplaySettings, replay, trace_shape
+from dyn.core.bench.replay import ReplaySettings, replay, trace_shape
 from dyn.core.bench.trace import TokenSynth, TraceRow, draws
 from dyn.core.errors import ConfigError
 from dyn.core.router.config import KvRouterConfig
 from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.simulator import MockerSimulator
+
+
+def offline(mocker: MockerConfig | None = None, **fields) -> ReplaySettings:
+    """Replay settings over simulated mocker workers configured by ``mocker``."""
+    return ReplaySettings(simulator=MockerSimulator(mocker), **fields)
 
 
 def row(ts_ms=0.0, isl=1000, osl=5, ids=(1, 2), session=None, delay_ms=None):
@@ -62,7 +69,7 @@ def test_the_block_cache_is_bounded_and_blocks_are_stable():
 
 def test_one_request_matches_the_timing_formulas():
     mocker = MockerConfig()
-    result = replay([row(ts_ms=2000.0, isl=1000, osl=5)], ReplaySettings(mocker=mocker))
+    result = replay([row(ts_ms=2000.0, isl=1000, osl=5)], offline(mocker=mocker))
     [rec] = result.records
     blocks = -(-1000 // mocker.block_size)  # 16: the 4 output tokens fit in the last block
     gap = decode_ms(blocks / mocker.num_gpu_blocks) / 1000
@@ -76,7 +83,7 @@ def test_one_request_matches_the_timing_formulas():
 
 
 def test_speedup_ratio_of_the_engine_scales_pass_times():
-    result = replay([row(isl=1000, osl=1)], ReplaySettings(mocker=MockerConfig(speedup_ratio=4.0)))
+    result = replay([row(isl=1000, osl=1)], offline(mocker=MockerConfig(speedup_ratio=4.0)))
     assert result.records[0].ttft_s == pytest.approx(prefill_ms(1000) / 4 / 1000)
 
 
@@ -90,20 +97,20 @@ def shared_prefix_trace():
 
 def test_kv_mode_follows_the_cache_and_round_robin_does_not():
     for seed in range(6):  # the first pick is a tie between idle workers; the second never is
-        kv = by_conversation(replay(shared_prefix_trace(), ReplaySettings(num_workers=2, seed=seed)).records)
+        kv = by_conversation(replay(shared_prefix_trace(), offline(num_workers=2, seed=seed)).records)
         assert kv["r1", 0].worker == kv["r0", 0].worker
         assert kv["r1", 0].cached_tokens == 1024 - 64  # all but the last block: one token is computed
         assert kv["r1", 0].ttft_s < kv["r0", 0].ttft_s
 
     rr = by_conversation(replay(shared_prefix_trace(),
-                                ReplaySettings(num_workers=2, router_mode="round-robin")).records)
+                                offline(num_workers=2, router_mode="round-robin")).records)
     assert rr["r1", 0].worker != rr["r0", 0].worker
     assert rr["r1", 0].cached_tokens == 0
 
 
 def test_duplicate_prefills_are_counted():
-    rr = replay(shared_prefix_trace(), ReplaySettings(num_workers=2, router_mode="round-robin"))
-    kv = replay(shared_prefix_trace(), ReplaySettings(num_workers=2))
+    rr = replay(shared_prefix_trace(), offline(num_workers=2, router_mode="round-robin"))
+    kv = replay(shared_prefix_trace(), offline(num_workers=2))
     assert rr.duplicate_prefill_blocks == 1024 // 64 and kv.duplicate_prefill_blocks == 0
     assert rr.stored_blocks == 2 * kv.stored_blocks
 
@@ -119,7 +126,7 @@ def test_same_seed_same_records(mode, router):
     trace = noisy_trace()
 
     def run(seed):
-        return replay(trace, ReplaySettings(num_workers=3, router_mode=mode, router=router, seed=seed)).records
+        return replay(trace, offline(num_workers=3, router_mode=mode, router=router, seed=seed)).records
 
     first = run(1)
     assert len(first) == 40 and all(r.error is None for r in first)
@@ -134,7 +141,7 @@ def test_sessions_wait_for_the_previous_turn_plus_the_delay():
     trace = [row(0.0, session="a", ids=(1, 2)), row(100.0, ids=(9,), isl=300),
              later("a", 1500.0, isl=1500, ids=(1, 2, 3)), later("a", 0.0, isl=1600, ids=(1, 2, 3, 4))]
     for speedup in (1.0, 2.0):
-        recs = by_conversation(replay(trace, ReplaySettings(num_workers=2, speedup=speedup)).records)
+        recs = by_conversation(replay(trace, offline(num_workers=2, speedup=speedup)).records)
         assert recs["r1", 0].start_s == pytest.approx(0.1 / speedup)
         assert recs["sa", 1].start_s == pytest.approx(recs["sa", 0].end_s + 1.5 / speedup)
         assert recs["sa", 2].start_s == pytest.approx(recs["sa", 1].end_s)
@@ -144,7 +151,7 @@ def test_sessions_wait_for_the_previous_turn_plus_the_delay():
 
 def test_an_hour_of_trace_is_virtual_time():
     trace = [row(ts_ms=i * 60_000.0, isl=2000, osl=20, ids=(i,)) for i in range(61)]
-    result = replay(trace, ReplaySettings(num_workers=2))
+    result = replay(trace, offline(num_workers=2))
     assert len(result.records) == 61 and all(r.error is None for r in result.records)
     assert result.sim_s == pytest.approx(3600 + result.records[-1].e2e_s)
     assert result.passes == 61 * 20  # one prefill pass and 19 decode passes each, nothing idle
@@ -158,7 +165,7 @@ def test_an_hour_of_trace_is_virtual_time():
 def test_requests_wait_in_the_router_queue_and_all_complete():
     trace = [row(0.0, isl=1000, osl=4, ids=(i * 10, i * 10 + 1)) for i in range(6)]
     config = KvRouterConfig(queue_threshold=0.01)  # busy as soon as 82 prompt tokens are pending
-    result = replay(trace, ReplaySettings(num_workers=1, router=config))
+    result = replay(trace, offline(num_workers=1, router=config))
     recs = sorted(result.records, key=lambda r: r.ttft_s)
     assert len(recs) == 6 and all(r.error is None for r in recs)
     assert result.router_queued == 5 and result.router_queue_s > 0
@@ -166,7 +173,7 @@ def test_requests_wait_in_the_router_queue_and_all_complete():
     assert [r.queue_s > 0 for r in recs] == [False] + [True] * 5
     assert all(b.ttft_s > a.ttft_s for a, b in zip(recs, recs[1:]))
 
-    free = replay(trace, ReplaySettings(num_workers=1))
+    free = replay(trace, offline(num_workers=1))
     assert free.router_queued == 0 and max(r.ttft_s for r in free.records) < recs[-1].ttft_s
 
 
@@ -175,22 +182,22 @@ def test_busy_workers_reject_and_oversized_prompts_fail_alone():
     trace = [row(0.0, isl=1000, ids=(1, 2)), row(0.0, isl=1000, ids=(3, 4)),
              row(0.0, isl=5000, ids=(5,)), row(9000.0, isl=300, ids=(6,))]
     mocker = MockerConfig(num_gpu_blocks=40)  # 2560 tokens of KV: the 5000-token prompt cannot fit
-    recs = by_conversation(replay(trace, ReplaySettings(num_workers=1, router=config, mocker=mocker)).records)
+    recs = by_conversation(replay(trace, offline(num_workers=1, router=config, mocker=mocker)).records)
     assert recs["r0", 0].error is None and recs["r3", 0].error is None
     assert recs["r1", 0].error == "http_503"
     assert recs["r2", 0].error in ("http_503", "bad_request")
     oversized = replay([row(0.0, isl=5000, ids=(5,)), row(1.0, isl=300, ids=(6,))],
-                       ReplaySettings(mocker=mocker)).records
+                       offline(mocker=mocker)).records
     assert [r.error for r in oversized] == ["bad_request", None]
     assert "KV capacity" in oversized[0].detail
 
 
 def test_settings_are_checked():
-    for bad, words in ((ReplaySettings(router_mode="direct"), "round-robin"),
-                       (ReplaySettings(num_workers=0), "--num-workers"),
-                       (ReplaySettings(speedup=0), "--speedup"),
-                       (ReplaySettings(router=KvRouterConfig(use_remote_indexer=True)), "--use-remote-indexer"),
-                       (ReplaySettings(mocker=MockerConfig(block_size=0)), "--block-size")):
+    for bad, words in ((offline(router_mode="direct"), "round-robin"),
+                       (offline(num_workers=0), "--num-workers"),
+                       (offline(speedup=0), "--speedup"),
+                       (offline(router=KvRouterConfig(use_remote_indexer=True)), "--use-remote-indexer"),
+                       (offline(mocker=MockerConfig(block_size=0)), "--block-size")):
         with pytest.raises(ConfigError, match=words):
             replay([row()], bad)
 
@@ -211,7 +218,7 @@ def test_the_router_reads_virtual_time():
              row(500_000.0, isl=1024, osl=1, ids=(1, 2))]
     moved = 0
     for seed in range(8):
-        recs = replay(trace, ReplaySettings(num_workers=2, router=config, seed=seed)).records
+        recs = replay(trace, offline(num_workers=2, router=config, seed=seed)).records
         assert recs[1].worker == recs[0].worker and recs[1].cached_tokens > 0  # still predicted
         moved += recs[2].worker != recs[0].worker  # expired: a tie between two idle workers
     assert moved > 0

@@ -1,4 +1,5 @@
-"""The indexer's HTTP views against a hand-filled ``RadixIndexer`` (no server, no sockets)."""
+"""The KV index's HTTP views (served by dyn indexer, frontends and dyn router) against a
+hand-filled ``RadixIndexer`` (no server, no sockets)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dyn.core.indexer.http import IndexerHttpApp, IndexerMetrics, RadixIndexView
+from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.indexer import RadixIndexer
 

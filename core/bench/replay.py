@@ -1,13 +1,15 @@
-"""Offline trace replay: the real router driving simulated mocker workers in virtual time.
+"""Offline trace replay: the real router driving simulated engine workers in virtual time.
 
 ``replay(rows, settings)`` plays a trace (``dyn.core.bench.trace``) through ``num_workers``
-mocker ``Scheduler``s and the router of ``router_mode`` (``kv``: a ``KvRouter`` with the given
-``KvRouterConfig``; ``round-robin``, ``random``: the frontend's simple routers), with no sockets
-and no sleeping, and returns one ``RequestRecord`` per request plus what the simulation cost.
+engines of ``settings.simulator`` (a ``dyn.core.simulator.Simulator``: the mocker's is
+``dyn.plugins.mocker.simulator.MockerSimulator``) and the router of ``router_mode`` (``kv``: a
+``KvRouter`` with the given ``KvRouterConfig``; ``round-robin``, ``random``: the frontend's simple
+routers), with no sockets and no sleeping, and returns one ``RequestRecord`` per request plus what
+the simulation cost. This module drives; the simulator only says what each pass did.
 
 Design: a discrete-event simulation on one heap of ``(time, seq, action)``; virtual time jumps
 from event to event and is the only clock anyone reads (the router's, its queue's, the
-schedulers').
+simulated engines').
 
 - **Arrival**: a trace row becomes a prompt (``TokenSynth``'s tokens, as ``dyn bench --trace`` sends them; salt =
   row index) at ``timestamp / speedup``; a later turn of a session arrives ``delay / speedup``
@@ -19,12 +21,13 @@ schedulers').
   resumes the coroutine right after the hook, at the same virtual instant. So time advances
   only when every routing coroutine is blocked, with no scheduler in between. (An event loop is
   running, because anyio objects need one, but nothing is ever scheduled on it.)
-- **Dispatch**: the routed request joins its worker's scheduler; an idle worker starts a pass
-  now. A pass of ``d`` simulated ms ends ``d`` later (``MockerConfig.speedup_ratio`` is already
-  in ``d``); at its end, as in ``MockerEngine``, its KV events reach the router's indexer
-  (through ``BatchConverter`` and ``TieredIndexers``, the live router's conversion path, with no
-  delay), then its tokens reach the route hooks (``first_token``, ``progress``, ``finished``:
-  the frontend's order), then the worker's next pass starts at once if it has work.
+- **Dispatch**: the routed request joins its worker's engine; an idle worker starts a pass
+  now. A pass of ``d`` simulated ms ends ``d`` later (the simulator's speedup, such as the
+  mocker's ``speedup_ratio``, is already in ``d``); at its end, as a live engine publishes them,
+  its KV events reach the router's indexer (through ``BatchConverter`` and ``TieredIndexers``,
+  the live router's conversion path, with no delay), then its tokens reach the route hooks
+  (``first_token``, ``progress``, ``finished``: the frontend's order), then the worker's next
+  pass starts at once if it has work.
 
 The routers are built directly, not through ``build_router``: the simulation must hand them its
 clock and a seeded RNG. ``KvRouter.run`` is not started: its ingestion is replaced by the direct
@@ -35,7 +38,7 @@ the heap empty while requests are unfinished, they are recorded as ``stalled``.
 
 Record fields: ``start_s`` arrival, ``ttft_s`` / ``itl_s`` / ``end_s`` from pass ends,
 ``queue_s`` from arrival to the start of the first pass that scheduled the request (router-queue
-wait *plus* engine waiting), ``cached_tokens`` the scheduler's prefix-cache hit at admission,
+wait *plus* engine waiting), ``cached_tokens`` the engine's prefix-cache hit at admission,
 ``worker`` the instance id (0..N-1). ``conversation`` and ``group`` are ``s<session>`` or
 ``r<row index>`` and ``turn`` counts within the conversation, as ``dyn bench --trace`` names them.
 Failures: a routing error (busy thresholds) is ``http_503``, a prompt the engine refuses (longer
@@ -55,7 +58,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from prometheus_client import CollectorRegistry
 
 from dyn.core.bench.metrics import RequestRecord, summarize
@@ -64,13 +66,13 @@ from dyn.core.bench.trace import MOONCAKE_BLOCK_SIZE, TokenSynth, TraceRow, theo
 from dyn.core.errors import ConfigError
 from dyn.core.kv.convert import BatchConverter, KvEventMetrics, TieredIndexers
 from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent, KvEventBatch
-from dyn.core.messages import StopConditions, WorkerEndpoints, WorkerRecord
+from dyn.core.kv.membership import Member, Membership
+from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import RandomRouter, RoundRobinRouter, Route, Router, RouteRequest, RoutingError
 from dyn.core.router.pool import Worker
-from dyn.plugins.mocker.config import MockerConfig
-from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest, StepResult
+from dyn.core.simulator import SimEngine, SimPass, Simulator
 
 REPLAY_ROUTER_MODES = ("kv", "round-robin", "random")
 UNLIMITED_CONTEXT = 1 << 40
@@ -80,11 +82,12 @@ GC_THRESHOLD = 200_000
 
 @dataclass(frozen=True, kw_only=True)
 class ReplaySettings:
-    """What to simulate. ``trace_block_size``: tokens per trace hash id; ``context_length``
-    None: only the KV cache limits a sequence; ``limit``: replay the first rows only."""
+    """What to simulate. ``simulator``: the engine of every worker; ``trace_block_size``: tokens
+    per trace hash id; ``context_length`` None: only the KV cache limits a sequence; ``limit``:
+    replay the first rows only."""
 
+    simulator: Simulator
     num_workers: int = 1
-    mocker: MockerConfig = field(default_factory=MockerConfig)
     router_mode: str = "kv"
     router: KvRouterConfig = field(default_factory=KvRouterConfig)
     speedup: float = 1.0
@@ -110,7 +113,7 @@ class ReplaySettings:
         if self.context_length is not None and self.context_length < 2:
             raise ConfigError("the context length must be at least 2")
         try:
-            self.mocker.validate()
+            self.simulator.validate()
             TokenSynth(self.trace_block_size, self.vocab_size)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -182,7 +185,7 @@ def bench_result(trace: str, rows: Sequence[TraceRow], settings: ReplaySettings,
     config = {
         "trace": trace, "num_workers": settings.num_workers, "router_mode": settings.router_mode,
         "router": dataclasses.asdict(settings.router) if settings.router_mode == "kv" else None,
-        "mocker": msgspec.to_builtins(settings.mocker), "speedup": settings.speedup,
+        settings.simulator.name: settings.simulator.describe(), "speedup": settings.speedup,
         "trace_block_size": settings.trace_block_size, "vocab_size": settings.vocab_size,
         "num_requests": settings.limit, "seed": settings.seed, "simulation": result.stats(),
     }
@@ -252,12 +255,12 @@ class _DirectIngest:
         self.metrics = metrics
         self._converters: dict[int, BatchConverter] = {}
 
-    def follow(self, pool: Any) -> None:
-        pool.add_listener(self._on_worker)
+    def follow(self, membership: Membership) -> None:
+        membership.add_listener(self._on_worker)
 
-    def _on_worker(self, worker: Worker, added: bool) -> None:
-        record = worker.record
-        if added:
+    def _on_worker(self, member: Member, joined: bool) -> None:
+        record = member.record
+        if joined:
             self._converters[record.instance_id] = BatchConverter(
                 record.instance_id, record.block_size, self.metrics)
 
@@ -270,11 +273,11 @@ class _DirectIngest:
 
 
 class _SimWorker:
-    __slots__ = ("instance_id", "scheduler", "busy", "label")
+    __slots__ = ("instance_id", "engine", "busy", "label")
 
-    def __init__(self, instance_id: int, scheduler: Scheduler) -> None:
+    def __init__(self, instance_id: int, engine: SimEngine) -> None:
         self.instance_id = instance_id
-        self.scheduler = scheduler
+        self.engine = engine
         self.busy = False
         self.label = str(instance_id)
 
@@ -315,16 +318,16 @@ class _Simulation:
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
         self._seq = 0
-        config = settings.mocker
-        model = SimModel(vocab_size=settings.vocab_size,
-                         context_length=settings.context_length or UNLIMITED_CONTEXT)
-        clock = self.clock
-        self.workers = [_SimWorker(i, Scheduler(config, model, clock)) for i in range(settings.num_workers)]
+        sim = settings.simulator
+        context_length = settings.context_length or UNLIMITED_CONTEXT
+        self.workers = [_SimWorker(i, sim.engine(self.clock, vocab_size=settings.vocab_size,
+                                                 context_length=context_length))
+                        for i in range(settings.num_workers)]
         self._by_id = {w.instance_id: w for w in self.workers}
         pool = _Pool([Worker(WorkerRecord(
-            instance_id=w.instance_id, namespace=MODEL_NAME, model_name=MODEL_NAME, engine="mocker",
-            endpoints=WorkerEndpoints(request=f"sim://{w.instance_id}"), block_size=config.block_size,
-            total_kv_blocks=config.num_gpu_blocks, max_num_batched_tokens=config.max_num_batched_tokens,
+            instance_id=w.instance_id, namespace=MODEL_NAME, model_name=MODEL_NAME, engine=sim.name,
+            endpoints=WorkerEndpoints(request=f"sim://{w.instance_id}"), block_size=sim.block_size,
+            total_kv_blocks=sim.total_kv_blocks, max_num_batched_tokens=sim.max_num_batched_tokens,
             context_length=settings.context_length), client=None)  # type: ignore[arg-type]
             for w in self.workers])
         self.ingest: _DirectIngest | None = None
@@ -472,11 +475,8 @@ class _Simulation:
         row = flight.row
         tokens = flight.tokens or []
         flight.tokens = None
-        request = SimRequest(flight.rid, tokens,
-                             StopConditions(max_tokens=max(row.output_length, 1), ignore_eos=True),
-                             seed=flight.index)
         try:
-            worker.scheduler.add(request)
+            worker.engine.add(flight.rid, tokens, max(row.output_length, 1), flight.index)
         except ValueError as exc:
             self._fail(flight, "bad_request", str(exc))
             route.finished()
@@ -502,7 +502,7 @@ class _Simulation:
         if flight.rid not in self._flights:
             return
         if flight.worker is not None:
-            flight.worker.scheduler.abort(flight.rid)
+            flight.worker.engine.abort(flight.rid)
         self._fail(flight, "stalled", "no simulated event could advance this request")
         if flight.route is not None:
             flight.route.finished()
@@ -524,7 +524,7 @@ class _Simulation:
     # ------------------------------------------------------------------ workers
 
     def _step(self, worker: _SimWorker) -> None:
-        result = worker.scheduler.step()
+        result = worker.engine.step()
         self.passes += 1
         now = self.now
         flights = self._flights
@@ -538,7 +538,7 @@ class _Simulation:
             return
         self._at(now + result.duration_ms / 1000.0, self._pass_end, (worker, result))
 
-    def _pass_end(self, arg: tuple[_SimWorker, StepResult]) -> None:
+    def _pass_end(self, arg: tuple[_SimWorker, SimPass]) -> None:
         worker, result = arg
         now = self.now
         if result.events:
@@ -569,7 +569,7 @@ class _Simulation:
             self._next_of_session(flight)
         if self._parked:
             self._resume_parked()
-        if worker.scheduler.has_work:
+        if worker.engine.has_work:
             self._step(worker)
         else:
             worker.busy = False

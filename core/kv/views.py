@@ -1,10 +1,11 @@
 """Read-only HTTP views of a KV index: the standalone indexer's API (reference 2.6), as plain ASGI.
 
-``IndexerHttpApp`` serves any ``IndexView`` (the ``dyn indexer`` service, or a frontend's embedded
+The views live beside the index they show, so every server that holds an index mounts them from
+here: ``dyn indexer`` (``dyn.core.indexer.service``) at the root, a frontend and ``dyn router`` under
+``/kv``. ``IndexerHttpApp`` serves any ``IndexView`` (the ``dyn indexer`` service, or a router's
 ``RadixIndexer`` wrapped in ``RadixIndexView``; ``router_index_view`` builds one for any KV
-router), so the same views can be mounted elsewhere; with ``prefix`` they answer under that path
-(frontends and ``dyn router`` use ``/kv``). Importing this module starts nothing and imports no
-server.
+router, reading the router and its pool by duck typing, so this module imports neither); with
+``prefix`` it answers under that path. Importing this module starts nothing and imports no server.
 
 - ``GET /health`` -> ``{"status": "ok", "workers": N}`` (N: listed (instance, dp_rank) pairs)
 - ``GET /metrics`` -> the registry in the Prometheus text format
@@ -48,7 +49,7 @@ from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
 
-log = logging.getLogger("dyn.indexer.http")
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 U64_MAX = (1 << 64) - 1

@@ -1,0 +1,329 @@
+"""One request/reply layer over ZeroMQ: ``RpcServer`` (a ROUTER) and ``RpcClient`` (a DEALER).
+
+Every plane that answers requests (a worker's request plane, ``dyn router``, ``dyn indexer``)
+serves through an ``RpcServer``; every client that waits for an answer by id (``RemoteRouter``,
+``RemoteIndexer``) calls through an ``RpcClient``. Messages are the catalogue structs of
+``dyn.core.messages``, framed by ``dyn.core.transport.codec``; a ``decode`` function (one per
+plane, e.g. ``decode_router_message``) turns frames into a struct or raises ``ProtocolError``.
+
+``RpcServer`` contract:
+
+- ``handle(cls, handler)`` registers the handler of one message type; ``serve()`` receives until
+  cancelled, decodes each message once and calls the handler of its exact type with
+  ``(identity, message)`` (a dict lookup: no ``isinstance`` chain). A handler may return an
+  awaitable, which is awaited before the next message. A type with no handler goes to
+  ``fallback`` (default: dropped with a debug line).
+- A malformed message is counted and logged through ``RejectedFrames`` (``rejected``) and passed
+  to ``on_malformed(identity, body, error)`` so the peer can be answered. A handler that raises is
+  logged; nothing a peer sends stops the loop.
+- The loop yields to the event loop after every message (pyzmq does not yield while messages
+  are queued), so a flood cannot starve the other tasks of the process.
+- ``send`` / ``send_frames`` never wait (the high-water marks are unbounded): they return False
+  when the send failed at once (a peer that left, with ``mandatory``: silently; otherwise
+  logged), and a send that completes later logs its failure.
+
+``RpcClient`` contract:
+
+- ``run()`` owns the DEALER and its receive loop until cancelled (``started()`` once the socket
+  exists); ``connect`` / ``disconnect`` choose the servers. On exit every pending call fails
+  with ``RpcUnavailable``.
+- ``call(message, timeout_s)`` sends ``message`` (its ``id_of`` is a ``new_id()``) and returns
+  the reply whose ``id_of`` matches: a map from id to a pending call (a future), filled by the
+  receive loop. With ``collect``, each matching reply is passed to it and the call ends when it
+  returns True (one query, several answers). Raises ``TimeoutError`` after ``timeout_s``,
+  ``RpcUnavailable`` when the client does not run or fails its pending calls (``fail_all``,
+  closing), ``RpcDropped`` (one) when the request could not be queued. A call that ends any way takes its id out of the map.
+- Replies for no pending call go to ``on_unmatched`` (default: dropped); a reply of a type the
+  client does not take, or malformed frames, are counted and logged through ``rejected``.
+- ``send`` queues a message without waiting; False (counted in ``dropped``, logged on the first
+  and every thousandth) when the socket is full or gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from operator import attrgetter
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import msgspec
+import zmq
+import zmq.asyncio
+
+from dyn.core.transport.codec import ProtocolError, RejectedFrames, encode
+from dyn.core.transport.sockets import async_context, configure
+
+log = logging.getLogger(__name__)
+
+Decode = Callable[[Sequence[bytes]], Any]
+Handler = Callable[[bytes, Any], Awaitable[None] | None]
+SEND_HWM = 10_000
+"""A client's high-water marks: a server that stops reading makes ``send`` drop, not queue forever."""
+
+
+class RpcUnavailable(RuntimeError):
+    """The client cannot call now: not running, cannot send, or its pending calls were failed."""
+
+
+class RpcDropped(RpcUnavailable):
+    """A call's request was dropped: the client's socket is full (the server stopped reading)."""
+
+
+def _log_send_error(sent: Any) -> None:
+    """Done-callback of a send that could not complete at once: log its failure, if any."""
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("a queued message could not be sent: %s", sent.exception())
+
+
+# ------------------------------------------------------------------------------- server
+
+
+class RpcServer:
+    """A ROUTER socket that dispatches decoded messages by type (see the module docstring).
+
+    The socket is made here and not bound: bind ``socket`` (``sockets.bind_random`` or the
+    service's ``bind_zmq``) and keep its endpoint. ``mandatory`` sets ``ROUTER_MANDATORY``: a send
+    to a peer that left fails (``send`` returns False) instead of being dropped silently.
+    """
+
+    def __init__(self, decode: Decode, *, what: str = "malformed message",
+                 plural: str | None = None, mandatory: bool = False,
+                 logger: logging.Logger = log) -> None:
+        self.socket: zmq.asyncio.Socket = configure(async_context().socket(zmq.ROUTER))
+        if mandatory:
+            self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._decode = decode
+        self._log = logger
+        self.rejected = RejectedFrames(logger, what, plural)
+        self._handlers: dict[type, Handler] = {}
+        self.fallback: Handler = self._drop
+        self.on_malformed: Callable[[bytes, list[bytes], ProtocolError], None] | None = None
+
+    def handle(self, cls: type, handler: Handler) -> None:
+        """Call ``handler(identity, message)`` for every message of exactly type ``cls``."""
+        self._handlers[cls] = handler
+
+    async def serve(self) -> None:
+        """Receive, decode and dispatch until cancelled (see the module docstring)."""
+        recv = self.socket.recv_multipart
+        decode = self._decode
+        handlers = self._handlers
+        checkpoint = anyio.lowlevel.checkpoint
+        while True:
+            # a queued message does not make pyzmq yield: a flood must not starve the loop
+            await checkpoint()
+            frames = await recv(copy=True)
+            identity, body = frames[0], frames[1:]
+            try:
+                message = decode(body)
+            except ProtocolError as exc:
+                self.rejected.reject(exc)
+                if self.on_malformed is not None:
+                    self.on_malformed(identity, body, exc)
+                continue
+            try:
+                done = handlers.get(type(message), self.fallback)(identity, message)
+                if done is not None:
+                    await done
+            except Exception:  # a handler bug must not stop the server
+                self._log.exception("handling a %s failed", type(message).__name__)
+
+    async def recv(self) -> tuple[bytes, Any]:
+        """The next message as ``(identity, message)``, or ``(identity, ProtocolError)`` for
+        malformed frames (not counted: ``serve`` is the loop that counts), for callers that
+        drive their own loop."""
+        frames = await self.socket.recv_multipart(copy=True)
+        identity, body = frames[0], frames[1:]
+        try:
+            return identity, self._decode(body)
+        except ProtocolError as exc:
+            return identity, exc
+
+    def send(self, identity: bytes, message: msgspec.Struct) -> bool:
+        """Send ``message`` to the peer ``identity`` without waiting; False if it failed."""
+        return self.send_frames(identity, encode(message))
+
+    def send_frames(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        """Send encoded ``frames`` to the peer ``identity`` without waiting; False if it failed.
+
+        The asyncio socket is used, not a blocking shadow: a send on the shadow could consume the
+        edge-triggered wakeup a pending receive waits for. Were a send to find the socket busy,
+        pyzmq queues it behind the others, in order; its failure is then logged.
+        """
+        try:
+            sent = self.socket.send_multipart([identity, *frames])
+        except zmq.ZMQError as exc:
+            return self._send_failed(exc)
+        if sent.done():
+            exc = sent.exception()
+            return exc is None or self._send_failed(exc)
+        sent.add_done_callback(_log_send_error)
+        return True
+
+    def _send_failed(self, exc: BaseException) -> bool:
+        if not (isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EHOSTUNREACH):
+            self._log.warning("could not answer a client: %s", exc)
+        return False
+
+    def _drop(self, identity: bytes, message: Any) -> None:
+        self._log.debug("dropping a %s: no handler", type(message).__name__)
+
+    def close(self, linger_ms: int = 0) -> None:
+        """Close the socket; ``linger_ms`` > 0 lets messages already queued still go out."""
+        self.socket.close(linger=linger_ms)
+
+
+# ------------------------------------------------------------------------------- client
+
+
+class _Call:
+    """A call waiting for its reply (or, with ``collect``, its replies)."""
+
+    __slots__ = ("collect", "done", "reply", "error")
+
+    def __init__(self, collect: Callable[[Any], bool] | None) -> None:
+        self.collect = collect
+        self.done = anyio.Event()
+        self.reply: Any = None
+        self.error: BaseException | None = None
+
+
+class RpcClient:
+    """A DEALER that matches replies to calls by id (see the module docstring).
+
+    ``reply_types`` are the messages the servers send back; ``id_of`` reads the call id of a
+    request or reply (default: its ``query_id``). ``peer`` names the servers in messages.
+    """
+
+    def __init__(self, decode: Decode, reply_types: tuple[type, ...], *, peer: str,
+                 id_of: Callable[[Any], int] = attrgetter("query_id"), hwm: int = SEND_HWM,
+                 logger: logging.Logger = log) -> None:
+        self.peer = peer
+        self._decode = decode
+        self._reply_types = frozenset(reply_types)
+        self._id_of = id_of
+        self._hwm = hwm
+        self._log = logger
+        self.socket: zmq.asyncio.Socket | None = None
+        self._pending: dict[int, _Call] = {}
+        self._ids = itertools.count(1)
+        self.on_unmatched: Callable[[Any], None] | None = None
+        self.rejected = RejectedFrames(logger, f"malformed message from {peer}",
+                                       f"malformed messages from {peer}")
+        self.dropped = 0
+        """Messages dropped because the socket was full or gone."""
+
+    @property
+    def pending(self) -> int:
+        """Calls waiting for their reply."""
+        return len(self._pending)
+
+    def new_id(self) -> int:
+        """A call id no other call of this client has used."""
+        return next(self._ids)
+
+    # ----------------------------------------------------------------- lifetime
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the DEALER and receive replies until cancelled; ``started()`` once it exists."""
+        socket = configure(async_context().socket(zmq.DEALER), hwm=self._hwm)
+        try:
+            self.socket = socket
+            task_status.started()
+            while True:
+                await anyio.lowlevel.checkpoint()
+                self._deliver(await socket.recv_multipart(copy=True))
+        finally:
+            self.socket = None
+            self.fail_all(RpcUnavailable(f"the client of {self.peer} was closed"))
+            socket.close(linger=0)
+
+    def connect(self, endpoint: str) -> None:
+        """Connect to a server (``zmq.ZMQError`` for a bad endpoint); the client must run."""
+        assert self.socket is not None, "connect needs a running client"
+        self.socket.connect(endpoint)
+
+    def disconnect(self, endpoint: str) -> None:
+        """Stop talking to a server (a server never connected is ignored)."""
+        if self.socket is not None:
+            try:
+                self.socket.disconnect(endpoint)
+            except zmq.ZMQError:
+                pass
+
+    def fail_all(self, error: BaseException) -> None:
+        """End every pending call with ``error`` (raised by its ``call``)."""
+        pending, self._pending = self._pending, {}
+        for call in pending.values():
+            call.error = error
+            call.done.set()
+
+    def _deliver(self, frames: list[bytes]) -> None:
+        try:
+            reply = self._decode(frames)
+        except ProtocolError as exc:
+            self.rejected.reject(exc)
+            return
+        if type(reply) not in self._reply_types:
+            self.rejected.reject(f"a {type(reply).__name__} is not a reply")
+            return
+        call_id = self._id_of(reply)
+        call = self._pending.get(call_id)
+        if call is None:
+            if self.on_unmatched is not None:
+                self.on_unmatched(reply)
+            return
+        call.reply = reply
+        if call.collect is None or call.collect(reply):
+            del self._pending[call_id]
+            call.done.set()
+
+    # ----------------------------------------------------------------- calls
+
+    def send(self, message: msgspec.Struct) -> bool:
+        """Queue ``message`` without waiting; False (counted in ``dropped``) when the client
+        does not run or the socket is full."""
+        socket = self.socket
+        if socket is None:
+            return False
+        try:
+            sent = socket.send_multipart(encode(message), flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the socket was closed under us
+            self._log.debug("dropping a message to %s: %s", self.peer, exc)
+            return False
+        if not sent.done():
+            sent.add_done_callback(_log_send_error)
+            return True
+        exc = sent.exception()
+        if exc is None:
+            return True
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 1000 == 0:
+            self._log.warning("dropped %d message(s) to %s: %s", self.dropped, self.peer, exc)
+        return False
+
+    async def call(self, message: msgspec.Struct, timeout_s: float, *,
+                   collect: Callable[[Any], bool] | None = None) -> Any:
+        """Send ``message`` and return its reply (see the module docstring)."""
+        if self.socket is None:
+            raise RpcUnavailable(f"the client of {self.peer} is not running")
+        call_id = self._id_of(message)
+        if call_id in self._pending:
+            raise ValueError(f"call id {call_id!r} is already pending on this client")
+        call = self._pending[call_id] = _Call(collect)
+        try:
+            if not self.send(message):
+                raise RpcDropped(f"{self.peer} is not taking calls (its socket is full)")
+            with anyio.move_on_after(timeout_s):
+                await call.done.wait()
+        finally:
+            if self._pending.get(call_id) is call:
+                del self._pending[call_id]
+        if call.error is not None:
+            raise call.error
+        if not call.done.is_set():
+            raise TimeoutError(f"{self.peer} did not answer within {timeout_s:g} s")
+        return call.reply

@@ -1,0 +1,74 @@
+"""Turn an engine plugin, its config and the worker settings into running worker hosts.
+
+What every engine shares lives here once: check the config, find the model, open discovery, make
+one engine per hosted worker (with a host-side KV-event publisher for an engine that hands its
+events over), wrap each in a ``WorkerHost`` and run them until SIGINT or SIGTERM. What differs is
+the plugin's (``dyn.core.engine.EnginePlugin``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dyn.core.engine import EnginePlugin
+from dyn.core.errors import ConfigError
+from dyn.core.worker.host import WorkerHost
+from dyn.core.worker.settings import WorkerSettings
+
+
+def build_hosts(plugin: EnginePlugin, config: Any, settings: WorkerSettings, *,
+                model_path: str | None = None, model_name: str | None = None,
+                extra_args: Sequence[str] = (), num_workers: int = 1) -> list[WorkerHost]:
+    """``num_workers`` ready-to-run hosts, each around one new ``plugin`` engine.
+
+    Raises ``ConfigError`` with a sentence for what can be checked before the engine starts: a
+    missing required model, a bad config or extra flag, a model that cannot be read, a bad
+    discovery setting. The engine's own checks raise ``EngineStartError`` when the host runs.
+    """
+    from dyn.core.transport.event_plane import KvEventPublisher
+
+    if num_workers < 1:
+        raise ConfigError("--num-workers must be at least 1")
+    try:
+        config = prepare(plugin, config, extra_args)
+        model = load_model(plugin, model_path, model_name)
+        store = settings.discovery.open()
+        publishers = [None if plugin.publishes_kv_events else KvEventPublisher(settings.host)
+                      for _ in range(num_workers)]
+        engines = plugin.create(config, model, settings, [p.publish if p else None for p in publishers])
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return [WorkerHost(engine, engine_name=plugin.name, model_name=model.name, store=store,
+                       settings=settings, kv_publisher=publisher)
+            for engine, publisher in zip(engines, publishers, strict=True)]
+
+
+def prepare(plugin: EnginePlugin, config: Any, extra_args: Sequence[str] = ()) -> Any:
+    """The config the engine runs with: the plugin's ``prepare``, else ``config.validate()``."""
+    if plugin.prepare is not None:
+        return plugin.prepare(config, extra_args)
+    check = getattr(config, "validate", None)
+    if check is not None:
+        check()
+    return config
+
+
+def load_model(plugin: EnginePlugin, model_path: str | None, model_name: str | None) -> Any:
+    """The plugin's model for ``model_path`` (default: ``load_model_info``, dyn-tiny when None)."""
+    if plugin.load_model is not None:
+        return plugin.load_model(model_path, model_name)
+    from dyn.core.model import load_model_info
+
+    return load_model_info(model_path, model_name)
+
+
+def serve(plugin: EnginePlugin, config: Any, settings: WorkerSettings, **kwargs: Any) -> None:
+    """Run ``build_hosts(plugin, config, settings, **kwargs)`` until SIGINT or SIGTERM."""
+    import anyio
+
+    from dyn.core.worker.runner import run_hosts
+
+    anyio.run(run_hosts, build_hosts(plugin, config, settings, **kwargs))
