@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from dyn.core.kv.events import KvEvent
-from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
+from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, PriorityOrder, TokenChunk
 
 if TYPE_CHECKING:
     from dyn.core.config import Flag
@@ -59,7 +59,7 @@ class EngineInfo(msgspec.Struct, kw_only=True):
     """Set when the engine publishes KV events itself; the host then advertises it."""
     kv_replay_endpoint: str | None = None
     kv_events_topic: str = "kv-events"
-    priority_order: str = "lower_first"
+    priority_order: PriorityOrder = "lower_first"
     """``lower_first`` or ``higher_first``: how ``GenerateRequest.priority`` orders requests."""
     features: list[str] = []
     """Optional calls this engine serves (``FEATURE_*``); the host answers the others with an
@@ -70,7 +70,6 @@ FEATURE_STREAMING_SESSIONS = "streaming_sessions"
 FEATURE_PIN_PREFIX = "pin_prefix"
 FEATURE_TOOL_HINTS = "tool_hints"
 """The engine acts on ``GenerateRequest.tools`` (the mocker's ``--tool-call-rate``)."""
-PRIORITY_ORDERS = ("lower_first", "higher_first")
 
 
 @runtime_checkable
@@ -163,14 +162,3 @@ def available_engines() -> dict[str, EntryPoint]:
     """Registered engine plugins by name (entry point group ``dyn.engines``)."""
     return {ep.name: ep for ep in entry_points(group=ENGINE_ENTRY_POINT_GROUP)}
 
-
-def load_engine_plugin(name: str) -> EnginePlugin:
-    """Import and return the plugin registered under ``name``.
-
-    Raises ``LookupError`` naming the engines that are installed when ``name`` is not one of them.
-    """
-    engines = available_engines()
-    if name not in engines:
-        known = ", ".join(sorted(engines)) or "none"
-        raise LookupError(f"no engine named {name!r} is installed (installed: {known})")
-    return engines[name].load()

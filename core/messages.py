@@ -28,6 +28,8 @@ end with a default so older peers still decode newer messages.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 # --------------------------------------------------------------------------- request plane
@@ -172,17 +174,20 @@ class Usage(msgspec.Struct, array_like=True, gc=False):
     cached_tokens: int = 0
 
 
-FINISH_REASONS = ("stop", "length", "cancelled", "error")
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+PriorityOrder = Literal["lower_first", "higher_first"]
+"""Which engine priority values are served first (``WorkerRecord.priority_order``)."""
 
 
 class Finish(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """The last message of a request. ``reason`` is one of ``FINISH_REASONS``.
+    """The last message of a request and why it ended (a reason outside ``FinishReason`` is a
+    malformed message).
 
     ``stop_token_id`` is the EOS or stop token that ended it (not part of the output), if any.
     """
 
     request_id: str
-    reason: str
+    reason: FinishReason
     usage: Usage
     timing: EngineTiming = EngineTiming()
     stop_token_id: int | None = None
@@ -210,6 +215,8 @@ class SessionControlRequest(msgspec.Struct, array_like=True, omit_defaults=True,
 
     request_id: str
     action: str
+    """Kept a plain string: a worker answers an unknown action with an error naming the request,
+    which a decoding failure could not do."""
     session_id: str
     timeout_s: float = 0.0
 
@@ -331,13 +338,16 @@ class RouteRefused(msgspec.Struct, array_like=True, gc=False):
     message: str
 
 
+RouteEvent = Literal["started", "first_token", "progress", "finished"]
+
+
 class RouteProgress(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """A routed stream's progress: ``event`` is started (sent to its worker), first_token,
     progress (``output_tokens`` so far) or finished (the booking is freed; a query of the
     client still waiting for its answer is withdrawn, its whole group with it)."""
 
     request_id: str
-    event: str
+    event: RouteEvent
     output_tokens: int = 0
 
 
@@ -476,7 +486,7 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     pid: int | None = None
     started_at: float = 0.0
     version: str = ""
-    priority_order: str = "lower_first"
+    priority_order: PriorityOrder = "lower_first"
     """How the engine reads ``GenerateRequest.priority``: ``lower_first`` (vLLM; SGLang with
     ``--schedule-low-priority-values-first``) or ``higher_first`` (SGLang's default)."""
     features: list[str] = []

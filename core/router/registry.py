@@ -11,16 +11,11 @@ Routers are services (``dyn.core.discovery.services``) of kind ``routers``:
 
 from __future__ import annotations
 
-from dyn.core.discovery.services import service_namespace, service_record, service_store
+from dyn.core.discovery.services import service_record, service_store
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.messages import WorkerRecord
 
 ROUTER_ENGINE = "dyn-router"
-
-
-def routers_namespace(namespace: str) -> str:
-    """The namespace routers of ``namespace`` register in."""
-    return service_namespace(namespace, "routers")
 
 
 def routers_store(store: DiscoveryStore) -> DiscoveryStore:

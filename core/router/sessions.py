@@ -61,12 +61,6 @@ class SessionAffinity:
         """Remove the binding and return it (``None`` if there was none or it had expired)."""
         return self.peek(session_id) and self._bindings.pop(session_id)
 
-    def unbind_worker(self, instance_id: int) -> list[tuple[str, Binding]]:
-        """Remove every binding to a worker (it left); returns them."""
-        gone = [(sid, b) for sid, b in self._bindings.items() if b.instance_id == instance_id]
-        for sid, _ in gone:
-            del self._bindings[sid]
-        return gone
 
     def expire(self) -> list[tuple[str, Binding]]:
         """Remove and return every binding past its TTL, with those dropped by lookups since."""

@@ -38,12 +38,6 @@ class Tool:
     name: str
     parameters: Mapping[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_openai(cls, tool: Mapping[str, Any]) -> "Tool":
-        """From an OpenAI ``tools`` entry (``{"type": "function", "function": {...}}``)."""
-        function = tool.get("function") or {}
-        return cls(str(function.get("name", "")), function.get("parameters") or {})
-
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
