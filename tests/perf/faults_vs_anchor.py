@@ -33,6 +33,7 @@ is a row with ``error``), then a table of medians over rounds (min-max in bracke
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import json
@@ -71,7 +72,7 @@ def kill_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-class Stack:
+class Stack(abc.ABC):
     """Processes of one system, each in its own session (so a fault or clean-up reaches the whole
     process group), logging to files in a private directory that ``close()`` removes."""
 
@@ -99,11 +100,13 @@ class Stack:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}"
                          for p in sorted(self.root.glob("*.log")))
 
+    @abc.abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Start the stack's processes and wait until it serves."""
 
+    @abc.abstractmethod
     def routable_workers(self) -> int:
-        raise NotImplementedError
+        """How many workers the frontend routes to now."""
 
     def wait_ready(self, timeout: float = 120) -> None:
         """Until the frontend lists the model, routes to all 3 workers and answers a chat request."""
