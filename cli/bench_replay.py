@@ -17,6 +17,7 @@ from dyn.cli import options
 from dyn.cli.mocker_flags import mocker_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
+from dyn.core.router.modes import modes_help
 
 if TYPE_CHECKING:
     from dyn.core.router.config import KvRouterConfig
@@ -38,8 +39,7 @@ def replay(
     num_workers: int = flag(1, "--num-workers", min=1, panel=options.WORKER_PANEL,
                             help="Simulated mocker workers, each with its own scheduler and KV cache."),
     router_mode: str = flag("kv", "--router-mode", panel=ROUTER_PANEL,
-                            help="How to pick a worker: kv (KV-cache and load aware, tuned with the "
-                                 "KV router flags), round-robin or random."),
+                            help=modes_help(offline=True)),
     speedup: float = flag(1.0, "--speedup", min=0.0, panel=REPLAY_PANEL,
                           help="Divide the trace's arrival times and delays by this."),
     trace_block_size: int = flag(None, "--trace-block-size", min=1, panel=REPLAY_PANEL,

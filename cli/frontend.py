@@ -10,6 +10,7 @@ from dyn.cli import options
 from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
+from dyn.core.router.modes import modes_help
 from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.limits import RequestLimits
 
@@ -96,9 +97,7 @@ def frontend(
     allow_credentials: bool = flag(False, "--allow-credentials", panel=HTTP_PANEL,
                                    help="CORS: allow credentials."),
     router_mode: str = flag("round-robin", "--router-mode", panel=ROUTER_PANEL,
-                            help="How to pick a worker: kv (KV-cache and load aware), round-robin, "
-                                 "random, or direct (the request names its worker with "
-                                 "nvext.backend_instance_id or the x-worker-instance-id header)."),
+                            help=modes_help()),
     router_address: str = flag(None, "--router-address", panel=ROUTER_PANEL,
                                help="With --router-mode kv: ask the dyn router at this ZMQ address "
                                     "instead of routing in this process."),

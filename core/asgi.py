@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+JSON = (b"content-type", b"application/json")
 
 
 class Disconnected(Exception):
@@ -33,6 +35,13 @@ async def read_body(receive: Any, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def respond(send: Any, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """Send a whole response: ``headers``, its content-length, then ``body``."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def lifespan(receive: Any, send: Any) -> None:

@@ -2,9 +2,9 @@
 
 ``replay(rows, settings)`` plays a trace (``dyn.core.bench.trace``) through ``num_workers``
 engines of ``settings.simulator`` (a ``dyn.core.simulator.Simulator``: the mocker's is
-``dyn.plugins.mocker.simulator.MockerSimulator``) and the router of ``router_mode`` (``kv``: a
-``KvRouter`` with the given ``KvRouterConfig``; ``round-robin``, ``random``: the frontend's simple
-routers), with no sockets and no sleeping, and returns one ``RequestRecord`` per request plus what
+``dyn.plugins.mocker.simulator.MockerSimulator``) and the router of ``router_mode`` (any mode of
+``dyn.core.router.modes`` that is ``offline``; ``kv`` is tuned by the given ``KvRouterConfig``),
+with no sockets and no sleeping, and returns one ``RequestRecord`` per request plus what
 the simulation cost. This module drives; the simulator only says what each pass did.
 
 Design: a discrete-event simulation on one heap of ``(time, seq, action)``; virtual time jumps
@@ -29,8 +29,9 @@ simulated engines').
   (``first_token``, ``progress``, ``finished``: the frontend's order), then the worker's next
   pass starts at once if it has work.
 
-The routers are built directly, not through ``build_router``: the simulation must hand them its
-clock and a seeded RNG. ``KvRouter.run`` is not started: its ingestion is replaced by the direct
+The router is built from its mode with the simulation's clock, a seeded RNG and the direct
+ingestion below, not through ``build_router`` (which adds only what live routers need).
+``KvRouter.run`` is not started: its ingestion is replaced by the direct
 application above, and its once-a-second queue recheck only matters with a prefill load model
 that decays over time, which dyn does not build; hooks drain the queue as they do live. Should
 the heap empty while requests are unfinished, they are recorded as ``stalled``.
@@ -70,11 +71,11 @@ from dyn.core.kv.membership import Member, Membership
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.metrics import RouterMetrics
-from dyn.core.router.policy import RandomRouter, RoundRobinRouter, Route, Router, RouteRequest, RoutingError
+from dyn.core.router.modes import RouterContext, mode_names, router_mode
+from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError
 from dyn.core.router.pool import Worker
 from dyn.core.simulator import SimEngine, SimPass, Simulator
 
-REPLAY_ROUTER_MODES = ("kv", "round-robin", "random")
 UNLIMITED_CONTEXT = 1 << 40
 MODEL_NAME = "replay"
 GC_THRESHOLD = 200_000
@@ -101,9 +102,13 @@ class ReplaySettings:
         """Return self, or raise ``ConfigError`` with a sentence saying what to fix."""
         if self.num_workers < 1:
             raise ConfigError("--num-workers must be at least 1")
-        if self.router_mode not in REPLAY_ROUTER_MODES:
+        try:
+            offline = router_mode(self.router_mode).offline
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not offline:
             raise ConfigError(f"offline replay routes with --router-mode "
-                              f"{', '.join(REPLAY_ROUTER_MODES)}, not {self.router_mode!r}")
+                              f"{', '.join(mode_names(offline=True))}, not {self.router_mode!r}")
         if not self.speedup > 0:
             raise ConfigError("--speedup must be positive")
         if self.trace_block_size < 1:
@@ -351,13 +356,6 @@ class _Simulation:
 
     def _router(self, pool: _Pool) -> Router:
         s = self.settings
-        rng = random.Random(s.seed)
-        if s.router_mode == "round-robin":
-            return RoundRobinRouter(pool)  # type: ignore[arg-type]
-        if s.router_mode == "random":
-            return RandomRouter(pool, rng)  # type: ignore[arg-type]
-        from dyn.core.router.kv import KvRouter
-
         registry = CollectorRegistry()
         event_metrics = KvEventMetrics(registry)
 
@@ -365,8 +363,10 @@ class _Simulation:
             self.ingest = _DirectIngest(indexer, event_metrics)
             return self.ingest
 
-        return KvRouter(pool, s.router, RouterMetrics(registry, MODEL_NAME),  # type: ignore[arg-type]
-                        ingest=ingest, rng=rng, clock=self.clock)
+        context = RouterContext(pool=pool, config=s.router,  # type: ignore[arg-type]
+                                metrics=RouterMetrics(registry, MODEL_NAME), ingest=ingest,
+                                rng=random.Random(s.seed), clock=self.clock)
+        return router_mode(s.router_mode).build(context)
 
     # ------------------------------------------------------------------ the event loop
 

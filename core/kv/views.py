@@ -45,6 +45,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
+from dyn.core import asgi
 from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
@@ -376,7 +377,4 @@ def error_body(message: str) -> bytes:
 async def respond(send: Any, status: int, body: bytes, content_type: bytes,
                   headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     """Send a whole response."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type),
-                            (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
+    await asgi.respond(send, status, body, [(b"content-type", content_type), *headers])

@@ -132,9 +132,6 @@ class AgentRouter(Router):
                 await anyio.sleep(REAP_INTERVAL_S)
                 self._reap()
 
-    def select(self, request: RouteRequest, workers: Any) -> Worker:
-        raise AssertionError("unreachable: AgentRouter overrides route()")
-
     # ----------------------------------------------------------------- routing
 
     async def route(self, request: RouteRequest) -> Route:

@@ -1,4 +1,6 @@
-"""Build the router a frontend (or ``dyn router``) asks for by mode and config.
+"""Build the router a frontend (or ``dyn router``) asks for by mode (``dyn.core.router.modes``)
+and config, with what only a live router has: KV-event ingestion from the workers' sockets, a
+remote ``dyn router`` or ``dyn indexer``, replica sync.
 
 The router metrics are registered on ``registry`` in every mode (Dynamo registers them eagerly,
 so dashboards see zeros rather than gaps outside ``kv``). In ``kv`` mode the router is a
@@ -19,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.metrics import RouterMetrics
-from dyn.core.router.policy import ROUTER_MODES, Router, make_router
+from dyn.core.router.modes import RouterContext, router_mode
+from dyn.core.router.policy import Router
 from dyn.core.router.pool import WorkerPool
 
 log = logging.getLogger("dyn.router")
@@ -30,18 +33,16 @@ def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: 
                  *, namespace: str = "default", router_address: str | None = None,
                  router_id: str = "0", host: str = "127.0.0.1",
                  serve_endpoint: str | None = None) -> Router:
-    """The router for ``mode`` over ``pool``; ``ValueError`` (``ConfigError``) names what to fix.
+    """The router of ``mode`` (``dyn.core.router.modes``) over ``pool``; ``ValueError``
+    (``ConfigError``) names what to fix.
 
     ``kv`` embeds a ``KvRouter`` unless ``router_address`` names a ``dyn router`` to ask instead.
     """
-    if mode not in ROUTER_MODES:
-        raise ValueError(f"unknown router mode {mode!r}: choose one of {', '.join(ROUTER_MODES)}")
+    spec = router_mode(mode)
     metrics = RouterMetrics(registry, namespace, router_id)
-    if mode != "kv":
-        if router_address is not None:
-            raise ValueError("--router-address needs --router-mode kv")
-        return make_router(mode, pool)
     if router_address is not None:
+        if mode != "kv":
+            raise ValueError("--router-address needs --router-mode kv")
         if config.replica_sync:
             raise ValueError("--router-replica-sync syncs routers that route in their own "
                              "process; with --router-address the dyn router routes: pass "
@@ -49,15 +50,19 @@ def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: 
         from dyn.core.router.remote import RemoteRouter
 
         return RemoteRouter(pool, router_address)
+
     from dyn.core.kv.ingest import KvEventIngestor, KvEventMetrics
-    from dyn.core.router.kv import KvRouter
 
-    event_metrics = KvEventMetrics(registry)
+    event_metrics = functools.cache(lambda: KvEventMetrics(registry))
+    if mode == "kv":
+        event_metrics()  # registered eagerly, as the router metrics are
 
-    def ingest(indexer):
-        return KvEventIngestor(indexer, event_metrics, event_threads=config.event_threads)
+    def ingest(indexer: Any) -> KvEventIngestor:
+        return KvEventIngestor(indexer, event_metrics(), event_threads=config.event_threads)
 
-    router = KvRouter(pool, config, metrics, ingest=ingest)
+    router = spec.build(RouterContext(pool=pool, config=config, metrics=metrics, ingest=ingest))
+    if mode != "kv":
+        return router
     if config.use_remote_indexer and config.uses_indexer:
         router.companions.append(functools.partial(_remote_indexer, router, pool,
                                                    config.indexer_address))

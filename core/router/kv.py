@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -55,6 +55,8 @@ from dyn.core.router.policy import (
     RouteRequest,
     RoutingError,
     WorkerNotFoundError,
+    named_worker,
+    no_workers,
 )
 from dyn.core.router.pool import Worker, WorkerPool
 from dyn.core.router.queue import RouterQueue, all_busy, priority_jump
@@ -262,13 +264,9 @@ class KvRouter(Router):
             return []
         t0 = time.perf_counter()
         for target in {r.instance_id for r in requests if r.instance_id is not None}:
-            if self.pool.get(target) is None:
-                live = ", ".join(str(w.instance_id) for w in self.pool.workers()) or "none"
-                raise WorkerNotFoundError(
-                    f"worker instance {target} is not live (live instances: {live})")
+            named_worker(self.pool, target)
         if not self.pool.workers() or self.block_size is None:
-            raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
-                                 "start one with 'dyn worker mocker' or retry later")
+            raise no_workers(self.pool)
         prompts: dict[tuple[int, str | None], _Prompt] = {}
         members: list[tuple[RouteRequest, _Prompt]] = []
         for request in requests:
@@ -314,9 +312,6 @@ class KvRouter(Router):
             if target not in targets:
                 targets[target] = self._eligible(request)
         return targets
-
-    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
-        raise AssertionError("unreachable: KvRouter overrides route()")
 
     async def _overlaps(self, local: list[int], seq: list[int]) -> tuple[OverlapScores, OverlapScores]:
         """``(scores, predicted)``: matched blocks per rank, and of those the blocks only the
@@ -376,8 +371,7 @@ class KvRouter(Router):
             return keys
         keys = [k for w in self.pool.workers() for k in self._ranks.get(w.instance_id, ())]
         if not keys:
-            raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
-                                 "start one with 'dyn worker mocker' or retry later")
+            raise no_workers(self.pool)
         if not self._thresholds_set():
             return keys
         busy = {k for k in keys if self._rank_busy(k)}

@@ -1,12 +1,12 @@
-"""The routing interface and the simple policies: round-robin, random, direct.
+"""The routing interface: ``Router``, ``RouteRequest``, ``Route`` and the routing errors.
 
 The frontend asks a ``Router`` for a ``Route`` per engine request, or for the routes of all the
 engine requests of one client request at once (``route_all``: the ``n`` choices and batched prompts
 are admitted as one unit), and reports each request's progress on its route (``started``,
 ``first_token``, ``progress``, ``finished``), so a router that books load (the KV router) can keep
-its accounting; the simple policies book nothing. A request that names a worker
-(``RouteRequest.instance_id``: ``nvext.backend_instance_id`` or ``x-worker-instance-id``) goes to
-that worker in every mode; ``direct`` mode requires one.
+its accounting. A request that names a worker (``RouteRequest.instance_id``:
+``nvext.backend_instance_id`` or ``x-worker-instance-id``) goes to that worker in every mode;
+``direct`` mode requires one. The routers themselves: ``dyn.core.router.modes``.
 
 Failures are ``RoutingError`` subclasses; the HTTP layer maps them to statuses
 (``NoWorkersError`` -> 503 with Retry-After).
@@ -15,8 +15,6 @@ Failures are ``RoutingError`` subclasses; the HTTP layer maps them to statuses
 from __future__ import annotations
 
 import abc
-import random
-from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -25,8 +23,6 @@ import msgspec
 
 from dyn.core.protocol.openai import SessionControl
 from dyn.core.router.pool import Worker, WorkerPool
-
-ROUTER_MODES = ("round-robin", "random", "direct", "kv")
 
 
 class RoutingError(Exception):
@@ -118,7 +114,13 @@ class Route:
 
 
 class Router(abc.ABC):
-    """Chooses a worker from ``pool`` for each request."""
+    """Routes the engine requests over ``pool``: ``route`` is the contract every router meets.
+
+    A policy that picks one worker per request from the live workers and their load subclasses
+    ``dyn.core.router.simple.SimpleRouter`` and writes only ``choose``; a router with its own
+    admission (the KV router's queue, a remote ``dyn router``, the agent wrapper) implements
+    ``route`` itself. ``dyn.core.router.modes`` names every router a ``--router-mode`` builds.
+    """
 
     mode: str
 
@@ -129,20 +131,11 @@ class Router(abc.ABC):
         """Background work the router needs while it serves (none for the simple policies)."""
         task_status.started()
 
+    @abc.abstractmethod
     async def route(self, request: RouteRequest) -> Route:
-        """The route for ``request``; may wait (a queueing router); raises ``RoutingError``."""
-        if request.instance_id is not None:
-            worker = self.pool.get(request.instance_id)
-            if worker is None:
-                live = ", ".join(str(w.instance_id) for w in self.pool.workers()) or "none"
-                raise WorkerNotFoundError(
-                    f"worker instance {request.instance_id} is not live (live instances: {live})")
-            return Route(worker, request.dp_rank)
-        workers = self.pool.workers()
-        if not workers:
-            raise NoWorkersError(f"no worker is serving model {self.pool.model_name!r} yet; "
-                                 "start one with 'dyn worker mocker' or retry later")
-        return Route(self.select(request, workers), request.dp_rank)
+        """The route for ``request``; may wait (a queueing router); raises ``RoutingError``. A
+        request that names a worker (``instance_id``) goes to that worker or fails with
+        ``WorkerNotFoundError`` (see ``named_worker``)."""
 
     async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
         """The routes of ``requests``, in order: the engine requests of one client request (its
@@ -160,55 +153,17 @@ class Router(abc.ABC):
             raise
         return routes
 
-    @abc.abstractmethod
-    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
-        """Pick one of ``workers`` (never empty) for a request that names no worker."""
+
+def named_worker(pool: WorkerPool, instance_id: int) -> Worker:
+    """The live worker ``instance_id`` of ``pool``; ``WorkerNotFoundError`` lists the live ones."""
+    worker = pool.get(instance_id)
+    if worker is None:
+        live = ", ".join(str(w.instance_id) for w in pool.workers()) or "none"
+        raise WorkerNotFoundError(f"worker instance {instance_id} is not live (live instances: {live})")
+    return worker
 
 
-class RoundRobinRouter(Router):
-    mode = "round-robin"
-
-    def __init__(self, pool: WorkerPool) -> None:
-        super().__init__(pool)
-        self._next = 0
-
-    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
-        worker = workers[self._next % len(workers)]
-        self._next += 1
-        return worker
-
-
-class RandomRouter(Router):
-    mode = "random"
-
-    def __init__(self, pool: WorkerPool, rng: random.Random | None = None) -> None:
-        super().__init__(pool)
-        self._rng = rng or random.Random()
-
-    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
-        return workers[self._rng.randrange(len(workers))]
-
-
-class DirectRouter(Router):
-    """Only requests that name their worker; anything else is ``TargetRequiredError``."""
-
-    mode = "direct"
-
-    async def route(self, request: RouteRequest) -> Route:
-        if request.instance_id is None:
-            raise TargetRequiredError(
-                "router mode 'direct' needs a target worker: set nvext.backend_instance_id or the "
-                "x-worker-instance-id header")
-        return await super().route(request)
-
-    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
-        raise AssertionError("unreachable: direct routes only requests that name their worker")
-
-
-def make_router(mode: str, pool: WorkerPool) -> Router:
-    """The simple router for ``mode`` (round-robin, random or direct; ``kv`` is built by
-    ``dyn.core.router.build``); ``ValueError`` names the valid modes."""
-    routers = {cls.mode: cls for cls in (RoundRobinRouter, RandomRouter, DirectRouter)}
-    if mode not in routers:
-        raise ValueError(f"unknown router mode {mode!r}: choose one of {', '.join(ROUTER_MODES)}")
-    return routers[mode](pool)
+def no_workers(pool: WorkerPool) -> NoWorkersError:
+    """The error for a request that finds no live worker in ``pool``."""
+    return NoWorkersError(f"no worker is serving model {pool.model_name!r} yet; "
+                          "start one with 'dyn worker mocker' or retry later")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -326,9 +325,6 @@ class RemoteRouter(Router):
         raise NoWorkersError(f"the dyn router chose worker {instance_id}, which this frontend "
                              "has not discovered; check that both use the same namespace and "
                              "discovery directory")
-
-    def select(self, request: RouteRequest, workers: Sequence[Worker]) -> Worker:
-        raise AssertionError("unreachable: RemoteRouter overrides route()")
 
 
 def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:

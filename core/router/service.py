@@ -430,10 +430,7 @@ class RouterHttpApp:
             status, body, content_type = 404, error_body(
                 f"no route for {method} {path}; a dyn router serves GET /metrics and the KV index "
                 "views under /kv/ (/kv/workers, /kv/query, /kv/dump, ...)"), b"application/json"
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", content_type),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await respond(send, status, body, content_type)
 
 
 async def _serve(service: RouterService, settings: RouterSettings,

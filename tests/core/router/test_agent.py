@@ -89,9 +89,6 @@ class TurnRouter(Router):
         self.routes.append(route)
         return route
 
-    def select(self, request, workers):
-        raise AssertionError
-
 
 class Clock:
     def __init__(self) -> None:

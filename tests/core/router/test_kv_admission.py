@@ -17,15 +17,14 @@ from dyn.core.router.kv import KvRoute, KvRouter
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import (
     AllWorkersBusyError,
-    DirectRouter,
     NoWorkersError,
     QueueFullError,
-    RoundRobinRouter,
     RouteRequest,
     RoutingError,
     TargetRequiredError,
 )
 from dyn.core.router.pool import Worker
+from dyn.core.router.simple import DirectRouter, RoundRobinRouter
 
 pytestmark = pytest.mark.anyio
 

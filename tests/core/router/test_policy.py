@@ -1,4 +1,4 @@
-"""Routing policies over a pool fed by a real file discovery store."""
+"""Routing policies over a pool fed by a real file discovery store, built as a frontend builds them."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import pytest
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
+from prometheus_client import CollectorRegistry
+
+from dyn.core.router.build import build_router
+from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.policy import (
     NoWorkersError,
     RouteRequest,
     TargetRequiredError,
     WorkerNotFoundError,
-    make_router,
 )
 from dyn.core.router.pool import WorkerPool
 
@@ -29,6 +32,10 @@ def record(instance_id: int, model: str = "m", port: int | None = None) -> Worke
 
 def req(instance_id: int | None = None) -> RouteRequest:
     return RouteRequest(request_id="r", token_ids=[1, 2, 3], instance_id=instance_id)
+
+
+def make_router(mode: str, pool: WorkerPool):
+    return build_router(mode, pool, KvRouterConfig(), CollectorRegistry())
 
 
 async def wait_len(pool: WorkerPool, n: int) -> None:
@@ -92,5 +99,5 @@ async def test_expired_record_leaves_the_pool(tmp_path):
 
 
 def test_unknown_mode_names_the_valid_ones(tmp_path):
-    with pytest.raises(ValueError, match="round-robin, random, direct"):
+    with pytest.raises(ValueError, match="kv, round-robin, random, least-loaded, direct"):
         make_router("kv2", WorkerPool(FileDiscoveryStore(tmp_path, "t")))

@@ -1,0 +1,60 @@
+"""What every endpoint is: ``Endpoint``, the ``Call`` it answers, and ``ReadEndpoint``."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dyn.core.asgi import respond
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.app import FrontendApp
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class Call:
+    """One HTTP request being answered: its ASGI ``scope``, ``receive`` and ``send``, its request
+    ``headers`` (lower-case names), and ``extra``: the headers every response to it carries (CORS;
+    an endpoint adds its own, such as ``x-request-id``)."""
+
+    __slots__ = ("scope", "headers", "receive", "send", "extra")
+
+    def __init__(self, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any,
+                 extra: Headers) -> None:
+        self.scope = scope
+        self.headers = headers
+        self.receive = receive
+        self.send = send
+        self.extra = extra
+
+
+class Endpoint(abc.ABC):
+    """One path of the frontend. ``serve`` answers a request whose method is in ``methods``; it
+    raises ``ApiError`` for the app to answer as an OpenAI error body (with ``call.extra``), and
+    ``Disconnected`` when the client is gone."""
+
+    path: str
+    methods: tuple[str, ...]
+
+    @abc.abstractmethod
+    async def serve(self, app: FrontendApp, call: Call) -> None: ...
+
+
+Reply = tuple[int, bytes, bytes]
+"""A read endpoint's answer: status, body, content type."""
+
+
+class ReadEndpoint(Endpoint):
+    """A GET (and HEAD) endpoint whose body ``read(app)`` computes from the app's state."""
+
+    methods = ("GET", "HEAD")
+
+    def __init__(self, path: str, read: Callable[[FrontendApp], Reply]) -> None:
+        self.path = path
+        self.read = read
+
+    async def serve(self, app: FrontendApp, call: Call) -> None:
+        status, body, content_type = self.read(app)
+        await respond(call.send, status, body, call.extra + [(b"content-type", content_type)])

@@ -1,0 +1,203 @@
+"""``GenerateEndpoint``: the flow every generating endpoint shares, from body to last byte.
+
+- The body must be declared ``application/json`` (415 otherwise, any parameters allowed), and
+  the request is admitted under ``--max-inflight`` before its body is read (``FrontendApp.admit``).
+- The body (at most ``MAX_BODY_BYTES``) is decoded into the endpoint's request type (400s name
+  the field); ``x-request-id`` (the client's header, else the body's ``request_id``, else a fresh
+  one; a client's id must be 1 to 256 visible ASCII characters) is echoed on every response.
+- ``prepare(service, request, context)`` checks, renders, tokenizes and routes it into a
+  ``Generation``; a client that disconnects meanwhile (routing may wait in the router's queue)
+  takes its place in the queue with it. Then the generation streams as SSE or is collected into
+  one JSON body, and is cancelled if the client disconnects.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from dyn.core.asgi import JSON, BodyTooLarge, Disconnected, read_body, respond
+from dyn.core.frontend.endpoints.base import Call, Endpoint, Headers
+from dyn.core.frontend.service import Generation, OpenAIService, RequestContext
+from dyn.core.protocol.errors import ApiError, bad_request
+from dyn.core.protocol.openai import decode_request
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.app import FrontendApp
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
+"""A client's request id: visible ASCII, so it can be echoed as a header and logged as it is."""
+
+Prepare = Callable[[OpenAIService, Any, RequestContext], Awaitable[Generation]]
+
+
+class GenerateEndpoint(Endpoint):
+    """A POST endpoint whose JSON body of type ``request_type`` becomes a ``Generation`` through
+    ``prepare`` (see the module docstring)."""
+
+    methods = ("POST",)
+
+    def __init__(self, path: str, request_type: type, prepare: Prepare) -> None:
+        self.path = path
+        self.request_type = request_type
+        self.prepare = prepare
+        self.label = path.removeprefix("/v1/").replace("/", "_")
+        """The ``endpoint`` label of this endpoint's request metrics."""
+
+    async def serve(self, app: FrontendApp, call: Call) -> None:
+        require_json(call.headers)
+        with app.admit():
+            await self._generate(app, call)
+
+    async def _generate(self, app: FrontendApp, call: Call) -> None:
+        try:
+            body = await read_body(call.receive, MAX_BODY_BYTES)
+        except BodyTooLarge as exc:
+            raise ApiError(413, str(exc)) from None
+        req = decode_request(body, self.request_type)
+        headers = call.headers
+        rid = _request_id(headers.get(b"x-request-id"), req.request_id)
+        ctx = RequestContext(rid, worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
+                             prefill_instance_id=_int_header(headers, b"x-prefill-instance-id"),
+                             dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"))
+        extra = call.extra + [(b"x-request-id", rid.encode())]
+        service = app.service
+        prepared: list[Generation] = []
+
+        async def prepare() -> None:
+            prepared.append(await self.prepare(service, req, ctx))
+
+        try:
+            if not await until_disconnect(service, prepare(), call.receive):
+                for gen in prepared:
+                    gen.release()
+                return
+        except ApiError as exc:
+            service.metrics.requests.labels(service.model_name, self.label,
+                                            "stream" if req.stream else "unary", "error").inc()
+            raise _with_headers(exc, extra) from None
+        gen = prepared[0]
+        active = service.metrics.active.labels(service.model_name)
+        active.inc()
+        try:
+            if req.stream:
+                await _stream(service, gen, call, extra)
+            else:
+                await _unary(service, gen, call, extra)
+        finally:
+            active.dec()
+            gen.release()
+
+
+async def _stream(service: OpenAIService, gen: Generation, call: Call, extra: Headers) -> None:
+    send = call.send
+    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + extra})
+
+    async def emit(data: bytes) -> None:
+        try:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        except OSError:
+            raise Disconnected() from None
+
+    if not await until_disconnect(service, gen.stream(emit), call.receive):
+        return
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _unary(service: OpenAIService, gen: Generation, call: Call, extra: Headers) -> None:
+    result: list[bytes] = []
+
+    async def collect() -> None:
+        result.append(await gen.collect())
+
+    if await until_disconnect(service, collect(), call.receive):
+        await respond(call.send, 200, result[0], extra + [JSON])
+
+
+async def until_disconnect(service: OpenAIService, work: Coroutine[Any, Any, None], receive: Any) -> bool:
+    """Run ``work`` unless the client disconnects first (then cancel it, count it in the
+    service's disconnect metric); True if it ran to the end."""
+    disconnected = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal disconnected
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected = True
+                scope.cancel()
+                return
+
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        try:
+            await work
+        except Disconnected:
+            disconnected = True
+        except Exception as exc:  # re-raised below, unwrapped from the task group's group
+            error = exc
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    if disconnected:
+        service.metrics.disconnects.labels(service.model_name).inc()
+        log.info("client disconnected; its engine requests were cancelled")
+    return not disconnected
+
+
+def require_json(headers: dict[bytes, bytes]) -> None:
+    """415 unless the body is declared ``application/json`` (any parameters, any case), as
+    Dynamo's frontend requires: a page in a browser cannot send that cross-origin without a CORS
+    preflight, so it cannot make the server generate unasked."""
+    value = headers.get(b"content-type")
+    media = value.split(b";", 1)[0].strip().lower() if value else b""
+    if media == b"application/json":
+        return
+    got = f"Content-Type {value.decode('latin-1')[:100]!r}" if value else "no Content-Type"
+    hint = (" (curl -d sends form data unless told -H 'Content-Type: application/json')"
+            if media == b"application/x-www-form-urlencoded" else "")
+    raise ApiError(415, f"the request body must be JSON; got {got}{hint}: send "
+                        "Content-Type: application/json", code="unsupported_media_type")
+
+
+def _request_id(header: bytes | None, body_id: str | None) -> str:
+    """The request's id: the ``x-request-id`` header, else the body's ``request_id``, else a fresh
+    one; a client's id that is not 1 to 256 visible ASCII characters is a 400."""
+    for value, where in ((header.decode("latin-1") if header else None, "x-request-id"),
+                         (body_id, "request_id")):
+        if value is None:
+            continue
+        if not _REQUEST_ID.fullmatch(value):
+            raise bad_request(f"{where} must be 1 to 256 visible ASCII characters (letters, digits, "
+                              f"punctuation; no spaces or control characters), got {value[:80]!r}",
+                              param=where)
+        return value
+    return uuid.uuid4().hex
+
+
+def _int_header(headers: dict[bytes, bytes], *names: bytes) -> int | None:
+    """An integer routing header; unparsable values are ignored (as Dynamo does)."""
+    for name in names:
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _with_headers(exc: ApiError, extra: Headers) -> ApiError:
+    exc.headers = {**exc.headers, **{k.decode(): v.decode("latin-1") for k, v in extra}}
+    return exc

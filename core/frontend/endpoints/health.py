@@ -1,0 +1,29 @@
+"""``GET /health`` (200 with the live worker instances, 503 with none) and ``GET /live`` (200
+while the process serves). Both stay open with ``--api-key`` (``dyn.core.api_key``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from dyn.core.frontend.endpoints.base import ReadEndpoint, Reply
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.app import FrontendApp
+
+
+def _health(app: FrontendApp) -> Reply:
+    service = app.service
+    instances = [w.instance_id for w in service.router.pool.workers()]
+    body = orjson.dumps({"status": "healthy" if instances else "unhealthy", "instances": instances,
+                         "model": service.model_name, "router_mode": service.router.mode})
+    return (200 if instances else 503), body, b"application/json"
+
+
+def _live(app: FrontendApp) -> Reply:
+    return 200, b'{"status":"live"}', b"application/json"
+
+
+HEALTH = ReadEndpoint("/health", _health)
+LIVE = ReadEndpoint("/live", _live)

@@ -1,0 +1,160 @@
+"""The router-mode registry (``dyn.core.router.modes``), the simple policies' load view, and a
+mode a package outside dyn registers under the ``dyn.router_modes`` entry points.
+
+The third-party package is written to a temporary directory with a ``.dist-info`` (what ``pip
+install`` leaves; entry-point format: the PyPA entry points specification), so
+``importlib.metadata`` finds it like any installed distribution.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dyn.core.bench.report import read_result
+from dyn.core.discovery.file_store import FileDiscoveryStore
+from dyn.core.messages import WorkerEndpoints, WorkerRecord
+from dyn.core.router import modes
+from dyn.core.router.build import build_router
+from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.policy import RouteRequest
+from dyn.core.router.pool import Worker, WorkerPool
+from dyn.core.router.simple import LeastLoadedRouter
+
+pytestmark = pytest.mark.anyio
+
+MODE_SOURCE = '''
+"""A routing policy dyn knows nothing about: always the live worker with the highest id."""
+from dyn.core.router.modes import RouterMode
+from dyn.core.router.simple import SimpleRouter
+
+
+class HighestRouter(SimpleRouter):
+    mode = "highest"
+
+    def choose(self, request, view):
+        return max(view.workers, key=lambda w: w.instance_id)
+
+
+MODE = RouterMode(name="highest", summary="the highest instance id", build=lambda ctx: HighestRouter(ctx.pool))
+NOT_A_MODE = 42
+'''
+
+
+class FixedPool:
+    """A pool whose membership the test sets: what a ``SimpleRouter`` reads of a ``WorkerPool``."""
+
+    model_name = "m"
+
+    def __init__(self, *ids: int) -> None:
+        self.members = {i: Worker(WorkerRecord(
+            instance_id=i, namespace="t", model_name="m", engine="mocker",
+            endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + i}"), block_size=16,
+            total_kv_blocks=64, max_num_batched_tokens=256), client=None) for i in ids}
+
+    def workers(self) -> list[Worker]:
+        return [self.members[i] for i in sorted(self.members)]
+
+    def get(self, instance_id: int) -> Worker | None:
+        return self.members.get(instance_id)
+
+
+def req(instance_id: int | None = None) -> RouteRequest:
+    return RouteRequest(request_id="r", token_ids=[1, 2, 3], instance_id=instance_id)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch) -> Path:
+    """The ``highest_mode`` package installed in a directory on ``sys.path`` (and PYTHONPATH)."""
+    root = tmp_path / "site"
+    dist = root / "highest_mode-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (root / "highest_mode.py").write_text(textwrap.dedent(MODE_SOURCE))
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: highest-mode\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[dyn.router_modes]\nhighest = highest_mode:MODE\nbroken = highest_mode:NOT_A_MODE\n"
+        "kv = highest_mode:MODE\n")
+    monkeypatch.syspath_prepend(str(root))
+    modes._registered.cache_clear()
+    modes.router_mode.cache_clear()
+    yield root
+    modes._registered.cache_clear()
+    modes.router_mode.cache_clear()
+
+
+async def test_least_loaded_takes_the_idlest_worker_and_frees_on_finish():
+    pool = FixedPool(1, 2, 3)
+    router = LeastLoadedRouter(pool)
+    first = [await router.route(req()) for _ in range(3)]
+    assert [r.worker.instance_id for r in first] == [1, 2, 3]  # an idle pool is used in turn
+    extra = await router.route(req(2))  # a named worker is counted too
+    first[0].finished()
+    first[0].finished()  # once only
+    assert (await router.route(req())).worker.instance_id == 1
+    first[2].finished()
+    assert (await router.route(req())).worker.instance_id == 3
+    extra.finished()
+    first[1].finished()
+    assert (await router.route(req())).worker.instance_id == 2
+
+
+async def test_a_departed_worker_leaves_no_count_behind():
+    pool = FixedPool(1, 2)
+    router = LeastLoadedRouter(pool)
+    route = await router.route(req(2))
+    del pool.members[2]
+    route.finished()
+    assert router._active == {}
+
+
+def test_every_builtin_mode_builds_and_is_in_the_help(tmp_path):
+    pool = WorkerPool(FileDiscoveryStore(tmp_path, "t"), "m")
+    for name in modes.mode_names():
+        router = build_router(name, pool, KvRouterConfig(), CollectorRegistry())
+        assert router.mode == name
+        assert f"{name} (" in modes.modes_help()
+    assert "direct" not in modes.mode_names(offline=True)
+    assert "direct (" not in modes.modes_help(offline=True)
+
+
+async def test_a_registered_mode_routes_and_a_bad_one_says_why(site):
+    assert modes.mode_names()[-2:] == ["highest", "broken"]  # a built-in name is not overridden
+    assert modes.router_mode("kv") is modes.BUILTIN_MODES["kv"]
+    router = build_router("highest", FixedPool(1, 5, 3), KvRouterConfig(), CollectorRegistry())  # type: ignore[arg-type]
+    assert (await router.route(req())).worker.instance_id == 5
+    assert (await router.route(req(1))).worker.instance_id == 1
+    with pytest.raises(ValueError, match="highest_mode:NOT_A_MODE is a int, not a"):
+        modes.router_mode("broken")
+    with pytest.raises(ValueError, match="choose one of kv, .*, direct, highest, broken"):
+        modes.router_mode("nope")
+
+
+def test_offline_replay_routes_with_a_registered_mode(site, tmp_path):
+    rows = [{"timestamp": t, "input_length": 64, "output_length": 2, "hash_ids": [t]} for t in range(4)]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b"\n".join(orjson.dumps(r) for r in rows) + b"\n")
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "dyn.cli", "bench", "replay", "--offline", str(trace),
+                           "--num-workers", "3", "--router-mode", "highest", "-o", str(out)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    saved = read_result(out)
+    assert saved.config["router_mode"] == "highest"
+    assert {r.worker for r in saved.requests} == {"2"}  # replay workers are 0..N-1
+
+
+async def test_direct_mode_refuses_an_untargeted_request_even_with_no_workers():
+    router = build_router("direct", FixedPool(), KvRouterConfig(), CollectorRegistry())  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="needs a target worker"):
+        await router.route(req())
+    with anyio.fail_after(1), pytest.raises(Exception, match="live instances: none"):
+        await router.route(req(4))
