@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import TypeGuard
 
 OPEN_PATHS = frozenset({"/live", "/health"})
 """Paths answered without the key: liveness and readiness probes."""
@@ -46,8 +47,9 @@ class ApiKey:
         return "ApiKey(<hidden>)"
 
 
-def needs_key(key: ApiKey | None, path: str) -> bool:
-    """Whether a request for ``path`` must carry ``key`` (never without a key, never for a probe)."""
+def needs_key(key: ApiKey | None, path: str) -> TypeGuard[ApiKey]:
+    """Whether a request for ``path`` must carry ``key`` (never without a key, never for a probe);
+    True also tells the type checker that ``key`` is not None."""
     return key is not None and path not in OPEN_PATHS
 
 

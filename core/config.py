@@ -154,13 +154,15 @@ def _fields(config_type: type) -> Iterator[tuple[str, Any]]:
                 default = ... if info.default_factory is msgspec.NODEFAULT else info.default_factory()
             yield info.name, default
         return
-    for info in dataclasses.fields(config_type):
-        if info.default is not dataclasses.MISSING:
-            yield info.name, info.default
-        elif info.default_factory is not dataclasses.MISSING:
-            yield info.name, info.default_factory()
+    if not dataclasses.is_dataclass(config_type):
+        raise TypeError(f"{config_type!r} is neither a msgspec Struct nor a dataclass")
+    for field in dataclasses.fields(config_type):
+        if field.default is not dataclasses.MISSING:
+            yield field.name, field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            yield field.name, field.default_factory()
         else:
-            yield info.name, ...
+            yield field.name, ...
 
 
 ENGINE_PANEL = "Engine"

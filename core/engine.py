@@ -14,7 +14,7 @@ directly, so ``dyn --help`` and the mocker never load vllm or sglang.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -84,7 +84,7 @@ class Engine(Protocol):
         ``info`` before that (the host registers it). Cancellation stops it and releases its
         resources. Raises ``EngineStartError`` when it cannot start."""
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+    def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenChunk | Finish, None]:
         """Stream output for one request: ``TokenChunk``s then one ``Finish``.
 
         Closing the iterator early aborts the request in the engine.
@@ -99,15 +99,26 @@ class Engine(Protocol):
     def load_metrics(self) -> list[LoadMetrics]:
         """One snapshot per data-parallel rank (``instance_id`` left 0; the host fills it)."""
 
-    # Optional calls, offered when named in ``info.features``:
-    #
-    # async def open_session(self, session_id: str, timeout_s: float) -> bool
-    #     Open a streaming session idle-closed after ``timeout_s``; False if it was already
-    #     open (its timeout is then updated). Raises ``EngineError`` when it cannot.
-    # async def close_session(self, session_id: str) -> bool
-    #     Close it and free its KV; False if it was not open.
-    # async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int
-    #     Pin the cached blocks of the prompt's prefix for ``ttl_s`` seconds; returns how many.
+    # Optional calls, offered when named in ``info.features``: ``StreamingSessions``
+    # (FEATURE_STREAMING_SESSIONS) and ``PrefixPinning`` (FEATURE_PIN_PREFIX).
+
+
+class StreamingSessions(Protocol):
+    """The calls of an engine that lists ``FEATURE_STREAMING_SESSIONS`` in ``info.features``."""
+
+    async def open_session(self, session_id: str, timeout_s: float) -> bool:
+        """Open a streaming session idle-closed after ``timeout_s``; False if it was already
+        open (its timeout is then updated). Raises ``EngineError`` when it cannot."""
+
+    async def close_session(self, session_id: str) -> bool:
+        """Close it and free its KV; False if it was not open."""
+
+
+class PrefixPinning(Protocol):
+    """The call of an engine that lists ``FEATURE_PIN_PREFIX`` in ``info.features``."""
+
+    async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:
+        """Pin the cached blocks of the prompt's prefix for ``ttl_s`` seconds; returns how many."""
 
 
 @dataclass(frozen=True)

@@ -584,10 +584,9 @@ def run_stack(config: ServeConfig, *, out: IO[str] | None = None, err: IO[str] |
     called from the main thread, and restored on return.
     """
     supervisor = StackSupervisor(config, out or sys.stdout, err or sys.stderr, stop)
-    installed: dict[int, object] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            installed[sig] = signal.signal(sig, supervisor.on_signal)
+    main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGINT, signal.SIGTERM) if main else ()
+    installed = {sig: signal.signal(sig, supervisor.on_signal) for sig in signals}
     try:
         return supervisor.run()
     finally:

@@ -85,7 +85,7 @@ class LoopHttpServer:
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[override]
+            def capture_signals(self):
                 yield  # the service handles SIGINT/SIGTERM itself
 
         self.sock = sock

@@ -111,7 +111,7 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
     model = settings.model or anyio.run(served_model, settings.url, settings.api_key)
     options = ClientOptions(model=model, nvext=settings.nvext, ignore_eos=settings.ignore_eos,
                             timeout_s=settings.timeout_s, api_key=settings.api_key)
-    outcome = _run_with_progress(workload, settings, options, console)
+    outcome = _run_with_progress(workload, settings.url, settings, options, console)
     summary = summarize(outcome.records, grouped=workload.grouped)
     config = {**dataclasses.asdict(settings.load), "url": settings.url, "model": model,
               "nvext": settings.nvext, "ignore_eos": settings.ignore_eos,
@@ -133,7 +133,7 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
     return 0 if summary.failed == 0 and not outcome.interrupted else 1
 
 
-def _run_with_progress(workload: Workload, settings: BenchSettings, options: ClientOptions,
+def _run_with_progress(workload: Workload, url: str, settings: BenchSettings, options: ClientOptions,
                        console: Console) -> RunOutcome:
     total = 0  # whole units start until the bound is reached, as the runner does
     for unit in workload.units:
@@ -153,4 +153,4 @@ def _run_with_progress(workload: Workload, settings: BenchSettings, options: Cli
         progress.update(task, advance=1, failed=failed, total=total)
 
     with progress:
-        return anyio.run(run_load, workload, settings.url, options, settings.load, on_record)
+        return anyio.run(run_load, workload, url, options, settings.load, on_record)

@@ -55,7 +55,7 @@ import heapq
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -339,7 +339,7 @@ class _Simulation:
         self.router = self._router(pool)
         self._queue = getattr(self.router, "queue", None)
         self.synth = TokenSynth(settings.trace_block_size, settings.vocab_size, seed=settings.seed)
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[Hashable, _Flight] = {}
         self._parked: dict[str, _Flight] = {}
         self._later_turns: dict[str, deque[tuple[int, TraceRow]]] = {}
         self._turns: dict[str, int] = {}

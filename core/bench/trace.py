@@ -69,9 +69,10 @@ def parse_row(obj: object, where: str, sessions_seen: set[str]) -> TraceRow:
     bailian = "chat_id" in obj
     input_length = _number(obj, "input_length", where, integer=True)
     output_length = _number(obj, "output_length", where, integer=True)
-    for key, value in (("input_length", input_length), ("output_length", output_length)):
-        if value is None:
-            raise TraceError(f"{where}: missing {key!r}")
+    if input_length is None:
+        raise TraceError(f"{where}: missing 'input_length'")
+    if output_length is None:
+        raise TraceError(f"{where}: missing 'output_length'")
     if input_length == 0:
         raise TraceError(f"{where}: 'input_length' must be at least 1 (a prompt cannot be empty)")
     hash_ids = obj.get("hash_ids", [])
@@ -91,15 +92,18 @@ def parse_row(obj: object, where: str, sessions_seen: set[str]) -> TraceRow:
     if delay is None:
         delay = _number(obj, "delay", where)
     later_turn = session is not None and session in sessions_seen
+    timestamp_ms: float | None = None
     if later_turn:
         delay = delay or 0.0
     elif timestamp is None:
         raise TraceError(f"{where}: needs 'timestamp' (ms from the start of the trace)"
                          + ("" if session is None else " on the first turn of a session"))
+    else:
+        timestamp_ms = float(timestamp)
     if session is not None:
         sessions_seen.add(session)
     return TraceRow(input_length=int(input_length), output_length=int(output_length),
-                    hash_ids=tuple(hash_ids), timestamp_ms=None if later_turn else float(timestamp),
+                    hash_ids=tuple(hash_ids), timestamp_ms=timestamp_ms,
                     session_id=session, delay_ms=delay if later_turn else None)
 
 

@@ -27,7 +27,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -190,7 +190,7 @@ class FileDiscoveryStore(DiscoveryStore):
         live, _ = self._scan()
         return [live[instance_id].record for instance_id in sorted(live)]
 
-    async def watch(self) -> AsyncIterator[DiscoveryEvent]:
+    async def watch(self) -> AsyncGenerator[DiscoveryEvent, None]:
         known: dict[int, _Live] = {}
         self._make_directory()
         changes = _DirectoryChanges(self.directory)
@@ -203,8 +203,8 @@ class FileDiscoveryStore(DiscoveryStore):
                     # Another reader may have collected the stale file first; a file last seen long
                     # enough ago to be stale now expired, whoever removed it.
                     stale = instance_id in expired or now - gone.mtime > gone.ttl_s
-                    reason = "expired" if stale else "deregistered"
-                    yield WorkerRemoved(instance_id=instance_id, reason=reason)
+                    yield WorkerRemoved(instance_id=instance_id,
+                                        reason="expired" if stale else "deregistered")
                 for instance_id in sorted(live):
                     current = live[instance_id]
                     previous = known.get(instance_id)
@@ -276,8 +276,9 @@ class FileDiscoveryStore(DiscoveryStore):
         cached = self._parsed.get(path.name)
         if cached is not None and cached[0] == key:
             return cached[1]
+        parsed: _RecordFile | None
         try:
-            parsed: _RecordFile | None = _decoder.decode(path.read_bytes())
+            parsed = _decoder.decode(path.read_bytes())
             if parsed.record.instance_id != instance_id:
                 raise ValueError(f"it holds instance {parsed.record.instance_id}")
         except FileNotFoundError:
@@ -329,14 +330,15 @@ class _DirectoryChanges:
                                         name=f"watch {directory}", daemon=True)
         self._thread.start()
 
-    def _run(self, directory: Path, send: MemoryObjectSendStream[None], token: object) -> None:
+    def _run(self, directory: Path, send: MemoryObjectSendStream[None],
+             token: anyio.lowlevel.EventLoopToken) -> None:
         def notify() -> None:
             with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 send.send_nowait(None)
 
         def on_loop(call: Callable[[], None]) -> bool:
             try:
-                anyio.from_thread.run_sync(call, token=token)  # type: ignore[arg-type]
+                anyio.from_thread.run_sync(call, token=token)
             except RuntimeError:  # the event loop is gone
                 return False
             return True

@@ -14,7 +14,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Protocol
@@ -129,7 +129,7 @@ class DiscoveryStore(abc.ABC):
         """The live records, sorted by ``instance_id``. Unreadable records are skipped (logged)."""
 
     @abc.abstractmethod
-    def watch(self) -> AsyncIterator[DiscoveryEvent]:
+    def watch(self) -> AsyncGenerator[DiscoveryEvent, None]:
         """Yield ``WorkerAdded`` for every live record, then the changes as they happen.
 
         After the initial events, yields ``WorkerAdded`` when a record appears or is replaced

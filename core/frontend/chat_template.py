@@ -45,6 +45,7 @@ import jinja2.utils
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.lexer import Token
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import soft_str
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 """transformers' marker appended to the final message to find where its content ends."""
@@ -345,7 +346,7 @@ class _GenerationBlock(jinja2.ext.Extension):
 
     tags = {"generation"}
 
-    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.CallBlock:
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
         return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
@@ -663,7 +664,7 @@ def _bounded_filters() -> dict[str, Any]:
     def string_(value: Any) -> str:
         budget = _budget()
         budget.check(_text_size(value, budget.max_chars), "a printed value")
-        return f.do_string(value)
+        return soft_str(value)
 
     @jinja2.pass_environment
     def sum_(environment: Any, iterable: Iterable[Any], attribute: Any = None, start: Any = 0) -> Any:

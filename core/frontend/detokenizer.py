@@ -73,8 +73,9 @@ class IncrementalDetokenizer:
         """Take newly generated ids; return the text to send now (often "", never part of a character)."""
         if self.stopped or self._done or not token_ids:
             return ""
-        if self._added is not None:
-            new = "".join([self._step_unjoined(t) for t in token_ids])
+        added = self._added
+        if added is not None:
+            new = "".join([self._step_unjoined(t, added) for t in token_ids])
         elif len(token_ids) == 1:
             new = self._step(token_ids[0])
         else:  # token by token, so the complete characters of a chunk go out even if it ends inside one
@@ -128,9 +129,9 @@ class IncrementalDetokenizer:
         self._restart(_prompt_tail(decode, ids[read:], skip))
         return new
 
-    def _step_unjoined(self, token_id: int) -> str:
+    def _step_unjoined(self, token_id: int, added: dict[int, str]) -> str:
         new = self._step(token_id)
-        content = self._added.get(token_id)  # type: ignore[union-attr]
+        content = added.get(token_id)
         if content is not None and self._last_added:
             new = content
         self._last_added = content is not None
@@ -321,7 +322,7 @@ class StopScanner:
         rest = pending[at:] if at else pending
         for stop in matcher.stops:
             if stop in rest:
-                stop, start = _first_stop(rest, matcher.stops)  # type: ignore[misc]
+                stop, start = _first_stop(rest, matcher.stops)
                 return self._stopped(pending[:at + start], stop)
         if rest[-1] not in matcher.tail_chars:
             return self._hold(pending, 0, final)
@@ -373,8 +374,9 @@ def stop_matcher(stops: Sequence[str]) -> StopMatcher:
     return matcher
 
 
-def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[str, int] | None:
-    """The stop string that completes first in ``text`` and where it starts (ties: earliest start)."""
+def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[str, int]:
+    """The stop string that completes first in ``text`` and where it starts (ties: earliest start);
+    ``text`` holds at least one of ``stops``."""
     best: tuple[str, int] | None = None
     best_end = best_start = 0
     for stop in stops:
@@ -384,6 +386,8 @@ def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[str, int] | None:
         end = start + len(stop)
         if best is None or end < best_end or (end == best_end and start < best_start):
             best, best_end, best_start = (stop, start), end, start
+    if best is None:
+        raise ValueError("no stop string occurs in the text")
     return best
 
 

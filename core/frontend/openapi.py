@@ -39,8 +39,8 @@ _NOT_SUPPORTED = "Not supported by this server yet: a request that sets it is re
 
 def value_rules(max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, dict[str, dict[str, Any]]]:
     """Per request schema, per field: JSON Schema keywords for the field's non-null form."""
-    logprobs = {"minimum": 0, "maximum": max_logprobs}
-    shared = {
+    logprobs: dict[str, Any] = {"minimum": 0, "maximum": max_logprobs}
+    shared: dict[str, dict[str, Any]] = {
         "n": {"minimum": 1, "maximum": 128},
         "max_tokens": {"minimum": 1},
         "temperature": {"minimum": 0, "maximum": 2},

@@ -31,7 +31,7 @@ from dyn.core.protocol.openai import FunctionCallOut, ToolCallOut
 class ToolCallDelta(NamedTuple):
     """One entry of a streamed ``delta.tool_calls``; ``id`` and ``name`` only in a call's first."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # OpenAI's name; hides tuple.index(), which nothing calls
     id: str | None
     name: str | None
     arguments: str
@@ -73,6 +73,7 @@ class OutputPlan:
         elif self.tool_parser is None:
             tools = None
         elif self.tool_parser.emits_reasoning:  # Harmony: where the output starts depends on the prompt
+            # such a parser (gpt_oss) also takes the prompt; ToolParser's own __init__ does not
             tools = self.tool_parser(self.tools, prompt_text=self.prompt_text)  # type: ignore[call-arg]
         else:
             tools = self.tool_parser(self.tools)

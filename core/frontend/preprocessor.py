@@ -209,9 +209,9 @@ class Preprocessor:
         if isinstance(prompt, str):
             items: list[str | list[int]] = [prompt]
         elif prompt and isinstance(prompt[0], int):
-            items = [prompt]  # type: ignore[list-item]
+            items = [prompt]
         else:
-            items = list(prompt)  # type: ignore[arg-type]
+            items = list(prompt)
         prompts = []
         for item in items:
             if isinstance(item, str):

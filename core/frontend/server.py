@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Any
+
 import anyio
 
 from dyn.core.config import DiscoveryConfig
@@ -153,8 +155,11 @@ async def serve_frontend(settings: FrontendSettings) -> None:
     app, pool = build_app(settings)
     sock = bind_http(settings.http_host, settings.http_port)
     host, port = sock.getsockname()[:2]
+    # uvicorn waits timeout_graceful_shutdown with asyncio.wait_for: a float of seconds works,
+    # though its annotation says int
+    grace: Any = settings.graceful_shutdown_s
     config = uvicorn.Config(app, loop="none", http=app.http_protocol(), lifespan="off", log_config=None,
-                            access_log=False, timeout_graceful_shutdown=settings.graceful_shutdown_s,
+                            access_log=False, timeout_graceful_shutdown=grace,
                             backlog=2048, timeout_keep_alive=30)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:

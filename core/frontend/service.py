@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 import msgspec
@@ -36,7 +37,7 @@ from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability, continued_request, worker_failed
-from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan
+from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan, ToolCallDelta
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
 from dyn.core.messages import (
@@ -162,9 +163,10 @@ class _Choice:
                 try:
                     return await self._generate(request, on_text)
                 except (WorkerUnavailable, RemoteError) as exc:
-                    request = await self._migrate(request, exc)
-                    if request is None:  # the budget was spent before the failure: done
+                    moved = await self._migrate(request, exc)
+                    if moved is None:  # the budget was spent before the failure: done
                         return await self._text(on_text, self.detok.finish(), True, [], None)
+                    request = moved
         finally:
             self.route.finished()
 
@@ -176,7 +178,7 @@ class _Choice:
                 # a batch: this request's TokenChunks since the last wakeup, maybe then its Finish
                 last = batch[-1]
                 finish = last if isinstance(last, Finish) else None
-                chunks = batch[:-1] if finish is not None else batch
+                chunks = cast("list[TokenChunk]", batch[:-1] if finish is not None else batch)
                 if chunks:
                     now = time.perf_counter()
                     timing = self.timing
@@ -194,7 +196,7 @@ class _Choice:
                     self.last_chunk = len(ids)
                     self.route.progress(timing.tokens - self.base)
                     if self.generated is not None:
-                        self._track(ids)
+                        self._track(self.generated, ids)
                     lps = self._logprobs(ids, chunks, on_text is None)
                     text = self.detok.push(ids)
                     if self.detok.stopped:
@@ -206,11 +208,10 @@ class _Choice:
                     self._finished(finish)
         return await self._text(on_text, self.detok.finish(), True, [], None)
 
-    def _track(self, ids: list[int]) -> None:
+    def _track(self, generated: list[int], ids: list[int]) -> None:
         """Keep the output for a migration, until the sequence grows past the bound on that."""
-        generated = self.generated
         generated.extend(ids)
-        bound = self.migration.max_seq_len
+        bound = self.migration.max_seq_len if self.migration is not None else None
         if bound is not None and len(self.prompt.token_ids) + len(generated) > bound:
             self.generated = None
             self.migration = None
@@ -394,10 +395,11 @@ class Generation:
     def _after(self) -> None:
         """Work that follows a successful response: the speculative prefill of the next turn."""
         hints = self.nvext.agent_hints if self.nvext is not None else None
-        if (hints is not None and hints.speculative_prefill and self.chat
+        req = self.req
+        if (hints is not None and hints.speculative_prefill and isinstance(req, ChatCompletionRequest)
                 and len(self.choices) == 1 and self.choices[0].finish_reason != "error"):
             choice = self.choices[0]
-            self.service.speculative_prefill(self.req, "".join(choice.parts), self.ctx.request_id)
+            self.service.speculative_prefill(req, "".join(choice.parts), self.ctx.request_id)
 
     async def _run_all(self, run: Callable[[_Choice], Awaitable[object]]) -> None:
         """Run every choice concurrently; the first failure cancels the others and is raised."""
@@ -433,6 +435,7 @@ class Generation:
             self.service.observe(self, ok, stream=False)
         self._after()
         model = self.service.model_name
+        body: ChatCompletionResponse | CompletionResponse
         if self.chat:
             body = ChatCompletionResponse(self.response_id, self.ctx.created, model,
                                           [self._chat_choice(c) for c in self.choices], self._usage())
@@ -810,7 +813,7 @@ def _joined(*deltas: OutputDelta | None) -> OutputDelta | None:
     got = [d for d in deltas if d is not None]
     if len(got) <= 1:
         return got[0] if got else None
-    calls = []
+    calls: list[ToolCallDelta] = []
     for delta in got:
         for call in delta.tool_calls:
             if calls and calls[-1].index == call.index:

@@ -58,7 +58,7 @@ from dyn.core.indexer.client import (
 from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import RadixIndexer, WorkerKey
+from dyn.core.kv.indexer import ApplyStatus, RadixIndexer, WorkerKey
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
 from dyn.core.messages import (
     OverlapAnswer,
@@ -138,10 +138,10 @@ class _StaticRanks:
         return entry.instance_id, worker[1] or entry.dp_rank
 
     def store(self, worker: WorkerKey, parent_hash: int | None, block_hashes: Sequence[int],
-              local_hashes: Sequence[int]) -> object:
+              local_hashes: Sequence[int]) -> ApplyStatus:
         return self._indexer.store(self.key(worker), parent_hash, block_hashes, local_hashes)
 
-    def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> object:
+    def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> ApplyStatus:
         return self._indexer.remove(self.key(worker), block_hashes)
 
     def clear(self, worker: WorkerKey) -> None:
@@ -160,6 +160,9 @@ class IndexerService(RadixIndexView):
     Construction binds the ZMQ query socket on ``host`` (``zmq_port`` 0: a free one; ``endpoint``
     says which) and raises ``ConfigError`` for settings that cannot work.
     """
+
+    _block_size: int | None
+    """Never a callable here: the given block size, else the first discovered worker's."""
 
     def __init__(self, store: DiscoveryStore, model_name: str, *,
                  block_size: int | None = None,
@@ -337,7 +340,8 @@ class IndexerService(RadixIndexView):
             except (OverflowError, ValueError, TypeError):
                 return OverlapRefused(qid, "token_ids must be integers in [0, 2**32)")
         else:
-            local = query.block_hashes  # type: ignore[assignment]
+            assert query.block_hashes is not None  # exactly one of the two is given (checked above)
+            local = query.block_hashes
             if any(not 0 <= h <= U64_MAX for h in local):
                 return OverlapRefused(qid, "block_hashes must be integers in [0, 2**64)")
         scores = self.find_matches(local, sequence_hashes(local)) if local else {}

@@ -152,6 +152,7 @@ def entry_depths(events: Sequence[DumpEvent]) -> tuple[dict[tuple[WorkerKey, int
             chain.append(at)
             parent = by_worker[at].parent_hash
             at = (at[0], parent) if parent is not None else None
+        parent_node: int | None
         if at is not None and at in depth:
             base, parent_node = depth[at], node[at]
         else:  # the root, or a parent missing from the dump (or a cycle): a chain of its own

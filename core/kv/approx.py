@@ -30,6 +30,9 @@ from dyn.core.kv.indexer import ApplyStatus, DumpedBlock, OverlapScores, RadixIn
 _REBUILD_FACTOR = 4
 _REBUILD_FLOOR = 1 << 16
 
+_Timer = tuple[float, int, WorkerKey, tuple[int, ...], tuple[int, ...] | None]
+"""A heap entry: (expiry, tie-break, worker, sequence hashes by depth, their depths or None for 1, 2, ...)."""
+
 
 class TtlIndexer:
     """Approximate index built from routing decisions, each block expiring ttl_s after it was last recorded."""
@@ -41,8 +44,7 @@ class TtlIndexer:
         self.clock = clock
         self.tree = RadixIndexer()
         self._expiry: dict[WorkerKey, dict[int, float]] = {}  # worker -> seq hash -> expiry
-        # (expiry, tie-break, worker, sequence hashes by depth, their depths or None for 1, 2, ...)
-        self._heap: list[tuple[float, int, WorkerKey, tuple[int, ...], tuple[int, ...] | None]] = []
+        self._heap: list[_Timer] = []
         self._heap_refs = 0  # block references held by heap entries
         self._live = 0  # entries in _expiry
         self._order = itertools.count()
@@ -145,7 +147,7 @@ class TtlIndexer:
         for worker, timers in self._expiry.items():
             for seq, expires in timers.items():
                 groups.setdefault((expires, worker), []).append(seq)
-        heap = []
+        heap: list[_Timer] = []
         for (expires, worker), seqs in groups.items():
             by_depth = sorted((self.tree._depth(seq), seq) for seq in seqs)
             heap.append((expires, next(self._order), worker, tuple(seq for _, seq in by_depth),

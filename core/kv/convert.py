@@ -37,6 +37,7 @@ from dyn.core.kv.events import (
     tier_of,
 )
 from dyn.core.kv.hashing import block_hashes as local_block_hashes
+from dyn.core.kv.indexer import ApplyStatus
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,9 @@ class KvIndexWriter(Protocol):
     """The writing side of ``dyn.core.kv.indexer.RadixIndexer`` (statuses are ``ApplyStatus``)."""
 
     def store(self, worker: WorkerKey, parent_hash: int | None, block_hashes: Sequence[int],
-              local_hashes: Sequence[int]) -> object: ...
+              local_hashes: Sequence[int]) -> ApplyStatus: ...
 
-    def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> object: ...
+    def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> ApplyStatus: ...
 
     def clear(self, worker: WorkerKey) -> None: ...
 
@@ -253,7 +254,7 @@ class TieredIndexers:
         if indexer is None:
             self.metrics.count_rejected(RejectReason.TIER_NOT_INDEXED)
             return RejectReason.TIER_NOT_INDEXED
-        status: object
+        status: str
         if isinstance(op, StoreOp):
             status = indexer.store(op.worker, op.parent_hash, op.block_hashes, op.local_hashes)
         elif isinstance(op, RemoveOp):
@@ -262,7 +263,7 @@ class TieredIndexers:
             indexer.clear(op.worker)
             status = "ok"
         self.metrics.count_applied(str(status), event_type)
-        return status  # type: ignore[return-value]
+        return status
 
     def remove_worker(self, instance_id: int) -> None:
         """Drop every block of every dp rank of ``instance_id`` from every tier."""

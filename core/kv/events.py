@@ -313,11 +313,12 @@ def _decode_batch(payload: bytes, *, skip_unknown: bool) -> tuple[KvEventBatch, 
         return _decode_event_by_event(payload, skip_unknown)
     for event in batch.events:
         if event.__class__ is not AllBlocksCleared:  # signed hashes become unsigned
+            # mypy narrows only on "is", not "is not": the other event types have block_hashes
             hashes = event.block_hashes  # type: ignore[union-attr]
             if hashes and min(hashes) < 0:
                 event.block_hashes = [h & _U64 for h in hashes]  # type: ignore[union-attr]
-            if event.__class__ is BlockStored and event.parent_block_hash is not None:  # type: ignore[union-attr]
-                event.parent_block_hash &= _U64  # type: ignore[union-attr]
+            if event.__class__ is BlockStored and event.parent_block_hash is not None:
+                event.parent_block_hash &= _U64
     return batch, 0
 
 

@@ -33,7 +33,7 @@ The subscriber runs on whichever event loop calls ``run`` (the router's, or an e
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -272,7 +272,7 @@ class KvEventSubscriber:
 
     # ----------------------------------------------------------------- replay socket
 
-    async def _replay(self, start_seq: int) -> AsyncIterator[tuple[int, bytes]]:
+    async def _replay(self, start_seq: int) -> AsyncGenerator[tuple[int, bytes], None]:
         """Yield ``(seq, payload)`` from the worker's replay socket until its end marker.
 
         Raises ``ReplayUnavailable`` when there is no endpoint, or a message takes longer than

@@ -14,9 +14,7 @@ import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
-
-T = TypeVar("T", bound=type)
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 
 class UnknownParserError(ValueError):
@@ -28,25 +26,37 @@ class ParserUnavailable(RuntimeError):
     to install. Parsers raise it from their ``check()`` classmethod, which servers call at start."""
 
 
-class Registry(Generic[T]):
+class RegisteredParser(Protocol):
+    """What a registry needs of a parser class: the name it is registered under and ``check()``."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def check(cls) -> None: ...
+
+
+P = TypeVar("P", bound=RegisteredParser)
+
+
+class Registry(Generic[P]):
     """Parser classes of one kind by name (names compare case-insensitively, ``-`` as ``_``)."""
 
     def __init__(self, kind: str, package: str) -> None:
         self.kind = kind
         self.package = package
-        self._classes: dict[str, T] = {}
+        self._classes: dict[str, type[P]] = {}
         self._loaded = False
 
     @staticmethod
     def _key(name: str) -> str:
         return name.strip().lower().replace("-", "_")
 
-    def register(self, *names: str) -> Callable[[T], T]:
+    def register(self, *names: str) -> Callable[[type[P]], type[P]]:
         """Register the decorated class under ``names`` (its first name is its ``name``)."""
         if not names:
             raise TypeError("register() needs at least one name")
 
-        def decorate(cls: T) -> T:
+        def decorate(cls: type[P]) -> type[P]:
             cls.name = names[0]
             for name in names:
                 self._classes[self._key(name)] = cls
@@ -63,7 +73,7 @@ class Registry(Generic[T]):
                 importlib.import_module(f"{self.package}.{module.name}")
         self._loaded = True
 
-    def get(self, name: str) -> T:
+    def get(self, name: str) -> type[P]:
         """The class registered as ``name``; ``UnknownParserError`` names the known ones."""
         self._load()
         cls = self._classes.get(self._key(name))
@@ -71,7 +81,7 @@ class Registry(Generic[T]):
             raise UnknownParserError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         return cls
 
-    def usable(self, name: str) -> T:
+    def usable(self, name: str) -> type[P]:
         """``get(name)``, then the class's ``check()``: what a server calls at start, so a parser
         it cannot run is refused before the first request (``UnknownParserError`` or
         ``ParserUnavailable``, each with a message saying what to do)."""

@@ -98,6 +98,7 @@ def forced_schema(plan: ToolPlan) -> dict[str, Any] | None:
     one of the tools each (at most one item without ``parallel_tool_calls``). ``None`` when
     the choice is not forced."""
     if plan.choice == "named":
+        # Tool types it as a Mapping; _tools above always builds a dict
         return next(t.parameters for t in plan.tools if t.name == plan.name)  # type: ignore[return-value]
     if plan.choice != "required":
         return None

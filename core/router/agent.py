@@ -73,7 +73,7 @@ class AgentRoute(Route):
     __slots__ = ("inner", "session_id", "_after", "_closed")
 
     def __init__(self, inner: Route, session_id: str | None,
-                 after: list[Callable[[], None]]) -> None:
+                 after: list[Callable[[], object]]) -> None:
         super().__init__(inner.worker, inner.dp_rank)
         self.inner = inner
         self.session_id = session_id
@@ -81,7 +81,7 @@ class AgentRoute(Route):
         self._closed = False
 
     @property
-    def decision(self) -> Any:  # type: ignore[override]
+    def decision(self) -> Any:
         return self.inner.decision
 
     @property
@@ -139,7 +139,7 @@ class AgentRouter(Router):
         pin = request.pin_ttl_s if self.enable_cache_control else None
         if session is None and pin is None:
             return await self.inner.route(request)
-        after: list[Callable[[], None]] = []
+        after: list[Callable[[], object]] = []
         if session is None:
             route = await self.inner.route(request)
             engine_session = None
@@ -169,7 +169,7 @@ class AgentRouter(Router):
         return wrapped
 
     async def _route_session(self, request: RouteRequest,
-                             after: list[Callable[[], None]]) -> tuple[Route, str | None]:
+                             after: list[Callable[[], object]]) -> tuple[Route, str | None]:
         session = request.session
         assert session is not None
         sid = session.session_id

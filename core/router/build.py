@@ -61,7 +61,9 @@ def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: 
         return KvEventIngestor(indexer, event_metrics(), event_threads=config.event_threads)
 
     router = spec.build(RouterContext(pool=pool, config=config, metrics=metrics, ingest=ingest))
-    if mode != "kv":
+    from dyn.core.router.kv import KvRouter
+
+    if not isinstance(router, KvRouter):  # what follows serves the KV router only
         return router
     if config.use_remote_indexer and config.uses_indexer:
         router.companions.append(functools.partial(_remote_indexer, router, pool,

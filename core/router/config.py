@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated
+from typing import Annotated, Any
 
 from msgspec import Meta
 
@@ -216,7 +216,7 @@ class KvRouterConfig:
 
 def build_config(*, deprecated_overlap_weight: float | None = None,
                  deprecated_weight_source: str = "--router-kv-overlap-score-weight",
-                 load_aware: bool = False, **fields: object) -> KvRouterConfig:
+                 load_aware: bool = False, **fields: Any) -> KvRouterConfig:
     """A validated config from ``fields`` (``KvRouterConfig`` field names), then, in order:
 
     1. the deprecated overlap-score weight (from ``deprecated_weight_source``, named in the
@@ -225,7 +225,7 @@ def build_config(*, deprecated_overlap_weight: float | None = None,
     2. the ``--load-aware`` preset: credit 0, no KV events, no KV reuse assumption, active block
        and prefill token tracking on, no remote indexer; ``prefill_load_scale`` is kept.
     """
-    config = KvRouterConfig(**fields)  # type: ignore[arg-type]
+    config = KvRouterConfig(**fields)
     if deprecated_overlap_weight is not None:
         weight = deprecated_overlap_weight
         if not _finite(weight) or weight < 0:

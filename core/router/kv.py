@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -109,6 +109,11 @@ class _Group:
     def first(self) -> RouteRequest:
         return self.members[0][0]
 
+    def wake(self) -> None:
+        """Wake the request that waits in the queue for this group's admission (or error)."""
+        if self.done is not None:
+            self.done.set()
+
 
 class KvRoute(Route):
     """A booked route; its hooks keep the router's load model in step with the stream."""
@@ -137,9 +142,9 @@ class KvRoute(Route):
 
     def first_token(self) -> None:
         if self.first_at is None and not self.closed:
-            self.first_at = time.perf_counter()
+            self.first_at = first_at = time.perf_counter()
             self.router._started(self)
-            self.router._prefill_done(self)
+            self.router._prefill_done(self, first_at)
 
     def progress(self, output_tokens: int) -> None:
         if output_tokens > self.output_tokens and not self.closed:
@@ -198,7 +203,7 @@ class KvRouter(Router):
         self.on_booking: Callable[[ActiveSequenceEvent], None] | None = None
         """Replica sync hears every booking change here (set by ``ReplicaSync``)."""
         self.router_id = ""
-        self.companions: list[Callable[..., Awaitable[None]]] = []
+        self.companions: list[Callable[..., Coroutine[Any, Any, None]]] = []
         """Tasks ``run`` starts beside the router (replica sync, for instance); each takes
         ``task_status`` like ``anyio.TaskGroup.start`` expects."""
         pool.add_listener(self._on_worker)
@@ -265,7 +270,8 @@ class KvRouter(Router):
         t0 = time.perf_counter()
         for target in {r.instance_id for r in requests if r.instance_id is not None}:
             named_worker(self.pool, target)
-        if not self.pool.workers() or self.block_size is None:
+        block_size = self.block_size
+        if not self.pool.workers() or block_size is None:
             raise no_workers(self.pool)
         prompts: dict[tuple[int, str | None], _Prompt] = {}
         members: list[tuple[RouteRequest, _Prompt]] = []
@@ -274,7 +280,7 @@ class KvRouter(Router):
             key = (id(request.token_ids), request.lora_name)
             prompt = prompts.get(key)
             if prompt is None:
-                prompt = prompts[key] = await self._prompt(request)
+                prompt = prompts[key] = await self._prompt(request, block_size)
             members.append((request, prompt))
         t3 = time.perf_counter()
         group = _Group(members, self.queue.pending_requests)
@@ -289,9 +295,9 @@ class KvRouter(Router):
         self.metrics.total_ms.observe((t4 - t0) * 1e3)
         return list(routes)
 
-    async def _prompt(self, request: RouteRequest) -> _Prompt:
+    async def _prompt(self, request: RouteRequest, block_size: int) -> _Prompt:
         t0 = time.perf_counter()
-        local = block_hashes(request.token_ids, self.block_size, request.lora_name)
+        local = block_hashes(request.token_ids, block_size, request.lora_name)
         t1 = time.perf_counter()
         seq = sequence_hashes(local)
         t2 = time.perf_counter()
@@ -404,6 +410,9 @@ class KvRouter(Router):
         return frac is not None and prefill > frac * record.max_num_batched_tokens
 
     def _prefill_busy(self, keys: list[WorkerKey]) -> bool:
+        threshold = self.config.queue_threshold
+        if threshold is None:
+            return False
         now = self._clock()
         caps = []
         tokens = []
@@ -411,7 +420,7 @@ class KvRouter(Router):
             worker = self.pool.get(key[0])
             caps.append(worker.record.max_num_batched_tokens if worker else 0)
             tokens.append(self.load.active_tokens(key, now))
-        return all_busy(tokens, self.config.queue_threshold, caps)
+        return all_busy(tokens, threshold, caps)
 
     # ----------------------------------------------------------------- the queue
 
@@ -465,14 +474,15 @@ class KvRouter(Router):
             except RoutingError as exc:
                 self.queue.pop()
                 group.error = exc
-                group.done.set()
+                group.wake()
                 continue
             if self._prefill_busy(targets[(group.first.instance_id, group.first.dp_rank)]):
                 break
             self.queue.pop()
             now = self._clock()
-            if refresh is not None and (self.indexer is not None or self.approx is not None):
-                index = self.indexer if self.indexer is not None else self.approx
+            index: RadixIndexer | TtlIndexer | None = (
+                self.indexer if self.indexer is not None else self.approx)
+            if refresh is not None and index is not None:
                 for prompt in {id(p): p for _, p in group.members}.values():
                     if now - prompt.scored_at >= refresh:
                         scores = index.find_matches(prompt.local, prompt.seq)
@@ -486,7 +496,7 @@ class KvRouter(Router):
             except Exception as exc:  # a bug must fail this request, not hang it or the drain
                 log.exception("admitting queued request %s failed", group.first.request_id)
                 group.error = RoutingError(f"the router failed to admit the request: {exc}")
-            group.done.set()
+            group.wake()
 
     def _queue_gauges(self) -> None:
         self.metrics.queue_pending.set(self.queue.pending_requests)
@@ -642,10 +652,10 @@ class KvRouter(Router):
                     "(%s...): its frontend crashed or gave up after routing", len(expired),
                     max_age, expired[0].request_id)
 
-    def _prefill_done(self, route: KvRoute) -> None:
+    def _prefill_done(self, route: KvRoute, first_at: float) -> None:
         self._sync(route, "prefill_done")
         self.load.mark_prefill_completed(route.request_id)
-        self.metrics.first_token(route.key, route.first_at - route.routed_at,
+        self.metrics.first_token(route.key, first_at - route.routed_at,
                                  route.decision.isl_tokens)
         self._publish_load(route.key)
         if len(self.queue):

@@ -89,7 +89,7 @@ class _Query:
     def take(self, reply: RouteAnswer | RouteRefused) -> bool:
         """Record ``reply``; True once the query is answered: every member answered, a refusal,
         or an answer without a member index (an older router answers the first member only)."""
-        if type(reply) is RouteRefused:
+        if isinstance(reply, RouteRefused):
             self.refused = reply
             self.done = True
             return True

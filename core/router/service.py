@@ -241,7 +241,7 @@ class RouterService:
                 route.started()  # an older client: the answer is the only start we will hear of
             d = route.decision
             answers.append(RouteAnswer(query.query_id, d.worker[0], d.worker[1], d.overlap_blocks,
-                                       d.cached_tokens, block_size, route.queue_depth, member))
+                                       d.cached_tokens, block_size, route.queue_depth or 0, member))
         for answer in answers:
             if not self._send(identity, answer):
                 log.info("client %s left before its answer; freed %d booking(s)", identity.hex(),

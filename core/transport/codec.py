@@ -106,14 +106,13 @@ def encode_replies(replies: Sequence[TokenChunk | Finish | ErrorReply]) -> list[
         if rid in ended:
             messages.append(_batch_frames(chunks, finishes, errors))
             chunks, finishes, errors, ended = [], [], [], set()
-        cls = type(reply)
-        if cls is TokenChunk:
+        if type(reply) is TokenChunk:
             chunks.append(reply)
         else:
             ended.add(rid)
-            if cls is Finish:
+            if type(reply) is Finish:
                 finishes.append(reply)
-            elif cls is ErrorReply:
+            elif type(reply) is ErrorReply:
                 errors.append(reply)
             else:
                 raise TypeError(f"not a reply: {reply!r}")

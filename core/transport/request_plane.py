@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from typing import Any, cast
 
 import anyio
 import msgspec
@@ -38,7 +39,9 @@ from dyn.core.messages import (
     ErrorReply,
     Finish,
     GenerateRequest,
+    PinPrefixRequest,
     ReplyBatch,
+    SessionControlRequest,
     TokenChunk,
 )
 from dyn.core.transport.codec import (
@@ -80,6 +83,12 @@ class WorkerSilent(WorkerUnavailable):
 HealthListener = Callable[["WorkerClient", bool, str], None]
 """``(client, healthy, reason)``: the client lost or regained its worker."""
 
+_StreamItem = TokenChunk | Finish | ErrorReply | ControlReply | BaseException
+"""What a request's stream receives: its replies, or the local failure that ends it."""
+
+_Batch = list[TokenChunk | Finish]
+"""Replies of one request that arrived together: ``TokenChunk``s, the last may be its ``Finish``."""
+
 
 class RequestServer(RpcServer):
     """A worker's request-plane socket: an ``RpcServer`` of ``decode_request``, bound on ``host``
@@ -109,14 +118,14 @@ class _ReplyStream:
     __slots__ = ("items", "ready", "touched", "since", "started", "timed_out")
 
     def __init__(self) -> None:
-        self.items: list[TokenChunk | Finish | ErrorReply | ControlReply | BaseException] = []
+        self.items: list[_StreamItem] = []
         self.ready = anyio.Event()
         self.touched = False
         self.since = time.monotonic()
         self.started = False
         self.timed_out = False
 
-    def push(self, item) -> None:
+    def push(self, item: _StreamItem) -> None:
         self.touched = True
         items = self.items
         items.append(item)
@@ -237,7 +246,7 @@ class WorkerClient:
     async def _receive_loop(self) -> None:
         # One awaited receive, then a bounded non-blocking drain of whatever else is queued: under
         # load many replies arrive together, and each awaited receive costs a future and a wakeup.
-        drain = zmq.Socket.shadow(self._socket.underlying)
+        drain: zmq.Socket[Any] = zmq.Socket.shadow(self._socket.underlying)
         while True:
             self._deliver(await self._socket.recv_multipart(copy=True))
             for _ in range(_DRAIN_BATCH):
@@ -282,13 +291,14 @@ class WorkerClient:
     async def send(self, message: msgspec.Struct) -> None:
         await self._socket.send_multipart(encode(message))
 
-    async def call(self, message: msgspec.Struct, timeout_s: float = 10.0) -> ControlReply:
-        """Send a control call (a struct with a ``request_id`` unique on this client) and return
+    async def call(self, message: SessionControlRequest | PinPrefixRequest,
+                   timeout_s: float = 10.0) -> ControlReply:
+        """Send a control call (its ``request_id`` unique on this client) and return
         its ``ControlReply``. Raises ``RemoteError`` on an ``ErrorReply``, ``WorkerUnavailable``
         when the client closes meanwhile, ``TimeoutError`` after ``timeout_s``."""
         if self._closed:
             raise WorkerUnavailable(f"client for {self.endpoint} is closed")
-        rid = message.request_id  # type: ignore[attr-defined]
+        rid = message.request_id
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already in flight on this client")
         stream = self._streams[rid] = _ReplyStream()
@@ -309,7 +319,7 @@ class WorkerClient:
             raise reply
         raise RemoteError(ErrorReply(rid, "bad_reply", f"a control call got a {type(reply).__name__}"))
 
-    async def generate_batches(self, request: GenerateRequest) -> AsyncIterator[list[TokenChunk | Finish]]:
+    async def generate_batches(self, request: GenerateRequest) -> AsyncGenerator[_Batch, None]:
         """Send ``request`` and yield, per wakeup, the non-empty list of its replies that arrived
         since the last yield: ``TokenChunk``s in order, the last list ending with the ``Finish``.
 
@@ -340,27 +350,30 @@ class WorkerClient:
                     if type(item) is not TokenChunk:
                         end = i
                         break
+                # items[:end] are TokenChunks (checked just above)
                 if end == len(items):
-                    yield items
+                    yield cast(_Batch, items)
                     continue
                 terminal = items[end]
                 # a reply ends the request on the worker; a local failure (silence) may not have
                 finished = not isinstance(terminal, BaseException)
                 if isinstance(terminal, Finish):
-                    yield items[:end + 1] if end + 1 < len(items) else items
+                    yield cast(_Batch, items[:end + 1] if end + 1 < len(items) else items)
                     return
                 if end:
-                    yield items[:end]
+                    yield cast(_Batch, items[:end])
                 if isinstance(terminal, ErrorReply):
                     raise RemoteError(terminal)
-                raise terminal
+                if isinstance(terminal, BaseException):
+                    raise terminal
+                raise RemoteError(ErrorReply(rid, "bad_reply", "a generate request got a control reply"))
         finally:
             del self._streams[rid]
             if not finished and not self._closed:
                 with anyio.CancelScope(shield=True):
                     await self.send(CancelRequest(rid))
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenChunk | Finish, None]:
         """Send ``request`` and yield its ``TokenChunk`` replies, then its ``Finish``.
 
         Raises ``RemoteError`` on an ``ErrorReply`` and ``WorkerUnavailable`` if the client is

@@ -41,6 +41,7 @@ plane, e.g. ``decode_router_message``) turns frames into a struct or raises ``Pr
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -58,6 +59,9 @@ from dyn.core.transport.sockets import async_context, configure
 
 log = logging.getLogger(__name__)
 
+Sent = asyncio.Future[zmq.MessageTracker | None]
+"""What an asyncio socket's send returns (pyzmq's stubs say only ``Awaitable``)."""
+
 Decode = Callable[[Sequence[bytes]], Any]
 Handler = Callable[[bytes, Any], Awaitable[None] | None]
 SEND_HWM = 10_000
@@ -72,7 +76,7 @@ class RpcDropped(RpcUnavailable):
     """A call's request was dropped: the client's socket is full (the server stopped reading)."""
 
 
-def _log_send_error(sent: Any) -> None:
+def _log_send_error(sent: Sent) -> None:
     """Done-callback of a send that could not complete at once: log its failure, if any."""
     if not sent.cancelled() and sent.exception() is not None:
         log.warning("a queued message could not be sent: %s", sent.exception())
@@ -100,7 +104,7 @@ class RpcServer:
         self.rejected = RejectedFrames(logger, what, plural)
         self._handlers: dict[type, Handler] = {}
         self.fallback: Handler = self._drop
-        self.on_malformed: Callable[[bytes, list[bytes], ProtocolError], None] | None = None
+        self.on_malformed: Callable[[bytes, list[bytes], ProtocolError], object] | None = None
 
     def handle(self, cls: type, handler: Handler) -> None:
         """Call ``handler(identity, message)`` for every message of exactly type ``cls``."""
@@ -154,12 +158,13 @@ class RpcServer:
         pyzmq queues it behind the others, in order; its failure is then logged.
         """
         try:
-            sent = self.socket.send_multipart([identity, *frames])
+            # the asyncio socket returns a Future; pyzmq's stub says Awaitable (see Sent)
+            sent: Sent = self.socket.send_multipart([identity, *frames])  # type: ignore[assignment]
         except zmq.ZMQError as exc:
             return self._send_failed(exc)
         if sent.done():
-            exc = sent.exception()
-            return exc is None or self._send_failed(exc)
+            error = sent.exception()
+            return error is None or self._send_failed(error)
         sent.add_done_callback(_log_send_error)
         return True
 
@@ -290,19 +295,20 @@ class RpcClient:
         if socket is None:
             return False
         try:
-            sent = socket.send_multipart(encode(message), flags=zmq.NOBLOCK)
+            # the asyncio socket returns a Future; pyzmq's stub says Awaitable (see Sent)
+            sent: Sent = socket.send_multipart(encode(message), flags=zmq.NOBLOCK)  # type: ignore[assignment]
         except zmq.ZMQError as exc:  # the socket was closed under us
             self._log.debug("dropping a message to %s: %s", self.peer, exc)
             return False
         if not sent.done():
             sent.add_done_callback(_log_send_error)
             return True
-        exc = sent.exception()
-        if exc is None:
+        error = sent.exception()
+        if error is None:
             return True
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 1000 == 0:
-            self._log.warning("dropped %d message(s) to %s: %s", self.dropped, self.peer, exc)
+            self._log.warning("dropped %d message(s) to %s: %s", self.dropped, self.peer, error)
         return False
 
     async def call(self, message: msgspec.Struct, timeout_s: float, *,

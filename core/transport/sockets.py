@@ -29,6 +29,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -176,7 +177,10 @@ def plane_keys() -> PlaneKeys | None:
     return _keys
 
 
-def configure(socket: zmq.Socket, *, hwm: int = 0) -> zmq.Socket:
+SocketT = TypeVar("SocketT", bound="zmq.Socket[Any]")
+
+
+def configure(socket: SocketT, *, hwm: int = 0) -> SocketT:
     """Linger 0 (closing never hangs), the given high-water marks (0 = unbounded), and with
     plane keys the CurveZMQ client keys (``bind`` turns a listening socket into a server)."""
     socket.setsockopt(zmq.LINGER, 0)

@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from contextlib import aclosing
+from typing import cast
 
 import anyio
 import msgspec
@@ -34,7 +35,14 @@ import msgspec
 import dyn.core as core_pkg
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DiscoveryStore
-from dyn.core.engine import FEATURE_PIN_PREFIX, FEATURE_STREAMING_SESSIONS, Engine, EngineError
+from dyn.core.engine import (
+    FEATURE_PIN_PREFIX,
+    FEATURE_STREAMING_SESSIONS,
+    Engine,
+    EngineError,
+    PrefixPinning,
+    StreamingSessions,
+)
 from dyn.core.messages import (
     CancelRequest,
     ControlReply,
@@ -96,6 +104,8 @@ class WorkerHost:
     @property
     def record(self) -> WorkerRecord:
         info = self.engine.info
+        kv_events: str | None
+        kv_replay: str | None
         if self.kv_publisher is not None:
             kv_events, kv_replay = self.kv_publisher.endpoint, self.kv_publisher.replay_endpoint
             topic = self.kv_publisher.topic
@@ -253,17 +263,18 @@ class WorkerHost:
                 if FEATURE_PIN_PREFIX not in features:
                     raise EngineError(f"the {self.engine_name} engine does not pin prefixes",
                                       code="unsupported")
-                pinned = await engine.pin_prefix(call.token_ids, call.ttl_s)  # type: ignore[attr-defined]
+                pinned = await cast(PrefixPinning, engine).pin_prefix(call.token_ids, call.ttl_s)
                 reply: ControlReply | ErrorReply = ControlReply(rid, pinned, f"pinned {pinned} blocks")
             else:
                 if FEATURE_STREAMING_SESSIONS not in features:
                     raise EngineError(f"the {self.engine_name} engine has no streaming sessions "
                                       "(the mocker needs --enable-streaming-session)",
                                       code="unsupported")
+                sessions = cast(StreamingSessions, engine)  # the feature says it has them
                 if call.action == "open":
-                    changed = await engine.open_session(call.session_id, call.timeout_s)  # type: ignore[attr-defined]
+                    changed = await sessions.open_session(call.session_id, call.timeout_s)
                 elif call.action == "close":
-                    changed = await engine.close_session(call.session_id)  # type: ignore[attr-defined]
+                    changed = await sessions.close_session(call.session_id)
                 else:
                     raise EngineError(f"unknown session action {call.action!r}: open or close",
                                       code="bad_request")
@@ -274,7 +285,8 @@ class WorkerHost:
             log.exception("engine failed on control call %s", rid)
             reply = ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}")
         try:
-            self.messages_sent += self._server.send_replies(identity, [reply])
+            self._server.send(identity, reply)
+            self.messages_sent += 1
         except Exception:
             log.exception("could not answer control call %s", rid)
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from dyn.core.parsers.events import Event
 from dyn.core.parsers.registry import Registry
 
-REASONING_PARSERS: Registry = Registry("reasoning parser", __name__)
+REASONING_PARSERS: Registry[ReasoningParser] = Registry("reasoning parser", __name__)
 
 
 class ReasoningParser:

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from dyn.core.parsers.events import Event
 from dyn.core.parsers.registry import Registry
 
-TOOL_PARSERS: Registry = Registry("tool-call parser", __name__)
+TOOL_PARSERS: Registry[ToolParser] = Registry("tool-call parser", __name__)
 
 
 @dataclass(frozen=True, slots=True)

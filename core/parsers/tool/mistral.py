@@ -66,11 +66,11 @@ class MistralCalls(CallListReader):
             else:
                 self._head_at = pos
         if self._json is not None:
-            events = [ToolCallStart(e.name, new_call_id()) if isinstance(e, ToolCallStart) else e
-                      for e in self._json.read(text, final)]
+            events: list[Event] = [ToolCallStart(e.name, new_call_id()) if isinstance(e, ToolCallStart) else e
+                                   for e in self._json.read(text, final)]
             self.calls, self.end, self.failed = self._json.calls, self._json.end, self._json.failed
             return events
-        events: list[Event] = []
+        events = []
         if self._args_at < 0:
             head = self._read_head(text, final)
             if head is None:

@@ -62,7 +62,7 @@ def literal(node: ast.expr) -> Any:
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise NotALiteral("** in a dict")
-        keys = [literal(k) for k in node.keys]  # type: ignore[arg-type]
+        keys = [literal(k) for k in node.keys if k is not None]  # None (**) was refused above
         if not all(isinstance(k, (str, int, float, bool)) or k is None for k in keys):
             raise NotALiteral("a dict key that JSON cannot hold")
         return dict(zip(keys, (literal(v) for v in node.values)))

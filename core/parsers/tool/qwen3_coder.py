@@ -129,7 +129,7 @@ class FunctionReader:
                 if not self._read_head(body, complete or final, events):
                     return events
             elif self._param is not None:
-                if not self._read_value(body, complete, events):
+                if not self._read_value(self._param, body, complete, events):
                     return events
             else:
                 hit = find_first(body, (_PARAMETER, _FUNCTION_END), self._pos)
@@ -176,8 +176,8 @@ class FunctionReader:
             self.unreadable = self.calls == 0
         return False
 
-    def _read_value(self, body: str, complete: bool, events: list[Event]) -> bool:
-        name, start = self._param  # type: ignore[misc]
+    def _read_value(self, param: tuple[str, int], body: str, complete: bool, events: list[Event]) -> bool:
+        name, start = param
         hit = find_first(body, (_PARAMETER_END, _PARAMETER, _FUNCTION_END), start)
         if hit is None:
             if not complete:
@@ -210,14 +210,14 @@ class Qwen3CoderToolParser(DelimitedToolParser):
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)
-        self._reader = FunctionReader(self.tools)
+        self._functions = FunctionReader(self.tools)
 
     def call_begin(self) -> None:
-        self._reader = FunctionReader(self.tools)
+        self._functions = FunctionReader(self.tools)
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events = self._reader.read(body, complete, final)
-        if self._reader.unreadable:
+        events = self._functions.read(body, complete, final)
+        if self._functions.unreadable:
             return [self.raw_call(body, complete)] if complete or final else []
         return events
 

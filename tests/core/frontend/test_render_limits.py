@@ -141,3 +141,11 @@ def test_limits_are_per_rendering_and_per_thread() -> None:
         assert quick.render(HI, limits=RenderLimits(max_seconds=30)) == "hi"
     thread.join(10)
     assert len(errors) == 1
+
+
+def test_string_and_pprint_filters_print_their_value() -> None:
+    """Jinja's ``string`` filter (jinja2/filters.py maps it to markupsafe's ``soft_str``), bounded
+    here; ``pprint`` prints the same way. Model templates use it on tool arguments and ids."""
+    source = ("{{ messages[0].content | string }}|{{ [1, 'a'] | string }}|{{ {'k': 2} | pprint }}"
+              "|{{ 7 | string }}")
+    assert ChatTemplate(source).render(HI, limits=LIMITS) == "hi|[1, 'a']|{'k': 2}|7"
