@@ -54,14 +54,24 @@ class Worker:
 Listener = Callable[[Worker, bool], None]
 """Called with ``(worker, added)``: ``added`` is False when the worker left."""
 
+ClientFactory = Callable[..., WorkerClient]
+"""Opens a worker's request-plane client as ``factory(endpoint, first_token_timeout_s=...,
+inter_token_timeout_s=..., on_health=...)``: ``WorkerClient`` itself, or a stand-in with its
+interface (an async context manager with ``generate_batches``, ``call``, ``in_flight``,
+``healthy`` and ``fail_all``), as the in-process frontend tests give."""
+
 
 class WorkerPool:
-    """Workers of one namespace serving ``model_name`` (every model when None)."""
+    """Workers of one namespace serving ``model_name`` (every model when None). Each worker's
+    client is opened by ``client_factory`` (see ``ClientFactory``), which may be replaced until
+    ``run`` starts."""
 
     def __init__(self, store: DiscoveryStore, model_name: str | None = None, *,
-                 first_token_timeout_s: float = 0.0, inter_token_timeout_s: float = 0.0) -> None:
+                 first_token_timeout_s: float = 0.0, inter_token_timeout_s: float = 0.0,
+                 client_factory: ClientFactory = WorkerClient) -> None:
         self.store = store
         self.model_name = model_name
+        self.client_factory = client_factory
         self._timeouts = {"first_token_timeout_s": first_token_timeout_s,
                           "inter_token_timeout_s": inter_token_timeout_s}
         self._workers: dict[int, Worker] = {}
@@ -130,7 +140,7 @@ class WorkerPool:
     async def _hold(self, record: WorkerRecord, *, task_status: Any) -> None:
         """Own one worker's client for as long as the worker is live."""
         gone = anyio.Event()
-        client = WorkerClient(record.endpoints.request, on_health=self._on_health, **self._timeouts)
+        client = self.client_factory(record.endpoints.request, on_health=self._on_health, **self._timeouts)
         async with client:
             worker = Worker(record, client)
             self._gone[record.instance_id] = gone

@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import poll_until
 
 
 class DynProcess:
@@ -57,22 +58,6 @@ def dyn_process(tmp_path):
         p.kill()
 
 
-@pytest.fixture
-def wait_for():
-    """``wait_for(predicate, timeout, what)``: poll until truthy, else fail saying what was awaited."""
-    return poll_until
-
-
-def poll_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
     """SIGTERM ``proc`` (started with ``start_new_session``), wait ``grace_s``, then SIGKILL its
     whole process group: nothing it started outlives the test."""
@@ -112,8 +97,18 @@ class Stack:
         return self.start("--log-level", log_level, "worker", "mocker", "--namespace", self.namespace, "--num-workers",
                           str(count), "--speedup-ratio", "1000", *args)
 
-    def start_frontend(self, *args: str, timeout: float = 60) -> str:
-        self.frontend = self.start("frontend", "--http-port", "0", "--namespace", self.namespace, *args)
+    def up(self, *frontend_args: str, workers: int = 2, worker_args: tuple[str, ...] = ("--block-size", "16"),
+           log_level: str = "info") -> Stack:
+        """The usual stack: ``workers`` mocker workers in one process (``worker_args``) behind a
+        frontend (``frontend_args``); returns once every worker is routable."""
+        self.worker(*worker_args, count=workers)
+        self.start_frontend(*frontend_args, log_level=log_level)
+        self.wait_instances(workers)
+        return self
+
+    def start_frontend(self, *args: str, timeout: float = 60, log_level: str = "info") -> str:
+        self.frontend = self.start("--log-level", log_level, "frontend", "--http-port", "0", "--namespace",
+                                   self.namespace, *args)
 
         def ready():
             for line in self.frontend.log().splitlines():
@@ -133,6 +128,18 @@ class Stack:
             return httpx.get(self.url + "/health", timeout=5).json().get("instances", [])
         except httpx.HTTPError:
             return []
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """The frontend's ``/metrics``: the sum of the samples of ``name`` whose labels contain
+        ``labels`` (0 when there is none)."""
+        import httpx
+
+        total = 0.0
+        for line in httpx.get(self.url + "/metrics", timeout=10).text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            if sample.split("{", 1)[0] == name and labels in sample:
+                total += float(value)
+        return total
 
     def wait_instances(self, count: int, timeout: float = 60) -> list[int]:
         return poll_until(lambda: len(self.instances()) == count and self.instances(), timeout,
@@ -164,8 +171,4 @@ def stack_factory(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(stack_factory):
     """A module's shared stack: 2 mocker workers (one process) behind a round-robin frontend."""
-    s = stack_factory("it")
-    s.worker("--block-size", "16", count=2)
-    s.start_frontend()
-    s.wait_instances(2)
-    return s
+    return stack_factory("it").up()

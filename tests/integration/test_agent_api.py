@@ -54,11 +54,7 @@ def agent_stack(stack_factory, tmp_path_factory):
     root = tmp_path_factory.mktemp("replies")
     replies = root / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in REPLIES))
-    s = stack_factory("agents")
-    s.worker("--replies", str(replies), count=2)
-    s.start_frontend("--reasoning-parser", "qwen3")
-    s.wait_instances(2)
-    return s
+    return stack_factory("agents").up("--reasoning-parser", "qwen3", worker_args=("--replies", str(replies)))
 
 
 def client_for(url: str):
@@ -253,10 +249,8 @@ def test_other_formats_through_the_frontends_own_parser(agent_stack, stack_facto
 def test_auto_without_a_parser_is_a_400_naming_the_flag(stack_factory, tmp_path):
     model = tmp_path / "plain-model"
     shutil.copytree(TINY_MODEL_DIR, model)  # a model directory of its own: no parser by default
-    s = stack_factory("noparser")
-    s.worker("--model-path", str(model))
-    s.start_frontend("--model-path", str(model))
-    s.wait_instances(1)
+    s = stack_factory("noparser").up("--model-path", str(model), workers=1,
+                                     worker_args=("--model-path", str(model)))
     import openai
 
     with pytest.raises(openai.BadRequestError) as info:
@@ -269,10 +263,7 @@ def test_auto_without_a_parser_is_a_400_naming_the_flag(stack_factory, tmp_path)
 
 
 def test_tool_call_rate_answers_with_schema_valid_calls(stack_factory):
-    s = stack_factory("rate")
-    s.worker("--tool-call-rate", "1")
-    s.start_frontend()
-    s.wait_instances(1)
+    s = stack_factory("rate").up(workers=1, worker_args=("--tool-call-rate", "1"))
     client = client_for(s.url)
     for seed in range(3):
         reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "go"}],

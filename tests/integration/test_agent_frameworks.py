@@ -26,10 +26,7 @@ REPLIES = [
 def url(stack_factory, tmp_path_factory):
     replies = tmp_path_factory.mktemp("frameworks") / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in REPLIES))
-    s = stack_factory("frameworks")
-    s.worker("--replies", str(replies))
-    s.start_frontend()
-    s.wait_instances(1)
+    s = stack_factory("frameworks").up(workers=1, worker_args=("--replies", str(replies)))
     return s.url
 
 

@@ -15,7 +15,7 @@ from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.model import load_model_info
 from dyn.core.protocol.openai import ChatCompletionRequest
 
-from .conftest import poll_until
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +25,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def kv_stack(stack_factory):
-    s = stack_factory("hints")
-    s.worker("--block-size", str(BLOCK), count=2)
-    s.start_frontend("--router-mode", "kv")
-    s.wait_instances(2)
-    return s
+    return stack_factory("hints").up("--router-mode", "kv", worker_args=("--block-size", str(BLOCK)))
 
 
 def longest_cached(stack, token_ids: list[int]) -> int:
@@ -104,7 +100,9 @@ def test_latency_sensitivity_dequeues_a_later_request_first(queued_stack):
     start("blocker", "long prefill " * 1500)
     poll_until(lambda: queue_pending(queued_stack) == 0 and "blocker" not in first_token and
                threads[0].is_alive(), 10, "the blocker to be admitted")
-    time.sleep(0.2)  # the blocker is being prefilled; what comes next must queue
+    # the blocker's prefill is in the router's load view: what comes next must queue
+    poll_until(lambda: queued_stack.metric("dynamo_frontend_worker_active_prefill_tokens") > 0, 10,
+               "the blocker's prefill to count as the worker's load")
     start("plain", "plain request " * 20)
     poll_until(lambda: queue_pending(queued_stack) == 1, 10, "the plain request to queue")
     start("urgent", "urgent request " * 20, {"latency_sensitivity": 5.0})

@@ -19,7 +19,7 @@ from dyn.core.messages import LOAD_METRICS_TOPIC, LoadMetrics, PinPrefixRequest
 from dyn.core.transport.event_plane import decode_load_metrics
 from dyn.core.transport.request_plane import WorkerClient
 
-from .conftest import poll_until
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,7 @@ def pressure(client, rounds=8, tokens_each=25, target=None):
 def session_stack(stack_factory):
     s = stack_factory("sessions")
     s.worker("--engine-type", "sglang", "--enable-streaming-session", *SMALL_CACHE, count=2)
-    s.start_frontend("--router-mode", "kv", "--enable-cache-control")
+    s.start_frontend("--router-mode", "kv", "--enable-cache-control", log_level="debug")  # it logs pins
     s.wait_instances(2)
     return s
 
@@ -138,9 +138,12 @@ def test_cache_control_pins_a_prefix_through_pressure_until_its_ttl(session_stac
     worker = sorted(session_stack.instances())[0]
     headers = {"x-worker-instance-id": str(worker)}
     pinned = [{"role": "user", "content": "A system prompt worth keeping around. " * 8}]
+    pins = f"worker {worker} pinned"
+    before = session_stack.frontend.log().count(pins)
     first = chat(client, pinned, {"cache_control": {"type": "ephemeral", "ttl": "5m"}},
                  max_tokens=2, headers=headers)
-    time.sleep(2.0)  # the pin is a background call after the stream ends; nothing shows it
+    # the pin is a background call after the stream ends; the frontend logs its answer
+    poll_until(lambda: session_stack.frontend.log().count(pins) > before, 20, "the worker to pin the prefix")
     pressure(client, target=worker)
     again = chat(client, pinned, max_tokens=2, headers=headers)
     assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // BLOCK * BLOCK - BLOCK
@@ -156,7 +159,7 @@ def test_cache_control_pins_a_prefix_through_pressure_until_its_ttl(session_stac
         async with WorkerClient(endpoint) as c:
             return await c.call(PinPrefixRequest("short-pin", token_ids, 1.0))
     assert anyio.run(pin).value >= 1
-    time.sleep(1.5)
+    time.sleep(1.5)  # the pin's 1 s TTL runs out: the behaviour under test
     pressure(client, target=worker)
     later = chat(client, short, max_tokens=2, headers=headers)
     assert later.usage.prompt_tokens_details.cached_tokens < warm.usage.prompt_tokens // 2

@@ -14,11 +14,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def kv_stack(stack_factory):
-    s = stack_factory("bench")
-    s.worker("--block-size", "16", count=2)
-    s.start_frontend("--router-mode", "kv")
-    s.wait_instances(2)
-    return s
+    return stack_factory("bench").up("--router-mode", "kv")
 
 
 def bench(stack, tmp_path, *args, expect=0):
@@ -100,11 +96,8 @@ def test_errors_are_counted_by_kind(kv_stack, tmp_path):
 def tool_stack(stack_factory):
     """Mocker workers that answer 70% of the requests offering tools with a schema-valid call, in the
     hermes format dyn-tiny's workers advertise (README "Agents"); the frontend parses the calls."""
-    s = stack_factory("benchtools")
-    s.worker("--block-size", "16", "--tool-call-rate", "0.7", count=2)
-    s.start_frontend("--router-mode", "kv")
-    s.wait_instances(2)
-    return s
+    return stack_factory("benchtools").up("--router-mode", "kv",
+                                          worker_args=("--block-size", "16", "--tool-call-rate", "0.7"))
 
 
 def test_multi_turn_with_tools_answers_real_tool_calls(tool_stack, tmp_path):

@@ -95,7 +95,8 @@ def test_killed_worker_stops_receiving_requests(resilient, wait_for):
 
     caller = threading.Thread(target=long_unary_request)
     caller.start()
-    time.sleep(0.5)
+    wait_for(lambda: resilient.metric("dynamo_frontend_active_requests") >= 1, 20,
+             "the request to reach the victim")
     os.killpg(victim.proc.pid, signal.SIGKILL)
     victim.proc.wait(10)
     caller.join(30)

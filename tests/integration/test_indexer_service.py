@@ -13,7 +13,8 @@ import pytest
 from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.indexer.client import RemoteIndexer, resolve_indexer_address
 from dyn.core.indexer.service import READY_PREFIX
-from tests.integration.conftest import DynProcess, Stack, poll_until
+from tests.integration.conftest import DynProcess, Stack
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 

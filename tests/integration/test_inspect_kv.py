@@ -15,7 +15,8 @@ import pytest
 from dyn.core.indexer.service import READY_PREFIX as INDEXER_READY
 from dyn.core.inspect.prompt import prompt_tokens
 from dyn.core.router.service import METRICS_PREFIX
-from tests.integration.conftest import DynProcess, Stack, poll_until
+from tests.integration.conftest import DynProcess, Stack
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tests.integration.conftest import poll_until
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +33,7 @@ def _client(url: str):
 
 @pytest.fixture(scope="module")
 def kv_stack(stack_factory):
-    s = stack_factory("kv")
-    s.worker("--block-size", str(BLOCK), count=3)
-    s.start_frontend("--router-mode", "kv")
-    s.wait_instances(3)
-    return s
+    return stack_factory("kv").up("--router-mode", "kv", workers=3, worker_args=("--block-size", str(BLOCK)))
 
 
 def _stored_events(url: str) -> float:
@@ -84,10 +80,8 @@ def test_router_metrics_are_exported(kv_stack):
 
 
 def test_approximate_mode_routes_repeats_together_without_events(stack_factory):
-    s = stack_factory("approx")
-    s.worker("--block-size", str(BLOCK), count=3)
-    s.start_frontend("--router-mode", "kv", "--no-router-kv-events")
-    s.wait_instances(3)
+    s = stack_factory("approx").up("--router-mode", "kv", "--no-router-kv-events", workers=3,
+                                   worker_args=("--block-size", str(BLOCK)))
     client = _client(s.url)
     for group in range(2):
         isl, _ = _cached(client, _prompt(group, 0))

@@ -17,11 +17,7 @@ MESSAGES = [{"role": "user", "content": "Tell me about KV caches."}]
 
 @pytest.fixture(scope="module")
 def kv_stack(stack_factory):
-    s = stack_factory("nvext")
-    s.worker("--block-size", "16", count=2)
-    s.start_frontend("--router-mode", "kv", "--enable-cache-control")
-    s.wait_instances(2)
-    return s
+    return stack_factory("nvext").up("--router-mode", "kv", "--enable-cache-control")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import json
 import httpx
 import pytest
 
-from tests.integration.conftest import READY_PREFIX, DynProcess, Stack, poll_until
+from tests.integration.conftest import READY_PREFIX, DynProcess, Stack
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
 

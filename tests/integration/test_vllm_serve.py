@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import poll_until, stop_process_group
+from tests.integration.conftest import stop_process_group
+from tests.waiting import poll_until
 
 VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [

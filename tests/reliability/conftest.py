@@ -1,5 +1,5 @@
 """The reliability tests start real stacks with the integration tests' fixtures (``dyn_process``,
-``wait_for``, ``stack_factory``, ``stack``), loaded from ``tests/integration/conftest.py``."""
+``stack_factory``, ``stack``), loaded from ``tests/integration/conftest.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,5 @@ integration = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(integration)
 
 dyn_process = integration.dyn_process
-wait_for = integration.wait_for
 stack_factory = integration.stack_factory
 stack = integration.stack

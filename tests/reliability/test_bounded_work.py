@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.waiting import poll_until
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -31,17 +33,15 @@ STOP_CHARS = 10_000
 def bounded(stack_factory):
     """Two mocker workers behind a frontend with the default caps but 10k-character stop strings,
     and a second frontend, on the same workers, that trusts request chat templates."""
-    s = stack_factory("bounded")
-    s.worker("--block-size", "16", count=2)
-    s.start_frontend("--max-stop-string-chars", str(STOP_CHARS))
-    s.wait_instances(2)
+    s = stack_factory("bounded").up("--max-stop-string-chars", str(STOP_CHARS))
     trusting = s.start("frontend", "--http-port", "0", "--namespace", s.namespace,
                        "--trust-request-chat-template")
-    deadline = time.monotonic() + 60
-    while not (url := _listening(trusting.log_path)):
-        assert trusting.proc.poll() is None and time.monotonic() < deadline, trusting.log()
-        time.sleep(0.05)
-    s.trusting_url = url
+
+    def listening() -> str | None:
+        assert trusting.proc.poll() is None, trusting.log()
+        return _listening(trusting.log_path)
+
+    s.trusting_url = poll_until(listening, 60, "the trusting frontend to listen")
     s.trusting_pid = trusting.proc.pid
     return s
 
@@ -85,11 +85,11 @@ class LivePoller:
 
     def __enter__(self) -> LivePoller:
         self._thread.start()
-        time.sleep(0.05)
+        poll_until(lambda: self.latencies or self.failures, 10, "the first /live answer", interval=0.01)
         return self
 
     def __exit__(self, *exc) -> None:
-        time.sleep(0.05)
+        time.sleep(0.05)  # a few more samples after the request: the loop may lag behind its end
         self._stop.set()
         self._thread.join(15)
 

@@ -17,6 +17,8 @@ import msgspec
 import pytest
 import zmq
 
+from tests.waiting import poll_until
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -169,7 +171,8 @@ def test_without_migration_the_dead_workers_streams_fail_fast(stack_factory):
 
     caller = threading.Thread(target=call)
     caller.start()
-    time.sleep(0.5)
+    poll_until(lambda: s.metric("dynamo_frontend_active_requests") >= 1, 20,
+               "the request to reach the victim")
     killed = time.monotonic()
     os.killpg(victim.proc.pid, signal.SIGKILL)
     caller.join(30)
@@ -202,10 +205,8 @@ def test_a_worker_that_never_answers_times_out_and_the_request_moves(stack_facto
     from dyn.core.discovery.file_store import FileDiscoveryStore
     from dyn.core.messages import WorkerEndpoints, WorkerRecord
 
-    s = stack_factory("silent")
-    s.worker("--block-size", "16")
-    s.start_frontend("--router-mode", "round-robin", "--migration-limit", "1", "--first-token-timeout", "1")
-    s.wait_instances(1)
+    s = stack_factory("silent").up("--router-mode", "round-robin", "--migration-limit", "1",
+                                   "--first-token-timeout", "1", workers=1)
     ctx = zmq.Context()
     sink = ctx.socket(zmq.ROUTER)
     port = sink.bind_to_random_port("tcp://127.0.0.1")

@@ -245,6 +245,12 @@ def kv_blocks(url: str, instance_id: int) -> tuple[int, int | None]:
     return 0, None
 
 
+def dumped_hashes(url: str) -> set[int]:
+    """Every block hash the frontend's KV index holds (``/kv/dump``)."""
+    return {event["block_hash"] for model in httpx.get(url + "/kv/dump", timeout=10).json().values()
+            for event in model["events"]}
+
+
 def test_forged_kv_events_cannot_claim_more_than_the_advertised_capacity(stack_factory, wait_for):
     stack = stack_factory("forged")
     url = stack.start_frontend("--router-mode", "kv")
@@ -254,7 +260,10 @@ def test_forged_kv_events_cannot_claim_more_than_the_advertised_capacity(stack_f
             forged.publish([forged.stored(1, None)])
             return kv_blocks(url, forged.instance_id)[0] > 0
         wait_for(subscribed, 60, "the router to follow the forged worker's KV events")
-        time.sleep(0.3)
+        # events arrive in order: once a last marker is in the index, every earlier one was applied
+        marker = forged.stored(1, None)
+        forged.publish([marker])
+        wait_for(lambda: marker.block_hashes[0] in dumped_hashes(url), 30, "the marker event in the index")
         held, capacity = kv_blocks(url, forged.instance_id)
         assert capacity == ADVERTISED_BLOCKS
         labels = {"worker_id": str(forged.instance_id)}
@@ -379,10 +388,10 @@ def test_curve_planes_admit_only_holders_of_the_keys(stack_factory, tmp_path, wa
     assert all(os.stat(p).st_mode & 0o777 == 0o600 for p in keys.iterdir())
     assert dyn("keys", str(keys)).returncode == 2  # never overwrites
 
-    stack = stack_factory("curve")
-    stack.worker("--plane-keys", str(keys), count=1)
-    url = stack.start_frontend("--router-mode", "kv", "--plane-keys", str(keys))
-    (instance,) = stack.wait_instances(1)
+    stack = stack_factory("curve").up("--router-mode", "kv", "--plane-keys", str(keys), workers=1,
+                                      worker_args=("--plane-keys", str(keys)))
+    url = stack.url
+    (instance,) = stack.instances()
     answer = httpx.post(url + "/v1/completions", json={
         "model": "dyn-tiny", "prompt": "a prompt long enough to fill a few KV blocks " * 20,
         "max_tokens": 4}, timeout=30)

@@ -22,6 +22,8 @@ import time
 import httpx
 import pytest
 
+from tests.waiting import poll_until
+
 pytestmark = pytest.mark.integration
 
 PROMPT = " ".join(f"word{i}" for i in range(700))
@@ -50,7 +52,9 @@ def test_n128_on_a_long_prompt_completes_and_never_freezes_other_requests(stack_
 
     thread = threading.Thread(target=fan_out, daemon=True)
     thread.start()
-    time.sleep(0.5)  # the n=128 request is in the router by now (routed or, before, stuck)
+    poll_until(lambda: stack.metric("dynamo_frontend_active_requests") >= 1
+               or stack.metric("dynamo_frontend_router_queue_pending_requests") >= 1,
+               30, f"the n={N} request to be routed or queued")
 
     t0 = time.monotonic()
     hi = httpx.post(url + "/v1/chat/completions", timeout=20, json={

@@ -36,7 +36,8 @@ from dyn.core.messages import (
     TokenChunk,
 )
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
-from tests.integration.conftest import poll_until, stop_process_group
+from tests.integration.conftest import stop_process_group
+from tests.waiting import poll_until
 
 VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
