@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from dyn.cli import bench, frontend, router, worker
-from dyn.cli import serve
-from dyn.cli import indexer
-from dyn.cli import inspect_kv
-from dyn.cli import keys
+from dyn.cli import bench, frontend, indexer, inspect_kv, keys, router, serve, worker
 from dyn.cli.options import flag
 
 app = typer.Typer(

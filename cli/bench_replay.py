@@ -60,11 +60,11 @@ def replay(
     time, so an hour of trace takes seconds to a minute; reports the metrics of a live run."""
     from rich.console import Console
 
+    from dyn.core.bench.replay import ReplaySettings, bench_result, simulation_line
+    from dyn.core.bench.replay import replay as run_replay
     from dyn.core.bench.report import print_summary, writable, write_result
     from dyn.core.bench.trace import TraceError, default_block_size, read_trace
     from dyn.core.errors import ConfigError
-    from dyn.core.bench.replay import ReplaySettings, bench_result, simulation_line
-    from dyn.core.bench.replay import replay as run_replay
     from dyn.plugins.mocker.simulator import MockerSimulator
 
     if router_config.load_aware:  # as in dyn frontend: the preset implies the KV router

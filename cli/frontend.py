@@ -10,9 +10,9 @@ from dyn.cli import options
 from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
-from dyn.core.router.modes import modes_help
 from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.limits import RequestLimits
+from dyn.core.router.modes import modes_help
 
 HTTP_PANEL = "HTTP"
 ROUTER_PANEL = "Router"

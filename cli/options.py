@@ -55,7 +55,8 @@ PLANE_KEYS = flag(None, "--plane-keys", panel=SECURITY_PANEL,
 
 def use_plane_keys(directory: str | None) -> None:
     """Apply ``--plane-keys`` to every ZMQ socket this process makes; a bad directory exits 2."""
-    from dyn.core.transport.sockets import PlaneKeyError, use_plane_keys as apply
+    from dyn.core.transport.sockets import PlaneKeyError
+    from dyn.core.transport.sockets import use_plane_keys as apply
 
     try:
         apply(directory)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from dyn.cli import options
-from dyn.cli.options import flag
 from dyn.cli.config_flags import discovery_flags
+from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
 from dyn.core.config import DiscoveryConfig
 

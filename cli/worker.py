@@ -107,7 +107,7 @@ def register_engines(target: typer.Typer) -> None:
         entry = engines[name]
         try:
             plugin = entry.load()
-        except Exception as exc:  # noqa: BLE001 - a third-party package may fail in any way
+        except Exception as exc:
             typer.echo(f"warning: engine {name!r} ({entry.value}) cannot be loaded: {exc}", err=True)
             continue
         settings = PASS_THROUGH if plugin.passes_through else None

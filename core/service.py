@@ -103,7 +103,7 @@ class LoopHttpServer:
         """Serve in task group ``tg``; return once connections are accepted (True) or serving
         ended before that (False)."""
         tg.start_soon(self._serve)
-        while not self.server.started and not self.served.is_set():
+        while not self.server.started and not self.served.is_set():  # noqa: ASYNC110 (uvicorn's flag)
             await anyio.sleep(0.01)
         return bool(self.server.started)
 

@@ -37,6 +37,7 @@ import anyio.lowlevel
 import msgspec
 import watchfiles
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
 from dyn.core.discovery.store import (
     SYSTEM_CLOCK,
     Clock,
@@ -348,7 +349,7 @@ class _DirectoryChanges:
                                       raise_interrupt=False, recursive=False):
                 if not on_loop(notify):
                     return
-        except Exception as exc:  # noqa: BLE001  OSError for inotify's limits; others from Rust
+        except Exception as exc:
             if not self._stop.is_set():
                 log.info("cannot watch %s for changes (%s); polling it instead", directory, exc)
         on_loop(send.close)

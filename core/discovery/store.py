@@ -138,7 +138,7 @@ class DiscoveryStore(abc.ABC):
         ``async with contextlib.aclosing(store.watch()) as events: async for event in events``.
         """
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 (a default, not a stub: backends may hold nothing)
         """Release connections the backend holds (none for the file backend)."""
 
     def lease(self, record: WorkerRecord, ttl_s: float = DEFAULT_TTL_S) -> Lease:

@@ -321,7 +321,7 @@ class _TemplateDict:
 class _TemplateNamespace(jinja2.utils.Namespace):
     """``namespace`` that refuses underscore attributes, as transformers' does."""
 
-    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 (same signature trick as jinja's Namespace)
+    def __init__(*args: Any, **kwargs: Any) -> None:
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:
@@ -580,7 +580,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             _check_binop(operator, left, right, _budget())
         return self.binop_table[operator](left, right)
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any,  # noqa: N805 (jinja's signature)
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any,
              *args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.tick()
@@ -680,7 +680,7 @@ def _bounded_filters() -> dict[str, Any]:
             "pprint": string_, _TICK_FILTER: _loop_tick}
 
 
-def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002 (jinja's names)
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
     if not all(isinstance(x, int) for x in (n, min, max)) or n > 100 or max > 1000:
         raise RenderLimitError("lipsum() is limited to 100 paragraphs of 1000 words")
     return jinja2.utils.generate_lorem_ipsum(n, html, min, max)

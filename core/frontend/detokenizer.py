@@ -31,8 +31,9 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
-from dyn.core.frontend.tokenizer import Tokenizer
 from tokenizers.decoders import DecodeStream
+
+from dyn.core.frontend.tokenizer import Tokenizer
 
 _REPLACEMENT = "\ufffd"
 _PROMPT_TAIL = 6
@@ -103,7 +104,7 @@ class IncrementalDetokenizer:
         # prefix) then the ids held since, so a flush can decode what the stream holds
         try:
             new = self._stream_step(self._backend, token_id)
-        except Exception:  # noqa: BLE001  Rust raises a bare Exception when the decoder rewrote earlier text
+        except Exception:
             self._ids.append(token_id)
             return self._flush(rewritten=True)
         ids = self._ids
@@ -219,7 +220,7 @@ class StopMatcher:
             while at < len(chains) and chains[at][1] == level:
                 active.append(chains[at])
                 at += 1
-            for first, top, count in active:
+            for first, top, _count in active:
                 yield first + level - top
             active = [chain for chain in active if level < chain[1] + chain[2] - 1]
 

@@ -65,7 +65,7 @@ class OutputPlan:
     def needs_special_tokens(self) -> bool:
         return any(cls is not None and cls.needs_special_tokens for cls in (self.reasoning, self.tool_parser))
 
-    def new(self) -> "ChoiceOutput":
+    def new(self) -> ChoiceOutput:
         if self.forced == "named":
             tools: ToolParser | None = NamedToolCallParser(self.forced_name or "")
         elif self.forced == "required":

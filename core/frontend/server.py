@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any
 
 import anyio
@@ -20,18 +19,18 @@ import anyio
 from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.app import FrontendApp
+from dyn.core.frontend.chat_template import ChatTemplateError
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability
-from dyn.core.frontend.chat_template import ChatTemplateError
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.service import OpenAIService, OutputSettings
+from dyn.core.model.info import ModelError, load_model_info
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import ParserUnavailable, UnknownParserError, load_plugin
 from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.core.protocol.openai import DEFAULT_MAX_LOGPROBS
-from dyn.core.model.info import ModelError, load_model_info
 from dyn.core.router.agent import AgentRouter
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
@@ -167,7 +166,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
         await tg.start(app.service.router.run)
 
         async def announce() -> None:
-            while not server.started:
+            while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag, not an event)
                 await anyio.sleep(0.01)
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
             print(READY_PREFIX + url, flush=True)

@@ -54,6 +54,7 @@ from dyn.core.parsers.registry import Registry, UnknownParserError
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.protocol.openai import (
+    DEFAULT_MAX_LOGPROBS,
     ChatChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -61,7 +62,6 @@ from dyn.core.protocol.openai import (
     CompletionChoice,
     CompletionRequest,
     CompletionResponse,
-    DEFAULT_MAX_LOGPROBS,
     _GenerationRequest,
     check_chat,
     check_completion,
@@ -74,8 +74,8 @@ from dyn.core.router.policy import (
     AllWorkersBusyError,
     NoWorkersError,
     Route,
-    RouteRequest,
     Router,
+    RouteRequest,
     RoutingError,
     TargetRequiredError,
     WorkerNotFoundError,
@@ -125,7 +125,7 @@ class _Choice:
 
     def __init__(self, index: int, prompt: Prompt, route: Route, request: GenerateRequest,
                  detok: IncrementalDetokenizer, timing: nvext_out.ChoiceTiming,
-                 output: ChoiceOutput | None = None, migration: "_Migration | None" = None) -> None:
+                 output: ChoiceOutput | None = None, migration: _Migration | None = None) -> None:
         self.index = index
         self.prompt = prompt
         self.route = route
@@ -284,7 +284,7 @@ class _Choice:
 class Generation:
     """A prepared request: routed choices, ready to stream or collect."""
 
-    def __init__(self, service: "OpenAIService", ctx: RequestContext, req: _GenerationRequest,
+    def __init__(self, service: OpenAIService, ctx: RequestContext, req: _GenerationRequest,
                  choices: list[_Choice], endpoint: str, echo_texts: list[str] | None) -> None:
         self.service = service
         self.ctx = ctx
@@ -574,7 +574,7 @@ class _Migration:
 
     __slots__ = ("service", "template", "client_priority", "limit", "left", "max_seq_len")
 
-    def __init__(self, service: "OpenAIService", template: RouteRequest, client_priority: int | None) -> None:
+    def __init__(self, service: OpenAIService, template: RouteRequest, client_priority: int | None) -> None:
         self.service = service
         self.template = template
         self.client_priority = client_priority

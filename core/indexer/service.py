@@ -55,11 +55,11 @@ from dyn.core.indexer.client import (
     indexer_record,
     indexers_store,
 )
-from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import ApplyStatus, RadixIndexer, WorkerKey
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
+from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.messages import (
     OverlapAnswer,
     OverlapQuery,

@@ -44,8 +44,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
 from dyn.core import asgi
+from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
 from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey

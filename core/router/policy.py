@@ -18,7 +18,6 @@ import abc
 from typing import Any
 
 import anyio
-
 import msgspec
 
 from dyn.core.protocol.openai import SessionControl

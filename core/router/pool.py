@@ -153,7 +153,7 @@ class WorkerPool:
                 await gone.wait()
                 # It left discovery, so nothing new goes to it; if it is draining, what it still
                 # serves finishes (or ends with worker_shutdown) before its connection closes.
-                while client.in_flight and client.healthy:
+                while client.in_flight and client.healthy:  # noqa: ASYNC110 (a rare drain, polled)
                     await anyio.sleep(_DRAIN_POLL_S)
             finally:
                 client.fail_all(WorkerUnavailable(f"worker {record.instance_id} left"))

@@ -50,12 +50,12 @@ import anyio.abc
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
 from dyn.core.asgi import lifespan
 from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
-from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
 from dyn.core.kv.views import error_body, respond
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router

@@ -163,7 +163,7 @@ class WorkerClient:
         self.messages_received = 0
         """Reply messages received (a ``ReplyBatch`` counts once), for measurements."""
 
-    async def __aenter__(self) -> "WorkerClient":
+    async def __aenter__(self) -> WorkerClient:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._receive_loop)

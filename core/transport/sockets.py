@@ -34,9 +34,10 @@ from typing import Any, TypeVar
 import zmq
 import zmq.asyncio
 import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
 from dyn.core.errors import ConfigError
 from dyn.core.private_dir import check_private_dir
-from zmq.auth.thread import ThreadAuthenticator
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     thinking_ratio: float
 
     @classmethod
-    def parse(cls, text: str) -> "ReasoningConfig":
+    def parse(cls, text: str) -> ReasoningConfig:
         """Decode the flag's JSON; raise ``ValueError`` saying what to fix."""
         try:
             return msgspec.json.decode(text, type=cls).validate()
@@ -50,7 +50,7 @@ class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
         except msgspec.DecodeError as exc:
             raise ValueError(f"--reasoning is not valid JSON: {exc}") from None
 
-    def validate(self) -> "ReasoningConfig":
+    def validate(self) -> ReasoningConfig:
         if self.start_thinking_token_id < 0 or self.end_thinking_token_id < 0:
             raise ValueError("--reasoning token ids must be non-negative")
         if not (0.0 <= self.thinking_ratio <= 1.0) or math.isnan(self.thinking_ratio):
@@ -153,7 +153,7 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     def is_sglang(self) -> bool:
         return self.engine_type == "sglang"
 
-    def validate(self) -> "MockerConfig":
+    def validate(self) -> MockerConfig:
         """Raise ``ValueError`` with a sentence saying what to fix; return self when fine."""
         for name in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) <= 0:

@@ -97,7 +97,7 @@ from dyn.core.messages import (
 from dyn.plugins.sglang.config import SglangConfig, parse_server_args, to_server_args
 from dyn.plugins.sglang.constraints import constraint_params
 from dyn.plugins.sglang.kv_events import KvEventsPlan, plan_kv_events
-from dyn.plugins.sglang.output import OutputDecoder, Outcome
+from dyn.plugins.sglang.output import Outcome, OutputDecoder
 from dyn.plugins.sglang.sampling import sampling_params
 from dyn.plugins.sglang.sessions import CAPACITY_OF_STR_LEN, DEFAULT_TIMEOUT_S, SessionTable, TurnPlan
 

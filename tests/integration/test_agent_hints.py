@@ -14,7 +14,6 @@ import pytest
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.model import load_model_info
 from dyn.core.protocol.openai import ChatCompletionRequest
-
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration

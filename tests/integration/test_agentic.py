@@ -18,7 +18,6 @@ from dyn.core.discovery.store import open_store
 from dyn.core.messages import LOAD_METRICS_TOPIC, LoadMetrics, PinPrefixRequest
 from dyn.core.transport.event_plane import decode_load_metrics
 from dyn.core.transport.request_plane import WorkerClient
-
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
@@ -192,7 +191,7 @@ def test_high_priority_requests_get_their_first_token_sooner(stack_factory, flag
 
     def stream(name: str, max_tokens: int, priority: int | None) -> None:
         body = {"nvext": {"agent_hints": {"priority": priority}}} if priority is not None else None
-        for chunk in client.completions.create(model=MODEL, prompt=f"{name} asks", stream=True,
+        for _chunk in client.completions.create(model=MODEL, prompt=f"{name} asks", stream=True,
                                                max_tokens=max_tokens, extra_body=body):
             first_token.setdefault(name, time.monotonic())
 

@@ -158,7 +158,7 @@ def sse_events(response) -> list[tuple[str | None, str]]:
             name, value = None, ""
         elif line.startswith("event: "):
             name = line[7:]
-        elif line.startswith(": ") or line.startswith("data: "):
+        elif line.startswith((": ", "data: ")):
             value = line.split(": ", 1)[1]
     return events
 

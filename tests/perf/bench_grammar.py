@@ -165,7 +165,7 @@ def bench_xgrammar(tokenizer_path: Path, eos: int, walks: int, repeats: int) -> 
         t0 = time.perf_counter()
         compiled = make()
         compile_ms = (time.perf_counter() - t0) * 1e3
-        result = measure(lambda: xg.GrammarMatcher(compiled), lambda m: m.fill_next_token_bitmask(bitmask),
+        result = measure(lambda compiled=compiled: xg.GrammarMatcher(compiled), lambda m: m.fill_next_token_bitmask(bitmask),
                          lambda m, t: m.accept_token(t), words, eos, walks, repeats)
         out[name] = {"compile_ms": round(compile_ms, 2), **result}
     return out

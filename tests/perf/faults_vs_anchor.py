@@ -383,7 +383,7 @@ async def bounded(coro, deadline_s: float) -> None:
     """``coro`` (a ``stream_chat``), given up after ``deadline_s``: it then records ``client_timeout``."""
     try:
         await asyncio.wait_for(coro, deadline_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
 
 

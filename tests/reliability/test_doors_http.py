@@ -18,9 +18,8 @@ indexer.
 
 from __future__ import annotations
 
-import json
-
 import hashlib
+import json
 
 import httpx
 import pytest

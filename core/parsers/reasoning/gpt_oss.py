@@ -14,8 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from dyn.core.parsers.events import Event
-from dyn.core.parsers.harmony import (ChannelText, HarmonyEvent, HarmonyReader, MessageEnd, MessageStart,
-                                      MessageText, function_name, harmony_encoding)
+from dyn.core.parsers.harmony import (
+    ChannelText,
+    HarmonyEvent,
+    HarmonyReader,
+    MessageEnd,
+    MessageStart,
+    MessageText,
+    function_name,
+    harmony_encoding,
+)
 from dyn.core.parsers.reasoning import REASONING_PARSERS, ReasoningParser
 
 

@@ -17,8 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.deepseek_v3 import (CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP,
-                                                DeepSeekToolParser)
+from dyn.core.parsers.tool.deepseek_v3 import (
+    CALL_BEGIN,
+    CALL_END,
+    CALLS_BEGIN,
+    CALLS_END,
+    SEP,
+    DeepSeekToolParser,
+)
 
 
 @TOOL_PARSERS.register("deepseek_v31", "deepseek_v3_1")

@@ -23,8 +23,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.harmony import (ChannelText, HarmonyEvent, HarmonyReader, MessageEnd, MessageStart,
-                                      MessageText, function_name, harmony_encoding)
+from dyn.core.parsers.harmony import (
+    ChannelText,
+    HarmonyEvent,
+    HarmonyReader,
+    MessageEnd,
+    MessageStart,
+    MessageText,
+    function_name,
+    harmony_encoding,
+)
 from dyn.core.parsers.text import JsonScanner
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall, ToolParser
 

@@ -24,9 +24,9 @@ from dyn.core.discovery import (
     WorkerAdded,
     WorkerRemoved,
     default_root,
+    file_store,
     open_store,
 )
-from dyn.core.discovery import file_store
 from dyn.core.discovery.file_store import DiscoveryDirError
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 
@@ -503,7 +503,7 @@ WORKER = textwrap.dedent(
 async def test_killed_worker_record_expires(tmp_path: Path) -> None:
     ttl_s = 1.0
     store = FileDiscoveryStore(tmp_path, NS, poll_interval_s=0.05)
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 (a start that does not block; it is reaped after a kill)
         [sys.executable, "-c", WORKER, str(tmp_path), NS, "42", str(ttl_s)],
         stdout=subprocess.DEVNULL,
     )

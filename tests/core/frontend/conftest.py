@@ -25,7 +25,6 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.server import FrontendSettings, build_app
 from dyn.core.router.pool import WorkerPool
-
 from tests.core.frontend.fake_workers import FakeFleet, Script
 
 BASE_URL = "http://dyn.test"

@@ -21,9 +21,15 @@ import openai
 import pytest
 
 from dyn.core.router.config import KvRouterConfig
-
 from tests.core.frontend.conftest import asgi_call
-from tests.core.frontend.fake_workers import DEFAULT_TEXT, endless, failing, first_tokens_text, held, token_ids
+from tests.core.frontend.fake_workers import (
+    DEFAULT_TEXT,
+    endless,
+    failing,
+    first_tokens_text,
+    held,
+    token_ids,
+)
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.anyio

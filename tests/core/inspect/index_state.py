@@ -6,9 +6,9 @@ import anyio
 import httpx
 from prometheus_client import CollectorRegistry
 
-from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 
 BS = 4
 MODEL = "tiny"

@@ -13,7 +13,7 @@ from dyn.cli.app import app
 from dyn.core.inspect import command
 from dyn.core.inspect.command import InspectSettings, run_inspect
 from dyn.core.inspect.target import open_target
-from tests.core.inspect.index_state import A, BS, ENTRIES, MODEL, NODES, asgi_client, kv_app
+from tests.core.inspect.index_state import BS, ENTRIES, MODEL, NODES, A, asgi_client, kv_app
 
 runner = CliRunner()
 

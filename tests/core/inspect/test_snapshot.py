@@ -8,7 +8,6 @@ import random
 import msgspec
 import pytest
 
-from dyn.core.kv.views import dump_body, overlap_body, workers_body
 from dyn.core.inspect.snapshot import (
     DepthBucket,
     Dump,
@@ -23,18 +22,19 @@ from dyn.core.inspect.snapshot import (
     worker_caches,
 )
 from dyn.core.kv.hashing import block_hashes
+from dyn.core.kv.views import dump_body, overlap_body, workers_body
 from tests.core.inspect.index_state import (
-    A,
-    B,
     B1,
     BS,
     BUCKETS,
-    C,
-    D,
     ENTRIES,
     MODEL,
     NODES,
     TOKENS,
+    A,
+    B,
+    C,
+    D,
     view,
 )
 

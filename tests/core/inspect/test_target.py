@@ -14,7 +14,7 @@ from dyn.core.inspect.command import read_snapshot
 from dyn.core.inspect.prompt import PromptTokens
 from dyn.core.inspect.target import TargetError, find_indexer_url, open_target
 from dyn.core.router.metrics import RouterMetrics
-from tests.core.inspect.index_state import A, BS, ENTRIES, MODEL, TOKENS, asgi_client, kv_app
+from tests.core.inspect.index_state import BS, ENTRIES, MODEL, TOKENS, A, asgi_client, kv_app
 
 
 def test_an_indexer_is_read_at_its_root():

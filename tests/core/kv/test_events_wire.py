@@ -24,7 +24,6 @@ from dyn.core.kv.events import (
     split_frames,
 )
 
-
 # ----------------------------------------------------------------- an independent msgpack codec
 
 def mp_decode(buf: bytes):

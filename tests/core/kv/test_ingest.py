@@ -14,9 +14,9 @@ import threading
 
 import anyio
 import msgspec
-from prometheus_client import CollectorRegistry
 import pytest
 import zmq
+from prometheus_client import CollectorRegistry
 
 from dyn.core.kv.convert import (
     BatchConverter,
@@ -26,10 +26,10 @@ from dyn.core.kv.convert import (
     apply_event_batch,
 )
 from dyn.core.kv.events import (
+    REPLAY_END_SEQ,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
-    REPLAY_END_SEQ,
     KvEventBatch,
     StorageTier,
     decode_known_events,
@@ -38,8 +38,8 @@ from dyn.core.kv.events import (
     tier_of,
 )
 from dyn.core.kv.hashing import block_hashes
-from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
 from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
 from dyn.core.kv.subscriber import KvEventBounds, KvEventSubscriber
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.transport.event_plane import KvEventPublisher

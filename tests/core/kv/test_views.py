@@ -7,9 +7,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')")
 
-from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall  # noqa: E402
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 
 GptOss = TOOL_PARSERS.get("openai")
 

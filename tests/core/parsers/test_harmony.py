@@ -12,10 +12,16 @@ import pytest
 
 pytest.importorskip("openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')")
 
-from dyn.core.parsers import harmony  # noqa: E402
-from dyn.core.parsers.harmony import (HarmonyReader, HarmonyUnavailable, MessageEnd, MessageStart,  # noqa: E402
-                                      MessageText, Unparsed)
-from dyn.core.parsers.tool import TOOL_PARSERS  # noqa: E402
+from dyn.core.parsers import harmony
+from dyn.core.parsers.harmony import (
+    HarmonyReader,
+    HarmonyUnavailable,
+    MessageEnd,
+    MessageStart,
+    MessageText,
+    Unparsed,
+)
+from dyn.core.parsers.tool import TOOL_PARSERS
 
 
 def read(pieces, prompt=None):

@@ -9,6 +9,7 @@ import itertools
 import json
 
 import pytest
+
 from dyn.core.parsers.events import ToolCallStart
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall, mistral
 

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')")
 
-from dyn.core.parsers.reasoning import REASONING_PARSERS  # noqa: E402
+from dyn.core.parsers.reasoning import REASONING_PARSERS
 
 GptOss = REASONING_PARSERS.get("gpt_oss")
 

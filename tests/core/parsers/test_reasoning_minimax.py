@@ -29,7 +29,7 @@ def test_names():
 
 def test_reasoning_then_tool_call(check_splits):
     for prompt in (PROMPT, None):
-        got = check_splits(lambda: MiniMax(prompt), OUTPUT)
+        got = check_splits(lambda prompt=prompt: MiniMax(prompt), OUTPUT)
         assert (got.reasoning, got.content) == (REASONING, CALL)
 
 

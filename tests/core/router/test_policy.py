@@ -6,11 +6,10 @@ import random
 
 import anyio
 import pytest
+from prometheus_client import CollectorRegistry
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
-from prometheus_client import CollectorRegistry
-
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.policy import (

@@ -8,7 +8,14 @@ import pytest
 
 from dyn.core.engine import EngineError
 from dyn.core.frontend.tokenizer import Tokenizer
-from dyn.core.messages import Finish, GenerateRequest, OutputConstraint, SamplingParams, StopConditions, TokenChunk
+from dyn.core.messages import (
+    Finish,
+    GenerateRequest,
+    OutputConstraint,
+    SamplingParams,
+    StopConditions,
+    TokenChunk,
+)
 from dyn.core.model import load_model_info
 from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
 from dyn.plugins.mocker.engine import MockerEngine
@@ -93,7 +100,7 @@ async def test_logprobs_ride_along_without_changing_the_tokens():
         request("f", 5, max_tokens=30, stop={"ignore_eos": True}),
         request("fl", 5, max_tokens=30, stop={"ignore_eos": True}, logprobs=0))
     assert plain[0] == with_lp[0] and free[0] == free_lp[0]
-    for tokens, finish, chunks in (with_lp, free_lp):
+    for _tokens, _finish, chunks in (with_lp, free_lp):
         assert all(isinstance(c, TokenChunk) and len(c.logprobs) == len(c.token_ids) for c in chunks)
         entries = [lp for c in chunks for lp in c.logprobs]
         assert all(lp.logprob <= 0 for lp in entries)

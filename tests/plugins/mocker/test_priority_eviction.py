@@ -32,7 +32,7 @@ def evict_blocks(m: KvBlockManager, n: int) -> list[int]:
 
 def test_least_important_first_then_least_recently_used():
     m = PriorityKvBlockManager(8, BS)
-    hi = cache(m, range(0, 8), importance=5)       # oldest
+    hi = cache(m, range(8), importance=5)       # oldest
     lo_old = cache(m, range(100, 104), importance=1)
     lo_new = cache(m, range(200, 204), importance=1)
     mid = cache(m, range(300, 308), importance=3)  # newest
@@ -43,7 +43,7 @@ def test_least_important_first_then_least_recently_used():
 
 def test_lru_manager_ignores_importance():
     m = KvBlockManager(8, BS)
-    hi = cache(m, range(0, 8), importance=5)
+    hi = cache(m, range(8), importance=5)
     cache(m, range(100, 104), importance=1)
     assert evict_blocks(m, 1) == hi.hashes[1:]  # plain LRU: the oldest leaf goes
 

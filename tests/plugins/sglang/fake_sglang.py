@@ -55,9 +55,10 @@ import time
 import types
 import uuid
 from collections.abc import Callable
-from typing import Any, Dict, List, Optional, Union
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 EOS = 2
 
@@ -104,25 +105,25 @@ class ServerArgs:
     model_path: str
     tp_size: int = 1
     dp_size: int = 1
-    mem_fraction_static: Optional[float] = None
-    max_running_requests: Optional[int] = None
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
     max_prefill_tokens: int = 16384
-    chunked_prefill_size: Optional[int] = None
-    page_size: Optional[int] = None
-    context_length: Optional[int] = None
+    chunked_prefill_size: int | None = None
+    page_size: int | None = None
+    context_length: int | None = None
     dtype: str = "auto"
-    quantization: Optional[str] = None
+    quantization: str | None = None
     enable_priority_scheduling: bool = False
     abort_on_priority_when_disabled: bool = False
     schedule_low_priority_values_first: bool = False
     radix_eviction_policy: str = "lru"
     enable_streaming_session: bool = False
     disable_radix_cache: bool = False
-    kv_events_config: Optional[str] = None
+    kv_events_config: str | None = None
     skip_tokenizer_init: bool = False
     incremental_streaming_output: bool = False
     enable_metrics: bool = False
-    grammar_backend: Optional[str] = None
+    grammar_backend: str | None = None
     log_level: str = "info"
 
     @staticmethod
@@ -165,9 +166,9 @@ class ServerArgs:
 @dataclasses.dataclass(kw_only=True)
 class OpenSessionReqInput:
     capacity_of_str_len: int
-    session_id: Optional[str] = None
-    streaming: Optional[bool] = None
-    timeout: Optional[float] = None
+    session_id: str | None = None
+    streaming: bool | None = None
+    timeout: float | None = None
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -212,7 +213,7 @@ class _ReqState:
 
 @dataclasses.dataclass
 class SchedulerInitResult:
-    scheduler_infos: List[Dict[str, Any]]
+    scheduler_infos: list[dict[str, Any]]
 
 
 class TokenizerManager:
@@ -252,7 +253,7 @@ class TokenizerManager:
         else:
             self.sessions.pop(obj.session_id, None)
 
-    async def _get_loads(self, include: Optional[List[str]] = None, dp_rank: Optional[int] = None):
+    async def _get_loads(self, include: list[str] | None = None, dp_rank: int | None = None):
         running = len(self.rid_to_state)
         used = sum(len(s.output_ids) for s in self.rid_to_state.values()) + 10 * running
         return [LoadSnapshot(dp_rank=0, num_running_reqs=running, num_waiting_reqs=0,
@@ -335,7 +336,7 @@ class TokenizerManager:
                 while (CONTROL.hold is not None and not CONTROL.hold.is_set() and not state.aborted
                        and len(state.output_ids) >= CONTROL.hold_after):
                     await anyio.sleep(0.005)
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
                 if CONTROL.abort_after is not None and len(state.output_ids) >= CONTROL.abort_after[0]:
                     yield {"output_ids": [], "meta_info": {"id": rid, "finish_reason": CONTROL.abort_after[1]}}
                     return
@@ -374,7 +375,7 @@ class TokenizerManager:
             self.rid_to_state.pop(rid, None)
 
 
-def grammar_error(kind: str, text: str, backend: str) -> Optional[str]:
+def grammar_error(kind: str, text: str, backend: str) -> str | None:
     """SGLang's abort message for a grammar ``backend`` cannot compile, else ``None``."""
     if backend == "none":
         return ("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when "
@@ -487,39 +488,39 @@ class Engine:
 
     async def async_generate(
         self,
-        prompt: Optional[Union[List[str], str]] = None,
-        sampling_params: Optional[Union[List[Dict], Dict]] = None,
-        input_ids: Optional[Union[List[List[int]], List[int]]] = None,
+        prompt: list[str] | str | None = None,
+        sampling_params: list[dict] | dict | None = None,
+        input_ids: list[list[int]] | list[int] | None = None,
         image_data: Any = None,
         audio_data: Any = None,
         video_data: Any = None,
-        mm_hashes: Optional[Union[List[str], List[List[str]]]] = None,
-        mm_content_hashes: Optional[Union[List[Optional[str]], List[List[Optional[str]]]]] = None,
-        return_logprob: Optional[Union[List[bool], bool]] = False,
-        logprob_start_len: Optional[Union[List[int], int]] = None,
-        top_logprobs_num: Optional[Union[List[int], int]] = None,
-        token_ids_logprob: Optional[Union[List[List[int]], List[int]]] = None,
-        lora_path: Optional[List[Optional[str]]] = None,
-        custom_logit_processor: Optional[Union[List[str], str]] = None,
+        mm_hashes: list[str] | list[list[str]] | None = None,
+        mm_content_hashes: list[str | None] | list[list[str | None]] | None = None,
+        return_logprob: list[bool] | bool | None = False,
+        logprob_start_len: list[int] | int | None = None,
+        top_logprobs_num: list[int] | int | None = None,
+        token_ids_logprob: list[list[int]] | list[int] | None = None,
+        lora_path: list[str | None] | None = None,
+        custom_logit_processor: list[str] | str | None = None,
         require_reasoning: bool = False,
         return_hidden_states: Any = False,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
         stream: bool = False,
-        bootstrap_host: Optional[Union[List[str], str]] = None,
-        bootstrap_port: Optional[Union[List[int], int]] = None,
-        bootstrap_room: Optional[Union[List[int], int]] = None,
-        routed_dp_rank: Optional[int] = None,
-        disagg_prefill_dp_rank: Optional[int] = None,
-        kv_hints: Optional[Dict] = None,
-        data_parallel_rank: Optional[int] = None,
-        external_trace_header: Optional[Dict] = None,
-        rid: Optional[Union[List[str], str]] = None,
-        session_params: Optional[Dict] = None,
-        priority: Optional[int] = None,
-        session_id: Optional[str] = None,
+        bootstrap_host: list[str] | str | None = None,
+        bootstrap_port: list[int] | int | None = None,
+        bootstrap_room: list[int] | int | None = None,
+        routed_dp_rank: int | None = None,
+        disagg_prefill_dp_rank: int | None = None,
+        kv_hints: dict | None = None,
+        data_parallel_rank: int | None = None,
+        external_trace_header: dict | None = None,
+        rid: list[str] | str | None = None,
+        session_params: dict | None = None,
+        priority: int | None = None,
+        session_id: str | None = None,
         *,
-        cache_salt: Optional[Union[List[str], str]] = None,
+        cache_salt: list[str] | str | None = None,
     ):
         call = dict(locals())
         del call["self"]
