@@ -10,8 +10,8 @@ from dyn.cli.options import flag
 app = typer.Typer(
     name="dyn",
     help="Serve LLMs to agent fleets: an OpenAI-compatible frontend with nvext, a KV-cache-aware "
-         "router, engine workers, a KV indexer, a benchmark client and a KV inspector.\n\n"
-         "Every flag has an environment twin: --some-flag is also DYN_SOME_FLAG.",
+    "router, engine workers, a KV indexer, a benchmark client and a KV inspector.\n\n"
+    "Every flag has an environment twin: --some-flag is also DYN_SOME_FLAG.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
@@ -30,9 +30,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def main_options(
     log_level: str = flag("info", "--log-level", help="Log level: debug, info, warning, error."),
-    log_format: str = flag("rich", "--log-format", help="Log format: rich (for people) or json (one object per line)."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    log_format: str = flag(
+        "rich", "--log-format", help="Log format: rich (for people) or json (one object per line)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Options that apply to every command."""
     from dyn.core.logs import configure_logging

@@ -31,28 +31,62 @@ OUTPUT_PANEL = "Output"
 @router_flags
 @mocker_flags
 def replay(
-    offline: str = flag(..., "--offline", panel=REPLAY_PANEL,
-                        help="The Mooncake (or Bailian) JSONL trace to replay offline: the real router "
-                             "and simulated mocker workers in virtual time, no sockets. Only offline "
-                             "replay exists here; to replay a trace against a live server use "
-                             "dyn bench --trace FILE."),
-    num_workers: int = flag(1, "--num-workers", min=1, panel=options.WORKER_PANEL,
-                            help="Simulated mocker workers, each with its own scheduler and KV cache."),
-    router_mode: str = flag("kv", "--router-mode", panel=ROUTER_PANEL,
-                            help=modes_help(offline=True)),
-    speedup: float = flag(1.0, "--speedup", min=0.0, panel=REPLAY_PANEL,
-                          help="Divide the trace's arrival times and delays by this."),
-    trace_block_size: int = flag(None, "--trace-block-size", min=1, panel=REPLAY_PANEL,
-                                 help="Tokens per trace hash id (default: 512, or 16 for Bailian traces)."),
-    vocab_size: int = flag(4096, "--vocab-size", min=17, panel=REPLAY_PANEL,
-                           help="Token ids of synthesized trace prompts stay below this (as dyn bench "
-                                "--trace, so both send the same prompts)."),
-    num_requests: int = flag(None, "--num-requests", min=1, panel=REPLAY_PANEL,
-                             help="Replay only this many rows from the start of the trace."),
-    seed: int = flag(0, "--seed", panel=REPLAY_PANEL,
-                     help="Seed of every random choice (same seed, same records)."),
-    output: str = flag(None, "--output", "-o", panel=OUTPUT_PANEL,
-                       help="Write the results (JSON, schema dyn-bench/1, kind offline) here."),
+    offline: str = flag(
+        ...,
+        "--offline",
+        panel=REPLAY_PANEL,
+        help="The Mooncake (or Bailian) JSONL trace to replay offline: the real router "
+        "and simulated mocker workers in virtual time, no sockets. Only offline "
+        "replay exists here; to replay a trace against a live server use "
+        "dyn bench --trace FILE.",
+    ),
+    num_workers: int = flag(
+        1,
+        "--num-workers",
+        min=1,
+        panel=options.WORKER_PANEL,
+        help="Simulated mocker workers, each with its own scheduler and KV cache.",
+    ),
+    router_mode: str = flag("kv", "--router-mode", panel=ROUTER_PANEL, help=modes_help(offline=True)),
+    speedup: float = flag(
+        1.0,
+        "--speedup",
+        min=0.0,
+        panel=REPLAY_PANEL,
+        help="Divide the trace's arrival times and delays by this.",
+    ),
+    trace_block_size: int = flag(
+        None,
+        "--trace-block-size",
+        min=1,
+        panel=REPLAY_PANEL,
+        help="Tokens per trace hash id (default: 512, or 16 for Bailian traces).",
+    ),
+    vocab_size: int = flag(
+        4096,
+        "--vocab-size",
+        min=17,
+        panel=REPLAY_PANEL,
+        help="Token ids of synthesized trace prompts stay below this (as dyn bench "
+        "--trace, so both send the same prompts).",
+    ),
+    num_requests: int = flag(
+        None,
+        "--num-requests",
+        min=1,
+        panel=REPLAY_PANEL,
+        help="Replay only this many rows from the start of the trace.",
+    ),
+    seed: int = flag(
+        0, "--seed", panel=REPLAY_PANEL, help="Seed of every random choice (same seed, same records)."
+    ),
+    output: str = flag(
+        None,
+        "--output",
+        "-o",
+        panel=OUTPUT_PANEL,
+        help="Write the results (JSON, schema dyn-bench/1, kind offline) here.",
+    ),
     mocker_config: MockerConfig = None,  # the engine flags, see dyn.cli.mocker_flags
     router_config: KvRouterConfig = None,  # the KV router flags, see dyn.cli.router_flags
 ) -> None:
@@ -74,10 +108,17 @@ def replay(
             writable("--output", output)
         rows = read_trace(offline, limit=num_requests)
         block_size = trace_block_size or default_block_size(rows, offline)
-        settings = ReplaySettings(num_workers=num_workers, simulator=MockerSimulator(mocker_config),
-                                  router_mode=router_mode, router=router_config, speedup=speedup,
-                                  trace_block_size=block_size, vocab_size=vocab_size, seed=seed,
-                                  limit=num_requests)
+        settings = ReplaySettings(
+            num_workers=num_workers,
+            simulator=MockerSimulator(mocker_config),
+            router_mode=router_mode,
+            router=router_config,
+            speedup=speedup,
+            trace_block_size=block_size,
+            vocab_size=vocab_size,
+            seed=seed,
+            limit=num_requests,
+        )
         result = run_replay(rows, settings)
     except (TraceError, ConfigError) as exc:
         typer.echo(f"error: {exc}", err=True)

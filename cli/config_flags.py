@@ -30,9 +30,18 @@ def flag_table(config_type: type) -> dict[str, tuple[Any, Any]]:
     table: dict[str, tuple[Any, Any]] = {}
     for setting in declared_flags(config_type):
         declared = setting.flag
-        table[declared.param] = (setting.type, flag(
-            setting.default, *declared.names, help=declared.help, panel=declared.panel,
-            hidden=declared.hidden, min=setting.ge, max=setting.le))
+        table[declared.param] = (
+            setting.type,
+            flag(
+                setting.default,
+                *declared.names,
+                help=declared.help,
+                panel=declared.panel,
+                hidden=declared.hidden,
+                min=setting.ge,
+                max=setting.le,
+            ),
+        )
     return table
 
 
@@ -49,8 +58,12 @@ def validated(config_type: type) -> Callable[[dict[str, Any]], Any]:
     return build
 
 
-def config_flags(param: str, config_type: type, build: Callable[[dict[str, Any]], Any] | None = None,
-                 flags: Flags | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def config_flags(
+    param: str,
+    config_type: type,
+    build: Callable[[dict[str, Any]], Any] | None = None,
+    flags: Flags | None = None,
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A decorator replacing ``param`` of a command by the flags of ``config_type`` (or ``flags``),
     handing it ``build(values)`` (default: ``validated(config_type)``)."""
     table = dict(flags if flags is not None else flag_table(config_type))
@@ -63,11 +76,16 @@ def config_flags(param: str, config_type: type, build: Callable[[dict[str, Any]]
         if param not in names:
             raise TypeError(f"{command.__name__} needs a {param} parameter for its flags")
         at = names.index(param)
-        kind = inspect.Parameter.KEYWORD_ONLY if params[at].kind == inspect.Parameter.KEYWORD_ONLY \
+        kind = (
+            inspect.Parameter.KEYWORD_ONLY
+            if params[at].kind == inspect.Parameter.KEYWORD_ONLY
             else inspect.Parameter.POSITIONAL_OR_KEYWORD
-        added = [inspect.Parameter(name, kind, default=option, annotation=annotation)
-                 for name, (annotation, option) in table.items()]
-        own = params[:at] + params[at + 1:]
+        )
+        added = [
+            inspect.Parameter(name, kind, default=option, annotation=annotation)
+            for name, (annotation, option) in table.items()
+        ]
+        own = params[:at] + params[at + 1 :]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> None:
@@ -79,9 +97,12 @@ def config_flags(param: str, config_type: type, build: Callable[[dict[str, Any]]
             command(**kwargs)
 
         wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=params[:at] + added + params[at + 1:])
-        wrapper.__annotations__ = {**{p.name: p.annotation for p in own},
-                                   **{p.name: p.annotation for p in added}}
+            parameters=params[:at] + added + params[at + 1 :]
+        )
+        wrapper.__annotations__ = {
+            **{p.name: p.annotation for p in own},
+            **{p.name: p.annotation for p in added},
+        }
         return wrapper
 
     return decorate

@@ -47,83 +47,189 @@ def _parser_names(kind: str) -> str:
 @router_flags
 @discovery_flags
 def frontend(
-    http_host: str = flag("127.0.0.1", "--http-host", panel=HTTP_PANEL, help="Address the HTTP server listens on."),
-    http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=HTTP_PANEL,
-                          help="Port the HTTP server listens on (0: a free port, printed at start)."),
+    http_host: str = flag(
+        "127.0.0.1", "--http-host", panel=HTTP_PANEL, help="Address the HTTP server listens on."
+    ),
+    http_port: int = flag(
+        8000,
+        "--http-port",
+        min=0,
+        max=65535,
+        panel=HTTP_PANEL,
+        help="Port the HTTP server listens on (0: a free port, printed at start).",
+    ),
     api_key: str = options.API_KEY,
-    public_metrics: bool = flag(False, "--public-metrics", panel=options.SECURITY_PANEL,
-                                help="Serve /metrics without the API key (for Prometheus scrapers)."),
+    public_metrics: bool = flag(
+        False,
+        "--public-metrics",
+        panel=options.SECURITY_PANEL,
+        help="Serve /metrics without the API key (for Prometheus scrapers).",
+    ),
     plane_keys: str = options.PLANE_KEYS,
-    max_inflight: int = flag(0, "--max-inflight", min=0, panel=LIMITS_PANEL,
-                             help="Most requests served at once; beyond it a request is answered 503 "
-                                  "with Retry-After (0: no limit)."),
-    max_n: int = flag(_LIMITS.max_n, "--max-n", min=1, panel=LIMITS_PANEL,
-                      help="Most choices (n) one request may ask for."),
-    max_prompts: int = flag(_LIMITS.max_prompts, "--max-prompts", min=1, panel=LIMITS_PANEL,
-                            help="Most engine requests one request may fan out to: its prompts (a batched "
-                                 "completions request) times n."),
-    max_prompt_bytes: int = flag(None, "--max-prompt-bytes", min=1, panel=LIMITS_PANEL,
-                                 help="Most bytes of prompt text (all messages) one request may send; checked "
-                                      "before tokenizing (default: 32 bytes per token of the context length, "
-                                      "at least 1 MiB)."),
-    max_stop_strings: int = flag(_LIMITS.max_stop_strings, "--max-stop-strings", min=0,
-                                 panel=LIMITS_PANEL, help="Most stop strings one request may send."),
-    max_stop_string_chars: int = flag(_LIMITS.max_stop_string_chars, "--max-stop-string-chars", min=1,
-                                      panel=LIMITS_PANEL, help="Longest stop string a request may send."),
-    trust_request_chat_template: bool = flag(False, "--trust-request-chat-template", panel=LIMITS_PANEL,
-                                             help="Accept a chat_template in the request (vLLM's flag); it is "
-                                                  "then rendered with size and time limits."),
-    migration_limit: int = flag(0, "--migration-limit", min=0, panel=RELIABILITY_PANEL,
-                                help="How many times a request whose worker dies or goes silent mid-stream "
-                                     "continues on another worker (prompt plus the tokens already "
-                                     "generated); 0 fails it instead, as Dynamo's default."),
-    migration_max_seq_len: int = flag(None, "--migration-max-seq-len", min=1, panel=RELIABILITY_PANEL,
-                                      help="Stop tracking a choice for migration once its prompt plus output "
-                                           "tokens pass this many (bounds the memory migration keeps; "
-                                           "default: no bound), as Dynamo's flag."),
-    first_token_timeout: float = flag(300.0, "--first-token-timeout", min=0.0, panel=RELIABILITY_PANEL,
-                                      help="Seconds a worker may take to send a request's first token before "
-                                           "it is treated as dead for that request (migrated or failed; "
-                                           "0: wait forever)."),
-    inter_token_timeout: float = flag(60.0, "--inter-token-timeout", min=0.0, panel=RELIABILITY_PANEL,
-                                      help="Seconds a worker may go silent between a request's tokens before "
-                                           "it is treated as dead for that request (0: wait forever)."),
-    allowed_origins: str = flag('["*"]', "--allowed-origins", panel=HTTP_PANEL,
-                                help="CORS allowed origins, a JSON list or comma-separated."),
-    allowed_methods: str = flag('["*"]', "--allowed-methods", panel=HTTP_PANEL,
-                                help="CORS allowed methods, a JSON list or comma-separated."),
-    allowed_headers: str = flag('["*"]', "--allowed-headers", panel=HTTP_PANEL,
-                                help="CORS allowed headers, a JSON list or comma-separated."),
-    allow_credentials: bool = flag(False, "--allow-credentials", panel=HTTP_PANEL,
-                                   help="CORS: allow credentials."),
-    router_mode: str = flag("round-robin", "--router-mode", panel=ROUTER_PANEL,
-                            help=modes_help()),
-    router_address: str = flag(None, "--router-address", panel=ROUTER_PANEL,
-                               help="With --router-mode kv: ask the dyn router at this ZMQ address "
-                                    "instead of routing in this process."),
-    enable_cache_control: bool = flag(False, "--enable-cache-control", panel=ROUTER_PANEL,
-                                      help="Honour nvext.cache_control: after generation, ask the "
-                                           "worker to pin the prompt's KV for the TTL (needs "
-                                           "--router-mode kv)."),
-    enable_auto_tool_choice: bool = flag(False, "--enable-auto-tool-choice", panel=options.PARSERS_PANEL,
-                                         help="Accept tool_choice auto (the default when a request has "
-                                              "tools): calls are parsed with --tool-call-parser. Workers "
-                                              "started with --dyn-tool-call-parser turn it on by themselves."),
-    tool_call_parser: str = flag(None, "--tool-call-parser", panel=options.PARSERS_PANEL,
-                                 help="How the model writes tool calls; overrides what workers advertise. "
-                                      f"One of: {_parser_names('tool')}."),
-    reasoning_parser: str = flag(None, "--reasoning-parser", panel=options.PARSERS_PANEL,
-                                 help="How the model writes reasoning (returned as reasoning_content); "
-                                      f"overrides what workers advertise. One of: {_parser_names('reasoning')}."),
-    tool_parser_plugin: list[str] = flag(None, "--tool-parser-plugin", panel=options.PARSERS_PANEL,
-                                         help="A Python file whose parsers register themselves "
-                                              "(@TOOL_PARSERS.register(NAME) on a ToolParser subclass); "
-                                              "repeatable."),
-    chat_template: str = flag(None, "--chat-template", panel=options.PARSERS_PANEL,
-                              help="A Jinja chat template file (or the template text) replacing the model's."),
-    max_logprobs: int = flag(20, "--max-logprobs", min=0, panel=options.PARSERS_PANEL,
-                             help="Most top logprobs a request may ask for (top_logprobs, logprobs, "
-                                  "prompt_logprobs)."),
+    max_inflight: int = flag(
+        0,
+        "--max-inflight",
+        min=0,
+        panel=LIMITS_PANEL,
+        help="Most requests served at once; beyond it a request is answered 503 "
+        "with Retry-After (0: no limit).",
+    ),
+    max_n: int = flag(
+        _LIMITS.max_n, "--max-n", min=1, panel=LIMITS_PANEL, help="Most choices (n) one request may ask for."
+    ),
+    max_prompts: int = flag(
+        _LIMITS.max_prompts,
+        "--max-prompts",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="Most engine requests one request may fan out to: its prompts (a batched "
+        "completions request) times n.",
+    ),
+    max_prompt_bytes: int = flag(
+        None,
+        "--max-prompt-bytes",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="Most bytes of prompt text (all messages) one request may send; checked "
+        "before tokenizing (default: 32 bytes per token of the context length, "
+        "at least 1 MiB).",
+    ),
+    max_stop_strings: int = flag(
+        _LIMITS.max_stop_strings,
+        "--max-stop-strings",
+        min=0,
+        panel=LIMITS_PANEL,
+        help="Most stop strings one request may send.",
+    ),
+    max_stop_string_chars: int = flag(
+        _LIMITS.max_stop_string_chars,
+        "--max-stop-string-chars",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="Longest stop string a request may send.",
+    ),
+    trust_request_chat_template: bool = flag(
+        False,
+        "--trust-request-chat-template",
+        panel=LIMITS_PANEL,
+        help="Accept a chat_template in the request (vLLM's flag); it is "
+        "then rendered with size and time limits.",
+    ),
+    migration_limit: int = flag(
+        0,
+        "--migration-limit",
+        min=0,
+        panel=RELIABILITY_PANEL,
+        help="How many times a request whose worker dies or goes silent mid-stream "
+        "continues on another worker (prompt plus the tokens already "
+        "generated); 0 fails it instead, as Dynamo's default.",
+    ),
+    migration_max_seq_len: int = flag(
+        None,
+        "--migration-max-seq-len",
+        min=1,
+        panel=RELIABILITY_PANEL,
+        help="Stop tracking a choice for migration once its prompt plus output "
+        "tokens pass this many (bounds the memory migration keeps; "
+        "default: no bound), as Dynamo's flag.",
+    ),
+    first_token_timeout: float = flag(
+        300.0,
+        "--first-token-timeout",
+        min=0.0,
+        panel=RELIABILITY_PANEL,
+        help="Seconds a worker may take to send a request's first token before "
+        "it is treated as dead for that request (migrated or failed; "
+        "0: wait forever).",
+    ),
+    inter_token_timeout: float = flag(
+        60.0,
+        "--inter-token-timeout",
+        min=0.0,
+        panel=RELIABILITY_PANEL,
+        help="Seconds a worker may go silent between a request's tokens before "
+        "it is treated as dead for that request (0: wait forever).",
+    ),
+    allowed_origins: str = flag(
+        '["*"]',
+        "--allowed-origins",
+        panel=HTTP_PANEL,
+        help="CORS allowed origins, a JSON list or comma-separated.",
+    ),
+    allowed_methods: str = flag(
+        '["*"]',
+        "--allowed-methods",
+        panel=HTTP_PANEL,
+        help="CORS allowed methods, a JSON list or comma-separated.",
+    ),
+    allowed_headers: str = flag(
+        '["*"]',
+        "--allowed-headers",
+        panel=HTTP_PANEL,
+        help="CORS allowed headers, a JSON list or comma-separated.",
+    ),
+    allow_credentials: bool = flag(
+        False, "--allow-credentials", panel=HTTP_PANEL, help="CORS: allow credentials."
+    ),
+    router_mode: str = flag("round-robin", "--router-mode", panel=ROUTER_PANEL, help=modes_help()),
+    router_address: str = flag(
+        None,
+        "--router-address",
+        panel=ROUTER_PANEL,
+        help="With --router-mode kv: ask the dyn router at this ZMQ address "
+        "instead of routing in this process.",
+    ),
+    enable_cache_control: bool = flag(
+        False,
+        "--enable-cache-control",
+        panel=ROUTER_PANEL,
+        help="Honour nvext.cache_control: after generation, ask the "
+        "worker to pin the prompt's KV for the TTL (needs "
+        "--router-mode kv).",
+    ),
+    enable_auto_tool_choice: bool = flag(
+        False,
+        "--enable-auto-tool-choice",
+        panel=options.PARSERS_PANEL,
+        help="Accept tool_choice auto (the default when a request has "
+        "tools): calls are parsed with --tool-call-parser. Workers "
+        "started with --dyn-tool-call-parser turn it on by themselves.",
+    ),
+    tool_call_parser: str = flag(
+        None,
+        "--tool-call-parser",
+        panel=options.PARSERS_PANEL,
+        help="How the model writes tool calls; overrides what workers advertise. "
+        f"One of: {_parser_names('tool')}.",
+    ),
+    reasoning_parser: str = flag(
+        None,
+        "--reasoning-parser",
+        panel=options.PARSERS_PANEL,
+        help="How the model writes reasoning (returned as reasoning_content); "
+        f"overrides what workers advertise. One of: {_parser_names('reasoning')}.",
+    ),
+    tool_parser_plugin: list[str] = flag(
+        None,
+        "--tool-parser-plugin",
+        panel=options.PARSERS_PANEL,
+        help="A Python file whose parsers register themselves "
+        "(@TOOL_PARSERS.register(NAME) on a ToolParser subclass); "
+        "repeatable.",
+    ),
+    chat_template: str = flag(
+        None,
+        "--chat-template",
+        panel=options.PARSERS_PANEL,
+        help="A Jinja chat template file (or the template text) replacing the model's.",
+    ),
+    max_logprobs: int = flag(
+        20,
+        "--max-logprobs",
+        min=0,
+        panel=options.PARSERS_PANEL,
+        help="Most top logprobs a request may ask for (top_logprobs, logprobs, prompt_logprobs).",
+    ),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
@@ -136,22 +242,47 @@ def frontend(
     from dyn.core.frontend.server import FrontendSettings, Reliability, run_frontend
 
     options.use_plane_keys(plane_keys)
-    cors = CorsPolicy(_list(allowed_origins, "--allowed-origins"), _list(allowed_methods, "--allowed-methods"),
-                      _list(allowed_headers, "--allowed-headers"), allow_credentials)
+    cors = CorsPolicy(
+        _list(allowed_origins, "--allowed-origins"),
+        _list(allowed_methods, "--allowed-methods"),
+        _list(allowed_headers, "--allowed-headers"),
+        allow_credentials,
+    )
     settings = FrontendSettings(
-        http_host=http_host, http_port=http_port, router_mode=router_mode, discovery=discovery, model_path=model_path,
-        model_name=model_name, api_key=api_key or None, cors=cors, router_config=router_config,
-        router_address=router_address, enable_cache_control=enable_cache_control,
-        tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+        http_host=http_host,
+        http_port=http_port,
+        router_mode=router_mode,
+        discovery=discovery,
+        model_path=model_path,
+        model_name=model_name,
+        api_key=api_key or None,
+        cors=cors,
+        router_config=router_config,
+        router_address=router_address,
+        enable_cache_control=enable_cache_control,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
         enable_auto_tool_choice=enable_auto_tool_choice,
-        tool_parser_plugins=tuple(tool_parser_plugin or ()), chat_template=chat_template,
-        max_logprobs=max_logprobs, public_metrics=public_metrics, max_inflight=max_inflight,
-        limits=RequestLimits(max_n=max_n, max_prompts=max_prompts, max_prompt_bytes=max_prompt_bytes,
-                             max_stop_strings=max_stop_strings, max_stop_string_chars=max_stop_string_chars,
-                             trust_request_chat_template=trust_request_chat_template),
-        reliability=Reliability(migration_limit=migration_limit, migration_max_seq_len=migration_max_seq_len,
-                                first_token_timeout_s=first_token_timeout,
-                                inter_token_timeout_s=inter_token_timeout))
+        tool_parser_plugins=tuple(tool_parser_plugin or ()),
+        chat_template=chat_template,
+        max_logprobs=max_logprobs,
+        public_metrics=public_metrics,
+        max_inflight=max_inflight,
+        limits=RequestLimits(
+            max_n=max_n,
+            max_prompts=max_prompts,
+            max_prompt_bytes=max_prompt_bytes,
+            max_stop_strings=max_stop_strings,
+            max_stop_string_chars=max_stop_string_chars,
+            trust_request_chat_template=trust_request_chat_template,
+        ),
+        reliability=Reliability(
+            migration_limit=migration_limit,
+            migration_max_seq_len=migration_max_seq_len,
+            first_token_timeout_s=first_token_timeout,
+            inter_token_timeout_s=inter_token_timeout,
+        ),
+    )
     if router_config.load_aware:
         settings.router_mode = "kv"
     try:

@@ -16,37 +16,73 @@ OUTPUT_PANEL = "Output"
 
 @discovery_flags
 def inspect_kv(
-    url: str = flag(None, "--url", panel=TARGET_PANEL,
-                    help="HTTP URL of a dyn indexer (its http= address), of a frontend with "
-                         "--router-mode kv, or of a dyn router's --system-port (their views "
-                         "are under /kv/, found by probing). Default: the newest dyn indexer "
-                         "in discovery."),
-    api_key: str = flag(None, "--api-key", panel=TARGET_PANEL,
-                        help="The target's --api-key, sent as 'Authorization: Bearer KEY'."),
+    url: str = flag(
+        None,
+        "--url",
+        panel=TARGET_PANEL,
+        help="HTTP URL of a dyn indexer (its http= address), of a frontend with "
+        "--router-mode kv, or of a dyn router's --system-port (their views "
+        "are under /kv/, found by probing). Default: the newest dyn indexer "
+        "in discovery.",
+    ),
+    api_key: str = flag(
+        None,
+        "--api-key",
+        panel=TARGET_PANEL,
+        help="The target's --api-key, sent as 'Authorization: Bearer KEY'.",
+    ),
     discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
-    model_name: str = flag(None, "--model-name", panel=options.MODEL_PANEL,
-                           help="Find the dyn indexer of this model in discovery (default: any "
-                                "model)."),
-    model_path: str = flag(None, "--model-path", panel=options.MODEL_PANEL,
-                           help="Model directory whose tokenizer and chat template make the "
-                                "--prompt / --messages tokens (default: the embedded dyn-tiny)."),
-    prompt: str = flag(None, "--prompt", panel=REQUEST_PANEL,
-                       help="Show each worker's cached share of this text, tokenized raw (no "
-                            "chat template), as /v1/completions tokenizes it."),
-    messages: str = flag(None, "--messages", panel=REQUEST_PANEL,
-                         help="Show each worker's cached share of this chat: a JSON file with a "
-                              "list of OpenAI messages (or an object with \"messages\"), "
-                              "rendered with the model's chat template and generation prompt."),
-    json_output: bool = flag(False, "--json", panel=OUTPUT_PANEL,
-                             help="Print one JSON object (with --watch: one per refresh, one per "
-                                  "line); the schema is in dyn.core.inspect.snapshot."),
-    watch: bool = flag(False, "--watch", panel=OUTPUT_PANEL,
-                       help="Refresh a live view of per-worker blocks and occupancy and KV "
-                            "events per second."),
-    interval: float = flag(1.0, "--interval", min=0.05, panel=OUTPUT_PANEL,
-                           help="Seconds between --watch refreshes."),
-    duration: float = flag(0.0, "--duration", min=0.0, panel=OUTPUT_PANEL,
-                           help="Stop --watch after this many seconds (0: at Ctrl-C)."),
+    model_name: str = flag(
+        None,
+        "--model-name",
+        panel=options.MODEL_PANEL,
+        help="Find the dyn indexer of this model in discovery (default: any model).",
+    ),
+    model_path: str = flag(
+        None,
+        "--model-path",
+        panel=options.MODEL_PANEL,
+        help="Model directory whose tokenizer and chat template make the "
+        "--prompt / --messages tokens (default: the embedded dyn-tiny).",
+    ),
+    prompt: str = flag(
+        None,
+        "--prompt",
+        panel=REQUEST_PANEL,
+        help="Show each worker's cached share of this text, tokenized raw (no "
+        "chat template), as /v1/completions tokenizes it.",
+    ),
+    messages: str = flag(
+        None,
+        "--messages",
+        panel=REQUEST_PANEL,
+        help="Show each worker's cached share of this chat: a JSON file with a "
+        'list of OpenAI messages (or an object with "messages"), '
+        "rendered with the model's chat template and generation prompt.",
+    ),
+    json_output: bool = flag(
+        False,
+        "--json",
+        panel=OUTPUT_PANEL,
+        help="Print one JSON object (with --watch: one per refresh, one per "
+        "line); the schema is in dyn.core.inspect.snapshot.",
+    ),
+    watch: bool = flag(
+        False,
+        "--watch",
+        panel=OUTPUT_PANEL,
+        help="Refresh a live view of per-worker blocks and occupancy and KV events per second.",
+    ),
+    interval: float = flag(
+        1.0, "--interval", min=0.05, panel=OUTPUT_PANEL, help="Seconds between --watch refreshes."
+    ),
+    duration: float = flag(
+        0.0,
+        "--duration",
+        min=0.0,
+        panel=OUTPUT_PANEL,
+        help="Stop --watch after this many seconds (0: at Ctrl-C).",
+    ),
 ) -> None:
     """Show what a KV index holds: cached blocks per worker, tree size and depth, hit rates, and
     with --prompt or --messages how much of that request each worker has cached."""
@@ -55,9 +91,18 @@ def inspect_kv(
     from dyn.core.inspect.target import TargetError
 
     settings = InspectSettings(
-        url=url, discovery=discovery, model_name=model_name, model_path=model_path, prompt=prompt,
-        messages_file=messages, json=json_output, watch=watch, interval_s=interval,
-        duration_s=duration, api_key=api_key or None)
+        url=url,
+        discovery=discovery,
+        model_name=model_name,
+        model_path=model_path,
+        prompt=prompt,
+        messages_file=messages,
+        json=json_output,
+        watch=watch,
+        interval_s=interval,
+        duration_s=duration,
+        api_key=api_key or None,
+    )
     try:
         run_inspect(settings)
     except ConfigError as exc:

@@ -17,14 +17,25 @@ SERVICE_PANEL = "Router service"
 @discovery_flags
 def router(
     host: str = options.HOST,
-    port: int = flag(0, "--port", min=0, max=65535, panel=SERVICE_PANEL,
-                     help="Port of the ZMQ query socket frontends connect to (0: a free port, "
-                          "printed at start)."),
-    system_port: int = flag(None, "--system-port", min=0, max=65535, panel=SERVICE_PANEL,
-                            help="Serve HTTP on this port: Prometheus metrics at /metrics and "
-                                 "the router's KV index views under /kv/ (/kv/workers, "
-                                 "/kv/query, /kv/dump; read by dyn inspect-kv). 0: a free "
-                                 "port, printed at start."),
+    port: int = flag(
+        0,
+        "--port",
+        min=0,
+        max=65535,
+        panel=SERVICE_PANEL,
+        help="Port of the ZMQ query socket frontends connect to (0: a free port, printed at start).",
+    ),
+    system_port: int = flag(
+        None,
+        "--system-port",
+        min=0,
+        max=65535,
+        panel=SERVICE_PANEL,
+        help="Serve HTTP on this port: Prometheus metrics at /metrics and "
+        "the router's KV index views under /kv/ (/kv/workers, "
+        "/kv/query, /kv/dump; read by dyn inspect-kv). 0: a free "
+        "port, printed at start.",
+    ),
     api_key: str = options.API_KEY,
     plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
@@ -38,10 +49,16 @@ def router(
     from dyn.core.router.service import RouterSettings, run_router_service
 
     options.use_plane_keys(plane_keys)
-    settings = RouterSettings(host=host, port=port, discovery=discovery,
-                              model_path=model_path, model_name=model_name,
-                              router_config=router_config, system_port=system_port,
-                              api_key=api_key or None)
+    settings = RouterSettings(
+        host=host,
+        port=port,
+        discovery=discovery,
+        model_path=model_path,
+        model_name=model_name,
+        router_config=router_config,
+        system_port=system_port,
+        api_key=api_key or None,
+    )
     try:
         run_router_service(settings)
     except ConfigError as exc:

@@ -22,20 +22,37 @@ from dyn.cli.options import flag
 from dyn.core.config import fields_from_flags
 from dyn.core.router.config import PANEL, KvRouterConfig
 
-JETSTREAM = ("JetStream mode is not built: dyn's routers read KV events straight from the "
-             "workers' event plane (the path Dynamo recommends); drop {flag}")
+JETSTREAM = (
+    "JetStream mode is not built: dyn's routers read KV events straight from the "
+    "workers' event plane (the path Dynamo recommends); drop {flag}"
+)
 
 _UNBUILT: dict[str, tuple[Any, Any]] = {
-    "router_kv_overlap_score_weight": (float | None, flag(
-        None, "--router-kv-overlap-score-weight", "--kv-overlap-score-weight", hidden=True,
-        panel=PANEL, help="Deprecated: use --router-prefill-load-scale.")),
-    "router_durable_kv_events": (bool, flag(
-        False, "--router-durable-kv-events", hidden=True, panel=PANEL, help="Deprecated; not built.")),
-    "router_reset_states": (bool, flag(
-        False, "--router-reset-states", hidden=True, panel=PANEL, help="JetStream only; not built.")),
-    "router_snapshot_threshold": (int | None, flag(
-        None, "--router-snapshot-threshold", hidden=True, panel=PANEL,
-        help="JetStream only; not built.")),
+    "router_kv_overlap_score_weight": (
+        float | None,
+        flag(
+            None,
+            "--router-kv-overlap-score-weight",
+            "--kv-overlap-score-weight",
+            hidden=True,
+            panel=PANEL,
+            help="Deprecated: use --router-prefill-load-scale.",
+        ),
+    ),
+    "router_durable_kv_events": (
+        bool,
+        flag(False, "--router-durable-kv-events", hidden=True, panel=PANEL, help="Deprecated; not built."),
+    ),
+    "router_reset_states": (
+        bool,
+        flag(False, "--router-reset-states", hidden=True, panel=PANEL, help="JetStream only; not built."),
+    ),
+    "router_snapshot_threshold": (
+        int | None,
+        flag(
+            None, "--router-snapshot-threshold", hidden=True, panel=PANEL, help="JetStream only; not built."
+        ),
+    ),
 }
 """Hidden flags that set no ``KvRouterConfig`` field: accepted for Dynamo's command lines."""
 
@@ -50,9 +67,11 @@ def _config(values: dict[str, Any]) -> KvRouterConfig:
         overlap_refresh_from_env,
     )
 
-    for name, flag_name in (("router_durable_kv_events", "--router-durable-kv-events"),
-                            ("router_reset_states", "--router-reset-states"),
-                            ("router_snapshot_threshold", "--router-snapshot-threshold")):
+    for name, flag_name in (
+        ("router_durable_kv_events", "--router-durable-kv-events"),
+        ("router_reset_states", "--router-reset-states"),
+        ("router_snapshot_threshold", "--router-snapshot-threshold"),
+    ):
         if values[name] not in (None, False):
             raise typer.BadParameter(JETSTREAM.format(flag=flag_name), param_hint=flag_name)
     weight, source = values["router_kv_overlap_score_weight"], "--router-kv-overlap-score-weight"
@@ -64,7 +83,8 @@ def _config(values: dict[str, Any]) -> KvRouterConfig:
         deprecated_overlap_weight=weight,
         deprecated_weight_source=source,
         overlap_refresh_after_secs=overlap_refresh_from_env(
-            os.environ.get("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS")),
+            os.environ.get("DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS")
+        ),
         **fields_from_flags(KvRouterConfig, values),
     )
 
@@ -76,8 +96,10 @@ def router_flags(command: Callable[..., None]) -> Callable[..., None]:
 
     signature = inspect.signature(command)
     own = [p for p in signature.parameters.values() if p.name != "router_config"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
-             for name, (kind, option) in _FLAGS.items()]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+        for name, (kind, option) in _FLAGS.items()
+    ]
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> None:
@@ -90,6 +112,5 @@ def router_flags(command: Callable[..., None]) -> Callable[..., None]:
         command(**kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {**{p.name: p.annotation for p in own},
-                               **{p.name: p.annotation for p in added}}
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in own}, **{p.name: p.annotation for p in added}}
     return wrapper

@@ -21,23 +21,47 @@ CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 @discovery_flags
 def serve(
     ctx: typer.Context,
-    workers: int = flag(2, "--workers", min=1, panel=SERVE_PANEL,
-                        help="Worker processes to start."),
-    engine: str = flag("mocker", "--engine", panel=SERVE_PANEL,
-                       help="Engine of the workers: any dyn worker subcommand (mocker, vllm, sglang)."),
-    gpus_per_worker: int = flag(0, "--gpus-per-worker", min=0, panel=SERVE_PANEL,
-                                help="Give each worker process its own N GPUs through CUDA_VISIBLE_DEVICES "
-                                     "(slices of the visible ones); 0 leaves it alone, so the workers share them."),
-    http_host: str = flag("127.0.0.1", "--http-host", panel=SERVE_PANEL,
-                          help="Address the frontend's HTTP server binds to."),
-    http_port: int = flag(8000, "--http-port", min=0, max=65535, panel=SERVE_PANEL,
-                          help="Port of the frontend's HTTP server (0: pick a free one)."),
-    startup_timeout: float = flag(None, "--startup-timeout", min=0.0, panel=SERVE_PANEL,
-                                  help="Seconds to wait for the frontend and every worker to be routable "
-                                       "(default: 60 for the mocker, 900 for real engines, which load weights)."),
-    restart_workers: bool = flag(True, "--restart-workers/--no-restart-workers", panel=SERVE_PANEL,
-                                 help="Restart a worker process that dies once the stack is ready, after a "
-                                      "back-off that doubles with each quick death (1 s up to 30 s)."),
+    workers: int = flag(2, "--workers", min=1, panel=SERVE_PANEL, help="Worker processes to start."),
+    engine: str = flag(
+        "mocker",
+        "--engine",
+        panel=SERVE_PANEL,
+        help="Engine of the workers: any dyn worker subcommand (mocker, vllm, sglang).",
+    ),
+    gpus_per_worker: int = flag(
+        0,
+        "--gpus-per-worker",
+        min=0,
+        panel=SERVE_PANEL,
+        help="Give each worker process its own N GPUs through CUDA_VISIBLE_DEVICES "
+        "(slices of the visible ones); 0 leaves it alone, so the workers share them.",
+    ),
+    http_host: str = flag(
+        "127.0.0.1", "--http-host", panel=SERVE_PANEL, help="Address the frontend's HTTP server binds to."
+    ),
+    http_port: int = flag(
+        8000,
+        "--http-port",
+        min=0,
+        max=65535,
+        panel=SERVE_PANEL,
+        help="Port of the frontend's HTTP server (0: pick a free one).",
+    ),
+    startup_timeout: float = flag(
+        None,
+        "--startup-timeout",
+        min=0.0,
+        panel=SERVE_PANEL,
+        help="Seconds to wait for the frontend and every worker to be routable "
+        "(default: 60 for the mocker, 900 for real engines, which load weights).",
+    ),
+    restart_workers: bool = flag(
+        True,
+        "--restart-workers/--no-restart-workers",
+        panel=SERVE_PANEL,
+        help="Restart a worker process that dies once the stack is ready, after a "
+        "back-off that doubles with each quick death (1 s up to 30 s).",
+    ),
     discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
@@ -56,18 +80,27 @@ def serve(
     frontend_cmd = root.commands["frontend"]
     engines = root.commands["worker"].commands
     if engine not in engines:
-        raise typer.BadParameter(f"must be one of {', '.join(engines)}, got {engine!r}", param_hint="--engine")
+        raise typer.BadParameter(
+            f"must be one of {', '.join(engines)}, got {engine!r}", param_hint="--engine"
+        )
     worker_cmd = engines[engine]
     frontend_name, worker_name = "dyn frontend", f"dyn worker {engine}"
     specs = {frontend_name: option_specs(frontend_cmd), worker_name: option_specs(worker_cmd)}
     try:
-        routed = route_flags(ctx.args, specs, passthrough=worker_name if _passes_through(worker_cmd) else None)
+        routed = route_flags(
+            ctx.args, specs, passthrough=worker_name if _passes_through(worker_cmd) else None
+        )
     except FlagRoutingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
-    shared = {"--namespace": discovery.namespace, "--discovery-backend": discovery.backend,
-              "--discovery-dir": discovery.dir, "--model-path": model_path, "--model-name": model_name}
+    shared = {
+        "--namespace": discovery.namespace,
+        "--discovery-backend": discovery.backend,
+        "--discovery-dir": discovery.dir,
+        "--model-path": model_path,
+        "--model-name": model_name,
+    }
     frontend_own = {"--http-host": http_host, "--http-port": http_port, **shared}
     frontend_args = [*_own_flags(frontend_own, specs[frontend_name]), *routed[frontend_name]]
     worker_args = [*_own_flags(shared, specs[worker_name]), *routed[worker_name]]
@@ -84,15 +117,24 @@ def serve(
 
     base = [sys.executable, "-m", "dyn.cli"]
     try:
-        devices = device_sets(workers, gpus_per_worker, os.environ.get("CUDA_VISIBLE_DEVICES")) \
-            if gpus_per_worker else [None] * workers
+        devices = (
+            device_sets(workers, gpus_per_worker, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            if gpus_per_worker
+            else [None] * workers
+        )
         config = ServeConfig(
             frontend=ChildSpec("frontend", [*base, "frontend", *frontend_args]),
-            workers=[ChildSpec(f"worker-{i}", [*base, "worker", engine, *worker_args],
-                               env={"CUDA_VISIBLE_DEVICES": d} if d is not None else {})
-                     for i, d in enumerate(devices)],
+            workers=[
+                ChildSpec(
+                    f"worker-{i}",
+                    [*base, "worker", engine, *worker_args],
+                    env={"CUDA_VISIBLE_DEVICES": d} if d is not None else {},
+                )
+                for i, d in enumerate(devices)
+            ],
             instances_per_worker=per_process,
-            startup_timeout_s=startup_timeout if startup_timeout is not None
+            startup_timeout_s=startup_timeout
+            if startup_timeout is not None
             else (60.0 if engine == "mocker" else 900.0),
             summary=summary,
             env=_log_env(ctx),
@@ -133,8 +175,9 @@ def resolved_option(command: Any, args: list[str], name: str) -> Any:
     """
     from dyn.core.serve import flag_value
 
-    param = next((p for p in command.params if getattr(p, "param_type_name", "") == "option"
-                  and name in p.opts), None)
+    param = next(
+        (p for p in command.params if getattr(p, "param_type_name", "") == "option" and name in p.opts), None
+    )
     if param is None:
         return None
     given = flag_value(args, name)
@@ -153,8 +196,12 @@ def _passes_through(command: Any) -> bool:
 
 def _own_flags(values: dict[str, Any], specs: dict[str, int]) -> list[str]:
     """``dyn serve``'s own flags, for a child that defines them; unset (None) ones stay unset."""
-    return [arg for name, value in values.items() if value is not None and name in specs
-            for arg in (name, str(value))]
+    return [
+        arg
+        for name, value in values.items()
+        if value is not None and name in specs
+        for arg in (name, str(value))
+    ]
 
 
 def _root_command(ctx: typer.Context) -> Any:

@@ -28,7 +28,7 @@ PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 app = typer.Typer(
     help="Run engine workers: each registers in discovery, serves the request plane and "
-         "publishes KV events and load metrics.",
+    "publishes KV events and load metrics.",
     no_args_is_help=True,
 )
 
@@ -52,23 +52,37 @@ def _worker(
 def worker_command(plugin: EnginePlugin) -> Any:
     """The ``dyn worker NAME`` command function of ``plugin``."""
 
-    def command(ctx: typer.Context, model_path: str | None, model_name: str | None, engine_config: Any,
-                worker_options: Any, dyn_tool_call_parser: str | None, dyn_reasoning_parser: str | None,
-                discovery: DiscoveryConfig, host: str, drain_timeout: float, plane_keys: str | None) -> None:
-        settings = _settings(discovery, host, dyn_tool_call_parser,
-                             dyn_reasoning_parser, model_path, drain_timeout, plane_keys)
+    def command(
+        ctx: typer.Context,
+        model_path: str | None,
+        model_name: str | None,
+        engine_config: Any,
+        worker_options: Any,
+        dyn_tool_call_parser: str | None,
+        dyn_reasoning_parser: str | None,
+        discovery: DiscoveryConfig,
+        host: str,
+        drain_timeout: float,
+        plane_keys: str | None,
+    ) -> None:
+        settings = _settings(
+            discovery, host, dyn_tool_call_parser, dyn_reasoning_parser, model_path, drain_timeout, plane_keys
+        )
         extra = {"extra_args": list(ctx.args)} if plugin.passes_through else {}
-        own = {} if worker_options is None else {
-            name: getattr(worker_options, name) for name in worker_options.__struct_fields__}
-        _serve(plugin, engine_config, settings, model_path=model_path, model_name=model_name,
-               **extra, **own)
+        own = (
+            {}
+            if worker_options is None
+            else {name: getattr(worker_options, name) for name in worker_options.__struct_fields__}
+        )
+        _serve(plugin, engine_config, settings, model_path=model_path, model_name=model_name, **extra, **own)
 
     signature = inspect.signature(_worker)
     params = dict(signature.parameters)
     if plugin.model_path is not None:
         declared = plugin.model_path
-        params["model_path"] = params["model_path"].replace(default=options.flag(
-            declared.default, *declared.names, help=declared.help, panel=declared.panel))
+        params["model_path"] = params["model_path"].replace(
+            default=options.flag(declared.default, *declared.names, help=declared.help, panel=declared.panel)
+        )
     command.__signature__ = signature.replace(parameters=list(params.values()))  # type: ignore[attr-defined]
     command.__doc__ = plugin.description or plugin.summary
     command.__name__ = plugin.name
@@ -114,9 +128,15 @@ def register_engines(target: typer.Typer) -> None:
         target.command(name, context_settings=settings)(worker_command(plugin))
 
 
-def _settings(discovery: DiscoveryConfig, host: str,
-              tool_call_parser: str | None, reasoning_parser: str | None,
-              model_path: str | None, drain_timeout: float, plane_keys: str | None) -> WorkerSettings:
+def _settings(
+    discovery: DiscoveryConfig,
+    host: str,
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+    model_path: str | None,
+    drain_timeout: float,
+    plane_keys: str | None,
+) -> WorkerSettings:
     """The worker settings; an unknown parser name exits 2 with the known ones."""
     from dyn.core.worker.settings import WorkerSettings, model_parsers
 
@@ -126,8 +146,13 @@ def _settings(discovery: DiscoveryConfig, host: str,
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    return WorkerSettings(discovery=discovery, host=host, tool_call_parser=tool_call_parser,
-                          reasoning_parser=reasoning_parser, drain_timeout_s=drain_timeout)
+    return WorkerSettings(
+        discovery=discovery,
+        host=host,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        drain_timeout_s=drain_timeout,
+    )
 
 
 def _serve(plugin: EnginePlugin, config: object, settings: WorkerSettings, **kwargs: Any) -> None:

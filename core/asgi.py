@@ -39,8 +39,13 @@ async def read_body(receive: Any, limit: int) -> bytes:
 
 async def respond(send: Any, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]]) -> None:
     """Send a whole response: ``headers``, its content-length, then ``body``."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -72,9 +77,11 @@ def json_error_protocol(error_body: Callable[[str], bytes]) -> type | str:
             head = [STATUS_LINE[400]]
             for name, value in self.server_state.default_headers:
                 head += [name, b": ", value, b"\r\n"]
-            head += [b"content-type: application/json\r\n",
-                     b"content-length: " + str(len(body)).encode() + b"\r\n",
-                     b"connection: close\r\n\r\n"]
+            head += [
+                b"content-type: application/json\r\n",
+                b"content-length: " + str(len(body)).encode() + b"\r\n",
+                b"connection: close\r\n\r\n",
+            ]
             self.transport.write(b"".join(head) + body)
             self.transport.close()
 

@@ -47,5 +47,3 @@ async def _guarded(name: str, job: Callable[..., Awaitable[Any]], args: tuple) -
         await job(*args)
     except Exception as exc:
         log.warning("%s failed: %s", name, exc)
-
-

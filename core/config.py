@@ -68,8 +68,15 @@ class Flag:
         return self.long_name.lstrip("-").replace("-", "_")
 
 
-def flag(*names: str, help: str, panel: str | None = None, hidden: bool = False,
-         cli_type: Any = None, parse: Callable[[Any], Any] | None = None, default: Any = _UNSET) -> Flag:
+def flag(
+    *names: str,
+    help: str,
+    panel: str | None = None,
+    hidden: bool = False,
+    cli_type: Any = None,
+    parse: Callable[[Any], Any] | None = None,
+    default: Any = _UNSET,
+) -> Flag:
     """A ``Flag`` for ``Annotated[T, flag("--name", help=...)]``."""
     return Flag(names, help, panel, hidden, cli_type, parse, default)
 
@@ -105,9 +112,16 @@ def declared_flags(config_type: type) -> list[Setting]:
             continue
         ranged = declared.cli_type if declared.cli_type is not None else hint
         ge, le = _range(ranged)
-        settings.append(Setting(
-            field=name, flag=declared, type=_plain(declared.cli_type or base),
-            default=default if declared.default is _UNSET else declared.default, ge=ge, le=le))
+        settings.append(
+            Setting(
+                field=name,
+                flag=declared,
+                type=_plain(declared.cli_type or base),
+                default=default if declared.default is _UNSET else declared.default,
+                ge=ge,
+                le=le,
+            )
+        )
     return settings
 
 
@@ -118,8 +132,9 @@ def build_from_flags(config_type: type, values: dict[str, Any], **fixed: Any) ->
 
 def fields_from_flags(config_type: type, values: dict[str, Any]) -> dict[str, Any]:
     """``{field: value}`` for the declared flags of ``config_type`` found in ``values``."""
-    return {s.field: s.value(values[s.flag.param]) for s in declared_flags(config_type)
-            if s.flag.param in values}
+    return {
+        s.field: s.value(values[s.flag.param]) for s in declared_flags(config_type) if s.flag.param in values
+    }
 
 
 def _range(annotation: Any) -> tuple[Any, Any]:
@@ -176,16 +191,29 @@ WORKER_PANEL = "Worker and discovery"
 class DiscoveryConfig(msgspec.Struct, kw_only=True, frozen=True):
     """The discovery store a process uses: ``backend`` for ``namespace``, rooted at ``dir``."""
 
-    namespace: Annotated[str, flag(
-        "--namespace", panel=WORKER_PANEL,
-        help="Namespace that isolates one stack from another on this machine.")] = "default"
-    backend: Annotated[str, flag(
-        "--discovery-backend", panel=WORKER_PANEL,
-        help="Discovery store: file (workers on one machine).")] = "file"
-    dir: Annotated[str | None, flag(
-        "--discovery-dir", panel=WORKER_PANEL,
-        help="Root directory of the file discovery store "
-             "(default: $XDG_RUNTIME_DIR/dyn, else /tmp/dyn-$UID).")] = None
+    namespace: Annotated[
+        str,
+        flag(
+            "--namespace",
+            panel=WORKER_PANEL,
+            help="Namespace that isolates one stack from another on this machine.",
+        ),
+    ] = "default"
+    backend: Annotated[
+        str,
+        flag(
+            "--discovery-backend", panel=WORKER_PANEL, help="Discovery store: file (workers on one machine)."
+        ),
+    ] = "file"
+    dir: Annotated[
+        str | None,
+        flag(
+            "--discovery-dir",
+            panel=WORKER_PANEL,
+            help="Root directory of the file discovery store "
+            "(default: $XDG_RUNTIME_DIR/dyn, else /tmp/dyn-$UID).",
+        ),
+    ] = None
 
     def open(self) -> DiscoveryStore:
         """The store (``open_store``); ``ValueError`` for an unknown backend or a bad namespace."""

@@ -172,4 +172,3 @@ class EnginePlugin:
 def available_engines() -> dict[str, EntryPoint]:
     """Registered engine plugins by name (entry point group ``dyn.engines``)."""
     return {ep.name: ep for ep in entry_points(group=ENGINE_ENTRY_POINT_GROUP)}
-

@@ -49,8 +49,9 @@ def configure_logging(level: str = "info", fmt: str = "rich", *, process: str | 
         from rich.console import Console
         from rich.logging import RichHandler
 
-        handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=True,
-                              log_time_format="[%X]")
+        handler = RichHandler(
+            console=Console(stderr=True), show_path=False, rich_tracebacks=True, log_time_format="[%X]"
+        )
         handler.setFormatter(logging.Formatter(f"[{process}] %(message)s" if process else "%(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -418,8 +418,7 @@ INDEXER_KINDS: dict[bytes, type[msgspec.Struct]] = {
 }
 
 KIND_OF: dict[type[msgspec.Struct], bytes] = {
-    cls: kind
-    for kind, cls in (REQUEST_KINDS | REPLY_KINDS | ROUTER_KINDS | INDEXER_KINDS).items()
+    cls: kind for kind, cls in (REQUEST_KINDS | REPLY_KINDS | ROUTER_KINDS | INDEXER_KINDS).items()
 }
 
 # --------------------------------------------------------------------------- load metrics

@@ -27,6 +27,7 @@ def check_private_dir(path: Path, what: str, fix: str) -> os.stat_result:
         owner = info.st_uid if info.st_uid != uid else link.st_uid
         raise ConfigError(f"{what} {path} belongs to user id {owner}, not to you (user id {uid}); {fix}")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError(f"{what} {path} is writable by other users (mode "
-                          f"{stat.S_IMODE(info.st_mode):o}); {fix}")
+        raise ConfigError(
+            f"{what} {path} is writable by other users (mode {stat.S_IMODE(info.st_mode):o}); {fix}"
+        )
     return info

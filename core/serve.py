@@ -65,8 +65,9 @@ def split_flag(arg: str) -> tuple[str, str | None]:
     return arg, None
 
 
-def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]], *,
-                passthrough: str | None = None) -> dict[str, list[str]]:
+def route_flags(
+    args: Sequence[str], commands: Mapping[str, Mapping[str, int]], *, passthrough: str | None = None
+) -> dict[str, list[str]]:
     """Send every flag in ``args`` (with its values) to each command whose specs define it.
 
     ``commands`` maps a command's display name (``"dyn frontend"``) to its option specs: flag name
@@ -85,8 +86,9 @@ def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]], 
     while i < len(args):
         arg = args[i]
         if not arg.startswith("-") or arg == "-":
-            raise FlagRoutingError(f"unexpected argument {arg!r}: dyn serve passes only flags on to "
-                                   f"{searched}")
+            raise FlagRoutingError(
+                f"unexpected argument {arg!r}: dyn serve passes only flags on to {searched}"
+            )
         name, inline = split_flag(arg)
         targets = [cmd for cmd, specs in commands.items() if name in specs]
         if not targets and passthrough is not None:
@@ -96,8 +98,10 @@ def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]], 
             i += len(chunk)
             continue
         if not targets:
-            raise FlagRoutingError(f"no such flag {name}: dyn serve passes extra flags on to {searched}, "
-                                   f"and none of them defines it (see their --help)")
+            raise FlagRoutingError(
+                f"no such flag {name}: dyn serve passes extra flags on to {searched}, "
+                f"and none of them defines it (see their --help)"
+            )
         nvalues = max(int(commands[t][name]) for t in targets)
         if inline is not None:
             if nvalues != 1:
@@ -105,7 +109,7 @@ def route_flags(args: Sequence[str], commands: Mapping[str, Mapping[str, int]], 
                 raise FlagRoutingError(f"flag {name} {what}; {arg!r} cannot be passed on")
             chunk = [arg]
         else:
-            values = list(args[i + 1:i + 1 + nvalues])
+            values = list(args[i + 1 : i + 1 + nvalues])
             if len(values) < nvalues:
                 raise FlagRoutingError(f"flag {name} needs {nvalues} value(s)")
             chunk = [arg, *values]
@@ -197,11 +201,13 @@ def device_sets(workers: int, per_worker: int, visible: str | None) -> list[str]
     if visible is not None and visible.strip():
         pool = [d.strip() for d in visible.split(",") if d.strip()]
         if len(pool) < workers * per_worker:
-            raise ValueError(f"--gpus-per-worker {per_worker} x --workers {workers} needs "
-                             f"{workers * per_worker} GPUs, but CUDA_VISIBLE_DEVICES lists {len(pool)}")
+            raise ValueError(
+                f"--gpus-per-worker {per_worker} x --workers {workers} needs "
+                f"{workers * per_worker} GPUs, but CUDA_VISIBLE_DEVICES lists {len(pool)}"
+            )
     else:
         pool = [str(i) for i in range(workers * per_worker)]
-    return [",".join(pool[i * per_worker:(i + 1) * per_worker]) for i in range(workers)]
+    return [",".join(pool[i * per_worker : (i + 1) * per_worker]) for i in range(workers)]
 
 
 @dataclass(frozen=True)
@@ -319,8 +325,9 @@ class _Child:
         for pipe, hook in ((self.proc.stdout, on_stdout_line), (self.proc.stderr, None)):
             if pipe is None:
                 continue
-            t = threading.Thread(target=self._pump, args=(pipe, prefix, out, hook),
-                                 name=f"serve-{self.name}", daemon=True)
+            t = threading.Thread(
+                target=self._pump, args=(pipe, prefix, out, hook), name=f"serve-{self.name}", daemon=True
+            )
             t.start()
             self.readers.append(t)
 
@@ -356,8 +363,9 @@ class _Child:
 class StackSupervisor:
     """Starts, watches and stops the children of one ``dyn serve``; see ``run_stack``."""
 
-    def __init__(self, config: ServeConfig, out: IO[str], err: IO[str],
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self, config: ServeConfig, out: IO[str], err: IO[str], stop: threading.Event | None = None
+    ) -> None:
         self.config = config
         colour = _isatty(out) and "NO_COLOR" not in os.environ
         self._out = _Output(out, colour)
@@ -423,9 +431,14 @@ class StackSupervisor:
         """Start one child and its log readers; None (said why) if it cannot start."""
         argv, secrets = hide_secrets(spec.argv)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env={**self._env, **spec.env, **secrets},
-                                    process_group=0)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**self._env, **spec.env, **secrets},
+                process_group=0,
+            )
         except OSError as exc:
             self._error(f"could not start {spec.name} ({_display_argv(argv)}): {exc}")
             return None
@@ -474,8 +487,10 @@ class StackSupervisor:
         hint = "; raise --startup-timeout if it is just slow"
         if self._url is None:
             return f"{waited}: the frontend never printed its listening line{hint}"
-        return (f"{waited}: {self._url}/health {last_health}, want "
-                f"{self.config.expected_instances} worker instance(s){hint}")
+        return (
+            f"{waited}: {self._url}/health {last_health}, want "
+            f"{self.config.expected_instances} worker instance(s){hint}"
+        )
 
     def _poll_health(self, http: httpx.Client) -> tuple[int, str]:
         try:
@@ -517,7 +532,7 @@ class StackSupervisor:
         first, longest = self.config.restart_backoff_s
         if time.monotonic() - child.started_at >= _STEADY_S:
             child.quick_deaths = 0
-        wait = min(longest, first * 2 ** child.quick_deaths)
+        wait = min(longest, first * 2**child.quick_deaths)
         child.quick_deaths += 1
         child.restart_at = time.monotonic() + wait
         self._error(f"{what}; restarting it in {wait:g}s")
@@ -552,8 +567,7 @@ class StackSupervisor:
         for child in self._children:
             child.signal(signal.SIGTERM)
         deadline = time.monotonic() + self.config.stop_timeout_s
-        while (self._alive_count() and time.monotonic() < deadline
-               and len(self._signals) == signals_before):
+        while self._alive_count() and time.monotonic() < deadline and len(self._signals) == signals_before:
             time.sleep(0.05)
         hurried = len(self._signals) != signals_before
         for child in self._children:
@@ -575,8 +589,13 @@ class StackSupervisor:
                         pipe.close()
 
 
-def run_stack(config: ServeConfig, *, out: IO[str] | None = None, err: IO[str] | None = None,
-              stop: threading.Event | None = None) -> int:
+def run_stack(
+    config: ServeConfig,
+    *,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
     """Run the stack in ``config`` until SIGINT/SIGTERM (or ``stop`` is set); return the exit status.
 
     0 after a requested stop; 1 when a child exits before the stack is ready, the startup timeout

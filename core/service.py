@@ -20,6 +20,7 @@ def run_service(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
     """Run ``main(*args)`` in an asyncio event loop (uvloop when installed) until it returns."""
     try:
         import uvloop  # noqa: F401
+
         options = {"use_uvloop": True}
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
         options = {}
@@ -37,8 +38,9 @@ def bind_http(host: str, port: int, flag: str = "--http-port") -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
-                          f"{flag} (0 picks a free one)") from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another {flag} (0 picks a free one)"
+        ) from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock
@@ -51,12 +53,15 @@ def bind_zmq(sock: zmq.Socket, host: str, port: int, flag: str) -> str:
         return bind(sock, host, port)
     except zmq.ZMQError as exc:
         sock.close(linger=0)
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
-                          f"{flag} (0 picks a free one) or --host") from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another "
+            f"{flag} (0 picks a free one) or --host"
+        ) from None
 
 
-def model_and_store(model_path: str | None, model_name: str | None, backend: str, namespace: str,
-                    discovery_dir: str | None) -> tuple[str, Any]:
+def model_and_store(
+    model_path: str | None, model_name: str | None, backend: str, namespace: str, discovery_dir: str | None
+) -> tuple[str, Any]:
     """The served model's name and the workers' discovery store of a service that follows them
     (router, indexer); ``ConfigError`` says what to fix."""
     from dyn.core.discovery.store import open_store
@@ -90,8 +95,17 @@ class LoopHttpServer:
 
         self.sock = sock
         self.host = host
-        self.server = Server(uvicorn.Config(app, loop="none", http="httptools", lifespan="off",
-                                            log_config=None, access_log=False, timeout_keep_alive=30))
+        self.server = Server(
+            uvicorn.Config(
+                app,
+                loop="none",
+                http="httptools",
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                timeout_keep_alive=30,
+            )
+        )
         self.served = anyio.Event()
 
     @property

@@ -108,5 +108,4 @@ class Simulator(Protocol):
     def describe(self) -> Mapping[str, Any]:
         """The configuration as plain JSON values, for the results file."""
 
-    def engine(self, clock: Callable[[], float], *, vocab_size: int,
-               context_length: int) -> SimEngine: ...
+    def engine(self, clock: Callable[[], float], *, vocab_size: int, context_length: int) -> SimEngine: ...

@@ -16,6 +16,7 @@ Output is deterministic: the man page date is MAN_DATE (not the clock, not SOURC
 version is the installed `dyn` version. --check regenerates into a temporary directory and exits 1,
 listing stale, missing and extra files, when the committed files differ; 0 when they are fresh.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -122,8 +123,13 @@ def render(spec: str = DEFAULT_APP) -> dict[str, str]:
 
 
 def _existing(root: Path) -> set[str]:
-    return {p.relative_to(root).as_posix() for d in OUTPUT_DIRS if (root / d).is_dir()
-            for p in (root / d).iterdir() if p.is_file() and not p.name.startswith(".")}
+    return {
+        p.relative_to(root).as_posix()
+        for d in OUTPUT_DIRS
+        if (root / d).is_dir()
+        for p in (root / d).iterdir()
+        if p.is_file() and not p.name.startswith(".")
+    }
 
 
 def write(root: Path = REPO, spec: str = DEFAULT_APP) -> list[str]:
@@ -151,21 +157,29 @@ def check(root: Path = REPO, spec: str = DEFAULT_APP) -> list[str]:
         want, have = _existing(fresh), _existing(root)
         problems = [f"missing: {rel}" for rel in sorted(want - have)]
         problems += [f"extra: {rel}" for rel in sorted(have - want)]
-        problems += [f"stale: {rel}" for rel in sorted(want & have)
-                     if not filecmp.cmp(fresh / rel, root / rel, shallow=False)]
+        problems += [
+            f"stale: {rel}"
+            for rel in sorted(want & have)
+            if not filecmp.cmp(fresh / rel, root / rel, shallow=False)
+        ]
     return problems
 
 
 def check_message(problems: list[str]) -> str:
     """The report --check prints for a non-empty problem list."""
-    return ("generated CLI docs are out of date:\n" + "".join(f"  {p}\n" for p in problems)
-            + f"fix with: {FIX_COMMAND}")
+    return (
+        "generated CLI docs are out of date:\n"
+        + "".join(f"  {p}\n" for p in problems)
+        + f"fix with: {FIX_COMMAND}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed files are stale")
-    parser.add_argument("--app", default=DEFAULT_APP, help=f"MODULE:ATTR of the Typer app (default {DEFAULT_APP})")
+    parser.add_argument(
+        "--app", default=DEFAULT_APP, help=f"MODULE:ATTR of the Typer app (default {DEFAULT_APP})"
+    )
     parser.add_argument("--root", type=Path, default=REPO, help="where completions/ and man/ live")
     args = parser.parse_args(argv)
     if args.check:

@@ -10,6 +10,7 @@ frontend and the engine tokenize alike. The weights are random (seeded), hidden 
 layers, saved as safetensors in bfloat16: the text the model writes is noise, but it runs the real
 engine end to end (scheduling, prefix caching, KV events) in seconds.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,11 +32,22 @@ def generate(out_dir: str | Path) -> Path:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
     tokenizer.save_pretrained(str(out))
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, rms_norm_eps=1e-5,
-        rope_theta=10000.0, torch_dtype="bfloat16")
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        torch_dtype="bfloat16",
+    )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(out), safe_serialization=True)

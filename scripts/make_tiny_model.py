@@ -12,6 +12,7 @@ Reproducible: the same CPython version (its standard-library sources are the tra
 same `tokenizers` version give byte-identical files. `dyn_tiny.json` records both, plus a SHA-256 of the
 corpus, so a reader can tell how the files were made and whether a rerun can match them.
 """
+
 from __future__ import annotations
 
 import glob
@@ -29,7 +30,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 NAME = "dyn-tiny"
 VOCAB_SIZE = 4096
 CORPUS_FILES = 200
-SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+]
 CHAT_TEMPLATE = (
     # Llama-3 headers; tools, tool calls and tool results the Hermes / Qwen2.5 way (dyn's "hermes"
     # tool-call parser reads the calls back). Without tools it renders exactly like the anchor's.
@@ -41,7 +48,7 @@ CHAT_TEMPLATE = (
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
     "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
     "For each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\n</tool_call><|eot_id|>{% endif %}"
     "{% for message in messages %}"
     "{% if not (tools and loop.first and message['role'] == 'system') %}"
@@ -52,10 +59,11 @@ CHAT_TEMPLATE = (
     "{% for call in message['tool_calls'] or [] %}"
     "{% if call['function'] is defined %}{% set call = call['function'] %}{% endif %}"
     "{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}"
-    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": {{ call['arguments'] | tojson }}}\n</tool_call>"
+    '<tool_call>\n{"name": "{{ call[\'name\'] }}", "arguments": {{ call[\'arguments\'] | tojson }}}\n</tool_call>'
     "{% endfor %}<|eot_id|>"
     "{% endif %}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
 SPECIAL_MAP = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"}
 GENERATOR = "python scripts/make_tiny_model.py core/model/dyn-tiny"
 
@@ -81,8 +89,12 @@ def train_tokenizer(files: list[str]) -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train(files, trainer)
     return tok
 
@@ -100,17 +112,43 @@ def generate(out_dir: str | Path) -> dict:
     (out / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
     vocab = tok.get_vocab_size()
     bos, eos = tok.token_to_id("<|begin_of_text|>"), tok.token_to_id("<|eot_id|>")
-    _write_json(out / "tokenizer_config.json", dict(
-        SPECIAL_MAP, model_max_length=8192, tokenizer_class="PreTrainedTokenizerFast",
-        chat_template=CHAT_TEMPLATE, add_bos_token=False, clean_up_tokenization_spaces=False))
+    _write_json(
+        out / "tokenizer_config.json",
+        dict(
+            SPECIAL_MAP,
+            model_max_length=8192,
+            tokenizer_class="PreTrainedTokenizerFast",
+            chat_template=CHAT_TEMPLATE,
+            add_bos_token=False,
+            clean_up_tokenization_spaces=False,
+        ),
+    )
     _write_json(out / "special_tokens_map.json", SPECIAL_MAP)
-    _write_json(out / "config.json", {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-        "intermediate_size": 688, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 64, "max_position_embeddings": 8192, "vocab_size": vocab, "bos_token_id": bos,
-        "eos_token_id": eos, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16",
-        "hidden_act": "silu", "tie_word_embeddings": True})
-    _write_json(out / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos, "max_new_tokens": 256})
+    _write_json(
+        out / "config.json",
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": 256,
+            "intermediate_size": 688,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 64,
+            "max_position_embeddings": 8192,
+            "vocab_size": vocab,
+            "bos_token_id": bos,
+            "eos_token_id": eos,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "torch_dtype": "bfloat16",
+            "hidden_act": "silu",
+            "tie_word_embeddings": True,
+        },
+    )
+    _write_json(
+        out / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos, "max_new_tokens": 256}
+    )
     meta = {
         "name": NAME,
         "generator": GENERATOR,
@@ -121,7 +159,7 @@ def generate(out_dir: str | Path) -> dict:
         "corpus_sha256": corpus_sha256(files),
         "vocab_size": vocab,
         "note": "Tokenizer and config only, no weights. Byte-identical when regenerated with the same "
-                "CPython version and tokenizers version.",
+        "CPython version and tokenizers version.",
     }
     _write_json(out / "dyn_tiny.json", meta)
     return meta
@@ -132,8 +170,10 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     meta = generate(argv[0])
-    print(f"wrote {argv[0]}: vocab {meta['vocab_size']}, python {meta['python_version']}, "
-          f"tokenizers {meta['tokenizers_version']}")
+    print(
+        f"wrote {argv[0]}: vocab {meta['vocab_size']}, python {meta['python_version']}, "
+        f"tokenizers {meta['tokenizers_version']}"
+    )
     return 0
 
 

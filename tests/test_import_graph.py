@@ -72,16 +72,21 @@ def violations(module: str, names: set[str]) -> list[str]:
     found = []
     for importer, banned in FORBIDDEN:
         if within(module, importer):
-            found += [f"{module} -> {name}" for name in sorted(names)
-                      if any(within(name, b) for b in banned)]
+            found += [f"{module} -> {name}" for name in sorted(names) if any(within(name, b) for b in banned)]
     return found
 
 
 def test_the_tree_has_the_modules_the_rules_speak_of():
     names = {name for name, _ in modules()}
-    for needed in ("dyn.core.kv.ingest", "dyn.core.kv.views", "dyn.core.kv.membership",
-                   "dyn.core.bench.replay", "dyn.core.simulator", "dyn.plugins.mocker.simulator",
-                   "dyn.core.router.pool"):
+    for needed in (
+        "dyn.core.kv.ingest",
+        "dyn.core.kv.views",
+        "dyn.core.kv.membership",
+        "dyn.core.bench.replay",
+        "dyn.core.simulator",
+        "dyn.plugins.mocker.simulator",
+        "dyn.core.router.pool",
+    ):
         assert needed in names
 
 
@@ -92,15 +97,27 @@ def test_dependencies_point_down():
     assert found == [], "imports against the layering:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize(("module", "source", "bad"), [
-    ("dyn.core.kv.ingest", ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                            "    from dyn.core.router.pool import WorkerPool\n"), "dyn.core.router.pool"),
-    ("dyn.core.kv.views", "def f():\n    import dyn.core.frontend.server\n", "dyn.core.frontend.server"),
-    ("dyn.core.kv.views", "from ..indexer import service\n", "dyn.core.indexer"),
-    ("dyn.plugins.mocker.simulator", "from dyn.core import bench\n", "dyn.core.bench"),
-    ("dyn.core.bench.replay", "from dyn.plugins.mocker.scheduler import Scheduler\n",
-     "dyn.plugins.mocker.scheduler"),
-])
+@pytest.mark.parametrize(
+    ("module", "source", "bad"),
+    [
+        (
+            "dyn.core.kv.ingest",
+            (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from dyn.core.router.pool import WorkerPool\n"
+            ),
+            "dyn.core.router.pool",
+        ),
+        ("dyn.core.kv.views", "def f():\n    import dyn.core.frontend.server\n", "dyn.core.frontend.server"),
+        ("dyn.core.kv.views", "from ..indexer import service\n", "dyn.core.indexer"),
+        ("dyn.plugins.mocker.simulator", "from dyn.core import bench\n", "dyn.core.bench"),
+        (
+            "dyn.core.bench.replay",
+            "from dyn.plugins.mocker.scheduler import Scheduler\n",
+            "dyn.plugins.mocker.scheduler",
+        ),
+    ],
+)
 def test_the_check_sees_imports_wherever_they_stand(module, source, bad):
     assert f"{module} -> {bad}" in violations(module, imported(module, source))
 
@@ -108,5 +125,10 @@ def test_the_check_sees_imports_wherever_they_stand(module, source, bad):
 def test_allowed_imports_pass():
     source = "from dyn.core.kv.indexer import RadixIndexer\nfrom . import hashing\nimport msgspec\n"
     assert violations("dyn.core.kv.views", imported("dyn.core.kv.views", source)) == []
-    assert violations("dyn.core.bench.replay",
-                      imported("dyn.core.bench.replay", "from dyn.core.router.kv import KvRouter\n")) == []
+    assert (
+        violations(
+            "dyn.core.bench.replay",
+            imported("dyn.core.bench.replay", "from dyn.core.router.kv import KvRouter\n"),
+        )
+        == []
+    )

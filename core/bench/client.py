@@ -107,8 +107,13 @@ class Reply:
     tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-def chat_body(options: ClientOptions, messages: list[dict[str, Any]], max_tokens: int,
-              nvext: dict[str, Any] | None, tools: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+def chat_body(
+    options: ClientOptions,
+    messages: list[dict[str, Any]],
+    max_tokens: int,
+    nvext: dict[str, Any] | None,
+    tools: Sequence[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A chat request; ``tools`` (OpenAI function tools) are offered when given and not empty."""
     body = _common(options, max_tokens, nvext)
     body["messages"] = messages
@@ -117,16 +122,21 @@ def chat_body(options: ClientOptions, messages: list[dict[str, Any]], max_tokens
     return body
 
 
-def completion_body(options: ClientOptions, prompt_ids: list[int], max_tokens: int,
-                    nvext: dict[str, Any] | None) -> dict[str, Any]:
+def completion_body(
+    options: ClientOptions, prompt_ids: list[int], max_tokens: int, nvext: dict[str, Any] | None
+) -> dict[str, Any]:
     body = _common(options, max_tokens, nvext)
     body["prompt"] = prompt_ids
     return body
 
 
 def _common(options: ClientOptions, max_tokens: int, nvext: dict[str, Any] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": options.model, "max_tokens": max_tokens, "stream": True,
-                            "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {
+        "model": options.model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if options.ignore_eos:
         body["ignore_eos"] = True
     merged = dict(nvext or {})
@@ -192,8 +202,15 @@ def _text_of(choice: dict[str, Any]) -> str:
     return choice.get("text") or ""
 
 
-async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], record: RequestRecord,
-               clock: Any, origin: float, options: ClientOptions) -> Reply:
+async def send(
+    client: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    record: RequestRecord,
+    clock: Any,
+    origin: float,
+    options: ClientOptions,
+) -> Reply:
     """POST ``body`` to ``path``, stream the answer, fill ``record`` (times from ``origin``)."""
     started = clock()
     record.start_s = started - origin
@@ -203,11 +220,18 @@ async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], recor
         headers["authorization"] = f"Bearer {options.api_key}"
     try:
         with anyio.fail_after(options.timeout_s):
-            async with client.stream("POST", path, content=orjson.dumps(body), headers=headers,
-                                     timeout=options.timeout_s) as response:
+            async with client.stream(
+                "POST", path, content=orjson.dumps(body), headers=headers, timeout=options.timeout_s
+            ) as response:
                 if response.status_code != 200:
-                    return _failed(record, stream, clock, origin, f"http_{response.status_code}",
-                                   error_message(await response.aread()))
+                    return _failed(
+                        record,
+                        stream,
+                        clock,
+                        origin,
+                        f"http_{response.status_code}",
+                        error_message(await response.aread()),
+                    )
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -234,7 +258,9 @@ async def send(client: httpx.AsyncClient, path: str, body: dict[str, Any], recor
     if invalid:
         first = invalid[0]
         record.error = "tool_arguments"
-        record.detail = f"the arguments of {first.name or 'a call'} are not a JSON object: {first.arguments!r}"[:300]
+        record.detail = (
+            f"the arguments of {first.name or 'a call'} are not a JSON object: {first.arguments!r}"[:300]
+        )
     return Reply(record=record, text="".join(stream.text), tool_calls=calls)
 
 
@@ -277,8 +303,9 @@ def _count(value: Any) -> int:
     return value
 
 
-def _failed(record: RequestRecord, stream: _Stream, clock: Any, origin: float, kind: str,
-            detail: str) -> Reply:
+def _failed(
+    record: RequestRecord, stream: _Stream, clock: Any, origin: float, kind: str, detail: str
+) -> Reply:
     try:
         _finish(record, stream, clock() - origin, origin)
     except (TypeError, ValueError):

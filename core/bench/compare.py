@@ -27,8 +27,9 @@ def _metrics(summary: Summary) -> dict[str, float | None]:
         for q in ("mean", "p50", "p90", "p99"):
             out[f"{name[:-2]}_{q}_ms"] = None if getattr(dist, q) is None else getattr(dist, q) * 1000
     out["cached_token_ratio"] = summary.cached_token_ratio
-    out["duplicate_prefills"] = (None if summary.duplicate_prefills is None
-                                 else float(summary.duplicate_prefills))
+    out["duplicate_prefills"] = (
+        None if summary.duplicate_prefills is None else float(summary.duplicate_prefills)
+    )
     out["failed"] = float(summary.failed)
     return out
 
@@ -43,8 +44,9 @@ def compare_rows(a: BenchResult, b: BenchResult) -> list[dict[str, Any]]:
         better = None
         if delta:
             better = (delta > 0) == (name in HIGHER_IS_BETTER)
-        rows.append({"metric": name, "a": va, "b": vb, "delta": delta, "relative": relative,
-                     "better": better})
+        rows.append(
+            {"metric": name, "a": va, "b": vb, "delta": delta, "relative": relative, "better": better}
+        )
     return rows
 
 
@@ -71,6 +73,11 @@ def compare_table(rows: list[dict[str, Any]], a_name: str, b_name: str) -> Table
             delta_text = f"{delta:+.2f}"
         change = "-" if row["relative"] is None else f"{row['relative']:+.1%}"
         style = {True: "green", False: "red"}.get(row["better"], "")
-        table.add_row(name, _fmt(row["a"], name), _fmt(row["b"], name),
-                      f"[{style}]{delta_text}[/]" if style else delta_text, change)
+        table.add_row(
+            name,
+            _fmt(row["a"], name),
+            _fmt(row["b"], name),
+            f"[{style}]{delta_text}[/]" if style else delta_text,
+            change,
+        )
     return table

@@ -65,8 +65,9 @@ def prepare(settings: BenchSettings) -> Workload:
     except (ValueError, TraceError) as exc:
         raise ConfigError(str(exc)) from None
     if not settings.dry_run and not settings.url:
-        raise ConfigError("--url is required (the server's base URL, e.g. http://127.0.0.1:8000), "
-                          "unless --dry-run")
+        raise ConfigError(
+            "--url is required (the server's base URL, e.g. http://127.0.0.1:8000), unless --dry-run"
+        )
     if settings.url and not settings.url.startswith(("http://", "https://")):
         raise ConfigError(f"--url {settings.url!r} must start with http:// or https://")
     for flag, path in (("--output", settings.output), ("--plot", settings.plot)):
@@ -93,8 +94,10 @@ async def served_model(url: str, api_key: str | None) -> str:
     try:
         models = [m["id"] for m in response.json()["data"]]
     except (ValueError, KeyError, TypeError):
-        raise ConfigError(f"{url}/v1/models did not answer like an OpenAI server; "
-                          "check --url or name the model with --model") from None
+        raise ConfigError(
+            f"{url}/v1/models did not answer like an OpenAI server; "
+            "check --url or name the model with --model"
+        ) from None
     if not models:
         raise ConfigError(f"{url} serves no model yet; start a worker or name one with --model")
     return models[0]
@@ -109,15 +112,24 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
         return 0
     assert settings.url is not None
     model = settings.model or anyio.run(served_model, settings.url, settings.api_key)
-    options = ClientOptions(model=model, nvext=settings.nvext, ignore_eos=settings.ignore_eos,
-                            timeout_s=settings.timeout_s, api_key=settings.api_key)
+    options = ClientOptions(
+        model=model,
+        nvext=settings.nvext,
+        ignore_eos=settings.ignore_eos,
+        timeout_s=settings.timeout_s,
+        api_key=settings.api_key,
+    )
     outcome = _run_with_progress(workload, settings.url, settings, options, console)
     summary = summarize(outcome.records, grouped=workload.grouped)
-    config = {**dataclasses.asdict(settings.load), "url": settings.url, "model": model,
-              "nvext": settings.nvext, "ignore_eos": settings.ignore_eos,
-              "interrupted": outcome.interrupted}
-    result = BenchResult(kind="live", workload=info, config=config, summary=summary,
-                         requests=outcome.records)
+    config = {
+        **dataclasses.asdict(settings.load),
+        "url": settings.url,
+        "model": model,
+        "nvext": settings.nvext,
+        "ignore_eos": settings.ignore_eos,
+        "interrupted": outcome.interrupted,
+    }
+    result = BenchResult(kind="live", workload=info, config=config, summary=summary, requests=outcome.records)
     print_summary(result, console)
     try:
         if settings.output:
@@ -133,16 +145,24 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
     return 0 if summary.failed == 0 and not outcome.interrupted else 1
 
 
-def _run_with_progress(workload: Workload, url: str, settings: BenchSettings, options: ClientOptions,
-                       console: Console) -> RunOutcome:
+def _run_with_progress(
+    workload: Workload, url: str, settings: BenchSettings, options: ClientOptions, console: Console
+) -> RunOutcome:
     total = 0  # whole units start until the bound is reached, as the runner does
     for unit in workload.units:
         if settings.load.max_requests is not None and total >= settings.load.max_requests:
             break
         total += unit.num_requests
-    progress = Progress(TextColumn("[bold]requests"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
-                        console=console, disable=not settings.progress, transient=False)
+    progress = Progress(
+        TextColumn("[bold]requests"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not settings.progress,
+        transient=False,
+    )
     task = progress.add_task("requests", total=total, failed=0)
     failed = 0
 

@@ -129,9 +129,16 @@ def distribution(values: Iterable[float]) -> Distribution:
     ordered = sorted(values)
     if not ordered:
         return Distribution(count=0)
-    return Distribution(count=len(ordered), mean=sum(ordered) / len(ordered), min=ordered[0],
-                        p50=percentile(ordered, 50), p90=percentile(ordered, 90),
-                        p95=percentile(ordered, 95), p99=percentile(ordered, 99), max=ordered[-1])
+    return Distribution(
+        count=len(ordered),
+        mean=sum(ordered) / len(ordered),
+        min=ordered[0],
+        p50=percentile(ordered, 50),
+        p90=percentile(ordered, 90),
+        p95=percentile(ordered, 95),
+        p99=percentile(ordered, 99),
+        max=ordered[-1],
+    )
 
 
 def worker_spread(records: Sequence[RequestRecord]) -> WorkerSpread:
@@ -139,8 +146,11 @@ def worker_spread(records: Sequence[RequestRecord]) -> WorkerSpread:
     total = sum(counts.values())
     if not total:
         return WorkerSpread(requests={}, max_share=None, min_share=None)
-    return WorkerSpread(requests=dict(sorted(counts.items())), max_share=max(counts.values()) / total,
-                        min_share=min(counts.values()) / total)
+    return WorkerSpread(
+        requests=dict(sorted(counts.items())),
+        max_share=max(counts.values()) / total,
+        min_share=min(counts.values()) / total,
+    )
 
 
 def duplicate_prefills(records: Sequence[RequestRecord]) -> int | None:
@@ -166,11 +176,15 @@ def summarize(records: Sequence[RequestRecord], *, grouped: bool = False) -> Sum
     prompt_tokens = sum(r.prompt_tokens or 0 for r in with_usage)
     cached_tokens = sum(r.cached_tokens or 0 for r in with_usage)
     return Summary(
-        requests=len(records), succeeded=len(ok), failed=len(records) - len(ok),
+        requests=len(records),
+        succeeded=len(ok),
+        failed=len(records) - len(ok),
         duration_s=duration,
         request_throughput=len(ok) / duration if duration > 0 else 0.0,
         output_throughput=output_tokens / duration if duration > 0 else 0.0,
-        output_tokens=output_tokens, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+        output_tokens=output_tokens,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
         cached_token_ratio=cached_tokens / prompt_tokens if prompt_tokens else None,
         ttft_s=distribution(r.ttft_s for r in ok if r.ttft_s is not None),
         itl_s=distribution(gap for r in ok for gap in r.itl_s),

@@ -107,8 +107,10 @@ class ReplaySettings:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if not offline:
-            raise ConfigError(f"offline replay routes with --router-mode "
-                              f"{', '.join(mode_names(offline=True))}, not {self.router_mode!r}")
+            raise ConfigError(
+                f"offline replay routes with --router-mode "
+                f"{', '.join(mode_names(offline=True))}, not {self.router_mode!r}"
+            )
         if not self.speedup > 0:
             raise ConfigError("--speedup must be positive")
         if self.trace_block_size < 1:
@@ -125,11 +127,15 @@ class ReplaySettings:
         if self.router_mode == "kv":
             self.router.validate()
             if self.router.use_remote_indexer:
-                raise ConfigError("--use-remote-indexer asks a live dyn indexer; offline replay "
-                                  "indexes KV events in-process: drop the flag")
+                raise ConfigError(
+                    "--use-remote-indexer asks a live dyn indexer; offline replay "
+                    "indexes KV events in-process: drop the flag"
+                )
             if self.router.replica_sync:
-                raise ConfigError("--router-replica-sync needs live router replicas; offline "
-                                  "replay runs one router: drop the flag")
+                raise ConfigError(
+                    "--router-replica-sync needs live router replicas; offline "
+                    "replay runs one router: drop the flag"
+                )
         return self
 
 
@@ -156,10 +162,16 @@ class ReplayResult:
         return self.sim_s / self.wall_s if self.wall_s > 0 else float("inf")
 
     def stats(self) -> dict[str, Any]:
-        return {"sim_s": self.sim_s, "wall_s": self.wall_s, "speed": self.speed,
-                "passes": self.passes, "stored_blocks": self.stored_blocks,
-                "duplicate_prefill_blocks": self.duplicate_prefill_blocks,
-                "router_queued": self.router_queued, "router_queue_s": self.router_queue_s}
+        return {
+            "sim_s": self.sim_s,
+            "wall_s": self.wall_s,
+            "speed": self.speed,
+            "passes": self.passes,
+            "stored_blocks": self.stored_blocks,
+            "duplicate_prefill_blocks": self.duplicate_prefill_blocks,
+            "router_queued": self.router_queued,
+            "router_queue_s": self.router_queue_s,
+        }
 
 
 def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
@@ -183,28 +195,42 @@ def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
     return done[0]
 
 
-def bench_result(trace: str, rows: Sequence[TraceRow], settings: ReplaySettings,
-                 result: ReplayResult) -> BenchResult:
+def bench_result(
+    trace: str, rows: Sequence[TraceRow], settings: ReplaySettings, result: ReplayResult
+) -> BenchResult:
     """The ``--output`` of an offline replay: kind ``offline``, the trace's shape, the settings
     (``simulation``: ``result.stats()``) and every request."""
     config = {
-        "trace": trace, "num_workers": settings.num_workers, "router_mode": settings.router_mode,
+        "trace": trace,
+        "num_workers": settings.num_workers,
+        "router_mode": settings.router_mode,
         "router": dataclasses.asdict(settings.router) if settings.router_mode == "kv" else None,
-        settings.simulator.name: settings.simulator.describe(), "speedup": settings.speedup,
-        "trace_block_size": settings.trace_block_size, "vocab_size": settings.vocab_size,
-        "num_requests": settings.limit, "seed": settings.seed, "simulation": result.stats(),
+        settings.simulator.name: settings.simulator.describe(),
+        "speedup": settings.speedup,
+        "trace_block_size": settings.trace_block_size,
+        "vocab_size": settings.vocab_size,
+        "num_requests": settings.limit,
+        "seed": settings.seed,
+        "simulation": result.stats(),
     }
     shape = trace_shape(rows, block_size=settings.trace_block_size, speedup=settings.speedup)
-    return BenchResult(kind="offline", workload=shape, config=config,
-                       summary=summarize(result.records), requests=result.records)
+    return BenchResult(
+        kind="offline",
+        workload=shape,
+        config=config,
+        summary=summarize(result.records),
+        requests=result.records,
+    )
 
 
 def simulation_line(result: ReplayResult) -> str:
     """One sentence on the simulation itself: speed, passes, duplicated prefill, router queue."""
-    return (f"simulated {result.sim_s:.1f} s in {result.wall_s:.2f} s ({result.speed:.0f}x), "
-            f"{result.passes} passes; blocks prefilled {result.stored_blocks}, of which "
-            f"{result.duplicate_prefill_blocks} were cached on another worker; "
-            f"{result.router_queued} requests waited in the router queue")
+    return (
+        f"simulated {result.sim_s:.1f} s in {result.wall_s:.2f} s ({result.speed:.0f}x), "
+        f"{result.passes} passes; blocks prefilled {result.stored_blocks}, of which "
+        f"{result.duplicate_prefill_blocks} were cached on another worker; "
+        f"{result.router_queued} requests waited in the router queue"
+    )
 
 
 def trace_shape(rows: Sequence[TraceRow], *, block_size: int, speedup: float = 1.0) -> dict[str, Any]:
@@ -214,10 +240,12 @@ def trace_shape(rows: Sequence[TraceRow], *, block_size: int, speedup: float = 1
     osl = [r.output_length for r in rows]
     stamps = [r.timestamp_ms for r in rows if r.timestamp_ms is not None]
     return {
-        "workload": "trace", "requests": len(rows),
+        "workload": "trace",
+        "requests": len(rows),
         "sessions": len({r.session_id for r in rows if r.session_id is not None}),
         "block_size": block_size,
-        "mean_isl_tokens": sum(isl) / len(isl) if isl else 0.0, "max_isl_tokens": max(isl, default=0),
+        "mean_isl_tokens": sum(isl) / len(isl) if isl else 0.0,
+        "max_isl_tokens": max(isl, default=0),
         "mean_osl_tokens": sum(osl) / len(osl) if osl else 0.0,
         "span_s": (max(stamps) - min(stamps)) / 1000.0 / speedup if stamps else None,
         "theoretical_hit_rate": theoretical_hit_rate(r.hash_ids for r in rows),
@@ -267,7 +295,8 @@ class _DirectIngest:
         record = member.record
         if joined:
             self._converters[record.instance_id] = BatchConverter(
-                record.instance_id, record.block_size, self.metrics)
+                record.instance_id, record.block_size, self.metrics
+            )
 
     async def run(self, *, task_status: Any) -> None:  # pragma: no cover - never started here
         raise RuntimeError("offline replay applies KV events directly")
@@ -290,12 +319,30 @@ class _SimWorker:
 class _Flight:
     """One request from arrival to its record."""
 
-    __slots__ = ("rid", "index", "row", "conversation", "turn", "session", "arrival", "tokens",
-                 "coro", "awaiting", "route", "worker", "routed_at", "admitted", "first", "last",
-                 "itl", "output")
+    __slots__ = (
+        "rid",
+        "index",
+        "row",
+        "conversation",
+        "turn",
+        "session",
+        "arrival",
+        "tokens",
+        "coro",
+        "awaiting",
+        "route",
+        "worker",
+        "routed_at",
+        "admitted",
+        "first",
+        "last",
+        "itl",
+        "output",
+    )
 
-    def __init__(self, index: int, row: TraceRow, conversation: str, turn: int,
-                 session: str | None, arrival: float) -> None:
+    def __init__(
+        self, index: int, row: TraceRow, conversation: str, turn: int, session: str | None, arrival: float
+    ) -> None:
         self.rid = f"r{index}"
         self.index = index
         self.row = row
@@ -325,16 +372,32 @@ class _Simulation:
         self._seq = 0
         sim = settings.simulator
         context_length = settings.context_length or UNLIMITED_CONTEXT
-        self.workers = [_SimWorker(i, sim.engine(self.clock, vocab_size=settings.vocab_size,
-                                                 context_length=context_length))
-                        for i in range(settings.num_workers)]
+        self.workers = [
+            _SimWorker(
+                i, sim.engine(self.clock, vocab_size=settings.vocab_size, context_length=context_length)
+            )
+            for i in range(settings.num_workers)
+        ]
         self._by_id = {w.instance_id: w for w in self.workers}
-        pool = _Pool([Worker(WorkerRecord(
-            instance_id=w.instance_id, namespace=MODEL_NAME, model_name=MODEL_NAME, engine=sim.name,
-            endpoints=WorkerEndpoints(request=f"sim://{w.instance_id}"), block_size=sim.block_size,
-            total_kv_blocks=sim.total_kv_blocks, max_num_batched_tokens=sim.max_num_batched_tokens,
-            context_length=settings.context_length), client=None)  # type: ignore[arg-type]
-            for w in self.workers])
+        pool = _Pool(
+            [
+                Worker(
+                    WorkerRecord(
+                        instance_id=w.instance_id,
+                        namespace=MODEL_NAME,
+                        model_name=MODEL_NAME,
+                        engine=sim.name,
+                        endpoints=WorkerEndpoints(request=f"sim://{w.instance_id}"),
+                        block_size=sim.block_size,
+                        total_kv_blocks=sim.total_kv_blocks,
+                        max_num_batched_tokens=sim.max_num_batched_tokens,
+                        context_length=settings.context_length,
+                    ),
+                    client=None,  # type: ignore[arg-type]  # simulated workers have no request plane
+                )
+                for w in self.workers
+            ]
+        )
         self.ingest: _DirectIngest | None = None
         self.router = self._router(pool)
         self._queue = getattr(self.router, "queue", None)
@@ -363,9 +426,14 @@ class _Simulation:
             self.ingest = _DirectIngest(indexer, event_metrics)
             return self.ingest
 
-        context = RouterContext(pool=pool, config=s.router,  # type: ignore[arg-type]
-                                metrics=RouterMetrics(registry, MODEL_NAME), ingest=ingest,
-                                rng=random.Random(s.seed), clock=self.clock)
+        context = RouterContext(
+            pool=pool,  # type: ignore[arg-type]  # the simulation's pool: what routers read of one
+            config=s.router,
+            metrics=RouterMetrics(registry, MODEL_NAME),
+            ingest=ingest,
+            rng=random.Random(s.seed),
+            clock=self.clock,
+        )
         return router_mode(s.router_mode).build(context)
 
     # ------------------------------------------------------------------ the event loop
@@ -383,9 +451,18 @@ class _Simulation:
                 self._later_turns.setdefault(session, deque()).append((index, row))
                 continue
             key = f"r{index}" if session is None else f"s{session}"
-            self._at((row.timestamp_ms or 0.0) / 1000.0 / speedup, self._arrive,
-                     _Flight(index, row, key, self._next_turn(key), session,
-                             (row.timestamp_ms or 0.0) / 1000.0 / speedup))
+            self._at(
+                (row.timestamp_ms or 0.0) / 1000.0 / speedup,
+                self._arrive,
+                _Flight(
+                    index,
+                    row,
+                    key,
+                    self._next_turn(key),
+                    session,
+                    (row.timestamp_ms or 0.0) / 1000.0 / speedup,
+                ),
+            )
         first = self._heap[0][0] if self._heap else 0.0
         heap = self._heap
         pop = heapq.heappop
@@ -400,11 +477,16 @@ class _Simulation:
             for flight in stuck:  # nothing left to happen: these can never finish
                 self._abandon(flight)
         self.records.sort(key=lambda r: (r.start_s, r.conversation, r.turn))
-        return ReplayResult(records=self.records, sim_s=self.now - first,
-                            wall_s=time.perf_counter() - started, passes=self.passes,
-                            stored_blocks=self.stored_blocks,
-                            duplicate_prefill_blocks=self.duplicate_blocks,
-                            router_queued=self.router_queued, router_queue_s=self.router_queue_s)
+        return ReplayResult(
+            records=self.records,
+            sim_s=self.now - first,
+            wall_s=time.perf_counter() - started,
+            passes=self.passes,
+            stored_blocks=self.stored_blocks,
+            duplicate_prefill_blocks=self.duplicate_blocks,
+            router_queued=self.router_queued,
+            router_queue_s=self.router_queue_s,
+        )
 
     def _next_turn(self, key: str) -> int:
         turn = self._turns.get(key, 0)
@@ -492,10 +574,19 @@ class _Simulation:
         if flight.coro is not None:
             flight.coro.close()
             flight.coro = None
-        self.records.append(RequestRecord(
-            conversation=flight.conversation, group=flight.conversation, turn=flight.turn,
-            start_s=flight.arrival, end_s=self.now, prompt_tokens=flight.row.input_length,
-            worker=None if flight.worker is None else flight.worker.label, error=kind, detail=detail))
+        self.records.append(
+            RequestRecord(
+                conversation=flight.conversation,
+                group=flight.conversation,
+                turn=flight.turn,
+                start_s=flight.arrival,
+                end_s=self.now,
+                prompt_tokens=flight.row.input_length,
+                worker=None if flight.worker is None else flight.worker.label,
+                error=kind,
+                detail=detail,
+            )
+        )
         self._next_of_session(flight)
 
     def _abandon(self, flight: _Flight) -> None:
@@ -517,9 +608,13 @@ class _Simulation:
         index, row = later.popleft()
         delay = (row.delay_ms or 0.0) / 1000.0 / self.settings.speedup
         when = self.now + delay
-        self._at(when, self._arrive, _Flight(index, row, flight.conversation,
-                                              self._next_turn(flight.conversation), flight.session,
-                                              when))
+        self._at(
+            when,
+            self._arrive,
+            _Flight(
+                index, row, flight.conversation, self._next_turn(flight.conversation), flight.session, when
+            ),
+        )
 
     # ------------------------------------------------------------------ workers
 
@@ -560,12 +655,22 @@ class _Simulation:
             flight.route.finished()  # type: ignore[union-attr]
             first = flight.first if flight.first is not None else now
             admitted = flight.admitted if flight.admitted is not None else first
-            self.records.append(RequestRecord(
-                conversation=flight.conversation, group=flight.conversation, turn=flight.turn,
-                start_s=flight.arrival, end_s=now, ttft_s=first - flight.arrival, itl_s=flight.itl,
-                prompt_tokens=fin.prompt_tokens, cached_tokens=fin.cached_tokens,
-                output_tokens=fin.completion_tokens, queue_s=admitted - flight.arrival,
-                worker=worker.label))
+            self.records.append(
+                RequestRecord(
+                    conversation=flight.conversation,
+                    group=flight.conversation,
+                    turn=flight.turn,
+                    start_s=flight.arrival,
+                    end_s=now,
+                    ttft_s=first - flight.arrival,
+                    itl_s=flight.itl,
+                    prompt_tokens=fin.prompt_tokens,
+                    cached_tokens=fin.cached_tokens,
+                    output_tokens=fin.completion_tokens,
+                    queue_s=admitted - flight.arrival,
+                    worker=worker.label,
+                )
+            )
             self._next_of_session(flight)
         if self._parked:
             self._resume_parked()

@@ -57,8 +57,10 @@ def read_result(path: str | Path) -> BenchResult:
     except msgspec.DecodeError as exc:
         raise ResultError(f"{path} is not JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
-        raise ResultError(f"{path} is not a dyn bench result (expected \"schema\": \"{SCHEMA}\"); "
-                          "write one with dyn bench --output FILE")
+        raise ResultError(
+            f'{path} is not a dyn bench result (expected "schema": "{SCHEMA}"); '
+            "write one with dyn bench --output FILE"
+        )
     try:
         return msgspec.json.decode(data, type=BenchResult)
     except msgspec.ValidationError as exc:
@@ -69,8 +71,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
 
-LATENCIES = (("TTFT", "ttft_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"),
-             ("Queue", "queue_s"))
+LATENCIES = (("TTFT", "ttft_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"), ("Queue", "queue_s"))
 QUANTILES = ("mean", "p50", "p90", "p99", "max")
 
 

@@ -59,8 +59,9 @@ class LoadSettings:
 
     def validate(self) -> LoadSettings:
         if self.concurrency is not None and self.request_rate is not None:
-            raise ValueError("choose one load model: --concurrency (closed loop) or --request-rate "
-                             "(open loop), not both")
+            raise ValueError(
+                "choose one load model: --concurrency (closed loop) or --request-rate (open loop), not both"
+            )
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
         if self.request_rate is not None and not (math.isfinite(self.request_rate) and self.request_rate > 0):
@@ -80,8 +81,14 @@ class RunOutcome:
 
 
 class _Run:
-    def __init__(self, workload: Workload, client: httpx.AsyncClient, options: ClientOptions,
-                 load: LoadSettings, on_record: Callable[[RequestRecord], None] | None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        client: httpx.AsyncClient,
+        options: ClientOptions,
+        load: LoadSettings,
+        on_record: Callable[[RequestRecord], None] | None,
+    ) -> None:
         self.workload = workload
         self.client = client
         self.options = options
@@ -118,21 +125,30 @@ class _Run:
                 if conv.parent is None:
                     tg.start_soon(self.conversation, conv, children)
 
-    async def request(self, conv: Conversation, turn: int, path: str, body: dict[str, Any],
-                      tool_round: int = 0) -> Reply:
+    async def request(
+        self, conv: Conversation, turn: int, path: str, body: dict[str, Any], tool_round: int = 0
+    ) -> Reply:
         cls = conv.cls
         if tool_round:
             cls = f"{cls}/{TOOL_ROUND}" if cls else TOOL_ROUND
-        record = RequestRecord(conversation=conv.key, group=conv.group, turn=turn, cls=cls,
-                               tool_round=tool_round, start_s=0.0, end_s=0.0)
+        record = RequestRecord(
+            conversation=conv.key,
+            group=conv.group,
+            turn=turn,
+            cls=cls,
+            tool_round=tool_round,
+            start_s=0.0,
+            end_s=0.0,
+        )
         reply = await send(self.client, path, body, record, time.perf_counter, self.origin, self.options)
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
         return reply
 
-    async def conversation(self, conv: Conversation,
-                           children: dict[str, dict[int, list[Conversation]]]) -> None:
+    async def conversation(
+        self, conv: Conversation, children: dict[str, dict[int, list[Conversation]]]
+    ) -> None:
         messages: list[dict[str, Any]] = [{"role": "system", "content": conv.system}] if conv.system else []
         spawns = children.get(conv.key, {})
         tools = conv.tool_use.tools if conv.tool_use is not None else None
@@ -150,15 +166,24 @@ class _Run:
             reply = await self.request(conv, index, path, body)
             if reply.record.error is not None:
                 return
-            if turn.prompt_ids is None and not await self.tool_rounds(conv, index, turn, nvext, messages, reply):
+            if turn.prompt_ids is None and not await self.tool_rounds(
+                conv, index, turn, nvext, messages, reply
+            ):
                 return
             if spawns.get(index):
                 async with anyio.create_task_group() as tg:
                     for child in spawns[index]:
                         tg.start_soon(self.conversation, child, children)
 
-    async def tool_rounds(self, conv: Conversation, index: int, turn: Turn, nvext: dict[str, Any] | None,
-                          messages: list[dict[str, Any]], reply: Reply) -> bool:
+    async def tool_rounds(
+        self,
+        conv: Conversation,
+        index: int,
+        turn: Turn,
+        nvext: dict[str, Any] | None,
+        messages: list[dict[str, Any]],
+        reply: Reply,
+    ) -> bool:
         """Put ``reply`` into the history; while it carries tool calls, answer them and send the
         turn's next tool round (up to the limit). False when a round failed."""
         use = conv.tool_use
@@ -174,7 +199,9 @@ class _Run:
             if pause > 0:
                 await anyio.sleep(pause)
             self.started_requests += 1
-            body = chat_body(self.options, messages, turn.max_tokens, _without_session_action(nvext), use.tools)
+            body = chat_body(
+                self.options, messages, turn.max_tokens, _without_session_action(nvext), use.tools
+            )
             reply = await self.request(conv, index, "/v1/chat/completions", body, tool_round=round_)
             if reply.record.error is not None:
                 return False
@@ -210,17 +237,28 @@ class _Run:
 def _assistant_calls(reply: Reply, turn: int, round_: int) -> dict[str, Any]:
     """The assistant message of a reply with tool calls, as an agent sends it back; calls the
     server gave no id get one unique within the conversation."""
-    calls = [{"id": call.id or f"call_{turn}_{round_}_{i}", "type": "function",
-              "function": {"name": call.name, "arguments": call.arguments}}
-             for i, call in enumerate(reply.tool_calls)]
+    calls = [
+        {
+            "id": call.id or f"call_{turn}_{round_}_{i}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for i, call in enumerate(reply.tool_calls)
+    ]
     return {"role": "assistant", "content": reply.text or None, "tool_calls": calls}
 
 
-def _tool_messages(use: ToolUse, conversation: str, turn: int, round_: int,
-                   calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"role": "tool", "tool_call_id": call["id"],
-             "content": tool_result(use, conversation, turn, round_, i, call["function"]["name"])}
-            for i, call in enumerate(calls)]
+def _tool_messages(
+    use: ToolUse, conversation: str, turn: int, round_: int, calls: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": tool_result(use, conversation, turn, round_, i, call["function"]["name"]),
+        }
+        for i, call in enumerate(calls)
+    ]
 
 
 def _without_session_action(nvext: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -243,18 +281,26 @@ def arrival_times(workload: Workload, load: LoadSettings) -> list[tuple[float, U
     return None
 
 
-async def run_load(workload: Workload, url: str, options: ClientOptions, load: LoadSettings,
-                   on_record: Callable[[RequestRecord], None] | None = None, *,
-                   transport: httpx.AsyncBaseTransport | None = None) -> RunOutcome:
+async def run_load(
+    workload: Workload,
+    url: str,
+    options: ClientOptions,
+    load: LoadSettings,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> RunOutcome:
     """Send ``workload`` to ``url`` (the server's base URL, without ``/v1``) under ``load``;
     ``transport`` replaces the network (tests)."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
     interrupted = False
-    async with httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits, timeout=options.timeout_s,
-                                 transport=transport) as client:
+    async with httpx.AsyncClient(
+        base_url=url.rstrip("/"), limits=limits, timeout=options.timeout_s, transport=transport
+    ) as client:
         run = _Run(workload, client, options, load, on_record)
         times = arrival_times(workload, load)
         async with anyio.create_task_group() as tg:
+
             async def watch_signals() -> None:
                 nonlocal interrupted
                 with anyio.open_signal_receiver(signal.SIGINT) as signals:
@@ -270,5 +316,4 @@ async def run_load(workload: Workload, url: str, options: ClientOptions, load: L
             else:
                 await run.at_times(times)
             tg.cancel_scope.cancel()
-    return RunOutcome(records=run.records, interrupted=interrupted,
-                      wall_s=time.perf_counter() - run.origin)
+    return RunOutcome(records=run.records, interrupted=interrupted, wall_s=time.perf_counter() - run.origin)

@@ -56,26 +56,46 @@ class WorkloadSpec:
             raise ValueError("--tools needs --multi-turn (the agents offer the tools)")
         if self.kind == "parallel-sampling":
             return workloads.parallel_sampling(
-                problems=self.problems, samples=self.samples, system_tokens=self.system_tokens,
-                problem_tokens=self.problem_tokens, max_tokens=self.max_tokens, **common)
+                problems=self.problems,
+                samples=self.samples,
+                system_tokens=self.system_tokens,
+                problem_tokens=self.problem_tokens,
+                max_tokens=self.max_tokens,
+                **common,
+            )
         if self.kind == "multi-turn":
             return workloads.multi_turn(
-                agents=self.agents, lead_turns=self.lead_turns, subagents=self.subagents,
-                subagent_turns=self.subagent_turns, system_tokens=self.system_tokens,
-                turn_tokens=self.turn_tokens, max_tokens=self.max_tokens,
-                tool_pause_s=self.tool_pause_s, speculative_prefill=self.speculative_prefill,
-                priority_mix=self.priority_mix, session_timeout_s=self.session_timeout_s,
-                tools=self.tools, max_tool_rounds=self.max_tool_rounds,
-                tool_result_tokens=self.tool_result_tokens, **common)
+                agents=self.agents,
+                lead_turns=self.lead_turns,
+                subagents=self.subagents,
+                subagent_turns=self.subagent_turns,
+                system_tokens=self.system_tokens,
+                turn_tokens=self.turn_tokens,
+                max_tokens=self.max_tokens,
+                tool_pause_s=self.tool_pause_s,
+                speculative_prefill=self.speculative_prefill,
+                priority_mix=self.priority_mix,
+                session_timeout_s=self.session_timeout_s,
+                tools=self.tools,
+                max_tool_rounds=self.max_tool_rounds,
+                tool_result_tokens=self.tool_result_tokens,
+                **common,
+            )
         if self.kind == "prefix":
             return workloads.prefix_groups(
-                groups=self.groups, per_group=self.per_group, isl=self.isl, ratio=self.prefix_ratio,
-                max_tokens=self.max_tokens, **common)
+                groups=self.groups,
+                per_group=self.per_group,
+                isl=self.isl,
+                ratio=self.prefix_ratio,
+                max_tokens=self.max_tokens,
+                **common,
+            )
         if self.kind == "trace":
             if self.trace is None:
                 raise ValueError("--trace needs a JSONL file")
             rows = read_trace(self.trace, limit=self.limit)
             block_size = self.trace_block_size or default_block_size(rows, self.trace)
-            return workloads.from_trace(rows, block_size=block_size, vocab_size=self.vocab_size,
-                                        speedup=self.speedup, seed=self.seed)
+            return workloads.from_trace(
+                rows, block_size=block_size, vocab_size=self.vocab_size, speedup=self.speedup, seed=self.seed
+            )
         raise ValueError(f"unknown workload {self.kind!r}; choose one of {', '.join(KINDS)}")

@@ -24,10 +24,34 @@ import msgspec
 
 from dyn.core.bench.words import WORDS
 
-VERBS = ("search", "get", "list", "create", "update", "delete", "read", "run", "summarize",
-         "fetch", "check", "schedule")
-NOUNS = ("files", "issue", "orders", "ticket", "weather", "calendar_event", "customer", "invoice",
-         "logs", "pull_request", "document", "metrics")
+VERBS = (
+    "search",
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "read",
+    "run",
+    "summarize",
+    "fetch",
+    "check",
+    "schedule",
+)
+NOUNS = (
+    "files",
+    "issue",
+    "orders",
+    "ticket",
+    "weather",
+    "calendar_event",
+    "customer",
+    "invoice",
+    "logs",
+    "pull_request",
+    "document",
+    "metrics",
+)
 MAX_TOOLS = len(VERBS) * len(NOUNS)
 
 _PARAMETERS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -69,12 +93,21 @@ def function_tools(n: int, seed: int) -> tuple[dict[str, Any], ...]:
         chosen = rng.sample(_PARAMETERS, rng.randint(1, 3))
         required = [chosen[0][0]] + [key for key, _ in chosen[1:] if rng.random() < 0.5]
         verb, noun = name.split("_", 1)
-        tools.append({"type": "function", "function": {
-            "name": name,
-            "description": f"{verb.capitalize()} {noun.replace('_', ' ')}.",
-            "parameters": {"type": "object", "properties": {key: dict(schema) for key, schema in chosen},
-                           "required": required, "additionalProperties": False},
-        }})
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": f"{verb.capitalize()} {noun.replace('_', ' ')}.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {key: dict(schema) for key, schema in chosen},
+                        "required": required,
+                        "additionalProperties": False,
+                    },
+                },
+            }
+        )
     return tuple(tools)
 
 

@@ -55,8 +55,12 @@ def _number(obj: dict, key: str, where: str, *, integer: bool = False) -> float 
     value = obj.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
-            or (integer and not isinstance(value, int)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or (integer and not isinstance(value, int))
+    ):
         kind = "a non-negative integer" if integer else "a non-negative number"
         raise TraceError(f"{where}: {key!r} must be {kind}, got {value!r}")
     return value
@@ -77,7 +81,8 @@ def parse_row(obj: object, where: str, sessions_seen: set[str]) -> TraceRow:
         raise TraceError(f"{where}: 'input_length' must be at least 1 (a prompt cannot be empty)")
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+        isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+    ):
         raise TraceError(f"{where}: 'hash_ids' must be a list of integers")
     timestamp = _number(obj, "timestamp", where)
     if timestamp is None:
@@ -96,15 +101,22 @@ def parse_row(obj: object, where: str, sessions_seen: set[str]) -> TraceRow:
     if later_turn:
         delay = delay or 0.0
     elif timestamp is None:
-        raise TraceError(f"{where}: needs 'timestamp' (ms from the start of the trace)"
-                         + ("" if session is None else " on the first turn of a session"))
+        raise TraceError(
+            f"{where}: needs 'timestamp' (ms from the start of the trace)"
+            + ("" if session is None else " on the first turn of a session")
+        )
     else:
         timestamp_ms = float(timestamp)
     if session is not None:
         sessions_seen.add(session)
-    return TraceRow(input_length=int(input_length), output_length=int(output_length),
-                    hash_ids=tuple(hash_ids), timestamp_ms=timestamp_ms,
-                    session_id=session, delay_ms=delay if later_turn else None)
+    return TraceRow(
+        input_length=int(input_length),
+        output_length=int(output_length),
+        hash_ids=tuple(hash_ids),
+        timestamp_ms=timestamp_ms,
+        session_id=session,
+        delay_ms=delay if later_turn else None,
+    )
 
 
 def read_trace(path: str | Path, *, limit: int | None = None) -> list[TraceRow]:
@@ -181,8 +193,15 @@ class TokenSynth:
     ``salt``), so two rows with the same leading ids share exactly those blocks.
     """
 
-    def __init__(self, block_size: int, vocab_size: int, *, seed: int = 0, low: int = 16,
-                 cache_blocks: int = CACHE_BLOCKS) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        vocab_size: int,
+        *,
+        seed: int = 0,
+        low: int = 16,
+        cache_blocks: int = CACHE_BLOCKS,
+    ) -> None:
         if block_size < 1:
             raise ValueError("block size must be at least 1")
         if not low < vocab_size <= 1 << 32:
@@ -197,8 +216,9 @@ class TokenSynth:
     def block(self, hash_id: int) -> np.ndarray:
         tokens = self._cache.get(hash_id)
         if tokens is None:
-            tokens = draws(random.Random(f"{self.seed}:{hash_id}"), self.block_size, self.low,
-                           self.vocab_size)
+            tokens = draws(
+                random.Random(f"{self.seed}:{hash_id}"), self.block_size, self.low, self.vocab_size
+            )
             if len(self._cache) >= self._cap:
                 del self._cache[next(iter(self._cache))]
             self._cache[hash_id] = tokens
@@ -211,8 +231,9 @@ class TokenSynth:
         parts = [self.block(h) for h in used]
         have = len(used) * bs
         if have < n:
-            parts.append(draws(random.Random(f"{self.seed}:tail:{salt}"), n - have, self.low,
-                               self.vocab_size))
+            parts.append(
+                draws(random.Random(f"{self.seed}:tail:{salt}"), n - have, self.low, self.vocab_size)
+            )
         if not parts:
             return []
         tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)

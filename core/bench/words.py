@@ -13,7 +13,8 @@ WORDS = tuple(
     "the of and to in is that it for on with as was at by be this from or an are not have which "
     "you one but all they were their there can has more will would about been what when who some "
     "into so out up time other like than only then its also new could these two may first any way "
-    "over most such made after".split())
+    "over most such made after".split()
+)
 
 
 class TextSynth:

@@ -124,8 +124,16 @@ class _Ids:
         return tuple(next(self._next) for _ in range(n))
 
 
-def parallel_sampling(*, problems: int, samples: int, system_tokens: int, problem_tokens: int,
-                      max_tokens: int, block_size: int, seed: int) -> Workload:
+def parallel_sampling(
+    *,
+    problems: int,
+    samples: int,
+    system_tokens: int,
+    problem_tokens: int,
+    max_tokens: int,
+    block_size: int,
+    seed: int,
+) -> Workload:
     """P problems x S samples sharing one system prompt; each problem's siblings are one burst."""
     _check_positive(problems=problems, samples=samples, max_tokens=max_tokens, block_size=block_size)
     ids, text = _Ids(), TextSynth(block_size, seed)
@@ -134,21 +142,40 @@ def parallel_sampling(*, problems: int, samples: int, system_tokens: int, proble
     units = []
     for p in range(problems):
         problem_blocks = ids.take(_blocks_for(problem_tokens, block_size))
-        turn = Turn(max_tokens=max_tokens, blocks=system_blocks + problem_blocks,
-                    user=f"Problem {p}: {text.text(problem_blocks)}")
-        units.append(Unit(conversations=tuple(
-            Conversation(key=f"p{p}-s{s}", group=f"problem-{p}", turns=(turn,), system=system)
-            for s in range(samples))))
-    return Workload(name="parallel-sampling", block_size=block_size, units=tuple(units), grouped=True,
-                    params={"problems": problems, "samples": samples, "system_tokens": system_tokens,
-                            "problem_tokens": problem_tokens, "max_tokens": max_tokens, "seed": seed})
+        turn = Turn(
+            max_tokens=max_tokens,
+            blocks=system_blocks + problem_blocks,
+            user=f"Problem {p}: {text.text(problem_blocks)}",
+        )
+        units.append(
+            Unit(
+                conversations=tuple(
+                    Conversation(key=f"p{p}-s{s}", group=f"problem-{p}", turns=(turn,), system=system)
+                    for s in range(samples)
+                )
+            )
+        )
+    return Workload(
+        name="parallel-sampling",
+        block_size=block_size,
+        units=tuple(units),
+        grouped=True,
+        params={
+            "problems": problems,
+            "samples": samples,
+            "system_tokens": system_tokens,
+            "problem_tokens": problem_tokens,
+            "max_tokens": max_tokens,
+            "seed": seed,
+        },
+    )
 
 
-def prefix_groups(*, groups: int, per_group: int, isl: int, ratio: float, max_tokens: int,
-                  block_size: int, seed: int) -> Workload:
+def prefix_groups(
+    *, groups: int, per_group: int, isl: int, ratio: float, max_tokens: int, block_size: int, seed: int
+) -> Workload:
     """G groups x R requests whose prompts share ``ratio`` of ``isl`` tokens within a group."""
-    _check_positive(groups=groups, per_group=per_group, isl=isl, max_tokens=max_tokens,
-                    block_size=block_size)
+    _check_positive(groups=groups, per_group=per_group, isl=isl, max_tokens=max_tokens, block_size=block_size)
     if not 0.0 <= ratio <= 1.0:
         raise ValueError("the shared-prefix ratio must be between 0 and 1")
     ids, text = _Ids(), TextSynth(block_size, seed)
@@ -160,35 +187,79 @@ def prefix_groups(*, groups: int, per_group: int, isl: int, ratio: float, max_to
         for r in range(per_group):
             suffix = ids.take(_blocks_for(isl - len(prefix) * block_size, block_size))
             user = f"{prefix_text} {text.text(suffix)}" if prefix else text.text(suffix)
-            conversations.append(Conversation(
-                key=f"g{g}-r{r}", group=f"group-{g}",
-                turns=(Turn(max_tokens=max_tokens, blocks=prefix + suffix, user=user),)))
+            conversations.append(
+                Conversation(
+                    key=f"g{g}-r{r}",
+                    group=f"group-{g}",
+                    turns=(Turn(max_tokens=max_tokens, blocks=prefix + suffix, user=user),),
+                )
+            )
     random.Random(seed).shuffle(conversations)
-    return Workload(name="prefix", block_size=block_size, grouped=True,
-                    units=tuple(Unit(conversations=(c,)) for c in conversations),
-                    params={"groups": groups, "per_group": per_group, "isl": isl, "ratio": ratio,
-                            "max_tokens": max_tokens, "seed": seed})
+    return Workload(
+        name="prefix",
+        block_size=block_size,
+        grouped=True,
+        units=tuple(Unit(conversations=(c,)) for c in conversations),
+        params={
+            "groups": groups,
+            "per_group": per_group,
+            "isl": isl,
+            "ratio": ratio,
+            "max_tokens": max_tokens,
+            "seed": seed,
+        },
+    )
 
 
-def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: int,
-               system_tokens: int, turn_tokens: int, max_tokens: int, tool_pause_s: float,
-               speculative_prefill: bool, priority_mix: float, session_timeout_s: int,
-               block_size: int, seed: int, tools: int = 0, max_tool_rounds: int = 4,
-               tool_result_tokens: int = 64) -> Workload:
+def multi_turn(
+    *,
+    agents: int,
+    lead_turns: int,
+    subagents: int,
+    subagent_turns: int,
+    system_tokens: int,
+    turn_tokens: int,
+    max_tokens: int,
+    tool_pause_s: float,
+    speculative_prefill: bool,
+    priority_mix: float,
+    session_timeout_s: int,
+    block_size: int,
+    seed: int,
+    tools: int = 0,
+    max_tool_rounds: int = 4,
+    tool_result_tokens: int = 64,
+) -> Workload:
     """Agent runs: a lead with ``lead_turns`` turns; after each of its first ``subagents`` turns it
     spawns one subagent (``subagent_turns`` turns in an engine session) and waits for it. With
     ``tools`` > 0 every conversation offers that many function tools (``ToolUse``)."""
-    _check_positive(agents=agents, lead_turns=lead_turns, subagent_turns=subagent_turns,
-                    max_tokens=max_tokens, block_size=block_size)
+    _check_positive(
+        agents=agents,
+        lead_turns=lead_turns,
+        subagent_turns=subagent_turns,
+        max_tokens=max_tokens,
+        block_size=block_size,
+    )
     if max_tool_rounds < 0:
         raise ValueError("--max-tool-rounds must be at least 0")
     if tool_result_tokens < 1:
         raise ValueError("--tool-result-tokens must be at least 1")
-    tool_use = (ToolUse(tools=function_tools(tools, seed), max_rounds=max_tool_rounds,
-                        result_tokens=tool_result_tokens, seed=seed, pause_s=tool_pause_s) if tools else None)
+    tool_use = (
+        ToolUse(
+            tools=function_tools(tools, seed),
+            max_rounds=max_tool_rounds,
+            result_tokens=tool_result_tokens,
+            seed=seed,
+            pause_s=tool_pause_s,
+        )
+        if tools
+        else None
+    )
     if subagents < 0 or subagents >= lead_turns:
-        raise ValueError("--subagents must be between 0 and the lead's turns - 1 (each is spawned "
-                         "after a lead turn and its result feeds the next one)")
+        raise ValueError(
+            "--subagents must be between 0 and the lead's turns - 1 (each is spawned "
+            "after a lead turn and its result feeds the next one)"
+        )
     if not 0.0 <= priority_mix <= 1.0:
         raise ValueError("--priority-mix must be between 0 and 1")
     rng = random.Random(seed)
@@ -201,8 +272,16 @@ def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: 
     def pause() -> float:
         return rng.expovariate(1.0 / tool_pause_s) if tool_pause_s > 0 else 0.0
 
-    def conversation(key: str, group: str, cls: str, system: tuple[int, ...], turns: int,
-                     priority: int | None, session: bool, **link: Any) -> Conversation:
+    def conversation(
+        key: str,
+        group: str,
+        cls: str,
+        system: tuple[int, ...],
+        turns: int,
+        priority: int | None,
+        session: bool,
+        **link: Any,
+    ) -> Conversation:
         history = system
         out = []
         for t in range(turns):
@@ -221,11 +300,25 @@ def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: 
                 elif t == turns - 1:
                     control["action"] = "close"
                 nvext["session_control"] = control
-            out.append(Turn(max_tokens=max_tokens, blocks=history, user=text.text(new),
-                            delay_s=pause() if t else 0.0, nvext=nvext or None))
+            out.append(
+                Turn(
+                    max_tokens=max_tokens,
+                    blocks=history,
+                    user=text.text(new),
+                    delay_s=pause() if t else 0.0,
+                    nvext=nvext or None,
+                )
+            )
             history = history + ids.take(reply_blocks)
-        return Conversation(key=key, group=group, cls=cls, system=text.text(system),
-                            turns=tuple(out), tool_use=tool_use, **link)
+        return Conversation(
+            key=key,
+            group=group,
+            cls=cls,
+            system=text.text(system),
+            turns=tuple(out),
+            tool_use=tool_use,
+            **link,
+        )
 
     units = []
     for a in range(agents):
@@ -233,25 +326,53 @@ def multi_turn(*, agents: int, lead_turns: int, subagents: int, subagent_turns: 
         priority = HIGH_PRIORITY if high else (0 if priority_mix > 0 else None)
         prio = "high" if high else "normal"
         lead_key = f"agent{a}-lead"
-        members = [conversation(lead_key, f"agent-{a}", f"lead/{prio}", lead_system, lead_turns,
-                                priority, session=False)]
+        members = [
+            conversation(
+                lead_key, f"agent-{a}", f"lead/{prio}", lead_system, lead_turns, priority, session=False
+            )
+        ]
         for s in range(subagents):
-            members.append(conversation(f"agent{a}-sub{s}", f"agent-{a}", f"subagent/{prio}",
-                                        sub_system, subagent_turns, priority, session=True,
-                                        parent=lead_key, after_turn=s))
+            members.append(
+                conversation(
+                    f"agent{a}-sub{s}",
+                    f"agent-{a}",
+                    f"subagent/{prio}",
+                    sub_system,
+                    subagent_turns,
+                    priority,
+                    session=True,
+                    parent=lead_key,
+                    after_turn=s,
+                )
+            )
         units.append(Unit(conversations=tuple(members)))
     params: dict[str, Any] = {
-        "agents": agents, "lead_turns": lead_turns, "subagents": subagents,
-        "subagent_turns": subagent_turns, "system_tokens": system_tokens, "turn_tokens": turn_tokens,
-        "max_tokens": max_tokens, "tool_pause_s": tool_pause_s,
-        "speculative_prefill": speculative_prefill, "priority_mix": priority_mix, "seed": seed}
+        "agents": agents,
+        "lead_turns": lead_turns,
+        "subagents": subagents,
+        "subagent_turns": subagent_turns,
+        "system_tokens": system_tokens,
+        "turn_tokens": turn_tokens,
+        "max_tokens": max_tokens,
+        "tool_pause_s": tool_pause_s,
+        "speculative_prefill": speculative_prefill,
+        "priority_mix": priority_mix,
+        "seed": seed,
+    }
     if tool_use is not None:  # without tools the shape stays as it always was
         params.update(tools=tools, max_tool_rounds=max_tool_rounds, tool_result_tokens=tool_result_tokens)
     return Workload(name="multi-turn", block_size=block_size, units=tuple(units), params=params)
 
 
-def from_trace(rows: Sequence[TraceRow], *, block_size: int, vocab_size: int, speedup: float,
-               seed: int, max_tokens_cap: int | None = None) -> Workload:
+def from_trace(
+    rows: Sequence[TraceRow],
+    *,
+    block_size: int,
+    vocab_size: int,
+    speedup: float,
+    seed: int,
+    max_tokens_cap: int | None = None,
+) -> Workload:
     """A trace as a workload: token-id prompts; sessions become conversations at their first turn."""
     if speedup <= 0:
         raise ValueError("--speedup must be positive")
@@ -269,34 +390,51 @@ def from_trace(rows: Sequence[TraceRow], *, block_size: int, vocab_size: int, sp
 
     def turn(index: int, row: TraceRow) -> Turn:
         out = max(row.output_length, 1)
-        return Turn(max_tokens=min(out, max_tokens_cap) if max_tokens_cap else out,
-                    blocks=row.hash_ids, prompt_ids=tuple(synth.prompt(row, salt=index)),
-                    delay_s=(row.delay_ms or 0.0) / 1000.0 / speedup)
+        return Turn(
+            max_tokens=min(out, max_tokens_cap) if max_tokens_cap else out,
+            blocks=row.hash_ids,
+            prompt_ids=tuple(synth.prompt(row, salt=index)),
+            delay_s=(row.delay_ms or 0.0) / 1000.0 / speedup,
+        )
 
     units = []
     for start_ms, ref in sorted(starts, key=lambda s: s[0]):
         if isinstance(ref, int):
             conv = Conversation(key=f"r{ref}", group=f"r{ref}", turns=(turn(ref, rows[ref]),))
         else:
-            conv = Conversation(key=f"s{ref}", group=f"s{ref}",
-                                turns=tuple(turn(i, r) for i, r in sessions[ref]))
+            conv = Conversation(
+                key=f"s{ref}", group=f"s{ref}", turns=tuple(turn(i, r) for i, r in sessions[ref])
+            )
         units.append(Unit(conversations=(conv,), start_s=start_ms / 1000.0 / speedup))
-    return Workload(name="trace", block_size=block_size, units=tuple(units), params={
-        "rows": len(rows), "sessions": len(sessions), "speedup": speedup, "seed": seed,
-        "vocab_size": vocab_size})
+    return Workload(
+        name="trace",
+        block_size=block_size,
+        units=tuple(units),
+        params={
+            "rows": len(rows),
+            "sessions": len(sessions),
+            "speedup": speedup,
+            "seed": seed,
+            "vocab_size": vocab_size,
+        },
+    )
 
 
 def shape(workload: Workload) -> dict[str, Any]:
     """What ``--dry-run`` prints: counts, prompt/output lengths and the theoretical hit rate."""
     turns = list(workload.turns())
-    isl = [len(t.prompt_ids) if t.prompt_ids is not None else len(t.blocks) * workload.block_size
-           for t in turns]
+    isl = [
+        len(t.prompt_ids) if t.prompt_ids is not None else len(t.blocks) * workload.block_size for t in turns
+    ]
     osl = [t.max_tokens for t in turns]
     conversations = [c for u in workload.units for c in u.conversations]
     timed = [u.start_s for u in workload.units if u.start_s is not None]
     return {
-        "workload": workload.name, **workload.params,
-        "units": len(workload.units), "conversations": len(conversations), "requests": len(turns),
+        "workload": workload.name,
+        **workload.params,
+        "units": len(workload.units),
+        "conversations": len(conversations),
+        "requests": len(turns),
         "block_size": workload.block_size,
         "mean_isl_tokens": sum(isl) / len(isl) if isl else 0.0,
         "max_isl_tokens": max(isl, default=0),

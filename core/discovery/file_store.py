@@ -108,10 +108,14 @@ def secure_root(root: Path) -> Path:
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        raise DiscoveryDirError(f"cannot create the discovery directory {root}: {exc.strerror}; "
-                                "choose another --discovery-dir (or DYN_DISCOVERY_DIR)") from None
-    fix = (f"another user could register a forged worker there. Run 'chmod 700 {root}' if it is "
-           "yours, or choose another --discovery-dir (or DYN_DISCOVERY_DIR)")
+        raise DiscoveryDirError(
+            f"cannot create the discovery directory {root}: {exc.strerror}; "
+            "choose another --discovery-dir (or DYN_DISCOVERY_DIR)"
+        ) from None
+    fix = (
+        f"another user could register a forged worker there. Run 'chmod 700 {root}' if it is "
+        "yours, or choose another --discovery-dir (or DYN_DISCOVERY_DIR)"
+    )
     try:
         check_private_dir(root, "the discovery directory", fix)
     except ConfigError as exc:
@@ -129,8 +133,9 @@ class FileDiscoveryStore(DiscoveryStore):
     ``clock`` is what expiry is judged by and what the mtimes written say (tests pass a manual one).
     """
 
-    def __init__(self, root: str | Path, namespace: str, poll_interval_s: float = 0.2,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, root: str | Path, namespace: str, poll_interval_s: float = 0.2, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.namespace = validate_namespace(namespace)
         if not poll_interval_s > 0:
             raise ValueError(f"invalid poll_interval_s {poll_interval_s!r}: must be positive")
@@ -204,8 +209,9 @@ class FileDiscoveryStore(DiscoveryStore):
                     # Another reader may have collected the stale file first; a file last seen long
                     # enough ago to be stale now expired, whoever removed it.
                     stale = instance_id in expired or now - gone.mtime > gone.ttl_s
-                    yield WorkerRemoved(instance_id=instance_id,
-                                        reason="expired" if stale else "deregistered")
+                    yield WorkerRemoved(
+                        instance_id=instance_id, reason="expired" if stale else "deregistered"
+                    )
                 for instance_id in sorted(live):
                     current = live[instance_id]
                     previous = known.get(instance_id)
@@ -219,9 +225,13 @@ class FileDiscoveryStore(DiscoveryStore):
                     if timer < 0:  # it expired while the caller held us: rescan now
                         continue
                     timer += _EXPIRY_SLACK_S
-                poll = (self.poll_interval_s if not changes.watching
-                        else min(self.poll_interval_s, _SETTLE_POLL_S) if time.monotonic() < changes.settled_at
-                        else None)
+                poll = (
+                    self.poll_interval_s
+                    if not changes.watching
+                    else min(self.poll_interval_s, _SETTLE_POLL_S)
+                    if time.monotonic() < changes.settled_at
+                    else None
+                )
                 if poll is not None:
                     timer = poll if timer is None else min(timer, poll)
                 await changes.wait(self.clock, timer)
@@ -327,12 +337,17 @@ class _DirectoryChanges:
         """Until then the kernel's watch may not be in place yet (the thread sets it up): poll too."""
         self._stop = threading.Event()
         send, self._receive = anyio.create_memory_object_stream[None](1)
-        self._thread = threading.Thread(target=self._run, args=(directory, send, anyio.lowlevel.current_token()),
-                                        name=f"watch {directory}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(directory, send, anyio.lowlevel.current_token()),
+            name=f"watch {directory}",
+            daemon=True,
+        )
         self._thread.start()
 
-    def _run(self, directory: Path, send: MemoryObjectSendStream[None],
-             token: anyio.lowlevel.EventLoopToken) -> None:
+    def _run(
+        self, directory: Path, send: MemoryObjectSendStream[None], token: anyio.lowlevel.EventLoopToken
+    ) -> None:
         def notify() -> None:
             with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 send.send_nowait(None)
@@ -345,8 +360,14 @@ class _DirectoryChanges:
             return True
 
         try:
-            for _ in watchfiles.watch(directory, watch_filter=None, step=_NOTIFY_STEP_MS, stop_event=self._stop,
-                                      raise_interrupt=False, recursive=False):
+            for _ in watchfiles.watch(
+                directory,
+                watch_filter=None,
+                step=_NOTIFY_STEP_MS,
+                stop_event=self._stop,
+                raise_interrupt=False,
+                recursive=False,
+            ):
                 if not on_loop(notify):
                     return
         except Exception as exc:
@@ -358,6 +379,7 @@ class _DirectoryChanges:
         receive: MemoryObjectReceiveStream[None] = self._receive
         async with anyio.create_task_group() as tg:
             if timeout is not None:
+
                 async def timer() -> None:
                     await clock.sleep(timeout)
                     tg.cancel_scope.cancel()

@@ -33,18 +33,36 @@ def service_namespace(namespace: str, kind: str) -> str:
 def service_store(store: DiscoveryStore, kind: str) -> DiscoveryStore:
     """A store on the same backend as the workers' ``store``, for its ``kind`` services."""
     if isinstance(store, FileDiscoveryStore):
-        return FileDiscoveryStore(store.root, service_namespace(store.namespace, kind),
-                                  poll_interval_s=store.poll_interval_s)
-    raise ValueError(f"{kind} discovery is not built for {type(store).__name__}; "
-                     "use --discovery-backend file")
+        return FileDiscoveryStore(
+            store.root, service_namespace(store.namespace, kind), poll_interval_s=store.poll_interval_s
+        )
+    raise ValueError(
+        f"{kind} discovery is not built for {type(store).__name__}; use --discovery-backend file"
+    )
 
 
-def service_record(namespace: str, engine: str, model_name: str | None, instance_id: int, *,
-                   request: str | None = None, kv_events: str | None = None,
-                   metrics: str | None = None, block_size: int = 0) -> WorkerRecord:
+def service_record(
+    namespace: str,
+    engine: str,
+    model_name: str | None,
+    instance_id: int,
+    *,
+    request: str | None = None,
+    kv_events: str | None = None,
+    metrics: str | None = None,
+    block_size: int = 0,
+) -> WorkerRecord:
     """The record a service of kind ``engine`` registers in ``namespace`` (a service namespace)."""
     return WorkerRecord(
-        instance_id=instance_id, namespace=namespace, model_name=model_name or "", engine=engine,
+        instance_id=instance_id,
+        namespace=namespace,
+        model_name=model_name or "",
+        engine=engine,
         endpoints=WorkerEndpoints(request=request or "", kv_events=kv_events, metrics=metrics),
-        block_size=block_size, total_kv_blocks=0, max_num_batched_tokens=0, pid=os.getpid(),
-        started_at=time.time(), version=core_pkg.__version__)
+        block_size=block_size,
+        total_kv_blocks=0,
+        max_num_batched_tokens=0,
+        pid=os.getpid(),
+        started_at=time.time(),
+        version=core_pkg.__version__,
+    )

@@ -202,9 +202,7 @@ class Lease:
                     await self.store.put(self.record, self.ttl_s)
             except Exception as exc:
                 if not failing:
-                    log.warning(
-                        "discovery heartbeat of instance %d failed (retrying): %s", instance_id, exc
-                    )
+                    log.warning("discovery heartbeat of instance %d failed (retrying): %s", instance_id, exc)
                 failing = True
             else:
                 if failing:

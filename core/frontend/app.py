@@ -47,9 +47,16 @@ class FrontendApp:
     """ASGI app over an ``OpenAIService``. ``max_inflight``: most generate requests in progress
     at once (0: no limit); ``public_metrics``: ``/metrics`` answers without the API key."""
 
-    def __init__(self, service: OpenAIService, *, api_key: str | None = None,
-                 cors: CorsPolicy | None = None, kv_views: Any = None, public_metrics: bool = False,
-                 max_inflight: int = 0) -> None:
+    def __init__(
+        self,
+        service: OpenAIService,
+        *,
+        api_key: str | None = None,
+        cors: CorsPolicy | None = None,
+        kv_views: Any = None,
+        public_metrics: bool = False,
+        max_inflight: int = 0,
+    ) -> None:
         self.service = service
         self.api_key = ApiKey(api_key) if api_key else None
         self.public_metrics = public_metrics
@@ -65,9 +72,14 @@ class FrontendApp:
     def http_protocol() -> type | str:
         """The uvicorn protocol to serve this app with: its own 400s for requests it cannot parse
         are OpenAI error bodies too."""
-        return json_error_protocol(lambda reason: encoded(bad_request(
-            f"the HTTP request could not be parsed ({reason.rstrip('.')}): a header holds a control "
-            "character, or the request line or framing is malformed")))
+        return json_error_protocol(
+            lambda reason: encoded(
+                bad_request(
+                    f"the HTTP request could not be parsed ({reason.rstrip('.')}): a header holds a control "
+                    "character, or the request line or framing is malformed"
+                )
+            )
+        )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -83,10 +95,16 @@ class FrontendApp:
             origin_s = origin.decode("latin-1")
             if scope["method"] == "OPTIONS" and b"access-control-request-method" in headers:
                 status, cors_headers = self.cors.preflight(
-                    origin_s, headers[b"access-control-request-method"].decode("latin-1"),
-                    headers.get(b"access-control-request-headers", b"").decode("latin-1"))
-                await respond(send, status, b"OK" if status == 200 else b"Disallowed CORS request",
-                              cors_headers + [(b"content-type", b"text/plain")])
+                    origin_s,
+                    headers[b"access-control-request-method"].decode("latin-1"),
+                    headers.get(b"access-control-request-headers", b"").decode("latin-1"),
+                )
+                await respond(
+                    send,
+                    status,
+                    b"OK" if status == 200 else b"Disallowed CORS request",
+                    cors_headers + [(b"content-type", b"text/plain")],
+                )
                 return
             extra = self.cors.response_headers(origin_s)
         try:
@@ -98,8 +116,7 @@ class FrontendApp:
             pass
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            await _respond_error(send, ApiError(500, "internal server error; see the frontend log"),
-                                 extra)
+            await _respond_error(send, ApiError(500, "internal server error; see the frontend log"), extra)
 
     async def _dispatch(self, call: Call) -> None:
         path, method = call.scope["path"], call.scope["method"]
@@ -119,8 +136,9 @@ class FrontendApp:
         if key is None or not needs_key(key, path) or (path == "/metrics" and self.public_metrics):
             return
         if not key.allows(headers.get(b"authorization")):
-            raise ApiError(401, REFUSAL, code="invalid_api_key",
-                           headers={CHALLENGE[0].decode(): CHALLENGE[1].decode()})
+            raise ApiError(
+                401, REFUSAL, code="invalid_api_key", headers={CHALLENGE[0].decode(): CHALLENGE[1].decode()}
+            )
 
     @contextlib.contextmanager
     def admit(self) -> Iterator[None]:
@@ -129,8 +147,10 @@ class FrontendApp:
         if self.max_inflight and self.inflight >= self.max_inflight:
             service = self.service
             service.metrics.rejected.labels(service.model_name, "max_inflight").inc()
-            raise overloaded(f"the frontend is serving its limit of {self.max_inflight} requests "
-                             "(--max-inflight); retry after the Retry-After seconds")
+            raise overloaded(
+                f"the frontend is serving its limit of {self.max_inflight} requests "
+                "(--max-inflight); retry after the Retry-After seconds"
+            )
         self.inflight += 1
         try:
             yield

@@ -23,6 +23,7 @@ Contract:
   that runs past ``max_seconds`` stops (checked at calls and loop iterations). Either raises
   ``RenderLimitError``.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,13 @@ from markupsafe import soft_str
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 """transformers' marker appended to the final message to find where its content ends."""
 
-_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal",
-               "thinking": "thinking"}
+_TEXT_PARTS = {
+    "text": "text",
+    "input_text": "text",
+    "output_text": "text",
+    "refusal": "refusal",
+    "thinking": "thinking",
+}
 """Content part type -> the key holding its text (vLLM's text-like parts)."""
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -96,12 +102,20 @@ class ChatTemplate:
         except jinja2.TemplateError as e:
             raise ChatTemplateError(str(e)) from None
 
-    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
-               continue_final_message: bool = False, tools: Sequence[Mapping[str, Any]] | None = None,
-               documents: Sequence[Mapping[str, Any]] | None = None,
-               extra_kwargs: Mapping[str, Any] | None = None, bos_token: str | None = None,
-               eos_token: str | None = None, special_tokens: Mapping[str, str] | None = None,
-               limits: RenderLimits = RenderLimits()) -> str:
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        extra_kwargs: Mapping[str, Any] | None = None,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        special_tokens: Mapping[str, str] | None = None,
+        limits: RenderLimits = RenderLimits(),
+    ) -> str:
         """The prompt text for ``messages``, rendered within ``limits``.
 
         Template variables: ``special_tokens`` (a tokenizer's named special tokens), then
@@ -116,47 +130,68 @@ class ChatTemplate:
             variables["eos_token"] = eos_token
         if extra_kwargs:
             if "messages" in extra_kwargs:
-                raise ChatTemplateError("chat_template_kwargs cannot set 'messages'; remove it and send the "
-                                        "conversation in 'messages'")
+                raise ChatTemplateError(
+                    "chat_template_kwargs cannot set 'messages'; remove it and send the "
+                    "conversation in 'messages'"
+                )
             variables.update(extra_kwargs)
             add_generation_prompt = variables.pop("add_generation_prompt", add_generation_prompt)
             continue_final_message = variables.pop("continue_final_message", continue_final_message)
             tools = variables.pop("tools", tools)
             documents = variables.pop("documents", documents)
         if continue_final_message and add_generation_prompt:
-            raise ChatTemplateError("continue_final_message cannot be used together with add_generation_prompt; "
-                                    "set add_generation_prompt to false")
+            raise ChatTemplateError(
+                "continue_final_message cannot be used together with add_generation_prompt; "
+                "set add_generation_prompt to false"
+            )
         _check_dicts("tools", tools)
         _check_dicts("documents", documents)
 
         chat = conversation(messages)
         if not chat:
-            raise ChatTemplateError("cannot apply the chat template to an empty conversation; send at least "
-                                    "one message")
+            raise ChatTemplateError(
+                "cannot apply the chat template to an empty conversation; send at least one message"
+            )
         final = ""
         if continue_final_message:
             final = chat[-1].get("content", "")
             if "content" not in self.source:
-                raise ChatTemplateError('continue_final_message is set but the chat template never reads '
-                                        '"content"')
+                raise ChatTemplateError(
+                    'continue_final_message is set but the chat template never reads "content"'
+                )
             chat[-1]["content"] = final + _CONTINUE_TAG
 
         try:
-            text = self._generate(limits, messages=chat, tools=tools, documents=documents,
-                                  add_generation_prompt=add_generation_prompt, **variables)
+            text = self._generate(
+                limits,
+                messages=chat,
+                tools=tools,
+                documents=documents,
+                add_generation_prompt=add_generation_prompt,
+                **variables,
+            )
         except ChatTemplateError:
             raise
         except jinja2.TemplateError as e:
             raise ChatTemplateError(str(e)) from None
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError,
-                RecursionError) as e:
+        except (
+            TypeError,
+            ValueError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            ArithmeticError,
+            RecursionError,
+        ) as e:
             raise ChatTemplateError(f"the chat template failed ({type(e).__name__}: {e})") from None
 
         if continue_final_message:
             tag = _CONTINUE_TAG.strip()
             if final.strip() not in text or tag not in text:
-                raise ChatTemplateError("continue_final_message is set but the final message does not appear in "
-                                        "the rendered chat; the chat template drops part of it")
+                raise ChatTemplateError(
+                    "continue_final_message is set but the final message does not appear in "
+                    "the rendered chat; the chat template drops part of it"
+                )
             at = text.rindex(tag)
             text = text[:at] if text.startswith(_CONTINUE_TAG, at) else text[:at].rstrip()
         return text
@@ -241,8 +276,10 @@ def _text_content(content: Any, i: int) -> str:
             key = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
             if key is None:
                 what = f"a {kind!r} part" if isinstance(kind, str) else "a part without a text 'type'"
-                raise ChatTemplateError(f"messages[{i}].content[{j}]: only text content is supported by this "
-                                        f"server, got {what}; send text parts only")
+                raise ChatTemplateError(
+                    f"messages[{i}].content[{j}]: only text content is supported by this "
+                    f"server, got {what}; send text parts only"
+                )
             text = part.get(key)
             if text is None:
                 continue
@@ -273,8 +310,10 @@ def _tool_calls(tool_calls: Any, i: int) -> Any:
             try:
                 args = json.loads(args)
             except (ValueError, TypeError):
-                raise ChatTemplateError(f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON; "
-                                        f"send the arguments as a JSON object string") from None
+                raise ChatTemplateError(
+                    f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON; "
+                    f"send the arguments as a JSON object string"
+                ) from None
         out.append({**call, "function": {**function, "arguments": args}})
     return out
 
@@ -293,8 +332,13 @@ def _raise_exception(message: Any) -> None:
     raise jinja2.TemplateError(message)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | str | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     # transformers' variant: no HTML escaping, and json.dumps' formatting options
     budget = _budget()
     width = indent if isinstance(indent, int) else len(indent) if isinstance(indent, str) else 0
@@ -337,7 +381,8 @@ class _TemplateNamespace(jinja2.utils.Namespace):
         if isinstance(name, str) and name.startswith("_"):
             raise jinja2.exceptions.SecurityError(
                 f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
-                "Please rename the attribute.")
+                "Please rename the attribute."
+            )
 
 
 class _GenerationBlock(jinja2.ext.Extension):
@@ -376,16 +421,20 @@ class _Budget:
             raise self.expired()
 
     def expired(self) -> RenderLimitError:
-        return RenderLimitError(f"rendering the chat template took more than {self.max_seconds:g} s; the "
-                                "template or the messages ask for too much work")
+        return RenderLimitError(
+            f"rendering the chat template took more than {self.max_seconds:g} s; the "
+            "template or the messages ask for too much work"
+        )
 
     def check(self, size: int, what: str) -> None:
         if size > self.max_chars:
             raise self.too_large(what)
 
     def too_large(self, what: str) -> RenderLimitError:
-        return RenderLimitError(f"the chat template would make {what} longer than {self.max_chars} characters, "
-                                "the most one rendering may build")
+        return RenderLimitError(
+            f"the chat template would make {what} longer than {self.max_chars} characters, "
+            "the most one rendering may build"
+        )
 
 
 _active = threading.local()
@@ -472,8 +521,13 @@ def _check_binop(operator: str, left: Any, right: Any, budget: _Budget) -> None:
             if size is not None and isinstance(times, int):
                 budget.check(size * times, "a repeated string or list")
     elif operator == "**":
-        if (isinstance(left, int) and isinstance(right, int) and right > 0 and left not in (0, 1, -1)
-                and left.bit_length() * right > _MAX_INT_BITS):
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and right > 0
+            and left not in (0, 1, -1)
+            and left.bit_length() * right > _MAX_INT_BITS
+        ):
             raise _too_big_number()
     elif operator == "+":
         a, b = _sized(left), _sized(right)
@@ -484,11 +538,15 @@ def _check_binop(operator: str, left: Any, right: Any, budget: _Budget) -> None:
 
 
 def _too_big_number() -> RenderLimitError:
-    return RenderLimitError(f"the chat template would compute a number of more than {_MAX_INT_BITS} bits, the "
-                            "largest one rendering may")
+    return RenderLimitError(
+        f"the chat template would compute a number of more than {_MAX_INT_BITS} bits, the "
+        "largest one rendering may"
+    )
 
 
-def _check_str_method(owner: str, name: str, args: tuple, kwargs: Mapping[str, Any], budget: _Budget) -> tuple:
+def _check_str_method(
+    owner: str, name: str, args: tuple, kwargs: Mapping[str, Any], budget: _Budget
+) -> tuple:
     """Check a string method that can build a longer string; return the arguments to call it
     with (``join``'s iterable read into a list, so it is measured and joined once)."""
     if name in ("center", "ljust", "rjust", "zfill"):
@@ -508,12 +566,18 @@ def _check_str_method(owner: str, name: str, args: tuple, kwargs: Mapping[str, A
             budget.check(len(owner) + count * (len(new) - len(old)), "a string with replacements")
     elif name == "join" and args:
         items = list(args[0])
-        budget.check(len(owner) * max(len(items) - 1, 0)
-                     + sum(len(i) if isinstance(i, str) else 0 for i in items), "a joined string")
+        budget.check(
+            len(owner) * max(len(items) - 1, 0) + sum(len(i) if isinstance(i, str) else 0 for i in items),
+            "a joined string",
+        )
         return (items, *args[1:])
     elif name in ("format", "format_map"):
-        _check_format(owner, args if name == "format" else (), kwargs if name == "format" else
-                      (args[0] if args and isinstance(args[0], Mapping) else {}), budget)
+        _check_format(
+            owner,
+            args if name == "format" else (),
+            kwargs if name == "format" else (args[0] if args and isinstance(args[0], Mapping) else {}),
+            budget,
+        )
     return args
 
 
@@ -580,8 +644,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             _check_binop(operator, left, right, _budget())
         return self.binop_table[operator](left, right)
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any,
-             *args: Any, **kwargs: Any) -> Any:
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.tick()
         target = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
@@ -628,8 +691,14 @@ def _bounded_filters() -> dict[str, Any]:
         return f.do_indent(text, width, first, blank)
 
     @jinja2.pass_environment
-    def wordwrap(environment: Any, s: str, width: int = 79, break_long_words: bool = True,
-                 wrapstring: str | None = None, break_on_hyphens: bool = True) -> str:
+    def wordwrap(
+        environment: Any,
+        s: str,
+        width: int = 79,
+        break_long_words: bool = True,
+        wrapstring: str | None = None,
+        break_on_hyphens: bool = True,
+    ) -> str:
         lines = len(s) // max(width, 1) + s.count("\n") + 1 if isinstance(width, int) else 1
         _budget().check(len(s) + lines * len(wrapstring or "\n"), "a wrapped string")
         return f.do_wordwrap(environment, s, width, break_long_words, wrapstring, break_on_hyphens)
@@ -675,9 +744,20 @@ def _bounded_filters() -> dict[str, Any]:
             iterable = items
         return f.do_sum(environment, iterable, attribute, start)
 
-    return {"center": center, "indent": indent, "wordwrap": wordwrap, "format": format_, "replace": replace,
-            "join": join, "batch": batch, "slice": slice_, "string": string_, "sum": sum_,
-            "pprint": string_, _TICK_FILTER: _loop_tick}
+    return {
+        "center": center,
+        "indent": indent,
+        "wordwrap": wordwrap,
+        "format": format_,
+        "replace": replace,
+        "join": join,
+        "batch": batch,
+        "slice": slice_,
+        "string": string_,
+        "sum": sum_,
+        "pprint": string_,
+        _TICK_FILTER: _loop_tick,
+    }
 
 
 def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
@@ -688,8 +768,12 @@ def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str
 
 @lru_cache(maxsize=1)
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
-                              extensions=[_GenerationBlock, jinja2.ext.loopcontrols, _LoopBudget])
+    env = _BoundedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_finalize,
+        extensions=[_GenerationBlock, jinja2.ext.loopcontrols, _LoopBudget],
+    )
     env.filters.update(_bounded_filters())
     env.globals["lipsum"] = _lipsum
     env.filters["tojson"] = _tojson

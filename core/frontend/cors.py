@@ -31,18 +31,25 @@ class CorsPolicy:
             headers.append((b"access-control-allow-credentials", b"true"))
         return headers
 
-    def preflight(self, origin: str, method: str, request_headers: str) -> tuple[int, list[tuple[bytes, bytes]]]:
+    def preflight(
+        self, origin: str, method: str, request_headers: str
+    ) -> tuple[int, list[tuple[bytes, bytes]]]:
         """Status and headers answering a preflight from ``origin`` for ``method``."""
         ok = self.origin_allowed(origin)
-        if "*" not in self.allowed_methods and method.upper() not in {m.upper() for m in self.allowed_methods}:
+        if "*" not in self.allowed_methods and method.upper() not in {
+            m.upper() for m in self.allowed_methods
+        }:
             ok = False
         asked = [h.strip().lower() for h in request_headers.split(",") if h.strip()]
         if "*" not in self.allowed_headers:
             allowed = {h.lower() for h in self.allowed_headers}
             if any(h not in allowed for h in asked):
                 ok = False
-        methods = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT" if "*" in self.allowed_methods \
+        methods = (
+            "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+            if "*" in self.allowed_methods
             else ", ".join(self.allowed_methods)
+        )
         allow_headers = ", ".join(asked) if "*" in self.allowed_headers else ", ".join(self.allowed_headers)
         headers = self.response_headers(origin) + [
             (b"access-control-allow-methods", methods.encode()),

@@ -24,6 +24,7 @@ Contract:
   an added token right after another added token is emitted as its bare content, without the
   separator the decoder puts between them.
 """
+
 from __future__ import annotations
 
 import threading
@@ -47,12 +48,33 @@ make every push decode a longer window."""
 class IncrementalDetokenizer:
     """Text of one generated stream, a push at a time; not thread-safe (one per stream)."""
 
-    __slots__ = ("stopped", "stop_reason", "_backend", "_decode", "_skip", "_stream", "_stream_step", "_ids",
-                 "_read", "_stops", "_include_stop", "_added", "_last_added", "_done")
+    __slots__ = (
+        "stopped",
+        "stop_reason",
+        "_backend",
+        "_decode",
+        "_skip",
+        "_stream",
+        "_stream_step",
+        "_ids",
+        "_read",
+        "_stops",
+        "_include_stop",
+        "_added",
+        "_last_added",
+        "_done",
+    )
 
-    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int] | None = None, *,
-                 skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True,
-                 stop: Sequence[str] | StopMatcher = (), include_stop_str_in_output: bool = False) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int] | None = None,
+        *,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        stop: Sequence[str] | StopMatcher = (),
+        include_stop_str_in_output: bool = False,
+    ) -> None:
         """``stop``: the stop strings, or their matcher (``stop_matcher``), shared by a request's choices."""
         self.stopped = False
         self.stop_reason: str | None = None
@@ -111,7 +133,7 @@ class IncrementalDetokenizer:
         if new is None:
             ids.append(token_id)
             return self._flush() if len(ids) - self._read >= _MAX_HELD_IDS else ""
-        window = ids[self._read:]
+        window = ids[self._read :]
         window.append(token_id)
         self._ids = window
         self._read = len(window)
@@ -124,7 +146,7 @@ class IncrementalDetokenizer:
         text = decode(ids, skip_special_tokens=skip)
         prefix_text = decode(ids[:read], skip_special_tokens=skip) if read else ""
         if not rewritten and text.startswith(prefix_text):
-            new = text[len(prefix_text):]
+            new = text[len(prefix_text) :]
         else:
             new = decode(ids[read:], skip_special_tokens=skip)
         self._restart(_prompt_tail(decode, ids[read:], skip))
@@ -160,8 +182,18 @@ class StopMatcher:
     node), with a dict only for the few nodes where strings branch apart.
     """
 
-    __slots__ = ("stops", "tail_chars", "max_hold", "_heads", "_labels", "_chained", "_branches", "_fail",
-                 "_depth", "_out")
+    __slots__ = (
+        "stops",
+        "tail_chars",
+        "max_hold",
+        "_heads",
+        "_labels",
+        "_chained",
+        "_branches",
+        "_fail",
+        "_depth",
+        "_out",
+    )
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops: tuple[str, ...] = tuple(dict.fromkeys(s for s in stops if s))
@@ -198,7 +230,7 @@ class StopMatcher:
                     branch_parent[first] = node
                 labels.extend(stop[at:])
                 chained.extend(bytes(grow))
-                chained[first:first + grow - 1] = b"\x01" * (grow - 1)
+                chained[first : first + grow - 1] = b"\x01" * (grow - 1)
                 depth.extend(range(depth[node] + 1, depth[node] + grow + 1))
                 chains.append((first, depth[node] + 1, grow))
                 out.frombytes(b"\xff" * (4 * grow))
@@ -311,7 +343,7 @@ class StopScanner:
             node, at, hit = matcher.walk(self._node, pending, len(self._held), False)
             if hit >= 0:
                 stop = matcher.stops[hit]
-                return self._stopped(pending[:at - len(stop)], stop)
+                return self._stopped(pending[: at - len(stop)], stop)
             if node or at == len(pending):
                 return self._hold(pending, node, final)
         elif not new:
@@ -324,7 +356,7 @@ class StopScanner:
         for stop in matcher.stops:
             if stop in rest:
                 stop, start = _first_stop(rest, matcher.stops)
-                return self._stopped(pending[:at + start], stop)
+                return self._stopped(pending[: at + start], stop)
         if rest[-1] not in matcher.tail_chars:
             return self._hold(pending, 0, final)
         begin = matcher.first_head(pending, max(at, len(pending) - matcher.max_hold))
@@ -392,8 +424,9 @@ def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[str, int]:
     return best
 
 
-def _prompt_tail(decode: Callable[..., str], prompt_token_ids: Sequence[int] | None,
-                 skip_special_tokens: bool) -> list[int]:
+def _prompt_tail(
+    decode: Callable[..., str], prompt_token_ids: Sequence[int] | None, skip_special_tokens: bool
+) -> list[int]:
     """The last few prompt ids, dropping leading ones until they decode to whole characters; none
     when the prompt ends inside a character (the output then decodes on its own)."""
     if not prompt_token_ids:

@@ -41,30 +41,37 @@ class RequestLimits:
         return max(BYTES_PER_TOKEN * context_length, MIN_PROMPT_BYTES)
 
 
-def check_chat(req: ChatCompletionRequest, limits: RequestLimits, byte_limit: int,
-               context_length: int) -> int:
+def check_chat(
+    req: ChatCompletionRequest, limits: RequestLimits, byte_limit: int, context_length: int
+) -> int:
     """Refuse a chat request over a bound (``ApiError`` 400); return the bytes of its prompt
     text (messages, tools, documents, chat_template_kwargs and a request chat_template)."""
     _check_fan_out(req, 1, limits, "n")
     _check_stops(req, limits)
     kwargs = req.chat_template_kwargs or {}
     if not limits.trust_request_chat_template and (
-            req.chat_template is not None or kwargs.get("chat_template") is not None):
-        raise bad_request("this server renders prompts with its own chat template only: remove "
-                          "'chat_template' from the request, or start the frontend with "
-                          "--trust-request-chat-template to accept one", param="chat_template")
+        req.chat_template is not None or kwargs.get("chat_template") is not None
+    ):
+        raise bad_request(
+            "this server renders prompts with its own chat template only: remove "
+            "'chat_template' from the request, or start the frontend with "
+            "--trust-request-chat-template to accept one",
+            param="chat_template",
+        )
     nvext = req.nvext
     if nvext is not None and nvext.token_data is not None:
         _check_token_count(len(nvext.token_data), context_length, "nvext.token_data")
-    size = json_size((req.messages, req.tools, req.documents, req.chat_template_kwargs,
-                      req.chat_template), byte_limit)
+    size = json_size(
+        (req.messages, req.tools, req.documents, req.chat_template_kwargs, req.chat_template), byte_limit
+    )
     if size > byte_limit:
         raise _too_many_bytes("messages", "messages, tools and documents", byte_limit)
     return size
 
 
-def check_completion(req: CompletionRequest, limits: RequestLimits, byte_limit: int,
-                     context_length: int) -> int:
+def check_completion(
+    req: CompletionRequest, limits: RequestLimits, byte_limit: int, context_length: int
+) -> int:
     """Refuse a completions request over a bound (``ApiError`` 400); return the bytes of its
     prompt text."""
     prompt = req.prompt
@@ -120,13 +127,18 @@ def _str_bytes(text: str, room: int) -> int:
 
 def _check_fan_out(req: _GenerationRequest, prompts: int, limits: RequestLimits, param: str) -> None:
     if req.n > limits.max_n:
-        raise bad_request(f"n is {req.n}; this server allows at most {limits.max_n} choices per request "
-                          "(raise it with --max-n)", param="n")
+        raise bad_request(
+            f"n is {req.n}; this server allows at most {limits.max_n} choices per request "
+            "(raise it with --max-n)",
+            param="n",
+        )
     if prompts * req.n > limits.max_prompts:
         asked = f"{prompts} prompts x n={req.n}" if prompts > 1 else f"n={req.n}"
-        raise bad_request(f"this request asks for {prompts * req.n} generations ({asked}); this server "
-                          f"allows at most {limits.max_prompts} per request (raise it with --max-prompts)",
-                          param=param)
+        raise bad_request(
+            f"this request asks for {prompts * req.n} generations ({asked}); this server "
+            f"allows at most {limits.max_prompts} per request (raise it with --max-prompts)",
+            param=param,
+        )
 
 
 def _check_stops(req: _GenerationRequest, limits: RequestLimits) -> None:
@@ -135,23 +147,34 @@ def _check_stops(req: _GenerationRequest, limits: RequestLimits) -> None:
         return
     stops = [stop] if isinstance(stop, str) else stop
     if len(stops) > limits.max_stop_strings:
-        raise bad_request(f"stop holds {len(stops)} strings; this server allows at most "
-                          f"{limits.max_stop_strings} (raise it with --max-stop-strings)", param="stop")
+        raise bad_request(
+            f"stop holds {len(stops)} strings; this server allows at most "
+            f"{limits.max_stop_strings} (raise it with --max-stop-strings)",
+            param="stop",
+        )
     for i, s in enumerate(stops):
         if len(s) > limits.max_stop_string_chars:
             where = "stop" if isinstance(stop, str) else f"stop[{i}]"
-            raise bad_request(f"{where} is {len(s)} characters long; this server allows stop strings of at "
-                              f"most {limits.max_stop_string_chars} (raise it with --max-stop-string-chars)",
-                              param=where)
+            raise bad_request(
+                f"{where} is {len(s)} characters long; this server allows stop strings of at "
+                f"most {limits.max_stop_string_chars} (raise it with --max-stop-string-chars)",
+                param=where,
+            )
 
 
 def _check_token_count(count: int, context_length: int, param: str) -> None:
     if count > context_length:
-        raise bad_request(f"This model's maximum context length is {context_length} tokens. However, {param} "
-                          f"holds {count} token ids; send at most {context_length}.", param=param,
-                          code="context_length_exceeded")
+        raise bad_request(
+            f"This model's maximum context length is {context_length} tokens. However, {param} "
+            f"holds {count} token ids; send at most {context_length}.",
+            param=param,
+            code="context_length_exceeded",
+        )
 
 
 def _too_many_bytes(param: str, what: str, limit: int) -> ApiError:
-    return bad_request(f"the prompt text of this request ({what}) is more than {limit} bytes, the most this "
-                       "server accepts (raise it with --max-prompt-bytes)", param=param)
+    return bad_request(
+        f"the prompt text of this request ({what}) is more than {limit} bytes, the most this "
+        "server accepts (raise it with --max-prompt-bytes)",
+        param=param,
+    )

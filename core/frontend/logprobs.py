@@ -28,7 +28,11 @@ _FLOOR = -9999.0
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte <-> printable character table that byte-level BPE vocabularies use."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = keep[:]
     n = 0
     for b in range(256):
@@ -91,10 +95,17 @@ class ChatLogprobs:
         texts, top = self._texts, self._top
         out = []
         for token_id, lp in zip(token_ids, logprobs):
-            out.append({
-                "token": texts.text(token_id), "logprob": _lp(lp.logprob), "bytes": texts.bytes(token_id),
-                "top_logprobs": [{"token": texts.text(t), "logprob": _lp(v), "bytes": texts.bytes(t)}
-                                 for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])]})
+            out.append(
+                {
+                    "token": texts.text(token_id),
+                    "logprob": _lp(lp.logprob),
+                    "bytes": texts.bytes(token_id),
+                    "top_logprobs": [
+                        {"token": texts.text(t), "logprob": _lp(v), "bytes": texts.bytes(t)}
+                        for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])
+                    ],
+                }
+            )
         return out
 
     @staticmethod
@@ -125,20 +136,27 @@ class CompletionLogprobs:
             tops.append(best)
             offsets.append(self.offset)
             self.offset += len(text)
-        return orjson.dumps({"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
-                             "text_offset": offsets})
+        return orjson.dumps(
+            {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+        )
 
 
-def prompt_logprobs_json(texts: TokenTexts, prompt_ids: Sequence[int],
-                         logprobs: Sequence[TokenLogprobs | None], top: int) -> bytes:
+def prompt_logprobs_json(
+    texts: TokenTexts, prompt_ids: Sequence[int], logprobs: Sequence[TokenLogprobs | None], top: int
+) -> bytes:
     """vLLM's ``prompt_logprobs`` list for one prompt."""
     out: list[dict | None] = []
     for token_id, lp in zip(prompt_ids, logprobs):
         if lp is None:
             out.append(None)
             continue
-        entry = {str(token_id): {"logprob": _lp(lp.logprob), "rank": lp.rank or None,
-                                 "decoded_token": texts.text(token_id)}}
+        entry = {
+            str(token_id): {
+                "logprob": _lp(lp.logprob),
+                "rank": lp.rank or None,
+                "decoded_token": texts.text(token_id),
+            }
+        }
         for rank, (t, v) in enumerate(zip(lp.top_ids[:top], lp.top_logprobs[:top]), start=1):
             entry.setdefault(str(t), {"logprob": _lp(v), "rank": rank, "decoded_token": texts.text(t)})
         out.append(entry)

@@ -35,35 +35,73 @@ class FrontendMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds", "Time to first token",
-                              ["model"], buckets=_SECONDS, registry=r)
-        self.itl = Histogram(f"{PREFIX}_inter_token_latency_seconds",
-                             "Mean inter-token latency of a request", ["model"], buckets=_SECONDS,
-                             registry=r)
-        self.duration = Histogram(f"{PREFIX}_request_duration_seconds", "Request duration",
-                                  ["model"], buckets=_SECONDS, registry=r)
-        self.isl = Histogram(f"{PREFIX}_input_sequence_tokens", "Prompt tokens per request",
-                             ["model"], buckets=_TOKENS, registry=r)
-        self.osl = Histogram(f"{PREFIX}_output_sequence_tokens", "Output tokens per request",
-                             ["model"], buckets=_TOKENS, registry=r)
-        self.cached = Histogram(f"{PREFIX}_cached_tokens", "Prompt tokens served from the KV cache",
-                                ["model"], buckets=_TOKENS, registry=r)
-        self.output_tokens = Counter(f"{PREFIX}_output_tokens", "Output tokens generated",
-                                     ["model"], registry=r)
-        self.requests = Counter(f"{PREFIX}_requests", "Requests handled",
-                                ["model", "endpoint", "request_type", "status"], registry=r)
-        self.active = Gauge(f"{PREFIX}_active_requests", "Requests being served now", ["model"],
-                            registry=r)
-        self.migrations = Counter(f"{PREFIX}_model_migration",
-                                  "Requests moved to another worker after theirs failed (migration_type: "
-                                  "new_request before the first token, ongoing_request after)",
-                                  ["model", "migration_type"], registry=r)
-        self.rejected = Counter(f"{PREFIX}_requests_rejected",
-                                "Requests refused before their body was read (reason: max_inflight)",
-                                ["model", "reason"], registry=r)
-        self.disconnects = Counter(f"{PREFIX}_client_disconnects",
-                                   "Requests whose client went away before the end", ["model"],
-                                   registry=r)
+        self.ttft = Histogram(
+            f"{PREFIX}_time_to_first_token_seconds",
+            "Time to first token",
+            ["model"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            f"{PREFIX}_inter_token_latency_seconds",
+            "Mean inter-token latency of a request",
+            ["model"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            f"{PREFIX}_request_duration_seconds", "Request duration", ["model"], buckets=_SECONDS, registry=r
+        )
+        self.isl = Histogram(
+            f"{PREFIX}_input_sequence_tokens",
+            "Prompt tokens per request",
+            ["model"],
+            buckets=_TOKENS,
+            registry=r,
+        )
+        self.osl = Histogram(
+            f"{PREFIX}_output_sequence_tokens",
+            "Output tokens per request",
+            ["model"],
+            buckets=_TOKENS,
+            registry=r,
+        )
+        self.cached = Histogram(
+            f"{PREFIX}_cached_tokens",
+            "Prompt tokens served from the KV cache",
+            ["model"],
+            buckets=_TOKENS,
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            f"{PREFIX}_output_tokens", "Output tokens generated", ["model"], registry=r
+        )
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "Requests handled",
+            ["model", "endpoint", "request_type", "status"],
+            registry=r,
+        )
+        self.active = Gauge(f"{PREFIX}_active_requests", "Requests being served now", ["model"], registry=r)
+        self.migrations = Counter(
+            f"{PREFIX}_model_migration",
+            "Requests moved to another worker after theirs failed (migration_type: "
+            "new_request before the first token, ongoing_request after)",
+            ["model", "migration_type"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            f"{PREFIX}_requests_rejected",
+            "Requests refused before their body was read (reason: max_inflight)",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.disconnects = Counter(
+            f"{PREFIX}_client_disconnects",
+            "Requests whose client went away before the end",
+            ["model"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -56,7 +56,10 @@ def continued_request(request: GenerateRequest, generated: list[int], request_id
     n = len(generated)
     stop = request.stop
     stop = msgspec.structs.replace(
-        stop, max_tokens=None if stop.max_tokens is None else max(stop.max_tokens - n, 0),
-        min_tokens=max(stop.min_tokens - n, 0))
-    return msgspec.structs.replace(request, request_id=request_id, token_ids=request.token_ids + generated,
-                                   stop=stop)
+        stop,
+        max_tokens=None if stop.max_tokens is None else max(stop.max_tokens - n, 0),
+        min_tokens=max(stop.min_tokens - n, 0),
+    )
+    return msgspec.structs.replace(
+        request, request_id=request_id, token_ids=request.token_ids + generated, stop=stop
+    )

@@ -25,12 +25,15 @@ from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.openai import NvExt
 from dyn.core.router.policy import Route
 
-_NO_DISAGG = ("this deployment has no disaggregated workers (every worker does prefill and "
-              "decode); name the worker with nvext.backend_instance_id or x-worker-instance-id")
+_NO_DISAGG = (
+    "this deployment has no disaggregated workers (every worker does prefill and "
+    "decode); name the worker with nvext.backend_instance_id or x-worker-instance-id"
+)
 
 
-def routing_target(nvext: NvExt | None, worker_header: int | None, prefill_header: int | None,
-                   dp_rank_header: int | None) -> tuple[int | None, int | None]:
+def routing_target(
+    nvext: NvExt | None, worker_header: int | None, prefill_header: int | None, dp_rank_header: int | None
+) -> tuple[int | None, int | None]:
     """``(instance_id, dp_rank)`` the request names (``None``: the router chooses)."""
     backend = decode = prefill = dp_rank = None
     if nvext is not None:
@@ -43,11 +46,13 @@ def routing_target(nvext: NvExt | None, worker_header: int | None, prefill_heade
     if dp_rank_header is not None:
         dp_rank = dp_rank_header
     if prefill is not None:
-        raise bad_request(f"prefill worker {prefill} was named, but {_NO_DISAGG}",
-                          param="nvext.prefill_worker_id")
+        raise bad_request(
+            f"prefill worker {prefill} was named, but {_NO_DISAGG}", param="nvext.prefill_worker_id"
+        )
     if decode is not None and decode != backend:
-        raise bad_request(f"decode worker {decode} was named, but {_NO_DISAGG}",
-                          param="nvext.decode_worker_id")
+        raise bad_request(
+            f"decode worker {decode} was named, but {_NO_DISAGG}", param="nvext.decode_worker_id"
+        )
     return backend, dp_rank
 
 
@@ -70,8 +75,12 @@ def worker_id(route: Route) -> dict[str, Any]:
     if rank is None and route.worker.record.dp_size <= 1:
         rank = 0
     wid = route.worker.instance_id
-    return {"prefill_worker_id": wid, "prefill_dp_rank": rank, "decode_worker_id": wid,
-            "decode_dp_rank": rank}
+    return {
+        "prefill_worker_id": wid,
+        "prefill_dp_rank": rank,
+        "decode_worker_id": wid,
+        "decode_dp_rank": rank,
+    }
 
 
 def timing(t: ChoiceTiming, route: Route, now: float | None = None) -> dict[str, Any]:
@@ -112,12 +121,18 @@ def annotation(name: str, value: Any) -> bytes:
     return b"event: " + name.encode() + b"\n: " + orjson.dumps(value) + b"\n\n"
 
 
-def llm_metrics(route: Route, prompt_tokens: int, output_tokens: int, chunk_tokens: int,
-                cached_tokens: int) -> dict[str, Any]:
+def llm_metrics(
+    route: Route, prompt_tokens: int, output_tokens: int, chunk_tokens: int, cached_tokens: int
+) -> dict[str, Any]:
     """The ``llm_metrics`` annotation of a finished choice."""
     ids = worker_id(route)
-    return {"input_tokens": prompt_tokens, "output_tokens": output_tokens,
-            "chunk_tokens": chunk_tokens, "cached_tokens": cached_tokens,
-            "prefill_worker_id": ids["prefill_worker_id"],
-            "decode_worker_id": ids["decode_worker_id"], "dp_rank": ids["decode_dp_rank"],
-            "worker_type": "aggregated"}
+    return {
+        "input_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "chunk_tokens": chunk_tokens,
+        "cached_tokens": cached_tokens,
+        "prefill_worker_id": ids["prefill_worker_id"],
+        "decode_worker_id": ids["decode_worker_id"],
+        "dp_rank": ids["decode_dp_rank"],
+        "worker_type": "aggregated",
+    }

@@ -29,10 +29,14 @@ from dyn.core.protocol.openai import (
 _REF = "#/components/schemas/{name}"
 
 _MESSAGE = {
-    "type": "object", "required": ["role"],
-    "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
-                   "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}},
-                                         {"type": "null"}]}},
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}, {"type": "null"}]
+        },
+    },
 }
 _NOT_SUPPORTED = "Not supported by this server yet: a request that sets it is refused with a 400."
 
@@ -79,10 +83,15 @@ def _prompt(vocab_size: int | None) -> dict[str, Any]:
     if vocab_size is not None:
         token["maximum"] = vocab_size - 1
     ids = {"type": "array", "minItems": 1, "items": token}
-    return {"anyOf": [{"type": "string", "minLength": 1},
-                      {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                      ids, {"type": "array", "minItems": 1, "items": ids}],
-            "description": "Text, token ids, or a batch of either (not mixed)"}
+    return {
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            ids,
+            {"type": "array", "minItems": 1, "items": ids},
+        ],
+        "description": "Text, token ids, or a batch of either (not mixed)",
+    }
 
 
 def _tighten(schema: dict[str, Any], rules: dict[str, Any]) -> None:
@@ -107,40 +116,78 @@ def _json(ref: dict[str, Any]) -> dict[str, Any]:
 
 def _errors() -> dict[str, Any]:
     ref = {"$ref": _REF.format(name="ErrorResponse")}
-    return {str(code): {"description": text, **_json(ref)} for code, text in (
-        (400, "Invalid request"), (401, "Missing or wrong API key"),
-        (404, "Unknown model or worker"), (415, "The body is not application/json"),
-        (503, "No worker available, or the frontend is at --max-inflight; retry after Retry-After"))}
+    return {
+        str(code): {"description": text, **_json(ref)}
+        for code, text in (
+            (400, "Invalid request"),
+            (401, "Missing or wrong API key"),
+            (404, "Unknown model or worker"),
+            (415, "The body is not application/json"),
+            (503, "No worker available, or the frontend is at --max-inflight; retry after Retry-After"),
+        )
+    }
 
 
 def _generate(summary: str, request: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
-    stream = {"text/event-stream": {"schema": {
-        "type": "string", "description": "SSE 'data:' events of chunk objects, then 'data: [DONE]'"}}}
-    return {"post": {
-        "summary": summary,
-        "parameters": [
-            {"name": "x-request-id", "in": "header", "required": False,
-             "schema": {"type": "string", "pattern": "^[!-~]{1,256}$"},
-             "description": "Request id (1 to 256 visible ASCII characters), echoed on the response"},
-            {"name": "x-worker-instance-id", "in": "header", "required": False,
-             "schema": {"type": "integer", "minimum": 0}, "description": "Route to this worker instance"},
-        ],
-        "requestBody": {"required": True, **_json(request)},
-        "responses": {"200": {"description": "Completion (JSON), or SSE when stream=true",
-                              "content": {**_json(response)["content"], **stream}},
-                      **_errors()},
-    }}
+    stream = {
+        "text/event-stream": {
+            "schema": {
+                "type": "string",
+                "description": "SSE 'data:' events of chunk objects, then 'data: [DONE]'",
+            }
+        }
+    }
+    return {
+        "post": {
+            "summary": summary,
+            "parameters": [
+                {
+                    "name": "x-request-id",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[!-~]{1,256}$"},
+                    "description": "Request id (1 to 256 visible ASCII characters), echoed on the response",
+                },
+                {
+                    "name": "x-worker-instance-id",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "Route to this worker instance",
+                },
+            ],
+            "requestBody": {"required": True, **_json(request)},
+            "responses": {
+                "200": {
+                    "description": "Completion (JSON), or SSE when stream=true",
+                    "content": {**_json(response)["content"], **stream},
+                },
+                **_errors(),
+            },
+        }
+    }
 
 
-def openapi_document(model: str | None = None, *, context_length: int | None = None,
-                     vocab_size: int | None = None,
-                     max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, Any]:
+def openapi_document(
+    model: str | None = None,
+    *,
+    context_length: int | None = None,
+    vocab_size: int | None = None,
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS,
+) -> dict[str, Any]:
     """The document; with ``model`` the requests' ``model`` is that name (or omitted), with
     ``context_length`` ``max_tokens`` is at most that, with ``vocab_size`` token ids are below it."""
-    (chat_req, chat_resp, cmpl_req, cmpl_resp, models, error), components = \
-        msgspec.json.schema_components(
-            [ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
-             ModelList, ErrorResponse], ref_template=_REF)
+    (chat_req, chat_resp, cmpl_req, cmpl_resp, models, error), components = msgspec.json.schema_components(
+        [
+            ChatCompletionRequest,
+            ChatCompletionResponse,
+            CompletionRequest,
+            CompletionResponse,
+            ModelList,
+            ErrorResponse,
+        ],
+        ref_template=_REF,
+    )
     for name, rules in value_rules(max_logprobs).items():
         properties = components[name]["properties"]
         if model is not None:
@@ -150,8 +197,10 @@ def openapi_document(model: str | None = None, *, context_length: int | None = N
                 if field in properties:
                     rules = {**rules, field: {**rules[field], "maximum": context_length}}
         if vocab_size is not None:
-            rules = {**rules, "stop_token_ids": {"items": {"type": "integer", "minimum": 0,
-                                                           "maximum": vocab_size - 1}}}
+            rules = {
+                **rules,
+                "stop_token_ids": {"items": {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}},
+            }
         for field, keywords in rules.items():
             _tighten(properties[field], keywords)
         for field in _NULL_ONLY:
@@ -160,20 +209,30 @@ def openapi_document(model: str | None = None, *, context_length: int | None = N
         if "prompt" in properties:
             properties["prompt"] = _prompt(vocab_size)
     if vocab_size is not None:
-        _tighten(components["NvExt"]["properties"]["token_data"],
-                 {"minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}})
+        _tighten(
+            components["NvExt"]["properties"]["token_data"],
+            {"minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}},
+        )
     plain = {"200": {"description": "OK"}}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "dyn frontend", "version": dyn.core.__version__,
-                 "description": "OpenAI-compatible API with vLLM's extra parameters and nvext."},
+        "info": {
+            "title": "dyn frontend",
+            "version": dyn.core.__version__,
+            "description": "OpenAI-compatible API with vLLM's extra parameters and nvext.",
+        },
         "paths": {
             "/v1/chat/completions": _generate("Chat completion", chat_req, chat_resp),
             "/v1/completions": _generate("Text completion", cmpl_req, cmpl_resp),
-            "/v1/models": {"get": {"summary": "Served models",
-                                   "responses": {"200": {"description": "Models", **_json(models)}}}},
-            "/health": {"get": {"summary": "200 with live worker instances, 503 with none",
-                                "responses": plain}},
+            "/v1/models": {
+                "get": {
+                    "summary": "Served models",
+                    "responses": {"200": {"description": "Models", **_json(models)}},
+                }
+            },
+            "/health": {
+                "get": {"summary": "200 with live worker instances, 503 with none", "responses": plain}
+            },
             "/live": {"get": {"summary": "The process is up", "responses": plain}},
             "/metrics": {"get": {"summary": "Prometheus text format", "responses": plain}},
         },

@@ -79,8 +79,9 @@ class OutputPlan:
             tools = self.tool_parser(self.tools)
         reasoning = None
         if self.reasoning is not None and not (tools is not None and tools.emits_reasoning):
-            reasoning = self.reasoning(self.prompt_text, self.chat_template_kwargs,
-                                       constrained=self.constrained)
+            reasoning = self.reasoning(
+                self.prompt_text, self.chat_template_kwargs, constrained=self.constrained
+            )
         return ChoiceOutput(reasoning, tools, keep_stop=self.forced == "named")
 
 
@@ -99,8 +100,9 @@ class ChoiceOutput:
 
     __slots__ = ("_reasoning", "_tools", "_keep_stop", "_content", "_thinking", "_raw", "calls")
 
-    def __init__(self, reasoning: ReasoningParser | None, tools: ToolParser | None,
-                 keep_stop: bool = False) -> None:
+    def __init__(
+        self, reasoning: ReasoningParser | None, tools: ToolParser | None, keep_stop: bool = False
+    ) -> None:
         self._reasoning = reasoning
         self._tools = tools
         self._keep_stop = keep_stop
@@ -147,7 +149,9 @@ class ChoiceOutput:
             self._tool_events(tools.finish(), content, reasoning, deltas)
         return self._delta(content, reasoning, deltas)
 
-    def _delta(self, content: list[str], reasoning: list[str], deltas: list[ToolCallDelta]) -> OutputDelta | None:
+    def _delta(
+        self, content: list[str], reasoning: list[str], deltas: list[ToolCallDelta]
+    ) -> OutputDelta | None:
         if not (content or reasoning or deltas):
             return None
         text, thought = "".join(content), "".join(reasoning)
@@ -164,8 +168,9 @@ class ChoiceOutput:
         self._tool_events(events, content, reasoning, deltas)
         return self._delta(content, reasoning, deltas)
 
-    def _tool_events(self, events: Sequence[Any], content: list[str], reasoning: list[str],
-                     deltas: list[ToolCallDelta]) -> None:
+    def _tool_events(
+        self, events: Sequence[Any], content: list[str], reasoning: list[str], deltas: list[ToolCallDelta]
+    ) -> None:
         for event in events:
             if isinstance(event, str):
                 content.append(event)

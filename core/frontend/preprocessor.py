@@ -65,8 +65,13 @@ PREPROCESS_THREADS = 4
 class Preprocessor:
     """Template + tokenizer + context rules of one model."""
 
-    def __init__(self, info: ModelInfo, tokenizer: Tokenizer | None = None,
-                 chat_template: str | None = None, limits: RequestLimits | None = None) -> None:
+    def __init__(
+        self,
+        info: ModelInfo,
+        tokenizer: Tokenizer | None = None,
+        chat_template: str | None = None,
+        limits: RequestLimits | None = None,
+    ) -> None:
         """``chat_template``: a template source that replaces the model's (``--chat-template``);
         ``ChatTemplateError`` when it does not compile. ``limits``: the per-request bounds
         (default ``RequestLimits()``)."""
@@ -77,8 +82,9 @@ class Preprocessor:
         self.limits = limits or RequestLimits()
         self.prompt_bytes = self.limits.prompt_bytes_limit(info.context_length)
         """The most bytes of prompt text one request may send."""
-        self.render_limits = RenderLimits(max_chars=4 * self.prompt_bytes + (1 << 20),
-                                          max_seconds=self.limits.max_render_seconds)
+        self.render_limits = RenderLimits(
+            max_chars=4 * self.prompt_bytes + (1 << 20), max_seconds=self.limits.max_render_seconds
+        )
         """What rendering one request may build: room for the prompt text four times over (tools
         as indented JSON) plus the template's own text."""
         self._limiter: anyio.CapacityLimiter | None = None
@@ -134,14 +140,14 @@ class Preprocessor:
     def _chat(self, req: ChatCompletionRequest) -> Prompt:
         nvext = req.nvext
         if nvext is not None and nvext.token_data is not None:
-            return self._finish(req, list(nvext.token_data), None, req.max_completion_tokens,
-                                pretokenized=True)
+            return self._finish(
+                req, list(nvext.token_data), None, req.max_completion_tokens, pretokenized=True
+            )
         if nvext is not None and nvext.use_raw_prompt:
             text = _message_text(req.messages[-1])
             token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
             return self._finish(req, token_ids, text, req.max_completion_tokens)
-        text = self._render(req, req.messages, req.add_generation_prompt,
-                            req.continue_final_message)
+        text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
         token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
         return self._finish(req, token_ids, text, req.max_completion_tokens)
 
@@ -163,8 +169,13 @@ class Preprocessor:
             return None
         return token_ids
 
-    def _render(self, req: ChatCompletionRequest, messages: list[dict], add_generation_prompt: bool,
-                continue_final_message: bool) -> str:
+    def _render(
+        self,
+        req: ChatCompletionRequest,
+        messages: list[dict],
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+    ) -> str:
         template = self.chat_template
         kwargs = req.chat_template_kwargs
         source = req.chat_template
@@ -179,22 +190,33 @@ class Preprocessor:
             except ChatTemplateError as exc:
                 raise bad_request(f"chat_template does not compile: {exc}", param="chat_template") from None
         if template is None:
-            raise bad_request(f"model {self.info.name!r} has no chat template; pass one in "
-                              "'chat_template' or use /v1/completions", param="chat_template")
+            raise bad_request(
+                f"model {self.info.name!r} has no chat template; pass one in "
+                "'chat_template' or use /v1/completions",
+                param="chat_template",
+            )
         try:
             return template.render(
-                messages, add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message, tools=req.tools,
-                documents=req.documents, extra_kwargs=kwargs,
-                bos_token=self.tokenizer.bos_token, eos_token=self.tokenizer.eos_token,
-                limits=self.render_limits)
+                messages,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+                tools=req.tools,
+                documents=req.documents,
+                extra_kwargs=kwargs,
+                bos_token=self.tokenizer.bos_token,
+                eos_token=self.tokenizer.eos_token,
+                limits=self.render_limits,
+            )
         except RenderLimitError as exc:
             whose = "the request's chat_template" if source is not None else "the model's chat template"
-            raise bad_request(f"the messages could not be rendered with {whose}: {exc}",
-                              param="chat_template" if source is not None else "messages") from None
+            raise bad_request(
+                f"the messages could not be rendered with {whose}: {exc}",
+                param="chat_template" if source is not None else "messages",
+            ) from None
         except ChatTemplateError as exc:
-            raise bad_request(f"messages could not be rendered with the chat template: {exc}",
-                              param="messages") from None
+            raise bad_request(
+                f"messages could not be rendered with the chat template: {exc}", param="messages"
+            ) from None
 
     # ----------------------------------------------------------------- completions
 
@@ -225,13 +247,19 @@ class Preprocessor:
 
     # ----------------------------------------------------------------- shared rules
 
-    def _finish(self, req: _GenerationRequest, token_ids: list[int], text: str | None,
-                max_completion_tokens: int | None, pretokenized: bool = False) -> Prompt:
+    def _finish(
+        self,
+        req: _GenerationRequest,
+        token_ids: list[int],
+        text: str | None,
+        max_completion_tokens: int | None,
+        pretokenized: bool = False,
+    ) -> Prompt:
         vocab = self.info.vocab_size
         if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab):
             raise bad_request(f"prompt token ids must be in [0, {vocab})", param="prompt")
         if req.truncate_prompt_tokens is not None and len(token_ids) > req.truncate_prompt_tokens:
-            token_ids = token_ids[-req.truncate_prompt_tokens:]
+            token_ids = token_ids[-req.truncate_prompt_tokens :]
             text = None
         if not token_ids:
             raise bad_request("the prompt is empty after tokenization", param="prompt")
@@ -246,13 +274,22 @@ class Preprocessor:
             raise self._too_long(len(token_ids), max_tokens)
         greedy = req.nvext is not None and req.nvext.greed_sampling
         sampling = SamplingParams(
-            temperature=0.0 if greedy else req.temperature, top_p=req.top_p,
-            top_k=req.top_k, min_p=req.min_p, seed=req.seed,
-            repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
+            temperature=0.0 if greedy else req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            min_p=req.min_p,
+            seed=req.seed,
+            repetition_penalty=req.repetition_penalty,
+            presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty,
-            length_penalty=None if req.length_penalty == 1.0 else req.length_penalty)
-        stop = StopConditions(max_tokens=max_tokens, min_tokens=req.min_tokens,
-                              ignore_eos=req.ignore_eos, stop_token_ids=req.stop_token_ids or [])
+            length_penalty=None if req.length_penalty == 1.0 else req.length_penalty,
+        )
+        stop = StopConditions(
+            max_tokens=max_tokens,
+            min_tokens=req.min_tokens,
+            ignore_eos=req.ignore_eos,
+            stop_token_ids=req.stop_token_ids or [],
+        )
         stop_strings = [req.stop] if isinstance(req.stop, str) else [s for s in (req.stop or []) if s]
         thinking = req.nvext.max_thinking_tokens if req.nvext is not None else None
         matcher = stop_matcher(stop_strings) if stop_strings else None
@@ -264,22 +301,41 @@ class Preprocessor:
             f"This model's maximum context length is {context} tokens. However, you requested "
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
             "the completion). Please reduce the length of the messages or completion.",
-            param="messages", code="context_length_exceeded")
+            param="messages",
+            code="context_length_exceeded",
+        )
 
 
-def engine_request(request_id: str, prompt: Prompt, choice: int, priority: int | None,
-                   session_id: str | None = None, *, constraint: OutputConstraint | None = None,
-                   logprobs: int | None = None, prompt_logprobs: int | None = None,
-                   tools: list[ToolSpec] | None = None) -> GenerateRequest:
+def engine_request(
+    request_id: str,
+    prompt: Prompt,
+    choice: int,
+    priority: int | None,
+    session_id: str | None = None,
+    *,
+    constraint: OutputConstraint | None = None,
+    logprobs: int | None = None,
+    prompt_logprobs: int | None = None,
+    tools: list[ToolSpec] | None = None,
+) -> GenerateRequest:
     """The engine request for choice ``choice`` of ``prompt`` (seeded choices get distinct
     seeds); ``priority`` is already in the engine's convention."""
     sampling = prompt.sampling
     if choice and sampling.seed is not None:
         sampling = msgspec.structs.replace(sampling, seed=sampling.seed + choice)
-    return GenerateRequest(request_id=request_id, token_ids=prompt.token_ids, sampling=sampling,
-                           stop=prompt.stop, priority=priority, session_id=session_id,
-                           max_thinking_tokens=prompt.max_thinking_tokens, constraint=constraint,
-                           logprobs=logprobs, prompt_logprobs=prompt_logprobs, tools=tools or [])
+    return GenerateRequest(
+        request_id=request_id,
+        token_ids=prompt.token_ids,
+        sampling=sampling,
+        stop=prompt.stop,
+        priority=priority,
+        session_id=session_id,
+        max_thinking_tokens=prompt.max_thinking_tokens,
+        constraint=constraint,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        tools=tools or [],
+    )
 
 
 def _stop_chars(req: _GenerationRequest) -> int:
@@ -295,6 +351,5 @@ def _message_text(message: dict) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content
-                       if isinstance(p, dict) and p.get("type") == "text")
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""

@@ -23,8 +23,12 @@ DONE = b"data: [DONE]\n\n"
 
 
 def usage_info(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> UsageInfo:
-    return UsageInfo(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens,
-                     PromptTokensDetails(cached_tokens))
+    return UsageInfo(
+        prompt_tokens,
+        completion_tokens,
+        prompt_tokens + completion_tokens,
+        PromptTokensDetails(cached_tokens),
+    )
 
 
 class StreamEncoder:
@@ -34,16 +38,29 @@ class StreamEncoder:
 
     def __init__(self, response_id: str, created: int, model: str, chat: bool) -> None:
         kind = b"chat.completion.chunk" if chat else b"text_completion"
-        self._head = (b'data: {"id":' + orjson.dumps(response_id) + b',"object":"' + kind
-                      + b'","created":' + str(created).encode() + b',"model":'
-                      + orjson.dumps(model) + b',"choices":[')
+        self._head = (
+            b'data: {"id":'
+            + orjson.dumps(response_id)
+            + b',"object":"'
+            + kind
+            + b'","created":'
+            + str(created).encode()
+            + b',"model":'
+            + orjson.dumps(model)
+            + b',"choices":['
+        )
         self._chat = chat
         self._tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def role(self, index: int, role: str = "assistant") -> bytes:
         """The first event of a chat choice: the role, with empty content (as vLLM sends)."""
-        return (self._head + b'{"index":%d,"delta":{"role":' % index + orjson.dumps(role)
-                + b',"content":""}' + self._tail)
+        return (
+            self._head
+            + b'{"index":%d,"delta":{"role":' % index
+            + orjson.dumps(role)
+            + b',"content":""}'
+            + self._tail
+        )
 
     def text(self, index: int, text: str, logprobs: bytes | None = None) -> bytes:
         """A chunk of plain text (chat: ``delta.content``), with its tokens' logprobs (JSON)."""
@@ -53,17 +70,31 @@ class StreamEncoder:
             body = b'{"index":%d,"text":' % index + orjson.dumps(text)
         if logprobs is None:
             return self._head + body + self._tail
-        return (self._head + body + b',"logprobs":' + logprobs
-                + b',"finish_reason":null}]}\n\n')
+        return self._head + body + b',"logprobs":' + logprobs + b',"finish_reason":null}]}\n\n'
 
     def delta(self, index: int, delta: bytes, logprobs: bytes | None = None) -> bytes:
         """A chat chunk with a ``delta`` built by ``chat_delta``."""
-        return (self._head + b'{"index":%d,"delta":' % index + delta + b',"logprobs":'
-                + (logprobs or b"null") + b',"finish_reason":null}]}\n\n')
+        return (
+            self._head
+            + b'{"index":%d,"delta":' % index
+            + delta
+            + b',"logprobs":'
+            + (logprobs or b"null")
+            + b',"finish_reason":null}]}\n\n'
+        )
 
-    def finish(self, index: int, reason: str, stop_reason: int | str | None,
-               text: str = "", nvext: bytes | None = None, *, delta: bytes | None = None,
-               logprobs: bytes | None = None, prompt_logprobs: bytes | None = None) -> bytes:
+    def finish(
+        self,
+        index: int,
+        reason: str,
+        stop_reason: int | str | None,
+        text: str = "",
+        nvext: bytes | None = None,
+        *,
+        delta: bytes | None = None,
+        logprobs: bytes | None = None,
+        prompt_logprobs: bytes | None = None,
+    ) -> bytes:
         """The last event of a choice: its remaining text (chat: or a ``chat_delta``), its
         finish reason, the last tokens' logprobs, the prompt logprobs (completions) and the
         response ``nvext`` (JSON) when they were asked for."""
@@ -76,8 +107,18 @@ class StreamEncoder:
         if prompt_logprobs is not None:
             body += b',"prompt_logprobs":' + prompt_logprobs
         tail = b"}]" if nvext is None else b'}],"nvext":' + nvext
-        return (self._head + body + b',"logprobs":' + (logprobs or b"null") + b',"finish_reason":'
-                + orjson.dumps(reason) + b',"stop_reason":' + orjson.dumps(stop_reason) + tail + b"}\n\n")
+        return (
+            self._head
+            + body
+            + b',"logprobs":'
+            + (logprobs or b"null")
+            + b',"finish_reason":'
+            + orjson.dumps(reason)
+            + b',"stop_reason":'
+            + orjson.dumps(stop_reason)
+            + tail
+            + b"}\n\n"
+        )
 
     def usage(self, usage: UsageInfo) -> bytes:
         """The final ``stream_options.include_usage`` event: no choices, the request's usage."""
@@ -96,8 +137,14 @@ def chat_delta(content: str, reasoning: str, tool_calls: Sequence[ToolCallDelta]
         calls = []
         for call in tool_calls:
             if call.name is not None:
-                calls.append({"index": call.index, "id": call.id, "type": "function",
-                              "function": {"name": call.name, "arguments": call.arguments}})
+                calls.append(
+                    {
+                        "index": call.index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                )
             else:
                 calls.append({"index": call.index, "function": {"arguments": call.arguments}})
         parts.append(b'"tool_calls":' + orjson.dumps(calls))

@@ -76,8 +76,9 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     bad model, namespace or router mode."""
     try:
         info = load_model_info(settings.model_path, settings.model_name)
-        preprocessor = Preprocessor(info, chat_template=_chat_template(settings.chat_template),
-                                    limits=settings.limits)
+        preprocessor = Preprocessor(
+            info, chat_template=_chat_template(settings.chat_template), limits=settings.limits
+        )
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
     except ChatTemplateError as exc:
@@ -85,23 +86,40 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     outputs = _output_settings(settings)
     metrics = FrontendMetrics()
     if settings.enable_cache_control and settings.router_mode != "kv":
-        raise ConfigError("--enable-cache-control needs --router-mode kv (the pin goes to the "
-                          "worker the KV router chose)")
+        raise ConfigError(
+            "--enable-cache-control needs --router-mode kv (the pin goes to the worker the KV router chose)"
+        )
     try:
         store = settings.discovery.open()
         reliability = settings.reliability
-        pool = WorkerPool(store, info.name, first_token_timeout_s=reliability.first_token_timeout_s,
-                          inter_token_timeout_s=reliability.inter_token_timeout_s)
-        router = build_router(settings.router_mode, pool, settings.router_config, metrics.registry,
-                              namespace=settings.discovery.namespace, router_address=settings.router_address)
+        pool = WorkerPool(
+            store,
+            info.name,
+            first_token_timeout_s=reliability.first_token_timeout_s,
+            inter_token_timeout_s=reliability.inter_token_timeout_s,
+        )
+        router = build_router(
+            settings.router_mode,
+            pool,
+            settings.router_config,
+            metrics.registry,
+            namespace=settings.discovery.namespace,
+            router_address=settings.router_address,
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
-    service = OpenAIService(info.name, preprocessor, agent, metrics, agent.background, outputs,
-                            settings.reliability)
-    return FrontendApp(service, api_key=settings.api_key, cors=settings.cors,
-                       kv_views=_kv_views(router, pool, info.name, metrics),
-                       public_metrics=settings.public_metrics, max_inflight=settings.max_inflight), pool
+    service = OpenAIService(
+        info.name, preprocessor, agent, metrics, agent.background, outputs, settings.reliability
+    )
+    return FrontendApp(
+        service,
+        api_key=settings.api_key,
+        cors=settings.cors,
+        kv_views=_kv_views(router, pool, info.name, metrics),
+        public_metrics=settings.public_metrics,
+        max_inflight=settings.max_inflight,
+    ), pool
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -111,8 +129,10 @@ def _chat_template(value: str | None) -> str | None:
     path = Path(value).expanduser()
     if len(value) < 4096 and "{" not in value and "\n" not in value:
         if not path.is_file():
-            raise ConfigError(f"--chat-template {value!r}: no such file (pass a Jinja template file, "
-                              "or the template text itself)")
+            raise ConfigError(
+                f"--chat-template {value!r}: no such file (pass a Jinja template file, "
+                "or the template text itself)"
+            )
         return path.read_text(encoding="utf-8")
     return value
 
@@ -124,8 +144,10 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
             load_plugin(plugin)
         except ValueError as exc:
             raise ConfigError(f"--tool-parser-plugin: {exc}") from None
-    for flag, registry, name in (("--tool-call-parser", TOOL_PARSERS, settings.tool_call_parser),
-                                 ("--reasoning-parser", REASONING_PARSERS, settings.reasoning_parser)):
+    for flag, registry, name in (
+        ("--tool-call-parser", TOOL_PARSERS, settings.tool_call_parser),
+        ("--reasoning-parser", REASONING_PARSERS, settings.reasoning_parser),
+    ):
         try:
             if name:
                 registry.usable(name)
@@ -133,8 +155,12 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
             raise ConfigError(f"{flag}: {exc}") from None
     if settings.max_logprobs < 0:
         raise ConfigError("--max-logprobs must be at least 0")
-    return OutputSettings(settings.tool_call_parser or None, settings.reasoning_parser or None,
-                          settings.enable_auto_tool_choice, settings.max_logprobs)
+    return OutputSettings(
+        settings.tool_call_parser or None,
+        settings.reasoning_parser or None,
+        settings.enable_auto_tool_choice,
+        settings.max_logprobs,
+    )
 
 
 def _kv_views(router, pool: WorkerPool, model_name: str, metrics: FrontendMetrics):
@@ -157,9 +183,17 @@ async def serve_frontend(settings: FrontendSettings) -> None:
     # uvicorn waits timeout_graceful_shutdown with asyncio.wait_for: a float of seconds works,
     # though its annotation says int
     grace: Any = settings.graceful_shutdown_s
-    config = uvicorn.Config(app, loop="none", http=app.http_protocol(), lifespan="off", log_config=None,
-                            access_log=False, timeout_graceful_shutdown=grace,
-                            backlog=2048, timeout_keep_alive=30)
+    config = uvicorn.Config(
+        app,
+        loop="none",
+        http=app.http_protocol(),
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=grace,
+        backlog=2048,
+        timeout_keep_alive=30,
+    )
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         await tg.start(pool.run)
@@ -170,8 +204,13 @@ async def serve_frontend(settings: FrontendSettings) -> None:
                 await anyio.sleep(0.01)
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
             print(READY_PREFIX + url, flush=True)
-            log.info("serving model %r at %s/v1 (router %s, %d worker(s) so far)",
-                     app.service.model_name, url, settings.router_mode, len(pool))
+            log.info(
+                "serving model %r at %s/v1 (router %s, %d worker(s) so far)",
+                app.service.model_name,
+                url,
+                settings.router_mode,
+                len(pool),
+            )
 
         tg.start_soon(announce)
         try:

@@ -118,14 +118,41 @@ class _Choice:
     ids (``generated``) and, when its worker fails, continues on the route ``migration.reroute``
     gives it; ``base`` is how many output tokens came before the current engine request."""
 
-    __slots__ = ("index", "prompt", "route", "request", "detok", "timing", "finish_reason",
-                 "stop_reason", "usage", "parts", "keep_text", "last_chunk", "output",
-                 "token_ids", "logprobs", "tail", "prompt_logprobs", "migration", "generated", "base",
-                 "awaiting_first")
+    __slots__ = (
+        "index",
+        "prompt",
+        "route",
+        "request",
+        "detok",
+        "timing",
+        "finish_reason",
+        "stop_reason",
+        "usage",
+        "parts",
+        "keep_text",
+        "last_chunk",
+        "output",
+        "token_ids",
+        "logprobs",
+        "tail",
+        "prompt_logprobs",
+        "migration",
+        "generated",
+        "base",
+        "awaiting_first",
+    )
 
-    def __init__(self, index: int, prompt: Prompt, route: Route, request: GenerateRequest,
-                 detok: IncrementalDetokenizer, timing: nvext_out.ChoiceTiming,
-                 output: ChoiceOutput | None = None, migration: _Migration | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        prompt: Prompt,
+        route: Route,
+        request: GenerateRequest,
+        detok: IncrementalDetokenizer,
+        timing: nvext_out.ChoiceTiming,
+        output: ChoiceOutput | None = None,
+        migration: _Migration | None = None,
+    ) -> None:
         self.index = index
         self.prompt = prompt
         self.route = route
@@ -220,24 +247,38 @@ class _Choice:
         """Continue on another worker after ``exc``, or raise it when this choice cannot move."""
         migration = self.migration
         generated = self.generated
-        if (migration is None or generated is None or migration.left <= 0 or not worker_failed(exc)
-                or request.session_id is not None or (generated and request.constraint is not None)):
+        if (
+            migration is None
+            or generated is None
+            or migration.left <= 0
+            or not worker_failed(exc)
+            or request.session_id is not None
+            or (generated and request.constraint is not None)
+        ):
             raise exc
         migration.left -= 1
         failed = self.route.worker.instance_id
         self.route.finished()
         self.base = len(generated)
-        continued = continued_request(self.request, generated,
-                                      f"{self.request.request_id}-m{migration.limit - migration.left}")
+        continued = continued_request(
+            self.request, generated, f"{self.request.request_id}-m{migration.limit - migration.left}"
+        )
         if continued.stop.max_tokens == 0:
             self.finish_reason = "length"
             return None
         self.route = await migration.reroute(continued)
         self.awaiting_first = True
         migration.count("ongoing_request" if generated else "new_request")
-        log.warning("request %s: worker %d failed (%s); continuing on worker %d after %d token(s), "
-                    "%d migration(s) left", self.request.request_id, failed, exc,
-                    self.route.worker.instance_id, len(generated), migration.left)
+        log.warning(
+            "request %s: worker %d failed (%s); continuing on worker %d after %d token(s), "
+            "%d migration(s) left",
+            self.request.request_id,
+            failed,
+            exc,
+            self.route.worker.instance_id,
+            len(generated),
+            migration.left,
+        )
         return msgspec.structs.replace(continued, priority=migration.priority(self.route))
 
     def _logprobs(self, ids: list[int], chunks: list[TokenChunk], keep: bool) -> list[TokenLogprobs] | None:
@@ -245,15 +286,20 @@ class _Choice:
             return None
         lps = chunks[0].logprobs if len(chunks) == 1 else [lp for c in chunks for lp in c.logprobs]
         if len(lps) != len(ids):
-            raise ApiError(500, f"the worker sent {len(lps)} logprobs for {len(ids)} tokens; does its engine "
-                                "return logprobs?", code="engine_error")
+            raise ApiError(
+                500,
+                f"the worker sent {len(lps)} logprobs for {len(ids)} tokens; does its engine "
+                "return logprobs?",
+                code="engine_error",
+            )
         if keep:
             self.token_ids.extend(ids)
             self.logprobs.extend(lps)
         return lps
 
-    async def _text(self, on_text: OnText | None, text: str, final: bool, ids: list[int],
-                    lps: list[TokenLogprobs] | None) -> str:
+    async def _text(
+        self, on_text: OnText | None, text: str, final: bool, ids: list[int], lps: list[TokenLogprobs] | None
+    ) -> str:
         if on_text is None or self.keep_text:
             self.parts.append(text)
         if on_text is None:
@@ -267,8 +313,11 @@ class _Choice:
 
     def _finished(self, finish: Finish) -> None:
         if finish.reason in ("error", "cancelled"):
-            raise ApiError(500 if finish.reason == "error" else 503,
-                           f"the engine ended the request: {finish.reason}", code=finish.reason)
+            raise ApiError(
+                500 if finish.reason == "error" else 503,
+                f"the engine ended the request: {finish.reason}",
+                code=finish.reason,
+            )
         self.finish_reason = finish.reason
         self.timing.engine = finish.timing
         if finish.stop_token_id is not None and finish.stop_token_id in self.prompt.stop.stop_token_ids:
@@ -284,8 +333,15 @@ class _Choice:
 class Generation:
     """A prepared request: routed choices, ready to stream or collect."""
 
-    def __init__(self, service: OpenAIService, ctx: RequestContext, req: _GenerationRequest,
-                 choices: list[_Choice], endpoint: str, echo_texts: list[str] | None) -> None:
+    def __init__(
+        self,
+        service: OpenAIService,
+        ctx: RequestContext,
+        req: _GenerationRequest,
+        choices: list[_Choice],
+        endpoint: str,
+        echo_texts: list[str] | None,
+    ) -> None:
         self.service = service
         self.ctx = ctx
         self.req = req
@@ -321,8 +377,9 @@ class Generation:
                 async with lock:
                     await emit(data)
 
-        async def on_text(choice: _Choice, text: str, ids: list[int],
-                          lps: list[TokenLogprobs] | None) -> None:
+        async def on_text(
+            choice: _Choice, text: str, ids: list[int], lps: list[TokenLogprobs] | None
+        ) -> None:
             logprobs = self._logprobs_json(choice, ids, lps) if lps else None
             output = choice.output
             if output is None:
@@ -349,18 +406,33 @@ class Generation:
             prompt_lps = None if self.chat else self._prompt_logprobs_json(choice)
             output = choice.output
             if output is None:
-                last = enc.finish(choice.index, choice.finish_reason, choice.stop_reason, rest, extra,
-                                  logprobs=logprobs, prompt_logprobs=prompt_lps)
+                last = enc.finish(
+                    choice.index,
+                    choice.finish_reason,
+                    choice.stop_reason,
+                    rest,
+                    extra,
+                    logprobs=logprobs,
+                    prompt_logprobs=prompt_lps,
+                )
             else:
                 delta = _joined(output.push(rest), output.finish())
-                last = enc.finish(choice.index, output.finish_reason(choice.finish_reason),
-                                  choice.stop_reason, nvext=extra,
-                                  delta=chat_delta(*delta) if delta else None, logprobs=logprobs)
+                last = enc.finish(
+                    choice.index,
+                    output.finish_reason(choice.finish_reason),
+                    choice.stop_reason,
+                    nvext=extra,
+                    delta=chat_delta(*delta) if delta else None,
+                    logprobs=logprobs,
+                )
             if "llm_metrics" in wanted:
                 prompt_tokens, completion, cached = choice.usage
-                last += nvext_out.annotation("llm_metrics", nvext_out.llm_metrics(
-                    choice.route, prompt_tokens, completion or choice.tokens, choice.last_chunk,
-                    cached))
+                last += nvext_out.annotation(
+                    "llm_metrics",
+                    nvext_out.llm_metrics(
+                        choice.route, prompt_tokens, completion or choice.tokens, choice.last_chunk, cached
+                    ),
+                )
             await send(last)
 
         ok = False
@@ -396,8 +468,13 @@ class Generation:
         """Work that follows a successful response: the speculative prefill of the next turn."""
         hints = self.nvext.agent_hints if self.nvext is not None else None
         req = self.req
-        if (hints is not None and hints.speculative_prefill and isinstance(req, ChatCompletionRequest)
-                and len(self.choices) == 1 and self.choices[0].finish_reason != "error"):
+        if (
+            hints is not None
+            and hints.speculative_prefill
+            and isinstance(req, ChatCompletionRequest)
+            and len(self.choices) == 1
+            and self.choices[0].finish_reason != "error"
+        ):
             choice = self.choices[0]
             self.service.speculative_prefill(req, "".join(choice.parts), self.ctx.request_id)
 
@@ -437,25 +514,35 @@ class Generation:
         model = self.service.model_name
         body: ChatCompletionResponse | CompletionResponse
         if self.chat:
-            body = ChatCompletionResponse(self.response_id, self.ctx.created, model,
-                                          [self._chat_choice(c) for c in self.choices], self._usage())
+            body = ChatCompletionResponse(
+                self.response_id,
+                self.ctx.created,
+                model,
+                [self._chat_choice(c) for c in self.choices],
+                self._usage(),
+            )
             prompt_lps = self._prompt_logprobs_json(self.choices[0])
             if prompt_lps is not None:
                 body.prompt_logprobs = msgspec.Raw(prompt_lps)
         else:
             text_choices = []
             for c in self.choices:
-                choice = CompletionChoice(c.index, self._text(c), c.finish_reason,
-                                          self._unary_logprobs(c), stop_reason=c.stop_reason)
+                choice = CompletionChoice(
+                    c.index,
+                    self._text(c),
+                    c.finish_reason,
+                    self._unary_logprobs(c),
+                    stop_reason=c.stop_reason,
+                )
                 prompt_lps = self._prompt_logprobs_json(c)
                 if prompt_lps is not None:
                     choice.prompt_logprobs = msgspec.Raw(prompt_lps)
                 text_choices.append(choice)
-            body = CompletionResponse(self.response_id, self.ctx.created, model, text_choices,
-                                      self._usage())
+            body = CompletionResponse(self.response_id, self.ctx.created, model, text_choices, self._usage())
         first = self.choices[0]
-        extra = nvext_out.response_nvext(self.nvext.extra_fields if self.nvext else None,
-                                         first.timing, first.route)
+        extra = nvext_out.response_nvext(
+            self.nvext.extra_fields if self.nvext else None, first.timing, first.route
+        )
         if extra is not None:
             body.nvext = msgspec.Raw(extra)
         return msgspec.json.encode(body)
@@ -478,8 +565,9 @@ class Generation:
         if self.echo_texts is not None:
             content = self.echo_texts[choice.index] + (content or "")
         message = ChatMessageOut("assistant", content, reasoning, calls)
-        return ChatChoice(choice.index, message, output.finish_reason(choice.finish_reason), logprobs,
-                          choice.stop_reason)
+        return ChatChoice(
+            choice.index, message, output.finish_reason(choice.finish_reason), logprobs, choice.stop_reason
+        )
 
     # ----------------------------------------------------------------- logprobs
 
@@ -510,8 +598,12 @@ class Generation:
     def _prompt_logprobs_json(self, choice: _Choice) -> bytes | None:
         if choice.prompt_logprobs is None or choice.request.prompt_logprobs is None:
             return None
-        return prompt_logprobs_json(self.service.token_texts, choice.request.token_ids,
-                                    choice.prompt_logprobs, choice.request.prompt_logprobs)
+        return prompt_logprobs_json(
+            self.service.token_texts,
+            choice.request.token_ids,
+            choice.prompt_logprobs,
+            choice.request.prompt_logprobs,
+        )
 
     def _usage(self):
         """Prompt tokens count once per distinct prompt (n choices share theirs)."""
@@ -563,8 +655,9 @@ class _Outputs:
     def tool_hints(self) -> list[ToolSpec]:
         """``hinted_tools`` as the request plane carries them, encoded once per request."""
         if self._hints is None:
-            self._hints = [ToolSpec(t.name, msgspec.json.encode(t.parameters).decode())
-                           for t in self.hinted_tools]
+            self._hints = [
+                ToolSpec(t.name, msgspec.json.encode(t.parameters).decode()) for t in self.hinted_tools
+            ]
         return self._hints
 
 
@@ -583,8 +676,11 @@ class _Migration:
 
     async def reroute(self, request: GenerateRequest) -> Route:
         try:
-            return await self.service.router.route(msgspec.structs.replace(
-                self.template, request_id=request.request_id, token_ids=request.token_ids))
+            return await self.service.router.route(
+                msgspec.structs.replace(
+                    self.template, request_id=request.request_id, token_ids=request.token_ids
+                )
+            )
         except RoutingError as exc:
             raise _routing_error(exc) from None
 
@@ -598,9 +694,16 @@ class _Migration:
 class OpenAIService:
     """The OpenAI endpoints of one served model over a router."""
 
-    def __init__(self, model_name: str, preprocessor: Preprocessor, router: Router,
-                 metrics: FrontendMetrics, background: BackgroundTasks | None = None,
-                 outputs: OutputSettings | None = None, reliability: Reliability | None = None) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        preprocessor: Preprocessor,
+        router: Router,
+        metrics: FrontendMetrics,
+        background: BackgroundTasks | None = None,
+        outputs: OutputSettings | None = None,
+        reliability: Reliability | None = None,
+    ) -> None:
         self.model_name = model_name
         self.preprocessor = preprocessor
         self.router = router
@@ -613,9 +716,13 @@ class OpenAIService:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
-            raise ApiError(404, f"The model '{model}' does not exist; this server serves "
-                                f"'{self.model_name}' (see GET /v1/models)", param="model",
-                           code="model_not_found")
+            raise ApiError(
+                404,
+                f"The model '{model}' does not exist; this server serves "
+                f"'{self.model_name}' (see GET /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
 
     def parser_names(self) -> tuple[str | None, str | None, bool]:
         """(tool-call parser, reasoning parser, whether ``tool_choice: auto`` is on) for the
@@ -643,17 +750,25 @@ class OpenAIService:
             raise bad_request(
                 '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be '
                 "set on the frontend (or workers started with --dyn-tool-call-parser); or send "
-                'tool_choice "none"', param="tool_choice")
-        outputs = _Outputs(constraint=await _constraint(req, forced_schema(plan)),
-                           logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-                           prompt_logprobs=req.prompt_logprobs)
+                'tool_choice "none"',
+                param="tool_choice",
+            )
+        outputs = _Outputs(
+            constraint=await _constraint(req, forced_schema(plan)),
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            prompt_logprobs=req.prompt_logprobs,
+        )
         prompt = await self.preprocessor.chat_async(req)
         output_plan = OutputPlan(
             reasoning=_parser(REASONING_PARSERS, reasoning_name),
             tool_parser=_parser(TOOL_PARSERS, tool_name) if plan.choice == "auto" else None,
-            tools=plan.tools, forced=plan.choice if plan.choice in ("named", "required") else None,
-            forced_name=plan.name, prompt_text=prompt.text,
-            chat_template_kwargs=req.chat_template_kwargs, constrained=outputs.constraint is not None)
+            tools=plan.tools,
+            forced=plan.choice if plan.choice in ("named", "required") else None,
+            forced_name=plan.name,
+            prompt_text=prompt.text,
+            chat_template_kwargs=req.chat_template_kwargs,
+            constrained=outputs.constraint is not None,
+        )
         if output_plan.reasoning or output_plan.tool_parser or output_plan.forced:
             outputs.plan = output_plan
         if plan.choice == "auto":
@@ -670,44 +785,63 @@ class OpenAIService:
     async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Generation:
         check_completion(req, self.outputs.max_logprobs)
         self.check_model(req.model)
-        outputs = _Outputs(constraint=await _constraint(req, None), logprobs=req.logprobs,
-                           prompt_logprobs=req.prompt_logprobs)
+        outputs = _Outputs(
+            constraint=await _constraint(req, None),
+            logprobs=req.logprobs,
+            prompt_logprobs=req.prompt_logprobs,
+        )
         prompts = await self.preprocessor.completions_async(req)
         echo = None
         if req.echo:
             tok = self.preprocessor.tokenizer
-            echo = [p.text if p.text is not None else tok.decode(p.token_ids, False)
-                    for p in prompts for _ in range(req.n)]
+            echo = [
+                p.text if p.text is not None else tok.decode(p.token_ids, False)
+                for p in prompts
+                for _ in range(req.n)
+            ]
         choices = await self._route(prompts, req, ctx, outputs)
         return Generation(self, ctx, req, choices, "completions", echo)
 
-    async def _route(self, prompts: list[Prompt], req: _GenerationRequest,
-                     ctx: RequestContext, outputs: _Outputs) -> list[_Choice]:
+    async def _route(
+        self, prompts: list[Prompt], req: _GenerationRequest, ctx: RequestContext, outputs: _Outputs
+    ) -> list[_Choice]:
         nvext = req.nvext
-        instance_id, dp_rank = nvext_out.routing_target(nvext, ctx.worker_instance_id,
-                                                        ctx.prefill_instance_id, ctx.dp_rank)
+        instance_id, dp_rank = nvext_out.routing_target(
+            nvext, ctx.worker_instance_id, ctx.prefill_instance_id, ctx.dp_rank
+        )
         hints = nvext.agent_hints if nvext is not None else None
         session = nvext.session_control if nvext is not None else None
         if session is not None and len(prompts) * req.n > 1:
-            raise bad_request("nvext.session_control needs a single choice: n=1 and one prompt",
-                              param="nvext.session_control")
+            raise bad_request(
+                "nvext.session_control needs a single choice: n=1 and one prompt",
+                param="nvext.session_control",
+            )
         cache = nvext.cache_control if nvext is not None else None
         route_template = RouteRequest(
-            request_id="", token_ids=[], instance_id=instance_id, dp_rank=dp_rank,
+            request_id="",
+            token_ids=[],
+            instance_id=instance_id,
+            dp_rank=dp_rank,
             priority=hints.priority if hints is not None else None,
             latency_sensitivity=hints.latency_sensitivity if hints is not None else None,
             expected_output_tokens=hints.osl if hints is not None else None,
-            session=session, pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None)
+            session=session,
+            pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None,
+        )
         client_priority = request_priority(req)
         tokenizer = self.preprocessor.tokenizer
         plan = outputs.plan
         skip_special = req.skip_special_tokens and not (plan is not None and plan.needs_special_tokens)
-        migrates = (self.reliability.migration_limit > 0 and instance_id is None and session is None)
+        migrates = self.reliability.migration_limit > 0 and instance_id is None and session is None
         members = [(prompt, j) for prompt in prompts for j in range(req.n)]
         route_requests = [
-            msgspec.structs.replace(route_template, request_id=f"{ctx.request_id}-{next(_engine_seq):x}",
-                                    token_ids=prompt.token_ids)
-            for prompt, _ in members]
+            msgspec.structs.replace(
+                route_template,
+                request_id=f"{ctx.request_id}-{next(_engine_seq):x}",
+                token_ids=prompt.token_ids,
+            )
+            for prompt, _ in members
+        ]
         try:  # the choices are admitted as one unit, so none waits behind its own siblings
             routes = await self.router.route_all(route_requests)
         except RoutingError as exc:
@@ -715,25 +849,45 @@ class OpenAIService:
         choices: list[_Choice] = []
         try:
             for index, ((prompt, j), route, route_request) in enumerate(
-                    zip(members, routes, route_requests, strict=True)):
+                zip(members, routes, route_requests, strict=True)
+            ):
                 engine_id = route_request.request_id
                 detok = IncrementalDetokenizer(
-                    tokenizer, prompt.token_ids,
+                    tokenizer,
+                    prompt.token_ids,
                     skip_special_tokens=skip_special,
                     spaces_between_special_tokens=req.spaces_between_special_tokens,
                     stop=prompt.stop_matcher or (),
-                    include_stop_str_in_output=req.include_stop_str_in_output)
+                    include_stop_str_in_output=req.include_stop_str_in_output,
+                )
                 record = route.worker.record
                 priority = engine_priority(client_priority, record.priority_order)
                 hinted = outputs.hinted_tools and FEATURE_TOOL_HINTS in record.features
                 request = engine_request(
-                    engine_id, prompt, j, priority, route.session_id, constraint=outputs.constraint,
-                    logprobs=outputs.logprobs, prompt_logprobs=outputs.prompt_logprobs,
-                    tools=outputs.tool_hints() if hinted else None)
+                    engine_id,
+                    prompt,
+                    j,
+                    priority,
+                    route.session_id,
+                    constraint=outputs.constraint,
+                    logprobs=outputs.logprobs,
+                    prompt_logprobs=outputs.prompt_logprobs,
+                    tools=outputs.tool_hints() if hinted else None,
+                )
                 timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall, routed=time.perf_counter())
                 migration = _Migration(self, route_template, client_priority) if migrates else None
-                choices.append(_Choice(index, prompt, route, request, detok, timing,
-                                       plan.new() if plan is not None else None, migration))
+                choices.append(
+                    _Choice(
+                        index,
+                        prompt,
+                        route,
+                        request,
+                        detok,
+                        timing,
+                        plan.new() if plan is not None else None,
+                        migration,
+                    )
+                )
         except BaseException:  # whatever failed, no booking outlives the request
             for route in routes:
                 route.finished()
@@ -745,11 +899,11 @@ class OpenAIService:
     def speculative_prefill(self, req: ChatCompletionRequest, reply: str, request_id: str) -> None:
         """Queue the prefill of the turn after ``req`` answered with ``reply`` (background)."""
         if self.background is not None:
-            self.background.spawn(f"speculative prefill after {request_id}",
-                                  self._speculative_prefill, req, reply, request_id)
+            self.background.spawn(
+                f"speculative prefill after {request_id}", self._speculative_prefill, req, reply, request_id
+            )
 
-    async def _speculative_prefill(self, req: ChatCompletionRequest, reply: str,
-                                   request_id: str) -> None:
+    async def _speculative_prefill(self, req: ChatCompletionRequest, reply: str, request_id: str) -> None:
         # rendering and tokenizing a long conversation must not stall the streams being served
         token_ids = await self.preprocessor.next_turn_prefix_async(req, reply)
         if token_ids is None:
@@ -757,8 +911,9 @@ class OpenAIService:
         engine_id = f"{request_id}-spec-{next(_engine_seq):x}"
         route = await self.router.route(RouteRequest(request_id=engine_id, token_ids=token_ids))
         try:
-            request = GenerateRequest(engine_id, token_ids,
-                                      stop=StopConditions(max_tokens=1, ignore_eos=True))
+            request = GenerateRequest(
+                engine_id, token_ids, stop=StopConditions(max_tokens=1, ignore_eos=True)
+            )
             stream = route.worker.client.generate_batches(request)
             route.started()
             async with aclosing(stream):
@@ -766,15 +921,20 @@ class OpenAIService:
                     route.first_token()
         finally:
             route.finished()
-        log.debug("speculative prefill of %d tokens after %s on worker %d", len(token_ids),
-                  request_id, route.worker.instance_id)
+        log.debug(
+            "speculative prefill of %d tokens after %s on worker %d",
+            len(token_ids),
+            request_id,
+            route.worker.instance_id,
+        )
 
     def observe(self, gen: Generation, ok: bool, stream: bool) -> None:
         m, model = self.metrics, self.model_name
         ttft, itl, duration = gen.timings()
         usage = gen._usage()
-        m.requests.labels(model, gen.endpoint, "stream" if stream else "unary",
-                          "success" if ok else "error").inc()
+        m.requests.labels(
+            model, gen.endpoint, "stream" if stream else "unary", "success" if ok else "error"
+        ).inc()
         m.duration.labels(model).observe(duration)
         m.isl.labels(model).observe(usage.prompt_tokens)
         m.osl.labels(model).observe(usage.completion_tokens)
@@ -793,17 +953,26 @@ def _parser(registry: Registry, name: str | None) -> type | None:
     try:
         return registry.get(name)
     except UnknownParserError as exc:
-        raise ApiError(500, f"a worker advertises a parser this frontend does not know ({exc}); start "
-                            "the frontend with its --tool-parser-plugin", code="unknown_parser") from None
+        raise ApiError(
+            500,
+            f"a worker advertises a parser this frontend does not know ({exc}); start "
+            "the frontend with its --tool-parser-plugin",
+            code="unknown_parser",
+        ) from None
 
 
-async def _constraint(req: _GenerationRequest,
-                      forced_tool_schema: dict | None) -> OutputConstraint | None:
+async def _constraint(req: _GenerationRequest, forced_tool_schema: dict | None) -> OutputConstraint | None:
     """The request's structured-output constraint, checked off the event loop (compiling a
     large schema takes milliseconds)."""
-    if (forced_tool_schema is None and req.response_format is None and req.guided_json is None
-            and req.guided_regex is None and req.guided_choice is None and req.guided_grammar is None
-            and req.structured_outputs is None):
+    if (
+        forced_tool_schema is None
+        and req.response_format is None
+        and req.guided_json is None
+        and req.guided_regex is None
+        and req.guided_choice is None
+        and req.guided_grammar is None
+        and req.structured_outputs is None
+    ):
         return None
     return await anyio.to_thread.run_sync(request_constraint, req, forced_tool_schema)
 

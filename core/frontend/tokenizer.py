@@ -13,6 +13,7 @@ chat_template.jinja (and additional_chat_templates/*.jinja) replace tokenizer_co
 ``chat_template``, which is a string or a list of ``{name, template}``; chat_template.json (the legacy
 processor file) is the last resort.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -23,8 +24,15 @@ import tokenizers
 
 from dyn.core.model.info import ModelError, ModelInfo, read_model_json, token_content
 
-SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                       "mask_token")
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 """The named special tokens transformers passes to chat templates (its SPECIAL_TOKENS_ATTRIBUTES)."""
 
 DEFAULT_TEMPLATE = "default"
@@ -33,11 +41,26 @@ DEFAULT_TEMPLATE = "default"
 class Tokenizer:
     """Encode, decode and look up tokens of one model; immutable and safe to share between requests."""
 
-    __slots__ = ("backend", "path", "special_tokens_map", "chat_templates", "special_token_ids",
-                 "added_tokens", "vocab_size", "_encode_fast", "_decode")
+    __slots__ = (
+        "backend",
+        "path",
+        "special_tokens_map",
+        "chat_templates",
+        "special_token_ids",
+        "added_tokens",
+        "vocab_size",
+        "_encode_fast",
+        "_decode",
+    )
 
-    def __init__(self, backend: tokenizers.Tokenizer, *, special_tokens_map: Mapping[str, str] | None = None,
-                 chat_templates: Mapping[str, str] | None = None, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        *,
+        special_tokens_map: Mapping[str, str] | None = None,
+        chat_templates: Mapping[str, str] | None = None,
+        path: Path | None = None,
+    ) -> None:
         self.backend = backend
         """The Rust tokenizer; the incremental detokenizer decodes through it directly."""
         self.path = path
@@ -60,15 +83,21 @@ class Tokenizer:
         """Load from a local Hugging Face model directory; ModelError says what is missing or broken."""
         directory = Path(path).expanduser()
         if not directory.is_dir():
-            raise ModelError(f"{path}: not a directory; pass the local model directory that holds tokenizer.json")
+            raise ModelError(
+                f"{path}: not a directory; pass the local model directory that holds tokenizer.json"
+            )
         tok_file = directory / "tokenizer.json"
         if not tok_file.is_file():
-            raise ModelError(f"{path}: no tokenizer.json found; pass a local Hugging Face model directory "
-                             f"with a fast tokenizer (tokenizer.json)")
+            raise ModelError(
+                f"{path}: no tokenizer.json found; pass a local Hugging Face model directory "
+                f"with a fast tokenizer (tokenizer.json)"
+            )
         try:
             backend = tokenizers.Tokenizer.from_file(str(tok_file))
         except Exception as e:  # the Rust side raises a bare Exception for any parse error
-            raise ModelError(f"{path}: tokenizer.json could not be loaded ({e}); fix or replace the file") from None
+            raise ModelError(
+                f"{path}: tokenizer.json could not be loaded ({e}); fix or replace the file"
+            ) from None
         config = read_model_json(str(directory), directory / "tokenizer_config.json", False) or {}
         legacy_map = read_model_json(str(directory), directory / "special_tokens_map.json", False) or {}
         specials: dict[str, str] = {}
@@ -78,8 +107,12 @@ class Tokenizer:
                 content = token_content(legacy_map.get(name))
             if content is not None:
                 specials[name] = content
-        return cls(backend, special_tokens_map=specials, chat_templates=_chat_templates(directory, config),
-                   path=directory)
+        return cls(
+            backend,
+            special_tokens_map=specials,
+            chat_templates=_chat_templates(directory, config),
+            path=directory,
+        )
 
     @classmethod
     def from_model(cls, info: ModelInfo) -> Tokenizer:
@@ -104,7 +137,9 @@ class Tokenizer:
         return self._encode_fast([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        return self._decode(ids if isinstance(ids, list) else list(ids), skip_special_tokens=skip_special_tokens)
+        return self._decode(
+            ids if isinstance(ids, list) else list(ids), skip_special_tokens=skip_special_tokens
+        )
 
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary string of ``token_id`` (byte-level form, e.g. "Ġthe"), None when out of range."""
@@ -127,7 +162,9 @@ def _chat_templates(directory: Path, config: dict[str, Any]) -> dict[str, str]:
         return templates
     found = config.get("chat_template")
     if found is None:
-        found = (read_model_json(str(directory), directory / "chat_template.json", False) or {}).get("chat_template")
+        found = (read_model_json(str(directory), directory / "chat_template.json", False) or {}).get(
+            "chat_template"
+        )
     if isinstance(found, str):
         templates[DEFAULT_TEMPLATE] = found
     elif isinstance(found, list):

@@ -62,17 +62,28 @@ def indexers_store(store: DiscoveryStore) -> DiscoveryStore:
     return service_store(store, "indexers")
 
 
-def indexer_record(namespace: str, model_name: str, instance_id: int, *, zmq_endpoint: str,
-                   http_url: str, block_size: int) -> WorkerRecord:
+def indexer_record(
+    namespace: str, model_name: str, instance_id: int, *, zmq_endpoint: str, http_url: str, block_size: int
+) -> WorkerRecord:
     """The record a ``dyn indexer`` registers in ``namespace`` (an ``indexers_namespace``)."""
-    return service_record(namespace, INDEXER_ENGINE, model_name, instance_id,
-                          request=zmq_endpoint, metrics=http_url, block_size=block_size)
+    return service_record(
+        namespace,
+        INDEXER_ENGINE,
+        model_name,
+        instance_id,
+        request=zmq_endpoint,
+        metrics=http_url,
+        block_size=block_size,
+    )
 
 
 def serves_model(record: WorkerRecord, model_name: str | None) -> bool:
     """Whether ``record`` is a live-query ``dyn indexer`` for ``model_name`` (None: any model)."""
-    return (record.engine == INDEXER_ENGINE and bool(record.endpoints.request)
-            and (model_name is None or record.model_name == model_name))
+    return (
+        record.engine == INDEXER_ENGINE
+        and bool(record.endpoints.request)
+        and (model_name is None or record.model_name == model_name)
+    )
 
 
 async def live_indexer_address(store: DiscoveryStore, model: str | None) -> str | None:
@@ -84,8 +95,9 @@ async def live_indexer_address(store: DiscoveryStore, model: str | None) -> str 
     return max(records, key=lambda r: (r.started_at, r.instance_id)).endpoints.request
 
 
-async def resolve_indexer_address(store_namespace: str, backend: str, dir: str | None,
-                                  model: str | None) -> str | None:
+async def resolve_indexer_address(
+    store_namespace: str, backend: str, dir: str | None, model: str | None
+) -> str | None:
     """``live_indexer_address`` for the workers' namespace ``store_namespace``."""
     store = open_store(backend, indexers_namespace(store_namespace), dir)
     try:
@@ -106,15 +118,22 @@ class RemoteIndexer:
 
     def __init__(self, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if not address.startswith(("tcp://", "ipc://", "inproc://")):
-            raise ValueError(f"indexer address {address!r} is not a ZMQ address: give the "
-                             "tcp://HOST:PORT that 'dyn indexer' printed as zmq=")
+            raise ValueError(
+                f"indexer address {address!r} is not a ZMQ address: give the "
+                "tcp://HOST:PORT that 'dyn indexer' printed as zmq="
+            )
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
         self.address = address
         self.timeout_s = timeout_s
         self.block_size: int | None = None
-        self._rpc = RpcClient(decode_indexer_message, (OverlapAnswer, OverlapRefused),
-                              peer=f"the indexer at {address}", hwm=SEND_HWM, logger=log)
+        self._rpc = RpcClient(
+            decode_indexer_message,
+            (OverlapAnswer, OverlapRefused),
+            peer=f"the indexer at {address}",
+            hwm=SEND_HWM,
+            logger=log,
+        )
         self._rpc.on_unmatched = self._on_unmatched
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -139,8 +158,9 @@ class RemoteIndexer:
         self._tg = tg
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         tg, self._tg = self._tg, None
         assert tg is not None
         tg.cancel_scope.cancel()
@@ -154,18 +174,19 @@ class RemoteIndexer:
 
     # ----------------------------------------------------------------- queries
 
-    async def find_matches(self, local_hashes: Sequence[int],
-                           seq_hashes: Sequence[int] | None = None) -> OverlapScores:
+    async def find_matches(
+        self, local_hashes: Sequence[int], seq_hashes: Sequence[int] | None = None
+    ) -> OverlapScores:
         """Matched prefix blocks per ``(instance_id, dp_rank)`` for these local block hashes."""
         if not local_hashes:
             return {}
         return await self._ask(lambda qid: OverlapQuery(qid, block_hashes=list(local_hashes)))
 
-    async def find_matches_for_tokens(self, token_ids: Sequence[int],
-                                      lora_name: str | None = None) -> OverlapScores:
+    async def find_matches_for_tokens(
+        self, token_ids: Sequence[int], lora_name: str | None = None
+    ) -> OverlapScores:
         """Matched prefix blocks of a prompt, hashed by the indexer with its block size."""
-        return await self._ask(lambda qid: OverlapQuery(qid, token_ids=list(token_ids),
-                                                        lora_name=lora_name))
+        return await self._ask(lambda qid: OverlapQuery(qid, token_ids=list(token_ids), lora_name=lora_name))
 
     async def _ask(self, build: Any) -> OverlapScores:
         try:
@@ -173,7 +194,6 @@ class RemoteIndexer:
         except RpcUnavailable as exc:
             raise IndexerQueryError(str(exc)) from None
         if isinstance(reply, OverlapRefused):
-            raise IndexerQueryError(f"the indexer at {self.address} refused the query: "
-                                    f"{reply.message}")
+            raise IndexerQueryError(f"the indexer at {self.address} refused the query: {reply.message}")
         self.block_size = reply.block_size or None
         return {(inst, dp): blocks for inst, dp, blocks in reply.scores}

@@ -102,22 +102,29 @@ def parse_workers(text: str) -> list[StaticWorker]:
             continue
         match = _ENTRY.fullmatch(item)
         if match is None:
-            raise ValueError(f"--workers entry {item!r} is not ID[:DP_RANK]=tcp://HOST:PORT"
-                             "[|REPLAY_ENDPOINT] (ID and DP_RANK are non-negative integers)")
+            raise ValueError(
+                f"--workers entry {item!r} is not ID[:DP_RANK]=tcp://HOST:PORT"
+                "[|REPLAY_ENDPOINT] (ID and DP_RANK are non-negative integers)"
+            )
         endpoint = match["endpoint"].strip()
         replay = match["replay"].strip() if match["replay"] else None
         for what, address in (("endpoint", endpoint), ("replay endpoint", replay)):
-            if address is not None and not (address.startswith(_ZMQ_SCHEMES)
-                                            and len(address) > address.index("//") + 2):
-                raise ValueError(f"--workers entry {item!r}: the {what} {address!r} is not a ZMQ "
-                                 "address like tcp://127.0.0.1:5557")
+            if address is not None and not (
+                address.startswith(_ZMQ_SCHEMES) and len(address) > address.index("//") + 2
+            ):
+                raise ValueError(
+                    f"--workers entry {item!r}: the {what} {address!r} is not a ZMQ "
+                    "address like tcp://127.0.0.1:5557"
+                )
         worker = StaticWorker(int(match["id"]), int(match["dp"] or 0), endpoint, replay)
         if worker.instance_id > U64_MAX:
             raise ValueError(f"--workers entry {item!r}: the instance id is over 2**64 - 1")
         key = (worker.instance_id, worker.dp_rank)
         if key in seen:
-            raise ValueError(f"--workers names instance {key[0]} dp rank {key[1]} twice; give "
-                             "each (id, dp rank) one endpoint")
+            raise ValueError(
+                f"--workers names instance {key[0]} dp rank {key[1]} twice; give "
+                "each (id, dp rank) one endpoint"
+            )
         seen.add(key)
         entries.append(worker)
     if not entries:
@@ -137,8 +144,13 @@ class _StaticRanks:
         entry = self._entries[worker[0]]
         return entry.instance_id, worker[1] or entry.dp_rank
 
-    def store(self, worker: WorkerKey, parent_hash: int | None, block_hashes: Sequence[int],
-              local_hashes: Sequence[int]) -> ApplyStatus:
+    def store(
+        self,
+        worker: WorkerKey,
+        parent_hash: int | None,
+        block_hashes: Sequence[int],
+        local_hashes: Sequence[int],
+    ) -> ApplyStatus:
         return self._indexer.store(self.key(worker), parent_hash, block_hashes, local_hashes)
 
     def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> ApplyStatus:
@@ -164,17 +176,26 @@ class IndexerService(RadixIndexView):
     _block_size: int | None
     """Never a callable here: the given block size, else the first discovered worker's."""
 
-    def __init__(self, store: DiscoveryStore, model_name: str, *,
-                 block_size: int | None = None,
-                 static_workers: Sequence[StaticWorker] | None = None,
-                 event_threads: int = DEFAULT_EVENT_THREADS, host: str = "127.0.0.1",
-                 zmq_port: int = 0, registry: CollectorRegistry | None = None,
-                 lease_ttl_s: float = DEFAULT_TTL_S) -> None:
+    def __init__(
+        self,
+        store: DiscoveryStore,
+        model_name: str,
+        *,
+        block_size: int | None = None,
+        static_workers: Sequence[StaticWorker] | None = None,
+        event_threads: int = DEFAULT_EVENT_THREADS,
+        host: str = "127.0.0.1",
+        zmq_port: int = 0,
+        registry: CollectorRegistry | None = None,
+        lease_ttl_s: float = DEFAULT_TTL_S,
+    ) -> None:
         if block_size is not None and block_size <= 0:
             raise ConfigError(f"--block-size must be positive, got {block_size}")
         if static_workers is not None and block_size is None:
-            raise ConfigError("--workers needs --block-size: the engines' KV block size, so "
-                              "queries hash tokens the way the engines do")
+            raise ConfigError(
+                "--workers needs --block-size: the engines' KV block size, so "
+                "queries hash tokens the way the engines do"
+            )
         self.store = store
         self.model_name = model_name
         self.lease_ttl_s = lease_ttl_s
@@ -197,8 +218,9 @@ class IndexerService(RadixIndexView):
         if self.static_workers is not None:
             writer = _StaticRanks(self.indexer, self.static_workers)
         try:
-            self.ingestor = KvEventIngestor(writer, self.kv_metrics, block_size=block_size,
-                                            event_threads=event_threads)
+            self.ingestor = KvEventIngestor(
+                writer, self.kv_metrics, block_size=block_size, event_threads=event_threads
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if self.static_workers is not None:
@@ -214,10 +236,15 @@ class IndexerService(RadixIndexView):
 
     def _static_record(self, index: int, entry: StaticWorker, block_size: int) -> WorkerRecord:
         return WorkerRecord(
-            instance_id=index, namespace=self.store.namespace, model_name=self.model_name,
-            engine="static", endpoints=WorkerEndpoints(request="", kv_events=entry.endpoint,
-                                                       kv_replay=entry.replay_endpoint),
-            block_size=block_size, total_kv_blocks=0, max_num_batched_tokens=0)
+            instance_id=index,
+            namespace=self.store.namespace,
+            model_name=self.model_name,
+            engine="static",
+            endpoints=WorkerEndpoints(request="", kv_events=entry.endpoint, kv_replay=entry.replay_endpoint),
+            block_size=block_size,
+            total_kv_blocks=0,
+            max_num_batched_tokens=0,
+        )
 
     # ----------------------------------------------------------------- IndexView (the rest is RadixIndexView's)
 
@@ -235,8 +262,12 @@ class IndexerService(RadixIndexView):
 
     def worker_total_blocks(self) -> dict[WorkerKey, int]:
         """KV capacity per (instance, dp_rank) from the workers' records, where they state one."""
-        return {(r.instance_id, rank): r.total_kv_blocks for r in self._records.values()
-                for rank in range(max(r.dp_size, 1)) if r.total_kv_blocks > 0}
+        return {
+            (r.instance_id, rank): r.total_kv_blocks
+            for r in self._records.values()
+            for rank in range(max(r.dp_size, 1))
+            if r.total_kv_blocks > 0
+        }
 
     # ----------------------------------------------------------------- running
 
@@ -259,9 +290,14 @@ class IndexerService(RadixIndexView):
     async def announce(self, http_url: str) -> AsyncIterator[WorkerRecord]:
         """Hold this indexer's record in ``{namespace}.indexers`` while open (heartbeats, deleted
         on exit); a block size learnt later is put into the record."""
-        record = indexer_record(self.registry_store.namespace, self.model_name,
-                                new_instance_id(), zmq_endpoint=self.endpoint,
-                                http_url=http_url, block_size=self._block_size or 0)
+        record = indexer_record(
+            self.registry_store.namespace,
+            self.model_name,
+            new_instance_id(),
+            zmq_endpoint=self.endpoint,
+            http_url=http_url,
+            block_size=self._block_size or 0,
+        )
         async with self.registry_store.lease(record, self.lease_ttl_s) as lease:
             self._lease = lease
             try:
@@ -296,8 +332,12 @@ class IndexerService(RadixIndexView):
         if record.model_name != self.model_name:
             if record.model_name not in self._skipped_models:
                 self._skipped_models.add(record.model_name)
-                log.warning("ignoring worker %d: it serves model %r, this indexer indexes %r",
-                            record.instance_id, record.model_name, self.model_name)
+                log.warning(
+                    "ignoring worker %d: it serves model %r, this indexer indexes %r",
+                    record.instance_id,
+                    record.model_name,
+                    self.model_name,
+                )
             return
         if self._block_size is None:
             self._block_size = self.ingestor.block_size = record.block_size
@@ -306,13 +346,17 @@ class IndexerService(RadixIndexView):
                 self._tg.start_soon(self._reannounce)
         elif record.block_size != self._block_size and record.instance_id not in self._mismatched:
             self._mismatched.add(record.instance_id)
-            log.warning("worker %d uses KV block size %d but this indexer hashes blocks of %d; "
-                        "its cache cannot be matched (start the indexer with --block-size %d for "
-                        "it)", record.instance_id, record.block_size, self._block_size,
-                        record.block_size)
+            log.warning(
+                "worker %d uses KV block size %d but this indexer hashes blocks of %d; "
+                "its cache cannot be matched (start the indexer with --block-size %d for "
+                "it)",
+                record.instance_id,
+                record.block_size,
+                self._block_size,
+                record.block_size,
+            )
         if record.instance_id not in self._records:
-            log.info("following worker %d (KV events %s)", record.instance_id,
-                     record.endpoints.kv_events)
+            log.info("following worker %d (KV events %s)", record.instance_id, record.endpoints.kv_events)
         self._records[record.instance_id] = record
         self.ingestor.add_worker(record)
 
@@ -333,8 +377,11 @@ class IndexerService(RadixIndexView):
         block_size = self._block_size
         if query.token_ids is not None:
             if block_size is None:
-                return OverlapRefused(qid, "the block size is not known yet: no worker has been "
-                                           "discovered; query by block_hashes or retry later")
+                return OverlapRefused(
+                    qid,
+                    "the block size is not known yet: no worker has been "
+                    "discovered; query by block_hashes or retry later",
+                )
             try:
                 local = block_hashes(query.token_ids, block_size, query.lora_name)
             except (OverflowError, ValueError, TypeError):
@@ -345,8 +392,9 @@ class IndexerService(RadixIndexView):
             if any(not 0 <= h <= U64_MAX for h in local):
                 return OverlapRefused(qid, "block_hashes must be integers in [0, 2**64)")
         scores = self.find_matches(local, sequence_hashes(local)) if local else {}
-        return OverlapAnswer(qid, block_size or 0,
-                             [(inst, dp, blocks) for (inst, dp), blocks in sorted(scores.items())])
+        return OverlapAnswer(
+            qid, block_size or 0, [(inst, dp, blocks) for (inst, dp), blocks in sorted(scores.items())]
+        )
 
     def _on_query(self, identity: bytes, query: OverlapQuery) -> None:
         started = anyio.current_time()
@@ -363,14 +411,16 @@ class IndexerService(RadixIndexView):
 
     def _refuse_unexpected(self, identity: bytes, message: Any) -> None:
         started = anyio.current_time()
-        self._observed(identity, OverlapRefused(-1, f"a dyn indexer takes OverlapQuery, not "
-                                                    f"{type(message).__name__}"), started)
+        self._observed(
+            identity,
+            OverlapRefused(-1, f"a dyn indexer takes OverlapQuery, not {type(message).__name__}"),
+            started,
+        )
 
     def _observed(self, identity: bytes, reply: OverlapAnswer | OverlapRefused, started: float) -> None:
         """Count the query's time and outcome in the metrics, then send ``reply`` (never waits;
         a ROUTER drops messages to a client that went away)."""
-        self.metrics.observe("zmq_query", anyio.current_time() - started,
-                             isinstance(reply, OverlapRefused))
+        self.metrics.observe("zmq_query", anyio.current_time() - started, isinstance(reply, OverlapRefused))
         self._rpc.send(identity, reply)
 
 
@@ -402,7 +452,6 @@ def _name_fields(message: str) -> str:
     return _POSITION.sub(name, message)
 
 
-
 # --------------------------------------------------------------------------- the process
 
 
@@ -423,12 +472,22 @@ class IndexerSettings:
 
 def build_service(settings: IndexerSettings) -> IndexerService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
-    model_name, store = model_and_store(settings.model_path, settings.model_name,
-                                        settings.discovery.backend, settings.discovery.namespace,
-                                        settings.discovery.dir)
-    return IndexerService(store, model_name, block_size=settings.block_size,
-                          static_workers=settings.workers, event_threads=settings.event_threads,
-                          host=settings.host, zmq_port=settings.zmq_port)
+    model_name, store = model_and_store(
+        settings.model_path,
+        settings.model_name,
+        settings.discovery.backend,
+        settings.discovery.namespace,
+        settings.discovery.dir,
+    )
+    return IndexerService(
+        store,
+        model_name,
+        block_size=settings.block_size,
+        static_workers=settings.workers,
+        event_threads=settings.event_threads,
+        host=settings.host,
+        zmq_port=settings.zmq_port,
+    )
 
 
 async def serve_indexer(settings: IndexerSettings) -> None:
@@ -439,12 +498,14 @@ async def serve_indexer(settings: IndexerSettings) -> None:
     except ConfigError:
         service._socket.close(linger=0)
         raise
-    server = LoopHttpServer(IndexerHttpApp(service, service.metrics, api_key=settings.api_key), sock,
-                            settings.host)
+    server = LoopHttpServer(
+        IndexerHttpApp(service, service.metrics, api_key=settings.api_key), sock, settings.host
+    )
     stop = anyio.Event()
 
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
             async def on_signal() -> None:
                 async for signum in signals:
                     log.info("received %s; stopping", signal.Signals(signum).name)
@@ -461,10 +522,14 @@ async def serve_indexer(settings: IndexerSettings) -> None:
                 tg.start_soon(until_served)
                 async with service.announce(server.url):
                     print(f"{READY_PREFIX}http={server.url} zmq={service.endpoint}", flush=True)
-                    log.info("indexing model %r (%s, block size %s)", service.model_name,
-                             "static --workers" if service.static_workers is not None
-                             else f"workers of namespace {settings.discovery.namespace!r}",
-                             service.block_size or "from the first worker")
+                    log.info(
+                        "indexing model %r (%s, block size %s)",
+                        service.model_name,
+                        "static --workers"
+                        if service.static_workers is not None
+                        else f"workers of namespace {settings.discovery.namespace!r}",
+                        service.block_size or "from the first worker",
+                    )
                     await stop.wait()
             await server.stop()
             tg.cancel_scope.cancel()

@@ -55,20 +55,23 @@ def run_inspect(settings: InspectSettings) -> None:
     if not settings.interval_s > 0:
         raise ConfigError(f"--interval must be positive, got {settings.interval_s}")
     if not settings.duration_s >= 0:
-        raise ConfigError(f"--duration must be 0 (until Ctrl-C) or positive, got "
-                          f"{settings.duration_s}")
+        raise ConfigError(f"--duration must be 0 (until Ctrl-C) or positive, got {settings.duration_s}")
     tokens = None
     if settings.prompt is not None or settings.messages_file is not None:
-        tokens = prompt_tokens(settings.model_path, prompt=settings.prompt,
-                               messages_file=settings.messages_file)
-    url = settings.url or find_indexer_url(settings.discovery.namespace, settings.discovery.backend,
-                                           settings.discovery.dir, settings.model_name)
+        tokens = prompt_tokens(
+            settings.model_path, prompt=settings.prompt, messages_file=settings.messages_file
+        )
+    url = settings.url or find_indexer_url(
+        settings.discovery.namespace, settings.discovery.backend, settings.discovery.dir, settings.model_name
+    )
     with open_target(url, api_key=settings.api_key) as target:
         model, dump = target.dump()
         if tokens is not None and model is not None and model != tokens.model_name:
-            print(f"note: {target.base} indexes model {model!r}; the request was tokenized "
-                  f"with {tokens.model_name!r}'s tokenizer (pass --model-path for {model!r})",
-                  file=sys.stderr)
+            print(
+                f"note: {target.base} indexes model {model!r}; the request was tokenized "
+                f"with {tokens.model_name!r}'s tokenizer (pass --model-path for {model!r})",
+                file=sys.stderr,
+            )
         if settings.watch:
             _watch(target, settings, model, dump.block_size, tokens)
             return
@@ -78,18 +81,28 @@ def run_inspect(settings: InspectSettings) -> None:
         _show(snapshot, settings.json)
 
 
-def read_snapshot(target: KvTarget, model: str | None, block_size: int | None,
-                  tokens: PromptTokens | None,
-                  deepest: dict[tuple[int, int], int] | None = None) -> KvSnapshot:
+def read_snapshot(
+    target: KvTarget,
+    model: str | None,
+    block_size: int | None,
+    tokens: PromptTokens | None,
+    deepest: dict[tuple[int, int], int] | None = None,
+) -> KvSnapshot:
     """Workers, metrics and the request's overlap as the target answers now (no tree)."""
     workers = worker_caches(target.workers(), deepest)
     try:
         hit_rate, events = read_metrics(target.metrics())
     except MetricsError as exc:
         raise TargetError(f"{target.base}/metrics: {exc}") from None
-    snapshot = KvSnapshot(target=target.base, model=model, block_size=block_size,
-                          workers=workers, cached_blocks=sum(w.blocks for w in workers),
-                          hit_rate=hit_rate, events=events)
+    snapshot = KvSnapshot(
+        target=target.base,
+        model=model,
+        block_size=block_size,
+        workers=workers,
+        cached_blocks=sum(w.blocks for w in workers),
+        hit_rate=hit_rate,
+        events=events,
+    )
     if tokens is not None:
         snapshot.overlap = overlap(target.query(tokens.token_ids), len(tokens.token_ids), workers)
         snapshot.block_size = snapshot.block_size or snapshot.overlap.block_size or None
@@ -107,8 +120,13 @@ def _show(snapshot: KvSnapshot, as_json: bool) -> None:
     Console().print(snapshot_view(snapshot))
 
 
-def _watch(target: KvTarget, settings: InspectSettings, model: str | None,
-           block_size: int | None, tokens: PromptTokens | None) -> None:
+def _watch(
+    target: KvTarget,
+    settings: InspectSettings,
+    model: str | None,
+    block_size: int | None,
+    tokens: PromptTokens | None,
+) -> None:
     from rich.console import Console
     from rich.live import Live
 
@@ -126,8 +144,9 @@ def _watch(target: KvTarget, settings: InspectSettings, model: str | None,
             now = time.monotonic()
             snapshot = read_snapshot(target, model, block_size, tokens)
             if previous is not None and snapshot.events is not None:
-                snapshot.events.per_second = events_per_second(previous[1].events,
-                                                               snapshot.events, now - previous[0])
+                snapshot.events.per_second = events_per_second(
+                    previous[1].events, snapshot.events, now - previous[0]
+                )
             previous = (now, snapshot)
             if live is None:
                 print(snapshot_json(snapshot), flush=True)

@@ -47,14 +47,16 @@ def read_metrics(text: str) -> tuple[HitRate | None, EventCounts | None]:
                             failed += sample.value
     except ValueError as exc:
         raise MetricsError(f"the metrics are not Prometheus text ({exc})") from None
-    hit_rate = (HitRate(mean=hit_sum / hit_count if hit_count else None, requests=int(hit_count))
-                if has_hits else None)
+    hit_rate = (
+        HitRate(mean=hit_sum / hit_count if hit_count else None, requests=int(hit_count))
+        if has_hits
+        else None
+    )
     events = EventCounts(applied=int(applied), failed=int(failed)) if has_events else None
     return hit_rate, events
 
 
-def events_per_second(before: EventCounts | None, after: EventCounts | None,
-                      seconds: float) -> float | None:
+def events_per_second(before: EventCounts | None, after: EventCounts | None, seconds: float) -> float | None:
     """The applied-event rate between two readings ``seconds`` apart (None when unknown)."""
     if before is None or after is None or seconds <= 0 or after.applied < before.applied:
         return None

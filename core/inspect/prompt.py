@@ -28,8 +28,9 @@ class PromptTokens(msgspec.Struct):
     """The model whose tokenizer made them."""
 
 
-def prompt_tokens(model_path: str | None, *, prompt: str | None = None,
-                  messages_file: str | None = None) -> PromptTokens:
+def prompt_tokens(
+    model_path: str | None, *, prompt: str | None = None, messages_file: str | None = None
+) -> PromptTokens:
     """Tokenize ``prompt`` or the chat in ``messages_file`` (exactly one of them)."""
     if (prompt is None) == (messages_file is None):
         raise ConfigError("give one of --prompt TEXT or --messages FILE, not both")
@@ -68,17 +69,21 @@ def _read_messages(path: str) -> dict[str, Any]:
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        raise ConfigError(f"--messages {path} is not valid JSON ({exc}); give a JSON list of "
-                          'chat messages or an object with "messages"') from None
+        raise ConfigError(
+            f"--messages {path} is not valid JSON ({exc}); give a JSON list of "
+            'chat messages or an object with "messages"'
+        ) from None
     body = {"messages": value} if isinstance(value, list) else value
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        raise ConfigError(f"--messages {path} must hold a JSON list of chat messages or an "
-                          'object with a "messages" list')
+        raise ConfigError(
+            f'--messages {path} must hold a JSON list of chat messages or an object with a "messages" list'
+        )
     messages = body["messages"]
     if not messages:
         raise ConfigError(f"--messages {path} holds no messages; give at least one")
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ConfigError(f"--messages {path}: message {i} must be an object with a string "
-                              '"role" (and "content")')
+            raise ConfigError(
+                f'--messages {path}: message {i} must be an object with a string "role" (and "content")'
+            )
     return body

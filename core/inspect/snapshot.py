@@ -179,8 +179,12 @@ def tree_stats(dump: Dump) -> tuple[TreeStats, dict[WorkerKey, int]]:
     for (worker, _), d in depths.items():
         if d > deepest.get(worker, 0):
             deepest[worker] = d
-    stats = TreeStats(nodes=nodes, entries=len(depths), max_depth=max(depths.values(), default=0),
-                      depth_histogram=depth_buckets(depths.values()))
+    stats = TreeStats(
+        nodes=nodes,
+        entries=len(depths),
+        max_depth=max(depths.values(), default=0),
+        depth_histogram=depth_buckets(depths.values()),
+    )
     return stats, deepest
 
 
@@ -197,22 +201,28 @@ class WorkerEntry(msgspec.Struct):
     total_blocks: int | None = None
 
 
-def worker_caches(entries: Sequence[WorkerEntry],
-                  deepest: Mapping[WorkerKey, int] | None = None) -> list[WorkerCache]:
+def worker_caches(
+    entries: Sequence[WorkerEntry], deepest: Mapping[WorkerKey, int] | None = None
+) -> list[WorkerCache]:
     """Each listed worker's blocks and occupancy, with its deepest block when a dump was read."""
     out = []
     for e in sorted(entries, key=lambda e: (e.instance_id, e.dp_rank)):
         total = e.total_blocks if e.total_blocks else None
-        out.append(WorkerCache(
-            instance_id=e.instance_id, dp_rank=e.dp_rank, blocks=e.blocks, total_blocks=total,
-            occupancy=e.blocks / total if total else None,
-            max_depth=None if deepest is None else deepest.get((e.instance_id, e.dp_rank), 0),
-            endpoint=e.endpoint))
+        out.append(
+            WorkerCache(
+                instance_id=e.instance_id,
+                dp_rank=e.dp_rank,
+                blocks=e.blocks,
+                total_blocks=total,
+                occupancy=e.blocks / total if total else None,
+                max_depth=None if deepest is None else deepest.get((e.instance_id, e.dp_rank), 0),
+                endpoint=e.endpoint,
+            )
+        )
     return out
 
 
-def overlap(answer: Mapping[str, Any], prompt_tokens: int,
-            workers: Sequence[WorkerCache]) -> Overlap:
+def overlap(answer: Mapping[str, Any], prompt_tokens: int, workers: Sequence[WorkerCache]) -> Overlap:
     """Per worker, how much of a prompt of ``prompt_tokens`` tokens it has cached, from a
     ``/query`` answer (matched tokens per instance and rank); listed workers that matched nothing
     show 0."""
@@ -221,14 +231,23 @@ def overlap(answer: Mapping[str, Any], prompt_tokens: int,
     for instance, ranks in (answer.get("scores") or {}).items():
         for rank, tokens in ranks.items():
             matched[(int(instance), int(rank))] = int(tokens)
-    rows = [WorkerOverlap(instance_id=k[0], dp_rank=k[1], matched_tokens=t,
-                          matched_blocks=t // block_size if block_size else 0,
-                          share=t / prompt_tokens if prompt_tokens else 0.0)
-            for k, t in matched.items()]
+    rows = [
+        WorkerOverlap(
+            instance_id=k[0],
+            dp_rank=k[1],
+            matched_tokens=t,
+            matched_blocks=t // block_size if block_size else 0,
+            share=t / prompt_tokens if prompt_tokens else 0.0,
+        )
+        for k, t in matched.items()
+    ]
     rows.sort(key=lambda r: (-r.matched_tokens, r.instance_id, r.dp_rank))
-    return Overlap(prompt_tokens=prompt_tokens,
-                   prompt_blocks=prompt_tokens // block_size if block_size else 0,
-                   block_size=block_size, workers=rows)
+    return Overlap(
+        prompt_tokens=prompt_tokens,
+        prompt_blocks=prompt_tokens // block_size if block_size else 0,
+        block_size=block_size,
+        workers=rows,
+    )
 
 
 def snapshot_json(snapshot: KvSnapshot) -> str:

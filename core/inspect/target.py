@@ -27,8 +27,10 @@ TIMEOUT_S = 30.0
 """For an answer (a large index's dump takes a while); connecting gets ``CONNECT_TIMEOUT_S``."""
 CONNECT_TIMEOUT_S = 5.0
 KV_PREFIX = "/kv"
-TARGETS_HINT = ("--url takes the http= address of a dyn indexer, the URL of a frontend with "
-                "--router-mode kv, or the --system-port URL of a dyn router")
+TARGETS_HINT = (
+    "--url takes the http= address of a dyn indexer, the URL of a frontend with "
+    "--router-mode kv, or the --system-port URL of a dyn router"
+)
 
 
 class TargetError(RuntimeError):
@@ -80,11 +82,11 @@ class KvTarget:
         try:
             response = self.client.request(method, url, **kwargs)
         except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {url}: {_reason(exc)}; is the target still "
-                              "running?") from None
+            raise TargetError(f"cannot reach {url}: {_reason(exc)}; is the target still running?") from None
         if response.status_code != 200:
-            raise TargetError(f"{method} {url} answered {response.status_code}: "
-                              f"{error_message(response.content)}")
+            raise TargetError(
+                f"{method} {url} answered {response.status_code}: {error_message(response.content)}"
+            )
         return response
 
     @staticmethod
@@ -92,18 +94,19 @@ class KvTarget:
         try:
             return msgspec.json.decode(response.content, type=kind)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise TargetError(f"{response.url} did not answer like the KV index views' {path} "
-                              f"({exc}). {TARGETS_HINT}") from None
+            raise TargetError(
+                f"{response.url} did not answer like the KV index views' {path} ({exc}). {TARGETS_HINT}"
+            ) from None
 
 
-def open_target(url: str, *, timeout_s: float = TIMEOUT_S, client: httpx.Client | None = None,
-                api_key: str | None = None) -> KvTarget:
+def open_target(
+    url: str, *, timeout_s: float = TIMEOUT_S, client: httpx.Client | None = None, api_key: str | None = None
+) -> KvTarget:
     """The views at ``url``: at its root (a ``dyn indexer``) or under ``/kv`` (frontend, router).
     The target owns ``client`` (default: a new one with ``timeout_s``, sending ``api_key`` as a
     bearer token when given) and closes it."""
     if not url.startswith(("http://", "https://")):
-        raise TargetError(f"--url {url!r} is not an HTTP URL like http://127.0.0.1:8090; "
-                          f"{TARGETS_HINT}")
+        raise TargetError(f"--url {url!r} is not an HTTP URL like http://127.0.0.1:8090; {TARGETS_HINT}")
     root = url.rstrip("/")
     if client is None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
@@ -114,20 +117,22 @@ def open_target(url: str, *, timeout_s: float = TIMEOUT_S, client: httpx.Client 
             try:
                 response = client.get(base + "/workers")
             except httpx.HTTPError as exc:
-                raise TargetError(f"cannot reach {url} ({_reason(exc)}); check that it is "
-                                  f"running. {TARGETS_HINT}") from None
+                raise TargetError(
+                    f"cannot reach {url} ({_reason(exc)}); check that it is running. {TARGETS_HINT}"
+                ) from None
             if response.status_code == 200 and _is_list(response):
                 return KvTarget(base, client)
         # the last probe (under /kv) says most: a frontend or router without an index says why
-        raise TargetError(f"{url} serves no KV index views: {base}/workers answered "
-                          f"{response.status_code} ({error_message(response.content)}). {TARGETS_HINT}")
+        raise TargetError(
+            f"{url} serves no KV index views: {base}/workers answered "
+            f"{response.status_code} ({error_message(response.content)}). {TARGETS_HINT}"
+        )
     except BaseException:
         client.close()
         raise
 
 
-def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None,
-                     model_name: str | None) -> str:
+def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None, model_name: str | None) -> str:
     """The HTTP URL of the newest live ``dyn indexer`` of ``model_name`` (None: any model) in
     ``namespace``; ``TargetError`` saying what to pass when there is none."""
     from dyn.core.discovery.store import open_store
@@ -143,8 +148,7 @@ def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None,
 
     async def newest() -> Any:
         try:
-            records = [r for r in await store.list()
-                       if serves_model(r, model_name) and r.endpoints.metrics]
+            records = [r for r in await store.list() if serves_model(r, model_name) and r.endpoints.metrics]
         finally:
             await store.aclose()
         return max(records, key=lambda r: (r.started_at, r.instance_id), default=None)
@@ -156,7 +160,8 @@ def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None,
         raise TargetError(
             f"no live dyn indexer of {which} in namespace {namespace!r}{where}: start one with "
             f"'dyn indexer --namespace {namespace}', pass the --namespace, --discovery-dir or "
-            f"--model-name it runs with, or pass --url. {TARGETS_HINT}")
+            f"--model-name it runs with, or pass --url. {TARGETS_HINT}"
+        )
     return record.endpoints.metrics
 
 

@@ -29,13 +29,17 @@ def watch_view(snapshot: KvSnapshot, elapsed_s: float) -> RenderableType:
 
 
 def summary(snapshot: KvSnapshot, elapsed_s: float | None = None) -> Text:
-    lines = [f"target      {snapshot.target}",
-             f"model       {snapshot.model or 'n/a'} (block size {snapshot.block_size or 'n/a'})",
-             f"workers     {len(snapshot.workers)}, {snapshot.cached_blocks} cached blocks"]
+    lines = [
+        f"target      {snapshot.target}",
+        f"model       {snapshot.model or 'n/a'} (block size {snapshot.block_size or 'n/a'})",
+        f"workers     {len(snapshot.workers)}, {snapshot.cached_blocks} cached blocks",
+    ]
     if snapshot.tree is not None:
         tree = snapshot.tree
-        lines.append(f"tree        {tree.nodes} distinct blocks, {tree.entries} (worker, block) "
-                     f"entries, max depth {tree.max_depth}")
+        lines.append(
+            f"tree        {tree.nodes} distinct blocks, {tree.entries} (worker, block) "
+            f"entries, max depth {tree.max_depth}"
+        )
     lines.append(f"hit rate    {hit_rate_text(snapshot)}")
     lines.append(f"KV events   {events_text(snapshot, elapsed_s is not None)}")
     if elapsed_s is not None:
@@ -58,8 +62,11 @@ def events_text(snapshot: KvSnapshot, rate: bool) -> str:
         return "n/a (the index is not fed by KV events)"
     text = f"{events.applied} applied, {events.failed} refused by the index"
     if rate:
-        text += (f", {events.per_second:.1f}/s" if events.per_second is not None
-                 else ", -/s (measured from the next refresh)")
+        text += (
+            f", {events.per_second:.1f}/s"
+            if events.per_second is not None
+            else ", -/s (measured from the next refresh)"
+        )
     return text
 
 
@@ -72,9 +79,13 @@ def workers_table(snapshot: KvSnapshot) -> Table:
     if depth:
         table.add_column("max depth", justify="right", no_wrap=True)
     for w in snapshot.workers:
-        row = [str(w.instance_id), str(w.dp_rank), str(w.blocks),
-               str(w.total_blocks) if w.total_blocks else "n/a",
-               f"{w.occupancy:.1%} {bar(w.occupancy)}" if w.occupancy is not None else "n/a"]
+        row = [
+            str(w.instance_id),
+            str(w.dp_rank),
+            str(w.blocks),
+            str(w.total_blocks) if w.total_blocks else "n/a",
+            f"{w.occupancy:.1%} {bar(w.occupancy)}" if w.occupancy is not None else "n/a",
+        ]
         if depth:
             row.append(str(w.max_depth) if w.max_depth is not None else "n/a")
         table.add_row(*row)
@@ -100,14 +111,22 @@ def depth_table(snapshot: KvSnapshot) -> Table:
 def overlap_table(snapshot: KvSnapshot) -> Table:
     assert snapshot.overlap is not None
     o = snapshot.overlap
-    table = Table(title=f"Cached prefix of the request ({o.prompt_tokens} tokens, "
-                        f"{o.prompt_blocks} full blocks of {o.block_size})", title_justify="left")
+    table = Table(
+        title=f"Cached prefix of the request ({o.prompt_tokens} tokens, "
+        f"{o.prompt_blocks} full blocks of {o.block_size})",
+        title_justify="left",
+    )
     table.add_column("instance", no_wrap=True, min_width=19)
     for name in ("dp", "blocks", "tokens", "share"):
         table.add_column(name, justify="right", no_wrap=True)
     for w in o.workers:
-        table.add_row(str(w.instance_id), str(w.dp_rank), str(w.matched_blocks),
-                      str(w.matched_tokens), f"{w.share:.1%} {bar(w.share)}")
+        table.add_row(
+            str(w.instance_id),
+            str(w.dp_rank),
+            str(w.matched_blocks),
+            str(w.matched_tokens),
+            f"{w.share:.1%} {bar(w.share)}",
+        )
     if not o.workers:
         table.add_row("(no workers)", "", "", "", "")
     return table

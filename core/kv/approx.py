@@ -53,8 +53,10 @@ class TtlIndexer:
         """The request with these prompt hashes was routed to ``worker``: it now (probably) caches
         every block of the prompt, until ``ttl_s`` from now."""
         if len(local_hashes) != len(seq_hashes):
-            raise ValueError(f"record needs one sequence hash per local hash, got "
-                             f"{len(seq_hashes)} for {len(local_hashes)}")
+            raise ValueError(
+                f"record needs one sequence hash per local hash, got "
+                f"{len(seq_hashes)} for {len(local_hashes)}"
+            )
         if not local_hashes:
             return
         now = self.clock()
@@ -150,8 +152,15 @@ class TtlIndexer:
         heap: list[_Timer] = []
         for (expires, worker), seqs in groups.items():
             by_depth = sorted((self.tree._depth(seq), seq) for seq in seqs)
-            heap.append((expires, next(self._order), worker, tuple(seq for _, seq in by_depth),
-                         tuple(depth for depth, _ in by_depth)))
+            heap.append(
+                (
+                    expires,
+                    next(self._order),
+                    worker,
+                    tuple(seq for _, seq in by_depth),
+                    tuple(depth for depth, _ in by_depth),
+                )
+            )
         heapq.heapify(heap)
         self._heap = heap
         self._heap_refs = self._live

@@ -88,12 +88,14 @@ class KvEventMetrics:
         self.applied = Counter(
             "dynamo_component_kv_cache_events_applied",
             "KV events applied to an indexer, by indexer status and event type",
-            ["status", "event_type"], registry=registry,
+            ["status", "event_type"],
+            registry=registry,
         )
         self.rejected = Counter(
             "dynamo_component_kv_events_rejected",
             "KV events, blocks, messages or gaps refused before the indexer, by reason",
-            ["reason"], registry=registry,
+            ["reason"],
+            registry=registry,
         )
         for status in APPLY_STATUSES:
             for event_type in EventType:
@@ -101,7 +103,8 @@ class KvEventMetrics:
         self.rejected_by_worker = Counter(
             "dynamo_component_kv_events_rejected_by_worker",
             "KV events, blocks, messages or gaps refused before the indexer, by worker and reason",
-            ["worker_id", "reason"], registry=registry,
+            ["worker_id", "reason"],
+            registry=registry,
         )
         for reason in RejectReason:
             self.rejected.labels(reason=reason.value)
@@ -128,8 +131,13 @@ class KvEventMetrics:
 class KvIndexWriter(Protocol):
     """The writing side of ``dyn.core.kv.indexer.RadixIndexer`` (statuses are ``ApplyStatus``)."""
 
-    def store(self, worker: WorkerKey, parent_hash: int | None, block_hashes: Sequence[int],
-              local_hashes: Sequence[int]) -> ApplyStatus: ...
+    def store(
+        self,
+        worker: WorkerKey,
+        parent_hash: int | None,
+        block_hashes: Sequence[int],
+        local_hashes: Sequence[int],
+    ) -> ApplyStatus: ...
 
     def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> ApplyStatus: ...
 
@@ -177,8 +185,7 @@ IndexOp = StoreOp | RemoveOp | ClearOp | RejectedOp
 class BatchConverter:
     """Converts one worker's batches; owns that worker's warning budget."""
 
-    def __init__(self, instance_id: int, block_size: int, metrics: KvEventMetrics,
-                 dp_rank: int = 0) -> None:
+    def __init__(self, instance_id: int, block_size: int, metrics: KvEventMetrics, dp_rank: int = 0) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.instance_id = instance_id
@@ -208,8 +215,9 @@ class BatchConverter:
         else:
             good = 0
         if good < len(hashes):
-            self.metrics.count_rejected(RejectReason.BLOCK_SIZE_MISMATCH, len(hashes) - good,
-                                        self.instance_id)
+            self.metrics.count_rejected(
+                RejectReason.BLOCK_SIZE_MISMATCH, len(hashes) - good, self.instance_id
+            )
             self._warn_mismatch(event, good)
         if good == 0:
             return RejectedOp(EventType.STORED, RejectReason.BLOCK_SIZE_MISMATCH)
@@ -224,8 +232,13 @@ class BatchConverter:
             "worker %d: BlockStored block %d of %d does not hold %d tokens (event block_size %d, "
             "%d token ids); the blocks from there on are not indexed. Start the router with the "
             "engine's KV block size (--kv-cache-block-size).%s",
-            self.instance_id, good, len(event.block_hashes), self.block_size, event.block_size,
-            len(event.token_ids), "" if self._warnings_left else " (last such warning for this worker)",
+            self.instance_id,
+            good,
+            len(event.block_hashes),
+            self.block_size,
+            event.block_size,
+            len(event.token_ids),
+            "" if self._warnings_left else " (last such warning for this worker)",
         )
 
 
@@ -235,8 +248,12 @@ class BatchConverter:
 class TieredIndexers:
     """The primary (device) indexer plus optional lower-tier indexers; their single writer."""
 
-    def __init__(self, device: KvIndexWriter, metrics: KvEventMetrics,
-                 lower_tiers: Mapping[StorageTier, KvIndexWriter] | None = None) -> None:
+    def __init__(
+        self,
+        device: KvIndexWriter,
+        metrics: KvEventMetrics,
+        lower_tiers: Mapping[StorageTier, KvIndexWriter] | None = None,
+    ) -> None:
         self.metrics = metrics
         self._by_tier: dict[StorageTier, KvIndexWriter] = dict(lower_tiers or {})
         self._by_tier[StorageTier.DEVICE] = device
@@ -248,8 +265,13 @@ class TieredIndexers:
     def _apply_one(self, op: IndexOp) -> str:
         if isinstance(op, RejectedOp):
             return op.reason
-        event_type = (EventType.STORED if isinstance(op, StoreOp)
-                      else EventType.REMOVED if isinstance(op, RemoveOp) else EventType.CLEARED)
+        event_type = (
+            EventType.STORED
+            if isinstance(op, StoreOp)
+            else EventType.REMOVED
+            if isinstance(op, RemoveOp)
+            else EventType.CLEARED
+        )
         indexer = self._by_tier.get(op.tier)
         if indexer is None:
             self.metrics.count_rejected(RejectReason.TIER_NOT_INDEXED)
@@ -271,7 +293,6 @@ class TieredIndexers:
             indexer.remove_worker(instance_id)
 
 
-def apply_event_batch(batch: KvEventBatch, converter: BatchConverter,
-                      indexers: TieredIndexers) -> list[str]:
+def apply_event_batch(batch: KvEventBatch, converter: BatchConverter, indexers: TieredIndexers) -> list[str]:
     """Convert one batch and apply it now; returns one outcome per converted event."""
     return indexers.apply(converter.convert(batch))

@@ -56,11 +56,17 @@ class StorageTier(enum.StrEnum):
 
 
 _TIER_OF_MEDIUM = {
-    "GPU": StorageTier.DEVICE, "DEVICE": StorageTier.DEVICE,
-    "CPU_PINNED": StorageTier.HOST_PINNED, "CPU_TIER1": StorageTier.HOST_PINNED,
-    "CPU_TIER2": StorageTier.DISK, "DISK": StorageTier.DISK, "NVME": StorageTier.DISK,
-    "EXTERNAL": StorageTier.EXTERNAL, "NETWORK": StorageTier.EXTERNAL,
-    "REMOTE": StorageTier.EXTERNAL, "SHARED": StorageTier.EXTERNAL,
+    "GPU": StorageTier.DEVICE,
+    "DEVICE": StorageTier.DEVICE,
+    "CPU_PINNED": StorageTier.HOST_PINNED,
+    "CPU_TIER1": StorageTier.HOST_PINNED,
+    "CPU_TIER2": StorageTier.DISK,
+    "DISK": StorageTier.DISK,
+    "NVME": StorageTier.DISK,
+    "EXTERNAL": StorageTier.EXTERNAL,
+    "NETWORK": StorageTier.EXTERNAL,
+    "REMOTE": StorageTier.EXTERNAL,
+    "SHARED": StorageTier.EXTERNAL,
 }
 
 
@@ -130,9 +136,7 @@ def decode_seq(frame: bytes) -> int:
 def split_frames(frames: Sequence[bytes]) -> tuple[bytes, int, bytes]:
     """Check a received multipart message and return ``(topic, seq, payload)``."""
     if len(frames) != 3:
-        raise KvEventDecodeError(
-            f"a KV-event message has 3 frames (topic, seq, payload), got {len(frames)}"
-        )
+        raise KvEventDecodeError(f"a KV-event message has 3 frames (topic, seq, payload), got {len(frames)}")
     topic, seq, payload = frames
     return bytes(topic), decode_seq(bytes(seq)), bytes(payload)
 
@@ -326,8 +330,9 @@ def _decode_event_by_event(payload: bytes, skip_unknown: bool) -> tuple[KvEventB
     try:
         raw = _raw_batch_decoder.decode(payload)
     except msgspec.ValidationError as exc:
-        raise KvEventDecodeError(f"a batch must be an array [ts, events, data_parallel_rank] "
-                                 f"or a map of them: {exc}") from None
+        raise KvEventDecodeError(
+            f"a batch must be an array [ts, events, data_parallel_rank] or a map of them: {exc}"
+        ) from None
     except msgspec.DecodeError as exc:
         raise KvEventDecodeError(f"payload is not valid msgpack: {exc}") from None
     if isinstance(raw, dict):

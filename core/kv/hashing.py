@@ -29,9 +29,7 @@ def lora_seed(lora_name: str | None) -> int:
     return (XXH3_SEED + _xxh3(lora_name.encode("utf-8"), seed=0)) & _U64
 
 
-def block_hashes(
-    tokens: Sequence[int], block_size: int, lora_name: str | None = None
-) -> list[int]:
+def block_hashes(tokens: Sequence[int], block_size: int, lora_name: str | None = None) -> list[int]:
     """Local (content) hash of every full block of ``tokens``."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")

@@ -313,8 +313,7 @@ class RadixIndexer:
         if not path:
             return {}
         held_by = self._held
-        return self._score(held_by[path[0]], held_by[path[-1]], len(path),
-                           lambda d: held_by[path[d - 1]])
+        return self._score(held_by[path[0]], held_by[path[-1]], len(path), lambda d: held_by[path[d - 1]])
 
     def _score(
         self,

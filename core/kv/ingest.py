@@ -69,9 +69,13 @@ class KvEventIngestor:
     """
 
     def __init__(
-        self, indexer: KvIndexWriter, metrics: KvEventMetrics, *,
+        self,
+        indexer: KvIndexWriter,
+        metrics: KvEventMetrics,
+        *,
         lower_tiers: Mapping[StorageTier, KvIndexWriter] | None = None,
-        block_size: int | None = None, event_threads: int = DEFAULT_EVENT_THREADS,
+        block_size: int | None = None,
+        event_threads: int = DEFAULT_EVENT_THREADS,
         replay_timeout: float = DEFAULT_REPLAY_TIMEOUT,
     ) -> None:
         if event_threads < 1:
@@ -107,24 +111,33 @@ class KvEventIngestor:
         skipped). A record with new endpoints for a known instance restarts it from scratch."""
         current = self._subscribers.get(record.instance_id)
         if record.endpoints.kv_events is None:
-            log.info("worker %d publishes no KV events; the router will not see its cache",
-                     record.instance_id)
+            log.info(
+                "worker %d publishes no KV events; the router will not see its cache", record.instance_id
+            )
             if current is not None:
                 self.remove_worker(record.instance_id)
             return
         if current is not None:
             if (current.record.endpoints.kv_events, current.record.endpoints.kv_replay) == (
-                    record.endpoints.kv_events, record.endpoints.kv_replay):
+                record.endpoints.kv_events,
+                record.endpoints.kv_replay,
+            ):
                 return
             self.remove_worker(record.instance_id)
         if self.event_threads == 1:
+
             def deliver(ops: list[IndexOp]) -> None:
                 self._apply(subscriber, ops)
         else:
+
             def deliver(ops: list[IndexOp]) -> None:
                 self._hand_over(subscriber, ops)
+
         subscriber = KvEventSubscriber(
-            record, deliver, self.metrics, block_size=self.block_size,
+            record,
+            deliver,
+            self.metrics,
+            block_size=self.block_size,
             replay_timeout=self.replay_timeout,
         )
         self._subscribers[record.instance_id] = subscriber
@@ -208,16 +221,24 @@ class KvEventIngestor:
         rank = op.worker[1]
         assert bounds.dp_size is not None
         if not 0 <= rank < bounds.dp_size:
-            return (RejectReason.UNKNOWN_DP_RANK,
-                    f"an event for dp rank {rank}, but its record has {bounds.dp_size} rank(s)")
-        if (isinstance(op, StoreOp) and op.tier is StorageTier.DEVICE and bounds.block_limit is not None
-                and self._blocks_held is not None):
+            return (
+                RejectReason.UNKNOWN_DP_RANK,
+                f"an event for dp rank {rank}, but its record has {bounds.dp_size} rank(s)",
+            )
+        if (
+            isinstance(op, StoreOp)
+            and op.tier is StorageTier.DEVICE
+            and bounds.block_limit is not None
+            and self._blocks_held is not None
+        ):
             held = self._blocks_held(op.worker)
             after = held + len(op.block_hashes)
             if after > bounds.block_limit:
-                why = (f"storing {len(op.block_hashes)} blocks would take rank {rank} from {held} to "
-                       f"{after}, past the {bounds.block_limit} its record allows (total_kv_blocks "
-                       "plus slack)")
+                why = (
+                    f"storing {len(op.block_hashes)} blocks would take rank {rank} from {held} to "
+                    f"{after}, past the {bounds.block_limit} its record allows (total_kv_blocks "
+                    "plus slack)"
+                )
                 return RejectReason.OVER_CAPACITY, why
         return None
 
@@ -241,8 +262,7 @@ class KvEventIngestor:
         for thread in threads:
             await anyio.to_thread.run_sync(thread.join, THREAD_JOIN_TIMEOUT)
             if thread.is_alive():
-                log.warning("KV event thread %s did not stop within %g s", thread.name,
-                            THREAD_JOIN_TIMEOUT)
+                log.warning("KV event thread %s did not stop within %g s", thread.name, THREAD_JOIN_TIMEOUT)
 
 
 class _LoopInbox:
@@ -257,8 +277,9 @@ class _LoopInbox:
     SLICE_SECONDS = 0.002
     HIGH_WATER = 4096
 
-    def __init__(self, loop: asyncio.AbstractEventLoop,
-                 apply: Callable[[KvEventSubscriber, list[IndexOp]], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, apply: Callable[[KvEventSubscriber, list[IndexOp]], None]
+    ) -> None:
         self._loop = loop
         self._apply = apply
         self._queue: deque[tuple[KvEventSubscriber, list[IndexOp]]] = deque()

@@ -107,19 +107,30 @@ class KvEventSubscriber:
     """Follows the KV events of one worker (all its dp ranks) until cancelled."""
 
     def __init__(
-        self, record: WorkerRecord, deliver: Deliver, metrics: KvEventMetrics, *,
-        block_size: int | None = None, dp_rank: int = 0,
+        self,
+        record: WorkerRecord,
+        deliver: Deliver,
+        metrics: KvEventMetrics,
+        *,
+        block_size: int | None = None,
+        dp_rank: int = 0,
         replay_timeout: float = DEFAULT_REPLAY_TIMEOUT,
     ) -> None:
         self.record = record
         self.instance_id = record.instance_id
         self.bounds = KvEventBounds.of(record)
-        self.rejects = RejectedFrames(log, f"KV-event message of worker {record.instance_id}",
-                                      f"KV-event messages of worker {record.instance_id}")
+        self.rejects = RejectedFrames(
+            log,
+            f"KV-event message of worker {record.instance_id}",
+            f"KV-event messages of worker {record.instance_id}",
+        )
         """Rejections of this worker's events, by this subscriber or its ingestor's checks."""
-        self._gaps = RejectedFrames(log, f"part of the KV events of worker {record.instance_id}",
-                                    f"parts of the KV events of worker {record.instance_id}",
-                                    verb="lost")
+        self._gaps = RejectedFrames(
+            log,
+            f"part of the KV events of worker {record.instance_id}",
+            f"parts of the KV events of worker {record.instance_id}",
+            verb="lost",
+        )
         self._deliver = deliver
         self._metrics = metrics
         self._converter = BatchConverter(
@@ -163,8 +174,7 @@ class KvEventSubscriber:
                     try:
                         await self._on_frames(frames)
                     except Exception:
-                        log.exception("KV events of worker %d: a batch failed to apply",
-                                      self.instance_id)
+                        log.exception("KV events of worker %d: a batch failed to apply", self.instance_id)
                     await anyio.lowlevel.checkpoint()  # a ready socket never yields by itself
             except Exception:
                 log.exception("KV events of worker %d: subscription failed", self.instance_id)
@@ -211,8 +221,11 @@ class KvEventSubscriber:
         self._last = seq
         limit = self.bounds.max_message_bytes
         if len(payload) > limit:
-            self.reject(RejectReason.TOO_LARGE, f"the payload at seq {seq} has {len(payload)} bytes, "
-                        f"more than the {limit} its advertised KV cache could fill (not decoded)")
+            self.reject(
+                RejectReason.TOO_LARGE,
+                f"the payload at seq {seq} has {len(payload)} bytes, "
+                f"more than the {limit} its advertised KV cache could fill (not decoded)",
+            )
             return
         try:
             batch, unknown = decode_known_events(payload)
@@ -239,8 +252,9 @@ class KvEventSubscriber:
             if self.record.endpoints.kv_replay is not None:
                 self._incomplete(f"catch-up replay failed ({exc}); blocks stored before now are unknown")
             else:
-                log.info("worker %d offers no KV replay endpoint; following live events only",
-                         self.instance_id)
+                log.info(
+                    "worker %d offers no KV replay endpoint; following live events only", self.instance_id
+                )
             return
         if not applied_any:
             self._last = -1
@@ -256,8 +270,7 @@ class KvEventSubscriber:
                         continue
                     if rseq != self._last + 1 and not counted:
                         counted = True
-                        self._incomplete(
-                            f"seq {self._last + 1}..{rseq - 1} rolled out of its replay buffer")
+                        self._incomplete(f"seq {self._last + 1}..{rseq - 1} rolled out of its replay buffer")
                     self._apply(rseq, payload)
         except ReplayUnavailable as exc:
             reason = str(exc)

@@ -68,8 +68,9 @@ class IndexView(Protocol):
     def block_size(self) -> int | None:
         """The block size queries are hashed with; None while unknown."""
 
-    def find_matches(self, local_hashes: Sequence[int],
-                     seq_hashes: Sequence[int] | None = None) -> OverlapScores: ...
+    def find_matches(
+        self, local_hashes: Sequence[int], seq_hashes: Sequence[int] | None = None
+    ) -> OverlapScores: ...
 
     def dump(self) -> list[DumpedBlock]: ...
 
@@ -89,11 +90,16 @@ class RadixIndexView:
     """An ``IndexView`` over a ``RadixIndexer`` owned by someone else (e.g. a frontend's router);
     ``capacity`` gives the ranks' KV capacity in blocks, where known."""
 
-    def __init__(self, indexer: RadixIndexer, model_name: str,
-                 block_size: int | None | Callable[[], int | None],
-                 endpoints: Mapping[WorkerKey, str | None]
-                 | Callable[[], Mapping[WorkerKey, str | None]] | None = None,
-                 capacity: Capacity | None = None) -> None:
+    def __init__(
+        self,
+        indexer: RadixIndexer,
+        model_name: str,
+        block_size: int | None | Callable[[], int | None],
+        endpoints: Mapping[WorkerKey, str | None]
+        | Callable[[], Mapping[WorkerKey, str | None]]
+        | None = None,
+        capacity: Capacity | None = None,
+    ) -> None:
         self.indexer = indexer
         self.model_name = model_name
         self._block_size = block_size
@@ -105,8 +111,9 @@ class RadixIndexView:
         """Fixed, or read from a callable (a router that learns it from its first worker)."""
         return self._block_size() if callable(self._block_size) else self._block_size
 
-    def find_matches(self, local_hashes: Sequence[int],
-                     seq_hashes: Sequence[int] | None = None) -> OverlapScores:
+    def find_matches(
+        self, local_hashes: Sequence[int], seq_hashes: Sequence[int] | None = None
+    ) -> OverlapScores:
         return self.indexer.find_matches(local_hashes, seq_hashes)
 
     def dump(self) -> list[DumpedBlock]:
@@ -138,12 +145,17 @@ def router_index_view(router: Any, pool: Any, model_name: str) -> RadixIndexView
         return range(max(worker.record.dp_size, 1))
 
     def endpoints() -> dict[WorkerKey, str | None]:
-        return {(w.instance_id, rank): w.record.endpoints.kv_events
-                for w in pool.workers() for rank in ranks(w)}
+        return {
+            (w.instance_id, rank): w.record.endpoints.kv_events for w in pool.workers() for rank in ranks(w)
+        }
 
     def capacity() -> dict[WorkerKey, int]:
-        return {(w.instance_id, rank): w.record.total_kv_blocks
-                for w in pool.workers() for rank in ranks(w) if w.record.total_kv_blocks > 0}
+        return {
+            (w.instance_id, rank): w.record.total_kv_blocks
+            for w in pool.workers()
+            for rank in ranks(w)
+            if w.record.total_kv_blocks > 0
+        }
 
     return RadixIndexView(indexer, model_name, lambda: router.block_size, endpoints, capacity)
 
@@ -156,21 +168,31 @@ class IndexerMetrics:
 
     def __init__(self, registry: CollectorRegistry, view: IndexView) -> None:
         self.registry = registry
-        self.requests = Counter("dynamo_kvindexer_requests", "Indexer requests, by endpoint",
-                                ["endpoint"], registry=registry)
-        self.errors = Counter("dynamo_kvindexer_errors", "Indexer requests refused or failed, "
-                              "by endpoint", ["endpoint"], registry=registry)
-        self.duration = Histogram("dynamo_kvindexer_request_duration_seconds",
-                                  "Time to answer an indexer request, by endpoint", ["endpoint"],
-                                  buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1,
-                                           0.3, 1.0), registry=registry)
+        self.requests = Counter(
+            "dynamo_kvindexer_requests", "Indexer requests, by endpoint", ["endpoint"], registry=registry
+        )
+        self.errors = Counter(
+            "dynamo_kvindexer_errors",
+            "Indexer requests refused or failed, by endpoint",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "dynamo_kvindexer_request_duration_seconds",
+            "Time to answer an indexer request, by endpoint",
+            ["endpoint"],
+            buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0),
+            registry=registry,
+        )
         for endpoint in ENDPOINTS:
             self.requests.labels(endpoint)
             self.errors.labels(endpoint)
-        Gauge("dynamo_kvindexer_workers", "Known (instance, dp_rank) pairs",
-              registry=registry).set_function(lambda: len(view.worker_endpoints()))
-        Gauge("dynamo_kvindexer_blocks", "Indexed (worker, block) entries",
-              registry=registry).set_function(lambda: sum(view.blocks_per_worker().values()))
+        Gauge("dynamo_kvindexer_workers", "Known (instance, dp_rank) pairs", registry=registry).set_function(
+            lambda: len(view.worker_endpoints())
+        )
+        Gauge("dynamo_kvindexer_blocks", "Indexed (worker, block) entries", registry=registry).set_function(
+            lambda: sum(view.blocks_per_worker().values())
+        )
 
     def observe(self, endpoint: str, seconds: float, failed: bool) -> None:
         self.requests.labels(endpoint).inc()
@@ -216,9 +238,12 @@ def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
     except msgspec.ValidationError as exc:
         raise HttpError(400, f"invalid request body: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise HttpError(400, f"the request body is not valid JSON ({exc}); send a JSON object "
-                             f"with the field{'s' if len(kind.__struct_fields__) > 1 else ''} "
-                             f"{', '.join(kind.__struct_fields__)}") from None
+        raise HttpError(
+            400,
+            f"the request body is not valid JSON ({exc}); send a JSON object "
+            f"with the field{'s' if len(kind.__struct_fields__) > 1 else ''} "
+            f"{', '.join(kind.__struct_fields__)}",
+        ) from None
 
 
 def overlap_body(scores: OverlapScores, block_size: int) -> dict[str, Any]:
@@ -229,15 +254,25 @@ def overlap_body(scores: OverlapScores, block_size: int) -> dict[str, Any]:
             per_instance.setdefault(str(instance), {})[str(rank)] = blocks * block_size
     return {
         "scores": per_instance,
-        "instances": {inst: {"longest_matched": max(ranks.values()), "dp": ranks}
-                      for inst, ranks in per_instance.items()},
+        "instances": {
+            inst: {"longest_matched": max(ranks.values()), "dp": ranks}
+            for inst, ranks in per_instance.items()
+        },
         "block_size": block_size,
     }
 
 
 def dump_body(view: IndexView) -> dict[str, Any]:
-    events = [{"worker_id": b.worker[0], "dp_rank": b.worker[1], "parent_hash": b.parent_hash,
-               "block_hash": b.block_hash, "tokens_hash": b.local_hash} for b in view.dump()]
+    events = [
+        {
+            "worker_id": b.worker[0],
+            "dp_rank": b.worker[1],
+            "parent_hash": b.parent_hash,
+            "block_hash": b.block_hash,
+            "tokens_hash": b.local_hash,
+        }
+        for b in view.dump()
+    ]
     return {view.model_name: {"block_size": view.block_size, "events": events}}
 
 
@@ -246,8 +281,7 @@ def workers_body(view: IndexView) -> list[dict[str, Any]]:
     capacity = view.worker_total_blocks()
     out: list[dict[str, Any]] = []
     for key, endpoint in sorted(view.worker_endpoints().items()):
-        entry = {"instance_id": key[0], "dp_rank": key[1], "blocks": blocks.get(key, 0),
-                 "endpoint": endpoint}
+        entry = {"instance_id": key[0], "dp_rank": key[1], "blocks": blocks.get(key, 0), "endpoint": endpoint}
         if capacity.get(key):
             entry["total_blocks"] = capacity[key]
         out.append(entry)
@@ -262,8 +296,12 @@ class IndexerHttpApp:
     ``api_key`` guards every route but ``/health`` (an app mounted behind a guard of its own, as
     in a frontend, takes none)."""
 
-    _GET: ClassVar[dict[str, str]] = {"/health": "health", "/metrics": "metrics",
-                                      "/workers": "workers", "/dump": "dump"}
+    _GET: ClassVar[dict[str, str]] = {
+        "/health": "health",
+        "/metrics": "metrics",
+        "/workers": "workers",
+        "/dump": "dump",
+    }
     _POST: ClassVar[dict[str, str]] = {"/query": "query", "/query_by_hash": "query_by_hash"}
 
     @staticmethod
@@ -273,8 +311,9 @@ class IndexerHttpApp:
         except BodyTooLarge as exc:
             raise HttpError(413, f"{exc}; query fewer tokens") from None
 
-    def __init__(self, view: IndexView, metrics: IndexerMetrics, *, prefix: str = "",
-                 api_key: str | None = None) -> None:
+    def __init__(
+        self, view: IndexView, metrics: IndexerMetrics, *, prefix: str = "", api_key: str | None = None
+    ) -> None:
         self.view = view
         self.metrics = metrics
         self.prefix = prefix.rstrip("/")
@@ -309,14 +348,15 @@ class IndexerHttpApp:
 
     def authorized(self, scope: dict[str, Any]) -> bool:
         """Whether the request may be served: no key, an open path, or the key sent."""
-        return (not needs_key(self.api_key, scope["path"])
-                or self.api_key.allows(authorization(scope["headers"])))
+        return not needs_key(self.api_key, scope["path"]) or self.api_key.allows(
+            authorization(scope["headers"])
+        )
 
     def _route(self, path: str, method: str) -> tuple[str, str]:
         if self.prefix:
             if not path.startswith(self.prefix + "/"):
                 raise HttpError(404, f"no route for {method} {path}")
-            path = path[len(self.prefix):]
+            path = path[len(self.prefix) :]
         if path in self._GET:
             if method not in ("GET", "HEAD"):
                 raise HttpError(405, f"{self.prefix}{path} accepts GET only")
@@ -325,8 +365,11 @@ class IndexerHttpApp:
             if method != "POST":
                 raise HttpError(405, f"{self.prefix}{path} accepts POST only")
             return self._POST[path], "POST"
-        known = ", ".join(f"GET {self.prefix}{p}" for p in self._GET) + ", " + ", ".join(
-            f"POST {self.prefix}{p}" for p in self._POST)
+        known = (
+            ", ".join(f"GET {self.prefix}{p}" for p in self._GET)
+            + ", "
+            + ", ".join(f"POST {self.prefix}{p}" for p in self._POST)
+        )
         raise HttpError(404, f"no route for {method} {path}; the indexer serves {known}")
 
     def _answer(self, endpoint: str, body: bytes) -> tuple[int, bytes, bytes]:
@@ -344,8 +387,11 @@ class IndexerHttpApp:
             self._check_model(query.model_name)
             block_size = view.block_size
             if block_size is None:
-                raise HttpError(503, "the block size is not known yet: no worker has been "
-                                     "discovered; start a worker, pass --block-size, or retry")
+                raise HttpError(
+                    503,
+                    "the block size is not known yet: no worker has been "
+                    "discovered; start a worker, pass --block-size, or retry",
+                )
             local = block_hashes(query.token_ids, block_size, query.lora_name)
             result = overlap_body(self._matches(local), block_size)
         else:
@@ -353,8 +399,9 @@ class IndexerHttpApp:
             self._check_model(query.model_name)
             for i, h in enumerate(query.block_hashes):
                 if h > U64_MAX:
-                    raise HttpError(400, f"invalid request body: block_hashes[{i}] is {h}, "
-                                         "over the largest 64-bit hash")
+                    raise HttpError(
+                        400, f"invalid request body: block_hashes[{i}] is {h}, over the largest 64-bit hash"
+                    )
             result = overlap_body(self._matches(query.block_hashes), view.block_size or 0)
         return 200, msgspec.json.encode(result), _JSON[1]
 
@@ -365,8 +412,11 @@ class IndexerHttpApp:
 
     def _check_model(self, model_name: str | None) -> None:
         if model_name is not None and model_name != self.view.model_name:
-            raise HttpError(400, f"invalid request body: model_name {model_name!r} is not "
-                                 f"indexed here; this indexer serves {self.view.model_name!r}")
+            raise HttpError(
+                400,
+                f"invalid request body: model_name {model_name!r} is not "
+                f"indexed here; this indexer serves {self.view.model_name!r}",
+            )
 
 
 def error_body(message: str) -> bytes:
@@ -374,7 +424,8 @@ def error_body(message: str) -> bytes:
     return msgspec.json.encode({"error": message})
 
 
-async def respond(send: Any, status: int, body: bytes, content_type: bytes,
-                  headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+async def respond(
+    send: Any, status: int, body: bytes, content_type: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     """Send a whole response."""
     await asgi.respond(send, status, body, [(b"content-type", content_type), *headers])

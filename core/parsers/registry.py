@@ -113,5 +113,6 @@ def load_plugin(path: str | Path) -> None:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise ValueError(f"parser plugin {str(file)!r} failed to import: "
-                         f"{type(exc).__name__}: {exc}") from None
+        raise ValueError(
+            f"parser plugin {str(file)!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from None

@@ -42,8 +42,15 @@ class ApiError(Exception):
     ``headers`` are extra response headers (``Retry-After`` for 503).
     """
 
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -52,8 +59,9 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def body(self) -> ErrorResponse:
-        return ErrorResponse(ErrorDetail(self.message, _TYPE_OF_STATUS.get(self.status, "error"),
-                                         self.param, self.code))
+        return ErrorResponse(
+            ErrorDetail(self.message, _TYPE_OF_STATUS.get(self.status, "error"), self.param, self.code)
+        )
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:

@@ -27,8 +27,8 @@ from dyn.core.protocol.errors import ApiError, bad_request
 # JSON integers have no size; the request plane's msgpack carries at most 64 bits and engines take
 # less. Each integer field is declared with the range its consumer can take, so a larger value is
 # a 400 at decode time that names the field, never an overflow further down (a 500).
-I32 = Annotated[int, msgspec.Meta(ge=-2**31, le=2**31 - 1)]
-I64 = Annotated[int, msgspec.Meta(ge=-2**63, le=2**63 - 1)]
+I32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 U64_MAX = 2**64 - 1
 WorkerId = Annotated[int, msgspec.Meta(ge=0)]
@@ -85,7 +85,7 @@ class CacheControl(msgspec.Struct):
             if text in _TTL_SHORTHANDS:
                 return _TTL_SHORTHANDS[text]
             if not text.isdigit():
-                raise ValueError(f"ttl must be integer seconds, \"5m\" or \"1h\", got {ttl!r}")
+                raise ValueError(f'ttl must be integer seconds, "5m" or "1h", got {ttl!r}')
             ttl = int(text)
         return min(max(ttl, CACHE_TTL_MIN_S), CACHE_TTL_MAX_S)
 
@@ -115,6 +115,7 @@ class NvExt(msgspec.Struct, forbid_unknown_fields=False):
 def check_nvext(nvext: NvExt) -> None:
     """Value rules of ``nvext`` (types and integer ranges were checked at decode): a 400 naming
     the field."""
+
     def need(ok: bool, field: str, rule: str, value: Any) -> None:
         if not ok:
             raise bad_request(f"nvext.{field} {rule}, got {value!r}", param=f"nvext.{field}")
@@ -130,14 +131,21 @@ def check_nvext(nvext: NvExt) -> None:
             need(item in known, name, f"entries must be among {', '.join(known)}", item)
     hints = nvext.agent_hints
     if hints is not None and hints.latency_sensitivity is not None:
-        need(math.isfinite(hints.latency_sensitivity), "agent_hints.latency_sensitivity",
-             "must be a finite number of seconds", hints.latency_sensitivity)
+        need(
+            math.isfinite(hints.latency_sensitivity),
+            "agent_hints.latency_sensitivity",
+            "must be a finite number of seconds",
+            hints.latency_sensitivity,
+        )
     session = nvext.session_control
     if session is not None:
-        need(bool(session.session_id.strip()), "session_control.session_id", "must not be empty",
-             session.session_id)
-        need(session.timeout >= 1, "session_control.timeout", "must be at least 1 second",
-             session.timeout)
+        need(
+            bool(session.session_id.strip()),
+            "session_control.session_id",
+            "must not be empty",
+            session.session_id,
+        )
+        need(session.timeout >= 1, "session_control.timeout", "must be at least 1 second", session.timeout)
     if nvext.cache_control is not None:
         try:
             nvext.cache_control.ttl_seconds()
@@ -242,11 +250,14 @@ def decode_request(body: bytes, kind: type[msgspec.Struct]) -> Any:
     try:
         return msgspec.json.decode(body, type=kind)
     except UnicodeDecodeError as exc:
-        raise bad_request(f"Invalid JSON body: a string is not valid UTF-8 ({exc.reason} at byte "
-                          f"{exc.start} of the string); send the body as UTF-8") from None
+        raise bad_request(
+            f"Invalid JSON body: a string is not valid UTF-8 ({exc.reason} at byte "
+            f"{exc.start} of the string); send the body as UTF-8"
+        ) from None
     except RecursionError:
-        raise bad_request("Invalid JSON body: nested too deeply; send at most a few hundred levels "
-                          "of arrays and objects") from None
+        raise bad_request(
+            "Invalid JSON body: nested too deeply; send at most a few hundred levels of arrays and objects"
+        ) from None
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _PATH_RE.search(text)
@@ -292,8 +303,9 @@ def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LO
             _range(req, name, -2 <= value <= 2, "must be between -2 and 2")
     _range(req, "min_tokens", req.min_tokens >= 0, "must be at least 0")
     if req.max_tokens is not None and req.min_tokens > req.max_tokens:
-        raise bad_request(f"min_tokens ({req.min_tokens}) must not exceed max_tokens "
-                          f"({req.max_tokens})", param="min_tokens")
+        raise bad_request(
+            f"min_tokens ({req.min_tokens}) must not exceed max_tokens ({req.max_tokens})", param="min_tokens"
+        )
     if req.truncate_prompt_tokens is not None:
         _range(req, "truncate_prompt_tokens", req.truncate_prompt_tokens >= 1, "must be at least 1")
     if req.stream_options is not None and not req.stream:
@@ -306,8 +318,12 @@ def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LO
 
 
 def _logprobs_range(req: _GenerationRequest, name: str, value: int, max_logprobs: int) -> None:
-    _range(req, name, 0 <= value <= max_logprobs,
-           f"must be between 0 and {max_logprobs} (the server's --max-logprobs)")
+    _range(
+        req,
+        name,
+        0 <= value <= max_logprobs,
+        f"must be between 0 and {max_logprobs} (the server's --max-logprobs)",
+    )
 
 
 def _unsupported(req: _GenerationRequest) -> None:
@@ -322,8 +338,11 @@ def _unsupported(req: _GenerationRequest) -> None:
 
 
 def _not_supported(param: str, what: str) -> ApiError:
-    return bad_request(f"{what} is not supported by this server yet; remove '{param}'",
-                       param=param, code="unsupported_parameter")
+    return bad_request(
+        f"{what} is not supported by this server yet; remove '{param}'",
+        param=param,
+        code="unsupported_parameter",
+    )
 
 
 def check_chat(req: ChatCompletionRequest, max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
@@ -337,8 +356,10 @@ def check_chat(req: ChatCompletionRequest, max_logprobs: int = DEFAULT_MAX_LOGPR
             raise bad_request(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise bad_request(f"messages[{i}].content must be a string, a list of content parts "
-                              "or null", param=f"messages[{i}].content")
+            raise bad_request(
+                f"messages[{i}].content must be a string, a list of content parts or null",
+                param=f"messages[{i}].content",
+            )
     if req.max_completion_tokens is not None:
         _range(req, "max_completion_tokens", req.max_completion_tokens >= 1, "must be at least 1")
     if req.top_logprobs is not None:
@@ -346,9 +367,11 @@ def check_chat(req: ChatCompletionRequest, max_logprobs: int = DEFAULT_MAX_LOGPR
             raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
         _logprobs_range(req, "top_logprobs", req.top_logprobs, max_logprobs)
     if req.add_generation_prompt and req.continue_final_message:
-        raise bad_request("continue_final_message cannot be used together with "
-                          "add_generation_prompt=true; set add_generation_prompt to false",
-                          param="continue_final_message")
+        raise bad_request(
+            "continue_final_message cannot be used together with "
+            "add_generation_prompt=true; set add_generation_prompt to false",
+            param="continue_final_message",
+        )
 
 
 def check_completion(req: CompletionRequest, max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> None:
@@ -362,10 +385,15 @@ def check_completion(req: CompletionRequest, max_logprobs: int = DEFAULT_MAX_LOG
     if prompt == "" or prompt == []:
         raise bad_request("prompt must not be empty", param="prompt")
     if isinstance(prompt, list) and not (
-            all(type(p) is int for p in prompt) or all(isinstance(p, str) for p in prompt)
-            or all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt)):
-        raise bad_request("prompt must be a string, a list of strings, a list of token ids or a "
-                          "list of non-empty lists of token ids", param="prompt")
+        all(type(p) is int for p in prompt)
+        or all(isinstance(p, str) for p in prompt)
+        or all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt)
+    ):
+        raise bad_request(
+            "prompt must be a string, a list of strings, a list of token ids or a "
+            "list of non-empty lists of token ids",
+            param="prompt",
+        )
 
 
 # --------------------------------------------------------------------------- responses

@@ -54,8 +54,9 @@ def request_constraint(req: Any, forced_tool_schema: dict[str, Any] | None = Non
         return None
     if len(found) > 1:
         names = " and ".join(name for name, _ in found[:2])
-        raise bad_request(f"only one kind of structured output per request: got {names}; keep one",
-                          param=found[1][0])
+        raise bad_request(
+            f"only one kind of structured output per request: got {names}; keep one", param=found[1][0]
+        )
     param, constraint = found[0]
     _validate(param, constraint)
     return constraint
@@ -70,26 +71,35 @@ def _response_format(rf: dict[str, Any]) -> OutputConstraint | None:
     if kind == "json_schema":
         spec = rf.get("json_schema")
         if not isinstance(spec, dict):
-            raise bad_request('response_format json_schema needs "json_schema": {"name": ..., "schema": {...}}',
-                              param="response_format.json_schema")
+            raise bad_request(
+                'response_format json_schema needs "json_schema": {"name": ..., "schema": {...}}',
+                param="response_format.json_schema",
+            )
         schema = spec.get("schema", spec.get("json_schema"))
         if schema is None:
             schema = {}
         return _json("response_format.json_schema.schema", schema, None)
-    raise bad_request(f"response_format type must be text, json_object or json_schema, got {kind!r}",
-                      param="response_format.type")
+    raise bad_request(
+        f"response_format type must be text, json_object or json_schema, got {kind!r}",
+        param="response_format.type",
+    )
 
 
 def _structured_outputs(so: dict[str, Any], whitespace: str | None) -> OutputConstraint | None:
     given = [k for k in _VLLM_KEYS if so.get(k) not in (None, False)]
     if len(given) > 1:
-        raise bad_request(f"structured_outputs may set only one of {', '.join(_VLLM_KEYS)}; got "
-                          f"{', '.join(given)}", param="structured_outputs")
+        raise bad_request(
+            f"structured_outputs may set only one of {', '.join(_VLLM_KEYS)}; got {', '.join(given)}",
+            param="structured_outputs",
+        )
     unknown = [k for k in ("structural_tag",) if so.get(k) is not None]
     if unknown:
-        raise bad_request("structured_outputs.structural_tag is not supported by this server yet; "
-                          "use json, regex, choice or grammar", param="structured_outputs.structural_tag",
-                          code="unsupported_parameter")
+        raise bad_request(
+            "structured_outputs.structural_tag is not supported by this server yet; "
+            "use json, regex, choice or grammar",
+            param="structured_outputs.structural_tag",
+            code="unsupported_parameter",
+        )
     if not given:
         return None
     key = given[0]
@@ -124,8 +134,12 @@ def _text(where: str, kind: str, value: Any) -> OutputConstraint:
 
 
 def _choice(where: str, value: Any) -> OutputConstraint:
-    if (not isinstance(value, list) or not value or len(value) > MAX_CHOICES
-            or not all(isinstance(c, str) and c for c in value)):
+    if (
+        not isinstance(value, list)
+        or not value
+        or len(value) > MAX_CHOICES
+        or not all(isinstance(c, str) and c for c in value)
+    ):
         raise bad_request(f"{where} must be a list of 1 to {MAX_CHOICES} non-empty strings", param=where)
     return OutputConstraint("choice", choices=tuple(value))
 
@@ -133,7 +147,9 @@ def _choice(where: str, value: Any) -> OutputConstraint:
 def _validate(param: str, constraint: OutputConstraint) -> None:
     size = len(constraint.spec) + sum(len(c) for c in constraint.choices)
     if size > MAX_CONSTRAINT_BYTES:
-        raise bad_request(f"{param} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are accepted", param=param)
+        raise bad_request(
+            f"{param} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are accepted", param=param
+        )
     error = constraint_error(constraint)
     if error:
         raise bad_request(f"{param} cannot be used as a constraint: {error}", param=param)
@@ -165,13 +181,13 @@ def llguidance_grammar(constraint: OutputConstraint, schema: Any = None) -> str:
             schema = {**schema, "x-guidance": {"whitespace_pattern": constraint.whitespace_pattern}}
         return LLMatcher.grammar_from_json_schema(schema)
     if kind == "json_object":
-        return LLMatcher.grammar_from_json_schema(
-            {"type": "object"} if schema is None else schema)
+        return LLMatcher.grammar_from_json_schema({"type": "object"} if schema is None else schema)
     if kind == "regex":
         return LLMatcher.grammar_from_regex(constraint.spec)
     if kind == "choice":
         return LLMatcher.grammar_from_lark(
-            "start: " + " | ".join(msgspec.json.encode(c).decode() for c in constraint.choices))
+            "start: " + " | ".join(msgspec.json.encode(c).decode() for c in constraint.choices)
+        )
     if kind == "grammar":
         try:
             text = any_to_lark(constraint.spec)

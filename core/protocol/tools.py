@@ -37,8 +37,11 @@ class ToolPlan:
 NO_TOOLS = ToolPlan((), "none")
 
 
-def tool_plan(tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None,
-              parallel_tool_calls: bool | None = None) -> ToolPlan:
+def tool_plan(
+    tools: list[dict[str, Any]] | None,
+    tool_choice: str | dict[str, Any] | None,
+    parallel_tool_calls: bool | None = None,
+) -> ToolPlan:
     """The checked tools and tool choice of a chat request (see the module docstring)."""
     parsed = _tools(tools) if tools else ()
     parallel = parallel_tool_calls is not False
@@ -46,19 +49,25 @@ def tool_plan(tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, A
         return ToolPlan(parsed, "auto" if parsed else "none", parallel=parallel)
     if isinstance(tool_choice, str):
         if tool_choice not in ("none", "auto", "required"):
-            raise bad_request("tool_choice must be 'none', 'auto', 'required' or "
-                              '{"type": "function", "function": {"name": ...}}', param="tool_choice")
+            raise bad_request(
+                "tool_choice must be 'none', 'auto', 'required' or "
+                '{"type": "function", "function": {"name": ...}}',
+                param="tool_choice",
+            )
         if tool_choice != "none" and not parsed:
             raise bad_request(f"tool_choice '{tool_choice}' needs 'tools'", param="tool_choice")
         return ToolPlan(parsed, tool_choice, parallel=parallel)
     function = tool_choice.get("function")
     name = function.get("name") if isinstance(function, dict) else None
     if tool_choice.get("type", "function") != "function" or not isinstance(name, str):
-        raise bad_request('a named tool_choice is {"type": "function", "function": {"name": NAME}}',
-                          param="tool_choice")
+        raise bad_request(
+            'a named tool_choice is {"type": "function", "function": {"name": NAME}}', param="tool_choice"
+        )
     if not any(t.name == name for t in parsed):
-        raise bad_request(f"tool_choice names the function {name!r}, which is not in 'tools'",
-                          param="tool_choice.function.name")
+        raise bad_request(
+            f"tool_choice names the function {name!r}, which is not in 'tools'",
+            param="tool_choice.function.name",
+        )
     return ToolPlan(parsed, "named", name, parallel)
 
 
@@ -76,18 +85,23 @@ def _tools(tools: list[dict[str, Any]]) -> tuple[Tool, ...]:
             raise bad_request(f"{where}.function must be an object", param=f"{where}.function")
         name = function.get("name")
         if not isinstance(name, str) or not name:
-            raise bad_request(f"{where}.function.name must be a non-empty string",
-                              param=f"{where}.function.name")
+            raise bad_request(
+                f"{where}.function.name must be a non-empty string", param=f"{where}.function.name"
+            )
         if name in names:
-            raise bad_request(f"{where}.function.name {name!r} is already used by another tool",
-                              param=f"{where}.function.name")
+            raise bad_request(
+                f"{where}.function.name {name!r} is already used by another tool",
+                param=f"{where}.function.name",
+            )
         names.add(name)
         parameters = function.get("parameters")
         if parameters is None:
             parameters = {"type": "object", "properties": {}}
         if not isinstance(parameters, dict):
-            raise bad_request(f"{where}.function.parameters must be a JSON Schema object",
-                              param=f"{where}.function.parameters")
+            raise bad_request(
+                f"{where}.function.parameters must be a JSON Schema object",
+                param=f"{where}.function.parameters",
+            )
         out.append(Tool(name, parameters))
     return tuple(out)
 
@@ -102,11 +116,19 @@ def forced_schema(plan: ToolPlan) -> dict[str, Any] | None:
         return next(t.parameters for t in plan.tools if t.name == plan.name)  # type: ignore[return-value]
     if plan.choice != "required":
         return None
-    items = [{"type": "object",
-              "properties": {"name": {"type": "string", "enum": [t.name]}, "parameters": t.parameters},
-              "required": ["name", "parameters"]} for t in plan.tools]
-    schema: dict[str, Any] = {"type": "array", "minItems": 1,
-                              "items": items[0] if len(items) == 1 else {"anyOf": items}}
+    items = [
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": [t.name]}, "parameters": t.parameters},
+            "required": ["name", "parameters"],
+        }
+        for t in plan.tools
+    ]
+    schema: dict[str, Any] = {
+        "type": "array",
+        "minItems": 1,
+        "items": items[0] if len(items) == 1 else {"anyOf": items},
+    }
     if not plan.parallel:
         schema["maxItems"] = 1
     return schema

@@ -72,8 +72,7 @@ class AgentRoute(Route):
 
     __slots__ = ("inner", "session_id", "_after", "_closed")
 
-    def __init__(self, inner: Route, session_id: str | None,
-                 after: list[Callable[[], object]]) -> None:
+    def __init__(self, inner: Route, session_id: str | None, after: list[Callable[[], object]]) -> None:
         super().__init__(inner.worker, inner.dp_rank)
         self.inner = inner
         self.session_id = session_id
@@ -109,8 +108,13 @@ class AgentRoute(Route):
 class AgentRouter(Router):
     """Sessions and pinning around ``inner`` (see the module docstring)."""
 
-    def __init__(self, inner: Router, *, enable_cache_control: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        inner: Router,
+        *,
+        enable_cache_control: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(inner.pool)
         self.inner = inner
         self.mode = inner.mode
@@ -153,8 +157,10 @@ class AgentRouter(Router):
         if len(requests) == 1:
             return [await self.route(requests[0])]
         if any(r.session is not None for r in requests):
-            raise ValueError("nvext.session_control needs a single choice: route_all got "
-                             f"{len(requests)} requests, one with a session")
+            raise ValueError(
+                "nvext.session_control needs a single choice: route_all got "
+                f"{len(requests)} requests, one with a session"
+            )
         routes = await self.inner.route_all(requests)
         if not self.enable_cache_control:
             return routes
@@ -163,13 +169,13 @@ class AgentRouter(Router):
             if request.pin_ttl_s is None:
                 wrapped.append(route)
                 continue
-            pin = functools.partial(self._spawn_pin, route.worker, request.token_ids,
-                                    request.pin_ttl_s)
+            pin = functools.partial(self._spawn_pin, route.worker, request.token_ids, request.pin_ttl_s)
             wrapped.append(AgentRoute(route, None, [pin]))
         return wrapped
 
-    async def _route_session(self, request: RouteRequest,
-                             after: list[Callable[[], object]]) -> tuple[Route, str | None]:
+    async def _route_session(
+        self, request: RouteRequest, after: list[Callable[[], object]]
+    ) -> tuple[Route, str | None]:
         session = request.session
         assert session is not None
         sid = session.session_id
@@ -177,19 +183,22 @@ class AgentRouter(Router):
         if request.instance_id is None and request.dp_rank is None:
             bound = self.sessions.peek(sid)
             if bound is not None and self.pool.get(bound.instance_id) is None:
-                log.warning("session %s was bound to worker %d, which is gone; routing it anew",
-                            sid, bound.instance_id)
+                log.warning(
+                    "session %s was bound to worker %d, which is gone; routing it anew",
+                    sid,
+                    bound.instance_id,
+                )
                 self.sessions.unbind(sid)
                 bound = None
         route = None
         if bound is not None:
-            pinned = msgspec.structs.replace(request, instance_id=bound.instance_id,
-                                             dp_rank=bound.dp_rank)
+            pinned = msgspec.structs.replace(request, instance_id=bound.instance_id, dp_rank=bound.dp_rank)
             try:
                 route = await self.inner.route(pinned)
             except WorkerNotFoundError:
-                log.warning("session %s: bound worker %d cannot take it; routing it anew", sid,
-                            bound.instance_id)
+                log.warning(
+                    "session %s: bound worker %d cannot take it; routing it anew", sid, bound.instance_id
+                )
                 self.sessions.unbind(sid)
                 bound = None
         if route is None:
@@ -203,24 +212,26 @@ class AgentRouter(Router):
             return route, None
         if action == "bind":
             old = self.sessions.peek(sid)
-            self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout,
-                               engine_backed=False)
+            self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout, engine_backed=False)
             self._close_replaced(sid, old, None)
             return route, None
         if action == "open":
             old = self.sessions.peek(sid)
             opened = await self._open(route, sid, session.timeout)
-            self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout,
-                               engine_backed=opened)
+            self.sessions.bind(sid, worker.instance_id, route.dp_rank, session.timeout, engine_backed=opened)
             self._close_replaced(sid, old, worker.instance_id if opened else None)
             return route, sid if opened else None
         # close: unbind now; the worker holding the session closes it once this stream is over
         old = self.sessions.unbind(sid)
         holder = worker if old is None else self.pool.get(old.instance_id)
-        if ((old is None or old.engine_backed) and holder is not None
-                and self._supports(holder, FEATURE_STREAMING_SESSIONS, warn=False)):
-            after.append(lambda: self.background.spawn(
-                f"close_session {sid}", self._close_session, holder, sid))
+        if (
+            (old is None or old.engine_backed)
+            and holder is not None
+            and self._supports(holder, FEATURE_STREAMING_SESSIONS, warn=False)
+        ):
+            after.append(
+                lambda: self.background.spawn(f"close_session {sid}", self._close_session, holder, sid)
+            )
         in_session = old is not None and old.engine_backed and old.instance_id == worker.instance_id
         return route, sid if in_session else None
 
@@ -238,14 +249,16 @@ class AgentRouter(Router):
         worker = route.worker
         if not self._supports(worker, FEATURE_STREAMING_SESSIONS):
             return False
-        call = SessionControlRequest(f"session-{next(_call_ids)}", "open", sid,
-                                     float(timeout + ENGINE_TIMEOUT_MARGIN_S))
+        call = SessionControlRequest(
+            f"session-{next(_call_ids)}", "open", sid, float(timeout + ENGINE_TIMEOUT_MARGIN_S)
+        )
         try:
             await worker.client.call(call, CALL_TIMEOUT_S)
         except (RemoteError, WorkerUnavailable, TimeoutError) as exc:
             route.finished()
-            raise SessionOpenError(f"worker {worker.instance_id} could not open session "
-                                   f"{sid!r}: {exc}") from None
+            raise SessionOpenError(
+                f"worker {worker.instance_id} could not open session {sid!r}: {exc}"
+            ) from None
         except BaseException:
             route.finished()
             raise
@@ -256,27 +269,35 @@ class AgentRouter(Router):
             return True
         if warn and worker.instance_id not in self._warned:
             self._warned.add(worker.instance_id)
-            log.warning("worker %d (%s) does not offer %s; %s", worker.instance_id,
-                        worker.record.engine, feature,
-                        "sessions stay router-only (SGLang needs --enable-streaming-session)"
-                        if feature == FEATURE_STREAMING_SESSIONS else "cache_control is ignored")
+            log.warning(
+                "worker %d (%s) does not offer %s; %s",
+                worker.instance_id,
+                worker.record.engine,
+                feature,
+                "sessions stay router-only (SGLang needs --enable-streaming-session)"
+                if feature == FEATURE_STREAMING_SESSIONS
+                else "cache_control is ignored",
+            )
         return False
 
     # ----------------------------------------------------------------- after the stream
 
     def _spawn_pin(self, worker: Worker, token_ids: list[int], ttl_s: float) -> None:
         if self._supports(worker, FEATURE_PIN_PREFIX):
-            self.background.spawn(f"pin_prefix on worker {worker.instance_id}", self._pin,
-                                  worker, token_ids, ttl_s)
+            self.background.spawn(
+                f"pin_prefix on worker {worker.instance_id}", self._pin, worker, token_ids, ttl_s
+            )
 
     async def _pin(self, worker: Worker, token_ids: list[int], ttl_s: float) -> None:
         reply = await worker.client.call(
-            PinPrefixRequest(f"pin-{next(_call_ids)}", token_ids, ttl_s), CALL_TIMEOUT_S)
+            PinPrefixRequest(f"pin-{next(_call_ids)}", token_ids, ttl_s), CALL_TIMEOUT_S
+        )
         log.debug("worker %d pinned %d blocks for %.0f s", worker.instance_id, reply.value, ttl_s)
 
     async def _close_session(self, worker: Worker, sid: str) -> None:
-        await worker.client.call(SessionControlRequest(f"session-{next(_call_ids)}", "close", sid),
-                                 CALL_TIMEOUT_S)
+        await worker.client.call(
+            SessionControlRequest(f"session-{next(_call_ids)}", "close", sid), CALL_TIMEOUT_S
+        )
         log.debug("closed session %s on worker %d", sid, worker.instance_id)
 
     def _reap(self) -> None:
@@ -285,6 +306,10 @@ class AgentRouter(Router):
                 continue
             worker = self.pool.get(binding.instance_id)
             if worker is not None:
-                log.info("session %s idle for %.0f s; closing it on worker %d", sid,
-                         binding.ttl_s, binding.instance_id)
+                log.info(
+                    "session %s idle for %.0f s; closing it on worker %d",
+                    sid,
+                    binding.ttl_s,
+                    binding.instance_id,
+                )
                 self.background.spawn(f"close_session {sid}", self._close_session, worker, sid)

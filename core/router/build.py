@@ -29,10 +29,18 @@ log = logging.getLogger("dyn.router")
 INDEXER_LOOKUP_S = 1.0
 
 
-def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: CollectorRegistry,
-                 *, namespace: str = "default", router_address: str | None = None,
-                 router_id: str = "0", host: str = "127.0.0.1",
-                 serve_endpoint: str | None = None) -> Router:
+def build_router(
+    mode: str,
+    pool: WorkerPool,
+    config: KvRouterConfig,
+    registry: CollectorRegistry,
+    *,
+    namespace: str = "default",
+    router_address: str | None = None,
+    router_id: str = "0",
+    host: str = "127.0.0.1",
+    serve_endpoint: str | None = None,
+) -> Router:
     """The router of ``mode`` (``dyn.core.router.modes``) over ``pool``; ``ValueError``
     (``ConfigError``) names what to fix.
 
@@ -44,9 +52,11 @@ def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: 
         if mode != "kv":
             raise ValueError("--router-address needs --router-mode kv")
         if config.replica_sync:
-            raise ValueError("--router-replica-sync syncs routers that route in their own "
-                             "process; with --router-address the dyn router routes: pass "
-                             "--router-replica-sync to the dyn router replicas instead")
+            raise ValueError(
+                "--router-replica-sync syncs routers that route in their own "
+                "process; with --router-address the dyn router routes: pass "
+                "--router-replica-sync to the dyn router replicas instead"
+            )
         from dyn.core.router.remote import RemoteRouter
 
         return RemoteRouter(pool, router_address)
@@ -66,19 +76,20 @@ def build_router(mode: str, pool: WorkerPool, config: KvRouterConfig, registry: 
     if not isinstance(router, KvRouter):  # what follows serves the KV router only
         return router
     if config.use_remote_indexer and config.uses_indexer:
-        router.companions.append(functools.partial(_remote_indexer, router, pool,
-                                                   config.indexer_address))
+        router.companions.append(functools.partial(_remote_indexer, router, pool, config.indexer_address))
     if config.replica_sync:
         from dyn.core.router.sync import ReplicaSync
 
-        sync = ReplicaSync(router, pool.store, model_name=pool.model_name, host=host,
-                           request_endpoint=serve_endpoint)
+        sync = ReplicaSync(
+            router, pool.store, model_name=pool.model_name, host=host, request_endpoint=serve_endpoint
+        )
         router.companions.append(sync.run)
     return router
 
 
-async def _remote_indexer(router: Any, pool: WorkerPool, address: str | None, *,
-                          task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+async def _remote_indexer(
+    router: Any, pool: WorkerPool, address: str | None, *, task_status: Any = anyio.TASK_STATUS_IGNORED
+) -> None:
     """``--use-remote-indexer``: ask the ``dyn indexer`` at ``address`` (or the one found in
     discovery, looked up every second until there is one) for overlaps. Until it answers, the
     router routes on load alone."""
@@ -94,8 +105,11 @@ async def _remote_indexer(router: Any, pool: WorkerPool, address: str | None, *,
         warned = False
         while (address := await live_indexer_address(store, pool.model_name)) is None:
             if not warned:
-                log.warning("--use-remote-indexer: no dyn indexer for model %r in discovery yet; "
-                            "routing on load alone until one starts", pool.model_name)
+                log.warning(
+                    "--use-remote-indexer: no dyn indexer for model %r in discovery yet; "
+                    "routing on load alone until one starts",
+                    pool.model_name,
+                )
                 warned = True
             await anyio.sleep(INDEXER_LOOKUP_S)
     log.info("asking the dyn indexer at %s for KV overlaps", address)

@@ -58,91 +58,214 @@ class KvRouterConfig:
     with ``QueueFullError`` (None: no limit).
     """
 
-    overlap_score_credit: Annotated[float, Meta(ge=0.0, le=1.0), flag(
-        "--router-kv-overlap-score-credit", panel=PANEL,
-        help="Credit for device-local prefix overlap in the prefill cost, 0 to 1; 0 ignores prefix "
-             "caches and creates no indexer.")] = 1.0
-    prefill_load_scale: Annotated[float, Meta(ge=0.0), flag(
-        "--router-prefill-load-scale", panel=PANEL,
-        help="Scale of the overlap-adjusted prompt-side load against decode blocks.")] = 1.0
-    load_aware: Annotated[bool, flag(
-        "--load-aware", panel=PANEL,
-        help="Preset: KV routing on load alone (overlap credit 0, no KV events, no KV-reuse "
-             "assumption, active-block and prefill-token tracking on); implies --router-mode kv.")] = False
-    temperature: Annotated[float, Meta(ge=0.0), flag(
-        "--router-temperature", panel=PANEL,
-        help="Softmax temperature over normalised costs; 0 picks the cheapest worker.")] = 0.0
-    track_prefill_tokens: Annotated[bool, flag(
-        "--router-track-prefill-tokens/--no-router-track-prefill-tokens", panel=PANEL,
-        help="Count prompt tokens being prefilled in each worker's load.")] = True
-    prefill_load_model: Annotated[str, flag(
-        "--router-prefill-load-model", panel=PANEL,
-        help="Prompt-side load model: none (static until first token); aic is refused (it needs "
-             "NVIDIA's AIConfigurator database).")] = "none"
-    queue_threshold: Annotated[float | None, flag(
-        "--router-queue-threshold", panel=PANEL, cli_type=str, default="16.0",
-        parse=_queue_threshold,
-        help="Hold requests while every worker's active prefill tokens exceed this fraction of "
-             "its max_num_batched_tokens; None disables the queue.")] = 16.0
-    queue_policy: Annotated[str, flag(
-        "--router-queue-policy", panel=PANEL,
-        help="Router queue order: fcfs (tail TTFT), lcfs (experiments), wspt (average TTFT).")] = "fcfs"
-    max_queued_requests: Annotated[int | None, flag(
-        "--router-queue-limit", panel=PANEL, cli_type=Annotated[int, Meta(ge=0)], parse=_zero_is_none,
-        help="Most engine requests that may wait in the router queue (a request's n choices wait "
-             "as one entry but count n); a request arriving at a full queue is answered 503 with "
-             "Retry-After at once. 0: no limit (Dynamo's default).")] = DEFAULT_MAX_QUEUED_REQUESTS
-    unstarted_booking_secs: Annotated[float | None, flag(
-        "--router-unstarted-booking-secs", panel=PANEL, cli_type=Annotated[float, Meta(ge=0.0)],
-        parse=_zero_is_none,
-        help="Free a routed request's load booking when the frontend has not sent it to its worker "
-             "within this many seconds (a frontend that crashed or gave up after routing); 0: "
-             "only the 300 s stale expiry. dyn's own flag: Dynamo has no such limit.")] = \
-        DEFAULT_UNSTARTED_BOOKING_SECS
-    use_kv_events: Annotated[bool, flag(
-        "--router-kv-events/--no-router-kv-events", panel=PANEL,
-        help="Follow workers' KV events; without them, predict cache state from routing "
-             "decisions with a TTL.")] = True
-    ttl_secs: Annotated[float, Meta(ge=0.0), flag(
-        "--router-ttl-secs", panel=PANEL,
-        help="Lifetime of predicted blocks in approximate mode (--no-router-kv-events).")] = 120.0
-    predicted_ttl_secs: Annotated[Annotated[float, Meta(ge=0.0)] | None, flag(
-        "--router-predicted-ttl-secs", panel=PANEL,
-        help="Record each decision in a side index with this TTL so sibling requests find the "
-             "prefix before the engine reports it (try 5); needs KV events.")] = None
-    event_threads: Annotated[int, Meta(ge=1), flag(
-        "--router-event-threads", panel=PANEL,
-        help="Threads that receive and decode KV events (1, the default: on the event loop; "
-             "Dynamo defaults to 4, but Python threads share the GIL and measured slower).")] = 1
-    track_active_blocks: Annotated[bool, flag(
-        "--router-track-active-blocks/--no-router-track-active-blocks", panel=PANEL,
-        help="Count blocks of requests in flight in each worker's load.")] = True
-    track_output_blocks: Annotated[bool, flag(
-        "--router-track-output-blocks", panel=PANEL,
-        help="Experimental: add output blocks as tokens are generated, decaying toward "
-             "nvext.agent_hints.osl.")] = False
-    assume_kv_reuse: Annotated[bool, flag(
-        "--router-assume-kv-reuse/--no-router-assume-kv-reuse", panel=PANEL,
-        help="Count a prefix block shared by requests on one worker once.")] = True
-    replica_sync: Annotated[bool, flag(
-        "--router-replica-sync", panel=PANEL,
-        help="Share routing decisions with the other router replicas of the namespace.")] = False
-    use_remote_indexer: Annotated[bool, flag(
-        "--use-remote-indexer", panel=PANEL,
-        help="Ask a dyn indexer for overlaps (see --indexer-address) instead of indexing here.")] = False
-    indexer_address: Annotated[str | None, flag(
-        "--indexer-address", panel=PANEL,
-        help="ZMQ address of the dyn indexer for --use-remote-indexer (default: found in "
-             "discovery).")] = None
-    active_decode_blocks_threshold: Annotated[Annotated[float, Meta(ge=0.0)] | None, flag(
-        "--active-decode-blocks-threshold", panel=PANEL,
-        help="Busy when active decode blocks exceed this fraction of the worker's KV blocks.")] = None
-    active_prefill_tokens_threshold: Annotated[Annotated[int, Meta(ge=0)] | None, flag(
-        "--active-prefill-tokens-threshold", panel=PANEL,
-        help="Busy when active prefill tokens exceed this many.")] = None
-    active_prefill_tokens_threshold_frac: Annotated[Annotated[float, Meta(ge=0.0)] | None, flag(
-        "--active-prefill-tokens-threshold-frac", panel=PANEL,
-        help="Busy when active prefill tokens exceed this fraction of max_num_batched_tokens.")] = None
+    overlap_score_credit: Annotated[
+        float,
+        Meta(ge=0.0, le=1.0),
+        flag(
+            "--router-kv-overlap-score-credit",
+            panel=PANEL,
+            help="Credit for device-local prefix overlap in the prefill cost, 0 to 1; 0 ignores prefix "
+            "caches and creates no indexer.",
+        ),
+    ] = 1.0
+    prefill_load_scale: Annotated[
+        float,
+        Meta(ge=0.0),
+        flag(
+            "--router-prefill-load-scale",
+            panel=PANEL,
+            help="Scale of the overlap-adjusted prompt-side load against decode blocks.",
+        ),
+    ] = 1.0
+    load_aware: Annotated[
+        bool,
+        flag(
+            "--load-aware",
+            panel=PANEL,
+            help="Preset: KV routing on load alone (overlap credit 0, no KV events, no KV-reuse "
+            "assumption, active-block and prefill-token tracking on); implies --router-mode kv.",
+        ),
+    ] = False
+    temperature: Annotated[
+        float,
+        Meta(ge=0.0),
+        flag(
+            "--router-temperature",
+            panel=PANEL,
+            help="Softmax temperature over normalised costs; 0 picks the cheapest worker.",
+        ),
+    ] = 0.0
+    track_prefill_tokens: Annotated[
+        bool,
+        flag(
+            "--router-track-prefill-tokens/--no-router-track-prefill-tokens",
+            panel=PANEL,
+            help="Count prompt tokens being prefilled in each worker's load.",
+        ),
+    ] = True
+    prefill_load_model: Annotated[
+        str,
+        flag(
+            "--router-prefill-load-model",
+            panel=PANEL,
+            help="Prompt-side load model: none (static until first token); aic is refused (it needs "
+            "NVIDIA's AIConfigurator database).",
+        ),
+    ] = "none"
+    queue_threshold: Annotated[
+        float | None,
+        flag(
+            "--router-queue-threshold",
+            panel=PANEL,
+            cli_type=str,
+            default="16.0",
+            parse=_queue_threshold,
+            help="Hold requests while every worker's active prefill tokens exceed this fraction of "
+            "its max_num_batched_tokens; None disables the queue.",
+        ),
+    ] = 16.0
+    queue_policy: Annotated[
+        str,
+        flag(
+            "--router-queue-policy",
+            panel=PANEL,
+            help="Router queue order: fcfs (tail TTFT), lcfs (experiments), wspt (average TTFT).",
+        ),
+    ] = "fcfs"
+    max_queued_requests: Annotated[
+        int | None,
+        flag(
+            "--router-queue-limit",
+            panel=PANEL,
+            cli_type=Annotated[int, Meta(ge=0)],
+            parse=_zero_is_none,
+            help="Most engine requests that may wait in the router queue (a request's n choices wait "
+            "as one entry but count n); a request arriving at a full queue is answered 503 with "
+            "Retry-After at once. 0: no limit (Dynamo's default).",
+        ),
+    ] = DEFAULT_MAX_QUEUED_REQUESTS
+    unstarted_booking_secs: Annotated[
+        float | None,
+        flag(
+            "--router-unstarted-booking-secs",
+            panel=PANEL,
+            cli_type=Annotated[float, Meta(ge=0.0)],
+            parse=_zero_is_none,
+            help="Free a routed request's load booking when the frontend has not sent it to its worker "
+            "within this many seconds (a frontend that crashed or gave up after routing); 0: "
+            "only the 300 s stale expiry. dyn's own flag: Dynamo has no such limit.",
+        ),
+    ] = DEFAULT_UNSTARTED_BOOKING_SECS
+    use_kv_events: Annotated[
+        bool,
+        flag(
+            "--router-kv-events/--no-router-kv-events",
+            panel=PANEL,
+            help="Follow workers' KV events; without them, predict cache state from routing "
+            "decisions with a TTL.",
+        ),
+    ] = True
+    ttl_secs: Annotated[
+        float,
+        Meta(ge=0.0),
+        flag(
+            "--router-ttl-secs",
+            panel=PANEL,
+            help="Lifetime of predicted blocks in approximate mode (--no-router-kv-events).",
+        ),
+    ] = 120.0
+    predicted_ttl_secs: Annotated[
+        Annotated[float, Meta(ge=0.0)] | None,
+        flag(
+            "--router-predicted-ttl-secs",
+            panel=PANEL,
+            help="Record each decision in a side index with this TTL so sibling requests find the "
+            "prefix before the engine reports it (try 5); needs KV events.",
+        ),
+    ] = None
+    event_threads: Annotated[
+        int,
+        Meta(ge=1),
+        flag(
+            "--router-event-threads",
+            panel=PANEL,
+            help="Threads that receive and decode KV events (1, the default: on the event loop; "
+            "Dynamo defaults to 4, but Python threads share the GIL and measured slower).",
+        ),
+    ] = 1
+    track_active_blocks: Annotated[
+        bool,
+        flag(
+            "--router-track-active-blocks/--no-router-track-active-blocks",
+            panel=PANEL,
+            help="Count blocks of requests in flight in each worker's load.",
+        ),
+    ] = True
+    track_output_blocks: Annotated[
+        bool,
+        flag(
+            "--router-track-output-blocks",
+            panel=PANEL,
+            help="Experimental: add output blocks as tokens are generated, decaying toward "
+            "nvext.agent_hints.osl.",
+        ),
+    ] = False
+    assume_kv_reuse: Annotated[
+        bool,
+        flag(
+            "--router-assume-kv-reuse/--no-router-assume-kv-reuse",
+            panel=PANEL,
+            help="Count a prefix block shared by requests on one worker once.",
+        ),
+    ] = True
+    replica_sync: Annotated[
+        bool,
+        flag(
+            "--router-replica-sync",
+            panel=PANEL,
+            help="Share routing decisions with the other router replicas of the namespace.",
+        ),
+    ] = False
+    use_remote_indexer: Annotated[
+        bool,
+        flag(
+            "--use-remote-indexer",
+            panel=PANEL,
+            help="Ask a dyn indexer for overlaps (see --indexer-address) instead of indexing here.",
+        ),
+    ] = False
+    indexer_address: Annotated[
+        str | None,
+        flag(
+            "--indexer-address",
+            panel=PANEL,
+            help="ZMQ address of the dyn indexer for --use-remote-indexer (default: found in discovery).",
+        ),
+    ] = None
+    active_decode_blocks_threshold: Annotated[
+        Annotated[float, Meta(ge=0.0)] | None,
+        flag(
+            "--active-decode-blocks-threshold",
+            panel=PANEL,
+            help="Busy when active decode blocks exceed this fraction of the worker's KV blocks.",
+        ),
+    ] = None
+    active_prefill_tokens_threshold: Annotated[
+        Annotated[int, Meta(ge=0)] | None,
+        flag(
+            "--active-prefill-tokens-threshold",
+            panel=PANEL,
+            help="Busy when active prefill tokens exceed this many.",
+        ),
+    ] = None
+    active_prefill_tokens_threshold_frac: Annotated[
+        Annotated[float, Meta(ge=0.0)] | None,
+        flag(
+            "--active-prefill-tokens-threshold-frac",
+            panel=PANEL,
+            help="Busy when active prefill tokens exceed this fraction of max_num_batched_tokens.",
+        ),
+    ] = None
     overlap_refresh_after_secs: float | None = DEFAULT_OVERLAP_REFRESH_SECS
     """Set from ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` only (no flag, as in Dynamo)."""
     stale_request_secs: float = 300.0
@@ -158,65 +281,94 @@ class KvRouterConfig:
         if not _finite(credit) or not 0.0 <= credit <= 1.0:
             raise ConfigError(
                 f"--router-kv-overlap-score-credit must be between 0.0 and 1.0, got {credit}; "
-                "to weigh prompt load more, raise --router-prefill-load-scale instead")
+                "to weigh prompt load more, raise --router-prefill-load-scale instead"
+            )
         _non_negative(self.prefill_load_scale, "--router-prefill-load-scale")
         _non_negative(self.temperature, "--router-temperature")
         _positive(self.ttl_secs, "--router-ttl-secs")
         _positive(self.stale_request_secs, "the stale request timeout")
         if self.unstarted_booking_secs is not None:
-            _positive(self.unstarted_booking_secs, "--router-unstarted-booking-secs",
-                      hint="; use 0 to never expire bookings that were not started")
+            _positive(
+                self.unstarted_booking_secs,
+                "--router-unstarted-booking-secs",
+                hint="; use 0 to never expire bookings that were not started",
+            )
         limit = self.max_queued_requests
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ConfigError(f"--router-queue-limit must be a whole number of at least 1, got "
-                              f"{limit!r}; use 0 for no limit")
-        if isinstance(self.event_threads, bool) or not isinstance(self.event_threads, int) \
-                or self.event_threads < 1:
-            raise ConfigError(f"--router-event-threads must be a whole number of at least 1, "
-                              f"got {self.event_threads!r}")
+            raise ConfigError(
+                f"--router-queue-limit must be a whole number of at least 1, got "
+                f"{limit!r}; use 0 for no limit"
+            )
+        if (
+            isinstance(self.event_threads, bool)
+            or not isinstance(self.event_threads, int)
+            or self.event_threads < 1
+        ):
+            raise ConfigError(
+                f"--router-event-threads must be a whole number of at least 1, got {self.event_threads!r}"
+            )
         if self.predicted_ttl_secs is not None:
             _positive(self.predicted_ttl_secs, "--router-predicted-ttl-secs")
             if not self.use_kv_events:
                 raise ConfigError(
                     "--router-predicted-ttl-secs needs KV events: do not combine it with "
                     "--no-router-kv-events or --load-aware (approximate mode already records "
-                    "routing decisions); drop one of them")
+                    "routing decisions); drop one of them"
+                )
             if not self.uses_indexer:
                 raise ConfigError(
                     "--router-predicted-ttl-secs has no effect when "
                     "--router-kv-overlap-score-credit is 0 (or a deprecated overlap weight of 0 "
-                    "is set): prefix overlap is ignored; drop the flag or raise the credit")
+                    "is set): prefix overlap is ignored; drop the flag or raise the credit"
+                )
         if self.queue_threshold is not None:
-            _positive(self.queue_threshold, "--router-queue-threshold",
-                      hint="; use None to disable the router queue")
+            _positive(
+                self.queue_threshold,
+                "--router-queue-threshold",
+                hint="; use None to disable the router queue",
+            )
         if self.queue_policy not in QUEUE_POLICIES:
-            raise ConfigError(f"--router-queue-policy must be one of {', '.join(QUEUE_POLICIES)}, "
-                              f"got {self.queue_policy!r}")
+            raise ConfigError(
+                f"--router-queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}"
+            )
         if self.prefill_load_model == "aic":
             raise ConfigError(
                 "--router-prefill-load-model aic needs NVIDIA's AIConfigurator performance "
-                "database, which dyn does not ship; use --router-prefill-load-model none")
+                "database, which dyn does not ship; use --router-prefill-load-model none"
+            )
         if self.prefill_load_model not in PREFILL_LOAD_MODELS:
-            raise ConfigError(f"--router-prefill-load-model must be one of "
-                              f"{', '.join(PREFILL_LOAD_MODELS)}, got {self.prefill_load_model!r}")
+            raise ConfigError(
+                f"--router-prefill-load-model must be one of "
+                f"{', '.join(PREFILL_LOAD_MODELS)}, got {self.prefill_load_model!r}"
+            )
         if self.track_output_blocks and not self.track_active_blocks:
-            raise ConfigError("--router-track-output-blocks needs active block tracking: drop "
-                              "--no-router-track-active-blocks or --router-track-output-blocks")
+            raise ConfigError(
+                "--router-track-output-blocks needs active block tracking: drop "
+                "--no-router-track-active-blocks or --router-track-output-blocks"
+            )
         if self.overlap_refresh_after_secs is not None:
-            _positive(self.overlap_refresh_after_secs, OVERLAP_REFRESH_ENV,
-                      hint="; set it to 0 to disable the dequeue-time overlap refresh")
-        for value, name in ((self.active_decode_blocks_threshold, "--active-decode-blocks-threshold"),
-                            (self.active_prefill_tokens_threshold, "--active-prefill-tokens-threshold"),
-                            (self.active_prefill_tokens_threshold_frac,
-                             "--active-prefill-tokens-threshold-frac")):
+            _positive(
+                self.overlap_refresh_after_secs,
+                OVERLAP_REFRESH_ENV,
+                hint="; set it to 0 to disable the dequeue-time overlap refresh",
+            )
+        for value, name in (
+            (self.active_decode_blocks_threshold, "--active-decode-blocks-threshold"),
+            (self.active_prefill_tokens_threshold, "--active-prefill-tokens-threshold"),
+            (self.active_prefill_tokens_threshold_frac, "--active-prefill-tokens-threshold-frac"),
+        ):
             if value is not None:
                 _positive(value, name, hint="; omit it to turn that busy check off")
         return self
 
 
-def build_config(*, deprecated_overlap_weight: float | None = None,
-                 deprecated_weight_source: str = "--router-kv-overlap-score-weight",
-                 load_aware: bool = False, **fields: Any) -> KvRouterConfig:
+def build_config(
+    *,
+    deprecated_overlap_weight: float | None = None,
+    deprecated_weight_source: str = "--router-kv-overlap-score-weight",
+    load_aware: bool = False,
+    **fields: Any,
+) -> KvRouterConfig:
     """A validated config from ``fields`` (``KvRouterConfig`` field names), then, in order:
 
     1. the deprecated overlap-score weight (from ``deprecated_weight_source``, named in the
@@ -229,22 +381,36 @@ def build_config(*, deprecated_overlap_weight: float | None = None,
     if deprecated_overlap_weight is not None:
         weight = deprecated_overlap_weight
         if not _finite(weight) or weight < 0:
-            raise ConfigError(f"{deprecated_weight_source} must be a number >= 0, got {weight}; "
-                              "better, replace it with --router-prefill-load-scale")
+            raise ConfigError(
+                f"{deprecated_weight_source} must be a number >= 0, got {weight}; "
+                "better, replace it with --router-prefill-load-scale"
+            )
         if weight == 0:
-            log.warning("%s is deprecated; a value of 0 now means --router-prefill-load-scale 0 "
-                        "--router-kv-overlap-score-credit 0: use those flags instead",
-                        deprecated_weight_source)
+            log.warning(
+                "%s is deprecated; a value of 0 now means --router-prefill-load-scale 0 "
+                "--router-kv-overlap-score-credit 0: use those flags instead",
+                deprecated_weight_source,
+            )
             config = replace(config, prefill_load_scale=0.0, overlap_score_credit=0.0)
         else:
-            log.warning("%s is deprecated; use --router-prefill-load-scale %s instead (and "
-                        "--router-kv-overlap-score-credit only to tune the cache-overlap credit)",
-                        deprecated_weight_source, _fmt(weight))
+            log.warning(
+                "%s is deprecated; use --router-prefill-load-scale %s instead (and "
+                "--router-kv-overlap-score-credit only to tune the cache-overlap credit)",
+                deprecated_weight_source,
+                _fmt(weight),
+            )
             config = replace(config, prefill_load_scale=float(weight))
     if load_aware:
-        config = replace(config, overlap_score_credit=0.0, use_kv_events=False,
-                         assume_kv_reuse=False, track_active_blocks=True,
-                         track_prefill_tokens=True, use_remote_indexer=False, load_aware=True)
+        config = replace(
+            config,
+            overlap_score_credit=0.0,
+            use_kv_events=False,
+            assume_kv_reuse=False,
+            track_active_blocks=True,
+            track_prefill_tokens=True,
+            use_remote_indexer=False,
+            load_aware=True,
+        )
     return config.validate()
 
 
@@ -256,8 +422,12 @@ def overlap_refresh_from_env(value: str | None) -> float | None:
     try:
         secs = float(value)
     except ValueError:
-        log.warning("%s=%r is not a number; using %s s", OVERLAP_REFRESH_ENV, value,
-                    _fmt(DEFAULT_OVERLAP_REFRESH_SECS))
+        log.warning(
+            "%s=%r is not a number; using %s s",
+            OVERLAP_REFRESH_ENV,
+            value,
+            _fmt(DEFAULT_OVERLAP_REFRESH_SECS),
+        )
         return DEFAULT_OVERLAP_REFRESH_SECS
     if not _finite(secs) or secs <= 0:
         return None
@@ -274,8 +444,9 @@ def deprecated_overlap_weight_from_env(environ: Mapping[str, str]) -> tuple[floa
         try:
             return float(raw), name
         except ValueError:
-            raise ConfigError(f"{name}={raw!r} is not a number; remove it and set "
-                              "DYN_ROUTER_PREFILL_LOAD_SCALE instead") from None
+            raise ConfigError(
+                f"{name}={raw!r} is not a number; remove it and set DYN_ROUTER_PREFILL_LOAD_SCALE instead"
+            ) from None
     return None
 
 

@@ -24,11 +24,20 @@ DISK_CACHE_HIT_WEIGHT = 0.25
 K = TypeVar("K")
 
 
-def worker_logit(*, isl_tokens: int, block_size: int, potential_prefill_tokens: float | None,
-                 cached_tokens: float, device_overlap_blocks: float,
-                 potential_decode_blocks: float, overlap_score_credit: float,
-                 prefill_load_scale: float, track_prefill_tokens: bool,
-                 host_overlap_blocks: float = 0.0, disk_overlap_blocks: float = 0.0) -> float:
+def worker_logit(
+    *,
+    isl_tokens: int,
+    block_size: int,
+    potential_prefill_tokens: float | None,
+    cached_tokens: float,
+    device_overlap_blocks: float,
+    potential_decode_blocks: float,
+    overlap_score_credit: float,
+    prefill_load_scale: float,
+    track_prefill_tokens: bool,
+    host_overlap_blocks: float = 0.0,
+    disk_overlap_blocks: float = 0.0,
+) -> float:
     """The cost of sending the request to one rank.
 
     ``potential_prefill_tokens`` is the rank's active prefill tokens plus ``isl - cached_tokens``
@@ -43,9 +52,11 @@ def worker_logit(*, isl_tokens: int, block_size: int, potential_prefill_tokens: 
     else:
         raw_tokens = potential_prefill_tokens + cached_tokens
     raw_blocks = raw_tokens / block_size
-    credit = (overlap_score_credit * device_overlap_blocks
-              + HOST_CACHE_HIT_WEIGHT * host_overlap_blocks
-              + DISK_CACHE_HIT_WEIGHT * disk_overlap_blocks)
+    credit = (
+        overlap_score_credit * device_overlap_blocks
+        + HOST_CACHE_HIT_WEIGHT * host_overlap_blocks
+        + DISK_CACHE_HIT_WEIGHT * disk_overlap_blocks
+    )
     adjusted = max(raw_blocks - credit, 0.0)
     return prefill_load_scale * adjusted + potential_decode_blocks
 

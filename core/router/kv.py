@@ -85,8 +85,9 @@ class _Prompt:
 
     __slots__ = ("local", "seq", "scores", "predicted", "scored_at")
 
-    def __init__(self, local: list[int], seq: list[int],
-                 overlaps: tuple[OverlapScores, OverlapScores], now: float) -> None:
+    def __init__(
+        self, local: list[int], seq: list[int], overlaps: tuple[OverlapScores, OverlapScores], now: float
+    ) -> None:
         self.local = local
         self.seq = seq
         self.scores, self.predicted = overlaps
@@ -118,11 +119,29 @@ class _Group:
 class KvRoute(Route):
     """A booked route; its hooks keep the router's load model in step with the stream."""
 
-    __slots__ = ("router", "request_id", "key", "decision", "routed_at", "booked_at", "first_at",
-                 "output_tokens", "closed", "queue_depth")
+    __slots__ = (
+        "router",
+        "request_id",
+        "key",
+        "decision",
+        "routed_at",
+        "booked_at",
+        "first_at",
+        "output_tokens",
+        "closed",
+        "queue_depth",
+    )
 
-    def __init__(self, worker: Worker, router: KvRouter, request_id: str, decision: RouteDecision,
-                 routed_at: float, queue_depth: int = 0, booked_at: float = 0.0) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        router: KvRouter,
+        request_id: str,
+        decision: RouteDecision,
+        routed_at: float,
+        queue_depth: int = 0,
+        booked_at: float = 0.0,
+    ) -> None:
         super().__init__(worker, decision.worker[1])
         self.queue_depth = queue_depth
         self.router = router
@@ -162,10 +181,17 @@ class KvRouter(Router):
 
     mode = "kv"
 
-    def __init__(self, pool: WorkerPool, config: KvRouterConfig, metrics: RouterMetrics, *,
-                 ingest: Callable[[RadixIndexer], Any] | None = None,
-                 rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic,
-                 block_size: int | None = None) -> None:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        config: KvRouterConfig,
+        metrics: RouterMetrics,
+        *,
+        ingest: Callable[[RadixIndexer], Any] | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        block_size: int | None = None,
+    ) -> None:
         super().__init__(pool)
         self.config = config.validate()
         self.metrics = metrics
@@ -181,8 +207,11 @@ class KvRouter(Router):
                 self.indexer = RadixIndexer()
             else:
                 self.approx = TtlIndexer(config.ttl_secs, clock=clock)
-        self.side = (TtlIndexer(config.predicted_ttl_secs, clock=clock)
-                     if config.predicted_ttl_secs is not None else None)
+        self.side = (
+            TtlIndexer(config.predicted_ttl_secs, clock=clock)
+            if config.predicted_ttl_secs is not None
+            else None
+        )
         self.remote_indexer: Any = None
         self._remote_retry_at = 0.0
         self._warned_block_size = False
@@ -217,9 +246,13 @@ class KvRouter(Router):
                 self.block_size = record.block_size
                 log.info("KV block size %d (from worker %d)", self.block_size, record.instance_id)
             elif record.block_size != self.block_size:
-                log.warning("worker %d uses KV block size %d but the router hashes blocks of %d; "
-                            "its cache cannot be matched", record.instance_id, record.block_size,
-                            self.block_size)
+                log.warning(
+                    "worker %d uses KV block size %d but the router hashes blocks of %d; "
+                    "its cache cannot be matched",
+                    record.instance_id,
+                    record.block_size,
+                    self.block_size,
+                )
             keys = [(record.instance_id, r) for r in range(max(record.dp_size, 1))]
             self._ranks[record.instance_id] = keys
             for key in keys:
@@ -253,8 +286,11 @@ class KvRouter(Router):
                 if now - last_stale >= STALE_CHECK_S:
                     last_stale = now
                     for request_id in self.load.expire_stale(now, self.config.stale_request_secs):
-                        log.warning("request %s held its booking for over %.0f s; freed",
-                                    request_id, self.config.stale_request_secs)
+                        log.warning(
+                            "request %s held its booking for over %.0f s; freed",
+                            request_id,
+                            self.config.stale_request_secs,
+                        )
                 self._drain()
 
     # ----------------------------------------------------------------- routing
@@ -343,19 +379,24 @@ class KvRouter(Router):
             scores = await indexer.find_matches(local, seq)
         except Exception as exc:
             self._remote_retry_at = self._clock() + REMOTE_RETRY_S
-            log.warning("remote indexer query failed (%s); routing on load alone for %.0f s",
-                        exc, REMOTE_RETRY_S)
+            log.warning(
+                "remote indexer query failed (%s); routing on load alone for %.0f s", exc, REMOTE_RETRY_S
+            )
             return {}
         if indexer.block_size not in (None, self.block_size):
             if not self._warned_block_size:
                 self._warned_block_size = True
-                log.warning("the dyn indexer hashes blocks of %d tokens, this router %d; its "
-                            "answers are ignored", indexer.block_size, self.block_size)
+                log.warning(
+                    "the dyn indexer hashes blocks of %d tokens, this router %d; its answers are ignored",
+                    indexer.block_size,
+                    self.block_size,
+                )
             return {}
         return scores
 
-    def _with_side(self, scores: OverlapScores, local: list[int],
-                   seq: list[int]) -> tuple[OverlapScores, OverlapScores]:
+    def _with_side(
+        self, scores: OverlapScores, local: list[int], seq: list[int]
+    ) -> tuple[OverlapScores, OverlapScores]:
         if self.side is None:
             return scores, {}
         side = self.side.find_matches(local, seq)
@@ -370,8 +411,9 @@ class KvRouter(Router):
             if request.dp_rank is not None:
                 keys = [k for k in keys if k[1] == request.dp_rank]
                 if not keys:
-                    raise WorkerNotFoundError(f"worker instance {request.instance_id} has no "
-                                              f"dp rank {request.dp_rank}")
+                    raise WorkerNotFoundError(
+                        f"worker instance {request.instance_id} has no dp rank {request.dp_rank}"
+                    )
             if not keys:
                 raise WorkerNotFoundError(f"worker instance {request.instance_id} is not live")
             return keys
@@ -390,9 +432,11 @@ class KvRouter(Router):
 
     def _thresholds_set(self) -> bool:
         c = self.config
-        return (c.active_decode_blocks_threshold is not None
-                or c.active_prefill_tokens_threshold is not None
-                or c.active_prefill_tokens_threshold_frac is not None)
+        return (
+            c.active_decode_blocks_threshold is not None
+            or c.active_prefill_tokens_threshold is not None
+            or c.active_prefill_tokens_threshold_frac is not None
+        )
 
     def _rank_busy(self, key: WorkerKey) -> bool:
         c = self.config
@@ -401,8 +445,11 @@ class KvRouter(Router):
             return True
         record = worker.record
         prefill = self.load.active_tokens(key, self._clock())
-        if (c.active_decode_blocks_threshold is not None and
-                self.load.active_decode_blocks(key) > c.active_decode_blocks_threshold * record.total_kv_blocks):
+        if (
+            c.active_decode_blocks_threshold is not None
+            and self.load.active_decode_blocks(key)
+            > c.active_decode_blocks_threshold * record.total_kv_blocks
+        ):
             return True
         if c.active_prefill_tokens_threshold is not None and prefill > c.active_prefill_tokens_threshold:
             return True
@@ -431,14 +478,19 @@ class KvRouter(Router):
             self.metrics.rejected.labels("decode", "queue_full").inc()
             raise QueueFullError(
                 f"every worker is busy and {waiting} requests already wait in the router queue "
-                f"(--router-queue-limit {limit}); retry later")
+                f"(--router-queue-limit {limit}); retry later"
+            )
         req, prompt = group.members[0]
         best_cached = max(prompt.scores.values(), default=0) * (self.block_size or 0)
         group.done = anyio.Event()
-        entry = self.queue.push(group, priority_jump=priority_jump(req.priority, req.latency_sensitivity),
-                                isl_tokens=len(req.token_ids), max_cached_tokens=best_cached,
-                                requests=len(group.members),
-                                tokens=sum(len(r.token_ids) for r, _ in group.members))
+        entry = self.queue.push(
+            group,
+            priority_jump=priority_jump(req.priority, req.latency_sensitivity),
+            isl_tokens=len(req.token_ids),
+            max_cached_tokens=best_cached,
+            requests=len(group.members),
+            tokens=sum(len(r.token_ids) for r, _ in group.members),
+        )
         self._queue_gauges()
         try:
             await group.done.wait()
@@ -481,13 +533,13 @@ class KvRouter(Router):
             self.queue.pop()
             now = self._clock()
             index: RadixIndexer | TtlIndexer | None = (
-                self.indexer if self.indexer is not None else self.approx)
+                self.indexer if self.indexer is not None else self.approx
+            )
             if refresh is not None and index is not None:
                 for prompt in {id(p): p for _, p in group.members}.values():
                     if now - prompt.scored_at >= refresh:
                         scores = index.find_matches(prompt.local, prompt.seq)
-                        prompt.scores, prompt.predicted = self._with_side(scores, prompt.local,
-                                                                          prompt.seq)
+                        prompt.scores, prompt.predicted = self._with_side(scores, prompt.local, prompt.seq)
                         prompt.scored_at = now
             try:
                 group.routes = self._admit_group(group, targets)
@@ -504,24 +556,28 @@ class KvRouter(Router):
 
     # ----------------------------------------------------------------- admission and booking
 
-    def _admit_group(self, group: _Group,
-                     targets: dict[tuple[int | None, int | None], list[WorkerKey]]) -> list[KvRoute]:
+    def _admit_group(
+        self, group: _Group, targets: dict[tuple[int | None, int | None], list[WorkerKey]]
+    ) -> list[KvRoute]:
         """Book every member now, each seeing the bookings of those before it; if one fails,
         free the others and raise."""
         routes: list[KvRoute] = []
         try:
             for request, prompt in group.members:
-                routes.append(self._admit(request, prompt,
-                                          targets[(request.instance_id, request.dp_rank)],
-                                          group.queue_depth))
+                routes.append(
+                    self._admit(
+                        request, prompt, targets[(request.instance_id, request.dp_rank)], group.queue_depth
+                    )
+                )
         except BaseException:
             for route in routes:
                 route.finished()
             raise
         return routes
 
-    def _admit(self, req: RouteRequest, prompt: _Prompt, candidates: list[WorkerKey],
-               queue_depth: int = 0) -> KvRoute:
+    def _admit(
+        self, req: RouteRequest, prompt: _Prompt, candidates: list[WorkerKey], queue_depth: int = 0
+    ) -> KvRoute:
         c = self.config
         bs = self.block_size or 1
         isl = len(req.token_ids)
@@ -529,8 +585,9 @@ class KvRouter(Router):
         scores = prompt.scores
         cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
         track = tracking_hashes(prompt.seq, c.assume_kv_reuse, self._rng) if c.track_active_blocks else []
-        decode, prefill = self.load.potential_loads(candidates, track, isl, cached,
-                                                    c.track_prefill_tokens, now)
+        decode, prefill = self.load.potential_loads(
+            candidates, track, isl, cached, c.track_prefill_tokens, now
+        )
         for k, blocks in prompt.predicted.items():
             # Those blocks are being prefilled there for a sibling: that work is already in the
             # worker's active prefill tokens and this request will reuse it, so it is not charged
@@ -540,11 +597,16 @@ class KvRouter(Router):
                 prefill[k] = max(prefill[k] - shared, 0)
         logits = {
             k: worker_logit(
-                potential_prefill_tokens=prefill.get(k), cached_tokens=cached[k], isl_tokens=isl,
-                device_overlap_blocks=scores.get(k, 0), potential_decode_blocks=decode.get(k, 0),
-                block_size=bs, overlap_score_credit=c.overlap_score_credit,
+                potential_prefill_tokens=prefill.get(k),
+                cached_tokens=cached[k],
+                isl_tokens=isl,
+                device_overlap_blocks=scores.get(k, 0),
+                potential_decode_blocks=decode.get(k, 0),
+                block_size=bs,
+                overlap_score_credit=c.overlap_score_credit,
                 prefill_load_scale=c.prefill_load_scale,
-                track_prefill_tokens=c.track_prefill_tokens)
+                track_prefill_tokens=c.track_prefill_tokens,
+            )
             for k in candidates
         }
         key = candidates[0] if len(candidates) == 1 else select_worker(logits, c.temperature, self._rng)
@@ -552,42 +614,73 @@ class KvRouter(Router):
         if worker is None:  # the pool changed under a queued request
             raise NoWorkersError("the chosen worker left; retry")
         overlap = scores.get(key, 0)
-        self.load.add_request(req.request_id, key, track, isl, cached[key],
-                              req.expected_output_tokens, c.track_prefill_tokens, now)
+        self.load.add_request(
+            req.request_id,
+            key,
+            track,
+            isl,
+            cached[key],
+            req.expected_output_tokens,
+            c.track_prefill_tokens,
+            now,
+        )
         if self.approx is not None:
             self.approx.record(key, prompt.local, prompt.seq)
         if self.side is not None:
             self.side.record(key, prompt.local, prompt.seq)
         decision = RouteDecision(key, overlap, cached[key], isl)
         if self.on_booking is not None:
-            self.on_booking(ActiveSequenceEvent(
-                self.router_id, req.request_id, key[0], key[1], "add", tracked_hashes=track,
-                local_hashes=prompt.local, seq_hashes=prompt.seq, isl_tokens=isl,
-                cached_tokens=cached[key], expected_output_tokens=req.expected_output_tokens))
+            self.on_booking(
+                ActiveSequenceEvent(
+                    self.router_id,
+                    req.request_id,
+                    key[0],
+                    key[1],
+                    "add",
+                    tracked_hashes=track,
+                    local_hashes=prompt.local,
+                    seq_hashes=prompt.seq,
+                    isl_tokens=isl,
+                    cached_tokens=cached[key],
+                    expected_output_tokens=req.expected_output_tokens,
+                )
+            )
         m = self.metrics
         m.requests.inc()
         m.isl.observe(isl)
         m.kv_hit_rate.observe(cached[key] / isl if isl else 0.0)
         self._publish_load(key)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("request %s -> worker %d rank %d (overlap %d blocks, logits %s)",
-                      req.request_id, key[0], key[1], overlap,
-                      {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()})
-        route = KvRoute(worker, self, req.request_id, decision, time.perf_counter(), queue_depth,
-                        now)
+            log.debug(
+                "request %s -> worker %d rank %d (overlap %d blocks, logits %s)",
+                req.request_id,
+                key[0],
+                key[1],
+                overlap,
+                {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()},
+            )
+        route = KvRoute(worker, self, req.request_id, decision, time.perf_counter(), queue_depth, now)
         if c.unstarted_booking_secs is not None:
             self._unstarted[req.request_id] = route
         return route
 
     def _publish_load(self, key: WorkerKey) -> None:
-        self.metrics.worker_load(key, self.load.active_decode_blocks(key),
-                                 self.load.active_tokens(key, self._clock()))
+        self.metrics.worker_load(
+            key, self.load.active_decode_blocks(key), self.load.active_tokens(key, self._clock())
+        )
 
     def _sync(self, route: KvRoute, event: str) -> None:
         if self.on_booking is not None:
-            self.on_booking(ActiveSequenceEvent(self.router_id, route.request_id, route.key[0],
-                                                route.key[1], event,
-                                                output_tokens=route.output_tokens))
+            self.on_booking(
+                ActiveSequenceEvent(
+                    self.router_id,
+                    route.request_id,
+                    route.key[0],
+                    route.key[1],
+                    event,
+                    output_tokens=route.output_tokens,
+                )
+            )
 
     def apply_remote(self, event: ActiveSequenceEvent) -> None:
         """Apply a peer router's booking change (``--router-replica-sync``): its requests load
@@ -597,9 +690,16 @@ class KvRouter(Router):
             return
         rid = f"{event.router_id}/{event.request_id}"
         if event.event == "add":
-            self.load.add_request(rid, key, event.tracked_hashes, event.isl_tokens,
-                                  event.cached_tokens, event.expected_output_tokens,
-                                  self.config.track_prefill_tokens, self._clock())
+            self.load.add_request(
+                rid,
+                key,
+                event.tracked_hashes,
+                event.isl_tokens,
+                event.cached_tokens,
+                event.expected_output_tokens,
+                self.config.track_prefill_tokens,
+                self._clock(),
+            )
             if event.local_hashes:
                 for index in (self.approx, self.side):
                     if index is not None:
@@ -648,15 +748,18 @@ class KvRouter(Router):
         for route in expired:
             route.finished()
         self.unstarted_expired += len(expired)
-        log.warning("freed %d booking(s) whose request was not sent to its worker within %g s "
-                    "(%s...): its frontend crashed or gave up after routing", len(expired),
-                    max_age, expired[0].request_id)
+        log.warning(
+            "freed %d booking(s) whose request was not sent to its worker within %g s "
+            "(%s...): its frontend crashed or gave up after routing",
+            len(expired),
+            max_age,
+            expired[0].request_id,
+        )
 
     def _prefill_done(self, route: KvRoute, first_at: float) -> None:
         self._sync(route, "prefill_done")
         self.load.mark_prefill_completed(route.request_id)
-        self.metrics.first_token(route.key, first_at - route.routed_at,
-                                 route.decision.isl_tokens)
+        self.metrics.first_token(route.key, first_at - route.routed_at, route.decision.isl_tokens)
         self._publish_load(route.key)
         if len(self.queue):
             self._drain()

@@ -32,8 +32,7 @@ WorkerKey = tuple[int, int]
 """(worker instance id, dp rank)."""
 
 
-def tracking_hashes(seq_hashes: Sequence[int], assume_kv_reuse: bool,
-                    rng: random.Random) -> list[int]:
+def tracking_hashes(seq_hashes: Sequence[int], assume_kv_reuse: bool, rng: random.Random) -> list[int]:
     """The hashes to book for a request: its sequence hashes when KV reuse is assumed, else one
     random 64-bit value per block so it never shares active blocks with another request."""
     if assume_kv_reuse:
@@ -62,8 +61,15 @@ class _Booking:
         "worker",
     )
 
-    def __init__(self, request_id: str, worker: WorkerKey, blocks: list[int], isl_tokens: int,
-                 expected_output_tokens: int | None, started_at: float) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        worker: WorkerKey,
+        blocks: list[int],
+        isl_tokens: int,
+        expected_output_tokens: int | None,
+        started_at: float,
+    ) -> None:
         self.request_id = request_id
         self.worker = worker
         self.blocks = blocks
@@ -154,8 +160,7 @@ class ActiveSequences:
 
     # ------------------------------------------------------------ prefill tokens
 
-    def add_prefill(self, request_id: str, tokens: int, expected_secs: float | None,
-                    now: float) -> None:
+    def add_prefill(self, request_id: str, tokens: int, expected_secs: float | None, now: float) -> None:
         if not self._prefills:
             self._anchor_since = now
         self._prefills[request_id] = (tokens, expected_secs)
@@ -193,8 +198,9 @@ class ActiveLoad:
     ``add_output_tokens`` (a finished stream may race a stale expiry or a removed worker).
     """
 
-    def __init__(self, *, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._ranks: dict[WorkerKey, ActiveSequences] = {}
         self._bookings: dict[str, _Booking] = {}
         self._rng = rng or random.Random()
@@ -230,10 +236,19 @@ class ActiveLoad:
 
     # ------------------------------------------------------------ lifecycle
 
-    def add_request(self, request_id: str, worker: WorkerKey, seq_hashes: Sequence[int],
-                    isl_tokens: int, cached_tokens: int, expected_output_tokens: int | None,
-                    track_prefill_tokens: bool, now: float, *,
-                    expected_prefill_secs: float | None = None) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        worker: WorkerKey,
+        seq_hashes: Sequence[int],
+        isl_tokens: int,
+        cached_tokens: int,
+        expected_output_tokens: int | None,
+        track_prefill_tokens: bool,
+        now: float,
+        *,
+        expected_prefill_secs: float | None = None,
+    ) -> None:
         """Book a routed request on ``worker`` (a rank not seen before is added). Booking an id
         that is already booked replaces the earlier booking."""
         if request_id in self._bookings:
@@ -244,8 +259,9 @@ class ActiveLoad:
         blocks = list(seq_hashes)
         seqs.add_blocks(blocks)
         seqs.requests.add(request_id)
-        self._bookings[request_id] = _Booking(request_id, worker, blocks, isl_tokens,
-                                              expected_output_tokens, now)
+        self._bookings[request_id] = _Booking(
+            request_id, worker, blocks, isl_tokens, expected_output_tokens, now
+        )
         if track_prefill_tokens:
             tokens = isl_tokens - min(cached_tokens, isl_tokens)
             if tokens > 0:
@@ -283,8 +299,7 @@ class ActiveLoad:
             self.free(request_id, now=now)
         return stale
 
-    def add_output_tokens(self, request_id: str, cumulative_output_tokens: int,
-                          block_size: int) -> None:
+    def add_output_tokens(self, request_id: str, cumulative_output_tokens: int, block_size: int) -> None:
         """Output progress (``--router-track-output-blocks``): each time
         ``ceil((isl + generated) / block_size)`` grows, book one more block with a random hash
         and, when the expected output length is known, decay the request's unshared blocks."""
@@ -327,9 +342,15 @@ class ActiveLoad:
         seqs = self._ranks.get(worker)
         return len(seqs.requests) if seqs else 0
 
-    def potential_loads(self, workers: Iterable[WorkerKey], seq_hashes: Sequence[int],
-                        isl_tokens: int, cached_tokens: Mapping[WorkerKey, int],
-                        track_prefill_tokens: bool, now: float) -> PotentialLoads:
+    def potential_loads(
+        self,
+        workers: Iterable[WorkerKey],
+        seq_hashes: Sequence[int],
+        isl_tokens: int,
+        cached_tokens: Mapping[WorkerKey, int],
+        track_prefill_tokens: bool,
+        now: float,
+    ) -> PotentialLoads:
         """Per candidate rank: decode blocks ``active + n_blocks - active_prefix_depth`` and
         prefill tokens ``active_tokens + isl - cached`` (0 when prefill tokens are not tracked).
         ``seq_hashes`` are the hashes the request would book (see ``tracking_hashes``)."""

@@ -37,71 +37,132 @@ _RATIO = [i / 20 for i in range(21)]
 class RouterMetrics:
     """Router metrics on ``registry``; ``namespace`` and ``router_id`` fill the fixed labels."""
 
-    def __init__(self, registry: CollectorRegistry, namespace: str = "default",
-                 router_id: str = "0", component: str = "router") -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        namespace: str = "default",
+        router_id: str = "0",
+        component: str = "router",
+    ) -> None:
         r = registry
         labels = (namespace, component, "generate")
-        self.requests = Counter("dynamo_component_router_requests", "Requests routed",
-                                _COMPONENT, registry=r).labels(*labels)
-        self.ttft = Histogram("dynamo_component_router_time_to_first_token_seconds",
-                              "Time from routing to the first token", _COMPONENT,
-                              buckets=_SECONDS, registry=r).labels(*labels)
-        self.itl = Histogram("dynamo_component_router_inter_token_latency_seconds",
-                             "Mean inter-token latency per request", _COMPONENT, buckets=_SECONDS,
-                             registry=r).labels(*labels)
-        self.isl = Histogram("dynamo_component_router_input_sequence_tokens",
-                             "Prompt tokens per routed request", _COMPONENT, buckets=_TOKENS,
-                             registry=r).labels(*labels)
-        self.osl = Histogram("dynamo_component_router_output_sequence_tokens",
-                             "Output tokens per routed request", _COMPONENT, buckets=_TOKENS,
-                             registry=r).labels(*labels)
-        self.kv_hit_rate = Histogram("dynamo_component_router_kv_hit_rate",
-                                     "Predicted fraction of the prompt cached on the chosen worker",
-                                     _COMPONENT, buckets=_RATIO, registry=r).labels(*labels)
+        self.requests = Counter(
+            "dynamo_component_router_requests", "Requests routed", _COMPONENT, registry=r
+        ).labels(*labels)
+        self.ttft = Histogram(
+            "dynamo_component_router_time_to_first_token_seconds",
+            "Time from routing to the first token",
+            _COMPONENT,
+            buckets=_SECONDS,
+            registry=r,
+        ).labels(*labels)
+        self.itl = Histogram(
+            "dynamo_component_router_inter_token_latency_seconds",
+            "Mean inter-token latency per request",
+            _COMPONENT,
+            buckets=_SECONDS,
+            registry=r,
+        ).labels(*labels)
+        self.isl = Histogram(
+            "dynamo_component_router_input_sequence_tokens",
+            "Prompt tokens per routed request",
+            _COMPONENT,
+            buckets=_TOKENS,
+            registry=r,
+        ).labels(*labels)
+        self.osl = Histogram(
+            "dynamo_component_router_output_sequence_tokens",
+            "Output tokens per routed request",
+            _COMPONENT,
+            buckets=_TOKENS,
+            registry=r,
+        ).labels(*labels)
+        self.kv_hit_rate = Histogram(
+            "dynamo_component_router_kv_hit_rate",
+            "Predicted fraction of the prompt cached on the chosen worker",
+            _COMPONENT,
+            buckets=_RATIO,
+            registry=r,
+        ).labels(*labels)
         overhead = {
-            phase: Histogram(f"dynamo_router_overhead_{phase}_ms",
-                             f"Routing overhead: {phase.replace('_', ' ')} (ms)", ["router_id"],
-                             buckets=buckets, registry=r).labels(router_id)
-            for phase, buckets in (("block_hashing", _COMPUTE_MS), ("seq_hashing", _COMPUTE_MS),
-                                   ("indexer_find_matches", _ASYNC_MS),
-                                   ("scheduling", _COMPUTE_MS), ("total", _ASYNC_MS))
+            phase: Histogram(
+                f"dynamo_router_overhead_{phase}_ms",
+                f"Routing overhead: {phase.replace('_', ' ')} (ms)",
+                ["router_id"],
+                buckets=buckets,
+                registry=r,
+            ).labels(router_id)
+            for phase, buckets in (
+                ("block_hashing", _COMPUTE_MS),
+                ("seq_hashing", _COMPUTE_MS),
+                ("indexer_find_matches", _ASYNC_MS),
+                ("scheduling", _COMPUTE_MS),
+                ("total", _ASYNC_MS),
+            )
         }
         self.block_hashing_ms = overhead["block_hashing"]
         self.seq_hashing_ms = overhead["seq_hashing"]
         self.find_matches_ms = overhead["indexer_find_matches"]
         self.scheduling_ms = overhead["scheduling"]
         self.total_ms = overhead["total"]
-        self._decode_blocks = Gauge("dynamo_frontend_worker_active_decode_blocks",
-                                    "Active decode blocks the router books on a worker", _WORKER,
-                                    registry=r)
-        self._prefill_tokens = Gauge("dynamo_frontend_worker_active_prefill_tokens",
-                                     "Active prefill tokens the router books on a worker", _WORKER,
-                                     registry=r)
+        self._decode_blocks = Gauge(
+            "dynamo_frontend_worker_active_decode_blocks",
+            "Active decode blocks the router books on a worker",
+            _WORKER,
+            registry=r,
+        )
+        self._prefill_tokens = Gauge(
+            "dynamo_frontend_worker_active_prefill_tokens",
+            "Active prefill tokens the router books on a worker",
+            _WORKER,
+            registry=r,
+        )
         self._worker_gauges: dict[tuple[int, int], tuple[Gauge, Gauge]] = {}
-        self._last_ttft = Gauge("dynamo_frontend_worker_last_time_to_first_token_seconds",
-                                "TTFT of the last request a worker started", _WORKER, registry=r)
-        self._last_isl = Gauge("dynamo_frontend_worker_last_input_sequence_tokens",
-                               "Prompt tokens of the last request a worker started", _WORKER,
-                               registry=r)
-        self._last_itl = Gauge("dynamo_frontend_worker_last_inter_token_latency_seconds",
-                               "Mean ITL of the last request a worker finished", _WORKER,
-                               registry=r)
-        self.queue_pending = Gauge("dynamo_frontend_router_queue_pending_requests",
-                                   "Requests held in the router queue", ["worker_type"],
-                                   registry=r).labels("decode")
-        self.queue_isl = Gauge("dynamo_frontend_router_queue_pending_isl_tokens",
-                               "Prompt tokens of the requests held in the router queue",
-                               ["worker_type"], registry=r).labels("decode")
-        self.rejected = Counter("dynamo_frontend_router_queue_backpressure",
-                                "Requests refused by the router", ["worker_type", "reason"],
-                                registry=r)
+        self._last_ttft = Gauge(
+            "dynamo_frontend_worker_last_time_to_first_token_seconds",
+            "TTFT of the last request a worker started",
+            _WORKER,
+            registry=r,
+        )
+        self._last_isl = Gauge(
+            "dynamo_frontend_worker_last_input_sequence_tokens",
+            "Prompt tokens of the last request a worker started",
+            _WORKER,
+            registry=r,
+        )
+        self._last_itl = Gauge(
+            "dynamo_frontend_worker_last_inter_token_latency_seconds",
+            "Mean ITL of the last request a worker finished",
+            _WORKER,
+            registry=r,
+        )
+        self.queue_pending = Gauge(
+            "dynamo_frontend_router_queue_pending_requests",
+            "Requests held in the router queue",
+            ["worker_type"],
+            registry=r,
+        ).labels("decode")
+        self.queue_isl = Gauge(
+            "dynamo_frontend_router_queue_pending_isl_tokens",
+            "Prompt tokens of the requests held in the router queue",
+            ["worker_type"],
+            registry=r,
+        ).labels("decode")
+        self.rejected = Counter(
+            "dynamo_frontend_router_queue_backpressure",
+            "Requests refused by the router",
+            ["worker_type", "reason"],
+            registry=r,
+        )
 
     def worker_load(self, worker: tuple[int, int], decode_blocks: float, prefill_tokens: float) -> None:
         gauges = self._worker_gauges.get(worker)
         if gauges is None:
             key = (str(worker[0]), str(worker[1]), "decode")
-            gauges = self._worker_gauges[worker] = (self._decode_blocks.labels(*key),
-                                                    self._prefill_tokens.labels(*key))
+            gauges = self._worker_gauges[worker] = (
+                self._decode_blocks.labels(*key),
+                self._prefill_tokens.labels(*key),
+            )
         gauges[0].set(decode_blocks)
         gauges[1].set(prefill_tokens)
 
@@ -121,8 +182,13 @@ class RouterMetrics:
     def forget_worker(self, worker: tuple[int, int]) -> None:
         self._worker_gauges.pop(worker, None)
         key = (str(worker[0]), str(worker[1]), "decode")
-        for gauge in (self._decode_blocks, self._prefill_tokens, self._last_ttft, self._last_isl,
-                      self._last_itl):
+        for gauge in (
+            self._decode_blocks,
+            self._prefill_tokens,
+            self._last_ttft,
+            self._last_isl,
+            self._last_itl,
+        ):
             try:
                 gauge.remove(*key)
             except KeyError:

@@ -60,8 +60,7 @@ class RouterMode:
 def _kv(ctx: RouterContext) -> Router:
     from dyn.core.router.kv import KvRouter
 
-    return KvRouter(ctx.pool, ctx.config, ctx.metrics, ingest=ctx.ingest, rng=ctx.rng,
-                    clock=ctx.clock)
+    return KvRouter(ctx.pool, ctx.config, ctx.metrics, ingest=ctx.ingest, rng=ctx.rng, clock=ctx.clock)
 
 
 def _round_robin(ctx: RouterContext) -> Router:
@@ -88,23 +87,35 @@ def _direct(ctx: RouterContext) -> Router:
     return DirectRouter(ctx.pool)
 
 
-BUILTIN_MODES: dict[str, RouterMode] = {m.name: m for m in (
-    RouterMode(name="kv", summary="KV-cache and load aware, tuned with the KV router flags",
-               build=_kv),
-    RouterMode(name="round-robin", summary="each worker in turn", build=_round_robin),
-    RouterMode(name="random", summary="a worker drawn at random", build=_random),
-    RouterMode(name="least-loaded", summary="the worker with the fewest requests in flight from "
-               "this router", build=_least_loaded),
-    RouterMode(name="direct", summary="the request names its worker with "
-               "nvext.backend_instance_id or the x-worker-instance-id header",
-               build=_direct, offline=False),
-)}
+BUILTIN_MODES: dict[str, RouterMode] = {
+    m.name: m
+    for m in (
+        RouterMode(name="kv", summary="KV-cache and load aware, tuned with the KV router flags", build=_kv),
+        RouterMode(name="round-robin", summary="each worker in turn", build=_round_robin),
+        RouterMode(name="random", summary="a worker drawn at random", build=_random),
+        RouterMode(
+            name="least-loaded",
+            summary="the worker with the fewest requests in flight from this router",
+            build=_least_loaded,
+        ),
+        RouterMode(
+            name="direct",
+            summary="the request names its worker with "
+            "nvext.backend_instance_id or the x-worker-instance-id header",
+            build=_direct,
+            offline=False,
+        ),
+    )
+}
 
 
 @functools.cache
 def _registered() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=ROUTER_MODE_ENTRY_POINT_GROUP)
-            if ep.name not in BUILTIN_MODES}
+    return {
+        ep.name: ep
+        for ep in entry_points(group=ROUTER_MODE_ENTRY_POINT_GROUP)
+        if ep.name not in BUILTIN_MODES
+    }
 
 
 def mode_names(*, offline: bool = False) -> list[str]:
@@ -131,8 +142,10 @@ def router_mode(name: str) -> RouterMode:
     except Exception as exc:
         raise ValueError(f"router mode {name!r} ({ep.value}) could not be loaded: {exc}") from exc
     if not isinstance(mode, RouterMode):
-        raise ValueError(f"router mode {name!r}: {ep.value} is a {type(mode).__name__}, not a "
-                         "dyn.core.router.modes.RouterMode")
+        raise ValueError(
+            f"router mode {name!r}: {ep.value} is a {type(mode).__name__}, not a "
+            "dyn.core.router.modes.RouterMode"
+        )
     return mode
 
 
@@ -141,5 +154,8 @@ def modes_help(*, offline: bool = False) -> str:
     use) and what it does. Registered modes are not loaded for it: help and man pages must not
     depend on what else is installed."""
     modes = [m for m in BUILTIN_MODES.values() if m.offline or not offline]
-    return ("How to pick a worker: " + "; ".join(f"{m.name} ({m.summary})" for m in modes)
-            + f"; or a mode a package registers under the {ROUTER_MODE_ENTRY_POINT_GROUP} entry points.")
+    return (
+        "How to pick a worker: "
+        + "; ".join(f"{m.name} ({m.summary})" for m in modes)
+        + f"; or a mode a package registers under the {ROUTER_MODE_ENTRY_POINT_GROUP} entry points."
+    )

@@ -164,5 +164,7 @@ def named_worker(pool: WorkerPool, instance_id: int) -> Worker:
 
 def no_workers(pool: WorkerPool) -> NoWorkersError:
     """The error for a request that finds no live worker in ``pool``."""
-    return NoWorkersError(f"no worker is serving model {pool.model_name!r} yet; "
-                          "start one with 'dyn worker mocker' or retry later")
+    return NoWorkersError(
+        f"no worker is serving model {pool.model_name!r} yet; "
+        "start one with 'dyn worker mocker' or retry later"
+    )

@@ -66,14 +66,22 @@ class WorkerPool:
     client is opened by ``client_factory`` (see ``ClientFactory``), which may be replaced until
     ``run`` starts."""
 
-    def __init__(self, store: DiscoveryStore, model_name: str | None = None, *,
-                 first_token_timeout_s: float = 0.0, inter_token_timeout_s: float = 0.0,
-                 client_factory: ClientFactory = WorkerClient) -> None:
+    def __init__(
+        self,
+        store: DiscoveryStore,
+        model_name: str | None = None,
+        *,
+        first_token_timeout_s: float = 0.0,
+        inter_token_timeout_s: float = 0.0,
+        client_factory: ClientFactory = WorkerClient,
+    ) -> None:
         self.store = store
         self.model_name = model_name
         self.client_factory = client_factory
-        self._timeouts = {"first_token_timeout_s": first_token_timeout_s,
-                          "inter_token_timeout_s": inter_token_timeout_s}
+        self._timeouts = {
+            "first_token_timeout_s": first_token_timeout_s,
+            "inter_token_timeout_s": inter_token_timeout_s,
+        }
         self._workers: dict[int, Worker] = {}
         self._unhealthy: dict[int, Worker] = {}
         self._ordered: list[Worker] = []
@@ -126,8 +134,12 @@ class WorkerPool:
         if self.model_name is not None and record.model_name != self.model_name:
             if record.model_name not in self._skipped_models:
                 self._skipped_models.add(record.model_name)
-                log.warning("ignoring worker %d: it serves model %r, this frontend serves %r",
-                            record.instance_id, record.model_name, self.model_name)
+                log.warning(
+                    "ignoring worker %d: it serves model %r, this frontend serves %r",
+                    record.instance_id,
+                    record.model_name,
+                    self.model_name,
+                )
             return
         current = self._workers.get(record.instance_id) or self._unhealthy.get(record.instance_id)
         if current is not None:

@@ -38,8 +38,14 @@ def priority_jump(priority: float | None, latency_sensitivity: float | None) -> 
     return 0.0
 
 
-def queue_key(policy: str, *, priority_jump: float, arrival_offset_secs: float,
-              isl_tokens: int, max_cached_tokens: float) -> float:
+def queue_key(
+    policy: str,
+    *,
+    priority_jump: float,
+    arrival_offset_secs: float,
+    isl_tokens: int,
+    max_cached_tokens: float,
+) -> float:
     """The policy's priority for one request; higher is dequeued first."""
     jump = max(priority_jump, 0.0)
     if policy == "fcfs":
@@ -51,8 +57,9 @@ def queue_key(policy: str, *, priority_jump: float, arrival_offset_secs: float,
     raise ValueError(f"unknown queue policy {policy!r}; expected one of {', '.join(QUEUE_POLICIES)}")
 
 
-def all_busy(active_tokens: Iterable[float], threshold: float,
-             max_num_batched_tokens: Iterable[int | None]) -> bool:
+def all_busy(
+    active_tokens: Iterable[float], threshold: float, max_num_batched_tokens: Iterable[int | None]
+) -> bool:
     """Whether every eligible rank is over ``threshold * max_num_batched_tokens`` active prefill
     tokens (the two iterables run in step; ``None`` capacity means the default 10,000,000).
     No eligible rank is "not busy": the request then fails to route instead of waiting."""
@@ -80,9 +87,18 @@ class QueueEntry:
         "tokens",
     )
 
-    def __init__(self, payload: Any, key: float, isl_tokens: int, priority_jump: float,
-                 max_cached_tokens: float, enqueued_at: float, seq: int, requests: int = 1,
-                 tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        payload: Any,
+        key: float,
+        isl_tokens: int,
+        priority_jump: float,
+        max_cached_tokens: float,
+        enqueued_at: float,
+        seq: int,
+        requests: int = 1,
+        tokens: int | None = None,
+    ) -> None:
         self.payload = payload
         self.key = key
         self.isl_tokens = isl_tokens
@@ -109,8 +125,7 @@ class RouterQueue:
 
     def __init__(self, policy: str = "fcfs", clock: Callable[[], float] = time.monotonic) -> None:
         if policy not in QUEUE_POLICIES:
-            raise ValueError(f"unknown queue policy {policy!r}; "
-                             f"expected one of {', '.join(QUEUE_POLICIES)}")
+            raise ValueError(f"unknown queue policy {policy!r}; expected one of {', '.join(QUEUE_POLICIES)}")
         self.policy = policy
         self._clock = clock
         self.started_at = clock()
@@ -120,18 +135,38 @@ class RouterQueue:
         self._pending_requests = 0
         self._pending_isl = 0
 
-    def push(self, payload: Any, *, priority_jump: float = 0.0, isl_tokens: int,
-             max_cached_tokens: float = 0.0, requests: int = 1,
-             tokens: int | None = None) -> QueueEntry:
+    def push(
+        self,
+        payload: Any,
+        *,
+        priority_jump: float = 0.0,
+        isl_tokens: int,
+        max_cached_tokens: float = 0.0,
+        requests: int = 1,
+        tokens: int | None = None,
+    ) -> QueueEntry:
         """Queue ``payload``, keyed by one request's ``isl_tokens`` and ``max_cached_tokens``;
         it stands for ``requests`` engine requests of ``tokens`` prompt tokens in all
         (default: one request of ``isl_tokens``)."""
         now = self._clock()
-        key = queue_key(self.policy, priority_jump=priority_jump,
-                        arrival_offset_secs=now - self.started_at, isl_tokens=isl_tokens,
-                        max_cached_tokens=max_cached_tokens)
-        entry = QueueEntry(payload, key, isl_tokens, priority_jump, max_cached_tokens, now,
-                           next(self._count), requests, tokens)
+        key = queue_key(
+            self.policy,
+            priority_jump=priority_jump,
+            arrival_offset_secs=now - self.started_at,
+            isl_tokens=isl_tokens,
+            max_cached_tokens=max_cached_tokens,
+        )
+        entry = QueueEntry(
+            payload,
+            key,
+            isl_tokens,
+            priority_jump,
+            max_cached_tokens,
+            now,
+            next(self._count),
+            requests,
+            tokens,
+        )
         heapq.heappush(self._heap, entry)
         self._len += 1
         self._pending_requests += entry.requests

@@ -23,14 +23,24 @@ def routers_store(store: DiscoveryStore) -> DiscoveryStore:
     return service_store(store, "routers")
 
 
-def router_record(store: DiscoveryStore, model_name: str | None, instance_id: int, *,
-                  request: str | None = None, kv_events: str | None = None) -> WorkerRecord:
+def router_record(
+    store: DiscoveryStore,
+    model_name: str | None,
+    instance_id: int,
+    *,
+    request: str | None = None,
+    kv_events: str | None = None,
+) -> WorkerRecord:
     """The record a router registers in ``store`` (a ``routers_store``)."""
-    return service_record(store.namespace, ROUTER_ENGINE, model_name, instance_id,
-                          request=request, kv_events=kv_events)
+    return service_record(
+        store.namespace, ROUTER_ENGINE, model_name, instance_id, request=request, kv_events=kv_events
+    )
 
 
 def serves_queries(record: WorkerRecord, model_name: str | None) -> bool:
     """Whether ``record`` is a ``dyn router`` that answers route queries for ``model_name``."""
-    return (record.engine == ROUTER_ENGINE and bool(record.endpoints.request)
-            and (model_name is None or record.model_name in (model_name, "")))
+    return (
+        record.engine == ROUTER_ENGINE
+        and bool(record.endpoints.request)
+        and (model_name is None or record.model_name in (model_name, ""))
+    )

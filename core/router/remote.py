@@ -104,16 +104,27 @@ class _Query:
 class RemoteRoute(Route):
     """A booking held by the ``dyn router``; the hooks report the stream to it."""
 
-    __slots__ = ("router", "request_id", "decision", "block_size", "output_tokens", "_first",
-                 "_started", "closed", "queue_depth")
+    __slots__ = (
+        "router",
+        "request_id",
+        "decision",
+        "block_size",
+        "output_tokens",
+        "_first",
+        "_started",
+        "closed",
+        "queue_depth",
+    )
 
-    def __init__(self, worker: Worker, router: RemoteRouter, request_id: str, answer: RouteAnswer,
-                 isl_tokens: int) -> None:
+    def __init__(
+        self, worker: Worker, router: RemoteRouter, request_id: str, answer: RouteAnswer, isl_tokens: int
+    ) -> None:
         super().__init__(worker, answer.dp_rank)
         self.router = router
         self.request_id = request_id
-        self.decision = RouteDecision((answer.instance_id, answer.dp_rank), answer.overlap_blocks,
-                                      answer.cached_tokens, isl_tokens)
+        self.decision = RouteDecision(
+            (answer.instance_id, answer.dp_rank), answer.overlap_blocks, answer.cached_tokens, isl_tokens
+        )
         self.block_size = max(answer.block_size, 1)
         self.queue_depth = answer.queue_depth
         self.output_tokens = 0
@@ -150,20 +161,33 @@ class RemoteRouter(Router):
 
     mode = "kv"
 
-    def __init__(self, pool: WorkerPool, address: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 worker_wait_s: float = WORKER_WAIT_S) -> None:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        address: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        worker_wait_s: float = WORKER_WAIT_S,
+    ) -> None:
         super().__init__(pool)
         if address != AUTO and not address.startswith(("tcp://", "ipc://", "inproc://")):
-            raise ValueError(f"--router-address {address!r} is not a ZMQ address: give the "
-                             "tcp://HOST:PORT that 'dyn router' printed, or auto")
+            raise ValueError(
+                f"--router-address {address!r} is not a ZMQ address: give the "
+                "tcp://HOST:PORT that 'dyn router' printed, or auto"
+            )
         self.address = address
         self._routers = routers_store(pool.store) if address == AUTO else None
         self.timeout_s = timeout_s
         self.worker_wait_s = worker_wait_s
         self.endpoint: str | None = None
         """The service this router talks to now (``address``, or the one ``auto`` found)."""
-        self._rpc = RpcClient(decode_router_message, (RouteAnswer, RouteRefused),
-                              peer="the dyn router", hwm=SEND_HWM, logger=log)
+        self._rpc = RpcClient(
+            decode_router_message,
+            (RouteAnswer, RouteRefused),
+            peer="the dyn router",
+            hwm=SEND_HWM,
+            logger=log,
+        )
         self._rpc.on_unmatched = self._on_late
         self._running = False
         self._abandoned: OrderedDict[int, list[str]] = OrderedDict()
@@ -216,8 +240,11 @@ class RemoteRouter(Router):
             if self.endpoint not in endpoints:
                 self._use(endpoints[0] if endpoints else None)
                 if not endpoints:
-                    log.warning("no dyn router for model %r is live in namespace %r",
-                                self.pool.model_name, store.namespace)
+                    log.warning(
+                        "no dyn router for model %r is live in namespace %r",
+                        self.pool.model_name,
+                        store.namespace,
+                    )
 
         for record in await store.list():
             if serves_queries(record, self.pool.model_name):
@@ -260,9 +287,11 @@ class RemoteRouter(Router):
         if not requests:
             return []
         if not self._running or self.endpoint is None:
-            where = ("no dyn router is live in this namespace; start one with 'dyn router'"
-                     if self.address == AUTO else f"the dyn router at {self.address} is not "
-                     "connected yet")
+            where = (
+                "no dyn router is live in this namespace; start one with 'dyn router'"
+                if self.address == AUTO
+                else f"the dyn router at {self.address} is not connected yet"
+            )
             raise NoWorkersError(f"{where}, or retry later")
         message = _group_query(self._rpc.new_id(), requests)
         query_id = message.query_id
@@ -270,15 +299,17 @@ class RemoteRouter(Router):
         try:
             await self._rpc.call(message, self.timeout_s, collect=query.take)
         except RpcDropped:
-            raise NoWorkersError(f"dyn router at {self.endpoint} is not taking queries (its "
-                                 "socket is full); retry later") from None
+            raise NoWorkersError(
+                f"dyn router at {self.endpoint} is not taking queries (its socket is full); retry later"
+            ) from None
         except RpcUnavailable as exc:
             raise NoWorkersError(str(exc)) from None
         except TimeoutError:
             self._forget(query_id, query)
             raise NoWorkersError(
                 f"dyn router at {self.endpoint} is not answering (no answer in "
-                f"{self.timeout_s:g} s); check that 'dyn router' runs, or retry later") from None
+                f"{self.timeout_s:g} s); check that 'dyn router' runs, or retry later"
+            ) from None
         except BaseException:  # cancelled (the client left): withdraw it, free what was booked
             self._forget(query_id, query)
             raise
@@ -291,12 +322,11 @@ class RemoteRouter(Router):
                     routes.append(await self.route(request))
                     continue
                 worker = await self._worker(answer.instance_id)
-                routes.append(RemoteRoute(worker, self, request.request_id, answer,
-                                          len(request.token_ids)))
+                routes.append(RemoteRoute(worker, self, request.request_id, answer, len(request.token_ids)))
         except BaseException:
             for route in routes:
                 route.finished()
-            for request, answer in zip(requests[len(routes):], query.answers[len(routes):]):
+            for request, answer in zip(requests[len(routes) :], query.answers[len(routes) :]):
                 if answer is not None:
                     self._report(RouteProgress(request.request_id, "finished"))
             raise
@@ -322,32 +352,57 @@ class RemoteRouter(Router):
                 await anyio.sleep(0.02)
                 worker = self.pool.get(instance_id)
             return worker
-        raise NoWorkersError(f"the dyn router chose worker {instance_id}, which this frontend "
-                             "has not discovered; check that both use the same namespace and "
-                             "discovery directory")
+        raise NoWorkersError(
+            f"the dyn router chose worker {instance_id}, which this frontend "
+            "has not discovered; check that both use the same namespace and "
+            "discovery directory"
+        )
 
 
 def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
     """One query for ``requests`` (see the module docstring): each distinct prompt sent once."""
     first = requests[0]
-    shared = (first.instance_id, first.dp_rank, first.priority, first.lora_name,
-              first.latency_sensitivity, first.expected_output_tokens)
+    shared = (
+        first.instance_id,
+        first.dp_rank,
+        first.priority,
+        first.lora_name,
+        first.latency_sensitivity,
+        first.expected_output_tokens,
+    )
     prompts: list[list[int]] = []
     index = {id(first.token_ids): 0}
     which: list[int] = []
     for request in requests[1:]:
-        if (request.instance_id, request.dp_rank, request.priority, request.lora_name,
-                request.latency_sensitivity, request.expected_output_tokens) != shared:
-            raise ValueError("the requests of one route_all group must share their routing "
-                             "fields (all but request_id and token_ids)")
+        if (
+            request.instance_id,
+            request.dp_rank,
+            request.priority,
+            request.lora_name,
+            request.latency_sensitivity,
+            request.expected_output_tokens,
+        ) != shared:
+            raise ValueError(
+                "the requests of one route_all group must share their routing "
+                "fields (all but request_id and token_ids)"
+            )
         i = index.get(id(request.token_ids))
         if i is None:
             prompts.append(request.token_ids)
             i = index[id(request.token_ids)] = len(prompts)
         which.append(i)
     return RouteQuery(
-        query_id, first.request_id, first.token_ids, first.instance_id, first.dp_rank,
-        first.priority, first.lora_name, first.latency_sensitivity, first.expected_output_tokens,
+        query_id,
+        first.request_id,
+        first.token_ids,
+        first.instance_id,
+        first.dp_rank,
+        first.priority,
+        first.lora_name,
+        first.latency_sensitivity,
+        first.expected_output_tokens,
         siblings=[r.request_id for r in requests[1:]],
-        sibling_prompts=which if any(which) else [], prompts=prompts, reports_start=True)
-
+        sibling_prompts=which if any(which) else [],
+        prompts=prompts,
+        reports_start=True,
+    )

@@ -104,10 +104,17 @@ class RouterService:
     which) and raises ``ConfigError`` when it cannot.
     """
 
-    def __init__(self, store: DiscoveryStore, model_name: str, config: KvRouterConfig, *,
-                 host: str = "127.0.0.1", port: int = 0,
-                 registry: CollectorRegistry | None = None,
-                 lease_ttl_s: float = DEFAULT_TTL_S) -> None:
+    def __init__(
+        self,
+        store: DiscoveryStore,
+        model_name: str,
+        config: KvRouterConfig,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        registry: CollectorRegistry | None = None,
+        lease_ttl_s: float = DEFAULT_TTL_S,
+    ) -> None:
         self.store = store
         self.model_name = model_name
         self.config = config
@@ -119,9 +126,15 @@ class RouterService:
         self.endpoint = bind_zmq(self._socket, host, port, "--port")
         self.pool = WorkerPool(store, model_name)
         try:
-            router = build_router("kv", self.pool, config, self.registry,
-                                  namespace=store.namespace, host=host,
-                                  serve_endpoint=self.endpoint)
+            router = build_router(
+                "kv",
+                self.pool,
+                config,
+                self.registry,
+                namespace=store.namespace,
+                host=host,
+                serve_endpoint=self.endpoint,
+            )
         except ValueError as exc:
             self._socket.close(linger=0)
             raise ConfigError(str(exc)) from None
@@ -145,8 +158,9 @@ class RouterService:
                     tg.start_soon(self._serve, tg)
                     task_status.started(self.endpoint)
                 else:
-                    record = router_record(routers_store(self.store), self.model_name,
-                                           new_instance_id(), request=self.endpoint)
+                    record = router_record(
+                        routers_store(self.store), self.model_name, new_instance_id(), request=self.endpoint
+                    )
                     async with routers_store(self.store).lease(record, self.lease_ttl_s):
                         tg.start_soon(self._serve, tg)
                         task_status.started(self.endpoint)
@@ -162,7 +176,8 @@ class RouterService:
         rpc.handle(RouteProgress, self._progress)
         rpc.fallback = self._refuse_unexpected
         rpc.on_malformed = lambda identity, body, exc: self._send(
-            identity, RouteRefused(-1, "bad_request", str(exc)))
+            identity, RouteRefused(-1, "bad_request", str(exc))
+        )
         await rpc.serve()
 
     def _on_query(self, tg: anyio.abc.TaskGroup, identity: bytes, query: RouteQuery) -> None:
@@ -176,9 +191,14 @@ class RouterService:
         tg.start_soon(self._answer, identity, query, scope)
 
     def _refuse_unexpected(self, identity: bytes, message: Any) -> None:
-        self._send(identity, RouteRefused(
-            -1, "bad_request", f"a dyn router takes RouteQuery and RouteProgress, not "
-            f"{type(message).__name__}"))
+        self._send(
+            identity,
+            RouteRefused(
+                -1,
+                "bad_request",
+                f"a dyn router takes RouteQuery and RouteProgress, not {type(message).__name__}",
+            ),
+        )
 
     def _check_query(self, identity: bytes, query: RouteQuery) -> str | None:
         """Why ``query`` cannot be taken, or None."""
@@ -190,8 +210,10 @@ class RouterService:
                 return f"request id {rid!r} is already booked by this client"
         if query.sibling_prompts:
             if len(query.sibling_prompts) != len(query.siblings):
-                return (f"sibling_prompts has {len(query.sibling_prompts)} entries for "
-                        f"{len(query.siblings)} siblings")
+                return (
+                    f"sibling_prompts has {len(query.sibling_prompts)} entries for "
+                    f"{len(query.siblings)} siblings"
+                )
             if any(not 0 <= i <= len(query.prompts) for i in query.sibling_prompts):
                 return f"a sibling prompt index is outside 0..{len(query.prompts)}"
         return None
@@ -202,11 +224,19 @@ class RouterService:
         members = [(query.request_id, query.token_ids)]
         members += [(rid, prompts[i]) for rid, i in zip(query.siblings, which, strict=True)]
         prefix = identity.hex()
-        return [RouteRequest(
-            request_id=f"{prefix}/{rid}", token_ids=tokens, instance_id=query.instance_id,
-            dp_rank=query.dp_rank, priority=query.priority, lora_name=query.lora_name,
-            latency_sensitivity=query.latency_sensitivity,
-            expected_output_tokens=query.expected_output_tokens) for rid, tokens in members]
+        return [
+            RouteRequest(
+                request_id=f"{prefix}/{rid}",
+                token_ids=tokens,
+                instance_id=query.instance_id,
+                dp_rank=query.dp_rank,
+                priority=query.priority,
+                lora_name=query.lora_name,
+                latency_sensitivity=query.latency_sensitivity,
+                expected_output_tokens=query.expected_output_tokens,
+            )
+            for rid, tokens in members
+        ]
 
     async def _answer(self, identity: bytes, query: RouteQuery, scope: anyio.CancelScope) -> None:
         rids = (query.request_id, *query.siblings)
@@ -219,15 +249,16 @@ class RouterService:
             return
         except Exception as exc:  # a router bug must not take the service down
             log.exception("routing request %s failed", query.request_id)
-            self._send(identity, RouteRefused(query.query_id, "error",
-                                              f"the router failed: {type(exc).__name__}: {exc}"))
+            self._send(
+                identity,
+                RouteRefused(query.query_id, "error", f"the router failed: {type(exc).__name__}: {exc}"),
+            )
             return
         finally:
             for rid in rids:
                 self._waiting.pop((identity, rid), None)
         if routes is None:  # withdrawn: the client gave up, or left
-            self._send(identity, RouteRefused(query.query_id, "cancelled",
-                                              "the client withdrew the query"))
+            self._send(identity, RouteRefused(query.query_id, "cancelled", "the client withdrew the query"))
             return
         now = time.monotonic()
         block_size = self.router.block_size or 0
@@ -240,12 +271,21 @@ class RouterService:
             if not query.reports_start:
                 route.started()  # an older client: the answer is the only start we will hear of
             d = route.decision
-            answers.append(RouteAnswer(query.query_id, d.worker[0], d.worker[1], d.overlap_blocks,
-                                       d.cached_tokens, block_size, route.queue_depth or 0, member))
+            answers.append(
+                RouteAnswer(
+                    query.query_id,
+                    d.worker[0],
+                    d.worker[1],
+                    d.overlap_blocks,
+                    d.cached_tokens,
+                    block_size,
+                    route.queue_depth or 0,
+                    member,
+                )
+            )
         for answer in answers:
             if not self._send(identity, answer):
-                log.info("client %s left before its answer; freed %d booking(s)", identity.hex(),
-                         len(rids))
+                log.info("client %s left before its answer; freed %d booking(s)", identity.hex(), len(rids))
                 for rid in rids:
                     self._forget((identity, rid))
                 return
@@ -281,9 +321,15 @@ class RouterService:
                 route.progress(progress.output_tokens)
             self._forget(key)
         else:
-            self._send(identity, RouteRefused(-1, "bad_request",
-                                              f"unknown progress event {progress.event!r}: use "
-                                              "started, first_token, progress or finished"))
+            self._send(
+                identity,
+                RouteRefused(
+                    -1,
+                    "bad_request",
+                    f"unknown progress event {progress.event!r}: use "
+                    "started, first_token, progress or finished",
+                ),
+            )
 
     def _send(self, identity: bytes, message: Any) -> bool:
         """Send without waiting (the send high-water mark is unbounded); False when the client
@@ -300,8 +346,11 @@ class RouterService:
 
     def sweep(self, now: float, max_age: float) -> None:
         """One pass of ``_sweep``."""
-        stale = [k for k, route in self.routes.items()
-                 if route.closed or now - self._booked_at.get(k, now) > max_age]
+        stale = [
+            k
+            for k, route in self.routes.items()
+            if route.closed or now - self._booked_at.get(k, now) > max_age
+        ]
         unreported = 0
         for key in stale:
             unreported += not self.routes[key].closed
@@ -317,9 +366,7 @@ class RouterService:
         keys = [k for k in (*self.routes, *self._waiting) if k[0] == identity]
         for key in keys:
             self._forget(key)
-        log.info("client %s left; freed its %d booking(s) and waiting request(s)", identity.hex(),
-                 len(keys))
-
+        log.info("client %s left; freed its %d booking(s) and waiting request(s)", identity.hex(), len(keys))
 
 
 # --------------------------------------------------------------------------- the process
@@ -340,15 +387,18 @@ class RouterSettings:
 
 def build_service(settings: RouterSettings) -> RouterService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
-    model_name, store = model_and_store(settings.model_path, settings.model_name,
-                                        settings.discovery.backend, settings.discovery.namespace,
-                                        settings.discovery.dir)
+    model_name, store = model_and_store(
+        settings.model_path,
+        settings.model_name,
+        settings.discovery.backend,
+        settings.discovery.namespace,
+        settings.discovery.dir,
+    )
     try:
         routers_store(store)  # the backend must support router discovery
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return RouterService(store, model_name, settings.router_config, host=settings.host,
-                         port=settings.port)
+    return RouterService(store, model_name, settings.router_config, host=settings.host, port=settings.port)
 
 
 async def serve_router(settings: RouterSettings) -> None:
@@ -388,8 +438,11 @@ class RouterHttpApp:
 
         self.service = service
         view = router_index_view(service.router, service.pool, service.model_name)
-        self.kv_views = (IndexerHttpApp(view, IndexerMetrics(service.registry, view), prefix="/kv")
-                         if view is not None else None)
+        self.kv_views = (
+            IndexerHttpApp(view, IndexerMetrics(service.registry, view), prefix="/kv")
+            if view is not None
+            else None
+        )
         self.api_key = ApiKey(api_key) if api_key else None
 
     def no_index(self) -> str:
@@ -397,13 +450,20 @@ class RouterHttpApp:
         config = self.service.config
         if config.use_remote_indexer:
             remote = self.service.router.remote_indexer
-            where = (f"the dyn indexer at {remote.address}" if remote is not None
-                     else "a dyn indexer found in discovery")
-            return (f"this router keeps no KV index: it asks {where} (--use-remote-indexer); "
-                    "inspect that indexer instead (dyn inspect-kv --namespace "
-                    f"{self.service.store.namespace}, or --url with its http= address)")
-        return ("this router keeps no KV index: prefix overlap is off "
-                "(--router-kv-overlap-score-credit 0 or --load-aware)")
+            where = (
+                f"the dyn indexer at {remote.address}"
+                if remote is not None
+                else "a dyn indexer found in discovery"
+            )
+            return (
+                f"this router keeps no KV index: it asks {where} (--use-remote-indexer); "
+                "inspect that indexer instead (dyn inspect-kv --namespace "
+                f"{self.service.store.namespace}, or --url with its http= address)"
+            )
+        return (
+            "this router keeps no KV index: prefix overlap is off "
+            "(--router-kv-overlap-score-credit 0 or --load-aware)"
+        )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -427,25 +487,36 @@ class RouterHttpApp:
             else:
                 status, body, content_type = 405, error_body("/metrics accepts GET only"), b"application/json"
         else:
-            status, body, content_type = 404, error_body(
-                f"no route for {method} {path}; a dyn router serves GET /metrics and the KV index "
-                "views under /kv/ (/kv/workers, /kv/query, /kv/dump, ...)"), b"application/json"
+            status, body, content_type = (
+                404,
+                error_body(
+                    f"no route for {method} {path}; a dyn router serves GET /metrics and the KV index "
+                    "views under /kv/ (/kv/workers, /kv/query, /kv/dump, ...)"
+                ),
+                b"application/json",
+            )
         await respond(send, status, body, content_type)
 
 
-async def _serve(service: RouterService, settings: RouterSettings,
-                 sock: socket.socket | None = None) -> None:
+async def _serve(service: RouterService, settings: RouterSettings, sock: socket.socket | None = None) -> None:
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             await tg.start(service.run)
-            system = (LoopHttpServer(RouterHttpApp(service, settings.api_key), sock, settings.host)
-                      if sock is not None else None)
+            system = (
+                LoopHttpServer(RouterHttpApp(service, settings.api_key), sock, settings.host)
+                if sock is not None
+                else None
+            )
             if system is not None:
                 await system.start(tg)
                 print(f"{METRICS_PREFIX}{system.url}/metrics", flush=True)
             print(READY_PREFIX + service.endpoint, flush=True)
-            log.info("routing model %r for namespace %r (%d worker(s) so far)",
-                     service.model_name, settings.discovery.namespace, len(service.pool))
+            log.info(
+                "routing model %r for namespace %r (%d worker(s) so far)",
+                service.model_name,
+                settings.discovery.namespace,
+                len(service.pool),
+            )
             async for signum in signals:
                 log.info("received %s; stopping", signal.Signals(signum).name)
                 break

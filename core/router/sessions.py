@@ -33,8 +33,9 @@ class SessionAffinity:
     def __len__(self) -> int:
         return len(self._bindings)
 
-    def bind(self, session_id: str, instance_id: int, dp_rank: int | None, ttl_s: float, *,
-             engine_backed: bool) -> Binding:
+    def bind(
+        self, session_id: str, instance_id: int, dp_rank: int | None, ttl_s: float, *, engine_backed: bool
+    ) -> Binding:
         """Bind (or rebind) ``session_id``; the TTL starts now."""
         binding = Binding(instance_id, dp_rank, ttl_s, self._clock() + ttl_s, engine_backed)
         self._bindings[session_id] = binding
@@ -60,7 +61,6 @@ class SessionAffinity:
     def unbind(self, session_id: str) -> Binding | None:
         """Remove the binding and return it (``None`` if there was none or it had expired)."""
         return self.peek(session_id) and self._bindings.pop(session_id)
-
 
     def expire(self) -> list[tuple[str, Binding]]:
         """Remove and return every binding past its TTL, with those dropped by lookups since."""

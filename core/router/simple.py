@@ -154,5 +154,6 @@ class DirectRouter(Router):
         if request.instance_id is None:
             raise TargetRequiredError(
                 "router mode 'direct' needs a target worker: set nvext.backend_instance_id or the "
-                "x-worker-instance-id header")
+                "x-worker-instance-id header"
+            )
         return Route(named_worker(self.pool, request.instance_id), request.dp_rank)

@@ -72,9 +72,16 @@ class ReplicaSync:
     peers and applies their events until cancelled.
     """
 
-    def __init__(self, router: KvRouter, store: DiscoveryStore, *, model_name: str | None,
-                 host: str = "127.0.0.1", request_endpoint: str | None = None,
-                 lease_ttl_s: float = DEFAULT_TTL_S) -> None:
+    def __init__(
+        self,
+        router: KvRouter,
+        store: DiscoveryStore,
+        *,
+        model_name: str | None,
+        host: str = "127.0.0.1",
+        request_endpoint: str | None = None,
+        lease_ttl_s: float = DEFAULT_TTL_S,
+    ) -> None:
         self.router = router
         self.instance_id = new_instance_id()
         # the router id is the discovery instance id, so a peer whose record goes away can be
@@ -97,16 +104,20 @@ class ReplicaSync:
 
     @property
     def record(self) -> WorkerRecord:
-        return router_record(self.store, self.model_name, self.instance_id,
-                             request=self.request_endpoint, kv_events=self.endpoint)
+        return router_record(
+            self.store,
+            self.model_name,
+            self.instance_id,
+            request=self.request_endpoint,
+            kv_events=self.endpoint,
+        )
 
     def publish(self, event: ActiveSequenceEvent) -> None:
         """Send one booking change to the peers now; never blocks or raises."""
         if not event.router_id:
             event.router_id = self.router_id
         try:
-            self._pub.send_multipart((ACTIVE_SEQUENCES_TOPIC, _encoder.encode(event)),
-                                     flags=zmq.NOBLOCK)
+            self._pub.send_multipart((ACTIVE_SEQUENCES_TOPIC, _encoder.encode(event)), flags=zmq.NOBLOCK)
             self.published += 1
         except zmq.ZMQError as exc:
             self.dropped += 1
@@ -120,8 +131,7 @@ class ReplicaSync:
         sub.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
         try:
             # the lease is left last: the record stays until the tasks stopped
-            async with (self.store.lease(self.record, self.lease_ttl_s),
-                        anyio.create_task_group() as tg):
+            async with self.store.lease(self.record, self.lease_ttl_s), anyio.create_task_group() as tg:
                 tg.start_soon(self._receive, sub)
                 await tg.start(self._follow_peers, sub)
                 log.info("replica sync: router %s publishes on %s", self.router_id, self.endpoint)
@@ -156,8 +166,9 @@ class ReplicaSync:
         try:
             sub.connect(endpoint)
         except zmq.ZMQError as exc:
-            log.warning("replica sync: cannot connect to router %d at %s: %s",
-                        record.instance_id, endpoint, exc)
+            log.warning(
+                "replica sync: cannot connect to router %d at %s: %s", record.instance_id, endpoint, exc
+            )
             return
         self.peers[record.instance_id] = endpoint
         log.info("replica sync: following router %d at %s", record.instance_id, endpoint)
@@ -192,5 +203,4 @@ class ReplicaSync:
                 self.router.apply_remote(event)
                 self.applied += 1
             except Exception:
-                log.exception("replica sync: could not apply %s from router %s", event.event,
-                              event.router_id)
+                log.exception("replica sync: could not apply %s from router %s", event.event, event.router_id)

@@ -50,9 +50,15 @@ class RejectedFrames:
     last line are reported with the next one (``total`` always has them all). Thread-safe.
     ``verb`` words the line for other repeated troubles (``"lost"``: gaps in a stream)."""
 
-    def __init__(self, logger: logging.Logger, what: str, plural: str | None = None,
-                 interval_s: float = REJECT_LOG_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic, verb: str = "rejected") -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        plural: str | None = None,
+        interval_s: float = REJECT_LOG_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        verb: str = "rejected",
+    ) -> None:
         self._log = logger
         self.what = what
         self.plural = plural or f"{what}s"
@@ -76,11 +82,22 @@ class RejectedFrames:
                 return
             count, self._unlogged, self._logged_at = self._unlogged, 0, now
         if last is None:
-            self._log.warning("%s a %s: %s (further ones are counted and logged at most every %g s)",
-                              self.verb, self.what, reason, self.interval_s)
+            self._log.warning(
+                "%s a %s: %s (further ones are counted and logged at most every %g s)",
+                self.verb,
+                self.what,
+                reason,
+                self.interval_s,
+            )
         else:
-            self._log.warning("%s %d %s in the last %.0f s (latest: %s)", self.verb, count,
-                              self.plural if count != 1 else self.what, now - last, reason)
+            self._log.warning(
+                "%s %d %s in the last %.0f s (latest: %s)",
+                self.verb,
+                count,
+                self.plural if count != 1 else self.what,
+                now - last,
+                reason,
+            )
 
 
 def encode(message: msgspec.Struct) -> list[bytes]:

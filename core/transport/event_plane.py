@@ -46,7 +46,9 @@ class KvEventPublisher:
     """Publishes KV-event batches of one worker (all its dp ranks) and serves replay."""
 
     def __init__(
-        self, host: str = "127.0.0.1", topic: str = DEFAULT_TOPIC,
+        self,
+        host: str = "127.0.0.1",
+        topic: str = DEFAULT_TOPIC,
         buffer_size: int = DEFAULT_REPLAY_BUFFER,
     ) -> None:
         self.topic = topic

@@ -141,8 +141,14 @@ class WorkerClient:
     (0 disables a silence timeout).
     """
 
-    def __init__(self, endpoint: str, *, first_token_timeout_s: float = 0.0,
-                 inter_token_timeout_s: float = 0.0, on_health: HealthListener | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        first_token_timeout_s: float = 0.0,
+        inter_token_timeout_s: float = 0.0,
+        on_health: HealthListener | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.first_token_timeout_s = first_token_timeout_s
         self.inter_token_timeout_s = inter_token_timeout_s
@@ -212,8 +218,9 @@ class WorkerClient:
                 self._silent = False
                 self._set_health(True, "connected")
             elif event == zmq.EVENT_DISCONNECTED:
-                self._set_health(False, "the connection closed (the worker died or stopped answering "
-                                        "heartbeats)")
+                self._set_health(
+                    False, "the connection closed (the worker died or stopped answering heartbeats)"
+                )
             elif event == zmq.EVENT_CONNECT_RETRIED and not self._handshaken and self._streams:
                 # never connected and a request waits on it: a stale record of a dead worker
                 self._set_health(False, "cannot connect")
@@ -237,8 +244,11 @@ class WorkerClient:
                     stream.timed_out = True
                     silent += 1
                     what = "between tokens" if stream.started else "before the first token"
-                    stream.push(WorkerSilent(f"worker at {self.endpoint} sent nothing for request "
-                                             f"{rid} for {limit:g} s {what}"))
+                    stream.push(
+                        WorkerSilent(
+                            f"worker at {self.endpoint} sent nothing for request {rid} for {limit:g} s {what}"
+                        )
+                    )
             if silent and self.healthy:
                 self._silent = True
                 self._set_health(False, f"silent for {silent} request(s)")
@@ -291,8 +301,9 @@ class WorkerClient:
     async def send(self, message: msgspec.Struct) -> None:
         await self._socket.send_multipart(encode(message))
 
-    async def call(self, message: SessionControlRequest | PinPrefixRequest,
-                   timeout_s: float = 10.0) -> ControlReply:
+    async def call(
+        self, message: SessionControlRequest | PinPrefixRequest, timeout_s: float = 10.0
+    ) -> ControlReply:
         """Send a control call (its ``request_id`` unique on this client) and return
         its ``ControlReply``. Raises ``RemoteError`` on an ``ErrorReply``, ``WorkerUnavailable``
         when the client closes meanwhile, ``TimeoutError`` after ``timeout_s``."""
@@ -358,7 +369,7 @@ class WorkerClient:
                 # a reply ends the request on the worker; a local failure (silence) may not have
                 finished = not isinstance(terminal, BaseException)
                 if isinstance(terminal, Finish):
-                    yield cast(_Batch, items[:end + 1] if end + 1 < len(items) else items)
+                    yield cast(_Batch, items[: end + 1] if end + 1 < len(items) else items)
                     return
                 if end:
                     yield cast(_Batch, items[:end])

@@ -93,9 +93,15 @@ class RpcServer:
     to a peer that left fails (``send`` returns False) instead of being dropped silently.
     """
 
-    def __init__(self, decode: Decode, *, what: str = "malformed message",
-                 plural: str | None = None, mandatory: bool = False,
-                 logger: logging.Logger = log) -> None:
+    def __init__(
+        self,
+        decode: Decode,
+        *,
+        what: str = "malformed message",
+        plural: str | None = None,
+        mandatory: bool = False,
+        logger: logging.Logger = log,
+    ) -> None:
         self.socket: zmq.asyncio.Socket = configure(async_context().socket(zmq.ROUTER))
         if mandatory:
             self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -203,9 +209,16 @@ class RpcClient:
     request or reply (default: its ``query_id``). ``peer`` names the servers in messages.
     """
 
-    def __init__(self, decode: Decode, reply_types: tuple[type, ...], *, peer: str,
-                 id_of: Callable[[Any], int] = attrgetter("query_id"), hwm: int = SEND_HWM,
-                 logger: logging.Logger = log) -> None:
+    def __init__(
+        self,
+        decode: Decode,
+        reply_types: tuple[type, ...],
+        *,
+        peer: str,
+        id_of: Callable[[Any], int] = attrgetter("query_id"),
+        hwm: int = SEND_HWM,
+        logger: logging.Logger = log,
+    ) -> None:
         self.peer = peer
         self._decode = decode
         self._reply_types = frozenset(reply_types)
@@ -216,8 +229,9 @@ class RpcClient:
         self._pending: dict[int, _Call] = {}
         self._ids = itertools.count(1)
         self.on_unmatched: Callable[[Any], None] | None = None
-        self.rejected = RejectedFrames(logger, f"malformed message from {peer}",
-                                       f"malformed messages from {peer}")
+        self.rejected = RejectedFrames(
+            logger, f"malformed message from {peer}", f"malformed messages from {peer}"
+        )
         self.dropped = 0
         """Messages dropped because the socket was full or gone."""
 
@@ -311,8 +325,9 @@ class RpcClient:
             self._log.warning("dropped %d message(s) to %s: %s", self.dropped, self.peer, error)
         return False
 
-    async def call(self, message: msgspec.Struct, timeout_s: float, *,
-                   collect: Callable[[Any], bool] | None = None) -> Any:
+    async def call(
+        self, message: msgspec.Struct, timeout_s: float, *, collect: Callable[[Any], bool] | None = None
+    ) -> Any:
         """Send ``message`` and return its reply (see the module docstring)."""
         if self.socket is None:
             raise RpcUnavailable(f"the client of {self.peer} is not running")

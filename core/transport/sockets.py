@@ -84,20 +84,26 @@ def load_plane_keys(directory: str | Path) -> PlaneKeys:
     except ConfigError as exc:
         raise PlaneKeyError(str(exc)) from None
     if info.st_mode & 0o077:
-        raise PlaneKeyError(f"--plane-keys directory {path} is open to other users (mode "
-                            f"{stat.S_IMODE(info.st_mode):o}); run 'chmod 700 {path}'")
+        raise PlaneKeyError(
+            f"--plane-keys directory {path} is open to other users (mode "
+            f"{stat.S_IMODE(info.st_mode):o}); run 'chmod 700 {path}'"
+        )
     for secret in sorted(path.glob(f"*{SECRET_SUFFIX}")):
         mode = os.stat(secret)
         if mode.st_uid != os.geteuid() or mode.st_mode & 0o077:
-            raise PlaneKeyError(f"secret key {secret} is readable by other users or not yours "
-                                f"(mode {stat.S_IMODE(mode.st_mode):o}); run 'chmod 600 {secret}'")
+            raise PlaneKeyError(
+                f"secret key {secret} is readable by other users or not yours "
+                f"(mode {stat.S_IMODE(mode.st_mode):o}); run 'chmod 600 {secret}'"
+            )
     server_public, _ = _read_key(path / f"{SERVER_KEY}{PUBLIC_SUFFIX}", secret=False)
     server_secret = None
     if (path / f"{SERVER_KEY}{SECRET_SUFFIX}").exists():
         public, server_secret = _read_key(path / f"{SERVER_KEY}{SECRET_SUFFIX}", secret=True)
         if public != server_public:
-            raise PlaneKeyError(f"{path}: {SERVER_KEY}{PUBLIC_SUFFIX} and {SERVER_KEY}{SECRET_SUFFIX} "
-                                "are not one keypair; make the directory again with 'dyn keys'")
+            raise PlaneKeyError(
+                f"{path}: {SERVER_KEY}{PUBLIC_SUFFIX} and {SERVER_KEY}{SECRET_SUFFIX} "
+                "are not one keypair; make the directory again with 'dyn keys'"
+            )
     client_public, client_secret = _read_key(path / f"{CLIENT_KEY}{SECRET_SUFFIX}", secret=True)
     assert client_secret is not None
     return PlaneKeys(path, server_public, server_secret, client_public, client_secret)
@@ -107,11 +113,14 @@ def _read_key(file: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
     try:
         public, secret_key = zmq.auth.load_certificate(file)
     except (OSError, ValueError) as exc:
-        raise PlaneKeyError(f"cannot read the CurveZMQ key {file}: {exc}; make the directory "
-                            "with 'dyn keys DIR'") from None
+        raise PlaneKeyError(
+            f"cannot read the CurveZMQ key {file}: {exc}; make the directory with 'dyn keys DIR'"
+        ) from None
     if len(public or b"") != 40 or (secret and len(secret_key or b"") != 40):
-        raise PlaneKeyError(f"{file} does not hold a CurveZMQ {'secret' if secret else 'public'} "
-                            "key; make the directory with 'dyn keys DIR'")
+        raise PlaneKeyError(
+            f"{file} does not hold a CurveZMQ {'secret' if secret else 'public'} "
+            "key; make the directory with 'dyn keys DIR'"
+        )
     return public, secret_key
 
 
@@ -129,8 +138,9 @@ def write_plane_keys(directory: str | Path) -> Path:
     names = [f"{n}{s}" for n in (SERVER_KEY, CLIENT_KEY) for s in (PUBLIC_SUFFIX, SECRET_SUFFIX)]
     present = [n for n in names if (path / n).exists()]
     if present:
-        raise PlaneKeyError(f"{path} already holds keys ({', '.join(present)}); remove them "
-                            "first or choose another directory")
+        raise PlaneKeyError(
+            f"{path} already holds keys ({', '.join(present)}); remove them first or choose another directory"
+        )
     for name in (SERVER_KEY, CLIENT_KEY):
         public, secret = zmq.curve_keypair()
         _write_key(path / f"{name}{PUBLIC_SUFFIX}", public, None)
@@ -140,8 +150,12 @@ def write_plane_keys(directory: str | Path) -> Path:
 
 def _write_key(file: Path, public: bytes, secret: bytes | None) -> None:
     """One key file in the ZeroMQ certificate format ``zmq.auth.load_certificate`` reads."""
-    lines = ["#   dyn plane key (CurveZMQ): made by 'dyn keys'", "metadata", "curve",
-             f'    public-key = "{public.decode()}"']
+    lines = [
+        "#   dyn plane key (CurveZMQ): made by 'dyn keys'",
+        "metadata",
+        "curve",
+        f'    public-key = "{public.decode()}"',
+    ]
     if secret is not None:
         lines.append(f'    secret-key = "{secret.decode()}"')
     fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -226,12 +240,15 @@ def bind(socket: zmq.Socket, host: str, port: int = 0) -> str:
             raise PlaneKeyError(
                 f"refusing to listen on {host}: without --plane-keys the ZMQ planes are not "
                 "authenticated, so only a loopback address (127.0.0.1) is allowed. Make keys with "
-                "'dyn keys DIR' and pass --plane-keys DIR to every dyn process")
+                "'dyn keys DIR' and pass --plane-keys DIR to every dyn process"
+            )
     else:
         if keys.server_secret is None:
-            raise PlaneKeyError(f"--plane-keys {keys.directory} has no {SERVER_KEY}{SECRET_SUFFIX}, "
-                                "which a process needs to listen; copy it from the directory "
-                                "'dyn keys' made")
+            raise PlaneKeyError(
+                f"--plane-keys {keys.directory} has no {SERVER_KEY}{SECRET_SUFFIX}, "
+                "which a process needs to listen; copy it from the directory "
+                "'dyn keys' made"
+            )
         socket.curve_secretkey = keys.server_secret
         socket.curve_publickey = keys.server_public
         socket.curve_server = True

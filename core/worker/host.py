@@ -110,14 +110,20 @@ class WorkerHost:
             kv_events, kv_replay = self.kv_publisher.endpoint, self.kv_publisher.replay_endpoint
             topic = self.kv_publisher.topic
         else:
-            kv_events, kv_replay, topic = info.kv_events_endpoint, info.kv_replay_endpoint, info.kv_events_topic
+            kv_events, kv_replay, topic = (
+                info.kv_events_endpoint,
+                info.kv_replay_endpoint,
+                info.kv_events_topic,
+            )
         return WorkerRecord(
             instance_id=self.instance_id,
             namespace=self.settings.discovery.namespace,
             model_name=self.model_name,
             engine=self.engine_name,
             endpoints=WorkerEndpoints(
-                request=self._server.endpoint, kv_events=kv_events, kv_replay=kv_replay,
+                request=self._server.endpoint,
+                kv_events=kv_events,
+                kv_replay=kv_replay,
                 metrics=self._metrics.endpoint,
                 kv_events_plain=self.kv_publisher is None and kv_events is not None,
             ),
@@ -147,17 +153,29 @@ class WorkerHost:
                 if self.kv_publisher is not None:
                     tg.start_soon(self.kv_publisher.serve_replay)
                 async with self.store.lease(self.record, self.settings.lease_ttl_s):
-                    log.info("worker %d (%s, model %s) serving on %s", self.instance_id,
-                             self.engine_name, self.model_name, self._server.endpoint)
+                    log.info(
+                        "worker %d (%s, model %s) serving on %s",
+                        self.instance_id,
+                        self.engine_name,
+                        self.model_name,
+                        self._server.endpoint,
+                    )
                     task_status.started(self)
                     await stop.wait()
-                log.info("worker %d left discovery; draining %d request(s)", self.instance_id,
-                         len(self._inflight))
+                log.info(
+                    "worker %d left discovery; draining %d request(s)", self.instance_id, len(self._inflight)
+                )
                 with anyio.move_on_after(self.settings.drain_timeout_s):
                     await self._idle.wait()
                 for rid, identity in list(self._inflight.items()):
-                    self._reply(identity, ErrorReply(rid, "worker_shutdown",
-                                "the worker shut down before the request finished; retry it"))
+                    self._reply(
+                        identity,
+                        ErrorReply(
+                            rid,
+                            "worker_shutdown",
+                            "the worker shut down before the request finished; retry it",
+                        ),
+                    )
                 self._flush()  # what the drained requests queued last, and the errors above
                 tg.cancel_scope.cancel()
         finally:
@@ -209,14 +227,19 @@ class WorkerHost:
         server.handle(SessionControlRequest, control)
         server.handle(PinPrefixRequest, control)
         server.on_malformed = lambda identity, body, exc: self._reply(
-            identity, ErrorReply("", "bad_request", str(exc)))
+            identity, ErrorReply("", "bad_request", str(exc))
+        )
         await server.serve()
 
     def _on_generate(self, tg: anyio.abc.TaskGroup, identity: bytes, request: GenerateRequest) -> None:
         rid = request.request_id
         if rid in self._inflight:
-            self._reply(identity, ErrorReply(
-                rid, "duplicate_request", f"request id {rid!r} is already in flight on this worker"))
+            self._reply(
+                identity,
+                ErrorReply(
+                    rid, "duplicate_request", f"request id {rid!r} is already in flight on this worker"
+                ),
+            )
             return
         self._inflight[rid] = identity
         self._idle = anyio.Event()
@@ -225,8 +248,11 @@ class WorkerHost:
     async def _on_cancel(self, identity: bytes, cancel: CancelRequest) -> None:
         if self._inflight.get(cancel.request_id) == identity:
             aborted = await self.engine.abort(cancel.request_id)
-            log.debug("request %s cancelled by its client (%s)", cancel.request_id,
-                      "aborted" if aborted else "already finished")
+            log.debug(
+                "request %s cancelled by its client (%s)",
+                cancel.request_id,
+                "aborted" if aborted else "already finished",
+            )
 
     async def _stream(self, identity: bytes, request: GenerateRequest) -> None:
         rid = request.request_id
@@ -253,31 +279,34 @@ class WorkerHost:
             if not self._inflight:
                 self._idle.set()
 
-    async def _control(self, identity: bytes,
-                       call: SessionControlRequest | PinPrefixRequest) -> None:
+    async def _control(self, identity: bytes, call: SessionControlRequest | PinPrefixRequest) -> None:
         """Serve one control call with the engine's optional method (see ``Engine``)."""
         engine, rid = self.engine, call.request_id
         features = engine.info.features
         try:
             if isinstance(call, PinPrefixRequest):
                 if FEATURE_PIN_PREFIX not in features:
-                    raise EngineError(f"the {self.engine_name} engine does not pin prefixes",
-                                      code="unsupported")
+                    raise EngineError(
+                        f"the {self.engine_name} engine does not pin prefixes", code="unsupported"
+                    )
                 pinned = await cast(PrefixPinning, engine).pin_prefix(call.token_ids, call.ttl_s)
                 reply: ControlReply | ErrorReply = ControlReply(rid, pinned, f"pinned {pinned} blocks")
             else:
                 if FEATURE_STREAMING_SESSIONS not in features:
-                    raise EngineError(f"the {self.engine_name} engine has no streaming sessions "
-                                      "(the mocker needs --enable-streaming-session)",
-                                      code="unsupported")
+                    raise EngineError(
+                        f"the {self.engine_name} engine has no streaming sessions "
+                        "(the mocker needs --enable-streaming-session)",
+                        code="unsupported",
+                    )
                 sessions = cast(StreamingSessions, engine)  # the feature says it has them
                 if call.action == "open":
                     changed = await sessions.open_session(call.session_id, call.timeout_s)
                 elif call.action == "close":
                     changed = await sessions.close_session(call.session_id)
                 else:
-                    raise EngineError(f"unknown session action {call.action!r}: open or close",
-                                      code="bad_request")
+                    raise EngineError(
+                        f"unknown session action {call.action!r}: open or close", code="bad_request"
+                    )
                 reply = ControlReply(rid, int(changed))
         except EngineError as exc:
             reply = ErrorReply(rid, exc.code, str(exc))

@@ -17,9 +17,16 @@ from dyn.core.worker.host import WorkerHost
 from dyn.core.worker.settings import WorkerSettings
 
 
-def build_hosts(plugin: EnginePlugin, config: Any, settings: WorkerSettings, *,
-                model_path: str | None = None, model_name: str | None = None,
-                extra_args: Sequence[str] = (), num_workers: int = 1) -> list[WorkerHost]:
+def build_hosts(
+    plugin: EnginePlugin,
+    config: Any,
+    settings: WorkerSettings,
+    *,
+    model_path: str | None = None,
+    model_name: str | None = None,
+    extra_args: Sequence[str] = (),
+    num_workers: int = 1,
+) -> list[WorkerHost]:
     """``num_workers`` ready-to-run hosts, each around one new ``plugin`` engine.
 
     Raises ``ConfigError`` with a sentence for what can be checked before the engine starts: a
@@ -34,16 +41,26 @@ def build_hosts(plugin: EnginePlugin, config: Any, settings: WorkerSettings, *,
         config = prepare(plugin, config, extra_args)
         model = load_model(plugin, model_path, model_name)
         store = settings.discovery.open()
-        publishers = [None if plugin.publishes_kv_events else KvEventPublisher(settings.host)
-                      for _ in range(num_workers)]
+        publishers = [
+            None if plugin.publishes_kv_events else KvEventPublisher(settings.host)
+            for _ in range(num_workers)
+        ]
         engines = plugin.create(config, model, settings, [p.publish if p else None for p in publishers])
     except ConfigError:
         raise
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return [WorkerHost(engine, engine_name=plugin.name, model_name=model.name, store=store,
-                       settings=settings, kv_publisher=publisher)
-            for engine, publisher in zip(engines, publishers, strict=True)]
+    return [
+        WorkerHost(
+            engine,
+            engine_name=plugin.name,
+            model_name=model.name,
+            store=store,
+            settings=settings,
+            kv_publisher=publisher,
+        )
+        for engine, publisher in zip(engines, publishers, strict=True)
+    ]
 
 
 def prepare(plugin: EnginePlugin, config: Any, extra_args: Sequence[str] = ()) -> Any:

@@ -36,6 +36,7 @@ def _first(group: BaseExceptionGroup) -> BaseException:
 
 async def _run(hosts: Sequence[WorkerHost], stop: anyio.Event) -> None:
     async with anyio.create_task_group() as tg:
+
         async def watch_signals() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:

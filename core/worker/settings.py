@@ -27,8 +27,9 @@ class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
     """How the served model writes reasoning (``--dyn-reasoning-parser``), advertised in discovery."""
 
 
-def model_parsers(tool_call_parser: str | None, reasoning_parser: str | None,
-                  model_path: str | None) -> tuple[str | None, str | None]:
+def model_parsers(
+    tool_call_parser: str | None, reasoning_parser: str | None, model_path: str | None
+) -> tuple[str | None, str | None]:
     """The parsers a worker advertises: the ones given (checked against the registries;
     ``ValueError`` names the known ones); for the embedded dyn-tiny (``model_path`` None) the
     tool-call parser defaults to the format its chat template writes."""
@@ -39,8 +40,10 @@ def model_parsers(tool_call_parser: str | None, reasoning_parser: str | None,
 
     if model_path is None:
         tool_call_parser = tool_call_parser or TINY_MODEL_TOOL_CALL_PARSER
-    for flag, registry, name in (("--dyn-tool-call-parser", TOOL_PARSERS, tool_call_parser),
-                                 ("--dyn-reasoning-parser", REASONING_PARSERS, reasoning_parser)):
+    for flag, registry, name in (
+        ("--dyn-tool-call-parser", TOOL_PARSERS, tool_call_parser),
+        ("--dyn-reasoning-parser", REASONING_PARSERS, reasoning_parser),
+    ):
         try:
             if name:
                 registry.usable(name)

@@ -22,14 +22,21 @@ from dyn.plugins.mocker.config import MockerConfig
 class MockerWorkers(msgspec.Struct, kw_only=True, frozen=True):
     """``dyn worker mocker``'s worker-level flag."""
 
-    num_workers: Annotated[int, msgspec.Meta(ge=1), flag(
-        "--num-workers", panel=WORKER_PANEL,
-        help="Simulated workers hosted by this process, each with its own instance id, sockets and "
-             "cache.")] = 1
+    num_workers: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        flag(
+            "--num-workers",
+            panel=WORKER_PANEL,
+            help="Simulated workers hosted by this process, each with its own instance id, sockets and "
+            "cache.",
+        ),
+    ] = 1
 
 
-def create_engines(config: MockerConfig, model: Any, settings: WorkerSettings,
-                   kv_sinks: Sequence[KvEventSink | None]) -> list[Any]:
+def create_engines(
+    config: MockerConfig, model: Any, settings: WorkerSettings, kv_sinks: Sequence[KvEventSink | None]
+) -> list[Any]:
     """One simulated engine per sink; they share the scripted answers (read once)."""
     from dyn.plugins.mocker.engine import MockerEngine, answers_for
 
@@ -37,20 +44,31 @@ def create_engines(config: MockerConfig, model: Any, settings: WorkerSettings,
     return [MockerEngine(config, model, sink, answers=answers) for sink in kv_sinks]
 
 
-def build_hosts(config: MockerConfig, settings: WorkerSettings, *, model_path: str | None,
-                model_name: str | None, num_workers: int):
+def build_hosts(
+    config: MockerConfig,
+    settings: WorkerSettings,
+    *,
+    model_path: str | None,
+    model_name: str | None,
+    num_workers: int,
+):
     """Create ``num_workers`` ready-to-run worker hosts. Raises ``ConfigError`` for bad input."""
     from dyn.core.worker.launch import build_hosts
 
-    return build_hosts(ENGINE, config, settings, model_path=model_path, model_name=model_name,
-                       num_workers=num_workers)
+    return build_hosts(
+        ENGINE, config, settings, model_path=model_path, model_name=model_name, num_workers=num_workers
+    )
 
 
 ENGINE = EnginePlugin(
-    name="mocker", config_type=MockerConfig, create=create_engines, publishes_kv_events=False,
+    name="mocker",
+    config_type=MockerConfig,
+    create=create_engines,
+    publishes_kv_events=False,
     worker_options=MockerWorkers,
     summary="Simulated engine: no GPU, real scheduling, KV cache and events.",
     description="""Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
     chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
     priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
-    sections. Needs no GPU.""")
+    sections. Needs no GPU.""",
+)

@@ -44,8 +44,14 @@ _TOOL_SALT = 0x746F6F6C5F63616C
 class Answers:
     """Chooses each request's token source (see the module docstring); one per engine."""
 
-    def __init__(self, model: ModelInfo, *, replies: Replies | None = None, tool_call_rate: float = 0.0,
-                 tool_call_parser: str | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelInfo,
+        *,
+        replies: Replies | None = None,
+        tool_call_rate: float = 0.0,
+        tool_call_parser: str | None = None,
+    ) -> None:
         self.model = model
         self.replies = replies
         self.tool_call_rate = tool_call_rate
@@ -59,8 +65,10 @@ class Answers:
             from dyn.core.parsers.tool import TOOL_PARSERS
 
             if not tool_call_parser:
-                raise ValueError("--tool-call-rate needs the worker's tool-call format: add "
-                                 "--dyn-tool-call-parser NAME (e.g. hermes), or set the rate to 0")
+                raise ValueError(
+                    "--tool-call-rate needs the worker's tool-call format: add "
+                    "--dyn-tool-call-parser NAME (e.g. hermes), or set the rate to 0"
+                )
             self._parser = TOOL_PARSERS.get(tool_call_parser)
             _check_renders(self._parser)
         if self.scripted:
@@ -87,8 +95,10 @@ class Answers:
                 tokens = self._tokenizer.encode(text, add_special_tokens=False)  # type: ignore[union-attr]
                 if grammar is None or grammar.accepts(tokens):
                     return ScriptedSource(tokens, self._eos, self.model.vocab_size)
-                log.debug("request %s: the scripted reply does not satisfy its constraint; sampling instead",
-                          request.request_id)
+                log.debug(
+                    "request %s: the scripted reply does not satisfy its constraint; sampling instead",
+                    request.request_id,
+                )
         if grammar is not None:
             return grammar.source()
         if self.tool_call_rate > 0 and request.tools:
@@ -127,8 +137,11 @@ class Answers:
         # up to a few hundred grammar steps: off the event loop, as compiles are
         arguments = await anyio.to_thread.run_sync(grammar.complete, rng.random, MAX_ARGUMENT_TOKENS)
         if arguments is None:
-            log.debug("request %s: arguments for %s did not end; answering without a call",
-                      request.request_id, tool.name)
+            log.debug(
+                "request %s: arguments for %s did not end; answering without a call",
+                request.request_id,
+                tool.name,
+            )
             return None
         from dyn.core.parsers.tool import ToolCall
 
@@ -143,5 +156,7 @@ def _check_renders(parser) -> None:
     try:
         parser.render([ToolCall("probe", "{}")])
     except NotImplementedError:
-        raise ValueError(f"the {parser.name} tool-call parser cannot write calls, so --tool-call-rate "
-                         "cannot use it; pick another --dyn-tool-call-parser or set the rate to 0") from None
+        raise ValueError(
+            f"the {parser.name} tool-call parser cannot write calls, so --tool-call-rate "
+            "cannot use it; pick another --dyn-tool-call-parser or set the rate to 0"
+        ) from None

@@ -44,23 +44,40 @@ MAP_KEYS = ("id", "name", "value")
 """Keys of a bounded free-form object."""
 MAX_DEPTH = 64
 
-_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "$id", "$schema",
-                          "deprecated", "readOnly", "writeOnly", "$anchor"})
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$comment",
+        "$id",
+        "$schema",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$anchor",
+    }
+)
 _SCHEMA_MAPS = ("$defs", "definitions", "properties", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 _SCHEMA_ONES = ("items", "additionalItems", "contains", "unevaluatedItems")
-SHORT_SCALAR: dict[str, Any] = {"anyOf": [
-    {"type": "string", "maxLength": MAX_STRING},
-    {"type": "integer", "minimum": -NUMBER_SPAN, "maximum": NUMBER_SPAN},
-    {"type": "boolean"},
-    {"type": "null"},
-]}
+SHORT_SCALAR: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "maxLength": MAX_STRING},
+        {"type": "integer", "minimum": -NUMBER_SPAN, "maximum": NUMBER_SPAN},
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+}
 """What a schema that accepts anything becomes."""
 FLAT_OBJECT: dict[str, Any] = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": MAX_STRING},
-                   "id": {"type": "integer", "minimum": 0, "maximum": NUMBER_SPAN},
-                   "ok": {"type": "boolean"}},
+    "properties": {
+        "name": {"type": "string", "maxLength": MAX_STRING},
+        "id": {"type": "integer", "minimum": 0, "maximum": NUMBER_SPAN},
+        "ok": {"type": "boolean"},
+    },
     "required": ["name"],
     "additionalProperties": False,
 }
@@ -173,12 +190,16 @@ def _bound_number(out: dict[str, Any], integer: bool) -> None:
         out["multipleOf"] = step
 
 
-def _multiple_in(low: float | None, low_open: bool, high: float | None, high_open: bool,
-                 step: float) -> float | None:
+def _multiple_in(
+    low: float | None, low_open: bool, high: float | None, high_open: bool, step: float
+) -> float | None:
     """The multiple of ``step`` inside the bounds nearest to 0 (or to the nearer bound), if any."""
+
     def inside(x: float) -> bool:
-        return not ((low is not None and (x < low or (low_open and x <= low)))
-                    or (high is not None and (x > high or (high_open and x >= high))))
+        return not (
+            (low is not None and (x < low or (low_open and x <= low)))
+            or (high is not None and (x > high or (high_open and x >= high)))
+        )
 
     anchor = 0.0 if low is None or low <= 0 else low
     if high is not None and anchor > high:
@@ -203,9 +224,13 @@ def _bound_object(out: dict[str, Any], depth: int) -> None:
     required = out.get("required", [])
     min_props = out.get("minProperties", 0)
     max_props = out.get("maxProperties")
-    if (given is not None and not isinstance(given, dict)) or not isinstance(required, list) \
-            or not all(isinstance(n, str) for n in required) or not isinstance(min_props, int) \
-            or (max_props is not None and not isinstance(max_props, int)):
+    if (
+        (given is not None and not isinstance(given, dict))
+        or not isinstance(required, list)
+        or not all(isinstance(n, str) for n in required)
+        or not isinstance(min_props, int)
+        or (max_props is not None and not isinstance(max_props, int))
+    ):
         return
     extra = out.get("additionalProperties", True)
     if extra is False:
@@ -216,7 +241,9 @@ def _bound_object(out: dict[str, Any], depth: int) -> None:
     props = dict(given or {})
     for name in required:
         props.setdefault(name, values)
-    wanted = min_props if given else max(min_props, min(len(MAP_KEYS), max_props if max_props is not None else 99))
+    wanted = (
+        min_props if given else max(min_props, min(len(MAP_KEYS), max_props if max_props is not None else 99))
+    )
     for key in MAP_KEYS:
         if len(props) >= wanted:
             break
@@ -236,7 +263,7 @@ def bound_regex(pattern: str) -> str:
     while i < n:
         c = pattern[i]
         if c == "\\":
-            out.append(pattern[i:i + 2])
+            out.append(pattern[i : i + 2])
             i += 2
             continue
         if depth:
@@ -258,7 +285,7 @@ def bound_regex(pattern: str) -> str:
             out.append("{1,%d}" % MAX_REPEAT)
         elif c == "{":
             end = pattern.find("}", i)
-            body = pattern[i + 1:end] if end > 0 else ""
+            body = pattern[i + 1 : end] if end > 0 else ""
             if body.endswith(",") and body[:-1].isdigit():
                 low = int(body[:-1])
                 out.append("{%d,%d}" % (low, low + MAX_REPEAT))
@@ -303,7 +330,7 @@ def bound_lark(grammar: str) -> str:
             end = _regex_end(grammar, i)
             if end < 0:  # not a regex literal after all: let the engine report the original
                 return grammar
-            out.append("/" + bound_regex(grammar[i + 1:end]) + "/")
+            out.append("/" + bound_regex(grammar[i + 1 : end]) + "/")
             i = end + 1
         elif c == "*":
             out.append("{0,%d}" % MAX_REPEAT)

@@ -46,7 +46,8 @@ class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
         except msgspec.ValidationError as exc:
             raise ValueError(
                 "--reasoning must be a JSON object with start_thinking_token_id, "
-                f"end_thinking_token_id and thinking_ratio: {exc}") from None
+                f"end_thinking_token_id and thinking_ratio: {exc}"
+            ) from None
         except msgspec.DecodeError as exc:
             raise ValueError(f"--reasoning is not valid JSON: {exc}") from None
 
@@ -79,74 +80,149 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     """
 
     block_size: Annotated[int, flag("--block-size", panel=ENGINE_PANEL, help="Tokens per KV block.")] = 64
-    num_gpu_blocks: Annotated[int, flag("--num-gpu-blocks-override", panel=ENGINE_PANEL,
-                                        help="KV blocks per simulated worker.")] = 16384
-    max_num_seqs: Annotated[int, flag("--max-num-seqs", panel=ENGINE_PANEL,
-                                      help="Most requests running in one forward pass.")] = 256
-    max_num_batched_tokens: Annotated[int, flag("--max-num-batched-tokens", panel=ENGINE_PANEL,
-                                                help="Token budget of one forward pass.")] = 8192
-    enable_prefix_caching: Annotated[bool, flag(
-        "--enable-prefix-caching/--no-enable-prefix-caching", panel=ENGINE_PANEL,
-        help="Reuse cached KV blocks of shared prompt prefixes.")] = True
-    enable_chunked_prefill: Annotated[bool, flag(
-        "--enable-chunked-prefill/--no-enable-chunked-prefill", panel=ENGINE_PANEL,
-        help="Split long prompts across passes to fit the token budget.")] = True
-    preemption_mode: Annotated[str, flag(
-        "--preemption-mode", panel=ENGINE_PANEL,
-        help="Which running request to preempt when KV blocks run out: lifo or fifo.")] = "lifo"
-    speedup_ratio: Annotated[float, flag(
-        "--speedup-ratio", panel=ENGINE_PANEL,
-        help="Divide every simulated pass time by this (<= 0: no scaling).")] = 1.0
-    decode_speedup_ratio: Annotated[float, flag(
-        "--decode-speedup-ratio", panel=ENGINE_PANEL,
-        help="Further divide simulated decode time by this.")] = 1.0
-    engine_type: Annotated[str, flag(
-        "--engine-type", panel=ENGINE_PANEL,
-        help="Engine flavour to simulate: vllm or sglang (same pass loop; flags and "
-             "priority conventions differ; SGLang's new_token_ratio and lpm are not simulated).")] = "vllm"
-    scheduling_policy: Annotated[str, flag(
-        "--scheduling-policy", panel=ENGINE_PANEL,
-        help="vLLM flavour: fcfs, or priority (waiting queue by priority then arrival, "
-             "smaller value first; preempt the largest priority).")] = "fcfs"
+    num_gpu_blocks: Annotated[
+        int, flag("--num-gpu-blocks-override", panel=ENGINE_PANEL, help="KV blocks per simulated worker.")
+    ] = 16384
+    max_num_seqs: Annotated[
+        int, flag("--max-num-seqs", panel=ENGINE_PANEL, help="Most requests running in one forward pass.")
+    ] = 256
+    max_num_batched_tokens: Annotated[
+        int, flag("--max-num-batched-tokens", panel=ENGINE_PANEL, help="Token budget of one forward pass.")
+    ] = 8192
+    enable_prefix_caching: Annotated[
+        bool,
+        flag(
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            panel=ENGINE_PANEL,
+            help="Reuse cached KV blocks of shared prompt prefixes.",
+        ),
+    ] = True
+    enable_chunked_prefill: Annotated[
+        bool,
+        flag(
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            panel=ENGINE_PANEL,
+            help="Split long prompts across passes to fit the token budget.",
+        ),
+    ] = True
+    preemption_mode: Annotated[
+        str,
+        flag(
+            "--preemption-mode",
+            panel=ENGINE_PANEL,
+            help="Which running request to preempt when KV blocks run out: lifo or fifo.",
+        ),
+    ] = "lifo"
+    speedup_ratio: Annotated[
+        float,
+        flag(
+            "--speedup-ratio",
+            panel=ENGINE_PANEL,
+            help="Divide every simulated pass time by this (<= 0: no scaling).",
+        ),
+    ] = 1.0
+    decode_speedup_ratio: Annotated[
+        float,
+        flag(
+            "--decode-speedup-ratio", panel=ENGINE_PANEL, help="Further divide simulated decode time by this."
+        ),
+    ] = 1.0
+    engine_type: Annotated[
+        str,
+        flag(
+            "--engine-type",
+            panel=ENGINE_PANEL,
+            help="Engine flavour to simulate: vllm or sglang (same pass loop; flags and "
+            "priority conventions differ; SGLang's new_token_ratio and lpm are not simulated).",
+        ),
+    ] = "vllm"
+    scheduling_policy: Annotated[
+        str,
+        flag(
+            "--scheduling-policy",
+            panel=ENGINE_PANEL,
+            help="vLLM flavour: fcfs, or priority (waiting queue by priority then arrival, "
+            "smaller value first; preempt the largest priority).",
+        ),
+    ] = "fcfs"
     """vLLM flavour: ``priority`` orders the waiting queue by (priority, arrival)."""
-    enable_priority_scheduling: Annotated[bool, flag(
-        "--enable-priority-scheduling", panel=ENGINE_PANEL,
-        help="SGLang flavour: order the waiting queue by priority, larger value "
-             "first; a request without one goes last.")] = False
+    enable_priority_scheduling: Annotated[
+        bool,
+        flag(
+            "--enable-priority-scheduling",
+            panel=ENGINE_PANEL,
+            help="SGLang flavour: order the waiting queue by priority, larger value "
+            "first; a request without one goes last.",
+        ),
+    ] = False
     """SGLang flavour: order the waiting queue by priority, larger value first."""
-    schedule_low_priority_values_first: Annotated[bool, flag(
-        "--schedule-low-priority-values-first", panel=ENGINE_PANEL,
-        help="SGLang flavour: smaller priority values are more important "
-             "(the worker then advertises lower_first).")] = False
+    schedule_low_priority_values_first: Annotated[
+        bool,
+        flag(
+            "--schedule-low-priority-values-first",
+            panel=ENGINE_PANEL,
+            help="SGLang flavour: smaller priority values are more important "
+            "(the worker then advertises lower_first).",
+        ),
+    ] = False
     """SGLang flavour: smaller priority values are the more important ones."""
-    radix_eviction_policy: Annotated[str, flag(
-        "--radix-eviction-policy", panel=ENGINE_PANEL,
-        help="SGLang flavour: lru, or priority (evict the blocks of the smallest priority "
-             "values first, as SGLang does in either scheduling order; ties least recently used).")] = "lru"
+    radix_eviction_policy: Annotated[
+        str,
+        flag(
+            "--radix-eviction-policy",
+            panel=ENGINE_PANEL,
+            help="SGLang flavour: lru, or priority (evict the blocks of the smallest priority "
+            "values first, as SGLang does in either scheduling order; ties least recently used).",
+        ),
+    ] = "lru"
     """SGLang flavour: ``priority`` evicts the least important cached leaf first."""
-    enable_streaming_session: Annotated[bool, flag(
-        "--enable-streaming-session", panel=ENGINE_PANEL,
-        help="SGLang flavour: offer streaming sessions that hold a conversation's "
-             "KV between turns, outside the prefix cache.")] = False
+    enable_streaming_session: Annotated[
+        bool,
+        flag(
+            "--enable-streaming-session",
+            panel=ENGINE_PANEL,
+            help="SGLang flavour: offer streaming sessions that hold a conversation's "
+            "KV between turns, outside the prefix cache.",
+        ),
+    ] = False
     """SGLang flavour: offer streaming sessions (``open_session`` / ``close_session``)."""
-    reasoning: Annotated[ReasoningConfig | None, flag(
-        "--reasoning", panel=ENGINE_PANEL, cli_type=str, parse=_parse_reasoning,
-        help='Start every output with a thinking section, as JSON: {"start_thinking_token_id": A, '
-             '"end_thinking_token_id": B, "thinking_ratio": R} (R of max_tokens). Without it a '
-             "request's max_thinking_tokens has no effect.")] = None
-    replies: Annotated[str | None, flag(
-        "--replies", panel=ENGINE_PANEL, cli_type=str, parse=_checked_replies,
-        help='Scripted answers, a JSON lines file of {"match": REGEX, "text": RAW_MODEL_OUTPUT}: the '
-             "first entry whose regex is found in the conversation's last message (a user message or "
-             "a tool result) is streamed as the model's output, then EOS; other requests get random "
-             "tokens. Scripts a whole agent tool loop.")] = None
+    reasoning: Annotated[
+        ReasoningConfig | None,
+        flag(
+            "--reasoning",
+            panel=ENGINE_PANEL,
+            cli_type=str,
+            parse=_parse_reasoning,
+            help='Start every output with a thinking section, as JSON: {"start_thinking_token_id": A, '
+            '"end_thinking_token_id": B, "thinking_ratio": R} (R of max_tokens). Without it a '
+            "request's max_thinking_tokens has no effect.",
+        ),
+    ] = None
+    replies: Annotated[
+        str | None,
+        flag(
+            "--replies",
+            panel=ENGINE_PANEL,
+            cli_type=str,
+            parse=_checked_replies,
+            help='Scripted answers, a JSON lines file of {"match": REGEX, "text": RAW_MODEL_OUTPUT}: the '
+            "first entry whose regex is found in the conversation's last message (a user message or "
+            "a tool result) is streamed as the model's output, then EOS; other requests get random "
+            "tokens. Scripts a whole agent tool loop.",
+        ),
+    ] = None
     """``--replies``: a JSON lines file of scripted answers (``replies``); read at start-up."""
-    tool_call_rate: Annotated[float, flag(
-        "--tool-call-rate", panel=ENGINE_PANEL,
-        help="Probability (0..1, drawn from the request's seed) that a request offering tools with "
-             "tool_choice auto is answered with one call to one of them, its arguments valid under the "
-             "tool's schema, written in the worker's --dyn-tool-call-parser format (required when > 0). "
-             "--replies wins when an entry matches.")] = 0.0
+    tool_call_rate: Annotated[
+        float,
+        flag(
+            "--tool-call-rate",
+            panel=ENGINE_PANEL,
+            help="Probability (0..1, drawn from the request's seed) that a request offering tools with "
+            "tool_choice auto is answered with one call to one of them, its arguments valid under the "
+            "tool's schema, written in the worker's --dyn-tool-call-parser format (required when > 0). "
+            "--replies wins when an entry matches.",
+        ),
+    ] = 0.0
     """``--tool-call-rate``: the probability that a request offering tools gets a tool call."""
 
     @property
@@ -167,19 +243,24 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"--scheduling-policy must be one of {', '.join(SCHEDULING_POLICIES)}")
         if self.radix_eviction_policy not in RADIX_EVICTION_POLICIES:
-            raise ValueError(
-                f"--radix-eviction-policy must be one of {', '.join(RADIX_EVICTION_POLICIES)}")
+            raise ValueError(f"--radix-eviction-policy must be one of {', '.join(RADIX_EVICTION_POLICIES)}")
         if self.is_sglang:
             if self.scheduling_policy != "fcfs":
-                raise ValueError("--scheduling-policy is a vLLM flag: use --enable-priority-scheduling "
-                                 "with --engine-type sglang, or drop --engine-type sglang")
+                raise ValueError(
+                    "--scheduling-policy is a vLLM flag: use --enable-priority-scheduling "
+                    "with --engine-type sglang, or drop --engine-type sglang"
+                )
         else:
-            sglang_only = [flag for flag, used in (
-                ("--enable-priority-scheduling", self.enable_priority_scheduling),
-                ("--schedule-low-priority-values-first", self.schedule_low_priority_values_first),
-                ("--radix-eviction-policy", self.radix_eviction_policy != "lru"),
-                ("--enable-streaming-session", self.enable_streaming_session),
-            ) if used]
+            sglang_only = [
+                flag
+                for flag, used in (
+                    ("--enable-priority-scheduling", self.enable_priority_scheduling),
+                    ("--schedule-low-priority-values-first", self.schedule_low_priority_values_first),
+                    ("--radix-eviction-policy", self.radix_eviction_policy != "lru"),
+                    ("--enable-streaming-session", self.enable_streaming_session),
+                )
+                if used
+            ]
             if sglang_only:
                 raise ValueError(f"{sglang_only[0]} is an SGLang flag: add --engine-type sglang")
         if self.reasoning is not None:

@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 
 _MARK = "\u2063DYN-PROBE-CONTENT\u2063"
 _BEFORE = "\u2063DYN-PROBE-EARLIER\u2063"
-_PROBE_CALL = {"id": "call_probe", "type": "function",
-               "function": {"name": "probe", "arguments": "{}"}}
+_PROBE_CALL = {"id": "call_probe", "type": "function", "function": {"name": "probe", "arguments": "{}"}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +53,26 @@ class LastMessage:
         try:
             template = compile_template(source)
         except ChatTemplateError as exc:
-            log.warning("the model's chat template does not compile (%s); --replies matches whole prompts", exc)
+            log.warning(
+                "the model's chat template does not compile (%s); --replies matches whole prompts", exc
+            )
             return
 
         def render(messages: list[dict], generation_prompt: bool) -> str | None:
             try:
-                return template.render(messages, add_generation_prompt=generation_prompt,
-                                       bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
+                return template.render(
+                    messages,
+                    add_generation_prompt=generation_prompt,
+                    bos_token=tokenizer.bos_token,
+                    eos_token=tokenizer.eos_token,
+                )
             except ChatTemplateError:
                 return None
 
         user = [{"role": "user", "content": _BEFORE}]
         with_prompt, without = render(user, True), render(user, False)
         if with_prompt is not None and without is not None and with_prompt.startswith(without):
-            self.generation_prompt = with_prompt[len(without):]
+            self.generation_prompt = with_prompt[len(without) :]
         closing = _after(render([*user, {"role": "assistant", "content": _MARK}], False))
         frames = []
         if closing:
@@ -75,12 +80,14 @@ class LastMessage:
                 ("user", [*user, {"role": "assistant", "content": _BEFORE}]),
                 ("tool", [*user, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}]),
             ):
-                text = render([*earlier, {"role": role, "content": _MARK, "tool_call_id": "call_probe"}], False)
+                text = render(
+                    [*earlier, {"role": role, "content": _MARK, "tool_call_id": "call_probe"}], False
+                )
                 if text is None or text.count(_MARK) != 1:
                     continue
                 before, tail = text.split(_MARK)
                 start = before.rfind(closing)
-                head = before[start + len(closing):] if start >= 0 else ""
+                head = before[start + len(closing) :] if start >= 0 else ""
                 if head and _BEFORE not in head:
                     frames.append(_Frame(role, head, tail))
         self.frames = tuple(frames)
@@ -103,7 +110,7 @@ class LastMessage:
             start = prompt.rfind(frame.head, 0, end)
             if start < 0:
                 continue
-            key = (start, len(frame.head), prompt[start + len(frame.head):end])
+            key = (start, len(frame.head), prompt[start + len(frame.head) : end])
             if best is None or key[:2] > best[:2]:
                 best = key
         return best[2] if best is not None else prompt

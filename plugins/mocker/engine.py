@@ -63,8 +63,17 @@ def request_seed(request: GenerateRequest) -> int:
 class _Stream:
     """Output of one request waiting to be read by its ``generate`` iterator."""
 
-    __slots__ = ("sim", "tokens", "finish", "ready", "received", "scheduled", "first_token", "position",
-                 "error")
+    __slots__ = (
+        "sim",
+        "tokens",
+        "finish",
+        "ready",
+        "received",
+        "scheduled",
+        "first_token",
+        "position",
+        "error",
+    )
 
     def __init__(self, sim: SimRequest, received: float) -> None:
         self.sim = sim
@@ -87,8 +96,14 @@ class MockerEngine:
     """
 
     def __init__(
-        self, config: MockerConfig, model: ModelInfo, event_sink: KvEventSink | None = None,
-        dp_rank: int = 0, *, answers: Answers | None = None, tool_call_parser: str | None = None,
+        self,
+        config: MockerConfig,
+        model: ModelInfo,
+        event_sink: KvEventSink | None = None,
+        dp_rank: int = 0,
+        *,
+        answers: Answers | None = None,
+        tool_call_parser: str | None = None,
     ) -> None:
         self.config = config.validate()
         self.model = model
@@ -97,9 +112,14 @@ class MockerEngine:
         self._answers = answers
         self.dp_rank = dp_rank
         self._sink = event_sink
-        self._scheduler = Scheduler(config, SimModel(
-            vocab_size=model.vocab_size, eos_token_ids=frozenset(model.eos_token_ids),
-            context_length=model.context_length))
+        self._scheduler = Scheduler(
+            config,
+            SimModel(
+                vocab_size=model.vocab_size,
+                eos_token_ids=frozenset(model.eos_token_ids),
+                context_length=model.context_length,
+            ),
+        )
         self._streams: dict[str, _Stream] = {}
         self._wake = anyio.Event()
         self.passes = 0
@@ -111,9 +131,12 @@ class MockerEngine:
         if config.tool_call_rate > 0:
             features.append(FEATURE_TOOL_HINTS)
         self.info = EngineInfo(
-            block_size=config.block_size, total_kv_blocks=config.num_gpu_blocks,
-            max_num_batched_tokens=config.max_num_batched_tokens, context_length=model.context_length,
-            priority_order=priority_order(config), features=features,
+            block_size=config.block_size,
+            total_kv_blocks=config.num_gpu_blocks,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            context_length=model.context_length,
+            priority_order=priority_order(config),
+            features=features,
         )
 
     # ------------------------------------------------------------------ engine loop
@@ -182,9 +205,11 @@ class MockerEngine:
                 log.warning("request %s failed in the grammar engine: %s", fin.request_id, fin.error)
                 stream.error = fin.error
             stream.finish = Finish(
-                request_id=fin.request_id, reason=fin.reason,
+                request_id=fin.request_id,
+                reason=fin.reason,
                 usage=Usage(fin.prompt_tokens, fin.completion_tokens, fin.cached_tokens),
-                timing=_timing(stream, now), stop_token_id=fin.stop_token_id,
+                timing=_timing(stream, now),
+                stop_token_id=fin.stop_token_id,
             )
             touched.add(fin.request_id)
         for rid in touched:
@@ -199,18 +224,28 @@ class MockerEngine:
         if rid in self._streams:
             raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
         if request.session_id is not None and self._scheduler.sessions is None:
-            log.debug("streaming sessions are off; serving %s of session %s as an ordinary request",
-                      rid, request.session_id)
+            log.debug(
+                "streaming sessions are off; serving %s of session %s as an ordinary request",
+                rid,
+                request.session_id,
+            )
         seed = request_seed(request)
         source = None
         if self._answers.wants(request):
             source = await self._answers.source_for(request, seed)
             if rid in self._streams:
                 raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
-        sim = SimRequest(rid, request.token_ids, stop=request.stop, seed=seed,
-                         priority=request.priority, lora_name=request.lora_name,
-                         session_id=request.session_id, max_thinking_tokens=request.max_thinking_tokens,
-                         source=source)
+        sim = SimRequest(
+            rid,
+            request.token_ids,
+            stop=request.stop,
+            seed=seed,
+            priority=request.priority,
+            lora_name=request.lora_name,
+            session_id=request.session_id,
+            max_thinking_tokens=request.max_thinking_tokens,
+            source=source,
+        )
         try:
             self._scheduler.add(sim)
         except ValueError as exc:
@@ -251,30 +286,44 @@ class MockerEngine:
             return False
         sim = stream.sim
         stream.finish = Finish(
-            request_id=request_id, reason="cancelled",
+            request_id=request_id,
+            reason="cancelled",
             usage=Usage(sim.prompt_len, sim.num_output, sim.cached_tokens),
-            timing=_timing(stream, time.monotonic()))
+            timing=_timing(stream, time.monotonic()),
+        )
         stream.ready.set()
         self._wake.set()  # its blocks are free: a stalled pass may fit now
         return True
 
     def load_metrics(self) -> list[LoadMetrics]:
         load = self._scheduler.load()
-        return [LoadMetrics(
-            instance_id=0, dp_rank=self.dp_rank, ts=time.time(), num_running=load.num_running,
-            num_waiting=load.num_waiting, active_kv_blocks=load.active_blocks,
-            total_kv_blocks=load.total_blocks, kv_usage=load.kv_usage, num_preempted=load.num_preemptions,
-            num_passes=self.passes, num_streaming_sessions=load.num_sessions,
-            streaming_session_held_tokens=load.session_held_tokens,
-        )]
+        return [
+            LoadMetrics(
+                instance_id=0,
+                dp_rank=self.dp_rank,
+                ts=time.time(),
+                num_running=load.num_running,
+                num_waiting=load.num_waiting,
+                active_kv_blocks=load.active_blocks,
+                total_kv_blocks=load.total_blocks,
+                kv_usage=load.kv_usage,
+                num_preempted=load.num_preemptions,
+                num_passes=self.passes,
+                num_streaming_sessions=load.num_sessions,
+                streaming_session_held_tokens=load.session_held_tokens,
+            )
+        ]
 
     # ------------------------------------------------------------------ optional calls
 
     def _sessions(self) -> StreamingSessions:
         sessions = self._scheduler.sessions
         if sessions is None:
-            raise EngineError("streaming sessions are off: start the mocker with --engine-type sglang "
-                              "--enable-streaming-session", code="unsupported")
+            raise EngineError(
+                "streaming sessions are off: start the mocker with --engine-type sglang "
+                "--enable-streaming-session",
+                code="unsupported",
+            )
         return sessions
 
     async def open_session(self, session_id: str, timeout_s: float) -> bool:
@@ -311,8 +360,9 @@ def answers_for(config: MockerConfig, model: ModelInfo, tool_call_parser: str | 
     from dyn.plugins.mocker.replies import Replies
 
     replies = Replies.load(config.replies) if config.replies is not None else None
-    return Answers(model, replies=replies, tool_call_rate=config.tool_call_rate,
-                   tool_call_parser=tool_call_parser)
+    return Answers(
+        model, replies=replies, tool_call_rate=config.tool_call_rate, tool_call_parser=tool_call_parser
+    )
 
 
 def _timing(stream: _Stream, now: float) -> EngineTiming:

@@ -70,7 +70,9 @@ class ConstraintError(ValueError):
 class GrammarEngine:
     """Compiles constraints for one tokenizer; thread-safe (compiles may run in worker threads)."""
 
-    def __init__(self, tokenizer_json: str, vocab_size: int | None = None, eos_token_id: int | None = None) -> None:
+    def __init__(
+        self, tokenizer_json: str, vocab_size: int | None = None, eos_token_id: int | None = None
+    ) -> None:
         import llguidance
 
         self._llg = llguidance
@@ -104,7 +106,9 @@ class GrammarEngine:
         if grammar is None:
             size = len(constraint.spec) + sum(len(c) for c in constraint.choices)
             if size > MAX_SPEC_BYTES:
-                raise ConstraintError(f"the constraint is {size} bytes; at most {MAX_SPEC_BYTES} are accepted")
+                raise ConstraintError(
+                    f"the constraint is {size} bytes; at most {MAX_SPEC_BYTES} are accepted"
+                )
             json_like = constraint.kind in ("json", "json_object")
             grammar = self._build(_bounded_grammar(constraint), _grammar(constraint), json_like)
             self._put(constraint, grammar)
@@ -184,16 +188,20 @@ def _bounded_grammar(constraint: OutputConstraint) -> Callable[[], str]:
     if kind == "json_object":
         return _grammar(constraint, _compact(FLAT_OBJECT, None))
     if kind == "json":
+
         def make() -> str:
             schema = bound_schema(msgspec.json.decode(constraint.spec))
             return _grammar(constraint, _compact(schema, constraint.whitespace_pattern))()
+
         return make
     if kind == "grammar":
+
         def make_lark() -> str:
             from llguidance import LLMatcher
             from llguidance.gbnf_to_lark import any_to_lark
 
             return LLMatcher.grammar_from_lark(bound_lark(any_to_lark(constraint.spec)))
+
         return make_lark
     return _grammar(constraint)
 
@@ -212,8 +220,13 @@ class Grammar:
 
     __slots__ = ("engine", "_start", "tokenizer", "original_text", "original")
 
-    def __init__(self, engine: GrammarEngine, start: llguidance.LLMatcher, tokenizer: llguidance.LLTokenizer,
-                 original_text: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        engine: GrammarEngine,
+        start: llguidance.LLMatcher,
+        tokenizer: llguidance.LLTokenizer,
+        original_text: Callable[[], str],
+    ) -> None:
         self.engine = engine
         self._start = start
         self.tokenizer = tokenizer
@@ -259,8 +272,17 @@ class _Draws:
 class GrammarSource:
     """A request's tokens under a constraint (see the module docstring)."""
 
-    __slots__ = ("matcher", "vocab_size", "eos", "end_token_id", "error", "_mask", "_mask_ptr", "_eos_word",
-                 "_eos_clear")
+    __slots__ = (
+        "matcher",
+        "vocab_size",
+        "eos",
+        "end_token_id",
+        "error",
+        "_mask",
+        "_mask_ptr",
+        "_eos_word",
+        "_eos_clear",
+    )
     thinks = True
 
     def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int, eos: int) -> None:

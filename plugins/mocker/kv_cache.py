@@ -53,8 +53,7 @@ class KvSequence:
     keeps its new blocks out of the prefix cache.
     """
 
-    __slots__ = ("tokens", "lora_name", "hashes", "num_registered", "num_private", "importance",
-                 "outside")
+    __slots__ = ("tokens", "lora_name", "hashes", "num_registered", "num_private", "importance", "outside")
 
     def __init__(self, tokens: list[int], lora_name: str | None = None, importance: float = 0) -> None:
         self.tokens = tokens
@@ -79,8 +78,13 @@ class KvBlockManager:
     request finishes, is preempted or aborted; ``drain_events`` at the pass boundary.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         self._total = num_blocks

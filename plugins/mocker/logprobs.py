@@ -55,8 +55,9 @@ def _key(seed: int, domain: int, position: int) -> int:
     return xxhash.xxh64_intdigest(b"%d:%d:%d" % (seed & _MASK64, domain, position))
 
 
-def position_logprobs(seed: int, position: int, token: int, k: int, vocab_size: int,
-                      domain: int = _OUTPUT) -> TokenLogprobs:
+def position_logprobs(
+    seed: int, position: int, token: int, k: int, vocab_size: int, domain: int = _OUTPUT
+) -> TokenLogprobs:
     """The logprobs of ``token`` at output ``position`` with a top-``k`` list."""
     k = max(0, min(k, MAX_TOP, vocab_size - 1))
     draw = _Draws(_key(seed, domain, position))
@@ -87,12 +88,16 @@ def position_logprobs(seed: int, position: int, token: int, k: int, vocab_size: 
     return TokenLogprobs(logprobs[rank - 1], top_ids, logprobs[:k], rank)
 
 
-def output_logprobs(seed: int, start: int, token_ids: Sequence[int], k: int, vocab_size: int) -> list[TokenLogprobs]:
+def output_logprobs(
+    seed: int, start: int, token_ids: Sequence[int], k: int, vocab_size: int
+) -> list[TokenLogprobs]:
     """``position_logprobs`` of ``token_ids`` output at positions ``start``, ``start + 1``, ..."""
     return [position_logprobs(seed, start + i, t, k, vocab_size) for i, t in enumerate(token_ids)]
 
 
-def prompt_logprobs(seed: int, token_ids: Sequence[int], k: int, vocab_size: int) -> list[TokenLogprobs | None]:
+def prompt_logprobs(
+    seed: int, token_ids: Sequence[int], k: int, vocab_size: int
+) -> list[TokenLogprobs | None]:
     """One entry per prompt token, the first ``None``."""
     out: list[TokenLogprobs | None] = [None]
     out.extend(position_logprobs(seed, i, t, k, vocab_size, _PROMPT) for i, t in enumerate(token_ids) if i)

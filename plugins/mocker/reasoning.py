@@ -46,8 +46,9 @@ def end_index(cfg: ReasoningConfig, max_tokens: int, max_thinking_tokens: int | 
     return end
 
 
-def forced_draws(draw: Callable[[], float], vocab_size: int, start_id: int, end_id: int,
-                 end: int) -> Callable[[], float]:
+def forced_draws(
+    draw: Callable[[], float], vocab_size: int, start_id: int, end_id: int, end: int
+) -> Callable[[], float]:
     """Wrap a request's ``draw`` (uniform in [0, 1), mapped to ``int(u * vocab_size)``) so that
     draw 0 yields ``start_id`` and draw ``end`` yields ``end_id``. The draw count is the output
     position: every draw either outputs a token or ends the request, and preemption keeps the

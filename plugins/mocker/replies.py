@@ -65,17 +65,23 @@ class Replies:
             try:
                 item = msgspec.json.decode(line, type=_Line)
             except msgspec.DecodeError as exc:
-                raise ValueError(f'{where} line {number}: expected {{"match": REGEX, "text": TEXT}} ({exc})') from None
+                raise ValueError(
+                    f'{where} line {number}: expected {{"match": REGEX, "text": TEXT}} ({exc})'
+                ) from None
             if len(item.match) > MAX_PATTERN_CHARS:
-                raise ValueError(f"{where} line {number}: the regex has {len(item.match)} characters; "
-                                 f"at most {MAX_PATTERN_CHARS} are accepted")
+                raise ValueError(
+                    f"{where} line {number}: the regex has {len(item.match)} characters; "
+                    f"at most {MAX_PATTERN_CHARS} are accepted"
+                )
             try:
                 pattern = re.compile(item.match)
             except re.error as exc:
                 raise ValueError(f"{where} line {number}: bad regex {item.match!r} ({exc})") from None
             entries.append(Reply(pattern, item.text))
             if len(entries) > MAX_REPLIES:
-                raise ValueError(f"{where} line {number}: more than {MAX_REPLIES} replies; keep at most {MAX_REPLIES}")
+                raise ValueError(
+                    f"{where} line {number}: more than {MAX_REPLIES} replies; keep at most {MAX_REPLIES}"
+                )
         return cls(tuple(entries))
 
     def answer(self, last_message: str) -> str | None:

@@ -79,10 +79,32 @@ class SimRequest:
     """
 
     __slots__ = (
-        "request_id", "tokens", "prompt_len", "stop", "seed", "priority", "lora_name",
-        "kv", "num_computed", "num_scheduled", "decoding", "num_output", "max_tokens",
-        "min_tokens", "stop_set", "cached_tokens", "started", "num_preemptions", "rand",
-        "session_id", "max_thinking_tokens", "arrival", "slot", "held", "base_blocks", "source",
+        "request_id",
+        "tokens",
+        "prompt_len",
+        "stop",
+        "seed",
+        "priority",
+        "lora_name",
+        "kv",
+        "num_computed",
+        "num_scheduled",
+        "decoding",
+        "num_output",
+        "max_tokens",
+        "min_tokens",
+        "stop_set",
+        "cached_tokens",
+        "started",
+        "num_preemptions",
+        "rand",
+        "session_id",
+        "max_thinking_tokens",
+        "arrival",
+        "slot",
+        "held",
+        "base_blocks",
+        "source",
     )
 
     def __init__(
@@ -184,8 +206,9 @@ def _vllm_victim_rank(req: SimRequest) -> tuple:
 class Scheduler:
     """One simulated engine: queues, KV cache and the pass loop (see the module docstring)."""
 
-    def __init__(self, config: MockerConfig, model: SimModel,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: MockerConfig, model: SimModel, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         config.validate()
         if model.vocab_size <= 0 or model.context_length <= 1:
             raise ValueError("vocab_size must be positive and context_length at least 2")
@@ -278,8 +301,13 @@ class Scheduler:
             cfg = self._reasoning
             end = reasoning.end_index(cfg, room, req.max_thinking_tokens)
             if end:
-                req.rand = reasoning.forced_draws(req.rand, self.model.vocab_size,
-                                                  cfg.start_thinking_token_id, cfg.end_thinking_token_id, end)
+                req.rand = reasoning.forced_draws(
+                    req.rand,
+                    self.model.vocab_size,
+                    cfg.start_thinking_token_id,
+                    cfg.end_thinking_token_id,
+                    end,
+                )
                 if req.source is not None and req.source.thinks:
                     req.source = reasoning.ThinkingFirst(req.source, end, self.model.vocab_size)
         if self._importance is not None:
@@ -455,22 +483,42 @@ class Scheduler:
                     tok, error = FAIL, f"{type(exc).__name__}: {exc}"
                 if tok < 0:  # the source ended the output (sources.STOP) or failed (sources.FAIL)
                     if tok == STOP:
-                        finished.append(Finished(req.request_id, "stop", req.prompt_len, req.num_output + 1,
-                                                 req.cached_tokens, source.end_token_id))
+                        finished.append(
+                            Finished(
+                                req.request_id,
+                                "stop",
+                                req.prompt_len,
+                                req.num_output + 1,
+                                req.cached_tokens,
+                                source.end_token_id,
+                            )
+                        )
                     else:
-                        finished.append(Finished(req.request_id, "error", req.prompt_len, req.num_output,
-                                                 req.cached_tokens, error=error))
+                        finished.append(
+                            Finished(
+                                req.request_id,
+                                "error",
+                                req.prompt_len,
+                                req.num_output,
+                                req.cached_tokens,
+                                error=error,
+                            )
+                        )
                     continue
             if tok in req.stop_set and req.num_output >= req.min_tokens:
-                finished.append(Finished(req.request_id, "stop", req.prompt_len,
-                                         req.num_output + 1, req.cached_tokens, tok))
+                finished.append(
+                    Finished(
+                        req.request_id, "stop", req.prompt_len, req.num_output + 1, req.cached_tokens, tok
+                    )
+                )
                 continue
             tokens.append(tok)
             req.num_output += 1
             out.append((req.request_id, tok))
             if req.num_output >= req.max_tokens:
-                finished.append(Finished(req.request_id, "length", req.prompt_len,
-                                         req.num_output, req.cached_tokens))
+                finished.append(
+                    Finished(req.request_id, "length", req.prompt_len, req.num_output, req.cached_tokens)
+                )
 
         if finished:
             requests = self._requests

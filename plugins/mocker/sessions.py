@@ -136,8 +136,12 @@ class StreamingSessions:
             log.debug("session %s is not open; serving %s as an ordinary request", sid, req.request_id)
             return
         if slot.turn is not None:
-            log.debug("session %s already runs %s; serving %s as an ordinary request", sid,
-                      slot.turn.request_id, req.request_id)
+            log.debug(
+                "session %s already runs %s; serving %s as an ordinary request",
+                sid,
+                slot.turn.request_id,
+                req.request_id,
+            )
             return
         slot.turn = req
         req.slot = slot
@@ -151,14 +155,17 @@ class StreamingSessions:
             slot.held_len = n
             slot.seq = None
             seq.tokens = tokens
-            del seq.hashes[seq.num_registered:]
+            del seq.hashes[seq.num_registered :]
             seq.outside = True
             req.kv = seq
             req.held = min(n, len(tokens) - 1)
             req.base_blocks = seq.num_blocks
         else:
-            log.debug("turn %s of session %s shares too little with its KV; restarting the "
-                      "session", req.request_id, sid)
+            log.debug(
+                "turn %s of session %s shares too little with its KV; restarting the session",
+                req.request_id,
+                sid,
+            )
             self._release(slot)
 
     def _reusable(self, seq: KvSequence, held: int, req: SimRequest) -> int:

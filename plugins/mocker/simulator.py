@@ -64,8 +64,11 @@ class MockerSimEngine:
 
     def add(self, request_id: str, token_ids: list[int], max_tokens: int, seed: int) -> None:
         """Queue a request that generates ``max_tokens`` tokens whatever it draws (EOS ignored)."""
-        self.scheduler.add(SimRequest(request_id, token_ids,
-                                      StopConditions(max_tokens=max_tokens, ignore_eos=True), seed=seed))
+        self.scheduler.add(
+            SimRequest(
+                request_id, token_ids, StopConditions(max_tokens=max_tokens, ignore_eos=True), seed=seed
+            )
+        )
 
     @property
     def has_work(self) -> bool:

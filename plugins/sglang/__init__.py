@@ -22,8 +22,10 @@ def load_model(model_path: str | None, model_name: str | None) -> Any:
     from dyn.core.model import load_model_info
 
     if model_path is None:
-        raise ValueError("dyn worker sglang needs --model-path: the local Hugging Face model directory "
-                         "SGLang loads and the frontend tokenizes with")
+        raise ValueError(
+            "dyn worker sglang needs --model-path: the local Hugging Face model directory "
+            "SGLang loads and the frontend tokenizes with"
+        )
     return load_model_info(model_path, model_name)
 
 
@@ -33,16 +35,27 @@ def prepare(config: SglangConfig, extra_args: Sequence[str]) -> SglangConfig:
     return merge_extra_args(config, extra_args).validate()
 
 
-def create_engines(config: SglangConfig, model: Any, settings: WorkerSettings,
-                   kv_sinks: Sequence[Any]) -> list[Any]:
+def create_engines(
+    config: SglangConfig, model: Any, settings: WorkerSettings, kv_sinks: Sequence[Any]
+) -> list[Any]:
     from dyn.plugins.sglang.engine import SglangEngine
 
-    return [SglangEngine(config, model_path=str(model.path), host=settings.host,
-                         context_length=model.context_length) for _ in kv_sinks]
+    return [
+        SglangEngine(
+            config, model_path=str(model.path), host=settings.host, context_length=model.context_length
+        )
+        for _ in kv_sinks
+    ]
 
 
-def build_host(config: SglangConfig, settings: WorkerSettings, *, model_path: str | None,
-               model_name: str | None = None, extra_args: Sequence[str] = ()):
+def build_host(
+    config: SglangConfig,
+    settings: WorkerSettings,
+    *,
+    model_path: str | None,
+    model_name: str | None = None,
+    extra_args: Sequence[str] = (),
+):
     """A ready-to-run worker host around one (not yet started) SGLang engine.
 
     ``model_path`` is a local Hugging Face model directory (the frontend tokenizes with the same
@@ -51,19 +64,28 @@ def build_host(config: SglangConfig, settings: WorkerSettings, *, model_path: st
     """
     from dyn.core.worker.launch import build_hosts
 
-    return build_hosts(ENGINE, config, settings, model_path=model_path, model_name=model_name,
-                       extra_args=extra_args)[0]
+    return build_hosts(
+        ENGINE, config, settings, model_path=model_path, model_name=model_name, extra_args=extra_args
+    )[0]
 
 
 ENGINE = EnginePlugin(
-    name="sglang", config_type=SglangConfig, create=create_engines, load_model=load_model,
-    prepare=prepare, passes_through=True,
-    model_path=flag("--model-path", panel=MODEL_PANEL, default=...,
-                    help="Local Hugging Face model directory SGLang loads (the frontend tokenizes with "
-                         "the same one)."),
+    name="sglang",
+    config_type=SglangConfig,
+    create=create_engines,
+    load_model=load_model,
+    prepare=prepare,
+    passes_through=True,
+    model_path=flag(
+        "--model-path",
+        panel=MODEL_PANEL,
+        default=...,
+        help="Local Hugging Face model directory SGLang loads (the frontend tokenizes with the same one).",
+    ),
     summary="SGLang's Engine: real model, radix cache, priority scheduling and "
-            "eviction, streaming sessions, KV events from SGLang's publisher.",
+    "eviction, streaming sessions, KV events from SGLang's publisher.",
     description="""SGLang engine (needs the sglang extra): one sglang.Engine per worker process, with priority
     scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
     server flag is passed through as in python -m sglang.launch_server. Not yet run against a
-    live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures.""")
+    live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures.""",
+)

@@ -43,58 +43,126 @@ class SglangConfig(msgspec.Struct, kw_only=True, frozen=True):
     where the KV-event publisher binds when dyn builds the ``--kv-events-config``).
     """
 
-    tp_size: Annotated[int | None, flag("--tp-size", panel=ENGINE_PANEL,
-                                        help="Tensor-parallel size: GPUs one SGLang engine spans.")] = None
-    mem_fraction_static: Annotated[float | None, flag(
-        "--mem-fraction-static", panel=ENGINE_PANEL,
-        help="Fraction of GPU memory for model weights and the KV cache pool (SGLang's default: "
-             "picked from the GPU).")] = None
-    max_running_requests: Annotated[int | None, flag("--max-running-requests", panel=ENGINE_PANEL,
-                                                     help="Most requests running at once.")] = None
-    max_prefill_tokens: Annotated[int | None, flag(
-        "--max-prefill-tokens", panel=ENGINE_PANEL,
-        help="Token budget of one prefill batch. Also registered as the worker's "
-             "max_num_batched_tokens; unset, the whole KV pool is registered instead (as Dynamo "
-             "does), which makes a router queue threshold much looser.")] = None
+    tp_size: Annotated[
+        int | None,
+        flag("--tp-size", panel=ENGINE_PANEL, help="Tensor-parallel size: GPUs one SGLang engine spans."),
+    ] = None
+    mem_fraction_static: Annotated[
+        float | None,
+        flag(
+            "--mem-fraction-static",
+            panel=ENGINE_PANEL,
+            help="Fraction of GPU memory for model weights and the KV cache pool (SGLang's default: "
+            "picked from the GPU).",
+        ),
+    ] = None
+    max_running_requests: Annotated[
+        int | None, flag("--max-running-requests", panel=ENGINE_PANEL, help="Most requests running at once.")
+    ] = None
+    max_prefill_tokens: Annotated[
+        int | None,
+        flag(
+            "--max-prefill-tokens",
+            panel=ENGINE_PANEL,
+            help="Token budget of one prefill batch. Also registered as the worker's "
+            "max_num_batched_tokens; unset, the whole KV pool is registered instead (as Dynamo "
+            "does), which makes a router queue threshold much looser.",
+        ),
+    ] = None
     """Also what the worker registers as ``max_num_batched_tokens``; unset, SGLang's whole KV pool
     (``max_total_num_tokens``) is registered instead, as Dynamo does (see ``engine``)."""
-    chunked_prefill_size: Annotated[int | None, flag(
-        "--chunked-prefill-size", panel=ENGINE_PANEL,
-        help="Most prompt tokens prefilled per chunk; -1 disables chunked prefill.")] = None
-    page_size: Annotated[int | None, flag(
-        "--page-size", panel=ENGINE_PANEL,
-        help="Tokens per KV page; the worker's KV block size (SGLang's default: 1).")] = None
-    context_length: Annotated[int | None, flag(
-        "--context-length", panel=ENGINE_PANEL,
-        help="Longest sequence (default: the model's config.json).")] = None
-    dtype: Annotated[str | None, flag(
-        "--dtype", panel=ENGINE_PANEL,
-        help="Weights and activations: auto, half, float16, bfloat16, float or float32.")] = None
-    enable_priority_scheduling: Annotated[bool, flag(
-        "--enable-priority-scheduling", panel=ENGINE_PANEL,
-        help="Order the waiting queue by request priority, larger value first.")] = False
-    schedule_low_priority_values_first: Annotated[bool, flag(
-        "--schedule-low-priority-values-first", panel=ENGINE_PANEL,
-        help="Smaller priority values are more important (the worker then advertises lower_first).")] = False
-    radix_eviction_policy: Annotated[str | None, flag(
-        "--radix-eviction-policy", panel=ENGINE_PANEL,
-        help="lru, or priority (evict the cached prefixes of the smallest priority values first, "
-             "in either scheduling order).")] = None
-    enable_streaming_session: Annotated[bool, flag(
-        "--enable-streaming-session", panel=ENGINE_PANEL,
-        help="Offer streaming sessions (nvext.session_control) that hold a conversation's KV "
-             "between turns, outside the radix cache.")] = False
-    disable_radix_cache: Annotated[bool, flag(
-        "--disable-radix-cache", panel=ENGINE_PANEL,
-        help="Turn off prefix caching (no KV events are published then).")] = False
-    kv_events_config: Annotated[str | None, flag(
-        "--kv-events-config", panel=ENGINE_PANEL,
-        help="SGLang's KV-events JSON, passed as given (default: dyn builds one that publishes on "
-             "free ports of --host).")] = None
+    chunked_prefill_size: Annotated[
+        int | None,
+        flag(
+            "--chunked-prefill-size",
+            panel=ENGINE_PANEL,
+            help="Most prompt tokens prefilled per chunk; -1 disables chunked prefill.",
+        ),
+    ] = None
+    page_size: Annotated[
+        int | None,
+        flag(
+            "--page-size",
+            panel=ENGINE_PANEL,
+            help="Tokens per KV page; the worker's KV block size (SGLang's default: 1).",
+        ),
+    ] = None
+    context_length: Annotated[
+        int | None,
+        flag(
+            "--context-length",
+            panel=ENGINE_PANEL,
+            help="Longest sequence (default: the model's config.json).",
+        ),
+    ] = None
+    dtype: Annotated[
+        str | None,
+        flag(
+            "--dtype",
+            panel=ENGINE_PANEL,
+            help="Weights and activations: auto, half, float16, bfloat16, float or float32.",
+        ),
+    ] = None
+    enable_priority_scheduling: Annotated[
+        bool,
+        flag(
+            "--enable-priority-scheduling",
+            panel=ENGINE_PANEL,
+            help="Order the waiting queue by request priority, larger value first.",
+        ),
+    ] = False
+    schedule_low_priority_values_first: Annotated[
+        bool,
+        flag(
+            "--schedule-low-priority-values-first",
+            panel=ENGINE_PANEL,
+            help="Smaller priority values are more important (the worker then advertises lower_first).",
+        ),
+    ] = False
+    radix_eviction_policy: Annotated[
+        str | None,
+        flag(
+            "--radix-eviction-policy",
+            panel=ENGINE_PANEL,
+            help="lru, or priority (evict the cached prefixes of the smallest priority values first, "
+            "in either scheduling order).",
+        ),
+    ] = None
+    enable_streaming_session: Annotated[
+        bool,
+        flag(
+            "--enable-streaming-session",
+            panel=ENGINE_PANEL,
+            help="Offer streaming sessions (nvext.session_control) that hold a conversation's KV "
+            "between turns, outside the radix cache.",
+        ),
+    ] = False
+    disable_radix_cache: Annotated[
+        bool,
+        flag(
+            "--disable-radix-cache",
+            panel=ENGINE_PANEL,
+            help="Turn off prefix caching (no KV events are published then).",
+        ),
+    ] = False
+    kv_events_config: Annotated[
+        str | None,
+        flag(
+            "--kv-events-config",
+            panel=ENGINE_PANEL,
+            help="SGLang's KV-events JSON, passed as given (default: dyn builds one that publishes on "
+            "free ports of --host).",
+        ),
+    ] = None
     """SGLang's ``--kv-events-config`` JSON, passed as given; ``None``: dyn builds one."""
-    kv_events_endpoint: Annotated[str | None, flag(
-        "--kv-events-endpoint", panel=ENGINE_PANEL,
-        help="tcp://HOST:PORT the KV-event publisher binds when dyn builds the KV-events config.")] = None
+    kv_events_endpoint: Annotated[
+        str | None,
+        flag(
+            "--kv-events-endpoint",
+            panel=ENGINE_PANEL,
+            help="tcp://HOST:PORT the KV-event publisher binds when dyn builds the KV-events config.",
+        ),
+    ] = None
     """``tcp://HOST:PORT`` the publisher binds when dyn builds the config (default: a free port on
     the worker's ``--host``)."""
     extra_args: list[str] = []
@@ -102,26 +170,40 @@ class SglangConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     def validate(self) -> SglangConfig:
         """Raise ``ValueError`` with a sentence naming the flag; return self when fine."""
-        positive = {"--tp-size": self.tp_size, "--max-running-requests": self.max_running_requests,
-                    "--max-prefill-tokens": self.max_prefill_tokens, "--page-size": self.page_size,
-                    "--context-length": self.context_length}
+        positive = {
+            "--tp-size": self.tp_size,
+            "--max-running-requests": self.max_running_requests,
+            "--max-prefill-tokens": self.max_prefill_tokens,
+            "--page-size": self.page_size,
+            "--context-length": self.context_length,
+        }
         for name, value in positive.items():
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.chunked_prefill_size is not None and (
-                self.chunked_prefill_size < 1 and self.chunked_prefill_size != -1):
-            raise ValueError("--chunked-prefill-size must be a positive number of tokens, or -1 to "
-                             f"disable chunked prefill, got {self.chunked_prefill_size}")
+            self.chunked_prefill_size < 1 and self.chunked_prefill_size != -1
+        ):
+            raise ValueError(
+                "--chunked-prefill-size must be a positive number of tokens, or -1 to "
+                f"disable chunked prefill, got {self.chunked_prefill_size}"
+            )
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static <= 1:
             raise ValueError(f"--mem-fraction-static must be in (0, 1], got {self.mem_fraction_static}")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.radix_eviction_policy is not None and self.radix_eviction_policy not in RADIX_EVICTION_POLICIES:
-            raise ValueError(f"--radix-eviction-policy must be lru or priority, got {self.radix_eviction_policy!r}")
+        if (
+            self.radix_eviction_policy is not None
+            and self.radix_eviction_policy not in RADIX_EVICTION_POLICIES
+        ):
+            raise ValueError(
+                f"--radix-eviction-policy must be lru or priority, got {self.radix_eviction_policy!r}"
+            )
         if self.kv_events_config is not None:
             if self.kv_events_endpoint is not None:
-                raise ValueError("--kv-events-endpoint only applies to the KV-events config dyn builds; "
-                                 "put the endpoint in your --kv-events-config instead")
+                raise ValueError(
+                    "--kv-events-endpoint only applies to the KV-events config dyn builds; "
+                    "put the endpoint in your --kv-events-config instead"
+                )
             parse_kv_events_config(self.kv_events_config)
         if self.kv_events_endpoint is not None:
             parse_tcp_endpoint(self.kv_events_endpoint, "--kv-events-endpoint")
@@ -130,14 +212,27 @@ class SglangConfig(msgspec.Struct, kw_only=True, frozen=True):
     def engine_fields(self) -> dict[str, Any]:
         """The ``ServerArgs`` fields these flags set (only those given)."""
         fields: dict[str, Any] = {}
-        for name in ("tp_size", "mem_fraction_static", "max_running_requests", "max_prefill_tokens",
-                     "chunked_prefill_size", "page_size", "context_length", "dtype",
-                     "radix_eviction_policy", "kv_events_config"):
+        for name in (
+            "tp_size",
+            "mem_fraction_static",
+            "max_running_requests",
+            "max_prefill_tokens",
+            "chunked_prefill_size",
+            "page_size",
+            "context_length",
+            "dtype",
+            "radix_eviction_policy",
+            "kv_events_config",
+        ):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = value
-        for name in ("enable_priority_scheduling", "schedule_low_priority_values_first",
-                     "enable_streaming_session", "disable_radix_cache"):
+        for name in (
+            "enable_priority_scheduling",
+            "schedule_low_priority_values_first",
+            "enable_streaming_session",
+            "disable_radix_cache",
+        ):
             if getattr(self, name):
                 fields[name] = True
         return fields
@@ -150,16 +245,22 @@ def parse_kv_events_config(text: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ValueError(f"--kv-events-config must be a JSON object: {exc}") from None
     if not isinstance(parsed, dict):
-        raise ValueError("--kv-events-config must be a JSON object, e.g. "
-                         '{"publisher": "zmq", "endpoint": "tcp://*:5557"}')
+        raise ValueError(
+            '--kv-events-config must be a JSON object, e.g. {"publisher": "zmq", "endpoint": "tcp://*:5557"}'
+        )
     return parsed
 
 
 def parse_tcp_endpoint(endpoint: str, what: str) -> tuple[str, int]:
     """``tcp://HOST:PORT`` -> ``(HOST, PORT)`` (IPv6 hosts in brackets); ``ValueError`` otherwise."""
     host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if not endpoint.startswith("tcp://") or not sep or not host or not port.isdigit() \
-            or not 0 < int(port) < 65536:
+    if (
+        not endpoint.startswith("tcp://")
+        or not sep
+        or not host
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+    ):
         raise ValueError(f"{what} must look like tcp://HOST:PORT, got {endpoint!r}")
     return host.strip("[]"), int(port)
 
@@ -173,8 +274,9 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgumentError(message)
 
 
-def parse_server_args(server_args_cls: Any, config: SglangConfig,
-                      model_path: str) -> tuple[argparse.Namespace, set[str]]:
+def parse_server_args(
+    server_args_cls: Any, config: SglangConfig, model_path: str
+) -> tuple[argparse.Namespace, set[str]]:
     """Parse ``extra_args`` with SGLang's own parser (``server_args_cls.add_cli_args``) and lay
     dyn's flags over them.
 
@@ -191,16 +293,22 @@ def parse_server_args(server_args_cls: Any, config: SglangConfig,
     except _ArgumentError as exc:
         raise EngineStartError(f"SGLang refused the arguments passed through to it: {exc}") from None
     except SystemExit:
-        raise EngineStartError("SGLang's parser exited on the arguments passed through to it; pass "
-                               "SGLang server flags only (see python -m sglang.launch_server --help)") from None
+        raise EngineStartError(
+            "SGLang's parser exited on the arguments passed through to it; pass "
+            "SGLang server flags only (see python -m sglang.launch_server --help)"
+        ) from None
     passed = {name for name, value in vars(namespace).items() if defaults.get(name, value) != value}
     for name in sorted(passed & OWNED_BY_DYN.keys()):
-        raise EngineStartError(f"--{name.replace('_', '-')} is among the arguments passed through to "
-                               f"SGLang: {OWNED_BY_DYN[name]}")
+        raise EngineStartError(
+            f"--{name.replace('_', '-')} is among the arguments passed through to "
+            f"SGLang: {OWNED_BY_DYN[name]}"
+        )
     ours = config.engine_fields()
     for name in sorted(passed & ours.keys()):
-        raise EngineStartError(f"--{name.replace('_', '-')} is given both as a dyn flag and among the "
-                               "arguments passed through to SGLang; give it once")
+        raise EngineStartError(
+            f"--{name.replace('_', '-')} is given both as a dyn flag and among the "
+            "arguments passed through to SGLang; give it once"
+        )
     for name, value in ours.items():
         setattr(namespace, name, value)
     return namespace, passed | ours.keys()

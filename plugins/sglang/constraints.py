@@ -32,8 +32,9 @@ from dyn.core.engine import EngineError
 from dyn.core.messages import OutputConstraint
 
 JSON_OBJECT_SCHEMA = json.dumps({"type": "object"})
-_REGEX_ESCAPES = str.maketrans({**{c: "\\" + c for c in "\\.^$|?*+()[]{}"}, "\n": "\\n", "\r": "\\r",
-                                "\t": "\\t"})
+_REGEX_ESCAPES = str.maketrans(
+    {**{c: "\\" + c for c in "\\.^$|?*+()[]{}"}, "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+)
 _EBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*::=", re.MULTILINE)
 
 
@@ -73,11 +74,15 @@ def lark_to_ebnf(grammar: str) -> str:
     try:
         import xgrammar
     except ImportError:
-        raise EngineError("this grammar is Lark, which SGLang's xgrammar backend does not read, and xgrammar "
-                          "is not importable here to convert it: send the grammar as EBNF (root ::= ...), or "
-                          "start the worker with --grammar-backend llguidance", code="bad_request") from None
+        raise EngineError(
+            "this grammar is Lark, which SGLang's xgrammar backend does not read, and xgrammar "
+            "is not importable here to convert it: send the grammar as EBNF (root ::= ...), or "
+            "start the worker with --grammar-backend llguidance",
+            code="bad_request",
+        ) from None
     try:
         return str(xgrammar.Grammar.from_lark(grammar))
     except Exception as exc:  # xgrammar raises RuntimeError with the parser's message
-        raise EngineError(f"SGLang's xgrammar backend cannot read this Lark grammar: {exc}",
-                          code="bad_request") from None
+        raise EngineError(
+            f"SGLang's xgrammar backend cannot read this Lark grammar: {exc}", code="bad_request"
+        ) from None

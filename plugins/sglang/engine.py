@@ -107,15 +107,25 @@ LOAD_POLL_S = 0.25
 LOAD_CALL_TIMEOUT_S = 5.0
 ABORT_GRACE_S = 5.0
 SHUTDOWN_TIMEOUT_S = 90.0
-NOT_INSTALLED = ("SGLang is not installed or cannot be imported ({error}): pip install 'dyn[sglang]' "
-                 "on a machine with a supported GPU (see SGLang's install guide)")
+NOT_INSTALLED = (
+    "SGLang is not installed or cannot be imported ({error}): pip install 'dyn[sglang]' "
+    "on a machine with a supported GPU (see SGLang's install guide)"
+)
 
 
 class _Stream:
     """One live request: its SGLang rid, timing, and the abort in progress, if any."""
 
-    __slots__ = ("rid", "received", "first_token", "delivered", "done", "cancel_requested",
-                 "abort_deadline", "scope")
+    __slots__ = (
+        "rid",
+        "received",
+        "first_token",
+        "delivered",
+        "done",
+        "cancel_requested",
+        "abort_deadline",
+        "scope",
+    )
 
     def __init__(self, rid: str, received: float) -> None:
         self.rid = rid
@@ -131,8 +141,15 @@ class _Stream:
 class SglangEngine:
     """An SGLang engine for one worker (data-parallel size 1)."""
 
-    def __init__(self, config: SglangConfig, *, model_path: str, host: str = "127.0.0.1",
-                 context_length: int | None = None, abort_grace_s: float = ABORT_GRACE_S) -> None:
+    def __init__(
+        self,
+        config: SglangConfig,
+        *,
+        model_path: str,
+        host: str = "127.0.0.1",
+        context_length: int | None = None,
+        abort_grace_s: float = ABORT_GRACE_S,
+    ) -> None:
         self.config = config.validate()
         self.model_path = model_path
         self.host = host
@@ -150,8 +167,11 @@ class SglangEngine:
         self._loads: list[Any] | None = None
         self.server_args: Any = None
         """SGLang's ``ServerArgs`` the engine was built with (set by ``run``)."""
-        self.info = EngineInfo(block_size=config.page_size or 1, total_kv_blocks=0,
-                               max_num_batched_tokens=config.max_prefill_tokens or 0)
+        self.info = EngineInfo(
+            block_size=config.page_size or 1,
+            total_kv_blocks=0,
+            max_num_batched_tokens=config.max_prefill_tokens or 0,
+        )
         """Placeholder until ``run`` has read the started engine."""
 
     # ------------------------------------------------------------------ start and stop
@@ -182,14 +202,22 @@ class SglangEngine:
             raise EngineStartError(NOT_INSTALLED.format(error=exc)) from None
         namespace, given = parse_server_args(ServerArgs, self.config, self.model_path)
         if (getattr(namespace, "dp_size", 1) or 1) > 1:
-            raise EngineStartError("--dp-size above 1 is not supported by dyn worker sglang (dyn advertises "
-                                   "one KV-event endpoint per worker): run one worker per GPU group instead")
+            raise EngineStartError(
+                "--dp-size above 1 is not supported by dyn worker sglang (dyn advertises "
+                "one KV-event endpoint per worker): run one worker per GPU group instead"
+            )
         try:
-            plan = plan_kv_events(self.config, self.host, can_bind_host=_kv_events_can_bind(),
-                                  radix_cache_disabled=bool(getattr(namespace, "disable_radix_cache", False)))
+            plan = plan_kv_events(
+                self.config,
+                self.host,
+                can_bind_host=_kv_events_can_bind(),
+                radix_cache_disabled=bool(getattr(namespace, "disable_radix_cache", False)),
+            )
         except OSError as exc:
-            raise EngineStartError(f"cannot pick free ports for SGLang's KV events on {self.host}: {exc}; "
-                                   "check --host (or --kv-events-endpoint)") from None
+            raise EngineStartError(
+                f"cannot pick free ports for SGLang's KV events on {self.host}: {exc}; "
+                "check --host (or --kv-events-endpoint)"
+            ) from None
         fixed: dict[str, Any] = {"skip_tokenizer_init": True, "incremental_streaming_output": True}
         if plan.config_json is not None:
             fixed["kv_events_config"] = plan.config_json
@@ -204,7 +232,8 @@ class SglangEngine:
             raise EngineStartError(
                 f"SGLang could not start: {type(exc).__name__}: {exc}. Check that a supported GPU is "
                 "visible (nvidia-smi), that SGLang loads the model directory, and the SGLang "
-                "arguments passed through") from exc
+                "arguments passed through"
+            ) from exc
         try:
             self.info = self._read_info(engine, given, plan)
         except BaseException:
@@ -217,31 +246,45 @@ class SglangEngine:
         page_size = int(values.get("page_size") or 1)
         max_total = scheduler_info(engine).get("max_total_num_tokens")
         if not isinstance(max_total, int) or max_total <= 0:
-            raise EngineStartError("SGLang did not report its KV cache size (max_total_num_tokens); "
-                                   "dyn worker sglang needs SGLang 0.5.11 or newer")
+            raise EngineStartError(
+                "SGLang did not report its KV cache size (max_total_num_tokens); "
+                "dyn worker sglang needs SGLang 0.5.11 or newer"
+            )
         if "max_prefill_tokens" in given and values.get("max_prefill_tokens"):
             batched = int(values["max_prefill_tokens"])
         else:
             batched = max_total
-            log.warning("--max-prefill-tokens is not set: registering SGLang's whole KV pool (%d tokens) "
-                        "as max_num_batched_tokens, as Dynamo does; a router --router-queue-threshold is a "
-                        "fraction of it. Set --max-prefill-tokens to register the per-step prefill window.",
-                        max_total)
+            log.warning(
+                "--max-prefill-tokens is not set: registering SGLang's whole KV pool (%d tokens) "
+                "as max_num_batched_tokens, as Dynamo does; a router --router-queue-threshold is a "
+                "fraction of it. Set --max-prefill-tokens to register the per-step prefill window.",
+                max_total,
+            )
         if page_size == 1 and plan.endpoint is not None:
-            log.warning("--page-size is 1 (SGLang's default): KV events and the router then count one "
-                        "block per token; set --page-size 16 or more for KV-aware routing")
-        context = getattr(getattr(engine, "tokenizer_manager", None), "context_len", None) \
-            or values.get("context_length") or self._context_length
+            log.warning(
+                "--page-size is 1 (SGLang's default): KV events and the router then count one "
+                "block per token; set --page-size 16 or more for KV-aware routing"
+            )
+        context = (
+            getattr(getattr(engine, "tokenizer_manager", None), "context_len", None)
+            or values.get("context_length")
+            or self._context_length
+        )
         self._incremental = bool(values.get("incremental_streaming_output", True))
         self._grammar_backend = str(values.get("grammar_backend") or "xgrammar")
         self._send_priority = self._priority_settings(values)
         return EngineInfo(
-            block_size=page_size, total_kv_blocks=max_total // page_size,
-            max_num_batched_tokens=batched, dp_size=1,
+            block_size=page_size,
+            total_kv_blocks=max_total // page_size,
+            max_num_batched_tokens=batched,
+            dp_size=1,
             context_length=int(context) if context else None,
-            kv_events_endpoint=plan.endpoint, kv_replay_endpoint=plan.replay_endpoint,
+            kv_events_endpoint=plan.endpoint,
+            kv_replay_endpoint=plan.replay_endpoint,
             kv_events_topic=plan.topic,
-            priority_order="lower_first" if values.get("schedule_low_priority_values_first") else "higher_first",
+            priority_order="lower_first"
+            if values.get("schedule_low_priority_values_first")
+            else "higher_first",
             features=[FEATURE_STREAMING_SESSIONS] if values.get("enable_streaming_session") else [],
         )
 
@@ -253,15 +296,19 @@ class SglangEngine:
         eviction = values.get("radix_eviction_policy") == "priority"
         refused = bool(values.get("abort_on_priority_when_disabled")) and not scheduling
         if eviction and refused:
-            log.warning("--radix-eviction-policy priority with --abort-on-priority-when-disabled and without "
-                        "--enable-priority-scheduling: SGLang would abort every request that carries a "
-                        "priority, so none is sent and the radix cache sees every prefix at priority 0")
+            log.warning(
+                "--radix-eviction-policy priority with --abort-on-priority-when-disabled and without "
+                "--enable-priority-scheduling: SGLang would abort every request that carries a "
+                "priority, so none is sent and the radix cache sees every prefix at priority 0"
+            )
         if eviction and values.get("schedule_low_priority_values_first"):
-            log.warning("--radix-eviction-policy priority with --schedule-low-priority-values-first: SGLang "
-                        "evicts cached prefixes with the smallest priority values first, and dyn sends the "
-                        "most important requests as the smallest values, so their prefixes are evicted "
-                        "first. Drop --schedule-low-priority-values-first (or use --radix-eviction-policy "
-                        "lru) to keep important prefixes cached longest.")
+            log.warning(
+                "--radix-eviction-policy priority with --schedule-low-priority-values-first: SGLang "
+                "evicts cached prefixes with the smallest priority values first, and dyn sends the "
+                "most important requests as the smallest values, so their prefixes are evicted "
+                "first. Drop --schedule-low-priority-values-first (or use --radix-eviction-policy "
+                "lru) to keep important prefixes cached longest."
+            )
         return scheduling or (eviction and not refused)
 
     def _require_engine(self) -> Any:
@@ -277,19 +324,28 @@ class SglangEngine:
         if rid in self._streams:
             raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
         if request.max_thinking_tokens is not None:
-            log.debug("max_thinking_tokens of %s is not forwarded: SGLang's async_generate has no such "
-                      "argument", rid)
+            log.debug(
+                "max_thinking_tokens of %s is not forwarded: SGLang's async_generate has no such argument",
+                rid,
+            )
         sampling = self._sampling_params(request)
         stream = self._streams[rid] = _Stream(uuid.uuid4().hex, time.monotonic())
         if request.session_id is not None and request.prompt_logprobs is not None:
-            log.debug("request %s asks for prompt logprobs, which SGLang does not give on a session turn: "
-                      "serving it as an ordinary request", rid)
+            log.debug(
+                "request %s asks for prompt logprobs, which SGLang does not give on a session turn: "
+                "serving it as an ordinary request",
+                rid,
+            )
             plan = TurnPlan("ordinary", request.token_ids)
         else:
             plan = self._sessions.plan(request.session_id, request.token_ids)
             if request.session_id is not None and plan.session_id is None:
-                log.debug("request %s names session %s, which is not open here or is busy: serving it as an "
-                          "ordinary request", rid, request.session_id)
+                log.debug(
+                    "request %s names session %s, which is not open here or is busy: serving it as an "
+                    "ordinary request",
+                    rid,
+                    request.session_id,
+                )
         decoder = self._decoder(request)
         outputs: Any = None
         history: list[int] | None = None
@@ -329,11 +385,17 @@ class SglangEngine:
                     assert plan.session_id is not None
                     if stream.delivered:
                         stream.done = True
-                        raise EngineError(f"SGLang aborted session {plan.session_id}'s turn after it had "
-                                          f"streamed {stream.delivered} tokens: {outcome.message}",
-                                          code="engine_error")
-                    log.info("SGLang refused session %s's turn (%s); resending request %s as an ordinary "
-                             "request", plan.session_id, outcome.message, rid)
+                        raise EngineError(
+                            f"SGLang aborted session {plan.session_id}'s turn after it had "
+                            f"streamed {stream.delivered} tokens: {outcome.message}",
+                            code="engine_error",
+                        )
+                    log.info(
+                        "SGLang refused session %s's turn (%s); resending request %s as an ordinary request",
+                        plan.session_id,
+                        outcome.message,
+                        rid,
+                    )
                     self._sessions.finished(plan, request.token_ids, None)
                     if refusal == "gone":
                         self._sessions.closed(plan.session_id)
@@ -346,8 +408,9 @@ class SglangEngine:
                         return
                     stream.rid = uuid.uuid4().hex
                     decoder = self._decoder(request)
-                    outputs = await engine.async_generate(**self._generate_kwargs(request, plan, stream.rid,
-                                                                                  sampling))
+                    outputs = await engine.async_generate(
+                        **self._generate_kwargs(request, plan, stream.rid, sampling)
+                    )
                     continue
                 stream.done = True
                 if outcome.reason == "abort":
@@ -355,10 +418,14 @@ class SglangEngine:
                     raise EngineError(f"SGLang aborted the request: {outcome.message}", code=code)
                 history = decoder.output_ids
                 prompt, completion, cached = decoder.usage_counts(len(request.token_ids), stream.delivered)
-                yield Finish(rid, outcome.reason, Usage(prompt, completion, cached),
-                             timing=_timing(stream, decoder, time.monotonic()),
-                             stop_token_id=outcome.stop_token_id,
-                             prompt_logprobs=_prompt_logprobs(request, decoder))
+                yield Finish(
+                    rid,
+                    outcome.reason,
+                    Usage(prompt, completion, cached),
+                    timing=_timing(stream, decoder, time.monotonic()),
+                    stop_token_id=outcome.stop_token_id,
+                    prompt_logprobs=_prompt_logprobs(request, decoder),
+                )
                 return
         except ValueError as exc:  # SGLang's request validation: prompt too long, bad sampling values
             raise EngineError(f"SGLang refused the request: {exc}", code="bad_request") from None
@@ -388,21 +455,39 @@ class SglangEngine:
         sessions, held = len(self._sessions), self._sessions.held_tokens()
         snapshot = next((s for s in self._loads or () if getattr(s, "dp_rank", 0) == 0), None)
         if snapshot is None:
-            return [LoadMetrics(
-                instance_id=0, dp_rank=0, ts=time.time(), num_running=len(self._streams), num_waiting=0,
-                active_kv_blocks=0, total_kv_blocks=info.total_kv_blocks, kv_usage=0.0,
-                num_streaming_sessions=sessions, streaming_session_held_tokens=held)]
+            return [
+                LoadMetrics(
+                    instance_id=0,
+                    dp_rank=0,
+                    ts=time.time(),
+                    num_running=len(self._streams),
+                    num_waiting=0,
+                    active_kv_blocks=0,
+                    total_kv_blocks=info.total_kv_blocks,
+                    kv_usage=0.0,
+                    num_streaming_sessions=sessions,
+                    streaming_session_held_tokens=held,
+                )
+            ]
         page = info.block_size or 1
         used = int(getattr(snapshot, "num_used_tokens", 0) or 0)
         usage = getattr(snapshot, "token_usage", None)
         if not isinstance(usage, int | float):
             usage = used / (info.total_kv_blocks * page) if info.total_kv_blocks else 0.0
-        return [LoadMetrics(
-            instance_id=0, dp_rank=0, ts=time.time(),
-            num_running=int(getattr(snapshot, "num_running_reqs", 0) or 0),
-            num_waiting=int(getattr(snapshot, "num_waiting_reqs", 0) or 0),
-            active_kv_blocks=-(-used // page), total_kv_blocks=info.total_kv_blocks, kv_usage=float(usage),
-            num_streaming_sessions=sessions, streaming_session_held_tokens=held)]
+        return [
+            LoadMetrics(
+                instance_id=0,
+                dp_rank=0,
+                ts=time.time(),
+                num_running=int(getattr(snapshot, "num_running_reqs", 0) or 0),
+                num_waiting=int(getattr(snapshot, "num_waiting_reqs", 0) or 0),
+                active_kv_blocks=-(-used // page),
+                total_kv_blocks=info.total_kv_blocks,
+                kv_usage=float(usage),
+                num_streaming_sessions=sessions,
+                streaming_session_held_tokens=held,
+            )
+        ]
 
     # ------------------------------------------------------------------ optional calls
 
@@ -418,8 +503,11 @@ class SglangEngine:
         timeout = timeout_s if timeout_s > 0 else DEFAULT_TIMEOUT_S
         since = self._sessions.now()
         if not await self._open_in_sglang(engine, session_id, timeout):
-            log.warning("SGLang refused to open session %s (it still holds that id); its turns go as "
-                        "ordinary requests", session_id)
+            log.warning(
+                "SGLang refused to open session %s (it still holds that id); its turns go as "
+                "ordinary requests",
+                session_id,
+            )
             return False
         self._sessions.opened(session_id, timeout, since)
         return True
@@ -436,15 +524,21 @@ class SglangEngine:
     def _sessions_engine(self) -> Any:
         engine = self._require_engine()
         if FEATURE_STREAMING_SESSIONS not in self.info.features:
-            raise EngineError("streaming sessions are off: start the worker with --enable-streaming-session",
-                              code="unsupported")
+            raise EngineError(
+                "streaming sessions are off: start the worker with --enable-streaming-session",
+                code="unsupported",
+            )
         return engine
 
     async def _open_in_sglang(self, engine: Any, session_id: str, timeout_s: float) -> bool:
         from sglang.srt.managers.io_struct import OpenSessionReqInput
 
-        request = OpenSessionReqInput(capacity_of_str_len=CAPACITY_OF_STR_LEN, session_id=session_id,
-                                      streaming=True, timeout=float(timeout_s))
+        request = OpenSessionReqInput(
+            capacity_of_str_len=CAPACITY_OF_STR_LEN,
+            session_id=session_id,
+            streaming=True,
+            timeout=float(timeout_s),
+        )
         try:
             return await engine.tokenizer_manager.open_session(request, None) is not None
         except ValueError as exc:
@@ -476,13 +570,19 @@ class SglangEngine:
         return params
 
     def _decoder(self, request: GenerateRequest) -> OutputDecoder:
-        return OutputDecoder(incremental=self._incremental, logprobs=request.logprobs,
-                             prompt_logprobs=request.prompt_logprobs)
+        return OutputDecoder(
+            incremental=self._incremental, logprobs=request.logprobs, prompt_logprobs=request.prompt_logprobs
+        )
 
-    def _generate_kwargs(self, request: GenerateRequest, plan: TurnPlan, rid: str,
-                         sampling: dict[str, Any]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"input_ids": plan.input_ids, "sampling_params": sampling,
-                                  "stream": True, "rid": rid}
+    def _generate_kwargs(
+        self, request: GenerateRequest, plan: TurnPlan, rid: str, sampling: dict[str, Any]
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "input_ids": plan.input_ids,
+            "sampling_params": sampling,
+            "stream": True,
+            "rid": rid,
+        }
         if request.logprobs is not None or request.prompt_logprobs is not None:
             kwargs["return_logprob"] = True
             kwargs["top_logprobs_num"] = max(request.logprobs or 0, request.prompt_logprobs or 0)
@@ -511,8 +611,12 @@ class SglangEngine:
 
     def _cancelled(self, request: GenerateRequest, stream: _Stream, decoder: OutputDecoder) -> Finish:
         prompt, _, cached = decoder.usage_counts(len(request.token_ids), stream.delivered)
-        return Finish(request.request_id, "cancelled", Usage(prompt, stream.delivered, cached),
-                      timing=_timing(stream, decoder, time.monotonic()))
+        return Finish(
+            request.request_id,
+            "cancelled",
+            Usage(prompt, stream.delivered, cached),
+            timing=_timing(stream, decoder, time.monotonic()),
+        )
 
     async def _poll_loads(self, engine: Any) -> None:
         get_loads = getattr(engine.tokenizer_manager, "get_loads", None)
@@ -527,8 +631,11 @@ class SglangEngine:
                 failing = False
             except Exception:
                 if not failing:
-                    log.warning("SGLang's get_loads() failed; load metrics count dyn's own live requests "
-                                "until it works again", exc_info=True)
+                    log.warning(
+                        "SGLang's get_loads() failed; load metrics count dyn's own live requests "
+                        "until it works again",
+                        exc_info=True,
+                    )
                 failing, self._loads = True, None
             await anyio.sleep(LOAD_POLL_S)
 
@@ -557,8 +664,10 @@ def scheduler_info(engine: Any) -> dict[str, Any]:
     return dict(legacy) if isinstance(legacy, dict) else {}
 
 
-SESSION_GONE = ("Invalid request: session id {sid} does not exist",
-                "Invalid request: close was requested for session {sid}")
+SESSION_GONE = (
+    "Invalid request: session id {sid} does not exist",
+    "Invalid request: close was requested for session {sid}",
+)
 SESSION_BUSY = "Streaming session already has an active request."
 """SGLang 0.5.23's abort messages for a session turn it will not run (``Scheduler``'s session
 lookup, ``Session.create_req``)."""
@@ -579,8 +688,10 @@ def _prompt_logprobs(request: GenerateRequest, decoder: OutputDecoder) -> list[T
     """The finished request's prompt logprobs, one per prompt token (``None``: not asked for)."""
     found = decoder.prompt_logprobs()
     if found is not None and len(found) != len(request.token_ids):
-        raise EngineError(f"SGLang returned {len(found)} prompt logprobs for a prompt of "
-                          f"{len(request.token_ids)} tokens", code="engine_error")
+        raise EngineError(
+            f"SGLang returned {len(found)} prompt logprobs for a prompt of {len(request.token_ids)} tokens",
+            code="engine_error",
+        )
     return found
 
 
@@ -598,5 +709,8 @@ def _timing(stream: _Stream, decoder: OutputDecoder, now: float) -> EngineTiming
     to_first_ms = (first - stream.received) * 1000
     queue = decoder.meta.get("queue_time")
     queue_ms = min(to_first_ms, queue * 1000) if isinstance(queue, int | float) and queue >= 0 else 0.0
-    return EngineTiming(queue_ms=round(queue_ms, 3), prefill_ms=round(to_first_ms - queue_ms, 3),
-                        decode_ms=round((now - first) * 1000, 3))
+    return EngineTiming(
+        queue_ms=round(queue_ms, 3),
+        prefill_ms=round(to_first_ms - queue_ms, 3),
+        decode_ms=round((now - first) * 1000, 3),
+    )

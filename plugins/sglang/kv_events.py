@@ -38,8 +38,9 @@ class KvEventsPlan(msgspec.Struct, frozen=True):
     topic: str
 
 
-def plan_kv_events(config: SglangConfig, host: str, *, can_bind_host: bool,
-                   radix_cache_disabled: bool) -> KvEventsPlan:
+def plan_kv_events(
+    config: SglangConfig, host: str, *, can_bind_host: bool, radix_cache_disabled: bool
+) -> KvEventsPlan:
     """The KV-events plan for a worker on ``host``; ``can_bind_host``: SGLang's ``KVEventsConfig``
     has the ``bind`` field."""
     if config.kv_events_config is not None:
@@ -48,8 +49,12 @@ def plan_kv_events(config: SglangConfig, host: str, *, can_bind_host: bool,
         if user.get("publisher", "null") != "zmq":
             return KvEventsPlan(None, None, None, topic)
         replay = user.get("replay_endpoint")
-        return KvEventsPlan(None, advertised(str(user.get("endpoint", "tcp://*:5557")), host),
-                            advertised(str(replay), host) if replay else None, topic)
+        return KvEventsPlan(
+            None,
+            advertised(str(user.get("endpoint", "tcp://*:5557")), host),
+            advertised(str(replay), host) if replay else None,
+            topic,
+        )
     if radix_cache_disabled:
         return KvEventsPlan(None, None, None, KV_EVENTS_TOPIC)
     if config.kv_events_endpoint is not None:
@@ -58,14 +63,21 @@ def plan_kv_events(config: SglangConfig, host: str, *, can_bind_host: bool,
     else:
         bind_host = host
         port, replay_port = free_ports(host, 2)
-    chosen: dict[str, object] = {"publisher": "zmq", "topic": KV_EVENTS_TOPIC,
-                                 "replay_endpoint": tcp(bind_host, replay_port)}
+    chosen: dict[str, object] = {
+        "publisher": "zmq",
+        "topic": KV_EVENTS_TOPIC,
+        "replay_endpoint": tcp(bind_host, replay_port),
+    }
     if can_bind_host:
         chosen.update(endpoint=tcp(bind_host, port), bind=True)
     else:
         chosen["endpoint"] = f"tcp://*:{port}"
-    return KvEventsPlan(json.dumps(chosen), advertised(str(chosen["endpoint"]), host),
-                        advertised(str(chosen["replay_endpoint"]), host), KV_EVENTS_TOPIC)
+    return KvEventsPlan(
+        json.dumps(chosen),
+        advertised(str(chosen["endpoint"]), host),
+        advertised(str(chosen["replay_endpoint"]), host),
+        KV_EVENTS_TOPIC,
+    )
 
 
 def tcp(host: str, port: int) -> str:

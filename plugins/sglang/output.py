@@ -62,8 +62,9 @@ class OutputDecoder:
     included, as SGLang's session history holds them); ``meta`` the latest meta_info values.
     ``logprobs`` / ``prompt_logprobs``: the request's top-k counts (``None``: not asked for)."""
 
-    def __init__(self, *, incremental: bool, logprobs: int | None = None,
-                 prompt_logprobs: int | None = None) -> None:
+    def __init__(
+        self, *, incremental: bool, logprobs: int | None = None, prompt_logprobs: int | None = None
+    ) -> None:
         self.incremental = incremental
         self.logprobs = logprobs
         self.prompt_logprobs_top = prompt_logprobs
@@ -75,8 +76,14 @@ class OutputDecoder:
         self.meta.update(meta)
         finish = meta.get("finish_reason")
         if isinstance(finish, dict) and finish.get("type") == "abort":
-            return Step([], Outcome("abort", message=str(finish.get("message") or "aborted"),
-                                    status_code=finish.get("status_code")))
+            return Step(
+                [],
+                Outcome(
+                    "abort",
+                    message=str(finish.get("message") or "aborted"),
+                    status_code=finish.get("status_code"),
+                ),
+            )
         ids = out.get("output_ids") or []
         before = len(self.output_ids)
         new = list(ids) if self.incremental else list(ids[before:])
@@ -98,12 +105,13 @@ class OutputDecoder:
         top = self.logprobs
         if top is None or not count:
             return []
-        chosen = (meta.get("output_token_logprobs") or [])[offset:offset + count]
+        chosen = (meta.get("output_token_logprobs") or [])[offset : offset + count]
         if len(chosen) != count:
             raise EngineError(f"SGLang sent {len(chosen)} output logprobs for {count} new tokens")
-        rows = ((meta.get("output_top_logprobs") or [])[offset:offset + count]) if top else []
-        return [token_logprobs(entry, rows[i] if i < len(rows) else None, top)
-                for i, entry in enumerate(chosen)]
+        rows = ((meta.get("output_top_logprobs") or [])[offset : offset + count]) if top else []
+        return [
+            token_logprobs(entry, rows[i] if i < len(rows) else None, top) for i, entry in enumerate(chosen)
+        ]
 
     def prompt_logprobs(self) -> list[TokenLogprobs | None] | None:
         """The prompt's logprobs from the latest meta_info (``None`` when not asked for): one
@@ -113,8 +121,10 @@ class OutputDecoder:
             return None
         chosen = self.meta.get("input_token_logprobs") or []
         rows = (self.meta.get("input_top_logprobs") or []) if top else []
-        return [None if entry[0] is None else token_logprobs(entry, rows[i] if i < len(rows) else None, top)
-                for i, entry in enumerate(chosen)]
+        return [
+            None if entry[0] is None else token_logprobs(entry, rows[i] if i < len(rows) else None, top)
+            for i, entry in enumerate(chosen)
+        ]
 
     def usage_counts(self, prompt_tokens: int, delivered: int) -> tuple[int, int, int]:
         """``(prompt, completion, cached)`` tokens: SGLang's counts where it sent them, else
@@ -122,9 +132,11 @@ class OutputDecoder:
         prompt = self.meta.get("prompt_tokens")
         completion = self.meta.get("completion_tokens")
         cached = self.meta.get("cached_tokens")
-        return (prompt if isinstance(prompt, int) else prompt_tokens,
-                completion if isinstance(completion, int) else delivered,
-                cached if isinstance(cached, int) else 0)
+        return (
+            prompt if isinstance(prompt, int) else prompt_tokens,
+            completion if isinstance(completion, int) else delivered,
+            cached if isinstance(cached, int) else 0,
+        )
 
 
 def token_logprobs(entry: Any, row: Any, top: int) -> TokenLogprobs:

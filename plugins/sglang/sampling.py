@@ -18,9 +18,13 @@ from typing import Any
 from dyn.core.messages import GenerateRequest
 
 _SAMPLING_KEYS = (
-    ("temperature", "temperature"), ("top_p", "top_p"), ("min_p", "min_p"),
-    ("repetition_penalty", "repetition_penalty"), ("presence_penalty", "presence_penalty"),
-    ("frequency_penalty", "frequency_penalty"), ("seed", "sampling_seed"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("min_p", "min_p"),
+    ("repetition_penalty", "repetition_penalty"),
+    ("presence_penalty", "presence_penalty"),
+    ("frequency_penalty", "frequency_penalty"),
+    ("seed", "sampling_seed"),
 )
 """(dyn ``SamplingParams`` field, SGLang sampling key)."""
 

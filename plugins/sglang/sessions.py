@@ -103,8 +103,8 @@ class SessionTable:
         entry.busy = True
         entry.last_used = self._clock()
         held = entry.history
-        if held is not None and len(token_ids) > len(held) and token_ids[:len(held)] == held:
-            return TurnPlan("append", token_ids[len(held):], session_id)
+        if held is not None and len(token_ids) > len(held) and token_ids[: len(held)] == held:
+            return TurnPlan("append", token_ids[len(held) :], session_id)
         if held is None and not entry.started:
             entry.started = True
             return TurnPlan("first", token_ids, session_id)
@@ -127,5 +127,6 @@ class SessionTable:
 
     def held_tokens(self) -> int:
         """Tokens of history held across the live sessions (as far as dyn knows)."""
-        return sum(len(e.history or ()) for sid, e in list(self._entries.items())
-                   if self.get(sid) is not None)
+        return sum(
+            len(e.history or ()) for sid, e in list(self._entries.items()) if self.get(sid) is not None
+        )

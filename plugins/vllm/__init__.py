@@ -28,8 +28,9 @@ class VllmModel(msgspec.Struct, frozen=True):
 
 def load_model(model_path: str | None, model_name: str | None) -> VllmModel:
     if model_path is None:
-        raise ValueError("dyn worker vllm needs --model-path: the model directory (or Hugging Face id) "
-                         "vLLM loads")
+        raise ValueError(
+            "dyn worker vllm needs --model-path: the model directory (or Hugging Face id) vLLM loads"
+        )
     return VllmModel(model_path, model_name or Path(model_path).name)
 
 
@@ -40,15 +41,17 @@ def prepare(config: VllmConfig, extra_args: Sequence[str]) -> VllmConfig:
     return config
 
 
-def create_engines(config: VllmConfig, model: VllmModel, settings: WorkerSettings,
-                   kv_sinks: Sequence[Any]) -> list[Any]:
+def create_engines(
+    config: VllmConfig, model: VllmModel, settings: WorkerSettings, kv_sinks: Sequence[Any]
+) -> list[Any]:
     from dyn.plugins.vllm.engine import VllmEngine
 
     return [VllmEngine(config, model.path, host=settings.host) for _ in kv_sinks]
 
 
-def build_host(config: VllmConfig, settings: WorkerSettings, *, model_path: str,
-               model_name: str | None = None):
+def build_host(
+    config: VllmConfig, settings: WorkerSettings, *, model_path: str, model_name: str | None = None
+):
     """A ready-to-run worker host around one (not yet started) vLLM engine.
 
     Raises ``ConfigError`` for bad flags found before vLLM starts; vLLM's own checks raise
@@ -60,12 +63,22 @@ def build_host(config: VllmConfig, settings: WorkerSettings, *, model_path: str,
 
 
 ENGINE = EnginePlugin(
-    name="vllm", config_type=VllmConfig, create=create_engines, load_model=load_model, prepare=prepare,
+    name="vllm",
+    config_type=VllmConfig,
+    create=create_engines,
+    load_model=load_model,
+    prepare=prepare,
     passes_through=True,
-    model_path=flag("--model-path", "--model", panel=MODEL_PANEL, default=...,
-                    help="Model directory (or Hugging Face id vLLM can load) to serve."),
+    model_path=flag(
+        "--model-path",
+        "--model",
+        panel=MODEL_PANEL,
+        default=...,
+        help="Model directory (or Hugging Face id vLLM can load) to serve.",
+    ),
     summary="vLLM's AsyncLLM: real model, prefix caching, priority scheduling, "
-            "KV events from vLLM's own publisher.",
+    "KV events from vLLM's own publisher.",
     description="""vLLM engine (needs the vllm extra): one AsyncLLM per worker process. Any other vLLM engine flag
     is passed through as in vllm serve (--swap-space 4, --quantization fp8, ...). vLLM publishes
-    KV events itself; the worker advertises its endpoints in discovery.""")
+    KV events itself; the worker advertises its endpoints in discovery.""",
+)

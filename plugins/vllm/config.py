@@ -28,48 +28,96 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
     """The engine flags of ``dyn worker vllm``, each declared with its flag (``dyn.core.config``);
     ``None`` leaves vLLM's default."""
 
-    dtype: Annotated[str | None, flag(
-        "--dtype", panel=ENGINE_PANEL,
-        help="Weights and activations dtype: auto, bfloat16, float16, float32.")] = None
-    max_model_len: Annotated[int | None, flag("--max-model-len", panel=ENGINE_PANEL,
-                                              help="Context length (default: the model's).")] = None
-    block_size: Annotated[int | None, flag(
-        "--block-size", panel=ENGINE_PANEL,
-        help="Tokens per KV block (registered for the router's hashing).")] = None
-    enable_prefix_caching: Annotated[bool | None, flag(
-        "--enable-prefix-caching/--no-enable-prefix-caching", panel=ENGINE_PANEL,
-        help="Reuse cached KV blocks of shared prompt prefixes (vLLM's default: on).")] = None
-    gpu_memory_utilization: Annotated[float | None, flag(
-        "--gpu-memory-utilization", panel=ENGINE_PANEL,
-        help="Fraction of GPU memory vLLM may use (0-1].")] = None
-    max_num_seqs: Annotated[int | None, flag("--max-num-seqs", panel=ENGINE_PANEL,
-                                             help="Most requests running in one forward pass.")] = None
-    max_num_batched_tokens: Annotated[int | None, flag("--max-num-batched-tokens", panel=ENGINE_PANEL,
-                                                       help="Token budget of one forward pass.")] = None
-    tensor_parallel_size: Annotated[int | None, flag("--tensor-parallel-size", "-tp", panel=ENGINE_PANEL,
-                                                     help="GPUs one model replica is split across.")] = None
-    scheduling_policy: Annotated[str | None, flag(
-        "--scheduling-policy", panel=ENGINE_PANEL,
-        help="fcfs, or priority: the waiting queue by request priority (smaller first), then "
-             "arrival; nvext.agent_hints.priority reaches vLLM only with priority.")] = None
-    enforce_eager: Annotated[bool, flag(
-        "--enforce-eager", panel=ENGINE_PANEL,
-        help="Run eagerly: no CUDA graphs or torch.compile (faster start).")] = False
+    dtype: Annotated[
+        str | None,
+        flag(
+            "--dtype",
+            panel=ENGINE_PANEL,
+            help="Weights and activations dtype: auto, bfloat16, float16, float32.",
+        ),
+    ] = None
+    max_model_len: Annotated[
+        int | None, flag("--max-model-len", panel=ENGINE_PANEL, help="Context length (default: the model's).")
+    ] = None
+    block_size: Annotated[
+        int | None,
+        flag(
+            "--block-size",
+            panel=ENGINE_PANEL,
+            help="Tokens per KV block (registered for the router's hashing).",
+        ),
+    ] = None
+    enable_prefix_caching: Annotated[
+        bool | None,
+        flag(
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            panel=ENGINE_PANEL,
+            help="Reuse cached KV blocks of shared prompt prefixes (vLLM's default: on).",
+        ),
+    ] = None
+    gpu_memory_utilization: Annotated[
+        float | None,
+        flag(
+            "--gpu-memory-utilization", panel=ENGINE_PANEL, help="Fraction of GPU memory vLLM may use (0-1]."
+        ),
+    ] = None
+    max_num_seqs: Annotated[
+        int | None,
+        flag("--max-num-seqs", panel=ENGINE_PANEL, help="Most requests running in one forward pass."),
+    ] = None
+    max_num_batched_tokens: Annotated[
+        int | None,
+        flag("--max-num-batched-tokens", panel=ENGINE_PANEL, help="Token budget of one forward pass."),
+    ] = None
+    tensor_parallel_size: Annotated[
+        int | None,
+        flag(
+            "--tensor-parallel-size",
+            "-tp",
+            panel=ENGINE_PANEL,
+            help="GPUs one model replica is split across.",
+        ),
+    ] = None
+    scheduling_policy: Annotated[
+        str | None,
+        flag(
+            "--scheduling-policy",
+            panel=ENGINE_PANEL,
+            help="fcfs, or priority: the waiting queue by request priority (smaller first), then "
+            "arrival; nvext.agent_hints.priority reaches vLLM only with priority.",
+        ),
+    ] = None
+    enforce_eager: Annotated[
+        bool,
+        flag(
+            "--enforce-eager",
+            panel=ENGINE_PANEL,
+            help="Run eagerly: no CUDA graphs or torch.compile (faster start).",
+        ),
+    ] = False
     seed: Annotated[int | None, flag("--seed", panel=ENGINE_PANEL, help="vLLM's random seed.")] = None
-    kv_events_config: Annotated[str | None, flag(
-        "--kv-events-config", panel=ENGINE_PANEL,
-        help="vLLM's KV-event publisher config as JSON (default: ZMQ PUB and replay sockets on "
-             "--host at free ports, advertised in discovery).")] = None
+    kv_events_config: Annotated[
+        str | None,
+        flag(
+            "--kv-events-config",
+            panel=ENGINE_PANEL,
+            help="vLLM's KV-event publisher config as JSON (default: ZMQ PUB and replay sockets on "
+            "--host at free ports, advertised in discovery).",
+        ),
+    ] = None
     """vLLM's ``--kv-events-config`` JSON; ``None``: ``default_kv_events_config()``."""
     extra_args: list[str] = []
     """Any other vLLM engine flag, passed through as given (``--swap-space 4``, ``--quantization fp8``)."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the flag when a value cannot work."""
-        positive = {"--max-model-len": self.max_model_len, "--block-size": self.block_size,
-                    "--max-num-seqs": self.max_num_seqs,
-                    "--max-num-batched-tokens": self.max_num_batched_tokens,
-                    "--tensor-parallel-size": self.tensor_parallel_size}
+        positive = {
+            "--max-model-len": self.max_model_len,
+            "--block-size": self.block_size,
+            "--max-num-seqs": self.max_num_seqs,
+            "--max-num-batched-tokens": self.max_num_batched_tokens,
+            "--tensor-parallel-size": self.tensor_parallel_size,
+        }
         for name, value in positive.items():
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -83,25 +131,32 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             except ValueError as exc:
                 raise ValueError(f"--kv-events-config must be a JSON object: {exc}") from None
             if not isinstance(parsed, dict):
-                raise ValueError("--kv-events-config must be a JSON object such as "
-                                 '{"enable_kv_cache_events": true, "publisher": "zmq"}')
+                raise ValueError(
+                    "--kv-events-config must be a JSON object such as "
+                    '{"enable_kv_cache_events": true, "publisher": "zmq"}'
+                )
 
     def engine_argv(self, model_path: str) -> list[str]:
         """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras."""
         argv = ["--model", model_path]
-        values = {"--dtype": self.dtype, "--max-model-len": self.max_model_len,
-                  "--block-size": self.block_size,
-                  "--gpu-memory-utilization": self.gpu_memory_utilization,
-                  "--max-num-seqs": self.max_num_seqs,
-                  "--max-num-batched-tokens": self.max_num_batched_tokens,
-                  "--tensor-parallel-size": self.tensor_parallel_size,
-                  "--scheduling-policy": self.scheduling_policy, "--seed": self.seed}
+        values = {
+            "--dtype": self.dtype,
+            "--max-model-len": self.max_model_len,
+            "--block-size": self.block_size,
+            "--gpu-memory-utilization": self.gpu_memory_utilization,
+            "--max-num-seqs": self.max_num_seqs,
+            "--max-num-batched-tokens": self.max_num_batched_tokens,
+            "--tensor-parallel-size": self.tensor_parallel_size,
+            "--scheduling-policy": self.scheduling_policy,
+            "--seed": self.seed,
+        }
         for name, value in values.items():
             if value is not None:
                 argv += [name, str(value)]
         if self.enable_prefix_caching is not None:
-            argv.append("--enable-prefix-caching" if self.enable_prefix_caching
-                        else "--no-enable-prefix-caching")
+            argv.append(
+                "--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching"
+            )
         if self.enforce_eager:
             argv.append("--enforce-eager")
         argv += ["--kv-events-config", self.kv_events_config or default_kv_events_config()]
@@ -110,8 +165,15 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
 
 def default_kv_events_config() -> str:
     """vLLM's ``--kv-events-config`` dyn uses when none is given (see the module docstring)."""
-    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:0",
-                       "replay_endpoint": "tcp://*:0", "topic": KV_EVENTS_TOPIC})
+    return json.dumps(
+        {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": "tcp://*:0",
+            "replay_endpoint": "tcp://*:0",
+            "topic": KV_EVENTS_TOPIC,
+        }
+    )
 
 
 def advertised_endpoint(endpoint: str | None, host: str) -> str | None:

@@ -44,13 +44,24 @@ def sampling_kwargs(request: GenerateRequest, *, thinking_budget: bool = True) -
     """``vllm.SamplingParams(**kwargs)`` for ``request`` (without ``output_kind``);
     ``thinking_budget``: pass ``max_thinking_tokens`` on (the engine has a reasoning config)."""
     s, stop = request.sampling, request.stop
-    kwargs: dict[str, Any] = {"n": 1, "detokenize": False, "min_tokens": stop.min_tokens,
-                              "ignore_eos": stop.ignore_eos}
-    optional = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
-                "seed": s.seed, "repetition_penalty": s.repetition_penalty,
-                "presence_penalty": s.presence_penalty, "frequency_penalty": s.frequency_penalty,
-                "max_tokens": stop.max_tokens,
-                "thinking_token_budget": request.max_thinking_tokens if thinking_budget else None}
+    kwargs: dict[str, Any] = {
+        "n": 1,
+        "detokenize": False,
+        "min_tokens": stop.min_tokens,
+        "ignore_eos": stop.ignore_eos,
+    }
+    optional = {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "min_p": s.min_p,
+        "seed": s.seed,
+        "repetition_penalty": s.repetition_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "max_tokens": stop.max_tokens,
+        "thinking_token_budget": request.max_thinking_tokens if thinking_budget else None,
+    }
     kwargs.update((k, v) for k, v in optional.items() if v is not None)
     if stop.stop_token_ids:
         kwargs["stop_token_ids"] = list(stop.stop_token_ids)
@@ -86,8 +97,12 @@ def position_logprobs(entries: Any, token_id: int, top: int) -> TokenLogprobs:
     if top >= 0:
         ranked = ranked[:top]
     chosen = entries[token_id]
-    return TokenLogprobs(float(chosen.logprob), [tid for tid, _ in ranked],
-                         [float(lp.logprob) for _, lp in ranked], rank=chosen.rank or 0)
+    return TokenLogprobs(
+        float(chosen.logprob),
+        [tid for tid, _ in ranked],
+        [float(lp.logprob) for _, lp in ranked],
+        rank=chosen.rank or 0,
+    )
 
 
 def _rank(item: tuple[int, Any]) -> float:
@@ -137,10 +152,14 @@ class OutputStream:
             if logprobs:
                 logprobs.pop()
         prompt_logprobs = self.prompt_logprobs if self.request.prompt_logprobs is not None else None
-        finish = Finish(self.request.request_id, reason,
-                        Usage(len(self.request.token_ids), self.completion_tokens, self.cached_tokens),
-                        timing=self.timing(getattr(output, "metrics", None)), stop_token_id=stop_token,
-                        prompt_logprobs=prompt_logprobs)
+        finish = Finish(
+            self.request.request_id,
+            reason,
+            Usage(len(self.request.token_ids), self.completion_tokens, self.cached_tokens),
+            timing=self.timing(getattr(output, "metrics", None)),
+            stop_token_id=stop_token,
+            prompt_logprobs=prompt_logprobs,
+        )
         return tokens, logprobs, finish
 
     def _logprobs(self, tokens: list[int], completion: Any) -> list[TokenLogprobs]:
@@ -149,8 +168,10 @@ class OutputStream:
             return []
         positions = completion.logprobs
         if positions is None or len(positions) != len(tokens):
-            raise EngineError(f"vLLM sent {0 if positions is None else len(positions)} logprob positions "
-                              f"for {len(tokens)} tokens")
+            raise EngineError(
+                f"vLLM sent {0 if positions is None else len(positions)} logprob positions "
+                f"for {len(tokens)} tokens"
+            )
         return [position_logprobs(entries, token, top) for token, entries in zip(tokens, positions)]
 
     def _add_prompt_logprobs(self, positions: Any) -> None:
@@ -171,6 +192,8 @@ class OutputStream:
             scheduled = self.received
         if first is None:
             return EngineTiming(queue_ms=(scheduled - self.received) * 1e3)
-        return EngineTiming(queue_ms=(scheduled - self.received) * 1e3,
-                            prefill_ms=max(0.0, first - scheduled) * 1e3,
-                            decode_ms=max(0.0, last - first) * 1e3)
+        return EngineTiming(
+            queue_ms=(scheduled - self.received) * 1e3,
+            prefill_ms=max(0.0, first - scheduled) * 1e3,
+            decode_ms=max(0.0, last - first) * 1e3,
+        )

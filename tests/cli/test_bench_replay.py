@@ -18,10 +18,12 @@ runner = CliRunner()
 
 @pytest.fixture
 def trace(tmp_path):
-    rows = [{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
-            {"timestamp": 2000, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
-            {"timestamp": 100, "session_id": "a", "input_length": 600, "output_length": 3, "hash_ids": [5, 6]},
-            {"session_id": "a", "delay": 500, "input_length": 1200, "output_length": 3, "hash_ids": [5, 6, 7]}]
+    rows = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
+        {"timestamp": 2000, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]},
+        {"timestamp": 100, "session_id": "a", "input_length": 600, "output_length": 3, "hash_ids": [5, 6]},
+        {"session_id": "a", "delay": 500, "input_length": 1200, "output_length": 3, "hash_ids": [5, 6, 7]},
+    ]
     path = tmp_path / "trace.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows) + b"\n")
     return path
@@ -29,9 +31,24 @@ def trace(tmp_path):
 
 def test_replay_writes_an_offline_result(trace, tmp_path):
     out = tmp_path / "results.json"
-    result = runner.invoke(dyn_app, ["bench", "replay", "--offline", str(trace), "--num-workers", "2",
-                                 "--block-size", "32", "--router-temperature", "0.5", "-o", str(out)],
-                           env={"COLUMNS": "120"})
+    result = runner.invoke(
+        dyn_app,
+        [
+            "bench",
+            "replay",
+            "--offline",
+            str(trace),
+            "--num-workers",
+            "2",
+            "--block-size",
+            "32",
+            "--router-temperature",
+            "0.5",
+            "-o",
+            str(out),
+        ],
+        env={"COLUMNS": "120"},
+    )
     assert result.exit_code == 0, result.output
     assert "requests (ok / failed)" in result.output and "simulated" in result.output
     saved = read_result(out)
@@ -47,8 +64,11 @@ def test_replay_writes_an_offline_result(trace, tmp_path):
 
 def test_num_requests_mode_and_environment_twins(trace, tmp_path):
     out = tmp_path / "results.json"
-    result = runner.invoke(dyn_app, ["bench", "replay", "--offline", str(trace), "--num-requests", "2", "-o", str(out)],
-                           env={"DYN_ROUTER_MODE": "round-robin", "DYN_NUM_WORKERS": "2"})
+    result = runner.invoke(
+        dyn_app,
+        ["bench", "replay", "--offline", str(trace), "--num-requests", "2", "-o", str(out)],
+        env={"DYN_ROUTER_MODE": "round-robin", "DYN_NUM_WORKERS": "2"},
+    )
     assert result.exit_code == 0, result.output
     saved = read_result(out)
     assert saved.summary.requests == 2 and saved.config["router_mode"] == "round-robin"
@@ -56,15 +76,20 @@ def test_num_requests_mode_and_environment_twins(trace, tmp_path):
     assert {r.worker for r in saved.requests} == {"0", "1"}
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--router-mode", "direct"], "--router-mode kv, round-robin, random, least-loaded"),
-    (["--block-size", "0"], "--block-size must be a positive integer"),
-    (["--enable-streaming-session"], "add --engine-type sglang"),
-    (["--use-remote-indexer"], "--use-remote-indexer"),
-    (["--router-queue-threshold", "-1"], "--router-queue-threshold"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--router-mode", "direct"], "--router-mode kv, round-robin, random, least-loaded"),
+        (["--block-size", "0"], "--block-size must be a positive integer"),
+        (["--enable-streaming-session"], "add --engine-type sglang"),
+        (["--use-remote-indexer"], "--use-remote-indexer"),
+        (["--router-queue-threshold", "-1"], "--router-queue-threshold"),
+    ],
+)
 def test_mistakes_exit_2_with_a_sentence(trace, argv, message):
-    result = runner.invoke(dyn_app, ["bench", "replay", "--offline", str(trace), *argv], env={"COLUMNS": "200"})
+    result = runner.invoke(
+        dyn_app, ["bench", "replay", "--offline", str(trace), *argv], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
 
@@ -78,27 +103,58 @@ def test_the_trace_is_required_and_checked(tmp_path):
 
 
 def options(command) -> dict[str, tuple]:
-    return {p.name: (tuple(p.opts), tuple(p.secondary_opts), p.default, p.envvar, p.help)
-            for p in command.params if p.param_type_name == "option"}
+    return {
+        p.name: (tuple(p.opts), tuple(p.secondary_opts), p.default, p.envvar, p.help)
+        for p in command.params
+        if p.param_type_name == "option"
+    }
 
 
 def test_mocker_flags_are_the_same_in_both_commands():
     worker = typer.main.get_command(worker_app).commands["mocker"]
     bench = typer.main.get_command(dyn_app).commands["bench"].commands["replay"]
     ours, theirs = options(worker), options(bench)
-    engine = ["block_size", "num_gpu_blocks_override", "max_num_seqs", "max_num_batched_tokens",
-              "enable_prefix_caching", "enable_chunked_prefill", "preemption_mode", "speedup_ratio",
-              "decode_speedup_ratio", "engine_type", "scheduling_policy", "enable_priority_scheduling",
-              "schedule_low_priority_values_first", "radix_eviction_policy",
-              "enable_streaming_session", "reasoning", "replies", "tool_call_rate"]
+    engine = [
+        "block_size",
+        "num_gpu_blocks_override",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "preemption_mode",
+        "speedup_ratio",
+        "decode_speedup_ratio",
+        "engine_type",
+        "scheduling_policy",
+        "enable_priority_scheduling",
+        "schedule_low_priority_values_first",
+        "radix_eviction_policy",
+        "enable_streaming_session",
+        "reasoning",
+        "replies",
+        "tool_call_rate",
+    ]
     for name in engine:
         assert ours[name] == theirs[name], name
     # dyn worker mocker keeps its order: model flags, engine flags, then worker flags
-    assert list(ours) == ["model_path", "model_name", *engine, "num_workers", "dyn_tool_call_parser",
-                          "dyn_reasoning_parser", "namespace", "discovery_backend", "discovery_dir", "host",
-                          "drain_timeout", "plane_keys"]
+    assert list(ours) == [
+        "model_path",
+        "model_name",
+        *engine,
+        "num_workers",
+        "dyn_tool_call_parser",
+        "dyn_reasoning_parser",
+        "namespace",
+        "discovery_backend",
+        "discovery_dir",
+        "host",
+        "drain_timeout",
+        "plane_keys",
+    ]
 
 
 def test_an_unwritable_output_is_refused_before_the_replay(trace, tmp_path):
-    result = runner.invoke(dyn_app, ["bench", "replay", "--offline", str(trace), "-o", str(tmp_path / "no" / "r.json")])
+    result = runner.invoke(
+        dyn_app, ["bench", "replay", "--offline", str(trace), "-o", str(tmp_path / "no" / "r.json")]
+    )
     assert result.exit_code == 2 and "cannot write into" in result.output

@@ -52,10 +52,13 @@ def test_env_twin_is_read_and_bad_values_get_a_clear_error():
     assert result.exit_code == 2 and "num-workers" in result.output
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--discovery-backend", "etcd"], "etcd"),
-    (["--namespace", "a/b"], "namespace"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--discovery-backend", "etcd"], "etcd"),
+        (["--namespace", "a/b"], "namespace"),
+    ],
+)
 def test_discovery_mistakes_are_clear_errors(argv, message, tmp_path):
     result = runner.invoke(app, ["worker", "mocker", "--discovery-dir", str(tmp_path), *argv])
     assert result.exit_code == 2 and result.output.startswith("error:") and message in result.output

@@ -20,9 +20,13 @@ def _limit(value: int) -> int | None:
 
 class Knobs(msgspec.Struct, kw_only=True, frozen=True):
     depth: Annotated[int, msgspec.Meta(ge=1, le=8), flag("--depth", panel="Knobs", help="How deep.")] = 2
-    ratio: Annotated[Annotated[float, msgspec.Meta(ge=0.0)] | None, flag("--knob-ratio", help="A ratio.")] = None
-    limit: Annotated[int | None, flag("--limit", cli_type=Annotated[int, msgspec.Meta(ge=0)], parse=_limit,
-                                      help="0: none.")] = 16
+    ratio: Annotated[Annotated[float, msgspec.Meta(ge=0.0)] | None, flag("--knob-ratio", help="A ratio.")] = (
+        None
+    )
+    limit: Annotated[
+        int | None,
+        flag("--limit", cli_type=Annotated[int, msgspec.Meta(ge=0)], parse=_limit, help="0: none."),
+    ] = 16
     fast: Annotated[bool, flag("--fast/--no-fast", help="Go fast.")] = True
     label: Annotated[str, flag("--label", default="x", help="A label.")] = "field-default"
     internal: int = 7
@@ -37,8 +41,14 @@ def test_each_declared_field_becomes_one_option_named_after_its_flag():
     table = flag_table(Knobs)
     assert list(table) == ["depth", "knob_ratio", "limit", "fast", "label"]  # field order; no `internal`
     depth = table["depth"][1]
-    assert (depth.default, depth.min, depth.max, depth.envvar, depth.rich_help_panel, depth.help) == \
-        (2, 1, 8, "DYN_DEPTH", "Knobs", "How deep.")
+    assert (depth.default, depth.min, depth.max, depth.envvar, depth.rich_help_panel, depth.help) == (
+        2,
+        1,
+        8,
+        "DYN_DEPTH",
+        "Knobs",
+        "How deep.",
+    )
     assert table["knob_ratio"][1].min == 0.0 and table["knob_ratio"][0] == float | None
     assert (table["limit"][1].default, table["limit"][1].min) == (16, 0)
     assert table["fast"][1].envvar == "DYN_FAST" and table["label"][1].default == "x"
@@ -58,15 +68,22 @@ def _app():
 
 def test_the_command_gets_one_validated_config_from_flags_and_env_twins():
     app, seen = _app()
-    result = CliRunner().invoke(app, ["--depth", "3", "--limit", "0", "--no-fast"], env={"DYN_KNOB_RATIO": "0.5"})
+    result = CliRunner().invoke(
+        app, ["--depth", "3", "--limit", "0", "--no-fast"], env={"DYN_KNOB_RATIO": "0.5"}
+    )
     assert result.exit_code == 0, result.output
     assert seen["knobs"] == Knobs(depth=3, ratio=0.5, limit=None, fast=False, label="x")
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--depth", "9"], "--depth"), (["--knob-ratio", "-1"], "--knob-ratio"),
-    (["--limit", "-1"], "--limit"), (["--label", "bad"], "--label must not be bad"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--depth", "9"], "--depth"),
+        (["--knob-ratio", "-1"], "--knob-ratio"),
+        (["--limit", "-1"], "--limit"),
+        (["--label", "bad"], "--label must not be bad"),
+    ],
+)
 def test_a_value_out_of_its_declared_range_or_refused_by_validate_exits_2(args, needle):
     app, seen = _app()
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
@@ -80,4 +97,7 @@ def test_the_router_and_engine_flags_come_from_their_config_classes():
 
     declared = {s.flag.param for s in declared_flags(KvRouterConfig)}
     assert declared <= set(_FLAGS) and len(declared) == 23
-    assert {s.flag.long_name for s in declared_flags(MockerConfig)} >= {"--num-gpu-blocks-override", "--reasoning"}
+    assert {s.flag.long_name for s in declared_flags(MockerConfig)} >= {
+        "--num-gpu-blocks-override",
+        "--reasoning",
+    }

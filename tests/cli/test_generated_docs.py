@@ -1,4 +1,5 @@
 """The committed completions/ and man/ match what scripts/gen_cli_docs.py generates from the Typer app."""
+
 from __future__ import annotations
 
 import importlib.util

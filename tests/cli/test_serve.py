@@ -37,7 +37,9 @@ def _fake_app() -> typer.Typer:
     @workers.command("mocker")
     def mocker(
         speedup_ratio: float = flag(1.0, "--speedup-ratio", help="Speed."),
-        enable_prefix_caching: bool = flag(True, "--enable-prefix-caching/--no-enable-prefix-caching", help="PC."),
+        enable_prefix_caching: bool = flag(
+            True, "--enable-prefix-caching/--no-enable-prefix-caching", help="PC."
+        ),
         num_workers: int = flag(1, "--num-workers", help="Hosted."),
         namespace: str = flag("default", "--namespace", help="Namespace."),
         model_name: str = flag(None, "--model-name", help="Name."),
@@ -83,17 +85,52 @@ def test_option_specs_read_click_commands():
 def test_cli_routes_flags_and_builds_children(captured_config, monkeypatch):
     monkeypatch.delenv("DYN_ROUTER_MODE", raising=False)
     monkeypatch.delenv("DYN_NUM_WORKERS", raising=False)
-    result = CliRunner().invoke(_fake_app(), [
-        "serve", "--workers", "3", "--http-port", "0", "--namespace", "ns", "--router-mode", "kv",
-        "--speedup-ratio=5", "--no-enable-prefix-caching", "--num-workers", "2"])
+    result = CliRunner().invoke(
+        _fake_app(),
+        [
+            "serve",
+            "--workers",
+            "3",
+            "--http-port",
+            "0",
+            "--namespace",
+            "ns",
+            "--router-mode",
+            "kv",
+            "--speedup-ratio=5",
+            "--no-enable-prefix-caching",
+            "--num-workers",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     (config,) = captured_config
     base = [sys.executable, "-m", "dyn.cli"]
-    assert list(config.frontend.argv) == [*base, "frontend", "--http-host", "127.0.0.1", "--http-port", "0",
-                                          "--namespace", "ns", "--router-mode", "kv", "--speedup-ratio=5"]
+    assert list(config.frontend.argv) == [
+        *base,
+        "frontend",
+        "--http-host",
+        "127.0.0.1",
+        "--http-port",
+        "0",
+        "--namespace",
+        "ns",
+        "--router-mode",
+        "kv",
+        "--speedup-ratio=5",
+    ]
     assert [w.name for w in config.workers] == ["worker-0", "worker-1", "worker-2"]
-    assert list(config.workers[0].argv) == [*base, "worker", "mocker", "--namespace", "ns", "--speedup-ratio=5",
-                                            "--no-enable-prefix-caching", "--num-workers", "2"]
+    assert list(config.workers[0].argv) == [
+        *base,
+        "worker",
+        "mocker",
+        "--namespace",
+        "ns",
+        "--speedup-ratio=5",
+        "--no-enable-prefix-caching",
+        "--num-workers",
+        "2",
+    ]
     assert config.instances_per_worker == 2 and config.expected_instances == 6
     assert config.summary == "model dyn-tiny, 6 mocker workers in 3 processes, router kv"
 
@@ -130,19 +167,36 @@ def test_real_app_rejects_an_unknown_flag():
 
 def test_real_engines_take_undeclared_flags_own_gpus_and_a_longer_start(captured_config, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    result = CliRunner().invoke(_fake_app(), [
-        "serve", "--engine", "real", "--workers", "2", "--gpus-per-worker", "2", "--router-mode", "kv",
-        "--quantization", "fp8", "--trust-remote-code"])
+    result = CliRunner().invoke(
+        _fake_app(),
+        [
+            "serve",
+            "--engine",
+            "real",
+            "--workers",
+            "2",
+            "--gpus-per-worker",
+            "2",
+            "--router-mode",
+            "kv",
+            "--quantization",
+            "fp8",
+            "--trust-remote-code",
+        ],
+    )
     assert result.exit_code == 0, result.output
     (config,) = captured_config
     assert list(config.workers[1].argv[-3:]) == ["--quantization", "fp8", "--trust-remote-code"]
-    assert [dict(w.env) for w in config.workers] == [{"CUDA_VISIBLE_DEVICES": "4,5"},
-                                                      {"CUDA_VISIBLE_DEVICES": "6,7"}]
+    assert [dict(w.env) for w in config.workers] == [
+        {"CUDA_VISIBLE_DEVICES": "4,5"},
+        {"CUDA_VISIBLE_DEVICES": "6,7"},
+    ]
     assert config.frontend.env == {} and config.startup_timeout_s == 900.0
 
 
 def test_too_few_visible_gpus_is_refused_before_starting(captured_config, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    result = CliRunner().invoke(_fake_app(), ["serve", "--engine", "real", "--workers", "2",
-                                              "--gpus-per-worker", "1"])
+    result = CliRunner().invoke(
+        _fake_app(), ["serve", "--engine", "real", "--workers", "2", "--gpus-per-worker", "1"]
+    )
     assert result.exit_code == 2 and "needs 2 GPUs" in result.output and not captured_config

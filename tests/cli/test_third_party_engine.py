@@ -82,13 +82,25 @@ def site(tmp_path: Path) -> Path:
 
 def _env(site: Path, tmp_path: Path) -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "DYN_DISCOVERY_DIR": str(tmp_path / "discovery"),
-            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "DYN_DISCOVERY_DIR": str(tmp_path / "discovery"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+    }
 
 
 def _dyn(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dyn.cli", *args], check=False,
-                          capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "dyn.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_its_command_shows_its_own_flags_with_env_twins_and_the_shared_ones(site, tmp_path):
@@ -97,8 +109,16 @@ def test_its_command_shows_its_own_flags_with_env_twins_and_the_shared_ones(site
     assert listing.returncode == 0 and "Replies with a fixed text." in listing.stdout
     result = _dyn(env, "worker", "reply", "--help")
     assert result.returncode == 0, result.stderr
-    for expected in ("--reply ", "DYN_REPLY", "The text every request gets.", "--reply-block-size",
-                     "x>=1", "--namespace", "--dyn-tool-call-parser", "--model-path"):
+    for expected in (
+        "--reply ",
+        "DYN_REPLY",
+        "The text every request gets.",
+        "--reply-block-size",
+        "x>=1",
+        "--namespace",
+        "--dyn-tool-call-parser",
+        "--model-path",
+    ):
         assert expected in result.stdout, expected
     assert "--num-workers" not in result.stdout  # a worker-level flag of the mocker only
 
@@ -115,8 +135,13 @@ def test_without_the_package_there_is_no_such_command(tmp_path):
 
 
 def _start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dyn.cli", *args], stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "dyn.cli", *args],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -143,10 +168,12 @@ def _until(predicate, timeout: float, what: str):
 def test_its_worker_serves_a_request_through_the_frontend(site, tmp_path):
     env = _env(site, tmp_path)
     worker_log, frontend_log = tmp_path / "worker.log", tmp_path / "frontend.log"
-    worker = _start(env, worker_log, "worker", "reply", "--namespace", "tp",
-                    "--reply", "the third party engine says hi")
+    worker = _start(
+        env, worker_log, "worker", "reply", "--namespace", "tp", "--reply", "the third party engine says hi"
+    )
     frontend = _start(env, frontend_log, "frontend", "--http-port", "0", "--namespace", "tp")
     try:
+
         def listening() -> str | None:
             for line in frontend_log.read_text(errors="replace").splitlines():
                 if line.startswith("dyn frontend listening on "):
@@ -164,8 +191,11 @@ def test_its_worker_serves_a_request_through_the_frontend(site, tmp_path):
                 return False
 
         _until(routable, 60, "the reply worker to register")
-        reply = httpx.post(url + "/v1/chat/completions", timeout=30, json={
-            "model": "dyn-tiny", "max_tokens": 50, "messages": [{"role": "user", "content": "hello"}]})
+        reply = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=30,
+            json={"model": "dyn-tiny", "max_tokens": 50, "messages": [{"role": "user", "content": "hello"}]},
+        )
         assert reply.status_code == 200, reply.text
         body = reply.json()
         assert body["choices"][0]["message"]["content"] == "the third party engine says hi"

@@ -39,8 +39,14 @@ FRONTEND = "dyn frontend"
 WORKER = "dyn worker mocker"
 SPECS = {
     FRONTEND: {"--router-mode": 1, "--api-key": 1, "--namespace": 1, "--verbose-routing": 0},
-    WORKER: {"--block-size": 1, "--speedup-ratio": 1, "--enable-prefix-caching": 0,
-             "--no-enable-prefix-caching": 0, "--namespace": 1, "--pair": 2},
+    WORKER: {
+        "--block-size": 1,
+        "--speedup-ratio": 1,
+        "--enable-prefix-caching": 0,
+        "--no-enable-prefix-caching": 0,
+        "--namespace": 1,
+        "--pair": 2,
+    },
 }
 
 
@@ -50,7 +56,10 @@ SPECS = {
 
 def test_value_flags_go_to_the_command_that_defines_them():
     routed = route_flags(["--router-mode", "kv", "--block-size", "16", "--speedup-ratio", "-1"], SPECS)
-    assert routed == {FRONTEND: ["--router-mode", "kv"], WORKER: ["--block-size", "16", "--speedup-ratio", "-1"]}
+    assert routed == {
+        FRONTEND: ["--router-mode", "kv"],
+        WORKER: ["--block-size", "16", "--speedup-ratio", "-1"],
+    }
 
 
 def test_equals_form_is_kept_whole():
@@ -60,12 +69,18 @@ def test_equals_form_is_kept_whole():
 
 def test_boolean_flags_take_no_value():
     routed = route_flags(["--no-enable-prefix-caching", "--verbose-routing", "--block-size", "8"], SPECS)
-    assert routed == {FRONTEND: ["--verbose-routing"], WORKER: ["--no-enable-prefix-caching", "--block-size", "8"]}
+    assert routed == {
+        FRONTEND: ["--verbose-routing"],
+        WORKER: ["--no-enable-prefix-caching", "--block-size", "8"],
+    }
 
 
 def test_a_flag_both_define_goes_to_both():
     routed = route_flags(["--namespace", "ns", "--enable-prefix-caching"], SPECS)
-    assert routed == {FRONTEND: ["--namespace", "ns"], WORKER: ["--namespace", "ns", "--enable-prefix-caching"]}
+    assert routed == {
+        FRONTEND: ["--namespace", "ns"],
+        WORKER: ["--namespace", "ns", "--enable-prefix-caching"],
+    }
 
 
 def test_multi_value_flags_and_order_are_kept():
@@ -82,20 +97,41 @@ def test_unknown_flag_error_names_the_flag_and_the_commands_searched():
 
 
 def test_undeclared_flags_go_to_the_pass_through_command_with_their_values():
-    args = ["--swap-space", "4", "--trust-remote-code", "--router-mode", "kv", "--offset", "-1",
-            "--quantization=fp8", "--block-size", "32"]
+    args = [
+        "--swap-space",
+        "4",
+        "--trust-remote-code",
+        "--router-mode",
+        "kv",
+        "--offset",
+        "-1",
+        "--quantization=fp8",
+        "--block-size",
+        "32",
+    ]
     routed = route_flags(args, SPECS, passthrough=WORKER)
-    assert routed[WORKER] == ["--swap-space", "4", "--trust-remote-code", "--offset", "-1",
-                              "--quantization=fp8", "--block-size", "32"]
+    assert routed[WORKER] == [
+        "--swap-space",
+        "4",
+        "--trust-remote-code",
+        "--offset",
+        "-1",
+        "--quantization=fp8",
+        "--block-size",
+        "32",
+    ]
     assert routed[FRONTEND] == ["--router-mode", "kv"]
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--block-size"], "needs 1 value"),
-    (["--pair", "a"], "needs 2 value"),
-    (["--no-enable-prefix-caching=1"], "takes no value"),
-    (["stray"], "unexpected argument 'stray'"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--block-size"], "needs 1 value"),
+        (["--pair", "a"], "needs 2 value"),
+        (["--no-enable-prefix-caching=1"], "takes no value"),
+        (["stray"], "unexpected argument 'stray'"),
+    ],
+)
 def test_malformed_pass_through_is_an_error(args, needle):
     with pytest.raises(FlagRoutingError, match=needle):
         route_flags(args, SPECS)
@@ -115,8 +151,9 @@ def test_listening_and_ready_lines():
     assert parse_listening_url("dyn frontend listening on http://127.0.0.1:41234") == "http://127.0.0.1:41234"
     assert parse_listening_url("INFO something else http://x:1") is None
     line = ready_line("http://127.0.0.1:8000", "model dyn-tiny, 2 mocker workers, router round-robin")
-    assert line == ("dyn serve: ready at http://127.0.0.1:8000/v1  "
-                    "(model dyn-tiny, 2 mocker workers, router round-robin)")
+    assert line == (
+        "dyn serve: ready at http://127.0.0.1:8000/v1  (model dyn-tiny, 2 mocker workers, router round-robin)"
+    )
     assert parse_ready_url(line) == "http://127.0.0.1:8000/v1"
     assert parse_ready_url("worker-0 | dyn frontend listening on http://127.0.0.1:1") is None
 
@@ -236,8 +273,11 @@ class Running:
         return self.status
 
     def pids(self) -> dict[str, int]:
-        return {line.split()[3]: int(line.split("(pid ")[1].split(")")[0])
-                for line in self.out.lines if line.startswith("dyn serve: started ")}
+        return {
+            line.split()[3]: int(line.split("(pid ")[1].split(")")[0])
+            for line in self.out.lines
+            if line.startswith("dyn serve: started ")
+        }
 
 
 def gone(pid: int) -> bool:
@@ -309,8 +349,11 @@ def test_waits_for_enough_instances_then_gives_up_clearly(stacks):
 
 
 def test_instances_per_worker_counts_toward_ready(stacks):
-    run = stacks(config_for(fake_frontend(3), [fake_worker(0), fake_worker(1)], instances_per_worker=2,
-                            startup_timeout_s=2.0))
+    run = stacks(
+        config_for(
+            fake_frontend(3), [fake_worker(0), fake_worker(1)], instances_per_worker=2, startup_timeout_s=2.0
+        )
+    )
     assert run.join() == 1 and "want 4 worker instance(s)" in run.err.text()
 
 
@@ -332,9 +375,13 @@ def test_a_child_that_cannot_start_is_reported(stacks):
 
 def test_worker_exit_after_ready_keeps_serving_until_the_last_one_goes(stacks, tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
-    run = stacks(config_for(fake_frontend(2), [fake_worker(0, code=5, trigger=first),
-                                               fake_worker(1, code=6, trigger=second)],
-                            restart_workers=False))
+    run = stacks(
+        config_for(
+            fake_frontend(2),
+            [fake_worker(0, code=5, trigger=first), fake_worker(1, code=6, trigger=second)],
+            restart_workers=False,
+        )
+    )
     run.out.wait_for(lambda line: parse_ready_url(line) is not None)
     first.touch()
     run.err.wait_for(lambda line: "worker-0" in line and "code 5" in line and "serving on with 1" in line)
@@ -347,8 +394,13 @@ def test_worker_exit_after_ready_keeps_serving_until_the_last_one_goes(stacks, t
 
 def test_a_dead_worker_is_restarted_after_a_doubling_back_off(stacks, tmp_path):
     dying = tmp_path / "dying"
-    run = stacks(config_for(fake_frontend(2), [fake_worker(0, code=5, trigger=dying), fake_worker(1)],
-                            restart_backoff_s=(0.2, 0.4)))
+    run = stacks(
+        config_for(
+            fake_frontend(2),
+            [fake_worker(0, code=5, trigger=dying), fake_worker(1)],
+            restart_backoff_s=(0.2, 0.4),
+        )
+    )
     run.out.wait_for(lambda line: parse_ready_url(line) is not None)
     first_pid = run.pids()["worker-0"]
     dying.touch()  # every worker-0 started from now on exits at once with code 5
@@ -368,17 +420,28 @@ def test_a_dead_worker_is_restarted_after_a_doubling_back_off(stacks, tmp_path):
 
 
 def test_secret_flags_travel_in_the_environment_and_are_never_printed():
-    argv, env = hide_secrets(["python", "-m", "dyn.cli", "frontend", "--api-key", "s3cret", "--http-port", "0",
-                              "--api-key=other"])
+    argv, env = hide_secrets(
+        ["python", "-m", "dyn.cli", "frontend", "--api-key", "s3cret", "--http-port", "0", "--api-key=other"]
+    )
     assert argv == ["python", "-m", "dyn.cli", "frontend", "--http-port", "0"]
     assert env == {"DYN_API_KEY": "other"}  # the last one wins, as on the command line
 
 
 def test_the_api_key_reaches_the_child_but_not_the_output(stacks):
-    probe = ChildSpec("worker-0", [sys.executable, "-c", "import os; print('key=' + os.environ['DYN_API_KEY'], "
-                                   "flush=True); " + FAKE_WORKER.replace("int(sys.argv[1])", "0")
-                                   .replace("sys.argv[2]", "'-'").replace("sys.argv[3]", "'exit'"),
-                                   "--api-key", "s3cret"])
+    probe = ChildSpec(
+        "worker-0",
+        [
+            sys.executable,
+            "-c",
+            "import os; print('key=' + os.environ['DYN_API_KEY'], "
+            "flush=True); "
+            + FAKE_WORKER.replace("int(sys.argv[1])", "0")
+            .replace("sys.argv[2]", "'-'")
+            .replace("sys.argv[3]", "'exit'"),
+            "--api-key",
+            "s3cret",
+        ],
+    )
     run = stacks(config_for(fake_frontend(1), [probe]))
     run.out.wait_for(lambda line: line.startswith("worker-0 | key=s3cret"))
     started = next(line for line in run.out.lines if line.startswith("dyn serve: started worker-0"))
@@ -423,10 +486,18 @@ sys.exit(run_stack(ServeConfig(frontend=ChildSpec(*cfg["frontend"]), workers=[Ch
 
 class SupervisorProcess:
     def __init__(self, frontend: ChildSpec, workers: list[ChildSpec], stop_timeout_s: float) -> None:
-        cfg = {"frontend": [frontend.name, list(frontend.argv)], "workers": [[w.name, list(w.argv)] for w in workers],
-               "stop_timeout_s": stop_timeout_s}
-        self.proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR, json.dumps(cfg)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        cfg = {
+            "frontend": [frontend.name, list(frontend.argv)],
+            "workers": [[w.name, list(w.argv)] for w in workers],
+            "stop_timeout_s": stop_timeout_s,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR, json.dumps(cfg)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.out = LineSink()
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
@@ -436,8 +507,11 @@ class SupervisorProcess:
             self.out.write(line)
 
     def pids(self) -> list[int]:
-        return [int(line.split("(pid ")[1].split(")")[0]) for line in self.out.lines
-                if line.startswith("dyn serve: started ")]
+        return [
+            int(line.split("(pid ")[1].split(")")[0])
+            for line in self.out.lines
+            if line.startswith("dyn serve: started ")
+        ]
 
     def cleanup(self) -> None:
         if self.proc.poll() is None:
@@ -452,7 +526,9 @@ class SupervisorProcess:
 def supervisor_process():
     started: list[SupervisorProcess] = []
 
-    def start(frontend: ChildSpec, workers: list[ChildSpec], stop_timeout_s: float = 5.0) -> SupervisorProcess:
+    def start(
+        frontend: ChildSpec, workers: list[ChildSpec], stop_timeout_s: float = 5.0
+    ) -> SupervisorProcess:
         sp = SupervisorProcess(frontend, workers, stop_timeout_s)
         started.append(sp)
         return sp

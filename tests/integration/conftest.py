@@ -19,8 +19,13 @@ class DynProcess:
     def __init__(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "dyn.cli", *args], stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dyn.cli", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -44,8 +49,12 @@ class DynProcess:
 def dyn_process(tmp_path):
     """Start ``dyn ARGS...``; the discovery root is private to the test."""
     started: list[DynProcess] = []
-    env = {**os.environ, "DYN_DISCOVERY_DIR": str(tmp_path / "discovery"), "HF_HUB_OFFLINE": "1",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "DYN_DISCOVERY_DIR": str(tmp_path / "discovery"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 
     def start(*args: str) -> DynProcess:
         p = DynProcess(list(args), tmp_path / f"proc{len(started)}.log", env)
@@ -82,8 +91,12 @@ class Stack:
     def __init__(self, root: Path, namespace: str = "it") -> None:
         self.root = root
         self.namespace = namespace
-        self.env = {**os.environ, "DYN_DISCOVERY_DIR": str(root / "discovery"),
-                    "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            "DYN_DISCOVERY_DIR": str(root / "discovery"),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.procs: list[DynProcess] = []
         self.frontend: DynProcess | None = None
         self.url = ""
@@ -94,11 +107,27 @@ class Stack:
         return p
 
     def worker(self, *args: str, count: int = 1, log_level: str = "info") -> DynProcess:
-        return self.start("--log-level", log_level, "worker", "mocker", "--namespace", self.namespace, "--num-workers",
-                          str(count), "--speedup-ratio", "1000", *args)
+        return self.start(
+            "--log-level",
+            log_level,
+            "worker",
+            "mocker",
+            "--namespace",
+            self.namespace,
+            "--num-workers",
+            str(count),
+            "--speedup-ratio",
+            "1000",
+            *args,
+        )
 
-    def up(self, *frontend_args: str, workers: int = 2, worker_args: tuple[str, ...] = ("--block-size", "16"),
-           log_level: str = "info") -> Stack:
+    def up(
+        self,
+        *frontend_args: str,
+        workers: int = 2,
+        worker_args: tuple[str, ...] = ("--block-size", "16"),
+        log_level: str = "info",
+    ) -> Stack:
         """The usual stack: ``workers`` mocker workers in one process (``worker_args``) behind a
         frontend (``frontend_args``); returns once every worker is routable."""
         self.worker(*worker_args, count=workers)
@@ -107,13 +136,14 @@ class Stack:
         return self
 
     def start_frontend(self, *args: str, timeout: float = 60, log_level: str = "info") -> str:
-        self.frontend = self.start("--log-level", log_level, "frontend", "--http-port", "0", "--namespace",
-                                   self.namespace, *args)
+        self.frontend = self.start(
+            "--log-level", log_level, "frontend", "--http-port", "0", "--namespace", self.namespace, *args
+        )
 
         def ready():
             for line in self.frontend.log().splitlines():
                 if line.startswith(READY_PREFIX):
-                    return line[len(READY_PREFIX):].strip()
+                    return line[len(READY_PREFIX) :].strip()
             if self.frontend.proc.poll() is not None:
                 raise AssertionError(f"frontend exited:\n{self.frontend.log()}")
             return None
@@ -142,8 +172,11 @@ class Stack:
         return total
 
     def wait_instances(self, count: int, timeout: float = 60) -> list[int]:
-        return poll_until(lambda: len(self.instances()) == count and self.instances(), timeout,
-                          f"{count} routable workers:\n" + "\n".join(p.log()[-2000:] for p in self.procs))
+        return poll_until(
+            lambda: len(self.instances()) == count and self.instances(),
+            timeout,
+            f"{count} routable workers:\n" + "\n".join(p.log()[-2000:] for p in self.procs),
+        )
 
     def close(self) -> None:
         for p in reversed(self.procs):

@@ -14,10 +14,14 @@ pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
 REPLIES = [
-    {"match": "weather and the time in Paris",
-     "text": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'},
-    {"match": "sunny in Paris",
-     "text": '<tool_call>\n{"name": "get_time", "arguments": {"city": "Paris"}}\n</tool_call>'},
+    {
+        "match": "weather and the time in Paris",
+        "text": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    },
+    {
+        "match": "sunny in Paris",
+        "text": '<tool_call>\n{"name": "get_time", "arguments": {"city": "Paris"}}\n</tool_call>',
+    },
     {"match": "14:05", "text": "It is 18 C and sunny, and 14:05, in Paris."},
 ]
 
@@ -50,9 +54,11 @@ def test_openai_agents_sdk_runs_a_two_tool_loop(url):
         return "14:05"
 
     model = agents.OpenAIChatCompletionsModel(
-        model=MODEL, openai_client=AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0))
-    agent = agents.Agent(name="assistant", instructions="Answer with the tools.", model=model,
-                         tools=[get_weather, get_time])
+        model=MODEL, openai_client=AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    )
+    agent = agents.Agent(
+        name="assistant", instructions="Answer with the tools.", model=model, tools=[get_weather, get_time]
+    )
     result = agents.Runner.run_sync(agent, "What are the weather and the time in Paris?", max_turns=5)
     assert calls == [("get_weather", "Paris"), ("get_time", "Paris")]
     assert result.final_output == "It is 18 C and sunny, and 14:05, in Paris."
@@ -78,7 +84,8 @@ def test_openai_agents_sdk_streams_the_same_loop(url):
 
     async def run() -> str:
         model = agents.OpenAIChatCompletionsModel(
-            model=MODEL, openai_client=AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0))
+            model=MODEL, openai_client=AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        )
         agent = agents.Agent(name="assistant", model=model, tools=[get_weather, get_time])
         result = agents.Runner.run_streamed(agent, "What are the weather and the time in Paris?", max_turns=5)
         async for _ in result.stream_events():
@@ -100,8 +107,11 @@ def test_pydantic_ai_typed_results(url):
         population: int = Field(ge=0)
         capital: bool
 
-    model = OpenAIChatModel(MODEL, provider=OpenAIProvider(base_url=url + "/v1", api_key="unused"),
-                            profile=OpenAIModelProfile(supports_json_schema_output=True))
+    model = OpenAIChatModel(
+        MODEL,
+        provider=OpenAIProvider(base_url=url + "/v1", api_key="unused"),
+        profile=OpenAIModelProfile(supports_json_schema_output=True),
+    )
     # pydantic-ai's default: a final_result tool the model must call (tool_choice required)
     tool_result = Agent(model, output_type=City, retries=0).run_sync("Tell me about Paris.")
     assert isinstance(tool_result.output, City)

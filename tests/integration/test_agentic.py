@@ -35,6 +35,7 @@ def records(stack) -> dict:
     async def read():
         store = open_store("file", stack.namespace, stack.root / "discovery")
         return {r.instance_id: r for r in await store.list()}
+
     return anyio.run(read)
 
 
@@ -60,8 +61,12 @@ def load_of(stack, instance_id: int, timeout: float = 5.0) -> LoadMetrics:
 
 def chat(client, messages, nvext=None, max_tokens=8, headers=None):
     return client.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=max_tokens, extra_headers=headers,
-        extra_body={"nvext": {**(nvext or {}), "extra_fields": ["worker_id"]}})
+        model=MODEL,
+        messages=messages,
+        max_tokens=max_tokens,
+        extra_headers=headers,
+        extra_body={"nvext": {**(nvext or {}), "extra_fields": ["worker_id"]}},
+    )
 
 
 def session(sid, action=None, timeout=60):
@@ -93,33 +98,46 @@ def session_stack(stack_factory):
 
 def test_a_subagent_sticks_its_session_kv_survives_pressure_and_close_frees_it(session_stack):
     client = client_of(session_stack)
-    messages = [{"role": "system", "content": "You are a research subagent. " * 6},
-                {"role": "user", "content": "Find every paper on radix caches."}]
+    messages = [
+        {"role": "system", "content": "You are a research subagent. " * 6},
+        {"role": "user", "content": "Find every paper on radix caches."},
+    ]
     opened = chat(client, messages, session("sub-1", "open"))
     worker = opened.nvext["worker_id"]["decode_worker_id"]
-    messages += [{"role": "assistant", "content": opened.choices[0].message.content},
-                 {"role": "user", "content": "Now the ones on paged attention."}]
+    messages += [
+        {"role": "assistant", "content": opened.choices[0].message.content},
+        {"role": "user", "content": "Now the ones on paged attention."},
+    ]
     turn2 = chat(client, messages, session("sub-1"))
     assert turn2.nvext["worker_id"]["decode_worker_id"] == worker
     load = load_of(session_stack, worker)
-    assert load.num_streaming_sessions == 1 and load.streaming_session_held_tokens >= turn2.usage.prompt_tokens
+    assert (
+        load.num_streaming_sessions == 1 and load.streaming_session_held_tokens >= turn2.usage.prompt_tokens
+    )
 
     ordinary = [{"role": "user", "content": "An ordinary question about cache eviction. " * 8}]
-    first = client.chat.completions.create(model=MODEL, messages=ordinary, max_tokens=2,
-                                           extra_headers={"x-worker-instance-id": str(worker)})
+    first = client.chat.completions.create(
+        model=MODEL, messages=ordinary, max_tokens=2, extra_headers={"x-worker-instance-id": str(worker)}
+    )
     pressure(client, target=worker)
-    again = client.chat.completions.create(model=MODEL, messages=ordinary, max_tokens=2,
-                                           extra_headers={"x-worker-instance-id": str(worker)})
+    again = client.chat.completions.create(
+        model=MODEL, messages=ordinary, max_tokens=2, extra_headers={"x-worker-instance-id": str(worker)}
+    )
     assert again.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens // 2
 
-    messages += [{"role": "assistant", "content": turn2.choices[0].message.content},
-                 {"role": "user", "content": "Summarise both."}]
+    messages += [
+        {"role": "assistant", "content": turn2.choices[0].message.content},
+        {"role": "user", "content": "Summarise both."},
+    ]
     turn3 = chat(client, messages, session("sub-1", "close"))
     assert turn3.nvext["worker_id"]["decode_worker_id"] == worker
     held = turn2.usage.prompt_tokens // BLOCK * BLOCK
     assert turn3.usage.prompt_tokens_details.cached_tokens >= held
-    poll_until(lambda: load_of(session_stack, worker).num_streaming_sessions == 0, 10,
-               "the closed session to be freed")
+    poll_until(
+        lambda: load_of(session_stack, worker).num_streaming_sessions == 0,
+        10,
+        "the closed session to be freed",
+    )
     assert load_of(session_stack, worker).streaming_session_held_tokens == 0
 
 
@@ -128,8 +146,11 @@ def test_an_idle_session_is_reaped(session_stack):
     opened = chat(client, [{"role": "user", "content": "short-lived"}], session("idle-1", "open", timeout=1))
     worker = opened.nvext["worker_id"]["decode_worker_id"]
     assert load_of(session_stack, worker).num_streaming_sessions >= 1
-    poll_until(lambda: load_of(session_stack, worker).num_streaming_sessions == 0, 15,
-               "the idle session to be reaped")
+    poll_until(
+        lambda: load_of(session_stack, worker).num_streaming_sessions == 0,
+        15,
+        "the idle session to be reaped",
+    )
 
 
 def test_cache_control_pins_a_prefix_through_pressure_until_its_ttl(session_stack):
@@ -139,13 +160,16 @@ def test_cache_control_pins_a_prefix_through_pressure_until_its_ttl(session_stac
     pinned = [{"role": "user", "content": "A system prompt worth keeping around. " * 8}]
     pins = f"worker {worker} pinned"
     before = session_stack.frontend.log().count(pins)
-    first = chat(client, pinned, {"cache_control": {"type": "ephemeral", "ttl": "5m"}},
-                 max_tokens=2, headers=headers)
+    first = chat(
+        client, pinned, {"cache_control": {"type": "ephemeral", "ttl": "5m"}}, max_tokens=2, headers=headers
+    )
     # the pin is a background call after the stream ends; the frontend logs its answer
     poll_until(lambda: session_stack.frontend.log().count(pins) > before, 20, "the worker to pin the prefix")
     pressure(client, target=worker)
     again = chat(client, pinned, max_tokens=2, headers=headers)
-    assert again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // BLOCK * BLOCK - BLOCK
+    assert (
+        again.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens // BLOCK * BLOCK - BLOCK
+    )
 
     # a pin whose TTL ends (asked of the worker directly: the frontend clamps TTLs to >= 300 s)
     short = [{"role": "user", "content": "Kept only briefly, then evictable. " * 8}]
@@ -157,6 +181,7 @@ def test_cache_control_pins_a_prefix_through_pressure_until_its_ttl(session_stac
     async def pin():
         async with WorkerClient(endpoint) as c:
             return await c.call(PinPrefixRequest("short-pin", token_ids, 1.0))
+
     assert anyio.run(pin).value >= 1
     time.sleep(1.5)  # the pin's 1 s TTL runs out: the behaviour under test
     pressure(client, target=worker)
@@ -165,9 +190,17 @@ def test_cache_control_pins_a_prefix_through_pressure_until_its_ttl(session_stac
 
 
 def warm_token_ids(stack, messages) -> list[int]:
-    r = httpx.post(stack.url + "/v1/chat/completions", timeout=30, json={
-        "model": MODEL, "messages": messages, "max_tokens": 1, "stream": True,
-        "nvext": {"annotations": ["token_ids"]}})
+    r = httpx.post(
+        stack.url + "/v1/chat/completions",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "messages": messages,
+            "max_tokens": 1,
+            "stream": True,
+            "nvext": {"annotations": ["token_ids"]},
+        },
+    )
     lines = r.text.splitlines()
     return json.loads(lines[lines.index("event: token_ids") + 1][2:])
 
@@ -175,15 +208,20 @@ def warm_token_ids(stack, messages) -> list[int]:
 # ------------------------------------------------------------------ priority
 
 
-@pytest.mark.parametrize("flags", [
-    ("--scheduling-policy", "priority"),
-    ("--engine-type", "sglang", "--enable-priority-scheduling"),
-    ("--engine-type", "sglang", "--enable-priority-scheduling", "--schedule-low-priority-values-first"),
-], ids=["vllm", "sglang", "sglang-low-first"])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--scheduling-policy", "priority"),
+        ("--engine-type", "sglang", "--enable-priority-scheduling"),
+        ("--engine-type", "sglang", "--enable-priority-scheduling", "--schedule-low-priority-values-first"),
+    ],
+    ids=["vllm", "sglang", "sglang-low-first"],
+)
 def test_high_priority_requests_get_their_first_token_sooner(stack_factory, flags):
     s = stack_factory("prio")
-    s.start("worker", "mocker", "--namespace", s.namespace, "--max-num-seqs", "1",
-            "--speedup-ratio", "1", *flags)
+    s.start(
+        "worker", "mocker", "--namespace", s.namespace, "--max-num-seqs", "1", "--speedup-ratio", "1", *flags
+    )
     s.start_frontend()
     s.wait_instances(1)
     client = client_of(s)
@@ -191,8 +229,9 @@ def test_high_priority_requests_get_their_first_token_sooner(stack_factory, flag
 
     def stream(name: str, max_tokens: int, priority: int | None) -> None:
         body = {"nvext": {"agent_hints": {"priority": priority}}} if priority is not None else None
-        for _chunk in client.completions.create(model=MODEL, prompt=f"{name} asks", stream=True,
-                                               max_tokens=max_tokens, extra_body=body):
+        for _chunk in client.completions.create(
+            model=MODEL, prompt=f"{name} asks", stream=True, max_tokens=max_tokens, extra_body=body
+        ):
             first_token.setdefault(name, time.monotonic())
 
     blocker = threading.Thread(target=stream, args=("blocker", 300, None), daemon=True)
@@ -234,13 +273,17 @@ def test_a_lead_agent_and_subagents_with_sessions_run_together(session_stack):
             messages.append({"role": "assistant", "content": r.choices[0].message.content})
 
     def subagent(sid: str) -> None:
-        messages = [{"role": "system", "content": "You are the lead coding agent. " * 10},
-                    {"role": "user", "content": f"Subtask {sid}: read the files."}]
+        messages = [
+            {"role": "system", "content": "You are the lead coding agent. " * 10},
+            {"role": "user", "content": f"Subtask {sid}: read the files."},
+        ]
         for turn, action in enumerate(("open", None, None, "close")):
             r = chat(client, messages, session(sid, action))
             sub_workers.setdefault(sid, set()).add(r.nvext["worker_id"]["decode_worker_id"])
-            messages += [{"role": "assistant", "content": r.choices[0].message.content},
-                         {"role": "user", "content": f"Turn {turn}: continue."}]
+            messages += [
+                {"role": "assistant", "content": r.choices[0].message.content},
+                {"role": "user", "content": f"Turn {turn}: continue."},
+            ]
 
     def guarded(fn, *args):
         try:
@@ -258,5 +301,8 @@ def test_a_lead_agent_and_subagents_with_sessions_run_together(session_stack):
     assert all(len(w) == 1 for w in sub_workers.values()), sub_workers
     assert lead_cached[-1] > 0  # the lead's growing conversation is served from cache
     for worker in session_stack.instances():
-        poll_until(lambda w=worker: load_of(session_stack, w).num_streaming_sessions == 0, 10,
-                   "every subagent session to be closed")
+        poll_until(
+            lambda w=worker: load_of(session_stack, w).num_streaming_sessions == 0,
+            10,
+            "every subagent session to be closed",
+        )

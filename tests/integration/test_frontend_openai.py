@@ -10,8 +10,10 @@ import pytest
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
-MESSAGES = [{"role": "system", "content": "You answer briefly."},
-            {"role": "user", "content": "Name three prime numbers."}]
+MESSAGES = [
+    {"role": "system", "content": "You answer briefly."},
+    {"role": "user", "content": "Name three prime numbers."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +48,15 @@ def test_chat_stream_matches_unary_for_the_same_seed(client):
 
 
 def test_completions_unary_and_stream_with_n(client):
-    r = client.completions.create(model=MODEL, prompt="def fibonacci(n):", max_tokens=8, n=3,
-                                  extra_body={"ignore_eos": True})
+    r = client.completions.create(
+        model=MODEL, prompt="def fibonacci(n):", max_tokens=8, n=3, extra_body={"ignore_eos": True}
+    )
     assert sorted(c.index for c in r.choices) == [0, 1, 2]
     assert r.usage.completion_tokens == 24
     assert all(c.finish_reason == "length" for c in r.choices)
-    stream = client.completions.create(model=MODEL, prompt="import os", max_tokens=5, n=2, stream=True,
-                                       extra_body={"ignore_eos": True})
+    stream = client.completions.create(
+        model=MODEL, prompt="import os", max_tokens=5, n=2, stream=True, extra_body={"ignore_eos": True}
+    )
     finished = {c.choices[0].index for c in stream if c.choices and c.choices[0].finish_reason}
     assert finished == {0, 1}
 
@@ -65,14 +69,31 @@ def test_completions_echo_and_batched_prompts(client):
 
 def test_vllm_extra_parameters_are_accepted(client):
     r = client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=6,
-        extra_body=dict(top_k=5, min_p=0.05, repetition_penalty=1.1, length_penalty=1.0,
-                        stop_token_ids=[], include_stop_str_in_output=False, ignore_eos=True,
-                        min_tokens=6, skip_special_tokens=True, spaces_between_special_tokens=True,
-                        truncate_prompt_tokens=8, priority=0, request_id="vllm-extras-1", echo=False,
-                        add_generation_prompt=True, continue_final_message=False,
-                        add_special_tokens=False, chat_template_kwargs={"enable_thinking": False},
-                        documents=[{"title": "t", "text": "x"}]))
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=6,
+        extra_body=dict(
+            top_k=5,
+            min_p=0.05,
+            repetition_penalty=1.1,
+            length_penalty=1.0,
+            stop_token_ids=[],
+            include_stop_str_in_output=False,
+            ignore_eos=True,
+            min_tokens=6,
+            skip_special_tokens=True,
+            spaces_between_special_tokens=True,
+            truncate_prompt_tokens=8,
+            priority=0,
+            request_id="vllm-extras-1",
+            echo=False,
+            add_generation_prompt=True,
+            continue_final_message=False,
+            add_special_tokens=False,
+            chat_template_kwargs={"enable_thinking": False},
+            documents=[{"title": "t", "text": "x"}],
+        ),
+    )
     assert r.usage.completion_tokens == 6
     assert r.usage.prompt_tokens == 8  # truncated to the last 8 tokens
     assert r.id == "chatcmpl-vllm-extras-1"
@@ -81,16 +102,18 @@ def test_vllm_extra_parameters_are_accepted(client):
 def test_stop_string_ends_the_output(client):
     args = dict(model=MODEL, prompt="class Parser:", max_tokens=40, seed=3, extra_body={"ignore_eos": True})
     full = client.completions.create(**args).choices[0].text
-    stop = full[len(full) // 2: len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     assert stop and stop in full
     cut = client.completions.create(stop=[stop], **args).choices[0]
     assert cut.finish_reason == "stop" and cut.stop_reason == stop
     assert cut.text == full[: full.index(stop)]
-    kept = client.completions.create(stop=[stop], **{**args, "extra_body": {
-        "ignore_eos": True, "include_stop_str_in_output": True}}).choices[0]
+    kept = client.completions.create(
+        stop=[stop], **{**args, "extra_body": {"ignore_eos": True, "include_stop_str_in_output": True}}
+    ).choices[0]
     assert kept.text == full[: full.index(stop)] + stop
-    streamed = "".join(c.choices[0].text for c in client.completions.create(stop=[stop], stream=True, **args)
-                       if c.choices)
+    streamed = "".join(
+        c.choices[0].text for c in client.completions.create(stop=[stop], stream=True, **args) if c.choices
+    )
     assert streamed == cut.text
 
 
@@ -102,6 +125,7 @@ def test_repeated_long_prompt_is_cached_on_the_same_worker(client, stack):
     second = pinned.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
     assert first.usage.prompt_tokens > 200
     assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 16
-    by_body = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2,
-                                        extra_body={"nvext": {"backend_instance_id": instance}})
+    by_body = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=2, extra_body={"nvext": {"backend_instance_id": instance}}
+    )
     assert by_body.usage.prompt_tokens_details.cached_tokens > 200

@@ -29,8 +29,13 @@ def resilient(stack_factory):
 
 def test_200_concurrent_streams_complete(resilient):
     async def one(client: httpx.AsyncClient, i: int) -> int:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": f"question {i}"}],
-                "max_tokens": 8, "stream": True, "ignore_eos": True}
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": f"question {i}"}],
+            "max_tokens": 8,
+            "stream": True,
+            "ignore_eos": True,
+        }
         events = 0
         async with client.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200, await r.aread()
@@ -65,18 +70,31 @@ def test_client_disconnect_cancels_the_engine_request(resilient, wait_for):
     # find which instance the debug-logging worker hosts: its log names it when serving
     log = debug_worker.log()
     instance = next(i for i in resilient.instances() if f"worker {i} " in log)
-    body = {"model": MODEL, "prompt": "stream forever", "max_tokens": 4000, "stream": True,
-            "ignore_eos": True}
+    body = {
+        "model": MODEL,
+        "prompt": "stream forever",
+        "max_tokens": 4000,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with httpx.Client(base_url=resilient.url, timeout=30) as client:
-        with client.stream("POST", "/v1/completions", json=body,
-                           headers={"x-worker-instance-id": str(instance),
-                                    "x-request-id": "walk-away"}) as r:
+        with client.stream(
+            "POST",
+            "/v1/completions",
+            json=body,
+            headers={"x-worker-instance-id": str(instance), "x-request-id": "walk-away"},
+        ) as r:
             assert r.status_code == 200
             for n, _ in enumerate(r.iter_lines()):
                 if n >= 3:
                     break
-    wait_for(lambda: "walk-away" in debug_worker.log() and "cancelled by its client (aborted)" in debug_worker.log(),
-             20, "the worker to log the abort")
+    wait_for(
+        lambda: (
+            "walk-away" in debug_worker.log() and "cancelled by its client (aborted)" in debug_worker.log()
+        ),
+        20,
+        "the worker to log the abort",
+    )
     metrics = httpx.get(resilient.url + "/metrics", timeout=10).text
     assert "dynamo_frontend_client_disconnects_total" in metrics
 
@@ -89,14 +107,22 @@ def test_killed_worker_stops_receiving_requests(resilient, wait_for):
     answers: list[httpx.Response] = []
 
     def long_unary_request() -> None:
-        answers.append(httpx.post(resilient.url + "/v1/completions", timeout=60, headers={
-            "x-worker-instance-id": str(victim_id)}, json={
-            "model": MODEL, "prompt": "never finishes", "max_tokens": 8000, "ignore_eos": True}))
+        answers.append(
+            httpx.post(
+                resilient.url + "/v1/completions",
+                timeout=60,
+                headers={"x-worker-instance-id": str(victim_id)},
+                json={"model": MODEL, "prompt": "never finishes", "max_tokens": 8000, "ignore_eos": True},
+            )
+        )
 
     caller = threading.Thread(target=long_unary_request)
     caller.start()
-    wait_for(lambda: resilient.metric("dynamo_frontend_active_requests") >= 1, 20,
-             "the request to reach the victim")
+    wait_for(
+        lambda: resilient.metric("dynamo_frontend_active_requests") >= 1,
+        20,
+        "the request to reach the victim",
+    )
     os.killpg(victim.proc.pid, signal.SIGKILL)
     victim.proc.wait(10)
     caller.join(30)
@@ -104,8 +130,11 @@ def test_killed_worker_stops_receiving_requests(resilient, wait_for):
     assert answers and answers[0].status_code == 503, answers[0].text if answers else "no answer"
     assert "went away" in answers[0].json()["error"]["message"]
     t0 = time.monotonic()
-    survivors = wait_for(lambda: len(resilient.instances()) == 1 and resilient.instances(), 20,
-                         "the frontend to drop the killed worker")
+    survivors = wait_for(
+        lambda: len(resilient.instances()) == 1 and resilient.instances(),
+        20,
+        "the frontend to drop the killed worker",
+    )
     assert time.monotonic() - t0 < 15  # discovery expiry (5 s lease) plus polling
     assert survivors[0] in before
     with httpx.Client(base_url=resilient.url, timeout=30) as client:

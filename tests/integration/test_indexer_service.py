@@ -26,15 +26,14 @@ def records(stack: Stack, namespace: str = NAMESPACE):
     return anyio.run(FileDiscoveryStore(stack.root / "discovery", namespace).list)
 
 
-def start_indexer(stack: Stack, *args: str,
-                  namespace: str = NAMESPACE) -> tuple[DynProcess, str, str]:
+def start_indexer(stack: Stack, *args: str, namespace: str = NAMESPACE) -> tuple[DynProcess, str, str]:
     """Start ``dyn indexer`` and return it with its HTTP base URL and ZMQ endpoint."""
     proc = stack.start("indexer", "--http-port", "0", "--namespace", namespace, *args)
 
     def ready():
         for line in proc.log().splitlines():
             if line.startswith(READY_PREFIX):
-                fields = dict(part.split("=", 1) for part in line[len(READY_PREFIX):].split())
+                fields = dict(part.split("=", 1) for part in line[len(READY_PREFIX) :].split())
                 return fields["http"], fields["zmq"]
         if proc.proc.poll() is not None:
             raise AssertionError(f"dyn indexer exited:\n{proc.log()}")
@@ -49,9 +48,12 @@ def prompt(seed: int, length: int = 20 * BLOCK + 5) -> list[int]:
 
 
 def complete(stack: Stack, tokens: list[int], instance_id: int) -> None:
-    r = httpx.post(stack.url + "/v1/completions", timeout=30,
-                   headers={"x-worker-instance-id": str(instance_id)},
-                   json={"model": "dyn-tiny", "prompt": tokens, "max_tokens": 2})
+    r = httpx.post(
+        stack.url + "/v1/completions",
+        timeout=30,
+        headers={"x-worker-instance-id": str(instance_id)},
+        json={"model": "dyn-tiny", "prompt": tokens, "max_tokens": 2},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -87,12 +89,15 @@ def test_query_reports_the_worker_that_cached_the_prompt_over_http_and_zmq(setup
     tokens = prompt(1)
     assert query(http, tokens)["scores"] == {}
     complete(stack, tokens, target)
-    answer = poll_until(lambda: (a := query(http, tokens))["scores"] and a, 20,
-                        "the indexer to see the stored blocks")
+    answer = poll_until(
+        lambda: (a := query(http, tokens))["scores"] and a, 20, "the indexer to see the stored blocks"
+    )
     full = len(tokens) // BLOCK * BLOCK
-    assert answer == {"scores": {str(target): {"0": full}},
-                      "instances": {str(target): {"longest_matched": full, "dp": {"0": full}}},
-                      "block_size": BLOCK}
+    assert answer == {
+        "scores": {str(target): {"0": full}},
+        "instances": {str(target): {"longest_matched": full, "dp": {"0": full}}},
+        "block_size": BLOCK,
+    }
     listed = {w["instance_id"]: w for w in workers(http)}
     assert set(pair) <= set(listed) and listed[target]["blocks"] >= full // BLOCK
     assert all(w["endpoint"].startswith("tcp://") for w in listed.values())
@@ -101,8 +106,7 @@ def test_query_reports_the_worker_that_cached_the_prompt_over_http_and_zmq(setup
     assert {e["worker_id"] for e in dumped["events"]} == {target}
 
     async def over_zmq():
-        address = await resolve_indexer_address(NAMESPACE, "file", str(stack.root / "discovery"),
-                                                "dyn-tiny")
+        address = await resolve_indexer_address(NAMESPACE, "file", str(stack.root / "discovery"), "dyn-tiny")
         assert address == zmq
         async with RemoteIndexer(address) as remote:
             return await remote.find_matches_for_tokens(tokens)
@@ -114,11 +118,17 @@ def test_a_killed_worker_is_dropped_from_workers(setup):
     stack, http, _, _, single_id, single = setup
     tokens = prompt(2)
     complete(stack, tokens, single_id)
-    poll_until(lambda: str(single_id) in query(http, tokens)["scores"], 20,
-               "the single worker's blocks to be indexed")
+    poll_until(
+        lambda: str(single_id) in query(http, tokens)["scores"],
+        20,
+        "the single worker's blocks to be indexed",
+    )
     single.kill()
-    poll_until(lambda: single_id not in {w["instance_id"] for w in workers(http)}, 30,
-               "the killed worker to leave /workers")
+    poll_until(
+        lambda: single_id not in {w["instance_id"] for w in workers(http)},
+        30,
+        "the killed worker to leave /workers",
+    )
     assert query(http, tokens)["scores"] == {}
     metrics = httpx.get(http + "/metrics", timeout=5).text
     assert "dynamo_kvindexer_workers 2.0" in metrics
@@ -130,13 +140,15 @@ def test_static_workers_list_follows_the_named_worker_only(setup):
     path = stack.root / "discovery" / NAMESPACE / "instances" / f"{target}.json"
     endpoints = json.loads(path.read_text())["record"]["endpoints"]
     entry = f"{target}={endpoints['kv_events']}|{endpoints['kv_replay']}"
-    proc, http, _ = start_indexer(stack, "--workers", entry, "--block-size", str(BLOCK),
-                                  namespace="idx-static")
+    proc, http, _ = start_indexer(
+        stack, "--workers", entry, "--block-size", str(BLOCK), namespace="idx-static"
+    )
     assert [(w["instance_id"], w["dp_rank"]) for w in workers(http)] == [(target, 0)]
     tokens = prompt(3)
     complete(stack, tokens, target)
-    answer = poll_until(lambda: (a := query(http, tokens))["scores"] and a, 20,
-                        "the static indexer to see the stored blocks")
+    answer = poll_until(
+        lambda: (a := query(http, tokens))["scores"] and a, 20, "the static indexer to see the stored blocks"
+    )
     full = len(tokens) // BLOCK * BLOCK
     assert answer["instances"] == {str(target): {"longest_matched": full, "dp": {"0": full}}}
     assert [r.endpoints.metrics for r in records(stack, "idx-static.indexers")] == [http]

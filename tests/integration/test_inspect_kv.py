@@ -38,7 +38,7 @@ TEXT_C = "Charlie writes plain text. " * 30
 def _line(proc: DynProcess, prefix: str) -> str | None:
     for line in proc.log().splitlines():
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     if proc.proc.poll() is not None:
         raise AssertionError(f"process exited:\n{proc.log()}")
     return None
@@ -58,8 +58,11 @@ class Inspected:
         self.indexer = dict(p.split("=", 1) for p in ready.split())["http"]
         metrics = poll_until(lambda: _line(router, METRICS_PREFIX), 60, "the router's system port")
         self.router = metrics.removesuffix("/metrics")
-        poll_until(lambda: len(httpx.get(self.indexer + "/workers", timeout=5).json()) == 2, 30,
-                   "the indexer to follow both workers")
+        poll_until(
+            lambda: len(httpx.get(self.indexer + "/workers", timeout=5).json()) == 2,
+            30,
+            "the indexer to follow both workers",
+        )
         self.files = {}
         for name, chat in (("a1", CHAT_A1), ("a2", CHAT_A2), ("b", CHAT_B)):
             path = tmp / f"{name}.json"
@@ -67,14 +70,22 @@ class Inspected:
             self.files[name] = str(path)
 
     def send(self, body: dict, instance_id: int, path: str = "/v1/chat/completions") -> None:
-        r = httpx.post(self.stack.url + path, timeout=30,
-                       headers={"x-worker-instance-id": str(instance_id)},
-                       json={"model": MODEL, "max_tokens": 2, **body})
+        r = httpx.post(
+            self.stack.url + path,
+            timeout=30,
+            headers={"x-worker-instance-id": str(instance_id)},
+            json={"model": MODEL, "max_tokens": 2, **body},
+        )
         assert r.status_code == 200, r.text
 
     def inspect(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([sys.executable, "-m", "dyn.cli", "inspect-kv", *args],
-                                capture_output=True, text=True, timeout=60, env=self.stack.env)
+        result = subprocess.run(
+            [sys.executable, "-m", "dyn.cli", "inspect-kv", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=self.stack.env,
+        )
         if check:
             assert result.returncode == 0, result.stderr
         return result
@@ -102,16 +113,24 @@ def inspected(stack_factory, tmp_path_factory):
     s.send({"messages": CHAT_A1}, s.w1)
     full_a1 = _tokens(messages_file=s.files["a1"]) // BLOCK
     # the frontend's router must know A1's blocks before A2 is routed, for a predicted hit
-    poll_until(lambda: _matched(s.snapshot("--url", s.stack.url, "--messages", s.files["a1"]))
-               .get(s.w1) == full_a1, 20, "A1's blocks to reach the frontend's index")
+    poll_until(
+        lambda: _matched(s.snapshot("--url", s.stack.url, "--messages", s.files["a1"])).get(s.w1) == full_a1,
+        20,
+        "A1's blocks to reach the frontend's index",
+    )
     s.send({"messages": CHAT_A2}, s.w1)
     s.send({"messages": CHAT_B}, s.w2)
     s.send({"prompt": TEXT_C}, s.w2, "/v1/completions")
     expected = {name: _tokens(messages_file=s.files[name]) // BLOCK for name in ("a2", "b")}
-    poll_until(lambda: _matched(s.snapshot("--url", s.indexer, "--messages", s.files["a2"]))
-               .get(s.w1) == expected["a2"]
-               and _matched(s.snapshot("--url", s.indexer, "--messages", s.files["b"]))
-               .get(s.w2) == expected["b"], 30, "every request's blocks to reach the indexer")
+    poll_until(
+        lambda: (
+            _matched(s.snapshot("--url", s.indexer, "--messages", s.files["a2"])).get(s.w1) == expected["a2"]
+            and _matched(s.snapshot("--url", s.indexer, "--messages", s.files["b"])).get(s.w2)
+            == expected["b"]
+        ),
+        30,
+        "every request's blocks to reach the indexer",
+    )
     return s
 
 
@@ -142,9 +161,15 @@ def test_the_indexer_snapshot_holds_the_known_state(inspected):
 def test_a_raw_prompt_matches_the_completion_that_cached_it(inspected):
     s = inspected
     c = _tokens(prompt=TEXT_C)
-    snap = poll_until(lambda: (snap := s.snapshot("--url", s.indexer, "--prompt", TEXT_C))
-                      and _matched(snap)[s.w2] == c // BLOCK and snap, 20,
-                      "the text's blocks to reach the indexer")
+    snap = poll_until(
+        lambda: (
+            (snap := s.snapshot("--url", s.indexer, "--prompt", TEXT_C))
+            and _matched(snap)[s.w2] == c // BLOCK
+            and snap
+        ),
+        20,
+        "the text's blocks to reach the indexer",
+    )
     assert _matched(snap)[s.w1] == 0
     table = s.inspect("--url", s.indexer, "--prompt", TEXT_C).stdout
     assert "Cached prefix of the request" in table and str(s.w2) in table
@@ -153,16 +178,20 @@ def test_a_raw_prompt_matches_the_completion_that_cached_it(inspected):
 def test_the_router_and_frontend_views_agree_with_the_indexer(inspected):
     s = inspected
     indexed = _blocks(s.snapshot("--url", s.indexer))
-    router = poll_until(lambda: (snap := s.snapshot("--url", s.router))
-                        and _blocks(snap) == indexed and snap, 20,
-                        f"the router's index to match the indexer's {indexed}")
+    router = poll_until(
+        lambda: (snap := s.snapshot("--url", s.router)) and _blocks(snap) == indexed and snap,
+        20,
+        f"the router's index to match the indexer's {indexed}",
+    )
     assert router["target"] == s.router + "/kv"
     assert router["hit_rate"] == {"mean": None, "requests": 0}  # no frontend routes through it
     for w in router["workers"]:  # the capacity comes from the workers' records
         assert w["total_blocks"] > 0 and w["occupancy"] == pytest.approx(w["blocks"] / w["total_blocks"])
-    frontend = poll_until(lambda: (snap := s.snapshot("--url", s.stack.url))
-                          and _blocks(snap) == indexed and snap, 20,
-                          "the frontend's index to match the indexer's")
+    frontend = poll_until(
+        lambda: (snap := s.snapshot("--url", s.stack.url)) and _blocks(snap) == indexed and snap,
+        20,
+        "the frontend's index to match the indexer's",
+    )
     assert frontend["hit_rate"]["requests"] == 4 and frontend["hit_rate"]["mean"] > 0
 
 
@@ -177,8 +206,12 @@ def test_watch_prints_a_table_and_exits(inspected):
     s = inspected
     result = s.inspect("--url", s.indexer, "--watch", "--duration", "2", "--interval", "0.5")
     assert "Cached blocks per worker" in result.stdout and str(s.w1) in result.stdout
-    frames = [json.loads(line) for line in
-              s.inspect("--url", s.indexer, "--watch", "--json", "--duration", "1.2", "--interval", "0.4")
-              .stdout.splitlines() if line.strip()]
+    frames = [
+        json.loads(line)
+        for line in s.inspect(
+            "--url", s.indexer, "--watch", "--json", "--duration", "1.2", "--interval", "0.4"
+        ).stdout.splitlines()
+        if line.strip()
+    ]
     assert len(frames) >= 2 and frames[0]["events"]["per_second"] is None
     assert all(f["events"]["per_second"] is not None for f in frames[1:])  # a rate from the 2nd frame on

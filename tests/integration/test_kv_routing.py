@@ -71,17 +71,22 @@ def test_router_metrics_are_exported(kv_stack):
 
     _cached(_client(kv_stack.url), _prompt(9, 1))
     text = httpx.get(kv_stack.url + "/metrics", timeout=5).text
-    for name in ("dynamo_component_router_requests_total", "dynamo_component_router_kv_hit_rate_bucket",
-                 "dynamo_router_overhead_total_ms_bucket", "dynamo_router_overhead_block_hashing_ms_bucket",
-                 "dynamo_frontend_worker_active_decode_blocks",
-                 "dynamo_frontend_router_queue_pending_requests",
-                 'dynamo_component_kv_cache_events_applied_total{event_type="stored",status="ok"}'):
+    for name in (
+        "dynamo_component_router_requests_total",
+        "dynamo_component_router_kv_hit_rate_bucket",
+        "dynamo_router_overhead_total_ms_bucket",
+        "dynamo_router_overhead_block_hashing_ms_bucket",
+        "dynamo_frontend_worker_active_decode_blocks",
+        "dynamo_frontend_router_queue_pending_requests",
+        'dynamo_component_kv_cache_events_applied_total{event_type="stored",status="ok"}',
+    ):
         assert name in text, name
 
 
 def test_approximate_mode_routes_repeats_together_without_events(stack_factory):
-    s = stack_factory("approx").up("--router-mode", "kv", "--no-router-kv-events", workers=3,
-                                   worker_args=("--block-size", str(BLOCK)))
+    s = stack_factory("approx").up(
+        "--router-mode", "kv", "--no-router-kv-events", workers=3, worker_args=("--block-size", str(BLOCK))
+    )
     client = _client(s.url)
     for group in range(2):
         isl, _ = _cached(client, _prompt(group, 0))
@@ -97,8 +102,12 @@ def _tokens(seed: int, length: int) -> list[int]:
 def _complete(url: str, tokens: list[int], **headers: str) -> dict:
     import httpx
 
-    r = httpx.post(url + "/v1/completions", timeout=30, headers=headers,
-                   json={"model": MODEL, "prompt": tokens, "max_tokens": 2})
+    r = httpx.post(
+        url + "/v1/completions",
+        timeout=30,
+        headers=headers,
+        json={"model": MODEL, "prompt": tokens, "max_tokens": 2},
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -117,9 +126,11 @@ async def _burst(url: str, prompts: list[list[int]]) -> None:
     import httpx
 
     async with httpx.AsyncClient(timeout=30) as client:
+
         async def one(tokens):
-            r = await client.post(url + "/v1/completions",
-                                  json={"model": MODEL, "prompt": tokens, "max_tokens": 2})
+            r = await client.post(
+                url + "/v1/completions", json={"model": MODEL, "prompt": tokens, "max_tokens": 2}
+            )
             assert r.status_code == 200, r.text
 
         async with anyio.create_task_group() as tg:
@@ -137,8 +148,9 @@ def test_sibling_burst_lands_on_one_worker_only_with_predicted_routes(stack_fact
     s.wait_instances(3)
     prefix = _tokens(7, 100 * BLOCK)
     anyio.run(_burst, s.url, [prefix + _tokens(100 + i, BLOCK) for i in range(16)])
-    holders = poll_until(lambda: _holders(s.url + "/kv/query", prefix) or None, 10,
-                         "the burst's blocks to be indexed")
+    holders = poll_until(
+        lambda: _holders(s.url + "/kv/query", prefix) or None, 10, "the burst's blocks to be indexed"
+    )
     full = [inst for inst, tokens in holders.items() if tokens >= len(prefix)]
     assert (len(full) == 1) is one_worker, holders
 
@@ -151,9 +163,13 @@ def test_dyn_indexer_answers_the_same_overlaps_as_the_embedded_index(kv_stack):
     for tokens in prompts:
         _complete(kv_stack.url, tokens)
     for tokens in prompts:
-        poll_until(lambda t=tokens: _holders(indexer_http + "/query", t)
-                   == _holders(kv_stack.url + "/kv/query", t) != {}, 10,
-                   "the dyn indexer and the frontend's index to agree")
+        poll_until(
+            lambda t=tokens: (
+                _holders(indexer_http + "/query", t) == _holders(kv_stack.url + "/kv/query", t) != {}
+            ),
+            10,
+            "the dyn indexer and the frontend's index to agree",
+        )
 
 
 def test_use_remote_indexer_routes_on_the_indexers_answers(stack_factory):
@@ -175,11 +191,18 @@ def _first_then_hits_remote(client, stack, group: int) -> list[float]:
 
     from tests.integration.test_indexer_service import READY_PREFIX
 
-    http = next(line[len(READY_PREFIX):].split()[0].split("=", 1)[1]
-                for p in stack.procs for line in p.log().splitlines() if line.startswith(READY_PREFIX))
+    http = next(
+        line[len(READY_PREFIX) :].split()[0].split("=", 1)[1]
+        for p in stack.procs
+        for line in p.log().splitlines()
+        if line.startswith(READY_PREFIX)
+    )
     _cached(client, _prompt(group, 0))
-    poll_until(lambda: any(w["blocks"] for w in httpx.get(http + "/workers", timeout=5).json()), 10,
-               "the dyn indexer to index the first request")
+    poll_until(
+        lambda: any(w["blocks"] for w in httpx.get(http + "/workers", timeout=5).json()),
+        10,
+        "the dyn indexer to index the first request",
+    )
     return [c / n for n, c in (_cached(client, _prompt(group, t)) for t in range(1, 6))]
 
 
@@ -201,8 +224,9 @@ def test_a_dead_worker_is_dropped_from_the_index(stack_factory):
 
     poll_until(lambda: indexed() == {first, second}, 10, "both workers' blocks to be indexed")
     doomed.kill()
-    left = poll_until(lambda: indexed() if len(indexed()) == 1 else None, 30,
-                      "the killed worker to leave the index")
+    left = poll_until(
+        lambda: indexed() if len(indexed()) == 1 else None, 30, "the killed worker to leave the index"
+    )
     _complete(s.url, _tokens(5, 20 * BLOCK))  # routing goes on with the survivor
     assert len(left) == 1
 
@@ -214,18 +238,36 @@ def test_no_booking_outlives_its_request(kv_stack):
 
     client = _client(kv_stack.url)
     _cached(client, _prompt(11, 1))
-    with httpx.stream("POST", kv_stack.url + "/v1/chat/completions", timeout=30, json={
-            "model": MODEL, "n": 2, "stream": True, "max_tokens": 500, "ignore_eos": True,
-            "messages": [{"role": "user", "content": _prompt(12, 1)}]}) as r:
+    with httpx.stream(
+        "POST",
+        kv_stack.url + "/v1/chat/completions",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "n": 2,
+            "stream": True,
+            "max_tokens": 500,
+            "ignore_eos": True,
+            "messages": [{"role": "user", "content": _prompt(12, 1)}],
+        },
+    ) as r:
         next(r.iter_lines())
-    bad = httpx.post(kv_stack.url + "/v1/completions", timeout=30,
-                     json={"model": MODEL, "prompt": "x", "max_tokens": -1})
+    bad = httpx.post(
+        kv_stack.url + "/v1/completions", timeout=30, json={"model": MODEL, "prompt": "x", "max_tokens": -1}
+    )
     assert bad.status_code == 400
 
     def loads() -> list[float]:
         text = httpx.get(kv_stack.url + "/metrics", timeout=5).text
-        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith(("dynamo_frontend_worker_active_decode_blocks{",
-                                    "dynamo_frontend_worker_active_prefill_tokens{"))]
+        return [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(
+                (
+                    "dynamo_frontend_worker_active_decode_blocks{",
+                    "dynamo_frontend_worker_active_prefill_tokens{",
+                )
+            )
+        ]
 
     poll_until(lambda: loads() and not any(loads()), 10, f"every booking to be freed: {loads()}")

@@ -27,23 +27,53 @@ def records(discovery_dir, namespace):
 
 
 def start_worker(dyn_process, wait_for, namespace, *flags):
-    worker = dyn_process("worker", "mocker", "--namespace", namespace, "--block-size", str(BLOCK),
-                         "--speedup-ratio", "1000", "--num-gpu-blocks-override", "256", *flags)
-    (rec,) = wait_for(lambda: records(dyn_process.discovery_dir, namespace), 60,
-                      f"the {namespace} worker to register:\n{worker.log()}")
+    worker = dyn_process(
+        "worker",
+        "mocker",
+        "--namespace",
+        namespace,
+        "--block-size",
+        str(BLOCK),
+        "--speedup-ratio",
+        "1000",
+        "--num-gpu-blocks-override",
+        "256",
+        *flags,
+    )
+    (rec,) = wait_for(
+        lambda: records(dyn_process.discovery_dir, namespace),
+        60,
+        f"the {namespace} worker to register:\n{worker.log()}",
+    )
     return worker, rec
 
 
 async def turn(client, rid, prompt, session_id, max_tokens):
-    out = [m async for m in client.generate(GenerateRequest(
-        rid, prompt, stop=StopConditions(max_tokens=max_tokens, ignore_eos=True), session_id=session_id))]
+    out = [
+        m
+        async for m in client.generate(
+            GenerateRequest(
+                rid,
+                prompt,
+                stop=StopConditions(max_tokens=max_tokens, ignore_eos=True),
+                session_id=session_id,
+            )
+        )
+    ]
     assert all(isinstance(m, TokenChunk) for m in out[:-1]) and isinstance(out[-1], Finish)
     return [t for m in out[:-1] for t in m.token_ids], out[-1]
 
 
 def test_sessions_pins_and_unsupported_over_the_request_plane(dyn_process, wait_for):
-    sglang, rec = start_worker(dyn_process, wait_for, "agentic", "--engine-type", "sglang",
-                               "--enable-streaming-session", "--enable-priority-scheduling")
+    sglang, rec = start_worker(
+        dyn_process,
+        wait_for,
+        "agentic",
+        "--engine-type",
+        "sglang",
+        "--enable-streaming-session",
+        "--enable-priority-scheduling",
+    )
     vllm, plain = start_worker(dyn_process, wait_for, "agentic-vllm")
     assert rec.priority_order == "higher_first"
     assert sorted(rec.features) == ["pin_prefix", "streaming_sessions"]

@@ -45,10 +45,29 @@ async def collect(client: WorkerClient, request: GenerateRequest):
 
 
 def test_mocker_worker_end_to_end(dyn_process, wait_for):
-    worker = dyn_process("--log-format", "json", "worker", "mocker", "--namespace", "it", "--num-workers", "2",
-                         "--block-size", str(BLOCK), "--speedup-ratio", "100", "--num-gpu-blocks-override", "256")
-    found = wait_for(lambda: len(records(dyn_process.discovery_dir, "it")) == 2
-                     and records(dyn_process.discovery_dir, "it"), 60, f"2 workers to register:\n{worker.log()}")
+    worker = dyn_process(
+        "--log-format",
+        "json",
+        "worker",
+        "mocker",
+        "--namespace",
+        "it",
+        "--num-workers",
+        "2",
+        "--block-size",
+        str(BLOCK),
+        "--speedup-ratio",
+        "100",
+        "--num-gpu-blocks-override",
+        "256",
+    )
+    found = wait_for(
+        lambda: (
+            len(records(dyn_process.discovery_dir, "it")) == 2 and records(dyn_process.discovery_dir, "it")
+        ),
+        60,
+        f"2 workers to register:\n{worker.log()}",
+    )
     assert len({r.instance_id for r in found}) == 2
     assert len({r.endpoints.request for r in found}) == 2
     assert records(dyn_process.discovery_dir, "other-namespace") == []
@@ -64,8 +83,10 @@ def test_mocker_worker_end_to_end(dyn_process, wait_for):
         prompt = list(range(100, 100 + 4 * BLOCK + 5))
         async with WorkerClient(rec.endpoints.request) as client:
             with anyio.fail_after(30):
-                out = await collect(client, GenerateRequest(
-                    "it-1", prompt, stop=StopConditions(max_tokens=20, ignore_eos=True)))
+                out = await collect(
+                    client,
+                    GenerateRequest("it-1", prompt, stop=StopConditions(max_tokens=20, ignore_eos=True)),
+                )
             chunks, finish = out[:-1], out[-1]
             assert chunks and all(isinstance(c, TokenChunk) for c in chunks)
             tokens = [t for c in chunks for t in c.token_ids]
@@ -85,24 +106,30 @@ def test_mocker_worker_end_to_end(dyn_process, wait_for):
             assert first.parent_block_hash is None and first.block_size == BLOCK
             hashes = [h for e in stored for h in e.block_hashes][:4]
             assert hashes == sequence_hashes(block_hashes(prompt, BLOCK))
-            assert [t for e in stored for t in e.token_ids][:4 * BLOCK] == prompt[:4 * BLOCK]
+            assert [t for e in stored for t in e.token_ids][: 4 * BLOCK] == prompt[: 4 * BLOCK]
 
             # same prompt again: served from the prefix cache, same seed -> same tokens
             with anyio.fail_after(30):
-                again = await collect(client, GenerateRequest(
-                    "it-1", prompt, stop=StopConditions(max_tokens=20, ignore_eos=True)))
+                again = await collect(
+                    client,
+                    GenerateRequest("it-1", prompt, stop=StopConditions(max_tokens=20, ignore_eos=True)),
+                )
             assert again[-1].usage.cached_tokens == 4 * BLOCK
             assert [t for c in again[:-1] for t in c.token_ids] == tokens
 
             # without ignore_eos the model's EOS may end it early, never appearing in the output
             with anyio.fail_after(30):
-                out = await collect(client, GenerateRequest("it-2", prompt, stop=StopConditions(max_tokens=50)))
+                out = await collect(
+                    client, GenerateRequest("it-2", prompt, stop=StopConditions(max_tokens=50))
+                )
             assert not eos & {t for c in out[:-1] for t in c.token_ids}
 
             # cancel mid-stream
             with anyio.fail_after(30):
                 got = []
-                async for m in client.generate(GenerateRequest("it-3", prompt, stop=StopConditions(max_tokens=100000, ignore_eos=True))):
+                async for m in client.generate(
+                    GenerateRequest("it-3", prompt, stop=StopConditions(max_tokens=100000, ignore_eos=True))
+                ):
                     got.append(m)
                     if len(got) == 2:
                         break

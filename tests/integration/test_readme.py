@@ -39,8 +39,10 @@ def test_readme_main_command_is_dyn_serve():
 
 def test_readme_agents_snippet(stack):
     python = next(b for b in blocks("python") if "tool_calls" in b).replace(DEFAULT_URL, stack.url)
-    python += ("\nimport json\nassert call.function.name == 'get_weather'\n"
-               "assert isinstance(json.loads(call.function.arguments)['city'], str)\n"
-               "assert final.choices[0].finish_reason in ('stop', 'length', 'tool_calls')\n")
+    python += (
+        "\nimport json\nassert call.function.name == 'get_weather'\n"
+        "assert isinstance(json.loads(call.function.arguments)['city'], str)\n"
+        "assert final.choices[0].finish_reason in ('stop', 'length', 'tool_calls')\n"
+    )
     run = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

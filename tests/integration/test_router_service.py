@@ -42,7 +42,7 @@ def _cached_fraction(url: str, prompt: str) -> float:
 def _ready(proc: DynProcess, prefix: str) -> str | None:
     for line in proc.log().splitlines():
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     if proc.proc.poll() is not None:
         raise AssertionError(f"process exited:\n{proc.log()}")
     return None
@@ -72,22 +72,42 @@ class RouterStack:
             "r1": self._router("--router-replica-sync", *APPROX),
             "r2": self._router("--router-replica-sync", *APPROX),
         }
-        self.address = {name: poll_until(lambda p=p: _ready(p, ROUTER_READY), 60, f"router {name}")
-                        for name, p in self.routers.items()}
-        targets = {"a": self.address["shared"], "b": self.address["shared"], "auto": "auto",
-                   "c": self.address["r1"], "d": self.address["r2"]}
+        self.address = {
+            name: poll_until(lambda p=p: _ready(p, ROUTER_READY), 60, f"router {name}")
+            for name, p in self.routers.items()
+        }
+        targets = {
+            "a": self.address["shared"],
+            "b": self.address["shared"],
+            "auto": "auto",
+            "c": self.address["r1"],
+            "d": self.address["r2"],
+        }
         self.frontends = {
-            name: stack.start("--log-format", "json", "frontend", "--http-port", "0",
-                              "--namespace", ns, "--router-mode", "kv", "--router-address", target)
-            for name, target in targets.items()}
-        self.url = {name: poll_until(lambda p=p: _ready(p, READY_PREFIX), 60, f"frontend {name}")
-                    for name, p in self.frontends.items()}
+            name: stack.start(
+                "--log-format",
+                "json",
+                "frontend",
+                "--http-port",
+                "0",
+                "--namespace",
+                ns,
+                "--router-mode",
+                "kv",
+                "--router-address",
+                target,
+            )
+            for name, target in targets.items()
+        }
+        self.url = {
+            name: poll_until(lambda p=p: _ready(p, READY_PREFIX), 60, f"frontend {name}")
+            for name, p in self.frontends.items()
+        }
         for name, url in self.url.items():
             poll_until(lambda u=url: len(_instances(u)) == 3, 30, f"frontend {name} to see 3 workers")
 
     def _router(self, *args: str) -> DynProcess:
-        return self.stack.start("--log-format", "json", "router", "--namespace",
-                                self.stack.namespace, *args)
+        return self.stack.start("--log-format", "json", "router", "--namespace", self.stack.namespace, *args)
 
 
 def _instances(url: str) -> list[int]:
@@ -126,8 +146,13 @@ def test_router_address_auto_finds_a_router(routers):
 
 def test_replica_sync_shares_decisions_between_routers(routers):
     r1, r2 = routers.routers["r1"], routers.routers["r2"]
-    poll_until(lambda: _logged(r1, "replica sync: following router")
-               and _logged(r2, "replica sync: following router"), 20, "the replicas to find each other")
+    poll_until(
+        lambda: (
+            _logged(r1, "replica sync: following router") and _logged(r2, "replica sync: following router")
+        ),
+        20,
+        "the replicas to find each other",
+    )
     # PUB/SUB drops what is sent before the subscription is live: warm up until r2 hears r1
     for warmup in range(100, 120):
         _cached_fraction(routers.url["c"], _prompt(warmup, 0))
@@ -143,8 +168,9 @@ def test_replica_sync_shares_decisions_between_routers(routers):
 
 
 def test_the_standalone_router_serves_its_metrics_on_the_system_port(routers):
-    url = poll_until(lambda: _ready(routers.routers["shared"], "dyn router metrics: "), 30,
-                     "the router's metrics URL")
+    url = poll_until(
+        lambda: _ready(routers.routers["shared"], "dyn router metrics: "), 30, "the router's metrics URL"
+    )
     _cached_fraction(routers.url["a"], _prompt(40, 1))
 
     def counted() -> str | None:
@@ -177,16 +203,31 @@ def test_a_frontend_killed_mid_stream_leaves_no_booking_in_the_router(stack_fact
     router = stack.start("router", "--namespace", stack.namespace, "--system-port", "0")
     address = poll_until(lambda: _ready(router, ROUTER_READY), 60, "the router")
     metrics = poll_until(lambda: _ready(router, "dyn router metrics: "), 30, "the router's metrics")
-    frontend = stack.start("frontend", "--http-port", "0", "--namespace", stack.namespace,
-                           "--router-mode", "kv", "--router-address", address)
+    frontend = stack.start(
+        "frontend",
+        "--http-port",
+        "0",
+        "--namespace",
+        stack.namespace,
+        "--router-mode",
+        "kv",
+        "--router-address",
+        address,
+    )
     url = poll_until(lambda: _ready(frontend, READY_PREFIX), 60, "the frontend")
     poll_until(lambda: len(_instances(url)) == 1, 30, "the frontend to see the worker")
-    poll_until(lambda: httpx.post(url + "/v1/completions", timeout=10, json={
-        "model": MODEL, "prompt": "hi", "max_tokens": 1}).status_code == 200, 30,
-        "the router to see the worker")
+    poll_until(
+        lambda: (
+            httpx.post(
+                url + "/v1/completions", timeout=10, json={"model": MODEL, "prompt": "hi", "max_tokens": 1}
+            ).status_code
+            == 200
+        ),
+        30,
+        "the router to see the worker",
+    )
 
-    body = {"model": MODEL, "prompt": _prompt(1, 1), "max_tokens": 2000, "stream": True,
-            "ignore_eos": True}
+    body = {"model": MODEL, "prompt": _prompt(1, 1), "max_tokens": 2000, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as stream:
         assert stream.status_code == 200
         lines = stream.iter_lines()  # kept open: a closed stream is a client that left

@@ -32,8 +32,11 @@ def ready_url(proc) -> str:
 
 
 def child_pids(proc) -> dict[str, int]:
-    return {line.split()[3]: int(line.split("(pid ")[1].split(")")[0])
-            for line in proc.log().splitlines() if line.startswith("dyn serve: started ")}
+    return {
+        line.split()[3]: int(line.split("(pid ")[1].split(")")[0])
+        for line in proc.log().splitlines()
+        if line.startswith("dyn serve: started ")
+    }
 
 
 def gone(pid: int) -> bool:
@@ -52,8 +55,11 @@ def health(base: str) -> dict:
 
 
 def chat(url: str) -> httpx.Response:
-    return httpx.post(f"{url}/chat/completions", timeout=30, json={
-        "model": "dyn-tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
+    return httpx.post(
+        f"{url}/chat/completions",
+        timeout=30,
+        json={"model": "dyn-tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+    )
 
 
 def stop_and_check(proc, pids, wait_for) -> None:
@@ -65,8 +71,21 @@ def stop_and_check(proc, pids, wait_for) -> None:
 
 
 def test_serve_starts_the_stack_serves_and_stops_cleanly(dyn_process, wait_for):
-    proc = dyn_process("serve", "--http-port", "0", "--workers", "2", "--namespace", "serve-it",
-                       "--speedup-ratio", "100", "--router-mode", "round-robin", "--block-size", "16")
+    proc = dyn_process(
+        "serve",
+        "--http-port",
+        "0",
+        "--workers",
+        "2",
+        "--namespace",
+        "serve-it",
+        "--speedup-ratio",
+        "100",
+        "--router-mode",
+        "round-robin",
+        "--block-size",
+        "16",
+    )
     url = ready_url(proc)
     base = url.removesuffix("/v1")
     assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
@@ -91,8 +110,11 @@ def test_serve_restarts_a_worker_that_dies(dyn_process, wait_for):
     pids = child_pids(proc)
     before = set(health(base)["instances"])
     os.kill(pids["worker-0"], signal.SIGKILL)
-    wait_for(lambda: "worker-0" in proc.log() and "was killed by SIGKILL; restarting it in 1s" in proc.log(), 15,
-             f"the supervisor to report the dead worker:\n{proc.log()}")
+    wait_for(
+        lambda: "worker-0" in proc.log() and "was killed by SIGKILL; restarting it in 1s" in proc.log(),
+        15,
+        f"the supervisor to report the dead worker:\n{proc.log()}",
+    )
     assert len(health(base)["instances"]) == 1  # out of routing at once (its connection closed)
     response = chat(url)
     assert response.status_code == 200, response.text
@@ -104,8 +126,9 @@ def test_serve_restarts_a_worker_that_dies(dyn_process, wait_for):
 
 
 def test_serve_without_restarts_keeps_serving_on_the_rest(dyn_process, wait_for):
-    proc = dyn_process("serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100",
-                       "--no-restart-workers")
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100", "--no-restart-workers"
+    )
     url = ready_url(proc)
     pids = child_pids(proc)
     os.kill(pids["worker-0"], signal.SIGKILL)
@@ -124,13 +147,22 @@ def test_children_stop_when_the_supervisor_is_killed(dyn_process, wait_for):
 
 
 def test_serve_stop_drains_an_open_stream(dyn_process, wait_for):
-    proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "1", "--api-key", "k3y")
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "1", "--api-key", "k3y"
+    )
     url = ready_url(proc)
     assert "k3y" not in proc.log()
-    body = {"model": "dyn-tiny", "prompt": "a long answer", "max_tokens": 200, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{url}/completions", json=body, timeout=60,
-                      headers={"Authorization": "Bearer k3y"}) as r:
+    body = {
+        "model": "dyn-tiny",
+        "prompt": "a long answer",
+        "max_tokens": 200,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.stream(
+        "POST", f"{url}/completions", json=body, timeout=60, headers={"Authorization": "Bearer k3y"}
+    ) as r:
         assert r.status_code == 200, r.read()
         lines = r.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))

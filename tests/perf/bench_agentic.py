@@ -33,14 +33,62 @@ from pathlib import Path
 import httpx
 
 DEFAULT_ANCHOR_SCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "anchor"
-PARALLEL = ["--parallel-sampling", "--problems", "16", "--samples", "4", "--system-tokens", "1024",
-            "--problem-tokens", "256", "--max-tokens", "32", "--concurrency", "2"]
-MULTI = ["--multi-turn", "--agents", "8", "--lead-turns", "4", "--subagents", "2", "--subagent-turns", "3",
-         "--system-tokens", "1024", "--turn-tokens", "128", "--max-tokens", "32", "--tool-pause", "0.2",
-         "--concurrency", "4"]
+PARALLEL = [
+    "--parallel-sampling",
+    "--problems",
+    "16",
+    "--samples",
+    "4",
+    "--system-tokens",
+    "1024",
+    "--problem-tokens",
+    "256",
+    "--max-tokens",
+    "32",
+    "--concurrency",
+    "2",
+]
+MULTI = [
+    "--multi-turn",
+    "--agents",
+    "8",
+    "--lead-turns",
+    "4",
+    "--subagents",
+    "2",
+    "--subagent-turns",
+    "3",
+    "--system-tokens",
+    "1024",
+    "--turn-tokens",
+    "128",
+    "--max-tokens",
+    "32",
+    "--tool-pause",
+    "0.2",
+    "--concurrency",
+    "4",
+]
 # Dynamo 1.6.1 refuses nvext.session_control (a 400), so the comparison with it runs lead agents only
-LEADS = ["--multi-turn", "--agents", "8", "--lead-turns", "6", "--subagents", "0", "--system-tokens", "1024",
-         "--turn-tokens", "128", "--max-tokens", "32", "--tool-pause", "0.2", "--concurrency", "4"]
+LEADS = [
+    "--multi-turn",
+    "--agents",
+    "8",
+    "--lead-turns",
+    "6",
+    "--subagents",
+    "0",
+    "--system-tokens",
+    "1024",
+    "--turn-tokens",
+    "128",
+    "--max-tokens",
+    "32",
+    "--tool-pause",
+    "0.2",
+    "--concurrency",
+    "4",
+]
 
 
 def free_port() -> int:
@@ -53,9 +101,15 @@ def wait_ready(url: str, workers: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            r = httpx.post(url + "/v1/completions", json={"model": models(url)[0], "prompt": "hi", "max_tokens": 1},
-                           timeout=5)
-            if r.status_code == 200 and len(httpx.get(url + "/health", timeout=5).json().get("instances", [])) >= workers:
+            r = httpx.post(
+                url + "/v1/completions",
+                json={"model": models(url)[0], "prompt": "hi", "max_tokens": 1},
+                timeout=5,
+            )
+            if (
+                r.status_code == 200
+                and len(httpx.get(url + "/health", timeout=5).json().get("instances", [])) >= workers
+            ):
                 return
         except (httpx.HTTPError, IndexError, ValueError):
             pass
@@ -77,10 +131,32 @@ class Dyn:
         port = free_port()
         env = {**os.environ, "DYN_DISCOVERY_DIR": self.tmp.name}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dyn.cli", "serve", "--workers", "4", "--http-port", str(port),
-             "--router-mode", self.mode, *self.extra, "--speedup-ratio", "1", "--block-size", "16",
-             "--num-gpu-blocks-override", "8192", "--model-path", str(Path(self.args.anchor_dir, "model"))],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "dyn.cli",
+                "serve",
+                "--workers",
+                "4",
+                "--http-port",
+                str(port),
+                "--router-mode",
+                self.mode,
+                *self.extra,
+                "--speedup-ratio",
+                "1",
+                "--block-size",
+                "16",
+                "--num-gpu-blocks-override",
+                "8192",
+                "--model-path",
+                str(Path(self.args.anchor_dir, "model")),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, 4)
         return url
@@ -99,36 +175,74 @@ class Dynamo:
     def __init__(self, args, mode: str) -> None:
         self.args, self.mode = args, mode
         self.port = free_port()
-        self.env = {**os.environ, "ANCHOR_DIR": args.anchor_dir, "HTTP_PORT": str(self.port),
-                    "ROUTER_MODE": mode, "NUM_WORKERS": "4", "SPEEDUP": "1", "BLOCK_SIZE": "16",
-                    "GPU_BLOCKS": "8192"}
+        self.env = {
+            **os.environ,
+            "ANCHOR_DIR": args.anchor_dir,
+            "HTTP_PORT": str(self.port),
+            "ROUTER_MODE": mode,
+            "NUM_WORKERS": "4",
+            "SPEEDUP": "1",
+            "BLOCK_SIZE": "16",
+            "GPU_BLOCKS": "8192",
+        }
 
     def start(self) -> str:
-        subprocess.run([str(Path(self.args.anchor_scripts) / "run.sh"), "start"], env=self.env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(Path(self.args.anchor_scripts) / "run.sh"), "start"],
+            env=self.env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         url = f"http://127.0.0.1:{self.port}"
         wait_ready(url, 4)
         return url
 
     def stop(self) -> None:
-        subprocess.run([str(Path(self.args.anchor_scripts) / "run.sh"), "stop"], env=self.env, check=False,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(Path(self.args.anchor_scripts) / "run.sh"), "stop"],
+            env=self.env,
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 def bench(url: str, workload: list[str], extra: list[str], out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "dyn.cli", "bench", "--url", url, "--block-size", "16",
-                           "--no-progress", "--output", str(out), *workload, *extra],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dyn.cli",
+            "bench",
+            "--url",
+            url,
+            "--block-size",
+            "16",
+            "--no-progress",
+            "--output",
+            str(out),
+            *workload,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if not out.exists():
         raise RuntimeError(f"dyn bench failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return json.loads(out.read_text())["summary"]
 
 
 def row(name: str, s: dict) -> dict:
-    return {"run": name, "req_s": s["request_throughput"], "ttft_p50_ms": s["ttft_s"]["p50"] * 1000,
-            "ttft_p99_ms": s["ttft_s"]["p99"] * 1000, "e2e_p50_ms": s["e2e_s"]["p50"] * 1000,
-            "cached_ratio": s["cached_token_ratio"], "dup_prefills": s["duplicate_prefills"],
-            "failed": s["failed"]}
+    return {
+        "run": name,
+        "req_s": s["request_throughput"],
+        "ttft_p50_ms": s["ttft_s"]["p50"] * 1000,
+        "ttft_p99_ms": s["ttft_s"]["p99"] * 1000,
+        "e2e_p50_ms": s["e2e_s"]["p50"] * 1000,
+        "cached_ratio": s["cached_token_ratio"],
+        "dup_prefills": s["duplicate_prefills"],
+        "failed": s["failed"],
+    }
 
 
 def main() -> None:
@@ -141,7 +255,12 @@ def main() -> None:
     runs = [
         ("dyn rr / parallel", lambda: Dyn(args, "round-robin", []), PARALLEL, []),
         ("dyn kv / parallel", lambda: Dyn(args, "kv", []), PARALLEL, []),
-        ("dyn kv+pttl5 / parallel", lambda: Dyn(args, "kv", ["--router-predicted-ttl-secs", "5"]), PARALLEL, []),
+        (
+            "dyn kv+pttl5 / parallel",
+            lambda: Dyn(args, "kv", ["--router-predicted-ttl-secs", "5"]),
+            PARALLEL,
+            [],
+        ),
         ("dyn kv / multi-turn", lambda: Dyn(args, "kv", []), MULTI, []),
         ("dyn kv / multi-turn +spec", lambda: Dyn(args, "kv", []), MULTI, ["--speculative-prefill"]),
         ("dyn kv / leads", lambda: Dyn(args, "kv", []), LEADS, []),
@@ -168,8 +287,17 @@ def main() -> None:
                 finally:
                     system.stop()
                 if summary["succeeded"] == 0:
-                    print(json.dumps({"run": name, "round": r, "error": "every request failed",
-                                      "errors": summary["errors"]}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "run": name,
+                                "round": r,
+                                "error": "every request failed",
+                                "errors": summary["errors"],
+                            }
+                        ),
+                        flush=True,
+                    )
                     continue
                 line = row(name, summary)
                 print(json.dumps({**line, "round": r}), flush=True)

@@ -41,7 +41,7 @@ def _run(detokenizer: type, tok: Tokenizer, ids: list[int], stop: list[str]) -> 
     push = detok.push
     start = time.perf_counter()
     for i in range(len(ids)):
-        push(ids[i:i + 1])
+        push(ids[i : i + 1])
     detok.finish()
     return len(ids) / (time.perf_counter() - start)
 
@@ -49,6 +49,7 @@ def _run(detokenizer: type, tok: Tokenizer, ids: list[int], stop: list[str]) -> 
 def _load(path: str | None):
     if path is None:
         from dyn.core.frontend import detokenizer
+
         return detokenizer
     spec = importlib.util.spec_from_file_location("detokenizer_under_test", path)
     module = importlib.util.module_from_spec(spec)
@@ -75,11 +76,15 @@ def main() -> None:
     plain = best(ids, [])
     chars = args.hostile_chars
     hostile_ids = tok.encode("a" * (chars - 2) + " ca", add_special_tokens=False)
-    hostile_ids = (hostile_ids * (args.hostile_tokens // len(hostile_ids) + 1))[:args.hostile_tokens]
-    report = {"tokens": len(ids), "tokens_per_s": plain, "us_per_token": round(1e6 / plain, 2),
-              "tokens_per_s_with_stop_strings": best(ids, ["\nUser:", "<|stop|>"]),
-              "tokens_per_s_with_16_stop_strings": best(ids, _SIXTEEN),
-              "hostile_tokens_per_s": best(hostile_ids, ["a" * (chars - 1) + "b"])}
+    hostile_ids = (hostile_ids * (args.hostile_tokens // len(hostile_ids) + 1))[: args.hostile_tokens]
+    report = {
+        "tokens": len(ids),
+        "tokens_per_s": plain,
+        "us_per_token": round(1e6 / plain, 2),
+        "tokens_per_s_with_stop_strings": best(ids, ["\nUser:", "<|stop|>"]),
+        "tokens_per_s_with_16_stop_strings": best(ids, _SIXTEEN),
+        "hostile_tokens_per_s": best(hostile_ids, ["a" * (chars - 1) + "b"]),
+    }
     for size in (chars, 4 * chars):
         start = time.perf_counter()
         detokenizer(tok, stop=["c" * (size - 1) + "d"])  # a set no cache holds yet

@@ -38,19 +38,29 @@ SCHEMA = {
         "score": {"type": "number", "minimum": -1000, "maximum": 1000, "multipleOf": 0.25},
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 3},
         "kind": {"enum": ["user", "admin", "guest"]},
-        "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-                                                     "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-                    "required": ["city", "zip"], "additionalProperties": False},
+        "address": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+            },
+            "required": ["city", "zip"],
+            "additionalProperties": False,
+        },
     },
     "required": ["name", "age", "score", "tags", "kind", "address"],
     "additionalProperties": False,
 }
 REGEX = r"[A-Z][a-z]{1,8}( [a-z]{1,8}){0,6}\."
 CHOICES = ["positive", "negative", "neutral", "mixed"]
-GBNF = 'root ::= "SELECT " cols " FROM " name ( " WHERE " name " = " num )?\n' \
-       'cols ::= "*" | name ( ", " name )*\nname ::= [a-z] [a-z_]*\nnum ::= [0-9] [0-9]*'
-BOUNDED_GBNF = 'root ::= "SELECT " cols " FROM " name ( " WHERE " name " = " num )?\n' \
-               'cols ::= "*" | name ( ", " name ){0,3}\nname ::= [a-z] [a-z_]{0,8}\nnum ::= [0-9]{1,4}'
+GBNF = (
+    'root ::= "SELECT " cols " FROM " name ( " WHERE " name " = " num )?\n'
+    'cols ::= "*" | name ( ", " name )*\nname ::= [a-z] [a-z_]*\nnum ::= [0-9] [0-9]*'
+)
+BOUNDED_GBNF = (
+    'root ::= "SELECT " cols " FROM " name ( " WHERE " name " = " num )?\n'
+    'cols ::= "*" | name ( ", " name ){0,3}\nname ::= [a-z] [a-z_]{0,8}\nnum ::= [0-9]{1,4}'
+)
 CONSTRAINTS = {"json": SCHEMA, "regex": REGEX, "choice": CHOICES, "grammar": BOUNDED_GBNF}
 
 
@@ -105,9 +115,11 @@ def measure(new_matcher, fill, advance, words, eos, walks, repeats):
             lengths.append(t)
         per_token.append(total_s / max(n, 1) * 1e6)
         per_mask.append(mask_s / max(n, 1) * 1e6)
-    return {"us_per_token": round(statistics.median(per_token), 1),
-            "us_mask": round(statistics.median(per_mask), 1),
-            "tokens_per_walk": round(statistics.mean(lengths), 1)}
+    return {
+        "us_per_token": round(statistics.median(per_token), 1),
+        "us_mask": round(statistics.median(per_mask), 1),
+        "tokens_per_walk": round(statistics.mean(lengths), 1),
+    }
 
 
 def bench_llguidance(tokenizer_json: str, eos: int, walks: int, repeats: int) -> dict:
@@ -122,9 +134,15 @@ def bench_llguidance(tokenizer_json: str, eos: int, walks: int, repeats: int) ->
     words = np.zeros((general.vocab_size + 31) // 32, dtype=np.uint32)
     ptr = words.ctypes.data
     grammars = {
-        "json": (json_tok, LLMatcher.grammar_from_json_schema(SCHEMA, defaults={"whitespace_flexible": False})),
+        "json": (
+            json_tok,
+            LLMatcher.grammar_from_json_schema(SCHEMA, defaults={"whitespace_flexible": False}),
+        ),
         "regex": (general, LLMatcher.grammar_from_regex(REGEX)),
-        "choice": (general, LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in CHOICES))),
+        "choice": (
+            general,
+            LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in CHOICES)),
+        ),
         "grammar": (general, LLMatcher.grammar_from_lark(any_to_lark(BOUNDED_GBNF))),
     }
     out = {"version": llguidance.__version__, "tokenizer_setup_ms": round(setup_ms, 1)}
@@ -133,8 +151,15 @@ def bench_llguidance(tokenizer_json: str, eos: int, walks: int, repeats: int) ->
         start = LLMatcher(tok, grammar, log_level=0)
         compile_ms = (time.perf_counter() - t0) * 1e3
         assert not start.is_error(), start.get_error()
-        result = measure(start.deep_copy, lambda m: m.unsafe_compute_mask_ptr(ptr, words.nbytes),
-                         lambda m, t: m.consume_token(t), words, eos, walks, repeats)
+        result = measure(
+            start.deep_copy,
+            lambda m: m.unsafe_compute_mask_ptr(ptr, words.nbytes),
+            lambda m, t: m.consume_token(t),
+            words,
+            eos,
+            walks,
+            repeats,
+        )
         out[name] = {"compile_ms": round(compile_ms, 2), **result}
     return out
 
@@ -152,8 +177,9 @@ def bench_xgrammar(tokenizer_path: Path, eos: int, walks: int, repeats: int) -> 
     bitmask = xg.allocate_token_bitmask(1, vocab)
     words = bitmask.numpy().view(np.uint32)[0]
     compile_fns = {
-        "json": lambda: compiler.compile_json_schema(json.dumps(SCHEMA), any_whitespace=False,
-                                                            separators=(",", ":")),
+        "json": lambda: compiler.compile_json_schema(
+            json.dumps(SCHEMA), any_whitespace=False, separators=(",", ":")
+        ),
         "regex": lambda: compiler.compile_regex(REGEX),
         "choice": lambda: compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c) for c in CHOICES)),
         "grammar": lambda: compiler.compile_grammar(BOUNDED_GBNF),
@@ -165,8 +191,15 @@ def bench_xgrammar(tokenizer_path: Path, eos: int, walks: int, repeats: int) -> 
         t0 = time.perf_counter()
         compiled = make()
         compile_ms = (time.perf_counter() - t0) * 1e3
-        result = measure(lambda compiled=compiled: xg.GrammarMatcher(compiled), lambda m: m.fill_next_token_bitmask(bitmask),
-                         lambda m, t: m.accept_token(t), words, eos, walks, repeats)
+        result = measure(
+            lambda compiled=compiled: xg.GrammarMatcher(compiled),
+            lambda m: m.fill_next_token_bitmask(bitmask),
+            lambda m, t: m.accept_token(t),
+            words,
+            eos,
+            walks,
+            repeats,
+        )
         out[name] = {"compile_ms": round(compile_ms, 2), **result}
     return out
 
@@ -180,14 +213,30 @@ def bench_mocker(walks: int, repeats: int) -> dict:
 
     engine = GrammarEngine.for_model(load_model_info(None, None))
     unbounded = {
-        "json": OutputConstraint("json", json.dumps({
-            "type": "object", "properties": {
-                "name": {"type": "string"}, "age": {"type": "integer"}, "score": {"type": "number"},
-                "tags": {"type": "array", "items": {"type": "string"}}, "kind": {"enum": ["user", "admin", "guest"]},
-                "address": {"type": "object", "properties": {"city": {"type": "string"},
-                                                             "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-                            "required": ["city", "zip"]}},
-            "required": ["name", "age", "score", "tags", "kind", "address"]})),
+        "json": OutputConstraint(
+            "json",
+            json.dumps(
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "age": {"type": "integer"},
+                        "score": {"type": "number"},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "kind": {"enum": ["user", "admin", "guest"]},
+                        "address": {
+                            "type": "object",
+                            "properties": {
+                                "city": {"type": "string"},
+                                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                            },
+                            "required": ["city", "zip"],
+                        },
+                    },
+                    "required": ["name", "age", "score", "tags", "kind", "address"],
+                }
+            ),
+        ),
         "regex": OutputConstraint("regex", r"[A-Z][a-z]+( [a-z]+)*\."),
         "choice": OutputConstraint("choice", choices=tuple(CHOICES)),
         "grammar": OutputConstraint("grammar", GBNF),
@@ -220,8 +269,11 @@ def bench_mocker(walks: int, repeats: int) -> dict:
                 n += req.num_output + 1
                 lengths.append(req.num_output)
             per_token.append(spent / n * 1e6)
-        out[name] = {"compile_ms": round(compile_ms, 2), "us_per_token": round(statistics.median(per_token), 1),
-                     "tokens_per_walk": round(statistics.mean(lengths), 1)}
+        out[name] = {
+            "compile_ms": round(compile_ms, 2),
+            "us_per_token": round(statistics.median(per_token), 1),
+            "tokens_per_walk": round(statistics.mean(lengths), 1),
+        }
     return out
 
 
@@ -234,9 +286,11 @@ def main() -> None:
     args = p.parse_args()
     text = args.tokenizer.read_text(encoding="utf-8")
     report: dict = {"tokenizer": str(args.tokenizer), "walks": args.walks, "repeats": args.repeats}
-    for name, run in (("llguidance", lambda: bench_llguidance(text, args.eos, args.walks, args.repeats)),
-                      ("xgrammar", lambda: bench_xgrammar(args.tokenizer, args.eos, args.walks, args.repeats)),
-                      ("mocker", lambda: bench_mocker(args.walks, args.repeats))):
+    for name, run in (
+        ("llguidance", lambda: bench_llguidance(text, args.eos, args.walks, args.repeats)),
+        ("xgrammar", lambda: bench_xgrammar(args.tokenizer, args.eos, args.walks, args.repeats)),
+        ("mocker", lambda: bench_mocker(args.walks, args.repeats)),
+    ):
         try:
             report[name] = run()
         except ImportError as exc:

@@ -74,7 +74,7 @@ def build_workload(n_workers: int, target_blocks: int, n_queries: int, seed: int
         worker = family % n_workers if rng.random() < 0.7 else rng.randrange(n_workers)
         local = families[family] + fresh(rng.randint(256, 1024) - len(families[family]))
         seqs = list(family_seqs[family])
-        for h in local[len(seqs):]:
+        for h in local[len(seqs) :]:
             seqs.append(extend_sequence_hash(seqs[-1], h))
         mine = held[worker]
         start = 0
@@ -104,7 +104,7 @@ def build_workload(n_workers: int, target_blocks: int, n_queries: int, seed: int
                     del mine[s]
                     gone.append(s)
             for i in range(0, len(gone), MAX_EVENT_BLOCKS):
-                events.append(["r", worker, gone[i:i + MAX_EVENT_BLOCKS]])
+                events.append(["r", worker, gone[i : i + MAX_EVENT_BLOCKS]])
         total += len(mine) - before
     queries: list[tuple[list[int], list[int]]] = []
     for _ in range(n_queries):
@@ -185,7 +185,6 @@ class _Event(msgspec.Struct):
     dp_rank: int = 0
 
 
-
 def _load(path: str) -> dict[str, Any]:
     with open(path, "rb") as f:
         return msgspec.msgpack.decode(f.read())
@@ -193,8 +192,11 @@ def _load(path: str) -> dict[str, Any]:
 
 def _percentiles(samples_ns: list[int]) -> dict[str, float]:
     qs = statistics.quantiles(samples_ns, n=100, method="inclusive")
-    return {"p50_us": round(qs[49] / 1e3, 1), "p99_us": round(qs[98] / 1e3, 1),
-            "mean_us": round(statistics.fmean(samples_ns) / 1e3, 1)}
+    return {
+        "p50_us": round(qs[49] / 1e3, 1),
+        "p99_us": round(qs[98] / 1e3, 1),
+        "mean_us": round(statistics.fmean(samples_ns) / 1e3, 1),
+    }
 
 
 def _time_queries(call, queries) -> dict[str, float]:
@@ -231,8 +233,11 @@ def dyn_side(path: str) -> dict[str, Any]:
         else:
             index.remove((e[1], 0), e[2])
     wall = time.perf_counter() - t0
-    out["ingest"] = {"events_per_s": round(len(events) / wall), "blocks_per_s": round(blocks / wall),
-                     "wall_s": round(wall, 2)}
+    out["ingest"] = {
+        "events_per_s": round(len(events) / wall),
+        "blocks_per_s": round(blocks / wall),
+        "wall_s": round(wall, 2),
+    }
     out["size"] = index.size
     out["rss_mib"] = _rss_mib()
 
@@ -244,13 +249,17 @@ def dyn_side(path: str) -> dict[str, Any]:
         key = (e[1], ev.dp_rank)
         if ev.data.stored is not None:
             s = ev.data.stored
-            index2.store(key, s.parent_hash, [b.block_hash for b in s.blocks],
-                         [b.tokens_hash for b in s.blocks])
+            index2.store(
+                key, s.parent_hash, [b.block_hash for b in s.blocks], [b.tokens_hash for b in s.blocks]
+            )
         elif ev.data.removed is not None:
             index2.remove(key, ev.data.removed.block_hashes)
     wall = time.perf_counter() - t0
-    out["ingest_json"] = {"events_per_s": round(len(events) / wall),
-                          "blocks_per_s": round(blocks / wall), "wall_s": round(wall, 2)}
+    out["ingest_json"] = {
+        "events_per_s": round(len(events) / wall),
+        "blocks_per_s": round(blocks / wall),
+        "wall_s": round(wall, 2),
+    }
     del index2, wire
     gc.collect()
 
@@ -267,15 +276,19 @@ def dyn_side(path: str) -> dict[str, Any]:
         else:
             index3.remove(key, ev.block_hashes)
     wall = time.perf_counter() - t0
-    out["ingest_vllm_msgpack"] = {"events_per_s": round(len(events) / wall),
-                                  "blocks_per_s": round(blocks / wall), "wall_s": round(wall, 2)}
+    out["ingest_vllm_msgpack"] = {
+        "events_per_s": round(len(events) / wall),
+        "blocks_per_s": round(blocks / wall),
+        "wall_s": round(wall, 2),
+    }
     del index3, vllm_wire
     gc.collect()
 
     out["find"] = _time_queries(lambda q: index.find_matches(q[0], q[1]), queries)
     out["find_walk"] = _time_queries(lambda q: index.find_matches(q[0]), queries)
-    out["answers"] = [sorted([w[0], w[1], s] for w, s in index.find_matches(q[0], q[1]).items())
-                      for q in queries]
+    out["answers"] = [
+        sorted([w[0], w[1], s] for w, s in index.find_matches(q[0], q[1]).items()) for q in queries
+    ]
     return out
 
 
@@ -298,13 +311,18 @@ def anchor_side(path: str) -> dict[str, Any]:
             failed += 1
     tree.find_matches([0])  # the tree runs on its own thread: wait until it applied everything
     wall = time.perf_counter() - t0
-    out["ingest"] = {"events_per_s": round(len(events) / wall), "blocks_per_s": round(blocks / wall),
-                     "wall_s": round(wall, 2), "failed": failed}
+    out["ingest"] = {
+        "events_per_s": round(len(events) / wall),
+        "blocks_per_s": round(blocks / wall),
+        "wall_s": round(wall, 2),
+        "failed": failed,
+    }
     out["rss_mib"] = _rss_mib()
     out["find"] = _time_queries(lambda q: tree.find_matches(q), locals_only)
     out["find_with_scores"] = _time_queries(lambda q: tree.find_matches(q).scores, locals_only)
-    out["answers"] = [sorted([w[0], w[1], s] for w, s in tree.find_matches(q).scores.items())
-                      for q in locals_only]
+    out["answers"] = [
+        sorted([w[0], w[1], s] for w, s in tree.find_matches(q).scores.items()) for q in locals_only
+    ]
     return out
 
 
@@ -312,8 +330,13 @@ def anchor_side(path: str) -> dict[str, Any]:
 
 
 def _run_side(python: str, flag: str, path: str) -> dict[str, Any]:
-    result = subprocess.run([python, os.path.abspath(__file__), flag, path],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [python, os.path.abspath(__file__), flag, path],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{flag} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -356,36 +379,54 @@ def main() -> None:
         if anchor is not None:
             same = sum(a == b for a, b in zip(dyn["answers"], anchor["answers"]))
         hits = sum(1 for a in dyn["answers"] if a)
-        row = {"workers": n_workers, "events": n_events, "cached_blocks": dyn["size"],
-               "generate_s": round(gen_s, 1), "queries": args.queries, "queries_with_a_match": hits,
-               "dyn": {k: v for k, v in dyn.items() if k != "answers"},
-               "dynamo": None if anchor is None else {k: v for k, v in anchor.items() if k != "answers"},
-               "identical_answers": same}
+        row = {
+            "workers": n_workers,
+            "events": n_events,
+            "cached_blocks": dyn["size"],
+            "generate_s": round(gen_s, 1),
+            "queries": args.queries,
+            "queries_with_a_match": hits,
+            "dyn": {k: v for k, v in dyn.items() if k != "answers"},
+            "dynamo": None if anchor is None else {k: v for k, v in anchor.items() if k != "answers"},
+            "identical_answers": same,
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
 
     print()
-    print("| workers | cached blocks | events | implementation | events/s | blocks/s | "
-          "find_matches p50 (µs) | p99 (µs) | peak RSS (MiB) |")
+    print(
+        "| workers | cached blocks | events | implementation | events/s | blocks/s | "
+        "find_matches p50 (µs) | p99 (µs) | peak RSS (MiB) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         d, a = r["dyn"], r["dynamo"]
         lead = f"| {r['workers']} | {r['cached_blocks']:,} | {r['events']:,} |"
-        print(f"{lead} dyn (decoded lists; seq hashes) | {d['ingest']['events_per_s']:,} | "
-              f"{d['ingest']['blocks_per_s']:,} | {d['find']['p50_us']} | {d['find']['p99_us']} | "
-              f"{d['rss_mib']:.0f} |")
-        print(f"{lead} dyn (JSON bytes; local-hash walk) | {d['ingest_json']['events_per_s']:,} | "
-              f"{d['ingest_json']['blocks_per_s']:,} | {d['find_walk']['p50_us']} | "
-              f"{d['find_walk']['p99_us']} | |")
-        print(f"{lead} dyn (vLLM msgpack through decode_known_events) | "
-              f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | |")
+        print(
+            f"{lead} dyn (decoded lists; seq hashes) | {d['ingest']['events_per_s']:,} | "
+            f"{d['ingest']['blocks_per_s']:,} | {d['find']['p50_us']} | {d['find']['p99_us']} | "
+            f"{d['rss_mib']:.0f} |"
+        )
+        print(
+            f"{lead} dyn (JSON bytes; local-hash walk) | {d['ingest_json']['events_per_s']:,} | "
+            f"{d['ingest_json']['blocks_per_s']:,} | {d['find_walk']['p50_us']} | "
+            f"{d['find_walk']['p99_us']} | |"
+        )
+        print(
+            f"{lead} dyn (vLLM msgpack through decode_known_events) | "
+            f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | |"
+        )
         if a is not None:
-            print(f"{lead} Dynamo RadixTree (JSON bytes) | {a['ingest']['events_per_s']:,} | "
-                  f"{a['ingest']['blocks_per_s']:,} | {a['find']['p50_us']} | {a['find']['p99_us']} | "
-                  f"{a['rss_mib']:.0f} |")
+            print(
+                f"{lead} Dynamo RadixTree (JSON bytes) | {a['ingest']['events_per_s']:,} | "
+                f"{a['ingest']['blocks_per_s']:,} | {a['find']['p50_us']} | {a['find']['p99_us']} | "
+                f"{a['rss_mib']:.0f} |"
+            )
     for r in rows:
-        print(f"workers={r['workers']}: identical answers {r['identical_answers']}/{r['queries']} "
-              f"({r['queries_with_a_match']} queries match somewhere)")
+        print(
+            f"workers={r['workers']}: identical answers {r['identical_answers']}/{r['queries']} "
+            f"({r['queries_with_a_match']} queries match somewhere)"
+        )
     print("command: python tests/perf/bench_indexer.py " + " ".join(sys.argv[1:]))
 
 

@@ -93,8 +93,12 @@ async def drive(args: argparse.Namespace, discovery: str) -> dict:
             nonlocal tokens, replies
             for i in counter:
                 tail = [rng.randrange(100, 4000) for _ in range(args.prompt_tokens - len(shared))]
-                req = GenerateRequest(f"b{i}", shared + tail, SamplingParams(seed=i),
-                                      StopConditions(max_tokens=args.max_tokens, ignore_eos=True))
+                req = GenerateRequest(
+                    f"b{i}",
+                    shared + tail,
+                    SamplingParams(seed=i),
+                    StopConditions(max_tokens=args.max_tokens, ignore_eos=True),
+                )
                 client = clients[i % len(clients)]
                 if args.batches:
                     async for batch in client.generate_batches(req):
@@ -138,9 +142,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as discovery:
         env = {**os.environ, "DYN_DISCOVERY_DIR": discovery}
         worker = subprocess.Popen(
-            [sys.executable, "-m", "dyn.cli", "--log-level", "warning", "worker", "mocker", "--namespace", "bench",
-             "--num-workers", str(args.num_workers), "--speedup-ratio", str(args.speedup_ratio),
-             "--block-size", str(args.block_size)], env=env)
+            [
+                sys.executable,
+                "-m",
+                "dyn.cli",
+                "--log-level",
+                "warning",
+                "worker",
+                "mocker",
+                "--namespace",
+                "bench",
+                "--num-workers",
+                str(args.num_workers),
+                "--speedup-ratio",
+                str(args.speedup_ratio),
+                "--block-size",
+                str(args.block_size),
+            ],
+            env=env,
+        )
         try:
             result = anyio.run(drive, args, discovery)
             cpu = os.times()

@@ -34,18 +34,38 @@ _spec = importlib.util.spec_from_file_location("bench_vs_anchor", HERE / "bench_
 anchor = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(anchor)
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-         {"type": "function", "function": {"name": "get_time", "parameters": {
-             "type": "object", "properties": {"tz": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+        },
+    },
+]
 
-REPLY = ("<think>\nThe user asks for the weather in two cities, so I will call the tool twice and then "
-         "summarise what it returns in one short sentence.\n</think>\n\nLet me check both cities.\n"
-         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
-         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco, CA", "unit": "celsius"}}\n'
-         "</tool_call>")
-PLAIN = ("Python's standard library has a module for almost everything: pathlib for paths, json for "
-         "JSON, asyncio for concurrency and itertools for iteration. ") * 3
+REPLY = (
+    "<think>\nThe user asks for the weather in two cities, so I will call the tool twice and then "
+    "summarise what it returns in one short sentence.\n</think>\n\nLet me check both cities.\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco, CA", "unit": "celsius"}}\n'
+    "</tool_call>"
+)
+PLAIN = (
+    "Python's standard library has a module for almost everything: pathlib for paths, json for "
+    "JSON, asyncio for concurrency and itertools for iteration. "
+) * 3
 
 
 def micro(repeats: int) -> None:
@@ -59,18 +79,32 @@ def micro(repeats: int) -> None:
     tools = tuple(Tool(t["function"]["name"], t["function"]["parameters"]) for t in TOOLS)
 
     def pieces(text: str) -> list[str]:
-        return [tok.decode([i], skip_special_tokens=False) for i in tok.encode(text, add_special_tokens=False)]
+        return [
+            tok.decode([i], skip_special_tokens=False) for i in tok.encode(text, add_special_tokens=False)
+        ]
 
     cases = [
         ("no parser (baseline)", PLAIN, None),
-        ("basic + hermes, plain text", PLAIN, OutputPlan(REASONING_PARSERS.get("basic"), TOOL_PARSERS.get("hermes"),
-                                                         tools)),
-        ("qwen3 + hermes, reasoning + 2 calls", REPLY,
-         OutputPlan(REASONING_PARSERS.get("qwen3"), TOOL_PARSERS.get("hermes"), tools)),
-        ("hermes alone, 2 calls", REPLY.split("</think>\n\n")[1], OutputPlan(tool_parser=TOOL_PARSERS.get("hermes"),
-                                                                         tools=tools)),
-        ("forced required, JSON array", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]' * 1,
-         OutputPlan(forced="required", tools=tools)),
+        (
+            "basic + hermes, plain text",
+            PLAIN,
+            OutputPlan(REASONING_PARSERS.get("basic"), TOOL_PARSERS.get("hermes"), tools),
+        ),
+        (
+            "qwen3 + hermes, reasoning + 2 calls",
+            REPLY,
+            OutputPlan(REASONING_PARSERS.get("qwen3"), TOOL_PARSERS.get("hermes"), tools),
+        ),
+        (
+            "hermes alone, 2 calls",
+            REPLY.split("</think>\n\n")[1],
+            OutputPlan(tool_parser=TOOL_PARSERS.get("hermes"), tools=tools),
+        ),
+        (
+            "forced required, JSON array",
+            '[{"name": "get_weather", "parameters": {"city": "Paris"}}]' * 1,
+            OutputPlan(forced="required", tools=tools),
+        ),
     ]
     print("| stream | tokens | µs per token (median of %d) |" % repeats)
     print("|---|---|---|")
@@ -105,13 +139,35 @@ class DynParsing(anchor.Dyn):
         env = {**os.environ, "DYN_DISCOVERY_DIR": self.tmp.name}
         flags = ["--reasoning-parser", "basic"] if self.parsing else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dyn.cli", "serve", "--http-port", str(self.args.port),
-             "--router-mode", self.args.router_mode, "--speedup-ratio", "100", "--block-size", "16",
-             "--num-gpu-blocks-override", "8192", *flags],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "dyn.cli",
+                "serve",
+                "--http-port",
+                str(self.args.port),
+                "--router-mode",
+                self.args.router_mode,
+                "--speedup-ratio",
+                "100",
+                "--block-size",
+                "16",
+                "--num-gpu-blocks-override",
+                "8192",
+                *flags,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         anchor.wait_ready(f"http://127.0.0.1:{self.args.port}", 2)
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-f", "dyn.cli frontend"],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", "dyn.cli frontend"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         return int(out[0])
 
 
@@ -132,10 +188,22 @@ load.main()
 def load(args, concurrency: int, extra: dict | None) -> dict:
     """The anchor's load.py, every request body updated with ``extra`` (tools, tool_choice)."""
     python = str(Path(args.anchor_dir, "venv", "bin", "python"))
-    flags = ["--url", f"http://127.0.0.1:{args.port}", "--concurrency", str(concurrency), "--requests",
-             str(args.requests), "--max-tokens", "16", "--ignore-eos"]
-    cmd = ([python, "-c", _WITH_TOOLS, args.anchor_scripts, json.dumps(extra), *flags] if extra
-           else [python, str(Path(args.anchor_scripts) / "load.py"), *flags])
+    flags = [
+        "--url",
+        f"http://127.0.0.1:{args.port}",
+        "--concurrency",
+        str(concurrency),
+        "--requests",
+        str(args.requests),
+        "--max-tokens",
+        "16",
+        "--ignore-eos",
+    ]
+    cmd = (
+        [python, "-c", _WITH_TOOLS, args.anchor_scripts, json.dumps(extra), *flags]
+        if extra
+        else [python, str(Path(args.anchor_scripts) / "load.py"), *flags]
+    )
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
 
 
@@ -156,22 +224,34 @@ def macro(args) -> None:
                     cpu0 = anchor.cpu_seconds(pid)
                     result = load(args, c, extra)
                     cpu = anchor.cpu_seconds(pid) - cpu0
-                    row = {"system": system.name, "round": rnd, "concurrency": c, "req_per_s": result["req_per_s"],
-                           "ttft_p50_ms": result["ttft_ms"]["p50"], "failed": result["requests_failed"],
-                           "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3)}
+                    row = {
+                        "system": system.name,
+                        "round": rnd,
+                        "concurrency": c,
+                        "req_per_s": result["req_per_s"],
+                        "ttft_p50_ms": result["ttft_ms"]["p50"],
+                        "failed": result["requests_failed"],
+                        "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
                 system.stop()
     print()
-    print("| concurrency | metric | Dynamo 1.6.1 | dyn | dyn, tools unparsed | dyn, tools parsed | parsed / unparsed |")
+    print(
+        "| concurrency | metric | Dynamo 1.6.1 | dyn | dyn, tools unparsed | dyn, tools parsed | parsed / unparsed |"
+    )
     print("|---|---|---|---|---|---|---|")
     for c in args.concurrency:
         for key in ("req_per_s", "ttft_p50_ms", "frontend_cpu_ms_per_req"):
-            med = {s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
-                   for s in SYSTEMS}
-            print(f"| {c} | {key} | {med['dynamo']:.1f} | {med['dyn']:.1f} | {med['dyn-tools-unparsed']:.1f} | "
-                  f"{med['dyn-tools-parsed']:.1f} | {med['dyn-tools-parsed'] / med['dyn-tools-unparsed']:.3f} |")
+            med = {
+                s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
+                for s in SYSTEMS
+            }
+            print(
+                f"| {c} | {key} | {med['dynamo']:.1f} | {med['dyn']:.1f} | {med['dyn-tools-unparsed']:.1f} | "
+                f"{med['dyn-tools-parsed']:.1f} | {med['dyn-tools-parsed'] / med['dyn-tools-unparsed']:.3f} |"
+            )
 
 
 def main() -> None:

@@ -34,8 +34,15 @@ class _Pool:
     model_name = "bench"
 
     def __init__(self, n: int, block_size: int) -> None:
-        self._workers = [Worker(WorkerRecord(i, "b", "bench", "mocker", WorkerEndpoints(f"tcp://w{i}"),
-                                             block_size, 1_000_000, 8192), None) for i in range(n)]
+        self._workers = [
+            Worker(
+                WorkerRecord(
+                    i, "b", "bench", "mocker", WorkerEndpoints(f"tcp://w{i}"), block_size, 1_000_000, 8192
+                ),
+                None,
+            )
+            for i in range(n)
+        ]
 
     def workers(self):
         return self._workers
@@ -63,8 +70,13 @@ def _pct(values: list[float], q: float) -> float:
 async def main(args: argparse.Namespace) -> None:
     rng = random.Random(1)
     bs = args.block_size
-    router = KvRouter(_Pool(args.workers, bs), KvRouterConfig(queue_threshold=None),
-                      RouterMetrics(CollectorRegistry()), ingest=_NoIngest, rng=rng)
+    router = KvRouter(
+        _Pool(args.workers, bs),
+        KvRouterConfig(queue_threshold=None),
+        RouterMetrics(CollectorRegistry()),
+        ingest=_NoIngest,
+        rng=rng,
+    )
     systems = [[rng.randrange(50_000) for _ in range(args.prompt_tokens // 4)] for _ in range(4)]
 
     def prompt(body_seed: int, tail: int) -> list[int]:
@@ -80,11 +92,14 @@ async def main(args: argparse.Namespace) -> None:
             router.indexer.store((w, 0), None, sequence_hashes(local), local)
     for i in range(args.workers * args.inflight):
         await router.route(RouteRequest(request_id=f"warm{i}", token_ids=prompt(rng.randrange(10**9), 0)))
-    print(f"indexer: {router.indexer.size:,} cached (worker, block) entries; "
-          f"{len(router.load)} requests in flight")
+    print(
+        f"indexer: {router.indexer.size:,} cached (worker, block) entries; "
+        f"{len(router.load)} requests in flight"
+    )
 
-    phases: dict[str, list[float]] = {k: [] for k in ("block_hashing", "seq_hashing", "find_matches",
-                                                      "route_total")}
+    phases: dict[str, list[float]] = {
+        k: [] for k in ("block_hashing", "seq_hashing", "find_matches", "route_total")
+    }
     for i in range(args.requests):
         w, j = rng.randrange(args.workers), rng.randrange(args.cached_prompts)
         tokens = prompt(w * 100_000 + j, tail=rng.randrange(bs, 8 * bs))[: args.prompt_tokens]
@@ -103,10 +118,13 @@ async def main(args: argparse.Namespace) -> None:
         phases["find_matches"].append((t3 - t2) * 1e6)
         phases["route_total"].append((t4 - t3) * 1e6)
     # scheduling = what route() spends beyond hashing and matching (it repeats them inside)
-    phases["scheduling"] = [t - a - b - c for t, a, b, c in zip(
-        phases["route_total"], phases["block_hashing"], phases["seq_hashing"], phases["find_matches"])]
-    print(f"{args.workers} workers, {args.prompt_tokens}-token prompts, block {bs}, "
-          f"{args.requests} requests")
+    phases["scheduling"] = [
+        t - a - b - c
+        for t, a, b, c in zip(
+            phases["route_total"], phases["block_hashing"], phases["seq_hashing"], phases["find_matches"]
+        )
+    ]
+    print(f"{args.workers} workers, {args.prompt_tokens}-token prompts, block {bs}, {args.requests} requests")
     print(f"{'phase':<16}{'p50 µs':>10}{'p99 µs':>10}")
     for name in ("block_hashing", "seq_hashing", "find_matches", "scheduling", "route_total"):
         values = phases[name]

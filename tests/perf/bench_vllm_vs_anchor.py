@@ -64,16 +64,66 @@ import httpx
 
 BLOCK = 32
 ENGINE = ["--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--max-model-len", "2048"]
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-WORKLOADS = {
-    "prefix": ["--prefix", "--groups", "12", "--per-group", "16", "--isl", "1024", "--prefix-ratio", "0.75",
-               "--max-tokens", "32", "--concurrency", "6", "--num-requests", "192"],
-    "parallel": ["--parallel-sampling", "--problems", "32", "--samples", "4", "--system-tokens", "512",
-                 "--problem-tokens", "256", "--max-tokens", "32", "--concurrency", "2", "--num-requests", "128"],
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONUNBUFFERED": "1",
 }
-WARMUP = ["--prefix", "--groups", "4", "--per-group", "2", "--isl", "512", "--prefix-ratio", "0.5",
-          "--max-tokens", "8", "--concurrency", "4", "--num-requests", "8"]
+WORKLOADS = {
+    "prefix": [
+        "--prefix",
+        "--groups",
+        "12",
+        "--per-group",
+        "16",
+        "--isl",
+        "1024",
+        "--prefix-ratio",
+        "0.75",
+        "--max-tokens",
+        "32",
+        "--concurrency",
+        "6",
+        "--num-requests",
+        "192",
+    ],
+    "parallel": [
+        "--parallel-sampling",
+        "--problems",
+        "32",
+        "--samples",
+        "4",
+        "--system-tokens",
+        "512",
+        "--problem-tokens",
+        "256",
+        "--max-tokens",
+        "32",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "128",
+    ],
+}
+WARMUP = [
+    "--prefix",
+    "--groups",
+    "4",
+    "--per-group",
+    "2",
+    "--isl",
+    "512",
+    "--prefix-ratio",
+    "0.5",
+    "--max-tokens",
+    "8",
+    "--concurrency",
+    "4",
+    "--num-requests",
+    "8",
+]
 
 
 def free_port() -> int:
@@ -149,18 +199,24 @@ class Stack:
         log_path = self.tmp / log_name
         self.logs.append(log_path)
         with open(log_path, "wb") as log:
-            self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                               start_new_session=True, cwd=self.tmp))
+            self.procs.append(
+                subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.tmp
+                )
+            )
 
     def check_alive(self) -> None:
         for proc, log in zip(self.procs, self.logs):
             if proc.poll() is not None:
-                raise RuntimeError(f"{self.name}: {log.name} exited ({proc.returncode}):\n"
-                                   f"{log.read_text(errors='replace')[-3000:]}")
+                raise RuntimeError(
+                    f"{self.name}: {log.name} exited ({proc.returncode}):\n"
+                    f"{log.read_text(errors='replace')[-3000:]}"
+                )
 
     def log_tail(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}" for log in self.logs
-                         if log.exists())
+        return "\n".join(
+            f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}" for log in self.logs if log.exists()
+        )
 
     def stop(self) -> None:
         stop_sessions(self.procs)
@@ -173,11 +229,35 @@ class Dyn(Stack):
         port = free_port()
         python = Path(self.args.dyn_venv, "bin", "python")
         env = {**os.environ, **VLLM_ENV}
-        self.spawn([str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", str(self.args.workers),
-                    "--model-path", self.args.model, "--model-name", self.args.model_name,
-                    "--http-host", "127.0.0.1", "--http-port", str(port),
-                    "--discovery-dir", str(self.tmp / "discovery"), "--startup-timeout", "400",
-                    "--router-mode", "kv", *ENGINE], env, "serve.log")
+        self.spawn(
+            [
+                str(python),
+                "-m",
+                "dyn.cli",
+                "serve",
+                "--engine",
+                "vllm",
+                "--workers",
+                str(self.args.workers),
+                "--model-path",
+                self.args.model,
+                "--model-name",
+                self.args.model_name,
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                str(port),
+                "--discovery-dir",
+                str(self.tmp / "discovery"),
+                "--startup-timeout",
+                "400",
+                "--router-mode",
+                "kv",
+                *ENGINE,
+            ],
+            env,
+            "serve.log",
+        )
         return f"http://127.0.0.1:{port}"
 
 
@@ -189,19 +269,54 @@ class Dynamo(Stack):
         python = str(Path(self.args.dynamo_venv, "bin", "python"))
         kv = self.tmp / "kvstore"
         kv.mkdir()
-        env = {**os.environ, **VLLM_ENV,
-               "DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(kv), "DYN_REQUEST_PLANE": "tcp",
-               "DYN_EVENT_PLANE": "zmq", "DYN_TCP_RPC_HOST": "127.0.0.1",
-               "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1", "DYN_EVENT_PLANE_HOST": "127.0.0.1",
-               "DYN_SYSTEM_HOST": "127.0.0.1", "DYN_LOG": os.environ.get("DYN_LOG", "warn")}
-        self.spawn([python, "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(port),
-                    "--router-mode", "kv"], env, "frontend.log")
+        env = {
+            **os.environ,
+            **VLLM_ENV,
+            "DYN_DISCOVERY_BACKEND": "file",
+            "DYN_FILE_KV": str(kv),
+            "DYN_REQUEST_PLANE": "tcp",
+            "DYN_EVENT_PLANE": "zmq",
+            "DYN_TCP_RPC_HOST": "127.0.0.1",
+            "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+            "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+            "DYN_SYSTEM_HOST": "127.0.0.1",
+            "DYN_LOG": os.environ.get("DYN_LOG", "warn"),
+        }
+        self.spawn(
+            [
+                python,
+                "-m",
+                "dynamo.frontend",
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                str(port),
+                "--router-mode",
+                "kv",
+            ],
+            env,
+            "frontend.log",
+        )
         for i in range(self.args.workers):
-            events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                 "endpoint": f"tcp://*:{free_port()}"})
-            self.spawn([python, "-m", "dynamo.vllm", "--model", self.args.model,
-                        "--served-model-name", self.args.model_name, *ENGINE, "--kv-events-config", events],
-                       {**env, "DYN_SYSTEM_PORT": str(free_low_port())}, f"worker{i}.log")
+            events = json.dumps(
+                {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{free_port()}"}
+            )
+            self.spawn(
+                [
+                    python,
+                    "-m",
+                    "dynamo.vllm",
+                    "--model",
+                    self.args.model,
+                    "--served-model-name",
+                    self.args.model_name,
+                    *ENGINE,
+                    "--kv-events-config",
+                    events,
+                ],
+                {**env, "DYN_SYSTEM_PORT": str(free_low_port())},
+                f"worker{i}.log",
+            )
         return f"http://127.0.0.1:{port}"
 
 
@@ -213,9 +328,24 @@ class Vllm(Stack):
     def start(self) -> str:
         port = free_port()
         python = Path(self.args.dyn_venv, "bin", "python")
-        self.spawn([str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", self.args.model,
-                    "--served-model-name", self.args.model_name, "--host", "127.0.0.1", "--port", str(port),
-                    *ENGINE], {**os.environ, **VLLM_ENV}, "vllm.log")
+        self.spawn(
+            [
+                str(python),
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                self.args.model,
+                "--served-model-name",
+                self.args.model_name,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *ENGINE,
+            ],
+            {**os.environ, **VLLM_ENV},
+            "vllm.log",
+        )
         return f"http://127.0.0.1:{port}"
 
 
@@ -224,10 +354,31 @@ STACKS = {kind.name: kind for kind in (Dyn, Dynamo, Vllm)}
 
 def bench(args: argparse.Namespace, url: str, workload: list[str], seed: int, out: Path) -> dict:
     out.unlink(missing_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "dyn.cli", "bench", "--url", url, "--model", args.model_name,
-                           "--block-size", str(BLOCK), "--no-progress", "--timeout", "300", "--seed", str(seed),
-                           "--output", str(out), *workload],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dyn.cli",
+            "bench",
+            "--url",
+            url,
+            "--model",
+            args.model_name,
+            "--block-size",
+            str(BLOCK),
+            "--no-progress",
+            "--timeout",
+            "300",
+            "--seed",
+            str(seed),
+            "--output",
+            str(out),
+            *workload,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if not out.exists():
         raise RuntimeError(f"dyn bench failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return json.loads(out.read_text())["summary"]
@@ -253,13 +404,22 @@ def wait_ready(args: argparse.Namespace, stack: Stack, url: str, out: Path, time
 
 def row(stack: str, workload: str, s: dict) -> dict:
     ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
-    return {"stack": stack, "workload": workload,
-            "ttft_p50_ms": ms(s["ttft_s"]["p50"]), "ttft_p90_ms": ms(s["ttft_s"]["p90"]),
-            "itl_p50_ms": ms(s["itl_s"]["p50"]), "tpot_p50_ms": ms(s["tpot_s"]["p50"]),
-            "e2e_p50_ms": ms(s["e2e_s"]["p50"]), "req_s": round(s["request_throughput"], 3),
-            "out_tok_s": round(s["output_throughput"], 1), "cached_ratio": s["cached_token_ratio"],
-            "succeeded": s["succeeded"], "failed": s["failed"], "workers": s["workers"]["requests"],
-            "duplicate_prefills": s["duplicate_prefills"]}
+    return {
+        "stack": stack,
+        "workload": workload,
+        "ttft_p50_ms": ms(s["ttft_s"]["p50"]),
+        "ttft_p90_ms": ms(s["ttft_s"]["p90"]),
+        "itl_p50_ms": ms(s["itl_s"]["p50"]),
+        "tpot_p50_ms": ms(s["tpot_s"]["p50"]),
+        "e2e_p50_ms": ms(s["e2e_s"]["p50"]),
+        "req_s": round(s["request_throughput"], 3),
+        "out_tok_s": round(s["output_throughput"], 1),
+        "cached_ratio": s["cached_token_ratio"],
+        "succeeded": s["succeeded"],
+        "failed": s["failed"],
+        "workers": s["workers"]["requests"],
+        "duplicate_prefills": s["duplicate_prefills"],
+    }
 
 
 KEYS = ["ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "tpot_p50_ms", "req_s", "out_tok_s", "cached_ratio"]
@@ -275,7 +435,11 @@ def print_table(results: dict[tuple[str, str], list[dict]]) -> None:
     print("\n| stack / workload (runs) | " + " | ".join(KEYS) + " |")
     print("|---" * (len(KEYS) + 1) + "|")
     for (stack, workload), lines in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        print(f"| {stack} / {workload} ({len(lines)}) | " + " | ".join(fmt(median(lines, k)) for k in KEYS) + " |")
+        print(
+            f"| {stack} / {workload} ({len(lines)}) | "
+            + " | ".join(fmt(median(lines, k)) for k in KEYS)
+            + " |"
+        )
     for workload in WORKLOADS:
         for other, label in (("dynamo", "Dynamo"), ("vllm", "vLLM server")):
             mine, theirs = results.get(("dyn", workload)), results.get((other, workload))
@@ -322,13 +486,20 @@ def main() -> None:
                         ready_s = round(time.monotonic() - started, 1)
                         for workload in args.workloads:
                             summary = bench(args, url, WORKLOADS[workload], r, Path(tmp, "out.json"))
-                            line = {**row(kind.name, workload, summary), "round": r, "ready_s": ready_s,
-                                    "loadavg": round(os.getloadavg()[0], 2)}
+                            line = {
+                                **row(kind.name, workload, summary),
+                                "round": r,
+                                "ready_s": ready_s,
+                                "loadavg": round(os.getloadavg()[0], 2),
+                            }
                             print(json.dumps(line), flush=True)
                             if summary["succeeded"]:
                                 results.setdefault((kind.name, workload), []).append(line)
                     except (RuntimeError, subprocess.SubprocessError) as exc:
-                        print(json.dumps({"stack": kind.name, "round": r, "error": str(exc)[-1500:]}), flush=True)
+                        print(
+                            json.dumps({"stack": kind.name, "round": r, "error": str(exc)[-1500:]}),
+                            flush=True,
+                        )
                     finally:
                         stack.stop()
                         if args.keep_logs:

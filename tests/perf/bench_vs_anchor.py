@@ -48,9 +48,15 @@ def wait_ready(url: str, workers: int, timeout: float = 120) -> None:
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                r = httpx.post(url + "/v1/chat/completions", timeout=10, json={
-                    "model": httpx.get(url + "/v1/models").json()["data"][0]["id"],
-                    "messages": [{"role": "user", "content": "warm"}], "max_tokens": 1})
+                r = httpx.post(
+                    url + "/v1/chat/completions",
+                    timeout=10,
+                    json={
+                        "model": httpx.get(url + "/v1/models").json()["data"][0]["id"],
+                        "messages": [{"role": "user", "content": "warm"}],
+                        "max_tokens": 1,
+                    },
+                )
                 if r.status_code == 200:
                     return
         except httpx.HTTPError:
@@ -64,18 +70,32 @@ class Dynamo:
 
     def __init__(self, args) -> None:
         self.args = args
-        self.env = {**os.environ, "ANCHOR_DIR": args.anchor_dir, "HTTP_PORT": str(args.port),
-                    "ROUTER_MODE": args.router_mode, "NUM_WORKERS": "2", "SPEEDUP": "100"}
+        self.env = {
+            **os.environ,
+            "ANCHOR_DIR": args.anchor_dir,
+            "HTTP_PORT": str(args.port),
+            "ROUTER_MODE": args.router_mode,
+            "NUM_WORKERS": "2",
+            "SPEEDUP": "100",
+        }
 
     def start(self) -> int:
-        subprocess.run([str(Path(self.args.anchor_scripts) / "run.sh"), "start"], env=self.env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(Path(self.args.anchor_scripts) / "run.sh"), "start"],
+            env=self.env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         wait_ready(f"http://127.0.0.1:{self.args.port}", 2)
         return int(Path(self.args.anchor_dir, "logs", "frontend.pid").read_text())
 
     def stop(self) -> None:
-        subprocess.run([str(Path(self.args.anchor_scripts) / "run.sh"), "stop"], env=self.env, check=False,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(Path(self.args.anchor_scripts) / "run.sh"), "stop"],
+            env=self.env,
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 class Dyn:
@@ -89,13 +109,34 @@ class Dyn:
     def start(self) -> int:
         env = {**os.environ, "DYN_DISCOVERY_DIR": self.tmp.name}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dyn.cli", "serve", "--http-port", str(self.args.port),
-             "--router-mode", self.args.router_mode, "--speedup-ratio", "100", "--block-size", "16",
-             "--num-gpu-blocks-override", "8192"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "dyn.cli",
+                "serve",
+                "--http-port",
+                str(self.args.port),
+                "--router-mode",
+                self.args.router_mode,
+                "--speedup-ratio",
+                "100",
+                "--block-size",
+                "16",
+                "--num-gpu-blocks-override",
+                "8192",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         wait_ready(f"http://127.0.0.1:{self.args.port}", 2)
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-f", "dyn.cli frontend"],
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", "dyn.cli frontend"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         return int(out[0])
 
     def stop(self) -> None:
@@ -111,17 +152,34 @@ class Dyn:
 def load(args, concurrency: int) -> dict:
     python = str(Path(args.anchor_dir, "venv", "bin", "python"))
     out = subprocess.run(
-        [python, str(Path(args.anchor_scripts) / "load.py"), "--url", f"http://127.0.0.1:{args.port}",
-         "--concurrency", str(concurrency), "--requests", str(args.requests), "--max-tokens", "16",
-         "--ignore-eos"], capture_output=True, text=True, check=True).stdout
+        [
+            python,
+            str(Path(args.anchor_scripts) / "load.py"),
+            "--url",
+            f"http://127.0.0.1:{args.port}",
+            "--concurrency",
+            str(concurrency),
+            "--requests",
+            str(args.requests),
+            "--max-tokens",
+            "16",
+            "--ignore-eos",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--anchor-dir", default=os.environ.get("ANCHOR_DIR", "/tmp/dyn-anchor"))
-    ap.add_argument("--anchor-scripts", default=str(DEFAULT_ANCHOR_SCRIPTS),
-                    help="folder with the anchor's run.sh and load.py")
+    ap.add_argument(
+        "--anchor-scripts",
+        default=str(DEFAULT_ANCHOR_SCRIPTS),
+        help="folder with the anchor's run.sh and load.py",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 128])
@@ -138,11 +196,17 @@ def main() -> None:
                     cpu0 = cpu_seconds(pid)
                     result = load(args, c)
                     cpu = cpu_seconds(pid) - cpu0
-                    row = {"system": system.name, "round": rnd, "concurrency": c,
-                           "req_per_s": result["req_per_s"], "ttft_p50_ms": result["ttft_ms"]["p50"],
-                           "ttft_p99_ms": result["ttft_ms"]["p99"], "failed": result["requests_failed"],
-                           "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
-                           "frontend_peak_rss_mib": round(peak_rss_mib(pid), 1)}
+                    row = {
+                        "system": system.name,
+                        "round": rnd,
+                        "concurrency": c,
+                        "req_per_s": result["req_per_s"],
+                        "ttft_p50_ms": result["ttft_ms"]["p50"],
+                        "ttft_p99_ms": result["ttft_ms"]["p99"],
+                        "failed": result["requests_failed"],
+                        "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
+                        "frontend_peak_rss_mib": round(peak_rss_mib(pid), 1),
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
@@ -153,9 +217,13 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for c in args.concurrency:
         for key in keys:
-            med = {s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
-                   for s in ("dynamo", "dyn")}
-            print(f"| {c} | {key} | {med['dynamo']:.2f} | {med['dyn']:.2f} | {med['dyn'] / med['dynamo']:.2f}x |")
+            med = {
+                s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
+                for s in ("dynamo", "dyn")
+            }
+            print(
+                f"| {c} | {key} | {med['dynamo']:.2f} | {med['dyn']:.2f} | {med['dyn'] / med['dynamo']:.2f}x |"
+            )
 
 
 if __name__ == "__main__":

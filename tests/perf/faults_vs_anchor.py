@@ -90,15 +90,22 @@ class Stack(abc.ABC):
 
     def spawn(self, label: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.root / f"{label}.log", "wb")
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         self._all.append((label, proc))
         return proc
 
     def logs_tail(self, chars: int = 1500) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}"
-                         for p in sorted(self.root.glob("*.log")))
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(self.root.glob("*.log"))
+        )
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -117,8 +124,11 @@ class Stack(abc.ABC):
                     raise RuntimeError(f"{self.name} {label} exited ({proc.returncode}):\n{self.logs_tail()}")
             try:
                 if self.routable_workers() >= WORKERS:
-                    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "warm"}],
-                            "max_tokens": 2}
+                    body = {
+                        "model": MODEL_NAME,
+                        "messages": [{"role": "user", "content": "warm"}],
+                        "max_tokens": 2,
+                    }
                     url = self.url + "/v1/chat/completions"
                     answers = [httpx.post(url, json=body, timeout=10) for _ in range(2 * WORKERS)]
                     if all(a.status_code == 200 for a in answers):
@@ -153,18 +163,57 @@ class DynStack(Stack):
     name = "dyn"
 
     def start(self) -> None:
-        env = {**os.environ, "DYN_DISCOVERY_DIR": str(self.root / "discovery"), "HF_HUB_OFFLINE": "1",
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "DYN_DISCOVERY_DIR": str(self.root / "discovery"),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
         base = [sys.executable, "-m", "dyn.cli", "--log-level", "warning"]
         for i in range(WORKERS):
-            self.workers.append(self.spawn(f"worker{i}", [
-                *base, "worker", "mocker", "--namespace", "faults", "--model-path", self.args.model_path,
-                "--model-name", MODEL_NAME, "--speedup-ratio", str(self.args.speedup), "--block-size", "16",
-                "--num-gpu-blocks-override", "8192"], env))
-        self.frontend = self.spawn("frontend", [
-            *base, "frontend", "--http-port", str(self.port), "--namespace", "faults", "--model-path",
-            self.args.model_path, "--model-name", MODEL_NAME, "--router-mode", "kv",
-            "--migration-limit", str(self.migration_limit)], env)
+            self.workers.append(
+                self.spawn(
+                    f"worker{i}",
+                    [
+                        *base,
+                        "worker",
+                        "mocker",
+                        "--namespace",
+                        "faults",
+                        "--model-path",
+                        self.args.model_path,
+                        "--model-name",
+                        MODEL_NAME,
+                        "--speedup-ratio",
+                        str(self.args.speedup),
+                        "--block-size",
+                        "16",
+                        "--num-gpu-blocks-override",
+                        "8192",
+                    ],
+                    env,
+                )
+            )
+        self.frontend = self.spawn(
+            "frontend",
+            [
+                *base,
+                "frontend",
+                "--http-port",
+                str(self.port),
+                "--namespace",
+                "faults",
+                "--model-path",
+                self.args.model_path,
+                "--model-name",
+                MODEL_NAME,
+                "--router-mode",
+                "kv",
+                "--migration-limit",
+                str(self.migration_limit),
+            ],
+            env,
+        )
 
     def routable_workers(self) -> int:
         return len(httpx.get(self.url + "/health", timeout=5).json().get("instances", []))
@@ -180,29 +229,72 @@ class DynamoStack(Stack):
 
     def start(self) -> None:
         python = str(Path(self.args.anchor_dir, "venv", "bin", "python"))
-        env = {**os.environ, "DYN_DISCOVERY_BACKEND": "file", "DYN_FILE_KV": str(self.root / "kvstore"),
-               "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "zmq", "DYN_TCP_RPC_HOST": "127.0.0.1",
-               "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1", "DYN_EVENT_PLANE_HOST": "127.0.0.1",
-               "DYN_SYSTEM_HOST": "127.0.0.1", "DYN_LOG": "warn", "HF_HUB_OFFLINE": "1",
-               "TRANSFORMERS_OFFLINE": "1"}
+        env = {
+            **os.environ,
+            "DYN_DISCOVERY_BACKEND": "file",
+            "DYN_FILE_KV": str(self.root / "kvstore"),
+            "DYN_REQUEST_PLANE": "tcp",
+            "DYN_EVENT_PLANE": "zmq",
+            "DYN_TCP_RPC_HOST": "127.0.0.1",
+            "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+            "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+            "DYN_SYSTEM_HOST": "127.0.0.1",
+            "DYN_LOG": "warn",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
         env.pop("DYN_MIGRATION_LIMIT", None)
         (self.root / "kvstore").mkdir()
-        self.frontend = self.spawn("frontend", [
-            python, "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(self.port),
-            "--router-mode", "kv", "--migration-limit", str(self.migration_limit)], env)
+        self.frontend = self.spawn(
+            "frontend",
+            [
+                python,
+                "-m",
+                "dynamo.frontend",
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                str(self.port),
+                "--router-mode",
+                "kv",
+                "--migration-limit",
+                str(self.migration_limit),
+            ],
+            env,
+        )
         for i in range(WORKERS):
-            self.workers.append(self.spawn(f"worker{i}", [
-                python, "-m", "dynamo.mocker", "--model-path", self.args.model_path,
-                "--model-name", MODEL_NAME, "--speedup-ratio", str(self.args.speedup), "--block-size", "16",
-                "--num-gpu-blocks-override", "8192"], env))
+            self.workers.append(
+                self.spawn(
+                    f"worker{i}",
+                    [
+                        python,
+                        "-m",
+                        "dynamo.mocker",
+                        "--model-path",
+                        self.args.model_path,
+                        "--model-name",
+                        MODEL_NAME,
+                        "--speedup-ratio",
+                        str(self.args.speedup),
+                        "--block-size",
+                        "16",
+                        "--num-gpu-blocks-override",
+                        "8192",
+                    ],
+                    env,
+                )
+            )
 
     def routable_workers(self) -> int:
         if MODEL_NAME not in httpx.get(self.url + "/v1/models", timeout=5).text:
             return 0
         metrics = httpx.get(self.url + "/metrics", timeout=5).text
-        return sum(1 for line in metrics.splitlines()
-                   if line.startswith("dynamo_component_router_worker_registered")
-                   and float(line.rsplit(" ", 1)[1]) > 0)
+        return sum(
+            1
+            for line in metrics.splitlines()
+            if line.startswith("dynamo_component_router_worker_registered")
+            and float(line.rsplit(" ", 1)[1]) > 0
+        )
 
 
 @dataclass
@@ -241,9 +333,9 @@ class ChunkedBody:
         out = []
         while not self.finished:
             if self.left:
-                take = self.buf[:self.left]
+                take = self.buf[: self.left]
                 out.append(take)
-                self.buf = self.buf[len(take):]
+                self.buf = self.buf[len(take) :]
                 self.left -= len(take)
                 if self.left:
                     break
@@ -256,7 +348,7 @@ class ChunkedBody:
             if end < 0:
                 break
             size = int(self.buf[:end].split(b";")[0], 16)
-            self.buf = self.buf[end + 2:]
+            self.buf = self.buf[end + 2 :]
             if size == 0:
                 self.finished = True
             self.left = size
@@ -267,16 +359,25 @@ async def stream_chat(port: int, prompt: str, max_tokens: int, out: Stream, on_c
     """POST one streaming chat completion over a fresh connection and record what comes back in
     ``out``: an SSE ``error`` event, a data object with an ``error`` key, or an end without
     ``[DONE]`` is an error; ``failed_at`` is when it was seen. Events are timed per socket read."""
-    body = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user", "content": prompt}],
-                       "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-                       "stream_options": {"include_usage": True}}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL_NAME,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     out.started = time.monotonic()
     writer = None
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     b"Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nAccept: text/event-stream\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         await writer.drain()
         status_line = await reader.readline()
         out.status = int(status_line.split()[1]) if status_line else 0
@@ -294,7 +395,7 @@ async def stream_chat(port: int, prompt: str, max_tokens: int, out: Stream, on_c
             buf += (chunked.feed(data) if chunked else data).replace(b"\r\n", b"\n")
             cut = buf.rfind(b"\n\n")
             if cut >= 0:
-                block, buf = buf[:cut], buf[cut + 2:]
+                block, buf = buf[:cut], buf[cut + 2 :]
                 _sse_block(block, now, out, on_content)
                 if out.done:
                     return
@@ -440,18 +541,27 @@ async def run_fault(stack: Stack, fault: str, args) -> dict:
 
     deadline = threading.Timer(args.fault_by, strike)
     deadline.start()
-    tasks = [asyncio.create_task(bounded(stream_chat(stack.port, prompt(i), args.max_tokens,
-                                                     s, on_content), args.stream_deadline))
-             for i, s in enumerate(streams)]
+    tasks = [
+        asyncio.create_task(
+            bounded(stream_chat(stack.port, prompt(i), args.max_tokens, s, on_content), args.stream_deadline)
+        )
+        for i, s in enumerate(streams)
+    ]
     try:
         await strike.struck.wait()
     finally:
         deadline.cancel()
     t_fault, with_content_at_fault, ended_before_fault = strike.at, strike.with_content, strike.ended
     after = [Stream() for _ in range(args.after)]
-    tasks += [asyncio.create_task(bounded(stream_chat(stack.port, f"right after the fault {i}",
-                                                      args.after_tokens, s), args.stream_deadline))
-              for i, s in enumerate(after)]
+    tasks += [
+        asyncio.create_task(
+            bounded(
+                stream_chat(stack.port, f"right after the fault {i}", args.after_tokens, s),
+                args.stream_deadline,
+            )
+        )
+        for i, s in enumerate(after)
+    ]
     await asyncio.gather(*tasks)
     if fault == "sigstop":
         kill_group(victim, signal.SIGCONT)
@@ -496,16 +606,34 @@ def measure(system: str, fault: str, rnd: int, args) -> dict:
     finally:
         stack.close()
     client_cpu = usage1.ru_utime + usage1.ru_stime - usage0.ru_utime - usage0.ru_stime
-    return {"system": system, "fault": fault, "round": rnd, **result,
-            "client_cpu_per_wall": round(client_cpu / wall, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "system": system,
+        "fault": fault,
+        "round": rnd,
+        **result,
+        "client_cpu_per_wall": round(client_cpu / wall, 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 ROWS = {
-    "none": ("completed", "usage_correct", "max_gap_s", "streams_gap_over_1s", "after_failed",
-             "stream_duration_median_s"),
+    "none": (
+        "completed",
+        "usage_correct",
+        "max_gap_s",
+        "streams_gap_over_1s",
+        "after_failed",
+        "stream_duration_median_s",
+    ),
     "kill9": ("completed", "usage_correct", "max_gap_s", "streams_gap_over_1s", "after_failed"),
-    "sigstop": ("completed", "usage_correct", "max_gap_s", "streams_gap_over_1s", "client_timeouts",
-                "after_failed"),
+    "sigstop": (
+        "completed",
+        "usage_correct",
+        "max_gap_s",
+        "streams_gap_over_1s",
+        "client_timeouts",
+        "after_failed",
+    ),
     "kill9_nomig": ("failed", "error_after_fault_median_s", "error_after_fault_max_s", "after_failed"),
 }
 
@@ -521,9 +649,11 @@ def cell(values: list) -> str:
 
 def print_table(rows: list[dict], args) -> None:
     print()
-    print(f"{args.streams} streams x {args.max_tokens} tokens, 3 mocker workers (speedup {args.speedup}, "
-          f"block 16), KV routing; {args.after} requests x {args.after_tokens} tokens right after the fault; "
-          f"medians over {args.rounds} rounds (min-max)")
+    print(
+        f"{args.streams} streams x {args.max_tokens} tokens, 3 mocker workers (speedup {args.speedup}, "
+        f"block 16), KV routing; {args.after} requests x {args.after_tokens} tokens right after the fault; "
+        f"medians over {args.rounds} rounds (min-max)"
+    )
     print()
     print("| fault | metric | dyn | Dynamo 1.6.1 |")
     print("|---|---|---|---|")
@@ -536,8 +666,10 @@ def print_table(rows: list[dict], args) -> None:
         mine = [r for r in rows if r["system"] == system]
         late = sum(r.get("ended_before_fault", 0) > 0 for r in mine)
         broken = sum("error" in r for r in mine)
-        print(f"{system}: {len(mine)} measurements, {late} where the fault struck after some streams "
-              f"had ended, {broken} that could not run")
+        print(
+            f"{system}: {len(mine)} measurements, {late} where the fault struck after some streams "
+            f"had ended, {broken} that could not run"
+        )
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -554,8 +686,12 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=1000, help="per stream; sized so a stream lasts ~2-4 s")
     ap.add_argument("--speedup", type=float, default=10)
-    ap.add_argument("--fault-by", type=float, default=1.0,
-                    help="seconds after the streams open by which the fault strikes even if < 3/4 flow")
+    ap.add_argument(
+        "--fault-by",
+        type=float,
+        default=1.0,
+        help="seconds after the streams open by which the fault strikes even if < 3/4 flow",
+    )
     ap.add_argument("--after", type=int, default=10, help="requests sent right after the fault")
     ap.add_argument("--after-tokens", type=int, default=16)
     ap.add_argument("--stream-deadline", type=float, default=30, help="seconds a client waits for one stream")
@@ -564,8 +700,10 @@ def main() -> None:
     args.model_path = args.model_path or str(Path(args.anchor_dir, "model"))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so every stack's clean-up still runs
     rows: list[dict] = []
-    print(json.dumps({"uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}),
-          flush=True)
+    print(
+        json.dumps({"uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}),
+        flush=True,
+    )
     for rnd in range(args.rounds):
         order = args.systems if rnd % 2 == 0 else args.systems[::-1]
         for fault in args.faults:

@@ -25,8 +25,9 @@ async def serve(port: int, namespace: str) -> None:
     app, pool = build_app(FrontendSettings(http_port=port, discovery=DiscoveryConfig(namespace=namespace)))
     async with anyio.create_task_group() as tg:
         await tg.start(pool.run)
-        server = Server(app, address="127.0.0.1", port=port, interface=Interfaces.ASGINL,
-                        backlog=2048, log_enabled=False)
+        server = Server(
+            app, address="127.0.0.1", port=port, interface=Interfaces.ASGINL, backlog=2048, log_enabled=False
+        )
         print(f"granian frontend on http://127.0.0.1:{port}", flush=True)
         await server.serve()
         tg.cancel_scope.cancel()

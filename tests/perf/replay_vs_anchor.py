@@ -60,9 +60,17 @@ json.dump({"wall_s": wall, "summary": dict(result.summary), "requests": rows}, s
 # --------------------------------------------------------------------------- the trace
 
 
-def synth_trace(requests: int, duration_s: float, *, seed: int = 0, groups: int = 20,
-                mean_turns: float = 3.0, think_s: float = 20.0, sessions: bool = False,
-                max_blocks: int = 64) -> list[dict[str, Any]]:
+def synth_trace(
+    requests: int,
+    duration_s: float,
+    *,
+    seed: int = 0,
+    groups: int = 20,
+    mean_turns: float = 3.0,
+    think_s: float = 20.0,
+    sessions: bool = False,
+    max_blocks: int = 64,
+) -> list[dict[str, Any]]:
     """A Mooncake-style trace of about ``requests`` rows over ``duration_s`` (see the docstring)."""
     rng = random.Random(seed)
     ids = itertools.count()
@@ -82,8 +90,7 @@ def synth_trace(requests: int, duration_s: float, *, seed: int = 0, groups: int 
             history = history[:max_blocks]
             isl = len(history) * TRACE_BLOCK - rng.randrange(TRACE_BLOCK)
             osl = max(1, min(2000, int(rng.lognormvariate(5.0, 0.8))))
-            row: dict[str, Any] = {"input_length": isl, "output_length": osl,
-                                   "hash_ids": list(history)}
+            row: dict[str, Any] = {"input_length": isl, "output_length": osl, "hash_ids": list(history)}
             think = rng.expovariate(1.0 / think_s)
             if sessions:
                 row["session_id"] = f"c{conversation}"
@@ -137,15 +144,20 @@ def metrics(rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         per_worker[str(r["worker"])] = per_worker.get(str(r["worker"]), 0) + 1
     prompt = sum(r["prompt"] for r in ok)
     return {
-        "requests": len(ok), "failed": len(rows) - len(ok),
-        "ttft_p50_ms": pct(ttft, 50), "ttft_p99_ms": pct(ttft, 99), "ttft_mean_ms": sum(ttft) / len(ttft),
-        "e2e_p50_ms": pct(e2e, 50), "e2e_p99_ms": pct(e2e, 99),
+        "requests": len(ok),
+        "failed": len(rows) - len(ok),
+        "ttft_p50_ms": pct(ttft, 50),
+        "ttft_p99_ms": pct(ttft, 99),
+        "ttft_mean_ms": sum(ttft) / len(ttft),
+        "e2e_p50_ms": pct(e2e, 50),
+        "e2e_p99_ms": pct(e2e, 99),
         "req_per_s": len(ok) / ((end - start) / 1000.0),
         "out_tok_per_s": sum(r["output"] for r in ok) / ((end - start) / 1000.0),
         "cache_hit": sum(r["cached"] for r in ok) / prompt if prompt else 0.0,
         "worker_max_share": max(per_worker.values()) / len(ok),
         "worker_min_share": min(per_worker.values()) / len(ok),
-        "sim_s": (end - start) / 1000.0, "real_s": wall_s,
+        "sim_s": (end - start) / 1000.0,
+        "real_s": wall_s,
     }
 
 
@@ -155,38 +167,77 @@ def run_ours(trace: Path, args: argparse.Namespace, mode: str) -> tuple[dict[str
     from dyn.plugins.mocker.config import MockerConfig
     from dyn.plugins.mocker.simulator import MockerSimulator
 
-    mocker = MockerConfig(block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks,
-                          max_num_seqs=args.max_num_seqs,
-                          max_num_batched_tokens=args.max_num_batched_tokens)
-    settings = ReplaySettings(num_workers=args.num_workers, simulator=MockerSimulator(mocker),
-                              router_mode=mode,
-                              speedup=args.speedup, trace_block_size=TRACE_BLOCK, seed=args.seed)
+    mocker = MockerConfig(
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    )
+    settings = ReplaySettings(
+        num_workers=args.num_workers,
+        simulator=MockerSimulator(mocker),
+        router_mode=mode,
+        speedup=args.speedup,
+        trace_block_size=TRACE_BLOCK,
+        seed=args.seed,
+    )
     start = time.perf_counter()
     result = replay(read_trace(trace), settings)
     wall = time.perf_counter() - start
-    rows = [{"ok": r.error is None, "arrival_ms": r.start_s * 1e3, "end_ms": r.end_s * 1e3,
-             "ttft_ms": (r.ttft_s or 0.0) * 1e3, "e2e_ms": r.e2e_s * 1e3,
-             "prompt": r.prompt_tokens or 0, "cached": r.cached_tokens or 0,
-             "output": r.output_tokens, "worker": r.worker} for r in result.records]
+    rows = [
+        {
+            "ok": r.error is None,
+            "arrival_ms": r.start_s * 1e3,
+            "end_ms": r.end_s * 1e3,
+            "ttft_ms": (r.ttft_s or 0.0) * 1e3,
+            "e2e_ms": r.e2e_s * 1e3,
+            "prompt": r.prompt_tokens or 0,
+            "cached": r.cached_tokens or 0,
+            "output": r.output_tokens,
+            "worker": r.worker,
+        }
+        for r in result.records
+    ]
     return metrics(rows, wall), rows
 
 
 def run_anchor(trace: Path, args: argparse.Namespace, mode: str) -> tuple[dict[str, Any], list]:
-    spec = {"trace": str(trace), "block_size": args.block_size, "num_gpu_blocks": args.num_gpu_blocks,
-            "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
-            "num_workers": args.num_workers, "speedup": args.speedup, "trace_block_size": TRACE_BLOCK,
-            "router_mode": "kv_router" if mode == "kv" else "round_robin"}
+    spec = {
+        "trace": str(trace),
+        "block_size": args.block_size,
+        "num_gpu_blocks": args.num_gpu_blocks,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "num_workers": args.num_workers,
+        "speedup": args.speedup,
+        "trace_block_size": TRACE_BLOCK,
+        "router_mode": "kv_router" if mode == "kv" else "round_robin",
+    }
     start = time.perf_counter()
-    proc = subprocess.run([args.anchor_python, "-c", ANCHOR_PROGRAM, json.dumps(spec)],
-                          capture_output=True, text=True, timeout=3600,
-                          env={"RUST_LOG": "error", "DYN_LOG": "error", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [args.anchor_python, "-c", ANCHOR_PROGRAM, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={"RUST_LOG": "error", "DYN_LOG": "error", "PATH": "/usr/bin:/bin"},
+    )
     if proc.returncode:
         sys.exit(f"the anchor failed:\n{proc.stderr[-4000:]}")
     out = json.loads(proc.stdout)
-    rows = [{"ok": r["terminal_status"] == "completed", "arrival_ms": r["arrival_time_ms"],
-             "end_ms": r["terminal_time_ms"], "ttft_ms": r["ttft_ms"], "e2e_ms": r["e2e_latency_ms"],
-             "prompt": r["input_length"], "cached": r["reused_input_tokens"],
-             "output": r["output_length"], "worker": r["decode_worker_idx"]} for r in out["requests"]]
+    rows = [
+        {
+            "ok": r["terminal_status"] == "completed",
+            "arrival_ms": r["arrival_time_ms"],
+            "end_ms": r["terminal_time_ms"],
+            "ttft_ms": r["ttft_ms"],
+            "e2e_ms": r["e2e_latency_ms"],
+            "prompt": r["input_length"],
+            "cached": r["reused_input_tokens"],
+            "output": r["output_length"],
+            "worker": r["decode_worker_idx"],
+        }
+        for r in out["requests"]
+    ]
     m = metrics(rows, out["wall_s"])
     m["real_s_process"] = time.perf_counter() - start
     return m, rows
@@ -195,11 +246,22 @@ def run_anchor(trace: Path, args: argparse.Namespace, mode: str) -> tuple[dict[s
 # --------------------------------------------------------------------------- the report
 
 
-ROWS = (("requests", "{:.0f}"), ("failed", "{:.0f}"), ("ttft_p50_ms", "{:.1f}"),
-        ("ttft_p99_ms", "{:.1f}"), ("ttft_mean_ms", "{:.1f}"), ("e2e_p50_ms", "{:.1f}"),
-        ("e2e_p99_ms", "{:.1f}"), ("req_per_s", "{:.3f}"), ("out_tok_per_s", "{:.1f}"),
-        ("cache_hit", "{:.3f}"), ("worker_max_share", "{:.3f}"), ("worker_min_share", "{:.3f}"),
-        ("sim_s", "{:.1f}"), ("real_s", "{:.2f}"))
+ROWS = (
+    ("requests", "{:.0f}"),
+    ("failed", "{:.0f}"),
+    ("ttft_p50_ms", "{:.1f}"),
+    ("ttft_p99_ms", "{:.1f}"),
+    ("ttft_mean_ms", "{:.1f}"),
+    ("e2e_p50_ms", "{:.1f}"),
+    ("e2e_p99_ms", "{:.1f}"),
+    ("req_per_s", "{:.3f}"),
+    ("out_tok_per_s", "{:.1f}"),
+    ("cache_hit", "{:.3f}"),
+    ("worker_max_share", "{:.3f}"),
+    ("worker_min_share", "{:.3f}"),
+    ("sim_s", "{:.1f}"),
+    ("real_s", "{:.2f}"),
+)
 
 
 def table(mode: str, ours: dict[str, Any], anchor: dict[str, Any]) -> str:
@@ -233,15 +295,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(args.trace) if args.trace else Path(tmp) / "trace.jsonl"
         if not args.trace:
-            write_trace(synth_trace(args.requests, args.duration, seed=args.seed,
-                                    sessions=args.sessions), trace)
+            write_trace(
+                synth_trace(args.requests, args.duration, seed=args.seed, sessions=args.sessions), trace
+            )
         from dyn.core.bench.trace import read_trace, theoretical_hit_rate
 
         rows = read_trace(trace)
-        print(f"trace: {len(rows)} requests, mean ISL {sum(r.input_length for r in rows) / len(rows):.0f}, "
-              f"mean OSL {sum(r.output_length for r in rows) / len(rows):.0f}, theoretical hit rate "
-              f"{theoretical_hit_rate(r.hash_ids for r in rows):.3f}, "
-              f"{args.num_workers} workers")
+        print(
+            f"trace: {len(rows)} requests, mean ISL {sum(r.input_length for r in rows) / len(rows):.0f}, "
+            f"mean OSL {sum(r.output_length for r in rows) / len(rows):.0f}, theoretical hit rate "
+            f"{theoretical_hit_rate(r.hash_ids for r in rows):.3f}, "
+            f"{args.num_workers} workers"
+        )
         report = {}
         for mode in modes:
             ours, _ = run_ours(trace, args, mode)

@@ -7,7 +7,8 @@ import importlib.util
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location(
-    "dyn_integration_fixtures", Path(__file__).parent.parent / "integration" / "conftest.py")
+    "dyn_integration_fixtures", Path(__file__).parent.parent / "integration" / "conftest.py"
+)
 integration = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(integration)
 

@@ -34,8 +34,9 @@ def bounded(stack_factory):
     """Two mocker workers behind a frontend with the default caps but 10k-character stop strings,
     and a second frontend, on the same workers, that trusts request chat templates."""
     s = stack_factory("bounded").up("--max-stop-string-chars", str(STOP_CHARS))
-    trusting = s.start("frontend", "--http-port", "0", "--namespace", s.namespace,
-                       "--trust-request-chat-template")
+    trusting = s.start(
+        "frontend", "--http-port", "0", "--namespace", s.namespace, "--trust-request-chat-template"
+    )
 
     def listening() -> str | None:
         assert trusting.proc.poll() is None, trusting.log()
@@ -49,7 +50,7 @@ def bounded(stack_factory):
 def _listening(log: Path) -> str | None:
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith(READY):
-            return line[len(READY):].strip()
+            return line[len(READY) :].strip()
     return None
 
 
@@ -114,8 +115,12 @@ def _error(r: httpx.Response) -> dict:
 def test_megabyte_stop_string_is_refused_without_growing_the_frontend(bounded):
     pid = bounded.frontend.proc.pid
     peak = _memory_kib(pid, "VmHWM")
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
-            "stop": ["s" * (1 << 20)]}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 8,
+        "stop": ["s" * (1 << 20)],
+    }
     r, took = _post(bounded.url, "/v1/chat/completions", body)
     err = _error(r)
     assert err["param"] == "stop[0]" and "--max-stop-string-chars" in err["message"]
@@ -132,8 +137,14 @@ def test_long_stop_strings_times_n_at_the_limits_stay_in_bounded_memory(bounded)
     rng = random.Random(16)
     stops = ["".join(rng.choice("qxzj") for _ in range(STOP_CHARS)) for _ in range(16)]
     peak = _memory_kib(pid, "VmHWM")
-    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 8, "n": 128, "ignore_eos": True,
-            "stop": stops}
+    body = {
+        "model": MODEL,
+        "prompt": "Once upon a time",
+        "max_tokens": 8,
+        "n": 128,
+        "ignore_eos": True,
+        "stop": stops,
+    }
     r, _ = _post(bounded.url, "/v1/completions", body, timeout=120)
     assert r.status_code == 200, r.text[:500]
     choices = r.json()["choices"]
@@ -146,8 +157,12 @@ def test_template_bomb_is_a_400_in_under_a_second(bounded, trusted):
     url = bounded.trusting_url if trusted else bounded.url
     pid = bounded.trusting_pid if trusted else bounded.frontend.proc.pid
     peak = _memory_kib(pid, "VmHWM")
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
-            "chat_template": "{{ 'a ' * 10000000 }}"}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 8,
+        "chat_template": "{{ 'a ' * 10000000 }}",
+    }
     with LivePoller(url) as live:
         r, took = _post(url, "/v1/chat/completions", body)
     err = _error(r)
@@ -169,8 +184,9 @@ def test_template_bomb_is_a_400_in_under_a_second(bounded, trusted):
 def test_ten_megabyte_prompt_is_refused_while_live_answers(bounded):
     pid = bounded.frontend.proc.pid
     peak = _memory_kib(pid, "VmHWM")
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "a" * (10 << 20)}],
-                       "max_tokens": 8}).encode()
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "a" * (10 << 20)}], "max_tokens": 8}
+    ).encode()
     with LivePoller(bounded.url) as live:
         r, took = _post(bounded.url, "/v1/chat/completions", body)
     err = _error(r)
@@ -195,7 +211,7 @@ def test_largest_accepted_prompt_keeps_live_answering(bounded, endpoint):
     """A prompt just under the default --max-prompt-bytes (1 MiB for dyn-tiny) passes the caps, is
     rendered and tokenized (about 350,000 tokens: then refused for the context length), and
     /live answers within 100 ms all the while."""
-    text = ("The quick brown fox jumps over the lazy dog. " * 30000)[:(1 << 20) - 4096]
+    text = ("The quick brown fox jumps over the lazy dog. " * 30000)[: (1 << 20) - 4096]
     if endpoint == "chat":
         path, body = "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": text}]}
     else:

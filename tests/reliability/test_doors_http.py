@@ -35,6 +35,7 @@ GOOD = {"authorization": f"Bearer {KEY}"}
 MODEL = "dyn-tiny"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
+
 def call(url: str, method: str, path: str, body=None, headers=None) -> httpx.Response:
     return httpx.request(method, url + path, json=body, headers=headers, timeout=30)
 
@@ -67,8 +68,13 @@ def test_inspect_kv_reads_a_guarded_index_with_its_key(guarded):
     import sys
 
     def inspect(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "dyn.cli", "inspect-kv", "--url", guarded.url, "--json",
-                               *extra], capture_output=True, text=True, timeout=60, env=guarded.env)
+        return subprocess.run(
+            [sys.executable, "-m", "dyn.cli", "inspect-kv", "--url", guarded.url, "--json", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=guarded.env,
+        )
 
     refused = inspect()
     assert refused.returncode == 1 and "401" in refused.stderr, refused.stderr
@@ -104,7 +110,7 @@ def _line_after(proc, prefix: str, wait_for) -> str:
     def found():
         for line in proc.log().splitlines():
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                return line[len(prefix) :].strip()
         assert proc.proc.poll() is None, proc.log()
         return None
 
@@ -112,13 +118,18 @@ def _line_after(proc, prefix: str, wait_for) -> str:
 
 
 def test_the_router_system_port_needs_the_key(dyn_process, wait_for):
-    router = dyn_process("router", "--namespace", "doors-router", "--port", "0", "--system-port", "0",
-                         "--api-key", KEY)
+    router = dyn_process(
+        "router", "--namespace", "doors-router", "--port", "0", "--system-port", "0", "--api-key", KEY
+    )
     metrics = _line_after(router, "dyn router metrics: ", wait_for)
     base = metrics.removesuffix("/metrics")
-    for method, path, body in (("GET", "/metrics", None), ("GET", "/kv/workers", None),
-                               ("POST", "/kv/query_by_hash", {"block_hashes": [1]}),
-                               ("GET", "/kv/dump", None), ("GET", "/nothing", None)):
+    for method, path, body in (
+        ("GET", "/metrics", None),
+        ("GET", "/kv/workers", None),
+        ("POST", "/kv/query_by_hash", {"block_hashes": [1]}),
+        ("GET", "/kv/dump", None),
+        ("GET", "/nothing", None),
+    ):
         assert_refused(call(base, method, path, body), openai_shape=False)
         assert_refused(call(base, method, path, body, {"authorization": "Bearer wrong"}), openai_shape=False)
         assert call(base, method, path, body, {"authorization": f"bearer {KEY}"}).status_code in (200, 404)
@@ -127,14 +138,29 @@ def test_the_router_system_port_needs_the_key(dyn_process, wait_for):
 
 
 def test_the_indexer_http_api_needs_the_key_but_health(dyn_process, wait_for):
-    indexer = dyn_process("indexer", "--namespace", "doors-indexer", "--http-port", "0", "--zmq-port", "0",
-                          "--block-size", "16", "--api-key", KEY)
+    indexer = dyn_process(
+        "indexer",
+        "--namespace",
+        "doors-indexer",
+        "--http-port",
+        "0",
+        "--zmq-port",
+        "0",
+        "--block-size",
+        "16",
+        "--api-key",
+        KEY,
+    )
     fields = dict(part.split("=", 1) for part in _line_after(indexer, INDEXER_READY, wait_for).split())
     base = fields["http"]
     assert call(base, "GET", "/health").status_code == 200
-    for method, path, body in (("GET", "/workers", None), ("GET", "/metrics", None), ("GET", "/dump", None),
-                               ("POST", "/query", {"token_ids": [1, 2, 3]}),
-                               ("POST", "/query_by_hash", {"block_hashes": [1]})):
+    for method, path, body in (
+        ("GET", "/workers", None),
+        ("GET", "/metrics", None),
+        ("GET", "/dump", None),
+        ("POST", "/query", {"token_ids": [1, 2, 3]}),
+        ("POST", "/query_by_hash", {"block_hashes": [1]}),
+    ):
         assert_refused(call(base, method, path, body), openai_shape=False)
         assert call(base, method, path, body, {"authorization": f"BEARER {KEY}"}).status_code == 200
     assert KEY not in indexer.log()

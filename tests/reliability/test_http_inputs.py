@@ -50,14 +50,21 @@ def raw_exchange(url: str, request: bytes, timeout: float = 30.0) -> tuple[int, 
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     status = int(lines[0].split()[1])
-    headers = {k.decode().lower(): v.decode("latin-1").strip()
-               for k, _, v in (line.partition(b":") for line in lines[1:])}
+    headers = {
+        k.decode().lower(): v.decode("latin-1").strip()
+        for k, _, v in (line.partition(b":") for line in lines[1:])
+    }
     return status, headers, body
 
 
 def raw_post(url: str, path: str, body: bytes, headers: dict[bytes, bytes] | None = None):
-    fields = {b"host": b"dyn", b"connection": b"close", b"content-type": b"application/json",
-              b"content-length": str(len(body)).encode(), **(headers or {})}
+    fields = {
+        b"host": b"dyn",
+        b"connection": b"close",
+        b"content-type": b"application/json",
+        b"content-length": str(len(body)).encode(),
+        **(headers or {}),
+    }
     head = b"".join(k + b": " + v + b"\r\n" for k, v in fields.items())
     return raw_exchange(url, b"POST " + path.encode() + b" HTTP/1.1\r\n" + head + b"\r\n" + body)
 
@@ -79,29 +86,52 @@ def openai_error(status: int, body: bytes, expected: int, param: str | None = No
 @pytest.mark.parametrize("value", [b"a\x01b", b"a\x7fb", b"a\x00b"], ids=["SOH", "DEL", "NUL"])
 def test_a_control_character_in_x_request_id_is_an_openai_400(stack, value):
     """The HTTP parser refuses these before the app sees them; the answer is still JSON."""
-    status, headers, answer = raw_post(stack.url, "/v1/chat/completions", b'{' + MESSAGES + b'}',
-                                       {b"x-request-id": value})
+    status, headers, answer = raw_post(
+        stack.url, "/v1/chat/completions", b"{" + MESSAGES + b"}", {b"x-request-id": value}
+    )
     openai_error(status, answer, 400)
     assert headers["content-type"] == "application/json"
 
 
 def test_the_openai_sdk_httpx_json_and_curl_with_the_header_still_work(stack):
     client = openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0, timeout=30)
-    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                                       max_tokens=2)
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
     assert r.choices[0].message.role == "assistant"
-    assert httpx.post(stack.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2},
-                      timeout=30).status_code == 200
+    assert (
+        httpx.post(
+            stack.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30
+        ).status_code
+        == 200
+    )
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     body = '{"prompt": "hi", "max_tokens": 2}'
     target = stack.url + "/v1/completions"
-    with_header = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
-                                  "Content-Type: application/json", "-d", body, target],
-                                 capture_output=True, text=True, timeout=30, check=False)
+    with_header = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+            target,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert with_header.stdout == "200"
-    without = subprocess.run(["curl", "-s", "-d", body, target],
-                             capture_output=True, text=True, timeout=30, check=False)
+    without = subprocess.run(
+        ["curl", "-s", "-d", body, target], capture_output=True, text=True, timeout=30, check=False
+    )
     assert "send Content-Type: application/json" in json.loads(without.stdout)["error"]["message"]
 
 
@@ -146,9 +176,14 @@ def test_ten_times_overload_gets_full_answers_or_immediate_503s(admission):
             time.sleep(0.05)
 
     async def one(client: httpx.AsyncClient, i: int) -> tuple[int, object]:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": f"story {i}"}],
-                "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": f"story {i}"}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
             if r.status_code != 200:
                 return r.status_code, (r.headers.get("retry-after"), await r.aread())
@@ -169,8 +204,10 @@ def test_ten_times_overload_gets_full_answers_or_immediate_503s(admission):
         sampler.join(5)
     served = [r for status, r in results if status == 200]
     refused = [r for status, r in results if status == 503]
-    print(f"{streams} streams at --max-inflight 8: {len(served)} served, {len(refused)} refused with 503; "
-          f"frontend RSS {before:.0f} MiB before, {peak['rss']:.0f} MiB at peak")
+    print(
+        f"{streams} streams at --max-inflight 8: {len(served)} served, {len(refused)} refused with 503; "
+        f"frontend RSS {before:.0f} MiB before, {peak['rss']:.0f} MiB at peak"
+    )
     assert len(served) + len(refused) == streams, [s for s, _ in results if s not in (200, 503)]
     assert served and refused
     for events in served:

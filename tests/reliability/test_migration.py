@@ -29,9 +29,14 @@ MAX_TOKENS = 200
 async def _stream(client: httpx.AsyncClient, i: int, flowing=None, max_tokens: int = MAX_TOKENS) -> dict:
     """One streamed chat completion: its text, usage, finish reason and any error event;
     ``flowing()`` is called when its first content arrives."""
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"tell me about number {i}"}],
-            "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"tell me about number {i}"}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     out: dict = {"text": "", "usage": None, "finish": None, "error": None, "done": False}
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200, await r.aread()
@@ -59,6 +64,7 @@ async def _stream(client: httpx.AsyncClient, i: int, flowing=None, max_tokens: i
 def _streams_while(url: str, count: int, during, max_tokens: int = MAX_TOKENS) -> list[dict]:
     """Run ``count`` concurrent streams; call ``during()`` (in a thread) once most of them have
     received their first tokens, so the fault lands mid-stream."""
+
     async def main() -> list[dict]:
         limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
         started = [0]
@@ -127,8 +133,11 @@ def test_kill_one_of_three_workers_under_100_streams_loses_nothing(three_workers
     assert sum(1 for r in results if len(r["text"]) > 0) == 100
     assert victim_id not in stack.instances()  # out of routing at once, long before its lease expires
     metrics = httpx.get(stack.url + "/metrics", timeout=10).text
-    migrated = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                   if line.startswith("dynamo_frontend_model_migration_total{"))
+    migrated = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("dynamo_frontend_model_migration_total{")
+    )
     assert migrated >= 1, "the victim's streams should have migrated"
 
 
@@ -165,14 +174,19 @@ def test_without_migration_the_dead_workers_streams_fail_fast(stack_factory):
     answers: list[tuple[float, httpx.Response]] = []
 
     def call() -> None:
-        r = httpx.post(s.url + "/v1/completions", timeout=60, headers={"x-worker-instance-id": str(victim_id)},
-                       json={"model": MODEL, "prompt": "long", "max_tokens": 4000, "ignore_eos": True})
+        r = httpx.post(
+            s.url + "/v1/completions",
+            timeout=60,
+            headers={"x-worker-instance-id": str(victim_id)},
+            json={"model": MODEL, "prompt": "long", "max_tokens": 4000, "ignore_eos": True},
+        )
         answers.append((time.monotonic(), r))
 
     caller = threading.Thread(target=call)
     caller.start()
-    poll_until(lambda: s.metric("dynamo_frontend_active_requests") >= 1, 20,
-               "the request to reach the victim")
+    poll_until(
+        lambda: s.metric("dynamo_frontend_active_requests") >= 1, 20, "the request to reach the victim"
+    )
     killed = time.monotonic()
     os.killpg(victim.proc.pid, signal.SIGKILL)
     caller.join(30)
@@ -205,14 +219,22 @@ def test_a_worker_that_never_answers_times_out_and_the_request_moves(stack_facto
     from dyn.core.discovery.file_store import FileDiscoveryStore
     from dyn.core.messages import WorkerEndpoints, WorkerRecord
 
-    s = stack_factory("silent").up("--router-mode", "round-robin", "--migration-limit", "1",
-                                   "--first-token-timeout", "1", workers=1)
+    s = stack_factory("silent").up(
+        "--router-mode", "round-robin", "--migration-limit", "1", "--first-token-timeout", "1", workers=1
+    )
     ctx = zmq.Context()
     sink = ctx.socket(zmq.ROUTER)
     port = sink.bind_to_random_port("tcp://127.0.0.1")
-    silent = WorkerRecord(instance_id=777, namespace=s.namespace, model_name=MODEL, engine="mocker",
-                          endpoints=WorkerEndpoints(request=f"tcp://127.0.0.1:{port}"), block_size=16,
-                          total_kv_blocks=1000, max_num_batched_tokens=8192)
+    silent = WorkerRecord(
+        instance_id=777,
+        namespace=s.namespace,
+        model_name=MODEL,
+        engine="mocker",
+        endpoints=WorkerEndpoints(request=f"tcp://127.0.0.1:{port}"),
+        block_size=16,
+        total_kv_blocks=1000,
+        max_num_batched_tokens=8192,
+    )
     store = FileDiscoveryStore(s.root / "discovery", s.namespace)
 
     async def register_and_ask() -> list[httpx.Response]:
@@ -221,8 +243,12 @@ def test_a_worker_that_never_answers_times_out_and_the_request_moves(stack_facto
                 await anyio.sleep(0.05)
             async with httpx.AsyncClient(base_url=s.url, timeout=30) as client:
                 t0 = time.monotonic()
-                answers = [await client.post("/v1/completions", json={
-                    "model": MODEL, "prompt": f"anyone {i}", "max_tokens": 4}) for i in range(2)]
+                answers = [
+                    await client.post(
+                        "/v1/completions", json={"model": MODEL, "prompt": f"anyone {i}", "max_tokens": 4}
+                    )
+                    for i in range(2)
+                ]
                 return answers, time.monotonic() - t0
 
     try:

@@ -90,7 +90,9 @@ def ask(endpoint: str, frames: list[bytes], timeout_s: float, keys: tuple | None
             if not dealer.poll(int(left * 1000) + 1):
                 break
             reply = decode_reply(dealer.recv_multipart())
-            batch = [*reply.chunks, *reply.finishes, *reply.errors] if isinstance(reply, ReplyBatch) else [reply]
+            batch = (
+                [*reply.chunks, *reply.finishes, *reply.errors] if isinstance(reply, ReplyBatch) else [reply]
+            )
             replies.extend(batch)
             if any(isinstance(r, Finish | ErrorReply) for r in batch):
                 break
@@ -165,8 +167,11 @@ def test_a_flood_of_malformed_frames_costs_log_lines_not_the_heartbeat(stack_fac
         for i in range(FLOOD):
             flooder.send_multipart(MALFORMED[i % len(MALFORMED)])
         # served during the flood: the frontend's connection is not starved by the flooder's
-        during = httpx.post(url + "/v1/completions", json={
-            "model": "dyn-tiny", "prompt": "during", "max_tokens": 4}, timeout=30)
+        during = httpx.post(
+            url + "/v1/completions",
+            json={"model": "dyn-tiny", "prompt": "during", "max_tokens": 4},
+            timeout=30,
+        )
         assert during.status_code == 200, during.text
         deadline = time.monotonic() + 120
         while answered < FLOOD and time.monotonic() < deadline:
@@ -184,8 +189,11 @@ def test_a_flood_of_malformed_frames_costs_log_lines_not_the_heartbeat(stack_fac
     if elapsed > ttl:
         assert watch.refreshes >= 1
     assert stack.instances() == [instance]
-    after = httpx.post(url + "/v1/completions", json={
-        "model": "dyn-tiny", "prompt": "after the flood", "max_tokens": 4}, timeout=30)
+    after = httpx.post(
+        url + "/v1/completions",
+        json={"model": "dyn-tiny", "prompt": "after the flood", "max_tokens": 4},
+        timeout=30,
+    )
     assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 4
     lines = [line for line in worker.log().splitlines() if "rejected" in line]
     assert lines and "malformed request frame" in lines[0]
@@ -211,11 +219,18 @@ class ForgedWorker:
         request_port = self.router.bind_to_random_port("tcp://127.0.0.1")
         self.instance_id = 4_242_424_242
         self.record = WorkerRecord(
-            instance_id=self.instance_id, namespace=namespace, model_name="dyn-tiny", engine="mocker",
-            endpoints=WorkerEndpoints(request=f"tcp://127.0.0.1:{request_port}",
-                                      kv_events=f"tcp://127.0.0.1:{port}"),
-            block_size=BLOCK_SIZE, total_kv_blocks=ADVERTISED_BLOCKS, max_num_batched_tokens=8192,
-            context_length=8192)
+            instance_id=self.instance_id,
+            namespace=namespace,
+            model_name="dyn-tiny",
+            engine="mocker",
+            endpoints=WorkerEndpoints(
+                request=f"tcp://127.0.0.1:{request_port}", kv_events=f"tcp://127.0.0.1:{port}"
+            ),
+            block_size=BLOCK_SIZE,
+            total_kv_blocks=ADVERTISED_BLOCKS,
+            max_num_batched_tokens=8192,
+            context_length=8192,
+        )
         anyio.run(FileDiscoveryStore(discovery, namespace).put, self.record, 600.0)
         self.seq = 0
         self.next_hash = 1
@@ -247,8 +262,11 @@ def kv_blocks(url: str, instance_id: int) -> tuple[int, int | None]:
 
 def dumped_hashes(url: str) -> set[int]:
     """Every block hash the frontend's KV index holds (``/kv/dump``)."""
-    return {event["block_hash"] for model in httpx.get(url + "/kv/dump", timeout=10).json().values()
-            for event in model["events"]}
+    return {
+        event["block_hash"]
+        for model in httpx.get(url + "/kv/dump", timeout=10).json().values()
+        for event in model["events"]
+    }
 
 
 def test_forged_kv_events_cannot_claim_more_than_the_advertised_capacity(stack_factory, wait_for):
@@ -256,9 +274,11 @@ def test_forged_kv_events_cannot_claim_more_than_the_advertised_capacity(stack_f
     url = stack.start_frontend("--router-mode", "kv")
     forged = ForgedWorker(stack.root / "discovery", "forged")
     try:
+
         def subscribed():  # PUB/SUB joins late: publish until the router has seen one event
             forged.publish([forged.stored(1, None)])
             return kv_blocks(url, forged.instance_id)[0] > 0
+
         wait_for(subscribed, 60, "the router to follow the forged worker's KV events")
         # events arrive in order: once a last marker is in the index, every earlier one was applied
         marker = forged.stored(1, None)
@@ -277,28 +297,49 @@ def test_forged_kv_events_cannot_claim_more_than_the_advertised_capacity(stack_f
         limit = ADVERTISED_BLOCKS + max(64, ADVERTISED_BLOCKS // 32)  # capacity plus the slack
         accepted = (limit - held) // BLOCKS_PER_EVENT
         refused = CLAIMED_BLOCKS // BLOCKS_PER_EVENT - accepted
-        wait_for(lambda: metric(url, name, {**labels, "reason": "over_capacity"}) == refused, 60,
-                 f"{refused} over-capacity events counted")
+        wait_for(
+            lambda: metric(url, name, {**labels, "reason": "over_capacity"}) == refused,
+            60,
+            f"{refused} over-capacity events counted",
+        )
         blocks, _ = kv_blocks(url, forged.instance_id)
         assert blocks == held + accepted * BLOCKS_PER_EVENT <= ADVERTISED_BLOCKS
-        assert metric(url, "dynamo_component_kv_events_rejected_total", {"reason": "over_capacity"}) == refused
+        assert (
+            metric(url, "dynamo_component_kv_events_rejected_total", {"reason": "over_capacity"}) == refused
+        )
 
         # a rank the record does not have, a block size it does not advertise
         forged.publish([forged.stored(1, None)], dp_rank=3)
         forged.publish([forged.stored(2, None, block_size=BLOCK_SIZE * 2)])
-        wait_for(lambda: metric(url, name, {**labels, "reason": "unknown_dp_rank"}) == 1, 30,
-                 "the unknown dp rank counted")
-        wait_for(lambda: metric(url, name, {**labels, "reason": "block_size_mismatch"}) == 2, 30,
-                 "the mismatched blocks counted")
+        wait_for(
+            lambda: metric(url, name, {**labels, "reason": "unknown_dp_rank"}) == 1,
+            30,
+            "the unknown dp rank counted",
+        )
+        wait_for(
+            lambda: metric(url, name, {**labels, "reason": "block_size_mismatch"}) == 2,
+            30,
+            "the mismatched blocks counted",
+        )
 
         # one event of 10M hashes (90 MB): refused by size, never decoded
         hashes = (b"\xcf" + (1 << 63).to_bytes(8, "big")) * 10_000_000
-        payload = (b"\x93\xcb" + msgspec.msgpack.encode(1.0)[1:] + b"\x91\x95\xabBlockStored"
-                   + b"\xdd" + (10_000_000).to_bytes(4, "big") + hashes + b"\xc0\x90\x10\x00")
+        payload = (
+            b"\x93\xcb"
+            + msgspec.msgpack.encode(1.0)[1:]
+            + b"\x91\x95\xabBlockStored"
+            + b"\xdd"
+            + (10_000_000).to_bytes(4, "big")
+            + hashes
+            + b"\xc0\x90\x10\x00"
+        )
         sent = time.monotonic()
         forged.publish_payload(payload)
-        wait_for(lambda: metric(url, name, {**labels, "reason": "too_large"}) == 1, 60,
-                 "the 10M-hash event refused")
+        wait_for(
+            lambda: metric(url, name, {**labels, "reason": "too_large"}) == 1,
+            60,
+            "the 10M-hash event refused",
+        )
         live = httpx.get(url + "/live", timeout=10)
         assert live.status_code == 200
         assert time.monotonic() - sent < 30
@@ -313,8 +354,14 @@ def test_forged_kv_events_cannot_claim_more_than_the_advertised_capacity(stack_f
 
 
 def dyn(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dyn.cli", *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "dyn.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
 
 
 def assert_refused(result: subprocess.CompletedProcess, *words: str, one_line: bool = True) -> None:
@@ -335,8 +382,14 @@ def test_a_discovery_root_others_can_write_is_refused_by_every_command(tmp_path)
     open_root.mkdir()
     open_root.chmod(0o777)
     env = {"DYN_DISCOVERY_DIR": ""}
-    for command in (["worker", "mocker"], ["frontend", "--http-port", "0"], ["router"],
-                    ["indexer", "--http-port", "0"], ["inspect-kv"], ["serve", "--http-port", "0"]):
+    for command in (
+        ["worker", "mocker"],
+        ["frontend", "--http-port", "0"],
+        ["router"],
+        ["indexer", "--http-port", "0"],
+        ["inspect-kv"],
+        ["serve", "--http-port", "0"],
+    ):
         result = dyn(*command, "--discovery-dir", str(open_root), env=env)
         assert_refused(result, str(open_root), "writable by other users", "chmod 700", "--discovery-dir")
     assert list(open_root.iterdir()) == []  # nothing was registered in it
@@ -350,9 +403,13 @@ def test_a_discovery_root_others_can_write_is_refused_by_every_command(tmp_path)
     env = {"DYN_DISCOVERY_DIR": "", "XDG_RUNTIME_DIR": "", "TMPDIR": str(temp)}
     assert_refused(dyn("worker", "mocker", env=env), str(default), "writable by other users")
     default.chmod(0o700)  # fixed as the message says: the worker starts
-    worker = subprocess.Popen([sys.executable, "-m", "dyn.cli", "worker", "mocker"],
-                              env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "dyn.cli", "worker", "mocker"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not list(default.glob("default/instances/*.json")) and time.monotonic() < deadline:
@@ -383,18 +440,29 @@ def test_curve_planes_admit_only_holders_of_the_keys(stack_factory, tmp_path, wa
     made = dyn("keys", str(keys))
     assert made.returncode == 0, made.stderr
     assert (os.stat(keys).st_mode & 0o777) == 0o700
-    assert sorted(p.name for p in keys.iterdir()) == ["client.key", "client.key_secret", "server.key",
-                                                      "server.key_secret"]
+    assert sorted(p.name for p in keys.iterdir()) == [
+        "client.key",
+        "client.key_secret",
+        "server.key",
+        "server.key_secret",
+    ]
     assert all(os.stat(p).st_mode & 0o777 == 0o600 for p in keys.iterdir())
     assert dyn("keys", str(keys)).returncode == 2  # never overwrites
 
-    stack = stack_factory("curve").up("--router-mode", "kv", "--plane-keys", str(keys), workers=1,
-                                      worker_args=("--plane-keys", str(keys)))
+    stack = stack_factory("curve").up(
+        "--router-mode", "kv", "--plane-keys", str(keys), workers=1, worker_args=("--plane-keys", str(keys))
+    )
     url = stack.url
     (instance,) = stack.instances()
-    answer = httpx.post(url + "/v1/completions", json={
-        "model": "dyn-tiny", "prompt": "a prompt long enough to fill a few KV blocks " * 20,
-        "max_tokens": 4}, timeout=30)
+    answer = httpx.post(
+        url + "/v1/completions",
+        json={
+            "model": "dyn-tiny",
+            "prompt": "a prompt long enough to fill a few KV blocks " * 20,
+            "max_tokens": 4,
+        },
+        timeout=30,
+    )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
     # the KV router follows the worker's events over the keyed PUB/SUB
     wait_for(lambda: kv_blocks(url, instance)[0] > 0, 30, "the router to index the worker's blocks")
@@ -404,15 +472,21 @@ def test_curve_planes_admit_only_holders_of_the_keys(stack_factory, tmp_path, wa
     client_public, client_secret = zmq.auth.load_certificate(keys / "client.key_secret")
     stranger_public, stranger_secret = zmq.curve_keypair()
     assert ask(endpoint, request_frames("plain"), 2.0) == []
-    assert ask(endpoint, request_frames("stranger"), 2.0,
-               (stranger_public, stranger_secret, server_public)) == []
+    assert (
+        ask(endpoint, request_frames("stranger"), 2.0, (stranger_public, stranger_secret, server_public))
+        == []
+    )
     replies = ask(endpoint, request_frames("holder"), 30.0, (client_public, client_secret, server_public))
     assert replies and isinstance(replies[-1], Finish) and replies[-1].usage.completion_tokens == 3, replies
 
     keys.chmod(0o755)
-    assert_refused(dyn("worker", "mocker", "--plane-keys", str(keys),
-                       "--discovery-dir", str(tmp_path / "d")),
-                   "--plane-keys", "open to other users", "chmod 700", one_line=False)
+    assert_refused(
+        dyn("worker", "mocker", "--plane-keys", str(keys), "--discovery-dir", str(tmp_path / "d")),
+        "--plane-keys",
+        "open to other users",
+        "chmod 700",
+        one_line=False,
+    )
 
 
 def test_binding_beyond_loopback_needs_plane_keys(tmp_path):

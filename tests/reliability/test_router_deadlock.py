@@ -32,8 +32,9 @@ N = 128
 
 def test_n128_on_a_long_prompt_completes_and_never_freezes_other_requests(stack_factory):
     stack = stack_factory("deadlock")
-    stack.start("--log-level", "info", "worker", "mocker", "--namespace", stack.namespace,
-                "--num-workers", "2")  # the probe's defaults: no speed-up, default batch size
+    stack.start(
+        "--log-level", "info", "worker", "mocker", "--namespace", stack.namespace, "--num-workers", "2"
+    )  # the probe's defaults: no speed-up, default batch size
     stack.start_frontend("--router-mode", "kv")
     stack.wait_instances(2)
     url = stack.url
@@ -43,8 +44,11 @@ def test_n128_on_a_long_prompt_completes_and_never_freezes_other_requests(stack_
     def fan_out() -> None:
         t0 = time.monotonic()
         try:
-            r = httpx.post(url + "/v1/completions", timeout=120, json={
-                "model": "dyn-tiny", "prompt": PROMPT, "n": N, "max_tokens": 64})
+            r = httpx.post(
+                url + "/v1/completions",
+                timeout=120,
+                json={"model": "dyn-tiny", "prompt": PROMPT, "n": N, "max_tokens": 64},
+            )
             big.update(status=r.status_code, body=r.json())
         except httpx.HTTPError as exc:
             big.update(error=repr(exc))
@@ -52,13 +56,21 @@ def test_n128_on_a_long_prompt_completes_and_never_freezes_other_requests(stack_
 
     thread = threading.Thread(target=fan_out, daemon=True)
     thread.start()
-    poll_until(lambda: stack.metric("dynamo_frontend_active_requests") >= 1
-               or stack.metric("dynamo_frontend_router_queue_pending_requests") >= 1,
-               30, f"the n={N} request to be routed or queued")
+    poll_until(
+        lambda: (
+            stack.metric("dynamo_frontend_active_requests") >= 1
+            or stack.metric("dynamo_frontend_router_queue_pending_requests") >= 1
+        ),
+        30,
+        f"the n={N} request to be routed or queued",
+    )
 
     t0 = time.monotonic()
-    hi = httpx.post(url + "/v1/chat/completions", timeout=20, json={
-        "model": "dyn-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    hi = httpx.post(
+        url + "/v1/chat/completions",
+        timeout=20,
+        json={"model": "dyn-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+    )
     hi_seconds = time.monotonic() - t0
     assert hi.status_code == 200, hi.text
     assert hi.json()["choices"][0]["message"]["content"]

@@ -28,18 +28,48 @@ SEED = 16
 def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
     report = tmp_path / "schemathesis.json"
     run = subprocess.run(
-        [sys.executable, "-m", "schemathesis.cli", "run", f"{stack.url}/openapi.json",
-         "--checks", "not_a_server_error", "--mode", "all", "--max-examples", str(MAX_EXAMPLES),
-         "--seed", str(SEED), "--workers", "2", "--request-timeout", "60", "--request-retries", "0",
-         "--generation-database", "none", "--no-color", "--report", "json",
-         "--report-json-path", str(report)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+        [
+            sys.executable,
+            "-m",
+            "schemathesis.cli",
+            "run",
+            f"{stack.url}/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--mode",
+            "all",
+            "--max-examples",
+            str(MAX_EXAMPLES),
+            "--seed",
+            str(SEED),
+            "--workers",
+            "2",
+            "--request-timeout",
+            "60",
+            "--request-retries",
+            "0",
+            "--generation-database",
+            "none",
+            "--no-color",
+            "--report",
+            "json",
+            "--report-json-path",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
     assert report.exists(), run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(report.read_text())
     cases = result["test_cases"]
-    print(f"schemathesis {result['schemathesis_version']}: {cases['generated']} cases against "
-          f"{result['operations']['tested']} operations, {cases['with_failures']} with failures, "
-          f"{cases['errored']} errored, in {result['running_time']:.1f} s")
+    print(
+        f"schemathesis {result['schemathesis_version']}: {cases['generated']} cases against "
+        f"{result['operations']['tested']} operations, {cases['with_failures']} with failures, "
+        f"{cases['errored']} errored, in {result['running_time']:.1f} s"
+    )
     assert result["failures"] == [] and cases["with_failures"] == 0, run.stdout[-6000:]
     assert result["errors"] == [] and cases["errored"] == 0, run.stdout[-6000:]  # network errors land here
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

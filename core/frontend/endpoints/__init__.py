@@ -17,9 +17,17 @@ from __future__ import annotations
 from dyn.core.frontend.endpoints import chat, completions, health, metrics, models, openapi
 from dyn.core.frontend.endpoints.base import Call, Endpoint, ReadEndpoint
 
-ENDPOINTS: dict[str, Endpoint] = {e.path: e for e in (
-    chat.ENDPOINT, completions.ENDPOINT, models.ENDPOINT, health.HEALTH, health.LIVE,
-    metrics.ENDPOINT, openapi.ENDPOINT,
-)}
+ENDPOINTS: dict[str, Endpoint] = {
+    e.path: e
+    for e in (
+        chat.ENDPOINT,
+        completions.ENDPOINT,
+        models.ENDPOINT,
+        health.HEALTH,
+        health.LIVE,
+        metrics.ENDPOINT,
+        openapi.ENDPOINT,
+    )
+}
 
 __all__ = ["ENDPOINTS", "Call", "Endpoint", "ReadEndpoint"]

@@ -21,8 +21,9 @@ class Call:
 
     __slots__ = ("scope", "headers", "receive", "send", "extra")
 
-    def __init__(self, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any,
-                 extra: Headers) -> None:
+    def __init__(
+        self, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any, extra: Headers
+    ) -> None:
         self.scope = scope
         self.headers = headers
         self.receive = receive

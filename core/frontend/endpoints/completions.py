@@ -6,5 +6,6 @@ from __future__ import annotations
 from dyn.core.frontend.endpoints.generate import GenerateEndpoint
 from dyn.core.protocol.openai import CompletionRequest
 
-ENDPOINT = GenerateEndpoint("/v1/completions", CompletionRequest,
-                            lambda service, req, ctx: service.prepare_completion(req, ctx))
+ENDPOINT = GenerateEndpoint(
+    "/v1/completions", CompletionRequest, lambda service, req, ctx: service.prepare_completion(req, ctx)
+)

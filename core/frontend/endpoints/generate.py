@@ -33,8 +33,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
-_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
-                (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
 """A client's request id: visible ASCII, so it can be echoed as a header and logged as it is."""
 
@@ -67,9 +70,12 @@ class GenerateEndpoint(Endpoint):
         req = decode_request(body, self.request_type)
         headers = call.headers
         rid = _request_id(headers.get(b"x-request-id"), req.request_id)
-        ctx = RequestContext(rid, worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
-                             prefill_instance_id=_int_header(headers, b"x-prefill-instance-id"),
-                             dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"))
+        ctx = RequestContext(
+            rid,
+            worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
+            prefill_instance_id=_int_header(headers, b"x-prefill-instance-id"),
+            dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"),
+        )
         extra = call.extra + [(b"x-request-id", rid.encode())]
         service = app.service
         prepared: list[Generation] = []
@@ -83,8 +89,9 @@ class GenerateEndpoint(Endpoint):
                     gen.release()
                 return
         except ApiError as exc:
-            service.metrics.requests.labels(service.model_name, self.label,
-                                            "stream" if req.stream else "unary", "error").inc()
+            service.metrics.requests.labels(
+                service.model_name, self.label, "stream" if req.stream else "unary", "error"
+            ).inc()
             raise _with_headers(exc, extra) from None
         gen = prepared[0]
         active = service.metrics.active.labels(service.model_name)
@@ -165,23 +172,33 @@ def require_json(headers: dict[bytes, bytes]) -> None:
     if media == b"application/json":
         return
     got = f"Content-Type {value.decode('latin-1')[:100]!r}" if value else "no Content-Type"
-    hint = (" (curl -d sends form data unless told -H 'Content-Type: application/json')"
-            if media == b"application/x-www-form-urlencoded" else "")
-    raise ApiError(415, f"the request body must be JSON; got {got}{hint}: send "
-                        "Content-Type: application/json", code="unsupported_media_type")
+    hint = (
+        " (curl -d sends form data unless told -H 'Content-Type: application/json')"
+        if media == b"application/x-www-form-urlencoded"
+        else ""
+    )
+    raise ApiError(
+        415,
+        f"the request body must be JSON; got {got}{hint}: send Content-Type: application/json",
+        code="unsupported_media_type",
+    )
 
 
 def _request_id(header: bytes | None, body_id: str | None) -> str:
     """The request's id: the ``x-request-id`` header, else the body's ``request_id``, else a fresh
     one; a client's id that is not 1 to 256 visible ASCII characters is a 400."""
-    for value, where in ((header.decode("latin-1") if header else None, "x-request-id"),
-                         (body_id, "request_id")):
+    for value, where in (
+        (header.decode("latin-1") if header else None, "x-request-id"),
+        (body_id, "request_id"),
+    ):
         if value is None:
             continue
         if not _REQUEST_ID.fullmatch(value):
-            raise bad_request(f"{where} must be 1 to 256 visible ASCII characters (letters, digits, "
-                              f"punctuation; no spaces or control characters), got {value[:80]!r}",
-                              param=where)
+            raise bad_request(
+                f"{where} must be 1 to 256 visible ASCII characters (letters, digits, "
+                f"punctuation; no spaces or control characters), got {value[:80]!r}",
+                param=where,
+            )
         return value
     return uuid.uuid4().hex
 

@@ -16,8 +16,14 @@ if TYPE_CHECKING:
 def _health(app: FrontendApp) -> Reply:
     service = app.service
     instances = [w.instance_id for w in service.router.pool.workers()]
-    body = orjson.dumps({"status": "healthy" if instances else "unhealthy", "instances": instances,
-                         "model": service.model_name, "router_mode": service.router.mode})
+    body = orjson.dumps(
+        {
+            "status": "healthy" if instances else "unhealthy",
+            "instances": instances,
+            "model": service.model_name,
+            "router_mode": service.router.mode,
+        }
+    )
     return (200 if instances else 503), body, b"application/json"
 
 

@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 def _models(app: FrontendApp) -> Reply:
     service = app.service
     info = service.preprocessor.info
-    card = ModelCard(service.model_name, app.started, root=str(info.path),
-                     max_model_len=info.context_length)
+    card = ModelCard(service.model_name, app.started, root=str(info.path), max_model_len=info.context_length)
     return 200, msgspec.json.encode(ModelList([card])), b"application/json"
 
 

@@ -17,15 +17,17 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=8)
 def _document(model_name: str, context_length: int, vocab_size: int, max_logprobs: int) -> bytes:
-    return orjson.dumps(openapi_document(model_name, context_length=context_length,
-                                         vocab_size=vocab_size, max_logprobs=max_logprobs))
+    return orjson.dumps(
+        openapi_document(
+            model_name, context_length=context_length, vocab_size=vocab_size, max_logprobs=max_logprobs
+        )
+    )
 
 
 def _openapi(app: FrontendApp) -> Reply:
     service = app.service
     info = service.preprocessor.info
-    body = _document(service.model_name, info.context_length, info.vocab_size,
-                     service.outputs.max_logprobs)
+    body = _document(service.model_name, info.context_length, info.vocab_size, service.outputs.max_logprobs)
     return 200, body, b"application/json"
 
 

@@ -29,8 +29,13 @@ class ReasoningParser:
     needs_special_tokens: ClassVar[bool] = False
     """The format's markers are special tokens: the frontend keeps them in the text it parses."""
 
-    def __init__(self, prompt_text: str | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None, *, constrained: bool = False) -> None:
+    def __init__(
+        self,
+        prompt_text: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        *,
+        constrained: bool = False,
+    ) -> None:
         self.prompt_text = prompt_text
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.constrained = constrained

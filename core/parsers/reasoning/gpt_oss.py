@@ -31,8 +31,13 @@ from dyn.core.parsers.reasoning import REASONING_PARSERS, ReasoningParser
 class GptOssReasoningParser(ReasoningParser):
     needs_special_tokens = True  # Harmony's <|channel|>, <|message|>, ... are special tokens
 
-    def __init__(self, prompt_text: str | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None, *, constrained: bool = False) -> None:
+    def __init__(
+        self,
+        prompt_text: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        *,
+        constrained: bool = False,
+    ) -> None:
         super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
         self._reader = HarmonyReader(prompt_text)
         self._channels = ChannelText()

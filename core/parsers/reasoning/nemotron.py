@@ -30,8 +30,9 @@ class NemotronDeciReasoningParser(BasicReasoningParser):
     """Dynamo's ``nemotron_deci`` (see the module)."""
 
 
-@REASONING_PARSERS.register("nemotron_v3", "nemotron", "nano_v3", "nemotron_3", "nemotron3", "nemotron_nano",
-                            "nemotron_nano_v2")
+@REASONING_PARSERS.register(
+    "nemotron_v3", "nemotron", "nano_v3", "nemotron_3", "nemotron3", "nemotron_nano", "nemotron_nano_v2"
+)
 class NemotronV3ReasoningParser(TaggedReasoningParser):
     """Nemotron 3 Nano/Super and Nemotron Nano 2 (see the module)."""
 
@@ -41,12 +42,18 @@ class NemotronV3ReasoningParser(TaggedReasoningParser):
     drops_stray_end = True
     trims_reasoning_end = True
 
-    def __init__(self, prompt_text: str | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None, *, constrained: bool = False) -> None:
+    def __init__(
+        self,
+        prompt_text: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        *,
+        constrained: bool = False,
+    ) -> None:
         super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
         kwargs = self.chat_template_kwargs
-        self._force_content = (kwargs.get("enable_thinking") is False
-                               or kwargs.get("force_nonempty_content") is True)
+        self._force_content = (
+            kwargs.get("enable_thinking") is False or kwargs.get("force_nonempty_content") is True
+        )
         self._reasoning_seen: list[str] = []
         self._content_seen = False
 

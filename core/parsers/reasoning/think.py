@@ -76,8 +76,13 @@ class TaggedReasoningParser(ReasoningParser):
     """Tags that may wrap the content right after the section (``<answer>``, ``</answer>``);
     they are dropped with the whitespace inside them and after the closing one."""
 
-    def __init__(self, prompt_text: str | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None, *, constrained: bool = False) -> None:
+    def __init__(
+        self,
+        prompt_text: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        *,
+        constrained: bool = False,
+    ) -> None:
         super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
         tail = (prompt_text or "").rstrip()
         enabled = True
@@ -100,7 +105,8 @@ class TaggedReasoningParser(ReasoningParser):
         markers: tuple[str, ...] = ()
         if enabled:
             markers = (self.end_tags if self.drops_stray_end else ()) + (
-                self.start_tags if self.reopens else ())
+                self.start_tags if self.reopens else ()
+            )
         self._content_markers = markers
         tags = self.start_tags + self.end_tags + self.exits + (self.answer_tags or ())
         self._marker_chars = frozenset(tag[0] for tag in tags)
@@ -115,9 +121,14 @@ class TaggedReasoningParser(ReasoningParser):
     def feed(self, text: str) -> list[Event]:
         if not text:
             return []
-        if (self._state != _REASONING and not self._buf and not self._strip and not self._at_start
-                and self._answer == _NO_ANSWER
-                and (not self._content_markers or self._marker_chars.isdisjoint(text))):
+        if (
+            self._state != _REASONING
+            and not self._buf
+            and not self._strip
+            and not self._at_start
+            and self._answer == _NO_ANSWER
+            and (not self._content_markers or self._marker_chars.isdisjoint(text))
+        ):
             return [text]
         self._buf += text
         return self._run(final=False)
@@ -156,7 +167,7 @@ class TaggedReasoningParser(ReasoningParser):
         if not (self._at_start and not before.strip()):
             self._emit_content(events, before)
         self._at_start = False
-        self._buf = buf[at + len(marker):]
+        self._buf = buf[at + len(marker) :]
         if marker in self.start_tags:
             self._enter_reasoning()
         return True
@@ -165,12 +176,13 @@ class TaggedReasoningParser(ReasoningParser):
         buf = self._buf
         if self._at_start:
             lead = buf.lstrip()
-            if not final and (not lead or any(len(lead) < len(t) and t.startswith(lead)
-                                              for t in self.start_tags)):
+            if not final and (
+                not lead or any(len(lead) < len(t) and t.startswith(lead) for t in self.start_tags)
+            ):
                 return False
             for tag in self.start_tags:
                 if lead.startswith(tag):
-                    buf = lead[len(tag):]
+                    buf = lead[len(tag) :]
                     break
             self._at_start = False
         if self._trim_lead:
@@ -188,7 +200,7 @@ class TaggedReasoningParser(ReasoningParser):
                 text = text.rstrip()
             if text:
                 events.append(Reasoning(text))
-            self._buf = buf[len(text):]
+            self._buf = buf[len(text) :]
             return False
         at, marker = hit
         text = buf[:at].rstrip() if self.trims_reasoning_end else buf[:at]
@@ -196,7 +208,7 @@ class TaggedReasoningParser(ReasoningParser):
             events.append(Reasoning(text))
         self._state = _CONTENT
         if marker in self.end_tags:
-            self._buf = buf[at + len(marker):]
+            self._buf = buf[at + len(marker) :]
             self._strip = True
             self._answer = _ANSWER_NEXT if self.answer_tags else _NO_ANSWER
         else:
@@ -216,7 +228,7 @@ class TaggedReasoningParser(ReasoningParser):
             assert self.answer_tags is not None
             opening = self.answer_tags[0]
             if buf.startswith(opening):
-                self._buf = buf[len(opening):]
+                self._buf = buf[len(opening) :]
                 self._answer, self._strip = _IN_ANSWER, True
                 return True
             if not final and opening.startswith(buf):
@@ -232,11 +244,11 @@ class TaggedReasoningParser(ReasoningParser):
             if closing and not final:
                 text = text.rstrip()
             self._emit_content(events, text)
-            self._buf = buf[len(text):]
+            self._buf = buf[len(text) :]
             return False
         at, marker = hit
         self._emit_content(events, buf[:at].rstrip() if marker == closing else buf[:at])
-        self._buf = buf[at + len(marker):]
+        self._buf = buf[at + len(marker) :]
         if marker == closing:
             self._answer, self._strip = _NO_ANSWER, True
         elif marker in self.start_tags:

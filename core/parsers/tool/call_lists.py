@@ -109,12 +109,12 @@ class CallListParser(ToolParser):
                 found = self.find_opening(buf, self._at_start)
                 if isinstance(found, int):
                     keep = 0 if final else found
-                    self._content(events, buf[:len(buf) - keep])
-                    self._buf = buf[len(buf) - keep:]
+                    self._content(events, buf[: len(buf) - keep])
+                    self._buf = buf[len(buf) - keep :]
                     return events
                 at, marker = found
                 self._content(events, buf[:at])
-                self._buf = buf[at + len(marker):]
+                self._buf = buf[at + len(marker) :]
                 self._marker = marker
                 self._reader = self.reader(marker)
                 self._state = _LIST
@@ -125,7 +125,7 @@ class CallListParser(ToolParser):
                 if reader.failed:
                     self._unreadable(events)
                 elif reader.end >= 0:
-                    self._buf = self._buf[reader.end:]
+                    self._buf = self._buf[reader.end :]
                     self._state = _CLOSING
                 else:
                     return events
@@ -133,7 +133,7 @@ class CallListParser(ToolParser):
                 rest = self._buf.lstrip()
                 if self.end_marker:
                     if rest.startswith(self.end_marker):
-                        self._buf = rest[len(self.end_marker):]
+                        self._buf = rest[len(self.end_marker) :]
                     elif not final and self.end_marker.startswith(rest):
                         return events
                 self._after_list = True

@@ -30,8 +30,9 @@ CALL_BEGIN = "<\uff5ctool\u2581call\u2581begin\uff5c>"
 CALL_END = "<\uff5ctool\u2581call\u2581end\uff5c>"
 SEP = "<\uff5ctool\u2581sep\uff5c>"
 
-_V3_HEAD = re.compile(r"\s*[^<\n]*?" + re.escape(SEP)
-                      + r"[ \t]*([^\s{<]+)[ \t]*\n\s*(?:```(?:json)?[ \t]*\n\s*)?(?=\{)")
+_V3_HEAD = re.compile(
+    r"\s*[^<\n]*?" + re.escape(SEP) + r"[ \t]*([^\s{<]+)[ \t]*\n\s*(?:```(?:json)?[ \t]*\n\s*)?(?=\{)"
+)
 _V31_HEAD = re.compile(r"\s*([^\s{<]+)\s*" + re.escape(SEP) + r"\s*(?=\{)")
 
 
@@ -57,11 +58,11 @@ class DeepSeekToolParser(SectionedToolParser):
         return JsonArgsBody(read_deepseek_head)
 
 
-
 @TOOL_PARSERS.register("deepseek_v3")
 class DeepSeekV3ToolParser(DeepSeekToolParser):
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        body = "\n".join(f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{c.arguments}\n```{CALL_END}"
-                         for c in calls)
+        body = "\n".join(
+            f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{c.arguments}\n```{CALL_END}" for c in calls
+        )
         return f"{CALLS_BEGIN}{body}{CALLS_END}"

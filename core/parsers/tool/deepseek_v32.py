@@ -34,7 +34,8 @@ INVOKE_END = f"</{DSML}invoke>"
 
 _HEAD = re.compile(r'\s+name="([^"<>]+)"\s*>')
 _PARAMETER = re.compile(
-    rf'<{DSML}parameter\s+name="([^"<>]+)"(?:\s+string="(true|false)")?\s*>(.*?)</{DSML}parameter>', re.DOTALL)
+    rf'<{DSML}parameter\s+name="([^"<>]+)"(?:\s+string="(true|false)")?\s*>(.*?)</{DSML}parameter>', re.DOTALL
+)
 
 
 @TOOL_PARSERS.register("deepseek_v32", "deepseek_v3_2")
@@ -67,8 +68,10 @@ class DeepSeekV32ToolParser(SectionedToolParser):
             if is_string == "true":
                 value = text
             else:
-                value = typed_value(text.strip(), parameter_schema(self.tools.get(self._name), key)
-                                    if is_string is None else {})
+                value = typed_value(
+                    text.strip(),
+                    parameter_schema(self.tools.get(self._name), key) if is_string is None else {},
+                )
             events.append(ToolCallArgs(self._args.member(key, value)))
             self._pos = parameter.end()
         if complete:
@@ -82,7 +85,9 @@ class DeepSeekV32ToolParser(SectionedToolParser):
             return f'<{DSML}parameter name="{key}" string="{string}">{value_text(value)}</{DSML}parameter>'
 
         invokes = "\n".join(
-            f'{INVOKE} name="{c.name}">\n' + "\n".join(parameter(k, v) for k, v in c.args.items())
-            + f"\n{INVOKE_END}" for c in calls)
+            f'{INVOKE} name="{c.name}">\n'
+            + "\n".join(parameter(k, v) for k, v in c.args.items())
+            + f"\n{INVOKE_END}"
+            for c in calls
+        )
         return f"{CALLS_BEGIN}\n{invokes}\n{CALLS_END}"
-

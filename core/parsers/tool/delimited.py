@@ -59,11 +59,11 @@ class DelimitedToolParser(ToolParser):
                 hit = buf.find(self.call_start)
                 if hit < 0:
                     keep = 0 if final else marker_tail(buf, (self.call_start,))
-                    self._content(events, buf[:len(buf) - keep])
-                    self._buf = buf[len(buf) - keep:]
+                    self._content(events, buf[: len(buf) - keep])
+                    self._buf = buf[len(buf) - keep :]
                     return events
                 self._content(events, buf[:hit])
-                self._buf = buf[hit + len(self.call_start):]
+                self._buf = buf[hit + len(self.call_start) :]
                 self._in_call = True
                 self._searched = 0
                 self.call_begin()
@@ -76,10 +76,10 @@ class DelimitedToolParser(ToolParser):
                     self._buf = ""
                     return events
                 keep = marker_tail(buf, (self.call_end,))
-                events.extend(self.call_events(buf[:len(buf) - keep], complete=False, final=False))
+                events.extend(self.call_events(buf[: len(buf) - keep], complete=False, final=False))
                 return events
             events.extend(self.call_events(buf[:end], complete=True, final=final))
-            self._buf = buf[end + len(self.call_end):]
+            self._buf = buf[end + len(self.call_end) :]
             self._in_call = False
             self._after_call = True
 
@@ -140,7 +140,9 @@ class JsonCallBody:
 
     __slots__ = ("head", "args_keys", "_started", "_args_at", "_sent", "_scanner", "_args_end")
 
-    def __init__(self, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")) -> None:
+    def __init__(
+        self, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")
+    ) -> None:
         self.args_keys = tuple(args_keys)
         self.head = _call_head(name_key, self.args_keys)
         self.reset()
@@ -152,8 +154,9 @@ class JsonCallBody:
         self._scanner = JsonScanner()
         self._args_end = -1
 
-    def events(self, body: str, complete: bool, final: bool = False,
-               name_key: str = "name") -> list[Event] | None:
+    def events(
+        self, body: str, complete: bool, final: bool = False, name_key: str = "name"
+    ) -> list[Event] | None:
         """Events for the body so far; ``None`` when a body that ended (``complete``, or cut off
         by the end of the stream: ``final``) cannot be read as a call."""
         events: list[Event] = []
@@ -175,11 +178,11 @@ class JsonCallBody:
             else:
                 return events
         if self._args_end < 0:
-            args = body[self._args_at:]
+            args = body[self._args_at :]
             end = self._scanner.scan(args)
             upto = end if end >= 0 else len(args)
             if upto > self._sent:
-                events.append(ToolCallArgs(args[self._sent:upto]))
+                events.append(ToolCallArgs(args[self._sent : upto]))
                 self._sent = upto
             if end >= 0:
                 self._args_end = end
@@ -201,12 +204,14 @@ def _json_string(text: str) -> str | None:
 def _call_head(name_key: str, args_keys: tuple[str, ...]) -> re.Pattern[str]:
     """The pattern of a call object's start: the name, then the arguments key (one per key set)."""
     keys = "|".join(re.escape(k) for k in args_keys)
-    return re.compile(r'\s*\{\s*"' + re.escape(name_key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:'
-                      + keys + r')"\s*:\s*')
+    return re.compile(
+        r'\s*\{\s*"' + re.escape(name_key) + r'"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:' + keys + r')"\s*:\s*'
+    )
 
 
-def read_json_call(text: str, name_key: str = "name",
-                   args_keys: Sequence[str] = ("arguments", "parameters")) -> tuple[str, str] | None:
+def read_json_call(
+    text: str, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")
+) -> tuple[str, str] | None:
     """(name, arguments JSON) of a complete JSON call object, or ``None`` when it is not one.
     Arguments given as a JSON string are decoded (some models double-encode them)."""
     try:

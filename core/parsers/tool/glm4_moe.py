@@ -89,10 +89,12 @@ class Glm45ToolParser(GlmToolParser):
     def render(cls, calls: Sequence[ToolCall]) -> str:
         return "\n".join(
             f"<tool_call>{c.name}\n"
-            + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{value_text(v)}</arg_value>\n"
-                      for k, v in c.args.items())
+            + "".join(
+                f"<arg_key>{k}</arg_key>\n<arg_value>{value_text(v)}</arg_value>\n" for k, v in c.args.items()
+            )
             + "</tool_call>"
-            for c in calls)
+            for c in calls
+        )
 
 
 @TOOL_PARSERS.register("glm47")
@@ -101,7 +103,9 @@ class Glm47ToolParser(GlmToolParser):
     def render(cls, calls: Sequence[ToolCall]) -> str:
         return "".join(
             f"<tool_call>{c.name}"
-            + "".join(f"<arg_key>{k}</arg_key><arg_value>{value_text(v)}</arg_value>"
-                      for k, v in c.args.items())
+            + "".join(
+                f"<arg_key>{k}</arg_key><arg_value>{value_text(v)}</arg_value>" for k, v in c.args.items()
+            )
             + "</tool_call>"
-            for c in calls)
+            for c in calls
+        )

@@ -96,4 +96,5 @@ class GptOssToolParser(ToolParser):
     def render(cls, calls: Sequence[ToolCall]) -> str:
         return "<|start|>assistant".join(
             f"<|channel|>commentary to=functions.{c.name} <|constrain|>json<|message|>{c.arguments}<|call|>"
-            for c in calls)
+            for c in calls
+        )

@@ -49,5 +49,6 @@ class Granite20bFCToolParser(CallListParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(f'<function_call> {{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}'
-                         for c in calls)
+        return "\n".join(
+            f'<function_call> {{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls
+        )

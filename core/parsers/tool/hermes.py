@@ -28,9 +28,9 @@ class HermesToolParser(DelimitedToolParser):
     def body_reader(self) -> CallBodyReader:
         return JsonCallBody()
 
-
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
         return "\n".join(
             f'<tool_call>\n{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}\n</tool_call>'
-            for c in calls)
+            for c in calls
+        )

@@ -28,8 +28,9 @@ class InternLMToolParser(DelimitedToolParser):
     def body_reader(self) -> CallBodyReader:
         return CallObject()
 
-
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(f'{cls.call_start}\n{{"name": {json.dumps(c.name)}, "parameters": {c.arguments}}}'
-                         f'{cls.call_end}' for c in calls)
+        return "\n".join(
+            f'{cls.call_start}\n{{"name": {json.dumps(c.name)}, "parameters": {c.arguments}}}{cls.call_end}'
+            for c in calls
+        )

@@ -18,7 +18,7 @@ from dyn.core.parsers.tool.call_lists import CallListReader, skip_space
 from dyn.core.parsers.tool.delimited import JsonCallBody
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
-_PLAIN_VALUE = rf'(?:{_STRING}|-?\d[\d.eE+-]*|true|false|null)'
+_PLAIN_VALUE = rf"(?:{_STRING}|-?\d[\d.eE+-]*|true|false|null)"
 
 _OPEN, _NEXT, _ITEM, _AFTER = 0, 1, 2, 3
 """Before the list's first character; where an element (or the array's end) is due; inside an
@@ -34,24 +34,28 @@ class CallObject(JsonCallBody):
     arguments are no object, is no call (vLLM's JSON-list parsers read ``{"name": "Paris"}`` as
     an answer)."""
 
-    def __init__(self, name_key: str = "name",
-                 args_keys: Sequence[str] = ("arguments", "parameters")) -> None:
+    def __init__(
+        self, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")
+    ) -> None:
         super().__init__(name_key, args_keys)
         reserved = "|".join(re.escape(k) for k in (name_key, *args_keys))
         other = rf'"(?!(?:{reserved})")(?:[^"\\]|\\.)*"\s*:\s*{_PLAIN_VALUE}\s*,\s*'
         keys = "|".join(re.escape(k) for k in args_keys)
-        self.head = re.compile(rf'\s*\{{\s*(?:{other})*"{re.escape(name_key)}"\s*:\s*({_STRING})\s*,\s*'
-                               rf'(?:{other})*"(?:{keys})"\s*:\s*')
+        self.head = re.compile(
+            rf'\s*\{{\s*(?:{other})*"{re.escape(name_key)}"\s*:\s*({_STRING})\s*,\s*'
+            rf'(?:{other})*"(?:{keys})"\s*:\s*'
+        )
 
-    def events(self, body: str, complete: bool, final: bool = False,
-               name_key: str = "name") -> list[Event] | None:
+    def events(
+        self, body: str, complete: bool, final: bool = False, name_key: str = "name"
+    ) -> list[Event] | None:
         if not self._started and complete and not self._streams(body) and not self._has_arguments(body):
             return None
         return super().events(body, complete, final, name_key)
 
     def _streams(self, body: str) -> bool:
         match = self.head.match(body)
-        return match is not None and body[match.end():match.end() + 1] == "{"
+        return match is not None and body[match.end() : match.end() + 1] == "{"
 
     def _has_arguments(self, body: str) -> bool:
         """The object has arguments that are an object (or a string holding one)."""
@@ -146,7 +150,7 @@ class JsonCallList(CallListReader):
         self._phase = _ITEM
 
     def _read_item(self, text: str, final: bool, events: list[Event]) -> None:
-        item = text[self._item_at:]
+        item = text[self._item_at :]
         end = self._scanner.scan(item)
         if end < 0:
             got = self._object.events(item, complete=False, final=final)

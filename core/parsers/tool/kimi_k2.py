@@ -57,7 +57,7 @@ class KimiK2ToolParser(SectionedToolParser):
             return CallHead(named.group(1), call_id, match.end())
         if not call_id.isdigit():
             return None
-        name = self._tool_for_counter(body[match.end():] if complete else None)
+        name = self._tool_for_counter(body[match.end() :] if complete else None)
         return None if name is None else CallHead(name, call_id, match.end())
 
     def _tool_for_counter(self, arguments: str | None) -> str | None:
@@ -73,10 +73,12 @@ class KimiK2ToolParser(SectionedToolParser):
             return None
         if not isinstance(args, dict) or not args:
             return None
-        fits = [t.name for t in self.tools.values()
-                if set(args) <= set((t.parameters or {}).get("properties") or {})]
+        fits = [
+            t.name
+            for t in self.tools.values()
+            if set(args) <= set((t.parameters or {}).get("properties") or {})
+        ]
         return fits[0] if len(fits) == 1 else None
-
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:

@@ -66,8 +66,10 @@ class MistralCalls(CallListReader):
             else:
                 self._head_at = pos
         if self._json is not None:
-            events: list[Event] = [ToolCallStart(e.name, new_call_id()) if isinstance(e, ToolCallStart) else e
-                                   for e in self._json.read(text, final)]
+            events: list[Event] = [
+                ToolCallStart(e.name, new_call_id()) if isinstance(e, ToolCallStart) else e
+                for e in self._json.read(text, final)
+            ]
             self.calls, self.end, self.failed = self._json.calls, self._json.end, self._json.failed
             return events
         events = []
@@ -78,11 +80,11 @@ class MistralCalls(CallListReader):
             name, call_id, self._args_at = head
             self.calls = 1
             events.append(ToolCallStart(name, call_id if is_call_id(call_id) else new_call_id()))
-        args = text[self._args_at:]
+        args = text[self._args_at :]
         end = self._scanner.scan(args)
         upto = end if end >= 0 else len(args)
         if upto > self._sent:
-            events.append(ToolCallArgs(args[self._sent:upto]))
+            events.append(ToolCallArgs(args[self._sent : upto]))
             self._sent = upto
         if end >= 0:
             events.append(TOOL_CALL_END)
@@ -98,7 +100,7 @@ class MistralCalls(CallListReader):
         pos = self._head_at
         while pos < n and text[pos] in _NAME_CHARS:
             pos += 1
-        name = text[self._head_at:pos]
+        name = text[self._head_at : pos]
         call_id = ""
         pos = skip_space(text, pos)
         if name and text.startswith(_CALL_ID, pos):

@@ -217,7 +217,7 @@ class PythonCallList(CallListReader):
             if final:
                 self.end = len(text)
             return False
-        argument = text[self._pos:stop].strip()
+        argument = text[self._pos : stop].strip()
         read = keyword_argument(argument) if argument else None
         if read is not None:
             key, value = read

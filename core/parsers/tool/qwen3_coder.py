@@ -147,15 +147,15 @@ class FunctionReader:
                     if complete:
                         self._close(events)
                     return events
-                self._param = (body[at + len(_PARAMETER):name_end].strip(), name_end + 1)
+                self._param = (body[at + len(_PARAMETER) : name_end].strip(), name_end + 1)
                 self._pos = name_end + 1
         return events
 
     def _read_head(self, body: str, ended: bool, events: list[Event]) -> bool:
-        rest = body[self._pos:].lstrip()
+        rest = body[self._pos :].lstrip()
         if rest.startswith(_FUNCTION):
             name_end = rest.find(">")
-            name = rest[len(_FUNCTION):name_end if name_end >= 0 else len(rest)]
+            name = rest[len(_FUNCTION) : name_end if name_end >= 0 else len(rest)]
             if "<" in name or "\n" in name or (name_end >= 0 and not name.strip()):
                 self.unreadable = self.calls == 0
                 return False
@@ -231,4 +231,5 @@ class Qwen3CoderToolParser(DelimitedToolParser):
             f"<tool_call>\n<function={c.name}>\n"
             + "".join(parameter(k, v) for k, v in json.loads(c.arguments).items())
             + "</function>\n</tool_call>"
-            for c in calls)
+            for c in calls
+        )

@@ -81,11 +81,11 @@ def _until(buf: str, markers: tuple[str, ...], final: bool, out: list[str]) -> t
     hit = find_first(buf, markers)
     if hit is None:
         keep = 0 if final else marker_tail(buf, markers)
-        out.append(buf[:len(buf) - keep])
-        return buf[len(buf) - keep:], None
+        out.append(buf[: len(buf) - keep])
+        return buf[len(buf) - keep :], None
     at, marker = hit
     out.append(buf[:at])
-    return buf[at + len(marker):], marker
+    return buf[at + len(marker) :], marker
 
 
 class CallHead(NamedTuple):
@@ -132,11 +132,11 @@ class JsonArgsBody:
             self._args_at = head.args_at
             events.append(ToolCallStart(head.name, head.id))
         if self._args_end < 0:
-            args = body[self._args_at:]
+            args = body[self._args_at :]
             end = self._scanner.scan(args)
             upto = end if end >= 0 else len(args)
             if upto > self._sent:
-                events.append(ToolCallArgs(args[self._sent:upto]))
+                events.append(ToolCallArgs(args[self._sent : upto]))
                 self._sent = upto
             self._args_end = end
         if complete or (final and self._args_end >= 0):

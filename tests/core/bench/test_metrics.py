@@ -7,11 +7,36 @@ import pytest
 from dyn.core.bench.metrics import RequestRecord, distribution, percentile, summarize
 
 
-def rec(conv, group, start, end, ttft=None, out=0, itl=(), prompt=None, cached=None, worker=None,
-        error=None, queue=None, cls=None):
-    return RequestRecord(conversation=conv, group=group, start_s=start, end_s=end, ttft_s=ttft,
-                         output_tokens=out, itl_s=list(itl), prompt_tokens=prompt, cached_tokens=cached,
-                         worker=worker, error=error, queue_s=queue, cls=cls)
+def rec(
+    conv,
+    group,
+    start,
+    end,
+    ttft=None,
+    out=0,
+    itl=(),
+    prompt=None,
+    cached=None,
+    worker=None,
+    error=None,
+    queue=None,
+    cls=None,
+):
+    return RequestRecord(
+        conversation=conv,
+        group=group,
+        start_s=start,
+        end_s=end,
+        ttft_s=ttft,
+        output_tokens=out,
+        itl_s=list(itl),
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        worker=worker,
+        error=error,
+        queue_s=queue,
+        cls=cls,
+    )
 
 
 def test_percentiles_interpolate_like_numpy():
@@ -27,9 +52,33 @@ def test_percentiles_interpolate_like_numpy():
 
 def test_summary_of_a_small_run():
     records = [
-        rec("a", "g1", 0.0, 1.0, ttft=0.2, out=5, itl=[0.2, 0.2], prompt=100, cached=50, worker="w1",
-            queue=0.01, cls="lead/high"),
-        rec("b", "g1", 0.5, 2.0, ttft=0.4, out=11, itl=[0.1], prompt=100, cached=0, worker="w2", cls="lead/high"),
+        rec(
+            "a",
+            "g1",
+            0.0,
+            1.0,
+            ttft=0.2,
+            out=5,
+            itl=[0.2, 0.2],
+            prompt=100,
+            cached=50,
+            worker="w1",
+            queue=0.01,
+            cls="lead/high",
+        ),
+        rec(
+            "b",
+            "g1",
+            0.5,
+            2.0,
+            ttft=0.4,
+            out=11,
+            itl=[0.1],
+            prompt=100,
+            cached=0,
+            worker="w2",
+            cls="lead/high",
+        ),
         rec("c", "g2", 1.0, 3.0, ttft=0.6, out=4, prompt=200, cached=100, worker="w1"),
         rec("d", "g2", 1.0, 1.5, error="http_503"),
         rec("e", "g3", 2.0, 2.5, ttft=0.1, out=1, worker="w2"),  # no usage: left out of the ratio

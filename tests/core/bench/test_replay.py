@@ -24,13 +24,20 @@ def offline(mocker: MockerConfig | None = None, **fields) -> ReplaySettings:
 
 
 def row(ts_ms=0.0, isl=1000, osl=5, ids=(1, 2), session=None, delay_ms=None):
-    return TraceRow(input_length=isl, output_length=osl, hash_ids=tuple(ids), timestamp_ms=ts_ms,
-                    session_id=session, delay_ms=delay_ms)
+    return TraceRow(
+        input_length=isl,
+        output_length=osl,
+        hash_ids=tuple(ids),
+        timestamp_ms=ts_ms,
+        session_id=session,
+        delay_ms=delay_ms,
+    )
 
 
 def later(session, delay_ms, isl=1000, osl=5, ids=(1, 2)):
-    return TraceRow(input_length=isl, output_length=osl, hash_ids=tuple(ids), session_id=session,
-                    delay_ms=delay_ms)
+    return TraceRow(
+        input_length=isl, output_length=osl, hash_ids=tuple(ids), session_id=session, delay_ms=delay_ms
+    )
 
 
 def by_conversation(records):
@@ -49,8 +56,12 @@ def decode_ms(u):
 
 
 @settings(max_examples=60, deadline=None)
-@given(count=st.integers(0, 300), low=st.integers(0, 20), span=st.sampled_from([1, 2, 3, 100, 4096, 32000, 1 << 20, 1 << 33]),
-       seed=st.integers(0, 3))
+@given(
+    count=st.integers(0, 300),
+    low=st.integers(0, 20),
+    span=st.sampled_from([1, 2, 3, 100, 4096, 32000, 1 << 20, 1 << 33]),
+    seed=st.integers(0, 3),
+)
 def test_bulk_draws_are_randrange_draws(count, low, span, seed):
     rng = random.Random(seed)
     expected = [rng.randrange(low, low + span) for _ in range(count)]
@@ -102,8 +113,9 @@ def test_kv_mode_follows_the_cache_and_round_robin_does_not():
         assert kv["r1", 0].cached_tokens == 1024 - 64  # all but the last block: one token is computed
         assert kv["r1", 0].ttft_s < kv["r0", 0].ttft_s
 
-    rr = by_conversation(replay(shared_prefix_trace(),
-                                offline(num_workers=2, router_mode="round-robin")).records)
+    rr = by_conversation(
+        replay(shared_prefix_trace(), offline(num_workers=2, router_mode="round-robin")).records
+    )
     assert rr["r1", 0].worker != rr["r0", 0].worker
     assert rr["r1", 0].cached_tokens == 0
 
@@ -117,11 +129,20 @@ def test_duplicate_prefills_are_counted():
 
 def noisy_trace(n=40, seed=3):
     rng = random.Random(seed)
-    return [row(ts_ms=rng.uniform(0, 2000), isl=rng.randrange(100, 3000), osl=rng.randrange(1, 30),
-                ids=[rng.randrange(6)] + [1000 + i * 10 + k for k in range(5)]) for i in range(n)]
+    return [
+        row(
+            ts_ms=rng.uniform(0, 2000),
+            isl=rng.randrange(100, 3000),
+            osl=rng.randrange(1, 30),
+            ids=[rng.randrange(6)] + [1000 + i * 10 + k for k in range(5)],
+        )
+        for i in range(n)
+    ]
 
 
-@pytest.mark.parametrize("mode,router", [("kv", KvRouterConfig(temperature=0.7)), ("random", KvRouterConfig())])
+@pytest.mark.parametrize(
+    "mode,router", [("kv", KvRouterConfig(temperature=0.7)), ("random", KvRouterConfig())]
+)
 def test_same_seed_same_records(mode, router):
     trace = noisy_trace()
 
@@ -138,8 +159,12 @@ def test_same_seed_same_records(mode, router):
 
 
 def test_sessions_wait_for_the_previous_turn_plus_the_delay():
-    trace = [row(0.0, session="a", ids=(1, 2)), row(100.0, ids=(9,), isl=300),
-             later("a", 1500.0, isl=1500, ids=(1, 2, 3)), later("a", 0.0, isl=1600, ids=(1, 2, 3, 4))]
+    trace = [
+        row(0.0, session="a", ids=(1, 2)),
+        row(100.0, ids=(9,), isl=300),
+        later("a", 1500.0, isl=1500, ids=(1, 2, 3)),
+        later("a", 0.0, isl=1600, ids=(1, 2, 3, 4)),
+    ]
     for speedup in (1.0, 2.0):
         recs = by_conversation(replay(trace, offline(num_workers=2, speedup=speedup)).records)
         assert recs["r1", 0].start_s == pytest.approx(0.1 / speedup)
@@ -179,32 +204,43 @@ def test_requests_wait_in_the_router_queue_and_all_complete():
 
 def test_busy_workers_reject_and_oversized_prompts_fail_alone():
     config = KvRouterConfig(active_prefill_tokens_threshold=1)
-    trace = [row(0.0, isl=1000, ids=(1, 2)), row(0.0, isl=1000, ids=(3, 4)),
-             row(0.0, isl=5000, ids=(5,)), row(9000.0, isl=300, ids=(6,))]
+    trace = [
+        row(0.0, isl=1000, ids=(1, 2)),
+        row(0.0, isl=1000, ids=(3, 4)),
+        row(0.0, isl=5000, ids=(5,)),
+        row(9000.0, isl=300, ids=(6,)),
+    ]
     mocker = MockerConfig(num_gpu_blocks=40)  # 2560 tokens of KV: the 5000-token prompt cannot fit
     recs = by_conversation(replay(trace, offline(num_workers=1, router=config, mocker=mocker)).records)
     assert recs["r0", 0].error is None and recs["r3", 0].error is None
     assert recs["r1", 0].error == "http_503"
     assert recs["r2", 0].error in ("http_503", "bad_request")
-    oversized = replay([row(0.0, isl=5000, ids=(5,)), row(1.0, isl=300, ids=(6,))],
-                       offline(mocker=mocker)).records
+    oversized = replay(
+        [row(0.0, isl=5000, ids=(5,)), row(1.0, isl=300, ids=(6,))], offline(mocker=mocker)
+    ).records
     assert [r.error for r in oversized] == ["bad_request", None]
     assert "KV capacity" in oversized[0].detail
 
 
 def test_settings_are_checked():
-    for bad, words in ((offline(router_mode="direct"), "round-robin"),
-                       (offline(num_workers=0), "--num-workers"),
-                       (offline(speedup=0), "--speedup"),
-                       (offline(router=KvRouterConfig(use_remote_indexer=True)), "--use-remote-indexer"),
-                       (offline(mocker=MockerConfig(block_size=0)), "--block-size")):
+    for bad, words in (
+        (offline(router_mode="direct"), "round-robin"),
+        (offline(num_workers=0), "--num-workers"),
+        (offline(speedup=0), "--speedup"),
+        (offline(router=KvRouterConfig(use_remote_indexer=True)), "--use-remote-indexer"),
+        (offline(mocker=MockerConfig(block_size=0)), "--block-size"),
+    ):
         with pytest.raises(ConfigError, match=words):
             replay([row()], bad)
 
 
 def test_trace_shape():
-    trace = [row(0.0, isl=1024, osl=2, ids=(1, 2)), row(4000.0, isl=1024, osl=4, ids=(1, 2)),
-             row(1000.0, session="s", isl=512, ids=(3,)), later("s", 5.0, isl=1024, ids=(3, 4))]
+    trace = [
+        row(0.0, isl=1024, osl=2, ids=(1, 2)),
+        row(4000.0, isl=1024, osl=4, ids=(1, 2)),
+        row(1000.0, session="s", isl=512, ids=(3,)),
+        later("s", 5.0, isl=1024, ids=(3, 4)),
+    ]
     shape = trace_shape(trace, block_size=512, speedup=2.0)
     assert shape["requests"] == 4 and shape["sessions"] == 1 and shape["span_s"] == 2.0
     assert shape["theoretical_hit_rate"] == pytest.approx(3 / 7)
@@ -214,8 +250,11 @@ def test_trace_shape():
 def test_the_router_reads_virtual_time():
     # approximate mode: predictions expire ttl_secs after they were recorded, in virtual time
     config = KvRouterConfig(use_kv_events=False, ttl_secs=100.0)
-    trace = [row(0.0, isl=1024, osl=1, ids=(1, 2)), row(50_000.0, isl=1024, osl=1, ids=(1, 2)),
-             row(500_000.0, isl=1024, osl=1, ids=(1, 2))]
+    trace = [
+        row(0.0, isl=1024, osl=1, ids=(1, 2)),
+        row(50_000.0, isl=1024, osl=1, ids=(1, 2)),
+        row(500_000.0, isl=1024, osl=1, ids=(1, 2)),
+    ]
     moved = 0
     for seed in range(8):
         recs = replay(trace, offline(num_workers=2, router=config, seed=seed)).records

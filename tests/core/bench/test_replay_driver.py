@@ -50,13 +50,17 @@ class FixedEngine:
         self.fresh.append((request_id, token_ids))
 
     def step(self) -> Pass:
-        result = Pass(duration_ms=PASS_MS, batch_size=len(self.running),
-                      started=[rid for rid, _ in self.fresh])
+        result = Pass(
+            duration_ms=PASS_MS, batch_size=len(self.running), started=[rid for rid, _ in self.fresh]
+        )
         for _, tokens in self.fresh:
             full = len(tokens) // BLOCK * BLOCK
             hashes = [hash(tuple(tokens[:end])) & (2**63 - 1) for end in range(BLOCK, full + 1, BLOCK)]
-            result.events.append(BlockStored(block_hashes=hashes, parent_block_hash=None,
-                                             token_ids=tokens[:full], block_size=BLOCK))
+            result.events.append(
+                BlockStored(
+                    block_hashes=hashes, parent_block_hash=None, token_ids=tokens[:full], block_size=BLOCK
+                )
+            )
         self.fresh = []
         for rid, state in list(self.running.items()):
             state[2] += 1
@@ -102,8 +106,7 @@ def row(ts_ms: float, isl: int, osl: int, ids: tuple[int, ...] = (1,)) -> TraceR
 def test_records_follow_the_simulators_passes():
     sim = FixedSimulator(limit=100)
     rows = [row(0.0, 16, 3), row(5.0, 16, 2), row(20.0, 500, 4)]
-    settings = ReplaySettings(simulator=sim, num_workers=2, router_mode="round-robin",
-                              trace_block_size=16)
+    settings = ReplaySettings(simulator=sim, num_workers=2, router_mode="round-robin", trace_block_size=16)
     result = replay(rows, settings)
     assert sim.built == 2
     first, second, refused = sorted(result.records, key=lambda r: r.start_s)

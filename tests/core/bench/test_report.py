@@ -14,11 +14,28 @@ from dyn.core.bench.report import SCHEMA, BenchResult, ResultError, print_summar
 
 
 def result(ttft: float, cached: int, workers=("w1", "w2")) -> BenchResult:
-    records = [RequestRecord(conversation=f"c{i}", group=f"g{i // 2}", start_s=i * 0.5, end_s=i * 0.5 + 1.0,
-                             ttft_s=ttft, output_tokens=10, itl_s=[0.05] * 9, prompt_tokens=100,
-                             cached_tokens=cached, worker=workers[i % len(workers)]) for i in range(4)]
-    return BenchResult(kind="live", workload={"workload": "prefix"}, config={"concurrency": 2},
-                       summary=summarize(records, grouped=True), requests=records)
+    records = [
+        RequestRecord(
+            conversation=f"c{i}",
+            group=f"g{i // 2}",
+            start_s=i * 0.5,
+            end_s=i * 0.5 + 1.0,
+            ttft_s=ttft,
+            output_tokens=10,
+            itl_s=[0.05] * 9,
+            prompt_tokens=100,
+            cached_tokens=cached,
+            worker=workers[i % len(workers)],
+        )
+        for i in range(4)
+    ]
+    return BenchResult(
+        kind="live",
+        workload={"workload": "prefix"},
+        config={"concurrency": 2},
+        summary=summarize(records, grouped=True),
+        requests=records,
+    )
 
 
 def test_results_round_trip_with_the_documented_schema(tmp_path):
@@ -28,8 +45,19 @@ def test_results_round_trip_with_the_documented_schema(tmp_path):
     raw = json.loads(path.read_text())
     assert raw["schema"] == SCHEMA and raw["kind"] == "live"
     assert set(raw) == {"schema", "kind", "workload", "config", "summary", "requests"}
-    assert {"ttft_s", "itl_s", "tpot_s", "e2e_s", "queue_s", "request_throughput", "output_throughput",
-            "cached_token_ratio", "workers", "duplicate_prefills", "errors"} <= set(raw["summary"])
+    assert {
+        "ttft_s",
+        "itl_s",
+        "tpot_s",
+        "e2e_s",
+        "queue_s",
+        "request_throughput",
+        "output_throughput",
+        "cached_token_ratio",
+        "workers",
+        "duplicate_prefills",
+        "errors",
+    } <= set(raw["summary"])
     assert set(raw["summary"]["ttft_s"]) == {"count", "mean", "min", "p50", "p90", "p95", "p99", "max"}
     assert raw["requests"][0]["worker"] == "w1"
     assert read_result(path) == original
@@ -103,8 +131,11 @@ def test_tool_counts_in_the_table_and_results_written_before_them_still_read(tmp
     path = tmp_path / "r.json"
     write_result(path, r)
     raw = json.loads(path.read_text())
-    assert (raw["summary"]["tool_calls"], raw["summary"]["tool_rounds"], raw["summary"]["invalid_tool_calls"]) \
-        == (3, 1, 1)
+    assert (
+        raw["summary"]["tool_calls"],
+        raw["summary"]["tool_rounds"],
+        raw["summary"]["invalid_tool_calls"],
+    ) == (3, 1, 1)
     for key in ("tool_calls", "tool_rounds", "invalid_tool_calls"):
         del raw["summary"][key]
     for request in raw["requests"]:

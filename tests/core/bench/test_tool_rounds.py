@@ -44,10 +44,20 @@ def calls(*named: tuple[str, str], ids: bool = True) -> bytes:
         first = {"index": i, "type": "function", "function": {"name": name, "arguments": arguments[:3]}}
         if ids:
             first["id"] = f"call_srv_{i}"
-        chunks += [{"choices": [{"index": 0, "delta": {"tool_calls": [first]}}]},
-                   {"choices": [{"index": 0, "delta": {"tool_calls": [
-                       {"index": i, "function": {"arguments": arguments[3:]}}]}}]}]
-    return sse(*chunks, {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}, USAGE, b"[DONE]")
+        chunks += [
+            {"choices": [{"index": 0, "delta": {"tool_calls": [first]}}]},
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": i, "function": {"arguments": arguments[3:]}}]},
+                    }
+                ]
+            },
+        ]
+    return sse(
+        *chunks, {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}, USAGE, b"[DONE]"
+    )
 
 
 class Agentic:
@@ -66,21 +76,46 @@ class Agentic:
                 break
         request = orjson.loads(body)
         self.bodies.append(request)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": self.answer(request)})
 
 
 def mt(**kw):
-    args = dict(agents=1, lead_turns=2, subagents=1, subagent_turns=2, system_tokens=8, turn_tokens=4,
-                max_tokens=64, tool_pause_s=0.0, speculative_prefill=False, priority_mix=0.0,
-                session_timeout_s=9, block_size=4, seed=3, tools=2, max_tool_rounds=4, tool_result_tokens=5)
+    args = dict(
+        agents=1,
+        lead_turns=2,
+        subagents=1,
+        subagent_turns=2,
+        system_tokens=8,
+        turn_tokens=4,
+        max_tokens=64,
+        tool_pause_s=0.0,
+        speculative_prefill=False,
+        priority_mix=0.0,
+        session_timeout_s=9,
+        block_size=4,
+        seed=3,
+        tools=2,
+        max_tool_rounds=4,
+        tool_result_tokens=5,
+    )
     return workloads.multi_turn(**{**args, **kw})
 
 
 async def run(workload, server, **load):
-    return await run_load(workload, "http://t", ClientOptions(model="m"), LoadSettings(concurrency=1, **load),
-                          transport=httpx.ASGITransport(app=server))
+    return await run_load(
+        workload,
+        "http://t",
+        ClientOptions(model="m"),
+        LoadSettings(concurrency=1, **load),
+        transport=httpx.ASGITransport(app=server),
+    )
 
 
 def first_tool(body: dict) -> str:
@@ -89,8 +124,11 @@ def first_tool(body: dict) -> str:
 
 async def test_a_call_is_answered_and_the_turn_goes_on_with_a_growing_history():
     # calls when the last message is the user's, answers in text after the tool results
-    server = Agentic(lambda b: calls((first_tool(b), '{"query": "x"}')) if b["messages"][-1]["role"] == "user"
-                     else text("done"))
+    server = Agentic(
+        lambda b: (
+            calls((first_tool(b), '{"query": "x"}')) if b["messages"][-1]["role"] == "user" else text("done")
+        )
+    )
     w = mt()
     out = await run(w, server)
     tools = list(w.units[0].conversations[0].tool_use.tools)
@@ -99,32 +137,55 @@ async def test_a_call_is_answered_and_the_turn_goes_on_with_a_growing_history():
     # lead turn 0, its round, the subagent's two turns and their rounds, then lead turn 1 and its round
     rounds = [(r.conversation, r.turn, r.tool_round, r.cls) for r in out.records]
     assert rounds == [
-        ("agent0-lead", 0, 0, "lead/normal"), ("agent0-lead", 0, 1, "lead/normal/tool-round"),
-        ("agent0-sub0", 0, 0, "subagent/normal"), ("agent0-sub0", 0, 1, "subagent/normal/tool-round"),
-        ("agent0-sub0", 1, 0, "subagent/normal"), ("agent0-sub0", 1, 1, "subagent/normal/tool-round"),
-        ("agent0-lead", 1, 0, "lead/normal"), ("agent0-lead", 1, 1, "lead/normal/tool-round")]
+        ("agent0-lead", 0, 0, "lead/normal"),
+        ("agent0-lead", 0, 1, "lead/normal/tool-round"),
+        ("agent0-sub0", 0, 0, "subagent/normal"),
+        ("agent0-sub0", 0, 1, "subagent/normal/tool-round"),
+        ("agent0-sub0", 1, 0, "subagent/normal"),
+        ("agent0-sub0", 1, 1, "subagent/normal/tool-round"),
+        ("agent0-lead", 1, 0, "lead/normal"),
+        ("agent0-lead", 1, 1, "lead/normal/tool-round"),
+    ]
     turn, round_ = bodies[0]["messages"], bodies[1]["messages"]
     name = tools[0]["function"]["name"]
-    assert round_[:len(turn)] == turn  # the history only grows: the prefix stays cacheable
-    assert round_[len(turn):] == [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_srv_0", "type": "function", "function": {"name": name, "arguments": '{"query": "x"}'}}]},
-        {"role": "tool", "tool_call_id": "call_srv_0", "content": tool_result(
-            w.units[0].conversations[0].tool_use, "agent0-lead", 0, 0, 0, name)}]
+    assert round_[: len(turn)] == turn  # the history only grows: the prefix stays cacheable
+    assert round_[len(turn) :] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_srv_0",
+                    "type": "function",
+                    "function": {"name": name, "arguments": '{"query": "x"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_srv_0",
+            "content": tool_result(w.units[0].conversations[0].tool_use, "agent0-lead", 0, 0, 0, name),
+        },
+    ]
     assert len(round_[-1]["content"].split()) == 5  # --tool-result-tokens words
     lead_next = bodies[6]["messages"]
-    assert lead_next[:len(round_)] == round_
+    assert lead_next[: len(round_)] == round_
     assert lead_next[len(round_)]["content"] == "done" and lead_next[-1]["role"] == "user"
     # a round continues its turn's session without repeating the turn's action
     assert [b["nvext"].get("session_control") for b in bodies[2:6]] == [
         {"session_id": bodies[2]["nvext"]["session_control"]["session_id"], "action": "open", "timeout": 9},
         {"session_id": bodies[2]["nvext"]["session_control"]["session_id"]},
         {"session_id": bodies[2]["nvext"]["session_control"]["session_id"], "action": "close"},
-        {"session_id": bodies[2]["nvext"]["session_control"]["session_id"]}]
+        {"session_id": bodies[2]["nvext"]["session_control"]["session_id"]},
+    ]
     s = summarize(out.records)
     assert (s.tool_calls, s.tool_rounds, s.invalid_tool_calls, s.failed) == (4, 4, 0, 0)
-    assert set(s.ttft_by_class) == {"lead/normal", "lead/normal/tool-round", "subagent/normal",
-                                    "subagent/normal/tool-round"}
+    assert set(s.ttft_by_class) == {
+        "lead/normal",
+        "lead/normal/tool-round",
+        "subagent/normal",
+        "subagent/normal/tool-round",
+    }
 
 
 async def test_rounds_stop_at_the_limit_with_every_call_answered():
@@ -165,6 +226,14 @@ async def test_without_tools_requests_are_as_before_and_calls_are_not_answered()
     out = await run(w, server)
     assert len(out.records) == 4 and all(r.tool_round == 0 for r in out.records)
     for body in server.bodies:
-        assert set(body) == {"model", "max_tokens", "stream", "stream_options", "ignore_eos", "nvext", "messages"}
+        assert set(body) == {
+            "model",
+            "max_tokens",
+            "stream",
+            "stream_options",
+            "ignore_eos",
+            "nvext",
+            "messages",
+        }
         assert all(set(m) == {"role", "content"} for m in body["messages"])
     assert server.bodies[-1]["messages"][2] == {"role": "assistant", "content": ""}

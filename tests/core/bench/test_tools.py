@@ -29,8 +29,11 @@ def test_tools_are_deterministic_distinct_and_shaped_like_openais():
             assert schema["type"] in ("string", "integer")
             if schema["type"] == "string" and "enum" not in schema:
                 assert schema["maxLength"] <= 24  # bounded calls: they fit the default --max-tokens
-    kinds = {("enum" if "enum" in s else s["type"]) for t in tools
-             for s in t["function"]["parameters"]["properties"].values()}
+    kinds = {
+        ("enum" if "enum" in s else s["type"])
+        for t in tools
+        for s in t["function"]["parameters"]["properties"].values()
+    }
     assert kinds == {"string", "integer", "enum"}
     assert function_tools(0, seed=1) == ()
     assert len(function_tools(MAX_TOOLS, seed=1)) == MAX_TOOLS
@@ -68,9 +71,21 @@ def test_results_and_pauses_are_functions_of_the_position_only():
 
 
 def mt(**kw):
-    args = dict(agents=2, lead_turns=3, subagents=1, subagent_turns=2, system_tokens=16, turn_tokens=8,
-                max_tokens=8, tool_pause_s=0.1, speculative_prefill=False, priority_mix=0.0,
-                session_timeout_s=30, block_size=8, seed=4)
+    args = dict(
+        agents=2,
+        lead_turns=3,
+        subagents=1,
+        subagent_turns=2,
+        system_tokens=16,
+        turn_tokens=8,
+        max_tokens=8,
+        tool_pause_s=0.1,
+        speculative_prefill=False,
+        priority_mix=0.0,
+        session_timeout_s=30,
+        block_size=8,
+        seed=4,
+    )
     return workloads.multi_turn(**{**args, **kw})
 
 
@@ -79,15 +94,21 @@ def test_multi_turn_offers_the_same_tools_everywhere_and_says_so_in_its_shape():
     uses = [c.tool_use for u in w.units for c in u.conversations]
     use = uses[0]
     assert len(uses) == 4 and all(u == use for u in uses)
-    assert use.tools == function_tools(3, 4) and (use.max_rounds, use.result_tokens, use.pause_s) == (2, 16, 0.1)
+    assert use.tools == function_tools(3, 4) and (use.max_rounds, use.result_tokens, use.pause_s) == (
+        2,
+        16,
+        0.1,
+    )
     shape = workloads.shape(w)
     assert (shape["tools"], shape["max_tool_rounds"], shape["tool_result_tokens"]) == (3, 2, 16)
     plain = mt()
-    assert "tools" not in workloads.shape(plain) and all(c.tool_use is None for u in plain.units
-                                                         for c in u.conversations)
+    assert "tools" not in workloads.shape(plain) and all(
+        c.tool_use is None for u in plain.units for c in u.conversations
+    )
     # the scripted turns are the same with or without tools
-    assert [c.turns for u in w.units for c in u.conversations] == [c.turns for u in plain.units
-                                                                   for c in u.conversations]
+    assert [c.turns for u in w.units for c in u.conversations] == [
+        c.turns for u in plain.units for c in u.conversations
+    ]
     with pytest.raises(ValueError, match="--max-tool-rounds"):
         mt(tools=1, max_tool_rounds=-1)
     with pytest.raises(ValueError, match="--tool-result-tokens"):

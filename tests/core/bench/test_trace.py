@@ -22,13 +22,27 @@ def write(tmp_path, rows, name="trace.jsonl"):
 
 
 def test_mooncake_rows_and_sessions(tmp_path):
-    path = write(tmp_path, [
-        {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
-        {"timestamp": 5, "session_id": "a", "input_length": 600, "output_length": 5, "hash_ids": [1, 3]},
-        {"session_id": "a", "delay": 250, "input_length": 1100, "output_length": 5, "hash_ids": [1, 3, 4]},
-        {"session_id": "a", "delay_ms": 100.5, "input_length": 1200, "output_length": 5,
-         "hash_ids": [1, 3, 4]},
-    ])
+    path = write(
+        tmp_path,
+        [
+            {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+            {"timestamp": 5, "session_id": "a", "input_length": 600, "output_length": 5, "hash_ids": [1, 3]},
+            {
+                "session_id": "a",
+                "delay": 250,
+                "input_length": 1100,
+                "output_length": 5,
+                "hash_ids": [1, 3, 4],
+            },
+            {
+                "session_id": "a",
+                "delay_ms": 100.5,
+                "input_length": 1200,
+                "output_length": 5,
+                "hash_ids": [1, 3, 4],
+            },
+        ],
+    )
     rows = read_trace(path)
     assert rows[0] == TraceRow(input_length=1000, output_length=10, hash_ids=(1, 2), timestamp_ms=0.0)
     assert rows[1].timestamp_ms == 5.0 and rows[1].session_id == "a" and rows[1].delay_ms is None
@@ -39,21 +53,42 @@ def test_mooncake_rows_and_sessions(tmp_path):
 
 
 def test_bailian_rows_use_seconds_and_16_token_blocks(tmp_path):
-    path = write(tmp_path, [{"chat_id": 7, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 40,
-                             "output_length": 3, "hash_ids": [9, 10, 11], "turn": 1}])
+    path = write(
+        tmp_path,
+        [
+            {
+                "chat_id": 7,
+                "parent_chat_id": -1,
+                "timestamp": 1.5,
+                "input_length": 40,
+                "output_length": 3,
+                "hash_ids": [9, 10, 11],
+                "turn": 1,
+            }
+        ],
+    )
     rows = read_trace(path)
     assert rows[0].timestamp_ms == 1500.0 and rows[0].session_id is None
     assert default_block_size(rows, path) == 16
 
 
-@pytest.mark.parametrize("line, message", [
-    (b"[1, 2]", "must be a JSON object"),
-    (b'{"timestamp": 0, "output_length": 1}', "missing 'input_length'"),
-    (b'{"timestamp": 0, "input_length": -1, "output_length": 1}', "'input_length' must be a non-negative integer"),
-    (b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": "x"}', "'hash_ids' must be a list"),
-    (b'{"input_length": 1, "output_length": 1}', "needs 'timestamp'"),
-    (b'{"timestamp": 0, "input_length": 1', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"timestamp": 0, "output_length": 1}', "missing 'input_length'"),
+        (
+            b'{"timestamp": 0, "input_length": -1, "output_length": 1}',
+            "'input_length' must be a non-negative integer",
+        ),
+        (
+            b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": "x"}',
+            "'hash_ids' must be a list",
+        ),
+        (b'{"input_length": 1, "output_length": 1}', "needs 'timestamp'"),
+        (b'{"timestamp": 0, "input_length": 1', "not valid JSON"),
+    ],
+)
 def test_bad_lines_name_file_line_and_field(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"timestamp": 0, "input_length": 1, "output_length": 1}\n' + line + b"\n")
@@ -79,8 +114,12 @@ def test_shared_hash_ids_give_shared_token_prefixes():
     assert a[:8] == b[:8] and a[8:10] != b[8:10]
     assert c[:4] != a[:4] and c[4:6] == a[4:6]  # the same id is the same block wherever it appears
     assert all(16 <= t < 1000 for t in a + b + c)
-    assert TokenSynth(4, 1000, seed=3).prompt(TraceRow(input_length=10, output_length=1,
-                                                       hash_ids=(1, 2, 3)), salt=0) == a
+    assert (
+        TokenSynth(4, 1000, seed=3).prompt(
+            TraceRow(input_length=10, output_length=1, hash_ids=(1, 2, 3)), salt=0
+        )
+        == a
+    )
     # more tokens than blocks: the tail is unique to the request
     long = synth.prompt(TraceRow(input_length=6, output_length=1, hash_ids=(1,)), salt=9)
     other = synth.prompt(TraceRow(input_length=6, output_length=1, hash_ids=(1,)), salt=10)

@@ -10,8 +10,9 @@ from dyn.core.bench.trace import TraceRow
 
 
 def ps(**kw):
-    args = dict(problems=3, samples=4, system_tokens=100, problem_tokens=40, max_tokens=8,
-                block_size=16, seed=1)
+    args = dict(
+        problems=3, samples=4, system_tokens=100, problem_tokens=40, max_tokens=8, block_size=16, seed=1
+    )
     return workloads.parallel_sampling(**{**args, **kw})
 
 
@@ -50,9 +51,21 @@ def test_prefix_groups_share_the_ratio_of_the_prompt():
 
 
 def mt(**kw):
-    args = dict(agents=3, lead_turns=3, subagents=2, subagent_turns=2, system_tokens=64, turn_tokens=16,
-                max_tokens=8, tool_pause_s=0.1, speculative_prefill=True, priority_mix=0.5,
-                session_timeout_s=30, block_size=16, seed=4)
+    args = dict(
+        agents=3,
+        lead_turns=3,
+        subagents=2,
+        subagent_turns=2,
+        system_tokens=64,
+        turn_tokens=16,
+        max_tokens=8,
+        tool_pause_s=0.1,
+        speculative_prefill=True,
+        priority_mix=0.5,
+        session_timeout_s=30,
+        block_size=16,
+        seed=4,
+    )
     return workloads.multi_turn(**{**args, **kw})
 
 
@@ -65,7 +78,7 @@ def test_multi_turn_lead_subagents_sessions_and_hints():
         assert [s.after_turn for s in subs] == [0, 1] and all(s.parent == lead.key for s in subs)
         # growing history: each turn's block model extends the previous one's
         for a, b in zip(lead.turns, lead.turns[1:]):
-            assert b.blocks[:len(a.blocks)] == a.blocks and len(b.blocks) > len(a.blocks)
+            assert b.blocks[: len(a.blocks)] == a.blocks and len(b.blocks) > len(a.blocks)
         assert lead.turns[0].delay_s == 0.0 and all(t.delay_s >= 0 for t in lead.turns)
         assert "session_control" not in (lead.turns[0].nvext or {})
         for sub in subs:

@@ -131,9 +131,7 @@ async def test_put_rejects_record_of_other_namespace_and_bad_ttl(tmp_path: Path)
     assert await store.list() == []
 
 
-@pytest.mark.parametrize(
-    "namespace", ["", ".", "..", "a/b", "a\\b", "a b", "ns:1", "x" * 129, "é"]
-)
+@pytest.mark.parametrize("namespace", ["", ".", "..", "a/b", "a\\b", "a b", "ns:1", "x" * 129, "é"])
 def test_invalid_namespace_rejected(tmp_path: Path, namespace: str) -> None:
     with pytest.raises(ValueError, match="invalid namespace"):
         FileDiscoveryStore(tmp_path, namespace)
@@ -174,8 +172,11 @@ def test_a_root_other_users_may_write_to_is_refused(tmp_path: Path, mode: int) -
     root = tmp_path / "root"
     root.mkdir()
     root.chmod(mode)
-    with pytest.raises(DiscoveryDirError, match=rf"{root} is writable by other users \(mode {mode:o}\).*"
-                                               rf"chmod 700 {root}.*--discovery-dir"):
+    with pytest.raises(
+        DiscoveryDirError,
+        match=rf"{root} is writable by other users \(mode {mode:o}\).*"
+        rf"chmod 700 {root}.*--discovery-dir",
+    ):
         FileDiscoveryStore(root, NS)
     with pytest.raises(ValueError):  # what every caller of open_store turns into its own error
         open_store("file", NS, root)
@@ -325,7 +326,11 @@ async def test_watch_hears_changes_from_the_kernel_not_by_polling(
                 await anyio.sleep(0.01)
             assert time.monotonic() - started < 10  # an hour's poll interval: only inotify explains it
             tg.cancel_scope.cancel()
-    assert seen == [WorkerAdded(make_record(1)), WorkerAdded(make_record(2)), WorkerRemoved(1, "deregistered")]
+    assert seen == [
+        WorkerAdded(make_record(1)),
+        WorkerAdded(make_record(2)),
+        WorkerRemoved(1, "deregistered"),
+    ]
 
 
 async def test_watch_survives_its_directory_being_removed(tmp_path: Path) -> None:

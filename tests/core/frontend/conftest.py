@@ -51,13 +51,15 @@ class Frontend:
 
 
 @asynccontextmanager
-async def running_frontend(tmp_path, *, workers: int = 2, script: Script | None = None,
-                           **settings: Any) -> AsyncIterator[Frontend]:
+async def running_frontend(
+    tmp_path, *, workers: int = 2, script: Script | None = None, **settings: Any
+) -> AsyncIterator[Frontend]:
     """Build the app as ``dyn frontend`` does, over ``workers`` fake workers, and run its pool
     and router until the block ends."""
     namespace = f"fake{next(_namespaces)}"
-    config = FrontendSettings(discovery=DiscoveryConfig(namespace=namespace, dir=str(tmp_path / namespace)),
-                              **settings)
+    config = FrontendSettings(
+        discovery=DiscoveryConfig(namespace=namespace, dir=str(tmp_path / namespace)), **settings
+    )
     app, pool = build_app(config)
     fleet = FakeFleet(workers, script)
     pool.client_factory = fleet.client
@@ -84,20 +86,40 @@ async def frontend(tmp_path) -> AsyncIterator[Frontend]:
         yield fe
 
 
-async def asgi_call(app: FrontendApp, method: str, path: str, body: bytes = b"",
-                    headers: list[tuple[bytes, bytes]] | None = None, *,
-                    leave_after: Callable[[list[dict]], bool] | None = None,
-                    leave: anyio.Event | None = None) -> list[dict]:
+async def asgi_call(
+    app: FrontendApp,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    leave_after: Callable[[list[dict]], bool] | None = None,
+    leave: anyio.Event | None = None,
+) -> list[dict]:
     """Call ``app`` directly and return the ASGI messages it sent. The client disconnects once
     ``leave`` is set, or once ``leave_after(sent)`` is true (checked after every message the app
     sends); otherwise it stays until the response is complete."""
     sent: list[dict] = []
     gone = leave or anyio.Event()
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "root_path": "", "client": ("127.0.0.1", 50000), "server": ("dyn.test", 80),
-             "headers": [(b"host", b"dyn.test"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode()), *(headers or [])]}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "client": ("127.0.0.1", 50000),
+        "server": ("dyn.test", 80),
+        "headers": [
+            (b"host", b"dyn.test"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *(headers or []),
+        ],
+    }
     body_sent = False
 
     async def receive() -> dict:

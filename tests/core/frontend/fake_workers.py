@@ -71,7 +71,7 @@ def reply(text: str = DEFAULT_TEXT, *, per_chunk: int = 1) -> Script:
         limit = request.stop.max_tokens
         out = ids if limit is None else ids[:limit]
         for i in range(0, len(out), per_chunk):
-            yield [TokenChunk(request.request_id, out[i:i + per_chunk])]
+            yield [TokenChunk(request.request_id, out[i : i + per_chunk])]
         reason = "length" if len(out) < len(ids) else "stop"
         yield [finish(request, reason, len(out))]
 
@@ -116,8 +116,11 @@ def held(event: anyio.Event, then: Script | None = None) -> Script:
 
 
 def finish(request: GenerateRequest, reason: str, completion_tokens: int) -> Finish:
-    return Finish(request.request_id, reason,  # type: ignore[arg-type]
-                  Usage(len(request.token_ids), completion_tokens))
+    return Finish(
+        request.request_id,
+        reason,  # type: ignore[arg-type]
+        Usage(len(request.token_ids), completion_tokens),
+    )
 
 
 class FakeWorker:
@@ -133,16 +136,30 @@ class FakeWorker:
         self.endpoint = f"fake://worker-{instance_id}"
 
     def record(self, namespace: str, model_name: str) -> WorkerRecord:
-        return WorkerRecord(instance_id=self.instance_id, namespace=namespace, model_name=model_name,
-                            engine="fake", endpoints=WorkerEndpoints(request=self.endpoint), block_size=16,
-                            total_kv_blocks=1024, max_num_batched_tokens=8192)
+        return WorkerRecord(
+            instance_id=self.instance_id,
+            namespace=namespace,
+            model_name=model_name,
+            engine="fake",
+            endpoints=WorkerEndpoints(request=self.endpoint),
+            block_size=16,
+            total_kv_blocks=1024,
+            max_num_batched_tokens=8192,
+        )
 
 
 class FakeClient:
     """``WorkerClient``'s interface over a ``FakeWorker`` (see the module docstring)."""
 
-    def __init__(self, worker: FakeWorker, endpoint: str, *, first_token_timeout_s: float = 0.0,
-                 inter_token_timeout_s: float = 0.0, on_health: Any = None) -> None:
+    def __init__(
+        self,
+        worker: FakeWorker,
+        endpoint: str,
+        *,
+        first_token_timeout_s: float = 0.0,
+        inter_token_timeout_s: float = 0.0,
+        on_health: Any = None,
+    ) -> None:
         self.worker = worker
         self.endpoint = endpoint
         self.on_health = on_health
@@ -166,8 +183,9 @@ class FakeClient:
             self._failure = error
 
     async def call(self, message: Any, timeout_s: float = 10.0) -> Any:
-        raise RemoteError(ErrorReply(message.request_id, "unsupported",
-                                     "the fake worker serves no control calls"))
+        raise RemoteError(
+            ErrorReply(message.request_id, "unsupported", "the fake worker serves no control calls")
+        )
 
     async def generate_batches(self, request: GenerateRequest) -> AsyncIterator[Batch]:
         if self._closed:

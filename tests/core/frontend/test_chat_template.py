@@ -1,6 +1,7 @@
 """dyn.core.frontend.chat_template: renders what transformers' apply_chat_template(tokenize=False)
 renders for the messages vLLM hands it, and turns every template or message problem into
 ChatTemplateError."""
+
 from __future__ import annotations
 
 import copy
@@ -35,14 +36,29 @@ RICH = """{{ bos_token }}{% set ns = namespace(n=0) %}
 {% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}
 [{{ ns.n }} messages]"""
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city — «été»",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                           "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city — «été»",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 
 CONVERSATIONS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "hi"}],
-    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "2+2?"},
-     {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}],
+    [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "and 3+3?"},
+    ],
     [{"role": "user", "content": "数据 🎉 naïve\n\n  spaced  "}, {"role": "assistant", "content": "ok"}],
     [{"role": "user", "content": "{{ not evaluated }} {% if x %}<|eot_id|>"}],
 ]
@@ -60,27 +76,45 @@ def hf():
 
 
 def _ours(tok: Tokenizer, messages: list[dict[str, Any]], source: str | None = None, **kw: Any) -> str:
-    return compile_template(source or tok.chat_template).render(messages, special_tokens=tok.special_tokens_map, **kw)
+    return compile_template(source or tok.chat_template).render(
+        messages, special_tokens=tok.special_tokens_map, **kw
+    )
 
 
-def _theirs(hf, messages: list[dict[str, Any]], source: str | None = None, *, extra_kwargs: dict | None = None,
-            **kw: Any) -> str:
-    return hf.apply_chat_template(messages, tokenize=False, chat_template=source, **kw, **(extra_kwargs or {}))
+def _theirs(
+    hf,
+    messages: list[dict[str, Any]],
+    source: str | None = None,
+    *,
+    extra_kwargs: dict | None = None,
+    **kw: Any,
+) -> str:
+    return hf.apply_chat_template(
+        messages, tokenize=False, chat_template=source, **kw, **(extra_kwargs or {})
+    )
 
 
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 @pytest.mark.parametrize("source", [None, RICH], ids=["tiny", "rich"])
 def test_matches_transformers(tok: Tokenizer, hf, source: str | None, add_generation_prompt: bool) -> None:
     for messages in CONVERSATIONS:
-        assert _ours(tok, messages, source, add_generation_prompt=add_generation_prompt) == \
-            _theirs(hf, messages, source, add_generation_prompt=add_generation_prompt)
+        assert _ours(tok, messages, source, add_generation_prompt=add_generation_prompt) == _theirs(
+            hf, messages, source, add_generation_prompt=add_generation_prompt
+        )
 
 
 def test_bos_and_eos_arguments(tok: Tokenizer) -> None:
     text = compile_template(tok.chat_template).render(CONVERSATIONS[0], bos_token="<B>", eos_token="<E>")
-    assert text == "<B><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-    assert compile_template("[{{ bos_token }}|{{ pad_token }}]").render(
-        CONVERSATIONS[0], bos_token="<B>", special_tokens={"bos_token": "x", "pad_token": "<P>"}) == "[<B>|<P>]"
+    assert (
+        text
+        == "<B><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert (
+        compile_template("[{{ bos_token }}|{{ pad_token }}]").render(
+            CONVERSATIONS[0], bos_token="<B>", special_tokens={"bos_token": "x", "pad_token": "<P>"}
+        )
+        == "[<B>|<P>]"
+    )
 
 
 @pytest.mark.parametrize("source", [None, RICH], ids=["tiny", "rich"])
@@ -102,30 +136,48 @@ def test_continue_final_message_with_generation_prompt_is_an_error(tok: Tokenize
     with pytest.raises(ChatTemplateError, match="add_generation_prompt"):
         _ours(tok, CONVERSATIONS[2], add_generation_prompt=True, continue_final_message=True)
     with pytest.raises(ChatTemplateError, match="add_generation_prompt"):
-        _ours(tok, CONVERSATIONS[2], add_generation_prompt=False, extra_kwargs={"continue_final_message": True,
-                                                                               "add_generation_prompt": True})
+        _ours(
+            tok,
+            CONVERSATIONS[2],
+            add_generation_prompt=False,
+            extra_kwargs={"continue_final_message": True, "add_generation_prompt": True},
+        )
 
 
 def test_list_content_parts_are_joined_with_newlines(tok: Tokenizer, hf) -> None:
-    messages = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
-                {"role": "user", "content": [{"type": "text", "text": "first"}, "plain string part",
-                                             {"type": "text", "text": ""}, {"type": "text", "text": None},
-                                             {"type": "input_text", "text": "second"}]},
-                {"role": "assistant", "content": None},
-                {"role": "user", "content": [{"type": "refusal", "refusal": "r"}]}]
-    as_strings = [{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": "first\nplain string part\nsecond"},
-                  {"role": "assistant", "content": ""},
-                  {"role": "user", "content": "r"}]
+    messages = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "first"},
+                "plain string part",
+                {"type": "text", "text": ""},
+                {"type": "text", "text": None},
+                {"type": "input_text", "text": "second"},
+            ],
+        },
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": [{"type": "refusal", "refusal": "r"}]},
+    ]
+    as_strings = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first\nplain string part\nsecond"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "r"},
+    ]
     for source in (None, RICH):
         assert _ours(tok, messages, source) == _theirs(hf, as_strings, source, add_generation_prompt=True)
 
 
-@pytest.mark.parametrize("part", [
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
-    {"image_url": {"url": "http://x/y.png"}},
-])
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        {"image_url": {"url": "http://x/y.png"}},
+    ],
+)
 def test_non_text_parts_are_refused(tok: Tokenizer, part: dict[str, Any]) -> None:
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}]
     with pytest.raises(ChatTemplateError, match="only text content is supported"):
@@ -135,10 +187,19 @@ def test_non_text_parts_are_refused(tok: Tokenizer, part: dict[str, Any]) -> Non
 def test_tools_documents_and_tool_calls(tok: Tokenizer, hf) -> None:
     messages = [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "reasoning_content": "use the tool",
-         "tool_calls": [{"id": "c1", "type": "function",
-                         "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "°C"}'}},
-                        {"id": "c2", "type": "function", "function": {"name": "noop", "arguments": ""}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "use the tool",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "°C"}'},
+                },
+                {"id": "c2", "type": "function", "function": {"name": "noop", "arguments": ""}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "21 °C", "name": "get_weather"},
     ]
     # what vLLM hands transformers: arguments as objects, "" as {}, content None as ""
@@ -155,26 +216,38 @@ def test_tools_documents_and_tool_calls(tok: Tokenizer, hf) -> None:
 
 
 def test_bad_tool_call_arguments(tok: Tokenizer) -> None:
-    messages = [{"role": "assistant", "content": "",
-                 "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]
+    messages = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}],
+        }
+    ]
     with pytest.raises(ChatTemplateError, match=r"tool_calls\[0\].function.arguments is not valid JSON"):
         _ours(tok, messages, RICH)
 
 
 def test_chat_template_kwargs(tok: Tokenizer, hf) -> None:
     messages = CONVERSATIONS[0]
-    for extra in ({"enable_thinking": False}, {"enable_thinking": True}, {"add_generation_prompt": False},
-                  {"eos_token": "<END>", "unused": [1, 2]}):
+    for extra in (
+        {"enable_thinking": False},
+        {"enable_thinking": True},
+        {"add_generation_prompt": False},
+        {"eos_token": "<END>", "unused": [1, 2]},
+    ):
         # vLLM: chat_template_kwargs are merged over the request's own arguments
-        assert _ours(tok, messages, RICH, add_generation_prompt=True, extra_kwargs=extra) == \
-            _theirs(hf, messages, RICH, extra_kwargs={"add_generation_prompt": True, **extra})
+        assert _ours(tok, messages, RICH, add_generation_prompt=True, extra_kwargs=extra) == _theirs(
+            hf, messages, RICH, extra_kwargs={"add_generation_prompt": True, **extra}
+        )
     with pytest.raises(ChatTemplateError, match="cannot set 'messages'"):
         _ours(tok, messages, RICH, extra_kwargs={"messages": []})
 
 
 def test_tojson_is_transformers_variant(tok: Tokenizer, hf) -> None:
-    source = ("{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':'), sort_keys=true) }}"
-              "|{{ x | tojson(ensure_ascii=true) }}")
+    source = (
+        "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':'), sort_keys=true) }}"
+        "|{{ x | tojson(ensure_ascii=true) }}"
+    )
     x = {"b": "é <tag> & 'q'", "a": [1, None, True]}
     ours = _ours(tok, CONVERSATIONS[0], source, extra_kwargs={"x": x})
     assert ours == _theirs(hf, CONVERSATIONS[0], source, extra_kwargs={"x": x})
@@ -201,7 +274,7 @@ def test_template_errors_become_chat_template_errors(tok: Tokenizer) -> None:
 
 def test_globals(tok: Tokenizer) -> None:
     source = "{{ strftime_now('%Y') }} {{ dict(a=1) | tojson }} {% for i in [1, 2, 3] %}{% if i == 2 %}{% continue %}{% endif %}{{ i }}{% endfor %}"
-    assert _ours(tok, CONVERSATIONS[0], source) == f"{datetime.now().strftime('%Y')} {{\"a\": 1}} 13"
+    assert _ours(tok, CONVERSATIONS[0], source) == f'{datetime.now().strftime("%Y")} {{"a": 1}} 13'
 
 
 def test_compiled_once_per_source() -> None:

@@ -1,5 +1,6 @@
 """dyn.core.frontend.detokenizer: streamed text equals a full decode, never splits a character, and
 stops at stop strings without showing any part of them or anything after them."""
+
 from __future__ import annotations
 
 import random
@@ -12,8 +13,10 @@ from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.model.info import TINY_MODEL_DIR
 
-TEXT = ("def main():\n    print('héllo wörld')  # 数据结构与算法\n"
-        "emoji 🎉🚀 family 👩‍👩‍👧 flag 🇯🇵 日本語のテキスト — ☕ ok\n")
+TEXT = (
+    "def main():\n    print('héllo wörld')  # 数据结构与算法\n"
+    "emoji 🎉🚀 family 👩‍👩‍👧 flag 🇯🇵 日本語のテキスト — ☕ ok\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def _chunks(ids: list[int], rng: random.Random, most: int) -> list[list[int]]:
     out, i = [], 0
     while i < len(ids):
         n = rng.randint(1, most)
-        out.append(ids[i:i + n])
+        out.append(ids[i : i + n])
         i += n
     return out
 
@@ -39,8 +42,10 @@ def test_random_sequences_equal_full_decode(tok: Tokenizer, skip: bool) -> None:
     rng = random.Random(1234)
     special = sorted(tok.special_token_ids)
     for _ in range(400):
-        ids = [rng.choice(special) if rng.random() < 0.05 else rng.randrange(tok.vocab_size)
-               for _ in range(rng.randint(0, 48))]
+        ids = [
+            rng.choice(special) if rng.random() < 0.05 else rng.randrange(tok.vocab_size)
+            for _ in range(rng.randint(0, 48))
+        ]
         prompt = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(0, 10))]
         for most in (1, 5):
             detok = IncrementalDetokenizer(tok, prompt, skip_special_tokens=skip)
@@ -99,7 +104,9 @@ def test_endless_invalid_bytes_do_not_grow_the_window(tok: Tokenizer) -> None:
     out = "".join(detok.push([lone]) for _ in range(1000))
     assert out.count("\ufffd") >= 1000 - 64 and len(detok._ids) < 64
     # the window restarts cleanly: what follows decodes as itself, and nothing is shown twice
-    rest = "".join(detok.push([i]) for i in tok.encode(" then text", add_special_tokens=False)) + detok.finish()
+    rest = (
+        "".join(detok.push([i]) for i in tok.encode(" then text", add_special_tokens=False)) + detok.finish()
+    )
     assert (out + rest).endswith("\ufffd then text") and (out + rest).count("\ufffd") == 1000
 
 
@@ -116,8 +123,18 @@ def _expected(text: str, stops: list[str], include: bool) -> tuple[str, str | No
 def test_stop_strings_on_random_chunking(tok: Tokenizer, include: bool) -> None:
     rng = random.Random(99)
     ids = tok.encode(TEXT, add_special_tokens=False)
-    stop_sets = [["wörld"], ["数据", "main"], ["🎉🚀"], ["ok\n"], ["\n"], ["never", "日本語", "  #"],
-                 ["(", "def"], ["not there"], ["print('h", "héllo"], ["é", "e"]]
+    stop_sets = [
+        ["wörld"],
+        ["数据", "main"],
+        ["🎉🚀"],
+        ["ok\n"],
+        ["\n"],
+        ["never", "日本語", "  #"],
+        ["(", "def"],
+        ["not there"],
+        ["print('h", "héllo"],
+        ["é", "e"],
+    ]
     for stops in stop_sets:
         expected, reason = _expected(TEXT, stops, include)
         for most in (1, 1, 3, 7, len(ids)):
@@ -169,7 +186,9 @@ def test_stop_in_special_token_text(tok: Tokenizer) -> None:
 
 def _wordpiece() -> Tokenizer:
     """A BERT-like tokenizer: its decoder puts a space between tokens, special ones included."""
-    rust = RustTokenizer(models.WordPiece({"[UNK]": 0, "hello": 1, "world": 2, "##s": 3, "a": 4}, unk_token="[UNK]"))
+    rust = RustTokenizer(
+        models.WordPiece({"[UNK]": 0, "hello": 1, "world": 2, "##s": 3, "a": 4}, unk_token="[UNK]")
+    )
     rust.pre_tokenizer = pre_tokenizers.Whitespace()
     rust.decoder = decoders.WordPiece()
     rust.add_special_tokens([AddedToken("[CLS]", special=True), AddedToken("[SEP]", special=True)])
@@ -183,7 +202,7 @@ def test_spaces_between_special_tokens() -> None:
     joined = "[CLS] hello worlds [SEP] [SEP] <extra> a"
     assert tok.decode(ids, False) == joined
     for chunk in (1, 3):
-        pieces = [ids[i:i + chunk] for i in range(0, len(ids), chunk)]
+        pieces = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
         with_spaces = IncrementalDetokenizer(tok, skip_special_tokens=False)
         assert "".join(_stream(with_spaces, pieces)) == joined
         # vLLM: an added token right after an added token comes without the decoder's separator

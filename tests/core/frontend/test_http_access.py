@@ -46,8 +46,9 @@ ROUTES = [
 @pytest.fixture
 async def guarded(make_frontend):
     """A KV-routed frontend (so it serves ``/kv/``) with an API key and CORS for one origin."""
-    async with make_frontend(workers=1, api_key=KEY, router_mode="kv",
-                             cors=CorsPolicy(allowed_origins=(ORIGIN,))) as fe:
+    async with make_frontend(
+        workers=1, api_key=KEY, router_mode="kv", cors=CorsPolicy(allowed_origins=(ORIGIN,))
+    ) as fe:
         yield fe
 
 
@@ -74,24 +75,43 @@ async def test_the_probes_stay_open(guarded, path):
     assert (await guarded.client.get(path)).status_code == 200
 
 
-@pytest.mark.parametrize("authorization", [f"bearer {KEY}", f"BEARER {KEY}", f"BeArEr {KEY}", f"Bearer  {KEY}"])
+@pytest.mark.parametrize(
+    "authorization", [f"bearer {KEY}", f"BEARER {KEY}", f"BeArEr {KEY}", f"Bearer  {KEY}"]
+)
 async def test_the_scheme_is_case_insensitive(guarded, authorization):
-    assert (await guarded.client.get("/v1/models", headers={"authorization": authorization})).status_code == 200
+    assert (
+        await guarded.client.get("/v1/models", headers={"authorization": authorization})
+    ).status_code == 200
 
 
-@pytest.mark.parametrize("authorization", [
-    "", "Bearer", f"Basic {KEY}", f"Bearer{KEY}", f"Bearer {KEY[:-1]}", f"Bearer {KEY}x",
-    f"Bearer {KEY.upper()}", f"Token {KEY}", KEY,
-])
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        "",
+        "Bearer",
+        f"Basic {KEY}",
+        f"Bearer{KEY}",
+        f"Bearer {KEY[:-1]}",
+        f"Bearer {KEY}x",
+        f"Bearer {KEY.upper()}",
+        f"Token {KEY}",
+        KEY,
+    ],
+)
 async def test_anything_but_the_exact_key_is_refused(guarded, authorization):
     assert_refused(await guarded.client.get("/v1/models", headers={"authorization": authorization}))
 
 
 async def test_a_cors_preflight_needs_no_key_and_a_refusal_keeps_the_cors_headers(guarded):
     """Browsers send preflights without credentials; the 401 must stay readable by the page."""
-    pre = await guarded.client.options("/v1/chat/completions", headers={
-        "origin": ORIGIN, "access-control-request-method": "POST",
-        "access-control-request-headers": "authorization, content-type"})
+    pre = await guarded.client.options(
+        "/v1/chat/completions",
+        headers={
+            "origin": ORIGIN,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type",
+        },
+    )
     assert pre.status_code == 200
     assert pre.headers["access-control-allow-origin"] == ORIGIN
     refused = await guarded.client.post("/v1/chat/completions", json=CHAT, headers={"origin": ORIGIN})
@@ -100,8 +120,10 @@ async def test_a_cors_preflight_needs_no_key_and_a_refusal_keeps_the_cors_header
 
 
 async def test_cors_refuses_other_origins_and_marks_simple_requests(guarded):
-    bad = await guarded.client.options("/v1/chat/completions", headers={
-        "origin": "https://evil.example", "access-control-request-method": "POST"})
+    bad = await guarded.client.options(
+        "/v1/chat/completions",
+        headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+    )
     assert bad.status_code == 400
     simple = await guarded.client.get("/health", headers={"origin": ORIGIN})
     assert simple.headers["access-control-allow-origin"] == ORIGIN

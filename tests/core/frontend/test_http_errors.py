@@ -48,34 +48,45 @@ async def post_raw(fe, path: str, body: bytes, headers: dict | None = None) -> h
 # --------------------------------------------------------------------------- request bodies
 
 
-@pytest.mark.parametrize("body, param", [
-    ({**CHAT, "max_tokens": "many"}, "max_tokens"),
-    ({**CHAT, "messages": "hello"}, "messages"),
-    ({**CHAT, "temperature": 7}, "temperature"),
-    ({**CHAT, "n": 0}, "n"),
-    ({**CHAT, "messages": [{"content": "no role"}]}, "messages[0].role"),
-    ({**CHAT, "use_beam_search": True}, "use_beam_search"),
-    ({**CHAT, "guided_json": {"type": "strng"}}, "guided_json"),
-    ({**CHAT, "guided_regex": "a(b"}, "guided_regex"),
-    ({**CHAT, "response_format": {"type": "xml"}}, "response_format.type"),
-    ({**CHAT, "guided_choice": ["a"], "guided_regex": "a"}, "guided_choice"),
-    ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
-    ({**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ({**CHAT, "tool_choice": "required"}, "tool_choice"),
-    ({**CHAT, "tool_choice": {"type": "function", "function": {"name": "nope"}},
-      "tools": [{"type": "function", "function": {"name": "f"}}]}, "tool_choice.function.name"),
-    ({**CHAT, "nvext": {"backend_instance_id": "seven"}}, "nvext.backend_instance_id"),
-    ({**CHAT, "stream_options": {"include_usage": True}}, "stream_options"),
-    ({**CHAT, "add_generation_prompt": True, "continue_final_message": True}, "continue_final_message"),
-    ({k: v for k, v in CHAT.items() if k != "messages"}, "messages"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({**CHAT, "max_tokens": "many"}, "max_tokens"),
+        ({**CHAT, "messages": "hello"}, "messages"),
+        ({**CHAT, "temperature": 7}, "temperature"),
+        ({**CHAT, "n": 0}, "n"),
+        ({**CHAT, "messages": [{"content": "no role"}]}, "messages[0].role"),
+        ({**CHAT, "use_beam_search": True}, "use_beam_search"),
+        ({**CHAT, "guided_json": {"type": "strng"}}, "guided_json"),
+        ({**CHAT, "guided_regex": "a(b"}, "guided_regex"),
+        ({**CHAT, "response_format": {"type": "xml"}}, "response_format.type"),
+        ({**CHAT, "guided_choice": ["a"], "guided_regex": "a"}, "guided_choice"),
+        ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({**CHAT, "tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                **CHAT,
+                "tool_choice": {"type": "function", "function": {"name": "nope"}},
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+            },
+            "tool_choice.function.name",
+        ),
+        ({**CHAT, "nvext": {"backend_instance_id": "seven"}}, "nvext.backend_instance_id"),
+        ({**CHAT, "stream_options": {"include_usage": True}}, "stream_options"),
+        ({**CHAT, "add_generation_prompt": True, "continue_final_message": True}, "continue_final_message"),
+        ({k: v for k, v in CHAT.items() if k != "messages"}, "messages"),
+    ],
+)
 async def test_bad_request_bodies_are_400_naming_the_field(frontend, body, param):
     openai_error(await frontend.client.post("/v1/chat/completions", json=body), 400, param)
     assert frontend.fleet.requests == []
 
 
 async def test_malformed_json_is_400(frontend):
-    openai_error(await post_raw(frontend, "/v1/chat/completions", b'{"model": "dyn-tiny", "messages": ['), 400)
+    openai_error(
+        await post_raw(frontend, "/v1/chat/completions", b'{"model": "dyn-tiny", "messages": ['), 400
+    )
     openai_error(await post_raw(frontend, "/v1/completions", b"not json"), 400)
 
 
@@ -85,61 +96,147 @@ async def test_unknown_model_is_404_naming_it(frontend):
 
 
 async def test_prompt_over_the_context_is_400(frontend):
-    r = await frontend.client.post("/v1/completions", json={"model": MODEL, "prompt": [5] * 9000, "max_tokens": 4})
+    r = await frontend.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": [5] * 9000, "max_tokens": 4}
+    )
     assert "maximum context length is 8192" in openai_error(r, 400)["message"]
-    r = await frontend.client.post("/v1/completions", json={"model": MODEL, "prompt": [5] * 8000, "max_tokens": 500})
+    r = await frontend.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": [5] * 8000, "max_tokens": 500}
+    )
     openai_error(r, 400)
 
 
 PROBES = [  # issue 16's probe: (name, endpoint, body, the param the 400 names)
-    ("seed above 2**64", "/v1/chat/completions", b'{' + MESSAGES + b',"seed":' + HUGE + b'}', "seed"),
-    ("seed above int64", "/v1/chat/completions", b'{' + MESSAGES + b',"seed":9223372036854775808}', "seed"),
-    ("seed below int64", "/v1/chat/completions", b'{' + MESSAGES + b',"seed":-9223372036854775809}', "seed"),
-    ("top_k above 2**64", "/v1/chat/completions", b'{' + MESSAGES + b',"top_k":' + HUGE + b'}', "top_k"),
-    ("priority above 2**64", "/v1/chat/completions", b'{' + MESSAGES + b',"priority":' + HUGE + b'}',
-     "priority"),
-    ("priority below int32", "/v1/chat/completions", b'{' + MESSAGES + b',"priority":-2147483649}',
-     "priority"),
-    ("agent_hints.priority above 2**64", "/v1/chat/completions",
-     b'{' + MESSAGES + b',"nvext":{"agent_hints":{"priority":' + HUGE + b'}}}', "nvext.agent_hints.priority"),
-    ("stop_token_ids above 2**64", "/v1/chat/completions",
-     b'{' + MESSAGES + b',"stop_token_ids":[1,' + HUGE + b']}', "stop_token_ids[1]"),
-    ("stop_token_ids negative", "/v1/chat/completions", b'{' + MESSAGES + b',"stop_token_ids":[-5]}',
-     "stop_token_ids[0]"),
-    ("max_tokens above 2**64", "/v1/chat/completions", b'{' + MESSAGES + b',"max_tokens":' + HUGE + b'}',
-     "max_tokens"),
-    ("n above 2**64", "/v1/chat/completions", b'{' + MESSAGES + b',"n":' + HUGE + b'}', "n"),
-    ("min_tokens above 2**64", "/v1/chat/completions", b'{' + MESSAGES + b',"min_tokens":' + HUGE + b'}',
-     "min_tokens"),
-    ("truncate_prompt_tokens above 2**64", "/v1/chat/completions",
-     b'{' + MESSAGES + b',"truncate_prompt_tokens":' + HUGE + b'}', "truncate_prompt_tokens"),
-    ("session timeout above 2**64", "/v1/chat/completions",
-     b'{' + MESSAGES + b',"nvext":{"session_control":{"session_id":"s","action":"open","timeout":'
-     + HUGE + b'}}}', "nvext.session_control.timeout"),
-    ("cache_control ttl above 2**64", "/v1/chat/completions",
-     b'{' + MESSAGES + b',"nvext":{"cache_control":{"type":"ephemeral","ttl":' + HUGE + b'}}}',
-     "nvext.cache_control.ttl"),
-    ("dp_rank negative", "/v1/chat/completions", b'{' + MESSAGES + b',"nvext":{"dp_rank":-1}}',
-     "nvext.dp_rank"),
-    ("completions seed above 2**64", "/v1/completions", b'{"prompt":"hi","seed":' + HUGE + b'}', "seed"),
-    ("completions logprobs above 2**64", "/v1/completions", b'{"prompt":"hi","logprobs":' + HUGE + b'}',
-     "logprobs"),
-    ("invalid UTF-8 in the content", "/v1/chat/completions",
-     b'{"messages":[{"role":"user","content":"\xff\xfe"}]}', None),
-    ("invalid UTF-8 in request_id", "/v1/chat/completions", b'{' + MESSAGES + b',"request_id":"a\xc3"}',
-     None),
-    ("lone surrogate in request_id", "/v1/chat/completions", b'{' + MESSAGES + rb',"request_id":"\ud800"}',
-     None),
-    ("lone surrogate in the content", "/v1/chat/completions",
-     b'{"messages":[{"role":"user","content":"a\\udc00b"}]}', None),
-    ("control character in request_id", "/v1/chat/completions",
-     b'{' + MESSAGES + rb',"request_id":"a\u0001b"}', "request_id"),
-    ("newline in request_id", "/v1/chat/completions", b'{' + MESSAGES + rb',"request_id":"a\nb"}',
-     "request_id"),
-    ("non-latin-1 request_id", "/v1/chat/completions", b'{' + MESSAGES + rb',"request_id":"\u4e2d"}',
-     "request_id"),
-    ("request_id of 10,000 characters", "/v1/chat/completions",
-     b'{' + MESSAGES + b',"request_id":"' + b"r" * 10_000 + b'"}', "request_id"),
+    ("seed above 2**64", "/v1/chat/completions", b"{" + MESSAGES + b',"seed":' + HUGE + b"}", "seed"),
+    ("seed above int64", "/v1/chat/completions", b"{" + MESSAGES + b',"seed":9223372036854775808}', "seed"),
+    ("seed below int64", "/v1/chat/completions", b"{" + MESSAGES + b',"seed":-9223372036854775809}', "seed"),
+    ("top_k above 2**64", "/v1/chat/completions", b"{" + MESSAGES + b',"top_k":' + HUGE + b"}", "top_k"),
+    (
+        "priority above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"priority":' + HUGE + b"}",
+        "priority",
+    ),
+    (
+        "priority below int32",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"priority":-2147483649}',
+        "priority",
+    ),
+    (
+        "agent_hints.priority above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"nvext":{"agent_hints":{"priority":' + HUGE + b"}}}",
+        "nvext.agent_hints.priority",
+    ),
+    (
+        "stop_token_ids above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"stop_token_ids":[1,' + HUGE + b"]}",
+        "stop_token_ids[1]",
+    ),
+    (
+        "stop_token_ids negative",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"stop_token_ids":[-5]}',
+        "stop_token_ids[0]",
+    ),
+    (
+        "max_tokens above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"max_tokens":' + HUGE + b"}",
+        "max_tokens",
+    ),
+    ("n above 2**64", "/v1/chat/completions", b"{" + MESSAGES + b',"n":' + HUGE + b"}", "n"),
+    (
+        "min_tokens above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"min_tokens":' + HUGE + b"}",
+        "min_tokens",
+    ),
+    (
+        "truncate_prompt_tokens above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"truncate_prompt_tokens":' + HUGE + b"}",
+        "truncate_prompt_tokens",
+    ),
+    (
+        "session timeout above 2**64",
+        "/v1/chat/completions",
+        b"{"
+        + MESSAGES
+        + b',"nvext":{"session_control":{"session_id":"s","action":"open","timeout":'
+        + HUGE
+        + b"}}}",
+        "nvext.session_control.timeout",
+    ),
+    (
+        "cache_control ttl above 2**64",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"nvext":{"cache_control":{"type":"ephemeral","ttl":' + HUGE + b"}}}",
+        "nvext.cache_control.ttl",
+    ),
+    (
+        "dp_rank negative",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"nvext":{"dp_rank":-1}}',
+        "nvext.dp_rank",
+    ),
+    ("completions seed above 2**64", "/v1/completions", b'{"prompt":"hi","seed":' + HUGE + b"}", "seed"),
+    (
+        "completions logprobs above 2**64",
+        "/v1/completions",
+        b'{"prompt":"hi","logprobs":' + HUGE + b"}",
+        "logprobs",
+    ),
+    (
+        "invalid UTF-8 in the content",
+        "/v1/chat/completions",
+        b'{"messages":[{"role":"user","content":"\xff\xfe"}]}',
+        None,
+    ),
+    (
+        "invalid UTF-8 in request_id",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"request_id":"a\xc3"}',
+        None,
+    ),
+    (
+        "lone surrogate in request_id",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + rb',"request_id":"\ud800"}',
+        None,
+    ),
+    (
+        "lone surrogate in the content",
+        "/v1/chat/completions",
+        b'{"messages":[{"role":"user","content":"a\\udc00b"}]}',
+        None,
+    ),
+    (
+        "control character in request_id",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + rb',"request_id":"a\u0001b"}',
+        "request_id",
+    ),
+    (
+        "newline in request_id",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + rb',"request_id":"a\nb"}',
+        "request_id",
+    ),
+    (
+        "non-latin-1 request_id",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + rb',"request_id":"\u4e2d"}',
+        "request_id",
+    ),
+    (
+        "request_id of 10,000 characters",
+        "/v1/chat/completions",
+        b"{" + MESSAGES + b',"request_id":"' + b"r" * 10_000 + b'"}',
+        "request_id",
+    ),
     ("empty body", "/v1/chat/completions", b"", None),
     ("null body", "/v1/chat/completions", b"null", None),
     ("array body", "/v1/completions", b"[]", None),
@@ -153,11 +250,15 @@ async def test_probe_bodies_are_400_with_an_openai_error(frontend, name, path, b
     openai_error(await post_raw(frontend, path, body), 400, param)
 
 
-@pytest.mark.parametrize("body", [
-    b"[" * 100_000,
-    b'{"messages":[{"role":"user","content":"hi"}],"x":' + b"[" * 100_000,
-    b'{"messages":[{"role":"user","content":' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}",
-], ids=["bare", "in an unknown field", "in a message"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000,
+        b'{"messages":[{"role":"user","content":"hi"}],"x":' + b"[" * 100_000,
+        b'{"messages":[{"role":"user","content":' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}",
+    ],
+    ids=["bare", "in an unknown field", "in a message"],
+)
 async def test_deeply_nested_json_is_a_quick_400(frontend, body):
     started = time.perf_counter()
     openai_error(await post_raw(frontend, "/v1/chat/completions", body), 400)
@@ -173,15 +274,19 @@ def _wrong_types(kind: type[msgspec.Struct], required: bytes) -> list[tuple[str,
     cases = []
     for field in kind.__struct_fields__:
         for value in (b'{"wrong":[1,{"x":null}]}', b'"not-this"', b"[[[]]]", b"-1.5e300"):
-            cases.append((f"{field}={value.decode()}",
-                          b"{" + required + b',"' + field.encode() + b'":' + value + b"}"))
+            cases.append(
+                (f"{field}={value.decode()}", b"{" + required + b',"' + field.encode() + b'":' + value + b"}")
+            )
     return cases
 
 
-WRONG_TYPES = [("/v1/chat/completions", *case)
-               for case in _wrong_types(ChatCompletionRequest, MESSAGES + b',"max_tokens":2')]
-WRONG_TYPES += [("/v1/completions", *case)
-                for case in _wrong_types(CompletionRequest, b'"prompt":"hi","max_tokens":2')]
+WRONG_TYPES = [
+    ("/v1/chat/completions", *case)
+    for case in _wrong_types(ChatCompletionRequest, MESSAGES + b',"max_tokens":2')
+]
+WRONG_TYPES += [
+    ("/v1/completions", *case) for case in _wrong_types(CompletionRequest, b'"prompt":"hi","max_tokens":2')
+]
 
 
 async def test_wrong_json_types_in_every_field_are_answered_without_a_server_error(frontend):
@@ -203,8 +308,22 @@ async def test_unknown_routes_are_404_and_wrong_methods_405(frontend):
     openai_error(await frontend.client.delete("/v1/models"), 405)
 
 
-ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings", "/v1/", "/v1",
-          "/health", "/live", "/metrics", "/openapi.json", "/kv/query", "/", "/%ff", "/v1/chat/completions/x"]
+ROUTES = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/v1/embeddings",
+    "/v1/",
+    "/v1",
+    "/health",
+    "/live",
+    "/metrics",
+    "/openapi.json",
+    "/kv/query",
+    "/",
+    "/%ff",
+    "/v1/chat/completions/x",
+]
 
 
 @pytest.mark.parametrize("router_mode", ["round-robin", "kv"])  # kv serves /kv/ too
@@ -223,8 +342,12 @@ async def test_every_route_and_method_is_answered_without_a_server_error(make_fr
 
 
 async def test_the_openai_client_raises_typed_errors(frontend):
-    client = openai.AsyncOpenAI(base_url=str(frontend.client.base_url) + "/v1", api_key="x", max_retries=0,
-                                http_client=frontend.client)
+    client = openai.AsyncOpenAI(
+        base_url=str(frontend.client.base_url) + "/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=frontend.client,
+    )
     with pytest.raises(openai.BadRequestError):
         await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=500)
     with pytest.raises(openai.NotFoundError):
@@ -234,11 +357,20 @@ async def test_the_openai_client_raises_typed_errors(frontend):
 # --------------------------------------------------------------------------- content type
 
 
-@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=x", "application/jsonp",
-                                          "application/vnd.api+json", ""])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonp",
+        "application/vnd.api+json",
+        "",
+    ],
+)
 async def test_a_body_that_is_not_declared_json_is_415(frontend, content_type):
-    body = b'{' + MESSAGES + b',"max_tokens":2}'
+    body = b"{" + MESSAGES + b',"max_tokens":2}'
     request = frontend.client.build_request("POST", "/v1/chat/completions", content=body)
     if content_type is not None:  # httpx sends none for raw content
         request.headers["content-type"] = content_type
@@ -249,29 +381,39 @@ async def test_a_body_that_is_not_declared_json_is_415(frontend, content_type):
     assert frontend.fleet.requests == []
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
-                                          "Application/JSON", "APPLICATION/JSON;charset=UTF-8",
-                                          "application/json ; charset=utf-8"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "APPLICATION/JSON;charset=UTF-8",
+        "application/json ; charset=utf-8",
+    ],
+)
 async def test_json_content_types_are_accepted_in_any_case_with_parameters(frontend, content_type):
-    r = await frontend.client.post("/v1/completions", content=b'{"prompt":"hi","max_tokens":2}',
-                                   headers={"content-type": content_type})
+    r = await frontend.client.post(
+        "/v1/completions", content=b'{"prompt":"hi","max_tokens":2}', headers={"content-type": content_type}
+    )
     assert r.status_code == 200, r.text
 
 
 # --------------------------------------------------------------------------- x-request-id
 
 
-@pytest.mark.parametrize("value", [b"caf\xe9", "中文".encode(), b"a b", b"x" * 300],
-                         ids=["latin-1", "utf-8", "space", "too long"])
+@pytest.mark.parametrize(
+    "value", [b"caf\xe9", "中文".encode(), b"a b", b"x" * 300], ids=["latin-1", "utf-8", "space", "too long"]
+)
 async def test_an_x_request_id_that_cannot_be_echoed_is_a_400_naming_it(frontend, value):
-    r = await post_raw(frontend, "/v1/chat/completions", b'{' + MESSAGES + b'}', {"x-request-id": value})
+    r = await post_raw(frontend, "/v1/chat/completions", b"{" + MESSAGES + b"}", {"x-request-id": value})
     openai_error(r, 400, "x-request-id")
 
 
 async def test_a_valid_x_request_id_is_echoed_byte_for_byte(frontend):
     rid = "req-2026_11.23:abc/DEF+~!"
-    r = await post_raw(frontend, "/v1/chat/completions", b'{' + MESSAGES + b',"max_tokens":2}',
-                       {"x-request-id": rid})
+    r = await post_raw(
+        frontend, "/v1/chat/completions", b"{" + MESSAGES + b',"max_tokens":2}', {"x-request-id": rid}
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-request-id"] == rid
     assert r.json()["id"].endswith(rid)
@@ -288,7 +430,7 @@ async def test_the_request_id_comes_from_the_header_else_the_body_else_fresh(fro
     fresh = r.headers["x-request-id"]
     assert len(fresh) >= 16 and r.json()["id"] == f"cmpl-{fresh}"
     # an error after the body was read carries the id too
-    r = await frontend.client.post("/v1/completions", json={**body, "model": "nope"},
-                                   headers={"x-request-id": "err-1"})
+    r = await frontend.client.post(
+        "/v1/completions", json={**body, "model": "nope"}, headers={"x-request-id": "err-1"}
+    )
     assert r.status_code == 404 and r.headers["x-request-id"] == "err-1"
-

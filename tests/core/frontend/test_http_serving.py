@@ -57,8 +57,12 @@ def sse_events(r: httpx.Response) -> list[str]:
 
 
 async def test_models_lists_the_served_model(frontend):
-    client = openai.AsyncOpenAI(base_url=str(frontend.client.base_url) + "/v1", api_key="unused",
-                                http_client=frontend.client, max_retries=0)
+    client = openai.AsyncOpenAI(
+        base_url=str(frontend.client.base_url) + "/v1",
+        api_key="unused",
+        http_client=frontend.client,
+        max_retries=0,
+    )
     models = await client.models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert models.data[0].max_model_len == 8192
@@ -67,7 +71,12 @@ async def test_models_lists_the_served_model(frontend):
 async def test_health_lists_live_instances_and_live_always_answers(frontend, make_frontend):
     r = await frontend.client.get("/health")
     assert r.status_code == 200
-    assert r.json() == {"status": "healthy", "instances": [1, 2], "model": MODEL, "router_mode": "round-robin"}
+    assert r.json() == {
+        "status": "healthy",
+        "instances": [1, 2],
+        "model": MODEL,
+        "router_mode": "round-robin",
+    }
     async with make_frontend(workers=0) as empty:
         r = await empty.client.get("/health")
         assert r.status_code == 503 and r.json()["instances"] == [] and r.json()["status"] == "unhealthy"
@@ -79,22 +88,28 @@ async def test_health_lists_live_instances_and_live_always_answers(frontend, mak
 async def test_openapi_describes_the_api(frontend):
     doc = (await frontend.client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.")
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} <= set(doc["paths"])
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"} <= set(
+        doc["paths"]
+    )
     assert "ChatCompletionRequest" in doc["components"]["schemas"]
 
 
 async def test_metrics_use_dynamo_names(frontend):
-    r = await frontend.client.post("/v1/completions", json={"model": MODEL, "prompt": "count", "max_tokens": 2})
+    r = await frontend.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "count", "max_tokens": 2}
+    )
     assert r.status_code == 200
     m = await frontend.client.get("/metrics")
     assert m.headers["content-type"].startswith("text/plain")
-    for name in ("dynamo_frontend_time_to_first_token_seconds_bucket",
-                 "dynamo_frontend_inter_token_latency_seconds_bucket",
-                 "dynamo_frontend_request_duration_seconds_count",
-                 "dynamo_frontend_input_sequence_tokens_sum",
-                 "dynamo_frontend_output_sequence_tokens_sum",
-                 "dynamo_frontend_requests_total{",
-                 "dynamo_frontend_active_requests{"):
+    for name in (
+        "dynamo_frontend_time_to_first_token_seconds_bucket",
+        "dynamo_frontend_inter_token_latency_seconds_bucket",
+        "dynamo_frontend_request_duration_seconds_count",
+        "dynamo_frontend_input_sequence_tokens_sum",
+        "dynamo_frontend_output_sequence_tokens_sum",
+        "dynamo_frontend_requests_total{",
+        "dynamo_frontend_active_requests{",
+    ):
         assert name in m.text, name
     assert 'model="dyn-tiny"' in m.text and 'status="success"' in m.text
     assert frontend.metric("dynamo_frontend_output_sequence_tokens_sum") == 2
@@ -104,8 +119,9 @@ async def test_metrics_use_dynamo_names(frontend):
 
 
 async def test_a_chat_stream_is_framed_as_sse_and_ends_with_done(frontend):
-    r = await frontend.client.post("/v1/chat/completions", json={
-        **CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    r = await frontend.client.post(
+        "/v1/chat/completions", json={**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert r.status_code == 200 and r.headers["cache-control"] == "no-cache"
     payloads = sse_events(r)
     chunks = [json.loads(p) for p in payloads[:-1]]
@@ -114,15 +130,20 @@ async def test_a_chat_stream_is_framed_as_sse_and_ends_with_done(frontend):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == DEFAULT_TEXT
-    finals = [c["choices"][0]["finish_reason"] for c in chunks
-              if c["choices"] and c["choices"][0]["finish_reason"]]
+    finals = [
+        c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]
+    ]
     assert finals == ["stop"]
     usage = chunks[-1]
     assert usage["choices"] == []
     (request,) = frontend.fleet.requests
     prompt, completion = len(request.token_ids), len(token_ids(DEFAULT_TEXT))
-    assert usage["usage"] == {"prompt_tokens": prompt, "completion_tokens": completion,
-                              "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert usage["usage"] == {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 async def test_a_unary_chat_answer_has_the_text_and_usage(frontend):
@@ -139,8 +160,10 @@ async def test_a_unary_chat_answer_has_the_text_and_usage(frontend):
 
 
 async def test_a_completions_stream_with_n_ends_every_choice(frontend):
-    r = await frontend.client.post("/v1/completions", json={
-        "model": MODEL, "prompt": "import os", "max_tokens": 5, "n": 2, "stream": True})
+    r = await frontend.client.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": "import os", "max_tokens": 5, "n": 2, "stream": True},
+    )
     chunks = [json.loads(p) for p in sse_events(r)[:-1]]
     assert all(c["object"] == "text_completion" for c in chunks)
     finished = {c["choices"][0]["index"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]}
@@ -159,7 +182,9 @@ async def test_round_robin_spreads_requests_and_a_named_worker_gets_them(fronten
 
 
 async def test_an_unknown_worker_instance_is_404(frontend):
-    r = await frontend.client.post("/v1/chat/completions", json=CHAT, headers={"x-worker-instance-id": "12345"})
+    r = await frontend.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"x-worker-instance-id": "12345"}
+    )
     assert r.status_code == 404, r.text
     assert frontend.fleet.requests == []
 
@@ -219,14 +244,23 @@ async def test_beyond_max_inflight_a_request_is_503_at_once_and_counted(make_fro
         assert (await fe.client.post("/v1/chat/completions", json=CHAT)).status_code == 200
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/chat/completions", {"model": MODEL, "messages": HI, "stream": True}),
-    ("/v1/completions", {"model": MODEL, "prompt": "stream forever", "stream": True, "n": 2}),
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/chat/completions", {"model": MODEL, "messages": HI, "stream": True}),
+        ("/v1/completions", {"model": MODEL, "prompt": "stream forever", "stream": True, "n": 2}),
+    ],
+)
 async def test_a_client_that_leaves_mid_stream_cancels_its_engine_requests(make_frontend, path, body):
     async with make_frontend(workers=2, script=endless()) as fe:
-        sent = await asgi_call(fe.app, "POST", path, json.dumps(body).encode(),
-                               [(b"x-request-id", b"walk-away")], leave_after=lambda sent: len(sent) >= 4)
+        sent = await asgi_call(
+            fe.app,
+            "POST",
+            path,
+            json.dumps(body).encode(),
+            [(b"x-request-id", b"walk-away")],
+            leave_after=lambda sent: len(sent) >= 4,
+        )
         assert sent[0]["status"] == 200
         cancelled = sorted(fe.fleet.cancelled)
         assert cancelled == sorted(r.request_id for r in fe.fleet.requests) and cancelled
@@ -239,8 +273,15 @@ async def test_a_client_that_leaves_a_unary_request_cancels_it(make_frontend):
     async with make_frontend(workers=1, script=endless()) as fe:
         leave = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: asgi_call(fe.app, "POST", "/v1/chat/completions",
-                                            json.dumps({"model": MODEL, "messages": HI}).encode(), leave=leave))
+            tg.start_soon(
+                lambda: asgi_call(
+                    fe.app,
+                    "POST",
+                    "/v1/chat/completions",
+                    json.dumps({"model": MODEL, "messages": HI}).encode(),
+                    leave=leave,
+                )
+            )
             await wait_until(lambda: fe.fleet[1].in_flight == 1, 10, "the request to reach its worker")
             leave.set()
         assert fe.fleet.cancelled == [fe.fleet.requests[0].request_id]
@@ -253,8 +294,9 @@ async def test_a_client_that_leaves_while_queued_leaves_the_router_queue(make_fr
     second request queues, and its client leaving takes it out of the queue."""
     queued = "dynamo_frontend_router_queue_pending_requests"
     config = KvRouterConfig(queue_threshold=0.0001, unstarted_booking_secs=None)
-    async with make_frontend(workers=1, router_mode="kv", router_config=config,
-                             script=held(anyio.Event())) as fe:
+    async with make_frontend(
+        workers=1, router_mode="kv", router_config=config, script=held(anyio.Event())
+    ) as fe:
         leave_blocker, leave_waiter = anyio.Event(), anyio.Event()
         blocker = json.dumps({"model": MODEL, "prompt": [7] * 1000, "max_tokens": 1, "stream": True}).encode()
         waiter = json.dumps({"model": MODEL, "prompt": [9] * 50, "max_tokens": 1}).encode()

@@ -1,5 +1,6 @@
 """dyn.core.frontend.limits through the Preprocessor: every per-request bound is a 400 that names
 the field and the flag that raises it, checked before any rendering or tokenizing."""
+
 from __future__ import annotations
 
 import time
@@ -114,8 +115,18 @@ def test_prompt_bytes_count_every_text_the_template_reads(info, where: str) -> N
         "tools": {"tools": [{"type": "function", "function": {"name": "f", "description": text}}] * 2},
         "documents": {"documents": [{"title": "t", "text": text}] * 2},
         "kwargs": {"chat_template_kwargs": {"a": text, "b": text}},
-        "tool_call": {"messages": [*HI, {"role": "assistant", "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "f", "arguments": text}}] * 2}]},
+        "tool_call": {
+            "messages": [
+                *HI,
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "1", "type": "function", "function": {"name": "f", "arguments": text}}
+                    ]
+                    * 2,
+                },
+            ]
+        },
     }
     err = refused(pre.check_chat, chat(**bodies[where]))
     assert err.param == "messages" and "--max-prompt-bytes" in err.message and "1000 bytes" in err.message
@@ -141,7 +152,9 @@ def test_ten_megabyte_prompt_is_refused_in_linear_time_without_tokenizing(info) 
     for text in ("a" * (10 << 20), "数" * (4 << 20)):
         for request in (chat(messages=[{"role": "user", "content": text}]), completion(prompt=text)):
             start = time.perf_counter()
-            err = refused(pre.chat if isinstance(request, ChatCompletionRequest) else pre.completions, request)
+            err = refused(
+                pre.chat if isinstance(request, ChatCompletionRequest) else pre.completions, request
+            )
             assert time.perf_counter() - start < AT_ONCE
             assert "--max-prompt-bytes" in err.message
     # many small parts: counted as they come, the walk stops at the limit
@@ -153,8 +166,10 @@ def test_ten_megabyte_prompt_is_refused_in_linear_time_without_tokenizing(info) 
 
 
 def test_json_size_is_close_to_the_json_text() -> None:
-    value = {"messages": [{"role": "user", "content": "naïve 数据 🎉"}, {"x": [1, 2.5, None, True]}],
-             "t": "a"}
+    value = {
+        "messages": [{"role": "user", "content": "naïve 数据 🎉"}, {"x": [1, 2.5, None, True]}],
+        "t": "a",
+    }
     text = msgspec.json.encode(value)
     assert len(text) * 0.8 <= json_size(value, 10_000) <= len(text) * 1.5
     assert json_size("x" * 100, 10) > 10
@@ -183,7 +198,9 @@ def test_template_bomb_is_a_400_in_milliseconds(info) -> None:
     assert time.perf_counter() - start < AT_ONCE
     assert err.param == "chat_template" and "longer than" in err.message
     slow = _pre(info, trust_request_chat_template=True, max_render_seconds=0.2)
-    loops = chat(chat_template="{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    loops = chat(
+        chat_template="{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
     start = time.perf_counter()
     err = refused(slow.chat, loops)
     assert 0.2 <= time.perf_counter() - start < 1.5 and "took more than 0.2 s" in err.message

@@ -31,7 +31,9 @@ def test_chat_shape():
     first, second = got["content"]
     assert first["token"] == TEXTS.text(ids[0]) and first["logprob"] == -0.5
     assert first["bytes"] == TEXTS.bytes(ids[0])
-    assert first["top_logprobs"] == [{"token": TEXTS.text(ids[0]), "logprob": -0.5, "bytes": TEXTS.bytes(ids[0])}]
+    assert first["top_logprobs"] == [
+        {"token": TEXTS.text(ids[0]), "logprob": -0.5, "bytes": TEXTS.bytes(ids[0])}
+    ]
     assert second["logprob"] == -9999.0  # -inf has no JSON spelling; vLLM sends -9999.0
 
 
@@ -44,7 +46,9 @@ def test_completion_shape_and_offsets_continue_across_chunks():
     tokens = a["tokens"] + b["tokens"]
     assert "".join(tokens) == "x = 1\ny = 2"
     offsets = a["text_offset"] + b["text_offset"]
-    assert offsets[0] == 3 and all(offsets[i + 1] == offsets[i] + len(tokens[i]) for i in range(len(tokens) - 1))
+    assert offsets[0] == 3 and all(
+        offsets[i + 1] == offsets[i] + len(tokens[i]) for i in range(len(tokens) - 1)
+    )
     assert a["top_logprobs"][0] == {TEXTS.text(ids[0]): -1.0}
 
 

@@ -16,14 +16,16 @@ HERMES = TOOL_PARSERS.get("hermes")
 QWEN3 = REASONING_PARSERS.get("qwen3")
 TOOLS = (Tool("get_weather", {"type": "object"}), Tool("get_time", {"type": "object"}))
 
-REPLY = ("<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n"
-         '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
-         '{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>')
+REPLY = (
+    "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
+    '{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>'
+)
 
 
 def stream(plan: OutputPlan, text: str, step: int):
     out = plan.new()
-    deltas = [out.push(text[i:i + step]) for i in range(0, len(text), step)] + [out.finish()]
+    deltas = [out.push(text[i : i + step]) for i in range(0, len(text), step)] + [out.finish()]
     return out, [d for d in deltas if d is not None]
 
 
@@ -43,7 +45,9 @@ def test_streamed_deltas_have_openai_shapes_at_every_step():
                     assert call.id is None and call.name is None
                     calls[call.index]["arguments"] += call.arguments
         assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
-            ("get_weather", {"city": "Paris"}), ("get_time", {"tz": "CET"})]
+            ("get_weather", {"city": "Paris"}),
+            ("get_time", {"tz": "CET"}),
+        ]
         assert len({c["id"] for c in calls.values()}) == 2
         assert out.finish_reason("stop") == "tool_calls" and out.finish_reason("length") == "length"
 
@@ -55,7 +59,9 @@ def test_unary_message():
     content, reasoning, calls = out.message()
     assert content == "Let me check.\n" and reasoning == "\nThe user wants weather.\n"
     assert [(c.function.name, json.loads(c.function.arguments), c.type) for c in calls] == [
-        ("get_weather", {"city": "Paris"}, "function"), ("get_time", {"tz": "CET"}, "function")]
+        ("get_weather", {"city": "Paris"}, "function"),
+        ("get_time", {"tz": "CET"}, "function"),
+    ]
 
 
 def test_no_call_keeps_stop_and_content():
@@ -89,7 +95,8 @@ def test_forced_named_call():
     out, deltas = stream(plan, ' {"city": "Oslo"}', 2)
     content, _, calls = out.message()
     assert content is None and [(c.function.name, c.function.arguments) for c in calls] == [
-        ("get_weather", '{"city": "Oslo"}')]
+        ("get_weather", '{"city": "Oslo"}')
+    ]
     assert out.finish_reason("stop") == "stop"  # OpenAI keeps stop for a named tool_choice
     assert deltas[0].tool_calls[0].name == "get_weather"
 
@@ -100,7 +107,9 @@ def test_forced_required_calls():
         out, _ = stream(OutputPlan(forced="required", tools=TOOLS), text, step)
         _, _, calls = out.message()
         assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
-            ("get_time", {}), ("get_weather", {"city": "Rome"})]
+            ("get_time", {}),
+            ("get_weather", {"city": "Rome"}),
+        ]
         assert out.finish_reason("stop") == "tool_calls"
 
 
@@ -113,8 +122,14 @@ def test_chat_delta_json():
     from dyn.core.frontend.output import ToolCallDelta
 
     first = orjson.loads(chat_delta("", "", [ToolCallDelta(0, "call_1", "f", "")]))
-    assert first == {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                     "function": {"name": "f", "arguments": ""}}]}
+    assert first == {
+        "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+        ]
+    }
     later = orjson.loads(chat_delta("hi", "hmm", [ToolCallDelta(0, None, None, '{"a"')]))
-    assert later == {"content": "hi", "reasoning_content": "hmm",
-                     "tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}]}
+    assert later == {
+        "content": "hi",
+        "reasoning_content": "hmm",
+        "tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}],
+    }

@@ -1,6 +1,7 @@
 """dyn.core.frontend.preprocessor's async entry points: small requests are preprocessed inline,
 large ones in a few worker threads, so the event loop keeps running while the largest prompt the
 caps allow is rendered and tokenized."""
+
 from __future__ import annotations
 
 import threading
@@ -51,8 +52,9 @@ def pre() -> Preprocessor:
 
 
 def chat(content: Any, **body: Any) -> ChatCompletionRequest:
-    return msgspec.convert({"messages": [{"role": "user", "content": content}], "max_tokens": 1, **body},
-                           ChatCompletionRequest)
+    return msgspec.convert(
+        {"messages": [{"role": "user", "content": content}], "max_tokens": 1, **body}, ChatCompletionRequest
+    )
 
 
 def test_small_inline_large_in_a_thread(pre: Preprocessor) -> None:
@@ -115,7 +117,9 @@ def test_speculative_prefix_is_skipped_when_the_threads_are_busy(pre: Preprocess
 def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Preprocessor) -> None:
     """The largest prompt the default caps accept, in one message: the loop is never held for
     100 ms (its heartbeat keeps beating) while it is rendered and tokenized."""
-    text = ("All work and no play makes Jack a dull boy. " * (pre.prompt_bytes // 45))[:pre.prompt_bytes - 100]
+    text = ("All work and no play makes Jack a dull boy. " * (pre.prompt_bytes // 45))[
+        : pre.prompt_bytes - 100
+    ]
     request = chat(text, max_tokens=None)
     gaps: list[float] = []
 
@@ -142,4 +146,3 @@ def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Pr
     assert WatchedTokenizer.threads and WatchedTokenizer.threads[0] != threading.current_thread().name
     assert time.perf_counter() - start > 0.05 and len(gaps) > 5  # real work happened while the loop beat
     assert max(gaps) < 0.1, max(gaps)
-

@@ -2,6 +2,7 @@
 would build a huge string, list or number is stopped before it does, and one that runs past the
 time limit is stopped there; ordinary templates render as before (test_chat_template.py compares
 them with transformers)."""
+
 from __future__ import annotations
 
 import time
@@ -24,11 +25,11 @@ BOMBS = {
     "list repeat": "{{ [1] * 100000000 }}",
     "power": "{{ 10 ** 10000000 }}",
     "squaring": "{% set ns = namespace(x=3) %}{% for i in range(100) %}{% set ns.x = ns.x * ns.x %}"
-                "{% endfor %}",
+    "{% endfor %}",
     "doubling with ~": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
-                       "{% endfor %}",
+    "{% endfor %}",
     "doubling with +": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
-                       "{% endfor %}",
+    "{% endfor %}",
     "doubling without a loop": "{% set s = 'abcd' %}" + "{% set s = s ~ s %}" * 40 + "{{ s | length }}",
     "str.center": "{{ 'a'.center(1000000000) }}",
     "center filter": "{{ 'a' | center(1000000000) }}",
@@ -40,9 +41,9 @@ BOMBS = {
     "str.format width": "{{ '{:>1000000000}'.format('x') }}",
     "str.format nested width": "{{ '{:{}}'.format('x', 1000000000) }}",
     "str.replace growth": "{% set ns = namespace(s='aaaaaaaa') %}{% for i in range(40) %}"
-                          "{% set ns.s = ns.s.replace('a', 'aaaa') %}{% endfor %}",
+    "{% set ns.s = ns.s.replace('a', 'aaaa') %}{% endfor %}",
     "replace filter growth": "{% set ns = namespace(s='aaaaaaaa') %}{% for i in range(40) %}"
-                             "{% set ns.s = ns.s | replace('a', 'aaaa') %}{% endfor %}",
+    "{% set ns.s = ns.s | replace('a', 'aaaa') %}{% endfor %}",
     "join filter": BIG + "{{ ([s] * 1000) | join }}",
     "str.join": BIG + "{{ ''.join([s] * 1000) }}",
     "printing a list": BIG + "{{ [s] * 1000 }}",
@@ -59,11 +60,11 @@ BOMBS = {
     "lipsum": "{{ lipsum(1000000) }}",
     "output in a loop": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
     "nested loops printing nothing": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                                     "{% endfor %}",
+    "{% endfor %}",
     "nested loops over a string": "{% set s = 'a' * 100000 %}{% for i in s %}{% for j in s %}{% endfor %}"
-                                  "{% endfor %}",
+    "{% endfor %}",
     "exponential macro": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
-                         "{{ f(60) }}",
+    "{{ f(60) }}",
 }
 
 
@@ -76,21 +77,26 @@ def test_bomb_stops_early(source: str) -> None:
     assert took < LIMITS.max_seconds + 0.5, took
 
 
-@pytest.mark.parametrize("source", [
-    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",  # unbounded recursion
-    "{{ range(1000000000) | list | length }}",  # the sandbox's own range cap
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",  # unbounded recursion
+        "{{ range(1000000000) | list | length }}",  # the sandbox's own range cap
+    ],
+)
 def test_other_runaways_are_template_errors(source: str) -> None:
     with pytest.raises(ChatTemplateError):
         ChatTemplate(source).render(HI, limits=LIMITS)
 
 
 def test_limits_leave_ordinary_work_alone() -> None:
-    source = ("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
-              "{{ '<|' + m.role + '|>' ~ m.content | center(9) }}{{ '%-3s' % ns.n }}{{ ', '.join(['a', 'b']) }}"
-              "{{ '{:>4}'.format(loop.index) }}{{ ([m.role] * 2) | join('/') }}"
-              "{{ m | tojson(indent=2) | length }}"
-              "{% endfor %}{{ 2 ** 10 }}")
+    source = (
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+        "{{ '<|' + m.role + '|>' ~ m.content | center(9) }}{{ '%-3s' % ns.n }}{{ ', '.join(['a', 'b']) }}"
+        "{{ '{:>4}'.format(loop.index) }}{{ ([m.role] * 2) | join('/') }}"
+        "{{ m | tojson(indent=2) | length }}"
+        "{% endfor %}{{ 2 ** 10 }}"
+    )
     out = ChatTemplate(source).render([{"role": "user", "content": "hi"}] * 3, limits=LIMITS)
     as_json = '{\n  "role": "user",\n  "content": "hi"\n}'
     turn = "<|user|>" + "hi".center(9) + "{:<3}a, b{:>4}user/user" + str(len(as_json))
@@ -109,10 +115,12 @@ def test_output_limit_is_exact_and_the_default_is_generous() -> None:
 def test_hostile_messages_cannot_run_away_with_the_models_template() -> None:
     """A (trusted) model template that compares every message with every other: harmless for a
     real conversation, a runaway for 30,000 one-character messages; stopped at the time limit."""
-    quadratic = ("{% set ns = namespace(dup=0) %}{% for a in messages %}{% for b in messages %}"
-                 "{% if a.content == b.content %}{% set ns.dup = ns.dup + 1 %}{% endif %}"
-                 "{% endfor %}{% endfor %}"
-                 "{{ ns.dup }}")
+    quadratic = (
+        "{% set ns = namespace(dup=0) %}{% for a in messages %}{% for b in messages %}"
+        "{% if a.content == b.content %}{% set ns.dup = ns.dup + 1 %}{% endif %}"
+        "{% endfor %}{% endfor %}"
+        "{{ ns.dup }}"
+    )
     template = ChatTemplate(quadratic)
     assert template.render([{"role": "user", "content": str(i)} for i in range(20)], limits=LIMITS) == "20"
     start = time.perf_counter()
@@ -124,7 +132,9 @@ def test_hostile_messages_cannot_run_away_with_the_models_template() -> None:
 def test_limits_are_per_rendering_and_per_thread() -> None:
     import threading
 
-    template = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    template = ChatTemplate(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
     quick = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
     errors: list[Exception] = []
 
@@ -146,6 +156,7 @@ def test_limits_are_per_rendering_and_per_thread() -> None:
 def test_string_and_pprint_filters_print_their_value() -> None:
     """Jinja's ``string`` filter (jinja2/filters.py maps it to markupsafe's ``soft_str``), bounded
     here; ``pprint`` prints the same way. Model templates use it on tool arguments and ids."""
-    source = ("{{ messages[0].content | string }}|{{ [1, 'a'] | string }}|{{ {'k': 2} | pprint }}"
-              "|{{ 7 | string }}")
+    source = (
+        "{{ messages[0].content | string }}|{{ [1, 'a'] | string }}|{{ {'k': 2} | pprint }}|{{ 7 | string }}"
+    )
     assert ChatTemplate(source).render(HI, limits=LIMITS) == "hi|[1, 'a']|{'k': 2}|7"

@@ -2,6 +2,7 @@
 stream, the shown text, the held-back tail and the stop reason are those of a naive matcher that
 re-reads the whole text at every step; and the cost is linear (a 1 MB stop string, the case that
 took the old prefix set to 19.6 GB, builds in a few MB)."""
+
 from __future__ import annotations
 
 import sys
@@ -37,7 +38,7 @@ def naive(text: str, stops: list[str], final: bool) -> tuple[str, str | None]:
     if final:
         return text, None
     hold = max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
-    return text[:len(text) - hold], None
+    return text[: len(text) - hold], None
 
 
 @settings(max_examples=400, deadline=None)
@@ -51,7 +52,7 @@ def test_scanner_matches_the_naive_matcher_on_any_split(stops: list[str], pieces
         out, stop = scanner.feed(piece, final)
         shown += out
         expected, reason = naive(text, stops, final)
-        assert (shown, stop) == (expected, reason), (stops, pieces[:i + 1])
+        assert (shown, stop) == (expected, reason), (stops, pieces[: i + 1])
         if stop is not None:
             return
 
@@ -61,7 +62,7 @@ def test_scanner_matches_the_naive_matcher_on_any_split(stops: list[str], pieces
 def test_one_long_stream_any_split(stops: list[str], text: str, cuts: list[int]) -> None:
     pieces, at = [], 0
     for cut in cuts:
-        pieces.append(text[at:at + cut])
+        pieces.append(text[at : at + cut])
         at += cut
     pieces.append(text[at:])
     scanner = StopScanner(StopMatcher(stops))
@@ -78,18 +79,24 @@ def test_one_long_stream_any_split(stops: list[str], text: str, cuts: list[int])
 
 
 @settings(max_examples=60, deadline=None)
-@given(words=st.lists(st.sampled_from(["the", " end", "数据", "🎉", "\n", "STOP", "ST", "OP", " x"]),
-                      max_size=40),
-       stops=st.lists(st.sampled_from(["STOP", "end", "\n\n", "数据🎉", "OP x", "🎉\n"]),
-                      min_size=1, max_size=3),
-       include=st.booleans(), chunk=st.integers(1, 4))
-def test_detokenizer_stops_like_the_naive_matcher(words: list[str], stops: list[str], include: bool,
-                                                  chunk: int) -> None:
+@given(
+    words=st.lists(
+        st.sampled_from(["the", " end", "数据", "🎉", "\n", "STOP", "ST", "OP", " x"]), max_size=40
+    ),
+    stops=st.lists(
+        st.sampled_from(["STOP", "end", "\n\n", "数据🎉", "OP x", "🎉\n"]), min_size=1, max_size=3
+    ),
+    include=st.booleans(),
+    chunk=st.integers(1, 4),
+)
+def test_detokenizer_stops_like_the_naive_matcher(
+    words: list[str], stops: list[str], include: bool, chunk: int
+) -> None:
     tok = _tok()
     text = "".join(words)
     ids = tok.encode(text, add_special_tokens=False)
     detok = IncrementalDetokenizer(tok, stop=stops, include_stop_str_in_output=include)
-    shown = "".join(detok.push(ids[i:i + chunk]) for i in range(0, len(ids), chunk)) + detok.finish()
+    shown = "".join(detok.push(ids[i : i + chunk]) for i in range(0, len(ids), chunk)) + detok.finish()
     expected, reason = naive(text, stops, True)
     if include and reason is not None:
         expected += reason

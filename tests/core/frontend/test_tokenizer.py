@@ -1,5 +1,6 @@
 """dyn.core.frontend.tokenizer: same ids as transformers, special tokens and chat templates from the
 model directory, clear errors for broken directories."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def hf():
 @pytest.mark.parametrize("add_special_tokens", [False, True])
 def test_encode_matches_transformers(tok: Tokenizer, hf, add_special_tokens: bool) -> None:
     for text in TEXTS:
-        assert tok.encode(text, add_special_tokens=add_special_tokens) == \
-            hf.encode(text, add_special_tokens=add_special_tokens), text
+        assert tok.encode(text, add_special_tokens=add_special_tokens) == hf.encode(
+            text, add_special_tokens=add_special_tokens
+        ), text
 
 
 @pytest.mark.parametrize("skip", [False, True])
@@ -84,10 +86,15 @@ def _model_dir(tmp_path: Path, tok_config: dict | None, files: dict[str, str] | 
 
 
 def test_special_tokens_as_dicts_and_from_special_tokens_map(tmp_path: Path) -> None:
-    d = _model_dir(tmp_path, {"bos_token": {"__type": "AddedToken", "content": "<|begin_of_text|>"},
-                              "eos_token": None},
-                   {"special_tokens_map.json": json.dumps({"eos_token": {"content": "<|end_of_text|>"},
-                                                           "bos_token": "ignored, the config has one"})})
+    d = _model_dir(
+        tmp_path,
+        {"bos_token": {"__type": "AddedToken", "content": "<|begin_of_text|>"}, "eos_token": None},
+        {
+            "special_tokens_map.json": json.dumps(
+                {"eos_token": {"content": "<|end_of_text|>"}, "bos_token": "ignored, the config has one"}
+            )
+        },
+    )
     tok = Tokenizer.from_dir(d)
     assert tok.bos_token == "<|begin_of_text|>"
     assert tok.eos_token == "<|end_of_text|>"
@@ -100,12 +107,18 @@ def test_chat_template_forms(tmp_path: Path) -> None:
     assert tok.chat_template == "D" and tok.chat_templates == {"default": "D", "tool_use": "T"}
 
     # chat_template.jinja replaces the config's template, as in transformers
-    tok = Tokenizer.from_dir(_model_dir(tmp_path / "b", {"chat_template": "old"},
-                                        {"chat_template.jinja": "new {{ x }}",
-                                         "additional_chat_templates/rag.jinja": "R"}))
+    tok = Tokenizer.from_dir(
+        _model_dir(
+            tmp_path / "b",
+            {"chat_template": "old"},
+            {"chat_template.jinja": "new {{ x }}", "additional_chat_templates/rag.jinja": "R"},
+        )
+    )
     assert tok.chat_templates == {"default": "new {{ x }}", "rag": "R"}
 
-    tok = Tokenizer.from_dir(_model_dir(tmp_path / "c", {}, {"chat_template.json": json.dumps({"chat_template": "J"})}))
+    tok = Tokenizer.from_dir(
+        _model_dir(tmp_path / "c", {}, {"chat_template.json": json.dumps({"chat_template": "J"})})
+    )
     assert tok.chat_template == "J"
 
 
@@ -135,32 +148,42 @@ def test_broken_directories_raise_model_error(tmp_path: Path) -> None:
 
 
 def test_frontend_modules_do_not_import_transformers() -> None:
-    code = ("import sys\n"
-            "from dyn.core.frontend import tokenizer, chat_template, detokenizer\n"
-            "from dyn.core.model.info import TINY_MODEL_DIR\n"
-            "t = tokenizer.Tokenizer.from_dir(TINY_MODEL_DIR)\n"
-            "chat_template.compile_template(t.chat_template).render([{'role': 'user', 'content': 'x'}])\n"
-            "d = detokenizer.IncrementalDetokenizer(t); d.push(t.encode('hi', False)); d.finish()\n"
-            "assert 'transformers' not in sys.modules and 'torch' not in sys.modules\n")
+    code = (
+        "import sys\n"
+        "from dyn.core.frontend import tokenizer, chat_template, detokenizer\n"
+        "from dyn.core.model.info import TINY_MODEL_DIR\n"
+        "t = tokenizer.Tokenizer.from_dir(TINY_MODEL_DIR)\n"
+        "chat_template.compile_template(t.chat_template).render([{'role': 'user', 'content': 'x'}])\n"
+        "d = detokenizer.IncrementalDetokenizer(t); d.push(t.encode('hi', False)); d.finish()\n"
+        "assert 'transformers' not in sys.modules and 'torch' not in sys.modules\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("config, bos_processor", [
-    ({}, True),  # tokenizer.json's post-processor adds BOS
-    ({"add_bos_token": False}, True),  # transformers 5 ignores the config's add_bos_token/add_eos_token
-    ({"add_bos_token": True, "add_eos_token": True}, False),
-])
+@pytest.mark.parametrize(
+    "config, bos_processor",
+    [
+        ({}, True),  # tokenizer.json's post-processor adds BOS
+        ({"add_bos_token": False}, True),  # transformers 5 ignores the config's add_bos_token/add_eos_token
+        ({"add_bos_token": True, "add_eos_token": True}, False),
+    ],
+)
 def test_add_special_tokens_follows_transformers(tmp_path: Path, config: dict, bos_processor: bool) -> None:
     transformers = pytest.importorskip("transformers")
     d = _model_dir(tmp_path, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", **config})
     if bos_processor:
         spec = json.loads((d / "tokenizer.json").read_text())
-        spec["post_processor"] = {"type": "TemplateProcessing",
-                                  "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
-                                             {"Sequence": {"id": "A", "type_id": 0}}],
-                                  "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                                  "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [0],
-                                                                           "tokens": ["<|begin_of_text|>"]}}}
+        spec["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+            ],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {
+                "<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [0], "tokens": ["<|begin_of_text|>"]}
+            },
+        }
         (d / "tokenizer.json").write_text(json.dumps(spec))
     ours, hf = Tokenizer.from_dir(d), transformers.AutoTokenizer.from_pretrained(d)
     for text in TEXTS[:4]:

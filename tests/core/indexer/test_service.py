@@ -60,8 +60,7 @@ async def until(condition, timeout: float = 5.0) -> None:
 
 
 def filled_service(store, **kwargs) -> IndexerService:
-    service = IndexerService(store, MODEL, block_size=BS, static_workers=[], event_threads=1,
-                             **kwargs)
+    service = IndexerService(store, MODEL, block_size=BS, static_workers=[], event_threads=1, **kwargs)
     service.indexer.store((11, 0), None, [100 + i for i in range(6)], LOCAL)
     service.indexer.store((22, 1), None, [200, 201], LOCAL[:2])
     return service
@@ -91,6 +90,7 @@ async def test_malformed_frames_are_refused_with_a_reason_and_the_service_keeps_
         dealer = configure(async_context().socket(zmq.DEALER))
         dealer.connect(service.endpoint)
         try:
+
             async def ask(frames: list[bytes]):
                 await dealer.send_multipart(frames)
                 with anyio.fail_after(5):
@@ -155,27 +155,38 @@ async def test_static_workers_are_indexed_under_their_registered_rank(store):
         async with anyio.create_task_group() as tg:
             tg.start_soon(publisher.serve_replay)
             service = IndexerService(
-                store, MODEL, block_size=BS, event_threads=1,
-                static_workers=[StaticWorker(5, 2, publisher.endpoint, publisher.replay_endpoint)])
+                store,
+                MODEL,
+                block_size=BS,
+                event_threads=1,
+                static_workers=[StaticWorker(5, 2, publisher.endpoint, publisher.replay_endpoint)],
+            )
             async with running(service):
                 await until(lambda: service.blocks_per_worker().get((5, 2)) == 6)
                 publisher.publish([stored(TOKENS[:8], None, 700)], dp_rank=3)  # batch rank wins
                 await until(lambda: service.blocks_per_worker().get((5, 3)) == 2)
                 assert service.find_matches(LOCAL) == {(5, 2): 6, (5, 3): 2}
-                assert service.worker_endpoints() == {(5, 2): publisher.endpoint,
-                                                      (5, 3): publisher.endpoint}
+                assert service.worker_endpoints() == {(5, 2): publisher.endpoint, (5, 3): publisher.endpoint}
             tg.cancel_scope.cancel()
     finally:
         publisher.close()
 
 
-def worker_record(instance_id: int, publisher: KvEventPublisher, *, model: str = MODEL,
-                  block_size: int = BS) -> WorkerRecord:
+def worker_record(
+    instance_id: int, publisher: KvEventPublisher, *, model: str = MODEL, block_size: int = BS
+) -> WorkerRecord:
     return WorkerRecord(
-        instance_id=instance_id, namespace="ns", model_name=model, engine="mocker",
-        endpoints=WorkerEndpoints(request="tcp://127.0.0.1:1", kv_events=publisher.endpoint,
-                                  kv_replay=publisher.replay_endpoint),
-        block_size=block_size, total_kv_blocks=100, max_num_batched_tokens=100)
+        instance_id=instance_id,
+        namespace="ns",
+        model_name=model,
+        engine="mocker",
+        endpoints=WorkerEndpoints(
+            request="tcp://127.0.0.1:1", kv_events=publisher.endpoint, kv_replay=publisher.replay_endpoint
+        ),
+        block_size=block_size,
+        total_kv_blocks=100,
+        max_num_batched_tokens=100,
+    )
 
 
 async def test_discovered_workers_are_followed_and_dropped_when_they_leave(store):

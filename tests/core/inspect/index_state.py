@@ -48,10 +48,12 @@ def asgi_client(app) -> httpx.Client:
 
     def handle(request: httpx.Request) -> httpx.Response:
         async def call() -> httpx.Response:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://test") as client:
-                r = await client.request(request.method, str(request.url),
-                                         content=request.content, headers=request.headers)
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://test"
+            ) as client:
+                r = await client.request(
+                    request.method, str(request.url), content=request.content, headers=request.headers
+                )
                 return httpx.Response(r.status_code, headers=r.headers, content=r.content)
 
         return anyio.run(call)

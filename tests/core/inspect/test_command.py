@@ -21,8 +21,9 @@ runner = CliRunner()
 @pytest.fixture
 def served(monkeypatch):
     """``run_inspect`` reads the known index state served under /kv/ at any URL."""
-    monkeypatch.setattr(command, "open_target",
-                        lambda url, **_: open_target(url, client=asgi_client(kv_app(prefix="/kv"))))
+    monkeypatch.setattr(
+        command, "open_target", lambda url, **_: open_target(url, client=asgi_client(kv_app(prefix="/kv")))
+    )
 
 
 def test_json_is_one_object_with_the_known_numbers(served, capsys, tmp_path):
@@ -49,8 +50,7 @@ def test_tables_show_workers_depths_and_the_overlap(served, capsys):
 
 
 def test_watch_refreshes_until_the_duration_ends(served, capsys):
-    run_inspect(InspectSettings(url="http://fe:1", json=True, watch=True, interval_s=0.05,
-                                duration_s=0.1))
+    run_inspect(InspectSettings(url="http://fe:1", json=True, watch=True, interval_s=0.05, duration_s=0.1))
     frames = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(frames) >= 2 and all(f["tree"] is None for f in frames)
     run_inspect(InspectSettings(url="http://fe:1", watch=True, interval_s=0.05, duration_s=0.05))
@@ -63,12 +63,15 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize(("args", "status", "message"), [
-    (["--url", f"http://127.0.0.1:{_closed_port()}"], 1, "cannot reach"),
-    (["--url", "localhost"], 1, "not an HTTP URL"),
-    (["--prompt", "a", "--messages", "b"], 2, "not both"),
-    (["--messages", "/nonexistent/chat.json"], 2, "cannot read --messages"),
-])
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["--url", f"http://127.0.0.1:{_closed_port()}"], 1, "cannot reach"),
+        (["--url", "localhost"], 1, "not an HTTP URL"),
+        (["--prompt", "a", "--messages", "b"], 2, "not both"),
+        (["--messages", "/nonexistent/chat.json"], 2, "cannot read --messages"),
+    ],
+)
 def test_mistakes_are_one_sentence_and_a_status(args, status, message):
     result = runner.invoke(app, ["inspect-kv", *args])
     assert result.exit_code == status, result.output
@@ -81,8 +84,7 @@ def test_a_bad_interval_is_a_usage_error():
 
 
 def test_nothing_in_discovery_says_what_to_pass(tmp_path):
-    result = runner.invoke(app, ["inspect-kv", "--discovery-dir", str(tmp_path),
-                                 "--namespace", "empty"])
+    result = runner.invoke(app, ["inspect-kv", "--discovery-dir", str(tmp_path), "--namespace", "empty"])
     assert result.exit_code == 1
     assert "no live dyn indexer of any model in namespace 'empty'" in result.output
     assert "--url" in result.output

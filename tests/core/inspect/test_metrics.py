@@ -53,13 +53,20 @@ def test_text_that_is_not_prometheus_is_an_error():
         read_metrics("<html>oops</html>\n")
 
 
-@pytest.mark.parametrize(("before", "after", "seconds", "rate"), [
-    (10, 40, 2.0, 15.0),
-    (10, 10, 1.0, 0.0),
-    (40, 10, 1.0, None),  # the target restarted
-    (10, 40, 0.0, None),
-])
+@pytest.mark.parametrize(
+    ("before", "after", "seconds", "rate"),
+    [
+        (10, 40, 2.0, 15.0),
+        (10, 10, 1.0, 0.0),
+        (40, 10, 1.0, None),  # the target restarted
+        (10, 40, 0.0, None),
+    ],
+)
 def test_events_per_second_from_two_readings(before, after, seconds, rate):
-    assert events_per_second(EventCounts(applied=before, failed=0),
-                             EventCounts(applied=after, failed=0), seconds) == rate
+    assert (
+        events_per_second(
+            EventCounts(applied=before, failed=0), EventCounts(applied=after, failed=0), seconds
+        )
+        == rate
+    )
     assert events_per_second(None, EventCounts(applied=after, failed=0), seconds) is None

@@ -27,8 +27,9 @@ def test_a_prompt_is_tokenized_raw(preprocessor):
     assert tokens.token_ids == preprocessor.tokenizer.encode("hello world", add_special_tokens=True)
 
 
-@pytest.mark.parametrize("body", [MESSAGES, {"messages": MESSAGES},
-                                  {"model": "x", "messages": MESSAGES, "max_tokens": 5}])
+@pytest.mark.parametrize(
+    "body", [MESSAGES, {"messages": MESSAGES}, {"model": "x", "messages": MESSAGES, "max_tokens": 5}]
+)
 def test_messages_are_rendered_with_the_generation_prompt(tmp_path, preprocessor, body):
     path = tmp_path / "chat.json"
     path.write_text(json.dumps(body))
@@ -36,22 +37,28 @@ def test_messages_are_rendered_with_the_generation_prompt(tmp_path, preprocessor
     tokens = prompt_tokens(None, messages_file=str(path)).token_ids
     assert tokens == expected
     tok = preprocessor.tokenizer
-    raw = tok.encode(preprocessor.chat_template.render(
-        MESSAGES, add_generation_prompt=False, bos_token=tok.bos_token, eos_token=tok.eos_token),
-        add_special_tokens=False)
-    assert len(tokens) > len(raw) and tokens[:len(raw)] == raw  # the generation prompt follows
+    raw = tok.encode(
+        preprocessor.chat_template.render(
+            MESSAGES, add_generation_prompt=False, bos_token=tok.bos_token, eos_token=tok.eos_token
+        ),
+        add_special_tokens=False,
+    )
+    assert len(tokens) > len(raw) and tokens[: len(raw)] == raw  # the generation prompt follows
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "cannot read --messages"),
-    ("{not json", "is not valid JSON"),
-    ('{"model": "x"}', 'an object with a "messages" list'),
-    ("42", "a JSON list of chat messages"),
-    ("[]", "holds no messages"),
-    ('[{"content": "hi"}]', 'message 0 must be an object with a string "role"'),
-    ('[{"role": "user", "content": 5}]', "could not be rendered with the chat template"),
-    ('{"messages": [{"role": "user", "content": "x"}], "n": "two"}', "--messages"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read --messages"),
+        ("{not json", "is not valid JSON"),
+        ('{"model": "x"}', 'an object with a "messages" list'),
+        ("42", "a JSON list of chat messages"),
+        ("[]", "holds no messages"),
+        ('[{"content": "hi"}]', 'message 0 must be an object with a string "role"'),
+        ('[{"role": "user", "content": 5}]', "could not be rendered with the chat template"),
+        ('{"messages": [{"role": "user", "content": "x"}], "n": "two"}', "--messages"),
+    ],
+)
 def test_a_bad_messages_file_is_one_sentence(tmp_path, content, message):
     path = tmp_path / "chat.json"
     if content is not None:

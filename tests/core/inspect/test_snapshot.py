@@ -62,8 +62,11 @@ def test_depths_do_not_depend_on_the_order_of_the_dump():
 
 
 def test_an_entry_whose_parent_is_missing_starts_a_chain_of_its_own():
-    events = [DumpEvent(1, 0, None, 10, 100), DumpEvent(1, 0, 10, 11, 101),
-              DumpEvent(2, 0, 99, 20, 101)]  # worker 2's parent 99 is not in the dump
+    events = [
+        DumpEvent(1, 0, None, 10, 100),
+        DumpEvent(1, 0, 10, 11, 101),
+        DumpEvent(2, 0, 99, 20, 101),
+    ]  # worker 2's parent 99 is not in the dump
     depths, nodes = entry_depths(events)
     assert depths == {((1, 0), 10): 1, ((1, 0), 11): 2, ((2, 0), 20): 1}
     assert nodes == 3  # the orphan's content hash equals block 11's, but not its path
@@ -74,11 +77,14 @@ def test_a_parent_cycle_ends_instead_of_looping():
     assert sorted(depths.values()) == [1, 2] and nodes == 2
 
 
-@pytest.mark.parametrize(("depths", "buckets"), [
-    ([], []),
-    ([1, 1, 2, 3, 4, 8, 15, 16], [(1, 1, 2), (2, 3, 2), (4, 7, 1), (8, 15, 2), (16, 31, 1)]),
-    ([1000], [(512, 1023, 1)]),
-])
+@pytest.mark.parametrize(
+    ("depths", "buckets"),
+    [
+        ([], []),
+        ([1, 1, 2, 3, 4, 8, 15, 16], [(1, 1, 2), (2, 3, 2), (4, 7, 1), (8, 15, 2), (16, 31, 1)]),
+        ([1000], [(512, 1023, 1)]),
+    ],
+)
 def test_depth_buckets_are_powers_of_two(depths, buckets):
     assert depth_buckets(depths) == [DepthBucket(*b) for b in buckets]
 
@@ -99,8 +105,7 @@ def test_workers_show_blocks_and_occupancy_where_the_capacity_is_known():
 def test_overlap_lists_every_worker_best_first_with_its_share_of_the_prompt():
     prompt = TOKENS + [1, 2]  # 26 tokens, 6 full blocks
     local = block_hashes(prompt, BS)
-    answer = msgspec.json.decode(msgspec.json.encode(
-        overlap_body(view().find_matches(local), BS)))
+    answer = msgspec.json.decode(msgspec.json.encode(overlap_body(view().find_matches(local), BS)))
     result = overlap(answer, len(prompt), worker_caches(entries()))
     assert (result.prompt_tokens, result.prompt_blocks, result.block_size) == (26, 6, BS)
     rows = [((w.instance_id, w.dp_rank), w.matched_blocks, w.matched_tokens) for w in result.workers]
@@ -112,13 +117,35 @@ def test_overlap_lists_every_worker_best_first_with_its_share_of_the_prompt():
 def test_json_holds_every_documented_field():
     stats, deepest = tree_stats(dumped())
     workers = worker_caches(entries(), deepest)
-    snapshot = KvSnapshot(target="http://x", model=MODEL, block_size=BS, workers=workers,
-                          cached_blocks=sum(w.blocks for w in workers), tree=stats)
+    snapshot = KvSnapshot(
+        target="http://x",
+        model=MODEL,
+        block_size=BS,
+        workers=workers,
+        cached_blocks=sum(w.blocks for w in workers),
+        tree=stats,
+    )
     data = msgspec.json.decode(snapshot_json(snapshot))
-    assert set(data) == {"target", "model", "block_size", "workers", "cached_blocks", "tree",
-                         "hit_rate", "events", "overlap"}
-    assert set(data["workers"][0]) == {"instance_id", "dp_rank", "blocks", "total_blocks",
-                                       "occupancy", "max_depth", "endpoint"}
+    assert set(data) == {
+        "target",
+        "model",
+        "block_size",
+        "workers",
+        "cached_blocks",
+        "tree",
+        "hit_rate",
+        "events",
+        "overlap",
+    }
+    assert set(data["workers"][0]) == {
+        "instance_id",
+        "dp_rank",
+        "blocks",
+        "total_blocks",
+        "occupancy",
+        "max_depth",
+        "endpoint",
+    }
     assert set(data["tree"]) == {"nodes", "entries", "max_depth", "depth_histogram"}
     assert data["tree"]["depth_histogram"][0] == {"min_depth": 1, "max_depth": 1, "blocks": 4}
     assert data["cached_blocks"] == ENTRIES

@@ -35,12 +35,20 @@ def test_a_frontend_or_router_is_read_under_kv():
 def test_a_server_without_views_is_named_with_its_own_reason():
     async def no_index(scope, receive, send):
         body = b'{"error": "this router keeps no KV index: ask the dyn indexer"}'
-        await send({"type": "http.response.start", "status": 404,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 404,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
-    with pytest.raises(TargetError, match=r"serves no KV index views: http://r:1/kv/workers "
-                                          r"answered 404 \(this router keeps no KV index"):
+    with pytest.raises(
+        TargetError,
+        match=r"serves no KV index views: http://r:1/kv/workers "
+        r"answered 404 \(this router keeps no KV index",
+    ):
         open_target("http://r:1", client=asgi_client(no_index))
 
 
@@ -83,8 +91,14 @@ def test_discovery_finds_the_newest_indexer_of_the_model(tmp_path):
 
     async def register():
         for i, (model, started) in enumerate((("m", 1.0), ("m", 2.0), ("other", 3.0))):
-            record = indexer_record("ns.indexers", model, i + 1, zmq_endpoint=f"tcp://h:{i}",
-                                    http_url=f"http://h:{i}", block_size=BS)
+            record = indexer_record(
+                "ns.indexers",
+                model,
+                i + 1,
+                zmq_endpoint=f"tcp://h:{i}",
+                http_url=f"http://h:{i}",
+                block_size=BS,
+            )
             record.started_at = started
             await store.put(record, ttl_s=60)
 

@@ -108,10 +108,10 @@ def test_max_merge_takes_the_larger_score_per_worker():
 
 RECORDS = st.lists(
     st.tuples(
-        st.integers(0, 30),                                   # time step before the record
+        st.integers(0, 30),  # time step before the record
         st.sampled_from([W1, W2, W3]),
         st.lists(st.integers(1, 3), min_size=1, max_size=6),  # prompt blocks
-        st.booleans(),                                        # expire explicitly after it
+        st.booleans(),  # expire explicitly after it
     ),
     max_size=25,
 )

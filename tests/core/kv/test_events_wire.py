@@ -26,6 +26,7 @@ from dyn.core.kv.events import (
 
 # ----------------------------------------------------------------- an independent msgpack codec
 
+
 def mp_decode(buf: bytes):
     value, end = _mp(buf, 0)
     assert end == len(buf), "trailing bytes after the msgpack value"
@@ -44,24 +45,34 @@ def _mp(b: bytes, i: int):
         return _mp_map(b, i + 1, t & 0x0F)
     if 0xA0 <= t <= 0xBF:
         n = t & 0x1F
-        return b[i + 1:i + 1 + n].decode(), i + 1 + n
+        return b[i + 1 : i + 1 + n].decode(), i + 1 + n
     fixed = {0xC0: None, 0xC2: False, 0xC3: True}
     if t in fixed:
         return fixed[t], i + 1
-    ints = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i",
-            0xD3: ">q", 0xCA: ">f", 0xCB: ">d"}
+    ints = {
+        0xCC: ">B",
+        0xCD: ">H",
+        0xCE: ">I",
+        0xCF: ">Q",
+        0xD0: ">b",
+        0xD1: ">h",
+        0xD2: ">i",
+        0xD3: ">q",
+        0xCA: ">f",
+        0xCB: ">d",
+    }
     if t in ints:
         fmt = ints[t]
         size = struct.calcsize(fmt)
-        return struct.unpack(fmt, b[i + 1:i + 1 + size])[0], i + 1 + size
+        return struct.unpack(fmt, b[i + 1 : i + 1 + size])[0], i + 1 + size
     if t in (0xD9, 0xDA, 0xDB):
         size = {0xD9: 1, 0xDA: 2, 0xDB: 4}[t]
-        n = int.from_bytes(b[i + 1:i + 1 + size], "big")
+        n = int.from_bytes(b[i + 1 : i + 1 + size], "big")
         start = i + 1 + size
-        return b[start:start + n].decode(), start + n
+        return b[start : start + n].decode(), start + n
     if t in (0xDC, 0xDD):
         size = 2 if t == 0xDC else 4
-        return _mp_array(b, i + 1 + size, int.from_bytes(b[i + 1:i + 1 + size], "big"))
+        return _mp_array(b, i + 1 + size, int.from_bytes(b[i + 1 : i + 1 + size], "big"))
     raise AssertionError(f"unexpected msgpack type byte {t:#x}")
 
 
@@ -110,6 +121,7 @@ def mp_encode(v) -> bytes:
 
 # ----------------------------------------------------------------- our encoder, read by hand
 
+
 def test_encoded_batch_has_vllm_layout():
     batch = KvEventBatch(
         ts=12.5,
@@ -145,16 +157,34 @@ def test_sequence_frame_is_8_byte_big_endian():
 
 # ----------------------------------------------------------------- foreign bytes, read by our decoder
 
+
 def test_decodes_sglang_short_block_stored_and_ignores_trailing_fields():
-    payload = mp_encode([
-        1.0,
+    payload = mp_encode(
         [
-            ["BlockStored", [11, 12], None, [1, 2, 3, 4], 2, None],  # SGLang: ends at lora_id
-            ["BlockStored", [13], 12, [5, 6], 2, None, "CPU_PINNED", "lora-a", None, None, 0, "full", 0, "x"],
-            ["BlockRemoved", [11], "GPU", 0, "full"],
-            ["AllBlocksCleared", "extra"],
-        ],
-    ])
+            1.0,
+            [
+                ["BlockStored", [11, 12], None, [1, 2, 3, 4], 2, None],  # SGLang: ends at lora_id
+                [
+                    "BlockStored",
+                    [13],
+                    12,
+                    [5, 6],
+                    2,
+                    None,
+                    "CPU_PINNED",
+                    "lora-a",
+                    None,
+                    None,
+                    0,
+                    "full",
+                    0,
+                    "x",
+                ],
+                ["BlockRemoved", [11], "GPU", 0, "full"],
+                ["AllBlocksCleared", "extra"],
+            ],
+        ]
+    )
     batch = decode_event_batch(payload)
     assert batch.data_parallel_rank is None
     short, long_, removed, cleared = batch.events
@@ -165,12 +195,23 @@ def test_decodes_sglang_short_block_stored_and_ignores_trailing_fields():
 
 
 def test_decodes_map_form_and_signed_hashes():
-    payload = mp_encode({
-        "ts": 2.0,
-        "events": [{"type": "BlockStored", "block_hashes": [-1], "parent_block_hash": -2,
-                    "token_ids": [1, 2], "block_size": 2, "medium": "GPU", "future_field": 1}],
-        "data_parallel_rank": 1,
-    })
+    payload = mp_encode(
+        {
+            "ts": 2.0,
+            "events": [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [-1],
+                    "parent_block_hash": -2,
+                    "token_ids": [1, 2],
+                    "block_size": 2,
+                    "medium": "GPU",
+                    "future_field": 1,
+                }
+            ],
+            "data_parallel_rank": 1,
+        }
+    )
     batch = decode_event_batch(payload)
     (ev,) = batch.events
     assert ev.block_hashes == [2**64 - 1] and ev.parent_block_hash == 2**64 - 2
@@ -181,10 +222,27 @@ def test_decodes_vllm_032_map_events_with_sha256_bytes_hashes():
     """vLLM 0.32 sends ``KVCacheEvent``s as maps (tag=True, not array_like) with its new tail
     fields; with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`` the hashes are sha256 bytes."""
     digest = bytes(range(24, 56))  # 32 bytes
-    payload = mp_encode([3.0, [{
-        "type": "BlockStored", "block_hashes": [digest], "parent_block_hash": None,
-        "token_ids": [1, 2], "block_size": 2, "lora_id": None, "medium": "GPU", "lora_name": None,
-        "extra_keys": [None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}], 0])
+    payload = mp_encode(
+        [
+            3.0,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [digest],
+                    "parent_block_hash": None,
+                    "token_ids": [1, 2],
+                    "block_size": 2,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                    "extra_keys": [None],
+                    "group_idx": 0,
+                    "kv_cache_spec_kind": "full_attention",
+                }
+            ],
+            0,
+        ]
+    )
     (ev,) = decode_event_batch(payload).events
     assert ev.block_hashes == [int.from_bytes(digest, "big") & (2**64 - 1)]
     assert ev.token_ids == [1, 2] and ev.medium == "GPU"

@@ -85,11 +85,11 @@ def test_a_block_hash_stored_again_elsewhere_moves():
 
 def test_moving_a_parent_and_child_away_leaves_a_correct_hole():
     index = RadixIndexer()
-    chain(index, W1, [1, 2], base=100)          # A=[1] (100), B=[1,2] (101)
-    index.store(W1, 100, [102], [3])            # C=[1,3] (102)
-    chain(index, W2, [1], base=200)             # W2 holds A only
+    chain(index, W1, [1, 2], base=100)  # A=[1] (100), B=[1,2] (101)
+    index.store(W1, 100, [102], [3])  # C=[1,3] (102)
+    chain(index, W2, [1], base=200)  # W2 holds A only
     assert index.store(W1, None, [100, 101], [5, 6]) is ApplyStatus.OK  # A and B move away
-    assert matches(index, [1, 3]) == {W2: 1}    # W1 still holds C but no longer A
+    assert matches(index, [1, 3]) == {W2: 1}  # W1 still holds C but no longer A
     assert matches(index, [5, 6]) == {W1: 2}
     assert matches(index, [1, 2]) == {W2: 1}
 
@@ -174,8 +174,10 @@ def test_dump_is_breadth_first_with_parents_first_and_round_trips():
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(dumped), type=list[DumpedBlock])
     copy = RadixIndexer()
     for block in wire:
-        assert copy.store(block.worker, block.parent_hash, [block.block_hash],
-                          [block.local_hash]) is ApplyStatus.OK
+        assert (
+            copy.store(block.worker, block.parent_hash, [block.block_hash], [block.local_hash])
+            is ApplyStatus.OK
+        )
     for query in ([1, 2, 3], [1, 4], [1], [2]):
         assert matches(copy, query) == matches(index, query)
     assert index.depth_histogram() == {1: 1, 2: 2, 3: 1}
@@ -280,16 +282,17 @@ class IndexerMachine(RuleBasedStateMachine):
         parent = data.draw(st.sampled_from([None, *held]) if held else st.none())
         start = data.draw(BLOCKS)
         blocks = [start + 40 * i for i in range(len(locals_))]  # fresh names, chained
-        assert self.index.store(worker, parent, blocks, locals_) == \
-            self.model.store(worker, parent, blocks, locals_)
+        assert self.index.store(worker, parent, blocks, locals_) == self.model.store(
+            worker, parent, blocks, locals_
+        )
 
-    @rule(worker=WORKERS, parent=st.none() | BLOCKS,
-          pairs=st.lists(st.tuples(BLOCKS, LOCALS), max_size=4))
+    @rule(worker=WORKERS, parent=st.none() | BLOCKS, pairs=st.lists(st.tuples(BLOCKS, LOCALS), max_size=4))
     def store_anything(self, worker, parent, pairs):
         blocks = [b for b, _ in pairs]
         locals_ = [h for _, h in pairs]
-        assert self.index.store(worker, parent, blocks, locals_) == \
-            self.model.store(worker, parent, blocks, locals_)
+        assert self.index.store(worker, parent, blocks, locals_) == self.model.store(
+            worker, parent, blocks, locals_
+        )
 
     @rule(data=st.data(), worker=WORKERS)
     def remove_held(self, data, worker):
@@ -333,8 +336,11 @@ class IndexerMachine(RuleBasedStateMachine):
                     key = (worker, sequence_hashes(list(path[:-1]))[-1])
                     expected[key] = expected.get(key, 0) + 1
         keys = self.index._keys
-        actual = {(keys[wid], node): count
-                  for wid, holes in self.index._holes.items() for node, count in holes.items()}
+        actual = {
+            (keys[wid], node): count
+            for wid, holes in self.index._holes.items()
+            for node, count in holes.items()
+        }
         assert actual == expected
 
     @rule()
@@ -347,7 +353,9 @@ class IndexerMachine(RuleBasedStateMachine):
 
 
 IndexerMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=30, deadline=None,
+    max_examples=150,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestIndexerAgainstModel = IndexerMachine.TestCase

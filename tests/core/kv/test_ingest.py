@@ -92,7 +92,8 @@ class RecordingIndexer:
 
 def applied(registry: CollectorRegistry, status: str, event_type: str) -> float:
     return registry.get_sample_value(
-        "dynamo_component_kv_cache_events_applied_total", {"status": status, "event_type": event_type})
+        "dynamo_component_kv_cache_events_applied_total", {"status": status, "event_type": event_type}
+    )
 
 
 def rejected(registry: CollectorRegistry, reason: str) -> float:
@@ -116,13 +117,24 @@ def via_wire(value) -> KvEventBatch:
 # --------------------------------------------------------------------------- conversion
 
 
-@pytest.mark.parametrize(("medium", "tier"), [
-    (None, StorageTier.DEVICE), ("GPU", StorageTier.DEVICE), ("device", StorageTier.DEVICE),
-    ("CPU_PINNED", StorageTier.HOST_PINNED), ("cpu_tier1", StorageTier.HOST_PINNED),
-    ("CPU_TIER2", StorageTier.DISK), ("Disk", StorageTier.DISK), ("NVME", StorageTier.DISK),
-    ("EXTERNAL", StorageTier.EXTERNAL), ("network", StorageTier.EXTERNAL),
-    ("REMOTE", StorageTier.EXTERNAL), ("SHARED", StorageTier.EXTERNAL), ("TAPE", StorageTier.DEVICE),
-])
+@pytest.mark.parametrize(
+    ("medium", "tier"),
+    [
+        (None, StorageTier.DEVICE),
+        ("GPU", StorageTier.DEVICE),
+        ("device", StorageTier.DEVICE),
+        ("CPU_PINNED", StorageTier.HOST_PINNED),
+        ("cpu_tier1", StorageTier.HOST_PINNED),
+        ("CPU_TIER2", StorageTier.DISK),
+        ("Disk", StorageTier.DISK),
+        ("NVME", StorageTier.DISK),
+        ("EXTERNAL", StorageTier.EXTERNAL),
+        ("network", StorageTier.EXTERNAL),
+        ("REMOTE", StorageTier.EXTERNAL),
+        ("SHARED", StorageTier.EXTERNAL),
+        ("TAPE", StorageTier.DEVICE),
+    ],
+)
 def test_medium_maps_to_storage_tier(medium, tier):
     assert tier_of(medium) is tier
 
@@ -130,12 +142,18 @@ def test_medium_maps_to_storage_tier(medium, tier):
 def test_vllm_batch_becomes_store_remove_clear_with_recomputed_local_hashes():
     registry, _, device, indexers, converter = setup()
     tokens = list(range(100, 108))
-    payload = encode_event_batch(KvEventBatch(1.0, [
-        BlockStored([11, 12], None, tokens, BS, None, "GPU", None),
-        BlockStored([13], 12, [1, 2, 3, 4], BS),
-        BlockRemoved([13]),
-        AllBlocksCleared(),
-    ], None))
+    payload = encode_event_batch(
+        KvEventBatch(
+            1.0,
+            [
+                BlockStored([11, 12], None, tokens, BS, None, "GPU", None),
+                BlockStored([13], 12, [1, 2, 3, 4], BS),
+                BlockRemoved([13]),
+                AllBlocksCleared(),
+            ],
+            None,
+        )
+    )
     batch, _ = decode_known_events(payload)
     outcomes = apply_event_batch(batch, converter, indexers)
     assert outcomes == ["ok", "ok", "ok", "ok"]
@@ -151,11 +169,17 @@ def test_vllm_batch_becomes_store_remove_clear_with_recomputed_local_hashes():
 
 def test_map_form_sglang_short_form_trailing_fields_and_signed_hashes():
     _, _, device, indexers, converter = setup()
-    batch = via_wire([2.0, [
-        ["BlockStored", [-1], None, [1, 2, 3, 4], BS, None],  # SGLang: ends at lora_id
-        ["BlockStored", [-2], -1, [5, 6, 7, 8], BS, None, "GPU", None, None, None, 0, "full", 0],
-        {"type": "BlockRemoved", "block_hashes": [-2], "medium": "GPU", "group_idx": 3},
-    ], None])
+    batch = via_wire(
+        [
+            2.0,
+            [
+                ["BlockStored", [-1], None, [1, 2, 3, 4], BS, None],  # SGLang: ends at lora_id
+                ["BlockStored", [-2], -1, [5, 6, 7, 8], BS, None, "GPU", None, None, None, 0, "full", 0],
+                {"type": "BlockRemoved", "block_hashes": [-2], "medium": "GPU", "group_idx": 3},
+            ],
+            None,
+        ]
+    )
     assert apply_event_batch(batch, converter, indexers) == ["ok", "ok", "ok"]
     top = 2**64
     assert device.calls == [
@@ -166,19 +190,23 @@ def test_map_form_sglang_short_form_trailing_fields_and_signed_hashes():
 
 
 def test_unknown_event_types_are_left_out_and_counted_apart():
-    batch, unknown = decode_known_events(msgspec.msgpack.encode(
-        [1.0, [["KvCacheDefragmented", 1], ["BlockRemoved", [5]]], 0]))
+    batch, unknown = decode_known_events(
+        msgspec.msgpack.encode([1.0, [["KvCacheDefragmented", 1], ["BlockRemoved", [5]]], 0])
+    )
     assert unknown == 1 and batch.events == [BlockRemoved([5])]  # a missing medium takes its default
 
 
 def test_lower_tiers_go_to_their_indexer_or_are_rejected():
     host = RecordingIndexer()
     registry, _, device, indexers, converter = setup(lower={StorageTier.HOST_PINNED: host})
-    batch = KvEventBatch(1.0, [
-        BlockStored([1], None, [1, 2, 3, 4], BS, None, "CPU_PINNED"),
-        BlockStored([2], None, [1, 2, 3, 4], BS, None, "DISK"),
-        BlockRemoved([1], "cpu_tier1"),
-    ])
+    batch = KvEventBatch(
+        1.0,
+        [
+            BlockStored([1], None, [1, 2, 3, 4], BS, None, "CPU_PINNED"),
+            BlockStored([2], None, [1, 2, 3, 4], BS, None, "DISK"),
+            BlockRemoved([1], "cpu_tier1"),
+        ],
+    )
     outcomes = apply_event_batch(batch, converter, indexers)
     assert outcomes == ["ok", RejectReason.TIER_NOT_INDEXED, "ok"]
     assert [c[0] for c in host.calls] == ["store", "remove"] and device.calls == []
@@ -189,10 +217,17 @@ def test_block_size_mismatch_indexes_the_good_leading_blocks_only(caplog):
     registry, _, device, indexers, converter = setup()
     tokens = list(range(10))  # 2 full blocks of 4, then 2 tokens for the third
     with caplog.at_level(logging.WARNING, "dyn.core.kv.convert"):
-        outcomes = apply_event_batch(KvEventBatch(1.0, [
-            BlockStored([1, 2, 3], None, tokens, BS),
-            BlockStored([4, 5], None, list(range(16)), 8),  # engine block size 8, router 4
-        ]), converter, indexers)
+        outcomes = apply_event_batch(
+            KvEventBatch(
+                1.0,
+                [
+                    BlockStored([1, 2, 3], None, tokens, BS),
+                    BlockStored([4, 5], None, list(range(16)), 8),  # engine block size 8, router 4
+                ],
+            ),
+            converter,
+            indexers,
+        )
         for _ in range(5):
             apply_event_batch(KvEventBatch(1.0, [BlockStored([6], None, [1], BS)]), converter, indexers)
     assert outcomes == ["ok", RejectReason.BLOCK_SIZE_MISMATCH]
@@ -204,10 +239,17 @@ def test_block_size_mismatch_indexes_the_good_leading_blocks_only(caplog):
 def test_lora_name_changes_local_hashes():
     _, _, device, indexers, converter = setup()
     tokens = [9, 8, 7, 6]
-    apply_event_batch(KvEventBatch(1.0, [
-        BlockStored([1], None, tokens, BS, None, "GPU", None),
-        BlockStored([2], None, tokens, BS, None, "GPU", "my-lora"),
-    ]), converter, indexers)
+    apply_event_batch(
+        KvEventBatch(
+            1.0,
+            [
+                BlockStored([1], None, tokens, BS, None, "GPU", None),
+                BlockStored([2], None, tokens, BS, None, "GPU", "my-lora"),
+            ],
+        ),
+        converter,
+        indexers,
+    )
     plain, lora = device.calls[0][4], device.calls[1][4]
     assert plain == block_hashes(tokens, BS) and lora == block_hashes(tokens, BS, "my-lora")
     assert plain != lora
@@ -222,10 +264,17 @@ def test_batch_dp_rank_overrides_the_registered_one():
 
 def test_indexer_statuses_are_counted_by_event_type():
     registry, _, _, indexers, converter = setup()
-    outcomes = apply_event_batch(KvEventBatch(1.0, [
-        BlockStored([2], 99, [1, 2, 3, 4], BS),
-        BlockRemoved([42]),
-    ]), converter, indexers)
+    outcomes = apply_event_batch(
+        KvEventBatch(
+            1.0,
+            [
+                BlockStored([2], 99, [1, 2, 3, 4], BS),
+                BlockRemoved([42]),
+            ],
+        ),
+        converter,
+        indexers,
+    )
     assert outcomes == ["parent_block_not_found", "block_not_found"]
     assert applied(registry, "parent_block_not_found", "stored") == 1
     assert applied(registry, "block_not_found", "removed") == 1
@@ -240,12 +289,19 @@ def test_with_the_real_radix_indexer():
     indexers = TieredIndexers(indexer, metrics)
     converter = BatchConverter(7, BS, metrics)
     prompt = list(range(12))
-    outcomes = apply_event_batch(KvEventBatch(1.0, [
-        BlockStored([11, 12], None, prompt[:8], BS),
-        BlockStored([13], 12, prompt[8:], BS),
-        BlockStored([14], 99, [1, 2, 3, 4], BS),
-        BlockRemoved([77]),
-    ]), converter, indexers)
+    outcomes = apply_event_batch(
+        KvEventBatch(
+            1.0,
+            [
+                BlockStored([11, 12], None, prompt[:8], BS),
+                BlockStored([13], 12, prompt[8:], BS),
+                BlockStored([14], 99, [1, 2, 3, 4], BS),
+                BlockRemoved([77]),
+            ],
+        ),
+        converter,
+        indexers,
+    )
     assert outcomes == ["ok", "ok", "parent_block_not_found", "block_not_found"]
     # the router's own hashes of the prompt find the engine's blocks
     assert indexer.find_matches(block_hashes(prompt + [5], BS)) == {(7, 0): 3}
@@ -257,7 +313,6 @@ def test_with_the_real_radix_indexer():
 
 
 # --------------------------------------------------------------------------- subscriptions
-
 
 
 def stored(k: int) -> BlockStored:
@@ -272,18 +327,30 @@ class FakeEngine:
     the test's own PUB, so a test can drop a seq, repeat one or send garbage.
     """
 
-    def __init__(self, instance_id: int = 7, *, buffer_size: int = 1000, replay: bool = True,
-                 replay_endpoint: str | None = None) -> None:
+    def __init__(
+        self,
+        instance_id: int = 7,
+        *,
+        buffer_size: int = 1000,
+        replay: bool = True,
+        replay_endpoint: str | None = None,
+    ) -> None:
         self.publisher = KvEventPublisher(buffer_size=buffer_size)
         self.pub = configure(sync_context().socket(zmq.PUB))
         endpoint = bind_random(self.pub, "127.0.0.1")
         if replay_endpoint is None and replay:
             replay_endpoint = self.publisher.replay_endpoint
         self.record = WorkerRecord(
-            instance_id=instance_id, namespace="ns", model_name="m", engine="mocker",
-            endpoints=WorkerEndpoints(request="tcp://127.0.0.1:9", kv_events=endpoint,
-                                      kv_replay=replay_endpoint),
-            block_size=BS, total_kv_blocks=64, max_num_batched_tokens=64,
+            instance_id=instance_id,
+            namespace="ns",
+            model_name="m",
+            engine="mocker",
+            endpoints=WorkerEndpoints(
+                request="tcp://127.0.0.1:9", kv_events=endpoint, kv_replay=replay_endpoint
+            ),
+            block_size=BS,
+            total_kv_blocks=64,
+            max_num_batched_tokens=64,
         )
 
     def publish(self, events: list, *, send: bool = True, dp_rank: int = 0) -> int:
@@ -383,8 +450,7 @@ async def test_catch_up_reads_vllm_replay_answers_that_carry_the_topic():
     engine = FakeEngine(replay=False)
     router = configure(sync_context().socket(zmq.ROUTER))
     engine.record.endpoints.kv_replay = bind_random(router, "127.0.0.1")
-    payloads = [engine.publisher.replay_from(engine.publish([stored(k)], send=False))[0][1]
-                for k in range(3)]
+    payloads = [engine.publisher.replay_from(engine.publish([stored(k)], send=False))[0][1] for k in range(3)]
 
     def serve_one_replay() -> None:
         client, _, start = router.recv_multipart()
@@ -464,8 +530,9 @@ async def test_gap_without_replay_endpoint_or_with_a_silent_one_is_counted(event
     engines = [FakeEngine(7, replay=False), FakeEngine(8, replay_endpoint=silent_endpoint)]
     registry = CollectorRegistry()
     indexer = RecordingIndexer()
-    ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads,
-                               replay_timeout=0.05)
+    ingestor = KvEventIngestor(
+        indexer, KvEventMetrics(registry), event_threads=event_threads, replay_timeout=0.05
+    )
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             await tg.start(ingestor.run)
@@ -507,8 +574,15 @@ async def test_garbage_is_counted_and_the_subscription_survives(event_threads):
             bad = engine.publish([stored(k)], send=False)
             engine.send([b"kv-events", encode_seq(bad), b"\xc1 not msgpack"])  # uses up its seq
             odd = engine.publish([stored(k + 1)], send=False)
-            engine.send([b"kv-events", encode_seq(odd), msgspec.msgpack.encode(
-                [1.0, [["FutureEvent", 1, 2], ["BlockStored", [2000], None, [3] * BS, BS]], 0])])
+            engine.send(
+                [
+                    b"kv-events",
+                    encode_seq(odd),
+                    msgspec.msgpack.encode(
+                        [1.0, [["FutureEvent", 1, 2], ["BlockStored", [2000], None, [3] * BS, BS]], 0]
+                    ),
+                ]
+            )
             engine.publish([BlockStored([2001], 2000, [4] * BS, BS)])
             await until(lambda: 2001 in indexer.blocks[(7, 0)])
             tg.cancel_scope.cancel()
@@ -540,7 +614,8 @@ async def test_remove_worker_drops_its_blocks_and_late_hand_overs(event_threads)
             assert ingestor.subscriber(7) is None and (7, 0) not in indexer.blocks
             assert ("remove_worker", 7) in indexer.calls
             ops = BatchConverter(7, BS, ingestor.metrics).convert(
-                KvEventBatch(1.0, [BlockStored([70], None, [1] * BS, BS)]))
+                KvEventBatch(1.0, [BlockStored([70], None, [1] * BS, BS)])
+            )
             old._deliver(ops)  # a hand-over still in flight when the worker left
             await anyio.sleep(0.02)
             assert (7, 0) not in indexer.blocks
@@ -554,7 +629,8 @@ def test_a_worker_without_kv_events_is_skipped_and_pool_changes_are_followed(cap
     ingestor = KvEventIngestor(indexer, KvEventMetrics(CollectorRegistry()), event_threads=1)
     engine = FakeEngine(7)
     quiet = msgspec.structs.replace(
-        engine.record, instance_id=8, endpoints=WorkerEndpoints(request="tcp://127.0.0.1:9"))
+        engine.record, instance_id=8, endpoints=WorkerEndpoints(request="tcp://127.0.0.1:9")
+    )
 
     class Pool:
         def add_listener(self, listener):
@@ -635,8 +711,9 @@ def test_inbox_keeps_order_and_close_releases_a_thread_held_by_backpressure(monk
 
 
 def by_worker(registry: CollectorRegistry, worker: int, reason: str) -> float | None:
-    return registry.get_sample_value("dynamo_component_kv_events_rejected_by_worker_total",
-                                     {"worker_id": str(worker), "reason": reason})
+    return registry.get_sample_value(
+        "dynamo_component_kv_events_rejected_by_worker_total", {"worker_id": str(worker), "reason": reason}
+    )
 
 
 def chain(first: int, blocks: int, parent: int | None) -> BlockStored:
@@ -659,12 +736,15 @@ def test_bounds_follow_the_record():
 
 @pytest.mark.anyio
 async def test_events_beyond_the_records_capacity_ranks_or_size_are_refused_and_counted(
-        event_threads, caplog):
+    event_threads, caplog
+):
     """Issue 16: forged events claimed 219,000 blocks for a worker advertising 16,384. Here the
     record advertises 64 blocks (limit 128 with the slack) and one rank."""
     engine = FakeEngine()
     ops = [
-        [chain(1, 40, None)], [chain(41, 40, 40)], [chain(81, 40, 80)],  # 120 blocks
+        [chain(1, 40, None)],
+        [chain(41, 40, 40)],
+        [chain(81, 40, 80)],  # 120 blocks
         [chain(121, 40, 120)],  # 160 > 128: refused
         [BlockRemoved(list(range(91, 121)))],  # 90 left
         [chain(201, 35, None)],  # 125
@@ -681,8 +761,9 @@ async def test_events_beyond_the_records_capacity_ranks_or_size_are_refused_and_
             tg.start_soon(engine.publisher.serve_replay)
             await tg.start(ingestor.run)
             ingestor.add_worker(engine.record)
-            await until(lambda: indexer.blocks_held((7, 0)) == 127
-                        and by_worker(registry, 7, "unknown_dp_rank") == 1)
+            await until(
+                lambda: indexer.blocks_held((7, 0)) == 127 and by_worker(registry, 7, "unknown_dp_rank") == 1
+            )
             assert by_worker(registry, 7, "over_capacity") == 2
             assert rejected(registry, "over_capacity") == 2 and rejected(registry, "unknown_dp_rank") == 1
             assert indexer.blocks_per_worker() == {(7, 0): 127}

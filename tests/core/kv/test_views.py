@@ -29,8 +29,9 @@ def filled() -> RadixIndexer:
     return index
 
 
-def client(index: RadixIndexer | None = None, *, block_size: int | None = BS, prefix: str = "",
-           endpoints=None) -> httpx.AsyncClient:
+def client(
+    index: RadixIndexer | None = None, *, block_size: int | None = BS, prefix: str = "", endpoints=None
+) -> httpx.AsyncClient:
     view = RadixIndexView(index if index is not None else filled(), MODEL, block_size, endpoints)
     app = IndexerHttpApp(view, IndexerMetrics(CollectorRegistry(), view), prefix=prefix)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://indexer")
@@ -42,8 +43,10 @@ async def test_query_by_tokens_reports_matched_tokens_per_instance_and_rank():
     assert r.status_code == 200
     assert r.json() == {
         "scores": {"11": {"0": 24}, "22": {"0": 8, "1": 16}},
-        "instances": {"11": {"longest_matched": 24, "dp": {"0": 24}},
-                      "22": {"longest_matched": 16, "dp": {"0": 8, "1": 16}}},
+        "instances": {
+            "11": {"longest_matched": 24, "dp": {"0": 24}},
+            "22": {"longest_matched": 16, "dp": {"0": 8, "1": 16}},
+        },
         "block_size": BS,
     }
 
@@ -58,18 +61,21 @@ async def test_query_by_hash_matches_the_same_prefix_and_lora_changes_the_hashes
     assert short["scores"] == {}  # less than one block
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/query", b'{"token_ids": "abc"}', "$.token_ids"),
-    ("/query", b'{"token_ids": [1, -2]}', "$.token_ids[1]"),
-    ("/query", b'{"token_ids": [1, true]}', "$.token_ids[1]"),
-    ("/query", b'{"token_ids": [1], "lora_name": 5}', "$.lora_name"),
-    ("/query", b'{"tokens": [1]}', "token_ids"),
-    ("/query", b'{"token_ids": [1], "model_name": "other"}', "model_name"),
-    ("/query_by_hash", b'{"block_hashes": [1.5]}', "$.block_hashes[0]"),
-    ("/query_by_hash", b'{"block_hashes": [1, 18446744073709551616]}', "block_hashes[1]"),
-    ("/query_by_hash", b"[1, 2]", "object"),
-    ("/query_by_hash", b"{not json", "block_hashes"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/query", b'{"token_ids": "abc"}', "$.token_ids"),
+        ("/query", b'{"token_ids": [1, -2]}', "$.token_ids[1]"),
+        ("/query", b'{"token_ids": [1, true]}', "$.token_ids[1]"),
+        ("/query", b'{"token_ids": [1], "lora_name": 5}', "$.lora_name"),
+        ("/query", b'{"tokens": [1]}', "token_ids"),
+        ("/query", b'{"token_ids": [1], "model_name": "other"}', "model_name"),
+        ("/query_by_hash", b'{"block_hashes": [1.5]}', "$.block_hashes[0]"),
+        ("/query_by_hash", b'{"block_hashes": [1, 18446744073709551616]}', "block_hashes[1]"),
+        ("/query_by_hash", b"[1, 2]", "object"),
+        ("/query_by_hash", b"{not json", "block_hashes"),
+    ],
+)
 async def test_bad_bodies_get_400_naming_the_field(path, body, field):
     async with client() as c:
         r = await c.post(path, content=body)
@@ -116,8 +122,7 @@ async def test_dump_replays_into_an_empty_indexer_with_the_same_answers():
     assert set(events[0]) == {"worker_id", "dp_rank", "parent_hash", "block_hash", "tokens_hash"}
     rebuilt = RadixIndexer()
     for e in events:
-        rebuilt.store((e["worker_id"], e["dp_rank"]), e["parent_hash"], [e["block_hash"]],
-                      [e["tokens_hash"]])
+        rebuilt.store((e["worker_id"], e["dp_rank"]), e["parent_hash"], [e["block_hash"]], [e["tokens_hash"]])
     assert rebuilt.find_matches(LOCAL) == original.find_matches(LOCAL)
 
 

@@ -1,4 +1,5 @@
 """dyn.core.model: the embedded dyn-tiny model and load_model_info on custom directories."""
+
 from __future__ import annotations
 
 import json
@@ -42,18 +43,33 @@ def test_no_transformers_import() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def _write_model(d: Path, *, config: dict | None = None, gen: dict | None = None, tok_config: dict | None = None,
-                 vocab_size: int = 10) -> Path:
+def _write_model(
+    d: Path,
+    *,
+    config: dict | None = None,
+    gen: dict | None = None,
+    tok_config: dict | None = None,
+    vocab_size: int = 10,
+) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     vocab = {f"t{i}": i for i in range(vocab_size)}
-    added = [{"id": vocab_size, "content": "<s>", "special": True},
-             {"id": vocab_size + 1, "content": "</s>", "special": True},
-             {"id": vocab_size + 2, "content": "<end>", "special": True},
-             {"id": vocab_size + 3, "content": "plain", "special": False}]
-    (d / "tokenizer.json").write_text(json.dumps({"version": "1.0", "added_tokens": added,
-                                                 "model": {"type": "BPE", "vocab": vocab, "merges": []}}))
-    tc = {"bos_token": "<s>", "eos_token": {"content": "</s>", "__type": "AddedToken"},
-          "chat_template": TEMPLATE, "model_max_length": 1000000000000000019884624838656}
+    added = [
+        {"id": vocab_size, "content": "<s>", "special": True},
+        {"id": vocab_size + 1, "content": "</s>", "special": True},
+        {"id": vocab_size + 2, "content": "<end>", "special": True},
+        {"id": vocab_size + 3, "content": "plain", "special": False},
+    ]
+    (d / "tokenizer.json").write_text(
+        json.dumps(
+            {"version": "1.0", "added_tokens": added, "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+        )
+    )
+    tc = {
+        "bos_token": "<s>",
+        "eos_token": {"content": "</s>", "__type": "AddedToken"},
+        "chat_template": TEMPLATE,
+        "model_max_length": 1000000000000000019884624838656,
+    }
     (d / "tokenizer_config.json").write_text(json.dumps(tc if tok_config is None else tok_config))
     if config is not None:
         (d / "config.json").write_text(json.dumps(config))
@@ -75,8 +91,11 @@ def test_custom_dir_tokenizer_only(tmp_path: Path) -> None:
 
 
 def test_custom_dir_full(tmp_path: Path) -> None:
-    d = _write_model(tmp_path / "m", config={"vocab_size": 32, "max_position_embeddings": 4096, "eos_token_id": [11, 12]},
-                     gen={"eos_token_id": [12, 13], "bos_token_id": 10})
+    d = _write_model(
+        tmp_path / "m",
+        config={"vocab_size": 32, "max_position_embeddings": 4096, "eos_token_id": [11, 12]},
+        gen={"eos_token_id": [12, 13], "bos_token_id": 10},
+    )
     info = load_model_info(str(d), "alias")
     assert info.name == "alias"
     assert info.vocab_size == 32
@@ -97,7 +116,9 @@ def test_chat_template_file(tmp_path: Path) -> None:
 
 
 def test_error_missing_dir(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match=r"--model-path .*nope: no such directory; pass a local Hugging Face"):
+    with pytest.raises(
+        ModelError, match=r"--model-path .*nope: no such directory; pass a local Hugging Face"
+    ):
         load_model_info(tmp_path / "nope", None)
 
 
@@ -111,7 +132,9 @@ def test_error_not_a_dir(tmp_path: Path) -> None:
 def test_error_missing_tokenizer_json(tmp_path: Path) -> None:
     d = _write_model(tmp_path / "m")
     (d / "tokenizer.json").unlink()
-    with pytest.raises(ModelError, match=r": no tokenizer.json found; pass a local Hugging Face model directory"):
+    with pytest.raises(
+        ModelError, match=r": no tokenizer.json found; pass a local Hugging Face model directory"
+    ):
         load_model_info(d, None)
 
 
@@ -122,7 +145,9 @@ def test_error_missing_tokenizer_config(tmp_path: Path) -> None:
         load_model_info(d, None)
 
 
-@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json"])
+@pytest.mark.parametrize(
+    "name", ["tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json"]
+)
 def test_error_invalid_json(tmp_path: Path, name: str) -> None:
     d = _write_model(tmp_path / "m", config={}, gen={})
     (d / name).write_text("{not json")
@@ -153,11 +178,16 @@ def test_transformers_loads_tiny(monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TINY_MODEL_DIR))
-    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "def f(x): return x"}]
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "def f(x): return x"},
+    ]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
-                    "<|start_header_id|>user<|end_header_id|>\n\ndef f(x): return x<|eot_id|>"
-                    "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert text == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\ndef f(x): return x<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
     ids = tok.encode(text, add_special_tokens=False)
     info = load_model_info(None, None)
     assert ids[0] == info.bos_token_id
@@ -174,20 +204,25 @@ def test_regenerate_is_byte_identical(tmp_path: Path) -> None:
     if here.rsplit(".", 1)[0] != meta["python_version"].rsplit(".", 1)[0]:
         pytest.skip(f"dyn-tiny was generated with Python {meta['python_version']}, this is {here}")
     if tokenizers.__version__ != meta["tokenizers_version"]:
-        pytest.skip(f"dyn-tiny was generated with tokenizers {meta['tokenizers_version']}, "
-                    f"this is {tokenizers.__version__}")
+        pytest.skip(
+            f"dyn-tiny was generated with tokenizers {meta['tokenizers_version']}, "
+            f"this is {tokenizers.__version__}"
+        )
     sys.path.insert(0, str(SCRIPT.parent))
     try:
         import make_tiny_model
     finally:
         sys.path.remove(str(SCRIPT.parent))
     if make_tiny_model.corpus_sha256(make_tiny_model.corpus_files()) != meta["corpus_sha256"]:
-        pytest.skip(f"this Python {here}'s standard library (the training corpus) differs from the one "
-                    f"dyn-tiny was trained on (Python {meta['python_version']})")
+        pytest.skip(
+            f"this Python {here}'s standard library (the training corpus) differs from the one "
+            f"dyn-tiny was trained on (Python {meta['python_version']})"
+        )
     out = tmp_path / "dyn-tiny"
     subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
     shipped = sorted(p.name for p in TINY_MODEL_DIR.glob("*.json"))
     assert sorted(p.name for p in out.iterdir()) == shipped
     for name in shipped:
         assert (out / name).read_bytes() == (TINY_MODEL_DIR / name).read_bytes(), (
-            f"{name} differs; regenerate with: python scripts/make_tiny_model.py core/model/dyn-tiny")
+            f"{name} differs; regenerate with: python scripts/make_tiny_model.py core/model/dyn-tiny"
+        )

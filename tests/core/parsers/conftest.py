@@ -78,7 +78,9 @@ def _check_splits(make, text: str, stride: int = 5) -> Parsed:
     assert _parse(make, list(text)) == whole, "character by character differs from whole"
     for i in range(len(text) + 1):
         got = _parse(make, [text[:i], text[i:]])
-        assert got == whole, f"split at {i} ({text[:i][-20:]!r} | {text[i:][:20]!r}) differs: {got} != {whole}"
+        assert got == whole, (
+            f"split at {i} ({text[:i][-20:]!r} | {text[i:][:20]!r}) differs: {got} != {whole}"
+        )
     for i in range(0, len(text) + 1, stride):
         for j in range(i, len(text) + 1, stride + 2):
             assert _parse(make, [text[:i], text[i:j], text[j:]]) == whole, f"split at {i}, {j} differs"

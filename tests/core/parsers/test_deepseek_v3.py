@@ -31,8 +31,10 @@ AGENT = (
 def test_parallel_calls(check_splits):
     got = check_splits(DeepSeekV3, PARALLEL)
     assert got.content == ""
-    assert got.named_args == [("get_weather", {"city": "Tokyo", "unit": "celsius"}),
-                              ("search_hotels", {"location": "Tokyo", "check_in": "2025-01-15"})]
+    assert got.named_args == [
+        ("get_weather", {"city": "Tokyo", "unit": "celsius"}),
+        ("search_hotels", {"location": "Tokyo", "check_in": "2025-01-15"}),
+    ]
     assert all(c.complete and c.id is None for c in got.calls)
     # the arguments are the model's own JSON text, verbatim
     assert got.calls[0].arguments == '{"city": "Tokyo", "unit": "celsius"}'
@@ -41,12 +43,13 @@ def test_parallel_calls(check_splits):
 def test_content_before_call_and_multiline_json(check_splits):
     got = check_splits(DeepSeekV3, AGENT)
     assert got.content == "I'll help you understand this codebase. Let me start by exploring the structure.\n"
-    assert got.named_args == [("TodoWrite", {"todos": [{"content": "Explore the root directory",
-                                                         "status": "in_progress"}]})]
+    assert got.named_args == [
+        ("TodoWrite", {"todos": [{"content": "Explore the root directory", "status": "in_progress"}]})
+    ]
 
 
 def test_text_after_section_is_content(check_splits):
-    got = check_splits(DeepSeekV3, f'{B}{CB}function{SEP}f\n```json\n{{}}\n```{CE}{E}\n\nDone.')
+    got = check_splits(DeepSeekV3, f"{B}{CB}function{SEP}f\n```json\n{{}}\n```{CE}{E}\n\nDone.")
     assert got.named_args == [("f", {})] and got.content == "Done."
 
 

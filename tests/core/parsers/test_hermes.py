@@ -43,8 +43,10 @@ def test_content_before_call_and_markers_inside_strings(check_splits):
 
 
 def test_plain_text_is_content(check_splits):
-    assert check_splits(Hermes, "The capital of France is Paris. 3 < 4 and <b>bold</b>.").content == \
-        "The capital of France is Paris. 3 < 4 and <b>bold</b>."
+    assert (
+        check_splits(Hermes, "The capital of France is Paris. 3 < 4 and <b>bold</b>.").content
+        == "The capital of France is Paris. 3 < 4 and <b>bold</b>."
+    )
 
 
 def test_other_key_order_and_string_arguments(check_splits):

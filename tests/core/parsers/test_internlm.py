@@ -24,9 +24,11 @@ def test_content_then_call(check_splits):
 
 
 def test_parallel_calls(check_splits):
-    text = ('<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Tokyo"}}'
-            '<|action_end|>\n<|action_start|><|plugin|>\n{"name": "get_time", "arguments": '
-            '{"tz": "Asia/Tokyo"}}<|action_end|>')
+    text = (
+        '<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Tokyo"}}'
+        '<|action_end|>\n<|action_start|><|plugin|>\n{"name": "get_time", "arguments": '
+        '{"tz": "Asia/Tokyo"}}<|action_end|>'
+    )
     got = check_splits(InternLM, text)
     assert got.content == ""
     assert got.named_args == [("get_weather", {"city": "Tokyo"}), ("get_time", {"tz": "Asia/Tokyo"})]
@@ -35,17 +37,21 @@ def test_parallel_calls(check_splits):
 def test_plain_text_and_interpreter_are_content(check_splits):
     text = "This is a regular response without any tool calls. <|action_start|> alone is text."
     assert check_splits(InternLM, text).content == text
-    text = ("I have processed the data.\n\n<|action_start|><|interpreter|>\n"
-            "```python\nprint(1)\n```<|action_end|>")
+    text = (
+        "I have processed the data.\n\n<|action_start|><|interpreter|>\n"
+        "```python\nprint(1)\n```<|action_end|>"
+    )
     got = check_splits(InternLM, text)
     assert got.calls == [] and got.content == text
 
 
 def test_unreadable_body_is_content(check_splits):
     # a name that is no valid JSON string (an unknown escape, a raw newline) is no call either
-    for text in ("<|action_start|><|plugin|>not json<|action_end|>",
-                 '<|action_start|><|plugin|>{"name": "get\\e", "parameters": {}}<|action_end|>',
-                 '<|action_start|><|plugin|>{"name": "get\nx", "parameters": {}}<|action_end|>'):
+    for text in (
+        "<|action_start|><|plugin|>not json<|action_end|>",
+        '<|action_start|><|plugin|>{"name": "get\\e", "parameters": {}}<|action_end|>',
+        '<|action_start|><|plugin|>{"name": "get\nx", "parameters": {}}<|action_end|>',
+    ):
         got = check_splits(InternLM, text)
         assert got.calls == [] and got.content == text
 

@@ -26,8 +26,9 @@ JAMBA_TWO_CALLS = (
 def test_content_then_call(check_splits):
     got = check_splits(Jamba, JAMBA_TEXT_THEN_CALL)
     assert got.content == " Sure! let me call the tool for you."
-    assert got.named_args == [("get_current_weather", {"city": "Dallas", "state": "TX",
-                                                       "unit": "fahrenheit"})]
+    assert got.named_args == [
+        ("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
+    ]
     assert got.calls[0].complete
     assert got.calls[0].arguments == '{"city": "Dallas", "state": "TX", "unit": "fahrenheit"}'
 
@@ -70,7 +71,8 @@ def test_unreadable_body_is_content(check_splits):
 def test_cut_off_call(parse):
     got = parse(Jamba, ['<tool_calls>[\n    {"name": "get_current_weather", "arguments": {"city": "Dal'])
     assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
-        ("get_current_weather", '{"city": "Dal', False)]
+        ("get_current_weather", '{"city": "Dal', False)
+    ]
     assert got.content == ""
     # cut off before the name was read: the text is content
     text = '<tool_calls>[\n    {"name": "get_curr'

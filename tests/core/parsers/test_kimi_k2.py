@@ -16,22 +16,27 @@ CB, CE, ARG = "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_
 # Kimi-K2-Instruct on "What's the weather like in Beijing today? Let's check using the tool."
 # (the tool_call_guidance.md conversation) followed by a second call
 TWO_CALLS = (
-    f"I'll check the weather for you.{SB}{CB}functions.get_weather:0{ARG}{{\"city\": \"Beijing\"}}{CE}"
-    f"{CB}functions.get_news:1 {ARG}{{\n  \"topic\": \"weather in Beijing\"\n}}{CE}{SE}"
+    f'I\'ll check the weather for you.{SB}{CB}functions.get_weather:0{ARG}{{"city": "Beijing"}}{CE}'
+    f'{CB}functions.get_news:1 {ARG}{{\n  "topic": "weather in Beijing"\n}}{CE}{SE}'
 )
 
 
 def test_two_calls_with_model_ids(check_splits):
     got = check_splits(KimiK2, TWO_CALLS)
     assert got.content == "I'll check the weather for you."
-    assert got.named_args == [("get_weather", {"city": "Beijing"}), ("get_news", {"topic": "weather in Beijing"})]
+    assert got.named_args == [
+        ("get_weather", {"city": "Beijing"}),
+        ("get_news", {"topic": "weather in Beijing"}),
+    ]
     assert [c.id for c in got.calls] == ["functions.get_weather:0", "functions.get_news:1"]
     assert got.calls[1].arguments == '{\n  "topic": "weather in Beijing"\n}'
     assert all(c.complete for c in got.calls)
 
 
 def test_id_without_prefix_and_singular_section_marker(check_splits):
-    text = f'<|tool_call_section_begin|>{CB}get_weather:0{ARG}{{"city": "Tokyo"}}{CE}<|tool_call_section_end|>'
+    text = (
+        f'<|tool_call_section_begin|>{CB}get_weather:0{ARG}{{"city": "Tokyo"}}{CE}<|tool_call_section_end|>'
+    )
     got = check_splits(KimiK2, text)
     assert got.named_args == [("get_weather", {"city": "Tokyo"})] and got.calls[0].id == "get_weather:0"
     assert got.content == ""
@@ -39,16 +44,23 @@ def test_id_without_prefix_and_singular_section_marker(check_splits):
 
 def test_bare_counter_names_the_matching_tool(check_splits):
     text = f'Let me check. {SB}{CB}0{ARG}{{"city": "Tokyo", "unit": "celsius"}}{CE}{SE}'
-    weather = Tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"},
-                                                                    "unit": {"type": "string"}}})
+    weather = Tool(
+        "get_weather",
+        {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}},
+    )
     read_file = Tool("read_file", {"type": "object", "properties": {"path": {"type": "string"}}})
     got = check_splits(lambda: KimiK2([weather]), text)
-    assert got.named_args == [("get_weather", {"city": "Tokyo", "unit": "celsius"})] and got.calls[0].id == "0"
+    assert (
+        got.named_args == [("get_weather", {"city": "Tokyo", "unit": "celsius"})] and got.calls[0].id == "0"
+    )
     got = check_splits(lambda: KimiK2([read_file, weather]), text)
     assert got.named_args == [("get_weather", {"city": "Tokyo", "unit": "celsius"})]
     # no tool to name it: the call cannot be read and stays content
     got = check_splits(KimiK2, text)
-    assert got.calls == [] and got.content == f'Let me check. {CB}0{ARG}{{"city": "Tokyo", "unit": "celsius"}}{CE}'
+    assert (
+        got.calls == []
+        and got.content == f'Let me check. {CB}0{ARG}{{"city": "Tokyo", "unit": "celsius"}}{CE}'
+    )
 
 
 def test_plain_text_is_content(check_splits):
@@ -64,8 +76,9 @@ def test_unreadable_body_is_content(check_splits):
 
 def test_cut_off_call(parse):
     got = parse(KimiK2, [f'{SB}{CB}functions.get_weather:0{ARG}{{"city": "Bei'])
-    assert [(c.name, c.id, c.arguments, c.complete) for c in got.calls] == \
-        [("get_weather", "functions.get_weather:0", '{"city": "Bei', False)]
+    assert [(c.name, c.id, c.arguments, c.complete) for c in got.calls] == [
+        ("get_weather", "functions.get_weather:0", '{"city": "Bei', False)
+    ]
     # the section end never came, the call end did (Dynamo's missing-end fixture): a complete call
     got = parse(KimiK2, [f'{SB}{CB}functions.get_weather:0{ARG}{{"city": "Beijing"}}{CE}'])
     assert [(c.name, c.args, c.complete) for c in got.calls] == [("get_weather", {"city": "Beijing"}, True)]
@@ -75,11 +88,14 @@ def test_cut_off_call(parse):
 
 
 def test_render_reads_back(check_splits):
-    calls = [ToolCall("get_weather", json.dumps({"city": "Paris"}), id="functions.get_weather:3"),
-             ToolCall("noop", "{}", id="call_abc")]
+    calls = [
+        ToolCall("get_weather", json.dumps({"city": "Paris"}), id="functions.get_weather:3"),
+        ToolCall("noop", "{}", id="call_abc"),
+    ]
     rendered = KimiK2.render(calls)
-    assert rendered == (f'{SB}{CB}functions.get_weather:3{ARG}{{"city": "Paris"}}{CE}'
-                        f"{CB}functions.noop:1{ARG}{{}}{CE}{SE}")
+    assert rendered == (
+        f'{SB}{CB}functions.get_weather:3{ARG}{{"city": "Paris"}}{CE}{CB}functions.noop:1{ARG}{{}}{CE}{SE}'
+    )
     got = check_splits(KimiK2, rendered)
     assert got.named_args == [("get_weather", {"city": "Paris"}), ("noop", {})]
     assert [c.id for c in got.calls] == ["functions.get_weather:3", "functions.noop:1"]

@@ -43,8 +43,11 @@ def test_parallel_calls(check_splits):
 
 def test_calls_separated_by_newlines(check_splits):
     # vLLM streams calls separated by ";", "; ", ";\n" or a bare newline alike
-    got = check_splits(Llama, '{"name": "a", "parameters": {}};\n{"name": "b", "parameters": {}}\n'
-                              '{"name": "c", "parameters": {"x": 1}}')
+    got = check_splits(
+        Llama,
+        '{"name": "a", "parameters": {}};\n{"name": "b", "parameters": {}}\n'
+        '{"name": "c", "parameters": {"x": 1}}',
+    )
     assert got.named_args == [("a", {}), ("b", {}), ("c", {"x": 1})] and got.content == ""
 
 

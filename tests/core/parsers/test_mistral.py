@@ -28,10 +28,12 @@ MISTRAL_V11_ARGS_TOKEN = '[TOOL_CALLS]add[ARGS]{"a": 3.5, "b": 4}[TOOL_CALLS]mul
 def Mistral(monkeypatch):
     """The parser with call ids counted (call00000, call00001, ...) per parser, so that every way
     of splitting a text gives the same ids."""
+
     def make():
         ids = (f"call{n:05d}" for n in itertools.count())
         monkeypatch.setattr(mistral, "new_call_id", lambda: next(ids))
         return TOOL_PARSERS.get("mistral")()
+
     return make
 
 
@@ -67,7 +69,7 @@ def test_v11_call_id_and_skipped_args_token(check_splits, Mistral):
     got = check_splits(Mistral, '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Paris"}')
     assert [(c.name, c.id, c.args) for c in got.calls] == [("get_weather", "a1B2c3D4e", {"city": "Paris"})]
     # an id that is no Mistral id is replaced
-    got = check_splits(Mistral, '[TOOL_CALLS]get_weather[CALL_ID]call_1[ARGS]{}')
+    got = check_splits(Mistral, "[TOOL_CALLS]get_weather[CALL_ID]call_1[ARGS]{}")
     assert [(c.name, c.id, c.args) for c in got.calls] == [("get_weather", "call00000", {})]
 
 
@@ -78,8 +80,10 @@ def test_content_before_and_after_call(check_splits, Mistral):
     assert got.content == "hi{hi"
     assert got.named_args == [("bash", {"command": "print(\"hello world!\")\nre.compile(r'{}')"})]
     # vLLM's "trailing_data_after_json": the text after the calls is content here (vLLM drops it)
-    text = ('[TOOL_CALLS] [{"name": "get_current_weather", "arguments":{"city": "Dallas", "state": "TX", '
-            '"unit": "fahrenheit"}}]\nextra trailing data')
+    text = (
+        '[TOOL_CALLS] [{"name": "get_current_weather", "arguments":{"city": "Dallas", "state": "TX", '
+        '"unit": "fahrenheit"}}]\nextra trailing data'
+    )
     got = check_splits(Mistral, text)
     assert got.content == "extra trailing data" and [c.name for c in got.calls] == ["get_current_weather"]
 
@@ -96,8 +100,12 @@ def test_plain_text_is_content(check_splits, Mistral):
 
 
 def test_unreadable_body_is_content(check_splits, Mistral):
-    for text in ("[TOOL_CALLS] this is not a call", '[TOOL_CALLS][{"arguments": {}}]',
-                 "[TOOL_CALLS]get weather", "[TOOL_CALLS]f[ARGS][1, 2]"):
+    for text in (
+        "[TOOL_CALLS] this is not a call",
+        '[TOOL_CALLS][{"arguments": {}}]',
+        "[TOOL_CALLS]get weather",
+        "[TOOL_CALLS]f[ARGS][1, 2]",
+    ):
         got = check_splits(Mistral, text)
         assert got.calls == [] and got.content == text
 
@@ -105,10 +113,13 @@ def test_unreadable_body_is_content(check_splits, Mistral):
 def test_cut_off_call(parse, Mistral):
     got = parse(Mistral, ['[TOOL_CALLS]get_weather[ARGS]{"city": "Par'])
     assert [(c.name, c.arguments, c.complete) for c in got.calls] == [("get_weather", '{"city": "Par', False)]
-    got = parse(Mistral, [('[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, '
-                          '{"name": "g", "arguments": {"b')])
+    got = parse(
+        Mistral, [('[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {"b')]
+    )
     assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
-        ("f", '{"a": 1}', True), ("g", '{"b', False)]
+        ("f", '{"a": 1}', True),
+        ("g", '{"b', False),
+    ]
     for text in ("[TOOL_CALLS]get_wea", "[TOOL_CALLS]get_weather[AR", '[TOOL_CALLS] [{"name": "get_'):
         got = parse(Mistral, [text])
         assert got.calls == [] and got.content == text

@@ -23,15 +23,19 @@ LLAMA33_USER_TOOLS = "[get_user_info(user_id=7890, special='black')]"
 # tests/tool_parsers/test_llama4_pythonic_tool_parser.py, PYTHON_TAG_FUNCTION_OUTPUT)
 LLAMA4_WRAPPED = "<|python_start|>[get_weather(city='LA', metric='C')]<|python_end|>"
 # Llama 4 with text around the call (SGLang's test_function_call_parser.py, pythonic detector)
-LLAMA4_TEXT_AROUND = ("User wants to get the weather in Mars. <|python_start|>[get_weather(location='Mars', "
-                      "unit='celsius')]<|python_end|> In this way we will get the weather in Mars.")
+LLAMA4_TEXT_AROUND = (
+    "User wants to get the weather in Mars. <|python_start|>[get_weather(location='Mars', "
+    "unit='celsius')]<|python_end|> In this way we will get the weather in Mars."
+)
 
 
 def test_parallel_calls_stream_one_argument_at_a_time(check_splits):
     got = check_splits(Pythonic, LLAMA33_TWO_CALLS)
     assert got.content == ""
-    assert got.named_args == [("get_weather", {"city": "San Francisco", "metric": "celsius"}),
-                              ("get_weather", {"city": "Seattle", "metric": "celsius"})]
+    assert got.named_args == [
+        ("get_weather", {"city": "San Francisco", "metric": "celsius"}),
+        ("get_weather", {"city": "Seattle", "metric": "celsius"}),
+    ]
     assert got.calls[0].arguments == '{"city": "San Francisco", "metric": "celsius"}'
     assert all(c.complete for c in got.calls)
     parser = Pythonic()
@@ -48,13 +52,24 @@ def test_integer_argument_and_llama4_wrapper(check_splits):
 
 
 def test_literal_values(check_splits):
-    text = ('[f(a=[1, -2.5, None], b={\'k\': (True, False)}, c="""tri\'ple "q" ), ]""", d=\'\', e="a\\"b,)"),'
-            ' g()]')
+    text = (
+        '[f(a=[1, -2.5, None], b={\'k\': (True, False)}, c="""tri\'ple "q" ), ]""", d=\'\', e="a\\"b,)"),'
+        " g()]"
+    )
     got = check_splits(Pythonic, text)
     assert got.named_args == [
-        ("f", {"a": [1, -2.5, None], "b": {"k": [True, False]}, "c": "tri'ple \"q\" ), ]", "d": "",
-               "e": 'a"b,)'}),
-        ("g", {})]
+        (
+            "f",
+            {
+                "a": [1, -2.5, None],
+                "b": {"k": [True, False]},
+                "c": 'tri\'ple "q" ), ]',
+                "d": "",
+                "e": 'a"b,)',
+            },
+        ),
+        ("g", {}),
+    ]
 
 
 def test_arguments_that_are_no_literals_are_left_out(check_splits):
@@ -65,8 +80,9 @@ def test_arguments_that_are_no_literals_are_left_out(check_splits):
 
 def test_content_before_and_after(check_splits):
     got = check_splits(Pythonic, LLAMA4_TEXT_AROUND)
-    assert got.content == ("User wants to get the weather in Mars. "
-                           "In this way we will get the weather in Mars.")
+    assert got.content == (
+        "User wants to get the weather in Mars. In this way we will get the weather in Mars."
+    )
     assert got.named_args == [("get_weather", {"location": "Mars", "unit": "celsius"})]
     # without the wrapper, a list opens where it opens like a call
     got = check_splits(Pythonic, "Let me check [see docs](x). [get_weather(city='Paris')] Done.")
@@ -89,10 +105,13 @@ def test_unreadable_body_is_content(check_splits):
 def test_cut_off_call(parse):
     got = parse(Pythonic, ["[get_weather(city='San Francisco', metric='cel"])
     assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
-        ("get_weather", '{"city": "San Francisco"', False)]
+        ("get_weather", '{"city": "San Francisco"', False)
+    ]
     got = parse(Pythonic, ["[get_weather(city='SF'), get_time(tz='PST'"])
     assert [(c.name, c.arguments, c.complete) for c in got.calls] == [
-        ("get_weather", '{"city": "SF"}', True), ("get_time", "", False)]
+        ("get_weather", '{"city": "SF"}', True),
+        ("get_time", "", False),
+    ]
     for text in ("[get_wea", "<|python_start|>[get_weather"):
         got = parse(Pythonic, [text])
         assert got.calls == [] and got.content == text
@@ -109,7 +128,8 @@ def test_render_reads_back(check_splits):
     args = {"city": "Paris", "days": 3, "exact": True, "tags": ["a", None], "where": {"lat": 1.5}}
     calls = [ToolCall("get_weather", json.dumps(args)), ToolCall("noop", "{}")]
     text = Pythonic.render(calls)
-    assert text == ("[get_weather(city='Paris', days=3, exact=True, tags=['a', None], where={'lat': 1.5}), "
-                    "noop()]")
+    assert text == (
+        "[get_weather(city='Paris', days=3, exact=True, tags=['a', None], where={'lat': 1.5}), noop()]"
+    )
     got = check_splits(Pythonic, text)
     assert got.named_args == [("get_weather", args), ("noop", {})] and got.content == ""

@@ -13,11 +13,28 @@ from dyn.core.parsers.tool.qwen3_coder import convert_value
 
 Qwen3Coder = TOOL_PARSERS.get("qwen3_coder")
 
-WEATHER = Tool("get_current_weather", {"type": "object", "properties": {
-    "city": {"type": "string"}, "state": {"type": "string"},
-    "unit": {"type": "string", "enum": ["fahrenheit", "celsius"]}}})
-AREA = Tool("calculate_area", {"type": "object", "properties": {
-    "shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}})
+WEATHER = Tool(
+    "get_current_weather",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "state": {"type": "string"},
+            "unit": {"type": "string", "enum": ["fahrenheit", "celsius"]},
+        },
+    },
+)
+AREA = Tool(
+    "calculate_area",
+    {
+        "type": "object",
+        "properties": {
+            "shape": {"type": "string"},
+            "dimensions": {"type": "object"},
+            "precision": {"type": "integer"},
+        },
+    },
+)
 TOOLS = [WEATHER, AREA]
 
 
@@ -104,22 +121,29 @@ def test_parallel_calls(check_splits):
 def test_values_without_schema_are_text(check_splits):
     # no tools given (or a parameter the schema does not list): every value is a string
     got = check_splits(Qwen3Coder, QWEN3_CODER_TEXT_THEN_CALL)
-    assert got.named_args == [("calculate_area", {"shape": "circle", "dimensions": '{"radius": 15.5}',
-                                                  "precision": "3"})]
+    assert got.named_args == [
+        ("calculate_area", {"shape": "circle", "dimensions": '{"radius": 15.5}', "precision": "3"})
+    ]
 
 
 def test_multiline_value_and_missing_closing_tags(check_splits):
     # vLLM's "missing closing parameter tag" case: a value ends at the next <parameter=
-    text = ("Let me check the weather for you:\n<tool_call>\n<function=get_current_weather>\n"
-            "<parameter=city>\nDallas\n<parameter=state>\nTX\n</parameter>\n"
-            "<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>")
+    text = (
+        "Let me check the weather for you:\n<tool_call>\n<function=get_current_weather>\n"
+        "<parameter=city>\nDallas\n<parameter=state>\nTX\n</parameter>\n"
+        "<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>"
+    )
     got = check_splits(with_tools, text)
     assert got.content == "Let me check the weather for you:\n"
-    assert got.named_args == [("get_current_weather", {"city": "Dallas", "state": "TX",
-                                                       "unit": "fahrenheit"})]
+    assert got.named_args == [
+        ("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
+    ]
     # no </function>: the call ends with </tool_call>; a value keeps its inner newlines
-    got = check_splits(Qwen3Coder, "<tool_call>\n<function=write>\n<parameter=code>\n"
-                                   "def f():\n    return 1\n\n</parameter>\n</tool_call>")
+    got = check_splits(
+        Qwen3Coder,
+        "<tool_call>\n<function=write>\n<parameter=code>\n"
+        "def f():\n    return 1\n\n</parameter>\n</tool_call>",
+    )
     assert got.named_args == [("write", {"code": "def f():\n    return 1\n"})] and got.calls[0].complete
 
 
@@ -129,17 +153,26 @@ def test_plain_text_is_content(check_splits):
 
 
 def test_unreadable_body_is_content(check_splits):
-    for text in ("<tool_call>\nnot xml\n</tool_call>",
-                 '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
-                 "<tool_call>\n<function=\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"):
+    for text in (
+        "<tool_call>\nnot xml\n</tool_call>",
+        '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+        "<tool_call>\n<function=\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+    ):
         got = check_splits(with_tools, text)
         assert got.calls == [] and got.content == text
 
 
 def test_cut_off_call(parse):
     # the parameter being written when max_tokens hit is not sent; the call has no end
-    got = parse(with_tools, [("<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n"
-                             "</parameter>\n<parameter=state>\nT")])
+    got = parse(
+        with_tools,
+        [
+            (
+                "<tool_call>\n<function=get_current_weather>\n<parameter=city>\nDallas\n"
+                "</parameter>\n<parameter=state>\nT"
+            )
+        ],
+    )
     assert streamed(got) == [("get_current_weather", '{"city": "Dallas"', False)]
     got = parse(with_tools, ["<tool_call>\n<function=get_current_weather>\n<param"])
     assert streamed(got) == [("get_current_weather", "", False)]

@@ -37,9 +37,9 @@ def test_hunyuan_fast_thinking_empty_section(check_splits):
 
 def test_hunyuan_cut_off(check_splits):
     got = check_splits(Hunyuan, HUNYUAN_OUTPUT[:40])
-    assert got.reasoning == HUNYUAN_OUTPUT[len("<think>\n"):40] and got.content == ""
+    assert got.reasoning == HUNYUAN_OUTPUT[len("<think>\n") : 40] and got.content == ""
     # cut inside the answer: what was written stays content
-    cut = HUNYUAN_OUTPUT[:HUNYUAN_OUTPUT.index("Canberra.\n</answer>")]
+    cut = HUNYUAN_OUTPUT[: HUNYUAN_OUTPUT.index("Canberra.\n</answer>")]
     got = check_splits(Hunyuan, cut)
     assert (got.reasoning, got.content) == (HUNYUAN_REASONING, "The capital of Australia is ")
 
@@ -61,6 +61,8 @@ def test_ernie_plain_content_and_cut_off(check_splits):
 
 
 def test_ernie_prompt_that_closes_the_section(parse):
-    got = parse(lambda: Ernie(prompt_text="<|im_start|>assistant\n<think>\n\n</think>\n\n"),
-                ["<response>\n12\n</response>"])
+    got = parse(
+        lambda: Ernie(prompt_text="<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        ["<response>\n12\n</response>"],
+    )
     assert (got.reasoning, got.content) == ("", "12")

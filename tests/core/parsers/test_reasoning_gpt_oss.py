@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')")
+pytest.importorskip(
+    "openai_harmony", reason="the gpt-oss parsers need openai-harmony (pip install 'dyn[harmony]')"
+)
 
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 
@@ -15,8 +17,10 @@ GptOss = REASONING_PARSERS.get("gpt_oss")
 # gpt-oss's chat template ends the prompt with the assistant's start
 PROMPT = "<|start|>user<|message|>What is 2+2?<|end|><|start|>assistant"
 # gpt-oss-20b (transformers test_chat_parsing_utils.py, test_gpt_oss_no_tool_call)
-REASON_THEN_FINAL = ("<|channel|>analysis<|message|>User asks a simple math question: 2+2 = 4. Provide answer."
-                     "<|end|><|start|>assistant<|channel|>final<|message|>2")
+REASON_THEN_FINAL = (
+    "<|channel|>analysis<|message|>User asks a simple math question: 2+2 = 4. Provide answer."
+    "<|end|><|start|>assistant<|channel|>final<|message|>2"
+)
 
 
 def parser(prompt: str | None = PROMPT):
@@ -34,10 +38,14 @@ def test_analysis_then_final(check_splits):
 
 
 def test_preamble_is_content_and_a_call_stays_as_written(check_splits):
-    call = ("<|start|>assistant<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
-            '<|message|>{"location":"San Francisco"}<|call|>')
-    text = ("<|channel|>analysis<|message|>Need to use function get_current_weather.<|end|>"
-            "<|start|>assistant<|channel|>commentary<|message|>Let me look that up.<|end|>" + call)
+    call = (
+        "<|start|>assistant<|channel|>commentary to=functions.get_current_weather <|constrain|>json"
+        '<|message|>{"location":"San Francisco"}<|call|>'
+    )
+    text = (
+        "<|channel|>analysis<|message|>Need to use function get_current_weather.<|end|>"
+        "<|start|>assistant<|channel|>commentary<|message|>Let me look that up.<|end|>" + call
+    )
     got = check_splits(parser(), text)
     assert got.reasoning == "Need to use function get_current_weather."
     assert got.content == "Let me look that up." + call

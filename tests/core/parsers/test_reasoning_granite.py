@@ -10,20 +10,21 @@ Granite = REASONING_PARSERS.get("granite")
 # asks for thoughts after "Here is my thought process:" and the answer after "Here is my response:"
 # (ibm-granite/granite-3.2-8b-instruct model card, "Reasoning"; vLLM's granite parser)
 GRANITE_REASONING = (
-    "\n1. The user asks how many r's are in \"strawberry\".\n"
+    '\n1. The user asks how many r\'s are in "strawberry".\n'
     "2. Spelling it out: s-t-r-a-w-b-e-r-r-y. The letter r appears at positions 3, 8 and 9.\n"
     "3. So there are three.\n\n"
 )
 GRANITE_OUTPUT = (
-    "Here is my thought process:" + GRANITE_REASONING
-    + "Here is my response:\n\nThe word \"strawberry\" contains **3** r's."
+    "Here is my thought process:"
+    + GRANITE_REASONING
+    + 'Here is my response:\n\nThe word "strawberry" contains **3** r\'s.'
 )
 
 
 def test_reasoning_then_content(check_splits):
     got = check_splits(Granite, GRANITE_OUTPUT)
     assert got.reasoning == GRANITE_REASONING
-    assert got.content == "The word \"strawberry\" contains **3** r's."
+    assert got.content == 'The word "strawberry" contains **3** r\'s.'
 
 
 def test_heres_variants(check_splits):
@@ -37,7 +38,7 @@ def test_heres_variants(check_splits):
 def test_cut_off_stays_reasoning(check_splits):
     cut = GRANITE_OUTPUT[:90]
     got = check_splits(Granite, cut)
-    assert got.reasoning == cut[len("Here is my thought process:"):] and got.content == ""
+    assert got.reasoning == cut[len("Here is my thought process:") :] and got.content == ""
     # cut in the middle of the response marker: nothing is lost
     got = check_splits(Granite, "Here is my thought process: x Here is my resp")
     assert got.reasoning == " x Here is my resp"

@@ -17,7 +17,7 @@ KIMI_VL_OUTPUT = (
     "green leaves behind it, so the animal is a red panda.◁/think▷The image shows a red panda resting "
     "on a tree branch."
 )
-KIMI_VL_REASONING = KIMI_VL_OUTPUT[len("◁think▷"):KIMI_VL_OUTPUT.index("◁/think▷")]
+KIMI_VL_REASONING = KIMI_VL_OUTPUT[len("◁think▷") : KIMI_VL_OUTPUT.index("◁/think▷")]
 
 # Kimi K2 Thinking / K2.5: "<think>" reasoning, then a tool-call section (moonshotai/Kimi-K2-Thinking
 # tool-calling guide; vLLM's kimi_k2 parsers)
@@ -42,7 +42,7 @@ def test_kimi_vl_reasoning_then_content(check_splits):
 def test_kimi_cut_off_and_no_reasoning(check_splits):
     cut = KIMI_VL_OUTPUT[:60]
     got = check_splits(parser("kimi"), cut)
-    assert got.reasoning == cut[len("◁think▷"):] and got.content == ""
+    assert got.reasoning == cut[len("◁think▷") :] and got.content == ""
     # Kimi-VL-A3B-Instruct (no thinking) and <think> tags are plain content to this parser
     text = "The image shows a red panda. <think>not a Kimi tag</think>"
     got = check_splits(parser("kimi"), text)

@@ -26,7 +26,7 @@ def test_reasoning_then_content(check_splits):
 
 def test_cut_off_stays_reasoning(check_splits):
     got = check_splits(Mistral, MAGISTRAL_OUTPUT[:70])
-    assert got.reasoning == MAGISTRAL_OUTPUT[len("[THINK]"):70] and got.content == ""
+    assert got.reasoning == MAGISTRAL_OUTPUT[len("[THINK]") : 70] and got.content == ""
 
 
 def test_no_reasoning_is_content(check_splits):

@@ -15,16 +15,16 @@ V3 = REASONING_PARSERS.get("nemotron_v3")
 DECI_REASONING = (
     "\nOkay, the user is asking for the weather in Tokyo in Celsius. Let me check the tools available. "
     "There's a function called get_weather that takes location and unit as parameters. The location "
-    "should be a string like \"Tokyo, JP\" maybe, but the user just said Tokyo. The unit needs to be "
-    "\"celsius\" as per the enum. I need to make sure to format the location correctly. Since the user "
+    'should be a string like "Tokyo, JP" maybe, but the user just said Tokyo. The unit needs to be '
+    '"celsius" as per the enum. I need to make sure to format the location correctly. Since the user '
     "didn't specify the country, but Tokyo is a major city, the function might handle it with just "
-    "\"Tokyo\". But sometimes weather APIs require the country code. However, the example given in the "
+    '"Tokyo". But sometimes weather APIs require the country code. However, the example given in the '
     "tool's parameters was \"San Francisco, CA\", which includes the state. But for Tokyo, maybe it's "
-    "better to include the country code, like \"Tokyo, Japan\" or \"Tokyo, JP\". But the user didn't "
-    "specify, so maybe just \"Tokyo\" is sufficient. The function might handle it. Alternatively, if the "
+    'better to include the country code, like "Tokyo, Japan" or "Tokyo, JP". But the user didn\'t '
+    'specify, so maybe just "Tokyo" is sufficient. The function might handle it. Alternatively, if the '
     "function requires more specific location, but since the user didn't provide more details, I should "
-    "proceed with \"Tokyo\". The unit is definitely \"celsius\" as per the user's request. So the tool "
-    "call should be get_weather with location \"Tokyo\" and unit \"celsius\".\n"
+    'proceed with "Tokyo". The unit is definitely "celsius" as per the user\'s request. So the tool '
+    'call should be get_weather with location "Tokyo" and unit "celsius".\n'
 )
 DECI_CALL = (
     '<TOOLCALL>[{"name": "get_weather", "arguments": {"location": "Tokyo", "unit": "celsius"}}]</TOOLCALL>'
@@ -60,7 +60,7 @@ def test_deci_thinking_off_and_cut_off(check_splits):
     text = "It's 18°C in Tokyo right now."
     assert check_splits(Deci, text).content == text
     got = check_splits(Deci, DECI_OUTPUT[:150])
-    assert got.reasoning == DECI_OUTPUT[len("<think>"):150] and got.content == ""
+    assert got.reasoning == DECI_OUTPUT[len("<think>") : 150] and got.content == ""
 
 
 def test_v3_reasoning_then_content(check_splits):

@@ -32,25 +32,37 @@ QWEN3_OUTPUT = "<think>" + QWEN3_REASONING + "</think>\n\n" + QWEN3_CALL
 # DeepSeek-R1: the template ends the prompt with "<｜Assistant｜><think>\n", so the model writes
 # only "</think>" (DeepSeek-R1 model card, "Usage Recommendations"; vLLM docs
 # features/reasoning_outputs.md use the 9.11-vs-9.8 question).
-R1_PROMPT = (
-    "<｜begin▁of▁sentence｜><｜User｜>9.11 and 9.8, which is greater?<｜Assistant｜><think>\n"
-)
+R1_PROMPT = "<｜begin▁of▁sentence｜><｜User｜>9.11 and 9.8, which is greater?<｜Assistant｜><think>\n"
 R1_OUTPUT = (
     "Okay, so I need to figure out whether 9.11 is greater than 9.8. Both have 9 in the ones place, "
     "so I compare the decimals: 0.11 versus 0.8, which is 0.80. Since 0.80 is more than 0.11, 9.8 is "
     "greater.\n</think>\n\n**Answer:** 9.8 is greater than 9.11."
 )
-R1_REASONING = R1_OUTPUT[:R1_OUTPUT.index("</think>")]
+R1_REASONING = R1_OUTPUT[: R1_OUTPUT.index("</think>")]
 
 
 def test_names_in_both_spellings():
-    for name in ("deepseek_r1", "deepseek-r1", "qwen3", "glm45", "glm47", "basic", "step3", "step3p5",
-                 "olmo3", "seed_oss", "deepseek_v3", "mimo", "qwen3-thinking"):
+    for name in (
+        "deepseek_r1",
+        "deepseek-r1",
+        "qwen3",
+        "glm45",
+        "glm47",
+        "basic",
+        "step3",
+        "step3p5",
+        "olmo3",
+        "seed_oss",
+        "deepseek_v3",
+        "mimo",
+        "qwen3-thinking",
+    ):
         assert REASONING_PARSERS.get(name) is not None
     assert REASONING_PARSERS.get("glm45") is REASONING_PARSERS.get("glm47")
 
 
 # --- deepseek_r1 -----------------------------------------------------------------------------
+
 
 def test_deepseek_r1_reasoning_then_content(check_splits):
     got = check_splits(parser("deepseek_r1", R1_PROMPT), R1_OUTPUT)
@@ -94,6 +106,7 @@ def test_deepseek_v3_needs_thinking_kwarg(check_splits):
 
 # --- qwen3 -----------------------------------------------------------------------------------
 
+
 def test_qwen3_recorded_output_reasoning_then_tool_call(check_splits):
     got = check_splits(parser("qwen3", "<|im_start|>assistant\n"), QWEN3_OUTPUT)
     assert got.reasoning == QWEN3_REASONING
@@ -113,7 +126,7 @@ def test_qwen3_end_tag_without_start_tag_splits_there(check_splits):
 
 def test_qwen3_cut_off_by_max_tokens_stays_reasoning(check_splits):
     got = check_splits(parser("qwen3", "<|im_start|>assistant\n"), QWEN3_OUTPUT[:200])
-    assert got.reasoning == QWEN3_OUTPUT[len("<think>"):200] and got.content == ""
+    assert got.reasoning == QWEN3_OUTPUT[len("<think>") : 200] and got.content == ""
 
 
 def test_qwen3_thinking_off(check_splits, parse):
@@ -140,8 +153,10 @@ def test_qwen3_model_written_empty_section(check_splits):
 
 def test_qwen35_tool_call_inside_open_section_ends_it(check_splits):
     # Qwen3.5 sometimes starts a tool call before closing its section (vLLM PR #35687)
-    call = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
-            "</tool_call>")
+    call = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "</tool_call>"
+    )
     opened = "<|im_start|>assistant\n<think>\n"
     got = check_splits(parser("qwen3", opened), "I should check the weather.\n" + call)
     assert got.reasoning == "I should check the weather.\n" and got.content == call
@@ -165,7 +180,8 @@ GLM_OUTPUT = (
 def test_glm45_reasoning_then_tool_call(check_splits):
     got = check_splits(parser("glm45", "<|user|>\nWeather in Beijing?<|assistant|>"), GLM_OUTPUT)
     assert got.reasoning == (
-        "The user wants the weather in Beijing; I should call get_weather with city Beijing.")
+        "The user wants the weather in Beijing; I should call get_weather with city Beijing."
+    )
     assert got.content.startswith("<tool_call>get_weather\n<arg_key>city")
 
 
@@ -183,12 +199,15 @@ def test_glm_thinking_off_and_prompt_tails(check_splits, parse):
     got = check_splits(parser("glm45", thinking=False), "Beijing is sunny today.")
     assert got.content == "Beijing is sunny today."
     # GLM-4.7 opens the section itself ("<|assistant|><think>")
-    got = parse(lambda: REASONING_PARSERS.get("glm47")(prompt_text="<|assistant|><think>"),
-                ["Sunny, I ", "think.</think>", "Sunny."])
+    got = parse(
+        lambda: REASONING_PARSERS.get("glm47")(prompt_text="<|assistant|><think>"),
+        ["Sunny, I ", "think.</think>", "Sunny."],
+    )
     assert (got.reasoning, got.content) == ("Sunny, I think.", "Sunny.")
 
 
 # --- basic (Dynamo) --------------------------------------------------------------------------
+
 
 def test_basic_waits_for_the_start_tag(check_splits):
     assert check_splits(parser("basic"), "No thinking here. 2 < 3.").content == "No thinking here. 2 < 3."
@@ -200,12 +219,15 @@ def test_basic_waits_for_the_start_tag(check_splits):
 
 
 def test_basic_prompt_that_opens_the_section(parse):
-    got = parse(lambda: REASONING_PARSERS.get("basic")(prompt_text="<|im_start|>assistant\n<think>\n"),
-                ["thinking", "</think>", "answer"])
+    got = parse(
+        lambda: REASONING_PARSERS.get("basic")(prompt_text="<|im_start|>assistant\n<think>\n"),
+        ["thinking", "</think>", "answer"],
+    )
     assert (got.reasoning, got.content) == ("thinking", "answer")
 
 
 # --- step3, step3p5, olmo3, seed_oss ---------------------------------------------------------
+
 
 def test_step3_everything_before_end_tag_is_reasoning(check_splits):
     # Step-3 writes only "</think>" (vLLM's step3 parser docstring)
@@ -243,17 +265,20 @@ def test_seed_oss_budget_notes_stay_reasoning(check_splits):
     assert got.reasoning.endswith("Correct.")
     assert got.content == "To solve 3x + 5 = 20, subtract 5 and divide by 3: **x = 5**."
     cut = check_splits(parser("seed_oss"), SEED_OUTPUT[:60])
-    assert cut.reasoning == SEED_OUTPUT[len("<seed:think>"):60] and cut.content == ""
+    assert cut.reasoning == SEED_OUTPUT[len("<seed:think>") : 60] and cut.content == ""
 
 
 def test_seed_oss_tool_call_ends_section(check_splits):
-    call = ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n"
-            "</seed:tool_call>")
+    call = (
+        "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n"
+        "</seed:tool_call>"
+    )
     got = check_splits(parser("seed_oss"), "<seed:think>Need the weather." + call)
     assert (got.reasoning, got.content) == ("Need the weather.", call)
 
 
 # --- the machine -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["deepseek_r1", "qwen3", "glm45", "basic", "seed_oss"])
 def test_empty_output_and_whitespace_only(parse, name):

@@ -12,9 +12,32 @@ from dyn.core.parsers.registry import UnknownParserError, load_plugin
 from dyn.core.parsers.tool import TOOL_PARSERS
 
 PLUGIN = Path(__file__).with_name("line_calls_plugin.py")
-ISSUE_TOOL_PARSERS = ("hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "granite", "internlm",
-                      "jamba", "deepseek_v3", "deepseek_v31", "glm45", "glm47", "kimi_k2", "gpt-oss")
-ISSUE_REASONING_PARSERS = ("deepseek_r1", "qwen3", "glm45", "gpt_oss", "granite", "kimi", "minimax", "nemotron")
+ISSUE_TOOL_PARSERS = (
+    "hermes",
+    "qwen3_coder",
+    "llama3_json",
+    "mistral",
+    "pythonic",
+    "granite",
+    "internlm",
+    "jamba",
+    "deepseek_v3",
+    "deepseek_v31",
+    "glm45",
+    "glm47",
+    "kimi_k2",
+    "gpt-oss",
+)
+ISSUE_REASONING_PARSERS = (
+    "deepseek_r1",
+    "qwen3",
+    "glm45",
+    "gpt_oss",
+    "granite",
+    "kimi",
+    "minimax",
+    "nemotron",
+)
 
 
 def test_every_promised_name_is_registered_and_spellings_agree():
@@ -35,7 +58,7 @@ def test_unknown_name_lists_the_known_ones():
 def test_a_plugin_file_registers_its_parser(parse):
     load_plugin(PLUGIN)
     load_plugin(PLUGIN)  # a second load is a no-op
-    got = parse(TOOL_PARSERS.get("line_calls"), ["Sure.\nCALL f {\"a\": ", "1}"])
+    got = parse(TOOL_PARSERS.get("line_calls"), ['Sure.\nCALL f {"a": ', "1}"])
     assert got.content == "Sure.\n" and got.named_args == [("f", {"a": 1})]
 
 

@@ -34,13 +34,16 @@ def test_decode_keeps_vllm_extras_and_ignores_unknown_fields():
     check_chat(req)
 
 
-@pytest.mark.parametrize("body, param", [
-    (b'{"messages": 3}', "messages"),
-    (b'{"messages": [], "max_tokens": "x"}', "max_tokens"),
-    (b'{"messages": [], "nvext": {"agent_hints": {"osl": "long"}}}', "nvext.agent_hints.osl"),
-    (b'{"messages": [], "nvext": {"session_control": {}}}', "nvext.session_control.session_id"),
-    (b'{}', "messages"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (b'{"messages": 3}', "messages"),
+        (b'{"messages": [], "max_tokens": "x"}', "max_tokens"),
+        (b'{"messages": [], "nvext": {"agent_hints": {"osl": "long"}}}', "nvext.agent_hints.osl"),
+        (b'{"messages": [], "nvext": {"session_control": {}}}', "nvext.session_control.session_id"),
+        (b"{}", "messages"),
+    ],
+)
 def test_wrong_types_name_the_field(body, param):
     assert error_of(decode_request, body, ChatCompletionRequest).param == param
 
@@ -50,33 +53,66 @@ def test_malformed_json():
     assert "Invalid JSON" in err.message and err.param is None
 
 
-@pytest.mark.parametrize("fields, param", [
-    ({"n": 0}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"temperature": -1}, "temperature"),
-    ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k"), ({"min_p": 2}, "min_p"),
-    ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"), ({"presence_penalty": 3}, "presence_penalty"),
-    ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"), ({"use_beam_search": True}, "use_beam_search"),
-    ({"best_of": 3}, "best_of"), ({"top_logprobs": 2}, "top_logprobs"),
-    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"prompt_logprobs": -1}, "prompt_logprobs"),
-    ({"prompt_logprobs": 21}, "prompt_logprobs"),
-    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"messages": []}, "messages"),
-    ({"messages": [{"role": 1}]}, "messages[0].role"), ({"messages": [{"role": "user", "content": 5}]},
-                                                         "messages[0].content"),
-    ({"continue_final_message": True}, "continue_final_message"),
-])
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"n": 0}, "n"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": -2}, "top_k"),
+        ({"min_p": 2}, "min_p"),
+        ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
+        ({"presence_penalty": 3}, "presence_penalty"),
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+        ({"use_beam_search": True}, "use_beam_search"),
+        ({"best_of": 3}, "best_of"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"prompt_logprobs": -1}, "prompt_logprobs"),
+        ({"prompt_logprobs": 21}, "prompt_logprobs"),
+        ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": 1}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"continue_final_message": True}, "continue_final_message"),
+    ],
+)
 def test_value_rules(fields, param):
     assert error_of(check_chat, chat(**fields)).param == param
 
 
 def test_supported_choices_pass():
-    check_chat(chat(tool_choice="auto", tools=[{"type": "function", "function": {"name": "f"}}],
-                    response_format={"type": "text"}, best_of=2, n=2, stop=["a", "b"], logprobs=True,
-                    top_logprobs=20, prompt_logprobs=0, guided_regex="a+"))
+    check_chat(
+        chat(
+            tool_choice="auto",
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            response_format={"type": "text"},
+            best_of=2,
+            n=2,
+            stop=["a", "b"],
+            logprobs=True,
+            top_logprobs=20,
+            prompt_logprobs=0,
+            guided_regex="a+",
+        )
+    )
 
 
-@pytest.mark.parametrize("prompt, ok", [
-    ("text", True), (["a", "b"], True), ([1, 2, 3], True), ([[1, 2], [3]], True),
-    ([], False), ("", False), ([[1], []], False), ([1, "a"], False), ([True], False),
-])
+@pytest.mark.parametrize(
+    "prompt, ok",
+    [
+        ("text", True),
+        (["a", "b"], True),
+        ([1, 2, 3], True),
+        ([[1, 2], [3]], True),
+        ([], False),
+        ("", False),
+        ([[1], []], False),
+        ([1, "a"], False),
+        ([True], False),
+    ],
+)
 def test_completion_prompt_shapes(prompt, ok):
     req = decode_request(msgspec.json.encode({"prompt": prompt}), CompletionRequest)
     if ok:

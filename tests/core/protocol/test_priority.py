@@ -30,9 +30,18 @@ def test_each_engine_gets_its_own_convention():
     assert engine_priority(important, "higher_first") > engine_priority(casual, "higher_first")
 
 
-@pytest.mark.parametrize("ttl, seconds", [
-    (None, 300), ("5m", 300), ("1h", 3600), ("600", 600), (42, 300), ("99999", 3600), (1800, 1800),
-])
+@pytest.mark.parametrize(
+    "ttl, seconds",
+    [
+        (None, 300),
+        ("5m", 300),
+        ("1h", 3600),
+        ("600", 600),
+        (42, 300),
+        ("99999", 3600),
+        (1800, 1800),
+    ],
+)
 def test_cache_ttl_is_parsed_and_clamped(ttl, seconds):
     assert CacheControl(ttl=ttl).ttl_seconds() == seconds
 

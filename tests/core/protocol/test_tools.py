@@ -7,8 +7,13 @@ import pytest
 from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.tools import MAX_TOOLS, forced_schema, tool_plan
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 TIME = {"type": "function", "function": {"name": "get_time"}}
 
 
@@ -30,18 +35,25 @@ def test_choices():
     assert plan.tools[1].parameters == {"type": "object", "properties": {}}
 
 
-@pytest.mark.parametrize("tools, choice, param", [
-    (None, "required", "tool_choice"),
-    (None, "auto", "tool_choice"),
-    ([WEATHER], "sometimes", "tool_choice"),
-    ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "tool_choice.function.name"),
-    ([WEATHER], {"type": "function"}, "tool_choice"),
-    ([{"type": "retrieval"}], None, "tools[0]"),
-    ([{"type": "function", "function": {"name": ""}}], None, "tools[0].function.name"),
-    ([WEATHER, WEATHER], None, "tools[1].function.name"),
-    ([{"type": "function", "function": {"name": "f", "parameters": [1]}}], None, "tools[0].function.parameters"),
-    ([TIME] * (MAX_TOOLS + 1), None, "tools"),
-])
+@pytest.mark.parametrize(
+    "tools, choice, param",
+    [
+        (None, "required", "tool_choice"),
+        (None, "auto", "tool_choice"),
+        ([WEATHER], "sometimes", "tool_choice"),
+        ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "tool_choice.function.name"),
+        ([WEATHER], {"type": "function"}, "tool_choice"),
+        ([{"type": "retrieval"}], None, "tools[0]"),
+        ([{"type": "function", "function": {"name": ""}}], None, "tools[0].function.name"),
+        ([WEATHER, WEATHER], None, "tools[1].function.name"),
+        (
+            [{"type": "function", "function": {"name": "f", "parameters": [1]}}],
+            None,
+            "tools[0].function.parameters",
+        ),
+        ([TIME] * (MAX_TOOLS + 1), None, "tools"),
+    ],
+)
 def test_bad_tools_name_the_field(tools, choice, param):
     assert param_of(tools, choice) == param
 

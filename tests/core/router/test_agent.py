@@ -35,9 +35,17 @@ class FakeClient:
 
 
 def worker(instance_id: int, features=("streaming_sessions", "pin_prefix"), **kw) -> Worker:
-    record = WorkerRecord(instance_id=instance_id, namespace="t", model_name="m", engine="mocker",
-                          endpoints=WorkerEndpoints("tcp://127.0.0.1:1"), block_size=16,
-                          total_kv_blocks=64, max_num_batched_tokens=256, features=list(features))
+    record = WorkerRecord(
+        instance_id=instance_id,
+        namespace="t",
+        model_name="m",
+        engine="mocker",
+        endpoints=WorkerEndpoints("tcp://127.0.0.1:1"),
+        block_size=16,
+        total_kv_blocks=64,
+        max_num_batched_tokens=256,
+        features=list(features),
+    )
     return Worker(record, FakeClient(**kw))
 
 
@@ -110,8 +118,13 @@ def session(action=None, sid="s1", timeout=60) -> SessionControl:
 
 
 def req(session_control=None, pin=None, instance_id=None) -> RouteRequest:
-    return RouteRequest(request_id="r", token_ids=list(range(40)), session=session_control,
-                        pin_ttl_s=pin, instance_id=instance_id)
+    return RouteRequest(
+        request_id="r",
+        token_ids=list(range(40)),
+        session=session_control,
+        pin_ttl_s=pin,
+        instance_id=instance_id,
+    )
 
 
 async def drain(agent: AgentRouter) -> None:
@@ -128,8 +141,7 @@ async def test_open_calls_the_worker_then_turns_stick_and_close_runs_after_the_s
     route = await agent.route(req(session("open")))
     assert route.session_id == "s1" and route.worker is a
     (opened,) = a.client.calls
-    assert opened == SessionControlRequest(opened.request_id, "open", "s1",
-                                           60.0 + ENGINE_TIMEOUT_MARGIN_S)
+    assert opened == SessionControlRequest(opened.request_id, "open", "s1", 60.0 + ENGINE_TIMEOUT_MARGIN_S)
     route.finished()
     for _ in range(3):  # the inner router would alternate; the session keeps them on a
         turn = await agent.route(req(session()))
@@ -276,8 +288,7 @@ async def test_route_all_hands_the_group_to_the_inner_router_and_pins_each_membe
         return [StartCountingRoute(inner.pool.get(1 + i % 2), 0) for i, _ in enumerate(requests)]
 
     inner.route_all = route_all
-    members = [RouteRequest(request_id=f"c{i}", token_ids=list(range(40)), pin_ttl_s=60.0)
-               for i in range(3)]
+    members = [RouteRequest(request_id=f"c{i}", token_ids=list(range(40)), pin_ttl_s=60.0) for i in range(3)]
     routes = await agent.route_all(members)
     assert groups == [members] and inner.seen == []  # one call, as one unit
     for route in routes:

@@ -76,15 +76,18 @@ def test_valid_combinations_pass():
     KvRouterConfig(predicted_ttl_secs=5.0).validate()
     KvRouterConfig(queue_threshold=None, queue_policy="wspt", temperature=0.5).validate()
     KvRouterConfig(use_kv_events=False, ttl_secs=30.0, overlap_score_credit=0.5).validate()
-    KvRouterConfig(track_output_blocks=True, active_prefill_tokens_threshold=1000,
-                   active_prefill_tokens_threshold_frac=1.5,
-                   active_decode_blocks_threshold=0.9, overlap_refresh_after_secs=None).validate()
+    KvRouterConfig(
+        track_output_blocks=True,
+        active_prefill_tokens_threshold=1000,
+        active_prefill_tokens_threshold_frac=1.5,
+        active_decode_blocks_threshold=0.9,
+        overlap_refresh_after_secs=None,
+    ).validate()
 
 
 def test_nonzero_deprecated_weight_becomes_the_load_scale(caplog):
     with caplog.at_level(logging.WARNING, logger="dyn.router"):
-        c = build_config(deprecated_overlap_weight=2.0, prefill_load_scale=0.5,
-                         overlap_score_credit=0.7)
+        c = build_config(deprecated_overlap_weight=2.0, prefill_load_scale=0.5, overlap_score_credit=0.7)
     assert c.prefill_load_scale == 2.0 and c.overlap_score_credit == 0.7
     [record] = [r for r in caplog.records if r.name == "dyn.router"]
     assert "deprecated" in record.getMessage()
@@ -93,8 +96,12 @@ def test_nonzero_deprecated_weight_becomes_the_load_scale(caplog):
 
 def test_zero_deprecated_weight_turns_off_scale_and_credit(caplog):
     with caplog.at_level(logging.WARNING, logger="dyn.router"):
-        c = build_config(deprecated_overlap_weight=0.0, deprecated_weight_source="DYN_OVERLAP_SCORE_WEIGHT",
-                         prefill_load_scale=3.0, overlap_score_credit=1.0)
+        c = build_config(
+            deprecated_overlap_weight=0.0,
+            deprecated_weight_source="DYN_OVERLAP_SCORE_WEIGHT",
+            prefill_load_scale=3.0,
+            overlap_score_credit=1.0,
+        )
     assert c.prefill_load_scale == 0.0 and c.overlap_score_credit == 0.0 and not c.uses_indexer
     assert "DYN_OVERLAP_SCORE_WEIGHT is deprecated" in caplog.text
 
@@ -111,8 +118,14 @@ def test_no_deprecated_weight_no_warning(caplog):
 
 
 def test_load_aware_preset_keeps_the_load_scale():
-    c = build_config(load_aware=True, prefill_load_scale=2.5, overlap_score_credit=0.8,
-                     track_prefill_tokens=False, track_active_blocks=False, use_remote_indexer=True)
+    c = build_config(
+        load_aware=True,
+        prefill_load_scale=2.5,
+        overlap_score_credit=0.8,
+        track_prefill_tokens=False,
+        track_active_blocks=False,
+        use_remote_indexer=True,
+    )
     assert c.overlap_score_credit == 0.0 and not c.uses_indexer
     assert not c.use_kv_events and not c.assume_kv_reuse and not c.use_remote_indexer
     assert c.track_active_blocks and c.track_prefill_tokens
@@ -131,8 +144,7 @@ def test_load_aware_with_predicted_ttl_is_refused():
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
-    [(None, 10.0), ("", 10.0), ("2.5", 2.5), ("0", None), ("-3", None), ("inf", None),
-     ("nan", None)],
+    [(None, 10.0), ("", 10.0), ("2.5", 2.5), ("0", None), ("-3", None), ("inf", None), ("nan", None)],
 )
 def test_overlap_refresh_env(raw, expected):
     assert overlap_refresh_from_env(raw) == expected
@@ -147,7 +159,9 @@ def test_overlap_refresh_env_unparsable_falls_back_with_warning(caplog):
 def test_deprecated_weight_env():
     assert deprecated_overlap_weight_from_env({}) is None
     assert deprecated_overlap_weight_from_env({"DYN_OVERLAP_SCORE_WEIGHT": "0"}) == (
-        0.0, "DYN_OVERLAP_SCORE_WEIGHT")
+        0.0,
+        "DYN_OVERLAP_SCORE_WEIGHT",
+    )
     both = {"DYN_OVERLAP_SCORE_WEIGHT": "1", "DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT": "2"}
     assert deprecated_overlap_weight_from_env(both) == (2.0, "DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT")
     with pytest.raises(ConfigError, match="DYN_ROUTER_PREFILL_LOAD_SCALE"):

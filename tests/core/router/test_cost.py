@@ -13,13 +13,30 @@ from dyn.core.router.cost import select_worker, worker_logit
 BS = 16
 
 
-def logit(*, isl: int = 128, prefill: float | None = None, cached: float = 0.0,
-          overlap: float = 0.0, decode: float = 0.0, credit: float = 1.0, scale: float = 1.0,
-          track: bool = True, **extra: float) -> float:
-    return worker_logit(isl_tokens=isl, block_size=BS, potential_prefill_tokens=prefill,
-                        cached_tokens=cached, device_overlap_blocks=overlap,
-                        potential_decode_blocks=decode, overlap_score_credit=credit,
-                        prefill_load_scale=scale, track_prefill_tokens=track, **extra)
+def logit(
+    *,
+    isl: int = 128,
+    prefill: float | None = None,
+    cached: float = 0.0,
+    overlap: float = 0.0,
+    decode: float = 0.0,
+    credit: float = 1.0,
+    scale: float = 1.0,
+    track: bool = True,
+    **extra: float,
+) -> float:
+    return worker_logit(
+        isl_tokens=isl,
+        block_size=BS,
+        potential_prefill_tokens=prefill,
+        cached_tokens=cached,
+        device_overlap_blocks=overlap,
+        potential_decode_blocks=decode,
+        overlap_score_credit=credit,
+        prefill_load_scale=scale,
+        track_prefill_tokens=track,
+        **extra,
+    )
 
 
 def test_docs_worked_example_picks_w2():

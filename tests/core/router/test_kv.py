@@ -28,8 +28,13 @@ class FakePool:
     model_name = "m"
 
     def __init__(self, n: int, max_batched: int = 1000) -> None:
-        self._workers = [Worker(WorkerRecord(i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"),
-                                             BS, 1000, max_batched), None) for i in range(1, n + 1)]
+        self._workers = [
+            Worker(
+                WorkerRecord(i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"), BS, 1000, max_batched),
+                None,
+            )
+            for i in range(1, n + 1)
+        ]
         self._listeners = []
 
     def workers(self):
@@ -53,8 +58,13 @@ class FakeIngestor:
 
 
 def make_router(n: int = 3, seed: int = 0, max_batched: int = 1000, **config) -> KvRouter:
-    return KvRouter(FakePool(n, max_batched), KvRouterConfig(**config),
-                    RouterMetrics(CollectorRegistry()), ingest=FakeIngestor, rng=random.Random(seed))
+    return KvRouter(
+        FakePool(n, max_batched),
+        KvRouterConfig(**config),
+        RouterMetrics(CollectorRegistry()),
+        ingest=FakeIngestor,
+        rng=random.Random(seed),
+    )
 
 
 def request(tokens, rid="r", **kw) -> RouteRequest:
@@ -81,15 +91,18 @@ async def test_load_moves_requests_away_from_a_busy_worker_without_overlap():
     router = make_router()
     chosen = []
     for i in range(6):  # all open at once: each booking makes its worker dearer
-        chosen.append((await router.route(request(range(i * 1000, i * 1000 + 40), f"r{i}"))).worker.instance_id)
+        chosen.append(
+            (await router.route(request(range(i * 1000, i * 1000 + 40), f"r{i}"))).worker.instance_id
+        )
     assert Counter(chosen) == {1: 2, 2: 2, 3: 2}
 
 
 @pytest.mark.parametrize(("predicted_ttl", "expect_one_worker"), [(5.0, True), (None, False)])
 async def test_sibling_burst_shares_one_worker_only_with_the_side_index(predicted_ttl, expect_one_worker):
     router = make_router(predicted_ttl_secs=predicted_ttl)
-    workers = {(await router.route(request(PREFIX + [9000 + i] * 4, f"s{i}"))).worker.instance_id
-               for i in range(16)}
+    workers = {
+        (await router.route(request(PREFIX + [9000 + i] * 4, f"s{i}"))).worker.instance_id for i in range(16)
+    }
     assert (len(workers) == 1) is expect_one_worker, workers
 
 
@@ -166,10 +179,10 @@ async def test_a_departed_peers_bookings_are_freed():
     from dyn.core.messages import ActiveSequenceEvent
 
     router = make_router(n=1)
-    router.apply_remote(ActiveSequenceEvent("peer1", "r1", 1, 0, "add", tracked_hashes=[1, 2, 3],
-                                            isl_tokens=12))
-    router.apply_remote(ActiveSequenceEvent("peer2", "r1", 1, 0, "add", tracked_hashes=[7, 8],
-                                            isl_tokens=8))
+    router.apply_remote(
+        ActiveSequenceEvent("peer1", "r1", 1, 0, "add", tracked_hashes=[1, 2, 3], isl_tokens=12)
+    )
+    router.apply_remote(ActiveSequenceEvent("peer2", "r1", 1, 0, "add", tracked_hashes=[7, 8], isl_tokens=8))
     assert router.load.active_tokens((1, 0)) == 20
     router.forget_peer("peer1")
     assert router.load.active_tokens((1, 0)) == 8 and router.load.active_decode_blocks((1, 0)) == 2
@@ -207,8 +220,13 @@ class FlakyIndexer:
 
 async def test_remote_indexer_answers_are_used_failures_back_off_and_foreign_block_sizes_ignored():
     now = [100.0]
-    router = KvRouter(FakePool(3), KvRouterConfig(use_remote_indexer=True),
-                      RouterMetrics(CollectorRegistry()), rng=random.Random(0), clock=lambda: now[0])
+    router = KvRouter(
+        FakePool(3),
+        KvRouterConfig(use_remote_indexer=True),
+        RouterMetrics(CollectorRegistry()),
+        rng=random.Random(0),
+        clock=lambda: now[0],
+    )
     router.remote_indexer = FlakyIndexer()
     assert (await router.route(request(PREFIX, "a"))).worker.instance_id == 2
     router.remote_indexer = failing = FlakyIndexer(fail=True)
@@ -234,13 +252,19 @@ def test_all_workers_busy_is_a_503_with_retry_after():
 @pytest.mark.parametrize(("refresh", "expected"), [(10.0, 2), (None, 1)])
 async def test_a_request_that_waited_long_is_rescored_before_admission(refresh, expected):
     now = [0.0]
-    router = KvRouter(FakePool(2, max_batched=1000),
-                      KvRouterConfig(queue_threshold=0.05, overlap_refresh_after_secs=refresh),
-                      RouterMetrics(CollectorRegistry()), ingest=FakeIngestor,
-                      rng=random.Random(0), clock=lambda: now[0])
+    router = KvRouter(
+        FakePool(2, max_batched=1000),
+        KvRouterConfig(queue_threshold=0.05, overlap_refresh_after_secs=refresh),
+        RouterMetrics(CollectorRegistry()),
+        ingest=FakeIngestor,
+        rng=random.Random(0),
+        clock=lambda: now[0],
+    )
     # both workers over 0.05 * 1000 prefill tokens; worker 2 carries more decode load
-    blockers = [await router.route(request(range(60), "b1", instance_id=1)),
-                await router.route(request(range(100, 200), "b2", instance_id=2))]
+    blockers = [
+        await router.route(request(range(60), "b1", instance_id=1)),
+        await router.route(request(range(100, 200), "b2", instance_id=2)),
+    ]
     chosen = []
 
     async def queued() -> None:

@@ -37,8 +37,10 @@ class FakePool:
     model_name = "m"
 
     def __init__(self, n: int) -> None:
-        self._workers = [Worker(WorkerRecord(i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"),
-                                             BS, 1000, 1000), None) for i in range(1, n + 1)]
+        self._workers = [
+            Worker(WorkerRecord(i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"), BS, 1000, 1000), None)
+            for i in range(1, n + 1)
+        ]
 
     def workers(self):
         return self._workers
@@ -73,8 +75,14 @@ class Clock:
 
 def make_router(n: int = 3, clock=None, **config) -> KvRouter:
     kw = {} if clock is None else {"clock": clock}
-    return KvRouter(FakePool(n), KvRouterConfig(**config), RouterMetrics(CollectorRegistry()),
-                    ingest=FakeIngestor, rng=random.Random(0), **kw)
+    return KvRouter(
+        FakePool(n),
+        KvRouterConfig(**config),
+        RouterMetrics(CollectorRegistry()),
+        ingest=FakeIngestor,
+        rng=random.Random(0),
+        **kw,
+    )
 
 
 def request(tokens, rid="r", **kw) -> RouteRequest:

@@ -55,10 +55,22 @@ class FixedPool:
     model_name = "m"
 
     def __init__(self, *ids: int) -> None:
-        self.members = {i: Worker(WorkerRecord(
-            instance_id=i, namespace="t", model_name="m", engine="mocker",
-            endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + i}"), block_size=16,
-            total_kv_blocks=64, max_num_batched_tokens=256), client=None) for i in ids}
+        self.members = {
+            i: Worker(
+                WorkerRecord(
+                    instance_id=i,
+                    namespace="t",
+                    model_name="m",
+                    engine="mocker",
+                    endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + i}"),
+                    block_size=16,
+                    total_kv_blocks=64,
+                    max_num_batched_tokens=256,
+                ),
+                client=None,
+            )
+            for i in ids
+        }
 
     def workers(self) -> list[Worker]:
         return [self.members[i] for i in sorted(self.members)]
@@ -81,7 +93,8 @@ def site(tmp_path: Path, monkeypatch) -> Path:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: highest-mode\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
         "[dyn.router_modes]\nhighest = highest_mode:MODE\nbroken = highest_mode:NOT_A_MODE\n"
-        "kv = highest_mode:MODE\n")
+        "kv = highest_mode:MODE\n"
+    )
     monkeypatch.syspath_prepend(str(root))
     modes._registered.cache_clear()
     modes.router_mode.cache_clear()
@@ -143,9 +156,27 @@ def test_offline_replay_routes_with_a_registered_mode(site, tmp_path):
     trace.write_bytes(b"\n".join(orjson.dumps(r) for r in rows) + b"\n")
     out = tmp_path / "out.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "dyn.cli", "bench", "replay", "--offline", str(trace),
-                           "--num-workers", "3", "--router-mode", "highest", "-o", str(out)],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dyn.cli",
+            "bench",
+            "replay",
+            "--offline",
+            str(trace),
+            "--num-workers",
+            "3",
+            "--router-mode",
+            "highest",
+            "-o",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     saved = read_result(out)
     assert saved.config["router_mode"] == "highest"

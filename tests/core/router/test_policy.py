@@ -24,9 +24,16 @@ pytestmark = pytest.mark.anyio
 
 
 def record(instance_id: int, model: str = "m", port: int | None = None) -> WorkerRecord:
-    return WorkerRecord(instance_id=instance_id, namespace="t", model_name=model, engine="mocker",
-                        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{port or 20000 + instance_id}"),
-                        block_size=16, total_kv_blocks=64, max_num_batched_tokens=256)
+    return WorkerRecord(
+        instance_id=instance_id,
+        namespace="t",
+        model_name=model,
+        engine="mocker",
+        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{port or 20000 + instance_id}"),
+        block_size=16,
+        total_kv_blocks=64,
+        max_num_batched_tokens=256,
+    )
 
 
 def req(instance_id: int | None = None) -> RouteRequest:

@@ -31,14 +31,22 @@ def test_priority_jump_sources():
 
 
 def test_keys_per_policy():
-    assert queue_key("fcfs", priority_jump=2.0, arrival_offset_secs=5.0, isl_tokens=1,
-                     max_cached_tokens=0) == -3.0
-    assert queue_key("lcfs", priority_jump=-4.0, arrival_offset_secs=5.0, isl_tokens=1,
-                     max_cached_tokens=0) == 5.0
-    assert queue_key("wspt", priority_jump=1.0, arrival_offset_secs=5.0, isl_tokens=1000,
-                     max_cached_tokens=600) == 2.0 / 400
-    assert queue_key("wspt", priority_jump=0.0, arrival_offset_secs=0.0, isl_tokens=10,
-                     max_cached_tokens=64) == 1.0
+    assert (
+        queue_key("fcfs", priority_jump=2.0, arrival_offset_secs=5.0, isl_tokens=1, max_cached_tokens=0)
+        == -3.0
+    )
+    assert (
+        queue_key("lcfs", priority_jump=-4.0, arrival_offset_secs=5.0, isl_tokens=1, max_cached_tokens=0)
+        == 5.0
+    )
+    assert (
+        queue_key("wspt", priority_jump=1.0, arrival_offset_secs=5.0, isl_tokens=1000, max_cached_tokens=600)
+        == 2.0 / 400
+    )
+    assert (
+        queue_key("wspt", priority_jump=0.0, arrival_offset_secs=0.0, isl_tokens=10, max_cached_tokens=64)
+        == 1.0
+    )
     with pytest.raises(ValueError):
         queue_key("sjf", priority_jump=0, arrival_offset_secs=0, isl_tokens=1, max_cached_tokens=0)
 
@@ -148,8 +156,9 @@ def test_a_group_entry_is_keyed_by_one_request_and_counts_all_of_them():
     group = q.push("group", isl_tokens=100, requests=128, tokens=128 * 100)
     q.push("short", isl_tokens=50)
     assert len(q) == 2 and q.pending_requests == 129 and q.pending_isl_tokens == 12_850
-    assert group.key == queue_key("wspt", priority_jump=0.0, arrival_offset_secs=0.0,
-                                  isl_tokens=100, max_cached_tokens=0.0)
+    assert group.key == queue_key(
+        "wspt", priority_jump=0.0, arrival_offset_secs=0.0, isl_tokens=100, max_cached_tokens=0.0
+    )
     assert q.peek() == "short"  # Smith's rule per request: the group is not 128 times longer
     assert q.remove(group) and q.pending_requests == 1 and q.pending_isl_tokens == 50
     assert drain(q) == ["short"] and q.pending_requests == 0

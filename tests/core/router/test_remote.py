@@ -37,9 +37,16 @@ BLOCK = 4
 
 
 def record(instance_id: int) -> WorkerRecord:
-    return WorkerRecord(instance_id=instance_id, namespace="t", model_name="m", engine="mocker",
-                        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
-                        block_size=BLOCK, total_kv_blocks=64, max_num_batched_tokens=256)
+    return WorkerRecord(
+        instance_id=instance_id,
+        namespace="t",
+        model_name="m",
+        engine="mocker",
+        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
+        block_size=BLOCK,
+        total_kv_blocks=64,
+        max_num_batched_tokens=256,
+    )
 
 
 class FakeService:
@@ -134,16 +141,26 @@ async def test_answer_books_and_progress_is_reported_at_block_boundaries_and_fin
             route.progress(20)
             await router.route(req("ok-2"))  # same socket, in order: everything before arrived
             assert [(p.request_id, p.event, p.output_tokens) for p in service.progress] == [
-                ("ok-1", "first_token", 0), ("ok-1", "progress", 4), ("ok-1", "progress", 9),
-                ("ok-1", "progress", 12), ("ok-1", "finished", 12)]
+                ("ok-1", "first_token", 0),
+                ("ok-1", "progress", 4),
+                ("ok-1", "progress", 9),
+                ("ok-1", "progress", 12),
+                ("ok-1", "finished", 12),
+            ]
             tg.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize(("code", "error"), [
-    ("no_workers", NoWorkersError), ("worker_not_found", WorkerNotFoundError),
-    ("all_busy", AllWorkersBusyError), ("target_required", TargetRequiredError),
-    ("queue_full", QueueFullError), ("error", RoutingError),
-])
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        ("no_workers", NoWorkersError),
+        ("worker_not_found", WorkerNotFoundError),
+        ("all_busy", AllWorkersBusyError),
+        ("target_required", TargetRequiredError),
+        ("queue_full", QueueFullError),
+        ("error", RoutingError),
+    ],
+)
 async def test_refusals_raise_the_matching_routing_error(tmp_path, code, error):
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -226,8 +243,9 @@ async def test_auto_finds_a_router_in_the_routers_namespace(tmp_path):
             router, _ = await started(tmp_path, tg, "auto", service)
             with pytest.raises(NoWorkersError, match="start one with 'dyn router'"):
                 await router.route(req("ok"))
-            async with routers.lease(router_record(routers, "m", new_instance_id(),
-                                                   request=service.endpoint)):
+            async with routers.lease(
+                router_record(routers, "m", new_instance_id(), request=service.endpoint)
+            ):
                 while router.endpoint is None:
                     await anyio.sleep(0.02)
                 assert router.endpoint == service.endpoint
@@ -287,8 +305,7 @@ def test_a_group_is_one_query_with_each_prompt_sent_once():
     from dyn.core.router.remote import _group_query
 
     a, b = list(range(8)), list(range(100, 108))
-    group = [RouteRequest(request_id=f"c{i}", token_ids=p, priority=3) for i, p in
-             enumerate((a, a, b, b, a))]
+    group = [RouteRequest(request_id=f"c{i}", token_ids=p, priority=3) for i, p in enumerate((a, a, b, b, a))]
     q = _group_query(7, group)
     assert (q.query_id, q.request_id, q.token_ids, q.priority) == (7, "c0", a, 3)
     assert q.siblings == ["c1", "c2", "c3", "c4"] and q.prompts == [b]
@@ -296,8 +313,13 @@ def test_a_group_is_one_query_with_each_prompt_sent_once():
     same = _group_query(8, [RouteRequest(request_id=f"c{i}", token_ids=a) for i in range(3)])
     assert same.sibling_prompts == [] and same.prompts == []
     with pytest.raises(ValueError, match="share their routing fields"):
-        _group_query(9, [RouteRequest(request_id="x", token_ids=a),
-                         RouteRequest(request_id="y", token_ids=a, instance_id=1)])
+        _group_query(
+            9,
+            [
+                RouteRequest(request_id="x", token_ids=a),
+                RouteRequest(request_id="y", token_ids=a, instance_id=1),
+            ],
+        )
 
 
 async def test_a_router_older_than_groups_gets_the_members_one_query_each(tmp_path):
@@ -312,7 +334,10 @@ async def test_a_router_older_than_groups_gets_the_members_one_query_each(tmp_pa
                 route.finished()
             await service.wait(lambda: len(service.progress) == 3)
             assert [(p.request_id, p.event) for p in service.progress] == [
-                ("ok-0", "finished"), ("ok-1", "finished"), ("ok-2", "finished")]
+                ("ok-0", "finished"),
+                ("ok-1", "finished"),
+                ("ok-2", "finished"),
+            ]
             tg.cancel_scope.cancel()
 
 
@@ -348,8 +373,7 @@ async def test_route_all_round_trip_with_the_real_service(tmp_path):
         async with anyio.create_task_group() as tg:
             service, router = await serving(tmp_path, tg)
             a, b = list(range(3 * BLOCK)), list(range(100, 100 + 3 * BLOCK))
-            group = [RouteRequest(request_id=f"c{i}", token_ids=p) for i, p in
-                     enumerate((a, a, a, b, b, b))]
+            group = [RouteRequest(request_id=f"c{i}", token_ids=p) for i, p in enumerate((a, a, a, b, b, b))]
             routes = await router.route_all(group)
             assert [r.request_id for r in routes] == [f"c{i}" for i in range(6)]
             assert {r.worker.instance_id for r in routes} == {1, 2}  # spread over both
@@ -367,8 +391,10 @@ async def test_route_all_round_trip_with_the_real_service(tmp_path):
 
 async def busy(service, router) -> list:
     """Fill both workers over the queue threshold (0.1 * 256 tokens each)."""
-    routes = [await router.route(RouteRequest(request_id=f"fill-{i}", token_ids=list(range(i, i + 40))))
-              for i in (1000, 2000)]
+    routes = [
+        await router.route(RouteRequest(request_id=f"fill-{i}", token_ids=list(range(i, i + 40))))
+        for i in (1000, 2000)
+    ]
     assert {r.worker.instance_id for r in routes} == {1, 2}
     return routes
 
@@ -410,8 +436,9 @@ async def test_a_client_that_disconnects_loses_its_queries_and_bookings_within_s
             other = await router.route(RouteRequest(request_id="fill", token_ids=list(range(500, 540))))
             assert [service.router.load.num_requests((i, 0)) for i in (1, 2)] == [1, 1]
             waiter = await raw_client(service.endpoint)
-            await waiter.send_multipart(encode(RouteQuery(1, "w0", list(range(8)), siblings=["w1"],
-                                                          reports_start=True)))
+            await waiter.send_multipart(
+                encode(RouteQuery(1, "w0", list(range(8)), siblings=["w1"], reports_start=True))
+            )
             await until(lambda: service.router.queue.pending_requests == 2)
             assert len(service.routes) == 2
             booker.close(linger=0)  # a frontend that crashed: one booked, two waiting
@@ -431,8 +458,7 @@ async def test_a_booking_never_started_is_freed_unless_the_client_predates_start
             service, _ = await serving(tmp_path, tg, unstarted_booking_secs=1.5)
             client = await raw_client(service.endpoint)
             try:
-                await client.send_multipart(encode(RouteQuery(1, "new", [1, 2, 3, 4],
-                                                              reports_start=True)))
+                await client.send_multipart(encode(RouteQuery(1, "new", [1, 2, 3, 4], reports_start=True)))
                 await client.send_multipart(encode(RouteQuery(2, "old", [1, 2, 3, 4])))
                 for _ in range(2):
                     assert isinstance(decode_router_message(await client.recv_multipart()), RouteAnswer)
@@ -457,9 +483,10 @@ async def test_the_service_refuses_a_malformed_group(tmp_path):
             client = await raw_client(service.endpoint)
             try:
                 for query, needle in (
-                        (RouteQuery(1, "a", [1], siblings=["a"]), "must differ"),
-                        (RouteQuery(2, "a", [1], siblings=["b"], sibling_prompts=[0, 0]), "2 entries"),
-                        (RouteQuery(3, "a", [1], siblings=["b"], sibling_prompts=[2]), "outside 0..0")):
+                    (RouteQuery(1, "a", [1], siblings=["a"]), "must differ"),
+                    (RouteQuery(2, "a", [1], siblings=["b"], sibling_prompts=[0, 0]), "2 entries"),
+                    (RouteQuery(3, "a", [1], siblings=["b"], sibling_prompts=[2]), "outside 0..0"),
+                ):
                     await client.send_multipart(encode(query))
                     refused = decode_router_message(await client.recv_multipart())
                     assert (refused.query_id, refused.code) == (query.query_id, "bad_request")

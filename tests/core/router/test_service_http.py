@@ -18,14 +18,22 @@ BLOCK = 4
 
 
 def record(instance_id: int) -> WorkerRecord:
-    return WorkerRecord(instance_id=instance_id, namespace="t", model_name="m", engine="mocker",
-                        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
-                        block_size=BLOCK, total_kv_blocks=64, max_num_batched_tokens=256)
+    return WorkerRecord(
+        instance_id=instance_id,
+        namespace="t",
+        model_name="m",
+        engine="mocker",
+        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
+        block_size=BLOCK,
+        total_kv_blocks=64,
+        max_num_batched_tokens=256,
+    )
 
 
 def client(service: RouterService) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=RouterHttpApp(service)),
-                             base_url="http://router")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=RouterHttpApp(service)), base_url="http://router"
+    )
 
 
 async def test_metrics_and_index_views_share_the_port(tmp_path):
@@ -46,10 +54,8 @@ async def test_metrics_and_index_views_share_the_port(tmp_path):
                 unknown = await c.get("/nothing")
                 wrong = await c.post("/metrics")
             tg.cancel_scope.cancel()
-    assert [(w["instance_id"], w["blocks"], w["total_blocks"]) for w in workers] == [
-        (1, 0, 64), (2, 0, 64)]
-    assert query.status_code == 200 and query.json() == {"scores": {}, "instances": {},
-                                                         "block_size": BLOCK}
+    assert [(w["instance_id"], w["blocks"], w["total_blocks"]) for w in workers] == [(1, 0, 64), (2, 0, 64)]
+    assert query.status_code == 200 and query.json() == {"scores": {}, "instances": {}, "block_size": BLOCK}
     assert metrics.status_code == 200
     assert "dynamo_component_router_requests_total" in metrics.text
     assert "dynamo_kvindexer_workers 2.0" in metrics.text

@@ -32,9 +32,16 @@ WORKERS = (1, 2, 3)
 
 
 def record(instance_id: int) -> WorkerRecord:
-    return WorkerRecord(instance_id=instance_id, namespace="t", model_name="m", engine="mocker",
-                        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
-                        block_size=BLOCK, total_kv_blocks=1024, max_num_batched_tokens=8192)
+    return WorkerRecord(
+        instance_id=instance_id,
+        namespace="t",
+        model_name="m",
+        engine="mocker",
+        endpoints=WorkerEndpoints(f"tcp://127.0.0.1:{20000 + instance_id}"),
+        block_size=BLOCK,
+        total_kv_blocks=1024,
+        max_num_batched_tokens=8192,
+    )
 
 
 def req(request_id: str, prompt: int = 0) -> RouteRequest:
@@ -126,8 +133,12 @@ async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
                     pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(own)])
                     pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, b"\xc1 not msgpack"])
                     pub.send_multipart([ACTIVE_SEQUENCES_TOPIC])
-                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(ActiveSequenceEvent(
-                        "peer", f"theirs-{i}", 2, 0, "add", isl_tokens=50))])
+                    pub.send_multipart(
+                        [
+                            ACTIVE_SEQUENCES_TOPIC,
+                            encode(ActiveSequenceEvent("peer", f"theirs-{i}", 2, 0, "add", isl_tokens=50)),
+                        ]
+                    )
                     with anyio.move_on_after(0.05):
                         await until(lambda: booked(a) > 0)
                         break

@@ -19,9 +19,15 @@ from dyn.core.transport.codec import ProtocolError, decode_reply, decode_request
 
 REQUESTS = [
     GenerateRequest("r1", [1, 2, 3]),
-    GenerateRequest("r2", list(range(100)), SamplingParams(temperature=0.5, top_k=4, seed=9),
-                    StopConditions(max_tokens=8, min_tokens=2, ignore_eos=True, stop_token_ids=[5]),
-                    priority=-3, dp_rank=1, lora_name="a"),
+    GenerateRequest(
+        "r2",
+        list(range(100)),
+        SamplingParams(temperature=0.5, top_k=4, seed=9),
+        StopConditions(max_tokens=8, min_tokens=2, ignore_eos=True, stop_token_ids=[5]),
+        priority=-3,
+        dp_rank=1,
+        lora_name="a",
+    ),
     CancelRequest("r1"),
 ]
 REPLIES = [
@@ -118,8 +124,16 @@ def test_encode_replies_sends_a_lone_reply_as_its_own_kind():
 
 
 def test_encode_replies_packs_one_batch_in_order():
-    replies = [c("a", 1), c("b", 2), c("a", 3), f("a"), c("b", 4), ErrorReply("b", "engine_error", "boom"),
-               c("d", 5), f("d")]
+    replies = [
+        c("a", 1),
+        c("b", 2),
+        c("a", 3),
+        f("a"),
+        c("b", 4),
+        ErrorReply("b", "engine_error", "boom"),
+        c("d", 5),
+        f("d"),
+    ]
     (frames,) = encode_replies(replies)
     assert frames[0] == KIND_BATCH
     batch = decode_reply(frames)
@@ -174,13 +188,16 @@ def test_rejected_frames_are_counted_each_and_logged_once_per_interval(caplog):
             now[0] += 0.0001
             rejects.reject(f"bad {i}")
         assert [r.getMessage() for r in caplog.records] == [
-            "rejected a malformed request frame: bad 0 (further ones are counted and logged at most every 5 s)"]
+            "rejected a malformed request frame: bad 0 (further ones are counted and logged at most every 5 s)"
+        ]
         now[0] += 5.0
         rejects.reject("bad last")
         assert caplog.records[-1].getMessage() == (
-            "rejected 10000 malformed request frames in the last 6 s (latest: bad last)")
+            "rejected 10000 malformed request frames in the last 6 s (latest: bad last)"
+        )
         now[0] += 60.0
         rejects.reject("lone")
         assert caplog.records[-1].getMessage() == (
-            "rejected 1 malformed request frame in the last 60 s (latest: lone)")
+            "rejected 1 malformed request frame in the last 60 s (latest: lone)"
+        )
     assert rejects.total == 10_002 and len(caplog.records) == 3

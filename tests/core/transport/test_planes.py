@@ -44,7 +44,9 @@ async def echo_worker(server: RequestServer, cancelled: list[str]) -> None:
             half = len(msg.token_ids) // 2
             server.send(identity, TokenChunk(msg.request_id, msg.token_ids[:half]))
             server.send(identity, TokenChunk(msg.request_id, msg.token_ids[half:]))
-            server.send(identity, Finish(msg.request_id, "length", Usage(len(msg.token_ids), len(msg.token_ids))))
+            server.send(
+                identity, Finish(msg.request_id, "length", Usage(len(msg.token_ids), len(msg.token_ids)))
+            )
         elif isinstance(msg, CancelRequest):
             cancelled.append(msg.request_id)
         else:
@@ -58,8 +60,11 @@ async def test_generate_streams_chunks_then_finish_and_cancel_on_early_exit():
         async with anyio.create_task_group() as tg:
             tg.start_soon(echo_worker, server, cancelled)
             async with WorkerClient(server.endpoint) as client:
+
                 async def one(i):
-                    out = [m async for m in client.generate(GenerateRequest(f"r{i}", [i, i + 1, i + 2, i + 3]))]
+                    out = [
+                        m async for m in client.generate(GenerateRequest(f"r{i}", [i, i + 1, i + 2, i + 3]))
+                    ]
                     assert [type(m) for m in out] == [TokenChunk, TokenChunk, Finish]
                     assert out[0].token_ids + out[1].token_ids == [i, i + 1, i + 2, i + 3]
 
@@ -163,8 +168,16 @@ async def test_load_metrics_have_their_own_topic():
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, LOAD_METRICS_TOPIC)
     sub.connect(pub.endpoint)
-    m = LoadMetrics(instance_id=5, dp_rank=0, ts=1.0, num_running=2, num_waiting=1,
-                    active_kv_blocks=10, total_kv_blocks=100, kv_usage=0.1)
+    m = LoadMetrics(
+        instance_id=5,
+        dp_rank=0,
+        ts=1.0,
+        num_running=2,
+        num_waiting=1,
+        active_kv_blocks=10,
+        total_kv_blocks=100,
+        kv_usage=0.1,
+    )
     with anyio.fail_after(10):
         while True:
             pub.publish(m)
@@ -195,8 +208,12 @@ async def test_generate_batches_unpacks_batches_in_order_and_accepts_single_kind
         identity, _ = await server.recv()
         identity2, _ = await server.recv()
         assert identity == identity2
-        assert server.send_replies(identity, [chunk("r1", 1), chunk("r2", 2), chunk("r1", 3), fin("r1"),
-                                              chunk("r2", 4)]) == 1
+        assert (
+            server.send_replies(
+                identity, [chunk("r1", 1), chunk("r2", 2), chunk("r1", 3), fin("r1"), chunk("r2", 4)]
+            )
+            == 1
+        )
         await r2_first_batch.wait()
         server.send(identity, fin("r2"))  # a plain single-kind message still works
 
@@ -229,8 +246,9 @@ async def test_an_error_in_a_batch_raises_after_the_chunks_before_it():
             identity, msg = await server.recv()
             if isinstance(msg, GenerateRequest):
                 rid = msg.request_id
-                server.send_replies(identity, [chunk(rid, 1), chunk(rid, 2),
-                                               ErrorReply(rid, "engine_error", "boom")])
+                server.send_replies(
+                    identity, [chunk(rid, 1), chunk(rid, 2), ErrorReply(rid, "engine_error", "boom")]
+                )
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -328,8 +346,9 @@ async def test_a_closed_worker_connection_fails_streams_at_once_and_new_ones_too
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(echo_worker, server, [])
-            async with WorkerClient(server.endpoint,
-                                    on_health=lambda _c, ok, why: health.append((ok, why))) as client:
+            async with WorkerClient(
+                server.endpoint, on_health=lambda _c, ok, why: health.append((ok, why))
+            ) as client:
                 out = [m async for m in client.generate(GenerateRequest("warm", [1, 2]))]
                 assert isinstance(out[-1], Finish)
                 failed: list[BaseException] = []
@@ -373,8 +392,9 @@ async def test_a_silent_worker_times_out_per_stream_and_recovers_when_it_answers
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(ignoring_worker)
-            async with WorkerClient(server.endpoint, first_token_timeout_s=0.2,
-                                    on_health=lambda _c, ok, _why: health.append(ok)) as client:
+            async with WorkerClient(
+                server.endpoint, first_token_timeout_s=0.2, on_health=lambda _c, ok, _why: health.append(ok)
+            ) as client:
                 started = anyio.current_time()
                 with pytest.raises(WorkerSilent, match="before the first token"):
                     async for _ in client.generate(GenerateRequest("hang", [0])):

@@ -277,5 +277,7 @@ async def test_a_client_counts_malformed_and_unexpected_replies(caplog):
             tg.cancel_scope.cancel()
     finally:
         server.close(linger=0)
-    lines = [r.getMessage() for r in caplog.records if "malformed message from the test indexer" in r.getMessage()]
+    lines = [
+        r.getMessage() for r in caplog.records if "malformed message from the test indexer" in r.getMessage()
+    ]
     assert lines and lines[0].startswith("rejected a malformed message from the test indexer")

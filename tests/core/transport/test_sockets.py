@@ -162,17 +162,32 @@ def test_plain_undoes_the_client_keys_for_an_engines_own_socket(keys):
     finally:
         client.close()
         engine_pub.close(linger=0)
-    record = WorkerRecord(instance_id=1, namespace="n", model_name="m", engine="vllm",
-                          endpoints=WorkerEndpoints(request="tcp://127.0.0.1:9",
-                                                    kv_events="tcp://127.0.0.1:9", kv_events_plain=True),
-                          block_size=16, total_kv_blocks=10, max_num_batched_tokens=64)
+    record = WorkerRecord(
+        instance_id=1,
+        namespace="n",
+        model_name="m",
+        engine="vllm",
+        endpoints=WorkerEndpoints(
+            request="tcp://127.0.0.1:9", kv_events="tcp://127.0.0.1:9", kv_events_plain=True
+        ),
+        block_size=16,
+        total_kv_blocks=10,
+        max_num_batched_tokens=64,
+    )
     subscriber = KvEventSubscriber(record, lambda ops: None, None)  # type: ignore[arg-type]
     sub = subscriber._socket(zmq.SUB)
     assert sub.get(zmq.MECHANISM) == zmq.NULL
     sub.close()
-    ours = KvEventSubscriber(WorkerRecord(**{**{f: getattr(record, f) for f in record.__struct_fields__},
-                                             "endpoints": WorkerEndpoints(request="tcp://127.0.0.1:9")}),
-                             lambda ops: None, None)  # type: ignore[arg-type]
+    ours = KvEventSubscriber(
+        WorkerRecord(
+            **{
+                **{f: getattr(record, f) for f in record.__struct_fields__},
+                "endpoints": WorkerEndpoints(request="tcp://127.0.0.1:9"),
+            }
+        ),
+        lambda ops: None,
+        None,
+    )  # type: ignore[arg-type]
     sub = ours._socket(zmq.SUB)
     assert sub.get(zmq.MECHANISM) == zmq.CURVE and not sub.curve_server
     sub.close()

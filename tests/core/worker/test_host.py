@@ -73,9 +73,13 @@ class ControlEngine(ScriptedEngine):
 
     def __init__(self):
         super().__init__()
-        self.info = EngineInfo(block_size=16, total_kv_blocks=100, max_num_batched_tokens=512,
-                               priority_order="higher_first",
-                               features=[FEATURE_STREAMING_SESSIONS, FEATURE_PIN_PREFIX])
+        self.info = EngineInfo(
+            block_size=16,
+            total_kv_blocks=100,
+            max_num_batched_tokens=512,
+            priority_order="higher_first",
+            features=[FEATURE_STREAMING_SESSIONS, FEATURE_PIN_PREFIX],
+        )
         self.sessions = {}
 
     async def open_session(self, session_id, timeout_s):
@@ -96,8 +100,13 @@ class ControlEngine(ScriptedEngine):
 async def running_host(tmp_path, drain_timeout_s=5.0, engine=None):
     """Yield ``(store, record, client, stop, task_group)`` for a host serving a ScriptedEngine."""
     store = FileDiscoveryStore(tmp_path, "t")
-    host = WorkerHost(engine or ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
-                      settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t"), drain_timeout_s=drain_timeout_s))
+    host = WorkerHost(
+        engine or ScriptedEngine(),
+        engine_name="scripted",
+        model_name="m",
+        store=store,
+        settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t"), drain_timeout_s=drain_timeout_s),
+    )
     stop = anyio.Event()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -128,8 +137,10 @@ async def test_errors_are_replies_and_the_worker_keeps_serving(tmp_path):
         assert odd.value.code == "engine_error" and "yielded a str" in str(odd.value)
         # the same id twice while in flight: the second gets duplicate_request
         async with WorkerClient(record.endpoints.request) as other:
+
             async def first():
                 return [m async for m in client.generate(GenerateRequest("same", [4]))]
+
             async with anyio.create_task_group() as pair:
                 pair.start_soon(first)
                 await anyio.sleep(0.05)
@@ -184,9 +195,11 @@ async def test_shutdown_leaves_discovery_first_then_drains(tmp_path):
 
 async def test_requests_still_running_after_the_drain_timeout_get_an_error(tmp_path):
     async with running_host(tmp_path, drain_timeout_s=0.3) as (_store, _record, client, stop, tg):
+
         async def stopper():
             await anyio.sleep(0.2)
             stop.set()
+
         tg.start_soon(stopper)
         with pytest.raises(RemoteError) as cut:
             async for _ in client.generate(GenerateRequest("stuck", [-3])):
@@ -254,8 +267,13 @@ async def pass_host(tmp_path, engine=None):
     """Yield ``(host, engine, endpoint, stop)`` for a host serving ``engine`` (a PassEngine)."""
     engine = engine or PassEngine()
     store = FileDiscoveryStore(tmp_path, "t")
-    host = WorkerHost(engine, engine_name="pass", model_name="m", store=store,
-                      settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t"), drain_timeout_s=5.0))
+    host = WorkerHost(
+        engine,
+        engine_name="pass",
+        model_name="m",
+        store=store,
+        settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t"), drain_timeout_s=5.0),
+    )
     stop = anyio.Event()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -378,8 +396,12 @@ async def test_mocker_passes_reach_a_client_in_batches(tmp_path):
             counts: dict[str, int] = {}
 
             async def consume(i):
-                req = GenerateRequest(f"m{i}", list(range(100 + i, 140 + i)), SamplingParams(seed=i),
-                                      StopConditions(max_tokens=16, ignore_eos=True))
+                req = GenerateRequest(
+                    f"m{i}",
+                    list(range(100 + i, 140 + i)),
+                    SamplingParams(seed=i),
+                    StopConditions(max_tokens=16, ignore_eos=True),
+                )
                 items = [item async for batch in client.generate_batches(req) for item in batch]
                 assert isinstance(items[-1], Finish) and items[-1].usage.completion_tokens == 16
                 assert all(isinstance(item, TokenChunk) for item in items[:-1])
@@ -403,8 +425,13 @@ async def test_a_flood_of_malformed_frames_is_answered_counted_and_never_blocks_
     and the receive loop yields between messages (already queued ones included)."""
     flood = 20_000
     store = FileDiscoveryStore(tmp_path, "t")
-    host = WorkerHost(ScriptedEngine(), engine_name="scripted", model_name="m", store=store,
-                      settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t")))
+    host = WorkerHost(
+        ScriptedEngine(),
+        engine_name="scripted",
+        model_name="m",
+        store=store,
+        settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t")),
+    )
     stop = anyio.Event()
     gaps: list[float] = []
 

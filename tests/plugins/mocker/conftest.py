@@ -17,13 +17,41 @@ _TYPES = {
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "integer": lambda v: (isinstance(v, int) and not isinstance(v, bool))
-    or (isinstance(v, float) and v.is_integer()),
+    "integer": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+    ),
 }
-_KNOWN = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
-          "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
-          "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "$defs", "minProperties",
-          "maxProperties", "format", "title", "description", "default"}
+_KNOWN = {
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "$defs",
+    "minProperties",
+    "maxProperties",
+    "format",
+    "title",
+    "description",
+    "default",
+}
 
 
 def schema_errors(value: Any, schema: Any, root: Any = None, path: str = "$") -> list[str]:

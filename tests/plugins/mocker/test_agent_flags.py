@@ -25,10 +25,15 @@ def test_both_commands_take_the_flags(command):
 def test_a_bad_replies_file_stops_the_worker_with_the_line(tmp_path):
     path = tmp_path / "replies.jsonl"
     path.write_text(json.dumps({"match": "ok", "text": "fine"}) + "\n" + '{"match": "(", "text": "x"}\n')
-    result = runner.invoke(app, ["worker", "mocker", "--discovery-dir", str(tmp_path), "--replies", str(path)])
+    result = runner.invoke(
+        app, ["worker", "mocker", "--discovery-dir", str(tmp_path), "--replies", str(path)]
+    )
     assert result.exit_code == 2 and "line 2: bad regex" in result.output
-    result = runner.invoke(app, ["worker", "mocker", "--discovery-dir", str(tmp_path)],
-                           env={"DYN_REPLIES": str(tmp_path / "absent.jsonl")})
+    result = runner.invoke(
+        app,
+        ["worker", "mocker", "--discovery-dir", str(tmp_path)],
+        env={"DYN_REPLIES": str(tmp_path / "absent.jsonl")},
+    )
     assert result.exit_code == 2 and "no such file" in result.output
 
 

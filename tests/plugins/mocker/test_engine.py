@@ -29,10 +29,22 @@ async def test_streams_tokens_then_finish_and_publishes_events():
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             await tg.start(eng.run)
-            out = [m async for m in eng.generate(GenerateRequest(
-                "a", prompt, SamplingParams(seed=3), StopConditions(max_tokens=12, ignore_eos=True)))]
-            again = [m async for m in eng.generate(GenerateRequest(
-                "b", prompt, SamplingParams(seed=3), StopConditions(max_tokens=12, ignore_eos=True)))]
+            out = [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "a", prompt, SamplingParams(seed=3), StopConditions(max_tokens=12, ignore_eos=True)
+                    )
+                )
+            ]
+            again = [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "b", prompt, SamplingParams(seed=3), StopConditions(max_tokens=12, ignore_eos=True)
+                    )
+                )
+            ]
             tg.cancel_scope.cancel()
     tokens = [t for m in out[:-1] for t in m.token_ids]
     finish = out[-1]
@@ -61,8 +73,11 @@ async def test_abort_and_early_close_end_the_request():
             assert got[-1].usage.prompt_tokens == 20
             assert not await eng.abort("long")
 
-            async with aclosing(eng.generate(GenerateRequest("closed", [1] * 20,
-                                stop=StopConditions(max_tokens=5000, ignore_eos=True)))) as stream:
+            async with aclosing(
+                eng.generate(
+                    GenerateRequest("closed", [1] * 20, stop=StopConditions(max_tokens=5000, ignore_eos=True))
+                )
+            ) as stream:
                 async for _ in stream:
                     break
             await anyio.sleep(0.05)
@@ -82,18 +97,33 @@ async def test_bad_requests_raise_engine_error():
 
 
 def sglang_engine(num_gpu_blocks=64):
-    cfg = MockerConfig(engine_type="sglang", enable_streaming_session=True, block_size=16,
-                       num_gpu_blocks=num_gpu_blocks, speedup_ratio=1000)
+    cfg = MockerConfig(
+        engine_type="sglang",
+        enable_streaming_session=True,
+        block_size=16,
+        num_gpu_blocks=num_gpu_blocks,
+        speedup_ratio=1000,
+    )
     return MockerEngine(cfg, MODEL)
 
 
-@pytest.mark.parametrize("overrides,order,features", [
-    ({}, "lower_first", ["pin_prefix"]),
-    ({"enable_prefix_caching": False}, "lower_first", []),
-    ({"engine_type": "sglang"}, "higher_first", ["pin_prefix"]),
-    ({"engine_type": "sglang", "schedule_low_priority_values_first": True, "enable_streaming_session": True},
-     "lower_first", ["pin_prefix", "streaming_sessions"]),
-])
+@pytest.mark.parametrize(
+    "overrides,order,features",
+    [
+        ({}, "lower_first", ["pin_prefix"]),
+        ({"enable_prefix_caching": False}, "lower_first", []),
+        ({"engine_type": "sglang"}, "higher_first", ["pin_prefix"]),
+        (
+            {
+                "engine_type": "sglang",
+                "schedule_low_priority_values_first": True,
+                "enable_streaming_session": True,
+            },
+            "lower_first",
+            ["pin_prefix", "streaming_sessions"],
+        ),
+    ],
+)
 def test_engine_info_advertises_priority_order_and_features(overrides, order, features):
     eng, _ = engine(**overrides)
     assert eng.info.priority_order == order and eng.info.features == features
@@ -106,18 +136,36 @@ async def test_session_calls_turns_and_load_metrics():
         async with anyio.create_task_group() as tg:
             await tg.start(eng.run)
             assert await eng.open_session("s", 30) and not await eng.open_session("s", 30)
-            first = [m async for m in eng.generate(GenerateRequest(
-                "t1", prompt, stop=StopConditions(max_tokens=8, ignore_eos=True), session_id="s"))]
+            first = [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "t1", prompt, stop=StopConditions(max_tokens=8, ignore_eos=True), session_id="s"
+                    )
+                )
+            ]
             out = [t for m in first[:-1] for t in m.token_ids]
             metrics = eng.load_metrics()[0]
             assert (metrics.num_streaming_sessions, metrics.streaming_session_held_tokens) == (1, 47)
-            second = [m async for m in eng.generate(GenerateRequest(
-                "t2", prompt + out + [1, 2, 3], stop=StopConditions(max_tokens=2, ignore_eos=True), session_id="s"))]
+            second = [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "t2",
+                        prompt + out + [1, 2, 3],
+                        stop=StopConditions(max_tokens=2, ignore_eos=True),
+                        session_id="s",
+                    )
+                )
+            ]
             assert second[-1].usage.cached_tokens == 47
             assert await eng.close_session("s") and not await eng.close_session("s")
             metrics = eng.load_metrics()[0]
-            assert (metrics.num_streaming_sessions, metrics.streaming_session_held_tokens, metrics.active_kv_blocks) \
-                == (0, 0, 0)
+            assert (
+                metrics.num_streaming_sessions,
+                metrics.streaming_session_held_tokens,
+                metrics.active_kv_blocks,
+            ) == (0, 0, 0)
             assert await eng.pin_prefix(prompt, 60) == 2
             with pytest.raises(EngineError) as exc:
                 await eng.pin_prefix(prompt, 0)
@@ -138,8 +186,17 @@ async def test_engine_reaps_idle_sessions_without_traffic():
         async with anyio.create_task_group() as tg:
             await tg.start(eng.run)
             await eng.open_session("s", 0.05)
-            [m async for m in eng.generate(GenerateRequest(
-                "t1", list(range(40)), stop=StopConditions(max_tokens=2, ignore_eos=True), session_id="s"))]
+            [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "t1",
+                        list(range(40)),
+                        stop=StopConditions(max_tokens=2, ignore_eos=True),
+                        session_id="s",
+                    )
+                )
+            ]
             assert eng.load_metrics()[0].num_streaming_sessions == 1
             while eng.load_metrics()[0].num_streaming_sessions:  # the reaper runs every 0.5 s
                 await anyio.sleep(0.05)
@@ -153,13 +210,32 @@ async def test_a_request_blocked_by_session_kv_waits_without_spinning_and_runs_a
         async with anyio.create_task_group() as tg:
             await tg.start(eng.run)
             await eng.open_session("s", 600)
-            [m async for m in eng.generate(GenerateRequest(
-                "hold", list(range(100)), stop=StopConditions(max_tokens=1, ignore_eos=True), session_id="s"))]
+            [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "hold",
+                        list(range(100)),
+                        stop=StopConditions(max_tokens=1, ignore_eos=True),
+                        session_id="s",
+                    )
+                )
+            ]
             results = []
 
             async def blocked():
-                results.extend([m async for m in eng.generate(GenerateRequest(
-                    "big", list(range(500, 600)), stop=StopConditions(max_tokens=1, ignore_eos=True)))])
+                results.extend(
+                    [
+                        m
+                        async for m in eng.generate(
+                            GenerateRequest(
+                                "big",
+                                list(range(500, 600)),
+                                stop=StopConditions(max_tokens=1, ignore_eos=True),
+                            )
+                        )
+                    ]
+                )
 
             tg.start_soon(blocked)
             await anyio.sleep(0.3)
@@ -174,13 +250,23 @@ async def test_a_request_blocked_by_session_kv_waits_without_spinning_and_runs_a
 
 
 async def test_generate_request_max_thinking_tokens_reaches_the_scheduler():
-    eng, _ = engine(reasoning=ReasoningConfig(start_thinking_token_id=7, end_thinking_token_id=8,
-                                              thinking_ratio=0.5))
+    eng, _ = engine(
+        reasoning=ReasoningConfig(start_thinking_token_id=7, end_thinking_token_id=8, thinking_ratio=0.5)
+    )
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             await tg.start(eng.run)
-            out = [m async for m in eng.generate(GenerateRequest(
-                "r", list(range(20)), stop=StopConditions(max_tokens=20, ignore_eos=True), max_thinking_tokens=1))]
+            out = [
+                m
+                async for m in eng.generate(
+                    GenerateRequest(
+                        "r",
+                        list(range(20)),
+                        stop=StopConditions(max_tokens=20, ignore_eos=True),
+                        max_thinking_tokens=1,
+                    )
+                )
+            ]
             tokens = [t for m in out[:-1] for t in m.token_ids]
             assert tokens[0] == 7 and tokens[2] == 8 and len(tokens) == 20
             tg.cancel_scope.cancel()

@@ -24,9 +24,16 @@ pytestmark = pytest.mark.anyio
 MODEL = load_model_info(None, None)
 TOKENIZER = Tokenizer.from_model(MODEL)
 PROMPT = TOKENIZER.encode("<|start_header_id|>user<|end_header_id|>\n\nGive me JSON.<|eot_id|>", False)
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1},
-                                          "tags": {"type": "array", "items": {"enum": ["a", "b"]}}},
-          "required": ["city", "days", "tags"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"type": "integer", "minimum": 1},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+    },
+    "required": ["city", "days", "tags"],
+    "additionalProperties": False,
+}
 
 
 async def collect(engine, *requests):
@@ -48,21 +55,34 @@ async def collect(engine, *requests):
 
 
 def engine(**overrides):
-    return MockerEngine(MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, **overrides), MODEL)
+    return MockerEngine(
+        MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, **overrides), MODEL
+    )
 
 
 def request(rid, seed, constraint=None, max_tokens=2000, **kwargs):
-    return GenerateRequest(rid, PROMPT, SamplingParams(seed=seed), StopConditions(max_tokens=max_tokens, **kwargs.pop(
-        "stop", {})), constraint=constraint, **kwargs)
+    return GenerateRequest(
+        rid,
+        PROMPT,
+        SamplingParams(seed=seed),
+        StopConditions(max_tokens=max_tokens, **kwargs.pop("stop", {})),
+        constraint=constraint,
+        **kwargs,
+    )
 
 
 async def test_constrained_outputs_validate_in_a_batch_with_free_requests(check_schema):
     constraint = OutputConstraint("json", json.dumps(SCHEMA))
-    reqs = [request(f"c{s}", s, constraint) for s in range(6)] + [request("free", 1, max_tokens=40,
-                                                                            stop={"ignore_eos": True})]
+    reqs = [request(f"c{s}", s, constraint) for s in range(6)] + [
+        request("free", 1, max_tokens=40, stop={"ignore_eos": True})
+    ]
     results = await collect(engine(), *reqs)
     for tokens, finish, _ in results[:-1]:
-        assert isinstance(finish, Finish) and finish.reason == "stop" and finish.stop_token_id == MODEL.eos_token_ids[0]
+        assert (
+            isinstance(finish, Finish)
+            and finish.reason == "stop"
+            and finish.stop_token_id == MODEL.eos_token_ids[0]
+        )
         assert finish.usage.completion_tokens == len(tokens) + 1  # the EOS counts, as in vLLM
         check_schema(json.loads(TOKENIZER.decode(tokens)), SCHEMA)
     assert results[-1][1].reason == "length" and len(results[-1][0]) == 40
@@ -70,8 +90,11 @@ async def test_constrained_outputs_validate_in_a_batch_with_free_requests(check_
 
 async def test_same_seed_same_output_and_ignore_eos_still_ends_at_the_constraint():
     constraint = OutputConstraint("choice", choices=("north", "south", "east", "west"))
-    a, b = await collect(engine(), request("a", 9, constraint, stop={"ignore_eos": True}),
-                         request("b", 9, constraint, stop={"ignore_eos": True}))
+    a, b = await collect(
+        engine(),
+        request("a", 9, constraint, stop={"ignore_eos": True}),
+        request("b", 9, constraint, stop={"ignore_eos": True}),
+    )
     assert a[0] == b[0] and TOKENIZER.decode(a[0]) in ("north", "south", "east", "west")
     assert a[1].reason == "stop"
 
@@ -84,21 +107,25 @@ async def test_a_refused_constraint_is_a_bad_request():
 
 
 async def test_reasoning_thinks_first_then_answers_under_the_constraint(check_schema):
-    eng = engine(reasoning=ReasoningConfig(start_thinking_token_id=10, end_thinking_token_id=11,
-                                           thinking_ratio=0.01))
+    eng = engine(
+        reasoning=ReasoningConfig(start_thinking_token_id=10, end_thinking_token_id=11, thinking_ratio=0.01)
+    )
     [(tokens, finish, _)] = await collect(eng, request("r", 4, OutputConstraint("json", json.dumps(SCHEMA))))
     end = tokens.index(11)
     assert tokens[0] == 10 and end == 19  # floor(2000 * 0.01) thinking tokens
-    check_schema(json.loads(TOKENIZER.decode(tokens[end + 1:])), SCHEMA)
+    check_schema(json.loads(TOKENIZER.decode(tokens[end + 1 :])), SCHEMA)
     assert finish.reason == "stop"
 
 
 async def test_logprobs_ride_along_without_changing_the_tokens():
     constraint = OutputConstraint("json", json.dumps(SCHEMA))
     plain, with_lp, free, free_lp = await collect(
-        engine(), request("p", 3, constraint), request("l", 3, constraint, logprobs=2, prompt_logprobs=1),
+        engine(),
+        request("p", 3, constraint),
+        request("l", 3, constraint, logprobs=2, prompt_logprobs=1),
         request("f", 5, max_tokens=30, stop={"ignore_eos": True}),
-        request("fl", 5, max_tokens=30, stop={"ignore_eos": True}, logprobs=0))
+        request("fl", 5, max_tokens=30, stop={"ignore_eos": True}, logprobs=0),
+    )
     assert plain[0] == with_lp[0] and free[0] == free_lp[0]
     for _tokens, _finish, chunks in (with_lp, free_lp):
         assert all(isinstance(c, TokenChunk) and len(c.logprobs) == len(c.token_ids) for c in chunks)
@@ -119,8 +146,13 @@ async def test_long_prompt_logprobs_are_computed_off_the_loop_with_the_same_valu
     from dyn.plugins.mocker.logprobs import prompt_logprobs
 
     prompt = [(i * 37) % 4000 + 5 for i in range(PROMPT_LOGPROBS_INLINE)]
-    req = GenerateRequest("long", prompt, SamplingParams(seed=2), StopConditions(max_tokens=3, ignore_eos=True),
-                          prompt_logprobs=2)
+    req = GenerateRequest(
+        "long",
+        prompt,
+        SamplingParams(seed=2),
+        StopConditions(max_tokens=3, ignore_eos=True),
+        prompt_logprobs=2,
+    )
     [(_, finish, _)] = await collect(engine(), req)
     assert finish.prompt_logprobs == prompt_logprobs(2, prompt, 2, MODEL.vocab_size)
 

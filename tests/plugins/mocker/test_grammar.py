@@ -54,43 +54,109 @@ def schema(value) -> OutputConstraint:
 
 
 EDGE_SCHEMAS = {
-    "enums": {"type": "object", "properties": {
-        "color": {"enum": ["red", "green", "blue"]},
-        "size": {"type": "string", "enum": ["S", "M", "a much longer enum value than twelve"]},
-        "level": {"enum": [1, 2.5, None, True]}}, "required": ["color", "size", "level"]},
-    "nested_objects": {"type": "object", "properties": {"user": {"type": "object", "properties": {
-        "name": {"type": "string", "minLength": 3},
-        "address": {"type": "object", "properties": {
-            "city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-            "required": ["city", "zip"]}}, "required": ["name", "address"]}}, "required": ["user"]},
-    "arrays": {"type": "object", "properties": {
-        "ints": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 9}, "minItems": 2},
-        "points": {"type": "array", "items": {"type": "object", "properties": {
-            "x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}},
-        "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": False,
-                 "minItems": 2}},
-        "required": ["ints", "points", "pair"]},
-    "additional_properties_false": {"type": "object", "properties": {"a": {"type": "boolean"},
-                                                                     "b": {"type": "null"}},
-                                    "additionalProperties": False},
-    "required_beyond_properties": {"type": "object", "properties": {"known": {"type": "integer"}},
-                                   "required": ["known", "extra"], "minProperties": 3},
+    "enums": {
+        "type": "object",
+        "properties": {
+            "color": {"enum": ["red", "green", "blue"]},
+            "size": {"type": "string", "enum": ["S", "M", "a much longer enum value than twelve"]},
+            "level": {"enum": [1, 2.5, None, True]},
+        },
+        "required": ["color", "size", "level"],
+    },
+    "nested_objects": {
+        "type": "object",
+        "properties": {
+            "user": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 3},
+                    "address": {
+                        "type": "object",
+                        "properties": {
+                            "city": {"type": "string"},
+                            "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                        },
+                        "required": ["city", "zip"],
+                    },
+                },
+                "required": ["name", "address"],
+            }
+        },
+        "required": ["user"],
+    },
+    "arrays": {
+        "type": "object",
+        "properties": {
+            "ints": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 1, "maximum": 9},
+                "minItems": 2,
+            },
+            "points": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                    "required": ["x", "y"],
+                },
+            },
+            "pair": {
+                "type": "array",
+                "prefixItems": [{"type": "string"}, {"type": "boolean"}],
+                "items": False,
+                "minItems": 2,
+            },
+        },
+        "required": ["ints", "points", "pair"],
+    },
+    "additional_properties_false": {
+        "type": "object",
+        "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}},
+        "additionalProperties": False,
+    },
+    "required_beyond_properties": {
+        "type": "object",
+        "properties": {"known": {"type": "integer"}},
+        "required": ["known", "extra"],
+        "minProperties": 3,
+    },
     "free_form_map": {"type": "object", "additionalProperties": {"type": "integer", "exclusiveMinimum": 10}},
-    "any_of": {"anyOf": [{"type": "integer", "exclusiveMinimum": 10}, {"type": "string", "maxLength": 3},
-                         {"type": "null"}]},
-    "narrow_numbers": {"type": "object", "properties": {
-        "p": {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 0.75},
-        "big": {"type": "integer", "minimum": 5000},
-        "neg": {"type": "integer", "exclusiveMaximum": -7},
-        "fives": {"type": "integer", "multipleOf": 5}}, "required": ["p", "big", "neg", "fives"]},
-    "defs_and_refs": {"$defs": {"item": {"type": "object", "properties": {"sku": {"type": "string"},
-                                                                         "qty": {"type": "integer", "minimum": 1}},
-                                         "required": ["sku", "qty"]}},
-                      "type": "object", "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/item"},
-                                                                 "minItems": 1}}, "required": ["items"]},
+    "any_of": {
+        "anyOf": [
+            {"type": "integer", "exclusiveMinimum": 10},
+            {"type": "string", "maxLength": 3},
+            {"type": "null"},
+        ]
+    },
+    "narrow_numbers": {
+        "type": "object",
+        "properties": {
+            "p": {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 0.75},
+            "big": {"type": "integer", "minimum": 5000},
+            "neg": {"type": "integer", "exclusiveMaximum": -7},
+            "fives": {"type": "integer", "multipleOf": 5},
+        },
+        "required": ["p", "big", "neg", "fives"],
+    },
+    "defs_and_refs": {
+        "$defs": {
+            "item": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}},
+                "required": ["sku", "qty"],
+            }
+        },
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/item"}, "minItems": 1}},
+        "required": ["items"],
+    },
     "anything": {},
     "scalars": {"type": "array", "items": {"type": ["boolean", "null", "string"]}, "minItems": 3},
-    "date": {"type": "object", "properties": {"when": {"type": "string", "format": "date"}}, "required": ["when"]},
+    "date": {
+        "type": "object",
+        "properties": {"when": {"type": "string", "format": "date"}},
+        "required": ["when"],
+    },
 }
 
 
@@ -105,9 +171,19 @@ def test_json_schema_outputs_parse_validate_and_end_early(name, check_schema):
 
 
 def test_recursive_schema_is_valid_whenever_it_stops(check_schema):
-    tree = {"$defs": {"node": {"type": "object", "properties": {
-        "value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-        "required": ["value"]}}, "$ref": "#/$defs/node"}
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "value": {"type": "integer"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["value"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
     stopped = 0
     for seed in SEEDS:
         text, reason, _ = sample(schema(tree), seed, max_tokens=600)
@@ -125,10 +201,15 @@ def test_json_object_is_one_object():
 
 
 def test_whitespace_pattern_is_respected(check_schema):
-    spec = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
-            "required": ["a", "b"]}
+    spec = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "required": ["a", "b"],
+    }
     for seed in range(10):
-        text, reason, _ = sample(OutputConstraint("json", json.dumps(spec), whitespace_pattern=r"[ ]{0,2}"), seed)
+        text, reason, _ = sample(
+            OutputConstraint("json", json.dumps(spec), whitespace_pattern=r"[ ]{0,2}"), seed
+        )
         assert reason == "stop"
         check_schema(json.loads(text), spec)
         outside_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
@@ -136,13 +217,16 @@ def test_whitespace_pattern_is_respected(check_schema):
 
 
 # ASCII classes: llguidance reads \w and \d as Rust's regex does, by a newer Unicode than Python 3.11's
-@pytest.mark.parametrize("pattern", [
-    r"^[A-Z]{2}-[0-9]{3}$",  # anchors
-    r"[a-z0-9_]+@[a-z]+\.com",  # an unbounded part before a needle
-    r"(?s).*END",  # anything, then a fixed end
-    r"(yes|no|maybe)( [a-z]+)*\.",
-    r"[0-9]{3,}",
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^[A-Z]{2}-[0-9]{3}$",  # anchors
+        r"[a-z0-9_]+@[a-z]+\.com",  # an unbounded part before a needle
+        r"(?s).*END",  # anything, then a fixed end
+        r"(yes|no|maybe)( [a-z]+)*\.",
+        r"[0-9]{3,}",
+    ],
+)
 def test_regex_outputs_match_the_whole_pattern(pattern):
     for seed in SEEDS:
         text, reason, tokens = sample(OutputConstraint("regex", pattern), seed)
@@ -160,10 +244,12 @@ def test_choice_outputs_are_one_of_the_choices():
     assert len(seen) >= 3
 
 
-GBNF = ('root ::= "SELECT " cols " FROM " name ( " WHERE " name " = " num )?\n'
-        'cols ::= "*" | name ( ", " name )*\n'
-        'name ::= [a-z] [a-z_]*\n'
-        'num ::= [0-9]+')
+GBNF = (
+    'root ::= "SELECT " cols " FROM " name ( " WHERE " name " = " num )?\n'
+    'cols ::= "*" | name ( ", " name )*\n'
+    "name ::= [a-z] [a-z_]*\n"
+    "num ::= [0-9]+"
+)
 GBNF_RE = r"SELECT (\*|[a-z][a-z_]*(, [a-z][a-z_]*)*) FROM [a-z][a-z_]*( WHERE [a-z][a-z_]* = [0-9]+)?"
 
 
@@ -207,10 +293,15 @@ def test_lark_grammar_outputs_are_sentences_of_the_grammar():
     assert stopped >= len(SEEDS) - 2
 
 
-@pytest.mark.parametrize("constraint", [
-    schema(EDGE_SCHEMAS["arrays"]), OutputConstraint("regex", r"[a-z]+@[a-z]+\.com"),
-    OutputConstraint("grammar", GBNF), OutputConstraint("choice", choices=("a", "bb", "ccc")),
-])
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        schema(EDGE_SCHEMAS["arrays"]),
+        OutputConstraint("regex", r"[a-z]+@[a-z]+\.com"),
+        OutputConstraint("grammar", GBNF),
+        OutputConstraint("choice", choices=("a", "bb", "ccc")),
+    ],
+)
 def test_outputs_are_deterministic_per_seed_and_vary_across_seeds(constraint):
     runs = [sample(constraint, seed)[2] for seed in range(8)]
     assert runs == [sample(constraint, seed)[2] for seed in range(8)]
@@ -225,16 +316,21 @@ def test_min_tokens_holds_off_the_end_while_the_grammar_can_go_on():
     assert (text, reason) == ("yes", "stop")
 
 
-@pytest.mark.parametrize("constraint,message", [
-    (OutputConstraint("regex", "("), "unclosed group"),
-    (OutputConstraint("json", '{"type": "strin"}'), "strin"),
-    (OutputConstraint("json", "not json"), "JSON is malformed"),
-    (OutputConstraint("json", "false"), "Unsatisfiable"),
-    (OutputConstraint("grammar", "root ::= undefined_rule"), "undefined_rule"),
-    (OutputConstraint("json", json.dumps({"type": "string", "format": "date-time", "pattern": "^x$"})),
-     "Unsatisfiable"),
-    (OutputConstraint("regex", "a" * (300 * 1024)), "at most"),
-])
+@pytest.mark.parametrize(
+    "constraint,message",
+    [
+        (OutputConstraint("regex", "("), "unclosed group"),
+        (OutputConstraint("json", '{"type": "strin"}'), "strin"),
+        (OutputConstraint("json", "not json"), "JSON is malformed"),
+        (OutputConstraint("json", "false"), "Unsatisfiable"),
+        (OutputConstraint("grammar", "root ::= undefined_rule"), "undefined_rule"),
+        (
+            OutputConstraint("json", json.dumps({"type": "string", "format": "date-time", "pattern": "^x$"})),
+            "Unsatisfiable",
+        ),
+        (OutputConstraint("regex", "a" * (300 * 1024)), "at most"),
+    ],
+)
 def test_constraints_the_engine_refuses_raise_constraint_error(constraint, message):
     with pytest.raises(ConstraintError, match=re.escape(message)):
         ENGINE.compile(constraint)
@@ -247,8 +343,11 @@ def test_compiled_constraints_are_cached():
 
 
 def test_complete_samples_a_whole_output_as_text(check_schema):
-    spec = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
-            "required": ["city", "days"]}
+    spec = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+        "required": ["city", "days"],
+    }
     grammar = ENGINE.compile_schema(json.dumps(spec))
     text = grammar.complete(random.Random(3).random, 1000)
     check_schema(json.loads(text), spec)

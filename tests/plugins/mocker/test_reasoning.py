@@ -17,9 +17,18 @@ def cfg(ratio):
     return ReasoningConfig(start_thinking_token_id=START, end_thinking_token_id=END, thinking_ratio=ratio)
 
 
-@pytest.mark.parametrize("max_tokens,ratio,length", [
-    (10, 0.5, 5), (10, 0.15, 2), (10, 0.05, 0), (1, 1.0, 0), (2, 1.0, 2), (100, 1.0, 100), (7, 0.3, 2),
-])
+@pytest.mark.parametrize(
+    "max_tokens,ratio,length",
+    [
+        (10, 0.5, 5),
+        (10, 0.15, 2),
+        (10, 0.05, 0),
+        (1, 1.0, 0),
+        (2, 1.0, 2),
+        (100, 1.0, 100),
+        (7, 0.3, 2),
+    ],
+)
 def test_thinking_length_follows_dynamo(max_tokens, ratio, length):
     assert thinking_length(cfg(ratio), max_tokens) == length
 
@@ -41,8 +50,15 @@ def test_forced_draws_map_exactly_to_the_token_ids():
 
 def outputs(reasoning=None, n=40, max_thinking=None, seed=3):
     s = Scheduler(MockerConfig(block_size=16, num_gpu_blocks=64, reasoning=reasoning), MODEL)
-    s.add(SimRequest("r", list(range(30)), StopConditions(max_tokens=n, ignore_eos=True), seed=seed,
-                     max_thinking_tokens=max_thinking))
+    s.add(
+        SimRequest(
+            "r",
+            list(range(30)),
+            StopConditions(max_tokens=n, ignore_eos=True),
+            seed=seed,
+            max_thinking_tokens=max_thinking,
+        )
+    )
     out = []
     while s.has_work:
         out += [t for _, t in s.step().tokens]
@@ -75,8 +91,11 @@ def test_negative_max_thinking_tokens_is_refused():
 def test_thinking_boundaries_survive_preemption():
     s = Scheduler(MockerConfig(block_size=16, num_gpu_blocks=12, reasoning=cfg(0.5)), MODEL)
     for i in range(3):
-        s.add(SimRequest(i, list(range(100 * i, 100 * i + 40)), StopConditions(max_tokens=60, ignore_eos=True),
-                         seed=i))
+        s.add(
+            SimRequest(
+                i, list(range(100 * i, 100 * i + 40)), StopConditions(max_tokens=60, ignore_eos=True), seed=i
+            )
+        )
     out: dict = {}
     preempted = 0
     while s.has_work:

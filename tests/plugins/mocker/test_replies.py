@@ -19,8 +19,19 @@ from dyn.plugins.mocker.replies import Replies
 
 MODEL = load_model_info(None, None)
 TOKENIZER = Tokenizer.from_model(MODEL)
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 # Hermes tool-call format as Qwen2.5-7B-Instruct writes it (its tokenizer_config.json chat template;
 # NousResearch Hermes-2-Pro function-calling format): JSON between <tool_call> tags
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -36,20 +47,29 @@ def write(tmp_path, *lines):
 
 
 def test_first_matching_entry_wins(tmp_path):
-    replies = Replies.load(write(tmp_path, json.dumps({"match": "weather", "text": "A"}), "",
-                                 json.dumps({"match": "(?i)paris", "text": "B"})))
+    replies = Replies.load(
+        write(
+            tmp_path,
+            json.dumps({"match": "weather", "text": "A"}),
+            "",
+            json.dumps({"match": "(?i)paris", "text": "B"}),
+        )
+    )
     assert replies.answer("weather in Paris") == "A"
     assert replies.answer("PARIS") == "B"
     assert replies.answer("nothing") is None
 
 
-@pytest.mark.parametrize("lines,message", [
-    (['{"match": "a", "text": "x"}', "{not json"], "line 2: expected"),
-    (['{"match": "(", "text": "x"}'], "line 1: bad regex"),
-    (['{"match": "a"}'], "line 1: expected"),
-    (['{"match": "a", "text": "x", "extra": 1}'], "line 1: expected"),
-    (['["a", "x"]'], "line 1: expected"),
-])
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        (['{"match": "a", "text": "x"}', "{not json"], "line 2: expected"),
+        (['{"match": "(", "text": "x"}'], "line 1: bad regex"),
+        (['{"match": "a"}'], "line 1: expected"),
+        (['{"match": "a", "text": "x", "extra": 1}'], "line 1: expected"),
+        (['["a", "x"]'], "line 1: expected"),
+    ],
+)
 def test_bad_lines_are_named(tmp_path, lines, message):
     with pytest.raises(ValueError, match=message) as exc:
         Replies.load(write(tmp_path, *lines))
@@ -74,16 +94,30 @@ def test_missing_or_oversized_files_and_too_many_entries_are_refused(tmp_path, m
 
 
 def render(template_source, messages, tokenizer=TOKENIZER, **kwargs):
-    return compile_template(template_source).render(messages, add_generation_prompt=True, tools=TOOLS,
-                                                    bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
-                                                    **kwargs)
+    return compile_template(template_source).render(
+        messages,
+        add_generation_prompt=True,
+        tools=TOOLS,
+        bos_token=tokenizer.bos_token,
+        eos_token=tokenizer.eos_token,
+        **kwargs,
+    )
 
 
 LOOP = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "What's the weather in Paris?"},
-    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
-        "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21C"},
 ]
 
@@ -93,8 +127,11 @@ def test_dyn_tiny_prompts_give_back_the_last_user_message_or_tool_result():
     for upto, expected in ((2, "What's the weather in Paris?"), (4, "sunny, 21C")):
         prompt = render(TOKENIZER.chat_template, LOOP[:upto])
         assert last.text(TOKENIZER.encode(prompt, add_special_tokens=False)) == expected
-    follow_up = [*LOOP, {"role": "assistant", "content": "It is sunny."},
-                 {"role": "user", "content": "And tomorrow?\nThanks."}]
+    follow_up = [
+        *LOOP,
+        {"role": "assistant", "content": "It is sunny."},
+        {"role": "user", "content": "And tomorrow?\nThanks."},
+    ]
     assert last.find(render(TOKENIZER.chat_template, follow_up)) == "And tomorrow?\nThanks."
 
 
@@ -163,13 +200,20 @@ def chat_request(rid, messages, seed=0, **kwargs):
 
 @pytest.mark.anyio
 async def test_a_scripted_tool_loop(tmp_path):
-    path = write(tmp_path, json.dumps({"match": r"^sunny", "text": "It is sunny in Paris."}),
-                 json.dumps({"match": "weather in (Paris|Rome)", "text": CALL}))
-    engine = MockerEngine(MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, replies=str(path)),
-                          MODEL)
+    path = write(
+        tmp_path,
+        json.dumps({"match": r"^sunny", "text": "It is sunny in Paris."}),
+        json.dumps({"match": "weather in (Paris|Rome)", "text": CALL}),
+    )
+    engine = MockerEngine(
+        MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, replies=str(path)), MODEL
+    )
     (call, call_end), (answer, answer_end), (free, _) = await run(
-        engine, chat_request("t1", LOOP[:2]), chat_request("t2", LOOP),
-        chat_request("t3", [{"role": "user", "content": "unscripted"}], seed=5))
+        engine,
+        chat_request("t1", LOOP[:2]),
+        chat_request("t2", LOOP),
+        chat_request("t3", [{"role": "user", "content": "unscripted"}], seed=5),
+    )
     assert TOKENIZER.decode(call, skip_special_tokens=False) == CALL
     assert (call_end.reason, call_end.stop_token_id) == ("stop", MODEL.eos_token_ids[0])
     events = TOOL_PARSERS.get("hermes")().feed(TOKENIZER.decode(call))
@@ -181,13 +225,16 @@ async def test_a_scripted_tool_loop(tmp_path):
 @pytest.mark.anyio
 async def test_a_reply_under_a_constraint_is_used_only_when_it_satisfies_it(tmp_path):
     path = write(tmp_path, json.dumps({"match": "json please", "text": '{"ok": true}'}))
-    engine = MockerEngine(MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, replies=str(path)),
-                          MODEL)
+    engine = MockerEngine(
+        MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, replies=str(path)), MODEL
+    )
     messages = [{"role": "user", "content": "json please"}]
     fits = OutputConstraint("json", json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}}))
-    refuses = OutputConstraint("json", json.dumps({"type": "object", "properties": {"n": {"type": "integer"}},
-                                                   "required": ["n"]}))
-    (scripted, _), (sampled, end) = await run(engine, chat_request("a", messages, constraint=fits),
-                                              chat_request("b", messages, constraint=refuses))
+    refuses = OutputConstraint(
+        "json", json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    )
+    (scripted, _), (sampled, end) = await run(
+        engine, chat_request("a", messages, constraint=fits), chat_request("b", messages, constraint=refuses)
+    )
     assert TOKENIZER.decode(scripted) == '{"ok": true}'
     assert isinstance(json.loads(TOKENIZER.decode(sampled))["n"], int) and end.reason == "stop"

@@ -17,9 +17,12 @@ def make(model=MODEL, **cfg) -> Scheduler:
 
 
 def req(rid, prompt_len=64, max_tokens=8, seed=None, first=0, **stop):
-    return SimRequest(rid, list(range(first, first + prompt_len)),
-                      StopConditions(max_tokens=max_tokens, **stop),
-                      seed=rid if seed is None else seed)
+    return SimRequest(
+        rid,
+        list(range(first, first + prompt_len)),
+        StopConditions(max_tokens=max_tokens, **stop),
+        seed=rid if seed is None else seed,
+    )
 
 
 def drain(s: Scheduler, max_steps=100_000):
@@ -112,8 +115,9 @@ def test_preemption_is_deterministic():
     _, out1, _, steps1 = preemption_run()
     _, out2, _, steps2 = preemption_run()
     assert out1 == out2
-    assert [(r.duration_ms, r.tokens, r.preempted) for r in steps1] == \
-           [(r.duration_ms, r.tokens, r.preempted) for r in steps2]
+    assert [(r.duration_ms, r.tokens, r.preempted) for r in steps1] == [
+        (r.duration_ms, r.tokens, r.preempted) for r in steps2
+    ]
 
 
 def test_lifo_preempts_the_newest_and_readmits_it_first():
@@ -289,15 +293,23 @@ def test_load_snapshot():
     assert load.active_blocks == 4 and load.kv_usage == pytest.approx(0.04)
 
 
-@pytest.mark.parametrize("mode,chunked,budget", [("lifo", True, 96), ("fifo", True, 96),
-                                                 ("lifo", False, 256), ("fifo", False, 256)])
+@pytest.mark.parametrize(
+    "mode,chunked,budget",
+    [("lifo", True, 96), ("fifo", True, 96), ("lifo", False, 256), ("fifo", False, 256)],
+)
 def test_random_workload_keeps_cache_and_events_consistent(mode, chunked, budget):
     """A router mirroring the events always agrees with the cache; outputs match the seeds."""
     import random
 
     rnd = random.Random(f"{mode}{chunked}")
-    s = make(block_size=8, num_gpu_blocks=40, max_num_batched_tokens=budget,
-             preemption_mode=mode, enable_chunked_prefill=chunked, max_num_seqs=6)
+    s = make(
+        block_size=8,
+        num_gpu_blocks=40,
+        max_num_batched_tokens=budget,
+        preemption_mode=mode,
+        enable_chunked_prefill=chunked,
+        max_num_seqs=6,
+    )
     prefixes = [[rnd.randrange(1000) for _ in range(40)] for _ in range(3)]
     want = {}
     mirror: set[int] = set()

@@ -22,8 +22,17 @@ class FakeClock:
 
 
 def make(num_gpu_blocks=64, **cfg) -> Scheduler:
-    s = Scheduler(MockerConfig(engine_type="sglang", enable_streaming_session=True, block_size=BS,
-                               num_gpu_blocks=num_gpu_blocks, **cfg), MODEL, clock=FakeClock())
+    s = Scheduler(
+        MockerConfig(
+            engine_type="sglang",
+            enable_streaming_session=True,
+            block_size=BS,
+            num_gpu_blocks=num_gpu_blocks,
+            **cfg,
+        ),
+        MODEL,
+        clock=FakeClock(),
+    )
     return s
 
 
@@ -34,8 +43,15 @@ def check(s: Scheduler):
 
 
 def add(s, rid, prompt, n_out, session="s1", seed=None):
-    s.add(SimRequest(rid, list(prompt), StopConditions(max_tokens=n_out, ignore_eos=True),
-                     seed=hash(rid) % 1000 if seed is None else seed, session_id=session))
+    s.add(
+        SimRequest(
+            rid,
+            list(prompt),
+            StopConditions(max_tokens=n_out, ignore_eos=True),
+            seed=hash(rid) % 1000 if seed is None else seed,
+            session_id=session,
+        )
+    )
 
 
 def drain(s: Scheduler):
@@ -284,9 +300,20 @@ def test_random_workload_with_sessions_pins_and_priorities_keeps_accounting():
     """Sessions, pins, priority eviction, preemption and aborts together: the event mirror always
     matches the cache, blocks are never lost or double-freed, and everything frees at the end."""
     rnd = random.Random(7)
-    s = Scheduler(MockerConfig(engine_type="sglang", enable_streaming_session=True, radix_eviction_policy="priority",
-                               enable_priority_scheduling=True, block_size=8, num_gpu_blocks=48,
-                               max_num_batched_tokens=96, max_num_seqs=6), MODEL, clock=FakeClock())
+    s = Scheduler(
+        MockerConfig(
+            engine_type="sglang",
+            enable_streaming_session=True,
+            radix_eviction_policy="priority",
+            enable_priority_scheduling=True,
+            block_size=8,
+            num_gpu_blocks=48,
+            max_num_batched_tokens=96,
+            max_num_seqs=6,
+        ),
+        MODEL,
+        clock=FakeClock(),
+    )
     clock = s.kv.clock
     mirror: set[int] = set()
     prefixes = [[rnd.randrange(1000) for _ in range(40)] for _ in range(3)]
@@ -309,8 +336,16 @@ def test_random_workload_with_sessions_pins_and_priorities_keeps_accounting():
             else:
                 prompt = rnd.choice(prefixes)[: rnd.randrange(1, 41)]
             prompt = prompt + [rnd.randrange(1000) for _ in range(rnd.randrange(1, 30))]
-            s.add(SimRequest(f"r{step}", prompt, StopConditions(max_tokens=rnd.randrange(1, 60)), seed=step,
-                             priority=rnd.choice([None, -1, 0, 3]), session_id=sid))
+            s.add(
+                SimRequest(
+                    f"r{step}",
+                    prompt,
+                    StopConditions(max_tokens=rnd.randrange(1, 60)),
+                    seed=step,
+                    priority=rnd.choice([None, -1, 0, 3]),
+                    session_id=sid,
+                )
+            )
         elif roll < 0.32 and s.has_work:
             s.abort(rnd.choice([q.request_id for q in (*s.running(), *s.waiting())]))
         clock.now += 0.05

@@ -48,7 +48,9 @@ def test_default_path_draws_the_same_tokens_as_before():
 
 def test_stop_verdict_finishes_with_the_end_token_even_with_ignore_eos():
     source = Counting(4)
-    tokens, fin = run(SimRequest("a", [1] * 20, StopConditions(max_tokens=30, ignore_eos=True), source=source))
+    tokens, fin = run(
+        SimRequest("a", [1] * 20, StopConditions(max_tokens=30, ignore_eos=True), source=source)
+    )
     assert tokens == [100, 101, 102, 103]
     assert (fin.reason, fin.stop_token_id, fin.completion_tokens) == ("stop", EOS, 5)
     assert source.asked == [0, 1, 2, 3, 4]  # once per position
@@ -77,12 +79,15 @@ def test_scripted_eos_is_output_under_ignore_eos_and_random_tokens_follow():
 
 
 def test_a_thinking_section_comes_before_the_source():
-    config = MockerConfig(block_size=16, num_gpu_blocks=64,
-                          reasoning=ReasoningConfig(start_thinking_token_id=900, end_thinking_token_id=901,
-                                                    thinking_ratio=0.5))
+    config = MockerConfig(
+        block_size=16,
+        num_gpu_blocks=64,
+        reasoning=ReasoningConfig(start_thinking_token_id=900, end_thinking_token_id=901, thinking_ratio=0.5),
+    )
     source = Counting(13)
-    tokens, fin = run(SimRequest("a", [1] * 20, StopConditions(max_tokens=20, ignore_eos=True), source=source),
-                      config)
+    tokens, fin = run(
+        SimRequest("a", [1] * 20, StopConditions(max_tokens=20, ignore_eos=True), source=source), config
+    )
     # 10 thinking tokens (start, 8 random, end), then the source's output from position 10 to 12
     assert tokens[0] == 900 and tokens[9] == 901 and tokens[10:] == [110, 111, 112]
     assert fin.reason == "stop"

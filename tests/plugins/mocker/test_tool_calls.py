@@ -24,24 +24,35 @@ from dyn.plugins.mocker.engine import MockerEngine
 MODEL = load_model_info(None, None)
 TOKENIZER = Tokenizer.from_model(MODEL)
 PROMPT = TOKENIZER.encode("<|start_header_id|>user<|end_header_id|>\n\nPlan my trip.<|eot_id|>", False)
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "minLength": 1},
-                                           "unit": {"enum": ["celsius", "fahrenheit"]}},
-           "required": ["city", "unit"], "additionalProperties": False}
-BOOK = {"type": "object", "properties": {"nights": {"type": "integer", "minimum": 1, "maximum": 14},
-                                        "guests": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
-        "required": ["nights", "guests"]}
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "minLength": 1}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+BOOK = {
+    "type": "object",
+    "properties": {
+        "nights": {"type": "integer", "minimum": 1, "maximum": 14},
+        "guests": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    },
+    "required": ["nights", "guests"],
+}
 TOOLS = [ToolSpec("get_weather", json.dumps(WEATHER)), ToolSpec("book_hotel", json.dumps(BOOK))]
 SCHEMAS = {"get_weather": WEATHER, "book_hotel": BOOK}
 
 
 def engine(rate, parser="hermes", **overrides):
-    config = MockerConfig(block_size=16, num_gpu_blocks=512, speedup_ratio=1000, tool_call_rate=rate, **overrides)
+    config = MockerConfig(
+        block_size=16, num_gpu_blocks=512, speedup_ratio=1000, tool_call_rate=rate, **overrides
+    )
     return MockerEngine(config, MODEL, tool_call_parser=parser)
 
 
 def request(rid, seed, tools=TOOLS, **kwargs):
-    return GenerateRequest(rid, PROMPT, SamplingParams(seed=seed), StopConditions(max_tokens=300), tools=tools,
-                           **kwargs)
+    return GenerateRequest(
+        rid, PROMPT, SamplingParams(seed=seed), StopConditions(max_tokens=300), tools=tools, **kwargs
+    )
 
 
 async def run(eng, *requests):
@@ -131,7 +142,9 @@ def test_a_rate_needs_a_parser_that_can_write_calls(tmp_path):
         engine(0.5, parser="no_such_format")
     settings = WorkerSettings(discovery=DiscoveryConfig(dir=str(tmp_path)), tool_call_parser=None)
     with pytest.raises(ConfigError, match="--dyn-tool-call-parser"):
-        build_hosts(MockerConfig(tool_call_rate=0.5), settings, model_path=None, model_name=None, num_workers=1)
+        build_hosts(
+            MockerConfig(tool_call_rate=0.5), settings, model_path=None, model_name=None, num_workers=1
+        )
     with pytest.raises(ValueError, match="between 0 and 1"):
         MockerConfig(tool_call_rate=1.5).validate()
 

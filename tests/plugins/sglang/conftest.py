@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("dyn_tests_fake_sglang", Path(__file__).with_name("fake_sglang.py"))
+_spec = importlib.util.spec_from_file_location(
+    "dyn_tests_fake_sglang", Path(__file__).with_name("fake_sglang.py")
+)
 fake_sglang = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = fake_sglang
 _spec.loader.exec_module(fake_sglang)

@@ -128,10 +128,15 @@ class ServerArgs:
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser):
-        choices = {"dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
-                   "radix_eviction_policy": ["lru", "lfu", "slru", "priority", "tlru"]}
-        aliases = {"model_path": ["--model"], "tp_size": ["--tensor-parallel-size"],
-                   "dp_size": ["--data-parallel-size"]}
+        choices = {
+            "dtype": ["auto", "half", "float16", "bfloat16", "float", "float32"],
+            "radix_eviction_policy": ["lru", "lfu", "slru", "priority", "tlru"],
+        }
+        aliases = {
+            "model_path": ["--model"],
+            "tp_size": ["--tensor-parallel-size"],
+            "dp_size": ["--data-parallel-size"],
+        }
         for field in dataclasses.fields(ServerArgs):
             names = [f"--{field.name.replace('_', '-')}", *aliases.get(field.name, [])]
             if field.type == "bool":
@@ -139,9 +144,14 @@ class ServerArgs:
                 continue
             kind = {"int": int, "Optional[int]": int, "Optional[float]": float}.get(field.type, str)
             default = None if field.default is dataclasses.MISSING else field.default
-            parser.add_argument(*names, dest=field.name, type=kind, default=default,
-                                choices=choices.get(field.name),
-                                required=field.default is dataclasses.MISSING)
+            parser.add_argument(
+                *names,
+                dest=field.name,
+                type=kind,
+                default=default,
+                choices=choices.get(field.name),
+                required=field.default is dataclasses.MISSING,
+            )
         parser.add_argument("--config", type=str)
 
     @classmethod
@@ -238,7 +248,9 @@ class TokenizerManager:
     async def open_session(self, obj: OpenSessionReqInput, request=None):
         self.session_calls.append(("open", obj))
         if obj.streaming and not self.server_args.enable_streaming_session:
-            raise ValueError("Streaming sessions are disabled. Please relaunch with --enable-streaming-session.")
+            raise ValueError(
+                "Streaming sessions are disabled. Please relaunch with --enable-streaming-session."
+            )
         if obj.session_id in self.sessions:
             return None
         self.sessions[obj.session_id] = _Session(obj.timeout)
@@ -256,9 +268,16 @@ class TokenizerManager:
     async def _get_loads(self, include: list[str] | None = None, dp_rank: int | None = None):
         running = len(self.rid_to_state)
         used = sum(len(s.output_ids) for s in self.rid_to_state.values()) + 10 * running
-        return [LoadSnapshot(dp_rank=0, num_running_reqs=running, num_waiting_reqs=0,
-                             num_used_tokens=used, max_total_num_tokens=CONTROL.max_total_num_tokens,
-                             token_usage=used / CONTROL.max_total_num_tokens)]
+        return [
+            LoadSnapshot(
+                dp_rank=0,
+                num_running_reqs=running,
+                num_waiting_reqs=0,
+                num_used_tokens=used,
+                max_total_num_tokens=CONTROL.max_total_num_tokens,
+                token_usage=used / CONTROL.max_total_num_tokens,
+            )
+        ]
 
     async def generate_request(self, call: dict[str, Any]):
         """``TokenizerManager.generate_request`` for one streamed ``input_ids`` request."""
@@ -283,17 +302,40 @@ class TokenizerManager:
             if grammars:
                 message = grammar_error(grammars[0], sampling[grammars[0]], resolved["grammar_backend"])
                 if message is not None:  # GrammarManager: Req.set_finish_with_abort before any token
-                    yield {"output_ids": [0], "meta_info": {
-                        "id": rid, "finish_reason": {"type": "abort", "message": message, "status_code": 400,
-                                                     "err_type": "BadRequestError"},
-                        "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}}
+                    yield {
+                        "output_ids": [0],
+                        "meta_info": {
+                            "id": rid,
+                            "finish_reason": {
+                                "type": "abort",
+                                "message": message,
+                                "status_code": 400,
+                                "err_type": "BadRequestError",
+                            },
+                            "prompt_tokens": 1,
+                            "completion_tokens": 1,
+                            "cached_tokens": 0,
+                        },
+                    }
                     return
-            if (call["priority"] is not None and not self.server_args.enable_priority_scheduling
-                    and self.server_args.abort_on_priority_when_disabled):
+            if (
+                call["priority"] is not None
+                and not self.server_args.enable_priority_scheduling
+                and self.server_args.abort_on_priority_when_disabled
+            ):
                 # Scheduler._set_or_validate_priority
-                yield {"output_ids": [], "meta_info": {"id": rid, "finish_reason": {
-                    "type": "abort", "status_code": 503, "message": "Using priority is disabled for this "
-                    "server. Please send a new request without a priority."}}}
+                yield {
+                    "output_ids": [],
+                    "meta_info": {
+                        "id": rid,
+                        "finish_reason": {
+                            "type": "abort",
+                            "status_code": 503,
+                            "message": "Using priority is disabled for this "
+                            "server. Please send a new request without a priority.",
+                        },
+                    },
+                }
                 return
             if session_params is not None:
                 sid = session_params["id"]
@@ -309,10 +351,21 @@ class TokenizerManager:
                     session = None
                     # Req.set_finish_with_abort's defaults (the request runs as a one-token prefill;
                     # the ids an abort dict carries are not output)
-                    yield {"output_ids": [7], "meta_info": {
-                        "id": rid, "finish_reason": {"type": "abort", "message": message, "status_code": 400,
-                                                     "err_type": "BadRequestError"},
-                        "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0}}
+                    yield {
+                        "output_ids": [7],
+                        "meta_info": {
+                            "id": rid,
+                            "finish_reason": {
+                                "type": "abort",
+                                "message": message,
+                                "status_code": 400,
+                                "err_type": "BadRequestError",
+                            },
+                            "prompt_tokens": 1,
+                            "completion_tokens": 1,
+                            "cached_tokens": 0,
+                        },
+                    }
                     return
                 session.inflight = True
                 context = session.history + input_ids
@@ -322,38 +375,64 @@ class TokenizerManager:
                 if session is not None:
                     start = -1  # a streaming session ignores logprob_start_len
                 if start > len(context):
-                    yield {"output_ids": [0], "meta_info": {"id": rid, "finish_reason": {
-                        "type": "abort", "status_code": 400, "err_type": "BadRequestError",
-                        "message": f"req.logprob_start_len={start} is higher than the number of input tokens "
-                                   f"len(req.origin_input_ids)={len(context)}. Please use a smaller "
-                                   "logprob_start_len."}}}
+                    yield {
+                        "output_ids": [0],
+                        "meta_info": {
+                            "id": rid,
+                            "finish_reason": {
+                                "type": "abort",
+                                "status_code": 400,
+                                "err_type": "BadRequestError",
+                                "message": f"req.logprob_start_len={start} is higher than the number of input tokens "
+                                f"len(req.origin_input_ids)={len(context)}. Please use a smaller "
+                                "logprob_start_len.",
+                            },
+                        },
+                    }
                     return
                 logprobs = _Logprobs(context, start, call["top_logprobs_num"] or 0)
             cached = len(session.history) if session is not None else CONTROL.cached_tokens
             output, finish = _generate(CONTROL.script(list(context)), sampling)
             sent = 0
             while True:
-                while (CONTROL.hold is not None and not CONTROL.hold.is_set() and not state.aborted
-                       and len(state.output_ids) >= CONTROL.hold_after):
+                while (
+                    CONTROL.hold is not None
+                    and not CONTROL.hold.is_set()
+                    and not state.aborted
+                    and len(state.output_ids) >= CONTROL.hold_after
+                ):
                     await anyio.sleep(0.005)
                 await anyio.lowlevel.checkpoint()
                 if CONTROL.abort_after is not None and len(state.output_ids) >= CONTROL.abort_after[0]:
-                    yield {"output_ids": [], "meta_info": {"id": rid, "finish_reason": CONTROL.abort_after[1]}}
+                    yield {
+                        "output_ids": [],
+                        "meta_info": {"id": rid, "finish_reason": CONTROL.abort_after[1]},
+                    }
                     return
                 if state.aborted:
                     ids = state.output_ids
-                    yield {"output_ids": ids[-1:] if incremental else ids, "meta_info": {
-                        "id": rid, "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
-                        "completion_tokens": len(ids), "e2e_latency": 0.0}}
+                    yield {
+                        "output_ids": ids[-1:] if incremental else ids,
+                        "meta_info": {
+                            "id": rid,
+                            "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+                            "completion_tokens": len(ids),
+                            "e2e_latency": 0.0,
+                        },
+                    }
                     return
-                step = output[sent:sent + CONTROL.tokens_per_chunk]
+                step = output[sent : sent + CONTROL.tokens_per_chunk]
                 offset = len(state.output_ids)
                 sent += len(step)
                 state.output_ids.extend(step)
                 done = sent >= len(output)
-                meta = {"id": rid, "finish_reason": finish if done else None,
-                        "prompt_tokens": len(context), "completion_tokens": len(state.output_ids),
-                        "cached_tokens": cached}
+                meta = {
+                    "id": rid,
+                    "finish_reason": finish if done else None,
+                    "prompt_tokens": len(context),
+                    "completion_tokens": len(state.output_ids),
+                    "cached_tokens": cached,
+                }
                 if logprobs is not None:
                     logprobs.add_output(step)
                     meta.update(logprobs.meta_info(offset if incremental else 0))
@@ -378,8 +457,10 @@ class TokenizerManager:
 def grammar_error(kind: str, text: str, backend: str) -> str | None:
     """SGLang's abort message for a grammar ``backend`` cannot compile, else ``None``."""
     if backend == "none":
-        return ("Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when "
-                "the server is launched with --grammar-backend none")
+        return (
+            "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when "
+            "the server is launched with --grammar-backend none"
+        )
     key = {"json_schema": "json"}.get(kind, kind)
     error = None
     if kind == "json_schema":
@@ -439,9 +520,11 @@ class _Logprobs:
 
     def meta_info(self, offset: int) -> dict[str, Any]:
         """The logprob keys of one streamed dict; output lists from ``offset`` (the chunk's)."""
-        meta: dict[str, Any] = {"input_token_logprobs": list(self.input_token),
-                                "output_token_logprobs": self.output_token[offset:],
-                                "output_token_logprobs_length": len(self.output_token)}
+        meta: dict[str, Any] = {
+            "input_token_logprobs": list(self.input_token),
+            "output_token_logprobs": self.output_token[offset:],
+            "output_token_logprobs_length": len(self.output_token),
+        }
         if self.top > 0:
             meta["input_top_logprobs"] = list(self.input_top)
             meta["output_top_logprobs"] = self.output_top[offset:]
@@ -479,9 +562,16 @@ class Engine:
         if CONTROL.fail_start:
             raise RuntimeError(CONTROL.fail_start)
         self.tokenizer_manager = TokenizerManager(self)
-        self._scheduler_init_result = SchedulerInitResult(scheduler_infos=[{
-            "status": "ready", "max_total_num_tokens": CONTROL.max_total_num_tokens,
-            "max_req_input_len": CONTROL.max_total_num_tokens - 1, "startup_time": 0.0}])
+        self._scheduler_init_result = SchedulerInitResult(
+            scheduler_infos=[
+                {
+                    "status": "ready",
+                    "max_total_num_tokens": CONTROL.max_total_num_tokens,
+                    "max_req_input_len": CONTROL.max_total_num_tokens - 1,
+                    "startup_time": 0.0,
+                }
+            ]
+        )
         self.generate_calls: list[dict[str, Any]] = []
         self.shutdowns = 0
         CONTROL.engines.append(self)
@@ -547,8 +637,10 @@ def install(monkeypatch) -> Control:
         "sglang.srt": {},
         "sglang.srt.server_args": {"ServerArgs": ServerArgs},
         "sglang.srt.managers": {},
-        "sglang.srt.managers.io_struct": {"OpenSessionReqInput": OpenSessionReqInput,
-                                          "CloseSessionReqInput": CloseSessionReqInput},
+        "sglang.srt.managers.io_struct": {
+            "OpenSessionReqInput": OpenSessionReqInput,
+            "CloseSessionReqInput": CloseSessionReqInput,
+        },
         "sglang.srt.disaggregation": {},
         "sglang.srt.disaggregation.kv_events": {"KVEventsConfig": KVEventsConfig},
     }

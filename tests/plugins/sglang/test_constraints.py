@@ -24,15 +24,19 @@ LARK = 'start: "yes" | "no" NUM\nNUM: /[0-9]{1,3}/\n'
 GBNF = '# a yes or no\nroot ::= answer\nanswer ::= "yes" | "no" [0-9]\n'
 
 
-@pytest.mark.parametrize(("constraint", "params"), [
-    (OutputConstraint("json", '{"type": "integer"}'), {"json_schema": '{"type": "integer"}'}),
-    # SGLang has no per-request whitespace pattern (only --constrained-json-whitespace-pattern)
-    (OutputConstraint("json", "{}", whitespace_pattern=" ?"), {"json_schema": "{}"}),
-    (OutputConstraint("json_object"), {"json_schema": '{"type": "object"}'}),  # as SGLang's OpenAI server
-    (OutputConstraint("regex", r"\d+"), {"regex": r"\d+"}),
-    (OutputConstraint("choice", choices=["a", "b.c"]), {"regex": r"(a|b\.c)"}),
-    (OutputConstraint("grammar", GBNF), {"ebnf": GBNF}),
-], ids=["json", "json-whitespace", "json_object", "regex", "choice", "ebnf"])
+@pytest.mark.parametrize(
+    ("constraint", "params"),
+    [
+        (OutputConstraint("json", '{"type": "integer"}'), {"json_schema": '{"type": "integer"}'}),
+        # SGLang has no per-request whitespace pattern (only --constrained-json-whitespace-pattern)
+        (OutputConstraint("json", "{}", whitespace_pattern=" ?"), {"json_schema": "{}"}),
+        (OutputConstraint("json_object"), {"json_schema": '{"type": "object"}'}),  # as SGLang's OpenAI server
+        (OutputConstraint("regex", r"\d+"), {"regex": r"\d+"}),
+        (OutputConstraint("choice", choices=["a", "b.c"]), {"regex": r"(a|b\.c)"}),
+        (OutputConstraint("grammar", GBNF), {"ebnf": GBNF}),
+    ],
+    ids=["json", "json-whitespace", "json_object", "regex", "choice", "ebnf"],
+)
 def test_each_kind_becomes_one_sglang_key(constraint, params):
     assert constraint_params(constraint, "xgrammar") == params
 
@@ -45,8 +49,21 @@ def test_a_lark_grammar_goes_as_written_where_the_worker_has_nothing_to_convert(
 
 
 def test_choices_are_literal_alternatives():
-    choices = ["red", "green (dark)", "blue|cyan", "a.b*c", "x^y$z", "[t]", "{1,2}", "back\\slash", "q?+",
-               "two\nlines\ttab", "ünï€", "a-b/c#d&e~f", " spaced "]
+    choices = [
+        "red",
+        "green (dark)",
+        "blue|cyan",
+        "a.b*c",
+        "x^y$z",
+        "[t]",
+        "{1,2}",
+        "back\\slash",
+        "q?+",
+        "two\nlines\ttab",
+        "ünï€",
+        "a-b/c#d&e~f",
+        " spaced ",
+    ]
     regex = choice_regex(choices)
     assert all(re.fullmatch(regex, c) for c in choices)
     assert not any(re.fullmatch(regex, s) for s in ["redx", "blue", "abbc", "green dark", "t"])
@@ -55,14 +72,17 @@ def test_choices_are_literal_alternatives():
     assert LLMatcher.validate_grammar(LLMatcher.grammar_from_regex(regex)) == ""
 
 
-@pytest.mark.parametrize(("grammar", "lark"), [
-    (GBNF, False),
-    ('root   ::= "a"', False),
-    ('value ::= object | array\nroot ::= value', False),
-    (LARK, True),
-    ("?start: expr\nexpr: NAME\n%import common.CNAME -> NAME\n", True),
-    ('start: "::=" "x"', True),  # ::= inside a string is not a rule definition
-])
+@pytest.mark.parametrize(
+    ("grammar", "lark"),
+    [
+        (GBNF, False),
+        ('root   ::= "a"', False),
+        ("value ::= object | array\nroot ::= value", False),
+        (LARK, True),
+        ("?start: expr\nexpr: NAME\n%import common.CNAME -> NAME\n", True),
+        ('start: "::=" "x"', True),  # ::= inside a string is not a rule definition
+    ],
+)
 def test_lark_is_told_from_gbnf_by_its_rule_definitions(grammar, lark):
     assert is_lark(grammar) is lark
 
@@ -94,15 +114,22 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not VENV, reason="needs xgrammar: set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh), "
-                                      "a venv with vLLM's xgrammar and this dyn")
+@pytest.mark.skipif(
+    not VENV,
+    reason="needs xgrammar: set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh), "
+    "a venv with vLLM's xgrammar and this dyn",
+)
 def test_xgrammar_turns_lark_into_ebnf_it_compiles_and_refuses_broken_lark():
-    grammars = {"simple": LARK, "imports": '%import common.NUMBER\n%import common.WS\n%ignore WS\n'
-                                           'start: "[" NUMBER ("," NUMBER)* "]"\n',
-                "broken": "start: ( nope"}
+    grammars = {
+        "simple": LARK,
+        "imports": "%import common.NUMBER\n%import common.WS\n%ignore WS\n"
+        'start: "[" NUMBER ("," NUMBER)* "]"\n',
+        "broken": "start: ( nope",
+    }
     python = Path(VENV) / "bin" / "python"
-    run = subprocess.run([str(python), "-c", CONVERT, json.dumps(grammars)], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [str(python), "-c", CONVERT, json.dumps(grammars)], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["simple"][0] == "ok" and got["simple"][1].startswith("root ::=")

@@ -34,18 +34,35 @@ async def collect(engine, request):
 
 
 async def test_flags_reach_sglang_and_dyn_sets_its_own_settings(fake):
-    config = SglangConfig(tp_size=2, mem_fraction_static=0.8, max_running_requests=64,
-                          max_prefill_tokens=8192, chunked_prefill_size=4096, page_size=16,
-                          context_length=2048, dtype="bfloat16", enable_priority_scheduling=True,
-                          schedule_low_priority_values_first=True, radix_eviction_policy="priority",
-                          enable_streaming_session=True, extra_args=["--quantization", "fp8"])
+    config = SglangConfig(
+        tp_size=2,
+        mem_fraction_static=0.8,
+        max_running_requests=64,
+        max_prefill_tokens=8192,
+        chunked_prefill_size=4096,
+        page_size=16,
+        context_length=2048,
+        dtype="bfloat16",
+        enable_priority_scheduling=True,
+        schedule_low_priority_values_first=True,
+        radix_eviction_policy="priority",
+        enable_streaming_session=True,
+        extra_args=["--quantization", "fp8"],
+    )
     async with started(config):
         server_args = fake.engine.server_args
-        assert (server_args.model_path, server_args.tp_size, server_args.mem_fraction_static,
-                server_args.max_running_requests, server_args.max_prefill_tokens,
-                server_args.chunked_prefill_size, server_args.page_size, server_args.context_length,
-                server_args.dtype, server_args.quantization) == (
-            "/models/m", 2, 0.8, 64, 8192, 4096, 16, 2048, "bfloat16", "fp8")
+        assert (
+            server_args.model_path,
+            server_args.tp_size,
+            server_args.mem_fraction_static,
+            server_args.max_running_requests,
+            server_args.max_prefill_tokens,
+            server_args.chunked_prefill_size,
+            server_args.page_size,
+            server_args.context_length,
+            server_args.dtype,
+            server_args.quantization,
+        ) == ("/models/m", 2, 0.8, 64, 8192, 4096, 16, 2048, "bfloat16", "fp8")
         assert server_args.enable_priority_scheduling and server_args.schedule_low_priority_values_first
         assert server_args.radix_eviction_policy == "priority" and server_args.enable_streaming_session
         assert server_args.skip_tokenizer_init and server_args.incremental_streaming_output
@@ -56,15 +73,28 @@ async def test_flags_reach_sglang_and_dyn_sets_its_own_settings(fake):
 
 async def test_info_registers_what_sglang_resolved(fake):
     fake.max_total_num_tokens = 10_000
-    async with started(SglangConfig(page_size=16, max_prefill_tokens=8192, enable_streaming_session=True,
-                                    schedule_low_priority_values_first=True)) as engine:
+    async with started(
+        SglangConfig(
+            page_size=16,
+            max_prefill_tokens=8192,
+            enable_streaming_session=True,
+            schedule_low_priority_values_first=True,
+        )
+    ) as engine:
         info = engine.info
         assert (info.block_size, info.total_kv_blocks, info.max_num_batched_tokens, info.context_length) == (
-            16, 625, 8192, 4096)
+            16,
+            625,
+            8192,
+            4096,
+        )
         assert info.priority_order == "lower_first" and info.features == [FEATURE_STREAMING_SESSIONS]
         kv = json.loads(fake.engine.server_args.kv_events_config)
         assert (info.kv_events_endpoint, info.kv_replay_endpoint, info.kv_events_topic) == (
-            kv["endpoint"], kv["replay_endpoint"], "kv-events")
+            kv["endpoint"],
+            kv["replay_endpoint"],
+            "kv-events",
+        )
 
 
 async def test_without_max_prefill_tokens_the_whole_kv_pool_is_registered(fake, caplog):
@@ -104,8 +134,10 @@ async def test_start_failures_are_engine_start_errors_with_a_sentence(fake):
     assert "SGLang could not start: RuntimeError: CUDA error: no CUDA-capable device" in str(failed.value)
     assert "nvidia-smi" in str(failed.value)
     fake.fail_start = None
-    for extra, message in ((["--dp-size", "2"], "--dp-size above 1 is not supported"),
-                           (["--bogus"], "unrecognized arguments: --bogus")):
+    for extra, message in (
+        (["--dp-size", "2"], "--dp-size above 1 is not supported"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ):
         with pytest.raises(EngineStartError) as refused:
             await SglangEngine(SglangConfig(extra_args=extra), model_path="/m").run()
         assert message in str(refused.value)
@@ -131,14 +163,19 @@ async def test_a_start_cancelled_while_sglang_loads_still_shuts_it_down(fake):
 async def test_a_request_streams_its_tokens_and_finishes_on_the_stop_token(fake):
     fake.script = lambda context: [11, 12, 13, 2, 14]
     fake.cached_tokens = 2
-    request = GenerateRequest("req-1", [5, 6, 7], SamplingParams(temperature=0.3, seed=9),
-                              StopConditions(max_tokens=10), priority=7)
+    request = GenerateRequest(
+        "req-1", [5, 6, 7], SamplingParams(temperature=0.3, seed=9), StopConditions(max_tokens=10), priority=7
+    )
     async with started() as engine:
         out = await collect(engine, request)
     assert out[:-1] == [TokenChunk("req-1", [11]), TokenChunk("req-1", [12]), TokenChunk("req-1", [13])]
     finish = out[-1]
     assert (finish.reason, finish.stop_token_id) == ("stop", 2)
-    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (3, 4, 2)
+    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (
+        3,
+        4,
+        2,
+    )
     (call,) = fake.engine.generate_calls
     assert call["input_ids"] == [5, 6, 7] and call["stream"] is True
     assert call["priority"] is None  # SGLang's defaults make no use of it (see the priority tests)
@@ -196,6 +233,7 @@ async def test_abort_ends_the_stream_cancelled_and_aborts_in_sglang(fake):
 
             async def run():
                 results.extend(await collect(engine, GenerateRequest("x", [1, 2])))
+
             tg.start_soon(run)
             while not fake.engine.generate_calls:
                 await anyio.sleep(0.01)
@@ -219,6 +257,7 @@ async def test_an_abort_sglang_never_answers_ends_after_the_grace(fake):
 
             async def run():
                 results.extend(await collect(engine, GenerateRequest("x", [1])))
+
             tg.start_soon(run)
             while not fake.engine.generate_calls:
                 await anyio.sleep(0.01)
@@ -265,7 +304,9 @@ async def test_session_open_and_close_use_sglangs_session_api(fake):
         assert [(kind, vars(obj)) for kind, obj in calls] == [
             ("open", {"capacity_of_str_len": 65536, "session_id": "s", "streaming": True, "timeout": 30.0}),
             ("open", {"capacity_of_str_len": 65536, "session_id": "d", "streaming": True, "timeout": 300.0}),
-            ("close", {"session_id": "s"}), ("close", {"session_id": "s"})]
+            ("close", {"session_id": "s"}),
+            ("close", {"session_id": "s"}),
+        ]
 
 
 async def test_session_turns_send_only_the_new_tokens_and_restart_on_a_mismatch(fake):
@@ -280,7 +321,9 @@ async def test_session_turns_send_only_the_new_tokens_and_restart_on_a_mismatch(
         tm = fake.engine.tokenizer_manager
         calls = fake.engine.generate_calls
         assert [(c["input_ids"], c["session_params"]) for c in calls] == [
-            ([1, 2, 3], {"id": "s"}), ([8, 9], {"id": "s"})]
+            ([1, 2, 3], {"id": "s"}),
+            ([8, 9], {"id": "s"}),
+        ]
         # the client re-rendered the reply differently: close, reopen, send it all
         before = len(tm.session_calls)
         third = await collect(engine, GenerateRequest("t3", [1, 2, 3, 4, 8], session_id="s"))
@@ -299,8 +342,10 @@ async def test_a_busy_session_serves_its_second_turn_as_an_ordinary_request(fake
     async with started(SglangConfig(enable_streaming_session=True)) as engine:
         await engine.open_session("s", 30.0)
         async with anyio.create_task_group() as tg:
+
             async def run(rid):
                 await collect(engine, GenerateRequest(rid, [1, 2], session_id="s"))
+
             tg.start_soon(run, "a")
             while not fake.engine.generate_calls:
                 await anyio.sleep(0.01)
@@ -320,8 +365,10 @@ async def test_a_turn_on_a_session_sglang_no_longer_holds_is_resent_as_an_ordina
         tm.sessions.clear()  # SGLang closed it (a close dyn did not send)
         out = await collect(engine, GenerateRequest("r", [1, 2, 3], session_id="s"))
         assert out[0] == TokenChunk("r", [3]) and (out[-1].reason, out[-1].stop_token_id) == ("stop", 2)
-        assert [(c["input_ids"], c["session_params"]) for c in calls] == [([1, 2, 3], {"id": "s"}),
-                                                                          ([1, 2, 3], None)]
+        assert [(c["input_ids"], c["session_params"]) for c in calls] == [
+            ([1, 2, 3], {"id": "s"}),
+            ([1, 2, 3], None),
+        ]
         assert calls[0]["rid"] != calls[1]["rid"]
         assert engine.load_metrics()[0].num_streaming_sessions == 0  # forgotten: later turns are ordinary
         await collect(engine, GenerateRequest("r2", [1, 2, 3, 3, 2, 4], session_id="s"))
@@ -345,22 +392,34 @@ async def test_a_turn_sglang_finds_busy_is_resent_and_the_session_restarts_next(
         out = await collect(engine, GenerateRequest("t2", [1, 2, 3, 3, 2, 9], session_id="s"))
         assert out[0].token_ids == [6] and isinstance(out[-1], Finish)
         assert [(c["input_ids"], c["session_params"]) for c in calls[1:]] == [
-            ([9], {"id": "s"}), ([1, 2, 3, 3, 2, 9], None)]
+            ([9], {"id": "s"}),
+            ([1, 2, 3, 3, 2, 9], None),
+        ]
         tm.sessions["s"].inflight = False
         metrics = engine.load_metrics()[0]  # kept, with an unknown history
         assert (metrics.num_streaming_sessions, metrics.streaming_session_held_tokens) == (1, 0)
         before = len(tm.session_calls)
         await collect(engine, GenerateRequest("t3", [1, 2, 3, 3, 2, 9, 6, 2, 4], session_id="s"))
         assert [kind for kind, _ in tm.session_calls[before:]] == ["close", "open"]
-        assert (calls[-1]["input_ids"], calls[-1]["session_params"]) == ([1, 2, 3, 3, 2, 9, 6, 2, 4], {"id": "s"})
+        assert (calls[-1]["input_ids"], calls[-1]["session_params"]) == (
+            [1, 2, 3, 3, 2, 9, 6, 2, 4],
+            {"id": "s"},
+        )
 
 
 async def test_a_session_abort_after_tokens_is_an_engine_error_and_other_aborts_keep_their_code(fake):
     fake.script = lambda context: [40] * 20
     async with started(SglangConfig(enable_streaming_session=True)) as engine:
         assert await engine.open_session("s", 30.0)
-        fake.abort_after = (2, {"type": "abort", "message": "Invalid request: session id s does not exist",
-                                "status_code": 400, "err_type": "BadRequestError"})
+        fake.abort_after = (
+            2,
+            {
+                "type": "abort",
+                "message": "Invalid request: session id s does not exist",
+                "status_code": 400,
+                "err_type": "BadRequestError",
+            },
+        )
         chunks = []
         with pytest.raises(EngineError) as late:
             async for message in engine.generate(GenerateRequest("r", [1], session_id="s")):
@@ -369,8 +428,14 @@ async def test_a_session_abort_after_tokens_is_an_engine_error_and_other_aborts_
         assert chunks == [TokenChunk("r", [40]), TokenChunk("r", [40])]
         assert len(fake.engine.generate_calls) == 1
         # a 400 abort for another reason on a session turn stays the client's error, not resent
-        fake.abort_after = (0, {"type": "abort", "status_code": 400,
-                                "message": "The input (3 tokens) is longer than the model's context length"})
+        fake.abort_after = (
+            0,
+            {
+                "type": "abort",
+                "status_code": 400,
+                "message": "The input (3 tokens) is longer than the model's context length",
+            },
+        )
         with pytest.raises(EngineError) as bad:
             await collect(engine, GenerateRequest("r2", [1, 2, 3], session_id="s"))
         assert bad.value.code == "bad_request" and len(fake.engine.generate_calls) == 2
@@ -398,16 +463,29 @@ async def test_an_open_sglang_refuses_is_not_recorded(fake):
 # --------------------------------------------------------------------------- priority
 
 
-@pytest.mark.parametrize(("config", "overrides", "sent"), [
-    (SglangConfig(), {}, None),
-    (SglangConfig(enable_priority_scheduling=True), {}, 7),
-    (SglangConfig(radix_eviction_policy="priority"), {}, 7),
-    (SglangConfig(), {"radix_eviction_policy": "priority"}, 7),  # resolved (a model override)
-    (SglangConfig(extra_args=["--abort-on-priority-when-disabled"]), {}, None),
-    (SglangConfig(radix_eviction_policy="priority", extra_args=["--abort-on-priority-when-disabled"]), {}, None),
-    (SglangConfig(enable_priority_scheduling=True, extra_args=["--abort-on-priority-when-disabled"]), {}, 7),
-])
-async def test_priority_is_sent_only_where_sglang_uses_it_and_never_aborts_a_request(fake, config, overrides, sent):
+@pytest.mark.parametrize(
+    ("config", "overrides", "sent"),
+    [
+        (SglangConfig(), {}, None),
+        (SglangConfig(enable_priority_scheduling=True), {}, 7),
+        (SglangConfig(radix_eviction_policy="priority"), {}, 7),
+        (SglangConfig(), {"radix_eviction_policy": "priority"}, 7),  # resolved (a model override)
+        (SglangConfig(extra_args=["--abort-on-priority-when-disabled"]), {}, None),
+        (
+            SglangConfig(radix_eviction_policy="priority", extra_args=["--abort-on-priority-when-disabled"]),
+            {},
+            None,
+        ),
+        (
+            SglangConfig(enable_priority_scheduling=True, extra_args=["--abort-on-priority-when-disabled"]),
+            {},
+            7,
+        ),
+    ],
+)
+async def test_priority_is_sent_only_where_sglang_uses_it_and_never_aborts_a_request(
+    fake, config, overrides, sent
+):
     fake.resolved_overrides = overrides
     async with started(config) as engine:
         out = await collect(engine, GenerateRequest("p", [1], priority=7))
@@ -419,8 +497,13 @@ async def test_priority_eviction_with_low_values_first_warns_that_important_pref
     async with started(SglangConfig(enable_priority_scheduling=True, radix_eviction_policy="priority")):
         pass
     assert "evicts cached prefixes with the smallest priority values first" not in caplog.text
-    async with started(SglangConfig(enable_priority_scheduling=True, radix_eviction_policy="priority",
-                                    schedule_low_priority_values_first=True)) as engine:
+    async with started(
+        SglangConfig(
+            enable_priority_scheduling=True,
+            radix_eviction_policy="priority",
+            schedule_low_priority_values_first=True,
+        )
+    ) as engine:
         assert engine.info.priority_order == "lower_first"
     assert "evicts cached prefixes with the smallest priority values first" in caplog.text
     assert "most important requests" in caplog.text

@@ -37,8 +37,9 @@ async def test_a_constraint_reaches_sglang_as_its_sampling_key(fake):
     fake.script = lambda context: [11, 2]
     async with started() as engine:
         schema = OutputConstraint("json", '{"type": "integer"}')
-        out = await collect(engine, GenerateRequest("j", [1], constraint=schema,
-                                                    stop=StopConditions(max_tokens=8)))
+        out = await collect(
+            engine, GenerateRequest("j", [1], constraint=schema, stop=StopConditions(max_tokens=8))
+        )
         assert out[-1].reason == "stop"
         choice = OutputConstraint("choice", choices=["x", "y|z"])
         await collect(engine, GenerateRequest("c", [1], constraint=choice))
@@ -48,13 +49,18 @@ async def test_a_constraint_reaches_sglang_as_its_sampling_key(fake):
     assert fake.sampling[2]["json_schema"] == '{"type": "object"}'
 
 
-@pytest.mark.parametrize(("constraint", "message"), [
-    (OutputConstraint("json", "{not json"), "Failed to compile json grammar"),
-    (OutputConstraint("regex", "(abc"), "Failed to compile regex grammar"),
-    (OutputConstraint("grammar", 'value ::= "a"'), "Failed to compile ebnf grammar"),  # no root rule
-], ids=["json", "regex", "ebnf"])
-async def test_a_constraint_sglang_cannot_compile_is_a_bad_request_with_its_message(fake, constraint,
-                                                                                    message):
+@pytest.mark.parametrize(
+    ("constraint", "message"),
+    [
+        (OutputConstraint("json", "{not json"), "Failed to compile json grammar"),
+        (OutputConstraint("regex", "(abc"), "Failed to compile regex grammar"),
+        (OutputConstraint("grammar", 'value ::= "a"'), "Failed to compile ebnf grammar"),  # no root rule
+    ],
+    ids=["json", "regex", "ebnf"],
+)
+async def test_a_constraint_sglang_cannot_compile_is_a_bad_request_with_its_message(
+    fake, constraint, message
+):
     async with started() as engine:
         with pytest.raises(EngineError) as refused:
             await collect(engine, GenerateRequest("bad", [1], constraint=constraint))
@@ -91,8 +97,11 @@ async def test_llguidance_takes_lark_as_written_and_backend_none_refuses_every_g
 # --------------------------------------------------------------------------- logprobs
 
 
-@pytest.mark.parametrize(("incremental", "per_chunk"), [(True, 1), (True, 3), (False, 2)],
-                         ids=["incremental", "coalesced", "cumulative"])
+@pytest.mark.parametrize(
+    ("incremental", "per_chunk"),
+    [(True, 1), (True, 3), (False, 2)],
+    ids=["incremental", "coalesced", "cumulative"],
+)
 async def test_output_logprobs_come_one_per_token_and_leave_with_the_stop_token(fake, incremental, per_chunk):
     fake.resolved_overrides = {"incremental_streaming_output": incremental}
     fake.tokens_per_chunk = per_chunk
@@ -118,8 +127,12 @@ async def test_output_logprobs_come_one_per_token_and_leave_with_the_stop_token(
 async def test_prompt_logprobs_score_the_whole_prompt_with_their_own_top_count(fake):
     fake.script = lambda context: [11, 12]
     async with started() as engine:
-        out = await collect(engine, GenerateRequest("plp", [1, 2, 3, 4], stop=StopConditions(max_tokens=2),
-                                                    logprobs=0, prompt_logprobs=3))
+        out = await collect(
+            engine,
+            GenerateRequest(
+                "plp", [1, 2, 3, 4], stop=StopConditions(max_tokens=2), logprobs=0, prompt_logprobs=3
+            ),
+        )
     (call,) = fake.engine.generate_calls
     # SGLang takes one top count for both sides: the larger; each side is cut to its own
     assert (call["return_logprob"], call["top_logprobs_num"], call["logprob_start_len"]) == (True, 3, 0)
@@ -134,8 +147,9 @@ async def test_prompt_logprobs_score_the_whole_prompt_with_their_own_top_count(f
 
 async def test_prompt_logprobs_alone_ask_sglang_for_no_top_rows_of_output(fake):
     async with started() as engine:
-        out = await collect(engine, GenerateRequest("p0", [1, 2], stop=StopConditions(max_tokens=1),
-                                                    prompt_logprobs=0))
+        out = await collect(
+            engine, GenerateRequest("p0", [1, 2], stop=StopConditions(max_tokens=1), prompt_logprobs=0)
+        )
     (call,) = fake.engine.generate_calls
     assert (call["top_logprobs_num"], call["logprob_start_len"]) == (0, 0)
     assert out[0].logprobs == []  # output logprobs were not asked for
@@ -148,12 +162,15 @@ async def test_a_session_turn_asking_for_prompt_logprobs_goes_as_an_ordinary_req
     async with started(SglangConfig(enable_streaming_session=True)) as engine:
         assert await engine.open_session("s", 30.0)
         await collect(engine, GenerateRequest("t1", [1, 2, 3], session_id="s"))
-        scored = await collect(engine, GenerateRequest("t2", [1, 2, 3, 3, 2, 8], session_id="s",
-                                                       prompt_logprobs=1))
+        scored = await collect(
+            engine, GenerateRequest("t2", [1, 2, 3, 3, 2, 8], session_id="s", prompt_logprobs=1)
+        )
         assert len(scored[-1].prompt_logprobs) == 6
         # the session still holds turn one, so the next turn appends to it
         await collect(engine, GenerateRequest("t3", [1, 2, 3, 3, 2, 9], session_id="s"))
     calls = fake.engine.generate_calls
     assert [(c["input_ids"], c["session_params"]) for c in calls] == [
-        ([1, 2, 3], {"id": "s"}), ([1, 2, 3, 3, 2, 8], None), ([9], {"id": "s"})]
-
+        ([1, 2, 3], {"id": "s"}),
+        ([1, 2, 3, 3, 2, 8], None),
+        ([9], {"id": "s"}),
+    ]

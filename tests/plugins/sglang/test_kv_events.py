@@ -10,24 +10,37 @@ def test_dyn_binds_the_publisher_on_the_worker_host_at_free_ports():
     plan = plan_kv_events(SglangConfig(), "127.0.0.1", can_bind_host=True, radix_cache_disabled=False)
     chosen = json.loads(plan.config_json)
     assert chosen["publisher"] == "zmq" and chosen["bind"] is True and chosen["topic"] == "kv-events"
-    assert chosen["endpoint"].startswith("tcp://127.0.0.1:") and chosen["endpoint"] != chosen["replay_endpoint"]
+    assert (
+        chosen["endpoint"].startswith("tcp://127.0.0.1:") and chosen["endpoint"] != chosen["replay_endpoint"]
+    )
     assert (plan.endpoint, plan.replay_endpoint, plan.topic) == (
-        chosen["endpoint"], chosen["replay_endpoint"], "kv-events")
+        chosen["endpoint"],
+        chosen["replay_endpoint"],
+        "kv-events",
+    )
 
 
 def test_without_sglangs_bind_field_the_publisher_binds_the_wildcard():
-    plan = plan_kv_events(SglangConfig(kv_events_endpoint="tcp://127.0.0.1:5999"), "127.0.0.1",
-                          can_bind_host=False, radix_cache_disabled=False)
+    plan = plan_kv_events(
+        SglangConfig(kv_events_endpoint="tcp://127.0.0.1:5999"),
+        "127.0.0.1",
+        can_bind_host=False,
+        radix_cache_disabled=False,
+    )
     chosen = json.loads(plan.config_json)
     assert chosen["endpoint"] == "tcp://*:5999" and "bind" not in chosen
     assert plan.endpoint == "tcp://127.0.0.1:5999"
 
 
 def test_a_users_config_is_passed_as_given_and_advertised_on_the_host():
-    user = SglangConfig(kv_events_config=json.dumps(
-        {"publisher": "zmq", "endpoint": "tcp://*:6000", "replay_endpoint": "tcp://0.0.0.0:6001"}))
+    user = SglangConfig(
+        kv_events_config=json.dumps(
+            {"publisher": "zmq", "endpoint": "tcp://*:6000", "replay_endpoint": "tcp://0.0.0.0:6001"}
+        )
+    )
     assert plan_kv_events(user, "10.0.0.5", can_bind_host=True, radix_cache_disabled=True) == KvEventsPlan(
-        None, "tcp://10.0.0.5:6000", "tcp://10.0.0.5:6001", "")
+        None, "tcp://10.0.0.5:6000", "tcp://10.0.0.5:6001", ""
+    )
     off = SglangConfig(kv_events_config='{"publisher": "null"}')
     assert plan_kv_events(off, "127.0.0.1", can_bind_host=True, radix_cache_disabled=False).endpoint is None
 

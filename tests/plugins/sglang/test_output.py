@@ -16,8 +16,9 @@ def test_incremental_chunks_pass_through_and_the_stop_token_is_taken_off():
     decoder = OutputDecoder(incremental=True)
     assert decoder.feed(_out([5])).tokens == [5]
     assert decoder.feed(_out([6, 7])).tokens == [6, 7]  # coalesced chunks
-    last = decoder.feed(_out([8, 2], {"type": "stop", "matched": 2}, prompt_tokens=3,
-                             completion_tokens=5, cached_tokens=2))
+    last = decoder.feed(
+        _out([8, 2], {"type": "stop", "matched": 2}, prompt_tokens=3, completion_tokens=5, cached_tokens=2)
+    )
     assert last.tokens == [8] and last.outcome == Outcome("stop", stop_token_id=2)
     assert decoder.output_ids == [5, 6, 7, 8, 2]  # SGLang's history keeps the stop token
     assert decoder.usage_counts(3, 4) == (3, 5, 2)  # completion_tokens counts it (as the mocker)
@@ -49,8 +50,12 @@ def test_an_abort_carries_no_tokens_and_its_counts_fall_back():
     decoder = OutputDecoder(incremental=True)
     decoder.feed(_out([5]))
     # _handle_abort_req repeats the last id under incremental output, and sends no prompt counts
-    step = decoder.feed({"output_ids": [5], "meta_info": {
-        "id": "x", "finish_reason": {"type": "abort", "message": "Abort in waiting queue"}}})
+    step = decoder.feed(
+        {
+            "output_ids": [5],
+            "meta_info": {"id": "x", "finish_reason": {"type": "abort", "message": "Abort in waiting queue"}},
+        }
+    )
     assert step.tokens == []
     assert step.outcome == Outcome("abort", message="Abort in waiting queue")
     fresh = OutputDecoder(incremental=True)
@@ -63,6 +68,7 @@ def test_an_abort_carries_no_tokens_and_its_counts_fall_back():
 # (logprob, token_id, None) per position, top rows as lists of such tuples (None for the first
 # prompt position); output lists sliced to the chunk under incremental streaming.
 
+
 def _lp(ids, finish=None, chosen=(), tops=None, **meta):
     meta["output_token_logprobs"] = list(chosen)
     if tops is not None:
@@ -72,13 +78,26 @@ def _lp(ids, finish=None, chosen=(), tops=None, **meta):
 
 def test_output_logprobs_are_cut_to_k_sorted_and_leave_with_the_stop_token():
     decoder = OutputDecoder(incremental=True, logprobs=1)
-    step = decoder.feed(_lp([5, 6], chosen=[(-0.5, 5, None), (-3.0, 6, None)],
-                            tops=[[(-0.5, 5, None), (-1.0, 9, None)], [(-0.2, 8, None), (-0.1, 7, None)]]))
+    step = decoder.feed(
+        _lp(
+            [5, 6],
+            chosen=[(-0.5, 5, None), (-3.0, 6, None)],
+            tops=[[(-0.5, 5, None), (-1.0, 9, None)], [(-0.2, 8, None), (-0.1, 7, None)]],
+        )
+    )
     assert step.tokens == [5, 6]
-    assert step.logprobs == [TokenLogprobs(-0.5, [5], [-0.5], rank=1),  # found in its row: rank known
-                             TokenLogprobs(-3.0, [7], [-0.1], rank=0)]  # row re-sorted; rank unknown
-    last = decoder.feed(_lp([4, 2], {"type": "stop", "matched": 2}, chosen=[(-0.4, 4, None), (-0.9, 2, None)],
-                            tops=[[(-0.4, 4, None)], [(-0.9, 2, None)]]))
+    assert step.logprobs == [
+        TokenLogprobs(-0.5, [5], [-0.5], rank=1),  # found in its row: rank known
+        TokenLogprobs(-3.0, [7], [-0.1], rank=0),
+    ]  # row re-sorted; rank unknown
+    last = decoder.feed(
+        _lp(
+            [4, 2],
+            {"type": "stop", "matched": 2},
+            chosen=[(-0.4, 4, None), (-0.9, 2, None)],
+            tops=[[(-0.4, 4, None)], [(-0.9, 2, None)]],
+        )
+    )
     assert last.tokens == [4] and last.logprobs == [TokenLogprobs(-0.4, [4], [-0.4], rank=1)]
 
 
@@ -100,8 +119,17 @@ def test_logprobs_are_left_out_unless_asked_for_and_a_short_list_is_an_error():
 def test_prompt_logprobs_come_from_the_last_meta_info_with_the_first_position_empty():
     decoder = OutputDecoder(incremental=True, logprobs=None, prompt_logprobs=1)
     rows = [None, [(-0.1, 3, None), (-0.2, 8, None)], [(-0.3, 9, None), (-1.0, 4, None)]]
-    decoder.feed(_out([5], None, input_token_logprobs=[(None, 1, None), (-0.1, 3, None), (-1.0, 4, None)],
-                      input_top_logprobs=rows))
-    assert decoder.prompt_logprobs() == [None, TokenLogprobs(-0.1, [3], [-0.1], rank=1),
-                                         TokenLogprobs(-1.0, [9], [-0.3], rank=0)]
+    decoder.feed(
+        _out(
+            [5],
+            None,
+            input_token_logprobs=[(None, 1, None), (-0.1, 3, None), (-1.0, 4, None)],
+            input_top_logprobs=rows,
+        )
+    )
+    assert decoder.prompt_logprobs() == [
+        None,
+        TokenLogprobs(-0.1, [3], [-0.1], rank=1),
+        TokenLogprobs(-1.0, [9], [-0.3], rank=0),
+    ]
     assert OutputDecoder(incremental=True).prompt_logprobs() is None

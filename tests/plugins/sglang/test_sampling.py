@@ -5,14 +5,36 @@ from dyn.plugins.sglang.sampling import sampling_params
 
 
 def test_every_dyn_field_maps_to_its_sglang_key():
-    request = GenerateRequest("r", [1, 2], SamplingParams(
-        temperature=0.5, top_p=0.9, top_k=40, min_p=0.05, seed=7, repetition_penalty=1.1,
-        presence_penalty=0.2, frequency_penalty=0.3, length_penalty=2.0),
-        StopConditions(max_tokens=64, min_tokens=4, ignore_eos=True, stop_token_ids=[5, 6]))
+    request = GenerateRequest(
+        "r",
+        [1, 2],
+        SamplingParams(
+            temperature=0.5,
+            top_p=0.9,
+            top_k=40,
+            min_p=0.05,
+            seed=7,
+            repetition_penalty=1.1,
+            presence_penalty=0.2,
+            frequency_penalty=0.3,
+            length_penalty=2.0,
+        ),
+        StopConditions(max_tokens=64, min_tokens=4, ignore_eos=True, stop_token_ids=[5, 6]),
+    )
     assert sampling_params(request) == {
-        "max_new_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
-        "sampling_seed": 7, "repetition_penalty": 1.1, "presence_penalty": 0.2,
-        "frequency_penalty": 0.3, "min_new_tokens": 4, "ignore_eos": True, "stop_token_ids": [5, 6]}
+        "max_new_tokens": 64,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 40,
+        "min_p": 0.05,
+        "sampling_seed": 7,
+        "repetition_penalty": 1.1,
+        "presence_penalty": 0.2,
+        "frequency_penalty": 0.3,
+        "min_new_tokens": 4,
+        "ignore_eos": True,
+        "stop_token_ids": [5, 6],
+    }
 
 
 def test_defaults_are_left_to_sglang_but_max_new_tokens_is_always_sent():

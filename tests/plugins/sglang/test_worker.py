@@ -26,16 +26,27 @@ pytestmark = pytest.mark.anyio
 
 async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
     fake.script = lambda context: [50, 51, 52, 2]
-    settings = WorkerSettings(discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)), drain_timeout_s=2.0)
-    host = build_host(SglangConfig(page_size=16, max_prefill_tokens=4096, enable_streaming_session=True),
-                      settings, model_path=str(TINY_MODEL_DIR), extra_args=["--quantization", "fp8"])
+    settings = WorkerSettings(
+        discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)), drain_timeout_s=2.0
+    )
+    host = build_host(
+        SglangConfig(page_size=16, max_prefill_tokens=4096, enable_streaming_session=True),
+        settings,
+        model_path=str(TINY_MODEL_DIR),
+        extra_args=["--quantization", "fp8"],
+    )
     stop = anyio.Event()
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             await tg.start(host.run, stop)
             (record,) = await host.store.list()
-            assert (record.engine, record.model_name, record.block_size, record.total_kv_blocks,
-                    record.max_num_batched_tokens) == ("sglang", TINY_MODEL_NAME, 16, 256, 4096)
+            assert (
+                record.engine,
+                record.model_name,
+                record.block_size,
+                record.total_kv_blocks,
+                record.max_num_batched_tokens,
+            ) == ("sglang", TINY_MODEL_NAME, 16, 256, 4096)
             assert record.priority_order == "higher_first" and record.features == ["streaming_sessions"]
             assert record.endpoints.kv_events.startswith("tcp://127.0.0.1:")
             assert record.endpoints.kv_replay.startswith("tcp://127.0.0.1:")
@@ -43,7 +54,11 @@ async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
             async with WorkerClient(record.endpoints.request) as client:
                 out = [m async for m in client.generate(GenerateRequest("g1", [3, 4, 5]))]
                 assert [m.token_ids for m in out[:-1]] == [[50], [51], [52]]
-                assert (out[-1].reason, out[-1].stop_token_id, out[-1].usage.completion_tokens) == ("stop", 2, 4)
+                assert (out[-1].reason, out[-1].stop_token_id, out[-1].usage.completion_tokens) == (
+                    "stop",
+                    2,
+                    4,
+                )
 
                 opened = await client.call(SessionControlRequest("o1", "open", "s1", 60.0))
                 assert opened == ControlReply("o1", 1)
@@ -58,7 +73,9 @@ async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
                 fake.script = lambda context: [60] * 1000
                 fake.hold, fake.hold_after = anyio.Event(), 2  # two tokens, then wait for the cancel
                 got = []
-                async for m in client.generate(GenerateRequest("g3", [1], stop=StopConditions(max_tokens=1000))):
+                async for m in client.generate(
+                    GenerateRequest("g3", [1], stop=StopConditions(max_tokens=1000))
+                ):
                     got.append(m)
                     if len(got) == 2:
                         await client.send(CancelRequest("g3"))

@@ -10,9 +10,14 @@ from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint, default_kv_
 
 
 def test_only_the_flags_set_are_passed_with_kv_events_and_extras_last():
-    config = VllmConfig(dtype="bfloat16", block_size=32, enable_prefix_caching=False,
-                        scheduling_policy="priority", enforce_eager=True,
-                        extra_args=["--swap-space", "4", "--trust-remote-code"])
+    config = VllmConfig(
+        dtype="bfloat16",
+        block_size=32,
+        enable_prefix_caching=False,
+        scheduling_policy="priority",
+        enforce_eager=True,
+        extra_args=["--swap-space", "4", "--trust-remote-code"],
+    )
     argv = config.engine_argv("/models/m")
     assert argv[:2] == ["--model", "/models/m"]
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
@@ -37,25 +42,31 @@ def test_a_given_kv_events_config_is_passed_as_is():
     assert argv[argv.index("--kv-events-config") + 1] == given
 
 
-@pytest.mark.parametrize(("config", "needle"), [
-    (VllmConfig(block_size=0), "--block-size must be at least 1"),
-    (VllmConfig(gpu_memory_utilization=1.5), "--gpu-memory-utilization"),
-    (VllmConfig(scheduling_policy="lifo"), "fcfs or priority"),
-    (VllmConfig(kv_events_config="{nope"), "must be a JSON object"),
-    (VllmConfig(kv_events_config="[1]"), "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        (VllmConfig(block_size=0), "--block-size must be at least 1"),
+        (VllmConfig(gpu_memory_utilization=1.5), "--gpu-memory-utilization"),
+        (VllmConfig(scheduling_policy="lifo"), "fcfs or priority"),
+        (VllmConfig(kv_events_config="{nope"), "must be a JSON object"),
+        (VllmConfig(kv_events_config="[1]"), "must be a JSON object"),
+    ],
+)
 def test_bad_values_name_the_flag(config, needle):
     with pytest.raises(ValueError, match=needle):
         config.validate()
 
 
-@pytest.mark.parametrize(("endpoint", "host", "advertised"), [
-    ("tcp://127.0.0.1:4001", "127.0.0.1", "tcp://127.0.0.1:4001"),
-    ("tcp://*:5557", "10.0.0.2", "tcp://10.0.0.2:5557"),
-    ("tcp://*:5557", "::1", "tcp://[::1]:5557"),
-    ("tcp://*:0", "127.0.0.1", None),
-    (None, "127.0.0.1", None),
-    ("ipc:///tmp/kv", "127.0.0.1", "ipc:///tmp/kv"),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "host", "advertised"),
+    [
+        ("tcp://127.0.0.1:4001", "127.0.0.1", "tcp://127.0.0.1:4001"),
+        ("tcp://*:5557", "10.0.0.2", "tcp://10.0.0.2:5557"),
+        ("tcp://*:5557", "::1", "tcp://[::1]:5557"),
+        ("tcp://*:0", "127.0.0.1", None),
+        (None, "127.0.0.1", None),
+        ("ipc:///tmp/kv", "127.0.0.1", "ipc:///tmp/kv"),
+    ],
+)
 def test_advertised_endpoint(endpoint, host, advertised):
     assert advertised_endpoint(endpoint, host) == advertised

@@ -40,12 +40,27 @@ def position(sampled: int, sampled_logprob: float, sampled_rank: int, top: list[
     return entries
 
 
-def output(tokens, *, finished=False, reason=None, stop_reason=None, cached=0, metrics=None, logprobs=None,
-           prompt_logprobs=None):
-    completion = SimpleNamespace(token_ids=tokens, finish_reason=reason, stop_reason=stop_reason,
-                                 logprobs=logprobs)
-    return SimpleNamespace(outputs=[completion], finished=finished, num_cached_tokens=cached,
-                           metrics=metrics, prompt_logprobs=prompt_logprobs)
+def output(
+    tokens,
+    *,
+    finished=False,
+    reason=None,
+    stop_reason=None,
+    cached=0,
+    metrics=None,
+    logprobs=None,
+    prompt_logprobs=None,
+):
+    completion = SimpleNamespace(
+        token_ids=tokens, finish_reason=reason, stop_reason=stop_reason, logprobs=logprobs
+    )
+    return SimpleNamespace(
+        outputs=[completion],
+        finished=finished,
+        num_cached_tokens=cached,
+        metrics=metrics,
+        prompt_logprobs=prompt_logprobs,
+    )
 
 
 def request(**stop) -> GenerateRequest:
@@ -53,12 +68,25 @@ def request(**stop) -> GenerateRequest:
 
 
 def test_sampling_kwargs_leave_unset_fields_to_vllm():
-    req = GenerateRequest("r", [1], sampling=SamplingParams(temperature=0.0, top_k=5, seed=3),
-                          stop=StopConditions(max_tokens=7, min_tokens=2, ignore_eos=True,
-                                              stop_token_ids=[9]), max_thinking_tokens=16)
+    req = GenerateRequest(
+        "r",
+        [1],
+        sampling=SamplingParams(temperature=0.0, top_k=5, seed=3),
+        stop=StopConditions(max_tokens=7, min_tokens=2, ignore_eos=True, stop_token_ids=[9]),
+        max_thinking_tokens=16,
+    )
     assert sampling_kwargs(req) == {
-        "n": 1, "detokenize": False, "min_tokens": 2, "ignore_eos": True, "temperature": 0.0,
-        "top_k": 5, "seed": 3, "max_tokens": 7, "thinking_token_budget": 16, "stop_token_ids": [9]}
+        "n": 1,
+        "detokenize": False,
+        "min_tokens": 2,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "top_k": 5,
+        "seed": 3,
+        "max_tokens": 7,
+        "thinking_token_budget": 16,
+        "stop_token_ids": [9],
+    }
     plain = sampling_kwargs(GenerateRequest("r", [1]))
     assert "temperature" not in plain and "max_tokens" not in plain and "stop_token_ids" not in plain
 
@@ -68,7 +96,11 @@ def test_deltas_stream_and_the_last_one_finishes_with_usage_and_cache():
     assert stream.step(output([5, 6], cached=4)) == ([5, 6], [], None)
     tokens, _, finish = stream.step(output([7], finished=True, reason="length", cached=4))
     assert tokens == [7] and finish.reason == "length" and finish.stop_token_id is None
-    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (10, 3, 4)
+    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (
+        10,
+        3,
+        4,
+    )
 
 
 @pytest.mark.parametrize(("stop_reason", "stop"), [(None, 2), (9, 9)], ids=["eos", "stop_token_id"])
@@ -93,8 +125,9 @@ def test_abort_reads_as_cancelled_and_error_raises():
 
 
 def test_timing_comes_from_vllm_request_stats_on_the_shared_monotonic_clock():
-    stats = SimpleNamespace(queued_ts=100.001, scheduled_ts=100.010, first_token_ts=100.030,
-                            last_token_ts=100.130)
+    stats = SimpleNamespace(
+        queued_ts=100.001, scheduled_ts=100.010, first_token_ts=100.030, last_token_ts=100.130
+    )
     stream = OutputStream(request(), received=100.0)
     _, _, finish = stream.step(output([1], finished=True, reason="length", metrics=stats))
     assert finish.timing.queue_ms == pytest.approx(10.0)
@@ -109,15 +142,19 @@ def test_logprob_counts_pass_as_vllms_top_k_counts():
     assert "logprobs" not in plain and "prompt_logprobs" not in plain
 
 
-@pytest.mark.parametrize(("constraint", "kwargs"), [
-    (OutputConstraint("json", '{"type": "integer"}'), {"json": '{"type": "integer"}'}),
-    (OutputConstraint("json", "{}", whitespace_pattern=" ?"), {"json": "{}", "whitespace_pattern": " ?"}),
-    (OutputConstraint("json_object"), {"json_object": True}),
-    (OutputConstraint("regex", r"\d+"), {"regex": r"\d+"}),
-    (OutputConstraint("choice", choices=["a", "b c"]), {"choice": ["a", "b c"]}),
-    (OutputConstraint("grammar", 'root ::= "x"'), {"grammar": 'root ::= "x"'}),
-    (OutputConstraint("grammar", 'start: "x"'), {"grammar": 'start: "x"'}),  # vLLM reads Lark itself
-], ids=["json", "json-whitespace", "json_object", "regex", "choice", "ebnf", "lark"])
+@pytest.mark.parametrize(
+    ("constraint", "kwargs"),
+    [
+        (OutputConstraint("json", '{"type": "integer"}'), {"json": '{"type": "integer"}'}),
+        (OutputConstraint("json", "{}", whitespace_pattern=" ?"), {"json": "{}", "whitespace_pattern": " ?"}),
+        (OutputConstraint("json_object"), {"json_object": True}),
+        (OutputConstraint("regex", r"\d+"), {"regex": r"\d+"}),
+        (OutputConstraint("choice", choices=["a", "b c"]), {"choice": ["a", "b c"]}),
+        (OutputConstraint("grammar", 'root ::= "x"'), {"grammar": 'root ::= "x"'}),
+        (OutputConstraint("grammar", 'start: "x"'), {"grammar": 'start: "x"'}),  # vLLM reads Lark itself
+    ],
+    ids=["json", "json-whitespace", "json_object", "regex", "choice", "ebnf", "lark"],
+)
 def test_each_constraint_kind_becomes_one_structured_outputs_field(constraint, kwargs):
     assert structured_outputs_kwargs(constraint) == kwargs
 
@@ -159,5 +196,8 @@ def test_prompt_logprobs_arrive_once_and_finish_the_request():
     tokens, logprobs, _ = stream.step(output([6], prompt_logprobs=prompt))
     assert tokens == [6] and logprobs == []  # output logprobs were not asked for
     _, _, finish = stream.step(output([7], finished=True, reason="length", prompt_logprobs=[]))
-    assert finish.prompt_logprobs == [None, TokenLogprobs(-3.0, [40], [-0.2], rank=9),
-                                      TokenLogprobs(-0.4, [5], [-0.4], rank=1)]
+    assert finish.prompt_logprobs == [
+        None,
+        TokenLogprobs(-3.0, [40], [-0.2], rank=9),
+        TokenLogprobs(-0.4, [5], [-0.4], rank=1),
+    ]

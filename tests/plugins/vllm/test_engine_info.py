@@ -13,8 +13,13 @@ from dyn.plugins.vllm.engine import VllmEngine
 
 
 def events_config(endpoint="tcp://*:0", replay="tcp://*:0", enabled=True, topic="kv-events"):
-    return SimpleNamespace(enable_kv_cache_events=enabled, publisher="zmq" if enabled else "null",
-                           endpoint=endpoint, replay_endpoint=replay, topic=topic)
+    return SimpleNamespace(
+        enable_kv_cache_events=enabled,
+        publisher="zmq" if enabled else "null",
+        endpoint=endpoint,
+        replay_endpoint=replay,
+        topic=topic,
+    )
 
 
 def fake_llm(*, sources=None, config_events=None, dp=1):
@@ -23,7 +28,8 @@ def fake_llm(*, sources=None, config_events=None, dp=1):
         cache_config=SimpleNamespace(block_size=32, num_gpu_blocks=4096),
         scheduler_config=SimpleNamespace(max_num_batched_tokens=2048, policy="priority"),
         model_config=SimpleNamespace(max_model_len=1024),
-        kv_events_config=config_events)
+        kv_events_config=config_events,
+    )
     llm = SimpleNamespace(vllm_config=vllm_config)
     if sources is not None:
         llm.get_kv_event_sources = lambda: sources
@@ -37,8 +43,12 @@ def engine(host="127.0.0.1") -> VllmEngine:
 def test_info_comes_from_the_started_engine_and_the_endpoints_vllm_bound():
     bound = events_config("tcp://127.0.0.1:41001", "tcp://127.0.0.1:41002")
     info = engine()._read_info(fake_llm(sources={0: bound}, config_events=events_config()))
-    assert (info.block_size, info.total_kv_blocks, info.max_num_batched_tokens, info.context_length) \
-        == (32, 4096, 2048, 1024)
+    assert (info.block_size, info.total_kv_blocks, info.max_num_batched_tokens, info.context_length) == (
+        32,
+        4096,
+        2048,
+        1024,
+    )
     assert info.kv_events_endpoint == "tcp://127.0.0.1:41001"
     assert info.kv_replay_endpoint == "tcp://127.0.0.1:41002"
     assert info.kv_events_topic == "kv-events" and info.priority_order == "lower_first"
@@ -68,8 +78,10 @@ def test_more_than_one_data_parallel_rank_is_refused():
 def test_load_metrics_follow_the_scheduler_stats_and_read_idle_without_requests():
     e = engine()
     e.info = e._read_info(fake_llm(sources={0: events_config("tcp://127.0.0.1:1", None)}))
-    e.load.record(SimpleNamespace(num_running_reqs=3, num_waiting_reqs=2, kv_cache_usage=0.25),
-                  SimpleNamespace(num_preempted_reqs=1))
+    e.load.record(
+        SimpleNamespace(num_running_reqs=3, num_waiting_reqs=2, kv_cache_usage=0.25),
+        SimpleNamespace(num_preempted_reqs=1),
+    )
     e.load.record(None, SimpleNamespace(num_preempted_reqs=2))
     e._live.add("r1")
     (m,) = e.load_metrics()
@@ -78,7 +90,6 @@ def test_load_metrics_follow_the_scheduler_stats_and_read_idle_without_requests(
     e._live.clear()
     (idle,) = e.load_metrics()
     assert idle.num_running == idle.num_waiting == 0
-
 
 
 def test_no_usable_device_is_a_start_error_that_says_so(monkeypatch):

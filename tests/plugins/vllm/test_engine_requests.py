@@ -31,10 +31,15 @@ class ClientError(Exception):
 
 
 def delta(tokens, reason=None, logprobs=None):
-    return SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason, stop_reason=None,
-                                                    logprobs=logprobs)],
-                           finished=reason is not None, num_cached_tokens=0, metrics=None,
-                           prompt_logprobs=None)
+    return SimpleNamespace(
+        outputs=[
+            SimpleNamespace(token_ids=tokens, finish_reason=reason, stop_reason=None, logprobs=logprobs)
+        ],
+        finished=reason is not None,
+        num_cached_tokens=0,
+        metrics=None,
+        prompt_logprobs=None,
+    )
 
 
 def structured_outputs(**kwargs):
@@ -70,8 +75,13 @@ class FakeLLM:
 def engine(llm: FakeLLM, *, priority: bool = False, thinking: bool = False) -> VllmEngine:
     e = VllmEngine(VllmConfig(), "/m")
     e._llm = llm
-    e._api = VllmApi(sampling_params=lambda **kw: kw, tokens_prompt=lambda **kw: kw, delta="DELTA",
-                     client_errors=(ClientError,), structured_outputs=structured_outputs)
+    e._api = VllmApi(
+        sampling_params=lambda **kw: kw,
+        tokens_prompt=lambda **kw: kw,
+        delta="DELTA",
+        client_errors=(ClientError,),
+        structured_outputs=structured_outputs,
+    )
     e._priority, e._thinking_budget = priority, thinking
     return e
 
@@ -85,8 +95,12 @@ async def test_tokens_stream_and_priority_reaches_vllm_only_under_priority_sched
     llm = FakeLLM([delta([5, 6]), delta([7], "length")])
     llm.release.set()
     e = engine(llm, priority=scheduling_by_priority)
-    outs = await collect(e, GenerateRequest("r1", [1, 2, 3], priority=-4, max_thinking_tokens=8,
-                                            stop=StopConditions(max_tokens=3)))
+    outs = await collect(
+        e,
+        GenerateRequest(
+            "r1", [1, 2, 3], priority=-4, max_thinking_tokens=8, stop=StopConditions(max_tokens=3)
+        ),
+    )
     assert [type(o) for o in outs] == [TokenChunk, TokenChunk, Finish]
     assert outs[-1].reason == "length" and outs[-1].usage.completion_tokens == 3
     call = llm.calls[0]
@@ -142,9 +156,13 @@ async def test_a_constraint_vllm_refuses_is_a_bad_request_with_vllms_message():
     assert err.value.code == "bad_request" and "Invalid grammar specification." in str(err.value)
     # refused while building the parameters (StructuredOutputsParams.__post_init__)
     e = engine(FakeLLM())
-    e._api = VllmApi(sampling_params=lambda **kw: kw, tokens_prompt=lambda **kw: kw, delta="DELTA",
-                     client_errors=(ClientError,),
-                     structured_outputs=lambda **kw: structured_outputs(**kw, regex="x"))
+    e._api = VllmApi(
+        sampling_params=lambda **kw: kw,
+        tokens_prompt=lambda **kw: kw,
+        delta="DELTA",
+        client_errors=(ClientError,),
+        structured_outputs=lambda **kw: structured_outputs(**kw, regex="x"),
+    )
     with pytest.raises(EngineError) as err:
         await collect(e, GenerateRequest("r2", [1], constraint=OutputConstraint("json_object")))
     assert err.value.code == "bad_request" and "one kind of structured outputs" in str(err.value)

