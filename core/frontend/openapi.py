@@ -5,7 +5,9 @@ The types carry the shapes and the integer ranges the wire takes; ``VALUE_RULES`
 rules ``check_generation`` / ``check_chat`` / ``check_completion`` apply after decoding (ranges,
 at least one message with a role, a non-empty prompt, the served model's name, the parameters
 refused as not supported yet), so a client or a fuzzer that follows the document sends requests
-the server accepts. ``tests/reliability/test_schemathesis.py`` fuzzes the server from it.
+the server accepts. ``/tokenize`` takes one of its two request shapes (``oneOf``), ``/detokenize``
+token ids in the vocabulary, at most the context length of them.
+``tests/reliability/test_schemathesis.py`` fuzzes the server from it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ from dyn.core.protocol.openai import (
     CompletionRequest,
     CompletionResponse,
     ModelList,
+)
+from dyn.core.protocol.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeResponse,
 )
 
 _REF = "#/components/schemas/{name}"
@@ -59,6 +68,10 @@ def value_rules(max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, dict[str,
         "prompt_logprobs": logprobs,
         "use_beam_search": {"const": False, "description": _NOT_SUPPORTED},
         "logit_bias": {"maxProperties": 0, "description": _NOT_SUPPORTED},
+        "guided_decoding_backend": {
+            "enum": ["auto"],
+            "description": "Only 'auto': the worker's engine chooses its structured-output backend.",
+        },
     }
     return {
         "ChatCompletionRequest": {
@@ -108,6 +121,36 @@ def _tighten(schema: dict[str, Any], rules: dict[str, Any]) -> None:
             if keyword == "maxProperties" and kind != "object":
                 continue
             form[keyword] = copy.deepcopy(value)
+
+
+def _post(summary: str, request: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-in, JSON-out operation (``/tokenize``, ``/detokenize``)."""
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, **_json(request)},
+            "responses": {"200": {"description": "OK", **_json(response)}, **_errors()},
+        }
+    }
+
+
+def _tokenize_rules(
+    components: dict[str, Any], model: str | None, context_length: int | None, vocab_size: int | None
+) -> None:
+    """The value rules of the tokenize requests: the served model's name, at least one message
+    (with a role), token ids in the vocabulary and at most the context length of them."""
+    for name in ("TokenizeCompletionRequest", "TokenizeChatRequest", "DetokenizeRequest"):
+        properties = components[name]["properties"]
+        if model is not None:
+            _tighten(properties["model"], {"enum": [model]})
+    _tighten(components["TokenizeChatRequest"]["properties"]["messages"], {"minItems": 1, "items": _MESSAGE})
+    token: dict[str, Any] = {"type": "integer", "minimum": 0}
+    if vocab_size is not None:
+        token["maximum"] = vocab_size - 1
+    ids: dict[str, Any] = {"items": token}
+    if context_length is not None:
+        ids["maxItems"] = context_length
+    _tighten(components["DetokenizeRequest"]["properties"]["tokens"], ids)
 
 
 def _json(ref: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +220,7 @@ def openapi_document(
 ) -> dict[str, Any]:
     """The document; with ``model`` the requests' ``model`` is that name (or omitted), with
     ``context_length`` ``max_tokens`` is at most that, with ``vocab_size`` token ids are below it."""
-    (chat_req, chat_resp, cmpl_req, cmpl_resp, models, error), components = msgspec.json.schema_components(
+    schemas, components = msgspec.json.schema_components(
         [
             ChatCompletionRequest,
             ChatCompletionResponse,
@@ -185,9 +228,17 @@ def openapi_document(
             CompletionResponse,
             ModelList,
             ErrorResponse,
+            TokenizeCompletionRequest,
+            TokenizeChatRequest,
+            TokenizeResponse,
+            DetokenizeRequest,
+            DetokenizeResponse,
         ],
         ref_template=_REF,
     )
+    chat_req, chat_resp, cmpl_req, cmpl_resp, models, error = schemas[:6]
+    tok_text, tok_chat, tok_resp, detok_req, detok_resp = schemas[6:]
+    _tokenize_rules(components, model, context_length, vocab_size)
     for name, rules in value_rules(max_logprobs).items():
         properties = components[name]["properties"]
         if model is not None:
@@ -230,6 +281,12 @@ def openapi_document(
                     "responses": {"200": {"description": "Models", **_json(models)}},
                 }
             },
+            "/tokenize": _post(
+                "Token ids of a text prompt, or of chat messages rendered as a chat completion renders them",
+                {"oneOf": [tok_text, tok_chat]},
+                tok_resp,
+            ),
+            "/detokenize": _post("Text of token ids (special tokens kept)", detok_req, detok_resp),
             "/health": {
                 "get": {"summary": "200 with live worker instances, 503 with none", "responses": plain}
             },

@@ -115,6 +115,37 @@ class Preprocessor:
             return self._completions(req)
         return await anyio.to_thread.run_sync(self._completions, req, limiter=self._threads())
 
+    async def tokenize_chat_async(self, req: ChatCompletionRequest) -> list[int]:
+        """The token ids a chat completion of ``req`` sends for its messages (the same bounds,
+        template and options), without the context-length rule: ``/tokenize`` reports the count
+        and the context length instead, as vLLM's does."""
+        if self.check_chat(req) <= INLINE_WORK_BYTES:
+            return self._chat_tokens(req)
+        return await anyio.to_thread.run_sync(self._chat_tokens, req, limiter=self._threads())
+
+    async def tokenize_text_async(self, text: str, add_special_tokens: bool) -> list[int]:
+        """``text`` tokenized as a completion prompt is, under the same byte bound."""
+        size = bounds.json_size(text, self.prompt_bytes)
+        if size > self.prompt_bytes:
+            raise bad_request(
+                f"prompt is more than {self.prompt_bytes} bytes, the most this server accepts "
+                "(raise it with --max-prompt-bytes)",
+                param="prompt",
+            )
+        if size <= INLINE_WORK_BYTES:
+            return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return await anyio.to_thread.run_sync(
+            self.tokenizer.encode, text, add_special_tokens, limiter=self._threads()
+        )
+
+    async def detokenize_async(self, token_ids: list[int]) -> str:
+        """``token_ids`` as text, special tokens kept (as vLLM's ``/detokenize``)."""
+        if len(token_ids) <= INLINE_WORK_BYTES // 4:
+            return self.tokenizer.decode(token_ids, False)
+        return await anyio.to_thread.run_sync(
+            self.tokenizer.decode, token_ids, False, limiter=self._threads()
+        )
+
     async def next_turn_prefix_async(self, req: ChatCompletionRequest, reply: str) -> list[int] | None:
         """``next_turn_prefix`` in a preprocessing thread; None at once when every thread is busy
         (a speculative prefill is worth less than the requests waiting for one)."""
@@ -150,6 +181,10 @@ class Preprocessor:
         text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
         token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
         return self._finish(req, token_ids, text, req.max_completion_tokens)
+
+    def _chat_tokens(self, req: ChatCompletionRequest) -> list[int]:
+        text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
+        return self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
 
     def next_turn_prefix(self, req: ChatCompletionRequest, reply: str) -> list[int] | None:
         """The tokens the next turn of this conversation starts with: the messages plus the

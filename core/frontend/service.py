@@ -66,7 +66,7 @@ from dyn.core.protocol.openai import (
     check_chat,
     check_completion,
 )
-from dyn.core.protocol.priority import engine_priority, request_priority
+from dyn.core.protocol.priority import Convention, engine_priority, queue_priority, request_priority
 from dyn.core.protocol.structured import request_constraint
 from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.router.agent import SessionOpenError
@@ -356,6 +356,8 @@ class Generation:
         hints = req.nvext.agent_hints if req.nvext is not None else None
         if hints is not None and hints.speculative_prefill and self.chat and len(choices) == 1:
             choices[0].keep_text = True
+        self.role = _response_role(req, service.outputs.response_role)
+        """The role of the answer's message (chat only)."""
 
     def release(self) -> None:
         """End every choice's route (a no-op for those that ended): whatever happened to the
@@ -395,7 +397,7 @@ class Generation:
         wanted = set(self.nvext.annotations or ()) if self.nvext is not None else set()
 
         async def run(choice: _Choice) -> None:
-            first = enc.role(choice.index) if self.chat else b""
+            first = enc.role(choice.index, self.role) if self.chat else b""
             if self.echo_texts is not None:
                 first += enc.text(choice.index, self.echo_texts[choice.index])
             if first:
@@ -557,14 +559,14 @@ class Generation:
         output = choice.output
         logprobs = self._unary_logprobs(choice)
         if output is None:
-            message = ChatMessageOut("assistant", self._text(choice))
+            message = ChatMessageOut(self.role, self._text(choice))
             return ChatChoice(choice.index, message, choice.finish_reason, logprobs, choice.stop_reason)
         output.push("".join(choice.parts))
         output.finish()
         content, reasoning, calls = output.message()
         if self.echo_texts is not None:
             content = self.echo_texts[choice.index] + (content or "")
-        message = ChatMessageOut("assistant", content, reasoning, calls)
+        message = ChatMessageOut(self.role, content, reasoning, calls)
         return ChatChoice(
             choice.index, message, output.finish_reason(choice.finish_reason), logprobs, choice.stop_reason
         )
@@ -638,6 +640,9 @@ class OutputSettings:
     reasoning_parser: str | None = None
     enable_auto_tool_choice: bool = False
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
+    response_role: str = "assistant"
+    """The role of a chat answer when the request adds a generation prompt (vLLM's
+    ``--response-role``)."""
 
 
 @dataclass(slots=True)
@@ -688,7 +693,9 @@ class _Migration:
         self.service.metrics.migrations.labels(self.service.model_name, kind).inc()
 
     def priority(self, route: Route) -> int | None:
-        return engine_priority(self.client_priority, route.worker.record.priority_order)
+        return engine_priority(
+            self.client_priority, route.worker.record.priority_order, self.service.priority_convention
+        )
 
 
 class OpenAIService:
@@ -703,8 +710,11 @@ class OpenAIService:
         background: BackgroundTasks | None = None,
         outputs: OutputSettings | None = None,
         reliability: Reliability | None = None,
+        priority_convention: Convention = "dyn",
     ) -> None:
+        """``priority_convention``: how a request's priority is read (``dyn.core.protocol.priority``)."""
         self.model_name = model_name
+        self.priority_convention: Convention = priority_convention
         self.preprocessor = preprocessor
         self.router = router
         self.metrics = metrics
@@ -822,13 +832,13 @@ class OpenAIService:
             token_ids=[],
             instance_id=instance_id,
             dp_rank=dp_rank,
-            priority=hints.priority if hints is not None else None,
+            priority=queue_priority(hints.priority, self.priority_convention) if hints is not None else None,
             latency_sensitivity=hints.latency_sensitivity if hints is not None else None,
             expected_output_tokens=hints.osl if hints is not None else None,
             session=session,
             pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None,
         )
-        client_priority = request_priority(req)
+        client_priority = request_priority(req, self.priority_convention)
         tokenizer = self.preprocessor.tokenizer
         plan = outputs.plan
         skip_special = req.skip_special_tokens and not (plan is not None and plan.needs_special_tokens)
@@ -861,7 +871,7 @@ class OpenAIService:
                     include_stop_str_in_output=req.include_stop_str_in_output,
                 )
                 record = route.worker.record
-                priority = engine_priority(client_priority, record.priority_order)
+                priority = engine_priority(client_priority, record.priority_order, self.priority_convention)
                 hinted = outputs.hinted_tools and FEATURE_TOOL_HINTS in record.features
                 request = engine_request(
                     engine_id,
@@ -944,6 +954,16 @@ class OpenAIService:
             m.ttft.labels(model).observe(ttft)
         if itl is not None:
             m.itl.labels(model).observe(itl)
+
+
+def _response_role(req: _GenerationRequest, response_role: str) -> str:
+    """vLLM's ``get_chat_request_role``: with ``add_generation_prompt`` false the answer
+    continues the conversation as its last message's author, else it is ``response_role``."""
+    if isinstance(req, ChatCompletionRequest) and not req.add_generation_prompt:
+        role = req.messages[-1].get("role")
+        if isinstance(role, str):
+            return role
+    return response_role
 
 
 def _parser(registry: Registry, name: str | None) -> type | None:

@@ -2,10 +2,13 @@
 
 Requests decode straight from the body with msgspec (a wrong type, or an integer outside the range
 its consumer takes, fails at decode time and names the field, see ``decode_request``);
-``check_*`` then applies the value rules vLLM applies. Unknown fields are ignored, as OpenAI and
-vLLM ignore them. Fields the serving path cannot honour yet
-(beam search, ``logit_bias``, ``allowed_token_ids``, ``suffix``) are rejected with a 400 that
-names them, never dropped silently. Tools and structured outputs are checked by
+``check_*`` then applies the value rules vLLM applies. Unknown top-level fields are ignored, as
+OpenAI and vLLM ignore them (``ignored_fields`` names them for the log, as vLLM logs them); an
+unknown field inside ``nvext`` (and its ``agent_hints``, ``session_control``, ``cache_control``)
+is a 400 naming it, so a Dynamo extension dyn does not implement (a per-request router override,
+say) is never dropped silently. Fields the serving path cannot honour yet (beam search,
+``logit_bias``, ``allowed_token_ids``, ``suffix``, a ``guided_decoding_backend`` other than
+"auto") are rejected with a 400 that names them. Tools and structured outputs are checked by
 ``dyn.core.protocol.tools`` and ``dyn.core.protocol.structured``.
 
 Responses are msgspec Structs encoded with ``msgspec.json``; the streaming hot path in
@@ -14,6 +17,7 @@ Responses are msgspec Structs encoded with ``msgspec.json``; the streaming hot p
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Annotated, Any, Literal
@@ -41,7 +45,7 @@ TokenId = U32
 # --------------------------------------------------------------------------- nvext
 
 
-class AgentHints(msgspec.Struct, forbid_unknown_fields=False):
+class AgentHints(msgspec.Struct, forbid_unknown_fields=True):
     """Per-request scheduling hints (seed 002). ``priority``: larger is more important, on every
     backend (``dyn.core.protocol.priority`` converts it to the engine's convention)."""
 
@@ -54,7 +58,7 @@ class AgentHints(msgspec.Struct, forbid_unknown_fields=False):
 SESSION_ACTIONS = ("open", "bind", "close")
 
 
-class SessionControl(msgspec.Struct):
+class SessionControl(msgspec.Struct, forbid_unknown_fields=True):
     """``nvext.session_control`` (seed 003): ``action`` open | bind | close, or omitted on the
     turns in between; ``timeout`` is the idle timeout in seconds (open and bind)."""
 
@@ -68,7 +72,7 @@ CACHE_TTL_MAX_S = 3600
 _TTL_SHORTHANDS = {"5m": 300, "1h": 3600}
 
 
-class CacheControl(msgspec.Struct):
+class CacheControl(msgspec.Struct, forbid_unknown_fields=True):
     """``nvext.cache_control``: pin the conversation's KV for ``ttl`` after generation."""
 
     type: Literal["ephemeral"] = "ephemeral"
@@ -94,7 +98,7 @@ EXTRA_FIELDS = ("worker_id", "timing")
 ANNOTATIONS = ("formatted_prompt", "token_ids", "request_id", "llm_metrics")
 
 
-class NvExt(msgspec.Struct, forbid_unknown_fields=False):
+class NvExt(msgspec.Struct, forbid_unknown_fields=True):
     """NVIDIA's request extensions (seed 000); ``check_nvext`` holds the value rules."""
 
     greed_sampling: bool | None = None
@@ -240,6 +244,7 @@ class CompletionRequest(_GenerationRequest, kw_only=True):
 
 _PATH_RE = re.compile(r" - at `\$(.*)`$")
 _MISSING_RE = re.compile(r"missing required field `([^`]+)`")
+_UNKNOWN_RE = re.compile(r"unknown field `([^`]+)`")
 
 
 def decode_request(body: bytes, kind: type[msgspec.Struct]) -> Any:
@@ -262,15 +267,37 @@ def decode_request(body: bytes, kind: type[msgspec.Struct]) -> Any:
         text = str(exc)
         match = _PATH_RE.search(text)
         param = match.group(1).lstrip(".") if match else None
-        missing = _MISSING_RE.search(text)
-        if missing:
-            param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+        named = _MISSING_RE.search(text) or _UNKNOWN_RE.search(text)
+        if named:
+            param = f"{param}.{named.group(1)}" if param else named.group(1)
+        if param and _UNKNOWN_RE.search(text):
+            raise bad_request(
+                f"Invalid request: unknown field '{param}': this server does not implement it "
+                "(extension fields are refused, never ignored silently); remove it",
+                param=param,
+            ) from None
         message = _PATH_RE.sub("", text)
         if param:
             message = f"{message} at '{param}'"
         raise bad_request(f"Invalid request: {message}", param=param) from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"Invalid JSON body: {exc}") from None
+
+
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+@functools.cache
+def _field_names(kind: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(kind.__struct_fields__)
+
+
+def ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> list[str]:
+    """The top-level fields of ``body`` (a JSON object ``decode_request`` accepted as ``kind``)
+    that ``kind`` does not have: ignored, and worth a warning, as vLLM logs them. Reads the keys
+    only (about a microsecond per KiB)."""
+    known = _field_names(kind)
+    return sorted(key for key in _TOP_LEVEL.decode(body) if key not in known)
 
 
 def _range(req: _GenerationRequest, name: str, ok: bool, rule: str) -> None:
@@ -335,6 +362,12 @@ def _unsupported(req: _GenerationRequest) -> None:
         raise _not_supported("logit_bias", "logit_bias")
     if req.allowed_token_ids is not None:
         raise _not_supported("allowed_token_ids", "allowed_token_ids")
+    if req.guided_decoding_backend not in (None, "auto"):
+        raise _not_supported(
+            "guided_decoding_backend",
+            f"choosing the structured-output backend per request ({req.guided_decoding_backend!r}; "
+            "the worker's engine uses its own, as vLLM V1 does)",
+        )
 
 
 def _not_supported(param: str, what: str) -> ApiError:

@@ -73,7 +73,7 @@ def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp
     assert result["failures"] == [] and cases["with_failures"] == 0, run.stdout[-6000:]
     assert result["errors"] == [] and cases["errored"] == 0, run.stdout[-6000:]  # network errors land here
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert result["operations"]["tested"] == result["operations"]["total"] == 6
+    assert result["operations"]["tested"] == result["operations"]["total"] == 8
     assert cases["generated"] >= 500
     for operation in ("POST /v1/chat/completions", "POST /v1/completions"):
         accepted = sum(phase["accepted"] for phase in result["valid_rates"][operation].values())

@@ -25,7 +25,7 @@ from dyn.core.asgi import JSON, BodyTooLarge, Disconnected, read_body, respond
 from dyn.core.frontend.endpoints.base import Call, Endpoint, Headers
 from dyn.core.frontend.service import Generation, OpenAIService, RequestContext
 from dyn.core.protocol.errors import ApiError, bad_request
-from dyn.core.protocol.openai import decode_request
+from dyn.core.protocol.openai import decode_request, ignored_fields
 
 if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
@@ -70,6 +70,7 @@ class GenerateEndpoint(Endpoint):
         req = decode_request(body, self.request_type)
         headers = call.headers
         rid = _request_id(headers.get(b"x-request-id"), req.request_id)
+        warn_ignored(body, self.request_type, rid)
         ctx = RequestContext(
             rid,
             worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
@@ -161,6 +162,16 @@ async def until_disconnect(service: OpenAIService, work: Coroutine[Any, Any, Non
         service.metrics.disconnects.labels(service.model_name).inc()
         log.info("client disconnected; its engine requests were cancelled")
     return not disconnected
+
+
+def warn_ignored(body: bytes, kind: type, request_id: str) -> None:
+    """Log the top-level fields of a request that its type ignores, as vLLM does (a client's
+    typo or a parameter this server does not know is then visible in the log)."""
+    ignored = ignored_fields(body, kind)
+    if ignored:
+        log.warning(
+            "request %s: these fields were present in the request but ignored: %s", request_id, ignored
+        )
 
 
 def require_json(headers: dict[bytes, bytes]) -> None:

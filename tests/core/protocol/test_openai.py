@@ -29,7 +29,7 @@ def error_of(fn, *args) -> ApiError:
 
 
 def test_decode_keeps_vllm_extras_and_ignores_unknown_fields():
-    req = chat(top_k=5, ignore_eos=True, nvext={"backend_instance_id": 7, "future": 1}, whatever=3)
+    req = chat(top_k=5, ignore_eos=True, nvext={"backend_instance_id": 7}, whatever=3)  # nvext: strict
     assert req.top_k == 5 and req.ignore_eos and req.nvext.backend_instance_id == 7
     check_chat(req)
 
