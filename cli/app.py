@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from dyn.cli import bench, frontend, indexer, inspect_kv, keys, router, serve, worker
+from dyn.cli import bench, completion, frontend, indexer, inspect_kv, keys, router, serve, worker
+from dyn.cli.help_layout import install as install_help_layout
 from dyn.cli.options import flag
+
+install_help_layout()
 
 app = typer.Typer(
     name="dyn",
@@ -13,7 +16,8 @@ app = typer.Typer(
     "router, engine workers, a KV indexer, a benchmark client and a KV inspector.\n\n"
     "Every flag has an environment twin: --some-flag is also DYN_SOME_FLAG.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    cls=completion.CompletingGroup,
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -29,9 +33,18 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    log_level: str = flag("info", "--log-level", help="Log level: debug, info, warning, error."),
+    ctx: typer.Context,
+    log_level: str = flag(
+        "info",
+        "--log-level",
+        help="Log level: debug, info, warning, error.",
+        autocompletion=completion.log_levels,
+    ),
     log_format: str = flag(
-        "rich", "--log-format", help="Log format: rich (for people) or json (one object per line)."
+        "rich",
+        "--log-format",
+        help="Log format: rich (for people) or json (one object per line).",
+        autocompletion=completion.log_formats,
     ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
@@ -43,9 +56,11 @@ def main_options(
 
     follow_parent()
     try:
-        configure_logging(log_level, log_format)
+        configure_logging(log_level, log_format, process=ctx.invoked_subcommand or "dyn")
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        from dyn.cli.options import env_hint
+
+        raise typer.BadParameter(env_hint(str(exc), ctx)) from None
 
 
 app.command("frontend")(frontend.frontend)
@@ -59,5 +74,52 @@ app.command("keys")(keys.keys)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. With ``--log-format json`` (or ``DYN_LOG_FORMAT=json``) Click's
+    own errors (a bad flag value, say) are JSON error records too."""
+    import os
+    import sys
+
+    args = sys.argv[1:]
+    if _log_format(args, os.environ.get("DYN_LOG_FORMAT")) != "json":
+        app()
+        return
+    sys.exit(_main_json(args))
+
+
+def _log_format(args: list[str], from_env: str | None) -> str | None:
+    """The ``--log-format`` the main options will see: the last one given before the command,
+    else the environment's."""
+    found = from_env
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") and not _is_value(args, i):
+            break
+        if arg == "--log-format" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--log-format="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def _main_json(args: list[str]) -> int:
+    """Run the app without Click's standalone error printing; its errors become log records."""
+    import logging
+
+    from dyn.core.logs import configure_logging
+
+    command = next((a for i, a in enumerate(args) if not a.startswith("-") and not _is_value(args, i)), "dyn")
+    configure_logging("info", "json", process=command)  # the main options configure it again
+    try:
+        code = app(args=args, standalone_mode=False)
+    except typer.Abort:
+        logging.getLogger("dyn.cli").error("aborted")
+        return 1
+    except typer.TyperException as exc:  # Click's usage errors: a bad flag or value
+        hint = f" (see: dyn {command} --help)" if command != "dyn" else ""
+        logging.getLogger("dyn.cli").error("%s%s", exc.format_message(), hint)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
+
+
+def _is_value(args: list[str], i: int) -> bool:
+    """Whether ``args[i]`` is the value of the main option before it (``--log-level info``)."""
+    return i > 0 and args[i - 1] in ("--log-level", "--log-format")

@@ -30,7 +30,13 @@ app = typer.Typer(
 @app.callback()
 def bench(
     ctx: typer.Context,
-    url: str = flag(None, "--url", panel=TARGET, help="Base URL of the server, e.g. http://127.0.0.1:8000."),
+    url: str = flag(
+        None,
+        "--url",
+        scope="bench",
+        panel=TARGET,
+        help="The server: http://HOST:PORT or the OpenAI base URL http://HOST:PORT/v1 that dyn serve prints.",
+    ),
     model: str = flag(
         None, "--model", panel=TARGET, help="Model to ask for (default: the first of /v1/models)."
     ),
@@ -74,7 +80,11 @@ def bench(
         help="Replay a Mooncake (or Bailian) JSONL trace at its recorded times.",
     ),
     seed: int = flag(
-        0, "--seed", panel=WORKLOAD, help="Seed of every random choice (same seed, same workload)."
+        0,
+        "--seed",
+        scope="bench",
+        panel=WORKLOAD,
+        help="Seed of every random choice (same seed, same workload).",
     ),
     max_tokens: int = flag(
         64,
@@ -204,7 +214,9 @@ def bench(
         panel=LOAD,
         help="Start no unit once this many requests were started (traces: read only this many rows).",
     ),
-    duration: float = flag(None, "--duration", panel=LOAD, help="Start no unit after this many seconds."),
+    duration: float = flag(
+        None, "--duration", scope="bench", panel=LOAD, help="Start no unit after this many seconds."
+    ),
     output: str = flag(
         None, "--output", "-o", panel=OUTPUT, help="Write the results (JSON, schema dyn-bench/1) here."
     ),
@@ -234,7 +246,14 @@ def bench(
     from dyn.core.bench.runner import LoadSettings
     from dyn.core.bench.spec import WorkloadSpec
     from dyn.core.errors import ConfigError
+    from dyn.core.server_url import server_root
 
+    if url is not None:
+        try:
+            url = server_root(url)
+        except ConfigError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
     chosen = [
         name
         for name, on in (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from dyn.cli import options
+from dyn.cli import completion, options
 from dyn.cli.mocker_flags import mocker_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
@@ -47,7 +47,13 @@ def replay(
         panel=options.WORKER_PANEL,
         help="Simulated mocker workers, each with its own scheduler and KV cache.",
     ),
-    router_mode: str = flag("kv", "--router-mode", panel=ROUTER_PANEL, help=modes_help(offline=True)),
+    router_mode: str = flag(
+        "kv",
+        "--router-mode",
+        panel=ROUTER_PANEL,
+        help=modes_help(offline=True),
+        autocompletion=completion.offline_router_modes,
+    ),
     speedup: float = flag(
         1.0,
         "--speedup",
@@ -78,7 +84,11 @@ def replay(
         help="Replay only this many rows from the start of the trace.",
     ),
     seed: int = flag(
-        0, "--seed", panel=REPLAY_PANEL, help="Seed of every random choice (same seed, same records)."
+        0,
+        "--seed",
+        scope="bench",
+        panel=REPLAY_PANEL,
+        help="Seed of every random choice (same seed, same records).",
     ),
     output: str = flag(
         None,

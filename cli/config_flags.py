@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from dyn.cli.options import flag
+from dyn.cli.options import env_hint, flag
 from dyn.core.config import build_from_flags, declared_flags
 
 Flags = Mapping[str, tuple[Any, Any]]
@@ -93,7 +93,7 @@ def config_flags(
             try:
                 kwargs[param] = make(values)
             except ValueError as exc:
-                raise typer.BadParameter(str(exc)) from None
+                raise typer.BadParameter(env_hint(str(exc))) from None
             command(**kwargs)
 
         wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from dyn.cli import options
+from dyn.cli import completion, options
 from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
@@ -171,7 +171,22 @@ def frontend(
     allow_credentials: bool = flag(
         False, "--allow-credentials", panel=HTTP_PANEL, help="CORS: allow credentials."
     ),
-    router_mode: str = flag("round-robin", "--router-mode", panel=ROUTER_PANEL, help=modes_help()),
+    router_mode: str = flag(
+        "round-robin",
+        "--router-mode",
+        panel=ROUTER_PANEL,
+        help=modes_help(),
+        autocompletion=completion.router_modes,
+    ),
+    priority_convention: str = flag(
+        "dyn",
+        "--priority-convention",
+        panel=ROUTER_PANEL,
+        help="How nvext.agent_hints.priority is read. dyn: larger is more important "
+        "(the router queue and every engine agree; Dynamo >= 1.1 does the same). dynamo: "
+        "the value goes to the engine as sent and the router queue ignores it, as Dynamo "
+        "1.0 did (with vLLM a smaller value is served first).",
+    ),
     router_address: str = flag(
         None,
         "--router-address",
@@ -268,6 +283,7 @@ def frontend(
         max_logprobs=max_logprobs,
         public_metrics=public_metrics,
         max_inflight=max_inflight,
+        priority_convention=priority_convention,
         limits=RequestLimits(
             max_n=max_n,
             max_prompts=max_prompts,
@@ -288,5 +304,4 @@ def frontend(
     try:
         run_frontend(settings)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))

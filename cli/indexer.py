@@ -19,6 +19,7 @@ def indexer(
         8090,
         "--http-port",
         "--port",
+        scope="indexer",
         min=0,
         max=65535,
         panel=INDEXER_PANEL,
@@ -43,6 +44,7 @@ def indexer(
     workers: str = flag(
         None,
         "--workers",
+        scope="indexer",
         panel=INDEXER_PANEL,
         help="Follow these workers instead of discovery: "
         "'ID[:DP_RANK]=tcp://HOST:PORT[|REPLAY_ENDPOINT],...' (the KV-event "
@@ -73,7 +75,7 @@ def indexer(
         try:
             static = parse_workers(workers)
         except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--workers") from None
+            raise typer.BadParameter(options.env_hint(str(exc)), param_hint="--workers") from None
         if block_size is None:
             raise typer.BadParameter(
                 "--workers needs --block-size (the engines' KV block size)", param_hint="--block-size"
@@ -93,5 +95,4 @@ def indexer(
     try:
         run_indexer(settings)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))

@@ -19,11 +19,12 @@ def inspect_kv(
     url: str = flag(
         None,
         "--url",
+        scope="inspect-kv",
         panel=TARGET_PANEL,
         help="HTTP URL of a dyn indexer (its http= address), of a frontend with "
-        "--router-mode kv, or of a dyn router's --system-port (their views "
-        "are under /kv/, found by probing). Default: the newest dyn indexer "
-        "in discovery.",
+        "--router-mode kv (http://HOST:PORT, or the /v1 URL dyn serve prints), or of a dyn "
+        "router's --system-port (their views are under /kv/, found by probing). Default: the "
+        "newest dyn indexer in discovery.",
     ),
     api_key: str = flag(
         None,
@@ -79,6 +80,7 @@ def inspect_kv(
     duration: float = flag(
         0.0,
         "--duration",
+        scope="inspect-kv",
         min=0.0,
         panel=OUTPUT_PANEL,
         help="Stop --watch after this many seconds (0: at Ctrl-C).",
@@ -89,7 +91,14 @@ def inspect_kv(
     from dyn.core.errors import ConfigError
     from dyn.core.inspect.command import InspectSettings, run_inspect
     from dyn.core.inspect.target import TargetError
+    from dyn.core.server_url import server_root
 
+    if url is not None:
+        try:
+            url = server_root(url)
+        except ConfigError as exc:  # exit 1, as for every other unusable target
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
     settings = InspectSettings(
         url=url,
         discovery=discovery,

@@ -2,8 +2,13 @@
 
 Every flag ``--some-flag`` can also be set with ``DYN_SOME_FLAG`` (``DYN_`` + the long flag name
 in upper case, dashes as underscores; booleans take true/false/1/0). The flag wins over the
-environment. The same flag name means the same thing in every command, so one environment
-configures a whole stack (Dynamo's ``DYN_ROUTER_*`` names follow the same scheme).
+environment. An environment name means one thing in every command, so one environment
+configures a whole stack (Dynamo's ``DYN_ROUTER_*`` names follow the same scheme). Where a
+command's flag means something else than the flag of that name elsewhere, its twin is scoped
+by the command (``flag(..., scope="indexer")``: ``dyn indexer --http-port`` is
+``DYN_INDEXER_HTTP_PORT``, while ``DYN_HTTP_PORT`` stays the frontend's, which ``dyn serve``
+passes on); ``tests/cli/test_help_and_env.py`` finds any name two meanings share. A bad value
+from the environment is reported with the variable's name (``env_hint``).
 
 Settings that belong to a config class are declared on it (``dyn.core.config``) and offered by
 ``dyn.cli.config_flags``: the discovery flags (``DiscoveryConfig``), the router's
@@ -12,7 +17,8 @@ Settings that belong to a config class are declared on it (``dyn.core.config``) 
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, NoReturn
 
 import typer
 
@@ -21,19 +27,26 @@ from dyn.core.config import ENGINE_PANEL, MODEL_PANEL, WORKER_PANEL  # noqa: F40
 ENV_PREFIX = "DYN_"
 
 
-def env_name(flag: str) -> str:
-    """``--max-num-seqs`` -> ``DYN_MAX_NUM_SEQS``."""
-    return ENV_PREFIX + flag.lstrip("-").split("/")[0].upper().replace("-", "_")
+def env_name(flag: str, scope: str | None = None) -> str:
+    """``--max-num-seqs`` -> ``DYN_MAX_NUM_SEQS``; scoped by ``indexer``: ``--http-port`` ->
+    ``DYN_INDEXER_HTTP_PORT``."""
+    name = flag.lstrip("-").split("/")[0]
+    if scope:
+        name = f"{scope}-{name}"
+    return ENV_PREFIX + name.upper().replace("-", "_")
 
 
-def flag(default: Any, *names: str, help: str, panel: str | None = None, **kwargs: Any) -> Any:
-    """A Typer option with its environment twin, shown in ``--help`` under ``panel``."""
+def flag(
+    default: Any, *names: str, help: str, panel: str | None = None, scope: str | None = None, **kwargs: Any
+) -> Any:
+    """A Typer option with its environment twin (``env_name(long name, scope)``), shown in
+    ``--help`` under ``panel``."""
     long_name = next(n for n in names if n.startswith("--"))
     return typer.Option(
         default,
         *names,
         help=help,
-        envvar=env_name(long_name),
+        envvar=env_name(long_name, scope),
         show_envvar=True,
         rich_help_panel=panel,
         **kwargs,
@@ -80,6 +93,56 @@ PLANE_KEYS = flag(
     help="Directory of CurveZMQ keys (made by 'dyn keys'): every ZMQ plane is encrypted and "
     "only holders of the keys may connect. Required to bind beyond loopback.",
 )
+
+
+def env_hint(message: str, ctx: Any = None) -> str:
+    """``message`` about a bad setting, plus the environment variables it came from: an option of
+    the running command (or of ``dyn`` itself) whose value was read from its twin, and which the
+    message names by flag or quotes by value. ``DYN_ROUTER_MODE=bogus`` makes "unknown router
+    mode 'bogus'" end in "(set by DYN_ROUTER_MODE in the environment)". Values are not repeated
+    (one may be a key)."""
+    ctx = ctx if ctx is not None else _current_context()
+    names: list[str] = []
+    while ctx is not None:
+        for param in getattr(ctx.command, "params", ()):
+            envvar = getattr(param, "envvar", None)
+            if getattr(param, "param_type_name", "") != "option" or not isinstance(envvar, str):
+                continue
+            source = ctx.get_parameter_source(param.name) if param.name else None
+            if getattr(source, "name", "") != "ENVIRONMENT" or envvar in message:
+                continue
+            value = os.environ.get(envvar, "")
+            if any(opt in message for opt in param.opts) or (value and repr(value) in message):
+                names.append(envvar)
+        ctx = ctx.parent
+    return f"{message} (set by {', '.join(names)} in the environment)" if names else message
+
+
+def _current_context() -> Any:
+    """The Click context of the running command, or None (Typer vendors its own Click)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - a Typer that uses Click itself
+        try:
+            from click import get_current_context
+        except ImportError:
+            return None
+    return get_current_context(silent=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Exit with ``code`` after ``error: message`` on stderr (with --log-format json, an error
+    record instead, so every line stays JSON)."""
+    from dyn.core.logs import is_json
+
+    message = env_hint(message)
+    if is_json():
+        import logging
+
+        logging.getLogger("dyn.cli").error(message)
+    else:
+        typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
 
 
 def use_plane_keys(directory: str | None) -> None:

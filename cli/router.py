@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 from dyn.cli import options
 from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
@@ -62,5 +60,4 @@ def router(
     try:
         run_router_service(settings)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))

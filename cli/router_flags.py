@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from dyn.cli import options
 from dyn.cli.config_flags import flag_table
 from dyn.cli.options import flag
 from dyn.core.config import fields_from_flags
@@ -73,7 +74,7 @@ def _config(values: dict[str, Any]) -> KvRouterConfig:
         ("router_snapshot_threshold", "--router-snapshot-threshold"),
     ):
         if values[name] not in (None, False):
-            raise typer.BadParameter(JETSTREAM.format(flag=flag_name), param_hint=flag_name)
+            raise typer.BadParameter(options.env_hint(JETSTREAM.format(flag=flag_name)), param_hint=flag_name)
     weight, source = values["router_kv_overlap_score_weight"], "--router-kv-overlap-score-weight"
     if weight is None:
         from_env = deprecated_overlap_weight_from_env(os.environ)
@@ -107,8 +108,7 @@ def router_flags(command: Callable[..., None]) -> Callable[..., None]:
         try:
             kwargs["router_config"] = _config(values)
         except ConfigError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+            options.fail(str(exc))
         command(**kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]

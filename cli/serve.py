@@ -81,7 +81,8 @@ def serve(
     engines = root.commands["worker"].commands
     if engine not in engines:
         raise typer.BadParameter(
-            f"must be one of {', '.join(engines)}, got {engine!r}", param_hint="--engine"
+            options.env_hint(f"must be one of {', '.join(engines)}, got {engine!r}"),
+            param_hint="--engine",
         )
     worker_cmd = engines[engine]
     frontend_name, worker_name = "dyn frontend", f"dyn worker {engine}"
@@ -91,8 +92,7 @@ def serve(
             ctx.args, specs, passthrough=worker_name if _passes_through(worker_cmd) else None
         )
     except FlagRoutingError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))
 
     shared = {
         "--namespace": discovery.namespace,
@@ -138,10 +138,11 @@ def serve(
             else (60.0 if engine == "mocker" else 900.0),
             summary=summary,
             env=_log_env(ctx),
+            log_format=_log_env(ctx).get("DYN_LOG_FORMAT", "rich"),
             restart_workers=restart_workers,
         )
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise typer.BadParameter(options.env_hint(str(exc))) from None
     raise typer.Exit(run_stack(config))
 
 
@@ -152,8 +153,7 @@ def _check_discovery(discovery: DiscoveryConfig) -> None:
     try:
         discovery.open()
     except (ConfigError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))
 
 
 def option_specs(command: Any) -> dict[str, int]:

@@ -144,8 +144,7 @@ def _settings(
     try:
         tool_call_parser, reasoning_parser = model_parsers(tool_call_parser, reasoning_parser, model_path)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))
     return WorkerSettings(
         discovery=discovery,
         host=host,
@@ -164,11 +163,9 @@ def _serve(plugin: EnginePlugin, config: object, settings: WorkerSettings, **kwa
     try:
         serve(plugin, config, settings, **kwargs)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        options.fail(str(exc))
     except EngineStartError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        options.fail(str(exc), 1)
 
 
 register_engines(app)

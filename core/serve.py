@@ -6,8 +6,9 @@ Two ideas live here, both engine-agnostic and free of any CLI library:
   each command's option specs (flag name -> how many values it takes). A flag nobody defines is a
   ``FlagRoutingError`` that names the flag and the commands searched.
 * ``run_stack`` starts the children (stdout and stderr piped, every line prefixed with the child's
-  name), waits until the frontend prints its listening line and its ``/health`` lists enough worker
-  instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. A worker
+  name; with ``log_format="json"`` no prefix: every line the supervisor writes is one JSON object
+  whose ``process`` field names the child, see ``relay_json``), waits until the frontend prints
+  its listening line and its ``/health`` lists enough worker instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. A worker
   that dies once the stack is ready is restarted after a back-off that doubles with each quick
   death (``restart_backoff_s``), and the supervisor says so. Stopping is a drain: every child gets
   SIGTERM (workers leave discovery and finish or hand back their requests, the frontend finishes
@@ -30,9 +31,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 import httpx
+import orjson
+
+from dyn.core.logs import PROCESS_ENV, json_record, status_text
 
 LISTENING_RE = re.compile(r"dyn frontend listening on (https?://\S+)")
 READY_PREFIX = "dyn serve: ready at "
@@ -149,19 +153,44 @@ def flag_value(args: Sequence[str], name: str) -> str | None:
 
 
 def parse_listening_url(line: str) -> str | None:
-    """The URL in the frontend's ``dyn frontend listening on http://HOST:PORT`` line, else None."""
-    m = LISTENING_RE.search(line)
+    """The URL in the frontend's ``dyn frontend listening on http://HOST:PORT`` line (plain or a
+    JSON object), else None."""
+    m = LISTENING_RE.search(status_text(line))
     return m.group(1).rstrip("/") if m else None
 
 
 def parse_ready_url(line: str) -> str | None:
-    """The URL in ``dyn serve``'s ready line (it ends in ``/v1``), else None."""
-    m = READY_RE.search(line)
+    """The URL in ``dyn serve``'s ready line (it ends in ``/v1``; plain or a JSON object), else None."""
+    m = READY_RE.search(status_text(line))
     return m.group(1) if m else None
 
 
 def ready_line(base_url: str, summary: str) -> str:
     return f"{READY_PREFIX}{base_url}/v1" + (f"  ({summary})" if summary else "")
+
+
+def relay_json(line: str, process: str, stream: str) -> str | None:
+    """A child's output ``line`` as one JSON log line naming ``process``; None for a blank line.
+
+    A log record (a JSON object with ``ts``, ``level`` and ``message``) passes as it is when it
+    names its process (else gains the field); any other line (a library's print, a C extension's
+    message, other JSON) is wrapped: ``logger`` is the ``stream`` it came on, ``level`` info for
+    stdout and warning for stderr.
+    """
+    if not line.strip():
+        return None
+    if line.startswith("{"):
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and {"ts", "level", "message"} <= record.keys():
+            if "process" in record:
+                return line
+            record["process"] = process
+            return orjson.dumps(record).decode()
+    level = "info" if stream == "stdout" else "warning"
+    return json_record(line, level=level, logger=stream, process=process)
 
 
 def connectable_url(url: str) -> str:
@@ -217,7 +246,8 @@ class ServeConfig:
     ``instances_per_worker``: worker instances each worker process registers (the frontend's
     ``/health`` must list ``len(workers) * instances_per_worker`` before the stack is ready).
     ``summary`` goes in parentheses after the ready URL. ``env``: added to the supervisor's
-    environment for every child (which always gets ``PYTHONUNBUFFERED=1``).
+    environment for every child (which always gets ``PYTHONUNBUFFERED=1`` and its name in
+    ``PROCESS_ENV``). ``log_format``: ``rich`` (prefixed lines) or ``json`` (JSON objects only).
     """
 
     frontend: ChildSpec
@@ -231,8 +261,11 @@ class ServeConfig:
     summary: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     poll_interval_s: float = 0.1
+    log_format: str = "rich"
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("rich", "json"):
+            raise ValueError(f"log format must be rich or json, got {self.log_format!r}")
         if not self.workers:
             raise ValueError("a stack needs at least one worker")
         if self.instances_per_worker < 1:
@@ -279,15 +312,18 @@ def hide_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
 
 
 class _Output:
-    """Serialises prefixed lines from many threads onto one stream; stops quietly on a broken pipe."""
+    """Serialises lines from many threads onto one stream; stops quietly on a broken pipe."""
 
-    def __init__(self, stream: IO[str], colour: bool) -> None:
+    def __init__(self, stream: IO[str], colour: bool, json: bool = False) -> None:
         self.stream = stream
         self._colour = colour
+        self.json = json
         self._lock = threading.Lock()
         self._broken = False
 
     def prefix(self, name: str, width: int, index: int) -> str:
+        if self.json:
+            return ""
         text = f"{name:<{width}} | "
         if self._colour:
             return f"\x1b[{_COLOURS[index % len(_COLOURS)]}m{text}\x1b[0m"
@@ -322,21 +358,33 @@ class _Child:
         return self.spec.name
 
     def start_readers(self, prefix: str, out: _Output, on_stdout_line: Callable[[str], None] | None) -> None:
-        for pipe, hook in ((self.proc.stdout, on_stdout_line), (self.proc.stderr, None)):
+        for pipe, hook, stream in (
+            (self.proc.stdout, on_stdout_line, "stdout"),
+            (self.proc.stderr, None, "stderr"),
+        ):
             if pipe is None:
                 continue
             t = threading.Thread(
-                target=self._pump, args=(pipe, prefix, out, hook), name=f"serve-{self.name}", daemon=True
+                target=self._pump,
+                args=(pipe, prefix, out, hook, stream),
+                name=f"serve-{self.name}",
+                daemon=True,
             )
             t.start()
             self.readers.append(t)
 
-    @staticmethod
-    def _pump(pipe: IO[bytes], prefix: str, out: _Output, hook: Callable[[str], None] | None) -> None:
+    def _pump(
+        self, pipe: IO[bytes], prefix: str, out: _Output, hook: Callable[[str], None] | None, stream: str
+    ) -> None:
         with contextlib.suppress(OSError, ValueError):
             for raw in iter(pipe.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip()
-                out.write(prefix + line)
+                if out.json:
+                    relayed = relay_json(line, self.name, stream)
+                    if relayed is not None:
+                        out.write(relayed)
+                else:
+                    out.write(prefix + line)
                 if hook is not None:
                     hook(line)
 
@@ -367,9 +415,10 @@ class StackSupervisor:
         self, config: ServeConfig, out: IO[str], err: IO[str], stop: threading.Event | None = None
     ) -> None:
         self.config = config
-        colour = _isatty(out) and "NO_COLOR" not in os.environ
-        self._out = _Output(out, colour)
-        self._err = _Output(err, False) if err is not out else self._out
+        json = config.log_format == "json"
+        colour = _isatty(out) and "NO_COLOR" not in os.environ and not json
+        self._out = _Output(out, colour, json)
+        self._err = _Output(err, False, json) if err is not out else self._out
         self._stop = stop or threading.Event()
         self._wake = threading.Event()
         self._signals: list[int] = []
@@ -395,11 +444,17 @@ class StackSupervisor:
 
     # -- messages --
 
-    def _say(self, text: str) -> None:
-        self._out.write(f"dyn serve: {text}")
+    def _say(self, text: str, **fields: Any) -> None:
+        if self._out.json:
+            self._out.write(json_record(text, logger="dyn.serve", process="serve", **fields))
+        else:
+            self._out.write(f"dyn serve: {text}")
 
     def _error(self, text: str) -> None:
-        self._err.write(f"dyn serve: error: {text}")
+        if self._err.json:
+            self._err.write(json_record(text, level="error", logger="dyn.serve", process="serve"))
+        else:
+            self._err.write(f"dyn serve: error: {text}")
 
     # -- lifecycle --
 
@@ -436,7 +491,7 @@ class StackSupervisor:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env={**self._env, **spec.env, **secrets},
+                env={**self._env, **spec.env, PROCESS_ENV: spec.name, **secrets},
                 process_group=0,
             )
         except OSError as exc:
@@ -474,7 +529,12 @@ class StackSupervisor:
                         count, last_health = self._poll_health(http)
                         if count >= cfg.expected_instances:
                             self.ready_url = f"{self._url}/v1"
-                            self._out.write(ready_line(self._url, cfg.summary))
+                            line = ready_line(self._url, cfg.summary)
+                            if self._out.json:
+                                line = json_record(
+                                    line, logger="dyn.status", process="serve", url=self.ready_url
+                                )
+                            self._out.write(line)
                             continue
                     if time.monotonic() > deadline:
                         self._error(self._timeout_message(last_health))

@@ -26,11 +26,13 @@ from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.service import OpenAIService, OutputSettings
+from dyn.core.logs import status
 from dyn.core.model.info import ModelError, load_model_info
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import ParserUnavailable, UnknownParserError, load_plugin
 from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.core.protocol.openai import DEFAULT_MAX_LOGPROBS
+from dyn.core.protocol.priority import CONVENTIONS
 from dyn.core.router.agent import AgentRouter
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
@@ -69,6 +71,9 @@ class FrontendSettings:
     """Most requests served at once (0: no limit); beyond it, 503 with Retry-After."""
     limits: RequestLimits = field(default_factory=RequestLimits)
     reliability: Reliability = field(default_factory=Reliability)
+    priority_convention: str = "dyn"
+    """How ``agent_hints.priority`` is read: ``dyn`` (larger is more important) or ``dynamo``
+    (forwarded raw, as Dynamo 1.0 did); see ``dyn.core.protocol.priority``."""
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -108,9 +113,21 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    convention = settings.priority_convention
+    if convention not in CONVENTIONS:
+        raise ConfigError(
+            f"--priority-convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}"
+        )
     agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
     service = OpenAIService(
-        info.name, preprocessor, agent, metrics, agent.background, outputs, settings.reliability
+        info.name,
+        preprocessor,
+        agent,
+        metrics,
+        agent.background,
+        outputs,
+        settings.reliability,
+        priority_convention=convention,
     )
     return FrontendApp(
         service,
@@ -203,7 +220,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
             while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag, not an event)
                 await anyio.sleep(0.01)
             url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
-            print(READY_PREFIX + url, flush=True)
+            status(READY_PREFIX + url, url=url)
             log.info(
                 "serving model %r at %s/v1 (router %s, %d worker(s) so far)",
                 app.service.model_name,

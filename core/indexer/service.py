@@ -60,6 +60,7 @@ from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import ApplyStatus, RadixIndexer, WorkerKey
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
 from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
+from dyn.core.logs import status
 from dyn.core.messages import (
     OverlapAnswer,
     OverlapQuery,
@@ -521,7 +522,11 @@ async def serve_indexer(settings: IndexerSettings) -> None:
             if await server.start(tg):
                 tg.start_soon(until_served)
                 async with service.announce(server.url):
-                    print(f"{READY_PREFIX}http={server.url} zmq={service.endpoint}", flush=True)
+                    status(
+                        f"{READY_PREFIX}http={server.url} zmq={service.endpoint}",
+                        http=server.url,
+                        zmq=service.endpoint,
+                    )
                     log.info(
                         "indexing model %r (%s, block size %s)",
                         service.model_name,

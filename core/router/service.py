@@ -57,6 +57,7 @@ from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
 from dyn.core.kv.views import error_body, respond
+from dyn.core.logs import status
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
@@ -509,8 +510,8 @@ async def _serve(service: RouterService, settings: RouterSettings, sock: socket.
             )
             if system is not None:
                 await system.start(tg)
-                print(f"{METRICS_PREFIX}{system.url}/metrics", flush=True)
-            print(READY_PREFIX + service.endpoint, flush=True)
+                status(f"{METRICS_PREFIX}{system.url}/metrics", url=f"{system.url}/metrics")
+            status(READY_PREFIX + service.endpoint, zmq=service.endpoint)
             log.info(
                 "routing model %r for namespace %r (%d worker(s) so far)",
                 service.model_name,

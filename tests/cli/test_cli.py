@@ -34,10 +34,17 @@ def test_every_flag_has_its_documented_environment_twin():
     checked = 0
     for path, cmd in all_commands(typer.main.get_command(app)):
         for param in cmd.params:
-            if param.param_type_name != "option" or param.name in ("help", "version"):
+            # one-shot actions, as --help: Typer's completion options have no twin on purpose
+            if param.param_type_name != "option" or param.name in (
+                "help",
+                "version",
+                "install_completion",
+                "show_completion",
+            ):
                 continue
             long_name = next(o for o in param.opts if o.startswith("--"))
-            assert param.envvar == env_name(long_name), f"{' '.join(path)} {long_name}"
+            scoped = {env_name(long_name, scope) for scope in path[1:]}  # DYN_INDEXER_HTTP_PORT
+            assert param.envvar in {env_name(long_name), *scoped}, f"{' '.join(path)} {long_name}"
             assert param.show_envvar, f"{' '.join(path)} {long_name} hides its env var"
             checked += 1
     assert checked >= 15
@@ -80,5 +87,5 @@ def test_log_format_json_emits_one_object_per_line(capsys):
     logging.getLogger("dyn.test").info("hello %s", "there", extra={"instance_id": 7})
     line = capsys.readouterr().err.strip().splitlines()[-1]
     obj = orjson.loads(line)
-    assert obj["msg"] == "hello there" and obj["level"] == "info" and obj["instance_id"] == 7
+    assert obj["message"] == "hello there" and obj["level"] == "info" and obj["instance_id"] == 7
     configure_logging("warning", "rich")

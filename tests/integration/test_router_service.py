@@ -15,6 +15,7 @@ import json
 import httpx
 import pytest
 
+from dyn.core.logs import status_text
 from tests.integration.conftest import READY_PREFIX, DynProcess, Stack
 from tests.waiting import poll_until
 
@@ -41,8 +42,9 @@ def _cached_fraction(url: str, prompt: str) -> float:
 
 def _ready(proc: DynProcess, prefix: str) -> str | None:
     for line in proc.log().splitlines():
-        if line.startswith(prefix):
-            return line[len(prefix) :].strip()
+        text = status_text(line)  # a JSON object with --log-format json
+        if text.startswith(prefix):
+            return text[len(prefix) :].strip()
     if proc.proc.poll() is not None:
         raise AssertionError(f"process exited:\n{proc.log()}")
     return None
@@ -54,7 +56,7 @@ def _logged(proc: DynProcess, text: str) -> list[dict]:
     for line in proc.log().splitlines():
         if line.startswith("{") and text in line:
             record = json.loads(line)
-            if text in record.get("msg", ""):
+            if text in record.get("message", ""):
                 found.append(record)
     return found
 
@@ -139,7 +141,7 @@ def test_two_frontends_share_one_router(routers):
 
 def test_router_address_auto_finds_a_router(routers):
     chosen = _logged(routers.frontends["auto"], "routing through the dyn router at ")
-    assert chosen and chosen[0]["msg"].rsplit(" ", 1)[1] in routers.address.values()
+    assert chosen and chosen[0]["message"].rsplit(" ", 1)[1] in routers.address.values()
     fractions = _shared_groups(routers.url["auto"], routers.url["auto"], range(10, 12))
     assert min(min(f) for f in fractions) > 0.8, fractions
 
