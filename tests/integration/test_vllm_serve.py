@@ -13,8 +13,10 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -184,11 +186,13 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
     three normal ones queue, then an important one arrives last. vLLM's priority queue starts it
     before the normal ones.
 
+    The short requests are sent once the frontend serves all three long ones (its active-requests
+    gauge), so they queue behind seconds of work even when the long requests reached it late.
     When each short request started is read from its nvext timing (received + prefill wait, which
     includes vLLM's own queue time). The queue formed only if every short request had arrived
-    before the first of them started; a try where it did not (the long requests may finish early on
-    this shared machine, or the short ones reach a CPU-starved frontend seconds apart) proves nothing
-    and is repeated, up to 8 times.
+    before the first of them started; a try where it did not (the short ones may reach a
+    CPU-starved frontend seconds apart on this shared machine) proves nothing and is repeated, up
+    to 8 times. A failure lists each try's requests: sent (client clock), received, started.
     """
     url, _ = stack
     headers = {"x-worker-instance-id": str(instances(url)[0])}
@@ -210,6 +214,7 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
         seen: dict[str, tuple[float, float]] = {}
 
         async def send(client: httpx.AsyncClient, name: str, priority: int | None) -> None:
+            sent[name] = time.time() * 1000
             r = await client.post(
                 url + "/v1/completions", headers=headers, json=body(name, 40, priority), timeout=300
             )
@@ -222,25 +227,42 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
 
         async def long_running(client: httpx.AsyncClient, name: str) -> None:
             # unary, so streaming 1900 chunks does not load the frontend while the others arrive
+            sent[name] = time.time() * 1000
             r = await client.post(
                 url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
             )
             assert r.status_code == 200, r.text
+            timing = r.json()["nvext"]["timing"]
+            longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
+
+        async def active(client: httpx.AsyncClient) -> float:
+            metrics = (await client.get(url + "/metrics", timeout=10)).text
+            return sum(
+                float(line.rpartition(" ")[2])
+                for line in metrics.splitlines()
+                if line.startswith("dynamo_frontend_active_requests{")
+            )
 
         async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
             for name in ("long-1", "long-2", "long-3"):  # the slot stays busy for seconds
                 tg.create_task(long_running(client, name))
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(0.2)
+            with anyio.move_on_after(30):
+                while await active(client) < 3:
+                    await asyncio.sleep(0.02)
             for name, priority in shorts:
                 tg.create_task(send(client, name, priority))
                 await asyncio.sleep(0.01)
         return seen
 
     tries = []
+    sent: dict[str, float] = {}
+    longs: dict[str, tuple[float, float]] = {}
     for _ in range(8):
+        sent.clear()
+        longs.clear()
         seen = asyncio.run(scenario())
-        tries.append(seen)
+        tries.append({"short": dict(seen), "long (received, total ms)": dict(longs), "sent": dict(sent)})
         if max(received for received, _ in seen.values()) < min(started for _, started in seen.values()):
             break
     else:
