@@ -70,6 +70,10 @@ FEATURE_STREAMING_SESSIONS = "streaming_sessions"
 FEATURE_PIN_PREFIX = "pin_prefix"
 FEATURE_TOOL_HINTS = "tool_hints"
 """The engine acts on ``GenerateRequest.tools`` (the mocker's ``--tool-call-rate``)."""
+FEATURE_EMBED = "embed"
+"""The engine embeds (``Embedder``): the frontend sends ``/v1/embeddings`` only to such workers."""
+FEATURE_POOLING_ONLY = "pooling_only"
+"""The engine embeds and does not generate (vLLM's ``--runner pooling``); ``generate`` refuses."""
 
 
 @runtime_checkable
@@ -100,7 +104,8 @@ class Engine(Protocol):
         """One snapshot per data-parallel rank (``instance_id`` left 0; the host fills it)."""
 
     # Optional calls, offered when named in ``info.features``: ``StreamingSessions``
-    # (FEATURE_STREAMING_SESSIONS) and ``PrefixPinning`` (FEATURE_PIN_PREFIX).
+    # (FEATURE_STREAMING_SESSIONS), ``PrefixPinning`` (FEATURE_PIN_PREFIX), ``Embedder``
+    # (FEATURE_EMBED).
 
 
 class StreamingSessions(Protocol):
@@ -119,6 +124,14 @@ class PrefixPinning(Protocol):
 
     async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:
         """Pin the cached blocks of the prompt's prefix for ``ttl_s`` seconds; returns how many."""
+
+
+class Embedder(Protocol):
+    """The call of an engine that lists ``FEATURE_EMBED`` in ``info.features``."""
+
+    async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
+        """One embedding per tokenized prompt, in order, each of the model's embedding size.
+        Raises ``EngineError`` (code ``bad_request`` for an input the engine cannot take)."""
 
 
 @dataclass(frozen=True)

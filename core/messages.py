@@ -7,6 +7,8 @@ One place to read the protocol (SGLang's io_struct.py habit). Three families:
   ``ErrorReply`` come back, one per message or several in one ``ReplyBatch``. Control calls
   (``SessionControlRequest``, ``PinPrefixRequest``) are answered by one ``ControlReply`` or one
   ``ErrorReply`` (code ``unsupported`` when the engine does not offer the call). The one-byte
+  ``EmbedRequest`` (embeddings of tokenized inputs) is a control-style call too, answered by one
+  ``EmbedReply`` or one ``ErrorReply``. The one-byte
   ``kind`` frame (``KIND_*``) names the struct, so a receiver dispatches without decoding and
   decodes with a typed decoder (a malformed payload fails at the boundary). ``request_id`` ties
   replies to their request; it is unique per client connection, not globally.
@@ -238,6 +240,24 @@ class ControlReply(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
     message: str = ""
 
 
+class EmbedRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """Embed each tokenized input of ``prompts`` (one vector per input, in order); sent only to
+    workers that list ``embed`` in their features. Answered by one ``EmbedReply``, or an
+    ``ErrorReply`` (``unsupported`` from an engine that does not embed)."""
+
+    request_id: str
+    prompts: list[list[int]]
+
+
+class EmbedReply(msgspec.Struct, array_like=True, gc=False):
+    """The vectors of an ``EmbedRequest``'s inputs, in the order of its ``prompts``;
+    ``prompt_tokens``: the tokens the engine embedded, all inputs together."""
+
+    request_id: str
+    embeddings: list[list[float]]
+    prompt_tokens: int = 0
+
+
 class ReplyBatch(msgspec.Struct, array_like=True, gc=False):
     """Several replies to one client in one message (kind ``B``), so a worker sends one message per
     client per forward pass instead of one per request.
@@ -265,12 +285,15 @@ KIND_BATCH = b"B"
 KIND_SESSION = b"S"
 KIND_PIN = b"N"
 KIND_CONTROL_REPLY = b"K"
+KIND_EMBED = b"M"
+KIND_EMBED_REPLY = b"V"
 
 REQUEST_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_GENERATE: GenerateRequest,
     KIND_CANCEL: CancelRequest,
     KIND_SESSION: SessionControlRequest,
     KIND_PIN: PinPrefixRequest,
+    KIND_EMBED: EmbedRequest,
 }
 REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_TOKENS: TokenChunk,
@@ -278,6 +301,7 @@ REPLY_KINDS: dict[bytes, type[msgspec.Struct]] = {
     KIND_ERROR: ErrorReply,
     KIND_BATCH: ReplyBatch,
     KIND_CONTROL_REPLY: ControlReply,
+    KIND_EMBED_REPLY: EmbedReply,
 }
 
 # --------------------------------------------------------------------------- router plane
@@ -490,7 +514,8 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     ``--schedule-low-priority-values-first``) or ``higher_first`` (SGLang's default)."""
     features: list[str] = []
     """Optional calls the engine serves: ``streaming_sessions``, ``pin_prefix``, ``tool_hints``
-    (send it ``GenerateRequest.tools``)."""
+    (send it ``GenerateRequest.tools``), ``embed`` (``EmbedRequest``), ``pooling_only`` (it
+    embeds and does not generate: ``--runner pooling``)."""
     tool_call_parser: str | None = None
     """How the served model writes tool calls (``--dyn-tool-call-parser``): a tool-call parser
     name the frontend uses unless it was given its own ``--tool-call-parser``."""

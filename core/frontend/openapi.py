@@ -6,7 +6,8 @@ rules ``check_generation`` / ``check_chat`` / ``check_completion`` apply after d
 at least one message with a role, a non-empty prompt, the served model's name, the parameters
 refused as not supported yet), so a client or a fuzzer that follows the document sends requests
 the server accepts. ``/tokenize`` takes one of its two request shapes (``oneOf``), ``/detokenize``
-token ids in the vocabulary, at most the context length of them.
+token ids in the vocabulary, at most the context length of them, ``/v1/embeddings`` ``input`` or
+``messages`` (``oneOf``: ``EmbeddingInputRequest``, ``EmbeddingChatRequest``).
 ``tests/reliability/test_schemathesis.py`` fuzzes the server from it.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import msgspec
 
 import dyn.core
+from dyn.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 from dyn.core.protocol.errors import ErrorResponse
 from dyn.core.protocol.openai import (
     DEFAULT_MAX_LOGPROBS,
@@ -153,6 +155,70 @@ def _tokenize_rules(
     _tighten(components["DetokenizeRequest"]["properties"]["tokens"], ids)
 
 
+def _embedding_requests(
+    components: dict[str, Any], model: str | None, context_length: int | None, vocab_size: int | None
+) -> dict[str, Any]:
+    """``EmbeddingRequest`` as its two shapes (``input`` or ``messages``, never both), with the
+    value rules ``dyn.core.protocol.embeddings`` applies; returns the ``oneOf`` of the two."""
+    base = components.pop("EmbeddingRequest")
+    properties = base["properties"]
+    if model is not None:
+        _tighten(properties["model"], {"enum": [model]})
+    properties["dimensions"] = {
+        "type": "null",
+        "default": None,
+        "description": "No model dyn serves declares Matryoshka embeddings: a request that sets it is "
+        "refused with a 400.",
+    }
+    properties["use_activation"] = {"anyOf": [{"const": True}, {"type": "null"}], "default": None}
+    truncate: dict[str, Any] = {"minimum": 1}
+    if context_length is not None:
+        truncate["maximum"] = context_length
+    _tighten(properties["truncate_prompt_tokens"], truncate)
+    token: dict[str, Any] = {"type": "integer", "minimum": 0}
+    if vocab_size is not None:
+        token["maximum"] = vocab_size - 1
+    ids: dict[str, Any] = {"type": "array", "minItems": 1, "items": token}
+    if context_length is not None:
+        ids["maxItems"] = context_length
+    text = {"type": "string", "minLength": 1}
+    chat_only = (
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template",
+        "chat_template_kwargs",
+        "tools",
+        "documents",
+    )
+    plain = {k: v for k, v in properties.items() if k not in ("messages", *chat_only)}
+    plain["input"] = {
+        "anyOf": [
+            text,
+            {"type": "array", "minItems": 1, "items": text},
+            ids,
+            {"type": "array", "minItems": 1, "items": ids},
+        ],
+        "description": "Text, token ids, or a batch of either (not mixed)",
+    }
+    chat = {k: v for k, v in properties.items() if k != "input"}
+    chat["messages"] = {"type": "array", "minItems": 1, "items": _MESSAGE}
+    components["EmbeddingInputRequest"] = {
+        **base,
+        "properties": plain,
+        "required": ["input"],
+        "title": "EmbeddingInputRequest",
+    }
+    components["EmbeddingChatRequest"] = {
+        **base,
+        "properties": chat,
+        "required": ["messages"],
+        "title": "EmbeddingChatRequest",
+    }
+    return {
+        "oneOf": [{"$ref": _REF.format(name=n)} for n in ("EmbeddingInputRequest", "EmbeddingChatRequest")]
+    }
+
+
 def _json(ref: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": ref}}}
 
@@ -233,11 +299,15 @@ def openapi_document(
             TokenizeResponse,
             DetokenizeRequest,
             DetokenizeResponse,
+            EmbeddingRequest,
+            EmbeddingResponse,
         ],
         ref_template=_REF,
     )
     chat_req, chat_resp, cmpl_req, cmpl_resp, models, error = schemas[:6]
-    tok_text, tok_chat, tok_resp, detok_req, detok_resp = schemas[6:]
+    tok_text, tok_chat, tok_resp, detok_req, detok_resp = schemas[6:11]
+    embed_resp = schemas[12]
+    embed_req = _embedding_requests(components, model, context_length, vocab_size)
     _tokenize_rules(components, model, context_length, vocab_size)
     for name, rules in value_rules(max_logprobs).items():
         properties = components[name]["properties"]
@@ -287,6 +357,11 @@ def openapi_document(
                 tok_resp,
             ),
             "/detokenize": _post("Text of token ids (special tokens kept)", detok_req, detok_resp),
+            "/v1/embeddings": _post(
+                "Embeddings of text, token ids or one chat conversation (workers that embed)",
+                embed_req,
+                embed_resp,
+            ),
             "/health": {
                 "get": {"summary": "200 with live worker instances, 503 with none", "responses": plain}
             },

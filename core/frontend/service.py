@@ -31,7 +31,7 @@ import anyio
 import msgspec
 
 from dyn.core.background import BackgroundTasks
-from dyn.core.engine import FEATURE_TOOL_HINTS
+from dyn.core.engine import FEATURE_POOLING_ONLY, FEATURE_TOOL_HINTS
 from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
@@ -734,6 +734,20 @@ class OpenAIService:
                 code="model_not_found",
             )
 
+    def check_generates(self, api: str) -> None:
+        """404 when live workers serve the model and every one is a pooling worker (it embeds
+        and does not generate), as vLLM has no ``api`` for a pooling model."""
+        workers = self.router.pool.workers()
+        if workers and all(FEATURE_POOLING_ONLY in w.record.features for w in workers):
+            raise ApiError(
+                404,
+                f"The model '{self.model_name}' does not support the {api} API: its workers run "
+                "--runner pooling (embeddings only, POST /v1/embeddings); start workers without it "
+                "to generate",
+                param="model",
+                code="generation_not_supported",
+            )
+
     def parser_names(self) -> tuple[str | None, str | None, bool]:
         """(tool-call parser, reasoning parser, whether ``tool_choice: auto`` is on) for the
         next request: the frontend's flags, else the first live worker that advertises one."""
@@ -754,6 +768,7 @@ class OpenAIService:
     async def prepare_chat(self, req: ChatCompletionRequest, ctx: RequestContext) -> Generation:
         check_chat(req, self.outputs.max_logprobs)
         self.check_model(req.model)
+        self.check_generates("Chat Completions")
         plan = tool_plan(req.tools, req.tool_choice, req.parallel_tool_calls)
         tool_name, reasoning_name, auto = self.parser_names()
         if plan.choice == "auto" and not auto:
@@ -795,6 +810,7 @@ class OpenAIService:
     async def prepare_completion(self, req: CompletionRequest, ctx: RequestContext) -> Generation:
         check_completion(req, self.outputs.max_logprobs)
         self.check_model(req.model)
+        self.check_generates("Completions")
         outputs = _Outputs(
             constraint=await _constraint(req, None),
             logprobs=req.logprobs,

@@ -8,7 +8,8 @@ the request it names. A stream ends with ``Finish``; an ``ErrorReply`` for it ra
 ``RemoteError`` from the iterator. Leaving the iterator early sends ``CancelRequest``.
 ``generate_batches`` yields, per wakeup, everything that arrived for the request meanwhile, so a
 consumer can handle a forward pass's worth of tokens at once; ``generate`` yields one reply at a
-time. ``call`` sends a control call and waits for its single ``ControlReply``.
+time. ``call`` sends a control call and waits for its single ``ControlReply``; ``embed`` sends an
+``EmbedRequest`` and waits for its single ``EmbedReply``.
 
 Liveness: the client's socket sends ZMTP heartbeats and a socket monitor watches its connection.
 When the connection drops (the worker process died: the kernel closes its socket at once) or the
@@ -36,6 +37,8 @@ from zmq.utils.monitor import parse_monitor_message
 from dyn.core.messages import (
     CancelRequest,
     ControlReply,
+    EmbedReply,
+    EmbedRequest,
     ErrorReply,
     Finish,
     GenerateRequest,
@@ -83,7 +86,7 @@ class WorkerSilent(WorkerUnavailable):
 HealthListener = Callable[["WorkerClient", bool, str], None]
 """``(client, healthy, reason)``: the client lost or regained its worker."""
 
-_StreamItem = TokenChunk | Finish | ErrorReply | ControlReply | BaseException
+_StreamItem = TokenChunk | Finish | ErrorReply | ControlReply | EmbedReply | BaseException
 """What a request's stream receives: its replies, or the local failure that ends it."""
 
 _Batch = list[TokenChunk | Finish]
@@ -291,7 +294,7 @@ class WorkerClient:
         for error in reply.errors:
             self._route(error)
 
-    def _route(self, reply: TokenChunk | Finish | ErrorReply | ControlReply) -> None:
+    def _route(self, reply: TokenChunk | Finish | ErrorReply | ControlReply | EmbedReply) -> None:
         stream = self._streams.get(reply.request_id)
         if stream is not None:
             stream.push(reply)
@@ -307,6 +310,30 @@ class WorkerClient:
         """Send a control call (its ``request_id`` unique on this client) and return
         its ``ControlReply``. Raises ``RemoteError`` on an ``ErrorReply``, ``WorkerUnavailable``
         when the client closes meanwhile, ``TimeoutError`` after ``timeout_s``."""
+        reply = await self._single_reply(message, timeout_s)
+        if isinstance(reply, ControlReply):
+            return reply
+        raise RemoteError(
+            ErrorReply(message.request_id, "bad_reply", f"a control call got a {type(reply).__name__}")
+        )
+
+    async def embed(self, request: EmbedRequest, timeout_s: float) -> EmbedReply:
+        """Send ``request`` and return its ``EmbedReply``; fails as ``call`` does, and with
+        ``WorkerUnavailable`` at once when the client is unhealthy."""
+        if not self.healthy:
+            raise WorkerUnavailable(f"client for {self.endpoint} is unhealthy")
+        reply = await self._single_reply(request, timeout_s)
+        if isinstance(reply, EmbedReply):
+            return reply
+        raise RemoteError(
+            ErrorReply(request.request_id, "bad_reply", f"an embed request got a {type(reply).__name__}")
+        )
+
+    async def _single_reply(
+        self, message: SessionControlRequest | PinPrefixRequest | EmbedRequest, timeout_s: float
+    ) -> _StreamItem:
+        """Send a message answered by one reply (its ``request_id`` unique on this client) and
+        return that reply; an ``ErrorReply`` or a local failure is raised."""
         if self._closed:
             raise WorkerUnavailable(f"client for {self.endpoint} is closed")
         rid = message.request_id
@@ -322,13 +349,11 @@ class WorkerClient:
         finally:
             del self._streams[rid]
         reply = stream.items[0]
-        if isinstance(reply, ControlReply):
-            return reply
         if isinstance(reply, ErrorReply):
             raise RemoteError(reply)
         if isinstance(reply, BaseException):
             raise reply
-        raise RemoteError(ErrorReply(rid, "bad_reply", f"a control call got a {type(reply).__name__}"))
+        return reply
 
     async def generate_batches(self, request: GenerateRequest) -> AsyncGenerator[_Batch, None]:
         """Send ``request`` and yield, per wakeup, the non-empty list of its replies that arrived

@@ -11,7 +11,8 @@ Contract:
   the discovery heartbeat, the replies or the engine.
 - A control call (``SessionControlRequest``, ``PinPrefixRequest``) gets one ``ControlReply``, or
   an ``ErrorReply``: ``unsupported`` when the engine does not list the feature, else the
-  engine's error. Control calls run as their own tasks, never blocking generation.
+  engine's error. Control calls run as their own tasks, never blocking generation. An
+  ``EmbedRequest`` is served the same way and answered by one ``EmbedReply``.
 - The worker is registered in discovery only once its sockets are bound and the engine is ready,
   and is deregistered first on shutdown, so routers stop sending before requests are cut off.
 - Load metrics go out every ``metrics_interval_s`` when they changed, and at least every second.
@@ -36,8 +37,10 @@ import dyn.core as core_pkg
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.engine import (
+    FEATURE_EMBED,
     FEATURE_PIN_PREFIX,
     FEATURE_STREAMING_SESSIONS,
+    Embedder,
     Engine,
     EngineError,
     PrefixPinning,
@@ -46,6 +49,8 @@ from dyn.core.engine import (
 from dyn.core.messages import (
     CancelRequest,
     ControlReply,
+    EmbedReply,
+    EmbedRequest,
     ErrorReply,
     Finish,
     GenerateRequest,
@@ -226,6 +231,7 @@ class WorkerHost:
         control = lambda identity, call: tg.start_soon(self._control, identity, call)  # noqa: E731
         server.handle(SessionControlRequest, control)
         server.handle(PinPrefixRequest, control)
+        server.handle(EmbedRequest, control)
         server.on_malformed = lambda identity, body, exc: self._reply(
             identity, ErrorReply("", "bad_request", str(exc))
         )
@@ -279,18 +285,30 @@ class WorkerHost:
             if not self._inflight:
                 self._idle.set()
 
-    async def _control(self, identity: bytes, call: SessionControlRequest | PinPrefixRequest) -> None:
+    async def _control(
+        self, identity: bytes, call: SessionControlRequest | PinPrefixRequest | EmbedRequest
+    ) -> None:
         """Serve one control call with the engine's optional method (see ``Engine``)."""
         engine, rid = self.engine, call.request_id
         features = engine.info.features
+        reply: ControlReply | EmbedReply | ErrorReply
         try:
-            if isinstance(call, PinPrefixRequest):
+            if isinstance(call, EmbedRequest):
+                if FEATURE_EMBED not in features:
+                    raise EngineError(
+                        f"model {self.model_name} is served by a generate-only {self.engine_name} engine; "
+                        "start a worker that embeds (dyn worker vllm|mocker --runner pooling)",
+                        code="unsupported",
+                    )
+                vectors = await cast(Embedder, engine).embed(call.prompts)
+                reply = EmbedReply(rid, vectors, sum(len(p) for p in call.prompts))
+            elif isinstance(call, PinPrefixRequest):
                 if FEATURE_PIN_PREFIX not in features:
                     raise EngineError(
                         f"the {self.engine_name} engine does not pin prefixes", code="unsupported"
                     )
                 pinned = await cast(PrefixPinning, engine).pin_prefix(call.token_ids, call.ttl_s)
-                reply: ControlReply | ErrorReply = ControlReply(rid, pinned, f"pinned {pinned} blocks")
+                reply = ControlReply(rid, pinned, f"pinned {pinned} blocks")
             else:
                 if FEATURE_STREAMING_SESSIONS not in features:
                     raise EngineError(

@@ -26,6 +26,8 @@ PREEMPTION_MODES = ("lifo", "fifo")
 ENGINE_TYPES = ("vllm", "sglang")
 SCHEDULING_POLICIES = ("fcfs", "priority")
 RADIX_EVICTION_POLICIES = ("lru", "priority")
+RUNNERS = ("auto", "generate", "pooling")
+"""vLLM's ``--runner`` values the mocker takes; ``auto`` is ``generate`` (dyn-tiny generates)."""
 
 
 class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -224,6 +226,22 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = 0.0
     """``--tool-call-rate``: the probability that a request offering tools gets a tool call."""
+    runner: Annotated[
+        str,
+        flag(
+            "--runner",
+            panel=ENGINE_PANEL,
+            help="Model runner, as vLLM's --runner: auto or generate, or pooling: the worker embeds "
+            "(POST /v1/embeddings) and refuses to generate.",
+        ),
+    ] = "auto"
+    """``pooling``: an embedding worker whose vectors are unit vectors of the model's hidden size,
+    seeded by the tokens, each costing a prefill (``dyn.plugins.mocker.embeddings``); else it
+    generates."""
+
+    @property
+    def is_pooling(self) -> bool:
+        return self.runner == "pooling"
 
     @property
     def is_sglang(self) -> bool:
@@ -267,6 +285,8 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             self.reasoning.validate()
         if not (0.0 <= self.tool_call_rate <= 1.0):
             raise ValueError("--tool-call-rate must be a probability between 0 and 1")
+        if self.runner not in RUNNERS:
+            raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}")
         if self.replies is not None and not self.replies.strip():
             raise ValueError("--replies needs a file path")
         return self

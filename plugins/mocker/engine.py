@@ -11,7 +11,10 @@ least every ``STALL_RETRY_S``.
 Optional calls (``EngineInfo.features``): ``pin_prefix`` in both flavours when prefix caching is on;
 ``open_session`` / ``close_session`` with ``--enable-streaming-session``, whose idle slots are
 reaped every pass and at least every ``REAP_INTERVAL_S``; ``FEATURE_TOOL_HINTS`` with
-``--tool-call-rate`` above 0.
+``--tool-call-rate`` above 0; with ``--runner pooling`` ``embed`` (``FEATURE_EMBED``) and no
+``generate`` (``FEATURE_POOLING_ONLY``): each input is prefilled through the scheduler as a
+one-token request (its time, its bounds, its prefix cache), then answered with its deterministic
+vector (``embeddings``).
 
 What a request's tokens are (random, a constraint's grammar, a scripted reply, a tool call) is
 chosen by ``answers.Answers`` before the request is queued. ``GenerateRequest.logprobs`` and
@@ -29,16 +32,26 @@ import anyio
 import xxhash
 
 from dyn.core.engine import (
+    FEATURE_EMBED,
     FEATURE_PIN_PREFIX,
+    FEATURE_POOLING_ONLY,
     FEATURE_STREAMING_SESSIONS,
     FEATURE_TOOL_HINTS,
     EngineError,
     EngineInfo,
     KvEventSink,
 )
-from dyn.core.messages import EngineTiming, Finish, GenerateRequest, LoadMetrics, TokenChunk, Usage
+from dyn.core.messages import (
+    EngineTiming,
+    Finish,
+    GenerateRequest,
+    LoadMetrics,
+    StopConditions,
+    TokenChunk,
+    Usage,
+)
 from dyn.core.model import ModelInfo
-from dyn.plugins.mocker import logprobs
+from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.priorities import priority_order
@@ -130,6 +143,11 @@ class MockerEngine:
             features.append(FEATURE_STREAMING_SESSIONS)
         if config.tool_call_rate > 0:
             features.append(FEATURE_TOOL_HINTS)
+        self._embed_size = 0
+        if config.is_pooling:
+            features += [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+            self._embed_size = embeddings.hidden_size(model)
+        self._embed_seq = 0
         self.info = EngineInfo(
             block_size=config.block_size,
             total_kv_blocks=config.num_gpu_blocks,
@@ -220,6 +238,16 @@ class MockerEngine:
     # ------------------------------------------------------------------ Engine protocol
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+        if self._embed_size:
+            raise EngineError(
+                f"model {self.model.name} is served by a pooling worker (--runner pooling): it embeds "
+                "(/v1/embeddings) and does not generate; start a worker without --runner pooling",
+                code="unsupported",
+            )
+        async for out in self._generate(request):
+            yield out
+
+    async def _generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
         rid = request.request_id
         if rid in self._streams:
             raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
@@ -339,6 +367,37 @@ class MockerEngine:
         if closed:
             self._wake.set()
         return closed
+
+    async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
+        """One unit vector per prompt, once every prompt was prefilled by the scheduler as a
+        request of one output token (so embedding costs what a prompt costs; a prompt the
+        scheduler cannot take is an ``EngineError`` ``bad_request``)."""
+        if not self._embed_size:
+            raise EngineError(
+                "this mocker does not embed: start it with --runner pooling", code="unsupported"
+            )
+        self._embed_seq += 1
+        base = f"embed-{self._embed_seq}"
+        one_token = StopConditions(max_tokens=1, ignore_eos=True)
+
+        room = self.model.context_length - 1  # the one sampled token needs a position too
+
+        async def prefill(i: int) -> None:
+            request = GenerateRequest(f"{base}-{i}", prompts[i][:room], stop=one_token)
+            async for _ in self._generate(request):
+                pass
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(prompts)):
+                    tg.start_soon(prefill, i)
+        except BaseExceptionGroup as group:  # the first prompt refused says why, as one error
+            refused = [e for e in group.exceptions if isinstance(e, EngineError)]
+            if refused:
+                raise refused[0] from None
+            raise
+        size = self._embed_size
+        return [embeddings.unit_vector(ids, size) for ids in prompts]
 
     async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:
         """Pin the cached full blocks leading ``token_ids`` for ``ttl_s`` seconds; returns how many."""

@@ -42,6 +42,8 @@ class MockerSimulator:
     def validate(self) -> MockerSimulator:
         """Return self, or raise ``ValueError`` naming the flag to fix."""
         self.config.validate()
+        if self.config.is_pooling:
+            raise ValueError("--runner pooling does not apply here: a replay simulates generation")
         return self
 
     def describe(self) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import msgspec
 from dyn.core.config import ENGINE_PANEL, flag
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
+RUNNERS = ("auto", "generate", "pooling", "draft")
+"""vLLM's ``--runner`` values (``vllm/config/model.py``)."""
 KV_EVENTS_TOPIC = "kv-events"
 
 
@@ -96,6 +98,15 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = False
     seed: Annotated[int | None, flag("--seed", panel=ENGINE_PANEL, help="vLLM's random seed.")] = None
+    runner: Annotated[
+        str | None,
+        flag(
+            "--runner",
+            panel=ENGINE_PANEL,
+            help="Model runner, as vLLM's --runner: auto or generate, or pooling: the worker embeds "
+            "(POST /v1/embeddings) and refuses to generate.",
+        ),
+    ] = None
     kv_events_config: Annotated[
         str | None,
         flag(
@@ -123,6 +134,8 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.runner is not None and self.runner not in RUNNERS:
+            raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
         if self.scheduling_policy is not None and self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"--scheduling-policy must be fcfs or priority, got {self.scheduling_policy!r}")
         if self.kv_events_config is not None:
@@ -149,6 +162,7 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             "--tensor-parallel-size": self.tensor_parallel_size,
             "--scheduling-policy": self.scheduling_policy,
             "--seed": self.seed,
+            "--runner": self.runner,
         }
         for name, value in values.items():
             if value is not None:

@@ -29,6 +29,11 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   (``StatLoggerBase``): running and waiting requests, KV usage (active blocks = usage x capacity),
   preemptions. vLLM sends them with each engine step; when no request is in flight the counts
   read zero.
+- Embeddings: with ``--runner pooling`` (vLLM's model runner; read back from
+  ``model_config.runner_type``, so ``auto`` on an embedding model counts too) the worker lists
+  ``embed`` and ``pooling_only``: ``embed`` runs every input through ``AsyncLLM.encode`` with
+  ``PoolingParams(task="embed")`` at once (vLLM batches them) and returns the pooled vectors,
+  normalized by vLLM's default activation; ``generate`` refuses with ``unsupported``.
 - LoRA adapters, streaming sessions and prefix pinning are not offered by this worker.
 """
 
@@ -45,7 +50,13 @@ from typing import Any
 
 import anyio
 
-from dyn.core.engine import EngineError, EngineInfo, EngineStartError
+from dyn.core.engine import (
+    FEATURE_EMBED,
+    FEATURE_POOLING_ONLY,
+    EngineError,
+    EngineInfo,
+    EngineStartError,
+)
 from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
 from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
@@ -98,6 +109,8 @@ class VllmEngine:
         self._aborted: set[str] = set()
         self._priority = False
         self._thinking_budget = False
+        self._pooling = False
+        self._embed_seq = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,6 +124,9 @@ class VllmEngine:
             self._priority = cfg.scheduler_config.policy == "priority"
             reasoning = getattr(cfg, "reasoning_config", None)
             self._thinking_budget = reasoning is not None and bool(getattr(reasoning, "enabled", True))
+            self._pooling = getattr(cfg.model_config, "runner_type", "generate") == "pooling"
+            if self._pooling:
+                self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
             self._llm = llm
             task_status.started()
             while True:
@@ -190,6 +206,12 @@ class VllmEngine:
         llm, api = self._llm, self._api
         if llm is None or api is None:
             raise EngineError("the vLLM engine is not running", code="worker_shutdown")
+        if self._pooling:
+            raise EngineError(
+                "this vLLM worker runs --runner pooling: it embeds (/v1/embeddings) and does not "
+                "generate; start a worker without --runner pooling",
+                code="unsupported",
+            )
         if request.lora_name is not None:
             raise EngineError("dyn worker vllm serves no LoRA adapters yet", code="unsupported")
         rid = request.request_id
@@ -226,6 +248,50 @@ class VllmEngine:
         finally:
             self._live.discard(rid)
             self._aborted.discard(rid)
+
+    async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
+        """The pooled embedding of each prompt, through ``AsyncLLM.encode`` (all at once)."""
+        llm, api = self._llm, self._api
+        if llm is None or api is None or api.pooling_params is None:
+            raise EngineError("the vLLM engine is not running", code="worker_shutdown")
+        pooling_params = api.pooling_params
+        if not self._pooling:
+            raise EngineError(
+                "this vLLM worker generates: start it with --runner pooling", code="unsupported"
+            )
+        self._embed_seq += 1
+        base = f"embed-{self._embed_seq}"
+        vectors: list[list[float]] = [[] for _ in prompts]
+
+        async def encode(i: int) -> None:
+            rid = f"{base}-{i}"
+            final = None
+            self._live.add(rid)
+            try:
+                outputs = llm.encode(
+                    api.tokens_prompt(prompt_token_ids=prompts[i]), pooling_params(task="embed"), rid
+                )
+                async with aclosing(outputs):
+                    async for output in outputs:
+                        final = output
+            except (ValueError, *api.client_errors) as exc:
+                raise EngineError(f"vLLM rejected the input: {exc}", code="bad_request") from None
+            finally:
+                self._live.discard(rid)
+            if final is None:
+                raise EngineError(f"vLLM returned no embedding for input {i}")
+            vectors[i] = [float(v) for v in final.outputs.data.tolist()]
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(len(prompts)):
+                    tg.start_soon(encode, i)
+        except BaseExceptionGroup as group:  # the first failure says why, as one error
+            failed = [e for e in group.exceptions if isinstance(e, EngineError)]
+            if failed:
+                raise failed[0] from None
+            raise
+        return vectors
 
     async def abort(self, request_id: str) -> bool:
         if request_id not in self._live or self._llm is None:
@@ -265,10 +331,12 @@ class VllmApi:
     """vLLM's errors for a bad request (``VLLMClientError``; older vLLM raised ``ValueError``)."""
     structured_outputs: Callable[..., Any]
     """``StructuredOutputsParams``, the ``SamplingParams.structured_outputs`` value (vLLM 0.11+)."""
+    pooling_params: Callable[..., Any] | None = None
+    """``PoolingParams``: what ``AsyncLLM.encode`` pools (``task="embed"``)."""
 
     @staticmethod
     def load() -> VllmApi:
-        from vllm import SamplingParams
+        from vllm import PoolingParams, SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
@@ -279,7 +347,12 @@ class VllmApi:
         except ImportError:
             client_errors = ()
         return VllmApi(
-            SamplingParams, TokensPrompt, RequestOutputKind.DELTA, client_errors, StructuredOutputsParams
+            SamplingParams,
+            TokensPrompt,
+            RequestOutputKind.DELTA,
+            client_errors,
+            StructuredOutputsParams,
+            PoolingParams,
         )
 
 

@@ -133,6 +133,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "reasoning",
         "replies",
         "tool_call_rate",
+        "runner",
     ]
     for name in engine:
         assert ours[name] == theirs[name], name

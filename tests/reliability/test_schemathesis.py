@@ -9,6 +9,8 @@ bounded number of examples per operation, so it takes well under a minute on 2 c
 document declares the value rules (see ``dyn.core.frontend.openapi``), so a good share of the
 generated requests reach the workers (dyn's embedded ``dyn-tiny`` behind simulated mockers) and
 stream back; the test checks that share too, or the run would only exercise the 400 paths.
+``/v1/embeddings`` gets a second run of its own against mocker workers that embed
+(``--runner pooling``), since the shared stack's workers only generate (404 there).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ MAX_EXAMPLES = 40
 SEED = 16
 
 
-def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
+def schemathesis(url: str, tmp_path, *options: str) -> dict:
+    """Run schemathesis (the options above, then ``options``) against ``url``'s document; its
+    JSON report, once the run found no failure and no error."""
     report = tmp_path / "schemathesis.json"
     run = subprocess.run(
         [
@@ -33,7 +37,8 @@ def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp
             "-m",
             "schemathesis.cli",
             "run",
-            f"{stack.url}/openapi.json",
+            f"{url}/openapi.json",
+            *options,
             "--checks",
             "not_a_server_error",
             "--mode",
@@ -73,8 +78,25 @@ def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp
     assert result["failures"] == [] and cases["with_failures"] == 0, run.stdout[-6000:]
     assert result["errors"] == [] and cases["errored"] == 0, run.stdout[-6000:]  # network errors land here
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert result["operations"]["tested"] == result["operations"]["total"] == 8
-    assert cases["generated"] >= 500
+    return result
+
+
+def accepted(result: dict, operation: str) -> int:
+    return sum(phase["accepted"] for phase in result["valid_rates"][operation].values())
+
+
+def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
+    result = schemathesis(stack.url, tmp_path)
+    assert result["operations"]["tested"] == result["operations"]["total"] == 9
+    assert result["test_cases"]["generated"] >= 500
     for operation in ("POST /v1/chat/completions", "POST /v1/completions"):
-        accepted = sum(phase["accepted"] for phase in result["valid_rates"][operation].values())
-        assert accepted >= 10, (operation, result["valid_rates"][operation])
+        assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
+
+
+def test_schemathesis_embeddings_on_pooling_workers(stack_factory, tmp_path):
+    """``/v1/embeddings`` on mocker workers that embed (``--runner pooling``): the generated
+    requests the document calls valid get their vectors, none gets a server error."""
+    pooling = stack_factory("pooling").up(worker_args=("--block-size", "16", "--runner", "pooling"))
+    result = schemathesis(pooling.url, tmp_path, "--include-path", "/v1/embeddings")
+    assert result["operations"]["tested"] == 1
+    assert accepted(result, "POST /v1/embeddings") >= 10, result["valid_rates"]

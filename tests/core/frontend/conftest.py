@@ -52,16 +52,24 @@ class Frontend:
 
 @asynccontextmanager
 async def running_frontend(
-    tmp_path, *, workers: int = 2, script: Script | None = None, **settings: Any
+    tmp_path,
+    *,
+    workers: int = 2,
+    script: Script | None = None,
+    features: dict[int, list[str]] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Frontend]:
     """Build the app as ``dyn frontend`` does, over ``workers`` fake workers, and run its pool
-    and router until the block ends."""
+    and router until the block ends. ``features``: what the worker of each instance id
+    advertises (default nothing)."""
     namespace = f"fake{next(_namespaces)}"
     config = FrontendSettings(
         discovery=DiscoveryConfig(namespace=namespace, dir=str(tmp_path / namespace)), **settings
     )
     app, pool = build_app(config)
     fleet = FakeFleet(workers, script)
+    for instance_id, advertised in (features or {}).items():
+        fleet[instance_id].features = list(advertised)
     pool.client_factory = fleet.client
     await fleet.register(pool.store, app.service.model_name)
     async with anyio.create_task_group() as tg:
@@ -75,7 +83,7 @@ async def running_frontend(
 
 @pytest.fixture
 def make_frontend(tmp_path) -> Callable[..., Any]:
-    """``async with make_frontend(workers=2, script=None, **settings) as fe``."""
+    """``async with make_frontend(workers=2, script=None, features=None, **settings) as fe``."""
     return lambda **kwargs: running_frontend(tmp_path, **kwargs)
 
 

