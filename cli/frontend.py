@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import typer
 
@@ -18,7 +19,9 @@ HTTP_PANEL = "HTTP"
 ROUTER_PANEL = "Router"
 LIMITS_PANEL = "Limits"
 RELIABILITY_PANEL = "Reliability"
+LOGGING_PANEL = "Logging"
 _LIMITS = RequestLimits()
+log = logging.getLogger("dyn.frontend")
 
 
 def _list(value: str, name: str) -> tuple[str, ...]:
@@ -245,6 +248,90 @@ def frontend(
         panel=options.PARSERS_PANEL,
         help="Most top logprobs a request may ask for (top_logprobs, logprobs, prompt_logprobs).",
     ),
+    response_role: str = flag(
+        "assistant",
+        "--response-role",
+        panel=options.PARSERS_PANEL,
+        help="The role of chat answers when the request adds a generation prompt (the default); "
+        "without one, the answer takes the last message's role.",
+    ),
+    return_tokens_as_token_ids: bool = flag(
+        False,
+        "--return-tokens-as-token-ids",
+        panel=options.PARSERS_PANEL,
+        help="In logprobs, name each token 'token_id:N' instead of its text, so tokens that are "
+        "not valid text alone are still identified (vLLM's format).",
+    ),
+    enable_prompt_tokens_details: bool = flag(
+        True,
+        "--enable-prompt-tokens-details/--no-enable-prompt-tokens-details",
+        panel=options.PARSERS_PANEL,
+        help="Report usage.prompt_tokens_details.cached_tokens (the prompt tokens found in the "
+        "worker's prefix cache), as Dynamo does; vLLM's default is off.",
+    ),
+    root_path: str = flag(
+        "",
+        "--root-path",
+        panel=HTTP_PANEL,
+        help="The path prefix a proxy serves this server under (/llm): requests are served "
+        "with and without it, and /openapi.json lists it in servers.",
+    ),
+    disable_fastapi_docs: bool = flag(
+        False, "--disable-fastapi-docs", panel=HTTP_PANEL, help="Do not serve /openapi.json (a 404)."
+    ),
+    ssl_keyfile: str = flag(
+        None,
+        "--ssl-keyfile",
+        panel=options.SECURITY_PANEL,
+        help="The server's private key (PEM): serve HTTPS.",
+    ),
+    ssl_certfile: str = flag(
+        None,
+        "--ssl-certfile",
+        panel=options.SECURITY_PANEL,
+        help="The server's certificate chain (PEM), with --ssl-keyfile.",
+    ),
+    ssl_ca_certs: str = flag(
+        None,
+        "--ssl-ca-certs",
+        panel=options.SECURITY_PANEL,
+        help="CA certificates (PEM) that client certificates must be signed by.",
+    ),
+    ssl_cert_reqs: int = flag(
+        0,
+        "--ssl-cert-reqs",
+        min=0,
+        max=2,
+        panel=options.SECURITY_PANEL,
+        help="Client certificates (the ssl module's CERT_*): 0 not asked for, 1 optional, "
+        "2 required (a client without one cannot connect).",
+    ),
+    enable_log_requests: bool = flag(
+        False,
+        "--enable-log-requests/--no-enable-log-requests",
+        panel=LOGGING_PANEL,
+        help="Log each request as it is routed: its parameters at info, its prompt and token ids at debug.",
+    ),
+    disable_log_requests: bool = flag(
+        False,
+        "--disable-log-requests",
+        panel=LOGGING_PANEL,
+        help="Deprecated, as in vLLM (requests are not logged by default): turns --enable-log-requests off.",
+    ),
+    max_log_len: int = flag(
+        None,
+        "--max-log-len",
+        min=0,
+        panel=LOGGING_PANEL,
+        help="Most prompt characters and prompt token ids a logged request shows (default: all).",
+    ),
+    uvicorn_log_level: str = flag(
+        None,
+        "--uvicorn-log-level",
+        panel=LOGGING_PANEL,
+        help="Level of the HTTP server's (uvicorn's) own log: critical, error, warning, info, "
+        "debug or trace (default: --log-level).",
+    ),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
     discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
@@ -255,8 +342,15 @@ def frontend(
     from dyn.core.errors import ConfigError
     from dyn.core.frontend.cors import CorsPolicy
     from dyn.core.frontend.server import FrontendSettings, Reliability, run_frontend
+    from dyn.core.frontend.tls import TlsSettings
 
     options.use_plane_keys(plane_keys)
+    if disable_log_requests:
+        log.warning("--disable-log-requests is deprecated (as in vLLM): requests are not logged by default")
+    try:
+        tls = TlsSettings.from_flags(ssl_keyfile, ssl_certfile, ssl_ca_certs, ssl_cert_reqs)
+    except ConfigError as exc:
+        options.fail(str(exc))
     cors = CorsPolicy(
         _list(allowed_origins, "--allowed-origins"),
         _list(allowed_methods, "--allowed-methods"),
@@ -284,6 +378,15 @@ def frontend(
         public_metrics=public_metrics,
         max_inflight=max_inflight,
         priority_convention=priority_convention,
+        response_role=response_role,
+        root_path=root_path,
+        tls=tls,
+        return_tokens_as_token_ids=return_tokens_as_token_ids,
+        enable_prompt_tokens_details=enable_prompt_tokens_details,
+        enable_log_requests=enable_log_requests and not disable_log_requests,
+        max_log_len=max_log_len,
+        disable_fastapi_docs=disable_fastapi_docs,
+        uvicorn_log_level=uvicorn_log_level,
         limits=RequestLimits(
             max_n=max_n,
             max_prompts=max_prompts,

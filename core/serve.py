@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -191,6 +192,23 @@ def relay_json(line: str, process: str, stream: str) -> str | None:
             return orjson.dumps(record).decode()
     level = "info" if stream == "stdout" else "warning"
     return json_record(line, level=level, logger=stream, process=process)
+
+
+def health_tls(frontend_argv: Sequence[str]) -> ssl.SSLContext:
+    """How the supervisor talks to its own frontend's ``/health`` when that serves HTTPS: the
+    certificate is not checked (the supervisor started that process itself, on a URL it
+    printed), and the frontend's own ``--ssl-certfile``/``--ssl-keyfile`` (or their env twins,
+    which the child inherits) are offered as the client certificate, which a frontend with
+    ``--ssl-cert-reqs 2`` accepts when its ``--ssl-ca-certs`` trusts its own certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    certfile = flag_value(frontend_argv, "--ssl-certfile") or os.environ.get("DYN_SSL_CERTFILE")
+    keyfile = flag_value(frontend_argv, "--ssl-keyfile") or os.environ.get("DYN_SSL_KEYFILE")
+    if certfile and keyfile:
+        with contextlib.suppress(OSError, ssl.SSLError):  # the frontend reports a bad file itself
+            context.load_cert_chain(certfile, keyfile)
+    return context
 
 
 def connectable_url(url: str) -> str:
@@ -513,7 +531,12 @@ class StackSupervisor:
         cfg = self.config
         deadline = time.monotonic() + cfg.startup_timeout_s
         last_health = "was not asked yet"
-        with _quiet_httpx(), httpx.Client(timeout=_HEALTH_TIMEOUT_S, trust_env=False) as http:
+        with (
+            _quiet_httpx(),
+            httpx.Client(
+                timeout=_HEALTH_TIMEOUT_S, trust_env=False, verify=health_tls(cfg.frontend.argv)
+            ) as http,
+        ):
             while True:
                 if self._stopping():
                     if self._signals:

@@ -21,6 +21,11 @@ Contracts:
 - With ``max_inflight``, a generate request beyond that many in progress is answered 503 with
   ``Retry-After: 1`` before its body is read, and counted in
   ``dynamo_frontend_requests_rejected_total{reason="max_inflight"}``.
+- With ``root_path`` (``--root-path``, for a proxy that serves the frontend under a prefix), a
+  path that starts with it is served as the path after it, and any other path as it is (vLLM's
+  FastAPI ``root_path``): ``/PREFIX/v1/models`` and ``/v1/models`` are the same endpoint, and
+  ``scope["root_path"]`` is the prefix. With ``docs`` off (``--disable-fastapi-docs``),
+  ``/openapi.json`` is a 404.
 - A client that disconnects cancels its request, whether it waits in the router's queue or is
   generating. An unexpected exception is logged and answered with a 500, never left to take the
   server down.
@@ -43,6 +48,9 @@ from dyn.core.protocol.errors import ApiError, bad_request, encoded, overloaded
 
 log = logging.getLogger(__name__)
 
+DOCS_PATHS = frozenset({"/openapi.json"})
+"""The paths ``--disable-fastapi-docs`` turns off (vLLM's /docs and /redoc are never served here)."""
+
 
 class FrontendApp:
     """ASGI app over an ``OpenAIService``. ``max_inflight``: most generate requests in progress
@@ -57,7 +65,13 @@ class FrontendApp:
         kv_views: Any = None,
         public_metrics: bool = False,
         max_inflight: int = 0,
+        root_path: str = "",
+        docs: bool = True,
     ) -> None:
+        self.root_path = root_path
+        """The prefix a proxy serves this app under ("" for none); no trailing slash."""
+        self.docs = docs
+        """Whether ``/openapi.json`` is served."""
         self.service = service
         self.api_key = ApiKey(api_key) if api_key else None
         self.public_metrics = public_metrics
@@ -89,6 +103,8 @@ class FrontendApp:
             return
         if kind != "http":
             return
+        if self.root_path:
+            scope = _under_root(scope, self.root_path)
         headers = dict(scope["headers"])
         extra: list[tuple[bytes, bytes]] = []
         origin = headers.get(b"origin")
@@ -122,6 +138,8 @@ class FrontendApp:
     async def _dispatch(self, call: Call) -> None:
         path, method = call.scope["path"], call.scope["method"]
         endpoint = ENDPOINTS.get(path)
+        if endpoint is not None and not self.docs and path in DOCS_PATHS:
+            endpoint = None
         if endpoint is not None:
             if method not in endpoint.methods:
                 raise ApiError(405, f"{path} accepts {endpoint.methods[0]} only")
@@ -172,3 +190,12 @@ def _dedupe(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     for k, v in headers:
         seen[k.lower()] = v
     return list(seen.items())
+
+
+def _under_root(scope: dict[str, Any], root_path: str) -> dict[str, Any]:
+    """``scope`` with ``root_path`` set and, when its path starts with that prefix, the path
+    after it (as Starlette routes under FastAPI's ``root_path``)."""
+    path = scope["path"]
+    if path.startswith(root_path) and (len(path) == len(root_path) or path[len(root_path)] == "/"):
+        path = path[len(root_path) :] or "/"
+    return {**scope, "path": path, "root_path": root_path}

@@ -9,6 +9,10 @@
 
 Token strings are each id decoded on its own (special tokens kept), as vLLM shows them; ``bytes``
 are the token's exact bytes for byte-level BPE vocabularies, else the UTF-8 of that string.
+With ``as_ids`` (vLLM's ``--return-tokens-as-token-ids``) every token string of ``logprobs`` is
+``token_id:N`` instead, so a token that is not valid text on its own is still identified; its
+``bytes`` and the completions ``text_offset`` stay those of the token's text. ``prompt_logprobs``
+keep their ``decoded_token`` text (as in vLLM).
 Logprobs below -9999 (or -inf) are sent as -9999.0, as vLLM does, since JSON has no infinity.
 Streamed chunks carry the logprobs of the tokens that arrived with them, with ``text_offset``
 continuing across chunks.
@@ -78,6 +82,11 @@ class TokenTexts:
         return found
 
 
+def token_id_label(token_id: int) -> str:
+    """A token as vLLM names it with ``--return-tokens-as-token-ids``."""
+    return f"token_id:{token_id}"
+
+
 def _lp(value: float) -> float:
     return value if value > _FLOOR else _FLOOR
 
@@ -85,23 +94,24 @@ def _lp(value: float) -> float:
 class ChatLogprobs:
     """``choices[i].logprobs`` of a chat response, a chunk at a time or whole."""
 
-    __slots__ = ("_texts", "_top")
+    __slots__ = ("_texts", "_top", "_label")
 
-    def __init__(self, texts: TokenTexts, top: int) -> None:
+    def __init__(self, texts: TokenTexts, top: int, *, as_ids: bool = False) -> None:
         self._texts = texts
         self._top = top
+        self._label = token_id_label if as_ids else texts.text
 
     def entries(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> list[dict]:
-        texts, top = self._texts, self._top
+        texts, top, label = self._texts, self._top, self._label
         out = []
         for token_id, lp in zip(token_ids, logprobs):
             out.append(
                 {
-                    "token": texts.text(token_id),
+                    "token": label(token_id),
                     "logprob": _lp(lp.logprob),
                     "bytes": texts.bytes(token_id),
                     "top_logprobs": [
-                        {"token": texts.text(t), "logprob": _lp(v), "bytes": texts.bytes(t)}
+                        {"token": label(t), "logprob": _lp(v), "bytes": texts.bytes(t)}
                         for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])
                     ],
                 }
@@ -116,23 +126,26 @@ class ChatLogprobs:
 class CompletionLogprobs:
     """``choices[i].logprobs`` of a completion; keeps the text offset across chunks."""
 
-    __slots__ = ("_texts", "_top", "offset")
+    __slots__ = ("_texts", "_top", "_as_ids", "offset")
 
-    def __init__(self, texts: TokenTexts, top: int, offset: int = 0) -> None:
+    def __init__(self, texts: TokenTexts, top: int, offset: int = 0, *, as_ids: bool = False) -> None:
         self._texts = texts
         self._top = top
+        self._as_ids = as_ids
         self.offset = offset
         """Where the next token's text starts in the choice's text (after an echoed prompt)."""
 
     def encode(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> bytes:
         texts, top = self._texts, self._top
+        label = token_id_label if self._as_ids else texts.text
         tokens, values, tops, offsets = [], [], [], []
         for token_id, lp in zip(token_ids, logprobs):
             text = texts.text(token_id)
-            tokens.append(text)
+            name = label(token_id)
+            tokens.append(name)
             values.append(_lp(lp.logprob))
-            best = {texts.text(t): _lp(v) for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])}
-            best.setdefault(text, _lp(lp.logprob))
+            best = {label(t): _lp(v) for t, v in zip(lp.top_ids[:top], lp.top_logprobs[:top])}
+            best.setdefault(name, _lp(lp.logprob))
             tops.append(best)
             offsets.append(self.offset)
             self.offset += len(text)

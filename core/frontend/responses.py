@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 DONE = b"data: [DONE]\n\n"
 
 
-def usage_info(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> UsageInfo:
+def usage_info(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int, *, details: bool = True
+) -> UsageInfo:
+    """A request's usage; ``details``: with ``prompt_tokens_details.cached_tokens`` (else that
+    field is null, as in vLLM without ``--enable-prompt-tokens-details``)."""
     return UsageInfo(
         prompt_tokens,
         completion_tokens,
         prompt_tokens + completion_tokens,
-        PromptTokensDetails(cached_tokens),
+        PromptTokensDetails(cached_tokens) if details else None,
     )
 
 

@@ -25,7 +25,9 @@ from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.preprocessor import Preprocessor
+from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.service import OpenAIService, OutputSettings
+from dyn.core.frontend.tls import TlsSettings
 from dyn.core.logs import status
 from dyn.core.model.info import ModelError, load_model_info
 from dyn.core.parsers.reasoning import REASONING_PARSERS
@@ -74,6 +76,25 @@ class FrontendSettings:
     priority_convention: str = "dyn"
     """How ``agent_hints.priority`` is read: ``dyn`` (larger is more important) or ``dynamo``
     (forwarded raw, as Dynamo 1.0 did); see ``dyn.core.protocol.priority``."""
+    response_role: str = "assistant"
+    """The role of chat answers to requests that add a generation prompt (``--response-role``)."""
+    root_path: str = ""
+    """The path prefix a proxy serves this server under (``--root-path``): requests are served
+    with and without it, and ``/openapi.json`` names it in ``servers``."""
+    tls: TlsSettings | None = None
+    """HTTPS instead of HTTP (``--ssl-*``)."""
+    return_tokens_as_token_ids: bool = False
+    """Logprob tokens as ``token_id:N`` (``--return-tokens-as-token-ids``)."""
+    enable_prompt_tokens_details: bool = True
+    """``usage.prompt_tokens_details`` (its ``cached_tokens``) in every usage; vLLM's default is off."""
+    enable_log_requests: bool = False
+    """Log each request's parameters (info) and prompt (debug) (``--enable-log-requests``)."""
+    max_log_len: int | None = None
+    """Most prompt characters and token ids a logged request shows (None: all)."""
+    disable_fastapi_docs: bool = False
+    """``/openapi.json`` is a 404 (``--disable-fastapi-docs``)."""
+    uvicorn_log_level: str | None = None
+    """The level of uvicorn's own loggers; None: they follow ``--log-level``."""
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -89,6 +110,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     except ChatTemplateError as exc:
         raise ConfigError(f"--chat-template does not compile: {exc}") from None
     outputs = _output_settings(settings)
+    _uvicorn_level(settings.uvicorn_log_level)
     metrics = FrontendMetrics()
     if settings.enable_cache_control and settings.router_mode != "kv":
         raise ConfigError(
@@ -128,6 +150,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         outputs,
         settings.reliability,
         priority_convention=convention,
+        request_log=_request_log(settings),
     )
     return FrontendApp(
         service,
@@ -136,7 +159,23 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         kv_views=_kv_views(router, pool, info.name, metrics),
         public_metrics=settings.public_metrics,
         max_inflight=settings.max_inflight,
+        root_path=_root_path(settings.root_path),
+        docs=not settings.disable_fastapi_docs,
     ), pool
+
+
+def _root_path(value: str) -> str:
+    """``--root-path`` as a prefix: one leading slash, no trailing one (``""``: none)."""
+    path = value.strip().rstrip("/")
+    if path and not path.startswith("/"):
+        raise ConfigError(f"--root-path must start with '/' (a URL path such as /llm), got {value!r}")
+    return path
+
+
+def _request_log(settings: FrontendSettings) -> RequestLog | None:
+    if settings.max_log_len is not None and settings.max_log_len < 0:
+        raise ConfigError("--max-log-len must be at least 0")
+    return RequestLog(settings.max_log_len) if settings.enable_log_requests else None
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -172,11 +211,16 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
             raise ConfigError(f"{flag}: {exc}") from None
     if settings.max_logprobs < 0:
         raise ConfigError("--max-logprobs must be at least 0")
+    if not settings.response_role.strip():
+        raise ConfigError("--response-role must not be empty (vLLM's default is assistant)")
     return OutputSettings(
         settings.tool_call_parser or None,
         settings.reasoning_parser or None,
         settings.enable_auto_tool_choice,
         settings.max_logprobs,
+        response_role=settings.response_role,
+        return_tokens_as_token_ids=settings.return_tokens_as_token_ids,
+        prompt_tokens_details=settings.enable_prompt_tokens_details,
     )
 
 
@@ -210,7 +254,11 @@ async def serve_frontend(settings: FrontendSettings) -> None:
         timeout_graceful_shutdown=grace,
         backlog=2048,
         timeout_keep_alive=30,
+        log_level=_uvicorn_level(settings.uvicorn_log_level),
+        **(settings.tls.uvicorn_options() if settings.tls is not None else {}),
     )
+    if settings.tls is not None:
+        settings.tls.check(config)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         await tg.start(pool.run)
@@ -219,7 +267,8 @@ async def serve_frontend(settings: FrontendSettings) -> None:
         async def announce() -> None:
             while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag, not an event)
                 await anyio.sleep(0.01)
-            url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+            scheme = "https" if settings.tls is not None else "http"
+            url = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
             status(READY_PREFIX + url, url=url)
             log.info(
                 "serving model %r at %s/v1 (router %s, %d worker(s) so far)",
@@ -234,6 +283,20 @@ async def serve_frontend(settings: FrontendSettings) -> None:
             await server.serve(sockets=[sock])
         finally:
             tg.cancel_scope.cancel()
+
+
+UVICORN_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+"""``--uvicorn-log-level`` choices (vLLM's, uvicorn's own)."""
+
+
+def _uvicorn_level(level: str | None) -> str | None:
+    if level is None:
+        return None
+    if level.lower() not in UVICORN_LOG_LEVELS:
+        raise ConfigError(
+            f"--uvicorn-log-level must be one of {', '.join(UVICORN_LOG_LEVELS)}, got {level!r}"
+        )
+    return level.lower()
 
 
 def run_frontend(settings: FrontendSettings) -> None:

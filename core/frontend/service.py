@@ -39,6 +39,7 @@ from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability, continued_request, worker_failed
 from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan, ToolCallDelta
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
+from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
 from dyn.core.messages import (
     Finish,
@@ -578,11 +579,12 @@ class Generation:
         formatter = formatters.get(choice.index)
         if formatter is None:
             texts, top = self.service.token_texts, choice.request.logprobs or 0
+            as_ids = self.service.outputs.return_tokens_as_token_ids
             if self.chat:
-                formatter = ChatLogprobs(texts, top)
+                formatter = ChatLogprobs(texts, top, as_ids=as_ids)
             else:
                 echo = self.echo_texts[choice.index] if self.echo_texts is not None else ""
-                formatter = CompletionLogprobs(texts, top, offset=len(echo))
+                formatter = CompletionLogprobs(texts, top, offset=len(echo), as_ids=as_ids)
             formatters[choice.index] = formatter
         return formatter
 
@@ -611,9 +613,15 @@ class Generation:
         """Prompt tokens count once per distinct prompt (n choices share theirs)."""
         n = self.req.n
         prompt = sum(c.usage[0] for c in self.choices if c.index % n == 0)
-        cached = sum(c.usage[2] for c in self.choices if c.index % n == 0)
         completion = sum(c.usage[1] or c.tokens for c in self.choices)
-        return usage_info(prompt, completion, cached)
+        return usage_info(
+            prompt, completion, self.cached_tokens(), details=self.service.outputs.prompt_tokens_details
+        )
+
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the cache, over the choices of the first prompt."""
+        n = self.req.n
+        return sum(c.usage[2] for c in self.choices if c.index % n == 0)
 
     # ----------------------------------------------------------------- metrics
 
@@ -643,6 +651,10 @@ class OutputSettings:
     response_role: str = "assistant"
     """The role of a chat answer when the request adds a generation prompt (vLLM's
     ``--response-role``)."""
+    return_tokens_as_token_ids: bool = False
+    """Logprob tokens are ``token_id:N`` strings (vLLM's ``--return-tokens-as-token-ids``)."""
+    prompt_tokens_details: bool = True
+    """Usage carries ``prompt_tokens_details.cached_tokens`` (``--enable-prompt-tokens-details``)."""
 
 
 @dataclass(slots=True)
@@ -711,8 +723,11 @@ class OpenAIService:
         outputs: OutputSettings | None = None,
         reliability: Reliability | None = None,
         priority_convention: Convention = "dyn",
+        request_log: RequestLog | None = None,
     ) -> None:
-        """``priority_convention``: how a request's priority is read (``dyn.core.protocol.priority``)."""
+        """``priority_convention``: how a request's priority is read (``dyn.core.protocol.priority``);
+        ``request_log``: logs each request as it is routed (``--enable-log-requests``)."""
+        self.request_log = request_log
         self.model_name = model_name
         self.priority_convention: Convention = priority_convention
         self.preprocessor = preprocessor
@@ -831,6 +846,8 @@ class OpenAIService:
     async def _route(
         self, prompts: list[Prompt], req: _GenerationRequest, ctx: RequestContext, outputs: _Outputs
     ) -> list[_Choice]:
+        if self.request_log is not None:
+            self.request_log.received(ctx.request_id, prompts, req.n)
         nvext = req.nvext
         instance_id, dp_rank = nvext_out.routing_target(
             nvext, ctx.worker_instance_id, ctx.prefill_instance_id, ctx.dp_rank
@@ -964,7 +981,7 @@ class OpenAIService:
         m.duration.labels(model).observe(duration)
         m.isl.labels(model).observe(usage.prompt_tokens)
         m.osl.labels(model).observe(usage.completion_tokens)
-        m.cached.labels(model).observe(usage.prompt_tokens_details.cached_tokens)
+        m.cached.labels(model).observe(gen.cached_tokens())
         m.output_tokens.labels(model).inc(usage.completion_tokens)
         if ttft is not None:
             m.ttft.labels(model).observe(ttft)

@@ -28,7 +28,17 @@ def _openapi(app: FrontendApp) -> Reply:
     service = app.service
     info = service.preprocessor.info
     body = _document(service.model_name, info.context_length, info.vocab_size, service.outputs.max_logprobs)
+    root_path = getattr(app, "root_path", "")
+    if root_path:
+        body = _served_under(body, root_path)
     return 200, body, b"application/json"
+
+
+@functools.lru_cache(maxsize=8)
+def _served_under(body: bytes, root_path: str) -> bytes:
+    """The document with ``servers`` naming the ``--root-path`` prefix (as FastAPI writes it),
+    so a client reading it behind the proxy calls the prefixed paths."""
+    return orjson.dumps({**orjson.loads(body), "servers": [{"url": root_path}]})
 
 
 ENDPOINT = ReadEndpoint("/openapi.json", _openapi)
