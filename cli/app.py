@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from dyn.cli import bench, completion, frontend, indexer, inspect_kv, keys, router, serve, worker
+from dyn.cli import bench, completion, config_file, frontend, indexer, inspect_kv, keys, router, serve, worker
 from dyn.cli.help_layout import install as install_help_layout
 from dyn.cli.options import flag
 
@@ -14,7 +14,8 @@ app = typer.Typer(
     name="dyn",
     help="Serve LLMs to agent fleets: an OpenAI-compatible frontend with nvext, a KV-cache-aware "
     "router, engine workers, a KV indexer, a benchmark client and a KV inspector.\n\n"
-    "Every flag has an environment twin: --some-flag is also DYN_SOME_FLAG.",
+    "Every flag has an environment twin: --some-flag is also DYN_SOME_FLAG. Every command takes "
+    "--config FILE.yaml: its flags as a YAML mapping (the command line and the twins beat it).",
     no_args_is_help=True,
     add_completion=True,
     cls=completion.CompletingGroup,
@@ -71,6 +72,7 @@ app.command("indexer")(indexer.indexer)
 app.add_typer(bench.app, name="bench")
 app.command("inspect-kv")(inspect_kv.inspect_kv)
 app.command("keys")(keys.keys)
+config_file.install(app)
 
 
 def main() -> None:

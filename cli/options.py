@@ -99,9 +99,10 @@ def env_hint(message: str, ctx: Any = None) -> str:
     """``message`` about a bad setting, plus the environment variables it came from: an option of
     the running command (or of ``dyn`` itself) whose value was read from its twin, and which the
     message names by flag or quotes by value. ``DYN_ROUTER_MODE=bogus`` makes "unknown router
-    mode 'bogus'" end in "(set by DYN_ROUTER_MODE in the environment)". Values are not repeated
-    (one may be a key)."""
-    ctx = ctx if ctx is not None else _current_context()
+    mode 'bogus'" end in "(set by DYN_ROUTER_MODE in the environment)"; a value from ``--config``
+    adds "(set by router-mode in FILE)" (``dyn.cli.config_file.file_notes``). Values are not
+    repeated (one may be a key)."""
+    ctx = start = ctx if ctx is not None else _current_context()
     names: list[str] = []
     while ctx is not None:
         for param in getattr(ctx.command, "params", ()):
@@ -115,7 +116,11 @@ def env_hint(message: str, ctx: Any = None) -> str:
             if any(opt in message for opt in param.opts) or (value and repr(value) in message):
                 names.append(envvar)
         ctx = ctx.parent
-    return f"{message} (set by {', '.join(names)} in the environment)" if names else message
+    from dyn.cli.config_file import file_notes
+
+    notes = [f"set by {', '.join(names)} in the environment"] if names else []
+    notes += file_notes(message, start)
+    return message + "".join(f" ({note})" for note in notes)
 
 
 def _current_context() -> Any:

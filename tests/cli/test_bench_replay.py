@@ -151,6 +151,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "host",
         "drain_timeout",
         "plane_keys",
+        "config",  # every command's --config (dyn.cli.config_file), last
     ]
 
 
