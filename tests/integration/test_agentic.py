@@ -299,7 +299,9 @@ def test_a_lead_agent_and_subagents_with_sessions_run_together(session_stack):
         t.join(120)
     assert not errors, errors
     assert all(len(w) == 1 for w in sub_workers.values()), sub_workers
-    assert lead_cached[-1] > 0  # the lead's growing conversation is served from cache
+    # the lead's growing conversation is served from cache; on this 96-block cache the subagents'
+    # held sessions may evict it again by the last turn, so any later turn counts
+    assert max(lead_cached[1:]) > 0, lead_cached
     for worker in session_stack.instances():
         poll_until(
             lambda w=worker: load_of(session_stack, w).num_streaming_sessions == 0,
