@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +207,54 @@ def stack_factory(tmp_path_factory):
 def stack(stack_factory):
     """A module's shared stack: 2 mocker workers (one process) behind a round-robin frontend."""
     return stack_factory("it").up()
+
+
+SERVE_STARTUP_S = 90
+
+
+def serve_ready_url(proc: DynProcess, timeout_s: float = SERVE_STARTUP_S) -> str:
+    """Wait for ``dyn serve``'s ready line and return its URL; fail with the log if the process
+    exits or ``timeout_s`` passes."""
+    from dyn.core.serve import parse_ready_url
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in proc.log().splitlines():
+            url = parse_ready_url(line)
+            if url:
+                return url
+        if proc.proc.poll() is not None:
+            raise AssertionError(f"dyn serve exited with {proc.proc.returncode}:\n{proc.log()}")
+        time.sleep(0.1)
+    raise AssertionError(f"no ready line after {timeout_s}s:\n{proc.log()}")
+
+
+def first_tokens_behind_a_blocker(
+    client, model: str, classes: tuple[tuple[str, int], ...]
+) -> dict[str, float]:
+    """When each request got its first token (``time.monotonic``) on a one-slot worker: a long
+    ``blocker`` holds the slot, then three rounds of short streamed completions, one per
+    ``(name, priority)`` class, arrive interleaved and queue behind it (``{name}{round}``)."""
+    first_token: dict[str, float] = {}
+
+    def stream(name: str, max_tokens: int, priority: int | None) -> None:
+        body = {"nvext": {"agent_hints": {"priority": priority}}} if priority is not None else None
+        for _chunk in client.completions.create(
+            model=model, prompt=f"{name} asks", stream=True, max_tokens=max_tokens, extra_body=body
+        ):
+            first_token.setdefault(name, time.monotonic())
+
+    blocker = threading.Thread(target=stream, args=("blocker", 300, None), daemon=True)
+    blocker.start()
+    poll_until(lambda: "blocker" in first_token, 20, "the blocker to run")
+    threads = []
+    for i in range(3):
+        for name, priority in classes:
+            t = threading.Thread(target=stream, args=(f"{name}{i}", 2, priority), daemon=True)
+            t.start()
+            threads.append(t)
+            time.sleep(0.02)
+    for t in [blocker, *threads]:
+        t.join(60)
+    assert not blocker.is_alive() and len(first_token) == 1 + 3 * len(classes), first_token
+    return first_token

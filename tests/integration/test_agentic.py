@@ -18,6 +18,7 @@ from dyn.core.discovery.store import open_store
 from dyn.core.messages import LOAD_METRICS_TOPIC, LoadMetrics, PinPrefixRequest
 from dyn.core.transport.event_plane import decode_load_metrics
 from dyn.core.transport.request_plane import WorkerClient
+from tests.integration.conftest import first_tokens_behind_a_blocker
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
@@ -224,29 +225,7 @@ def test_high_priority_requests_get_their_first_token_sooner(stack_factory, flag
     )
     s.start_frontend()
     s.wait_instances(1)
-    client = client_of(s)
-    first_token: dict[str, float] = {}
-
-    def stream(name: str, max_tokens: int, priority: int | None) -> None:
-        body = {"nvext": {"agent_hints": {"priority": priority}}} if priority is not None else None
-        for _chunk in client.completions.create(
-            model=MODEL, prompt=f"{name} asks", stream=True, max_tokens=max_tokens, extra_body=body
-        ):
-            first_token.setdefault(name, time.monotonic())
-
-    blocker = threading.Thread(target=stream, args=("blocker", 300, None), daemon=True)
-    blocker.start()
-    poll_until(lambda: "blocker" in first_token, 20, "the blocker to run")
-    threads = []
-    for i in range(3):  # interleaved arrivals: low, high, low, high, ...
-        for name, priority in ((f"low{i}", 1), (f"high{i}", 10)):
-            t = threading.Thread(target=stream, args=(name, 2, priority), daemon=True)
-            t.start()
-            threads.append(t)
-            time.sleep(0.02)
-    for t in [blocker, *threads]:
-        t.join(60)
-    assert blocker.is_alive() is False and len(first_token) == 7
+    first_token = first_tokens_behind_a_blocker(client_of(s), MODEL, (("low", 1), ("high", 10)))
     highs = [first_token[f"high{i}"] for i in range(3)]
     lows = [first_token[f"low{i}"] for i in range(3)]
     assert max(highs) < min(lows), (highs, lows)

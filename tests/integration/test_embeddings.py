@@ -27,25 +27,11 @@ import openai
 import pytest
 
 from dyn.core.serve import parse_ready_url
-from tests.integration.conftest import stop_process_group
+from tests.integration.conftest import serve_ready_url, stop_process_group
 
 pytestmark = pytest.mark.integration
 
-STARTUP_S = 90
 HIDDEN_SIZE = 256
-
-
-def ready_url(proc) -> str:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        for line in proc.log().splitlines():
-            url = parse_ready_url(line)
-            if url:
-                return url
-        if proc.proc.poll() is not None:
-            raise AssertionError(f"dyn serve exited with {proc.proc.returncode}:\n{proc.log()}")
-        time.sleep(0.1)
-    raise AssertionError(f"no ready line after {STARTUP_S}s:\n{proc.log()}")
 
 
 def client(url: str) -> openai.OpenAI:
@@ -60,7 +46,7 @@ def test_pooling_mockers_embed_through_the_openai_client(dyn_process):
     proc = dyn_process(
         "serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100", "--runner", "pooling"
     )
-    c = client(ready_url(proc))
+    c = client(serve_ready_url(proc))
     texts = ["The sky is blue.", "Grass is green.", "The sky is blue."]
     got = c.embeddings.create(model="dyn-tiny", input=texts)
     vectors = [d.embedding for d in got.data]
@@ -94,7 +80,7 @@ def test_pooling_mockers_embed_through_the_openai_client(dyn_process):
 
 def test_generating_workers_answer_embeddings_with_404(dyn_process):
     proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100")
-    c = client(ready_url(proc))
+    c = client(serve_ready_url(proc))
     with pytest.raises(openai.NotFoundError) as err:
         c.embeddings.create(model="dyn-tiny", input="hello")
     assert "does not support the Embeddings API" in str(err.value)

@@ -10,13 +10,10 @@ who runs next), and which gets its first token first shows how the frontend read
 
 from __future__ import annotations
 
-import threading
-import time
-
 import openai
 import pytest
 
-from tests.waiting import poll_until
+from tests.integration.conftest import first_tokens_behind_a_blocker
 
 pytestmark = pytest.mark.integration
 
@@ -41,28 +38,7 @@ def test_which_priority_is_served_first_follows_the_convention(stack_factory, co
     s.start_frontend("--priority-convention", convention)
     s.wait_instances(1)
     client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
-    first_token: dict[str, float] = {}
-
-    def stream(name: str, max_tokens: int, priority: int | None) -> None:
-        body = {"nvext": {"agent_hints": {"priority": priority}}} if priority is not None else None
-        for _chunk in client.completions.create(
-            model=MODEL, prompt=f"{name} asks", stream=True, max_tokens=max_tokens, extra_body=body
-        ):
-            first_token.setdefault(name, time.monotonic())
-
-    blocker = threading.Thread(target=stream, args=("blocker", 300, None), daemon=True)
-    blocker.start()
-    poll_until(lambda: "blocker" in first_token, 20, "the blocker to run")
-    threads = []
-    for i in range(3):  # interleaved arrivals: one, ten, one, ten, ...
-        for name, priority in ((f"one{i}", 1), (f"ten{i}", 10)):
-            t = threading.Thread(target=stream, args=(name, 2, priority), daemon=True)
-            t.start()
-            threads.append(t)
-            time.sleep(0.02)
-    for t in [blocker, *threads]:
-        t.join(60)
-    assert blocker.is_alive() is False and len(first_token) == 7
+    first_token = first_tokens_behind_a_blocker(client, MODEL, (("one", 1), ("ten", 10)))
     second = "one" if first == "ten" else "ten"
     winners = [first_token[f"{first}{i}"] for i in range(3)]
     losers = [first_token[f"{second}{i}"] for i in range(3)]

@@ -11,24 +11,9 @@ import httpx
 import pytest
 
 from dyn.core.serve import parse_ready_url
+from tests.integration.conftest import serve_ready_url
 
 pytestmark = pytest.mark.integration
-
-STARTUP_S = 90
-
-
-def ready_url(proc) -> str:
-    """Wait for the ready line; fail with the log if ``dyn serve`` exits or takes too long."""
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        for line in proc.log().splitlines():
-            url = parse_ready_url(line)
-            if url:
-                return url
-        if proc.proc.poll() is not None:
-            raise AssertionError(f"dyn serve exited with {proc.proc.returncode}:\n{proc.log()}")
-        time.sleep(0.1)
-    raise AssertionError(f"no ready line after {STARTUP_S}s:\n{proc.log()}")
 
 
 def child_pids(proc) -> dict[str, int]:
@@ -86,7 +71,7 @@ def test_serve_starts_the_stack_serves_and_stops_cleanly(dyn_process, wait_for):
         "--block-size",
         "16",
     )
-    url = ready_url(proc)
+    url = serve_ready_url(proc)
     base = url.removesuffix("/v1")
     assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
     ready = next(line for line in proc.log().splitlines() if parse_ready_url(line))
@@ -105,7 +90,7 @@ def test_serve_starts_the_stack_serves_and_stops_cleanly(dyn_process, wait_for):
 
 def test_serve_restarts_a_worker_that_dies(dyn_process, wait_for):
     proc = dyn_process("serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100")
-    url = ready_url(proc)
+    url = serve_ready_url(proc)
     base = url.removesuffix("/v1")
     pids = child_pids(proc)
     before = set(health(base)["instances"])
@@ -129,7 +114,7 @@ def test_serve_without_restarts_keeps_serving_on_the_rest(dyn_process, wait_for)
     proc = dyn_process(
         "serve", "--http-port", "0", "--workers", "2", "--speedup-ratio", "100", "--no-restart-workers"
     )
-    url = ready_url(proc)
+    url = serve_ready_url(proc)
     pids = child_pids(proc)
     os.kill(pids["worker-0"], signal.SIGKILL)
     wait_for(lambda: "was killed by SIGKILL; serving on with 1" in proc.log(), 15, "the dead worker reported")
@@ -139,7 +124,7 @@ def test_serve_without_restarts_keeps_serving_on_the_rest(dyn_process, wait_for)
 
 def test_children_stop_when_the_supervisor_is_killed(dyn_process, wait_for):
     proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100")
-    ready_url(proc)
+    serve_ready_url(proc)
     pids = child_pids(proc)
     proc.proc.send_signal(signal.SIGKILL)  # no chance to stop them itself
     proc.proc.wait(10)
@@ -150,7 +135,7 @@ def test_serve_stop_drains_an_open_stream(dyn_process, wait_for):
     proc = dyn_process(
         "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "1", "--api-key", "k3y"
     )
-    url = ready_url(proc)
+    url = serve_ready_url(proc)
     assert "k3y" not in proc.log()
     body = {
         "model": "dyn-tiny",
