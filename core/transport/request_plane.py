@@ -23,7 +23,9 @@ itself unhealthy until the worker sends anything again.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
@@ -32,6 +34,7 @@ from typing import Any, cast
 import anyio
 import msgspec
 import zmq
+import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from dyn.core.messages import (
@@ -56,7 +59,7 @@ from dyn.core.transport.codec import (
     encode_replies,
 )
 from dyn.core.transport.rpc import RpcServer
-from dyn.core.transport.sockets import async_context, bind_random, configure
+from dyn.core.transport.sockets import async_context, bind_random, configure, plain
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,23 @@ _DRAIN_BATCH = 256
 HEARTBEAT_IVL_MS = 200
 HEARTBEAT_TIMEOUT_MS = 1000
 _MONITORED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_CONNECT_RETRIED
+_monitor_ids = itertools.count()
+
+
+def watch_events(socket: zmq.asyncio.Socket, events: int) -> zmq.asyncio.Socket:
+    """A PAIR socket receiving ``socket``'s monitor ``events``, which never blocks libzmq.
+
+    libzmq sends monitor events from its I/O thread with a blocking send: once the monitor's pipe
+    is full (its high-water mark, about a thousand events: under two minutes of reconnect retries
+    to a dead worker) that thread stops, and with it every socket of the context. The receiving
+    end here takes any number (RCVHWM 0, which makes the inproc pipe unbounded); its owner reads
+    it for as long as the socket lives and closes both together.
+    """
+    address = f"inproc://dyn-monitor-{os.getpid()}-{next(_monitor_ids)}"
+    socket.monitor(address, events)
+    monitor = plain(configure(socket.context.socket(zmq.PAIR)))  # unbounded, and inproc needs no keys
+    monitor.connect(address)
+    return monitor
 
 
 class RemoteError(RuntimeError):
@@ -159,8 +179,6 @@ class WorkerClient:
         self._socket = configure(async_context().socket(zmq.DEALER))
         self._socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-        self._monitor = self._socket.get_monitor_socket(_MONITORED)
-        self._socket.connect(endpoint)
         self._streams: dict[str, _ReplyStream] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -173,6 +191,9 @@ class WorkerClient:
         """Reply messages received (a ``ReplyBatch`` counts once), for measurements."""
 
     async def __aenter__(self) -> WorkerClient:
+        # monitor and connect only once a task reads the monitor: see ``watch_events``
+        self._monitor = watch_events(self._socket, _MONITORED)
+        self._socket.connect(self.endpoint)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._receive_loop)
@@ -186,10 +207,12 @@ class WorkerClient:
         self._closed = True
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(*exc_info)
-        self._socket.disable_monitor()
-        self._monitor.close(linger=0)
-        self._socket.close(linger=0)
+        try:
+            await self._tg.__aexit__(*exc_info)
+        finally:  # also when the caller is cancelled: a socket left open would retry forever
+            self._socket.disable_monitor()
+            self._monitor.close(linger=0)
+            self._socket.close(linger=0)
 
     @property
     def in_flight(self) -> int:

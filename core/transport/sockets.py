@@ -209,7 +209,7 @@ def configure(socket: SocketT, *, hwm: int = 0) -> SocketT:
     return socket
 
 
-def plain(socket: zmq.Socket) -> zmq.Socket:
+def plain(socket: SocketT) -> SocketT:
     """Undo the client keys of ``configure``: for a peer that is not a dyn socket (an engine's
     own KV-event publisher), which speaks plain ZMQ."""
     if _keys is not None:
