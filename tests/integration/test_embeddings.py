@@ -18,16 +18,16 @@ normalizes (``PoolingParams.use_activation`` defaults to true for ``embed``:
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import time
-from pathlib import Path
 
 import openai
 import pytest
 
 from dyn.core.serve import parse_ready_url
 from tests.integration.conftest import serve_ready_url, stop_process_group
+from tests.vllm_cpu import MODEL as VLLM_MODEL
+from tests.vllm_cpu import VENV, python_and_model, vllm_env
 
 pytestmark = pytest.mark.integration
 
@@ -86,27 +86,17 @@ def test_generating_workers_answer_embeddings_with_404(dyn_process):
     assert "does not support the Embeddings API" in str(err.value)
 
 
-VLLM_VENV = os.environ.get("DYN_VLLM_VENV")
-VLLM_MODEL = "dyn-tiny-llama"
 VLLM_HIDDEN_SIZE = 64
 
 
 @pytest.mark.skipif(
-    not VLLM_VENV,
+    not VENV,
     reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run dyn's vLLM worker on the vllm-cpu build",
 )
 @pytest.mark.timeout(600)
 def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
-    venv = Path(VLLM_VENV or "")
-    python, model = venv / "bin" / "python", venv / "models" / VLLM_MODEL
-    assert python.exists() and (model / "config.json").exists(), f"{venv} is not a provisioned venv"
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "VLLM_HOST_IP": "127.0.0.1",
-    }
+    python, model = python_and_model(VLLM_MODEL)
+    env = vllm_env()
     args = [
         str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", "1",
         "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(tmp_path / "discovery"),

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
-from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
 from tests.integration.conftest import stop_process_group
+from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_env
 from tests.waiting import poll_until
 
-VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
@@ -33,7 +31,6 @@ pytestmark = [
     ),
     pytest.mark.timeout(600),
 ]
-MODEL = "dyn-tiny-llama"
 BLOCK = 32  # vLLM's CPU attention takes multiples of 32
 READY = "dyn serve: ready at "
 
@@ -41,20 +38,10 @@ READY = "dyn serve: ready at "
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """``dyn serve --engine vllm --workers 2`` on the provisioned venv; yields ``(url, log)``."""
-    venv = Path(VENV)
-    python, model = venv / "bin" / "python", venv / "models" / MODEL
-    assert python.exists() and (model / "config.json").exists(), (
-        f"{venv} is not a venv made by scripts/provision_vllm_cpu.sh"
-    )
+    python, model = python_and_model(MODEL)
     root = tmp_path_factory.mktemp("vllm")
     log_path = root / "serve.log"
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "VLLM_HOST_IP": "127.0.0.1",
-    }
+    env = vllm_env()
     args = [
         str(python),
         "-m",

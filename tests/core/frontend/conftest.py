@@ -24,6 +24,8 @@ import pytest
 from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.server import FrontendSettings, build_app
+from dyn.core.frontend.tokenizer import Tokenizer
+from dyn.core.model.info import load_model_info
 from dyn.core.router.pool import WorkerPool
 from tests.core.frontend.fake_workers import FakeFleet, Script
 
@@ -79,6 +81,19 @@ async def running_frontend(
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, timeout=30) as client:
             yield Frontend(app, pool, fleet, client, config)
         tg.cancel_scope.cancel()
+
+
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Name three colours."},
+]
+"""A short conversation for endpoints that take ``messages``."""
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    """The default model's tokenizer (dyn-tiny), as the frontend loads it."""
+    return Tokenizer.from_model(load_model_info(None, None))
 
 
 @pytest.fixture

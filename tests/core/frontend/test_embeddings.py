@@ -18,25 +18,15 @@ import pytest
 
 from dyn.core.engine import FEATURE_EMBED, FEATURE_POOLING_ONLY
 from dyn.core.frontend.limits import RequestLimits
-from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import ErrorReply
-from dyn.core.model.info import load_model_info
 from dyn.core.protocol.embeddings import MAX_EMBED_TOKENS
+from tests.core.frontend.conftest import CHAT as MESSAGES
 from tests.core.frontend.fake_workers import fake_vector
 
 pytestmark = pytest.mark.anyio
 
 EMBED = [FEATURE_EMBED]
 POOLING = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
-MESSAGES = [
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Name three colours."},
-]
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return Tokenizer.from_model(load_model_info(None, None))
 
 
 async def post(fe, body: dict):

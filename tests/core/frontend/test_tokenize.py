@@ -10,20 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from dyn.core.frontend.tokenizer import Tokenizer
-from dyn.core.model.info import load_model_info
+from tests.core.frontend.conftest import CHAT as MESSAGES
 
 pytestmark = pytest.mark.anyio
-
-MESSAGES = [
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Name three colours."},
-]
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return Tokenizer.from_model(load_model_info(None, None))
 
 
 async def test_tokenize_a_prompt_returns_vllms_fields(frontend, tokenizer):

@@ -17,10 +17,8 @@ Lark front end (``vllm/v1/structured_output/backend_xgrammar.py``, ``validate_xg
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-from pathlib import Path
 
 import anyio
 import pytest
@@ -37,9 +35,9 @@ from dyn.core.messages import (
 )
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
 from tests.integration.conftest import stop_process_group
+from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_env
 from tests.waiting import poll_until
 
-VENV = os.environ.get("DYN_VLLM_VENV")
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
@@ -49,7 +47,6 @@ pytestmark = [
     ),
     pytest.mark.timeout(600),
 ]
-MODEL = "dyn-tiny-llama"
 NAMESPACE = "vllm-structured"
 SCHEMA = {
     "type": "object",
@@ -84,20 +81,10 @@ def assert_valid_thing(value) -> None:
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
     """One ``dyn worker vllm`` on the provisioned venv; yields ``(request endpoint, tokenizer)``."""
-    venv = Path(VENV)
-    python, model = venv / "bin" / "python", venv / "models" / MODEL
-    assert python.exists() and (model / "config.json").exists(), (
-        f"{venv} is not a venv made by scripts/provision_vllm_cpu.sh"
-    )
+    python, model = python_and_model(MODEL)
     root = tmp_path_factory.mktemp("vllm-worker")
     log_path, discovery = root / "worker.log", root / "discovery"
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "VLLM_HOST_IP": "127.0.0.1",
-    }
+    env = vllm_env()
     args = [
         str(python),
         "-m",
