@@ -81,9 +81,11 @@ def main() -> None:
     import os
     import sys
 
-    args = sys.argv[1:]
+    from dyn.cli.options import expand_multi_value
+
+    args = expand_multi_value(sys.argv[1:])
     if _log_format(args, os.environ.get("DYN_LOG_FORMAT")) != "json":
-        app()
+        app(args=args)
         return
     sys.exit(_main_json(args))
 

@@ -334,17 +334,24 @@ def frontend(
     ),
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
+    served_model_name: list[str] = options.SERVED_MODEL_NAME,
     discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
     router_config=None,
 ) -> None:
     """OpenAI-compatible HTTP frontend (chat, completions, streaming) with nvext, routing to the
-    workers it finds in discovery."""
+    workers it finds in discovery. It serves its own model (--model-path) and every other model a
+    worker registers, each routed within its own workers."""
     from dyn.core.errors import ConfigError
     from dyn.core.frontend.cors import CorsPolicy
     from dyn.core.frontend.server import FrontendSettings, Reliability, run_frontend
     from dyn.core.frontend.tls import TlsSettings
+    from dyn.core.model.names import served_names
 
     options.use_plane_keys(plane_keys)
+    try:
+        model_name, aliases = served_names(model_name, served_model_name)
+    except ValueError as exc:
+        options.fail(str(exc))
     if disable_log_requests:
         log.warning("--disable-log-requests is deprecated (as in vLLM): requests are not logged by default")
     try:
@@ -364,6 +371,7 @@ def frontend(
         discovery=discovery,
         model_path=model_path,
         model_name=model_name,
+        aliases=aliases,
         api_key=api_key or None,
         cors=cors,
         router_config=router_config,

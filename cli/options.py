@@ -78,6 +78,37 @@ MODEL_PATH = flag(
 MODEL_NAME = flag(
     None, "--model-name", panel=MODEL_PANEL, help="Served model name (default: the model directory's name)."
 )
+SERVED_MODEL_NAME = flag(
+    [],
+    "--served-model-name",
+    panel=MODEL_PANEL,
+    help="Names requests may use for the model (vLLM's flag): the first is its name, as "
+    "--model-name; the others are aliases. Several as vLLM takes them (--served-model-name a b) "
+    "or with the flag repeated.",
+)
+
+MULTI_VALUE_FLAGS = frozenset({"--served-model-name"})
+"""Flags that take several values after one flag, as vLLM's argparse ``nargs='+'`` does."""
+
+
+def expand_multi_value(args: list[str]) -> list[str]:
+    """``--served-model-name a b --x`` as Click reads a repeated option:
+    ``--served-model-name a --served-model-name b --x``. Values run until the next argument that
+    starts with ``-``; ``--flag=value`` and everything after ``--`` are left as they are."""
+    out: list[str] = []
+    current: str | None = None
+    for at, arg in enumerate(args):
+        if arg == "--":
+            return out + args[at:]
+        if arg.startswith("-"):
+            current = arg if arg in MULTI_VALUE_FLAGS else None
+            out.append(arg)
+        elif current is not None and out[-1] != current:
+            out += [current, arg]
+        else:
+            out.append(arg)
+    return out
+
 
 SECURITY_PANEL = "Security"
 API_KEY = flag(

@@ -73,7 +73,15 @@ def serve(
     Other flags go to the child command(s) that define them: --router-mode, --speedup-ratio, --block-size, ...
     With --engine vllm or sglang, a flag no child defines goes to the workers' engine.
     """
-    from dyn.core.serve import ChildSpec, FlagRoutingError, ServeConfig, device_sets, route_flags, run_stack
+    from dyn.core.serve import (
+        ChildSpec,
+        FlagRoutingError,
+        ServeConfig,
+        device_sets,
+        flag_values,
+        route_flags,
+        run_stack,
+    )
 
     _check_discovery(discovery)
     root = _root_command(ctx)
@@ -107,7 +115,12 @@ def serve(
 
     per_process = max(1, _as_int(resolved_option(worker_cmd, routed[worker_name], "--num-workers"), 1))
     router_mode = resolved_option(frontend_cmd, routed[frontend_name], "--router-mode")
-    model = model_name or (Path(model_path).name if model_path else _tiny_model_name())
+    served = flag_values(routed[frontend_name], "--served-model-name")
+    model = (
+        model_name
+        or (served[0] if served else None)
+        or (Path(model_path).name if model_path else _tiny_model_name())
+    )
     total = workers * per_process
     summary = f"model {model}, {total} {engine} worker{'s' if total != 1 else ''}"
     if per_process > 1:

@@ -16,6 +16,7 @@ import typer
 
 from dyn.cli import options
 from dyn.cli.config_flags import config_flags, discovery_flags
+from dyn.core.model.names import served_names
 
 if TYPE_CHECKING:
     from dyn.core.config import DiscoveryConfig
@@ -37,6 +38,7 @@ def _worker(
     ctx: typer.Context,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
+    served_model_name: list[str] = options.SERVED_MODEL_NAME,
     engine_config: Any = None,
     worker_options: Any = None,
     dyn_tool_call_parser: str = options.DYN_TOOL_CALL_PARSER,
@@ -56,6 +58,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
         ctx: typer.Context,
         model_path: str | None,
         model_name: str | None,
+        served_model_name: list[str],
         engine_config: Any,
         worker_options: Any,
         dyn_tool_call_parser: str | None,
@@ -65,6 +68,10 @@ def worker_command(plugin: EnginePlugin) -> Any:
         drain_timeout: float,
         plane_keys: str | None,
     ) -> None:
+        try:
+            name, aliases = served_names(model_name, served_model_name)
+        except ValueError as exc:
+            options.fail(str(exc))
         settings = _settings(
             discovery, host, dyn_tool_call_parser, dyn_reasoning_parser, model_path, drain_timeout, plane_keys
         )
@@ -74,7 +81,16 @@ def worker_command(plugin: EnginePlugin) -> Any:
             if worker_options is None
             else {name: getattr(worker_options, name) for name in worker_options.__struct_fields__}
         )
-        _serve(plugin, engine_config, settings, model_path=model_path, model_name=model_name, **extra, **own)
+        _serve(
+            plugin,
+            engine_config,
+            settings,
+            model_path=model_path,
+            model_name=name,
+            aliases=aliases,
+            **extra,
+            **own,
+        )
 
     signature = inspect.signature(_worker)
     params = dict(signature.parameters)

@@ -521,3 +521,9 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     name the frontend uses unless it was given its own ``--tool-call-parser``."""
     reasoning_parser: str | None = None
     """How the served model writes its reasoning (``--dyn-reasoning-parser``), likewise."""
+    model_path: str | None = None
+    """Where the worker read its model's tokenizer and config (``--model-path``; None: the embedded
+    dyn-tiny): a frontend that meets a model it does not serve yet loads the model from there."""
+    aliases: list[str] = []
+    """Other names requests may use for ``model_name`` (``--served-model-name``'s names after the
+    first)."""

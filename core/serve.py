@@ -135,18 +135,24 @@ def _is_flag(arg: str) -> bool:
     return False
 
 
-def flag_value(args: Sequence[str], name: str) -> str | None:
-    """The last value given to single-value flag ``name`` in already-routed ``args``, else None."""
-    found = None
+def flag_values(args: Sequence[str], name: str) -> list[str]:
+    """Every value given to flag ``name`` in already-routed ``args``, in order."""
+    found = []
     for i, arg in enumerate(args):
         flag_name, inline = split_flag(arg)
         if flag_name != name:
             continue
         if inline is not None:
-            found = inline
+            found.append(inline)
         elif i + 1 < len(args):
-            found = args[i + 1]
+            found.append(args[i + 1])
     return found
+
+
+def flag_value(args: Sequence[str], name: str) -> str | None:
+    """The last value given to single-value flag ``name`` in already-routed ``args``, else None."""
+    values = flag_values(args, name)
+    return values[-1] if values else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from typing import Any
 
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, needs_key
 from dyn.core.asgi import JSON, Disconnected, json_error_protocol, lifespan, respond
+from dyn.core.frontend.catalog import ModelCatalog
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.endpoints import ENDPOINTS, Call
 from dyn.core.frontend.service import OpenAIService
@@ -53,12 +54,12 @@ DOCS_PATHS = frozenset({"/openapi.json"})
 
 
 class FrontendApp:
-    """ASGI app over an ``OpenAIService``. ``max_inflight``: most generate requests in progress
-    at once (0: no limit); ``public_metrics``: ``/metrics`` answers without the API key."""
+    """ASGI app over the models of a ``ModelCatalog``. ``max_inflight``: most generate requests in
+    progress at once (0: no limit); ``public_metrics``: ``/metrics`` answers without the API key."""
 
     def __init__(
         self,
-        service: OpenAIService,
+        models: ModelCatalog,
         *,
         api_key: str | None = None,
         cors: CorsPolicy | None = None,
@@ -72,7 +73,8 @@ class FrontendApp:
         """The prefix a proxy serves this app under ("" for none); no trailing slash."""
         self.docs = docs
         """Whether ``/openapi.json`` is served."""
-        self.service = service
+        self.models = models
+        """Every model served, by each name a request may use (``resolve``)."""
         self.api_key = ApiKey(api_key) if api_key else None
         self.public_metrics = public_metrics
         self.max_inflight = max_inflight
@@ -82,6 +84,12 @@ class FrontendApp:
         self.kv_views = kv_views
         """The KV router's index under ``/kv/`` (``dyn indexer``'s read views), when it has one."""
         self.started = int(time.time())
+
+    @property
+    def service(self) -> OpenAIService:
+        """The frontend's own model's service: the one without a ``model`` field, and the
+        frontend-wide views (metrics, the OpenAPI document)."""
+        return self.models.primary.service
 
     @staticmethod
     def http_protocol() -> type | str:

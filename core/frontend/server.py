@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
 from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.app import FrontendApp
+from dyn.core.frontend.catalog import ModelCatalog, ServedModel
 from dyn.core.frontend.chat_template import ChatTemplateError
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.limits import RequestLimits
@@ -29,7 +30,7 @@ from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.service import OpenAIService, OutputSettings
 from dyn.core.frontend.tls import TlsSettings
 from dyn.core.logs import status
-from dyn.core.model.info import ModelError, load_model_info
+from dyn.core.model.info import ModelError, ModelInfo, load_model_info
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import ParserUnavailable, UnknownParserError, load_plugin
 from dyn.core.parsers.tool import TOOL_PARSERS
@@ -54,6 +55,8 @@ class FrontendSettings:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     model_path: str | None = None
     model_name: str | None = None
+    aliases: tuple[str, ...] = ()
+    """Other names requests may use for the model (``--served-model-name``'s after the first)."""
     api_key: str | None = None
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     graceful_shutdown_s: float = 10.0
@@ -98,32 +101,42 @@ class FrontendSettings:
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
-    """The app and the pool it routes over (the caller runs ``pool.run``); ``ConfigError`` on a
-    bad model, namespace or router mode."""
+    """The app and its own model's worker pool (whose ``client_factory`` the pools of the models
+    discovered later copy); run ``app.models.run`` to serve. ``ConfigError`` on a bad model,
+    namespace or router mode."""
     try:
         info = load_model_info(settings.model_path, settings.model_name)
-        preprocessor = Preprocessor(
-            info, chat_template=_chat_template(settings.chat_template), limits=settings.limits
-        )
+        chat_template = _chat_template(settings.chat_template)
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
-    except ChatTemplateError as exc:
-        raise ConfigError(f"--chat-template does not compile: {exc}") from None
     outputs = _output_settings(settings)
     _uvicorn_level(settings.uvicorn_log_level)
-    metrics = FrontendMetrics()
     if settings.enable_cache_control and settings.router_mode != "kv":
         raise ConfigError(
             "--enable-cache-control needs --router-mode kv (the pin goes to the worker the KV router chose)"
         )
+    convention = settings.priority_convention
+    if convention not in CONVENTIONS:
+        raise ConfigError(
+            f"--priority-convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}"
+        )
+    metrics = FrontendMetrics()
+    request_log = _request_log(settings)
     try:
         store = settings.discovery.open()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+    def served(info: ModelInfo, chat_template: str | None = None) -> ServedModel:
+        """One model's pipeline; ``ValueError`` (``ChatTemplateError``) says what to fix."""
         reliability = settings.reliability
+        preprocessor = Preprocessor(info, chat_template=chat_template, limits=settings.limits)
         pool = WorkerPool(
             store,
             info.name,
             first_token_timeout_s=reliability.first_token_timeout_s,
             inter_token_timeout_s=reliability.inter_token_timeout_s,
+            warn_other_models=False,
         )
         router = build_router(
             settings.router_mode,
@@ -133,35 +146,54 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             namespace=settings.discovery.namespace,
             router_address=settings.router_address,
         )
+        agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
+        service = OpenAIService(
+            info.name,
+            preprocessor,
+            agent,
+            metrics,
+            agent.background,
+            outputs,
+            reliability,
+            priority_convention=convention,
+            request_log=request_log,
+        )
+        return ServedModel(service, pool)
+
+    try:
+        primary = served(info, chat_template)
+    except ChatTemplateError as exc:
+        raise ConfigError(f"--chat-template does not compile: {exc}") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    convention = settings.priority_convention
-    if convention not in CONVENTIONS:
-        raise ConfigError(
-            f"--priority-convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}"
-        )
-    agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
-    service = OpenAIService(
-        info.name,
-        preprocessor,
-        agent,
-        metrics,
-        agent.background,
-        outputs,
-        settings.reliability,
-        priority_convention=convention,
-        request_log=_request_log(settings),
+
+    def discovered(info: ModelInfo) -> ServedModel:
+        model = served(info)
+        model.pool.client_factory = primary.pool.client_factory
+        return model
+
+    catalog = ModelCatalog(
+        primary,
+        aliases=settings.aliases,
+        store=store,
+        build=discovered,
+        why_not=(
+            f"the frontend routes through the dyn router at {settings.router_address}, which routes "
+            f"model {info.name!r} only"
+            if settings.router_address is not None
+            else None
+        ),
     )
     return FrontendApp(
-        service,
+        catalog,
         api_key=settings.api_key,
         cors=settings.cors,
-        kv_views=_kv_views(router, pool, info.name, metrics),
+        kv_views=_kv_views(cast(AgentRouter, primary.service.router).inner, primary.pool, info.name, metrics),
         public_metrics=settings.public_metrics,
         max_inflight=settings.max_inflight,
         root_path=_root_path(settings.root_path),
         docs=not settings.disable_fastapi_docs,
-    ), pool
+    ), primary.pool
 
 
 def _root_path(value: str) -> str:
@@ -261,8 +293,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
         settings.tls.check(config)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
-        await tg.start(pool.run)
-        await tg.start(app.service.router.run)
+        await tg.start(app.models.run)
 
         async def announce() -> None:
             while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag, not an event)

@@ -729,6 +729,8 @@ class OpenAIService:
         ``request_log``: logs each request as it is routed (``--enable-log-requests``)."""
         self.request_log = request_log
         self.model_name = model_name
+        self.aliases: set[str] = set()
+        """Other names requests may use for the model (``dyn.core.frontend.catalog``)."""
         self.priority_convention: Convention = priority_convention
         self.preprocessor = preprocessor
         self.router = router
@@ -740,7 +742,7 @@ class OpenAIService:
         self.token_texts = TokenTexts(preprocessor.tokenizer)
 
     def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.model_name:
+        if model is not None and model != self.model_name and model not in self.aliases:
             raise ApiError(
                 404,
                 f"The model '{model}' does not exist; this server serves "

@@ -3,7 +3,8 @@ and config, with what only a live router has: KV-event ingestion from the worker
 remote ``dyn router`` or ``dyn indexer``, replica sync.
 
 The router metrics are registered on ``registry`` in every mode (Dynamo registers them eagerly,
-so dashboards see zeros rather than gaps outside ``kv``). In ``kv`` mode the router is a
+so dashboards see zeros rather than gaps outside ``kv``); the routers of several models built on
+one registry (a frontend serving several models) share them, so they count every model together. In ``kv`` mode the router is a
 ``RemoteRouter`` when ``router_address`` names a ``dyn router`` (``tcp://...``, or ``auto``: found
 in discovery), else an embedded ``KvRouter``; with ``config.replica_sync`` that router gets a
 ``ReplicaSync`` companion (started by ``KvRouter.run``) that binds its PUB on ``host`` and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from typing import Any
 
 import anyio
@@ -47,7 +49,9 @@ def build_router(
     ``kv`` embeds a ``KvRouter`` unless ``router_address`` names a ``dyn router`` to ask instead.
     """
     spec = router_mode(mode)
-    metrics = RouterMetrics(registry, namespace, router_id)
+    metrics = _shared(
+        registry, ("router", namespace, router_id), lambda: RouterMetrics(registry, namespace, router_id)
+    )
     if router_address is not None:
         if mode != "kv":
             raise ValueError("--router-address needs --router-mode kv")
@@ -63,7 +67,7 @@ def build_router(
 
     from dyn.core.kv.ingest import KvEventIngestor, KvEventMetrics
 
-    event_metrics = functools.cache(lambda: KvEventMetrics(registry))
+    event_metrics = functools.partial(_shared, registry, ("kv-events",), lambda: KvEventMetrics(registry))
     if mode == "kv":
         event_metrics()  # registered eagerly, as the router metrics are
 
@@ -85,6 +89,20 @@ def build_router(
         )
         router.companions.append(sync.run)
     return router
+
+
+_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, dict[tuple[str, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _shared(registry: CollectorRegistry, key: tuple[str, ...], make: Any) -> Any:
+    """The metrics ``make()`` registers on ``registry``, made once per ``key`` (a registry
+    refuses a second registration of the same names)."""
+    made = _METRICS.setdefault(registry, {})
+    if key not in made:
+        made[key] = make()
+    return made[key]
 
 
 async def _remote_indexer(

@@ -195,6 +195,8 @@ class KvRouter(Router):
         super().__init__(pool)
         self.config = config.validate()
         self.metrics = metrics
+        self._shown_queue = (0, 0)
+        """The queue's requests and prompt tokens as the metrics show them now."""
         self._rng = rng or random.Random()
         self._clock = clock
         self.block_size = block_size
@@ -551,8 +553,11 @@ class KvRouter(Router):
             group.wake()
 
     def _queue_gauges(self) -> None:
-        self.metrics.queue_pending.set(self.queue.pending_requests)
-        self.metrics.queue_isl.set(self.queue.pending_isl_tokens)
+        # moved by this queue's change, as the routers of other models share the gauges
+        pending, isl = self.queue.pending_requests, self.queue.pending_isl_tokens
+        self.metrics.queue_pending.inc(pending - self._shown_queue[0])
+        self.metrics.queue_isl.inc(isl - self._shown_queue[1])
+        self._shown_queue = (pending, isl)
 
     # ----------------------------------------------------------------- admission and booking
 

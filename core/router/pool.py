@@ -64,7 +64,8 @@ interface (an async context manager with ``generate_batches``, ``call``, ``in_fl
 class WorkerPool:
     """Workers of one namespace serving ``model_name`` (every model when None). Each worker's
     client is opened by ``client_factory`` (see ``ClientFactory``), which may be replaced until
-    ``run`` starts."""
+    ``run`` starts. ``warn_other_models``: log a warning for each other model's workers it skips
+    (a frontend that serves every model logs them at debug)."""
 
     def __init__(
         self,
@@ -74,8 +75,10 @@ class WorkerPool:
         first_token_timeout_s: float = 0.0,
         inter_token_timeout_s: float = 0.0,
         client_factory: ClientFactory = WorkerClient,
+        warn_other_models: bool = True,
     ) -> None:
         self.store = store
+        self._skip_level = logging.WARNING if warn_other_models else logging.DEBUG
         self.model_name = model_name
         self.client_factory = client_factory
         self._timeouts = {
@@ -134,7 +137,8 @@ class WorkerPool:
         if self.model_name is not None and record.model_name != self.model_name:
             if record.model_name not in self._skipped_models:
                 self._skipped_models.add(record.model_name)
-                log.warning(
+                log.log(
+                    self._skip_level,
                     "ignoring worker %d: it serves model %r, this frontend serves %r",
                     record.instance_id,
                     record.model_name,

@@ -81,8 +81,13 @@ class WorkerHost:
         settings: WorkerSettings,
         kv_publisher: KvEventPublisher | None = None,
         instance_id: int | None = None,
+        model_path: str | None = None,
+        aliases: tuple[str, ...] = (),
     ) -> None:
+        """``model_path`` and ``aliases`` go in the discovery record (``WorkerRecord``)."""
         self.engine = engine
+        self.model_path = model_path
+        self.aliases = aliases
         self.engine_name = engine_name
         self.model_name = model_name
         self.store = store
@@ -142,6 +147,8 @@ class WorkerHost:
             features=list(info.features),
             tool_call_parser=self.settings.tool_call_parser,
             reasoning_parser=self.settings.reasoning_parser,
+            model_path=self.model_path,
+            aliases=list(self.aliases),
             pid=os.getpid(),
             started_at=time.time(),
             version=core_pkg.__version__,

@@ -24,10 +24,13 @@ def build_hosts(
     *,
     model_path: str | None = None,
     model_name: str | None = None,
+    aliases: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     num_workers: int = 1,
 ) -> list[WorkerHost]:
-    """``num_workers`` ready-to-run hosts, each around one new ``plugin`` engine.
+    """``num_workers`` ready-to-run hosts, each around one new ``plugin`` engine, registered as
+    serving ``model_name`` (default: the model directory's name) under ``aliases`` too, with the
+    model's directory as the place a frontend loads it from.
 
     Raises ``ConfigError`` with a sentence for what can be checked before the engine starts: a
     missing required model, a bad config or extra flag, a model that cannot be read, a bad
@@ -58,9 +61,22 @@ def build_hosts(
             store=store,
             settings=settings,
             kv_publisher=publisher,
+            model_path=_where_loaded(model_path, model),
+            aliases=tuple(aliases),
         )
         for engine, publisher in zip(engines, publishers, strict=True)
     ]
+
+
+def _where_loaded(model_path: str | None, model: Any) -> str | None:
+    """The model's directory as an absolute path, for other processes to load it from (None: the
+    embedded dyn-tiny; as given when it is not a local directory, such as a Hugging Face id)."""
+    if model_path is None:
+        return None
+    from pathlib import Path
+
+    path = Path(getattr(model, "path", model_path)).expanduser()
+    return str(path.resolve()) if path.is_dir() else model_path
 
 
 def prepare(plugin: EnginePlugin, config: Any, extra_args: Sequence[str] = ()) -> Any:

@@ -141,6 +141,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
     assert list(ours) == [
         "model_path",
         "model_name",
+        "served_model_name",
         *engine,
         "num_workers",
         "dyn_tool_call_parser",

@@ -29,6 +29,7 @@ def _fake_app() -> typer.Typer:
         speedup_ratio: float = flag(1.0, "--speedup-ratio", help="Shared by both, for the test."),
         namespace: str = flag("default", "--namespace", help="Namespace."),
         model_name: str = flag(None, "--model-name", help="Name."),
+        served_model_name: list[str] = flag([], "--served-model-name", help="Names."),
     ) -> None:
         """Fake frontend."""
 
@@ -43,6 +44,7 @@ def _fake_app() -> typer.Typer:
         num_workers: int = flag(1, "--num-workers", help="Hosted."),
         namespace: str = flag("default", "--namespace", help="Namespace."),
         model_name: str = flag(None, "--model-name", help="Name."),
+        served_model_name: list[str] = flag([], "--served-model-name", help="Names."),
     ) -> None:
         """Fake mocker."""
 
@@ -143,6 +145,18 @@ def test_cli_summary_reads_env_twins_and_defaults(captured_config, monkeypatch):
     (config,) = captured_config
     assert config.summary == "model m, 1 mocker worker, router random" and config.instances_per_worker == 1
     assert ["--model-name", "m"] == list(config.workers[0].argv[-2:])
+
+
+def test_served_model_names_go_to_the_frontend_and_the_workers(captured_config):
+    from dyn.cli.options import expand_multi_value
+
+    args = expand_multi_value(["serve", "--workers", "1", "--served-model-name", "a", "b"])
+    result = CliRunner().invoke(_fake_app(), args)
+    assert result.exit_code == 0, result.output
+    (config,) = captured_config
+    names = ["--served-model-name", "a", "--served-model-name", "b"]
+    assert list(config.frontend.argv[-4:]) == names and list(config.workers[0].argv[-4:]) == names
+    assert config.summary.startswith("model a, ")
 
 
 def test_cli_rejects_unknown_flags_and_engines_before_starting_anything(captured_config):

@@ -22,9 +22,9 @@ async def serve(port: int, namespace: str) -> None:
     from granian.constants import Interfaces
     from granian.server.embed import Server
 
-    app, pool = build_app(FrontendSettings(http_port=port, discovery=DiscoveryConfig(namespace=namespace)))
+    app, _ = build_app(FrontendSettings(http_port=port, discovery=DiscoveryConfig(namespace=namespace)))
     async with anyio.create_task_group() as tg:
-        await tg.start(pool.run)
+        await tg.start(app.models.run)
         server = Server(
             app, address="127.0.0.1", port=port, interface=Interfaces.ASGINL, backlog=2048, log_enabled=False
         )

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 async def _detokenize(app: FrontendApp, body: bytes) -> DetokenizeResponse:
     req = decode_request(body, DetokenizeRequest)
     warn_ignored(body, DetokenizeRequest, "to /detokenize")
-    service = app.service
-    service.check_model(req.model)
+    service = app.models.resolve(req.model)
     preprocessor = service.preprocessor
     info = preprocessor.info
     check_detokenize(req, info.vocab_size, info.context_length)

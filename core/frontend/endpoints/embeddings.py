@@ -44,6 +44,7 @@ from dyn.core.transport.request_plane import RemoteError, WorkerUnavailable
 if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
     from dyn.core.frontend.preprocessor import Preprocessor
+    from dyn.core.frontend.service import OpenAIService
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,9 @@ _ids = itertools.count()
 async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
     req = embedding_request(body)
     warn_ignored(body, EmbeddingRequest, "to /v1/embeddings")
-    service = app.service
-    service.check_model(req.model)
+    service = app.models.resolve(req.model)
     prompts = await _tokenized(service.preprocessor, req)
-    reply = await _embed(app, prompts)
+    reply = await _embed(service, prompts)
     if len(reply.embeddings) != len(prompts):
         raise ApiError(500, f"the worker returned {len(reply.embeddings)} vectors for {len(prompts)} inputs")
     tokens = sum(len(p) for p in prompts)
@@ -165,10 +165,9 @@ def _truncated(prompts: list[list[int]], req: EmbeddingRequest, context_length: 
     return [ids[-keep:] if len(ids) > keep else ids for ids in prompts]
 
 
-def _embedders(app: FrontendApp) -> list[Worker]:
-    """The live workers that embed, least busy first (ties in turn); a 503 with no worker at all,
-    a 404 when none of them embeds."""
-    service = app.service
+def _embedders(service: OpenAIService) -> list[Worker]:
+    """The model's live workers that embed, least busy first (ties in turn); a 503 with no worker
+    at all, a 404 when none of them embeds."""
     workers = service.router.pool.workers()
     if not workers:
         raise unavailable(f"no workers serve {service.model_name} now; retry after the Retry-After seconds")
@@ -187,9 +186,9 @@ def _embedders(app: FrontendApp) -> list[Worker]:
     return sorted(turned, key=lambda w: w.client.in_flight)
 
 
-async def _embed(app: FrontendApp, prompts: list[list[int]]) -> EmbedReply:
+async def _embed(service: OpenAIService, prompts: list[list[int]]) -> EmbedReply:
     failures: list[str] = []
-    for worker in _embedders(app):
+    for worker in _embedders(service):
         request = EmbedRequest(f"embed-{next(_ids):x}", prompts)
         try:
             return await worker.client.embed(request, EMBED_TIMEOUT_S)

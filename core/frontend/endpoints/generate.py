@@ -78,7 +78,10 @@ class GenerateEndpoint(Endpoint):
             dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"),
         )
         extra = call.extra + [(b"x-request-id", rid.encode())]
-        service = app.service
+        try:
+            service = app.models.resolve(req.model)
+        except ApiError as exc:
+            raise _with_headers(exc, extra) from None
         prepared: list[Generation] = []
 
         async def prepare() -> None:

@@ -1,5 +1,6 @@
-"""``GET /health`` (200 with the live worker instances, 503 with none) and ``GET /live`` (200
-while the process serves). Both stay open with ``--api-key`` (``dyn.core.api_key``)."""
+"""``GET /health`` (200 with the live worker instances of every served model, 503 with none; ``model``
+is the frontend's own, ``models`` every name ``/v1/models`` lists) and ``GET /live`` (200 while the
+process serves). Both stay open with ``--api-key`` (``dyn.core.api_key``)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ if TYPE_CHECKING:
 
 def _health(app: FrontendApp) -> Reply:
     service = app.service
-    instances = [w.instance_id for w in service.router.pool.workers()]
+    instances = [w.instance_id for model in app.models.models() for w in model.pool.workers()]
     body = orjson.dumps(
         {
             "status": "healthy" if instances else "unhealthy",
             "instances": instances,
             "model": service.model_name,
+            "models": app.models.names(),
             "router_mode": service.router.mode,
         }
     )

@@ -1,5 +1,5 @@
-"""``GET /v1/models``: the served model, as an OpenAI model list (with vLLM's ``root`` and
-``max_model_len``)."""
+"""``GET /v1/models``: every served model under each of its names (``ModelCatalog.listed``), as an
+OpenAI model list with vLLM's ``root`` (the model directory) and ``max_model_len``."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 
 def _models(app: FrontendApp) -> Reply:
-    service = app.service
-    info = service.preprocessor.info
-    card = ModelCard(service.model_name, app.started, root=str(info.path), max_model_len=info.context_length)
-    return 200, msgspec.json.encode(ModelList([card])), b"application/json"
+    cards = [
+        ModelCard(name, app.started, root=str(model.info.path), max_model_len=model.info.context_length)
+        for name, model in app.models.listed()
+    ]
+    return 200, msgspec.json.encode(ModelList(cards)), b"application/json"
 
 
 ENDPOINT = ReadEndpoint("/v1/models", _models)

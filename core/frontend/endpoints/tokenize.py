@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 async def _tokenize(app: FrontendApp, body: bytes) -> TokenizeResponse:
     req = tokenize_request(body)
     warn_ignored(body, type(req), "to /tokenize")
-    service = app.service
-    service.check_model(req.model)
+    service = app.models.resolve(req.model)
     preprocessor = service.preprocessor
     if isinstance(req, TokenizeChatRequest):
         chat = ChatCompletionRequest(

@@ -59,11 +59,12 @@ async def running_frontend(
     workers: int = 2,
     script: Script | None = None,
     features: dict[int, list[str]] | None = None,
+    records: dict[int, dict[str, Any]] | None = None,
     **settings: Any,
 ) -> AsyncIterator[Frontend]:
-    """Build the app as ``dyn frontend`` does, over ``workers`` fake workers, and run its pool
-    and router until the block ends. ``features``: what the worker of each instance id
-    advertises (default nothing)."""
+    """Build the app as ``dyn frontend`` does, over ``workers`` fake workers, and run its
+    models until the block ends. ``features``: what the worker of each instance id advertises
+    (default nothing); ``records``: other record fields of an instance (``model_name``...)."""
     namespace = f"fake{next(_namespaces)}"
     config = FrontendSettings(
         discovery=DiscoveryConfig(namespace=namespace, dir=str(tmp_path / namespace)), **settings
@@ -73,10 +74,9 @@ async def running_frontend(
     for instance_id, advertised in (features or {}).items():
         fleet[instance_id].features = list(advertised)
     pool.client_factory = fleet.client
-    await fleet.register(pool.store, app.service.model_name)
+    await fleet.register(pool.store, app.service.model_name, records)
     async with anyio.create_task_group() as tg:
-        await tg.start(pool.run)
-        await tg.start(app.service.router.run)
+        await tg.start(app.models.run)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE_URL, timeout=30) as client:
             yield Frontend(app, pool, fleet, client, config)

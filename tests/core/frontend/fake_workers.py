@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Self
 
 import anyio
+import msgspec
 
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.frontend.tokenizer import Tokenizer
@@ -272,6 +273,14 @@ class FakeFleet:
         worker = next(w for w in self if w.endpoint == endpoint)
         return FakeClient(worker, endpoint, **options)
 
-    async def register(self, store: DiscoveryStore, model_name: str) -> None:
+    async def register(
+        self, store: DiscoveryStore, model_name: str, records: dict[int, dict[str, Any]] | None = None
+    ) -> None:
+        """Register every worker as serving ``model_name``, but with the record fields ``records``
+        gives for its instance id (another ``model_name``, ``model_path``, ``aliases``)."""
         for worker in self:
-            await store.put(worker.record(store.namespace, model_name), RECORD_TTL_S)
+            record = worker.record(store.namespace, model_name)
+            changes = (records or {}).get(worker.instance_id)
+            if changes:
+                record = msgspec.structs.replace(record, **changes)
+            await store.put(record, RECORD_TTL_S)

@@ -75,6 +75,7 @@ async def test_health_lists_live_instances_and_live_always_answers(frontend, mak
         "status": "healthy",
         "instances": [1, 2],
         "model": MODEL,
+        "models": [MODEL],
         "router_mode": "round-robin",
     }
     async with make_frontend(workers=0) as empty:
