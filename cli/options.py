@@ -87,7 +87,7 @@ SERVED_MODEL_NAME = flag(
     "or with the flag repeated.",
 )
 
-MULTI_VALUE_FLAGS = frozenset({"--served-model-name"})
+MULTI_VALUE_FLAGS = frozenset({"--served-model-name", "--lora-modules"})
 """Flags that take several values after one flag, as vLLM's argparse ``nargs='+'`` does."""
 
 

@@ -64,6 +64,8 @@ class EngineInfo(msgspec.Struct, kw_only=True):
     features: list[str] = []
     """Optional calls this engine serves (``FEATURE_*``); the host answers the others with an
     ``unsupported`` error."""
+    loras: dict[str, str] = {}
+    """The LoRA adapters the engine serves, name to path (``WorkerRecord.loras``)."""
 
 
 FEATURE_STREAMING_SESSIONS = "streaming_sessions"

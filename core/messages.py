@@ -527,3 +527,6 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     aliases: list[str] = []
     """Other names requests may use for ``model_name`` (``--served-model-name``'s names after the
     first)."""
+    loras: dict[str, str] = {}
+    """The LoRA adapters the worker serves (``--lora-modules``), name to path: a request whose
+    ``model`` names one runs on the base model with it (``GenerateRequest.lora_name``)."""

@@ -14,6 +14,11 @@ names after the first, and every worker record's ``aliases``. A name that alread
 model is ignored, with a warning. ``GET /v1/models`` lists the primary and each other model while
 it has live workers.
 
+LoRA adapters (a worker record's ``loras``) are served as models of their own, named by the
+adapter, with their base model as ``parent``: the base model's tokenizer, a pool of the base
+model's workers that hold the adapter, a router whose block hashes mix the adapter's name in (as
+the workers' KV events do), and engine requests that carry the adapter's name.
+
 Bounds: at most ``MAX_MODELS`` models; the workers of any model beyond it are ignored, with a
 warning.
 """
@@ -47,6 +52,10 @@ class ServedModel:
 
     service: OpenAIService
     pool: WorkerPool
+    parent: str | None = None
+    """For a LoRA adapter, its base model's name."""
+    root: str | None = None
+    """For a LoRA adapter, its path on the workers (``/v1/models``'s ``root``)."""
 
     @property
     def name(self) -> str:
@@ -64,9 +73,10 @@ class ServedModel:
             task_status.started()
 
 
-ModelBuilder = Callable[[ModelInfo], ServedModel]
-"""Builds the pipeline of a model a worker registered (``build_app``'s, with the frontend's
-settings); raises ``ValueError`` with a sentence when it cannot."""
+ModelBuilder = Callable[[ModelInfo, str | None], ServedModel]
+"""``build(info, lora_name)``: the pipeline of a model a worker registered, or of its LoRA
+adapter ``lora_name`` (``build_app``'s, with the frontend's settings); raises ``ValueError`` with a
+sentence when it cannot."""
 
 
 class ModelCatalog:
@@ -165,23 +175,37 @@ class ModelCatalog:
         if model is not None:
             for alias in record.aliases:
                 self._alias(alias, model)
+            for lora, path in record.loras.items():
+                if lora not in self._models and lora not in self._failed:
+                    await self._add_lora(tg, model, lora, path)
+
+    async def _add_lora(self, tg: anyio.abc.TaskGroup, base: ServedModel, name: str, path: str) -> None:
+        """Serve LoRA adapter ``name`` of ``base`` on the workers that hold it."""
+        reason = self._unservable(name)
+        if reason is not None or self._build is None:
+            self._refuse(name, reason or "")
+            return
+        try:
+            adapter = self._build(base.info, name)
+        except ValueError as exc:
+            self._refuse(name, str(exc))
+            return
+        adapter.parent, adapter.root = base.name, path
+        self._models[name] = adapter
+        self._names[name] = adapter
+        await tg.start(adapter.run)
+        log.info("serving LoRA adapter %r of model %r", name, base.name)
 
     async def _add(self, tg: anyio.abc.TaskGroup, record: WorkerRecord) -> ServedModel | None:
         name = record.model_name
-        reason = self._why_not
-        if self._build is None:
-            reason = "this frontend serves its own model only"
-        elif name in self._names:
-            reason = f"'{name}' is already an alias of '{self._names[name].name}'"
-        elif len(self._models) >= MAX_MODELS:
-            reason = f"this frontend serves its limit of {MAX_MODELS} models"
+        reason = self._unservable(name)
         if reason is not None or self._build is None:
             self._refuse(name, reason or "")
             return None
         self._pending.add(name)
         try:
             info = await anyio.to_thread.run_sync(load_model_info, record.model_path, name)
-            model = self._build(info)
+            model = self._build(info, None)
         except (ModelError, ValueError) as exc:
             self._refuse(name, f"its model directory does not load here: {exc}")
             return None
@@ -197,6 +221,18 @@ class ModelCatalog:
             record.model_path or "dyn-tiny, embedded",
         )
         return model
+
+    def _unservable(self, name: str) -> str | None:
+        """Why a new model (or adapter) ``name`` cannot be served here, or None."""
+        if self._build is None:
+            return "this frontend serves its own model only"
+        if self._why_not is not None:
+            return self._why_not
+        if name in self._names:
+            return f"'{name}' is already a name of '{self._names[name].name}'"
+        if len(self._models) >= MAX_MODELS:
+            return f"this frontend serves its limit of {MAX_MODELS} models"
+        return None
 
     def _refuse(self, name: str, reason: str) -> None:
         self._failed[name] = reason

@@ -352,9 +352,11 @@ def engine_request(
     logprobs: int | None = None,
     prompt_logprobs: int | None = None,
     tools: list[ToolSpec] | None = None,
+    lora_name: str | None = None,
 ) -> GenerateRequest:
     """The engine request for choice ``choice`` of ``prompt`` (seeded choices get distinct
-    seeds); ``priority`` is already in the engine's convention."""
+    seeds); ``priority`` is already in the engine's convention; ``lora_name``: the adapter it
+    runs with."""
     sampling = prompt.sampling
     if choice and sampling.seed is not None:
         sampling = msgspec.structs.replace(sampling, seed=sampling.seed + choice)
@@ -370,6 +372,7 @@ def engine_request(
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
         tools=tools or [],
+        lora_name=lora_name,
     )
 
 

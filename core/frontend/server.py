@@ -127,8 +127,11 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
-    def served(info: ModelInfo, chat_template: str | None = None) -> ServedModel:
-        """One model's pipeline; ``ValueError`` (``ChatTemplateError``) says what to fix."""
+    def served(
+        info: ModelInfo, chat_template: str | None = None, lora_name: str | None = None
+    ) -> ServedModel:
+        """One model's pipeline, or that of its LoRA adapter ``lora_name``; ``ValueError``
+        (``ChatTemplateError``) says what to fix."""
         reliability = settings.reliability
         preprocessor = Preprocessor(info, chat_template=chat_template, limits=settings.limits)
         pool = WorkerPool(
@@ -137,6 +140,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             first_token_timeout_s=reliability.first_token_timeout_s,
             inter_token_timeout_s=reliability.inter_token_timeout_s,
             warn_other_models=False,
+            lora_name=lora_name,
         )
         router = build_router(
             settings.router_mode,
@@ -148,7 +152,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         )
         agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
         service = OpenAIService(
-            info.name,
+            lora_name or info.name,
             preprocessor,
             agent,
             metrics,
@@ -158,6 +162,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             priority_convention=convention,
             request_log=request_log,
         )
+        service.lora_name = lora_name
         return ServedModel(service, pool)
 
     try:
@@ -167,8 +172,8 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
-    def discovered(info: ModelInfo) -> ServedModel:
-        model = served(info)
+    def discovered(info: ModelInfo, lora_name: str | None) -> ServedModel:
+        model = served(info, lora_name=lora_name)
         model.pool.client_factory = primary.pool.client_factory
         return model
 

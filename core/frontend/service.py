@@ -731,6 +731,9 @@ class OpenAIService:
         self.model_name = model_name
         self.aliases: set[str] = set()
         """Other names requests may use for the model (``dyn.core.frontend.catalog``)."""
+        self.lora_name: str | None = None
+        """The LoRA adapter every request of this model runs with: ``model_name`` names an
+        adapter of the base model the preprocessor tokenizes for (``dyn.core.frontend.catalog``)."""
         self.priority_convention: Convention = priority_convention
         self.preprocessor = preprocessor
         self.router = router
@@ -872,6 +875,7 @@ class OpenAIService:
             expected_output_tokens=hints.osl if hints is not None else None,
             session=session,
             pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None,
+            lora_name=self.lora_name,
         )
         client_priority = request_priority(req, self.priority_convention)
         tokenizer = self.preprocessor.tokenizer
@@ -918,6 +922,7 @@ class OpenAIService:
                     logprobs=outputs.logprobs,
                     prompt_logprobs=outputs.prompt_logprobs,
                     tools=outputs.tool_hints() if hinted else None,
+                    lora_name=self.lora_name,
                 )
                 timing = nvext_out.ChoiceTiming(ctx.received, ctx.received_wall, routed=time.perf_counter())
                 migration = _Migration(self, route_template, client_priority) if migrates else None
@@ -954,10 +959,15 @@ class OpenAIService:
         if token_ids is None:
             return
         engine_id = f"{request_id}-spec-{next(_engine_seq):x}"
-        route = await self.router.route(RouteRequest(request_id=engine_id, token_ids=token_ids))
+        route = await self.router.route(
+            RouteRequest(request_id=engine_id, token_ids=token_ids, lora_name=self.lora_name)
+        )
         try:
             request = GenerateRequest(
-                engine_id, token_ids, stop=StopConditions(max_tokens=1, ignore_eos=True)
+                engine_id,
+                token_ids,
+                stop=StopConditions(max_tokens=1, ignore_eos=True),
+                lora_name=self.lora_name,
             )
             stream = route.worker.client.generate_batches(request)
             route.started()

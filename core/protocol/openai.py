@@ -511,6 +511,8 @@ class ModelCard(msgspec.Struct):
     created: int
     owned_by: str = "dyn"
     root: str | None = None
+    parent: str | None = None
+    """The base model of a LoRA adapter (None for a base model), as vLLM lists adapters."""
     max_model_len: int | None = None
     object: str = "model"
 

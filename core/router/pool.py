@@ -65,7 +65,8 @@ class WorkerPool:
     """Workers of one namespace serving ``model_name`` (every model when None). Each worker's
     client is opened by ``client_factory`` (see ``ClientFactory``), which may be replaced until
     ``run`` starts. ``warn_other_models``: log a warning for each other model's workers it skips
-    (a frontend that serves every model logs them at debug)."""
+    (a frontend that serves every model logs them at debug); ``lora_name``: only the workers
+    that serve that LoRA adapter of the model."""
 
     def __init__(
         self,
@@ -76,8 +77,11 @@ class WorkerPool:
         inter_token_timeout_s: float = 0.0,
         client_factory: ClientFactory = WorkerClient,
         warn_other_models: bool = True,
+        lora_name: str | None = None,
     ) -> None:
         self.store = store
+        self.lora_name = lora_name
+        """With a LoRA adapter's name, only the workers that serve the adapter (``WorkerRecord.loras``)."""
         self._skip_level = logging.WARNING if warn_other_models else logging.DEBUG
         self.model_name = model_name
         self.client_factory = client_factory
@@ -144,6 +148,9 @@ class WorkerPool:
                     record.model_name,
                     self.model_name,
                 )
+            return
+        if self.lora_name is not None and self.lora_name not in record.loras:
+            self._on_removed(record.instance_id)  # a worker that unloaded the adapter
             return
         current = self._workers.get(record.instance_id) or self._unhealthy.get(record.instance_id)
         if current is not None:

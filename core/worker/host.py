@@ -149,6 +149,7 @@ class WorkerHost:
             reasoning_parser=self.settings.reasoning_parser,
             model_path=self.model_path,
             aliases=list(self.aliases),
+            loras=dict(info.loras),
             pid=os.getpid(),
             started_at=time.time(),
             version=core_pkg.__version__,

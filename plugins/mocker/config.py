@@ -239,6 +239,38 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     seeded by the tokens, each costing a prefill (``dyn.plugins.mocker.embeddings``); else it
     generates."""
 
+    lora_modules: Annotated[
+        tuple[str, ...],
+        flag(
+            "--lora-modules",
+            panel=ENGINE_PANEL,
+            cli_type=list[str],
+            parse=tuple,
+            help="LoRA adapters to simulate, as vLLM's flag: NAME=PATH or a JSON object with name, "
+            "path and base_model_name, several as --lora-modules a=/x b=/y (the path is only "
+            "listed). Requests whose model names one run with it: its own prefix cache and block "
+            "hashes, and a load time when it is not resident.",
+        ),
+    ] = ()
+    """``--lora-modules``: the simulated adapters (``dyn.core.model.lora``)."""
+    max_loras: Annotated[
+        int,
+        flag(
+            "--max-loras",
+            panel=ENGINE_PANEL,
+            help="Most LoRA adapters resident at once (vLLM's flag); using another one evicts the "
+            "least recently used and costs --lora-load-time-ms.",
+        ),
+    ] = 1
+    lora_load_time_ms: Annotated[
+        float,
+        flag(
+            "--lora-load-time-ms",
+            panel=ENGINE_PANEL,
+            help="Simulated time to load a LoRA adapter that is not resident, divided by --speedup-ratio.",
+        ),
+    ] = 50.0
+
     @property
     def is_pooling(self) -> bool:
         return self.runner == "pooling"
@@ -287,6 +319,12 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError("--tool-call-rate must be a probability between 0 and 1")
         if self.runner not in RUNNERS:
             raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}")
+        if self.max_loras < 1:
+            raise ValueError("--max-loras must be at least 1")
+        if not (0.0 <= self.lora_load_time_ms <= 600_000.0):
+            raise ValueError("--lora-load-time-ms must be between 0 and 600000")
+        if self.lora_modules and self.is_pooling:
+            raise ValueError("--lora-modules needs a generating worker: drop --runner pooling")
         if self.replies is not None and not self.replies.strip():
             raise ValueError("--replies needs a file path")
         return self

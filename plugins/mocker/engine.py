@@ -51,9 +51,11 @@ from dyn.core.messages import (
     Usage,
 )
 from dyn.core.model import ModelInfo
+from dyn.core.model.lora import parse_lora_modules
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
 from dyn.plugins.mocker.config import MockerConfig
+from dyn.plugins.mocker.loras import SimulatedLoras
 from dyn.plugins.mocker.priorities import priority_order
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
 from dyn.plugins.mocker.sessions import StreamingSessions
@@ -148,6 +150,10 @@ class MockerEngine:
             features += [FEATURE_EMBED, FEATURE_POOLING_ONLY]
             self._embed_size = embeddings.hidden_size(model)
         self._embed_seq = 0
+        modules = parse_lora_modules(config.lora_modules, reserved_names=[model.name], on_disk=False)
+        self.loras = SimulatedLoras(
+            modules, config.max_loras, config.lora_load_time_ms / 1000 / config.speedup_ratio
+        )
         self.info = EngineInfo(
             block_size=config.block_size,
             total_kv_blocks=config.num_gpu_blocks,
@@ -155,6 +161,7 @@ class MockerEngine:
             context_length=model.context_length,
             priority_order=priority_order(config),
             features=features,
+            loras=dict(self.loras.paths),
         )
 
     # ------------------------------------------------------------------ engine loop
@@ -257,6 +264,7 @@ class MockerEngine:
                 rid,
                 request.session_id,
             )
+        await self.loras.ensure(request.lora_name)
         seed = request_seed(request)
         source = None
         if self._answers.wants(request):

@@ -19,6 +19,8 @@ from typing import Annotated
 import msgspec
 
 from dyn.core.config import ENGINE_PANEL, flag
+from dyn.core.model.lora import LoraModule, parse_lora_modules
+from dyn.plugins.vllm.lora import engine_flags
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 RUNNERS = ("auto", "generate", "pooling", "draft")
@@ -107,6 +109,34 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             "(POST /v1/embeddings) and refuses to generate.",
         ),
     ] = None
+    lora_modules: Annotated[
+        tuple[str, ...],
+        flag(
+            "--lora-modules",
+            panel=ENGINE_PANEL,
+            cli_type=list[str],
+            parse=tuple,
+            help="LoRA adapters to serve, as vLLM's flag: NAME=PATH (a local PEFT adapter "
+            "directory) or a JSON object with name, path and base_model_name; several as "
+            "--lora-modules a=/x b=/y. A request whose model names one runs with it.",
+        ),
+    ] = ()
+    max_loras: Annotated[
+        int | None,
+        flag("--max-loras", panel=ENGINE_PANEL, help="Most LoRA adapters in one batch (vLLM's default: 1)."),
+    ] = None
+    max_lora_rank: Annotated[
+        int | None,
+        flag("--max-lora-rank", panel=ENGINE_PANEL, help="Highest LoRA rank served (vLLM's default: 16)."),
+    ] = None
+    max_cpu_loras: Annotated[
+        int | None,
+        flag(
+            "--max-cpu-loras",
+            panel=ENGINE_PANEL,
+            help="Most LoRA adapters kept in CPU memory (vLLM's default: --max-loras).",
+        ),
+    ] = None
     kv_events_config: Annotated[
         str | None,
         flag(
@@ -138,6 +168,7 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
         if self.scheduling_policy is not None and self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"--scheduling-policy must be fcfs or priority, got {self.scheduling_policy!r}")
+        self.lora_flags()
         if self.kv_events_config is not None:
             try:
                 parsed = json.loads(self.kv_events_config)
@@ -148,6 +179,20 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
                     "--kv-events-config must be a JSON object such as "
                     '{"enable_kv_cache_events": true, "publisher": "zmq"}'
                 )
+
+    def lora_modules_parsed(self) -> list[LoraModule]:
+        """The ``--lora-modules`` adapters; ``LoraSpecError`` (a ``ValueError``) names a bad one."""
+        return parse_lora_modules(self.lora_modules)
+
+    def lora_flags(self) -> list[str]:
+        """vLLM's engine flags for the adapters (none without ``--lora-modules``); ``ValueError``
+        names a bad adapter or limit."""
+        return engine_flags(
+            self.lora_modules_parsed(),
+            max_loras=self.max_loras,
+            max_lora_rank=self.max_lora_rank,
+            max_cpu_loras=self.max_cpu_loras,
+        )
 
     def engine_argv(self, model_path: str) -> list[str]:
         """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras."""
@@ -173,6 +218,7 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             )
         if self.enforce_eager:
             argv.append("--enforce-eager")
+        argv += self.lora_flags()
         argv += ["--kv-events-config", self.kv_events_config or default_kv_events_config()]
         return [*argv, *self.extra_args]
 

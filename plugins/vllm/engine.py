@@ -34,7 +34,11 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   ``embed`` and ``pooling_only``: ``embed`` runs every input through ``AsyncLLM.encode`` with
   ``PoolingParams(task="embed")`` at once (vLLM batches them) and returns the pooled vectors,
   normalized by vLLM's default activation; ``generate`` refuses with ``unsupported``.
-- LoRA adapters, streaming sessions and prefix pinning are not offered by this worker.
+- LoRA adapters (``--lora-modules``, ``plugins.vllm.lora``): each is loaded with
+  ``AsyncLLM.add_lora`` at start (a load that fails inside a request kills vLLM's engine core),
+  advertised in ``info.loras``, and a request naming one runs with its ``LoRARequest``; a name the
+  worker does not serve is a ``bad_request``.
+- Streaming sessions and prefix pinning are not offered by this worker.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from dyn.core.engine import (
 from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
 from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
+from dyn.plugins.vllm.lora import LoraAdapters, UnknownLoraAdapter
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +116,7 @@ class VllmEngine:
         self._thinking_budget = False
         self._pooling = False
         self._embed_seq = 0
+        self.loras = LoraAdapters(config.lora_modules_parsed())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -127,6 +133,7 @@ class VllmEngine:
             self._pooling = getattr(cfg.model_config, "runner_type", "generate") == "pooling"
             if self._pooling:
                 self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+            await self._load_loras(llm)
             self._llm = llm
             task_status.started()
             while True:
@@ -138,6 +145,19 @@ class VllmEngine:
             if llm is not None:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(llm.shutdown)
+
+    async def _load_loras(self, llm: Any) -> None:
+        """Load every ``--lora-modules`` adapter now: one that fails to load inside a request
+        takes vLLM's engine core down, while ``add_lora`` only raises."""
+        for module in self.loras.modules:
+            try:
+                await llm.add_lora(self.loras.lora_request(module.name))
+            except Exception as exc:
+                raise EngineStartError(
+                    f"vLLM could not load LoRA adapter {module.name!r} from {module.path}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
+        self.info.loras = {m.name: m.path for m in self.loras.modules}
 
     def _start(self) -> None:
         """Build the ``AsyncLLM`` into ``_owned`` (blocking; runs in a thread)."""
@@ -212,8 +232,10 @@ class VllmEngine:
                 "generate; start a worker without --runner pooling",
                 code="unsupported",
             )
-        if request.lora_name is not None:
-            raise EngineError("dyn worker vllm serves no LoRA adapters yet", code="unsupported")
+        try:
+            lora = self.loras.lora_request(request.lora_name)
+        except UnknownLoraAdapter as exc:
+            raise EngineError(str(exc), code="bad_request") from None
         rid = request.request_id
         stream = OutputStream(request, time.monotonic())
         try:
@@ -229,7 +251,11 @@ class VllmEngine:
         self._live.add(rid)
         try:
             outputs = llm.generate(
-                api.tokens_prompt(prompt_token_ids=request.token_ids), params, rid, priority=priority
+                api.tokens_prompt(prompt_token_ids=request.token_ids),
+                params,
+                rid,
+                lora_request=lora,
+                priority=priority,
             )
             async with aclosing(outputs):
                 async for output in outputs:

@@ -134,6 +134,9 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "replies",
         "tool_call_rate",
         "runner",
+        "lora_modules",
+        "max_loras",
+        "lora_load_time_ms",
     ]
     for name in engine:
         assert ours[name] == theirs[name], name

@@ -30,6 +30,8 @@ SAME_MEANING = {
     "DYN_HTTP_PORT": "the frontend's HTTP port; dyn serve passes it to its frontend",
     "DYN_JSON": "print JSON instead of a table (inspect-kv, bench compare)",
     "DYN_KV_EVENTS_CONFIG": "the engine's KV-event publisher config (vLLM's or SGLang's)",
+    "DYN_LORA_MODULES": "the LoRA adapters a worker serves (vLLM's; the mocker simulates them)",
+    "DYN_MAX_LORAS": "how many LoRA adapters an engine holds at once (vLLM's; the mocker simulates it)",
     "DYN_MODEL_NAME": "the served model's name (inspect-kv finds that model's indexer)",
     "DYN_MODEL_PATH": "the served model's directory (inspect-kv tokenizes with it)",
     "DYN_NUM_REQUESTS": "how many requests a benchmark runs (live or replayed)",

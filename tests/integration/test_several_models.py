@@ -81,3 +81,31 @@ def test_a_model_no_worker_serves_is_a_404(two_models):
     r = httpx.post(stack.url + "/v1/completions", json={"model": "third", "prompt": "hi"}, timeout=10)
     assert r.status_code == 404
     assert "'second'" in r.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def lora_stack(stack_factory):
+    """Mocker workers simulating adapters ``sql`` (both) and ``chat`` (one) of dyn-tiny."""
+    stack = stack_factory("loras")
+    stack.worker("--block-size", "16", "--lora-modules", "sql=/adapters/sql", "chat=/adapters/chat")
+    stack.worker("--block-size", "16", "--lora-modules", "sql=/adapters/sql")
+    stack.start_frontend("--router-mode", "kv")
+    stack.wait_instances(2)
+    return stack
+
+
+def test_simulated_adapters_are_models_with_a_cache_of_their_own(lora_stack):
+    url = lora_stack.url
+    listed = poll_until(
+        lambda: (
+            {m.id: m.parent for m in _client(url).models.list().data}
+            if len(_client(url).models.list().data) == 3
+            else None
+        ),
+        20,
+        "the adapters in /v1/models",
+    )
+    assert listed == {MODEL: None, "sql": MODEL, "chat": MODEL}
+    assert _complete(url, "sql")[2] == 0.0
+    poll_until(lambda: _complete(url, "sql")[2] > 0.8 or None, 10, "the adapter's blocks to be indexed")
+    assert _complete(url, "chat")[2] == 0.0  # the same prompt under another adapter: other blocks

@@ -58,6 +58,10 @@ async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
     req = embedding_request(body)
     warn_ignored(body, EmbeddingRequest, "to /v1/embeddings")
     service = app.models.resolve(req.model)
+    if service.lora_name is not None:
+        raise bad_request(
+            f"'{service.model_name}' is a LoRA adapter: embed with its base model instead", param="model"
+        )
     prompts = await _tokenized(service.preprocessor, req)
     reply = await _embed(service, prompts)
     if len(reply.embeddings) != len(prompts):

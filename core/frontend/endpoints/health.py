@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 def _health(app: FrontendApp) -> Reply:
     service = app.service
-    instances = [w.instance_id for model in app.models.models() for w in model.pool.workers()]
+    # a worker serving several models or adapters is in each of their pools
+    instances = sorted({w.instance_id for model in app.models.models() for w in model.pool.workers()})
     body = orjson.dumps(
         {
             "status": "healthy" if instances else "unhealthy",

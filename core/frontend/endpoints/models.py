@@ -1,5 +1,6 @@
 """``GET /v1/models``: every served model under each of its names (``ModelCatalog.listed``), as an
-OpenAI model list with vLLM's ``root`` (the model directory) and ``max_model_len``."""
+OpenAI model list with vLLM's ``root`` (the model directory; an adapter's path), ``parent`` (a LoRA
+adapter's base model) and ``max_model_len``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ if TYPE_CHECKING:
 
 def _models(app: FrontendApp) -> Reply:
     cards = [
-        ModelCard(name, app.started, root=str(model.info.path), max_model_len=model.info.context_length)
+        ModelCard(
+            name,
+            app.started,
+            root=model.root or str(model.info.path),
+            parent=model.parent,
+            max_model_len=model.info.context_length,
+        )
         for name, model in app.models.listed()
     ]
     return 200, msgspec.json.encode(ModelList(cards)), b"application/json"

@@ -57,8 +57,16 @@ class FakeLLM:
         self.aborts: list[str] = []
         self.release = anyio.Event()
 
-    async def generate(self, prompt, params, request_id, *, priority=0):
-        self.calls.append({"prompt": prompt, "params": params, "rid": request_id, "priority": priority})
+    async def generate(self, prompt, params, request_id, *, lora_request=None, priority=0):
+        self.calls.append(
+            {
+                "prompt": prompt,
+                "params": params,
+                "rid": request_id,
+                "priority": priority,
+                "lora": lora_request,
+            }
+        )
         if self.error is not None:
             raise self.error
         await self.release.wait()
@@ -117,6 +125,17 @@ async def test_a_request_vllm_refuses_is_a_bad_request():
         await collect(e, GenerateRequest("r1", [1]))
     assert err.value.code == "bad_request" and "prompt too long" in str(err.value)
     assert not e._live
+
+
+async def test_a_lora_adapter_the_worker_does_not_serve_is_a_bad_request_before_vllm_sees_it():
+    llm = FakeLLM([delta([5], "length")])
+    llm.release.set()
+    e = engine(llm)
+    with pytest.raises(EngineError, match="no LoRA adapter 'sql'") as err:
+        await collect(e, GenerateRequest("r1", [1], lora_name="sql"))
+    assert err.value.code == "bad_request" and not llm.calls
+    await collect(e, GenerateRequest("r2", [1]))
+    assert llm.calls[-1]["lora"] is None  # the base model: no LoRARequest
 
 
 async def test_abort_of_a_live_request_ends_it_cancelled_and_unknown_ones_are_refused():
