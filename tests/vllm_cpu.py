@@ -4,6 +4,9 @@ tiny random model it holds, and the environment vLLM's CPU build runs in here.""
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 VENV = os.environ.get("DYN_VLLM_VENV")
@@ -30,3 +33,40 @@ def vllm_env() -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "VLLM_HOST_IP": "127.0.0.1",
     }
+
+
+READY = "dyn serve: ready at "
+
+
+@contextmanager
+def vllm_serve(root: Path, *flags: str, workers: int = 1) -> Iterator[tuple[str, Path]]:
+    """``dyn serve --engine vllm`` on the provisioned venv's Python and model with ``flags``
+    (discovery under ``root``, a free port, 300 s to start); yields ``(base URL, log path)`` once
+    it is ready and stops its whole process group after. Fails with the log's tail if it exits."""
+    from tests.integration.conftest import stop_process_group
+    from tests.waiting import poll_until
+
+    python, model = python_and_model(MODEL)
+    log_path = root / "serve.log"
+    args = [
+        str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", str(workers),
+        "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(root / "discovery"),
+        "--startup-timeout", "300", *flags,
+    ]  # fmt: skip
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True
+        )
+    try:
+
+        def ready() -> str | None:
+            for line in log_path.read_text(errors="replace").splitlines():
+                if line.startswith(READY):
+                    return line[len(READY) :].split()[0].removesuffix("/v1")
+            if proc.poll() is not None:
+                raise AssertionError(f"dyn serve exited:\n{log_path.read_text()[-6000:]}")
+            return None
+
+        yield poll_until(ready, 320, "dyn serve --engine vllm to be ready", interval=0.5), log_path
+    finally:
+        stop_process_group(proc, grace_s=60)

@@ -18,16 +18,13 @@ normalizes (``PoolingParams.use_activation`` defaults to true for ``embed``:
 from __future__ import annotations
 
 import math
-import subprocess
-import time
 
 import openai
 import pytest
 
-from dyn.core.serve import parse_ready_url
-from tests.integration.conftest import serve_ready_url, stop_process_group
+from tests.integration.conftest import serve_ready_url
 from tests.vllm_cpu import MODEL as VLLM_MODEL
-from tests.vllm_cpu import VENV, python_and_model, vllm_env
+from tests.vllm_cpu import VENV, vllm_serve
 
 pytestmark = pytest.mark.integration
 
@@ -95,28 +92,9 @@ VLLM_HIDDEN_SIZE = 64
 )
 @pytest.mark.timeout(600)
 def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
-    python, model = python_and_model(VLLM_MODEL)
-    env = vllm_env()
-    args = [
-        str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", "1",
-        "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(tmp_path / "discovery"),
-        "--startup-timeout", "300", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32",
-        "--max-model-len", "2048", "--runner", "pooling",
-    ]  # fmt: skip
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 320
-        url = None
-        while url is None and time.monotonic() < deadline:
-            for line in log_path.read_text(errors="replace").splitlines():
-                url = url or parse_ready_url(line)
-            if url is None:
-                assert proc.poll() is None, f"dyn serve exited:\n{log_path.read_text()[-6000:]}"
-                time.sleep(0.5)
-        assert url, f"dyn serve --engine vllm not ready:\n{log_path.read_text()[-6000:]}"
-        c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=120)
+    flags = ("--dtype", "bfloat16", "--enforce-eager", "--block-size", "32", "--max-model-len", "2048")
+    with vllm_serve(tmp_path, *flags, "--runner", "pooling") as (url, _):
+        c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
         got = c.embeddings.create(
             model=VLLM_MODEL, input=["The sky is blue.", "Grass is green.", "The sky is blue."]
         )
@@ -131,5 +109,3 @@ def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
         with pytest.raises(openai.NotFoundError) as no_chat:
             c.chat.completions.create(model=VLLM_MODEL, messages=[{"role": "user", "content": "hi"}])
         assert "--runner pooling" in str(no_chat.value)
-    finally:
-        stop_process_group(proc, grace_s=60)

@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import stop_process_group
-from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_env
+from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_serve
 from tests.waiting import poll_until
 
 pytestmark = [
@@ -31,13 +30,12 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 REPO = Path(__file__).resolve().parents[2]
-READY = "dyn serve: ready at "
 PROMPT = "The adapter and the base model read the same words: " + "alpha beta gamma delta " * 20
 
 
 @pytest.fixture(scope="module")
 def lora_stack(tmp_path_factory):
-    python, model = python_and_model(MODEL)
+    _, model = python_and_model(MODEL)
     root = tmp_path_factory.mktemp("vllm-lora")
     adapter = root / "sql"
     subprocess.run(
@@ -52,37 +50,18 @@ def lora_stack(tmp_path_factory):
         capture_output=True,
         timeout=120,
     )
-    log_path = root / "serve.log"
-    args = [
-        str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", "1",
-        "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(root / "discovery"),
-        "--startup-timeout", "300", "--router-mode", "kv",
-        "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32", "--max-model-len", "1024",
-        "--disable-log-stats", "--lora-modules", f"sql={adapter}", "--max-lora-rank", "8",
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True
-        )
-    try:
-
-        def ready() -> str | None:
-            for line in log_path.read_text(errors="replace").splitlines():
-                if line.startswith(READY):
-                    return line[len(READY) :].split()[0].removesuffix("/v1")
-            if proc.poll() is not None:
-                raise AssertionError(f"dyn serve exited:\n{log_path.read_text()[-6000:]}")
-            return None
-
-        url = poll_until(ready, 320, "dyn serve --engine vllm --lora-modules to be ready", interval=0.5)
+    flags = (
+        "--router-mode", "kv", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32",
+        "--max-model-len", "1024", "--disable-log-stats", "--lora-modules", f"sql={adapter}",
+        "--max-lora-rank", "8",
+    )  # fmt: skip
+    with vllm_serve(root, *flags) as (url, _):
         poll_until(
             lambda: "sql" in [m["id"] for m in httpx.get(url + "/v1/models", timeout=10).json()["data"]],
             30,
             "the adapter in /v1/models",
         )
         yield url, str(adapter)
-    finally:
-        stop_process_group(proc, grace_s=60)
 
 
 def _complete(url: str, model: str) -> dict:

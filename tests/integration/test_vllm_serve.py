@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 
 import anyio
 import httpx
 import pytest
 
-from tests.integration.conftest import stop_process_group
-from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_env
+from tests.vllm_cpu import MODEL, VENV, vllm_serve
 from tests.waiting import poll_until
 
 pytestmark = [
@@ -32,33 +30,13 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 BLOCK = 32  # vLLM's CPU attention takes multiples of 32
-READY = "dyn serve: ready at "
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """``dyn serve --engine vllm --workers 2`` on the provisioned venv; yields ``(url, log)``."""
-    python, model = python_and_model(MODEL)
-    root = tmp_path_factory.mktemp("vllm")
-    log_path = root / "serve.log"
-    env = vllm_env()
-    args = [
-        str(python),
-        "-m",
-        "dyn.cli",
-        "serve",
-        "--engine",
-        "vllm",
-        "--workers",
-        "2",
-        "--model-path",
-        str(model),
-        "--http-port",
-        "0",
-        "--discovery-dir",
-        str(root / "discovery"),
-        "--startup-timeout",
-        "300",
+    with vllm_serve(
+        tmp_path_factory.mktemp("vllm"),
         "--router-mode",
         "kv",
         # engine flags under vLLM's names: declared by dyn worker vllm, or passed through to vLLM
@@ -79,23 +57,9 @@ def stack(tmp_path_factory):
         '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--dyn-tool-call-parser",
         "hermes",
-    ]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-
-        def ready() -> str | None:
-            for line in log_path.read_text(errors="replace").splitlines():
-                if line.startswith(READY):
-                    return line[len(READY) :].split()[0].removesuffix("/v1")
-            if proc.poll() is not None:
-                raise AssertionError(f"dyn serve exited:\n{log_path.read_text()[-6000:]}")
-            return None
-
-        url = poll_until(ready, 320, "dyn serve --engine vllm to be ready", interval=0.5)
-        yield url, log_path
-    finally:
-        stop_process_group(proc, grace_s=60)
+        workers=2,
+    ) as served:
+        yield served
 
 
 def instances(url: str) -> list[int]:
