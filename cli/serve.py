@@ -106,6 +106,7 @@ def serve(
         "--namespace": discovery.namespace,
         "--discovery-backend": discovery.backend,
         "--discovery-dir": discovery.dir,
+        "--etcd-endpoints": discovery.etcd_endpoints,
         "--model-path": model_path,
         "--model-name": model_name,
     }

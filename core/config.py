@@ -11,8 +11,8 @@ long flag name (``--block-size`` is ``DYN_BLOCK_SIZE``). Core stays free of Type
 only describes.
 
 ``DiscoveryConfig`` is the one such class every process shares: where it finds its peers
-(``--namespace``, ``--discovery-backend``, ``--discovery-dir`` in every command that registers or
-looks up instances; every service's settings hold one). It lives here, not in
+(``--namespace``, ``--discovery-backend``, ``--discovery-dir``, ``--etcd-endpoints`` in every
+command that registers or looks up instances; every service's settings hold one). It lives here, not in
 ``dyn.core.discovery``, so that building the command line never imports the discovery stores.
 
 Contract of ``Flag``:
@@ -202,7 +202,9 @@ class DiscoveryConfig(msgspec.Struct, kw_only=True, frozen=True):
     backend: Annotated[
         str,
         flag(
-            "--discovery-backend", panel=WORKER_PANEL, help="Discovery store: file (workers on one machine)."
+            "--discovery-backend",
+            panel=WORKER_PANEL,
+            help="Discovery store: file (workers on one machine) or etcd (any machines; see --etcd-endpoints).",
         ),
     ] = "file"
     dir: Annotated[
@@ -214,9 +216,19 @@ class DiscoveryConfig(msgspec.Struct, kw_only=True, frozen=True):
             "(default: $XDG_RUNTIME_DIR/dyn, else /tmp/dyn-$UID).",
         ),
     ] = None
+    etcd_endpoints: Annotated[
+        str | None,
+        flag(
+            "--etcd-endpoints",
+            panel=WORKER_PANEL,
+            help="etcd client URLs of the etcd discovery backend, comma-separated "
+            "(default: http://127.0.0.1:2379).",
+        ),
+    ] = None
 
     def open(self) -> DiscoveryStore:
-        """The store (``open_store``); ``ValueError`` for an unknown backend or a bad namespace."""
+        """The store (``open_store``); ``ValueError`` for an unknown backend, a bad namespace,
+        malformed etcd endpoints, or (``ConfigError``) an etcd that does not answer."""
         from dyn.core.discovery.store import open_store
 
-        return open_store(self.backend, self.namespace, self.dir)
+        return open_store(self.backend, self.namespace, self.dir, etcd_endpoints=self.etcd_endpoints)

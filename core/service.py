@@ -60,7 +60,12 @@ def bind_zmq(sock: zmq.Socket, host: str, port: int, flag: str) -> str:
 
 
 def model_and_store(
-    model_path: str | None, model_name: str | None, backend: str, namespace: str, discovery_dir: str | None
+    model_path: str | None,
+    model_name: str | None,
+    backend: str,
+    namespace: str,
+    discovery_dir: str | None,
+    etcd_endpoints: str | None = None,
 ) -> tuple[str, Any]:
     """The served model's name and the workers' discovery store of a service that follows them
     (router, indexer); ``ConfigError`` says what to fix."""
@@ -72,7 +77,7 @@ def model_and_store(
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return name, open_store(backend, namespace, discovery_dir)
+        return name, open_store(backend, namespace, discovery_dir, etcd_endpoints=etcd_endpoints)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -1,5 +1,6 @@
 import pytest
 
+from tests.etcd import etcd_server  # noqa: F401 (a fixture: a real etcd on free loopback ports)
 from tests.waiting import poll_until
 
 

@@ -15,6 +15,7 @@ import secrets
 import time
 
 import dyn.core as core_pkg
+from dyn.core.discovery.etcd_store import EtcdDiscoveryStore
 from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.discovery.store import DiscoveryStore, validate_namespace
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
@@ -36,9 +37,14 @@ def service_store(store: DiscoveryStore, kind: str) -> DiscoveryStore:
         return FileDiscoveryStore(
             store.root, service_namespace(store.namespace, kind), poll_interval_s=store.poll_interval_s
         )
-    raise ValueError(
-        f"{kind} discovery is not built for {type(store).__name__}; use --discovery-backend file"
-    )
+    if isinstance(store, EtcdDiscoveryStore):
+        return EtcdDiscoveryStore(
+            store.endpoints,
+            service_namespace(store.namespace, kind),
+            gateway=store.gateway,
+            clock=store.clock,
+        )
+    raise ValueError(f"{kind} discovery is not built for {type(store).__name__}")
 
 
 def service_record(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import AsyncGenerator
@@ -28,7 +29,7 @@ from dyn.core.messages import WorkerRecord
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL_S = 10.0
-BACKENDS = ("file",)
+BACKENDS = ("file", "etcd")
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -147,7 +148,8 @@ class DiscoveryStore(abc.ABC):
         On entry: ``put(record, ttl_s)`` (its errors propagate). While open: ``keepalive`` every
         ``ttl_s / 3`` seconds in a background task; a lost record (``LeaseExpired``) is put again,
         and other errors are logged and retried, never raised into the body. On exit, also by
-        error or cancellation: the heartbeat stops, then the record is deleted.
+        error or cancellation: the heartbeat stops, then the record is deleted; a delete that
+        fails (the store is unreachable) is logged, not raised: the record expires within its ttl.
         """
         return Lease(self, record, validate_ttl(ttl_s))
 
@@ -184,7 +186,15 @@ class Lease:
         finally:
             self._task_group = None
             with anyio.CancelScope(shield=True):
-                await self.store.delete(self.record.instance_id)
+                try:
+                    await self.store.delete(self.record.instance_id)
+                except Exception as exc:
+                    log.warning(
+                        "could not deregister instance %d (%s); its record expires within %g s",
+                        self.record.instance_id,
+                        exc,
+                        self.ttl_s,
+                    )
 
     async def _heartbeat(self) -> None:
         instance_id = self.record.instance_id
@@ -210,11 +220,23 @@ class Lease:
                 failing = False
 
 
-def open_store(backend: str, namespace: str, root: str | Path | None = None) -> DiscoveryStore:
+def open_store(
+    backend: str,
+    namespace: str,
+    root: str | Path | None = None,
+    *,
+    etcd_endpoints: str | None = None,
+    check: bool = True,
+) -> DiscoveryStore:
     """The discovery store ``backend`` for ``namespace``.
 
-    ``root`` is backend-specific: the runtime directory for ``"file"`` (default
-    ``file_store.default_root()``). Raises ``ValueError`` for an unknown backend or namespace.
+    ``root`` is the runtime directory of ``"file"`` (default ``file_store.default_root()``);
+    ``etcd_endpoints`` the comma-separated URLs of ``"etcd"`` (default ``$DYN_ETCD_ENDPOINTS``,
+    else ``http://127.0.0.1:2379``). Raises ``ValueError`` for an unknown backend or namespace,
+    and ``ConfigError`` (a ``ValueError``) for malformed endpoints or, with ``check``, an etcd
+    that does not answer: every command opens its store before its event loop starts, so a
+    synchronous check here is where "etcd is unreachable" becomes one line (it blocks for one
+    loopback round trip when etcd is up, at most 2 s per endpoint when a host does not answer).
     """
     validate_namespace(namespace)
     if backend == "file":
@@ -222,5 +244,10 @@ def open_store(backend: str, namespace: str, root: str | Path | None = None) -> 
 
         return FileDiscoveryStore(Path(root) if root is not None else default_root(), namespace)
     if backend == "etcd":
-        raise ValueError("the 'etcd' discovery backend is not built yet; use 'file'")
+        from dyn.core.discovery.etcd_store import EtcdDiscoveryStore
+
+        store = EtcdDiscoveryStore(etcd_endpoints or os.environ.get("DYN_ETCD_ENDPOINTS") or None, namespace)
+        if check:
+            store.gateway.check()
+        return store
     raise ValueError(f"unknown discovery backend {backend!r}; choose one of: {', '.join(BACKENDS)}")

@@ -96,10 +96,10 @@ async def live_indexer_address(store: DiscoveryStore, model: str | None) -> str 
 
 
 async def resolve_indexer_address(
-    store_namespace: str, backend: str, dir: str | None, model: str | None
+    store_namespace: str, backend: str, dir: str | None, model: str | None, etcd_endpoints: str | None = None
 ) -> str | None:
     """``live_indexer_address`` for the workers' namespace ``store_namespace``."""
-    store = open_store(backend, indexers_namespace(store_namespace), dir)
+    store = open_store(backend, indexers_namespace(store_namespace), dir, etcd_endpoints=etcd_endpoints)
     try:
         return await live_indexer_address(store, model)
     finally:

@@ -479,6 +479,7 @@ def build_service(settings: IndexerSettings) -> IndexerService:
         settings.discovery.backend,
         settings.discovery.namespace,
         settings.discovery.dir,
+        settings.discovery.etcd_endpoints,
     )
     return IndexerService(
         store,

@@ -62,7 +62,11 @@ def run_inspect(settings: InspectSettings) -> None:
             settings.model_path, prompt=settings.prompt, messages_file=settings.messages_file
         )
     url = settings.url or find_indexer_url(
-        settings.discovery.namespace, settings.discovery.backend, settings.discovery.dir, settings.model_name
+        settings.discovery.namespace,
+        settings.discovery.backend,
+        settings.discovery.dir,
+        settings.model_name,
+        settings.discovery.etcd_endpoints,
     )
     with open_target(url, api_key=settings.api_key) as target:
         model, dump = target.dump()

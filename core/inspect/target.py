@@ -132,7 +132,13 @@ def open_target(
         raise
 
 
-def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None, model_name: str | None) -> str:
+def find_indexer_url(
+    namespace: str,
+    backend: str,
+    discovery_dir: str | None,
+    model_name: str | None,
+    etcd_endpoints: str | None = None,
+) -> str:
     """The HTTP URL of the newest live ``dyn indexer`` of ``model_name`` (None: any model) in
     ``namespace``; ``TargetError`` saying what to pass when there is none."""
     from dyn.core.discovery.store import open_store
@@ -140,7 +146,7 @@ def find_indexer_url(namespace: str, backend: str, discovery_dir: str | None, mo
     from dyn.core.indexer.client import indexers_store, serves_model
 
     try:
-        store = indexers_store(open_store(backend, namespace, discovery_dir))
+        store = indexers_store(open_store(backend, namespace, discovery_dir, etcd_endpoints=etcd_endpoints))
     except ConfigError:  # an unsafe discovery directory: the user's to fix
         raise
     except ValueError as exc:

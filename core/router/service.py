@@ -394,6 +394,7 @@ def build_service(settings: RouterSettings) -> RouterService:
         settings.discovery.backend,
         settings.discovery.namespace,
         settings.discovery.dir,
+        settings.discovery.etcd_endpoints,
     )
     try:
         routers_store(store)  # the backend must support router discovery

@@ -62,7 +62,7 @@ def test_env_twin_is_read_and_bad_values_get_a_clear_error():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--discovery-backend", "etcd"], "etcd"),
+        (["--discovery-backend", "etcd", "--etcd-endpoints", "http://127.0.0.1:1"], "cannot reach etcd"),
         (["--namespace", "a/b"], "namespace"),
     ],
 )

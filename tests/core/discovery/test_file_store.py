@@ -19,6 +19,7 @@ import anyio.lowlevel
 import pytest
 
 from dyn.core.discovery import (
+    EtcdDiscoveryStore,
     FileDiscoveryStore,
     LeaseExpired,
     WorkerAdded,
@@ -148,8 +149,11 @@ def test_open_store(tmp_path: Path) -> None:
     store = open_store("file", NS, str(tmp_path))
     assert isinstance(store, FileDiscoveryStore)
     assert store.directory == tmp_path / NS / "instances"
-    with pytest.raises(ValueError, match="etcd.*not built yet"):
-        open_store("etcd", NS)
+    etcd = open_store("etcd", NS, etcd_endpoints="127.0.0.1:2379,http://etcd-1:2379", check=False)
+    assert isinstance(etcd, EtcdDiscoveryStore)
+    assert etcd.endpoints == ("http://127.0.0.1:2379", "http://etcd-1:2379")
+    with pytest.raises(ValueError, match="invalid etcd endpoint 'ftp://x'"):
+        open_store("etcd", NS, etcd_endpoints="ftp://x")
     with pytest.raises(ValueError, match="unknown discovery backend 'consul'.*file"):
         open_store("consul", NS)
 

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
+from dyn.core.errors import ConfigError
 from dyn.core.indexer.client import indexer_record
 from dyn.core.inspect.command import read_snapshot
 from dyn.core.inspect.prompt import PromptTokens
@@ -107,5 +108,5 @@ def test_discovery_finds_the_newest_indexer_of_the_model(tmp_path):
     assert find_indexer_url("ns", "file", str(tmp_path), None) == "http://h:2"
     with pytest.raises(TargetError, match=r"no live dyn indexer of model 'x' in namespace 'ns'"):
         find_indexer_url("ns", "file", str(tmp_path), "x")
-    with pytest.raises(TargetError, match="etcd"):
-        find_indexer_url("ns", "etcd", None, None)
+    with pytest.raises(ConfigError, match="cannot reach etcd"):
+        find_indexer_url("ns", "etcd", None, None, "http://127.0.0.1:1")

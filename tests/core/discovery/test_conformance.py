@@ -1,0 +1,25 @@
+"""The discovery contract (``conformance.py``) on every backend: file, and etcd on a real server.
+
+A new backend joins by adding a parameter to ``backend`` below.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dyn.core.discovery import EtcdDiscoveryStore, FileDiscoveryStore
+from tests.core.discovery.conformance import *  # noqa: F403 (the suite's tests run here)
+from tests.core.discovery.conformance import Backend
+
+
+@pytest.fixture(params=["file", "etcd"])
+async def backend(request, tmp_path):
+    if request.param == "file":
+        made = Backend("file", lambda ns: FileDiscoveryStore(tmp_path, ns), ttl_s=1.0, expiry_slack_s=1.0)
+    else:
+        server = request.getfixturevalue("etcd_server")
+        # etcd checks for expired leases every 500 ms and revokes them through raft
+        made = Backend("etcd", lambda ns: EtcdDiscoveryStore(server.url, ns), ttl_s=2.0, expiry_slack_s=2.0)
+    yield made
+    for store in made.stores:
+        await store.aclose()
