@@ -15,6 +15,7 @@ INDEXER_PANEL = "Indexer"
 @discovery_flags
 def indexer(
     host: str = options.HOST,
+    advertise_host: str = options.ADVERTISE_HOST,
     http_port: int = flag(
         8090,
         "--http-port",
@@ -70,6 +71,7 @@ def indexer(
     from dyn.core.indexer.service import IndexerSettings, parse_workers, run_indexer
 
     options.use_plane_keys(plane_keys)
+    options.use_advertise_host(advertise_host)
     static = None
     if workers is not None:
         try:

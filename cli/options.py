@@ -57,7 +57,16 @@ HOST = flag(
     "127.0.0.1",
     "--host",
     panel=WORKER_PANEL,
-    help="Address every socket of this process binds to and advertises.",
+    help="Address every ZMQ socket of this process binds to: a loopback address, an interface "
+    "address, or 0.0.0.0 (every interface); beyond loopback it needs --plane-keys.",
+)
+ADVERTISE_HOST = flag(
+    None,
+    "--advertise-host",
+    panel=WORKER_PANEL,
+    help="Address (or host name) other processes connect to for this process's sockets, put in "
+    "discovery (default: --host; with --host 0.0.0.0, this host's primary address, the source "
+    "address of its default route).",
 )
 DRAIN_TIMEOUT = flag(
     10.0,
@@ -190,6 +199,18 @@ def use_plane_keys(directory: str | None) -> None:
         apply(directory)
     except PlaneKeyError as exc:
         raise typer.BadParameter(str(exc), param_hint="--plane-keys") from None
+
+
+def use_advertise_host(host: str | None) -> None:
+    """Apply ``--advertise-host`` to every socket this process binds; a wildcard or a value that
+    is not a host exits 2."""
+    from dyn.core.transport.sockets import AdvertiseHostError
+    from dyn.core.transport.sockets import use_advertise_host as apply
+
+    try:
+        apply(host)
+    except AdvertiseHostError as exc:
+        raise typer.BadParameter(env_hint(str(exc)), param_hint="--advertise-host") from None
 
 
 PARSERS_PANEL = "Tools and reasoning"

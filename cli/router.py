@@ -15,6 +15,7 @@ SERVICE_PANEL = "Router service"
 @discovery_flags
 def router(
     host: str = options.HOST,
+    advertise_host: str = options.ADVERTISE_HOST,
     port: int = flag(
         0,
         "--port",
@@ -47,6 +48,7 @@ def router(
     from dyn.core.router.service import RouterSettings, run_router_service
 
     options.use_plane_keys(plane_keys)
+    options.use_advertise_host(advertise_host)
     settings = RouterSettings(
         host=host,
         port=port,

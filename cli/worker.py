@@ -45,6 +45,7 @@ def _worker(
     dyn_reasoning_parser: str = options.DYN_REASONING_PARSER,
     discovery: Any = None,  # --namespace, --discovery-backend, --discovery-dir
     host: str = options.HOST,
+    advertise_host: str = options.ADVERTISE_HOST,
     drain_timeout: float = options.DRAIN_TIMEOUT,
     plane_keys: str = options.PLANE_KEYS,
 ) -> None:
@@ -65,6 +66,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
         dyn_reasoning_parser: str | None,
         discovery: DiscoveryConfig,
         host: str,
+        advertise_host: str | None,
         drain_timeout: float,
         plane_keys: str | None,
     ) -> None:
@@ -72,6 +74,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
             name, aliases = served_names(model_name, served_model_name)
         except ValueError as exc:
             options.fail(str(exc))
+        options.use_advertise_host(advertise_host)
         settings = _settings(
             discovery, host, dyn_tool_call_parser, dyn_reasoning_parser, model_path, drain_timeout, plane_keys
         )

@@ -171,7 +171,8 @@ class IndexerService(RadixIndexView):
     """One model's KV index, fed by KV events and answering overlap queries (module docstring).
 
     Construction binds the ZMQ query socket on ``host`` (``zmq_port`` 0: a free one; ``endpoint``
-    says which) and raises ``ConfigError`` for settings that cannot work.
+    is where routers connect: the advertised address) and raises ``ConfigError`` for settings
+    that cannot work.
     """
 
     _block_size: int | None

@@ -101,8 +101,9 @@ def refusal_code(exc: RoutingError) -> str:
 class RouterService:
     """Routes ``model_name``'s requests for the frontends that ask (see the module docstring).
 
-    Construction binds the query socket on ``host`` (``port`` 0: a free one; ``endpoint`` says
-    which) and raises ``ConfigError`` when it cannot.
+    Construction binds the query socket on ``host`` (``port`` 0: a free one; ``endpoint`` is
+    where frontends connect: the advertised address, ``dyn.core.transport.sockets.bind``) and
+    raises ``ConfigError`` when it cannot.
     """
 
     def __init__(

@@ -19,14 +19,24 @@ adding its public ``NAME.key`` file.
 
 Sockets whose peer is not a dyn socket (the KV-event publishers vLLM and SGLang bind themselves)
 are connected with ``plain`` instead.
+
+A listening socket has two addresses: the one it binds (``--host``: an interface address, or a
+wildcard, ``0.0.0.0`` / ``::``, for every interface) and the one its peers connect to, which goes
+into discovery (``--advertise-host``). ``bind`` returns the advertised endpoint, so no caller
+formats one: the process's ``use_advertise_host`` address if set, else the bind host, else (for a
+wildcard) ``primary_address``. ``advertised_host`` gives the same answer for sockets a process
+does not bind itself (the engines' own KV-event publishers).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import os
+import socket as _socket
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -196,9 +206,11 @@ SocketT = TypeVar("SocketT", bound="zmq.Socket[Any]")
 
 
 def configure(socket: SocketT, *, hwm: int = 0) -> SocketT:
-    """Linger 0 (closing never hangs), the given high-water marks (0 = unbounded), and with
-    plane keys the CurveZMQ client keys (``bind`` turns a listening socket into a server)."""
+    """Linger 0 (closing never hangs), the given high-water marks (0 = unbounded), IPv6 on (it
+    connects to IPv4 and IPv6 endpoints alike), and with plane keys the CurveZMQ client keys
+    (``bind`` turns a listening socket into a server)."""
     socket.setsockopt(zmq.LINGER, 0)
+    socket.ipv6 = True
     socket.setsockopt(zmq.SNDHWM, hwm)
     socket.setsockopt(zmq.RCVHWM, hwm)
     keys = _keys
@@ -228,7 +240,8 @@ def is_loopback(host: str) -> bool:
 
 
 def bind(socket: zmq.Socket, host: str, port: int = 0) -> str:
-    """Listen on ``host:port`` (0: a free port) and return the ``tcp://host:port`` endpoint.
+    """Listen on ``host:port`` (0: a free port) and return the endpoint peers connect to:
+    ``tcp://ADVERTISED:port`` (``advertised_host(host)``; see the module docstring).
 
     With plane keys the socket becomes a CurveZMQ server first. Without them, ``PlaneKeyError``
     for a ``host`` beyond loopback: nothing would stop another machine from connecting.
@@ -254,14 +267,153 @@ def bind(socket: zmq.Socket, host: str, port: int = 0) -> str:
         socket.curve_server = True
         socket.zap_domain = ZAP_DOMAIN.encode()
         socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+    address = host.strip("[]")
+    socket.ipv6 = ":" in address  # an IPv4 host stays an IPv4 socket, not a v4-mapped one
     if port:
-        socket.bind(f"tcp://{host}:{port}")
+        socket.bind(tcp_endpoint(address, port))
     else:
-        port = socket.bind_to_random_port(f"tcp://{host}")
-    return f"tcp://{host}:{port}"
+        port = socket.bind_to_random_port(tcp_endpoint(address, 0).removesuffix(":0"))
+    return tcp_endpoint(advertised_host(host), port)
 
 
 def bind_random(socket: zmq.Socket, host: str) -> str:
-    """Bind ``socket`` to a free TCP port on ``host`` and return its ``tcp://host:port`` endpoint
-    (see ``bind``)."""
+    """Bind ``socket`` to a free TCP port on ``host`` and return its advertised endpoint (see
+    ``bind``)."""
     return bind(socket, host, 0)
+
+
+def tcp_endpoint(host: str, port: int) -> str:
+    """``tcp://host:port``, an IPv6 host in brackets."""
+    host = host.strip("[]")
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})
+"""Bind hosts that mean every interface (``*`` is ZMQ's spelling), never an address to connect to."""
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface (``0.0.0.0``, ``::``, ``*``)."""
+    return host.strip("[]") in WILDCARD_HOSTS
+
+
+class AdvertiseHostError(ConfigError):
+    """``--advertise-host`` is not an address peers could connect to."""
+
+
+_advertise_host: str | None = None
+
+
+def use_advertise_host(host: str | None) -> str | None:
+    """Advertise ``host`` for every socket this process binds from now on (None: the bind host,
+    or ``primary_address`` for a wildcard). ``AdvertiseHostError`` for a wildcard or anything
+    that is not a host name or address (a scheme, a port)."""
+    global _advertise_host
+    if host is not None:
+        host = host.strip()
+        bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not bare or is_wildcard(bare):
+            raise AdvertiseHostError(
+                f"--advertise-host {host or repr(host)} is not an address peers can connect to: "
+                "give this host's address or name as the other hosts reach it (e.g. 10.0.0.5)"
+            )
+        if not _is_address(bare) and not _is_host_name(bare):
+            raise AdvertiseHostError(
+                f"--advertise-host {host!r} is not a host name or IP address "
+                "(no scheme, no port: the port of each socket is its own)"
+            )
+        host = bare
+    _advertise_host = host
+    return host
+
+
+def advertised_host(bind_host: str) -> str:
+    """The host peers connect to for a socket bound on ``bind_host``: ``--advertise-host`` if
+    the process set one, else ``bind_host`` itself unless it is a wildcard, else this host's
+    primary address (of the wildcard's family)."""
+    if _advertise_host is not None:
+        return _advertise_host
+    if is_wildcard(bind_host):
+        return primary_address(ipv6=bind_host.strip("[]") == "::")
+    return bind_host.strip("[]")
+
+
+PROBE_ADDRESSES = {False: "192.0.2.1", True: "2001:db8::1"}
+"""Where the primary-address probe "connects" (documentation ranges, RFC 5737 / RFC 3849): a
+UDP connect only picks the route and source address; no packet is sent."""
+
+
+@functools.cache
+def primary_address(*, ipv6: bool = False) -> str:
+    """This host's primary address: the source address the kernel picks for a UDP socket
+    "connected" to a public address (no packet is sent). Without a route there is none: the
+    loopback address, with a warning that peers on other hosts cannot connect."""
+    family = _socket.AF_INET6 if ipv6 else _socket.AF_INET
+    try:
+        with _socket.socket(family, _socket.SOCK_DGRAM) as probe:
+            probe.connect((PROBE_ADDRESSES[ipv6], 9))
+            address = str(probe.getsockname()[0])
+    except OSError as exc:
+        loopback = "::1" if ipv6 else "127.0.0.1"
+        log.warning(
+            "binding every interface, but this host has no route to find its own address "
+            "(%s); advertising %s, which peers on other hosts cannot reach: pass --advertise-host",
+            exc.strerror or exc,
+            loopback,
+        )
+        return loopback
+    return address.split("%")[0]
+
+
+def advertised_endpoint(endpoint: str, bind_host: str) -> str:
+    """What peers connect to for ``endpoint``, bound by someone else (an engine's own KV-event
+    publisher) for a process whose sockets bind ``bind_host``: a ``tcp://`` endpoint on a
+    wildcard or on ``bind_host`` gets ``advertised_host(bind_host)``; any other endpoint (another
+    concrete address, ``ipc://``) is left as it is."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    bound, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+    bound = bound.strip("[]")
+    if is_wildcard(bound) or bound == bind_host.strip("[]"):
+        return f"{tcp_endpoint(advertised_host(bind_host), 0).removesuffix(':0')}:{port}"
+    return endpoint
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` right now, for a socket another library
+    binds moments later (another process could take one meanwhile: that library then reports
+    an address in use)."""
+    address = host.strip("[]")
+    address = "0.0.0.0" if address == "*" else address
+    family = _socket.AF_INET6 if ":" in address else _socket.AF_INET
+    taken = []
+    try:
+        for _ in range(count):
+            sock = _socket.socket(family, _socket.SOCK_STREAM)
+            taken.append(sock)
+            sock.bind((address, 0))
+        return [sock.getsockname()[1] for sock in taken]
+    finally:
+        for sock in taken:
+            sock.close()
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_host_name(host: str) -> bool:
+    """A DNS name (RFC 1123 labels)."""
+    labels = host.rstrip(".").split(".")
+    return len(host) <= 253 and all(
+        0 < len(label) <= 63
+        and label[0] != "-"
+        and label[-1] != "-"
+        and all(c.isalnum() or c == "-" for c in label)
+        and label.isascii()
+        for label in labels
+    )

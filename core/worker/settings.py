@@ -10,7 +10,8 @@ from dyn.core.config import DiscoveryConfig
 class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
     """Where a worker lives and how it registers (``discovery``: the store it registers in).
 
-    ``host`` is the loopback or interface address every socket binds to and advertises.
+    ``host`` is the loopback or interface address (or wildcard) every socket binds to; peers are
+    told the process's advertised address (``dyn.core.transport.sockets.advertised_host``).
     ``lease_ttl_s``: how long discovery keeps the record without a heartbeat (the heartbeat runs
     every third of it). ``drain_timeout_s``: on shutdown, how long in-flight requests may run on
     after the worker has left discovery before they are cut off with an error.

@@ -11,21 +11,22 @@ So when dyn builds the config it binds on the worker's ``--host`` (loopback by d
 ``"bind": true`` where SGLang has that field, and falls back to ``tcp://*:PORT`` (every interface)
 where it does not. Ports are free ports picked here (``--kv-events-endpoint`` overrides the PUB's),
 so two workers on one machine never collide. A user's own ``--kv-events-config`` is passed as
-given; its wildcard hosts are advertised as the worker's ``--host``. With ``--disable-radix-cache``
-and no config of the user's, no events are published (there is no prefix cache to report).
+given. Endpoints on a wildcard or on ``--host`` are advertised at the worker's advertised address
+(``--advertise-host``; default: ``--host``, or this host's primary address for a wildcard). With
+``--disable-radix-cache`` and no config of the user's, no events are published (there is no
+prefix cache to report).
 """
 
 from __future__ import annotations
 
 import json
-import socket
 
 import msgspec
 
+from dyn.core.transport.sockets import advertised_endpoint, free_ports
 from dyn.plugins.sglang.config import SglangConfig, parse_kv_events_config, parse_tcp_endpoint
 
 KV_EVENTS_TOPIC = "kv-events"
-_WILDCARD_HOSTS = ("*", "0.0.0.0", "::", "")
 
 
 class KvEventsPlan(msgspec.Struct, frozen=True):
@@ -86,26 +87,7 @@ def tcp(host: str, port: int) -> str:
 
 
 def advertised(endpoint: str, host: str) -> str:
-    """What a subscriber connects to for ``endpoint``: a wildcard host becomes ``host``."""
-    if not endpoint.startswith("tcp://"):
-        return endpoint
-    bound, _, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if bound.strip("[]") in _WILDCARD_HOSTS:
-        return f"{tcp(host, 0).removesuffix(':0')}:{port}"
-    return endpoint
-
-
-def free_ports(host: str, count: int) -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` right now (SGLang binds them moments later;
-    another process could take one meanwhile, which SGLang then reports as a start error)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """What a subscriber connects to for ``endpoint`` of a worker on ``host``: a wildcard host,
+    or ``host`` itself, becomes the worker's advertised address (``--advertise-host``; see
+    ``dyn.core.transport.sockets.advertised_endpoint``)."""
+    return advertised_endpoint(endpoint, host)

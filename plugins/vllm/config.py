@@ -8,7 +8,10 @@ not passed) and ``extra_args``, any other vLLM engine flag, exactly as ``vllm se
 KV events: unless the flags carry a ``--kv-events-config``, dyn enables vLLM's ZMQ publisher with
 ``default_kv_events_config``: the PUB and the replay ROUTER on ``tcp://*:0``, which vLLM binds on
 ``VLLM_HOST_IP`` (dyn sets it to the worker's ``--host``, loopback by default) at a free port and
-reports back through ``AsyncLLM.get_kv_event_sources()``.
+reports back through ``AsyncLLM.get_kv_event_sources()``. vLLM refuses ``tcp://*:0`` on a wildcard
+``VLLM_HOST_IP``, so for a worker on a wildcard ``--host`` dyn picks the two free ports itself and
+vLLM binds ``tcp://*:PORT`` (every interface). Peers connect to the worker's advertised address
+(``advertised_endpoint``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import msgspec
 
 from dyn.core.config import ENGINE_PANEL, flag
 from dyn.core.model.lora import LoraModule, parse_lora_modules
+from dyn.core.transport import sockets
+from dyn.core.transport.sockets import free_ports, is_wildcard, tcp_endpoint
 from dyn.plugins.vllm.lora import engine_flags
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -194,8 +199,9 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             max_cpu_loras=self.max_cpu_loras,
         )
 
-    def engine_argv(self, model_path: str) -> list[str]:
-        """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras."""
+    def engine_argv(self, model_path: str, host: str = "127.0.0.1") -> list[str]:
+        """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras
+        (``host``: the worker's ``--host``, where dyn's default KV-event sockets listen)."""
         argv = ["--model", model_path]
         values = {
             "--dtype": self.dtype,
@@ -219,31 +225,34 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
         if self.enforce_eager:
             argv.append("--enforce-eager")
         argv += self.lora_flags()
-        argv += ["--kv-events-config", self.kv_events_config or default_kv_events_config()]
+        argv += ["--kv-events-config", self.kv_events_config or default_kv_events_config(host)]
         return [*argv, *self.extra_args]
 
 
-def default_kv_events_config() -> str:
-    """vLLM's ``--kv-events-config`` dyn uses when none is given (see the module docstring)."""
+def default_kv_events_config(host: str = "127.0.0.1") -> str:
+    """vLLM's ``--kv-events-config`` dyn uses when none is given for a worker on ``host`` (see
+    the module docstring)."""
+    endpoint, replay = "tcp://*:0", "tcp://*:0"
+    if is_wildcard(host):
+        endpoint, replay = (tcp_endpoint("*", port) for port in free_ports(host, 2))
     return json.dumps(
         {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            "endpoint": "tcp://*:0",
-            "replay_endpoint": "tcp://*:0",
+            "endpoint": endpoint,
+            "replay_endpoint": replay,
             "topic": KV_EVENTS_TOPIC,
         }
     )
 
 
 def advertised_endpoint(endpoint: str | None, host: str) -> str | None:
-    """The address peers connect to for an endpoint vLLM bound: a ``*`` host becomes ``host``.
+    """The address peers connect to for an endpoint vLLM bound for a worker on ``host``: a
+    wildcard or ``host`` becomes the worker's advertised address (``--advertise-host``;
+    ``dyn.core.transport.sockets.advertised_endpoint``).
 
     ``None`` for no endpoint, or for a port vLLM chose without reporting it (``:0``).
     """
-    if not endpoint:
+    if not endpoint or endpoint.endswith(":0"):
         return None
-    if endpoint.startswith("tcp://*:"):
-        bracketed = f"[{host}]" if ":" in host else host
-        endpoint = f"tcp://{bracketed}:{endpoint.removeprefix('tcp://*:')}"
-    return None if endpoint.endswith(":0") else endpoint
+    return sockets.advertised_endpoint(endpoint, host)

@@ -62,6 +62,7 @@ from dyn.core.engine import (
     EngineStartError,
 )
 from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
+from dyn.core.transport.sockets import is_wildcard
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
 from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
 from dyn.plugins.vllm.lora import LoraAdapters, UnknownLoraAdapter
@@ -95,8 +96,8 @@ class EngineLoad:
 
 
 class VllmEngine:
-    """One vLLM ``AsyncLLM`` serving dyn's request plane. ``host`` is the address the worker
-    advertises (and the one vLLM binds its KV-event sockets to)."""
+    """One vLLM ``AsyncLLM`` serving dyn's request plane. ``host`` is the worker's ``--host``,
+    where vLLM binds its KV-event sockets (peers get its advertised address)."""
 
     def __init__(self, config: VllmConfig, model_path: str, *, host: str = "127.0.0.1") -> None:
         self.config = config
@@ -175,9 +176,10 @@ class VllmEngine:
             raise EngineStartError(
                 f"vLLM is installed but cannot be imported: {type(exc).__name__}: {exc}"
             ) from None
-        args = parse_engine_args(AsyncEngineArgs, self.config.engine_argv(self.model_path))
+        args = parse_engine_args(AsyncEngineArgs, self.config.engine_argv(self.model_path, self.host))
         # vLLM binds "tcp://*:0" KV-event sockets on VLLM_HOST_IP (see plugins.vllm.config)
-        os.environ.setdefault("VLLM_HOST_IP", self.host)
+        if not is_wildcard(self.host):
+            os.environ.setdefault("VLLM_HOST_IP", self.host)
         load = self.load
 
         def stat_logger(vllm_config: Any, engine_index: int = 0) -> Any:

@@ -152,7 +152,9 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "namespace",
         "discovery_backend",
         "discovery_dir",
+        "etcd_endpoints",
         "host",
+        "advertise_host",
         "drain_timeout",
         "plane_keys",
         "config",  # every command's --config (dyn.cli.config_file), last

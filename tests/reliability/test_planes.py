@@ -12,7 +12,9 @@
 - CurveZMQ (``dyn keys``, ``--plane-keys``): a keyed worker and frontend serve a request and the KV
   router follows the worker's events; a client without keys or with an unknown key cannot get a
   request in; a key directory others may read is refused; without keys, binding beyond loopback
-  is refused.
+  is refused; an ``--advertise-host`` peers cannot connect to (a wildcard, an endpoint) is refused
+  by every command that binds, and ``dyn serve`` passes ``--host``/``--advertise-host`` to its
+  workers.
 
 The KV events use vLLM's wire format (``[topic, seq, msgpack [ts, events, dp_rank]]`` with
 ``BlockStored`` tagged arrays: vLLM's ``vllm/distributed/kv_events.py``, read back by its
@@ -494,3 +496,30 @@ def test_binding_beyond_loopback_needs_plane_keys(tmp_path):
     assert_refused(result, "0.0.0.0", "--plane-keys", "dyn keys")
     result = dyn("router", "--host", "10.1.2.3", "--discovery-dir", str(tmp_path / "d"))
     assert_refused(result, "10.1.2.3", "--plane-keys")
+
+
+def test_an_advertised_host_peers_cannot_connect_to_is_refused_by_every_command(tmp_path):
+    discovery = ("--discovery-dir", str(tmp_path / "d"))
+    for command in (("worker", "mocker"), ("router",), ("indexer",)):
+        result = dyn(*command, "--advertise-host", "0.0.0.0", *discovery)
+        assert_refused(
+            result, "--advertise-host", "0.0.0.0", "not an address peers can connect to", one_line=False
+        )
+    result = dyn("worker", "mocker", *discovery, env={"DYN_ADVERTISE_HOST": "tcp://10.0.0.1:5555"})
+    assert_refused(result, "not a host name or IP address", "DYN_ADVERTISE_HOST", one_line=False)
+
+
+def test_dyn_serve_passes_the_advertised_host_to_its_workers():
+    import typer.main
+
+    from dyn.cli.app import app
+    from dyn.cli.serve import option_specs
+    from dyn.core.serve import route_flags
+
+    commands = typer.main.get_command(app).commands
+    specs = {
+        "dyn frontend": option_specs(commands["frontend"]),
+        "dyn worker mocker": option_specs(commands["worker"].commands["mocker"]),
+    }
+    routed = route_flags(["--host", "0.0.0.0", "--advertise-host", "10.0.0.5"], specs)
+    assert routed["dyn worker mocker"] == ["--host", "0.0.0.0", "--advertise-host", "10.0.0.5"]

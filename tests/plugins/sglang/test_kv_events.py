@@ -55,3 +55,19 @@ def test_advertised_endpoints():
     assert advertised("tcp://[::]:1", "127.0.0.1") == "tcp://127.0.0.1:1"
     assert advertised("tcp://127.0.0.9:1", "127.0.0.1") == "tcp://127.0.0.9:1"
     assert advertised("ipc:///tmp/kv", "127.0.0.1") == "ipc:///tmp/kv"
+
+
+def test_a_worker_on_every_interface_binds_there_and_advertises_its_advertised_host():
+    from dyn.core.transport.sockets import use_advertise_host
+
+    use_advertise_host("10.0.0.7")
+    try:
+        plan = plan_kv_events(SglangConfig(), "0.0.0.0", can_bind_host=True, radix_cache_disabled=False)
+    finally:
+        use_advertise_host(None)
+    chosen = json.loads(plan.config_json)
+    assert chosen["endpoint"].startswith("tcp://0.0.0.0:") and chosen["replay_endpoint"].startswith(
+        "tcp://0.0.0.0:"
+    )
+    assert plan.endpoint == "tcp://10.0.0.7:" + chosen["endpoint"].rpartition(":")[2]
+    assert plan.replay_endpoint == "tcp://10.0.0.7:" + chosen["replay_endpoint"].rpartition(":")[2]

@@ -70,3 +70,21 @@ def test_bad_values_name_the_flag(config, needle):
 )
 def test_advertised_endpoint(endpoint, host, advertised):
     assert advertised_endpoint(endpoint, host) == advertised
+
+
+def test_on_every_interface_vllm_binds_free_ports_there_and_peers_get_the_advertised_host():
+    """vLLM refuses ``tcp://*:0`` without a concrete ``VLLM_HOST_IP`` (its
+    ``ZmqEventPublisher._bind`` in ``vllm/distributed/kv_events.py``), so dyn picks the ports."""
+    from dyn.core.transport.sockets import use_advertise_host
+
+    argv = VllmConfig().engine_argv("m", "0.0.0.0")
+    events = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert events["endpoint"].startswith("tcp://*:") and events["replay_endpoint"].startswith("tcp://*:")
+    assert events["endpoint"] != events["replay_endpoint"] and not events["endpoint"].endswith(":0")
+    use_advertise_host("10.0.0.7")
+    try:
+        port = events["endpoint"].rpartition(":")[2]
+        assert advertised_endpoint(events["endpoint"], "0.0.0.0") == f"tcp://10.0.0.7:{port}"
+        assert advertised_endpoint("tcp://10.0.0.3:4001", "10.0.0.3") == "tcp://10.0.0.7:4001"
+    finally:
+        use_advertise_host(None)
