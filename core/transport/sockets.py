@@ -190,11 +190,27 @@ def use_plane_keys(directory: str | Path | None) -> PlaneKeys | None:
     if keys is None:
         return None
     for context in (async_context(), sync_context()):
-        authenticator = ThreadAuthenticator(zmq.Context.shadow(context.underlying))
-        authenticator.start()
+        authenticator = _start_authenticator(context)
         authenticator.configure_curve(domain=ZAP_DOMAIN, location=str(keys.directory))
         _authenticators.append(authenticator)
     return keys
+
+
+def _start_authenticator(context: zmq.Context, attempts: int = 50) -> ThreadAuthenticator:
+    """A started ZAP handler on ``context``. libzmq releases the ZAP socket's inproc address
+    (``inproc://zeromq.zap.01``) in its reaper thread after the stopped handler closed it, so
+    binding it again at once may find it still taken: retry for up to half a second."""
+    for attempt in range(attempts):
+        authenticator = ThreadAuthenticator(zmq.Context.shadow(context.underlying))
+        try:
+            authenticator.start()
+            return authenticator
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EADDRINUSE or attempt == attempts - 1:
+                raise
+            authenticator.stop()
+            time.sleep(0.01)
+    raise AssertionError("unreachable")
 
 
 def plane_keys() -> PlaneKeys | None:
