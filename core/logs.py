@@ -25,6 +25,10 @@ import orjson
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("rich", "json")
 PROCESS_ENV = "DYN_PROCESS_NAME"
+QUIET_LIBRARIES = ("watchfiles", "httpx")
+"""Libraries that log each event they see at INFO (watchfiles: every file change the discovery
+store is told of, one per heartbeat; httpx: every request, such as each etcd keepalive): their
+warnings and errors only."""
 """The process's name in JSON lines (``dyn serve`` sets it for each child: ``worker-0``)."""
 
 _STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
@@ -116,6 +120,8 @@ def configure_logging(level: str = "info", fmt: str = "rich", *, process: str | 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for noisy in QUIET_LIBRARIES:
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     logging.Formatter.converter = time.gmtime if fmt == "json" else time.localtime
     _route_uncaught(fmt == "json")
 

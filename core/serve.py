@@ -537,12 +537,10 @@ class StackSupervisor:
         cfg = self.config
         deadline = time.monotonic() + cfg.startup_timeout_s
         last_health = "was not asked yet"
-        with (
-            _quiet_httpx(),
-            httpx.Client(
-                timeout=_HEALTH_TIMEOUT_S, trust_env=False, verify=health_tls(cfg.frontend.argv)
-            ) as http,
-        ):
+        # its health polls are quiet: httpx logs warnings only (dyn.core.logs.QUIET_LIBRARIES)
+        with httpx.Client(
+            timeout=_HEALTH_TIMEOUT_S, trust_env=False, verify=health_tls(cfg.frontend.argv)
+        ) as http:
             while True:
                 if self._stopping():
                     if self._signals:
@@ -700,18 +698,6 @@ def run_stack(
     finally:
         for sig, previous in installed.items():
             signal.signal(sig, previous)
-
-
-@contextlib.contextmanager
-def _quiet_httpx():
-    """Health polls are not news: keep httpx's per-request INFO lines out of the stack's output."""
-    logger = logging.getLogger("httpx")
-    previous = logger.level
-    logger.setLevel(max(previous, logging.WARNING))
-    try:
-        yield
-    finally:
-        logger.setLevel(previous)
 
 
 def _isatty(stream: IO[str]) -> bool:
