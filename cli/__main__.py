@@ -2,4 +2,5 @@
 
 from dyn.cli.app import main
 
-main()
+if __name__ == "__main__":  # not when multiprocessing's spawn re-imports it in a child
+    main()

@@ -69,6 +69,17 @@ def frontend(
         help="Serve /metrics without the API key (for Prometheus scrapers).",
     ),
     plane_keys: str = options.PLANE_KEYS,
+    host: str = options.HOST,
+    advertise_host: str = options.ADVERTISE_HOST,
+    num_http_workers: int = flag(
+        1,
+        "--num-http-workers",
+        min=1,
+        max=64,
+        panel=HTTP_PANEL,
+        help="Processes serving HTTP on the one port (SO_REUSEPORT), each a whole frontend; with "
+        "--router-mode kv their routers share bookings (replica sync). /metrics is per process.",
+    ),
     max_inflight: int = flag(
         0,
         "--max-inflight",
@@ -348,6 +359,7 @@ def frontend(
     from dyn.core.model.names import served_names
 
     options.use_plane_keys(plane_keys)
+    options.use_advertise_host(advertise_host)
     try:
         model_name, aliases = served_names(model_name, served_model_name)
     except ValueError as exc:
@@ -395,6 +407,9 @@ def frontend(
         max_log_len=max_log_len,
         disable_fastapi_docs=disable_fastapi_docs,
         uvicorn_log_level=uvicorn_log_level,
+        num_http_workers=num_http_workers,
+        host=host,
+        advertise_host=advertise_host,
         limits=RequestLimits(
             max_n=max_n,
             max_prompts=max_prompts,

@@ -126,6 +126,12 @@ def configure_logging(level: str = "info", fmt: str = "rich", *, process: str | 
     _route_uncaught(fmt == "json")
 
 
+def current_setup() -> tuple[str, str]:
+    """``(level, format)`` as ``configure_logging`` last set them, for a child process to repeat."""
+    level = logging.getLevelName(logging.getLogger().level).lower()
+    return (level if level in LOG_LEVELS else "info"), _format
+
+
 def is_json() -> bool:
     """Whether this process logs JSON (``configure_logging(..., "json")``)."""
     return _format == "json"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
 import os
 import re
 import signal
@@ -304,7 +303,14 @@ def follow_parent() -> None:
     """In a child of ``dyn serve`` (``PARENT_ENV`` set): ask Linux to SIGTERM this process when
     the supervisor dies, and stop at once if it died already. A no-op elsewhere."""
     parent = os.environ.get(PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
+    if parent:
+        die_with_parent(int(parent))
+
+
+def die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGTERM this process when process ``parent`` dies, and stop at once if it
+    died already. A no-op off Linux."""
+    if not sys.platform.startswith("linux"):
         return
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -313,7 +319,7 @@ def follow_parent() -> None:
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    if str(os.getppid()) != parent:  # the supervisor died before prctl took effect
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -28,12 +28,18 @@ def run_service(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
     sys.stdout.flush()
 
 
-def bind_http(host: str, port: int, flag: str = "--http-port") -> socket.socket:
+def bind_http(
+    host: str, port: int, flag: str = "--http-port", *, reuse_port: bool = False, listen: bool = True
+) -> socket.socket:
     """A listening TCP socket (port 0 picks a free one); ``ConfigError`` naming ``flag`` if it
-    cannot bind."""
+    cannot bind. ``reuse_port``: other sockets with it may bind the same port, and the kernel
+    spreads connections over those that listen (``SO_REUSEPORT``); ``listen`` False only reserves
+    the port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -41,7 +47,8 @@ def bind_http(host: str, port: int, flag: str = "--http-port") -> socket.socket:
         raise ConfigError(
             f"cannot listen on {host}:{port}: {exc.strerror}; choose another {flag} (0 picks a free one)"
         ) from None
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.setblocking(False)
     return sock
 

@@ -10,6 +10,7 @@ the port from it when ``http_port`` is 0).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -98,6 +99,17 @@ class FrontendSettings:
     """``/openapi.json`` is a 404 (``--disable-fastapi-docs``)."""
     uvicorn_log_level: str | None = None
     """The level of uvicorn's own loggers; None: they follow ``--log-level``."""
+    host: str = "127.0.0.1"
+    """Where the ZMQ sockets this frontend binds listen (replica sync's PUB): ``--host``."""
+    advertise_host: str | None = None
+    """The address peers connect to for them (``--advertise-host``; ``dyn.core.transport.sockets``)."""
+    num_http_workers: int = 1
+    """Processes serving HTTP on the one port (``--num-http-workers``; ``http_workers``)."""
+    reuse_port: bool = False
+    """Bind the HTTP port with ``SO_REUSEPORT``, beside the other HTTP worker processes."""
+    on_ready: Callable[[str], None] | None = None
+    """Called with the URL once serving, instead of printing the ``READY_PREFIX`` status line (an
+    HTTP worker process tells its supervisor so)."""
 
 
 def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
@@ -149,6 +161,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             metrics.registry,
             namespace=settings.discovery.namespace,
             router_address=settings.router_address,
+            host=settings.host,
         )
         agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
         service = OpenAIService(
@@ -276,7 +289,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
     import uvicorn
 
     app, pool = build_app(settings)
-    sock = bind_http(settings.http_host, settings.http_port)
+    sock = bind_http(settings.http_host, settings.http_port, reuse_port=settings.reuse_port)
     host, port = sock.getsockname()[:2]
     # uvicorn waits timeout_graceful_shutdown with asyncio.wait_for: a float of seconds works,
     # though its annotation says int
@@ -305,7 +318,10 @@ async def serve_frontend(settings: FrontendSettings) -> None:
                 await anyio.sleep(0.01)
             scheme = "https" if settings.tls is not None else "http"
             url = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
-            status(READY_PREFIX + url, url=url)
+            if settings.on_ready is not None:
+                settings.on_ready(url)
+            else:
+                status(READY_PREFIX + url, url=url)
             log.info(
                 "serving model %r at %s/v1 (router %s, %d worker(s) so far)",
                 app.service.model_name,
@@ -336,5 +352,11 @@ def _uvicorn_level(level: str | None) -> str | None:
 
 
 def run_frontend(settings: FrontendSettings) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn handles both and drains open requests)."""
+    """Serve until SIGINT/SIGTERM (uvicorn handles both and drains open requests), in this
+    process or, with ``num_http_workers`` above 1, in that many (``http_workers``)."""
+    if settings.num_http_workers > 1:
+        from dyn.core.frontend.http_workers import run_http_workers
+
+        run_http_workers(settings)
+        return
     run_service(serve_frontend, settings)

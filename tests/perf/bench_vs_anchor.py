@@ -9,6 +9,12 @@ concurrency, and records req/s, TTFT p50/p99, the frontend's CPU seconds per req
 alternate inside a round so drift on this shared machine hits both. Prints one JSON object per
 measurement, then a table of medians and dyn/Dynamo ratios.
 
+``--dyn-http-workers 1 2`` runs dyn once per value (``dyn-1``, ``dyn-2``: ``--num-http-workers``);
+with several HTTP worker processes the frontend's CPU and peak RSS are summed over them.
+``--standalone-router`` (with ``--router-mode kv``) routes dyn's frontends through one ``dyn
+router`` process (``--router-address``) instead of a router embedded in each; the router's CPU is
+reported apart (``router_cpu_ms_per_req``).
+
     python tests/perf/bench_vs_anchor.py --rounds 3 --requests 3000 --concurrency 32 128
 """
 
@@ -34,6 +40,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def family(pid: int) -> list[int]:
+    """``pid`` and its descendants (a frontend's HTTP worker processes)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid, *(p for child in map(int, out) for p in family(child))]
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -99,15 +111,27 @@ class Dynamo:
 
 
 class Dyn:
-    name = "dyn"
-
-    def __init__(self, args) -> None:
+    def __init__(self, args, http_workers: int = 1) -> None:
         self.args = args
+        self.http_workers = http_workers
+        self.name = "dyn" if args.dyn_http_workers == [1] else f"dyn-{http_workers}"
         self.proc: subprocess.Popen | None = None
+        self.router: subprocess.Popen | None = None
         self.tmp = tempfile.TemporaryDirectory(prefix="dyn-bench-")
 
     def start(self) -> int:
         env = {**os.environ, "DYN_DISCOVERY_DIR": self.tmp.name}
+        routed: list[str] = []
+        if self.args.standalone_router:
+            port = self.args.port + 1
+            self.router = subprocess.Popen(
+                [sys.executable, "-m", "dyn.cli", "router", "--port", str(port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            routed = ["--router-address", f"tcp://127.0.0.1:{port}"]
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -124,6 +148,8 @@ class Dyn:
                 "16",
                 "--num-gpu-blocks-override",
                 "8192",
+                *(["--num-http-workers", str(self.http_workers)] if self.http_workers > 1 else []),
+                *routed,
             ],
             env=env,
             stdout=subprocess.DEVNULL,
@@ -140,13 +166,14 @@ class Dyn:
         return int(out[0])
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        for proc in (self.proc, self.router):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(5)
 
 
 def load(args, concurrency: int) -> dict:
@@ -185,17 +212,23 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 128])
     ap.add_argument("--router-mode", default="round-robin")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--dyn-http-workers", type=int, nargs="+", default=[1])
+    ap.add_argument("--standalone-router", action="store_true")
     args = ap.parse_args()
     rows: list[dict] = []
     for rnd in range(args.rounds):
-        systems = [Dynamo(args), Dyn(args)]
+        systems = [Dynamo(args), *(Dyn(args, n) for n in args.dyn_http_workers)]
         for system in systems if rnd % 2 == 0 else systems[::-1]:
             pid = system.start()
             try:
                 for c in args.concurrency:
-                    cpu0 = cpu_seconds(pid)
+                    pids = family(pid)
+                    router = getattr(system, "router", None)
+                    cpu0 = sum(map(cpu_seconds, pids))
+                    router0 = cpu_seconds(router.pid) if router is not None else 0.0
                     result = load(args, c)
-                    cpu = cpu_seconds(pid) - cpu0
+                    cpu = sum(map(cpu_seconds, pids)) - cpu0
+                    router_cpu = cpu_seconds(router.pid) - router0 if router is not None else 0.0
                     row = {
                         "system": system.name,
                         "round": rnd,
@@ -205,7 +238,8 @@ def main() -> None:
                         "ttft_p99_ms": result["ttft_ms"]["p99"],
                         "failed": result["requests_failed"],
                         "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
-                        "frontend_peak_rss_mib": round(peak_rss_mib(pid), 1),
+                        "frontend_peak_rss_mib": round(sum(map(peak_rss_mib, pids)), 1),
+                        "router_cpu_ms_per_req": round(1000 * router_cpu / max(result["requests_ok"], 1), 3),
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -213,17 +247,19 @@ def main() -> None:
                 system.stop()
     print()
     keys = ("req_per_s", "ttft_p50_ms", "ttft_p99_ms", "frontend_cpu_ms_per_req", "frontend_peak_rss_mib")
-    print("| concurrency | metric | Dynamo 1.6.1 | dyn | dyn / Dynamo |")
-    print("|---|---|---|---|---|")
+    names = [system.name for system in systems[1:]]
+    print(
+        "| concurrency | metric | Dynamo 1.6.1 | " + " | ".join(f"{n} | {n} / Dynamo" for n in names) + " |"
+    )
+    print("|---|---|---|" + "---|---|" * len(names))
     for c in args.concurrency:
         for key in keys:
             med = {
                 s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
-                for s in ("dynamo", "dyn")
+                for s in ("dynamo", *names)
             }
-            print(
-                f"| {c} | {key} | {med['dynamo']:.2f} | {med['dyn']:.2f} | {med['dyn'] / med['dynamo']:.2f}x |"
-            )
+            cells = " | ".join(f"{med[n]:.2f} | {med[n] / med['dynamo']:.2f}x" for n in names)
+            print(f"| {c} | {key} | {med['dynamo']:.2f} | {cells} |")
 
 
 if __name__ == "__main__":

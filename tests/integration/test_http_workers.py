@@ -1,0 +1,96 @@
+"""``dyn frontend --num-http-workers 2`` with real processes: two frontend processes accept on one
+port (``SO_REUSEPORT``), both serve, their KV routers share one view (replica sync), a killed one is
+restarted, and SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import httpx
+import pytest
+
+from tests.waiting import poll_until
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "An agent's long context, resent every turn: " + "the tool returned a result. " * 40
+
+
+@pytest.fixture(scope="module")
+def two_http_workers(stack_factory):
+    stack = stack_factory("httpworkers")
+    stack.worker("--block-size", "16", count=2)
+    stack.start_frontend("--router-mode", "kv", "--num-http-workers", "2")
+    _until_every_process_sees(stack.url, 2)
+    return stack
+
+
+def _until_every_process_sees(url: str, workers: int) -> None:
+    """Wait until /health on 10 fresh connections in a row (so, surely, on both processes) lists
+    ``workers`` instances: each process follows discovery on its own."""
+
+    def seen() -> bool:
+        return all(
+            len(_fresh(url, "GET", "/health").json().get("instances", [])) == workers for _ in range(10)
+        )
+
+    poll_until(seen, 30, f"both HTTP workers to see {workers} workers")
+
+
+def _pids(stack) -> set[int]:
+    return {int(p) for p in re.findall(r"Started server process \[(\d+)\]", stack.frontend.log())}
+
+
+def _fresh(url: str, method: str, path: str, **kwargs) -> httpx.Response:
+    """One request on a new connection (the kernel picks the process per connection)."""
+    with httpx.Client(timeout=30) as client:
+        return client.request(method, url + path, **kwargs)
+
+
+def _requests_total(text: str) -> float:
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("dynamo_frontend_requests_total{")
+    )
+
+
+def test_both_processes_serve_with_one_kv_view(two_http_workers):
+    url = two_http_workers.url
+    cached = []
+    for _ in range(40):
+        r = _fresh(url, "POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        cached.append(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+    # each process's router indexes the workers' KV events: after the first, every request
+    # lands where the prompt is cached, whichever process took it
+    assert cached[0] == 0 and min(cached[5:]) > 0, cached
+    counts = {_requests_total(_fresh(url, "GET", "/metrics").text) for _ in range(40)}
+    assert len(counts) == 2 and sum(counts) >= 40, counts  # /metrics is per process
+
+
+def test_a_killed_http_worker_is_restarted_and_the_other_serves_meanwhile(two_http_workers):
+    stack = two_http_workers
+    pids = _pids(stack)
+    assert len(pids) == 2
+    victim = min(pids)
+    os.kill(victim, signal.SIGKILL)
+    for _ in range(10):
+        r = _fresh(stack.url, "POST", "/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200
+    poll_until(lambda: len(_pids(stack) - {victim}) == 2, 30, "the killed HTTP worker to be replaced")
+    assert "HTTP worker" in stack.frontend.log() and "restarting it" in stack.frontend.log()
+
+
+def test_sigterm_stops_every_http_worker(stack_factory):
+    stack = stack_factory("httpworkers-stop")
+    stack.worker("--block-size", "16")
+    stack.start_frontend("--num-http-workers", "2")
+    _until_every_process_sees(stack.url, 1)
+    pids = poll_until(lambda: len(_pids(stack)) == 2 and _pids(stack), 30, "both HTTP workers")
+    stack.frontend.proc.send_signal(signal.SIGTERM)
+    assert stack.frontend.proc.wait(30) == 0
+    for pid in pids:
+        poll_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}"), 10, f"HTTP worker {pid} to exit")
