@@ -29,7 +29,8 @@ from dyn.core.discovery import (
     open_store,
 )
 from dyn.core.discovery.file_store import DiscoveryDirError
-from dyn.core.messages import WorkerEndpoints, WorkerRecord
+from dyn.core.messages import WorkerRecord
+from tests.core.discovery import conformance
 
 pytestmark = pytest.mark.anyio
 
@@ -37,19 +38,7 @@ NS = "test-ns"
 
 
 def make_record(instance_id: int, namespace: str = NS, **changes) -> WorkerRecord:
-    fields = dict(
-        instance_id=instance_id,
-        namespace=namespace,
-        model_name="dyn-tiny",
-        engine="mocker",
-        endpoints=WorkerEndpoints(request=f"tcp://127.0.0.1:{5000 + instance_id}"),
-        block_size=16,
-        total_kv_blocks=1024,
-        max_num_batched_tokens=8192,
-        pid=os.getpid(),
-    )
-    fields.update(changes)
-    return WorkerRecord(**fields)
+    return conformance.make_record(instance_id, namespace, **changes)
 
 
 def backdate(path: Path, seconds: float) -> None:

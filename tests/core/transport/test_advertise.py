@@ -7,13 +7,12 @@ from __future__ import annotations
 import logging
 import socket as pysocket
 
-import anyio
 import pytest
 import zmq
 
-from dyn.core.messages import Finish, GenerateRequest, TokenChunk, Usage
+from dyn.core.messages import Finish, TokenChunk
 from dyn.core.transport import sockets
-from dyn.core.transport.request_plane import RequestServer, WorkerClient
+from dyn.core.transport.request_plane import RequestServer
 from dyn.core.transport.sockets import (
     AdvertiseHostError,
     advertised_endpoint,
@@ -26,9 +25,8 @@ from dyn.core.transport.sockets import (
     sync_context,
     tcp_endpoint,
     use_advertise_host,
-    use_plane_keys,
-    write_plane_keys,
 )
+from tests.core.transport.conftest import served_once
 
 
 @pytest.fixture
@@ -38,15 +36,6 @@ def advertise():
         yield use_advertise_host
     finally:
         use_advertise_host(None)
-
-
-@pytest.fixture
-def keys(tmp_path):
-    use_plane_keys(write_plane_keys(tmp_path / "keys"))
-    try:
-        yield
-    finally:
-        use_plane_keys(None)
 
 
 def bound_port(socket: zmq.Socket) -> int:
@@ -108,19 +97,7 @@ def test_an_ipv6_bind_is_bracketed_and_reachable():
 async def test_a_request_plane_on_every_interface_is_served_at_its_advertised_endpoint(keys):
     server = RequestServer("0.0.0.0")
     assert server.endpoint.startswith(f"tcp://{primary_address()}:")
-
-    async def answer_one():
-        identity, message = await server.recv()
-        server.send(identity, TokenChunk(message.request_id, [1]))
-        server.send(identity, Finish(message.request_id, "length", Usage(2, 1)))
-
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(answer_one)
-            async with WorkerClient(server.endpoint) as client:
-                got = [m async for m in client.generate(GenerateRequest("r", [5, 6]))]
-    assert [type(m) for m in got] == [TokenChunk, Finish]
-    server.close()
+    assert await served_once(server) == [TokenChunk, Finish]
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import anyio
 import pytest
 import zmq
 import zmq.auth
@@ -15,14 +14,12 @@ from dyn.core.errors import ConfigError
 from dyn.core.kv.subscriber import KvEventSubscriber
 from dyn.core.messages import (
     Finish,
-    GenerateRequest,
     TokenChunk,
-    Usage,
     WorkerEndpoints,
     WorkerRecord,
 )
 from dyn.core.transport import sockets
-from dyn.core.transport.request_plane import RequestServer, WorkerClient
+from dyn.core.transport.request_plane import RequestServer
 from dyn.core.transport.sockets import (
     PlaneKeyError,
     bind,
@@ -35,17 +32,7 @@ from dyn.core.transport.sockets import (
     use_plane_keys,
     write_plane_keys,
 )
-
-
-@pytest.fixture
-def keys(tmp_path):
-    """A key directory made by ``write_plane_keys``, in use for the test, switched off after."""
-    path = write_plane_keys(tmp_path / "keys")
-    use_plane_keys(path)
-    try:
-        yield path
-    finally:
-        use_plane_keys(None)
+from tests.core.transport.conftest import served_once
 
 
 def reaches(server: zmq.Socket, client: zmq.Socket, timeout_ms: int = 1500) -> bool:
@@ -216,19 +203,7 @@ def test_a_client_only_key_directory_cannot_listen(tmp_path):
 @pytest.mark.anyio
 async def test_the_request_plane_works_through_the_keys(keys):
     server = RequestServer()
-
-    async def answer_one():
-        identity, message = await server.recv()
-        server.send(identity, TokenChunk(message.request_id, [1]))
-        server.send(identity, Finish(message.request_id, "length", Usage(2, 1)))
-
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(answer_one)
-            async with WorkerClient(server.endpoint) as client:
-                got = [m async for m in client.generate(GenerateRequest("r", [5, 6]))]
-    assert [type(m) for m in got] == [TokenChunk, Finish]
-    server.close()
+    assert await served_once(server) == [TokenChunk, Finish]
 
 
 def test_a_missing_directory_is_named(tmp_path: Path):
