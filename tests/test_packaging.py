@@ -2,12 +2,11 @@
 and the wheel carries the man pages."""
 
 import re
-import shutil
-import subprocess
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
+
+from tests.wheel import wheel_from
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,21 +31,7 @@ def test_default_install_does_not_need_torch_or_engines():
 def test_the_wheel_installs_every_man_page_under_share_man_man1(tmp_path):
     """``pip install`` of the wheel puts ``man/*.1`` in ``PREFIX/share/man/man1`` (a wheel's
     ``NAME.data/data/`` folder is installed at the prefix, PEP 427)."""
-    source = tmp_path / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, source / name)
-    for folder in ("cli", "core", "plugins", "man"):
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["--wheel-dir", str(tmp_path / "dist"), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (wheel,) = (tmp_path / "dist").glob("dyn-*.whl")
+    wheel = wheel_from(("pyproject.toml", "README.md", "cli", "core", "plugins", "man"), tmp_path)
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     pages = {p.name for p in (ROOT / "man").glob("*.1")}

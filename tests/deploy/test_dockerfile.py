@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 
 from tests.deploy.stacks import DEPLOY, REPO
+from tests.wheel import wheel_from
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 
@@ -43,23 +41,7 @@ def test_the_image_runs_dyn_as_an_unprivileged_user():
 
 
 def test_pip_builds_dyn_from_the_files_the_dockerfile_copies(tmp_path):
-    source = tmp_path / "context"
-    source.mkdir()
-    for name in copied():
-        path = REPO / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(path, source / name)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["--wheel-dir", str(tmp_path / "dist"), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (wheel,) = (tmp_path / "dist").glob("dyn-*.whl")
+    wheel = wheel_from(copied(), tmp_path)
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
