@@ -19,8 +19,8 @@ adapter, with their base model as ``parent``: the base model's tokenizer, a pool
 model's workers that hold the adapter, a router whose block hashes mix the adapter's name in (as
 the workers' KV events do), and engine requests that carry the adapter's name.
 
-Bounds: at most ``MAX_MODELS`` models; the workers of any model beyond it are ignored, with a
-warning.
+Bounds: at most ``MAX_MODELS`` models (adapters count); the workers of any model beyond it are
+ignored, with a warning; a record's first ``MAX_NAMES`` aliases only.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from dyn.core.discovery.store import DiscoveryStore, WorkerAdded
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.messages import WorkerRecord
 from dyn.core.model.info import ModelError, ModelInfo, load_model_info
+from dyn.core.model.names import MAX_NAMES
 from dyn.core.protocol.errors import ApiError
 from dyn.core.router.pool import WorkerPool
 
@@ -173,7 +174,7 @@ class ModelCatalog:
         if model is None and name not in self._failed and name not in self._pending:
             model = await self._add(tg, record)
         if model is not None:
-            for alias in record.aliases:
+            for alias in record.aliases[:MAX_NAMES]:
                 self._alias(alias, model)
             for lora, path in record.loras.items():
                 if lora not in self._models and lora not in self._failed:

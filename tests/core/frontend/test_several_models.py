@@ -98,3 +98,12 @@ async def test_a_model_is_listed_while_it_has_live_workers(make_frontend):
                 break
             await anyio.sleep(0.02)
         assert [m["id"] for m in (await fe.client.get("/v1/models")).json()["data"]] == [MODEL]
+
+
+async def test_a_record_names_at_most_max_names_aliases(make_frontend):
+    from dyn.core.model.names import MAX_NAMES
+
+    many = [f"alias-{i}" for i in range(MAX_NAMES * 10)]
+    async with make_frontend(workers=3, records={3: {"model_name": "other", "aliases": many}}) as fe:
+        listed = [m["id"] for m in (await fe.client.get("/v1/models")).json()["data"]]
+        assert len(listed) == 2 + MAX_NAMES and "alias-0" in listed and many[-1] not in listed
