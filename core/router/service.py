@@ -47,6 +47,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -428,6 +429,8 @@ class RouterHttpApp:
     """The ``--system-port`` HTTP API of a ``dyn router`` (ASGI), read on the router's loop:
 
     - ``GET /metrics``: the router's registry in the Prometheus text format.
+    - ``GET /health`` (200 with the live workers it routes to, 503 with none) and ``GET /live``
+      (200 while it serves), open without the API key, for probes.
     - ``/kv/...``: ``dyn indexer``'s read views (``dyn.core.kv.views``) over the router's own
       index, as a frontend in kv mode serves them. A router without one (``--use-remote-indexer``,
       an overlap credit of 0) answers 404 with a sentence naming what to inspect instead.
@@ -447,6 +450,19 @@ class RouterHttpApp:
             else None
         )
         self.api_key = ApiKey(api_key) if api_key else None
+
+    def probe(self, path: str) -> tuple[int, bytes]:
+        """``/live``: 200 while the process serves; ``/health``: 200 with the live worker
+        instances it routes to, 503 with none (the frontend's shape)."""
+        if path == "/live":
+            return 200, b'{"status":"live"}'
+        instances = [w.instance_id for w in self.service.pool.workers()]
+        body = {
+            "status": "healthy" if instances else "unhealthy",
+            "instances": instances,
+            "model": self.service.model_name,
+        }
+        return (200 if instances else 503), orjson.dumps(body)
 
     def no_index(self) -> str:
         """Why this router has no ``/kv/`` views, and what to inspect instead."""
@@ -483,6 +499,9 @@ class RouterHttpApp:
                 await self.kv_views(scope, receive, send)
                 return
             status, body, content_type = 404, error_body(self.no_index()), b"application/json"
+        elif path in ("/health", "/live"):
+            status, body = self.probe(path)
+            content_type = b"application/json"
         elif path == "/metrics":
             if method in ("GET", "HEAD"):
                 status, body = 200, generate_latest(self.service.registry)
@@ -493,7 +512,7 @@ class RouterHttpApp:
             status, body, content_type = (
                 404,
                 error_body(
-                    f"no route for {method} {path}; a dyn router serves GET /metrics and the KV index "
+                    f"no route for {method} {path}; a dyn router serves GET /metrics, /health, /live and the KV index "
                     "views under /kv/ (/kv/workers, /kv/query, /kv/dump, ...)"
                 ),
                 b"application/json",

@@ -77,3 +77,29 @@ async def test_a_router_asking_a_remote_indexer_points_there(tmp_path):
     assert "keeps no KV index" in r.json()["error"] and "--use-remote-indexer" in r.json()["error"]
     assert "dyn inspect-kv --namespace t" in r.json()["error"]
     assert metrics.status_code == 200
+
+
+async def test_health_lists_the_workers_it_routes_to_and_live_answers_without_the_key(tmp_path):
+    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    service = RouterService(store, "m", KvRouterConfig(use_kv_events=False))
+    app = httpx.ASGITransport(app=RouterHttpApp(service, api_key="secret"))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(service.run)
+            async with httpx.AsyncClient(transport=app, base_url="http://router") as c:
+                empty = await c.get("/health")
+                await store.put(record(7), ttl_s=30)
+                while len(service.pool) < 1:
+                    await anyio.sleep(0.02)
+                healthy = await c.get("/health")
+                live = await c.get("/live")
+                metrics = await c.get("/metrics")
+            tg.cancel_scope.cancel()
+    assert empty.status_code == 503 and empty.json()["status"] == "unhealthy"
+    assert healthy.status_code == 200 and healthy.json() == {
+        "status": "healthy",
+        "instances": [7],
+        "model": "m",
+    }
+    assert live.status_code == 200
+    assert metrics.status_code == 401  # the key still guards everything but the probes
