@@ -68,6 +68,14 @@ ADVERTISE_HOST = flag(
     "discovery (default: --host; with --host 0.0.0.0, this host's primary address, the source "
     "address of its default route).",
 )
+DISAGGREGATION_MODE = flag(
+    "agg",
+    "--disaggregation-mode",
+    panel=WORKER_PANEL,
+    help="The worker's role, advertised in discovery: agg does both phases of a request; "
+    "prefill computes prompts' KV and hands it to decode workers, which generate. A model with "
+    "prefill or decode workers is served disaggregated by the frontend's router.",
+)
 DRAIN_TIMEOUT = flag(
     10.0,
     "--drain-timeout",

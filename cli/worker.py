@@ -12,10 +12,12 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import typer
 
 from dyn.cli import options
 from dyn.cli.config_flags import config_flags, discovery_flags
+from dyn.core.messages import DisaggregationMode
 from dyn.core.model.names import served_names
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ def _worker(
     discovery: Any = None,  # --namespace, --discovery-backend, --discovery-dir
     host: str = options.HOST,
     advertise_host: str = options.ADVERTISE_HOST,
+    disaggregation_mode: DisaggregationMode = options.DISAGGREGATION_MODE,
     drain_timeout: float = options.DRAIN_TIMEOUT,
     plane_keys: str = options.PLANE_KEYS,
 ) -> None:
@@ -67,6 +70,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
         discovery: DiscoveryConfig,
         host: str,
         advertise_host: str | None,
+        disaggregation_mode: DisaggregationMode,
         drain_timeout: float,
         plane_keys: str | None,
     ) -> None:
@@ -78,6 +82,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
         settings = _settings(
             discovery, host, dyn_tool_call_parser, dyn_reasoning_parser, model_path, drain_timeout, plane_keys
         )
+        settings = msgspec.structs.replace(settings, disaggregation_mode=disaggregation_mode)
         extra = {"extra_args": list(ctx.args)} if plugin.passes_through else {}
         own = (
             {}

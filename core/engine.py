@@ -160,7 +160,10 @@ class EnginePlugin:
       ``extra_args`` are the flags the command did not declare, given only when ``passes_through``;
     - ``worker_options``: a config class whose flags are worker-level options of the command; its
       field values reach ``create`` through ``dyn.core.worker.launch.build_hosts`` (``num_workers``:
-      how many engines this process hosts).
+      how many engines this process hosts);
+    - ``disaggregation``: the engine serves the ``prefill`` and ``decode`` roles of
+      ``--disaggregation-mode`` (``WorkerSettings.disaggregation_mode``; the ``KvTransfer`` of
+      ``dyn.core.messages``); without it a worker started in either role is refused.
     """
 
     name: str
@@ -174,6 +177,7 @@ class EnginePlugin:
     passes_through: bool = False
     publishes_kv_events: bool = True
     worker_options: type | None = None
+    disaggregation: bool = False
 
     def serve(self, config: Any, settings: Any, **kwargs: Any) -> None:
         """Run this engine's workers in this process until SIGINT or SIGTERM (see

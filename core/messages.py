@@ -99,6 +99,28 @@ class ToolSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, fr
     parameters: str = "{}"
 
 
+DisaggregationMode = Literal["agg", "prefill", "decode"]
+"""A worker's role (``--disaggregation-mode``): ``agg`` does both phases of a request, ``prefill``
+computes prompts' KV for decode workers, ``decode`` receives it and generates."""
+
+
+class KvTransfer(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """The hand-off between the two phases of a disaggregated request.
+
+    On a prefill request (``GenerateRequest.kv_transfer`` with ``phase="prefill"``), the worker
+    computes the prompt's KV, keeps it for a decode worker to pull, emits at most one token, and
+    answers with the descriptor in ``Finish.kv_transfer`` (``phase="decode"``). The decode request
+    carries that descriptor: the decode worker receives the prompt's blocks it does not hold from
+    ``source_instance_id`` and generates. ``prompt_tokens``: how many prompt tokens' KV the
+    prefill worker holds; ``params``: the engine's own hand-off as JSON text (vLLM's
+    ``kv_transfer_params``), empty when the engine needs none."""
+
+    phase: Literal["prefill", "decode"]
+    source_instance_id: int = 0
+    prompt_tokens: int = 0
+    params: str = ""
+
+
 class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """Generate tokens for a tokenized prompt."""
 
@@ -127,6 +149,9 @@ class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fa
     tools: list[ToolSpec] = []
     """The request's tools when the model may call one (``tool_choice`` auto); sent only to
     workers that advertise ``FEATURE_TOOL_HINTS``."""
+    kv_transfer: KvTransfer | None = None
+    """Disaggregated serving (see ``KvTransfer``): a prefill request, or a decode request with
+    the prefill worker's descriptor; ``None``: the worker does both phases."""
 
 
 class CancelRequest(msgspec.Struct, array_like=True, gc=False):
@@ -196,6 +221,8 @@ class Finish(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     prompt_logprobs: list[TokenLogprobs | None] | None = None
     """One entry per prompt token when the request asked for prompt logprobs (the first is
     ``None``: nothing precedes it), else ``None``."""
+    kv_transfer: KvTransfer | None = None
+    """A prefill request's answer: where its decode worker gets the prompt's KV (``KvTransfer``)."""
 
 
 class ErrorReply(msgspec.Struct, array_like=True, gc=False):
@@ -331,10 +358,13 @@ class RouteQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     reports_start: bool = False
     """The client reports ``RouteProgress`` "started" when it sends each request to its worker;
     without it the router counts the answer as the start."""
+    prefill_instance_id: int | None = None
+    """A disaggregated request's prefill worker, named (``instance_id`` then names its decode worker)."""
 
 
 class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
-    """The router booked the request on ``(instance_id, dp_rank)``. A group is answered with one
+    """The router booked the request on ``(instance_id, dp_rank)`` (and, disaggregated, its
+    prefill stage on ``(prefill_instance_id, prefill_dp_rank)``). A group is answered with one
     ``RouteAnswer`` per member, sent together once every member is booked."""
 
     query_id: int
@@ -348,6 +378,11 @@ class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
     member: int = -1
     """Which member of the query's group this books (0: the query's own request); -1 from a
     router that predates groups and answers the query's own request only."""
+    prefill_instance_id: int = -1
+    """A disaggregated request's prefill worker (``instance_id`` is then its decode worker; -1:
+    none, the worker does both phases) and its rank. ``overlap_blocks`` and ``cached_tokens``
+    are then the prefill worker's."""
+    prefill_dp_rank: int = 0
 
 
 class RouteRefused(msgspec.Struct, array_like=True, gc=False):
@@ -530,3 +565,6 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     loras: dict[str, str] = {}
     """The LoRA adapters the worker serves (``--lora-modules``), name to path: a request whose
     ``model`` names one runs on the base model with it (``GenerateRequest.lora_name``)."""
+    disaggregation_mode: DisaggregationMode = "agg"
+    """The worker's role (``--disaggregation-mode``): a model with live ``prefill`` or ``decode``
+    workers is served disaggregated (``dyn.core.router.disagg``)."""

@@ -2,9 +2,9 @@
 
 - ``routing_target``: the worker and dp rank a request names, headers beating the body
   (``x-worker-instance-id`` sets ``backend_instance_id`` and ``decode_worker_id``,
-  ``x-prefill-instance-id`` sets ``prefill_worker_id``, ``x-dp-rank`` sets ``dp_rank``). Workers
-  here are aggregated (each does prefill and decode), so naming a prefill worker, or a decode
-  worker other than the backend instance, is a 400 that says what to send instead.
+  ``x-prefill-instance-id`` sets ``prefill_worker_id``, ``x-dp-rank`` sets ``dp_rank``). A decode
+  worker other than the backend instance is a 400; a prefill worker is honoured when the model is
+  served disaggregated (``dyn.core.router.disagg``) and a 400 otherwise.
 - ``response_nvext``: the ``nvext`` object of a response, holding the fields named in
   ``nvext.extra_fields``: ``worker_id`` and ``timing`` (reference 6.5, 6.6).
 - ``annotation``: an SSE event for one of ``nvext.annotations`` (reference 6.7): an ``event:``
@@ -25,16 +25,13 @@ from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.openai import NvExt
 from dyn.core.router.policy import Route
 
-_NO_DISAGG = (
-    "this deployment has no disaggregated workers (every worker does prefill and "
-    "decode); name the worker with nvext.backend_instance_id or x-worker-instance-id"
-)
-
 
 def routing_target(
     nvext: NvExt | None, worker_header: int | None, prefill_header: int | None, dp_rank_header: int | None
-) -> tuple[int | None, int | None]:
-    """``(instance_id, dp_rank)`` the request names (``None``: the router chooses)."""
+) -> tuple[int | None, int | None, int | None]:
+    """``(instance_id, dp_rank, prefill_instance_id)`` the request names (``None``: the router
+    chooses): the decode (or aggregated) worker, its rank, and a disaggregated request's prefill
+    worker (a model served aggregated refuses one: ``dyn.core.router.disagg``)."""
     backend = decode = prefill = dp_rank = None
     if nvext is not None:
         backend, decode = nvext.backend_instance_id, nvext.decode_worker_id
@@ -45,15 +42,13 @@ def routing_target(
         prefill = prefill_header
     if dp_rank_header is not None:
         dp_rank = dp_rank_header
-    if prefill is not None:
+    if decode is not None and backend is not None and decode != backend:
         raise bad_request(
-            f"prefill worker {prefill} was named, but {_NO_DISAGG}", param="nvext.prefill_worker_id"
+            f"nvext.decode_worker_id {decode} and backend_instance_id {backend} name two workers; "
+            "name the decode worker once",
+            param="nvext.decode_worker_id",
         )
-    if decode is not None and decode != backend:
-        raise bad_request(
-            f"decode worker {decode} was named, but {_NO_DISAGG}", param="nvext.decode_worker_id"
-        )
-    return backend, dp_rank
+    return decode if decode is not None else backend, dp_rank, prefill
 
 
 @dataclass(slots=True)
@@ -70,17 +65,22 @@ class ChoiceTiming:
 
 
 def worker_id(route: Route) -> dict[str, Any]:
-    """``nvext.worker_id``: the aggregated worker did both phases."""
+    """``nvext.worker_id``: the prefill and decode workers (one worker when it did both phases)."""
+    rank = _rank(route)
+    prefill = route.prefill or route
+    return {
+        "prefill_worker_id": prefill.worker.instance_id,
+        "prefill_dp_rank": _rank(prefill),
+        "decode_worker_id": route.worker.instance_id,
+        "decode_dp_rank": rank,
+    }
+
+
+def _rank(route: Route) -> int | None:
     rank = route.dp_rank
     if rank is None and route.worker.record.dp_size <= 1:
         rank = 0
-    wid = route.worker.instance_id
-    return {
-        "prefill_worker_id": wid,
-        "prefill_dp_rank": rank,
-        "decode_worker_id": wid,
-        "decode_dp_rank": rank,
-    }
+    return rank
 
 
 def timing(t: ChoiceTiming, route: Route, now: float | None = None) -> dict[str, Any]:
@@ -134,5 +134,5 @@ def llm_metrics(
         "prefill_worker_id": ids["prefill_worker_id"],
         "decode_worker_id": ids["decode_worker_id"],
         "dp_rank": ids["decode_dp_rank"],
-        "worker_type": "aggregated",
+        "worker_type": "aggregated" if route.prefill is None else "disaggregated",
     }

@@ -38,6 +38,7 @@ from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTe
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability, continued_request, worker_failed
 from dyn.core.frontend.output import ChoiceOutput, OutputDelta, OutputPlan, ToolCallDelta
+from dyn.core.frontend.prefill import run_prefill
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.responses import DONE, StreamEncoder, chat_delta, error_event, usage_info
@@ -73,6 +74,7 @@ from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.router.agent import SessionOpenError
 from dyn.core.router.policy import (
     AllWorkersBusyError,
+    NotDisaggregatedError,
     NoWorkersError,
     Route,
     Router,
@@ -199,6 +201,8 @@ class _Choice:
             self.route.finished()
 
     async def _generate(self, request: GenerateRequest, on_text: OnText | None) -> str:
+        if self.route.prefill is not None:  # disaggregated: the prompt's KV comes from a prefill worker
+            request = await run_prefill(self.route, request)
         stream = self.route.worker.client.generate_batches(request)
         self.route.started()
         async with aclosing(stream):
@@ -854,7 +858,7 @@ class OpenAIService:
         if self.request_log is not None:
             self.request_log.received(ctx.request_id, prompts, req.n)
         nvext = req.nvext
-        instance_id, dp_rank = nvext_out.routing_target(
+        instance_id, dp_rank, prefill_instance_id = nvext_out.routing_target(
             nvext, ctx.worker_instance_id, ctx.prefill_instance_id, ctx.dp_rank
         )
         hints = nvext.agent_hints if nvext is not None else None
@@ -870,6 +874,7 @@ class OpenAIService:
             token_ids=[],
             instance_id=instance_id,
             dp_rank=dp_rank,
+            prefill_instance_id=prefill_instance_id,
             priority=queue_priority(hints.priority, self.priority_convention) if hints is not None else None,
             latency_sensitivity=hints.latency_sensitivity if hints is not None else None,
             expected_output_tokens=hints.osl if hints is not None else None,
@@ -1064,6 +1069,8 @@ def _routing_error(exc: RoutingError) -> ApiError:
         return ApiError(404, str(exc), param="nvext.backend_instance_id", code="worker_not_found")
     if isinstance(exc, TargetRequiredError):
         return bad_request(str(exc), param="nvext.backend_instance_id")
+    if isinstance(exc, NotDisaggregatedError):
+        return bad_request(str(exc), param="nvext.prefill_worker_id")
     if isinstance(exc, SessionOpenError):
         return unavailable(str(exc))
     return ApiError(500, str(exc))

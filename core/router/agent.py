@@ -87,6 +87,13 @@ class AgentRoute(Route):
     def queue_depth(self) -> int | None:  # type: ignore[override]
         return self.inner.queue_depth
 
+    @property
+    def prefill(self) -> Route | None:  # type: ignore[override]
+        return self.inner.prefill
+
+    async def reroute_prefill(self) -> Route | None:
+        return await self.inner.reroute_prefill()
+
     def started(self) -> None:
         self.inner.started()
 

@@ -74,11 +74,16 @@ def build_router(
     def ingest(indexer: Any) -> KvEventIngestor:
         return KvEventIngestor(indexer, event_metrics(), event_threads=config.event_threads)
 
-    router = spec.build(RouterContext(pool=pool, config=config, metrics=metrics, ingest=ingest))
+    from dyn.core.router.disagg import DisaggRouter
     from dyn.core.router.kv import KvRouter
 
+    def build(role_pool: WorkerPool, role_config: KvRouterConfig) -> Router:
+        return spec.build(RouterContext(pool=role_pool, config=role_config, metrics=metrics, ingest=ingest))
+
+    disagg = DisaggRouter(pool, build, config)
+    router = disagg.agg
     if not isinstance(router, KvRouter):  # what follows serves the KV router only
-        return router
+        return disagg
     if config.use_remote_indexer and config.uses_indexer:
         router.companions.append(functools.partial(_remote_indexer, router, pool, config.indexer_address))
     if config.replica_sync:
@@ -88,7 +93,7 @@ def build_router(
             router, pool.store, model_name=pool.model_name, host=host, request_endpoint=serve_endpoint
         )
         router.companions.append(sync.run)
-    return router
+    return disagg
 
 
 _METRICS: weakref.WeakKeyDictionary[CollectorRegistry, dict[tuple[str, ...], Any]] = (

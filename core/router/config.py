@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
+import msgspec
 from msgspec import Meta
 
 from dyn.core.config import flag
@@ -40,6 +41,31 @@ def _zero_is_none(value: float | None) -> float | None:
 
 def _queue_threshold(text: str) -> float | None:
     return parse_queue_threshold(text)  # defined below, read when a flag is parsed
+
+
+def _conditional_disagg(text: str | None) -> ConditionalDisagg | None:
+    return parse_conditional_disagg(text)  # defined below, read when a flag is parsed
+
+
+CONDITIONAL_DISAGG_POLICIES = ("isl_bounding", "prefill_load", "isl_or_load")
+
+
+class ConditionalDisagg(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``--router-conditional-disagg-config`` (Dynamo's fields and defaults): when a
+    disaggregated request is prefilled on its decode worker instead of a prefill worker.
+
+    ``isl_bounding``: its uncached prompt on the decode worker that holds most of it (``eff_isl``)
+    is under ``eff_isl_threshold`` tokens and under ``eff_isl_ratio_threshold`` of the prompt;
+    ``prefill_load``: every prefill worker is busy (active prefill tokens over
+    ``prefill_busy_threshold`` times its max_num_batched_tokens; default: the router queue's
+    threshold); ``isl_or_load``: either. ``decode_busy_threshold`` (a fraction of KV blocks)
+    vetoes local prefill on a decode worker whose active decode blocks exceed it."""
+
+    policy: str = "isl_bounding"
+    eff_isl_threshold: Annotated[int, Meta(ge=0)] = 2048
+    eff_isl_ratio_threshold: Annotated[float, Meta(ge=0.0)] = 0.7
+    prefill_busy_threshold: Annotated[float, Meta(gt=0.0)] | None = None
+    decode_busy_threshold: Annotated[float, Meta(gt=0.0)] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -266,6 +292,28 @@ class KvRouterConfig:
             help="Busy when active prefill tokens exceed this fraction of max_num_batched_tokens.",
         ),
     ] = None
+    conditional_disagg: Annotated[
+        bool,
+        flag(
+            "--router-conditional-disagg/--no-router-conditional-disagg",
+            panel=PANEL,
+            help="Disaggregated models: prefill a request on its decode worker when the policy of "
+            "--router-conditional-disagg-config says so (a short uncached prompt, by default), "
+            "so it does not pay the KV transfer.",
+        ),
+    ] = False
+    conditional_disagg_config: Annotated[
+        ConditionalDisagg | None,
+        flag(
+            "--router-conditional-disagg-config",
+            panel=PANEL,
+            cli_type=str,
+            parse=_conditional_disagg,
+            help='JSON policy of --router-conditional-disagg: {"policy": "isl_bounding" | '
+            '"prefill_load" | "isl_or_load", "eff_isl_threshold": 2048, "eff_isl_ratio_threshold": '
+            '0.7, "prefill_busy_threshold": null, "decode_busy_threshold": null}.',
+        ),
+    ] = None
     overlap_refresh_after_secs: float | None = DEFAULT_OVERLAP_REFRESH_SECS
     """Set from ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` only (no flag, as in Dynamo)."""
     stale_request_secs: float = 300.0
@@ -458,6 +506,30 @@ def parse_queue_threshold(text: str) -> float | None:
         return float(text)
     except ValueError:
         raise ConfigError(f"--router-queue-threshold must be a number or None, got {text!r}") from None
+
+
+def parse_conditional_disagg(text: str | None) -> ConditionalDisagg | None:
+    """A ``--router-conditional-disagg-config`` value: a JSON object of ``ConditionalDisagg``'s
+    fields (missing ones keep their defaults)."""
+    if text is None or not text.strip():
+        return None
+    try:
+        config = msgspec.json.decode(text, type=ConditionalDisagg)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(
+            f"--router-conditional-disagg-config: {exc} (a JSON object of {_CD_FIELDS})"
+        ) from None
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"--router-conditional-disagg-config: {exc} (fields: {_CD_FIELDS})") from None
+    if config.policy not in CONDITIONAL_DISAGG_POLICIES:
+        raise ConfigError(
+            f"--router-conditional-disagg-config: policy must be one of "
+            f"{', '.join(CONDITIONAL_DISAGG_POLICIES)}, got {config.policy!r}"
+        )
+    return config
+
+
+_CD_FIELDS = ", ".join(ConditionalDisagg.__struct_fields__)
 
 
 def _finite(value: float) -> bool:

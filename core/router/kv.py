@@ -333,6 +333,36 @@ class KvRouter(Router):
         self.metrics.total_ms.observe((t4 - t0) * 1e3)
         return list(routes)
 
+    async def best_cached(self, request: RouteRequest) -> tuple[WorkerKey | None, int]:
+        """The live rank holding most of ``request``'s prompt and how many of its blocks, per
+        this router's index (``(None, 0)``: none holds any); books nothing (conditional
+        disaggregation's preview of the decode pool)."""
+        if self.block_size is None or not request.token_ids:
+            return None, 0
+        scores = (await self._prompt(request, self.block_size)).scores
+        live = {k: n for k, n in scores.items() if k[0] in self._ranks}
+        if not live:
+            return None, 0
+        key = max(live, key=live.__getitem__)
+        return key, live[key]
+
+    def saturated(self, fraction: float) -> bool:
+        """Whether every live rank's active prefill tokens exceed ``fraction`` of its worker's
+        max_num_batched_tokens (the router queue's busy line at that threshold)."""
+        keys = [k for ks in self._ranks.values() for k in ks]
+        return bool(keys) and all(
+            self.load.active_tokens(k, self._clock())
+            > fraction * (w.record.max_num_batched_tokens if (w := self.pool.get(k[0])) else 0)
+            for k in keys
+        )
+
+    def decode_busy(self, key: WorkerKey, fraction: float) -> bool:
+        """Whether rank ``key``'s active decode blocks exceed ``fraction`` of its KV blocks."""
+        worker = self.pool.get(key[0])
+        return (
+            worker is None or self.load.active_decode_blocks(key) > fraction * worker.record.total_kv_blocks
+        )
+
     async def _prompt(self, request: RouteRequest, block_size: int) -> _Prompt:
         t0 = time.perf_counter()
         local = block_hashes(request.token_ids, block_size, request.lora_name)
@@ -584,15 +614,23 @@ class KvRouter(Router):
         self, req: RouteRequest, prompt: _Prompt, candidates: list[WorkerKey], queue_depth: int = 0
     ) -> KvRoute:
         c = self.config
+        credit, assume_reuse, track_prefill = (
+            c.overlap_score_credit,
+            c.assume_kv_reuse,
+            c.track_prefill_tokens,
+        )
+        o = req.overrides
+        if o is not None:
+            credit = credit if o.overlap_score_credit is None else o.overlap_score_credit
+            assume_reuse = assume_reuse if o.assume_kv_reuse is None else o.assume_kv_reuse
+            track_prefill = track_prefill if o.track_prefill_tokens is None else o.track_prefill_tokens
         bs = self.block_size or 1
         isl = len(req.token_ids)
         now = self._clock()
         scores = prompt.scores
         cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
-        track = tracking_hashes(prompt.seq, c.assume_kv_reuse, self._rng) if c.track_active_blocks else []
-        decode, prefill = self.load.potential_loads(
-            candidates, track, isl, cached, c.track_prefill_tokens, now
-        )
+        track = tracking_hashes(prompt.seq, assume_reuse, self._rng) if c.track_active_blocks else []
+        decode, prefill = self.load.potential_loads(candidates, track, isl, cached, track_prefill, now)
         for k, blocks in prompt.predicted.items():
             # Those blocks are being prefilled there for a sibling: that work is already in the
             # worker's active prefill tokens and this request will reuse it, so it is not charged
@@ -608,9 +646,9 @@ class KvRouter(Router):
                 device_overlap_blocks=scores.get(k, 0),
                 potential_decode_blocks=decode.get(k, 0),
                 block_size=bs,
-                overlap_score_credit=c.overlap_score_credit,
+                overlap_score_credit=credit,
                 prefill_load_scale=c.prefill_load_scale,
-                track_prefill_tokens=c.track_prefill_tokens,
+                track_prefill_tokens=track_prefill,
             )
             for k in candidates
         }
@@ -626,7 +664,7 @@ class KvRouter(Router):
             isl,
             cached[key],
             req.expected_output_tokens,
-            c.track_prefill_tokens,
+            track_prefill,
             now,
         )
         if self.approx is not None:

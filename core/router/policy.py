@@ -45,20 +45,43 @@ class WorkerNotFoundError(RoutingError):
     """The request named a worker instance that is not live."""
 
 
+class NotDisaggregatedError(RoutingError):
+    """The request named a prefill worker, but its model is served aggregated."""
+
+
 class TargetRequiredError(RoutingError):
     """``direct`` mode got a request that names no worker."""
+
+
+class RouteOverrides(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-request changes to a KV router's cost model (Dynamo's ``RouterConfigOverride``);
+    ``None`` keeps the router's setting. A disaggregated request's decode hop uses
+    ``DECODE_HOP``: the prompt was prefilled elsewhere, so the decode worker's cache earns no
+    credit, its blocks are not assumed shared, and it is charged no prefill tokens."""
+
+    overlap_score_credit: float | None = None
+    assume_kv_reuse: bool | None = None
+    track_prefill_tokens: bool | None = None
+
+
+DECODE_HOP = RouteOverrides(overlap_score_credit=0.0, assume_kv_reuse=False, track_prefill_tokens=False)
 
 
 class RouteRequest(msgspec.Struct, kw_only=True):
     """What a router sees of one engine request. ``priority`` and ``latency_sensitivity`` are
     the agent hints (larger means sooner in the router queue); ``expected_output_tokens`` is
     ``agent_hints.osl``. ``session`` and ``pin_ttl_s`` (``nvext.session_control``, the
-    ``cache_control`` TTL) are served by ``dyn.core.router.agent.AgentRouter``."""
+    ``cache_control`` TTL) are served by ``dyn.core.router.agent.AgentRouter``.
+    ``prefill_instance_id`` names the prefill worker of a disaggregated request
+    (``nvext.prefill_worker_id``, ``x-prefill-instance-id``; ``instance_id`` then names its decode
+    worker); ``overrides`` change a KV router's cost model for this request."""
 
     request_id: str
     token_ids: list[int]
     instance_id: int | None = None
     dp_rank: int | None = None
+    prefill_instance_id: int | None = None
+    overrides: RouteOverrides | None = None
     priority: int | None = None
     lora_name: str | None = None
     latency_sensitivity: float | None = None
@@ -84,6 +107,11 @@ class Route:
     __slots__ = ("worker", "dp_rank")
     decision: Any = None
     """A KV router's ``RouteDecision`` (overlap, cached and prompt tokens)."""
+    closed: bool = False
+    """Whether ``finished`` freed the booking (for the routers that book)."""
+    prefill: Route | None = None
+    """A disaggregated request's prefill stage (``dyn.core.router.disagg``): the route of the
+    prefill worker that computes the prompt's KV for ``worker``; None: ``worker`` does both."""
     queue_depth: int | None = None
     session_id: str | None = None
 
@@ -110,6 +138,11 @@ class Route:
 
     def finished(self) -> None:
         pass
+
+    async def reroute_prefill(self) -> Route | None:
+        """After the prefill worker failed: another prefill route, or None (the decode worker
+        prefills locally). Only a disaggregated route has a prefill stage to move."""
+        return None
 
 
 class Router(abc.ABC):

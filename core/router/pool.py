@@ -220,3 +220,29 @@ class WorkerPool:
                 listener(worker, added)
             except Exception:
                 log.exception("worker pool listener failed")
+
+
+class RolePool(WorkerPool):
+    """The workers of ``parent`` whose disaggregation role (``WorkerRecord.disaggregation_mode``)
+    is ``role``: a view that shares the parent's workers and their clients, so a disaggregated
+    model's prefill and decode routers each see their own pool. It follows the parent through a
+    listener; ``run`` does nothing (the parent's ``run`` follows discovery)."""
+
+    def __init__(self, parent: WorkerPool, role: str) -> None:
+        super().__init__(parent.store, parent.model_name, client_factory=parent.client_factory)
+        self.parent = parent
+        self.role = role
+        parent.add_listener(self._on_parent)
+
+    def _on_parent(self, worker: Worker, added: bool) -> None:
+        if worker.record.disaggregation_mode != self.role:
+            return
+        if added:
+            self._workers[worker.instance_id] = worker
+        elif self._workers.pop(worker.instance_id, None) is None:
+            return
+        self._reorder()
+        self._notify(worker, added)
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()

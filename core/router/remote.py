@@ -44,6 +44,7 @@ from dyn.core.discovery.store import WorkerAdded, WorkerRemoved
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused, WorkerRecord
 from dyn.core.router.kv import AllWorkersBusyError, RouteDecision
 from dyn.core.router.policy import (
+    NotDisaggregatedError,
     NoWorkersError,
     QueueFullError,
     Route,
@@ -71,6 +72,7 @@ REFUSALS: dict[str, type[RoutingError]] = {
     "all_busy": AllWorkersBusyError,
     "queue_full": QueueFullError,
     "target_required": TargetRequiredError,
+    "not_disaggregated": NotDisaggregatedError,
 }
 
 
@@ -114,12 +116,22 @@ class RemoteRoute(Route):
         "_started",
         "closed",
         "queue_depth",
+        "prefill",
     )
 
     def __init__(
-        self, worker: Worker, router: RemoteRouter, request_id: str, answer: RouteAnswer, isl_tokens: int
+        self,
+        worker: Worker,
+        router: RemoteRouter,
+        request_id: str,
+        answer: RouteAnswer,
+        isl_tokens: int,
+        prefill: Worker | None = None,
     ) -> None:
+        """``prefill``: a disaggregated request's prefill worker; its booking is the dyn
+        router's, freed there when this route reports its first token."""
         super().__init__(worker, answer.dp_rank)
+        self.prefill = Route(prefill, answer.prefill_dp_rank) if prefill is not None else None
         self.router = router
         self.request_id = request_id
         self.decision = RouteDecision(
@@ -322,7 +334,14 @@ class RemoteRouter(Router):
                     routes.append(await self.route(request))
                     continue
                 worker = await self._worker(answer.instance_id)
-                routes.append(RemoteRoute(worker, self, request.request_id, answer, len(request.token_ids)))
+                prefill = (
+                    await self._worker(answer.prefill_instance_id)
+                    if answer.prefill_instance_id >= 0
+                    else None
+                )
+                routes.append(
+                    RemoteRoute(worker, self, request.request_id, answer, len(request.token_ids), prefill)
+                )
         except BaseException:
             for route in routes:
                 route.finished()
@@ -369,6 +388,7 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         first.lora_name,
         first.latency_sensitivity,
         first.expected_output_tokens,
+        first.prefill_instance_id,
     )
     prompts: list[list[int]] = []
     index = {id(first.token_ids): 0}
@@ -381,6 +401,7 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
             request.lora_name,
             request.latency_sensitivity,
             request.expected_output_tokens,
+            request.prefill_instance_id,
         ) != shared:
             raise ValueError(
                 "the requests of one route_all group must share their routing "
@@ -405,4 +426,5 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         sibling_prompts=which if any(which) else [],
         prompts=prompts,
         reports_start=True,
+        prefill_instance_id=first.prefill_instance_id,
     )

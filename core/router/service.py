@@ -1,10 +1,11 @@
 """``dyn router``: one KV router for one model, shared by several frontends over ZMQ.
 
 ``RouterService`` follows the model's workers (``WorkerPool``), routes with a ``KvRouter`` (built
-by ``build_router(mode "kv")``, so every ``--router-*`` flag means what it means in a frontend)
-and answers on a ROUTER socket (the router plane of ``dyn.core.messages``):
+by ``build_router(mode "kv")``, so every ``--router-*`` flag means what it means in a frontend;
+over prefill and decode workers, in two stages: ``dyn.core.router.disagg``) and answers on a
+ROUTER socket (the router plane of ``dyn.core.messages``):
 
-- ``RouteQuery`` -> ``KvRouter.route_all`` over the query's group (its own request and its
+- ``RouteQuery`` -> ``route_all`` over the query's group (its own request and its
   ``siblings``, admitted as one unit) in a task of its own (it may wait in the router queue)
   -> one ``RouteAnswer`` per member (with the router's block size and the member's index) or one
   ``RouteRefused`` for the whole group (``no_workers``, ``worker_not_found``, ``all_busy``,
@@ -62,10 +63,13 @@ from dyn.core.logs import status
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
-from dyn.core.router.kv import AllWorkersBusyError, KvRoute, KvRouter
+from dyn.core.router.disagg import DisaggRouter
+from dyn.core.router.kv import AllWorkersBusyError
 from dyn.core.router.policy import (
+    NotDisaggregatedError,
     NoWorkersError,
     QueueFullError,
+    Route,
     RouteRequest,
     RoutingError,
     TargetRequiredError,
@@ -89,6 +93,7 @@ REFUSAL_CODES: tuple[tuple[type[RoutingError], str], ...] = (
     (NoWorkersError, "no_workers"),
     (WorkerNotFoundError, "worker_not_found"),
     (TargetRequiredError, "target_required"),
+    (NotDisaggregatedError, "not_disaggregated"),
 )
 
 
@@ -141,9 +146,9 @@ class RouterService:
         except ValueError as exc:
             self._socket.close(linger=0)
             raise ConfigError(str(exc)) from None
-        assert isinstance(router, KvRouter)
-        self.router: KvRouter = router
-        self.routes: dict[tuple[bytes, str], KvRoute] = {}
+        assert isinstance(router, DisaggRouter)
+        self.router = router
+        self.routes: dict[tuple[bytes, str], Route] = {}
         """Live bookings by (client identity, request id)."""
         self._booked_at: dict[tuple[bytes, str], float] = {}
         self._waiting: dict[tuple[bytes, str], anyio.CancelScope] = {}
@@ -237,6 +242,7 @@ class RouterService:
                 lora_name=query.lora_name,
                 latency_sensitivity=query.latency_sensitivity,
                 expected_output_tokens=query.expected_output_tokens,
+                prefill_instance_id=query.prefill_instance_id,
             )
             for rid, tokens in members
         ]
@@ -267,23 +273,25 @@ class RouterService:
         block_size = self.router.block_size or 0
         answers = []
         for member, (rid, route) in enumerate(zip(rids, routes, strict=True)):
-            assert isinstance(route, KvRoute)
             key = (identity, rid)
             self.routes[key] = route
             self._booked_at[key] = now
             if not query.reports_start:
                 route.started()  # an older client: the answer is the only start we will hear of
             d = route.decision
+            prefill = route.prefill
             answers.append(
                 RouteAnswer(
                     query.query_id,
-                    d.worker[0],
-                    d.worker[1],
-                    d.overlap_blocks,
-                    d.cached_tokens,
+                    route.worker.instance_id,
+                    route.dp_rank or 0,
+                    d.overlap_blocks if d is not None else 0,
+                    d.cached_tokens if d is not None else 0,
                     block_size,
                     route.queue_depth or 0,
                     member,
+                    prefill.worker.instance_id if prefill is not None else -1,
+                    prefill.dp_rank or 0 if prefill is not None else 0,
                 )
             )
         for answer in answers:

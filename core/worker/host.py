@@ -150,6 +150,7 @@ class WorkerHost:
             model_path=self.model_path,
             aliases=list(self.aliases),
             loras=dict(info.loras),
+            disaggregation_mode=self.settings.disaggregation_mode,
             pid=os.getpid(),
             started_at=time.time(),
             version=core_pkg.__version__,
@@ -278,6 +279,11 @@ class WorkerHost:
                     if cls is TokenChunk:
                         reply(identity, out)
                     elif cls is Finish:
+                        transfer = cast(Finish, out).kv_transfer
+                        if transfer is not None and not transfer.source_instance_id:
+                            # the engine does not know its instance id; the descriptor must name it
+                            transfer = msgspec.structs.replace(transfer, source_instance_id=self.instance_id)
+                            out = msgspec.structs.replace(cast(Finish, out), kv_transfer=transfer)
                         reply(identity, out)
                         return
                     else:  # caught here, it cannot spoil the batch it would have gone out in

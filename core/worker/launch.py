@@ -40,6 +40,11 @@ def build_hosts(
 
     if num_workers < 1:
         raise ConfigError("--num-workers must be at least 1")
+    if settings.disaggregation_mode != "agg" and not plugin.disaggregation:
+        raise ConfigError(
+            f"--disaggregation-mode {settings.disaggregation_mode}: dyn worker {plugin.name} serves "
+            "aggregated requests only (both phases on one worker); start it without the flag"
+        )
     try:
         config = prepare(plugin, config, extra_args)
         model = load_model(plugin, model_path, model_name)

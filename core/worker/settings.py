@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from dyn.core.config import DiscoveryConfig
+from dyn.core.messages import DisaggregationMode
 
 
 class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -26,6 +27,9 @@ class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
     """How the served model writes tool calls (``--dyn-tool-call-parser``), advertised in discovery."""
     reasoning_parser: str | None = None
     """How the served model writes reasoning (``--dyn-reasoning-parser``), advertised in discovery."""
+    disaggregation_mode: DisaggregationMode = "agg"
+    """The worker's role (``--disaggregation-mode``), advertised in discovery; an engine serves it
+    only if its plugin says so (``EnginePlugin.disaggregation``)."""
 
 
 def model_parsers(

@@ -78,6 +78,13 @@ class FixedPool:
     def get(self, instance_id: int) -> Worker | None:
         return self.members.get(instance_id)
 
+    store = None
+    client_factory = None
+
+    def add_listener(self, listener) -> None:
+        for worker in self.workers():
+            listener(worker, True)
+
 
 def req(instance_id: int | None = None) -> RouteRequest:
     return RouteRequest(request_id="r", token_ids=[1, 2, 3], instance_id=instance_id)

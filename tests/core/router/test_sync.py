@@ -51,7 +51,7 @@ def req(request_id: str, prompt: int = 0) -> RouteRequest:
 async def replica(tg, store: FileDiscoveryStore) -> tuple[KvRouter, ReplicaSync]:
     pool = WorkerPool(store, "m")
     config = KvRouterConfig(use_kv_events=False, replica_sync=True)
-    router = build_router("kv", pool, config, CollectorRegistry(), namespace="t")
+    router = build_router("kv", pool, config, CollectorRegistry(), namespace="t").agg
     assert isinstance(router, KvRouter)
     await tg.start(pool.run)
     await tg.start(router.run)
