@@ -22,6 +22,21 @@ CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 def serve(
     ctx: typer.Context,
     workers: int = flag(2, "--workers", min=1, panel=SERVE_PANEL, help="Worker processes to start."),
+    prefill_workers: int = flag(
+        0,
+        "--prefill-workers",
+        min=0,
+        panel=SERVE_PANEL,
+        help="Disaggregated stack: this many prefill worker processes (--disaggregation-mode "
+        "prefill), beside --decode-workers; --workers is then not used.",
+    ),
+    decode_workers: int = flag(
+        0,
+        "--decode-workers",
+        min=0,
+        panel=SERVE_PANEL,
+        help="Disaggregated stack: this many decode worker processes (--disaggregation-mode decode).",
+    ),
     engine: str = flag(
         "mocker",
         "--engine",
@@ -84,6 +99,8 @@ def serve(
     )
 
     _check_discovery(discovery)
+    roles = _roles(ctx, workers, prefill_workers, decode_workers)
+    workers = len(roles)
     root = _root_command(ctx)
     frontend_cmd = root.commands["frontend"]
     engines = root.commands["worker"].commands
@@ -124,6 +141,11 @@ def serve(
     )
     total = workers * per_process
     summary = f"model {model}, {total} {engine} worker{'s' if total != 1 else ''}"
+    if prefill_workers:
+        summary = (
+            f"model {model}, {prefill_workers * per_process} prefill + "
+            f"{decode_workers * per_process} decode {engine} workers"
+        )
     if per_process > 1:
         summary += f" in {workers} process{'es' if workers != 1 else ''}"
     if router_mode is not None:
@@ -140,11 +162,12 @@ def serve(
             frontend=ChildSpec("frontend", [*base, "frontend", *frontend_args]),
             workers=[
                 ChildSpec(
-                    f"worker-{i}",
-                    [*base, "worker", engine, *worker_args],
+                    f"worker-{i}" if role is None else f"{role}-{i}",
+                    [*base, "worker", engine, *worker_args]
+                    + (["--disaggregation-mode", role] if role is not None else []),
                     env={"CUDA_VISIBLE_DEVICES": d} if d is not None else {},
                 )
-                for i, d in enumerate(devices)
+                for i, (d, role) in enumerate(zip(devices, roles, strict=True))
             ],
             instances_per_worker=per_process,
             startup_timeout_s=startup_timeout
@@ -158,6 +181,23 @@ def serve(
     except ValueError as exc:
         raise typer.BadParameter(options.env_hint(str(exc))) from None
     raise typer.Exit(run_stack(config))
+
+
+def _roles(ctx: typer.Context, workers: int, prefill: int, decode: int) -> list[str | None]:
+    """Each worker process's ``--disaggregation-mode`` (None: left to the worker's own flags):
+    ``--workers`` aggregated ones, or ``--prefill-workers`` then ``--decode-workers``."""
+    if not prefill and not decode:
+        return [None] * workers
+    if not prefill or not decode:
+        options.fail(
+            "a disaggregated stack needs both --prefill-workers and --decode-workers (at least 1 each)"
+        )
+    source = ctx.get_parameter_source("workers")
+    if source is not None and source.name != "DEFAULT":
+        options.fail(
+            "--workers starts aggregated workers: give it, or --prefill-workers and --decode-workers"
+        )
+    return ["prefill"] * prefill + ["decode"] * decode
 
 
 def _check_discovery(discovery: DiscoveryConfig) -> None:
