@@ -80,7 +80,7 @@ def build_router(
     def build(role_pool: WorkerPool, role_config: KvRouterConfig) -> Router:
         return spec.build(RouterContext(pool=role_pool, config=role_config, metrics=metrics, ingest=ingest))
 
-    disagg = DisaggRouter(pool, build, config)
+    disagg = DisaggRouter(pool, build, config, metrics)
     router = disagg.agg
     if not isinstance(router, KvRouter):  # what follows serves the KV router only
         return disagg

@@ -122,8 +122,15 @@ class DisaggRouter(Router):
     """Aggregated, prefill and decode routers over one model's pool (see the module docstring).
     ``build(pool, config)`` makes a router of the frontend's mode."""
 
-    def __init__(self, pool: WorkerPool, build: Any, config: KvRouterConfig) -> None:
+    def __init__(self, pool: WorkerPool, build: Any, config: KvRouterConfig, metrics: Any = None) -> None:
+        """``metrics``: the ``RouterMetrics`` whose ``disaggregated`` counter hears where each
+        disaggregated request was prefilled."""
         super().__init__(pool)
+        self._counted = (
+            (metrics.disaggregated.labels("remote"), metrics.disaggregated.labels("local"))
+            if metrics is not None
+            else None
+        )
         self.agg: Router = build(RolePool(pool, "agg"), config)
         self.mode = self.agg.mode
         self.prefill: Router = build(
@@ -135,6 +142,7 @@ class DisaggRouter(Router):
             (config.conditional_disagg_config or ConditionalDisagg()) if config.conditional_disagg else None
         )
         self._queue_threshold = config.queue_threshold
+        self._warned_mixed = False
         self.local_prefills = 0
         """Disaggregated requests the conditional policy sent to a decode worker whole."""
 
@@ -167,6 +175,13 @@ class DisaggRouter(Router):
                         "x-worker-instance-id"
                     )
             return await self.agg.route_all(requests)
+        if len(self.agg.pool) and not self._warned_mixed:
+            self._warned_mixed = True
+            log.warning(
+                "model %r has aggregated workers beside prefill/decode ones; while any prefill or "
+                "decode worker is live the aggregated ones get no requests",
+                self.pool.model_name,
+            )
         if len(self.decode.pool) == 0:
             raise NoWorkersError(self._empty("decode"))
         local = [await self._prefills_locally(r) for r in requests]
@@ -187,7 +202,11 @@ class DisaggRouter(Router):
             for route in prefills:
                 route.finished()
             raise
-        self.local_prefills += sum(local)
+        here = sum(local)
+        self.local_prefills += here
+        if self._counted is not None:
+            self._counted[0].inc(len(requests) - here)
+            self._counted[1].inc(here)
         return [
             DisaggRoute(decode, None if here else next(prefills), self, request)
             for request, decode, here in zip(requests, decodes, local, strict=True)

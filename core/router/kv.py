@@ -195,6 +195,8 @@ class KvRouter(Router):
         super().__init__(pool)
         self.config = config.validate()
         self.metrics = metrics
+        self.worker_type = "prefill" if getattr(pool, "role", None) == "prefill" else "decode"
+        """The ``worker_type`` label of its workers' series: a prefill pool's, else decode."""
         self._shown_queue = (0, 0)
         """The queue's requests and prompt tokens as the metrics show them now."""
         self._rng = rng or random.Random()
@@ -267,7 +269,7 @@ class KvRouter(Router):
                 if index is not None:
                     index.remove_worker(record.instance_id)
             for key in keys:
-                self.metrics.forget_worker(key)
+                self.metrics.forget_worker(key, self.worker_type)
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Background work until cancelled: KV-event ingestion, queue rechecks and the expiry of
@@ -458,7 +460,7 @@ class KvRouter(Router):
         overloaded = {i for i, ks in self._ranks.items() if all(k in busy for k in ks)}
         eligible = [k for k in keys if k[0] not in overloaded]
         if not eligible:
-            self.metrics.rejected.labels("decode", "all_workers_busy").inc()
+            self.metrics.rejected.labels(self.worker_type, "all_workers_busy").inc()
             raise AllWorkersBusyError("every worker is over its busy threshold; retry later")
         return eligible
 
@@ -507,7 +509,7 @@ class KvRouter(Router):
         limit = self.config.max_queued_requests
         waiting = self.queue.pending_requests
         if limit is not None and waiting >= limit:
-            self.metrics.rejected.labels("decode", "queue_full").inc()
+            self.metrics.rejected.labels(self.worker_type, "queue_full").inc()
             raise QueueFullError(
                 f"every worker is busy and {waiting} requests already wait in the router queue "
                 f"(--router-queue-limit {limit}); retry later"
@@ -709,7 +711,10 @@ class KvRouter(Router):
 
     def _publish_load(self, key: WorkerKey) -> None:
         self.metrics.worker_load(
-            key, self.load.active_decode_blocks(key), self.load.active_tokens(key, self._clock())
+            key,
+            self.load.active_decode_blocks(key),
+            self.load.active_tokens(key, self._clock()),
+            self.worker_type,
         )
 
     def _sync(self, route: KvRoute, event: str) -> None:
@@ -802,7 +807,9 @@ class KvRouter(Router):
     def _prefill_done(self, route: KvRoute, first_at: float) -> None:
         self._sync(route, "prefill_done")
         self.load.mark_prefill_completed(route.request_id)
-        self.metrics.first_token(route.key, first_at - route.routed_at, route.decision.isl_tokens)
+        self.metrics.first_token(
+            route.key, first_at - route.routed_at, route.decision.isl_tokens, self.worker_type
+        )
         self._publish_load(route.key)
         if len(self.queue):
             self._drain()
@@ -819,7 +826,7 @@ class KvRouter(Router):
         itl = None
         if route.first_at is not None and route.output_tokens > 1:
             itl = (time.perf_counter() - route.first_at) / (route.output_tokens - 1)
-        self.metrics.finished(route.key, route.output_tokens, itl)
+        self.metrics.finished(route.key, route.output_tokens, itl, self.worker_type)
         if route.key[0] in self._ranks:
             self._publish_load(route.key)
         if len(self.queue):

@@ -154,11 +154,24 @@ class RouterMetrics:
             ["worker_type", "reason"],
             registry=r,
         )
+        self.disaggregated = Counter(
+            "dyn_router_disaggregated_requests",
+            "Requests of disaggregated models, by where their prompt was prefilled: remote (a "
+            "prefill worker) or local (its decode worker, by conditional disaggregation)",
+            ["prefill"],
+            registry=r,
+        )
 
-    def worker_load(self, worker: tuple[int, int], decode_blocks: float, prefill_tokens: float) -> None:
+    def worker_load(
+        self,
+        worker: tuple[int, int],
+        decode_blocks: float,
+        prefill_tokens: float,
+        worker_type: str = "decode",
+    ) -> None:
         gauges = self._worker_gauges.get(worker)
         if gauges is None:
-            key = (str(worker[0]), str(worker[1]), "decode")
+            key = (str(worker[0]), str(worker[1]), worker_type)
             gauges = self._worker_gauges[worker] = (
                 self._decode_blocks.labels(*key),
                 self._prefill_tokens.labels(*key),
@@ -166,22 +179,26 @@ class RouterMetrics:
         gauges[0].set(decode_blocks)
         gauges[1].set(prefill_tokens)
 
-    def first_token(self, worker: tuple[int, int], ttft_s: float, isl: int) -> None:
-        key = (str(worker[0]), str(worker[1]), "decode")
+    def first_token(
+        self, worker: tuple[int, int], ttft_s: float, isl: int, worker_type: str = "decode"
+    ) -> None:
+        key = (str(worker[0]), str(worker[1]), worker_type)
         self._last_ttft.labels(*key).set(ttft_s)
         self._last_isl.labels(*key).set(isl)
         self.ttft.observe(ttft_s)
 
-    def finished(self, worker: tuple[int, int], output_tokens: int, itl_s: float | None) -> None:
+    def finished(
+        self, worker: tuple[int, int], output_tokens: int, itl_s: float | None, worker_type: str = "decode"
+    ) -> None:
         if output_tokens:
             self.osl.observe(output_tokens)
         if itl_s is not None:
-            self._last_itl.labels(str(worker[0]), str(worker[1]), "decode").set(itl_s)
+            self._last_itl.labels(str(worker[0]), str(worker[1]), worker_type).set(itl_s)
             self.itl.observe(itl_s)
 
-    def forget_worker(self, worker: tuple[int, int]) -> None:
+    def forget_worker(self, worker: tuple[int, int], worker_type: str = "decode") -> None:
         self._worker_gauges.pop(worker, None)
-        key = (str(worker[0]), str(worker[1]), "decode")
+        key = (str(worker[0]), str(worker[1]), worker_type)
         for gauge in (
             self._decode_blocks,
             self._prefill_tokens,

@@ -164,6 +164,9 @@ async def test_conditional_disaggregation_keeps_short_prompts_on_the_decode_work
         long_chat = [{"role": "user", "content": "word " * 200}]
         assert (await chat(fe, messages=long_chat)).status_code == 200
         assert len(fe.fleet[1].requests) == 1 and fe.fleet[2].requests[-1].kv_transfer is not None
+        counted = "dyn_router_disaggregated_requests_total"
+        assert fe.metric(counted, 'prefill="local"') == fe.metric(counted, 'prefill="remote"') == 1
+        assert 'worker_id="1",worker_type="prefill"' in fe.app.service.metrics.render().decode()
 
 
 async def test_an_aggregated_model_is_routed_as_before(make_frontend):
