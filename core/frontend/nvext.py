@@ -62,6 +62,8 @@ class ChoiceTiming:
     last: float = 0.0
     tokens: int = 0
     engine: EngineTiming | None = None
+    prefilled: float | None = None
+    """When a disaggregated request's prefill stage ended (its KV is then in transfer)."""
 
 
 def worker_id(route: Route) -> dict[str, Any]:
@@ -101,6 +103,8 @@ def timing(t: ChoiceTiming, route: Route, now: float | None = None) -> dict[str,
         out["kv_hit_rate"] = round(route.cached_tokens / route.isl_tokens, 6)
     if route.queue_depth is not None:
         out["router_queue_depth"] = route.queue_depth
+    if t.prefilled is not None and t.first is not None:
+        out["kv_transfer_estimated_latency_ms"] = round((t.first - t.prefilled) * 1000, 3)
     return out
 
 

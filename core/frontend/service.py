@@ -203,6 +203,8 @@ class _Choice:
     async def _generate(self, request: GenerateRequest, on_text: OnText | None) -> str:
         if self.route.prefill is not None:  # disaggregated: the prompt's KV comes from a prefill worker
             request = await run_prefill(self.route, request)
+            if request.kv_transfer is not None:
+                self.timing.prefilled = time.perf_counter()
         stream = self.route.worker.client.generate_batches(request)
         self.route.started()
         async with aclosing(stream):

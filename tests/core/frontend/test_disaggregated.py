@@ -55,9 +55,10 @@ async def chat(fe, **extra):
 async def test_prefill_then_decode_with_the_descriptor_and_both_ids(make_frontend, mode):
     async with make_frontend(workers=2, records=roles(w1="prefill", w2="decode"), router_mode=mode) as fe:
         fe.fleet[1].script = prefiller(1)
-        response = await chat(fe, nvext={"extra_fields": ["worker_id"]})
+        response = await chat(fe, nvext={"extra_fields": ["worker_id", "timing"]})
         assert response.status_code == 200, response.text
         body = response.json()
+        assert body["nvext"]["timing"]["kv_transfer_estimated_latency_ms"] >= 0
         (prefill,) = fe.fleet[1].requests
         assert prefill.stop.max_tokens == 1 and prefill.logprobs is None
         (decode,) = fe.fleet[2].requests
