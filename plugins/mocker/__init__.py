@@ -41,7 +41,10 @@ def create_engines(
     from dyn.plugins.mocker.engine import MockerEngine, answers_for
 
     answers = answers_for(config, model, settings.tool_call_parser)
-    return [MockerEngine(config, model, sink, answers=answers) for sink in kv_sinks]
+    return [
+        MockerEngine(config, model, sink, answers=answers, disaggregation_mode=settings.disaggregation_mode)
+        for sink in kv_sinks
+    ]
 
 
 def build_hosts(
@@ -66,9 +69,11 @@ ENGINE = EnginePlugin(
     create=create_engines,
     publishes_kv_events=False,
     worker_options=MockerWorkers,
+    disaggregation=True,
     summary="Simulated engine: no GPU, real scheduling, KV cache and events.",
     description="""Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
     chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
     priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
-    sections. Needs no GPU.""",
+    sections; the prefill and decode roles of disaggregated serving, with a KV transfer time
+    from --kv-transfer-bandwidth. Needs no GPU.""",
 )

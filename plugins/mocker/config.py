@@ -28,6 +28,10 @@ SCHEDULING_POLICIES = ("fcfs", "priority")
 RADIX_EVICTION_POLICIES = ("lru", "priority")
 RUNNERS = ("auto", "generate", "pooling")
 """vLLM's ``--runner`` values the mocker takes; ``auto`` is ``generate`` (dyn-tiny generates)."""
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+"""vLLM's ``--kv-cache-dtype`` values (and ``float16``); ``auto``: the model's ``torch_dtype``."""
+MAX_TRANSFER_S = 60.0
+"""The longest one simulated KV transfer takes (before ``--speedup-ratio``), whatever the bandwidth."""
 
 
 class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -271,6 +275,38 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = 50.0
 
+    kv_transfer_bandwidth: Annotated[
+        float,
+        flag(
+            "--kv-transfer-bandwidth",
+            panel=ENGINE_PANEL,
+            help="Disaggregated serving: GB/s at which a decode worker receives a prompt's KV from its "
+            "prefill worker; the request waits (prompt tokens it does not hold locally) x "
+            "--kv-bytes-per-token / bandwidth, at most 60 s, divided by --speedup-ratio, while the "
+            "other requests run. 0: transfers take no time.",
+        ),
+    ] = 64.0
+    kv_bytes_per_token: Annotated[
+        int | None,
+        flag(
+            "--kv-bytes-per-token",
+            panel=ENGINE_PANEL,
+            cli_type=int,
+            help="KV bytes of one token for the transfer time (default: from the model's config.json, "
+            "layers x 2 x KV heads x head dim x --kv-cache-dtype bytes; 0 when it states no sizes).",
+        ),
+    ] = None
+    kv_cache_dtype: Annotated[
+        str,
+        flag(
+            "--kv-cache-dtype",
+            panel=ENGINE_PANEL,
+            help="KV cache data type, as vLLM's flag, for --kv-bytes-per-token's default: auto (the "
+            "model's torch_dtype), bfloat16, float16 (2 bytes), fp8, fp8_e4m3, fp8_e5m2, fp8_inc, "
+            "fp8_ds_mla (1 byte).",
+        ),
+    ] = "auto"
+
     @property
     def is_pooling(self) -> bool:
         return self.runner == "pooling"
@@ -325,6 +361,12 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError("--lora-load-time-ms must be between 0 and 600000")
         if self.lora_modules and self.is_pooling:
             raise ValueError("--lora-modules needs a generating worker: drop --runner pooling")
+        if not (0.0 <= self.kv_transfer_bandwidth < math.inf):
+            raise ValueError("--kv-transfer-bandwidth must be a number of GB/s, at least 0")
+        if self.kv_bytes_per_token is not None and self.kv_bytes_per_token < 0:
+            raise ValueError("--kv-bytes-per-token must be at least 0")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}")
         if self.replies is not None and not self.replies.strip():
             raise ValueError("--replies needs a file path")
         return self

@@ -16,6 +16,17 @@ reaped every pass and at least every ``REAP_INTERVAL_S``; ``FEATURE_TOOL_HINTS``
 one-token request (its time, its bounds, its prefix cache), then answered with its deterministic
 vector (``embeddings``).
 
+Disaggregated serving (``GenerateRequest.kv_transfer``, ``dyn.core.messages.KvTransfer``): a
+``prefill`` request runs like any other but outputs at most one token and finishes with the
+descriptor a decode worker needs (``phase="decode"``, ``prompt_tokens``; ``source_instance_id``
+0, which ``dyn.core.worker.host.WorkerHost`` replaces with the worker's instance id). A
+``decode`` request receives the prompt's KV it does not hold (``--kv-transfer-bandwidth``;
+``transfer``) without holding up the other requests, then generates exactly what an aggregated
+worker would; ``EngineTiming.prefill_ms`` includes the transfer. A request without
+``kv_transfer`` is served whole whatever the worker's role; a phase contradicting the role (a
+decode request to a prefill worker, or the reverse) and a descriptor whose ``prompt_tokens`` is
+not the prompt's length are refused (``bad_request``).
+
 What a request's tokens are (random, a constraint's grammar, a scripted reply, a tool call) is
 chosen by ``answers.Answers`` before the request is queued. ``GenerateRequest.logprobs`` and
 ``prompt_logprobs`` are answered with synthetic values (``logprobs``) computed in the request's
@@ -29,6 +40,7 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import msgspec
 import xxhash
 
 from dyn.core.engine import (
@@ -42,9 +54,11 @@ from dyn.core.engine import (
     KvEventSink,
 )
 from dyn.core.messages import (
+    DisaggregationMode,
     EngineTiming,
     Finish,
     GenerateRequest,
+    KvTransfer,
     LoadMetrics,
     StopConditions,
     TokenChunk,
@@ -59,6 +73,7 @@ from dyn.plugins.mocker.loras import SimulatedLoras
 from dyn.plugins.mocker.priorities import priority_order
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
 from dyn.plugins.mocker.sessions import StreamingSessions
+from dyn.plugins.mocker.transfer import kv_bytes_per_token
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +123,7 @@ class MockerEngine:
     ``answers`` may be shared by the engines of one process; without it the engine builds its own
     from ``config`` (``--replies``, ``--tool-call-rate``) and ``tool_call_parser`` (the worker's
     ``--dyn-tool-call-parser``). ``ValueError`` says what to fix in either.
+    ``disaggregation_mode`` is the worker's role (``--disaggregation-mode``).
     """
 
     def __init__(
@@ -119,8 +135,10 @@ class MockerEngine:
         *,
         answers: Answers | None = None,
         tool_call_parser: str | None = None,
+        disaggregation_mode: DisaggregationMode = "agg",
     ) -> None:
         self.config = config.validate()
+        self.disaggregation_mode = disaggregation_mode
         self.model = model
         if answers is None:
             answers = answers_for(config, model, tool_call_parser)
@@ -133,6 +151,7 @@ class MockerEngine:
                 vocab_size=model.vocab_size,
                 eos_token_ids=frozenset(model.eos_token_ids),
                 context_length=model.context_length,
+                kv_bytes_per_token=kv_bytes_per_token(config, model),
             ),
         )
         self._streams: dict[str, _Stream] = {}
@@ -196,20 +215,27 @@ class MockerEngine:
             start = time.monotonic()
             result = scheduler.step()
             self.passes += 1
-            if not result.batch_size and not result.preempted:
-                self._deliver(result)
-                await self._wait_for_wake(STALL_RETRY_S)  # nothing fits until KV is given back
-                deadline = time.monotonic()
-                continue
             for rid in result.started:
                 stream = self._streams.get(rid)
                 if stream is not None and stream.scheduled is None:
                     stream.scheduled = start
+            if not result.batch_size and not result.preempted:
+                self._deliver(result)
+                # nothing fits until KV is given back, or nothing runs until a transfer lands
+                await self._wait_for_wake(self._stall_timeout())
+                deadline = time.monotonic()
+                continue
             deadline = max(deadline, start) + result.duration_ms / 1000.0
             delay = deadline - time.monotonic()
             # always yield once so new requests and cancels get in between passes
             await anyio.sleep(delay if delay > 0 else 0)
             self._deliver(result)
+
+    def _stall_timeout(self) -> float:
+        due = self._scheduler.transfer_due
+        if due is None:
+            return STALL_RETRY_S
+        return min(STALL_RETRY_S, max(0.0, due - time.monotonic()))
 
     def _deliver(self, result) -> None:
         now = time.monotonic()
@@ -264,6 +290,9 @@ class MockerEngine:
                 rid,
                 request.session_id,
             )
+        transfer = request.kv_transfer
+        if transfer is not None:
+            request = self._disaggregated(request, transfer)
         await self.loras.ensure(request.lora_name)
         seed = request_seed(request)
         source = None
@@ -281,6 +310,7 @@ class MockerEngine:
             session_id=request.session_id,
             max_thinking_tokens=request.max_thinking_tokens,
             source=source,
+            remote=transfer is not None and transfer.phase == "decode",
         )
         try:
             self._scheduler.add(sim)
@@ -307,12 +337,51 @@ class MockerEngine:
                         raise EngineError(f"the grammar engine failed: {stream.error}")
                     if request.prompt_logprobs is not None:
                         stream.finish.prompt_logprobs = await _prompt_logprobs(request, seed, vocab)
+                    if transfer is not None and transfer.phase == "prefill":
+                        stream.finish.kv_transfer = self._descriptor(request, stream.finish)
                     yield stream.finish
                     return
         finally:
             if stream.finish is None and self._scheduler.abort(rid):
                 self._wake.set()
             del self._streams[rid]
+
+    def _disaggregated(self, request: GenerateRequest, transfer: KvTransfer) -> GenerateRequest:
+        """Check a phase of a disaggregated request against this worker's role; a prefill
+        request is capped to one output token. ``EngineError`` ``bad_request`` says what is wrong."""
+        role = self.disaggregation_mode
+        if transfer.phase == "decode":
+            if role == "prefill":
+                raise EngineError(
+                    "this worker is a prefill worker (--disaggregation-mode prefill): it cannot "
+                    "receive KV for a decode request; send it to a decode worker",
+                    code="bad_request",
+                )
+            if transfer.prompt_tokens != len(request.token_ids):
+                raise EngineError(
+                    f"the KV transfer descriptor holds {transfer.prompt_tokens} prompt tokens but the "
+                    f"request's prompt has {len(request.token_ids)}: send the prompt the prefill "
+                    "worker computed",
+                    code="bad_request",
+                )
+            return request
+        if role == "decode":
+            raise EngineError(
+                "this worker is a decode worker (--disaggregation-mode decode): send prefill "
+                "requests to a prefill worker",
+                code="bad_request",
+            )
+        stop = request.stop
+        if stop.max_tokens is None or stop.max_tokens > 1:
+            stop = msgspec.structs.replace(stop, max_tokens=1, min_tokens=min(stop.min_tokens, 1))
+            request = msgspec.structs.replace(request, stop=stop)
+        return request
+
+    def _descriptor(self, request: GenerateRequest, finish: Finish) -> KvTransfer | None:
+        """What a decode worker needs after a prefill request; None when it did not complete."""
+        if finish.reason in ("cancelled", "error"):
+            return None
+        return KvTransfer(phase="decode", prompt_tokens=len(request.token_ids))
 
     async def abort(self, request_id: str) -> bool:
         stream = self._streams.get(request_id)

@@ -33,6 +33,17 @@ One pass:
    (``"error"``). Finished requests release their blocks in the same pass (a session turn hands
    them to its slot).
 
+Disaggregated decode (``SimRequest.remote``, vLLM's ``WAITING_FOR_REMOTE_KVS``): when such a
+request reaches admission (under the same ``max_num_seqs`` and budget gates, but taking neither),
+its locally cached prefix is matched, blocks are allocated for its whole prompt and it leaves the
+queue to receive the rest: ``prompt - cached`` tokens' KV, arriving ``transfer.transfer_seconds``
+later on the scheduler's clock while other requests keep running. At the first pass after that
+the received blocks enter the prefix cache (``BlockStored`` for those new to it) and the request
+goes back to the queue's front with all but its last prompt token computed, so its first
+admission computes one token and samples its first output token as an aggregated run would.
+``cached_tokens`` counts the local prefix only. When nothing runs and the queue head does not fit,
+received requests waiting behind it give their blocks back and will prefill locally.
+
 Stop rules (vLLM): a token in ``eos_token_ids`` (unless ``ignore_eos``) or in ``stop_token_ids``
 ends the request with reason ``"stop"``, but only once at least ``min_tokens`` tokens were
 output; the stopping token is not output (it is reported as ``stop_token_id``) but counts as a
@@ -57,6 +68,7 @@ from dyn.plugins.mocker.queue import FifoQueue, PriorityQueue
 from dyn.plugins.mocker.sessions import SessionSlot, StreamingSessions
 from dyn.plugins.mocker.sources import FAIL, STOP, TokenSource
 from dyn.plugins.mocker.timing import pass_ms
+from dyn.plugins.mocker.transfer import transfer_seconds
 
 _NO_STOP = StopConditions()
 
@@ -68,6 +80,9 @@ class SimModel:
     vocab_size: int
     context_length: int
     eos_token_ids: frozenset[int] = frozenset()
+    kv_bytes_per_token: int = 0
+    """KV bytes of one token, for the time a disaggregated request's KV takes to arrive
+    (``transfer``); 0: it arrives at once."""
 
 
 class SimRequest:
@@ -76,6 +91,8 @@ class SimRequest:
     ``tokens`` is the prompt followed by the output tokens emitted so far. A streaming-session
     turn has ``slot`` set; ``held`` tokens of its KV (``base_blocks`` blocks) came from the slot.
     ``source`` (``sources.TokenSource``), when set, writes the output instead of uniform draws.
+    ``remote``: a disaggregated decode request whose prompt KV is received (see ``Scheduler``)
+    before it is admitted; ``received`` once it arrived and the request waits to run on it.
     """
 
     __slots__ = (
@@ -105,6 +122,9 @@ class SimRequest:
         "held",
         "base_blocks",
         "source",
+        "remote",
+        "received",
+        "transfer_due",
     )
 
     def __init__(
@@ -118,6 +138,7 @@ class SimRequest:
         session_id: str | None = None,
         max_thinking_tokens: int | None = None,
         source: TokenSource | None = None,
+        remote: bool = False,
     ) -> None:
         self.request_id = request_id
         self.tokens = list(token_ids)
@@ -145,6 +166,9 @@ class SimRequest:
         self.held = 0
         self.base_blocks = 0
         self.source = source
+        self.remote = remote
+        self.received = False
+        self.transfer_due = 0.0
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -236,6 +260,8 @@ class Scheduler:
         self._requests: dict[Hashable, SimRequest] = {}
         self._preemptions = 0
         self._arrivals = 0
+        self._now = clock
+        self._receiving: list[SimRequest] = []
 
     # ------------------------------------------------------------------ queue management
 
@@ -245,7 +271,25 @@ class Scheduler:
 
     @property
     def num_waiting(self) -> int:
-        return len(self._waiting)
+        """Requests queued, and disaggregated ones receiving their KV."""
+        return len(self._waiting) + len(self._receiving)
+
+    @property
+    def num_receiving(self) -> int:
+        """Disaggregated requests whose prompt KV is in transfer."""
+        return len(self._receiving)
+
+    @property
+    def transfer_due(self) -> float | None:
+        """When the next KV transfer completes, on the scheduler's clock; None when none runs."""
+        return min((r.transfer_due for r in self._receiving), default=None)
+
+    def transfer_time(self, tokens: int) -> float:
+        """Seconds ``tokens`` tokens' KV take to arrive (``transfer.transfer_seconds``)."""
+        cfg = self.config
+        return transfer_seconds(
+            tokens, self.model.kv_bytes_per_token, cfg.kv_transfer_bandwidth, cfg.speedup_ratio
+        )
 
     @property
     def has_work(self) -> bool:
@@ -260,7 +304,7 @@ class Scheduler:
         sessions = self.sessions
         return SchedulerLoad(
             num_running=len(self._running),
-            num_waiting=len(self._waiting),
+            num_waiting=len(self._waiting) + len(self._receiving),
             active_blocks=kv.num_active_blocks,
             total_blocks=kv.num_blocks,
             kv_usage=kv.usage,
@@ -315,6 +359,8 @@ class Scheduler:
         req.arrival = self._arrivals
         self._arrivals += 1
         if req.session_id is not None and self.sessions is not None:
+            if req.remote:
+                raise ValueError("a disaggregated decode request cannot be a streaming-session turn")
             self.sessions.attach(req)
         self._requests[req.request_id] = req
         self._waiting.push(req)
@@ -326,6 +372,8 @@ class Scheduler:
             return False
         if req in self._running:
             self._running.remove(req)
+        elif req in self._receiving:
+            self._receiving.remove(req)
         else:
             self._waiting.remove(req)
         if req.slot is not None:
@@ -376,11 +424,60 @@ class Scheduler:
                 if req.slot is not None:
                     req.slot.held_len = 0
 
+    def _start_transfer(self, req: SimRequest, result: StepResult) -> bool:
+        """Take the queue head's prompt blocks and start receiving what is not cached; False,
+        changing nothing, when its blocks do not fit."""
+        kv = self.kv
+        hit = kv.match_prefix(req.kv)
+        if not kv.allocate(req.kv, req.prompt_len, hit):
+            return False
+        self._waiting.pop()
+        cached = hit * kv.block_size
+        req.remote = False
+        req.started = True
+        req.cached_tokens = cached
+        req.num_computed = cached
+        result.started.append(req.request_id)
+        wait = self.transfer_time(req.prompt_len - cached)
+        if wait > 0:
+            req.transfer_due = self._now() + wait
+            self._receiving.append(req)
+        else:
+            self._receive(req)
+        return True
+
+    def _receive(self, req: SimRequest) -> None:
+        """The transfer is done: store the received blocks and queue the request to run."""
+        req.num_computed = req.prompt_len - 1
+        self.kv.commit(req.kv, req.num_computed)
+        req.received = True
+        self._waiting.push_preempted(req)
+
+    def _finish_transfers(self) -> None:
+        now = self._now()
+        arrived = [r for r in self._receiving if r.transfer_due <= now]
+        if arrived:
+            self._receiving = [r for r in self._receiving if r.transfer_due > now]
+            for req in sorted(arrived, key=lambda r: r.transfer_due, reverse=True):
+                self._receive(req)  # pushed to the front: the earliest lands first
+
+    def _give_back_received_kv(self) -> None:
+        """Nothing runs and the queue head does not fit: received requests behind it (a priority
+        queue can put one there) release their blocks and will prefill locally, from the prefix
+        cache the received blocks entered, so the head cannot wait on them forever."""
+        for req in self._waiting:
+            if req.received:
+                self.kv.release(req.kv)
+                req.received = False
+                req.num_computed = 0
+
     def step(self) -> StepResult:
         """Run one pass (see the module docstring) and return what it did."""
         result = StepResult()
         if self.sessions is not None:
             self.sessions.reap_due()
+        if self._receiving:
+            self._finish_transfers()
         kv = self.kv
         running = self._running
         budget = self._budget
@@ -420,7 +517,14 @@ class Scheduler:
                 req = waiting.peek()
                 if req is None:
                     break
-                if req.held:  # a session turn resumes on its slot's KV
+                if req.remote:
+                    if not self._start_transfer(req, result):
+                        break
+                    continue
+                if req.received:  # holds its prompt's blocks, all but the last token computed
+                    hit = 0
+                    computed = req.num_computed
+                elif req.held:  # a session turn resumes on its slot's KV
                     hit = 0
                     computed = req.held
                 else:
@@ -436,6 +540,7 @@ class Scheduler:
                 if not kv.allocate(req.kv, computed + n, hit):
                     break
                 waiting.pop()
+                req.received = False
                 req.num_computed = computed
                 req.num_scheduled = n
                 budget -= n
@@ -444,8 +549,10 @@ class Scheduler:
                     req.started = True
                     req.cached_tokens = computed
                     result.started.append(req.request_id)
-            if not running and len(waiting) and self.sessions is not None:
-                self._give_back_lent_kv()
+            if not running and len(waiting):
+                if self.sessions is not None:
+                    self._give_back_lent_kv()
+                self._give_back_received_kv()
 
         usage = kv.usage
         prefill = 0

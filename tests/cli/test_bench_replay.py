@@ -137,6 +137,9 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "lora_modules",
         "max_loras",
         "lora_load_time_ms",
+        "kv_transfer_bandwidth",
+        "kv_bytes_per_token",
+        "kv_cache_dtype",
     ]
     for name in engine:
         assert ours[name] == theirs[name], name
@@ -155,6 +158,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "etcd_endpoints",
         "host",
         "advertise_host",
+        "disaggregation_mode",
         "drain_timeout",
         "plane_keys",
         "config",  # every command's --config (dyn.cli.config_file), last
