@@ -47,6 +47,23 @@ def replay(
         panel=options.WORKER_PANEL,
         help="Simulated mocker workers, each with its own scheduler and KV cache.",
     ),
+    num_prefill_workers: int = flag(
+        0,
+        "--num-prefill-workers",
+        min=0,
+        panel=options.WORKER_PANEL,
+        help="Disaggregated replay: simulated prefill workers, beside --num-decode-workers "
+        "(--num-workers is then not used), routed in two stages as dyn frontend routes them.",
+    ),
+    num_decode_workers: int = flag(
+        0,
+        "--num-decode-workers",
+        min=0,
+        panel=options.WORKER_PANEL,
+        help="Disaggregated replay: simulated decode workers, which receive each prompt's KV "
+        "and generate; the transfer takes time only with --kv-bytes-per-token (a replay has no "
+        "model to read it from) at --kv-transfer-bandwidth.",
+    ),
     router_mode: str = flag(
         "kv",
         "--router-mode",
@@ -120,6 +137,8 @@ def replay(
         block_size = trace_block_size or default_block_size(rows, offline)
         settings = ReplaySettings(
             num_workers=num_workers,
+            num_prefill_workers=num_prefill_workers,
+            num_decode_workers=num_decode_workers,
             simulator=MockerSimulator(mocker_config),
             router_mode=router_mode,
             router=router_config,

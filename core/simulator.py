@@ -16,6 +16,10 @@ but the names it annotates with.
 - ``SimEngine.step`` runs one pass over the queued work and returns a ``SimPass``; a pass with
   ``batch_size == 0`` and nothing preempted ran nothing (all waiting requests are blocked), and
   ``duration_ms`` of any pass already includes the simulator's own speedup.
+- Disaggregated serving: ``add(..., remote=True)`` queues a decode request whose prompt's KV
+  arrives from a prefill worker (the simulator models the transfer, in the caller's time);
+  ``wake_at`` says when such a transfer lands while nothing else runs, so the caller steps the
+  engine then (None: nothing is in transfer).
 """
 
 from __future__ import annotations
@@ -73,7 +77,13 @@ class SimPass(Protocol):
 class SimEngine(Protocol):
     """One simulated worker's engine (see the module docstring)."""
 
-    def add(self, request_id: str, token_ids: list[int], max_tokens: int, seed: int) -> None: ...
+    def add(
+        self, request_id: str, token_ids: list[int], max_tokens: int, seed: int, *, remote: bool = False
+    ) -> None: ...
+
+    @property
+    def wake_at(self) -> float | None:
+        """When the next KV transfer lands on the caller's clock (None: none is in flight)."""
 
     def step(self) -> SimPass: ...
 

@@ -35,7 +35,9 @@ ingestion below, not through ``build_router`` (which adds only what live routers
 application above, and its once-a-second queue recheck only matters with a prefill load model
 that decays over time, which dyn does not build; hooks drain the queue as they do live. Should
 the heap empty while requests are unfinished, they are recorded as ``stalled``.
-``duplicate_prefill_blocks`` counts blocks stored on a worker while another worker held them.
+``duplicate_prefill_blocks`` counts blocks stored on a worker while another worker held them
+(disaggregated: another worker of the same role, since a decode worker stores the blocks it
+receives from a prefill worker by design).
 
 Record fields: ``start_s`` arrival, ``ttft_s`` / ``itl_s`` / ``end_s`` from pass ends,
 ``queue_s`` from arrival to the start of the first pass that scheduled the request (router-queue
@@ -70,6 +72,7 @@ from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent, KvEventBatch
 from dyn.core.kv.membership import Member, Membership
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
+from dyn.core.router.disagg import DisaggRouter
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.modes import RouterContext, mode_names, router_mode
 from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError
@@ -89,6 +92,10 @@ class ReplaySettings:
 
     simulator: Simulator
     num_workers: int = 1
+    num_prefill_workers: int = 0
+    num_decode_workers: int = 0
+    """Disaggregated serving when both are set (``num_workers`` is then not used): prefill and
+    decode workers routed in two stages (``dyn.core.router.disagg``)."""
     router_mode: str = "kv"
     router: KvRouterConfig = field(default_factory=KvRouterConfig)
     speedup: float = 1.0
@@ -98,10 +105,22 @@ class ReplaySettings:
     seed: int = 0
     limit: int | None = None
 
+    @property
+    def roles(self) -> list[str]:
+        """Each simulated worker's ``disaggregation_mode``, by instance id."""
+        if self.num_prefill_workers:
+            return ["prefill"] * self.num_prefill_workers + ["decode"] * self.num_decode_workers
+        return ["agg"] * self.num_workers
+
     def validate(self) -> ReplaySettings:
         """Return self, or raise ``ConfigError`` with a sentence saying what to fix."""
         if self.num_workers < 1:
             raise ConfigError("--num-workers must be at least 1")
+        if (self.num_prefill_workers > 0) != (self.num_decode_workers > 0):
+            raise ConfigError(
+                "a disaggregated replay needs both --num-prefill-workers and --num-decode-workers "
+                "(at least 1 each)"
+            )
         try:
             offline = router_mode(self.router_mode).offline
         except ValueError as exc:
@@ -202,7 +221,9 @@ def bench_result(
     (``simulation``: ``result.stats()``) and every request."""
     config = {
         "trace": trace,
-        "num_workers": settings.num_workers,
+        "num_workers": len(settings.roles),
+        "num_prefill_workers": settings.num_prefill_workers,
+        "num_decode_workers": settings.num_decode_workers,
         "router_mode": settings.router_mode,
         "router": dataclasses.asdict(settings.router) if settings.router_mode == "kv" else None,
         settings.simulator.name: settings.simulator.describe(),
@@ -260,6 +281,7 @@ class _Pool:
 
     store = None
     model_name = MODEL_NAME
+    client_factory = None
 
     def __init__(self, workers: list[Worker]) -> None:
         self._ordered = sorted(workers, key=lambda w: w.instance_id)
@@ -307,13 +329,14 @@ class _DirectIngest:
 
 
 class _SimWorker:
-    __slots__ = ("instance_id", "engine", "busy", "label")
+    __slots__ = ("instance_id", "engine", "busy", "label", "role")
 
-    def __init__(self, instance_id: int, engine: SimEngine) -> None:
+    def __init__(self, instance_id: int, engine: SimEngine, role: str = "agg") -> None:
         self.instance_id = instance_id
         self.engine = engine
         self.busy = False
         self.label = str(instance_id)
+        self.role = role
 
 
 class _Flight:
@@ -338,6 +361,7 @@ class _Flight:
         "last",
         "itl",
         "output",
+        "prefilling",
     )
 
     def __init__(
@@ -361,6 +385,8 @@ class _Flight:
         self.last = 0.0
         self.itl: list[float] = []
         self.output = 0
+        self.prefilling = False
+        """In its prefill stage on a prefill worker (disaggregated): its tokens there are dropped."""
 
 
 class _Simulation:
@@ -372,11 +398,14 @@ class _Simulation:
         self._seq = 0
         sim = settings.simulator
         context_length = settings.context_length or UNLIMITED_CONTEXT
+        roles = settings.roles
         self.workers = [
             _SimWorker(
-                i, sim.engine(self.clock, vocab_size=settings.vocab_size, context_length=context_length)
+                i,
+                sim.engine(self.clock, vocab_size=settings.vocab_size, context_length=context_length),
+                role,
             )
-            for i in range(settings.num_workers)
+            for i, role in enumerate(roles)
         ]
         self._by_id = {w.instance_id: w for w in self.workers}
         pool = _Pool(
@@ -392,14 +421,20 @@ class _Simulation:
                         total_kv_blocks=sim.total_kv_blocks,
                         max_num_batched_tokens=sim.max_num_batched_tokens,
                         context_length=settings.context_length,
+                        disaggregation_mode=role,  # type: ignore[arg-type]
                     ),
                     client=None,  # type: ignore[arg-type]  # simulated workers have no request plane
                 )
-                for w in self.workers
+                for w, role in zip(self.workers, roles, strict=True)
             ]
         )
-        self.ingest: _DirectIngest | None = None
+        self._ingests: list[_DirectIngest] = []
         self.router = self._router(pool)
+        self._ingest_of = {
+            i: ingest
+            for ingest in self._ingests
+            for i in ingest._converters  # a worker's role router
+        }
         self._queue = getattr(self.router, "queue", None)
         self.synth = TokenSynth(settings.trace_block_size, settings.vocab_size, seed=settings.seed)
         self._flights: dict[Hashable, _Flight] = {}
@@ -408,7 +443,7 @@ class _Simulation:
         self._turns: dict[str, int] = {}
         self.records: list[RequestRecord] = []
         self.passes = 0
-        self._holders: dict[int, int] = {}
+        self._holders: dict[Hashable, int] = {}
         self.stored_blocks = 0
         self.duplicate_blocks = 0
         self.router_queued = 0
@@ -423,18 +458,23 @@ class _Simulation:
         event_metrics = KvEventMetrics(registry)
 
         def ingest(indexer: Any) -> _DirectIngest:
-            self.ingest = _DirectIngest(indexer, event_metrics)
-            return self.ingest
+            made = _DirectIngest(indexer, event_metrics)
+            self._ingests.append(made)
+            return made
 
-        context = RouterContext(
-            pool=pool,  # type: ignore[arg-type]  # the simulation's pool: what routers read of one
-            config=s.router,
-            metrics=RouterMetrics(registry, MODEL_NAME),
-            ingest=ingest,
-            rng=random.Random(s.seed),
-            clock=self.clock,
-        )
-        return router_mode(s.router_mode).build(context)
+        metrics = RouterMetrics(registry, MODEL_NAME)
+        rng = random.Random(s.seed)
+        mode = router_mode(s.router_mode)
+
+        def build(role_pool: Any, config: KvRouterConfig) -> Router:
+            context = RouterContext(
+                pool=role_pool, config=config, metrics=metrics, ingest=ingest, rng=rng, clock=self.clock
+            )
+            return mode.build(context)
+
+        if s.num_prefill_workers:
+            return DisaggRouter(pool, build, s.router, metrics)  # type: ignore[arg-type]
+        return build(pool, s.router)  # the simulation's pool: what routers read of one
 
     # ------------------------------------------------------------------ the event loop
 
@@ -552,21 +592,46 @@ class _Simulation:
         flight.route = route
         if now > flight.arrival:
             self.router_queue_s += now - flight.arrival
-        worker = self._by_id[route.worker.instance_id]
-        flight.worker = worker
-        row = flight.row
+        prefill = route.prefill
+        if prefill is not None:  # disaggregated: one token on the prefill worker first
+            route.started()
+            prefill.started()
+            flight.prefilling = True
+            self._add(flight, self._by_id[prefill.worker.instance_id], flight.tokens or [], 1)
+            return
         tokens = flight.tokens or []
         flight.tokens = None
+        self._add(flight, self._by_id[route.worker.instance_id], tokens, max(flight.row.output_length, 1))
+
+    def _to_decode(self, flight: _Flight) -> None:
+        """The prefill stage ended: the request goes to its decode worker, which receives the KV."""
+        route = flight.route
+        assert route is not None and route.prefill is not None
+        route.prefill.finished()
+        flight.prefilling = False
+        tokens = flight.tokens or []
+        flight.tokens = None
+        worker = self._by_id[route.worker.instance_id]
+        self._add(flight, worker, tokens, max(flight.row.output_length, 1), remote=True)
+
+    def _add(
+        self, flight: _Flight, worker: _SimWorker, tokens: list[int], max_tokens: int, remote: bool = False
+    ) -> None:
+        flight.worker = worker
         try:
-            worker.engine.add(flight.rid, tokens, max(row.output_length, 1), flight.index)
+            if remote:
+                worker.engine.add(flight.rid, tokens, max_tokens, flight.index, remote=True)
+            else:
+                worker.engine.add(flight.rid, tokens, max_tokens, flight.index)
         except ValueError as exc:
             self._fail(flight, "bad_request", str(exc))
-            route.finished()
+            if flight.route is not None:
+                flight.route.finished()
             self._resume_parked()
             return
         if not worker.busy:
             worker.busy = True
-            self._at(now, self._step, worker)
+            self._at(self.now, self._step, worker)
 
     def _fail(self, flight: _Flight, kind: str, detail: str) -> None:
         self._flights.pop(flight.rid, None)
@@ -624,12 +689,18 @@ class _Simulation:
         now = self.now
         flights = self._flights
         for rid in result.started:
-            flights[rid].admitted = now
+            flight = flights[rid]
+            if flight.admitted is None:  # a disaggregated request starts twice: prefill, then decode
+                flight.admitted = now
         if not result.batch_size and not result.preempted:
-            # nothing fits until something changes: wait for the next arrival
+            # nothing fits until something changes: wait for the next arrival, or a KV transfer
             worker.busy = False
             if result.events:
                 self._kv_events(worker, result.events)
+            wake = getattr(worker.engine, "wake_at", None)  # a simulator without P/D has none
+            if wake is not None:
+                worker.busy = True
+                self._at(max(wake, now), self._step, worker)
             return
         self._at(now + result.duration_ms / 1000.0, self._pass_end, (worker, result))
 
@@ -642,6 +713,9 @@ class _Simulation:
         for rid, _token in result.tokens:
             flight = flights[rid]
             route = flight.route
+            if flight.prefilling:
+                route.prefill.first_token()  # type: ignore[union-attr]
+                continue
             if flight.first is None:
                 flight.first = now
                 route.first_token()  # type: ignore[union-attr]
@@ -651,6 +725,9 @@ class _Simulation:
             flight.output += 1
             route.progress(flight.output)  # type: ignore[union-attr]
         for fin in result.finished:
+            if flights[fin.request_id].prefilling:
+                self._to_decode(flights[fin.request_id])
+                continue
             flight = flights.pop(fin.request_id)
             flight.route.finished()  # type: ignore[union-attr]
             first = flight.first if flight.first is not None else now
@@ -681,20 +758,22 @@ class _Simulation:
 
     def _kv_events(self, worker: _SimWorker, events: list[KvEvent]) -> None:
         holders = self._holders
+        role = worker.role
         for event in events:
             if type(event) is BlockStored:
-                for h in event.block_hashes:
+                for h in event.block_hashes if role == "agg" else [(role, h) for h in event.block_hashes]:
                     n = holders.get(h, 0)
                     if n:
                         self.duplicate_blocks += 1
                     holders[h] = n + 1
                 self.stored_blocks += len(event.block_hashes)
             elif type(event) is BlockRemoved:
-                for h in event.block_hashes:
+                for h in event.block_hashes if role == "agg" else [(role, h) for h in event.block_hashes]:
                     n = holders[h] - 1
                     if n:
                         holders[h] = n
                     else:
                         del holders[h]
-        if self.ingest is not None:
-            self.ingest.apply(worker.instance_id, events, self.now)
+        ingest = self._ingest_of.get(worker.instance_id)
+        if ingest is not None:
+            ingest.apply(worker.instance_id, events, self.now)

@@ -50,7 +50,12 @@ class MockerSimulator:
         return msgspec.to_builtins(self.config)
 
     def engine(self, clock: Callable[[], float], *, vocab_size: int, context_length: int) -> SimEngine:
-        model = SimModel(vocab_size=vocab_size, context_length=context_length)
+        # no model directory here: the KV bytes per token of a transfer come from the flag alone
+        model = SimModel(
+            vocab_size=vocab_size,
+            context_length=context_length,
+            kv_bytes_per_token=self.config.kv_bytes_per_token or 0,
+        )
         return MockerSimEngine(Scheduler(self.config, model, clock))
 
 
@@ -64,14 +69,25 @@ class MockerSimEngine:
         self.step = scheduler.step
         self.abort = scheduler.abort
 
-    def add(self, request_id: str, token_ids: list[int], max_tokens: int, seed: int) -> None:
-        """Queue a request that generates ``max_tokens`` tokens whatever it draws (EOS ignored)."""
+    def add(
+        self, request_id: str, token_ids: list[int], max_tokens: int, seed: int, *, remote: bool = False
+    ) -> None:
+        """Queue a request that generates ``max_tokens`` tokens whatever it draws (EOS ignored);
+        ``remote``: a disaggregated decode request that receives its prompt's KV first."""
         self.scheduler.add(
             SimRequest(
-                request_id, token_ids, StopConditions(max_tokens=max_tokens, ignore_eos=True), seed=seed
+                request_id,
+                token_ids,
+                StopConditions(max_tokens=max_tokens, ignore_eos=True),
+                seed=seed,
+                remote=remote,
             )
         )
 
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
+
+    @property
+    def wake_at(self) -> float | None:
+        return self.scheduler.transfer_due
