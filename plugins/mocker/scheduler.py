@@ -40,7 +40,8 @@ queue to receive the rest: ``prompt - cached`` tokens' KV, arriving ``transfer.t
 later on the scheduler's clock while other requests keep running. At the first pass after that
 the received blocks enter the prefix cache (``BlockStored`` for those new to it) and the request
 goes back to the queue's front with all but its last prompt token computed, so its first
-admission computes one token and samples its first output token as an aggregated run would.
+admission computes one token (timed as a decode step, not a prefill pass) and samples its first
+output token as an aggregated run would.
 ``cached_tokens`` counts the local prefix only. When nothing runs and the queue head does not fit,
 received requests waiting behind it give their blocks back and will prefill locally.
 
@@ -540,7 +541,11 @@ class Scheduler:
                 if not kv.allocate(req.kv, computed + n, hit):
                     break
                 waiting.pop()
-                req.received = False
+                if req.received:
+                    # its one recomputed prompt token rides in the decode batch, as a decode step
+                    # does (a prefill pass would charge the timing model's constant for one token)
+                    req.decoding = n == 1
+                    req.received = False
                 req.num_computed = computed
                 req.num_scheduled = n
                 budget -= n

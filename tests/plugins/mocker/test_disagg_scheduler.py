@@ -10,6 +10,7 @@ from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.messages import StopConditions
 from dyn.plugins.mocker.config import MAX_TRANSFER_S, MockerConfig
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
+from dyn.plugins.mocker.timing import prefill_ms
 from dyn.plugins.mocker.transfer import transfer_seconds
 
 BS = 16
@@ -77,7 +78,9 @@ def test_decode_request_waits_the_transfer_time_then_computes_one_token(bandwidt
     clock.now = s.transfer_due
     landed = s.step()
     assert s.num_receiving == 0
-    assert landed.prefill_tokens == 1 and len(landed.tokens) == 1  # only the last prompt token
+    # only the last prompt token is computed, timed as a decode step (no prefill pass's constant)
+    assert landed.prefill_tokens == 0 and len(landed.tokens) == 1
+    assert landed.duration_ms < prefill_ms(1) / speedup
     want = sequence_hashes(block_hashes(prompt, BS))
     assert stored([landed]) == want  # the 6 received full blocks enter the prefix cache
 
@@ -132,7 +135,7 @@ def test_decode_output_equals_the_aggregated_output():
         a.prompt_tokens,
         a.completion_tokens,
     )
-    assert sum(r.prefill_tokens for r in dec_results) == 1  # the rest of the prompt was received
+    assert sum(r.prefill_tokens for r in dec_results) == 0  # the prompt was received, bar one decode step
 
 
 def test_zero_bandwidth_transfers_at_once_in_the_same_pass():
@@ -140,7 +143,7 @@ def test_zero_bandwidth_transfers_at_once_in_the_same_pass():
     s = make(clock, kv_transfer_bandwidth=0.0)
     s.add(req("d", list(range(50)), remote=True))
     r = s.step()
-    assert r.started == ["d"] and len(r.tokens) == 1 and r.prefill_tokens == 1
+    assert r.started == ["d"] and len(r.tokens) == 1 and r.prefill_tokens == 0
     assert s.transfer_due is None and s.num_receiving == 0
 
 
