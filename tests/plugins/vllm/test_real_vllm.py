@@ -35,16 +35,12 @@ from dyn.core.messages import (
 )
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
 from tests.integration.conftest import stop_process_group
-from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_env
+from tests.vllm_cpu import MODEL, NEEDS_VLLM, python_and_model, vllm_env
 from tests.waiting import poll_until
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        not VENV,
-        reason="set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run "
-        "dyn's vLLM worker on the vllm-cpu build",
-    ),
+    NEEDS_VLLM,
     pytest.mark.timeout(600),
 ]
 NAMESPACE = "vllm-structured"
