@@ -179,12 +179,12 @@ class Preprocessor:
             token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
             return self._finish(req, token_ids, text, req.max_completion_tokens)
         text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
-        token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        token_ids = self.tokenizer.encode_chat(text, add_special_tokens=req.add_special_tokens)
         return self._finish(req, token_ids, text, req.max_completion_tokens)
 
     def _chat_tokens(self, req: ChatCompletionRequest) -> list[int]:
         text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
-        return self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        return self.tokenizer.encode_chat(text, add_special_tokens=req.add_special_tokens)
 
     def next_turn_prefix(self, req: ChatCompletionRequest, reply: str) -> list[int] | None:
         """The tokens the next turn of this conversation starts with: the messages plus the
@@ -199,7 +199,7 @@ class Preprocessor:
             text = self._render(req, messages, False, False)
         except ApiError:
             return None
-        token_ids = self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        token_ids = self.tokenizer.encode_chat(text, add_special_tokens=req.add_special_tokens)
         if not token_ids or len(token_ids) >= self.info.context_length:
             return None
         return token_ids

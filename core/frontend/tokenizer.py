@@ -22,6 +22,7 @@ from typing import Any
 
 import tokenizers
 
+from dyn.core.frontend.token_cache import PrefixTokenCache, special_token_ids
 from dyn.core.model.info import ModelError, ModelInfo, read_model_json, token_content
 
 SPECIAL_TOKEN_NAMES = (
@@ -51,6 +52,7 @@ class Tokenizer:
         "vocab_size",
         "_encode_fast",
         "_decode",
+        "prefix_cache",
     )
 
     def __init__(
@@ -77,6 +79,10 @@ class Tokenizer:
         # the batch API without offsets is ~20% faster than encode() on one text, same ids
         self._encode_fast = backend.encode_batch_fast
         self._decode = backend.decode
+        self.prefix_cache = PrefixTokenCache(
+            self._encode_batch, special_token_ids((i, t.content, t.special) for i, t in added.items())
+        )
+        """Chat prompts' tokens by their prefix up to a special token (``encode_chat``)."""
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
@@ -135,6 +141,17 @@ class Tokenizer:
         """Token ids of ``text``; special tokens written in the text are recognised, as HF does.
         ``add_special_tokens`` runs the post-processor (e.g. adds BOS); chat prompts pass False."""
         return self._encode_fast([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def encode_chat(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """``encode`` of a rendered chat prompt, through the prefix cache when nothing is added
+        around it (``dyn.core.frontend.token_cache``): an agent's next turn re-tokenizes only
+        what it appended."""
+        if add_special_tokens:
+            return self.encode(text, True)
+        return self.prefix_cache.encode(text)
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._encode_fast(texts, add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self._decode(

@@ -30,6 +30,12 @@ class WatchedTokenizer(Tokenizer):
     lock = threading.Lock()
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._watched(super().encode, text, add_special_tokens)
+
+    def encode_chat(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._watched(super().encode_chat, text, add_special_tokens)
+
+    def _watched(self, encode, text: str, add_special_tokens: bool) -> list[int]:
         cls = WatchedTokenizer
         with cls.lock:
             cls.threads.append(threading.current_thread().name)
@@ -38,7 +44,7 @@ class WatchedTokenizer(Tokenizer):
         try:
             if cls.delay:
                 time.sleep(cls.delay)
-            return super().encode(text, add_special_tokens)
+            return encode(text, add_special_tokens)
         finally:
             with cls.lock:
                 cls.running -= 1
