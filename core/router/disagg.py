@@ -143,8 +143,6 @@ class DisaggRouter(Router):
         )
         self._queue_threshold = config.queue_threshold
         self._warned_mixed = False
-        self.local_prefills = 0
-        """Disaggregated requests the conditional policy sent to a decode worker whole."""
 
     def __getattr__(self, name: str) -> Any:
         # the aggregated router's own views (its index, block size) stay reachable
@@ -203,7 +201,6 @@ class DisaggRouter(Router):
                 route.finished()
             raise
         here = sum(local)
-        self.local_prefills += here
         if self._counted is not None:
             self._counted[0].inc(len(requests) - here)
             self._counted[1].inc(here)
