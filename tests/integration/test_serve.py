@@ -128,7 +128,7 @@ def test_children_stop_when_the_supervisor_is_killed(dyn_process, wait_for):
     pids = child_pids(proc)
     proc.proc.send_signal(signal.SIGKILL)  # no chance to stop them itself
     proc.proc.wait(10)
-    wait_for(lambda: all(gone(p) for p in pids.values()), 20, f"every child to follow its parent: {pids}")
+    wait_for(lambda: all(gone(p) for p in pids.values()), 60, f"every child to follow its parent: {pids}")
 
 
 def test_serve_stop_drains_an_open_stream(dyn_process, wait_for):
