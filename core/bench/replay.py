@@ -7,9 +7,9 @@ engines of ``settings.simulator`` (a ``dyn.core.simulator.Simulator``: the mocke
 with no sockets and no sleeping, and returns one ``RequestRecord`` per request plus what
 the simulation cost. This module drives; the simulator only says what each pass did.
 
-Design: a discrete-event simulation on one heap of ``(time, seq, action)``; virtual time jumps
-from event to event and is the only clock anyone reads (the router's, its queue's, the
-simulated engines').
+Design: a discrete-event simulation on one heap of ``(time, seq, action)`` (the trace's own
+arrivals wait in a sorted list beside it, merged in the same order); virtual time jumps from event
+to event and is the only clock anyone reads (the router's, its queue's, the simulated engines').
 
 - **Arrival**: a trace row becomes a prompt (``TokenSynth``'s tokens, as ``dyn bench --trace`` sends them; salt =
   row index) at ``timestamp / speedup``; a later turn of a session arrives ``delay / speedup``
@@ -276,6 +276,13 @@ def trace_shape(rows: Sequence[TraceRow], *, block_size: int, speedup: float = 1
 # --------------------------------------------------------------------------- the parts
 
 
+_NEVER = float("inf")
+
+
+def _event_order(event: tuple[float, int, Any]) -> tuple[float, int]:
+    return event[0], event[1]
+
+
 class _Pool:
     """The ``WorkerPool`` surface routers read, over a fixed set of simulated workers."""
 
@@ -396,6 +403,8 @@ class _Simulation:
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
         self._seq = 0
+        self._next_arrival = _NEVER
+        """When the next trace arrival is due (they wait beside the heap, see ``run``)."""
         sim = settings.simulator
         context_length = settings.context_length or UNLIMITED_CONTEXT
         roles = settings.roles
@@ -485,29 +494,39 @@ class _Simulation:
     def run(self) -> ReplayResult:
         started = time.perf_counter()
         speedup = self.settings.speedup
+        # The trace's own arrivals wait in one sorted list beside the heap instead of in it: the
+        # heap then holds only the few events in flight. Each keeps the sequence number it would
+        # have had in the heap, so the merged order is the heap's order.
+        arrivals: list[tuple[float, int, _Flight]] = []
         for index, row in enumerate(self.rows):
             session = row.session_id
             if session is not None and row.timestamp_ms is None:
                 self._later_turns.setdefault(session, deque()).append((index, row))
                 continue
             key = f"r{index}" if session is None else f"s{session}"
-            self._at(
-                (row.timestamp_ms or 0.0) / 1000.0 / speedup,
-                self._arrive,
-                _Flight(
-                    index,
-                    row,
-                    key,
-                    self._next_turn(key),
-                    session,
-                    (row.timestamp_ms or 0.0) / 1000.0 / speedup,
-                ),
-            )
-        first = self._heap[0][0] if self._heap else 0.0
+            when = (row.timestamp_ms or 0.0) / 1000.0 / speedup
+            self._seq += 1
+            arrivals.append((when, self._seq, _Flight(index, row, key, self._next_turn(key), session, when)))
+        arrivals.sort(key=_event_order)
+        first = arrivals[0][0] if arrivals else 0.0
         heap = self._heap
         pop = heapq.heappop
+        arrive = self._arrive
+        count = len(arrivals)
+        i = 0
+        self._next_arrival = arrivals[0][0] if arrivals else _NEVER
         while True:
-            while heap:
+            while True:
+                if i < count:
+                    when, seq, flight = arrivals[i]
+                    if not heap or when < heap[0][0] or (when == heap[0][0] and seq < heap[0][1]):
+                        i += 1
+                        self._next_arrival = arrivals[i][0] if i < count else _NEVER
+                        self.now = when
+                        arrive(flight)
+                        continue
+                elif not heap:
+                    break
                 when, _, action, arg = pop(heap)
                 self.now = when
                 action(arg)
@@ -684,28 +703,51 @@ class _Simulation:
     # ------------------------------------------------------------------ workers
 
     def _step(self, worker: _SimWorker) -> None:
-        result = worker.engine.step()
-        self.passes += 1
-        now = self.now
+        """Start the worker's next pass now. While that pass would end before any other event
+        (strictly: an event already queued for the same instant goes first, as the heap would
+        order it), its end is handled at once instead of through the heap, and the next pass
+        starts, and so on: the same events in the same order, without the heap's round trips."""
+        engine = worker.engine
+        step = engine.step
+        heap = self._heap
+        heappush = heapq.heappush
         flights = self._flights
-        for rid in result.started:
-            flight = flights[rid]
-            if flight.admitted is None:  # a disaggregated request starts twice: prefill, then decode
-                flight.admitted = now
-        if not result.batch_size and not result.preempted:
-            # nothing fits until something changes: wait for the next arrival, or a KV transfer
-            worker.busy = False
-            if result.events:
-                self._kv_events(worker, result.events)
-            wake = getattr(worker.engine, "wake_at", None)  # a simulator without P/D has none
-            if wake is not None:
-                worker.busy = True
-                self._at(max(wake, now), self._step, worker)
-            return
-        self._at(now + result.duration_ms / 1000.0, self._pass_end, (worker, result))
+        while True:
+            result = step()
+            self.passes += 1
+            now = self.now
+            if result.started:
+                for rid in result.started:
+                    flight = flights[rid]
+                    if flight.admitted is None:  # a disaggregated request starts twice: prefill, then decode
+                        flight.admitted = now
+            if not result.batch_size and not result.preempted:
+                # nothing fits until something changes: wait for the next arrival, or a KV transfer
+                worker.busy = False
+                if result.events:
+                    self._kv_events(worker, result.events)
+                wake = getattr(engine, "wake_at", None)  # a simulator without P/D has none
+                if wake is not None:
+                    worker.busy = True
+                    self._at(max(wake, now), self._step, worker)
+                return
+            end = now + result.duration_ms / 1000.0
+            if (heap and heap[0][0] <= end) or self._next_arrival <= end:
+                self._seq += 1
+                heappush(heap, (end, self._seq, self._pass_end, (worker, result)))
+                return
+            self.now = end
+            if not self._end_pass(worker, result):
+                return
 
     def _pass_end(self, arg: tuple[_SimWorker, SimPass]) -> None:
         worker, result = arg
+        if self._end_pass(worker, result):
+            self._step(worker)
+
+    def _end_pass(self, worker: _SimWorker, result: SimPass) -> bool:
+        """A pass ended now: its KV events, tokens and finished requests reach the router.
+        Returns whether the worker has work for another pass (else it goes idle)."""
         now = self.now
         if result.events:
             self._kv_events(worker, result.events)
@@ -724,6 +766,18 @@ class _Simulation:
             flight.last = now
             flight.output += 1
             route.progress(flight.output)  # type: ignore[union-attr]
+        if result.finished:
+            self._finished(worker, result)
+        if self._parked:
+            self._resume_parked()
+        if worker.engine.has_work:
+            return True
+        worker.busy = False
+        return False
+
+    def _finished(self, worker: _SimWorker, result: SimPass) -> None:
+        now = self.now
+        flights = self._flights
         for fin in result.finished:
             if flights[fin.request_id].prefilling:
                 self._to_decode(flights[fin.request_id])
@@ -749,12 +803,6 @@ class _Simulation:
                 )
             )
             self._next_of_session(flight)
-        if self._parked:
-            self._resume_parked()
-        if worker.engine.has_work:
-            self._step(worker)
-        else:
-            worker.busy = False
 
     def _kv_events(self, worker: _SimWorker, events: list[KvEvent]) -> None:
         holders = self._holders

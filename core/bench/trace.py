@@ -188,8 +188,9 @@ class TokenSynth:
 
     Block ``h`` is ``random.Random(f"{seed}:{h}")``'s first ``block_size`` draws of
     ``randrange(low, vocab)`` (computed in bulk by ``draws``; the last ``cache_blocks`` blocks are
-    kept). ``prompt(row)`` concatenates the blocks of ``row.hash_ids`` and cuts or extends the result
-    to ``row.input_length`` (tokens past the last block are unique to the request, drawn from
+    kept, also as lists of shared int objects that prompts are concatenated from). ``prompt(row)``
+    concatenates the blocks of ``row.hash_ids`` and cuts or extends the result to
+    ``row.input_length`` (tokens past the last block are unique to the request, drawn from
     ``salt``), so two rows with the same leading ids share exactly those blocks.
     """
 
@@ -212,6 +213,10 @@ class TokenSynth:
         self.low = low
         self._cache: dict[int, np.ndarray] = {}
         self._cap = cache_blocks
+        # a block's tokens as a list of shared int objects (one per vocabulary id): prompts are
+        # built by list concatenation instead of converting every token of every prompt
+        self._ints = np.arange(vocab_size, dtype=object) if vocab_size <= 1 << 20 else None
+        self._lists: dict[int, list[int]] = {}
 
     def block(self, hash_id: int) -> np.ndarray:
         tokens = self._cache.get(hash_id)
@@ -224,10 +229,28 @@ class TokenSynth:
             self._cache[hash_id] = tokens
         return tokens
 
+    def _block_list(self, hash_id: int) -> list[int]:
+        tokens = self._lists.get(hash_id)
+        if tokens is None:
+            tokens = self._ints[self.block(hash_id)].tolist()  # type: ignore[index]
+            if len(self._lists) >= self._cap:
+                del self._lists[next(iter(self._lists))]
+            self._lists[hash_id] = tokens
+        return tokens
+
     def prompt(self, row: TraceRow, salt: object = None) -> list[int]:
         n = row.input_length
         bs = self.block_size
         used = row.hash_ids[: -(-n // bs)] if n else ()
+        if self._ints is not None:
+            out: list[int] = []
+            for h in used:
+                out += self._block_list(h)
+            if len(out) < n:
+                salted = random.Random(f"{self.seed}:tail:{salt}")
+                out += self._ints[draws(salted, n - len(out), self.low, self.vocab_size)].tolist()
+            del out[n:]
+            return out
         parts = [self.block(h) for h in used]
         have = len(used) * bs
         if have < n:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent
-from dyn.core.kv.hashing import block_hashes, extend_sequence_hash
+from dyn.core.kv.hashing import block_hashes, extend_sequence_hash, sequence_hashes
 
 # Fields of a cache entry (a small list, keyed by sequence hash). _IMP: importance (priority
 # eviction only). Eviction-heap items end with (tick, push order, hash).
@@ -159,7 +159,10 @@ class KvBlockManager:
         if have < n_blocks:
             bs = self._bs
             local = block_hashes(seq.tokens[have * bs : n_blocks * bs], bs, seq.lora_name)
-            prev = hashes[-1] if have else None
+            if not have:  # a whole prompt: chained in one call
+                hashes.extend(sequence_hashes(local))
+                return hashes
+            prev = hashes[-1]
             for h in local:
                 prev = extend_sequence_hash(prev, h)
                 hashes.append(prev)

@@ -2,7 +2,8 @@
 for priorities.
 
 Both offer ``push`` (a new arrival), ``push_preempted``, ``peek``, ``pop``, ``remove``, ``len`` and
-iteration in admission order.
+iteration in admission order; ``items`` is the container itself (read only: truthy while a
+request waits, which a scheduler checks every pass without a method call).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 class FifoQueue:
     """Arrival order; preempted requests go in front."""
 
-    __slots__ = ("_q",)
+    __slots__ = ("_q", "items")
 
     def __init__(self) -> None:
         self._q: deque[Any] = deque()
+        self.items = self._q
 
     def __len__(self) -> int:
         return len(self._q)
@@ -50,11 +52,12 @@ class PriorityQueue:
     its key and arrival, so it goes back in front of later arrivals of equal priority (vLLM's
     ``PriorityRequestQueue``)."""
 
-    __slots__ = ("_heap", "_key")
+    __slots__ = ("_heap", "_key", "items")
 
     def __init__(self, key: Callable[[int | None], float]) -> None:
         self._heap: list[tuple[float, int, Any]] = []
         self._key = key
+        self.items = self._heap
 
     def __len__(self) -> int:
         return len(self._heap)

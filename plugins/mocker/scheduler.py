@@ -58,7 +58,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dyn.core.kv.events import KvEvent
 from dyn.core.messages import StopConditions
@@ -191,7 +191,7 @@ class Finished:
     """Why a request finished with reason ``"error"``."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepResult:
     """What one pass did.
 
@@ -200,14 +200,24 @@ class StepResult:
     new prompt (or recompute) tokens computed. ``batch_size``: requests scheduled.
     """
 
-    duration_ms: float = 0.0
-    tokens: list[tuple[Hashable, int]] = field(default_factory=list)
-    finished: list[Finished] = field(default_factory=list)
-    started: list[Hashable] = field(default_factory=list)
-    preempted: list[Hashable] = field(default_factory=list)
-    events: list[KvEvent] = field(default_factory=list)
-    prefill_tokens: int = 0
-    batch_size: int = 0
+    duration_ms: float
+    tokens: list[tuple[Hashable, int]]
+    finished: list[Finished]
+    started: list[Hashable]
+    preempted: list[Hashable]
+    events: list[KvEvent]
+    prefill_tokens: int
+    batch_size: int
+
+    def __init__(self) -> None:  # one per pass: cheaper than the dataclass's factory calls
+        self.duration_ms = 0.0
+        self.tokens = []
+        self.finished = []
+        self.started = []
+        self.preempted = []
+        self.events = []
+        self.prefill_tokens = 0
+        self.batch_size = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,11 +268,14 @@ class Scheduler:
         self._running: list[SimRequest] = []
         key = priorities.waiting_key(config)
         self._waiting: FifoQueue | PriorityQueue = FifoQueue() if key is None else PriorityQueue(key)
+        self._waiting_items = self._waiting.items
         self._requests: dict[Hashable, SimRequest] = {}
         self._preemptions = 0
         self._arrivals = 0
         self._now = clock
         self._receiving: list[SimRequest] = []
+        self._decode_pass_ms: dict[float, float] = {}
+        self._block_size = config.block_size
 
     # ------------------------------------------------------------------ queue management
 
@@ -472,6 +485,75 @@ class Scheduler:
                 req.received = False
                 req.num_computed = 0
 
+    def _end_requests(self, finished: list[Finished]) -> None:
+        """Release the blocks of requests that finished in this pass and drop them."""
+        requests = self._requests
+        kv = self.kv
+        done = set()
+        for f in finished:
+            req = requests.pop(f.request_id)
+            if req.slot is not None:
+                self.sessions.turn_ended(req, finished=True)  # type: ignore[union-attr]
+            else:
+                kv.release(req.kv)
+            done.add(f.request_id)
+        self._running = [r for r in self._running if r.request_id not in done]
+
+    def _decode_pass(self, result: StepResult) -> bool:
+        """Run this pass into ``result`` if it is decode only, else return False having changed
+        nothing the general pass would not do first.
+
+        Decode only: every running request decodes one token with no source, holding (or now
+        allocating, in admission order, as the general pass would) the block that token needs.
+        When one does not, or its allocation fails, the general pass runs: it finds the earlier
+        allocations done and repeats the failing one, which changed nothing, so the outcome is
+        the same. Otherwise each running request computes its last token and samples the next,
+        in admission order, exactly as the general pass would."""
+        kv = self.kv
+        bs = self._block_size
+        running = self._running
+        for req in running:
+            if not req.decoding or req.source is not None:
+                return False
+            target = req.num_computed + 1
+            if len(req.tokens) != target:
+                return False
+            seq = req.kv
+            if target > (seq.num_registered + seq.num_private) * bs and not kv.allocate(seq, target):
+                return False
+        usage = kv.usage
+        commit = kv.commit
+        vocab = self.model.vocab_size
+        out = result.tokens
+        finished = result.finished
+        for req in running:
+            computed = req.num_computed + 1
+            req.num_computed = computed
+            if computed // bs > req.kv.num_registered:  # a block filled up: commit registers it
+                commit(req.kv, computed)
+            tok = int(req.rand() * vocab)
+            if tok in req.stop_set and req.num_output >= req.min_tokens:
+                finished.append(
+                    Finished(
+                        req.request_id, "stop", req.prompt_len, req.num_output + 1, req.cached_tokens, tok
+                    )
+                )
+                continue
+            req.tokens.append(tok)
+            n = req.num_output = req.num_output + 1
+            out.append((req.request_id, tok))
+            if n >= req.max_tokens:
+                finished.append(Finished(req.request_id, "length", req.prompt_len, n, req.cached_tokens))
+        if finished:
+            self._end_requests(finished)
+        result.batch_size = len(running)
+        ms = self._decode_pass_ms.get(usage)
+        if ms is None:
+            ms = self._decode_pass_ms[usage] = pass_ms(0, True, usage, self._sr, self._dsr)
+        result.duration_ms = ms
+        result.events = kv.drain_events()
+        return True
+
     def step(self) -> StepResult:
         """Run one pass (see the module docstring) and return what it did."""
         result = StepResult()
@@ -482,8 +564,12 @@ class Scheduler:
         kv = self.kv
         running = self._running
         budget = self._budget
+        if running and not self._waiting_items and len(running) <= budget and self.sessions is None:
+            if self._decode_pass(result):
+                return result
         chunked = self._chunked
 
+        bs = kv.block_size
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -496,7 +582,13 @@ class Scheduler:
             else:
                 n = remaining
             target = req.num_computed + n
-            while not kv.allocate(req.kv, target):
+            seq = req.kv
+            if target <= (seq.num_registered + seq.num_private) * bs:  # holds its blocks already
+                req.num_scheduled = n
+                budget -= n
+                i += 1
+                continue
+            while not kv.allocate(seq, target):
                 vi = self._victim_index(running)
                 victim = running[vi]
                 budget += victim.num_scheduled
@@ -510,9 +602,8 @@ class Scheduler:
                 budget -= n
                 i += 1
 
-        if not result.preempted:
+        if not result.preempted and len(self._waiting):
             waiting = self._waiting
-            bs = kv.block_size
             max_seqs = self._max_seqs
             while budget > 0 and len(running) < max_seqs:
                 req = waiting.peek()
@@ -579,7 +670,8 @@ class Scheduler:
                 prefill += n
             computed = req.num_computed + n
             req.num_computed = computed
-            commit(req.kv, computed)
+            if computed // bs > req.kv.num_registered:  # a block filled up: commit registers it
+                commit(req.kv, computed)
             tokens = req.tokens
             if computed < len(tokens):
                 continue
@@ -633,20 +725,17 @@ class Scheduler:
                 )
 
         if finished:
-            requests = self._requests
-            done = set()
-            for f in finished:
-                req = requests.pop(f.request_id)
-                if req.slot is not None:
-                    self.sessions.turn_ended(req, finished=True)  # type: ignore[union-attr]
-                else:
-                    kv.release(req.kv)
-                done.add(f.request_id)
-            self._running = [r for r in running if r.request_id not in done]
+            self._end_requests(finished)
 
         result.batch_size = batch
         result.prefill_tokens = prefill
         if batch:
-            result.duration_ms = pass_ms(prefill, decoding, usage, self._sr, self._dsr)
+            if prefill:
+                result.duration_ms = pass_ms(prefill, decoding, usage, self._sr, self._dsr)
+            else:  # a decode-only pass: its time depends on the KV usage alone
+                ms = self._decode_pass_ms.get(usage)
+                if ms is None:
+                    ms = self._decode_pass_ms[usage] = pass_ms(0, decoding, usage, self._sr, self._dsr)
+                result.duration_ms = ms
         result.events = kv.drain_events()
         return result
