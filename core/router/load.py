@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import _count_elements  # type: ignore[attr-defined]  # Counter's C helper
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -112,6 +113,9 @@ class ActiveSequences:
 
     def add_blocks(self, blocks: Iterable[int]) -> None:
         refs = self.refs
+        if not self._fractions:  # nothing decays: plain counting, done in C by Counter's helper
+            _count_elements(refs, blocks)
+            return
         for h in blocks:
             n = refs.get(h, 0)
             refs[h] = n + 1
@@ -120,6 +124,14 @@ class ActiveSequences:
 
     def remove_blocks(self, blocks: Iterable[int]) -> None:
         refs = self.refs
+        if not self._fractions:
+            for h in blocks:
+                n = refs.get(h, 0)
+                if n > 1:
+                    refs[h] = n - 1
+                else:
+                    refs.pop(h, None)
+            return
         for h in blocks:
             n = refs.get(h, 0)
             if n <= 1:

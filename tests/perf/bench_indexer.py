@@ -22,7 +22,9 @@ on ingestion: from already-decoded lists (what the router's event loop hands it)
 same JSON bytes Dynamo parses (decoded with msgspec). dyn queries pass the prompt's sequence
 hashes, which the router computes anyway; Dynamo takes the local hashes. Dynamo's Python
 ``RadixTree`` runs its tree on a background thread, so each of its calls includes a cross-thread
-hop. Prints one JSON line per worker count, then a table. About 25 s for the command above.
+hop. The index's own memory is the growth of resident memory across ingestion (after a GC pass),
+per cached (worker, block) entry; peak RSS also counts the workload and dyn's second index. Prints
+one JSON line per worker count, then a table. About 25 s for the command above.
 Without the anchor venv it measures dyn alone.
 """
 
@@ -215,6 +217,13 @@ def _rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0)
 
 
+def _rss_now() -> int:
+    """Resident bytes now (Linux): the index's own memory is the growth across its ingestion."""
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def dyn_side(path: str) -> dict[str, Any]:
     from dyn.core.kv.events import BlockStored, decode_known_events
     from dyn.core.kv.indexer import RadixIndexer
@@ -225,6 +234,7 @@ def dyn_side(path: str) -> dict[str, Any]:
     blocks = sum(len(e[3]) if e[0] == "s" else len(e[2]) for e in events)
     out: dict[str, Any] = {}
 
+    before = _rss_now()
     index = RadixIndexer()
     t0 = time.perf_counter()
     for e in events:
@@ -240,6 +250,7 @@ def dyn_side(path: str) -> dict[str, Any]:
     }
     out["size"] = index.size
     out["rss_mib"] = _rss_mib()
+    out["index_bytes_per_block"] = round((_rss_now() - before) / wl["cached"])
 
     decoder = msgspec.json.Decoder(_Event)
     index2 = RadixIndexer()
@@ -301,6 +312,7 @@ def anchor_side(path: str) -> dict[str, Any]:
     blocks = sum(len(e[3]) if e[0] == "s" else len(e[2]) for e in events)
     locals_only = [q[0] for q in queries]
     out: dict[str, Any] = {}
+    before = _rss_now()
     tree = RadixTree()
     failed = 0
     t0 = time.perf_counter()
@@ -318,6 +330,7 @@ def anchor_side(path: str) -> dict[str, Any]:
         "failed": failed,
     }
     out["rss_mib"] = _rss_mib()
+    out["index_bytes_per_block"] = round((_rss_now() - before) / wl["cached"])
     out["find"] = _time_queries(lambda q: tree.find_matches(q), locals_only)
     out["find_with_scores"] = _time_queries(lambda q: tree.find_matches(q).scores, locals_only)
     out["answers"] = [
@@ -396,31 +409,31 @@ def main() -> None:
     print()
     print(
         "| workers | cached blocks | events | implementation | events/s | blocks/s | "
-        "find_matches p50 (µs) | p99 (µs) | peak RSS (MiB) |"
+        "find_matches p50 (µs) | p99 (µs) | peak RSS (MiB) | index RSS per cached block (B) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         d, a = r["dyn"], r["dynamo"]
         lead = f"| {r['workers']} | {r['cached_blocks']:,} | {r['events']:,} |"
         print(
             f"{lead} dyn (decoded lists; seq hashes) | {d['ingest']['events_per_s']:,} | "
             f"{d['ingest']['blocks_per_s']:,} | {d['find']['p50_us']} | {d['find']['p99_us']} | "
-            f"{d['rss_mib']:.0f} |"
+            f"{d['rss_mib']:.0f} | {d['index_bytes_per_block']} |"
         )
         print(
             f"{lead} dyn (JSON bytes; local-hash walk) | {d['ingest_json']['events_per_s']:,} | "
             f"{d['ingest_json']['blocks_per_s']:,} | {d['find_walk']['p50_us']} | "
-            f"{d['find_walk']['p99_us']} | |"
+            f"{d['find_walk']['p99_us']} | | |"
         )
         print(
             f"{lead} dyn (vLLM msgpack through decode_known_events) | "
-            f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | |"
+            f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | | |"
         )
         if a is not None:
             print(
                 f"{lead} Dynamo RadixTree (JSON bytes) | {a['ingest']['events_per_s']:,} | "
                 f"{a['ingest']['blocks_per_s']:,} | {a['find']['p50_us']} | {a['find']['p99_us']} | "
-                f"{a['rss_mib']:.0f} |"
+                f"{a['rss_mib']:.0f} | {a['index_bytes_per_block']} |"
             )
     for r in rows:
         print(

@@ -161,6 +161,38 @@ def test_clear_keeps_the_worker_known_and_remove_worker_forgets_every_rank():
 # ------------------------------------------------------------------------------ inspection
 
 
+def test_each_worker_keeps_its_own_names_for_shared_blocks():
+    """The index keeps one block hash per node plus per-worker aliases: every worker's own names
+    must still resolve in removes, parents, renames and the dump, and beyond 8 worker ids."""
+    index = RadixIndexer()
+    workers = [(i, 0) for i in range(12)]
+    for i, w in enumerate(workers):
+        base = 100 if i % 2 else 1000 * (i + 1)  # odd workers share the first one's names
+        assert chain(index, w, [1, 2, 3], base=base) is ApplyStatus.OK
+    assert matches(index, [1, 2, 3]) == {w: 3 for w in workers}
+    dumped = {(b.worker, b.block_hash) for b in index.dump()}
+    assert ((0, 0), 1001) in dumped and ((11, 0), 102) in dumped and ((10, 0), 11002) in dumped
+    # a child under each worker's own parent name; another worker's name is not a parent
+    assert index.store((10, 0), 11002, [11003], [4]) is ApplyStatus.OK
+    assert index.store((10, 0), 102, [11004], [5]) is ApplyStatus.PARENT_BLOCK_NOT_FOUND
+    # removing by a name another worker uses for the same node removes nothing of this worker
+    assert index.remove((0, 0), [101]) is ApplyStatus.BLOCK_NOT_FOUND
+    assert index.remove((0, 0), [1001]) is ApplyStatus.OK
+    assert matches(index, [1, 2, 3, 4])[(0, 0)] == 1  # it lost its second block
+    assert matches(index, [1, 2, 3, 4])[(10, 0)] == 4
+    # a rename: worker 10 calls its second block 77 now; the old name is gone
+    assert index.store((10, 0), 11000, [77], [2]) is ApplyStatus.OK
+    assert index.remove((10, 0), [11001]) is ApplyStatus.BLOCK_NOT_FOUND
+    assert index.remove((10, 0), [77]) is ApplyStatus.OK
+    assert matches(index, [1, 2, 3, 4])[(10, 0)] == 1
+    assert index.blocks_per_worker()[(10, 0)] == 3  # 11000, 11002, 11003
+    index.remove_worker(10)
+    copy = RadixIndexer()
+    for b in index.dump():
+        copy.store(b.worker, b.parent_hash, [b.block_hash], [b.local_hash])
+    assert matches(copy, [1, 2, 3]) == matches(index, [1, 2, 3])
+
+
 def test_dump_is_breadth_first_with_parents_first_and_round_trips():
     index = RadixIndexer()
     chain(index, W1, [1, 2, 3], base=100)
