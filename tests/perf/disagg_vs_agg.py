@@ -63,7 +63,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faults_vs_anchor import Stack
+from faults_vs_anchor import Stack, dynamo_env
 
 MODEL_NAME = "tiny-llama"
 WORKERS = 4
@@ -239,20 +239,7 @@ class DynamoServe(BenchStack):
 
     def start(self) -> None:
         python = str(Path(self.args.anchor_dir, "venv", "bin", "python"))
-        env = {
-            **os.environ,
-            "DYN_DISCOVERY_BACKEND": "file",
-            "DYN_FILE_KV": str(self.root / "kvstore"),
-            "DYN_REQUEST_PLANE": "tcp",
-            "DYN_EVENT_PLANE": "zmq",
-            "DYN_TCP_RPC_HOST": "127.0.0.1",
-            "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
-            "DYN_EVENT_PLANE_HOST": "127.0.0.1",
-            "DYN_SYSTEM_HOST": "127.0.0.1",
-            "DYN_LOG": "warn",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-        }
+        env = dynamo_env(self.root / "kvstore")
         (self.root / "kvstore").mkdir()
         s = self.system
         self.frontend = self.spawn(

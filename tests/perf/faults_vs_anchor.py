@@ -219,6 +219,25 @@ class DynStack(Stack):
         return len(httpx.get(self.url + "/health", timeout=5).json().get("instances", []))
 
 
+def dynamo_env(kvstore: Path) -> dict[str, str]:
+    """Dynamo's environment as the anchor's run.sh sets it: file discovery under ``kvstore``, TCP
+    request plane, ZMQ event plane, everything on loopback, warnings only, no downloads."""
+    return {
+        **os.environ,
+        "DYN_DISCOVERY_BACKEND": "file",
+        "DYN_FILE_KV": str(kvstore),
+        "DYN_REQUEST_PLANE": "tcp",
+        "DYN_EVENT_PLANE": "zmq",
+        "DYN_TCP_RPC_HOST": "127.0.0.1",
+        "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+        "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+        "DYN_SYSTEM_HOST": "127.0.0.1",
+        "DYN_LOG": "warn",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
 class DynamoStack(Stack):
     """As the anchor's run.sh starts it (file discovery, TCP request plane, ZMQ event plane), with
     ``--migration-limit`` on the frontend (Dynamo's flag; env twin DYN_MIGRATION_LIMIT). The
@@ -229,20 +248,7 @@ class DynamoStack(Stack):
 
     def start(self) -> None:
         python = str(Path(self.args.anchor_dir, "venv", "bin", "python"))
-        env = {
-            **os.environ,
-            "DYN_DISCOVERY_BACKEND": "file",
-            "DYN_FILE_KV": str(self.root / "kvstore"),
-            "DYN_REQUEST_PLANE": "tcp",
-            "DYN_EVENT_PLANE": "zmq",
-            "DYN_TCP_RPC_HOST": "127.0.0.1",
-            "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
-            "DYN_EVENT_PLANE_HOST": "127.0.0.1",
-            "DYN_SYSTEM_HOST": "127.0.0.1",
-            "DYN_LOG": "warn",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-        }
+        env = dynamo_env(self.root / "kvstore")
         env.pop("DYN_MIGRATION_LIMIT", None)
         (self.root / "kvstore").mkdir()
         self.frontend = self.spawn(
