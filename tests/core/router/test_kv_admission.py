@@ -11,7 +11,6 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRoute, KvRouter
 from dyn.core.router.metrics import RouterMetrics
@@ -23,54 +22,10 @@ from dyn.core.router.policy import (
     RoutingError,
     TargetRequiredError,
 )
-from dyn.core.router.pool import Worker
 from dyn.core.router.simple import DirectRouter, RoundRobinRouter
+from tests.core.router.doubles import Clock, FakeIngestor, FakePool
 
 pytestmark = pytest.mark.anyio
-
-BS = 4
-
-
-class FakePool:
-    """The WorkerPool methods a router uses, over ``n`` workers batching 1000 tokens."""
-
-    model_name = "m"
-
-    def __init__(self, n: int) -> None:
-        self._workers = [
-            Worker(WorkerRecord(i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"), BS, 1000, 1000), None)
-            for i in range(1, n + 1)
-        ]
-
-    def workers(self):
-        return self._workers
-
-    def get(self, instance_id):
-        return next((w for w in self._workers if w.instance_id == instance_id), None)
-
-    def add_listener(self, listener):
-        for w in self._workers:
-            listener(w, True)
-
-
-class FakeIngestor:
-    def __init__(self, indexer):
-        self.indexer = indexer
-
-    def follow(self, pool):
-        pass
-
-    async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED):
-        task_status.started()
-        await anyio.sleep_forever()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_router(n: int = 3, clock=None, **config) -> KvRouter:

@@ -20,67 +20,23 @@ from prometheus_client import CollectorRegistry
 
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import RadixIndexer
-from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRouter
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import RouteRequest, RoutingError
-from dyn.core.router.pool import Worker
+from tests.core.router.doubles import BS, Clock, FakeIngestor, FakePool
 
 pytestmark = pytest.mark.anyio
-
-BS = 4
-
-
-class _Pool:
-    model_name = "m"
-
-    def __init__(self, n: int) -> None:
-        self._workers = [
-            Worker(
-                WorkerRecord(
-                    i, "ns", "m", "mocker", WorkerEndpoints(f"tcp://w{i}"), BS, 400, 300, dp_size=1 + i % 2
-                ),
-                None,
-            )
-            for i in range(1, n + 1)
-        ]
-
-    def workers(self):
-        return self._workers
-
-    def get(self, instance_id):
-        return next((w for w in self._workers if w.instance_id == instance_id), None)
-
-    def add_listener(self, listener):
-        for w in self._workers:
-            listener(w, True)
-
-
-class _NoIngest:
-    def __init__(self, indexer) -> None:
-        pass
-
-    def follow(self, pool) -> None:
-        pass
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def _scenario(seed: int, **config) -> list:
     rng = random.Random(seed)
-    clock = _Clock()
+    clock = Clock()
     router = KvRouter(
-        _Pool(5),
+        FakePool(5, total_kv_blocks=400, max_num_batched_tokens=300, dp_size=lambda i: 1 + i % 2),
         KvRouterConfig(queue_threshold=None, **config),
         RouterMetrics(CollectorRegistry()),
-        ingest=_NoIngest,
+        ingest=FakeIngestor,
         rng=random.Random(seed + 1),
         clock=clock,
     )
