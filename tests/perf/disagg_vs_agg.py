@@ -47,6 +47,7 @@ dyn/Dynamo ratios per mode.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -151,8 +152,9 @@ class BenchStack(Stack):
         self.root = Path(tempfile.mkdtemp(prefix=f"disagg-{self.name}-"))
         self.system = system
 
-    def routable_workers(self) -> int:  # readiness is per system (``wait_ready``)
-        raise NotImplementedError
+    def routable_workers(self) -> int:
+        """Not used: readiness is per system (``wait_ready``, ``workers_up``)."""
+        return 0
 
     def metrics(self) -> str:
         return httpx.get(self.url + "/metrics", timeout=10).text
@@ -180,12 +182,13 @@ class BenchStack(Stack):
             time.sleep(0.5)
         raise RuntimeError(f"{self.name} not ready after {timeout}s:\n{self.logs_tail()}")
 
+    @abc.abstractmethod
     def workers_up(self) -> bool:
-        raise NotImplementedError
+        """Whether every worker of the system serves."""
 
+    @abc.abstractmethod
     def counters(self) -> tuple[float, float]:
         """(requests so far, of which prefilled on a prefill worker)."""
-        raise NotImplementedError
 
 
 class DynServe(BenchStack):
