@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import pytest
 
@@ -185,3 +186,33 @@ def test_unstarted_expiry_and_queue_limit_defaults_and_their_flags():
     off = _config({**values, "router_unstarted_booking_secs": 0.0, "router_queue_limit": 0})
     assert off.unstarted_booking_secs is None and off.max_queued_requests is None
     assert "Dynamo has no such" in _FLAGS["router_unstarted_booking_secs"][1].help
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"x": 1}', "unknown field `x`"),
+        ("[1]", "Expected `object`"),
+        ('{"policy": "always"}', "policy must be one of isl_bounding, prefill_load, isl_or_load"),
+        ('{"eff_isl_threshold": -1}', ">= 0"),
+        ('{"decode_busy_threshold": 0}', "> 0"),
+        ("{" * 10_000, "malformed"),
+    ],
+)
+def test_a_bad_conditional_disagg_config_says_what_to_fix(text, says):
+    from dyn.core.router.config import parse_conditional_disagg
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_conditional_disagg(text)
+
+
+def test_a_conditional_disagg_config_keeps_dynamos_defaults():
+    from dyn.core.router.config import parse_conditional_disagg
+
+    config = parse_conditional_disagg('{"eff_isl_threshold": 512}')
+    assert (config.policy, config.eff_isl_threshold, config.eff_isl_ratio_threshold) == (
+        "isl_bounding",
+        512,
+        0.7,
+    )
+    assert parse_conditional_disagg("  ") is None
