@@ -3,8 +3,9 @@
 Worker side, ``RequestServer``: an ``RpcServer`` (``dyn.core.transport.rpc``) on a ROUTER; every
 received message is ``[identity, kind, payload]``; replies go back to the same identity, one per
 message (``send``) or packed into ``ReplyBatch`` messages (``send_replies``). Client side, ``WorkerClient``: one
-DEALER per worker, one receiver task that unpacks batches and hands each reply to the stream of
-the request it names. A stream ends with ``Finish``; an ``ErrorReply`` for it raises
+DEALER per worker, read by a callback of the event loop (no task: a reply reaches its stream in
+the same loop turn its socket became readable) that unpacks batches and hands each reply to the
+stream of the request it names; sends never wait (the DEALER's queue is unbounded). A stream ends with ``Finish``; an ``ErrorReply`` for it raises
 ``RemoteError`` from the iterator. Leaving the iterator early sends ``CancelRequest``.
 ``generate_batches`` yields, per wakeup, everything that arrived for the request meanwhile, so a
 consumer can handle a forward pass's worth of tokens at once; ``generate`` yields one reply at a
@@ -23,13 +24,14 @@ itself unhealthy until the worker sends anything again.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import time
 from collections.abc import AsyncGenerator, Callable
-from contextlib import aclosing
-from typing import Any, cast
+from contextlib import aclosing, suppress
+from typing import cast
 
 import anyio
 import msgspec
@@ -70,8 +72,9 @@ _MONITORED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_
 _monitor_ids = itertools.count()
 
 
-def watch_events(socket: zmq.asyncio.Socket, events: int) -> zmq.asyncio.Socket:
-    """A PAIR socket receiving ``socket``'s monitor ``events``, which never blocks libzmq.
+def watch_events(socket: zmq.Socket, events: int) -> zmq.asyncio.Socket:
+    """An asyncio PAIR socket receiving ``socket``'s monitor ``events`` (``socket`` belongs to the
+    asyncio context), which never blocks libzmq.
 
     libzmq sends monitor events from its I/O thread with a blocking send: once the monitor's pipe
     is full (its high-water mark, about a thousand events: under two minutes of reconnect retries
@@ -81,7 +84,8 @@ def watch_events(socket: zmq.asyncio.Socket, events: int) -> zmq.asyncio.Socket:
     """
     address = f"inproc://dyn-monitor-{os.getpid()}-{next(_monitor_ids)}"
     socket.monitor(address, events)
-    monitor = plain(configure(socket.context.socket(zmq.PAIR)))  # unbounded, and inproc needs no keys
+    # unbounded, and inproc needs no keys
+    monitor = plain(configure(cast(zmq.asyncio.Socket, socket.context.socket(zmq.PAIR))))
     monitor.connect(address)
     return monitor
 
@@ -176,7 +180,9 @@ class WorkerClient:
         self.first_token_timeout_s = first_token_timeout_s
         self.inter_token_timeout_s = inter_token_timeout_s
         self.on_health = on_health
-        self._socket = configure(async_context().socket(zmq.DEALER))
+        # a plain socket in the asyncio context: read by ``_on_readable``, not by pyzmq's futures,
+        # and its monitor (inproc, same context) is an asyncio socket
+        self._socket: zmq.Socket[bytes] = configure(zmq.Socket(async_context(), zmq.DEALER))
         self._socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         self._streams: dict[str, _ReplyStream] = {}
@@ -194,9 +200,11 @@ class WorkerClient:
         # monitor and connect only once a task reads the monitor: see ``watch_events``
         self._monitor = watch_events(self._socket, _MONITORED)
         self._socket.connect(self.endpoint)
+        self._loop = asyncio.get_running_loop()
+        self._fd = cast(int, self._socket.getsockopt(zmq.FD))
+        self._loop.add_reader(self._fd, self._on_readable)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._receive_loop)
         self._tg.start_soon(self._watch_connection)
         if self.first_token_timeout_s > 0 or self.inter_token_timeout_s > 0:
             self._tg.start_soon(self._watch_silence)
@@ -210,6 +218,7 @@ class WorkerClient:
         try:
             await self._tg.__aexit__(*exc_info)
         finally:  # also when the caller is cancelled: a socket left open would retry forever
+            self._loop.remove_reader(self._fd)
             self._socket.disable_monitor()
             self._monitor.close(linger=0)
             self._socket.close(linger=0)
@@ -279,18 +288,23 @@ class WorkerClient:
                 self._silent = True
                 self._set_health(False, f"silent for {silent} request(s)")
 
-    async def _receive_loop(self) -> None:
-        # One awaited receive, then a bounded non-blocking drain of whatever else is queued: under
-        # load many replies arrive together, and each awaited receive costs a future and a wakeup.
-        drain: zmq.Socket[Any] = zmq.Socket.shadow(self._socket.underlying)
-        while True:
-            self._deliver(await self._socket.recv_multipart(copy=True))
-            for _ in range(_DRAIN_BATCH):
-                try:
-                    frames = drain.recv_multipart(zmq.NOBLOCK, copy=True)
-                except zmq.Again:
-                    break
+    def _on_readable(self) -> None:
+        """Receive what is queued, at most ``_DRAIN_BATCH`` messages per loop turn (the rest in
+        the next turn, after the streams this turn woke). The socket's descriptor only signals
+        that its state may have changed, so reading goes on until nothing is left."""
+        socket = self._socket
+        if socket.closed:
+            return
+        for _ in range(_DRAIN_BATCH):
+            try:
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            try:
                 self._deliver(frames)
+            except Exception:  # a bug here must not stop this worker's replies
+                log.exception("delivering a reply from %s failed", self.endpoint)
+        self._loop.call_soon(self._on_readable)
 
     def _deliver(self, frames: list[bytes]) -> None:
         self.messages_received += 1
@@ -324,8 +338,18 @@ class WorkerClient:
         elif isinstance(reply, ErrorReply):
             log.warning("worker %s: %s: %s", self.endpoint, reply.code, reply.message)
 
-    async def send(self, message: msgspec.Struct) -> None:
-        await self._socket.send_multipart(encode(message))
+    def send(self, message: msgspec.Struct) -> None:
+        """Queue ``message`` for the worker; never waits: the queue is unbounded, and a DEALER
+        that connected keeps it while the connection is down. ``WorkerUnavailable`` when the
+        socket cannot take it."""
+        socket = self._socket
+        try:
+            socket.send_multipart(encode(message), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # closed, or (never expected) a full queue
+            raise WorkerUnavailable(f"cannot send to the worker at {self.endpoint}: {exc}") from None
+        # sending may consume the descriptor's signal of replies that arrived meanwhile
+        if cast(int, socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            self._loop.call_soon(self._on_readable)
 
     async def call(
         self, message: SessionControlRequest | PinPrefixRequest, timeout_s: float = 10.0
@@ -364,7 +388,7 @@ class WorkerClient:
             raise ValueError(f"request id {rid!r} is already in flight on this client")
         stream = self._streams[rid] = _ReplyStream()
         try:
-            await self.send(message)
+            self.send(message)
             with anyio.fail_after(timeout_s):
                 while not stream.items:
                     await stream.ready.wait()
@@ -396,7 +420,7 @@ class WorkerClient:
         stream = self._streams[rid] = _ReplyStream()
         finished = False
         try:
-            await self.send(request)
+            self.send(request)
             while True:
                 await stream.ready.wait()
                 stream.ready = anyio.Event()
@@ -429,8 +453,8 @@ class WorkerClient:
         finally:
             del self._streams[rid]
             if not finished and not self._closed:
-                with anyio.CancelScope(shield=True):
-                    await self.send(CancelRequest(rid))
+                with suppress(WorkerUnavailable):
+                    self.send(CancelRequest(rid))
 
     async def generate(self, request: GenerateRequest) -> AsyncGenerator[TokenChunk | Finish, None]:
         """Send ``request`` and yield its ``TokenChunk`` replies, then its ``Finish``.

@@ -330,7 +330,7 @@ async def test_the_worker_keeps_receiving_while_it_sends_batches():
             async with WorkerClient(server.endpoint) as client:
                 for i in range(300):
                     arrived = anyio.Event()
-                    await client.send(CancelRequest(f"c{i}"))
+                    client.send(CancelRequest(f"c{i}"))
                     with anyio.fail_after(2):
                         await arrived.wait()
                     if i % 3 == 0:

@@ -78,7 +78,7 @@ async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
                 ):
                     got.append(m)
                     if len(got) == 2:
-                        await client.send(CancelRequest("g3"))
+                        client.send(CancelRequest("g3"))
                 assert got[:2] == [TokenChunk("g3", [60]), TokenChunk("g3", [60])]
                 assert got[-1].reason == "cancelled" and got[-1].usage.completion_tokens == 2
                 assert fake.engine.generate_calls[-1]["rid"] in fake.engine.tokenizer_manager.aborts
