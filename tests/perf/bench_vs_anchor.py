@@ -5,7 +5,9 @@ default /tmp/dyn-anchor). For each round and each system it starts the stack (2 
 speedup 100, block size 16, 8192 KV blocks, the given router mode), runs the anchor's ``load.py``
 (streaming, max_tokens 16, ignore_eos so both engines emit exactly 16 tokens) at each
 concurrency, and records req/s, TTFT p50/p99, the frontend's CPU seconds per request
-(utime+stime of the frontend process around the load run) and its peak RSS (VmHWM). Systems
+(utime+stime of the frontend process around the load run), its peak RSS (VmHWM), and the
+mocker workers' CPU seconds per request (summed over the worker processes: issue 21's "the
+mocker's own CPU per request", measured beside Dynamo's mocker). Systems
 alternate inside a round so drift on this shared machine hits both. Prints one JSON object per
 measurement, then a table of medians and dyn/Dynamo ratios.
 
@@ -101,6 +103,10 @@ class Dynamo:
         wait_ready(f"http://127.0.0.1:{self.args.port}", 2)
         return int(Path(self.args.anchor_dir, "logs", "frontend.pid").read_text())
 
+    def workers(self) -> list[int]:
+        logs = Path(self.args.anchor_dir, "logs")
+        return [int(p.read_text()) for p in sorted(logs.glob("mocker*.pid"))]
+
     def stop(self) -> None:
         subprocess.run(
             [str(Path(self.args.anchor_scripts) / "run.sh"), "stop"],
@@ -165,6 +171,13 @@ class Dyn:
         ).stdout.split()
         return int(out[0])
 
+    def workers(self) -> list[int]:
+        assert self.proc is not None
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", "dyn.cli worker"], capture_output=True, text=True
+        ).stdout.split()
+        return [int(p) for p in out]
+
     def stop(self) -> None:
         for proc in (self.proc, self.router):
             if proc is not None and proc.poll() is None:
@@ -223,11 +236,15 @@ def main() -> None:
             try:
                 for c in args.concurrency:
                     pids = family(pid)
+                    workers = system.workers()
                     router = getattr(system, "router", None)
                     cpu0 = sum(map(cpu_seconds, pids))
+                    workers0 = sum(map(cpu_seconds, workers))
                     router0 = cpu_seconds(router.pid) if router is not None else 0.0
                     result = load(args, c)
                     cpu = sum(map(cpu_seconds, pids)) - cpu0
+                    workers_cpu = sum(map(cpu_seconds, workers)) - workers0
+                    ok = max(result["requests_ok"], 1)
                     router_cpu = cpu_seconds(router.pid) - router0 if router is not None else 0.0
                     row = {
                         "system": system.name,
@@ -237,16 +254,24 @@ def main() -> None:
                         "ttft_p50_ms": result["ttft_ms"]["p50"],
                         "ttft_p99_ms": result["ttft_ms"]["p99"],
                         "failed": result["requests_failed"],
-                        "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
+                        "frontend_cpu_ms_per_req": round(1000 * cpu / ok, 3),
                         "frontend_peak_rss_mib": round(sum(map(peak_rss_mib, pids)), 1),
-                        "router_cpu_ms_per_req": round(1000 * router_cpu / max(result["requests_ok"], 1), 3),
+                        "router_cpu_ms_per_req": round(1000 * router_cpu / ok, 3),
+                        "workers_cpu_ms_per_req": round(1000 * workers_cpu / ok, 3),
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
                 system.stop()
     print()
-    keys = ("req_per_s", "ttft_p50_ms", "ttft_p99_ms", "frontend_cpu_ms_per_req", "frontend_peak_rss_mib")
+    keys = (
+        "req_per_s",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "frontend_cpu_ms_per_req",
+        "frontend_peak_rss_mib",
+        "workers_cpu_ms_per_req",
+    )
     names = [system.name for system in systems[1:]]
     print(
         "| concurrency | metric | Dynamo 1.6.1 | " + " | ".join(f"{n} | {n} / Dynamo" for n in names) + " |"
