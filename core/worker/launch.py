@@ -104,9 +104,9 @@ def load_model(plugin: EnginePlugin, model_path: str | None, model_name: str | N
 
 
 def serve(plugin: EnginePlugin, config: Any, settings: WorkerSettings, **kwargs: Any) -> None:
-    """Run ``build_hosts(plugin, config, settings, **kwargs)`` until SIGINT or SIGTERM."""
-    import anyio
-
+    """Run ``build_hosts(plugin, config, settings, **kwargs)`` until SIGINT or SIGTERM, on
+    uvloop as every dyn service."""
+    from dyn.core.service import run_service
     from dyn.core.worker.runner import run_hosts
 
-    anyio.run(run_hosts, build_hosts(plugin, config, settings, **kwargs))
+    run_service(run_hosts, build_hosts(plugin, config, settings, **kwargs))
