@@ -110,6 +110,23 @@ class Engine(Protocol):
     # (FEATURE_EMBED).
 
 
+ReplySink = Callable[["TokenChunk | Finish | EngineError"], None]
+"""Where a pushing engine puts one request's outputs: ``TokenChunk``s, then one ``Finish`` or
+``EngineError``."""
+
+
+@runtime_checkable
+class PushingEngine(Protocol):
+    """An engine that can hand a request's outputs to a callback from its own loop as its steps
+    produce them, instead of through an iterator read by a task per request (a token then costs
+    no task switch). The worker host uses ``start`` instead of ``generate`` when it is offered."""
+
+    async def start(self, request: GenerateRequest, emit: ReplySink) -> None:
+        """Admit ``request``, or raise ``EngineError`` (nothing is emitted then). Its outputs
+        then go to ``emit``, called from the engine's loop and never after the terminal one;
+        ``abort`` ends it with ``Finish(reason="cancelled")``."""
+
+
 class StreamingSessions(Protocol):
     """The calls of an engine that lists ``FEATURE_STREAMING_SESSIONS`` in ``info.features``."""
 

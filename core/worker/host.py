@@ -16,10 +16,12 @@ Contract:
 - The worker is registered in discovery only once its sockets are bound and the engine is ready,
   and is deregistered first on shutdown, so routers stop sending before requests are cut off.
 - Load metrics go out every ``metrics_interval_s`` when they changed, and at least every second.
-- Replies are batched per client: stream tasks queue each engine output in their client's outbox
-  and one flusher task sends each outbox as one message (a ``ReplyBatch``, or the plain kind for
-  a lone reply) once every stream woken by the same engine pass has queued its output. A
-  request's replies keep their order; its ``Finish`` never overtakes its chunks.
+- Replies are batched per client: each engine output is queued in its client's outbox and one
+  flusher task sends each outbox as one message (a ``ReplyBatch``, or the plain kind for a lone
+  reply) once the engine pass that produced it has queued all its outputs. An engine's outputs
+  are read by a task per request from ``generate``, or, from a ``PushingEngine`` (the mocker),
+  handed to a callback by the engine's own loop (``start``). A request's replies keep their
+  order; its ``Finish`` never overtakes its chunks.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from dyn.core.engine import (
     Engine,
     EngineError,
     PrefixPinning,
+    PushingEngine,
     StreamingSessions,
 )
 from dyn.core.messages import (
@@ -99,6 +102,8 @@ class WorkerHost:
         self._inflight: dict[str, bytes] = {}
         self._idle = anyio.Event()
         self._idle.set()
+        self._pushes = isinstance(engine, PushingEngine)
+        """The engine hands outputs to ``_start``'s callback, not through an iterator per request."""
         self._outbox: dict[bytes, list[TokenChunk | Finish | ErrorReply]] = {}
         self._flush_wanted = anyio.Event()
         self.messages_sent = 0
@@ -215,9 +220,11 @@ class WorkerHost:
     async def _flush_replies(self) -> None:
         while True:
             await self._flush_wanted.wait()
-            # The first reply of a pass woke us: yield once, so that every stream task the same
-            # pass woke queues its output first, and their replies go out together.
-            await anyio.lowlevel.checkpoint()
+            if not self._pushes:
+                # The first reply of a pass woke us: yield once, so that every stream task the
+                # same pass woke queues its output first, and their replies go out together (a
+                # pushing engine queued its whole pass before we woke).
+                await anyio.lowlevel.checkpoint()
             self._flush_wanted = anyio.Event()
             self._flush()
 
@@ -258,7 +265,10 @@ class WorkerHost:
             return
         self._inflight[rid] = identity
         self._idle = anyio.Event()
-        tg.start_soon(self._stream, identity, request)
+        if self._pushes:
+            tg.start_soon(self._start, identity, request)
+        else:
+            tg.start_soon(self._stream, identity, request)
 
     async def _on_cancel(self, identity: bytes, cancel: CancelRequest) -> None:
         if self._inflight.get(cancel.request_id) == identity:
@@ -268,6 +278,46 @@ class WorkerHost:
                 cancel.request_id,
                 "aborted" if aborted else "already finished",
             )
+
+    async def _start(self, identity: bytes, request: GenerateRequest) -> None:
+        """Admit ``request`` in a ``PushingEngine``, whose outputs then go straight to the reply
+        queue from the engine's loop."""
+        rid = request.request_id
+        reply = self._reply
+
+        def emit(out: TokenChunk | Finish | EngineError) -> None:
+            if isinstance(out, TokenChunk):
+                reply(identity, out)
+                return
+            if isinstance(out, Finish):
+                reply(identity, self._named_source(out))
+            else:
+                reply(identity, ErrorReply(rid, out.code, str(out)))
+            self._ended(rid)
+
+        try:
+            await cast(PushingEngine, self.engine).start(request, emit)
+        except EngineError as exc:
+            reply(identity, ErrorReply(rid, exc.code, str(exc)))
+            self._ended(rid)
+        except Exception as exc:  # an engine bug must not take the worker down
+            log.exception("engine failed to start request %s", rid)
+            reply(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
+            self._ended(rid)
+
+    def _named_source(self, finish: Finish) -> Finish:
+        """``finish`` with this worker's instance id in its KV transfer descriptor, which the
+        engine does not know."""
+        transfer = finish.kv_transfer
+        if transfer is None or transfer.source_instance_id:
+            return finish
+        transfer = msgspec.structs.replace(transfer, source_instance_id=self.instance_id)
+        return msgspec.structs.replace(finish, kv_transfer=transfer)
+
+    def _ended(self, rid: str) -> None:
+        self._inflight.pop(rid, None)
+        if not self._inflight:
+            self._idle.set()
 
     async def _stream(self, identity: bytes, request: GenerateRequest) -> None:
         rid = request.request_id
@@ -279,12 +329,7 @@ class WorkerHost:
                     if cls is TokenChunk:
                         reply(identity, out)
                     elif cls is Finish:
-                        transfer = cast(Finish, out).kv_transfer
-                        if transfer is not None and not transfer.source_instance_id:
-                            # the engine does not know its instance id; the descriptor must name it
-                            transfer = msgspec.structs.replace(transfer, source_instance_id=self.instance_id)
-                            out = msgspec.structs.replace(cast(Finish, out), kv_transfer=transfer)
-                        reply(identity, out)
+                        reply(identity, self._named_source(cast(Finish, out)))
                         return
                     else:  # caught here, it cannot spoil the batch it would have gone out in
                         raise TypeError(f"the engine yielded a {cls.__name__}, not a TokenChunk or Finish")
@@ -295,9 +340,7 @@ class WorkerHost:
             log.exception("engine failed on request %s", rid)
             reply(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
         finally:
-            self._inflight.pop(rid, None)
-            if not self._inflight:
-                self._idle.set()
+            self._ended(rid)
 
     async def _control(
         self, identity: bytes, call: SessionControlRequest | PinPrefixRequest | EmbedRequest

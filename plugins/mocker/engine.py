@@ -29,8 +29,13 @@ not the prompt's length are refused (``bad_request``).
 
 What a request's tokens are (random, a constraint's grammar, a scripted reply, a tool call) is
 chosen by ``answers.Answers`` before the request is queued. ``GenerateRequest.logprobs`` and
-``prompt_logprobs`` are answered with synthetic values (``logprobs``) computed in the request's
-own stream, never in the pass loop, and never from the sampling RNG.
+``prompt_logprobs`` are answered with synthetic values (``logprobs``), never from the sampling
+RNG: a pass's chunks get theirs as they are emitted; large prompt logprobs are computed in a
+worker thread before the ``Finish`` goes out.
+
+The engine is a ``PushingEngine``: the pass loop hands each request's chunks and ``Finish`` to
+the callback ``start`` was given (the worker host's reply queue), so a token costs no task
+switch; ``generate`` is the same through an iterator.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from dyn.core.engine import (
     EngineError,
     EngineInfo,
     KvEventSink,
+    ReplySink,
 )
 from dyn.core.messages import (
     DisaggregationMode,
@@ -80,7 +86,7 @@ log = logging.getLogger(__name__)
 REAP_INTERVAL_S = 0.5
 STALL_RETRY_S = 0.5
 PROMPT_LOGPROBS_INLINE = 2048
-"""Prompt positions x (alternatives + 1) computed in the event loop; more go to a worker thread."""
+"""Prompt positions x (alternatives + 1) computed in the pass loop; more go to a worker thread."""
 
 
 def request_seed(request: GenerateRequest) -> int:
@@ -91,30 +97,53 @@ def request_seed(request: GenerateRequest) -> int:
 
 
 class _Stream:
-    """Output of one request waiting to be read by its ``generate`` iterator."""
+    """One admitted request: where its outputs go (``emit``) and the clock readings of its
+    ``EngineTiming``. Logprobs, when asked for, are computed as its tokens are emitted."""
 
     __slots__ = (
         "sim",
-        "tokens",
-        "finish",
-        "ready",
+        "request",
+        "emit",
+        "seed",
         "received",
         "scheduled",
         "first_token",
         "position",
-        "error",
     )
 
-    def __init__(self, sim: SimRequest, received: float) -> None:
+    def __init__(
+        self, sim: SimRequest, request: GenerateRequest, emit: ReplySink, seed: int, received: float
+    ) -> None:
         self.sim = sim
+        self.request = request
+        self.emit = emit
+        self.seed = seed
         self.position = 0
-        self.error = ""
-        self.tokens: list[int] = []
-        self.finish: Finish | None = None
-        self.ready = anyio.Event()
         self.received = received
         self.scheduled: float | None = None
         self.first_token: float | None = None
+
+
+class _Inbox:
+    """The outputs of one ``generate`` call, waiting for its iterator."""
+
+    __slots__ = ("items", "ready")
+
+    def __init__(self) -> None:
+        self.items: list[TokenChunk | Finish | EngineError] = []
+        self.ready = anyio.Event()
+
+    def put(self, item: TokenChunk | Finish | EngineError) -> None:
+        self.items.append(item)
+        if len(self.items) == 1:
+            self.ready.set()
+
+    async def take(self) -> list[TokenChunk | Finish | EngineError]:
+        while not self.items:
+            await self.ready.wait()
+            self.ready = anyio.Event()
+        items, self.items = self.items, []
+        return items
 
 
 class MockerEngine:
@@ -155,6 +184,7 @@ class MockerEngine:
             ),
         )
         self._streams: dict[str, _Stream] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
         self._wake = anyio.Event()
         self.passes = 0
         features = []
@@ -188,6 +218,7 @@ class MockerEngine:
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """Run passes while there is work; idle without spinning. Runs until cancelled."""
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             if self._scheduler.sessions is not None:
                 tg.start_soon(self._reap_sessions, self._scheduler.sessions)
             task_status.started()
@@ -238,49 +269,106 @@ class MockerEngine:
         return min(STALL_RETRY_S, max(0.0, due - time.monotonic()))
 
     def _deliver(self, result) -> None:
+        """Emit a pass's tokens (one chunk per request), then the requests it finished."""
         now = time.monotonic()
         streams = self._streams
-        touched = set()
+        tokens: dict[str, list[int]] = {}
         for rid, token in result.tokens:
+            got = tokens.get(rid)
+            if got is None:
+                tokens[rid] = [token]
+            else:
+                got.append(token)
+        vocab = self.model.vocab_size
+        for rid, ids in tokens.items():
             stream = streams.get(rid)
-            if stream is not None and stream.finish is None:  # finish set: aborted during the pass
-                if stream.first_token is None:
-                    stream.first_token = now
-                stream.tokens.append(token)
-                touched.add(rid)
+            if stream is None:  # aborted during the pass
+                continue
+            if stream.first_token is None:
+                stream.first_token = now
+            top = stream.request.logprobs
+            if top is None:
+                stream.emit(TokenChunk(rid, ids))
+            else:
+                values = logprobs.output_logprobs(stream.seed, stream.position, ids, top, vocab)
+                stream.position += len(ids)
+                stream.emit(TokenChunk(rid, ids, values))
         for fin in result.finished:
-            stream = streams.get(fin.request_id)
-            if stream is None or stream.finish is not None:
+            stream = streams.pop(fin.request_id, None)
+            if stream is None:
                 continue
             if fin.error:
                 log.warning("request %s failed in the grammar engine: %s", fin.request_id, fin.error)
-                stream.error = fin.error
-            stream.finish = Finish(
+                stream.emit(EngineError(f"the grammar engine failed: {fin.error}"))
+                continue
+            finish = Finish(
                 request_id=fin.request_id,
                 reason=fin.reason,
                 usage=Usage(fin.prompt_tokens, fin.completion_tokens, fin.cached_tokens),
                 timing=_timing(stream, now),
                 stop_token_id=fin.stop_token_id,
             )
-            touched.add(fin.request_id)
-        for rid in touched:
-            streams[rid].ready.set()
+            request = stream.request
+            transfer = request.kv_transfer
+            if transfer is not None and transfer.phase == "prefill":
+                finish.kv_transfer = self._descriptor(request, finish)
+            if request.prompt_logprobs is None:
+                stream.emit(finish)
+            elif _prompt_logprobs_inline(request):
+                finish.prompt_logprobs = logprobs.prompt_logprobs(*_prompt_logprobs_args(stream, vocab))
+                stream.emit(finish)
+            else:
+                assert self._tg is not None  # passes run inside ``run``
+                self._tg.start_soon(self._finish_with_prompt_logprobs, stream, finish)
         if result.events and self._sink is not None:
             self._sink(result.events, self.dp_rank)
+
+    async def _finish_with_prompt_logprobs(self, stream: _Stream, finish: Finish) -> None:
+        args = _prompt_logprobs_args(stream, self.model.vocab_size)
+        finish.prompt_logprobs = await anyio.to_thread.run_sync(logprobs.prompt_logprobs, *args)
+        stream.emit(finish)
 
     # ------------------------------------------------------------------ Engine protocol
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+        self._check_generates()
+        async for out in self._generate(request):
+            yield out
+
+    async def start(self, request: GenerateRequest, emit: ReplySink) -> None:
+        """``PushingEngine.start``: outputs go to ``emit`` from the pass loop (see ``_deliver``)."""
+        self._check_generates()
+        await self._start(request, emit)
+
+    def _check_generates(self) -> None:
         if self._embed_size:
             raise EngineError(
                 f"model {self.model.name} is served by a pooling worker (--runner pooling): it embeds "
                 "(/v1/embeddings) and does not generate; start a worker without --runner pooling",
                 code="unsupported",
             )
-        async for out in self._generate(request):
-            yield out
 
     async def _generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | Finish]:
+        inbox = _Inbox()
+        await self._start(request, inbox.put)
+        rid = request.request_id
+        ended = False
+        try:
+            while True:
+                for item in await inbox.take():
+                    if isinstance(item, EngineError):
+                        ended = True
+                        raise item
+                    if type(item) is Finish:
+                        ended = True
+                        yield item
+                        return
+                    yield item
+        finally:
+            if not ended and self._streams.pop(rid, None) is not None and self._scheduler.abort(rid):
+                self._wake.set()
+
+    async def _start(self, request: GenerateRequest, emit: ReplySink) -> None:
         rid = request.request_id
         if rid in self._streams:
             raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
@@ -316,35 +404,8 @@ class MockerEngine:
             self._scheduler.add(sim)
         except ValueError as exc:
             raise EngineError(str(exc), code="bad_request") from None
-        stream = self._streams[rid] = _Stream(sim, time.monotonic())
+        self._streams[rid] = _Stream(sim, request, emit, seed, time.monotonic())
         self._wake.set()
-        top = request.logprobs
-        vocab = self.model.vocab_size
-        try:
-            while True:
-                await stream.ready.wait()
-                stream.ready = anyio.Event()
-                if stream.tokens:
-                    tokens, stream.tokens = stream.tokens, []
-                    if top is None:
-                        yield TokenChunk(rid, tokens)
-                    else:
-                        values = logprobs.output_logprobs(seed, stream.position, tokens, top, vocab)
-                        stream.position += len(tokens)
-                        yield TokenChunk(rid, tokens, values)
-                if stream.finish is not None:
-                    if stream.error:  # the client gets the reason, not a bare "error" finish
-                        raise EngineError(f"the grammar engine failed: {stream.error}")
-                    if request.prompt_logprobs is not None:
-                        stream.finish.prompt_logprobs = await _prompt_logprobs(request, seed, vocab)
-                    if transfer is not None and transfer.phase == "prefill":
-                        stream.finish.kv_transfer = self._descriptor(request, stream.finish)
-                    yield stream.finish
-                    return
-        finally:
-            if stream.finish is None and self._scheduler.abort(rid):
-                self._wake.set()
-            del self._streams[rid]
 
     def _disaggregated(self, request: GenerateRequest, transfer: KvTransfer) -> GenerateRequest:
         """Check a phase of a disaggregated request against this worker's role; a prefill
@@ -385,18 +446,18 @@ class MockerEngine:
 
     async def abort(self, request_id: str) -> bool:
         stream = self._streams.get(request_id)
-        if stream is None or stream.finish is not None:
+        if stream is None or not self._scheduler.abort(request_id):
             return False
-        if not self._scheduler.abort(request_id):
-            return False
+        del self._streams[request_id]
         sim = stream.sim
-        stream.finish = Finish(
-            request_id=request_id,
-            reason="cancelled",
-            usage=Usage(sim.prompt_len, sim.num_output, sim.cached_tokens),
-            timing=_timing(stream, time.monotonic()),
+        stream.emit(
+            Finish(
+                request_id=request_id,
+                reason="cancelled",
+                usage=Usage(sim.prompt_len, sim.num_output, sim.cached_tokens),
+                timing=_timing(stream, time.monotonic()),
+            )
         )
-        stream.ready.set()
         self._wake.set()  # its blocks are free: a stalled pass may fit now
         return True
 
@@ -483,11 +544,14 @@ class MockerEngine:
         return self._scheduler.kv.pin_prefix(token_ids, ttl_s)
 
 
-async def _prompt_logprobs(request: GenerateRequest, seed: int, vocab: int):
-    args = (seed, request.token_ids, request.prompt_logprobs, vocab)
-    if len(request.token_ids) * (1 + (request.prompt_logprobs or 0)) <= PROMPT_LOGPROBS_INLINE:
-        return logprobs.prompt_logprobs(*args)
-    return await anyio.to_thread.run_sync(logprobs.prompt_logprobs, *args)
+def _prompt_logprobs_inline(request: GenerateRequest) -> bool:
+    """Whether ``request``'s prompt logprobs are cheap enough to compute in the pass loop."""
+    return len(request.token_ids) * (1 + (request.prompt_logprobs or 0)) <= PROMPT_LOGPROBS_INLINE
+
+
+def _prompt_logprobs_args(stream: _Stream, vocab: int) -> tuple:
+    request = stream.request
+    return (stream.seed, request.token_ids, request.prompt_logprobs, vocab)
 
 
 def answers_for(config: MockerConfig, model: ModelInfo, tool_call_parser: str | None) -> Answers:
