@@ -374,8 +374,10 @@ class Generation:
 
     # ----------------------------------------------------------------- streaming
 
-    async def stream(self, emit: Emit) -> None:
-        """Send the whole SSE body through ``emit``, ending with ``data: [DONE]``."""
+    async def stream(self, emit: Emit) -> bytes:
+        """Send the SSE body through ``emit`` up to its end, which is returned for the caller to
+        send as the response's last part: the last choice's final event, the usage, ``data:
+        [DONE]`` (one write where there would be three)."""
         enc = StreamEncoder(self.response_id, self.ctx.created, self.service.model_name, self.chat)
         lock = anyio.Lock() if len(self.choices) > 1 else None
 
@@ -403,7 +405,8 @@ class Generation:
         fields = self.nvext.extra_fields if self.nvext is not None else None
         wanted = set(self.nvext.annotations or ()) if self.nvext is not None else set()
 
-        async def run(choice: _Choice) -> None:
+        async def run(choice: _Choice) -> bytes:
+            """Stream ``choice`` and return its final event."""
             first = enc.role(choice.index, self.role) if self.chat else b""
             if self.echo_texts is not None:
                 first += enc.text(choice.index, self.echo_texts[choice.index])
@@ -442,24 +445,31 @@ class Generation:
                         choice.route, prompt_tokens, completion or choice.tokens, choice.last_chunk, cached
                     ),
                 )
-            await send(last)
+            return last
+
+        async def run_and_send(choice: _Choice) -> None:
+            await send(await run(choice))
 
         ok = False
+        tail = b""
         try:
             if wanted:
                 await send(self._annotations(wanted))
-            await self._run_all(run)
+            if len(self.choices) == 1:
+                tail = await run(self.choices[0])
+            else:
+                await self._run_all(run_and_send)
             opts = self.req.stream_options
             if opts is not None and opts.include_usage:
-                await send(enc.usage(self._usage()))
+                tail += enc.usage(self._usage())
             ok = True
         except (ApiError, RemoteError, WorkerUnavailable) as exc:
-            await send(error_event(_as_api_error(exc).body()))
+            tail = error_event(_as_api_error(exc).body())
         finally:
             self.service.observe(self, ok, stream=True)
         if ok:
             self._after()
-        await send(DONE)
+        return tail + DONE
 
     def _annotations(self, wanted: set[str]) -> bytes:
         """The events the request asked for that are known before generation."""

@@ -109,14 +109,13 @@ async def _stream(gen: Generation, call: Call, extra: Headers) -> None:
     send = call.send
     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + extra})
 
-    async def emit(data: bytes) -> None:
+    async def emit(data: bytes, more: bool = True) -> None:
         try:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": data, "more_body": more})
         except OSError:
             raise Disconnected() from None
 
-    await gen.stream(emit)
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await emit(await gen.stream(emit), more=False)
 
 
 async def until_disconnect(service: OpenAIService, work: Coroutine[Any, Any, None], receive: Any) -> None:
