@@ -99,7 +99,7 @@ def bench(
         min=1,
         panel=WORKLOAD,
         help="Tokens per block of the synthetic workloads' block model (match the "
-        "server's KV block size for a meaningful --dry-run hit rate).",
+        "server's KV block size for a meaningful --dry-run hit rate and history cached ratio).",
     ),
     system_tokens: int = flag(
         1024,

@@ -1,7 +1,7 @@
 """``dyn bench compare A.json B.json``: the change from run A to run B, metric by metric.
 
 ``compare_rows`` lists ``(metric, a, b, delta, relative)`` for throughput, latency percentiles,
-the cached-token ratio, duplicate prefills and failures; ``relative`` is ``(b - a) / a`` (None
+the cached-token and history cached ratios, duplicate prefills and failures; ``relative`` is ``(b - a) / a`` (None
 when ``a`` is 0 or a value is missing). ``better`` says which direction is an improvement.
 """
 
@@ -14,7 +14,8 @@ from rich.table import Table
 from dyn.core.bench.metrics import Summary
 from dyn.core.bench.report import BenchResult
 
-HIGHER_IS_BETTER = {"request_throughput", "output_throughput", "cached_token_ratio"}
+RATIOS = {"cached_token_ratio", "history_cached_ratio"}
+HIGHER_IS_BETTER = {"request_throughput", "output_throughput", *RATIOS}
 
 
 def _metrics(summary: Summary) -> dict[str, float | None]:
@@ -27,6 +28,7 @@ def _metrics(summary: Summary) -> dict[str, float | None]:
         for q in ("mean", "p50", "p90", "p99"):
             out[f"{name[:-2]}_{q}_ms"] = None if getattr(dist, q) is None else getattr(dist, q) * 1000
     out["cached_token_ratio"] = summary.cached_token_ratio
+    out["history_cached_ratio"] = summary.history_cached_ratio
     out["duplicate_prefills"] = (
         None if summary.duplicate_prefills is None else float(summary.duplicate_prefills)
     )
@@ -53,7 +55,7 @@ def compare_rows(a: BenchResult, b: BenchResult) -> list[dict[str, Any]]:
 def _fmt(value: float | None, name: str) -> str:
     if value is None:
         return "-"
-    if name == "cached_token_ratio":
+    if name in RATIOS:
         return f"{value:.1%}"
     return f"{value:.2f}"
 
@@ -67,7 +69,7 @@ def compare_table(rows: list[dict[str, Any]], a_name: str, b_name: str) -> Table
         delta = row["delta"]
         if delta is None:
             delta_text = "-"
-        elif name == "cached_token_ratio":
+        elif name in RATIOS:
             delta_text = f"{delta * 100:+.1f} pt"
         else:
             delta_text = f"{delta:+.2f}"

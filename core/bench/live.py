@@ -120,7 +120,7 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
         api_key=settings.api_key,
     )
     outcome = _run_with_progress(workload, settings.url, settings, options, console)
-    summary = summarize(outcome.records, grouped=workload.grouped)
+    summary = summarize(outcome.records, grouped=workload.grouped, block_size=workload.block_size)
     config = {
         **dataclasses.asdict(settings.load),
         "url": settings.url,

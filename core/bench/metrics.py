@@ -14,6 +14,14 @@ records of a run into a ``Summary``:
   tokens / duration), where duration runs from the first request's start to the last one's end.
 - ``cached_token_ratio``: cached prompt tokens / prompt tokens over requests whose usage reported
   both (``usage.prompt_tokens_details.cached_tokens``).
+- ``history_cached_ratio`` (with a block size, for workloads whose conversations have several
+  requests): of each request's previous conversation, the share served from cache. For each
+  pair of consecutive requests of a conversation, ``history`` is the full KV blocks of the
+  earlier one's prompt and output (``(prompt + output) // block * block`` tokens: what a worker
+  can hold of it); the ratio is ``sum(min(later's cached tokens, history)) / sum(history)``. A
+  turn routed away from the worker holding its conversation, or whose history is tokenized
+  differently the second time, lowers it. ``history_moves``: pairs whose two requests ran on
+  different workers (None without worker ids).
 - ``workers``: requests per worker (from ``nvext.worker_id``) and the spread (max/min share).
 - ``duplicate_prefills``: for workloads whose requests come in groups sharing a prefix (parallel
   sampling), the number of extra workers a group's shared prefix was prefilled on:
@@ -112,6 +120,8 @@ class Summary(msgspec.Struct, kw_only=True):
     tool_calls: int = 0
     invalid_tool_calls: int = 0
     tool_rounds: int = 0
+    history_cached_ratio: float | None = None
+    history_moves: int | None = None
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -164,8 +174,36 @@ def duplicate_prefills(records: Sequence[RequestRecord]) -> int | None:
     return sum(len(w) - 1 for w in workers.values())
 
 
-def summarize(records: Sequence[RequestRecord], *, grouped: bool = False) -> Summary:
-    """The run's summary; ``grouped`` reports duplicate prefills (groups share a prefix)."""
+def history_cached(records: Sequence[RequestRecord], block_size: int) -> tuple[float | None, int | None]:
+    """``(history_cached_ratio, history_moves)`` of successful ``records`` (see the module
+    docstring); ``(None, None)`` when no conversation has two requests with usage."""
+    by_conversation: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        if r.error is None and r.prompt_tokens is not None and r.cached_tokens is not None:
+            by_conversation[r.conversation].append(r)
+    served = history = moves = 0
+    workers_known = True
+    for turns in by_conversation.values():
+        turns.sort(key=lambda r: (r.turn, r.tool_round, r.start_s))
+        for before, after in zip(turns, turns[1:], strict=False):
+            full = (before.prompt_tokens or 0) + before.output_tokens
+            full -= full % block_size
+            history += full
+            served += min(after.cached_tokens or 0, full)
+            if before.worker is None or after.worker is None:
+                workers_known = False
+            elif before.worker != after.worker:
+                moves += 1
+    if not history:
+        return None, None
+    return served / history, moves if workers_known else None
+
+
+def summarize(
+    records: Sequence[RequestRecord], *, grouped: bool = False, block_size: int | None = None
+) -> Summary:
+    """The run's summary; ``grouped`` reports duplicate prefills (groups share a prefix);
+    ``block_size`` the history cached ratio."""
     ok = [r for r in records if r.error is None]
     if records:
         duration = max(r.end_s for r in records) - min(r.start_s for r in records)
@@ -175,6 +213,7 @@ def summarize(records: Sequence[RequestRecord], *, grouped: bool = False) -> Sum
     with_usage = [r for r in ok if r.prompt_tokens is not None and r.cached_tokens is not None]
     prompt_tokens = sum(r.prompt_tokens or 0 for r in with_usage)
     cached_tokens = sum(r.cached_tokens or 0 for r in with_usage)
+    history_ratio, moves = history_cached(ok, block_size) if block_size else (None, None)
     return Summary(
         requests=len(records),
         succeeded=len(ok),
@@ -198,6 +237,8 @@ def summarize(records: Sequence[RequestRecord], *, grouped: bool = False) -> Sum
         tool_calls=sum(r.tool_calls for r in records),
         invalid_tool_calls=sum(r.invalid_tool_calls for r in records),
         tool_rounds=sum(1 for r in records if r.tool_round > 0),
+        history_cached_ratio=history_ratio,
+        history_moves=moves,
     )
 
 

@@ -102,6 +102,10 @@ def totals_table(summary: Summary) -> Table:
         ("prompt / cached tokens", f"{summary.prompt_tokens} / {summary.cached_tokens}"),
         ("cached-token ratio", "-" if ratio is None else f"{ratio:.1%}"),
     ]
+    if summary.history_cached_ratio is not None:
+        moves = summary.history_moves
+        moved = "" if moves is None else f" ({moves} turn(s) on another worker)"
+        rows.append(("history cached ratio", f"{summary.history_cached_ratio:.1%}{moved}"))
     if summary.duplicate_prefills is not None:
         rows.append(("duplicate prefills", str(summary.duplicate_prefills)))
     spread = summary.workers

@@ -104,6 +104,8 @@ def test_multi_turn_agents_with_sessions_priorities_and_speculative_prefill(kv_s
     s = result["summary"]
     assert s["succeeded"] == 2 * (3 + 2) and s["failed"] == 0
     assert s["cached_token_ratio"] > 0.3  # growing histories hit the cache turn after turn
+    # each turn finds most of the conversation before it cached (KV routing, sessions)
+    assert s["history_cached_ratio"] > 0.5 and isinstance(s["history_moves"], int)
     assert {c.split("/")[0] for c in s["ttft_by_class"]} == {"lead", "subagent"}
     turns = sorted((r["conversation"], r["turn"]) for r in result["requests"])
     assert ("agent0-sub0", 1) in turns and ("agent1-lead", 2) in turns

@@ -128,3 +128,27 @@ def test_tool_calls_rounds_and_invalid_arguments_are_counted():
     assert s.ttft_by_class["lead/normal/tool-round"].count == 2
     plain = summarize([rec("a", "g", 0.0, 1.0, ttft=0.1, out=1)])
     assert (plain.tool_calls, plain.tool_rounds, plain.invalid_tool_calls) == (0, 0, 0)
+
+
+def test_history_cached_ratio_counts_what_each_turn_got_of_the_previous_conversation():
+    def turn(conv, t, prompt, cached, worker, error=None):
+        r = rec(conv, conv, float(t), t + 0.5, ttft=0.1, out=20, prompt=prompt, cached=cached, worker=worker)
+        r.turn, r.error = t, error
+        return r
+
+    records = [
+        turn("a", 2, 200, 96, "w2"),  # moved: got 96 of the 160 full-block tokens of turn 1
+        turn("a", 0, 100, 0, "w1"),
+        turn("a", 1, 150, 112, "w1"),  # 100 + 20 -> 112 tokens in full blocks, all cached
+        turn("b", 0, 300, 0, "w1"),  # a conversation of one request has no history
+        turn("c", 0, 64, 0, "w1", error="timeout"),
+        turn("c", 1, 100, 64, "w1"),  # its predecessor failed: no pair
+    ]
+    s = summarize(records, block_size=16)
+    assert s.history_cached_ratio == pytest.approx((112 + 96) / (112 + 160))
+    assert s.history_moves == 1
+    assert summarize(records).history_cached_ratio is None  # no block size, no ratio
+    single = summarize([turn("x", 0, 100, 0, "w1")], block_size=16)
+    assert (single.history_cached_ratio, single.history_moves) == (None, None)
+    unknown = [turn("y", 0, 100, 0, None), turn("y", 1, 150, 112, None)]
+    assert summarize(unknown, block_size=16).history_moves is None

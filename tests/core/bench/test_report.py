@@ -87,6 +87,7 @@ def test_compare_computes_deltas_and_direction():
     assert cached["delta"] == pytest.approx(0.25) and cached["better"]
     dup = rows["duplicate_prefills"]
     assert (dup["a"], dup["b"], dup["better"]) == (2.0, 0.0, True)
+    assert rows["history_cached_ratio"]["delta"] is None  # single-request conversations: no history
     assert rows["request_throughput"]["delta"] == 0 and rows["request_throughput"]["better"] is None
     assert rows["queue_p50_ms"]["a"] is None and rows["queue_p50_ms"]["delta"] is None
     console = Console(record=True, width=120)
