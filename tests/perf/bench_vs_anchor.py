@@ -4,8 +4,8 @@ Not a test. Needs the anchor installed (``../shared/anchor/install.sh``, venv in
 default /tmp/dyn-anchor). For each round and each system it starts the stack (2 mocker workers,
 speedup 100, block size 16, 8192 KV blocks, the given router mode), runs the anchor's ``load.py``
 (streaming, max_tokens 16, ignore_eos so both engines emit exactly 16 tokens) at each
-concurrency, and records req/s, TTFT p50/p99, end-to-end and inter-token latency p50 (the load
-generator's, between content events), the frontend's CPU seconds per request
+concurrency, and records req/s, TTFT p50/p99, end-to-end latency p50, the frontend's CPU seconds
+per request
 (utime+stime of the frontend process around the load run), its peak RSS (VmHWM), and the
 mocker workers' CPU seconds per request (summed over the worker processes: issue 21's "the
 mocker's own CPU per request", measured beside Dynamo's mocker). Systems
@@ -255,7 +255,6 @@ def main() -> None:
                         "ttft_p50_ms": result["ttft_ms"]["p50"],
                         "ttft_p99_ms": result["ttft_ms"]["p99"],
                         "e2e_p50_ms": result["e2e_ms"]["p50"],
-                        "itl_p50_ms": result["itl_ms"]["p50"],
                         "failed": result["requests_failed"],
                         "frontend_cpu_ms_per_req": round(1000 * cpu / ok, 3),
                         "frontend_peak_rss_mib": round(sum(map(peak_rss_mib, pids)), 1),
@@ -272,7 +271,6 @@ def main() -> None:
         "ttft_p50_ms",
         "ttft_p99_ms",
         "e2e_p50_ms",
-        "itl_p50_ms",
         "frontend_cpu_ms_per_req",
         "frontend_peak_rss_mib",
         "workers_cpu_ms_per_req",
