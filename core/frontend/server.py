@@ -2,7 +2,8 @@
 
 ``run_frontend(settings)`` blocks until SIGINT/SIGTERM. The HTTP server is uvicorn with uvloop
 and httptools (chosen by measurement, see docs/benchmarks.md) hosting the ASGI app in this
-process's event loop, next to the worker pool's ZMQ sockets. When it accepts connections it
+process's event loop, next to the worker pool's ZMQ sockets; free heap memory goes back to the
+system every few seconds (``dyn.core.memory``). When it accepts connections it
 prints ``dyn frontend listening on http://HOST:PORT`` on stdout (``dyn serve`` and tests read
 the port from it when ``http_port`` is 0).
 """
@@ -31,6 +32,7 @@ from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.service import OpenAIService, OutputSettings
 from dyn.core.frontend.tls import TlsSettings
 from dyn.core.logs import status
+from dyn.core.memory import trim_periodically
 from dyn.core.model.info import ModelError, ModelInfo, load_model_info
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import ParserUnavailable, UnknownParserError, load_plugin
@@ -312,6 +314,7 @@ async def serve_frontend(settings: FrontendSettings) -> None:
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         await tg.start(app.models.run)
+        tg.start_soon(trim_periodically)
 
         async def announce() -> None:
             while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag, not an event)
