@@ -23,7 +23,8 @@ pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
 MAX_TOKENS = 200
-"""At speedup 2, a stream lasts a few seconds: the faults land mid-stream."""
+"""A stream lasts over a second at speedup 1, over half a second at speedup 2: the faults land
+mid-stream."""
 
 
 async def _stream(client: httpx.AsyncClient, i: int, flowing=None, max_tokens: int = MAX_TOKENS) -> dict:
@@ -103,11 +104,12 @@ def _instance_of(proc, instances: list[int]) -> int:
 
 @pytest.fixture
 def three_workers(stack_factory):
-    """Three worker processes (speedup 2: a 200-token stream takes seconds) behind a frontend that
+    """Three worker processes (speedup 1: a 200-token stream takes over a second, so a fault lands
+    mid-stream even when a loaded machine is slow to start the streams) behind a frontend that
     migrates up to 3 times. Round-robin, so that a third of the streams are on the victim (a KV
     router may well send none there); migrated streams are routed the same way either way."""
     s = stack_factory("migrate")
-    workers = [s.worker("--block-size", "16", "--speedup-ratio", "2") for _ in range(3)]
+    workers = [s.worker("--block-size", "16", "--speedup-ratio", "1") for _ in range(3)]
     s.start_frontend("--router-mode", "round-robin", "--migration-limit", "3")
     s.wait_instances(3)
     yield s, workers
