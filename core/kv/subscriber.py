@@ -21,8 +21,10 @@ order:
   costs more CPU than the worker's advertised cache could justify; ZMQ itself drops (and
   reconnects) messages over ``MAX_MESSAGE_BYTES``. Rejections are logged at most once per
   few seconds per worker, with a count (``rejects``, shared with the ingestor's checks).
-- The loop yields to the event loop after every message (a queued message does not make pyzmq
-  yield), so a flood from one worker cannot starve the rest of the process.
+- The loop reads what is queued, at most ``DRAIN_BATCH`` messages, then yields to the event loop
+  (a queued message does not make pyzmq yield), so a flood from one worker cannot starve the
+  rest of the process, and a busy process's turns (milliseconds each under load) do not leave
+  the stream behind its worker.
 - Under ``--plane-keys`` the sockets are CurveZMQ clients, except for a record whose
   ``kv_events_plain`` says the engine (vLLM, SGLang) binds them itself, in plain ZMQ.
 
@@ -36,7 +38,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -58,6 +60,9 @@ from dyn.core.transport.sockets import async_context, configure, plain
 log = logging.getLogger(__name__)
 
 DEFAULT_REPLAY_TIMEOUT = 2.0
+DRAIN_BATCH = 64
+"""Messages read from the SUB per event-loop turn at most. One per turn fell behind a worker's
+pass rate under load (a loop turn takes milliseconds then), and the queue grew without bound."""
 MAX_MESSAGE_BYTES = 256 << 20
 """Messages above this never reach Python: ZMQ drops them and the connection (it reconnects)."""
 UNKNOWN_CAPACITY_MESSAGE_BYTES = 64 << 20
@@ -170,11 +175,12 @@ class KvEventSubscriber:
                 started = True
                 task_status.started()
                 while True:
-                    frames = await sub.recv_multipart(copy=True)
-                    try:
-                        await self._on_frames(frames)
-                    except Exception:
-                        log.exception("KV events of worker %d: a batch failed to apply", self.instance_id)
+                    await self._on_frames_logged(await sub.recv_multipart(copy=True))
+                    # what else is queued now, up to a bound, then the rest of the process's turn
+                    for _ in range(DRAIN_BATCH - 1):
+                        if not cast(int, sub.get(zmq.EVENTS)) & zmq.POLLIN:
+                            break
+                        await self._on_frames_logged(await sub.recv_multipart(copy=True))
                     await anyio.lowlevel.checkpoint()  # a ready socket never yields by itself
             except Exception:
                 log.exception("KV events of worker %d: subscription failed", self.instance_id)
@@ -198,6 +204,12 @@ class KvEventSubscriber:
         self.rejects.reject(why)
 
     # ----------------------------------------------------------------- stream handling
+
+    async def _on_frames_logged(self, frames: list[bytes]) -> None:
+        try:
+            await self._on_frames(frames)
+        except Exception:
+            log.exception("KV events of worker %d: a batch failed to apply", self.instance_id)
 
     async def _on_frames(self, frames: list[bytes]) -> None:
         try:

@@ -11,8 +11,10 @@ import asyncio
 import enum
 import logging
 import threading
+import time
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 import zmq
@@ -40,7 +42,7 @@ from dyn.core.kv.events import (
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.indexer import RadixIndexer
 from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
-from dyn.core.kv.subscriber import KvEventBounds, KvEventSubscriber
+from dyn.core.kv.subscriber import DRAIN_BATCH, KvEventBounds, KvEventSubscriber
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.transport.event_plane import KvEventPublisher
 from dyn.core.transport.sockets import bind_random, configure, sync_context
@@ -440,6 +442,34 @@ async def test_a_standalone_subscriber_is_started_once_its_catch_up_is_applied()
             subscriber.cancel()
             tg.cancel_scope.cancel()
     assert applied(registry, "ok", "stored") == 3
+    engine.close()
+
+
+@pytest.mark.anyio
+async def test_a_backlog_is_read_many_messages_per_event_loop_turn():
+    """A busy process gives the subscriber one turn every few milliseconds: reading one message
+    per turn, it fell behind a worker's passes for good (and its queue grew without bound)."""
+    engine = FakeEngine()
+    registry, metrics, device, indexers, _ = setup()
+    subscriber = KvEventSubscriber(engine.record, indexers.apply, metrics)
+    backlog = 300
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(subscriber.run)
+            first = await go_live(engine, device, 0)
+            for k in range(first, first + backlog):
+                engine.publish([stored(k)])
+            time.sleep(0.5)  # noqa: ASYNC251 - the loop is busy elsewhere; the batches queue up in the SUB
+            last = 1000 + first + backlog - 1
+            turns = 0
+            while last not in device.blocks.get((7, 0), set()):
+                await anyio.lowlevel.checkpoint()
+                turns += 1
+            subscriber.cancel()
+            tg.cancel_scope.cancel()
+    assert device.stored_hashes() == [1000 + k for k in range(first + backlog)]
+    assert turns <= 3 * backlog // DRAIN_BATCH, turns
     engine.close()
 
 
