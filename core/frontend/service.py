@@ -143,6 +143,7 @@ class _Choice:
         "generated",
         "base",
         "awaiting_first",
+        "finishing",
     )
 
     def __init__(
@@ -177,6 +178,9 @@ class _Choice:
         self.generated: list[int] | None = [] if migration is not None else None
         self.base = 0
         self.awaiting_first = True
+        self.finishing = False
+        """The batch being handled ends with the engine's ``Finish``: the final event follows at
+        once, so what ``on_text`` produces now can wait for it (one write instead of two)."""
 
     @property
     def tokens(self) -> int:
@@ -212,6 +216,7 @@ class _Choice:
                 # a batch: this request's TokenChunks since the last wakeup, maybe then its Finish
                 last = batch[-1]
                 finish = last if isinstance(last, Finish) else None
+                self.finishing = finish is not None
                 chunks = cast("list[TokenChunk]", batch[:-1] if finish is not None else batch)
                 if chunks:
                     now = time.perf_counter()
@@ -377,30 +382,47 @@ class Generation:
     async def stream(self, emit: Emit) -> bytes:
         """Send the SSE body through ``emit`` up to its end, which is returned for the caller to
         send as the response's last part: the last choice's final event, the usage, ``data:
-        [DONE]`` (one write where there would be three)."""
+        [DONE]`` (one write where there would be three).
+
+        Events that carry no tokens wait for the next write instead of taking one of their own:
+        the role event goes out with the first text, and text from the batch that ends the
+        choice goes out with its final event. A client sees the same events, and its first
+        token no later; a response at speedup 100 takes two writes (headers, body) instead of four.
+        """
         enc = StreamEncoder(self.response_id, self.ctx.created, self.service.model_name, self.chat)
         lock = anyio.Lock() if len(self.choices) > 1 else None
+        held: list[bytes] = []
 
-        async def send(data: bytes) -> None:
+        def take() -> bytes:
+            data = b"".join(held)
+            held.clear()
+            return data
+
+        async def send(data: bytes, flush: bool = True) -> None:
+            held.append(data)
+            if not flush:
+                return
             if lock is None:
-                await emit(data)
+                await emit(take())
             else:
-                async with lock:
-                    await emit(data)
+                async with lock:  # taken under the lock: every choice's events stay in order
+                    if held:
+                        await emit(take())
 
         async def on_text(
             choice: _Choice, text: str, ids: list[int], lps: list[TokenLogprobs] | None
         ) -> None:
             logprobs = self._logprobs_json(choice, ids, lps) if lps else None
+            flush = not choice.finishing
             output = choice.output
             if output is None:
-                await send(enc.text(choice.index, text, logprobs))
+                await send(enc.text(choice.index, text, logprobs), flush)
                 return
             delta = output.push(text)
             if delta is not None and not delta.reasoning and not delta.tool_calls:
-                await send(enc.text(choice.index, delta.content, logprobs))
+                await send(enc.text(choice.index, delta.content, logprobs), flush)
             elif delta is not None or logprobs is not None:
-                await send(enc.delta(choice.index, chat_delta(*delta) if delta else b"{}", logprobs))
+                await send(enc.delta(choice.index, chat_delta(*delta) if delta else b"{}", logprobs), flush)
 
         fields = self.nvext.extra_fields if self.nvext is not None else None
         wanted = set(self.nvext.annotations or ()) if self.nvext is not None else set()
@@ -411,7 +433,7 @@ class Generation:
             if self.echo_texts is not None:
                 first += enc.text(choice.index, self.echo_texts[choice.index])
             if first:
-                await send(first)
+                await send(first, flush=False)
             rest = await choice.run(on_text)
             extra = nvext_out.response_nvext(fields, choice.timing, choice.route)
             logprobs = self._logprobs_json(choice, *choice.tail) if choice.tail else None
@@ -469,7 +491,7 @@ class Generation:
             self.service.observe(self, ok, stream=True)
         if ok:
             self._after()
-        return tail + DONE
+        return take() + tail + DONE
 
     def _annotations(self, wanted: set[str]) -> bytes:
         """The events the request asked for that are known before generation."""

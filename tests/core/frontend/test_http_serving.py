@@ -14,18 +14,23 @@ with real processes, stay in tests/integration/.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx
 import openai
 import pytest
 
+from dyn.core.messages import GenerateRequest, TokenChunk
 from dyn.core.router.config import KvRouterConfig
 from tests.core.frontend.conftest import asgi_call
 from tests.core.frontend.fake_workers import (
     DEFAULT_TEXT,
+    Batch,
+    Script,
     endless,
     failing,
+    finish,
     first_tokens_text,
     held,
     token_ids,
@@ -145,6 +150,57 @@ async def test_a_chat_stream_is_framed_as_sse_and_ends_with_done(frontend):
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": 0},
     }
+
+
+def batched(*sizes: int) -> Script:
+    """Answer with DEFAULT_TEXT's tokens in batches of ``sizes`` tokens, the ``Finish`` in the last."""
+    ids = token_ids(DEFAULT_TEXT)
+
+    async def script(request: GenerateRequest) -> AsyncIterator[Batch]:
+        at = 0
+        for n in sizes[:-1]:
+            yield [TokenChunk(request.request_id, ids[at : at + n])]
+            at += n
+        yield [TokenChunk(request.request_id, ids[at:]), finish(request, "stop", len(ids))]
+
+    return script
+
+
+@pytest.mark.parametrize(
+    "sizes, writes",
+    [
+        ((len(token_ids(DEFAULT_TEXT)),), [["role", "text", "finish", "usage", "[DONE]"]]),
+        ((1, 2, 3), [["role", "text"], ["text"], ["text", "finish", "usage", "[DONE]"]]),
+    ],
+)
+async def test_a_stream_writes_its_events_with_the_tokens_they_wait_for(make_frontend, sizes, writes):
+    """The role event goes out with the first text; text from the batch that carries the
+    ``Finish`` goes out with the final event, the usage and ``[DONE]``: one write each."""
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    async with make_frontend(workers=1, script=batched(*sizes)) as fe:
+        sent = await asgi_call(fe.app, "POST", "/v1/chat/completions", json.dumps(body).encode())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    bodies = [m for m in sent[1:] if m["body"]]
+    assert [m.get("more_body", False) for m in bodies] == [True] * (len(writes) - 1) + [False]
+
+    def kind(payload: str) -> str:
+        if payload == "[DONE]":
+            return payload
+        choices = json.loads(payload)["choices"]
+        if not choices:
+            return "usage"
+        delta = choices[0]["delta"]
+        return "role" if "role" in delta else "finish" if choices[0]["finish_reason"] else "text"
+
+    events = [[kind(e.removeprefix("data: ")) for e in m["body"].decode().split("\n\n") if e] for m in bodies]
+    assert events == writes
+    text = "".join(
+        json.loads(e.removeprefix("data: "))["choices"][0]["delta"].get("content", "")
+        for m in bodies
+        for e in m["body"].decode().split("\n\n")
+        if e.startswith("data: {") and json.loads(e.removeprefix("data: "))["choices"]
+    )
+    assert text == DEFAULT_TEXT
 
 
 async def test_a_unary_chat_answer_has_the_text_and_usage(frontend):
