@@ -38,7 +38,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -55,14 +55,11 @@ from dyn.core.kv.events import (
 )
 from dyn.core.messages import WorkerRecord
 from dyn.core.transport.codec import RejectedFrames
-from dyn.core.transport.sockets import async_context, configure, plain
+from dyn.core.transport.sockets import DRAIN_BATCH, async_context, configure, plain, queued
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REPLAY_TIMEOUT = 2.0
-DRAIN_BATCH = 64
-"""Messages read from the SUB per event-loop turn at most. One per turn fell behind a worker's
-pass rate under load (a loop turn takes milliseconds then), and the queue grew without bound."""
 MAX_MESSAGE_BYTES = 256 << 20
 """Messages above this never reach Python: ZMQ drops them and the connection (it reconnects)."""
 UNKNOWN_CAPACITY_MESSAGE_BYTES = 64 << 20
@@ -178,7 +175,7 @@ class KvEventSubscriber:
                     await self._on_frames_logged(await sub.recv_multipart(copy=True))
                     # what else is queued now, up to a bound, then the rest of the process's turn
                     for _ in range(DRAIN_BATCH - 1):
-                        if not cast(int, sub.get(zmq.EVENTS)) & zmq.POLLIN:
+                        if not queued(sub):
                             break
                         await self._on_frames_logged(await sub.recv_multipart(copy=True))
                     await anyio.lowlevel.checkpoint()  # a ready socket never yields by itself

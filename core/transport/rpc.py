@@ -16,8 +16,9 @@ plane, e.g. ``decode_router_message``) turns frames into a struct or raises ``Pr
 - A malformed message is counted and logged through ``RejectedFrames`` (``rejected``) and passed
   to ``on_malformed(identity, body, error)`` so the peer can be answered. A handler that raises is
   logged; nothing a peer sends stops the loop.
-- The loop yields to the event loop after every message (pyzmq does not yield while messages
-  are queued), so a flood cannot starve the other tasks of the process.
+- The loop takes what is queued, at most ``DRAIN_BATCH`` messages, then yields to the event loop
+  (pyzmq does not yield while messages are queued), so a flood cannot starve the other tasks of
+  the process, and a busy process still keeps up with its peers.
 - ``send`` / ``send_frames`` never wait (the high-water marks are unbounded): they return False
   when the send failed at once (a peer that left, with ``mandatory``: silently; otherwise
   logged), and a send that completes later logs its failure.
@@ -55,7 +56,7 @@ import zmq
 import zmq.asyncio
 
 from dyn.core.transport.codec import ProtocolError, RejectedFrames, encode
-from dyn.core.transport.sockets import async_context, configure
+from dyn.core.transport.sockets import DRAIN_BATCH, async_context, configure, queued
 
 log = logging.getLogger(__name__)
 
@@ -118,28 +119,33 @@ class RpcServer:
 
     async def serve(self) -> None:
         """Receive, decode and dispatch until cancelled (see the module docstring)."""
-        recv = self.socket.recv_multipart
-        decode = self._decode
-        handlers = self._handlers
+        socket = self.socket
+        recv = socket.recv_multipart
         checkpoint = anyio.lowlevel.checkpoint
         while True:
             # a queued message does not make pyzmq yield: a flood must not starve the loop
             await checkpoint()
-            frames = await recv(copy=True)
-            identity, body = frames[0], frames[1:]
-            try:
-                message = decode(body)
-            except ProtocolError as exc:
-                self.rejected.reject(exc)
-                if self.on_malformed is not None:
-                    self.on_malformed(identity, body, exc)
-                continue
-            try:
-                done = handlers.get(type(message), self.fallback)(identity, message)
-                if done is not None:
-                    await done
-            except Exception:  # a handler bug must not stop the server
-                self._log.exception("handling a %s failed", type(message).__name__)
+            await self._dispatch(await recv(copy=True))
+            for _ in range(DRAIN_BATCH - 1):
+                if not queued(socket):
+                    break
+                await self._dispatch(await recv(copy=True))
+
+    async def _dispatch(self, frames: list[bytes]) -> None:
+        identity, body = frames[0], frames[1:]
+        try:
+            message = self._decode(body)
+        except ProtocolError as exc:
+            self.rejected.reject(exc)
+            if self.on_malformed is not None:
+                self.on_malformed(identity, body, exc)
+            return
+        try:
+            done = self._handlers.get(type(message), self.fallback)(identity, message)
+            if done is not None:
+                await done
+        except Exception:  # a handler bug must not stop the server
+            self._log.exception("handling a %s failed", type(message).__name__)
 
     async def recv(self) -> tuple[bytes, Any]:
         """The next message as ``(identity, message)``, or ``(identity, ProtocolError)`` for
@@ -255,6 +261,10 @@ class RpcClient:
             while True:
                 await anyio.lowlevel.checkpoint()
                 self._deliver(await socket.recv_multipart(copy=True))
+                for _ in range(DRAIN_BATCH - 1):
+                    if not queued(socket):
+                        break
+                    self._deliver(await socket.recv_multipart(copy=True))
         finally:
             self.socket = None
             self.fail_all(RpcUnavailable(f"the client of {self.peer} was closed"))

@@ -39,7 +39,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import zmq
 import zmq.asyncio
@@ -219,6 +219,16 @@ def plane_keys() -> PlaneKeys | None:
 
 
 SocketT = TypeVar("SocketT", bound="zmq.Socket[Any]")
+
+DRAIN_BATCH = 64
+"""Messages a receive loop takes per event-loop turn at most: enough that a busy process (turns
+of milliseconds under load) keeps up with its peers, few enough that a flood cannot starve the
+process's other tasks."""
+
+
+def queued(socket: zmq.Socket[Any]) -> bool:
+    """Whether a message waits on ``socket`` now (receiving it will not wait)."""
+    return bool(cast(int, socket.get(zmq.EVENTS)) & zmq.POLLIN)
 
 
 def configure(socket: SocketT, *, hwm: int = 0) -> SocketT:

@@ -9,8 +9,10 @@ router planes (``dyn.core.messages``).
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
+import anyio.lowlevel
 import pytest
 import zmq
 import zmq.asyncio
@@ -25,7 +27,7 @@ from dyn.core.messages import (
 )
 from dyn.core.transport.codec import decode_indexer_message, decode_router_message, encode
 from dyn.core.transport.rpc import RpcClient, RpcDropped, RpcServer, RpcUnavailable
-from dyn.core.transport.sockets import async_context, bind_random, configure
+from dyn.core.transport.sockets import DRAIN_BATCH, async_context, bind_random, configure
 
 pytestmark = pytest.mark.anyio
 
@@ -99,7 +101,9 @@ async def test_a_failing_handler_is_logged_and_the_server_goes_on(caplog):
     assert any("handling a OverlapQuery failed" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_flood_of_queued_messages_does_not_starve_the_event_loop():
+async def test_a_flood_of_queued_messages_neither_starves_the_event_loop_nor_falls_behind_it():
+    """At most ``DRAIN_BATCH`` messages per turn: the other tasks run between batches, and a
+    busy process (few turns a second) still keeps up with its peers."""
     server, endpoint = indexer_server()
     handled = 0
 
@@ -125,11 +129,53 @@ async def test_a_flood_of_queued_messages_does_not_starve_the_event_loop():
                     await anyio.lowlevel.checkpoint()
                     ticks_during += handled > 0
             tg.cancel_scope.cancel()
-        # without a checkpoint per message this task would run once, after the whole flood
-        assert ticks_during > 100, ticks_during
+        # without a checkpoint between batches this task would run once, after the whole flood;
+        # with one message a turn it would run 20,000 times
+        assert 100 < ticks_during < flood // 8, ticks_during
     finally:
         raw.close()
         server.close()
+
+
+async def test_a_client_reads_queued_replies_in_batches():
+    client = indexer_client()
+    unmatched = 0
+
+    def count(reply):
+        nonlocal unmatched
+        unmatched += 1
+
+    client.on_unmatched = count
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.linger = 0
+    router.sndhwm = 0
+    endpoint = bind_random(router, "127.0.0.1")
+    replies = 5_000
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            client.connect(endpoint)
+            with anyio.fail_after(10):
+                while True:  # the DEALER announces itself when it connects
+                    try:
+                        identity = router.recv(zmq.NOBLOCK)
+                        break
+                    except zmq.Again:
+                        client.send(OverlapQuery(client.new_id(), block_hashes=[1]))
+                        await anyio.sleep(0.01)
+            frames = encode(OverlapAnswer(1, 16, []))
+            for _ in range(replies):
+                router.send_multipart([identity, *frames])
+            time.sleep(0.5)  # noqa: ASYNC251 - the loop is busy elsewhere; the replies queue up
+            turns = 0
+            with anyio.fail_after(10):
+                while unmatched < replies:
+                    await anyio.lowlevel.checkpoint()
+                    turns += 1
+            tg.cancel_scope.cancel()
+        assert turns <= 3 * replies // DRAIN_BATCH, turns
+    finally:
+        router.close()
 
 
 async def test_a_mandatory_server_reports_a_peer_that_left_without_logging(caplog):
