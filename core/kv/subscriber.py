@@ -55,7 +55,14 @@ from dyn.core.kv.events import (
 )
 from dyn.core.messages import WorkerRecord
 from dyn.core.transport.codec import RejectedFrames
-from dyn.core.transport.sockets import DRAIN_BATCH, async_context, configure, plain, queued
+from dyn.core.transport.sockets import (
+    DRAIN_BATCH,
+    async_context,
+    configure,
+    plain,
+    plain_view,
+    receive_queued,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +178,12 @@ class KvEventSubscriber:
                 await self._catch_up()
                 started = True
                 task_status.started()
+                queued = plain_view(sub)
                 while True:
                     await self._on_frames_logged(await sub.recv_multipart(copy=True))
                     # what else is queued now, up to a bound, then the rest of the process's turn
-                    for _ in range(DRAIN_BATCH - 1):
-                        if not queued(sub):
-                            break
-                        await self._on_frames_logged(await sub.recv_multipart(copy=True))
+                    for frames in receive_queued(queued, DRAIN_BATCH - 1):
+                        await self._on_frames_logged(frames)
                     await anyio.lowlevel.checkpoint()  # a ready socket never yields by itself
             except Exception:
                 log.exception("KV events of worker %d: subscription failed", self.instance_id)

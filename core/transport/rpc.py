@@ -56,7 +56,7 @@ import zmq
 import zmq.asyncio
 
 from dyn.core.transport.codec import ProtocolError, RejectedFrames, encode
-from dyn.core.transport.sockets import DRAIN_BATCH, async_context, configure, queued
+from dyn.core.transport.sockets import DRAIN_BATCH, async_context, configure, plain_view, receive_queued
 
 log = logging.getLogger(__name__)
 
@@ -119,17 +119,15 @@ class RpcServer:
 
     async def serve(self) -> None:
         """Receive, decode and dispatch until cancelled (see the module docstring)."""
-        socket = self.socket
-        recv = socket.recv_multipart
+        recv = self.socket.recv_multipart
+        queued = plain_view(self.socket)
         checkpoint = anyio.lowlevel.checkpoint
         while True:
             # a queued message does not make pyzmq yield: a flood must not starve the loop
             await checkpoint()
             await self._dispatch(await recv(copy=True))
-            for _ in range(DRAIN_BATCH - 1):
-                if not queued(socket):
-                    break
-                await self._dispatch(await recv(copy=True))
+            for frames in receive_queued(queued, DRAIN_BATCH - 1):
+                await self._dispatch(frames)
 
     async def _dispatch(self, frames: list[bytes]) -> None:
         identity, body = frames[0], frames[1:]
@@ -258,13 +256,12 @@ class RpcClient:
         try:
             self.socket = socket
             task_status.started()
+            queued = plain_view(socket)
             while True:
                 await anyio.lowlevel.checkpoint()
                 self._deliver(await socket.recv_multipart(copy=True))
-                for _ in range(DRAIN_BATCH - 1):
-                    if not queued(socket):
-                        break
-                    self._deliver(await socket.recv_multipart(copy=True))
+                for frames in receive_queued(queued, DRAIN_BATCH - 1):
+                    self._deliver(frames)
         finally:
             self.socket = None
             self.fail_all(RpcUnavailable(f"the client of {self.peer} was closed"))

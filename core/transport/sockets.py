@@ -39,7 +39,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -226,9 +226,22 @@ of milliseconds under load) keeps up with its peers, few enough that a flood can
 process's other tasks."""
 
 
-def queued(socket: zmq.Socket[Any]) -> bool:
-    """Whether a message waits on ``socket`` now (receiving it will not wait)."""
-    return bool(cast(int, socket.get(zmq.EVENTS)) & zmq.POLLIN)
+def plain_view(socket: zmq.Socket[Any]) -> zmq.Socket[Any]:
+    """A plain (not asyncio) socket over the same libzmq socket as ``socket``: its calls are
+    direct C calls, with none of the asyncio socket's futures, for ``receive_queued``."""
+    return zmq.Socket.shadow(socket.underlying)
+
+
+def receive_queued(socket: zmq.Socket[Any], limit: int) -> list[list[bytes]]:
+    """Up to ``limit`` messages already queued on ``socket`` (a ``plain_view``), without waiting."""
+    out: list[list[bytes]] = []
+    recv = socket.recv_multipart
+    try:
+        for _ in range(limit):
+            out.append(recv(zmq.NOBLOCK, copy=True))
+    except zmq.Again:
+        pass
+    return out
 
 
 def configure(socket: SocketT, *, hwm: int = 0) -> SocketT:
