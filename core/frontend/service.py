@@ -776,6 +776,7 @@ class OpenAIService:
         self.preprocessor = preprocessor
         self.router = router
         self.metrics = metrics
+        self.model_metrics = metrics.for_model(model_name)
         self.background = background
         """Runs speculative prefills; without it they are skipped."""
         self.outputs = outputs or OutputSettings()
@@ -1023,21 +1024,19 @@ class OpenAIService:
         )
 
     def observe(self, gen: Generation, ok: bool, stream: bool) -> None:
-        m, model = self.metrics, self.model_name
+        m = self.model_metrics
         ttft, itl, duration = gen.timings()
         usage = gen._usage()
-        m.requests.labels(
-            model, gen.endpoint, "stream" if stream else "unary", "success" if ok else "error"
-        ).inc()
-        m.duration.labels(model).observe(duration)
-        m.isl.labels(model).observe(usage.prompt_tokens)
-        m.osl.labels(model).observe(usage.completion_tokens)
-        m.cached.labels(model).observe(gen.cached_tokens())
-        m.output_tokens.labels(model).inc(usage.completion_tokens)
+        m.requests(gen.endpoint, "stream" if stream else "unary", "success" if ok else "error").inc()
+        m.duration.observe(duration)
+        m.isl.observe(usage.prompt_tokens)
+        m.osl.observe(usage.completion_tokens)
+        m.cached.observe(gen.cached_tokens())
+        m.output_tokens.inc(usage.completion_tokens)
         if ttft is not None:
-            m.ttft.labels(model).observe(ttft)
+            m.ttft.observe(ttft)
         if itl is not None:
-            m.itl.labels(model).observe(itl)
+            m.itl.observe(itl)
 
 
 def _response_role(req: _GenerationRequest, response_role: str) -> str:

@@ -97,9 +97,11 @@ class KvEventMetrics:
             ["reason"],
             registry=registry,
         )
-        for status in APPLY_STATUSES:
-            for event_type in EventType:
-                self.applied.labels(status=status, event_type=event_type.value)
+        self._applied = {
+            (status, event_type): self.applied.labels(status=status, event_type=event_type.value)
+            for status in APPLY_STATUSES
+            for event_type in EventType
+        }
         self.rejected_by_worker = Counter(
             "dynamo_component_kv_events_rejected_by_worker",
             "KV events, blocks, messages or gaps refused before the indexer, by worker and reason",
@@ -110,7 +112,12 @@ class KvEventMetrics:
             self.rejected.labels(reason=reason.value)
 
     def count_applied(self, status: str, event_type: EventType) -> None:
-        self.applied.labels(status=str(status), event_type=event_type.value).inc()
+        counter = self._applied.get((status, event_type))
+        if counter is None:
+            counter = self._applied[(str(status), event_type)] = self.applied.labels(
+                status=str(status), event_type=event_type.value
+            )
+        counter.inc()
 
     def count_rejected(self, reason: RejectReason, amount: int = 1, worker: int | None = None) -> None:
         """Count ``amount`` rejections, also under ``worker`` (an instance id) when given."""

@@ -118,6 +118,7 @@ class RouterMetrics:
             registry=r,
         )
         self._worker_gauges: dict[tuple[int, int], tuple[Gauge, Gauge]] = {}
+        self._last_gauges: dict[tuple[tuple[int, int], str], tuple[Gauge, Gauge, Gauge]] = {}
         self._last_ttft = Gauge(
             "dynamo_frontend_worker_last_time_to_first_token_seconds",
             "TTFT of the last request a worker started",
@@ -179,12 +180,24 @@ class RouterMetrics:
         gauges[0].set(decode_blocks)
         gauges[1].set(prefill_tokens)
 
+    def _last(self, worker: tuple[int, int], worker_type: str) -> tuple[Gauge, Gauge, Gauge]:
+        """The worker's last-request gauges (TTFT, ISL, ITL), labelled once."""
+        gauges = self._last_gauges.get((worker, worker_type))
+        if gauges is None:
+            key = (str(worker[0]), str(worker[1]), worker_type)
+            gauges = self._last_gauges[(worker, worker_type)] = (
+                self._last_ttft.labels(*key),
+                self._last_isl.labels(*key),
+                self._last_itl.labels(*key),
+            )
+        return gauges
+
     def first_token(
         self, worker: tuple[int, int], ttft_s: float, isl: int, worker_type: str = "decode"
     ) -> None:
-        key = (str(worker[0]), str(worker[1]), worker_type)
-        self._last_ttft.labels(*key).set(ttft_s)
-        self._last_isl.labels(*key).set(isl)
+        last = self._last(worker, worker_type)
+        last[0].set(ttft_s)
+        last[1].set(isl)
         self.ttft.observe(ttft_s)
 
     def finished(
@@ -193,11 +206,12 @@ class RouterMetrics:
         if output_tokens:
             self.osl.observe(output_tokens)
         if itl_s is not None:
-            self._last_itl.labels(str(worker[0]), str(worker[1]), worker_type).set(itl_s)
+            self._last(worker, worker_type)[2].set(itl_s)
             self.itl.observe(itl_s)
 
     def forget_worker(self, worker: tuple[int, int], worker_type: str = "decode") -> None:
         self._worker_gauges.pop(worker, None)
+        self._last_gauges.pop((worker, worker_type), None)
         key = (str(worker[0]), str(worker[1]), worker_type)
         for gauge in (
             self._decode_blocks,

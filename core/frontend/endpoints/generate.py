@@ -89,9 +89,9 @@ class GenerateEndpoint(Endpoint):
             try:
                 gen = await self.prepare(service, req, ctx)
             except ApiError as exc:
-                service.metrics.requests.labels(service.model_name, self.label, label, "error").inc()
+                service.model_metrics.requests(self.label, label, "error").inc()
                 raise _with_headers(exc, extra) from None
-            active = service.metrics.active.labels(service.model_name)
+            active = service.model_metrics.active
             active.inc()
             try:
                 if req.stream:
@@ -149,7 +149,7 @@ async def until_disconnect(service: OpenAIService, work: Coroutine[Any, Any, Non
     finally:
         watcher.cancel()
     if disconnected:
-        service.metrics.disconnects.labels(service.model_name).inc()
+        service.model_metrics.disconnects.inc()
         log.info("client disconnected; its engine requests were cancelled")
 
 
