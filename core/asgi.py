@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 JSON = (b"content-type", b"application/json")
 
@@ -60,18 +60,61 @@ async def lifespan(receive: Any, send: Any) -> None:
             return
 
 
+class HeadWithBody:
+    """A connection's transport that sends a response's status line and headers together with
+    the response's first body write: one TCP write, one segment, one wakeup of the client where
+    uvicorn makes two. A head that no write follows in the same event-loop turn (an interim
+    ``100 Continue``, a response whose body comes later) goes out at the end of the turn, and
+    before the connection closes. Everything else is the wrapped transport's."""
+
+    __slots__ = ("_transport", "_head", "_loop")
+
+    def __init__(self, transport: Any, loop: Any) -> None:
+        self._transport = transport
+        self._head: bytes | None = None
+        self._loop = loop
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif data.startswith(b"HTTP/1.1 "):  # uvicorn writes a response's head on its own
+            self._head = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def json_error_protocol(error_body: Callable[[str], bytes]) -> type | str:
     """uvicorn's httptools protocol, but its own 400s (a request it cannot parse, before any app
     sees it: a control character in a header, a malformed request line) carry
-    ``error_body(reason)`` as JSON instead of a line of plain text. Pass it as ``uvicorn.Config(
-    http=...)``; uvicorn is imported only when this is called. A uvicorn laid out differently gets
-    its own protocol back (``"httptools"``), plain-text 400s and all."""
+    ``error_body(reason)`` as JSON instead of a line of plain text, and a response's head goes
+    out with its first body write (``HeadWithBody``). Pass it as ``uvicorn.Config(http=...)``;
+    uvicorn is imported only when this is called. A uvicorn laid out differently gets its own
+    protocol back (``"httptools"``), plain-text 400s, separate head writes and all."""
     try:
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
     except ImportError:
         return "httptools"
 
     class JsonErrorProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(cast(Any, HeadWithBody(transport, self.loop)))
+
         def send_400_response(self, msg: str) -> None:
             body = error_body(msg)
             head = [STATUS_LINE[400]]

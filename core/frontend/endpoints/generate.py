@@ -106,11 +106,17 @@ class GenerateEndpoint(Endpoint):
 
 
 async def _stream(gen: Generation, call: Call, extra: Headers) -> None:
+    """The SSE response of ``gen``. Its head goes out with its first events (as vLLM's does,
+    with the first output), so that both take one write (``dyn.core.asgi.HeadWithBody``)."""
     send = call.send
-    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + extra})
+    started = False
 
     async def emit(data: bytes, more: bool = True) -> None:
+        nonlocal started
         try:
+            if not started:
+                started = True
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + extra})
             await send({"type": "http.response.body", "body": data, "more_body": more})
         except OSError:
             raise Disconnected() from None

@@ -1,0 +1,96 @@
+"""``dyn.core.asgi.HeadWithBody``: a response's head and its first body in one write (a
+recording transport counts the writes), and the protocol that uses it serving a raw client over
+a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from dyn.core.asgi import HeadWithBody, json_error_protocol
+
+pytestmark = pytest.mark.anyio
+
+
+class Recording:
+    """A transport that keeps each write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name in ("peername", "sockname") else default
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+
+
+async def test_the_head_goes_out_with_the_first_body_write():
+    inner = Recording()
+    transport = HeadWithBody(inner, asyncio.get_running_loop())
+    transport.write(HEAD)
+    assert inner.writes == []
+    transport.write(b"5\r\nhello\r\n")
+    transport.write(b"0\r\n\r\n")
+    assert inner.writes == [HEAD + b"5\r\nhello\r\n", b"0\r\n\r\n"]
+    await asyncio.sleep(0)  # the end-of-turn flush finds nothing held
+    assert len(inner.writes) == 2
+
+
+async def test_a_head_alone_goes_out_at_the_end_of_the_turn_or_before_close():
+    inner = Recording()
+    transport = HeadWithBody(inner, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    await asyncio.sleep(0)
+    assert inner.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    transport.write(HEAD)
+    transport.close()
+    assert inner.writes[-1] == HEAD and inner.closed
+    assert transport.get_extra_info("peername") == ("127.0.0.1", 1)  # the rest is the transport's
+
+
+async def test_a_streamed_response_reaches_a_raw_client_whole_over_uvicorn():
+    """The protocol the frontend serves with, on a real socket: the SSE head and events arrive
+    intact, and a response with no body still gets its head."""
+    import uvicorn
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await receive()
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+        )
+        if scope["path"] == "/empty":
+            return
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    protocol = json_error_protocol(lambda reason: b'{"error": "bad"}')
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            for path, expect in (("/", b"data: 1\n\n"), ("/empty", b"")):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+                answer = await reader.read()
+                writer.close()
+                assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+                assert expect in answer
+    finally:
+        server.should_exit = True
+        await task
