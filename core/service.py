@@ -13,11 +13,14 @@ import anyio
 import zmq
 
 from dyn.core.errors import ConfigError
+from dyn.core.memory import settle_heap
 from dyn.core.transport.sockets import bind
 
 
 def run_service(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
-    """Run ``main(*args)`` in an asyncio event loop (uvloop when installed) until it returns."""
+    """Run ``main(*args)`` in an asyncio event loop (uvloop when installed) until it returns,
+    with the garbage collector tuned for serving (``dyn.core.memory.settle_heap``)."""
+    settle_heap()
     try:
         import uvloop  # noqa: F401
 
