@@ -110,6 +110,8 @@ class RpcServer:
         self._log = logger
         self.rejected = RejectedFrames(logger, what, plural)
         self._handlers: dict[type, Handler] = {}
+        self._send_now = plain_view(self.socket).send_multipart
+        self._recheck: Callable[[], None] | None = getattr(self.socket, "_schedule_remaining_events", None)
         self.fallback: Handler = self._drop
         self.on_malformed: Callable[[bytes, list[bytes], ProtocolError], object] | None = None
 
@@ -163,13 +165,26 @@ class RpcServer:
     def send_frames(self, identity: bytes, frames: Sequence[bytes]) -> bool:
         """Send encoded ``frames`` to the peer ``identity`` without waiting; False if it failed.
 
-        The asyncio socket is used, not a blocking shadow: a send on the shadow could consume the
-        edge-triggered wakeup a pending receive waits for. Were a send to find the socket busy,
-        pyzmq queues it behind the others, in order; its failure is then logged.
+        A direct non-blocking send on a plain view of the socket (no future per message), after
+        which the asyncio socket looks at its events again: a send on the view can consume the
+        edge-triggered wakeup a pending receive waits for. Were the socket busy, the message goes
+        through the asyncio socket, which queues it behind the others, in order, and logs its
+        failure; so does every send where pyzmq lacks that re-check (its internals changed).
         """
+        message = [identity, *frames]
+        if self._recheck is not None:
+            try:
+                self._send_now(message, zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+            except zmq.ZMQError as exc:
+                return self._send_failed(exc)
+            else:
+                self._recheck()
+                return True
         try:
             # the asyncio socket returns a Future; pyzmq's stub says Awaitable (see Sent)
-            sent: Sent = self.socket.send_multipart([identity, *frames])  # type: ignore[assignment]
+            sent: Sent = self.socket.send_multipart(message)  # type: ignore[assignment]
         except zmq.ZMQError as exc:
             return self._send_failed(exc)
         if sent.done():

@@ -327,3 +327,49 @@ async def test_a_client_counts_malformed_and_unexpected_replies(caplog):
         r.getMessage() for r in caplog.records if "malformed message from the test indexer" in r.getMessage()
     ]
     assert lines and lines[0].startswith("rejected a malformed message from the test indexer")
+
+
+async def test_answers_sent_while_queries_keep_arriving_lose_no_query():
+    """The server answers on a plain view of its socket, and then has its asyncio socket look at
+    its events again (such a send can take the wakeup a query that just arrived would have given
+    the pending receive). Answers go out from a task of their own, as a worker's replies do,
+    while eight clients each keep two queries in flight: every query is answered, in time."""
+    server, endpoint = indexer_server()
+    waiting: list[tuple[bytes, int]] = []
+    queued = anyio.Event()
+
+    def take(identity, query):
+        waiting.append((identity, query.query_id))
+        queued.set()
+
+    async def answer() -> None:
+        nonlocal queued
+        while True:
+            await queued.wait()
+            queued = anyio.Event()
+            await anyio.lowlevel.checkpoint()  # the receive loop is back to waiting on its socket
+            while waiting:
+                identity, query_id = waiting.pop(0)
+                assert server.send(identity, OverlapAnswer(query_id, 16, []))
+
+    server.handle(OverlapQuery, take)
+    clients = [indexer_client() for _ in range(8)]
+    calls = 300
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        tg.start_soon(answer)
+        for client in clients:
+            await tg.start(client.run)
+            client.connect(endpoint)
+
+        async def ask(client: RpcClient) -> None:
+            for _ in range(calls):
+                await client.call(OverlapQuery(client.new_id(), block_hashes=[1]), 5)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as askers:
+                for client in clients:
+                    askers.start_soon(ask, client)
+                    askers.start_soon(ask, client)
+        tg.cancel_scope.cancel()
+    server.close()
