@@ -264,7 +264,8 @@ class WorkerHost:
             )
             return
         self._inflight[rid] = identity
-        self._idle = anyio.Event()
+        if self._idle.is_set():  # busy again (an event per request cost more than this check)
+            self._idle = anyio.Event()
         if self._pushes:
             tg.start_soon(self._start, identity, request)
         else:
