@@ -126,6 +126,11 @@ class PushingEngine(Protocol):
         then go to ``emit``, called from the engine's loop and never after the terminal one;
         ``abort`` ends it with ``Finish(reason="cancelled")``."""
 
+    def start_now(self, request: GenerateRequest, emit: ReplySink) -> bool:
+        """``start`` without waiting, when admitting ``request`` needs none: True once admitted
+        (or ``EngineError`` as ``start`` raises), False having changed nothing (the host then
+        awaits ``start`` in a task of its own; most requests need no task at all)."""
+
 
 class StreamingSessions(Protocol):
     """The calls of an engine that lists ``FEATURE_STREAMING_SESSIONS`` in ``info.features``."""

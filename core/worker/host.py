@@ -47,6 +47,7 @@ from dyn.core.engine import (
     EngineError,
     PrefixPinning,
     PushingEngine,
+    ReplySink,
     StreamingSessions,
 )
 from dyn.core.messages import (
@@ -266,10 +267,10 @@ class WorkerHost:
         self._inflight[rid] = identity
         if self._idle.is_set():  # busy again (an event per request cost more than this check)
             self._idle = anyio.Event()
-        if self._pushes:
-            tg.start_soon(self._start, identity, request)
-        else:
+        if not self._pushes:
             tg.start_soon(self._stream, identity, request)
+        elif not self._start_now(identity, request):
+            tg.start_soon(self._start, identity, request)
 
     async def _on_cancel(self, identity: bytes, cancel: CancelRequest) -> None:
         if self._inflight.get(cancel.request_id) == identity:
@@ -280,10 +281,27 @@ class WorkerHost:
                 "aborted" if aborted else "already finished",
             )
 
+    def _start_now(self, identity: bytes, request: GenerateRequest) -> bool:
+        """Admit ``request`` in a ``PushingEngine`` at once if it can be (True: admitted or
+        answered with its error); False when it needs ``_start``'s task."""
+        rid = request.request_id
+        try:
+            return cast(PushingEngine, self.engine).start_now(request, self._emitter(identity, rid))
+        except Exception as exc:
+            self._refused(identity, rid, exc)
+            return True
+
     async def _start(self, identity: bytes, request: GenerateRequest) -> None:
         """Admit ``request`` in a ``PushingEngine``, whose outputs then go straight to the reply
         queue from the engine's loop."""
         rid = request.request_id
+        try:
+            await cast(PushingEngine, self.engine).start(request, self._emitter(identity, rid))
+        except Exception as exc:
+            self._refused(identity, rid, exc)
+
+    def _emitter(self, identity: bytes, rid: str) -> ReplySink:
+        """Where a pushing engine puts request ``rid``'s outputs: the reply queue of ``identity``."""
         reply = self._reply
 
         def emit(out: TokenChunk | Finish | EngineError) -> None:
@@ -296,15 +314,16 @@ class WorkerHost:
                 reply(identity, ErrorReply(rid, out.code, str(out)))
             self._ended(rid)
 
-        try:
-            await cast(PushingEngine, self.engine).start(request, emit)
-        except EngineError as exc:
-            reply(identity, ErrorReply(rid, exc.code, str(exc)))
-            self._ended(rid)
-        except Exception as exc:  # an engine bug must not take the worker down
-            log.exception("engine failed to start request %s", rid)
-            reply(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
-            self._ended(rid)
+        return emit
+
+    def _refused(self, identity: bytes, rid: str, exc: Exception) -> None:
+        """Answer a request the engine did not admit with its error."""
+        if isinstance(exc, EngineError):
+            self._reply(identity, ErrorReply(rid, exc.code, str(exc)))
+        else:  # an engine bug must not take the worker down
+            log.error("engine failed to start request %s", rid, exc_info=exc)
+            self._reply(identity, ErrorReply(rid, "engine_error", f"{type(exc).__name__}: {exc}"))
+        self._ended(rid)
 
     def _named_source(self, finish: Finish) -> Finish:
         """``finish`` with this worker's instance id in its KV transfer descriptor, which the

@@ -79,6 +79,7 @@ from dyn.plugins.mocker.loras import SimulatedLoras
 from dyn.plugins.mocker.priorities import priority_order
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
 from dyn.plugins.mocker.sessions import StreamingSessions
+from dyn.plugins.mocker.sources import TokenSource
 from dyn.plugins.mocker.transfer import kv_bytes_per_token
 
 log = logging.getLogger(__name__)
@@ -340,6 +341,16 @@ class MockerEngine:
         self._check_generates()
         await self._start(request, emit)
 
+    def start_now(self, request: GenerateRequest, emit: ReplySink) -> bool:
+        """``PushingEngine.start_now``: everything but a LoRA adapter (which may have to load) and
+        an answer source (a grammar to compile, a script) is admitted at once."""
+        self._check_generates()
+        if request.lora_name or self._answers.wants(request):
+            return False
+        request = self._checked(request)
+        self._admit(request, emit, request_seed(request), None)
+        return True
+
     def _check_generates(self) -> None:
         if self._embed_size:
             raise EngineError(
@@ -369,6 +380,17 @@ class MockerEngine:
                 self._wake.set()
 
     async def _start(self, request: GenerateRequest, emit: ReplySink) -> None:
+        request = self._checked(request)
+        await self.loras.ensure(request.lora_name)
+        seed = request_seed(request)
+        source = None
+        if self._answers.wants(request):
+            source = await self._answers.source_for(request, seed)
+        self._admit(request, emit, seed, source)
+
+    def _checked(self, request: GenerateRequest) -> GenerateRequest:
+        """``request`` as this worker runs it (a disaggregated phase checked against its role), or
+        ``EngineError`` for one it refuses."""
         rid = request.request_id
         if rid in self._streams:
             raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
@@ -379,15 +401,16 @@ class MockerEngine:
                 request.session_id,
             )
         transfer = request.kv_transfer
-        if transfer is not None:
-            request = self._disaggregated(request, transfer)
-        await self.loras.ensure(request.lora_name)
-        seed = request_seed(request)
-        source = None
-        if self._answers.wants(request):
-            source = await self._answers.source_for(request, seed)
-            if rid in self._streams:
-                raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
+        return request if transfer is None else self._disaggregated(request, transfer)
+
+    def _admit(
+        self, request: GenerateRequest, emit: ReplySink, seed: int, source: TokenSource | None
+    ) -> None:
+        """Queue ``request`` in the scheduler; its outputs go to ``emit`` from the pass loop."""
+        rid = request.request_id
+        if rid in self._streams:  # admitted meanwhile, while this one waited for its source
+            raise EngineError(f"request id {rid!r} is already running", code="duplicate_request")
+        transfer = request.kv_transfer
         sim = SimRequest(
             rid,
             request.token_ids,

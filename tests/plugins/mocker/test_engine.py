@@ -3,11 +3,19 @@
 from contextlib import aclosing
 
 import anyio
+import msgspec
 import pytest
 
 from dyn.core.engine import Engine, EngineError
 from dyn.core.kv.events import BlockStored
-from dyn.core.messages import Finish, GenerateRequest, SamplingParams, StopConditions, TokenChunk
+from dyn.core.messages import (
+    Finish,
+    GenerateRequest,
+    OutputConstraint,
+    SamplingParams,
+    StopConditions,
+    TokenChunk,
+)
 from dyn.core.model import load_model_info
 from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
 from dyn.plugins.mocker.engine import MockerEngine
@@ -94,6 +102,32 @@ async def test_bad_requests_raise_engine_error():
     with pytest.raises(EngineError, match="no room"):
         async for _ in eng.generate(GenerateRequest("y", [1] * MODEL.context_length)):
             pass
+
+
+async def test_start_now_admits_at_once_what_needs_no_waiting_and_defers_the_rest():
+    """``PushingEngine.start_now``: a plain request is queued at once (the worker host then needs
+    no task for it) and its outputs reach the sink; one with a LoRA adapter or an output
+    constraint is left to ``start`` (False, nothing queued); a refused one raises as ``start`` does."""
+    eng, _ = engine(lora_modules=("ad=/nowhere",))
+    got: list = []
+    plain = GenerateRequest("a", list(range(10, 50)), stop=StopConditions(max_tokens=5, ignore_eos=True))
+    assert eng.start_now(plain, got.append) is True
+    assert eng.start_now(msgspec.structs.replace(plain, request_id="l", lora_name="ad"), got.append) is False
+    constrained = msgspec.structs.replace(plain, request_id="c", constraint=OutputConstraint("json_object"))
+    assert eng.start_now(constrained, got.append) is False
+    with pytest.raises(EngineError) as exc:
+        eng.start_now(plain, got.append)
+    assert exc.value.code == "duplicate_request"
+    with pytest.raises(EngineError) as exc:
+        eng.start_now(GenerateRequest("e", []), got.append)
+    assert exc.value.code == "bad_request"
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(eng.run)
+            while not got or not isinstance(got[-1], Finish):
+                await anyio.sleep(0.005)
+            tg.cancel_scope.cancel()
+    assert sum(len(m.token_ids) for m in got[:-1]) == 5 and got[-1].request_id == "a"
 
 
 def sglang_engine(num_gpu_blocks=64):
