@@ -20,8 +20,9 @@ Contract:
   flusher task sends each outbox as one message (a ``ReplyBatch``, or the plain kind for a lone
   reply) once the engine pass that produced it has queued all its outputs. An engine's outputs
   are read by a task per request from ``generate``, or, from a ``PushingEngine`` (the mocker),
-  handed to a callback by the engine's own loop (``start``). A request's replies keep their
-  order; its ``Finish`` never overtakes its chunks.
+  handed to a callback by the engine's own loop; such a request is admitted at once
+  (``start_now``) or, when admitting it means waiting, in a task (``start``). A request's replies
+  keep their order; its ``Finish`` never overtakes its chunks.
 """
 
 from __future__ import annotations
