@@ -19,9 +19,11 @@ lease of its own, because the store's contract gives each record its own ttl.
   ``"deregistered"``; a removal without it (the lease expired: the owner died) ``"expired"``.
 - ``list``: one range read. ``watch``: lists, yields the records, then follows etcd's watch
   from the list's revision + 1 (no polling). When the stream breaks (etcd restarted, a network
-  error) or its revision was compacted, it lists again with back-off, yields the difference from
-  what it had reported (records gone meanwhile as ``WorkerRemoved(reason="expired")``: who removed
-  them cannot be known any more) and watches on; nothing is lost or reported twice.
+  error) it watches again, with back-off, from the last revision it reported + 1, so what
+  happened meanwhile comes with its reasons. When that history is gone (compacted, or an etcd
+  that came back without its data: its revision went back) it lists again, yields the difference
+  from what it had reported (records gone meanwhile as ``WorkerRemoved(reason="expired")``: who
+  removed them cannot be known any more) and watches on; nothing is lost or reported twice.
 - etcd unreachable: ``open_store`` checks that etcd answers (synchronously, before a command's
   event loop starts) and raises ``EtcdUnavailable``, a ``ConfigError`` naming the endpoints and
   the flag, which the commands print as one line. Later, a call raises it too (the lease
@@ -177,9 +179,10 @@ class EtcdDiscoveryStore(DiscoveryStore):
         known: dict[int, WorkerRecord] = {}
         retry_s = RETRY_FIRST_S
         lost: str | None = None
+        revision: int | None = None  # every change up to it was reported; None: list (again)
         while True:
             try:
-                current, revision = await self._list()
+                current, listed = await self._list()
             except (EtcdUnavailable, EtcdError) as exc:
                 lost = self._lost(lost, str(exc))
                 await anyio.sleep(retry_s)
@@ -188,13 +191,19 @@ class EtcdDiscoveryStore(DiscoveryStore):
             if lost is not None:
                 log.info("etcd is back; following namespace %r again", self.namespace)
                 lost = None
-            for instance_id in sorted(known.keys() - current.keys()):
-                del known[instance_id]
-                yield WorkerRemoved(instance_id=instance_id, reason="expired")
-            for instance_id in sorted(current):
-                if known.get(instance_id) != current[instance_id]:
-                    known[instance_id] = current[instance_id]
-                    yield WorkerAdded(record=current[instance_id])
+            if revision is None or listed < revision:
+                # the first listing, a compacted history, or an etcd that came back without its
+                # data (its revision went back): report the difference from what was reported
+                for instance_id in sorted(known.keys() - current.keys()):
+                    del known[instance_id]
+                    yield WorkerRemoved(instance_id=instance_id, reason="expired")
+                for instance_id in sorted(current):
+                    if known.get(instance_id) != current[instance_id]:
+                        known[instance_id] = current[instance_id]
+                        yield WorkerAdded(record=current[instance_id])
+                revision = listed
+            # else: etcd kept its history (a restart, a lost connection); watching on from the last
+            # revision reported replays what happened meanwhile, deregistrations told from expiries
             stream = self.gateway.watch(
                 {
                     "key": b64(f"{KEY_ROOT}{self.namespace}/"),
@@ -206,11 +215,15 @@ class EtcdDiscoveryStore(DiscoveryStore):
                 async with aclosing(stream):  # the HTTP stream closes with us, not at garbage collection
                     async for response in stream:
                         retry_s = RETRY_FIRST_S
-                        for event in self._events(response.get("events", []), known):
+                        events = response.get("events", [])
+                        for event in self._events(events, known):
                             yield event
+                        for event in events:
+                            revision = max(revision, int(event["kv"].get("mod_revision", 0)))
                 reason = "etcd closed the watch"
             except WatchCompacted:
                 log.info("etcd compacted past the watch of namespace %r; listing again", self.namespace)
+                revision = None
                 continue
             except (EtcdUnavailable, EtcdError, httpx.TransportError, ValueError) as exc:
                 reason = str(exc) or type(exc).__name__

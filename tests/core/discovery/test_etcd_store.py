@@ -15,7 +15,14 @@ import anyio
 import httpx
 import pytest
 
-from dyn.core.discovery import EtcdDiscoveryStore, LeaseExpired, WorkerAdded, WorkerRemoved, open_store
+from dyn.core.discovery import (
+    EtcdDiscoveryStore,
+    LeaseExpired,
+    WorkerAdded,
+    WorkerRemoved,
+    etcd_store,
+    open_store,
+)
 from dyn.core.discovery.etcd_gateway import EtcdUnavailable, b64, unb64
 from dyn.core.discovery.services import service_store
 from dyn.core.errors import ConfigError
@@ -137,7 +144,14 @@ async def test_calls_while_etcd_is_down_raise_etcd_unavailable(etcd_server) -> N
         await store.aclose()
 
 
-async def test_watch_follows_through_an_etcd_restart_without_loss_or_repeats(etcd_server) -> None:
+@pytest.mark.parametrize("reconnect_s", [0.05, 3.0], ids=["soon", "after-the-changes"])
+async def test_watch_follows_through_an_etcd_restart_without_loss_or_repeats(
+    etcd_server, monkeypatch, reconnect_s
+) -> None:
+    """The watch resumes from the last revision it reported, so changes made before it is back
+    (``after-the-changes``: its first retry comes after them) arrive with their reasons: the
+    removal is a deregistration, not an expiry."""
+    monkeypatch.setattr(etcd_store, "RETRY_FIRST_S", reconnect_s)
     store, other = EtcdDiscoveryStore(etcd_server.url, NS), EtcdDiscoveryStore(etcd_server.url, NS)
     try:
         await other.put(make_record(1), ttl_s=60)
