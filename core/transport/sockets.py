@@ -34,6 +34,7 @@ import functools
 import ipaddress
 import logging
 import os
+import random
 import socket as _socket
 import stat
 import time
@@ -418,19 +419,50 @@ def advertised_endpoint(endpoint: str, bind_host: str) -> str:
     return endpoint
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+STATIC_PORTS_FROM = 20000
+"""The lowest port ``free_ports`` hands out: above the well-known and most registered services."""
+_FREE_PORT_TRIES = 200
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel gives to a bind at port 0 and to an outgoing connection (Linux's
+    ``ip_local_port_range``; the IANA range 49152-65535 where it cannot be read)."""
+    try:
+        low, high = (int(part) for part in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 49152, 65535
+    return range(low, high + 1)
+
+
 def free_ports(host: str, count: int) -> list[int]:
     """``count`` distinct TCP ports free on ``host`` right now, for a socket another library
-    binds moments later (another process could take one meanwhile: that library then reports
-    an address in use)."""
+    binds moments later (vLLM's and SGLang's KV-event publishers, NIXL's side channel).
+
+    The ports come from below the kernel's ephemeral range (``ephemeral_ports``), so nothing
+    that binds port 0 or connects out meanwhile (the engine's own ZMQ and torch sockets, in the
+    same moment) can be given one; each is checked free by binding it. Only another process
+    choosing the same fixed port in that moment could take one; the library then reports an
+    address in use. Where that range leaves no room, the kernel picks (port 0)."""
     address = host.strip("[]")
     address = "0.0.0.0" if address == "*" else address
     family = _socket.AF_INET6 if ":" in address else _socket.AF_INET
-    taken = []
+    static = range(STATIC_PORTS_FROM, min(ephemeral_ports().start, 65536))
+    candidates = random.sample(static, min(len(static), _FREE_PORT_TRIES)) if len(static) >= 4 * count else []
+    taken: list[_socket.socket] = []
     try:
-        for _ in range(count):
+        for port in [*candidates, *[0] * count]:
+            if len(taken) == count:
+                break
             sock = _socket.socket(family, _socket.SOCK_STREAM)
+            try:
+                sock.bind((address, port))
+            except OSError:
+                sock.close()
+                if port == 0:
+                    raise
+                continue
             taken.append(sock)
-            sock.bind((address, 0))
         return [sock.getsockname()[1] for sock in taken]
     finally:
         for sock in taken:

@@ -19,6 +19,7 @@ from dyn.core.transport.sockets import (
     advertised_host,
     bind_random,
     configure,
+    ephemeral_ports,
     free_ports,
     is_wildcard,
     primary_address,
@@ -128,6 +129,32 @@ def test_helpers():
     assert first != second
     with pysocket.socket() as taken:
         taken.bind(("127.0.0.1", first))
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_so_no_port_0_bind_takes_them(tmp_path, monkeypatch):
+    """An engine binds the ports dyn picked moments later, while it binds its own sockets at
+    port 0: those come from the ephemeral range, so dyn's never do (a real vLLM worker failed
+    with an address in use when they could)."""
+    ephemeral = ephemeral_ports()
+    assert ephemeral.start > sockets.STATIC_PORTS_FROM
+    for port in free_ports("127.0.0.1", 2) + free_ports("0.0.0.0", 2):
+        assert sockets.STATIC_PORTS_FROM <= port < ephemeral.start
+
+    range_file = tmp_path / "ip_local_port_range"
+    monkeypatch.setattr(sockets, "EPHEMERAL_RANGE_FILE", range_file)
+    with pysocket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy_port = busy.getsockname()[1]
+        monkeypatch.setattr(sockets, "STATIC_PORTS_FROM", busy_port)
+        range_file.write_text(f"{busy_port + 4}\t65000\n")
+        for _ in range(20):  # a port in use is never handed out
+            assert free_ports("127.0.0.1", 1) != [busy_port]
+        range_file.write_text(f"{busy_port + 1}\t65000\n")
+        (port,) = free_ports("127.0.0.1", 1)  # no room below the range: the kernel picks
+        assert port != busy_port
+
+    range_file.write_text("garbage")
+    assert ephemeral_ports() == range(49152, 65536)
 
 
 def test_no_route_falls_back_to_loopback_with_a_warning(monkeypatch, caplog):
