@@ -60,6 +60,41 @@ async def lifespan(receive: Any, send: Any) -> None:
             return
 
 
+DISCONNECT_HOOK = "dyn.disconnect_hook"
+"""The key of a request's ``DisconnectHook`` in its ASGI scope (servers run with
+``json_error_protocol`` put one there)."""
+
+
+class DisconnectHook:
+    """Tells an app that its request's client went away (the connection was lost before the
+    response completed), with no task of its own blocked in ``receive()`` to find out.
+
+    ``watch(callback)``: ``callback()`` runs once, on the event loop, when the connection is lost,
+    or at once if it already was; ``unwatch()`` drops it. ``lost``: whether it was."""
+
+    __slots__ = ("_callback", "lost")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[], None] | None = None
+        self.lost = False
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        if self.lost:
+            callback()
+        else:
+            self._callback = callback
+
+    def unwatch(self) -> None:
+        self._callback = None
+
+    def fire(self) -> None:
+        """The connection was lost (called by the protocol)."""
+        self.lost = True
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
 class HeadWithBody:
     """A connection's transport that sends a response's status line and headers together with
     the response's first body write: one TCP write, one segment, one wakeup of the client where
@@ -102,10 +137,11 @@ class HeadWithBody:
 def json_error_protocol(error_body: Callable[[str], bytes]) -> type | str:
     """uvicorn's httptools protocol, but its own 400s (a request it cannot parse, before any app
     sees it: a control character in a header, a malformed request line) carry
-    ``error_body(reason)`` as JSON instead of a line of plain text, and a response's head goes
-    out with its first body write (``HeadWithBody``). Pass it as ``uvicorn.Config(http=...)``;
+    ``error_body(reason)`` as JSON instead of a line of plain text, a response's head goes
+    out with its first body write (``HeadWithBody``), and each request's scope holds a
+    ``DisconnectHook`` (``DISCONNECT_HOOK``) that fires when its connection is lost. Pass it as ``uvicorn.Config(http=...)``;
     uvicorn is imported only when this is called. A uvicorn laid out differently gets its own
-    protocol back (``"httptools"``), plain-text 400s, separate head writes and all."""
+    protocol back (``"httptools"``), plain-text 400s, separate head writes and no hook."""
     try:
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
     except ImportError:
@@ -114,6 +150,17 @@ def json_error_protocol(error_body: Callable[[str], bytes]) -> type | str:
     class JsonErrorProtocol(HttpToolsProtocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(cast(Any, HeadWithBody(transport, self.loop)))
+
+        def on_headers_complete(self) -> None:
+            self.scope[DISCONNECT_HOOK] = DisconnectHook()  # type: ignore[literal-required]
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            cycle = self.cycle
+            hook = None if cycle is None or cycle.response_complete else cycle.scope.get(DISCONNECT_HOOK)
+            super().connection_lost(exc)
+            if isinstance(hook, DisconnectHook):
+                hook.fire()
 
         def send_400_response(self, msg: str) -> None:
             body = error_body(msg)

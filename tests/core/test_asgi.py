@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dyn.core.asgi import HeadWithBody, json_error_protocol
+from dyn.core.asgi import DISCONNECT_HOOK, DisconnectHook, HeadWithBody, json_error_protocol
 
 pytestmark = pytest.mark.anyio
 
@@ -91,6 +91,54 @@ async def test_a_streamed_response_reaches_a_raw_client_whole_over_uvicorn():
                 writer.close()
                 assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
                 assert expect in answer
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_a_lost_connection_fires_its_requests_disconnect_hook_over_uvicorn():
+    """Each request's scope holds a ``DisconnectHook``: a client that goes away mid-response
+    fires it (once, whether watched before or after); a completed response's hook never fires."""
+    import uvicorn
+
+    fired: dict[str, asyncio.Event] = {}
+    hooks: dict[str, DisconnectHook] = {}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await receive()
+        path = scope["path"]
+        hook = hooks[path] = scope[DISCONNECT_HOOK]
+        fired[path] = asyncio.Event()
+        hook.watch(fired[path].set)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if path == "/done":
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await fired[path].wait()  # held until the client leaves
+
+    protocol = json_error_protocol(lambda reason: b'{"error": "bad"}')
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            for path in ("/done", "/held"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+                await reader.read(1)
+                writer.close()
+            await fired["/held"].wait()
+            assert hooks["/held"].lost and not hooks["/done"].lost and not fired["/done"].is_set()
+            late = []
+            hooks["/held"].watch(lambda: late.append(1))  # watched after the loss: at once
+            assert late == [1]
     finally:
         server.should_exit = True
         await task
