@@ -139,8 +139,8 @@ def json_error_protocol(error_body: Callable[[str], bytes]) -> type | str:
     sees it: a control character in a header, a malformed request line) carry
     ``error_body(reason)`` as JSON instead of a line of plain text, a response's head goes
     out with its first body write (``HeadWithBody``), and each request's scope holds a
-    ``DisconnectHook`` (``DISCONNECT_HOOK``) that fires when its connection is lost. Pass it as ``uvicorn.Config(http=...)``;
-    uvicorn is imported only when this is called. A uvicorn laid out differently gets its own
+    ``DisconnectHook`` (``DISCONNECT_HOOK``) that fires when its connection is lost. Pass it as
+    ``uvicorn.Config(http=...)``; uvicorn is imported only when this is called. A uvicorn laid out differently gets its own
     protocol back (``"httptools"``), plain-text 400s, separate head writes and no hook."""
     try:
         from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
