@@ -5,6 +5,8 @@ a real socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,6 +31,26 @@ class Recording:
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 1) if name in ("peername", "sockname") else default
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[int]:
+    """Serve ``app`` with the frontend's protocol on a free loopback port, for at most 10 s;
+    yields the port."""
+    import uvicorn
+
+    protocol = json_error_protocol(lambda reason: b'{"error": "bad"}')
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+            yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
 
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
@@ -61,7 +83,6 @@ async def test_a_head_alone_goes_out_at_the_end_of_the_turn_or_before_close():
 async def test_a_streamed_response_reaches_a_raw_client_whole_over_uvicorn():
     """The protocol the frontend serves with, on a real socket: the SSE head and events arrive
     intact, and a response with no body still gets its head."""
-    import uvicorn
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -75,31 +96,19 @@ async def test_a_streamed_response_reaches_a_raw_client_whole_over_uvicorn():
         await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
-    protocol = json_error_protocol(lambda reason: b'{"error": "bad"}')
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            for path, expect in (("/", b"data: 1\n\n"), ("/empty", b"")):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
-                answer = await reader.read()
-                writer.close()
-                assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
-                assert expect in answer
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(app) as port:
+        for path, expect in (("/", b"data: 1\n\n"), ("/empty", b"")):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+            answer = await reader.read()
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert expect in answer
 
 
 async def test_a_lost_connection_fires_its_requests_disconnect_hook_over_uvicorn():
     """Each request's scope holds a ``DisconnectHook``: a client that goes away mid-response
     fires it (once, whether watched before or after); a completed response's hook never fires."""
-    import uvicorn
 
     fired: dict[str, asyncio.Event] = {}
     hooks: dict[str, DisconnectHook] = {}
@@ -119,26 +128,15 @@ async def test_a_lost_connection_fires_its_requests_disconnect_hook_over_uvicorn
         await send({"type": "http.response.body", "body": b"a", "more_body": True})
         await fired[path].wait()  # held until the client leaves
 
-    protocol = json_error_protocol(lambda reason: b'{"error": "bad"}')
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=protocol, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            for path in ("/done", "/held"):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
-                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
-                await reader.read(1)
-                writer.close()
-            await fired["/held"].wait()
-            assert hooks["/held"].lost and not hooks["/done"].lost and not fired["/done"].is_set()
-            late = []
-            hooks["/held"].watch(lambda: late.append(1))  # watched after the loss: at once
-            assert late == [1]
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(app) as port:
+        for path in ("/done", "/held"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+            await reader.read(1)
+            writer.close()
+        await fired["/held"].wait()
+        assert hooks["/held"].lost and not hooks["/done"].lost and not fired["/done"].is_set()
+        late = []
+        hooks["/held"].watch(lambda: late.append(1))  # watched after the loss: at once
+        assert late == [1]
