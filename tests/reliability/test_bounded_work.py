@@ -4,8 +4,8 @@ Each request below once cost the frontend gigabytes or froze its event loop: a 1
 (19.6 GB, killed), 10k-character stop strings x n (45 MB each), a request ``chat_template`` of
 ``{{ 'a ' * 10000000 }}`` (4.3 GB, /live blocked 8.7 s), a 10 MB prompt (+1.4 GB, 5.6 s),
 1000 prompts x n=128 (/live blocked > 30 s). Now each is refused at once (or served in bounded
-memory), and ``/live`` answers within 100 ms while the largest prompt the caps accept is
-preprocessed. The request bodies are the probe's; the model is the embedded dyn-tiny (its
+memory), and ``/live`` keeps answering (``LivePoller.assert_live``) while the largest prompt the
+caps accept is preprocessed. The request bodies are the probe's; the model is the embedded dyn-tiny (its
 context length, 8192, makes the default --max-prompt-bytes 1 MiB).
 """
 
@@ -94,10 +94,14 @@ class LivePoller:
         self._stop.set()
         self._thread.join(15)
 
-    def assert_live(self, within: float = 0.1) -> None:
+    def assert_live(self, work_s: float) -> None:
+        """Every /live answered, and none waited 100 ms or a quarter of ``work_s`` (the measured
+        request's time), whichever is longer: work done on the event loop stalls it for nearly
+        all of that time, while one scheduling hiccup of this shared machine (a 140 ms answer
+        during a 1.3 s request in CI) is no freeze."""
         assert not self.failures, self.failures
         assert len(self.latencies) >= 5, self.latencies
-        assert max(self.latencies) < within, sorted(self.latencies)[-5:]
+        assert max(self.latencies) < max(0.1, work_s / 4), (work_s, sorted(self.latencies)[-5:])
 
 
 def _post(url: str, path: str, body: dict | bytes, timeout: float = 60) -> tuple[httpx.Response, float]:
@@ -172,7 +176,7 @@ def test_template_bomb_is_a_400_in_under_a_second(bounded, trusted):
     else:
         assert "--trust-request-chat-template" in err["message"]
     assert _memory_kib(pid, "VmHWM") - peak < 64 * 1024  # was 4.3 GB
-    live.assert_live()
+    live.assert_live(took)
     # a trusted template that is not a bomb is used
     if trusted:
         body["chat_template"] = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
@@ -192,7 +196,7 @@ def test_ten_megabyte_prompt_is_refused_while_live_answers(bounded):
     err = _error(r)
     assert err["param"] == "messages" and "--max-prompt-bytes" in err["message"]
     assert took < 2
-    live.assert_live()
+    live.assert_live(took)
     assert _memory_kib(pid, "VmHWM") - peak < 200 * 1024  # the body and its decoded text; was +1.4 GB
 
 
@@ -203,14 +207,15 @@ def test_thousand_prompts_times_128_is_refused_at_once(bounded):
     err = _error(r)
     assert err["param"] == "prompt" and "--max-prompts" in err["message"] and "128000" in err["message"]
     assert took < 1
-    live.assert_live()
+    live.assert_live(took)
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_largest_accepted_prompt_keeps_live_answering(bounded, endpoint):
     """A prompt just under the default --max-prompt-bytes (1 MiB for dyn-tiny) passes the caps, is
     rendered and tokenized (about 350,000 tokens: then refused for the context length), and
-    /live answers within 100 ms all the while."""
+    /live keeps answering all the while (with the work on the event loop, one answer waits for
+    nearly all of the request)."""
     text = ("The quick brown fox jumps over the lazy dog. " * 30000)[: (1 << 20) - 4096]
     if endpoint == "chat":
         path, body = "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": text}]}
@@ -221,4 +226,4 @@ def test_largest_accepted_prompt_keeps_live_answering(bounded, endpoint):
     err = _error(r)
     assert err["code"] == "context_length_exceeded", err
     assert took > 0.05  # the prompt really was tokenized
-    live.assert_live()
+    live.assert_live(took)
