@@ -4,8 +4,10 @@ context, map sampling and stop parameters.
 ``Preprocessor`` is built once per served model (tokenizer loaded, chat template compiled) and is
 pure CPU work with no I/O. Its bounds (``RequestLimits``) are checked before any of that work, on
 the request as decoded. The event loop calls ``chat_async`` / ``completions_async``: a request with
-little text is preprocessed inline (a thread hop would cost more than the work), a larger one in a
-worker thread, a few at a time, so the loop keeps answering. The output, ``Prompt``, is what every
+little text is preprocessed inline (a thread hop would cost more than the work), except that a
+short chat prompt is tokenized in the encode thread, in batches with the prompts queued meanwhile
+(``dyn.core.frontend.encode_thread``); a larger request goes to a worker thread, a few at a time,
+so the loop keeps answering. The output, ``Prompt``, is what every
 choice of the request shares; ``engine_request`` makes the per-choice ``GenerateRequest``.
 """
 
@@ -103,11 +105,17 @@ class Preprocessor:
         return size + _stop_chars(req)
 
     async def chat_async(self, req: ChatCompletionRequest) -> Prompt:
-        """``chat`` for the event loop: the bounds checked here, the work inline when small,
-        else in a preprocessing thread."""
-        if self.check_chat(req) <= INLINE_WORK_BYTES:
+        """``chat`` for the event loop: the bounds checked here; a small request rendered inline
+        and tokenized by ``Tokenizer.encode_chat_async``, a larger one all in a preprocessing
+        thread."""
+        if self.check_chat(req) > INLINE_WORK_BYTES:
+            return await anyio.to_thread.run_sync(self._chat, req, limiter=self._threads())
+        nvext = req.nvext
+        if nvext is not None and (nvext.token_data is not None or nvext.use_raw_prompt):
             return self._chat(req)
-        return await anyio.to_thread.run_sync(self._chat, req, limiter=self._threads())
+        text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
+        token_ids = await self.tokenizer.encode_chat_async(text, add_special_tokens=req.add_special_tokens)
+        return self._finish(req, token_ids, text, req.max_completion_tokens)
 
     async def completions_async(self, req: CompletionRequest) -> list[Prompt]:
         """``completions`` for the event loop, as ``chat_async``."""

@@ -22,7 +22,8 @@ from typing import Any
 
 import tokenizers
 
-from dyn.core.frontend.token_cache import PrefixTokenCache, special_token_ids
+from dyn.core.frontend.encode_thread import ENCODE_THREAD
+from dyn.core.frontend.token_cache import MIN_PREFIX_CHARS, PrefixTokenCache, special_token_ids
 from dyn.core.model.info import ModelError, ModelInfo, read_model_json, token_content
 
 SPECIAL_TOKEN_NAMES = (
@@ -149,6 +150,14 @@ class Tokenizer:
         if add_special_tokens:
             return self.encode(text, True)
         return self.prefix_cache.encode(text)
+
+    async def encode_chat_async(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """``encode_chat`` for the event loop: a short text with nothing added around it (one the
+        prefix cache encodes whole) is encoded in the process's encode thread, batched with the
+        texts queued meanwhile (``dyn.core.frontend.encode_thread``); any other here and now."""
+        if add_special_tokens or len(text) >= MIN_PREFIX_CHARS:
+            return self.encode_chat(text, add_special_tokens)
+        return await ENCODE_THREAD.encode(self._encode_batch, text)
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._encode_fast(texts, add_special_tokens=False)]

@@ -1,6 +1,6 @@
-"""dyn.core.frontend.preprocessor's async entry points: small requests are preprocessed inline,
-large ones in a few worker threads, so the event loop keeps running while the largest prompt the
-caps allow is rendered and tokenized."""
+"""dyn.core.frontend.preprocessor's async entry points: small requests are preprocessed inline
+(a short chat prompt tokenized in the encode thread), large ones in a few worker threads, so the
+event loop keeps running while the largest prompt the caps allow is rendered and tokenized."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ class WatchedTokenizer(Tokenizer):
     """dyn-tiny's tokenizer, noting which threads encode and how many at once."""
 
     threads: list[str]
+    batch_threads: list[str]
+    """Where ``_encode_batch`` ran (the encode thread's calls, and the prefix cache's)."""
     running = 0
     most = 0
     delay = 0.0
@@ -34,6 +36,10 @@ class WatchedTokenizer(Tokenizer):
 
     def encode_chat(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._watched(super().encode_chat, text, add_special_tokens)
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        WatchedTokenizer.batch_threads.append(threading.current_thread().name)
+        return super()._encode_batch(texts)
 
     def _watched(self, encode, text: str, add_special_tokens: bool) -> list[int]:
         cls = WatchedTokenizer
@@ -53,6 +59,7 @@ class WatchedTokenizer(Tokenizer):
 @pytest.fixture
 def pre() -> Preprocessor:
     WatchedTokenizer.threads, WatchedTokenizer.most, WatchedTokenizer.delay = [], 0, 0.0
+    WatchedTokenizer.batch_threads = []
     info = load_model_info(None, None)
     return Preprocessor(info, WatchedTokenizer.from_dir(info.path), limits=RequestLimits())
 
@@ -67,13 +74,16 @@ def test_small_inline_large_in_a_thread(pre: Preprocessor) -> None:
     main = threading.current_thread().name
 
     async def run() -> None:
-        await pre.chat_async(chat("hello"))
+        prompt = await pre.chat_async(chat("hello"))
+        assert prompt.token_ids == pre.chat(chat("hello")).token_ids
+        WatchedTokenizer.threads = []
+        assert WatchedTokenizer.batch_threads == ["dyn-encode", main]  # the second: pre.chat
         await pre.completions_async(msgspec.convert({"prompt": "hello", "max_tokens": 1}, CompletionRequest))
-        assert WatchedTokenizer.threads == [main, main]
+        assert WatchedTokenizer.threads == [main]
         await pre.chat_async(chat("word " * INLINE_WORK_BYTES))
         batch = {"prompt": ["word " * INLINE_WORK_BYTES] * 2, "max_tokens": 1}
         await pre.completions_async(msgspec.convert(batch, CompletionRequest))
-        assert len(WatchedTokenizer.threads) == 5 and main not in WatchedTokenizer.threads[2:]
+        assert len(WatchedTokenizer.threads) == 4 and main not in WatchedTokenizer.threads[1:]
         # long stop strings are work too: their matcher is built off the loop
         await pre.chat_async(chat("hi", stop=["x" * 4000, "y" * 4000]))
         assert WatchedTokenizer.threads[-1] != main
