@@ -4,10 +4,10 @@ context, map sampling and stop parameters.
 ``Preprocessor`` is built once per served model (tokenizer loaded, chat template compiled) and is
 pure CPU work with no I/O. Its bounds (``RequestLimits``) are checked before any of that work, on
 the request as decoded. The event loop calls ``chat_async`` / ``completions_async``: a request with
-little text is preprocessed inline (a thread hop would cost more than the work), except that a
-short chat prompt is tokenized in the encode thread, in batches with the prompts queued meanwhile
-(``dyn.core.frontend.encode_thread``); a larger request goes to a worker thread, a few at a time,
-so the loop keeps answering. The output, ``Prompt``, is what every
+little text is preprocessed inline (a thread hop would cost more than the work), except that its
+text (a short chat prompt, a completions prompt) is tokenized in the encode thread, in batches with
+the prompts queued meanwhile (``dyn.core.frontend.encode_thread``); a larger request goes to a
+worker thread, a few at a time, so the loop keeps answering. The output, ``Prompt``, is what every
 choice of the request shares; ``engine_request`` makes the per-choice ``GenerateRequest``.
 """
 
@@ -118,10 +118,17 @@ class Preprocessor:
         return self._finish(req, token_ids, text, req.max_completion_tokens)
 
     async def completions_async(self, req: CompletionRequest) -> list[Prompt]:
-        """``completions`` for the event loop, as ``chat_async``."""
-        if self.check_completions(req) <= INLINE_WORK_BYTES:
-            return self._completions(req)
-        return await anyio.to_thread.run_sync(self._completions, req, limiter=self._threads())
+        """``completions`` for the event loop, as ``chat_async``: the texts of a small request are
+        tokenized by ``Tokenizer.encode_async``."""
+        if self.check_completions(req) > INLINE_WORK_BYTES:
+            return await anyio.to_thread.run_sync(self._completions, req, limiter=self._threads())
+        prompts = []
+        for item in _completion_items(req):
+            ids = None
+            if isinstance(item, str):
+                ids = await self.tokenizer.encode_async(item, add_special_tokens=req.add_special_tokens)
+            prompts.append(self._completion(req, item, ids))
+        return prompts
 
     async def tokenize_chat_async(self, req: ChatCompletionRequest) -> list[int]:
         """The token ids a chat completion of ``req`` sends for its messages (the same bounds,
@@ -270,23 +277,25 @@ class Preprocessor:
         return self._completions(req)
 
     def _completions(self, req: CompletionRequest) -> list[Prompt]:
-        prompt = req.prompt
-        if isinstance(prompt, str):
-            items: list[str | list[int]] = [prompt]
-        elif prompt and isinstance(prompt[0], int):
-            items = [prompt]
-        else:
-            items = list(prompt)
-        prompts = []
-        for item in items:
-            if isinstance(item, str):
-                ids = self.tokenizer.encode(item, add_special_tokens=req.add_special_tokens)
-                prompts.append(self._finish(req, ids, item, None))
-            else:
-                if not item:
-                    raise bad_request("prompt must not be empty", param="prompt")
-                prompts.append(self._finish(req, list(item), None, None, pretokenized=True))
-        return prompts
+        return [
+            self._completion(
+                req,
+                item,
+                self.tokenizer.encode(item, add_special_tokens=req.add_special_tokens)
+                if isinstance(item, str)
+                else None,
+            )
+            for item in _completion_items(req)
+        ]
+
+    def _completion(self, req: CompletionRequest, item: str | list[int], ids: list[int] | None) -> Prompt:
+        """The prompt of one of a completions request's prompts: a text (tokenized as ``ids``)
+        or token ids."""
+        if isinstance(item, str):
+            return self._finish(req, ids or [], item, None)
+        if not item:
+            raise bad_request("prompt must not be empty", param="prompt")
+        return self._finish(req, list(item), None, None, pretokenized=True)
 
     # ----------------------------------------------------------------- shared rules
 
@@ -399,3 +408,13 @@ def _message_text(message: dict) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""
+
+
+def _completion_items(req: CompletionRequest) -> list[str | list[int]]:
+    """A completions request's prompts: one text, one list of ids, or a batch of either."""
+    prompt = req.prompt
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and isinstance(prompt[0], int):
+        return [prompt]
+    return list(prompt)

@@ -152,15 +152,23 @@ class Tokenizer:
         return self.prefix_cache.encode(text)
 
     async def encode_chat_async(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """``encode_chat`` for the event loop: a short text with nothing added around it (one the
-        prefix cache encodes whole) is encoded in the process's encode thread, batched with the
-        texts queued meanwhile (``dyn.core.frontend.encode_thread``); any other here and now."""
-        if add_special_tokens or len(text) >= MIN_PREFIX_CHARS:
-            return self.encode_chat(text, add_special_tokens)
-        return await ENCODE_THREAD.encode(self._encode_batch, text)
+        """``encode_chat`` for the event loop: a text the prefix cache may serve (long enough,
+        nothing added around it) here and now, through the cache; any other by ``encode_async``."""
+        if not add_special_tokens and self.prefix_cache.enabled and len(text) >= MIN_PREFIX_CHARS:
+            return self.prefix_cache.encode(text)
+        return await self.encode_async(text, add_special_tokens)
+
+    async def encode_async(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """``encode`` in the process's encode thread, batched with the texts queued meanwhile
+        (``dyn.core.frontend.encode_thread``): the event loop serves others until the ids come."""
+        encode_batch = self._encode_batch_special if add_special_tokens else self._encode_batch
+        return await ENCODE_THREAD.encode(encode_batch, text)
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._encode_fast(texts, add_special_tokens=False)]
+
+    def _encode_batch_special(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._encode_fast(texts, add_special_tokens=True)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self._decode(

@@ -25,7 +25,8 @@ class WatchedTokenizer(Tokenizer):
 
     threads: list[str]
     batch_threads: list[str]
-    """Where ``_encode_batch`` ran (the encode thread's calls, and the prefix cache's)."""
+    """Where ``_encode_batch`` and ``_encode_batch_special`` ran (the encode thread's calls, and
+    the prefix cache's)."""
     running = 0
     most = 0
     delay = 0.0
@@ -40,6 +41,10 @@ class WatchedTokenizer(Tokenizer):
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         WatchedTokenizer.batch_threads.append(threading.current_thread().name)
         return super()._encode_batch(texts)
+
+    def _encode_batch_special(self, texts: list[str]) -> list[list[int]]:
+        WatchedTokenizer.batch_threads.append(threading.current_thread().name)
+        return super()._encode_batch_special(texts)
 
     def _watched(self, encode, text: str, add_special_tokens: bool) -> list[int]:
         cls = WatchedTokenizer
@@ -78,8 +83,12 @@ def test_small_inline_large_in_a_thread(pre: Preprocessor) -> None:
         assert prompt.token_ids == pre.chat(chat("hello")).token_ids
         WatchedTokenizer.threads = []
         assert WatchedTokenizer.batch_threads == ["dyn-encode", main]  # the second: pre.chat
-        await pre.completions_async(msgspec.convert({"prompt": "hello", "max_tokens": 1}, CompletionRequest))
-        assert WatchedTokenizer.threads == [main]
+        small = msgspec.convert({"prompt": ["hello", [1, 2]], "max_tokens": 1}, CompletionRequest)
+        prompts = await pre.completions_async(small)
+        assert [p.token_ids for p in prompts] == [p.token_ids for p in pre.completions(small)]
+        assert prompts[1].token_ids == [1, 2] and prompts[1].pretokenized
+        assert WatchedTokenizer.threads == [main]  # pre.completions; the async one encoded in:
+        assert WatchedTokenizer.batch_threads[-1] == "dyn-encode"
         await pre.chat_async(chat("word " * INLINE_WORK_BYTES))
         batch = {"prompt": ["word " * INLINE_WORK_BYTES] * 2, "max_tokens": 1}
         await pre.completions_async(msgspec.convert(batch, CompletionRequest))
