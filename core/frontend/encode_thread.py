@@ -10,8 +10,8 @@ while the thread encodes, the loop serves other requests.
 
 Contract: ``await ENCODE_THREAD.encode(encode_batch, text)`` returns ``encode_batch([text])[0]``,
 or raises what encoding that text alone raised. Texts are encoded in the order they were queued.
-A waiter cancelled meanwhile gets nothing (its ids are dropped). The thread starts on first use,
-is a daemon, and keeps no text once it has answered.
+A waiter cancelled meanwhile gets nothing (its ids are dropped). The thread starts on first use
+(again if it ever died), is a daemon, and keeps no text once it has answered.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class EncodeThread:
         with self._lock:
             self._pending.append((encode_batch, text, future))
             first = len(self._pending) == 1
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="dyn-encode", daemon=True)
                 self._thread.start()
         if first:  # else the thread was woken already and takes this text with the others
@@ -67,8 +67,14 @@ class EncodeThread:
                 del self._pending[:MAX_BATCH]
                 if not self._pending:
                     self._ready.clear()
-            if batch:
-                _answer(_encoded(batch))
+            if not batch:
+                continue
+            try:
+                results = _encoded(batch)
+            except Exception as exc:  # a bug here must not leave the batch's requests waiting
+                log.exception("encoding %d prompts failed", len(batch))
+                results = [(future, exc) for _, _, future in batch]
+            _answer(results)
 
 
 def _encoded(batch: list[_Item]) -> list[tuple[asyncio.Future[list[int]], list[int] | BaseException]]:

@@ -115,3 +115,20 @@ def test_waiters_on_several_event_loops_each_get_their_answers(tokenizer: Tokeni
     assert sorted(results) == [0, 1, 2]
     for n, ids in results.items():
         assert ids == [tokenizer.encode_chat(f"loop {n} text {i}") for i in range(20)]
+
+
+def test_a_broken_encoder_fails_its_batch_and_the_thread_goes_on(tokenizer: Tokenizer) -> None:
+    thread = EncodeThread()
+
+    def short(texts: list[str]) -> list[list[int]]:
+        return []  # one list of ids too few: the batch cannot be answered text by text
+
+    async def run() -> tuple[list[list[int] | BaseException], list[int]]:
+        failed = await asyncio.wait_for(
+            asyncio.gather(thread.encode(short, "a"), thread.encode(short, "b"), return_exceptions=True), 10
+        )
+        return failed, await asyncio.wait_for(thread.encode(tokenizer._encode_batch, "after"), 10)
+
+    failed, after = asyncio.run(run())
+    assert all(isinstance(f, ValueError) for f in failed)
+    assert after == tokenizer.encode_chat("after")
