@@ -340,6 +340,40 @@ async def test_the_worker_keeps_receiving_while_it_sends_batches():
     assert received == [f"c{i}" for i in range(300)]
 
 
+async def test_messages_sent_in_one_turn_leave_together_in_order_and_a_refused_one_fails_its_stream():
+    server = RequestServer()
+    received: list[str] = []
+
+    async def worker():
+        while True:
+            _, msg = await server.recv()
+            received.append(msg.request_id)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            async with WorkerClient(server.endpoint) as client:
+                for i in range(50):  # one event-loop turn: nothing leaves until it ends
+                    client.send(CancelRequest(f"c{i}"))
+                assert len(client._outbox) == 50
+                await anyio.lowlevel.checkpoint()
+                assert client._outbox == []
+                while len(received) < 50:
+                    await anyio.sleep(0.01)
+                assert received == [f"c{i}" for i in range(50)]
+
+                def refuse(*args, **kwargs):
+                    raise zmq.ZMQError(zmq.EAGAIN)
+
+                client._socket.send_multipart = refuse  # the socket refuses what this turn queued
+                with pytest.raises(WorkerUnavailable, match="cannot send to the worker"):
+                    async for _ in client.generate_batches(GenerateRequest("refused", [1, 2])):
+                        pass
+                del client._socket.send_multipart
+            tg.cancel_scope.cancel()
+    server.close()
+
+
 async def test_a_closed_worker_connection_fails_streams_at_once_and_new_ones_too():
     server = RequestServer()
     health: list[tuple[bool, str]] = []
