@@ -5,7 +5,8 @@ received message is ``[identity, kind, payload]``; replies go back to the same i
 message (``send``) or packed into ``ReplyBatch`` messages (``send_replies``). Client side, ``WorkerClient``: one
 DEALER per worker, read by a callback of the event loop (no task: a reply reaches its stream in
 the same loop turn its socket became readable) that unpacks batches and hands each reply to the
-stream of the request it names; sends never wait (the DEALER's queue is unbounded). A stream ends with ``Finish``; an ``ErrorReply`` for it raises
+stream of the request it names; sends never wait (the DEALER's queue is unbounded) and leave
+together at the end of the event-loop turn that queued them. A stream ends with ``Finish``; an ``ErrorReply`` for it raises
 ``RemoteError`` from the iterator. Leaving the iterator early sends ``CancelRequest``.
 ``generate_batches`` yields, per wakeup, everything that arrived for the request meanwhile, so a
 consumer can handle a forward pass's worth of tokens at once; ``generate`` yields one reply at a
