@@ -90,6 +90,9 @@ class Preprocessor:
         """What rendering one request may build: room for the prompt text four times over (tools
         as indented JSON) plus the template's own text."""
         self._limiter: anyio.CapacityLimiter | None = None
+        self._tokenizer_fits = self.tokenizer.vocab_size <= info.vocab_size
+        """Every id the tokenizer can give is in the model's vocabulary: only ids a client sent
+        need the range check."""
 
     # ----------------------------------------------------------------- bounds and threads
 
@@ -308,7 +311,9 @@ class Preprocessor:
         pretokenized: bool = False,
     ) -> Prompt:
         vocab = self.info.vocab_size
-        if token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab):
+        if (pretokenized or not self._tokenizer_fits) and (
+            token_ids and (min(token_ids) < 0 or max(token_ids) >= vocab)
+        ):
             raise bad_request(f"prompt token ids must be in [0, {vocab})", param="prompt")
         if req.truncate_prompt_tokens is not None and len(token_ids) > req.truncate_prompt_tokens:
             token_ids = token_ids[-req.truncate_prompt_tokens :]

@@ -4,6 +4,7 @@ event loop keeps running while the largest prompt the caps allow is rendered and
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -171,3 +172,21 @@ def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Pr
     assert WatchedTokenizer.threads and WatchedTokenizer.threads[0] != threading.current_thread().name
     assert time.perf_counter() - start > 0.05 and len(gaps) > 5  # real work happened while the loop beat
     assert max(gaps) < 0.1, max(gaps)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(pre: Preprocessor) -> None:
+    vocab = pre.info.vocab_size
+    for ids in ([vocab], [1, -1]):
+        with pytest.raises(ApiError, match=rf"prompt token ids must be in \[0, {vocab}\)"):
+            pre.completions(msgspec.convert({"prompt": ids, "max_tokens": 1}, CompletionRequest))
+    with pytest.raises(ApiError, match="prompt token ids must be in"):
+        pre.chat(chat("hi", nvext={"token_data": [vocab]}))  # negative ones fail decoding
+    assert pre.chat(chat("hi", nvext={"token_data": [vocab - 1]})).token_ids == [vocab - 1]
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_has_its_ids_checked() -> None:
+    info = load_model_info(None, None)
+    tokenizer = Tokenizer.from_dir(info.path)
+    pre = Preprocessor(dataclasses.replace(info, vocab_size=10), tokenizer, limits=RequestLimits())
+    with pytest.raises(ApiError, match=r"prompt token ids must be in \[0, 10\)"):
+        pre.chat(chat("hello there"))
