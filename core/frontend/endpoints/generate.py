@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import re
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -229,7 +230,14 @@ def _request_id(header: bytes | None, body_id: str | None) -> str:
                 param=where,
             )
         return value
-    return os.urandom(16).hex()  # as random as uuid4().hex, a quarter of its cost
+    return f"{_FRESH_IDS.getrandbits(128):032x}"
+
+
+# Fresh ids come from a generator seeded from os.urandom, reseeded in a forked child; not from
+# os.urandom itself, which releases the GIL: at 128 streams the encode thread took it each time,
+# and a call cost the event loop 49 us of wall time and 12 us of CPU (measured in the frontend).
+_FRESH_IDS = random.Random()
+os.register_at_fork(after_in_child=_FRESH_IDS.seed)
 
 
 def _int_header(headers: dict[bytes, bytes], *names: bytes) -> int | None:
