@@ -33,11 +33,15 @@ plane, e.g. ``decode_router_message``) turns frames into a struct or raises ``Pr
   receive loop. With ``collect``, each matching reply is passed to it and the call ends when it
   returns True (one query, several answers). Raises ``TimeoutError`` after ``timeout_s``,
   ``RpcUnavailable`` when the client does not run or fails its pending calls (``fail_all``,
-  closing), ``RpcDropped`` (one) when the request could not be queued. A call that ends any way takes its id out of the map.
+  closing), ``RpcDropped`` (one) when the socket refused the request. A call that ends any way
+  takes its id out of the map.
 - Replies for no pending call go to ``on_unmatched`` (default: dropped); a reply of a type the
   client does not take, or malformed frames, are counted and logged through ``rejected``.
-- ``send`` queues a message without waiting; False (counted in ``dropped``, logged on the first
-  and every thousandth) when the socket is full or gone.
+- ``send`` queues a message without waiting (False when the client does not run). What one
+  event-loop turn queues (sends and calls) leaves at the end of the turn, in order, together: one
+  wakeup of ZeroMQ's I/O thread and one look at the socket's events for all of it. A message the
+  socket refuses then (full: the server stopped reading) is dropped, counted in ``dropped`` and
+  logged on the first and every thousandth; a call's request fails its call with ``RpcDropped``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -245,6 +249,11 @@ class RpcClient:
         self._hwm = hwm
         self._log = logger
         self.socket: zmq.asyncio.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._send_now: Callable[..., Any] | None = None
+        self._recheck: Callable[[], None] | None = None
+        self._outbox: list[tuple[int | None, list[bytes]]] = []
+        """What this turn queued: (the id of the call it starts, or None; its frames)."""
         self._pending: dict[int, _Call] = {}
         self._ids = itertools.count(1)
         self.on_unmatched: Callable[[Any], None] | None = None
@@ -270,8 +279,12 @@ class RpcClient:
         socket = configure(async_context().socket(zmq.DEALER), hwm=self._hwm)
         try:
             self.socket = socket
-            task_status.started()
+            self._loop = asyncio.get_running_loop()
             queued = plain_view(socket)
+            # sends go straight out on the plain view where pyzmq has the events re-check they need
+            self._recheck = getattr(socket, "_schedule_remaining_events", None)
+            self._send_now = queued.send_multipart if self._recheck is not None else None
+            task_status.started()
             while True:
                 await anyio.lowlevel.checkpoint()
                 self._deliver(await socket.recv_multipart(copy=True))
@@ -279,6 +292,7 @@ class RpcClient:
                     self._deliver(frames)
         finally:
             self.socket = None
+            self._outbox = []
             self.fail_all(RpcUnavailable(f"the client of {self.peer} was closed"))
             socket.close(linger=0)
 
@@ -296,8 +310,10 @@ class RpcClient:
                 pass
 
     def fail_all(self, error: BaseException) -> None:
-        """End every pending call with ``error`` (raised by its ``call``)."""
+        """End every pending call with ``error`` (raised by its ``call``); their requests still
+        queued do not leave."""
         pending, self._pending = self._pending, {}
+        self._outbox = [queued for queued in self._outbox if queued[0] is None]
         for call in pending.values():
             call.error = error
             call.done.set()
@@ -325,27 +341,52 @@ class RpcClient:
     # ----------------------------------------------------------------- calls
 
     def send(self, message: msgspec.Struct) -> bool:
-        """Queue ``message`` without waiting; False (counted in ``dropped``) when the client
-        does not run or the socket is full."""
+        """Queue ``message`` to leave at the end of this event-loop turn; False when the client
+        does not run (see the module docstring for a message the socket refuses)."""
+        return self._queue(None, encode(message))
+
+    def _queue(self, call_id: int | None, frames: list[bytes]) -> bool:
+        if self.socket is None or self._loop is None:
+            return False
+        if not self._outbox:
+            self._loop.call_soon(self._flush)
+        self._outbox.append((call_id, frames))
+        return True
+
+    def _flush(self) -> None:
+        """Send what this turn queued. Each direct send on a plain view of the socket, then one
+        look at its events (a send can take the wakeup a pending receive waits for); where pyzmq
+        lacks that look (its internals changed), each goes through the asyncio socket."""
+        outbox, self._outbox = self._outbox, []
         socket = self.socket
-        if socket is None:
-            return False
-        try:
-            # the asyncio socket returns a Future; pyzmq's stub says Awaitable (see Sent)
-            sent: Sent = socket.send_multipart(encode(message), flags=zmq.NOBLOCK)  # type: ignore[assignment]
-        except zmq.ZMQError as exc:  # the socket was closed under us
-            self._log.debug("dropping a message to %s: %s", self.peer, exc)
-            return False
-        if not sent.done():
-            sent.add_done_callback(_log_send_error)
-            return True
-        error = sent.exception()
-        if error is None:
-            return True
+        if socket is None:  # closed meanwhile: its calls were failed
+            return
+        send, recheck = self._send_now, self._recheck
+        for call_id, frames in outbox:
+            try:
+                if send is not None:
+                    send(frames, zmq.NOBLOCK)
+                    continue
+                # the asyncio socket returns a Future; pyzmq's stub says Awaitable (see Sent)
+                sent: Sent = socket.send_multipart(frames, flags=zmq.NOBLOCK)  # type: ignore[assignment]
+            except zmq.ZMQError as exc:  # full (the server stopped reading), or closed under us
+                self._dropped(call_id, exc)
+                continue
+            if not sent.done():
+                sent.add_done_callback(_log_send_error)
+            elif sent.exception() is not None:
+                self._dropped(call_id, cast(BaseException, sent.exception()))
+        if recheck is not None:
+            recheck()
+
+    def _dropped(self, call_id: int | None, exc: BaseException) -> None:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 1000 == 0:
-            self._log.warning("dropped %d message(s) to %s: %s", self.dropped, self.peer, error)
-        return False
+            self._log.warning("dropped %d message(s) to %s: %s", self.dropped, self.peer, exc)
+        call = self._pending.pop(call_id, None) if call_id is not None else None
+        if call is not None:
+            call.error = RpcDropped(f"{self.peer} is not taking calls (its socket is full)")
+            call.done.set()
 
     async def call(
         self, message: msgspec.Struct, timeout_s: float, *, collect: Callable[[Any], bool] | None = None
@@ -358,8 +399,7 @@ class RpcClient:
             raise ValueError(f"call id {call_id!r} is already pending on this client")
         call = self._pending[call_id] = _Call(collect)
         try:
-            if not self.send(message):
-                raise RpcDropped(f"{self.peer} is not taking calls (its socket is full)")
+            self._queue(call_id, encode(message))
             with anyio.move_on_after(timeout_s):
                 await call.done.wait()
         finally:

@@ -294,15 +294,72 @@ async def test_a_call_times_out_fails_on_close_and_refuses_when_not_running():
         silent.close(linger=0)
 
 
-async def test_a_call_whose_request_cannot_be_queued_is_dropped_and_counted():
+async def test_a_call_whose_request_cannot_be_queued_is_dropped_and_counted(caplog):
     client = indexer_client()  # a DEALER with no server cannot queue anything
     async with anyio.create_task_group() as tg:
         await tg.start(client.run)
         with pytest.raises(RpcDropped, match="not taking calls"):
             await client.call(OverlapQuery(client.new_id(), block_hashes=[1]), 1)
-        assert client.send(OverlapQuery(client.new_id(), block_hashes=[1])) is False
+        assert client.send(OverlapQuery(client.new_id(), block_hashes=[1]))  # queued for the turn's end
+        await anyio.lowlevel.checkpoint()
         assert client.dropped == 2 and client.pending == 0
         tg.cancel_scope.cancel()
+    assert client.send(OverlapQuery(client.new_id(), block_hashes=[1])) is False  # not running
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+        "dropped 1 message(s) to the test indexer: Resource temporarily unavailable"
+    ]
+
+
+async def test_what_a_turn_queues_leaves_together_in_order_and_a_failed_calls_request_stays():
+    """Sends and calls of one event-loop turn leave at its end, in order; the server answers
+    every call. A call failed (``fail_all``) before its turn ended never reaches the server."""
+    server, endpoint = indexer_server()
+    received: list[int] = []
+
+    def answer(identity, query):
+        received.append(query.query_id)
+        server.send(identity, OverlapAnswer(query.query_id, 16, []))
+
+    server.handle(OverlapQuery, answer)
+    client = indexer_client()
+    unmatched: list[int] = []
+    client.on_unmatched = lambda reply: unmatched.append(reply.query_id)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        await tg.start(client.run)
+        client.connect(endpoint)
+        with anyio.fail_after(10):
+            for qid in range(1, 21):  # one turn: nothing leaves until it ends
+                assert client.send(OverlapQuery(qid, block_hashes=[qid]))
+            assert len(client._outbox) == 20
+            await anyio.lowlevel.checkpoint()
+            assert client._outbox == []
+            while len(unmatched) < 20:
+                await anyio.sleep(0.01)
+            assert received == list(range(1, 21)) and unmatched == received
+            answers: dict[int, object] = {}
+
+            async def ask(qid: int) -> None:
+                try:
+                    answers[qid] = await client.call(OverlapQuery(qid, block_hashes=[qid]), 5)
+                except RpcUnavailable as exc:
+                    answers[qid] = str(exc)
+
+            async with anyio.create_task_group() as calls:
+                for qid in range(21, 31):
+                    calls.start_soon(ask, qid)
+            assert answers == {qid: OverlapAnswer(qid, 16, []) for qid in range(21, 31)}
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(ask, 31)
+                await anyio.lowlevel.checkpoint()  # ``ask`` queued its request; the turn goes on
+                client.send(OverlapQuery(32, block_hashes=[32]))
+                client.fail_all(RpcUnavailable("the server left"))
+            assert answers[31] == "the server left"
+            while 32 not in received:
+                await anyio.sleep(0.01)
+            assert received[-1] == 32 and 31 not in received
+        tg.cancel_scope.cancel()
+    server.close()
 
 
 async def test_a_client_counts_malformed_and_unexpected_replies(caplog):
