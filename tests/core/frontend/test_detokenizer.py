@@ -47,7 +47,7 @@ def test_random_sequences_equal_full_decode(tok: Tokenizer, skip: bool) -> None:
             for _ in range(rng.randint(0, 48))
         ]
         prompt = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(0, 10))]
-        for most in (1, 5):
+        for most in (1, 5, 24):  # 24: most pushes decode in one call (``_bulk``)
             detok = IncrementalDetokenizer(tok, prompt, skip_special_tokens=skip)
             assert "".join(_stream(detok, _chunks(ids, rng, most))) == tok.decode(ids, skip), ids
             assert not detok.stopped and detok.stop_reason is None
@@ -71,6 +71,7 @@ def test_prompt_tail_primes_the_window(tok: Tokenizer) -> None:
     cut_prompt = tok.encode("🎉", add_special_tokens=False)[:2]  # the prompt ends inside a character
     for p in (prompt, long_prompt, cut_prompt, None, []):
         assert "".join(_stream(IncrementalDetokenizer(tok, p), [[i] for i in ids])) == TEXT
+        assert "".join(_stream(IncrementalDetokenizer(tok, p), [ids[:9], ids[9:]])) == TEXT
 
 
 def test_partial_character_is_held_until_complete(tok: Tokenizer) -> None:
@@ -89,9 +90,11 @@ def test_partial_character_is_held_until_complete(tok: Tokenizer) -> None:
 def test_complete_characters_go_out_at_once(tok: Tokenizer) -> None:
     ids = tok.encode(TEXT * 3, add_special_tokens=False)
     rng = random.Random(3)
-    for most in (2, 3, 5, 16):
+    runs = [(most, _chunks(ids, rng, most)) for most in (2, 3, 5, 16)]
+    runs.append((12, [ids[i : i + 12] for i in range(0, len(ids), 12)]))  # each push in one decode
+    for most, chunks in runs:
         detok, pushed, shown = IncrementalDetokenizer(tok), [], ""
-        for chunk in _chunks(ids, rng, most):
+        for chunk in chunks:
             pushed += chunk
             shown += detok.push(chunk)
             assert shown == tok.decode(pushed).removesuffix("\ufffd")
