@@ -1,6 +1,7 @@
 """Benchmark: IncrementalDetokenizer.push() one token at a time, tokens per second, on dyn-tiny.
 
     python tests/perf/bench_detokenizer.py --tokens 100000
+    python tests/perf/bench_detokenizer.py --chunk 16   # pushes of 16 ids (a burst, as the mocker sends)
     git show HEAD:core/frontend/detokenizer.py > /tmp/old.py
     python tests/perf/bench_detokenizer.py --detokenizer /tmp/old.py   # the same cases, another version
 
@@ -36,12 +37,12 @@ def _token_ids(tok: Tokenizer, n: int) -> list[int]:
     return (ids * (n // len(ids) + 1))[:n]
 
 
-def _run(detokenizer: type, tok: Tokenizer, ids: list[int], stop: list[str]) -> float:
+def _run(detokenizer: type, tok: Tokenizer, ids: list[int], stop: list[str], chunk: int = 1) -> float:
     detok = detokenizer(tok, ids[:8], stop=stop)
     push = detok.push
     start = time.perf_counter()
-    for i in range(len(ids)):
-        push(ids[i : i + 1])
+    for i in range(0, len(ids), chunk):
+        push(ids[i : i + chunk])
     detok.finish()
     return len(ids) / (time.perf_counter() - start)
 
@@ -64,14 +65,15 @@ def main() -> None:
     p.add_argument("--hostile-chars", type=int, default=4096)
     p.add_argument("--hostile-tokens", type=int, default=2000)
     p.add_argument("--detokenizer", help="a detokenizer.py to measure instead of the installed one")
+    p.add_argument("--chunk", type=int, default=1, help="ids per push (the hostile case keeps 1)")
     args = p.parse_args()
     module = _load(args.detokenizer)
     detokenizer = module.IncrementalDetokenizer
     tok = Tokenizer.from_dir(TINY_MODEL_DIR)
     ids = _token_ids(tok, args.tokens)
 
-    def best(run_ids: list[int], stop: list[str]) -> int:
-        return round(max(_run(detokenizer, tok, run_ids, stop) for _ in range(args.repeat)))
+    def best(run_ids: list[int], stop: list[str], chunk: int = args.chunk) -> int:
+        return round(max(_run(detokenizer, tok, run_ids, stop, chunk) for _ in range(args.repeat)))
 
     plain = best(ids, [])
     chars = args.hostile_chars
@@ -79,11 +81,12 @@ def main() -> None:
     hostile_ids = (hostile_ids * (args.hostile_tokens // len(hostile_ids) + 1))[: args.hostile_tokens]
     report = {
         "tokens": len(ids),
+        "chunk": args.chunk,
         "tokens_per_s": plain,
         "us_per_token": round(1e6 / plain, 2),
         "tokens_per_s_with_stop_strings": best(ids, ["\nUser:", "<|stop|>"]),
         "tokens_per_s_with_16_stop_strings": best(ids, _SIXTEEN),
-        "hostile_tokens_per_s": best(hostile_ids, ["a" * (chars - 1) + "b"]),
+        "hostile_tokens_per_s": best(hostile_ids, ["a" * (chars - 1) + "b"], 1),
     }
     for size in (chars, 4 * chars):
         start = time.perf_counter()
