@@ -61,7 +61,7 @@ from dyn.core.transport.codec import (
     encode_replies,
 )
 from dyn.core.transport.rpc import RpcServer
-from dyn.core.transport.sockets import async_context, bind_random, configure, plain
+from dyn.core.transport.sockets import async_context, bind_random, configure, plain, recv_frames
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ class WorkerClient:
             return
         for _ in range(_DRAIN_BATCH):
             try:
-                frames = socket.recv_multipart(zmq.NOBLOCK, copy=True)
+                frames = recv_frames(socket)
             except zmq.Again:
                 return
             try:

@@ -223,3 +223,26 @@ def test_every_zmq_socket_dyn_makes_goes_through_configure():
                 if ".socket(zmq." in line and "configure(" not in line:
                     raw.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     assert raw == []
+
+
+def test_recv_frames_reads_whole_messages_as_recv_multipart_does():
+    server = configure(sync_context().socket(zmq.PULL))
+    client = configure(sync_context().socket(zmq.PUSH))
+    try:
+        client.connect(bind_random(server, "127.0.0.1"))
+        messages = [[b"one"], [b"a", b"", b"c"], [b"", b""], [b"big", os.urandom(1 << 20), b"end"]]
+        for message in messages:
+            client.send_multipart(message)
+        assert server.poll(5000)
+        got = []
+        while len(got) < len(messages):
+            try:
+                got.append(sockets.recv_frames(server))
+            except zmq.Again:
+                assert server.poll(5000)
+        assert got == messages and all(type(f) is bytes for m in got for f in m)
+        with pytest.raises(zmq.Again):
+            sockets.recv_frames(server)
+    finally:
+        server.close(linger=0)
+        client.close(linger=0)
