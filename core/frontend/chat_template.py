@@ -42,6 +42,7 @@ import jinja2
 import jinja2.ext
 import jinja2.filters
 import jinja2.nodes
+import jinja2.runtime
 import jinja2.utils
 from jinja2.compiler import CodeGenerator, Frame, optimizeconst
 from jinja2.lexer import Token
@@ -91,7 +92,7 @@ class RenderLimits:
 class ChatTemplate:
     """One compiled chat template; immutable, so one instance serves every request concurrently."""
 
-    __slots__ = ("source", "_template")
+    __slots__ = ("source", "_template", "_globals")
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -101,6 +102,10 @@ class ChatTemplate:
             raise ChatTemplateError(f"line {e.lineno}: {e.message}") from None
         except jinja2.TemplateError as e:
             raise ChatTemplateError(str(e)) from None
+        # the template's globals (a ChainMap over the environment's) as one plain dict: jinja2
+        # merges them into every render's context, and iterating a ChainMap took 11 us of a
+        # 26 us render of a one-message chat
+        self._globals: dict[str, Any] = dict(self._template.globals)
 
     def render(
         self,
@@ -204,7 +209,16 @@ class ChatTemplate:
         _active.budget = budget
         try:
             template = self._template
-            chunks = template.root_render_func(template.new_context(variables))
+            # what ``template.new_context(variables)`` makes, from plain dicts
+            context = jinja2.runtime.new_context(
+                template.environment,
+                template.name,
+                template.blocks,
+                {**self._globals, **variables},
+                shared=True,
+                globals=self._globals,
+            )
+            chunks = template.root_render_func(context)
             out: list[str] = []
             size = 0
             while batch := list(islice(chunks, _OUTPUT_BATCH)):
