@@ -146,9 +146,9 @@ class IncrementalDetokenizer:
 
     def _bulk(self, token_ids: Sequence[int]) -> str | None:
         """The text of several ids, decoded with the window in one call: what stepping them one
-        at a time would emit, for a third of the cost at 16 ids (12 us a stream, not 35). None (nothing consumed) where
-        the steps must decide: the text ends inside a character, or the decoder rewrote the
-        window's text."""
+        at a time would emit, for a third of the cost at 16 ids (12 us a stream, not 35). None
+        (nothing consumed) where the steps must decide: the text ends inside a character, or the
+        decoder rewrote the window's text."""
         ids, read, decode, skip = self._ids, self._read, self._decode, self._skip
         window = ids + list(token_ids)
         text = decode(window, skip_special_tokens=skip)
