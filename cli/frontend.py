@@ -108,6 +108,14 @@ def frontend(
         "before tokenizing (default: 32 bytes per token of the context length, "
         "at least 1 MiB).",
     ),
+    max_response_bytes: int = flag(
+        _LIMITS.max_response_bytes,
+        "--max-response-bytes",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="Largest non-streaming response one request may ask for: n x max_tokens, with "
+        "its logprobs, is checked before generating (a streamed response is not bounded).",
+    ),
     max_stop_strings: int = flag(
         _LIMITS.max_stop_strings,
         "--max-stop-strings",
@@ -414,6 +422,7 @@ def frontend(
             max_n=max_n,
             max_prompts=max_prompts,
             max_prompt_bytes=max_prompt_bytes,
+            max_response_bytes=max_response_bytes,
             max_stop_strings=max_stop_strings,
             max_stop_string_chars=max_stop_string_chars,
             trust_request_chat_template=trust_request_chat_template,

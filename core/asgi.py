@@ -49,6 +49,40 @@ async def respond(send: Any, status: int, body: bytes, headers: Sequence[tuple[b
     await send({"type": "http.response.body", "body": body})
 
 
+WRITE_BYTES = 1 << 20
+"""A body given in parts is written about this much at a time (``respond_parts``)."""
+
+
+async def respond_parts(
+    send: Any, status: int, parts: Sequence[bytes], headers: Sequence[tuple[bytes, bytes]]
+) -> None:
+    """``respond`` with a body given in ``parts`` (joined, they are the body): one write when
+    the body is under ``WRITE_BYTES``, else a write per ``WRITE_BYTES`` or so, each waiting for
+    the transport to drain as the server's flow control says. Tens of megabytes are then never
+    one copy that holds the event loop (joining 40 MB takes 25 ms here, writing it more)."""
+    size = sum(map(len, parts))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(size).encode())],
+        }
+    )
+    if size < WRITE_BYTES:
+        await send({"type": "http.response.body", "body": b"".join(parts)})
+        return
+    group: list[bytes] = []
+    held = 0
+    for part in parts:
+        group.append(part)
+        held += len(part)
+        if held >= WRITE_BYTES:
+            await send({"type": "http.response.body", "body": b"".join(group), "more_body": True})
+            group.clear()
+            held = 0
+    await send({"type": "http.response.body", "body": b"".join(group)})
+
+
 async def lifespan(receive: Any, send: Any) -> None:
     """Acknowledge the server's startup and shutdown; these apps need no setup of their own."""
     while True:

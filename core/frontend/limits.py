@@ -1,9 +1,11 @@
 """How much work one request may ask of the frontend: the ``--max-*`` flags.
 
 Every bound is checked before the work it bounds (bytes before tokenizing, counts before fanning
-out), and a request over one is a 400 that names the field and the flag that raises the limit.
-``check_chat`` and ``check_completion`` walk the decoded request once, in time proportional to its
-size, and stop as soon as a bound is crossed.
+out, the size of a whole response before generating it), and a request over one is a 400 that
+names the field and the flag that raises the limit. ``check_chat`` and ``check_completion`` walk
+the decoded request once, in time proportional to its size, and stop as soon as a bound is
+crossed; ``check_response_bytes`` bounds what a non-streaming response may hold once the prompts
+(and so every choice's ``max_tokens``) are known.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest
 
 MIN_PROMPT_BYTES = 1 << 20
+MAX_RESPONSE_BYTES = 64 << 20
+"""The default ``--max-response-bytes``: the largest non-streaming response a request may ask for."""
+TOKEN_BYTES = 4
+LOGPROB_ENTRY_BYTES = 40
+"""Lower bounds on what one output token adds to a JSON response: its text, and each logprob
+entry (the token's own and each of its top alternatives: a token string, a number, and in chat
+its bytes; dyn-tiny's average is 74 in chat, 33 in completions). An estimate from these never
+exceeds the real size by much, so a refused request would have been over the cap."""
 BYTES_PER_TOKEN = 32
 """The default ``--max-prompt-bytes``: this many bytes per token of the context length (no
 tokenizer writes a token in more), at least ``MIN_PROMPT_BYTES``."""
@@ -33,6 +43,8 @@ class RequestLimits:
     trust_request_chat_template: bool = False
     max_render_seconds: float = 2.0
     """Longest a chat template may take to render one request (the model's or the request's)."""
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+    """Largest non-streaming response one request may ask for (``check_response_bytes``)."""
 
     def prompt_bytes_limit(self, context_length: int) -> int:
         """``max_prompt_bytes``, or 32 bytes per token of ``context_length`` and at least 1 MiB."""
@@ -90,6 +102,42 @@ def check_completion(
         elif isinstance(item, list):
             _check_token_count(len(item), context_length, "prompt")
     return size
+
+
+def check_response_bytes(
+    max_tokens: list[int],
+    prompt_tokens: list[int],
+    n: int,
+    top_logprobs: int | None,
+    prompt_logprobs: int | None,
+    limit: int,
+    *,
+    echo_bytes: int = 0,
+) -> None:
+    """Refuse (``ApiError`` 400) a non-streaming request whose whole response could be larger than
+    ``limit`` bytes: each prompt's ``n`` choices of up to ``max_tokens`` tokens, each token with
+    ``top_logprobs + 1`` logprob entries when logprobs are asked for (``None``: not), each
+    prompt's own logprobs, and ``echo_bytes`` of echoed prompt text. A streamed response is sent
+    as it is made and is not bounded here."""
+    per_token = TOKEN_BYTES + (0 if top_logprobs is None else (top_logprobs + 1) * LOGPROB_ENTRY_BYTES)
+    tokens = n * sum(max_tokens)
+    size = tokens * per_token + echo_bytes
+    if prompt_logprobs is not None:
+        size += sum(prompt_tokens) * (prompt_logprobs + 1) * LOGPROB_ENTRY_BYTES
+    if size <= limit:
+        return
+    logprobs = "" if top_logprobs is None else f" with {top_logprobs + 1} logprob entries each"
+    raise bad_request(
+        f"this response could hold {tokens} tokens ({n} choice(s) x max_tokens{logprobs}), at "
+        f"least {_bytes(size)} of JSON; this server returns at most {_bytes(limit)} in one "
+        'response. Stream it ("stream": true), lower max_tokens, n or the logprobs asked for, or '
+        "raise --max-response-bytes",
+        param="max_tokens",
+    )
+
+
+def _bytes(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB" if size >= 1 << 20 else f"{size} bytes"
 
 
 def json_size(value: Any, limit: int) -> int:

@@ -15,19 +15,43 @@ With ``as_ids`` (vLLM's ``--return-tokens-as-token-ids``) every token string of 
 keep their ``decoded_token`` text (as in vLLM).
 Logprobs below -9999 (or -inf) are sent as -9999.0, as vLLM does, since JSON has no infinity.
 Streamed chunks carry the logprobs of the tokens that arrived with them, with ``text_offset``
-continuing across chunks.
+continuing across chunks. A whole response's logprobs (``encode_whole``, ``prompt_logprobs_json``)
+are encoded a slice of ``SLICE_ENTRIES`` entries at a time, yielding to the event loop between
+slices: ``n`` x ``max_tokens`` x ``top_logprobs`` entries may take a second to encode, and other
+requests must not wait that long.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
+import anyio.lowlevel
 import orjson
 
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import TokenLogprobs
 
 _FLOOR = -9999.0
+SLICE_ENTRIES = 4096
+"""Logprob entries encoded between two yields to the event loop (about 6 ms of work)."""
+
+
+_COLUMNS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+"""A completion's logprobs fields, in order."""
+T = TypeVar("T")
+
+
+async def _sliced(count: int, entries_each: int, encode: Callable[[int, int], T]) -> list[T]:
+    """``encode(start, stop)`` over ``range(count)`` in slices of about ``SLICE_ENTRIES`` entries
+    (``entries_each`` per item), yielding to the event loop between two slices."""
+    step = max(1, SLICE_ENTRIES // max(1, entries_each))
+    parts = []
+    for start in range(0, count, step):
+        if start:
+            await anyio.lowlevel.checkpoint()
+        parts.append(encode(start, min(count, start + step)))
+    return parts
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -122,6 +146,15 @@ class ChatLogprobs:
     def encode(entries: list[dict]) -> bytes:
         return orjson.dumps({"content": entries})
 
+    async def encode_whole(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> bytes:
+        """``encode(entries(token_ids, logprobs))``, a slice at a time (see the module docstring)."""
+        parts = await _sliced(
+            min(len(token_ids), len(logprobs)),
+            self._top + 1,
+            lambda a, b: orjson.dumps(self.entries(token_ids[a:b], logprobs[a:b]))[1:-1],
+        )
+        return b'{"content":[' + b",".join(parts) + b"]}"
+
 
 class CompletionLogprobs:
     """``choices[i].logprobs`` of a completion; keeps the text offset across chunks."""
@@ -136,6 +169,24 @@ class CompletionLogprobs:
         """Where the next token's text starts in the choice's text (after an echoed prompt)."""
 
     def encode(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> bytes:
+        return orjson.dumps(dict(zip(_COLUMNS, self._columns(token_ids, logprobs))))
+
+    async def encode_whole(self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> bytes:
+        """``encode(token_ids, logprobs)``, a slice at a time (see the module docstring)."""
+        slices = await _sliced(
+            min(len(token_ids), len(logprobs)),
+            self._top + 1,
+            lambda a, b: [orjson.dumps(c)[1:-1] for c in self._columns(token_ids[a:b], logprobs[a:b])],
+        )
+        fields = (
+            b'"%s":[%s]' % (name.encode(), b",".join(piece[i] for piece in slices))
+            for i, name in enumerate(_COLUMNS)
+        )
+        return b"{" + b",".join(fields) + b"}"
+
+    def _columns(
+        self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]
+    ) -> tuple[list[str], list[float], list[dict[str, float]], list[int]]:
         texts, top = self._texts, self._top
         label = token_id_label if self._as_ids else texts.text
         tokens, values, tops, offsets = [], [], [], []
@@ -149,15 +200,24 @@ class CompletionLogprobs:
             tops.append(best)
             offsets.append(self.offset)
             self.offset += len(text)
-        return orjson.dumps(
-            {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
-        )
+        return tokens, values, tops, offsets
 
 
-def prompt_logprobs_json(
+async def prompt_logprobs_json(
     texts: TokenTexts, prompt_ids: Sequence[int], logprobs: Sequence[TokenLogprobs | None], top: int
 ) -> bytes:
-    """vLLM's ``prompt_logprobs`` list for one prompt."""
+    """vLLM's ``prompt_logprobs`` list for one prompt, a slice at a time (see the module docstring)."""
+    parts = await _sliced(
+        min(len(prompt_ids), len(logprobs)),
+        top + 1,
+        lambda a, b: orjson.dumps(_prompt_entries(texts, prompt_ids[a:b], logprobs[a:b], top))[1:-1],
+    )
+    return b"[" + b",".join(parts) + b"]"
+
+
+def _prompt_entries(
+    texts: TokenTexts, prompt_ids: Sequence[int], logprobs: Sequence[TokenLogprobs | None], top: int
+) -> list[dict | None]:
     out: list[dict | None] = []
     for token_id, lp in zip(prompt_ids, logprobs):
         if lp is None:
@@ -173,4 +233,4 @@ def prompt_logprobs_json(
         for rank, (t, v) in enumerate(zip(lp.top_ids[:top], lp.top_logprobs[:top]), start=1):
             entry.setdefault(str(t), {"logprob": _lp(v), "rank": rank, "decoded_token": texts.text(t)})
         out.append(entry)
-    return orjson.dumps(out)
+    return out

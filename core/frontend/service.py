@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 from typing import cast
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from dyn.core.background import BackgroundTasks
 from dyn.core.engine import FEATURE_POOLING_ONLY, FEATURE_TOOL_HINTS
 from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
+from dyn.core.frontend.limits import check_response_bytes
 from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability, continued_request, worker_failed
@@ -438,7 +440,7 @@ class Generation:
             rest = await choice.run(on_text)
             extra = nvext_out.response_nvext(fields, choice.timing, choice.route)
             logprobs = self._logprobs_json(choice, *choice.tail) if choice.tail else None
-            prompt_lps = None if self.chat else self._prompt_logprobs_json(choice)
+            prompt_lps = None if self.chat else await self._prompt_logprobs_json(choice)
             output = choice.output
             if output is None:
                 last = enc.finish(
@@ -542,8 +544,10 @@ class Generation:
 
     # ----------------------------------------------------------------- unary
 
-    async def collect(self) -> bytes:
-        """Run every choice to the end and return the response body (JSON)."""
+    async def collect(self) -> list[bytes]:
+        """Run every choice to the end and return the response body (JSON) in parts, for
+        ``dyn.core.asgi.respond_parts``: the choices one by one, so that a body of tens of
+        megabytes (``n`` x logprobs) is never encoded or copied in one piece."""
         ok = False
         try:
             await self._run_all(lambda choice: choice.run(None))
@@ -555,39 +559,35 @@ class Generation:
         self._after()
         model = self.service.model_name
         body: ChatCompletionResponse | CompletionResponse
+        choices: list[bytes] = []
+        for c in self.choices:  # logprobs first: encoding them yields between slices
+            lps = await self._unary_logprobs(c)
+            if self.chat:
+                choices.append(msgspec.json.encode(self._chat_choice(c, lps)))
+            else:
+                choice = CompletionChoice(
+                    c.index, self._text(c), c.finish_reason, lps, stop_reason=c.stop_reason
+                )
+                prompt_lps = await self._prompt_logprobs_json(c)
+                if prompt_lps is not None:
+                    choice.prompt_logprobs = msgspec.Raw(prompt_lps)
+                choices.append(msgspec.json.encode(choice))
+            if len(self.choices) > 1:
+                await anyio.lowlevel.checkpoint()
         if self.chat:
-            body = ChatCompletionResponse(
-                self.response_id,
-                self.ctx.created,
-                model,
-                [self._chat_choice(c) for c in self.choices],
-                self._usage(),
-            )
-            prompt_lps = self._prompt_logprobs_json(self.choices[0])
+            body = ChatCompletionResponse(self.response_id, self.ctx.created, model, [], self._usage())
+            prompt_lps = await self._prompt_logprobs_json(self.choices[0])
             if prompt_lps is not None:
                 body.prompt_logprobs = msgspec.Raw(prompt_lps)
         else:
-            text_choices = []
-            for c in self.choices:
-                choice = CompletionChoice(
-                    c.index,
-                    self._text(c),
-                    c.finish_reason,
-                    self._unary_logprobs(c),
-                    stop_reason=c.stop_reason,
-                )
-                prompt_lps = self._prompt_logprobs_json(c)
-                if prompt_lps is not None:
-                    choice.prompt_logprobs = msgspec.Raw(prompt_lps)
-                text_choices.append(choice)
-            body = CompletionResponse(self.response_id, self.ctx.created, model, text_choices, self._usage())
+            body = CompletionResponse(self.response_id, self.ctx.created, model, [], self._usage())
         first = self.choices[0]
         extra = nvext_out.response_nvext(
             self.nvext.extra_fields if self.nvext else None, first.timing, first.route
         )
         if extra is not None:
             body.nvext = msgspec.Raw(extra)
-        return msgspec.json.encode(body)
+        return _with_choices(msgspec.json.encode(body), choices)
 
     def _text(self, choice: _Choice) -> str:
         text = "".join(choice.parts)
@@ -595,9 +595,8 @@ class Generation:
             text = self.echo_texts[choice.index] + text
         return text
 
-    def _chat_choice(self, choice: _Choice) -> ChatChoice:
+    def _chat_choice(self, choice: _Choice, logprobs: msgspec.Raw | None) -> ChatChoice:
         output = choice.output
-        logprobs = self._unary_logprobs(choice)
         if output is None:
             message = ChatMessageOut(self.role, self._text(choice))
             return ChatChoice(choice.index, message, choice.finish_reason, logprobs, choice.stop_reason)
@@ -633,15 +632,16 @@ class Generation:
             return formatter.encode(formatter.entries(ids, lps))
         return formatter.encode(ids, lps)
 
-    def _unary_logprobs(self, choice: _Choice) -> msgspec.Raw | None:
+    async def _unary_logprobs(self, choice: _Choice) -> msgspec.Raw | None:
         if choice.logprobs is None:
             return None
-        return msgspec.Raw(self._logprobs_json(choice, choice.token_ids, choice.logprobs))
+        formatter = self._formatter(choice)
+        return msgspec.Raw(await formatter.encode_whole(choice.token_ids, choice.logprobs))
 
-    def _prompt_logprobs_json(self, choice: _Choice) -> bytes | None:
+    async def _prompt_logprobs_json(self, choice: _Choice) -> bytes | None:
         if choice.prompt_logprobs is None or choice.request.prompt_logprobs is None:
             return None
-        return prompt_logprobs_json(
+        return await prompt_logprobs_json(
             self.service.token_texts,
             choice.request.token_ids,
             choice.prompt_logprobs,
@@ -864,6 +864,7 @@ class OpenAIService:
             content = last.get("content") if last.get("role") == "assistant" else None
             text = content if isinstance(content, str) else ""
             echo = [text] * req.n
+        self._check_response_bytes(req, [prompt], outputs, echo)
         choices = await self._route([prompt], req, ctx, outputs)
         return Generation(self, ctx, req, choices, "chat_completions", echo)
 
@@ -885,8 +886,25 @@ class OpenAIService:
                 for p in prompts
                 for _ in range(req.n)
             ]
+        self._check_response_bytes(req, prompts, outputs, echo)
         choices = await self._route(prompts, req, ctx, outputs)
         return Generation(self, ctx, req, choices, "completions", echo)
+
+    def _check_response_bytes(
+        self, req: _GenerationRequest, prompts: list[Prompt], outputs: _Outputs, echo: list[str] | None
+    ) -> None:
+        """Refuse a non-streaming request whose response could exceed ``--max-response-bytes``."""
+        if req.stream:
+            return
+        check_response_bytes(
+            [p.stop.max_tokens or 0 for p in prompts],
+            [len(p.token_ids) for p in prompts],
+            req.n,
+            outputs.logprobs,
+            outputs.prompt_logprobs,
+            self.preprocessor.limits.max_response_bytes,
+            echo_bytes=sum(len(text) for text in echo) if echo is not None else 0,
+        )
 
     async def _route(
         self, prompts: list[Prompt], req: _GenerationRequest, ctx: RequestContext, outputs: _Outputs
@@ -1079,6 +1097,23 @@ async def _constraint(req: _GenerationRequest, forced_tool_schema: dict | None) 
     ):
         return None
     return await anyio.to_thread.run_sync(request_constraint, req, forced_tool_schema)
+
+
+_NO_CHOICES = b'"choices":[]'
+
+
+def _with_choices(body: bytes, choices: list[bytes]) -> list[bytes]:
+    """``body`` (a response encoded with no choices) with ``choices`` (each encoded) in its
+    choices array, as parts. A quote inside a JSON string is escaped, so the first
+    ``"choices":[]`` in ``body`` is the field itself."""
+    head, tail = body.split(_NO_CHOICES, 1)
+    parts = [head + b'"choices":[']
+    for i, choice in enumerate(choices):
+        if i:
+            parts.append(b",")
+        parts.append(choice)
+    parts.append(b"]" + tail)
+    return parts
 
 
 def _joined(*deltas: OutputDelta | None) -> OutputDelta | None:

@@ -1,6 +1,7 @@
 """``dyn.core.asgi.HeadWithBody``: a response's head and its first body in one write (a
 recording transport counts the writes), and the protocol that uses it serving a raw client over
-a real socket."""
+a real socket; ``respond_parts``: a body given in parts, written whole or about a megabyte at a
+time."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from dyn.core.asgi import DISCONNECT_HOOK, DisconnectHook, HeadWithBody, json_error_protocol
+from dyn.core.asgi import (
+    DISCONNECT_HOOK,
+    WRITE_BYTES,
+    DisconnectHook,
+    HeadWithBody,
+    json_error_protocol,
+    respond_parts,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -140,3 +148,25 @@ async def test_a_lost_connection_fires_its_requests_disconnect_hook_over_uvicorn
         late = []
         hooks["/held"].watch(lambda: late.append(1))  # watched after the loss: at once
         assert late == [1]
+
+
+@pytest.mark.parametrize("sizes", [[3, 4, 5], [WRITE_BYTES // 3] * 10, [5 * WRITE_BYTES, 1, 2]])
+async def test_a_body_in_parts_is_sent_whole_or_a_megabyte_at_a_time(sizes):
+    parts = [bytes([65 + i % 26]) * size for i, size in enumerate(sizes)]
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await respond_parts(send, 200, parts, [(b"content-type", b"application/json")])
+    head, *bodies = sent
+    assert (b"content-length", str(sum(sizes)).encode()) in head["headers"]
+    assert b"".join(m["body"] for m in bodies) == b"".join(parts)
+    assert [m.get("more_body", False) for m in bodies] == [True] * (len(bodies) - 1) + [False]
+    if sum(sizes) < WRITE_BYTES:
+        assert len(bodies) == 1
+    else:  # no write much over a megabyte but one part larger than that, none tiny but the last
+        assert all(
+            WRITE_BYTES <= len(m["body"]) < 2 * WRITE_BYTES or len(m["body"]) >= 5 * WRITE_BYTES
+            for m in bodies[:-1]
+        )

@@ -5,7 +5,9 @@ Each request below once cost the frontend gigabytes or froze its event loop: a 1
 ``{{ 'a ' * 10000000 }}`` (4.3 GB, /live blocked 8.7 s), a 10 MB prompt (+1.4 GB, 5.6 s),
 1000 prompts x n=128 (/live blocked > 30 s). Now each is refused at once (or served in bounded
 memory), and ``/live`` keeps answering (``LivePoller.assert_live``) while the largest prompt the
-caps accept is preprocessed. The request bodies are the probe's; the model is the embedded dyn-tiny (its
+caps accept is preprocessed. Issue 31: a 40 MB non-streaming response (n=128, 20 logprobs, 200
+tokens) held the event loop for 1.3 s while it was built; now it is built and sent a slice at a
+time, and a response that could exceed --max-response-bytes is refused before it is generated. The request bodies are the probe's; the model is the embedded dyn-tiny (its
 context length, 8192, makes the default --max-prompt-bytes 1 MiB).
 """
 
@@ -102,6 +104,14 @@ class LivePoller:
         assert not self.failures, self.failures
         assert len(self.latencies) >= 5, self.latencies
         assert max(self.latencies) < max(0.1, work_s / 4), (work_s, sorted(self.latencies)[-5:])
+
+    def assert_never_held(self, bound_s: float = 0.1) -> None:
+        """Every /live answered within ``bound_s`` but perhaps one, which met a scheduling hiccup
+        of this shared machine (and still came within 2.5 x ``bound_s``)."""
+        assert not self.failures, self.failures
+        assert len(self.latencies) >= 5, self.latencies
+        slowest = sorted(self.latencies)[-2:]
+        assert slowest[0] < bound_s and slowest[-1] < 2.5 * bound_s, sorted(self.latencies)[-5:]
 
 
 def _post(url: str, path: str, body: dict | bytes, timeout: float = 60) -> tuple[httpx.Response, float]:
@@ -227,3 +237,55 @@ def test_largest_accepted_prompt_keeps_live_answering(bounded, endpoint):
     assert err["code"] == "context_length_exceeded", err
     assert took > 0.05  # the prompt really was tokenized
     live.assert_live(took)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_n128_with_twenty_logprobs_is_built_without_holding_the_loop(bounded, endpoint):
+    """The probe's request, in every default cap: 128 choices of 200 tokens with 20 top logprobs
+    each (a 40 MB chat body). /live held 1.32 s while it was built in one go; now no answer waits
+    100 ms."""
+    common = {"model": MODEL, "n": 128, "max_tokens": 200, "ignore_eos": True}
+    if endpoint == "chat":
+        path = "/v1/chat/completions"
+        body = {
+            **common,
+            "messages": [{"role": "user", "content": "hi"}],
+            "logprobs": True,
+            "top_logprobs": 20,
+        }
+    else:
+        path, body = "/v1/completions", {**common, "prompt": "hi", "logprobs": 20}
+    with LivePoller(bounded.url) as live:
+        r, _ = _post(bounded.url, path, body, timeout=120)
+    assert r.status_code == 200, r.text[:500]
+    choices = r.json()["choices"]
+    assert len(choices) == 128
+    for choice in choices:
+        lps = choice["logprobs"]
+        if endpoint == "chat":
+            assert len(lps["content"]) == 200 and all(len(e["top_logprobs"]) == 20 for e in lps["content"])
+        else:
+            assert len(lps["tokens"]) == 200 and all(1 <= len(t) <= 21 for t in lps["top_logprobs"])
+    live.assert_never_held(0.1)
+
+
+def test_a_response_over_max_response_bytes_is_refused_before_it_is_generated(bounded):
+    """The same request without max_tokens could hold 128 x 8,177 tokens with 21 logprob entries
+    each (over 800 MiB of JSON): a 400 at once, naming the cap. Streamed, it is served."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "n": 128,
+        "logprobs": True,
+        "top_logprobs": 20,
+    }
+    r, took = _post(bounded.url, "/v1/chat/completions", body)
+    err = _error(r)
+    assert err["param"] == "max_tokens" and "--max-response-bytes" in err["message"], err
+    assert "64 MiB" in err["message"] and '"stream": true' in err["message"]
+    assert took < 1
+    with httpx.stream(
+        "POST", bounded.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=30
+    ) as streamed:
+        assert streamed.status_code == 200
+        assert next(streamed.iter_lines()).startswith("data: ")

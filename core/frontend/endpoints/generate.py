@@ -30,7 +30,7 @@ from dyn.core.asgi import (
     Disconnected,
     DisconnectHook,
     read_body,
-    respond,
+    respond_parts,
 )
 from dyn.core.frontend.endpoints.base import Call, Endpoint, Headers
 from dyn.core.frontend.service import Generation, OpenAIService, RequestContext
@@ -106,7 +106,7 @@ class GenerateEndpoint(Endpoint):
                 if req.stream:
                     await _stream(gen, call, extra)
                 else:
-                    await respond(call.send, 200, await gen.collect(), extra + [JSON])
+                    await respond_parts(call.send, 200, await gen.collect(), extra + [JSON])
             finally:
                 active.dec()
                 gen.release()

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
 
+import anyio
+import anyio.lowlevel
 import orjson
+import pytest
 
+from dyn.core.frontend import logprobs as logprobs_module
 from dyn.core.frontend.logprobs import ChatLogprobs, CompletionLogprobs, TokenTexts, prompt_logprobs_json
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import TokenLogprobs
@@ -55,8 +60,62 @@ def test_completion_shape_and_offsets_continue_across_chunks():
 def test_prompt_logprobs_shape():
     ids = TOK.encode("hello there", add_special_tokens=False)
     lps = [None] + [TokenLogprobs(-2.0, [5, t], [-0.5, -2.0], rank=2) for t in ids[1:]]
-    got = orjson.loads(prompt_logprobs_json(TEXTS, ids, lps, 1))
+    got = orjson.loads(anyio.run(prompt_logprobs_json, TEXTS, ids, lps, 1))
     assert got[0] is None
     entry = got[1]
     assert entry[str(ids[1])] == {"logprob": -2.0, "rank": 2, "decoded_token": TEXTS.text(ids[1])}
     assert entry["5"] == {"logprob": -0.5, "rank": 1, "decoded_token": TEXTS.text(5)}
+
+
+def _random_logprobs(count: int, top: int, seed: int = 0) -> tuple[list[int], list[TokenLogprobs]]:
+    rng = random.Random(seed)
+    ids = [rng.randrange(4000) for _ in range(count)]
+    lps = [
+        TokenLogprobs(-rng.random() * 5, [rng.randrange(4000) for _ in range(top)], [-rng.random() * 9] * top)
+        for _ in ids
+    ]
+    return ids, lps
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 50])
+def test_whole_responses_are_encoded_in_slices_with_the_same_json(monkeypatch, count):
+    """A unary response's logprobs, encoded a few entries at a time with the event loop served in
+    between, are the JSON the one-call encoders give (the slices are joined, offsets continue)."""
+    monkeypatch.setattr(logprobs_module, "SLICE_ENTRIES", 9)  # 3 tokens of 1 + 2 entries per slice
+    ids, lps = _random_logprobs(count, 2)
+    chat = ChatLogprobs(TEXTS, 2)
+    assert orjson.loads(anyio.run(chat.encode_whole, ids, lps)) == orjson.loads(
+        chat.encode(chat.entries(ids, lps))
+    )
+    whole = anyio.run(CompletionLogprobs(TEXTS, 2, offset=5).encode_whole, ids, lps)
+    assert orjson.loads(whole) == orjson.loads(CompletionLogprobs(TEXTS, 2, offset=5).encode(ids, lps))
+    prompt_lps: list[TokenLogprobs | None] = [None, *lps[1:]]
+    got = orjson.loads(anyio.run(prompt_logprobs_json, TEXTS, ids, prompt_lps, 2))
+    assert len(got) == count and (count == 0 or got[0] is None)
+
+
+def test_slices_yield_to_the_event_loop_between_them(monkeypatch):
+    """Another task runs between two slices: a response of many thousands of entries never holds
+    the event loop for the whole of its encoding."""
+    monkeypatch.setattr(logprobs_module, "SLICE_ENTRIES", 21)  # one token of 1 + 20 entries
+    ids, lps = _random_logprobs(40, 20)
+    ticks = 0
+
+    async def main() -> None:
+        nonlocal ticks
+        done = anyio.Event()
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            await anyio.lowlevel.checkpoint()
+            await ChatLogprobs(TEXTS, 20).encode_whole(ids, lps)
+            done.set()
+
+    anyio.run(main)
+    assert ticks >= 39  # one turn of the other task per slice boundary
