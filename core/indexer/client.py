@@ -16,6 +16,12 @@ Contract:
 - Each query has its own ``query_id``; answers for unknown (abandoned) queries are dropped. No
   answer within ``timeout_s`` (default 1 s) raises ``TimeoutError``; an ``OverlapRefused`` raises
   ``IndexerQueryError``; querying a client that is not running raises ``IndexerQueryError``.
+- ``reachable`` says whether the indexer answers (``RpcClient``: ZMTP heartbeats and a socket
+  monitor; a dead indexer is seen within milliseconds, a frozen one within a second), and
+  ``outage()`` since when and why not. While it is unreachable a query raises
+  ``IndexerUnavailable`` at once (queries waiting when it was lost too), so a KV router can route
+  on load alone without paying the timeout; ZeroMQ reconnects by itself. The loss and the return
+  are logged once each.
 - ``block_size`` is the indexer's block size as its last answer reported it (None before one).
 - ``run`` owns the socket and the receive loop until cancelled; ``async with RemoteIndexer(...)``
   runs it in a task group of its own.
@@ -113,6 +119,10 @@ class IndexerQueryError(RuntimeError):
     """The indexer refused a query, or the client cannot ask (not running)."""
 
 
+class IndexerUnavailable(IndexerQueryError):
+    """The indexer is unreachable, or was lost while a query waited for it."""
+
+
 class RemoteIndexer:
     """Asks the ``dyn indexer`` at ``address`` for overlap scores (see the module docstring)."""
 
@@ -135,7 +145,17 @@ class RemoteIndexer:
             logger=log,
         )
         self._rpc.on_unmatched = self._on_unmatched
+        self._rpc.on_reachable = self._on_reachable
         self._tg: anyio.abc.TaskGroup | None = None
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the indexer answers (see the module docstring)."""
+        return self._rpc.reachable
+
+    def outage(self) -> str | None:
+        """``unreachable for 1.2 s: WHY``, or None while it is reachable."""
+        return self._rpc.outage()
 
     # ----------------------------------------------------------------- lifetime
 
@@ -166,6 +186,16 @@ class RemoteIndexer:
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
+    def _on_reachable(self, reachable: bool, reason: str) -> None:
+        if reachable:
+            log.info("the dyn indexer at %s answers again", self.address)
+        else:
+            log.warning(
+                "the dyn indexer at %s is unreachable (%s); routing on load alone until it answers",
+                self.address,
+                reason,
+            )
+
     def _on_unmatched(self, reply: OverlapAnswer | OverlapRefused) -> None:
         """An answer to an abandoned query is dropped; a refusal of a message it could not read
         (query id -1) is logged."""
@@ -192,7 +222,7 @@ class RemoteIndexer:
         try:
             reply = await self._rpc.call(build(self._rpc.new_id()), self.timeout_s)
         except RpcUnavailable as exc:
-            raise IndexerQueryError(str(exc)) from None
+            raise IndexerUnavailable(str(exc)) from None
         if isinstance(reply, OverlapRefused):
             raise IndexerQueryError(f"the indexer at {self.address} refused the query: {reply.message}")
         self.block_size = reply.block_size or None

@@ -134,6 +134,12 @@ class AgentRouter(Router):
         # the inner router's own views (its index, block size) stay reachable through the wrapper
         return getattr(self.inner, name)
 
+    def unroutable(self) -> str | None:
+        return self.inner.unroutable()
+
+    def degraded(self) -> str | None:
+        return self.inner.degraded()
+
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(self.inner.run)

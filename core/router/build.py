@@ -9,6 +9,11 @@ one registry (a frontend serving several models) share them, so they count every
 in discovery), else an embedded ``KvRouter``; with ``config.replica_sync`` that router gets a
 ``ReplicaSync`` companion (started by ``KvRouter.run``) that binds its PUB on ``host`` and
 advertises ``serve_endpoint`` (a ``dyn router``'s query socket) in the routers' namespace.
+
+A ``RemoteRouter`` gets a least-loaded router of its own (``least-loaded`` mode, built here) to
+route with while its ``dyn router`` is unreachable. Where a ``dyn router`` or ``dyn indexer`` is
+asked, ``dyn_router_remote_reachable{service="router"|"indexer", model}`` is 1 while it answers
+and 0 while it does not (or none is found yet).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import weakref
 from typing import Any
 
 import anyio
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.metrics import RouterMetrics
@@ -63,7 +68,12 @@ def build_router(
             )
         from dyn.core.router.remote import RemoteRouter
 
-        return RemoteRouter(pool, router_address)
+        fallback = build_router(
+            "least-loaded", pool, config, registry, namespace=namespace, router_id=router_id
+        )
+        remote = RemoteRouter(pool, router_address, fallback=fallback)
+        _reachable(registry, "router", pool.model_name, lambda: remote.reachable)
+        return remote
 
     from dyn.core.kv.ingest import KvEventIngestor, KvEventMetrics
 
@@ -86,6 +96,13 @@ def build_router(
         return disagg
     if config.use_remote_indexer and config.uses_indexer:
         router.companions.append(functools.partial(_remote_indexer, router, pool, config.indexer_address))
+        kv = router
+        _reachable(
+            registry,
+            "indexer",
+            pool.model_name,
+            lambda: kv.remote_indexer is not None and kv.remote_indexer.reachable,
+        )
     if config.replica_sync:
         from dyn.core.router.sync import ReplicaSync
 
@@ -110,6 +127,22 @@ def _shared(registry: CollectorRegistry, key: tuple[str, ...], make: Any) -> Any
     return made[key]
 
 
+def _reachable(registry: CollectorRegistry, service: str, model: str | None, answers: Any) -> None:
+    """Show ``answers()`` (read at scrape) as the ``service``'s reachability gauge."""
+    gauge = _shared(
+        registry,
+        ("remote-reachable",),
+        lambda: Gauge(
+            "dyn_router_remote_reachable",
+            "1 while the dyn router (service=router) or dyn indexer (service=indexer) this "
+            "process asks answers, else 0 (routing is on load alone meanwhile)",
+            ["service", "model"],
+            registry=registry,
+        ),
+    )
+    gauge.labels(service, model or "").set_function(lambda: float(answers()))
+
+
 async def _remote_indexer(
     router: Any, pool: WorkerPool, address: str | None, *, task_status: Any = anyio.TASK_STATUS_IGNORED
 ) -> None:
@@ -128,13 +161,13 @@ async def _remote_indexer(
         warned = False
         while (address := await live_indexer_address(store, pool.model_name)) is None:
             if not warned:
-                log.warning(
-                    "--use-remote-indexer: no dyn indexer for model %r in discovery yet; "
-                    "routing on load alone until one starts",
-                    pool.model_name,
+                router.remote_indexer_missing = (
+                    f"--use-remote-indexer: no dyn indexer for model {pool.model_name!r} in discovery yet"
                 )
+                log.warning("%s; routing on load alone until one starts", router.remote_indexer_missing)
                 warned = True
             await anyio.sleep(INDEXER_LOOKUP_S)
+        router.remote_indexer_missing = None
     log.info("asking the dyn indexer at %s for KV overlaps", address)
     indexer = RemoteIndexer(address)
     async with anyio.create_task_group() as tg:

@@ -7,7 +7,11 @@ batched prompts of one client request as one unit) it
 2. asks the overlap source how many leading blocks each (worker, dp_rank) holds: the exact
    indexer fed by KV events, the TTL-approximate one fed by its own decisions
    (``--no-router-kv-events``), or a remote ``dyn indexer``; max-merged with the short-TTL side
-   indexer of predicted routes (``--router-predicted-ttl-secs``);
+   indexer of predicted routes (``--router-predicted-ttl-secs``). A remote indexer is asked only
+   while it is reachable (its client follows the connection: a dead or frozen indexer costs no
+   request the query timeout) and, after a query failed while it was reachable, not for
+   ``REMOTE_RETRY_S`` (unless it is lost and back meanwhile: a new connection); meanwhile, or
+   while none is found yet, routing is on load alone and ``degraded()`` says why;
 3. drops workers whose every rank is over a busy threshold (all busy: ``AllWorkersBusyError``, a 503);
 4. if the queue is on and every eligible rank has more than ``threshold * max_num_batched_tokens``
    active prefill tokens, waits in the router queue (fcfs / lcfs / wspt keys, priority jumps); a
@@ -217,7 +221,11 @@ class KvRouter(Router):
             else None
         )
         self.remote_indexer: Any = None
+        """A ``RemoteIndexer`` to ask for overlaps (set by the companion that found it)."""
+        self.remote_indexer_missing: str | None = None
+        """Why a remote indexer this router should ask is not there yet (set by that companion)."""
         self._remote_retry_at = 0.0
+        self._remote_failure = ""
         self._warned_block_size = False
         self.ingestor: Any = None
         """Feeds ``indexer`` from the workers' KV events (built by ``ingest(indexer)``)."""
@@ -398,24 +406,35 @@ class KvRouter(Router):
             scores = self.indexer.find_matches(local, seq)
         elif self.approx is not None:
             scores = self.approx.find_matches(local, seq)
-        elif self.remote_indexer is not None and self._clock() >= self._remote_retry_at:
+        elif self.remote_indexer is not None and self._remote_ready(self.remote_indexer):
             scores = await self._remote_overlaps(local, seq)
         else:
             scores = {}
         return self._with_side(scores, local, seq)
 
+    def _remote_ready(self, indexer: Any) -> bool:
+        """Whether to ask the remote indexer now: it answers heartbeats and no failed query holds
+        it off. One lost meanwhile is asked as soon as it answers again (a new connection)."""
+        if not indexer.reachable:
+            self._remote_retry_at = 0.0
+            return False
+        return self._clock() >= self._remote_retry_at
+
     async def _remote_overlaps(self, local: list[int], seq: list[int]) -> OverlapScores:
         """The remote indexer's answer; a failure (or a block size that is not ours) degrades to
-        load-only routing, and after a failure the indexer is left alone for a while rather than
-        costing every request its timeout."""
+        load-only routing. An indexer that was lost is asked again once its client sees it
+        answer; one that failed a query while it answered heartbeats is left alone for a while
+        rather than costing every request its timeout."""
         indexer = self.remote_indexer
         try:
             scores = await indexer.find_matches(local, seq)
         except Exception as exc:
-            self._remote_retry_at = self._clock() + REMOTE_RETRY_S
-            log.warning(
-                "remote indexer query failed (%s); routing on load alone for %.0f s", exc, REMOTE_RETRY_S
-            )
+            if indexer.reachable:
+                self._remote_retry_at = self._clock() + REMOTE_RETRY_S
+                self._remote_failure = str(exc) or type(exc).__name__
+                log.warning(
+                    "remote indexer query failed (%s); routing on load alone for %.0f s", exc, REMOTE_RETRY_S
+                )
             return {}
         if indexer.block_size not in (None, self.block_size):
             if not self._warned_block_size:
@@ -427,6 +446,25 @@ class KvRouter(Router):
                 )
             return {}
         return scores
+
+    def degraded(self) -> str | None:
+        """Why the overlaps come from no index now: the remote indexer is not found yet, is
+        unreachable, failed a query, or hashes other blocks (routing is on load alone)."""
+        indexer = self.remote_indexer
+        if indexer is None:
+            why = self.remote_indexer_missing
+        elif not indexer.reachable:
+            why = f"the dyn indexer at {indexer.address} is {indexer.outage()}"
+        elif self._clock() < self._remote_retry_at:
+            why = f"a query to the dyn indexer at {indexer.address} failed ({self._remote_failure})"
+        elif indexer.block_size not in (None, self.block_size):
+            why = (
+                f"the dyn indexer at {indexer.address} hashes blocks of {indexer.block_size} "
+                f"tokens, this router {self.block_size}"
+            )
+        else:
+            return None
+        return None if why is None else f"{why}; routing on load alone"
 
     def _with_side(
         self, scores: OverlapScores, local: list[int], seq: list[int]

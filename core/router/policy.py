@@ -185,6 +185,17 @@ class Router(abc.ABC):
             raise
         return routes
 
+    def unroutable(self) -> str | None:
+        """Why no request could be routed now (e.g. the ``dyn router`` it asks is unreachable
+        and it has no policy of its own), or None. A wrapper answers for what it wraps."""
+        return None
+
+    def degraded(self) -> str | None:
+        """Why routing is worse than configured now (e.g. by load alone while the ``dyn
+        router`` or ``dyn indexer`` it asks is unreachable), or None. A wrapper answers for
+        what it wraps."""
+        return None
+
 
 def named_worker(pool: WorkerPool, instance_id: int) -> Worker:
     """The live worker ``instance_id`` of ``pool``; ``WorkerNotFoundError`` lists the live ones."""

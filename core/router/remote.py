@@ -2,7 +2,22 @@
 
 ``dyn frontend --router-mode kv --router-address ADDR`` builds one; ``ADDR`` is the service's
 ``tcp://host:port`` or ``auto``: the first live ``dyn router`` of the frontend's model found in
-the ``{namespace}.routers`` discovery namespace (another one is taken when it leaves).
+the ``{namespace}.routers`` discovery namespace (another one is taken when it leaves, or when it
+stops answering and another is registered: the next live one).
+
+A ``dyn router`` that dies or freezes is noticed like a worker (``RpcClient``: ZMTP heartbeats
+and a socket monitor): a dead one within milliseconds, a frozen one within
+``HEARTBEAT_TIMEOUT_MS`` (1 s). Queries waiting for it fail at once, and until it answers again
+(ZeroMQ reconnects by itself) requests are routed by ``fallback``, the frontend's own policy over
+its own pool: ``build_router`` gives it a least-loaded router (with the disaggregated stages, and
+named workers honoured as always), so they keep flowing without KV overlap rather than fail.
+This is the choice over failing fast: the frontend knows its workers and their streams, which is
+all a load-only choice needs, and a router outage then costs cache hits, not requests. The
+change is logged once when the router is lost and once when it is back, and ``degraded()`` says
+so meanwhile. Without a ``fallback`` (tests, a caller that prefers it), such requests fail at
+once with ``NoWorkersError`` (a 503) saying why, and ``unroutable()`` says so. Routes the router
+booked before it was lost finish as they run; their reports to it are dropped (a router that
+lost a client's connection frees that client's bookings itself).
 
 Contract:
 
@@ -27,12 +42,14 @@ Contract:
   abandoned before its answer came (the caller was cancelled: the client went away; or the
   timeout passed) is withdrawn at once with ``finished`` for its members, so the service takes it
   out of its queue; a booking answered meanwhile is freed when its answer comes.
-- ``run`` owns the socket and its receive loop; routing raises ``NoWorkersError`` until it runs.
+- ``run`` owns the socket and its receive loop (and runs ``fallback``); routing raises
+  ``NoWorkersError`` until it runs.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from contextlib import aclosing
 from typing import Any
@@ -64,6 +81,8 @@ log = logging.getLogger("dyn.router.remote")
 AUTO = "auto"
 DEFAULT_TIMEOUT_S = 30.0
 WORKER_WAIT_S = 2.0
+FAILOVER_S = 1.0
+"""With ``auto``, how long a router just tried gets before the next one is tried."""
 _ABANDONED_KEPT = 10_000
 
 REFUSALS: dict[str, type[RoutingError]] = {
@@ -180,7 +199,9 @@ class RemoteRouter(Router):
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         worker_wait_s: float = WORKER_WAIT_S,
+        fallback: Router | None = None,
     ) -> None:
+        """``fallback``: routes while no ``dyn router`` answers (see the module docstring)."""
         super().__init__(pool)
         if address != AUTO and not address.startswith(("tcp://", "ipc://", "inproc://")):
             raise ValueError(
@@ -201,8 +222,15 @@ class RemoteRouter(Router):
             logger=log,
         )
         self._rpc.on_unmatched = self._on_late
+        self._rpc.on_reachable = self._on_reachable
+        self.fallback = fallback
         self._running = False
         self._abandoned: OrderedDict[int, list[str]] = OrderedDict()
+        self._lost: str | None = None
+        """The router whose loss was logged (its return is logged once)."""
+        self._searched_since = time.monotonic()
+        """Since when ``auto`` has found no live router."""
+        self._unreachable = anyio.Event()
 
     @property
     def dropped(self) -> int:
@@ -211,12 +239,38 @@ class RemoteRouter(Router):
 
     # ----------------------------------------------------------------- socket
 
+    @property
+    def reachable(self) -> bool:
+        """Whether requests go to a ``dyn router`` now (it runs, has a router, which answers)."""
+        return self._running and self.endpoint is not None and self._rpc.reachable
+
+    def _outage(self) -> str:
+        """Why no ``dyn router`` takes queries now (it runs, and is not ``reachable``)."""
+        if self.endpoint is None:
+            return (
+                f"no dyn router for model {self.pool.model_name!r} has been live for "
+                f"{time.monotonic() - self._searched_since:.1f} s"
+            )
+        return f"the dyn router at {self.endpoint} is {self._rpc.outage()}"
+
+    def unroutable(self) -> str | None:
+        if self.fallback is not None or not self._running or self.reachable:
+            return None
+        return f"{self._outage()}; no request can be routed"
+
+    def degraded(self) -> str | None:
+        if self.fallback is None or not self._running or self.reachable:
+            return None
+        return f"{self._outage()}; routing by least load"
+
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the DEALER and receive answers until cancelled; with ``auto``, follow the
         routers' namespace to pick (and replace) the service."""
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self._rpc.run)
+                if self.fallback is not None:
+                    await tg.start(self.fallback.run)
                 if self.address == AUTO:
                     await tg.start(self._follow_routers)
                 else:
@@ -229,18 +283,41 @@ class RemoteRouter(Router):
     def _use(self, endpoint: str | None) -> None:
         if endpoint == self.endpoint:
             return
-        if self.endpoint is not None:
-            self._rpc.disconnect(self.endpoint)
-            self._rpc.fail_all(RpcUnavailable(f"dyn router at {self.endpoint} left; retry"))
-        self.endpoint = endpoint
-        if endpoint is not None:
-            try:
-                self._rpc.connect(endpoint)
-            except zmq.ZMQError as exc:
-                self.endpoint = None
-                log.error("cannot connect to dyn router at %s: %s", endpoint, exc)
-                return
-            log.info("routing through the dyn router at %s", endpoint)
+        old, self.endpoint = self.endpoint, endpoint
+        self._lost = None
+        if old is not None:
+            self._rpc.disconnect(old)
+            self._rpc.fail_all(RpcUnavailable(f"dyn router at {old} left; retry"))
+        if endpoint is None:
+            self._searched_since = time.monotonic()
+            return
+        try:
+            self._rpc.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self.endpoint = None
+            log.error("cannot connect to dyn router at %s: %s", endpoint, exc)
+            return
+        log.info("routing through the dyn router at %s", endpoint)
+
+    def _on_reachable(self, reachable: bool, reason: str) -> None:
+        """Log the loss of the router in use and its return, once each."""
+        endpoint = self.endpoint
+        if endpoint is None:
+            return  # none is live: ``_follow_routers`` says so
+        if not reachable:
+            self._lost = endpoint
+            self._unreachable.set()
+            log.warning(
+                "the dyn router at %s is unreachable (%s); %s",
+                endpoint,
+                reason,
+                "routing by least load until it answers"
+                if self.fallback is not None
+                else "requests fail until it answers",
+            )
+        elif self._lost == endpoint:
+            self._lost = None
+            log.info("the dyn router at %s answers again; routing through it", endpoint)
 
     async def _follow_routers(self, *, task_status: Any) -> None:
         store = self._routers
@@ -248,31 +325,54 @@ class RemoteRouter(Router):
         live: dict[int, WorkerRecord] = {}
 
         def choose() -> None:
+            """Keep the router in use while it is live and answers; else take the next live one."""
             endpoints = [live[i].endpoints.request for i in sorted(live)]
-            if self.endpoint not in endpoints:
-                self._use(endpoints[0] if endpoints else None)
-                if not endpoints:
-                    log.warning(
-                        "no dyn router for model %r is live in namespace %r",
-                        self.pool.model_name,
-                        store.namespace,
-                    )
+            current = self.endpoint
+            if current in endpoints:
+                if self._rpc.reachable or len(endpoints) == 1:
+                    return
+                at = endpoints.index(current)
+                endpoints = endpoints[at + 1 :] + endpoints[:at]
+            self._use(endpoints[0] if endpoints else None)
+            if not endpoints and current is not None:
+                log.warning(
+                    "no dyn router for model %r is live in namespace %r; %s",
+                    self.pool.model_name,
+                    store.namespace,
+                    "routing by least load until one is" if self.fallback is not None else "requests fail",
+                )
+
+        async def fail_over() -> None:
+            while True:
+                await self._unreachable.wait()
+                self._unreachable = anyio.Event()
+                choose()
+                await anyio.sleep(FAILOVER_S)
 
         for record in await store.list():
             if serves_queries(record, self.pool.model_name):
                 live[record.instance_id] = record
         choose()
-        task_status.started()
-        async with aclosing(store.watch()) as events:
-            async for event in events:
-                if isinstance(event, WorkerAdded):
-                    if serves_queries(event.record, self.pool.model_name):
-                        live[event.record.instance_id] = event.record
-                    else:
-                        live.pop(event.record.instance_id, None)
-                elif isinstance(event, WorkerRemoved):
-                    live.pop(event.instance_id, None)
-                choose()
+        if self.endpoint is None:
+            log.warning(
+                "no dyn router for model %r is live in namespace %r yet; %s",
+                self.pool.model_name,
+                store.namespace,
+                "routing by least load until one is" if self.fallback is not None else "requests fail",
+            )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fail_over)
+            task_status.started()
+            async with aclosing(store.watch()) as events:
+                async for event in events:
+                    if isinstance(event, WorkerAdded):
+                        if serves_queries(event.record, self.pool.model_name):
+                            live[event.record.instance_id] = event.record
+                        else:
+                            live.pop(event.record.instance_id, None)
+                    elif isinstance(event, WorkerRemoved):
+                        live.pop(event.instance_id, None)
+                    choose()
 
     def _on_late(self, reply: RouteAnswer | RouteRefused) -> None:
         """A reply for no pending query: free the booking of an abandoned query's answer;
@@ -298,13 +398,10 @@ class RemoteRouter(Router):
     async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
         if not requests:
             return []
-        if not self._running or self.endpoint is None:
-            where = (
-                "no dyn router is live in this namespace; start one with 'dyn router'"
-                if self.address == AUTO
-                else f"the dyn router at {self.address} is not connected yet"
-            )
-            raise NoWorkersError(f"{where}, or retry later")
+        if not self._running:
+            raise NoWorkersError(f"the dyn router at {self.address} is not connected yet, or retry later")
+        if not self.reachable:
+            return await self._without_router(requests)
         message = _group_query(self._rpc.new_id(), requests)
         query_id = message.query_id
         query = _Query([r.request_id for r in requests])
@@ -314,8 +411,11 @@ class RemoteRouter(Router):
             raise NoWorkersError(
                 f"dyn router at {self.endpoint} is not taking queries (its socket is full); retry later"
             ) from None
-        except RpcUnavailable as exc:
-            raise NoWorkersError(str(exc)) from None
+        except RpcUnavailable as exc:  # lost while the query waited
+            self._forget(query_id, query)
+            if self.fallback is not None:
+                return await self.fallback.route_all(requests)
+            raise NoWorkersError(f"{exc}; retry later") from None
         except TimeoutError:
             self._forget(query_id, query)
             raise NoWorkersError(
@@ -350,6 +450,13 @@ class RemoteRouter(Router):
                     self._report(RouteProgress(request.request_id, "finished"))
             raise
         return routes
+
+    async def _without_router(self, requests: list[RouteRequest]) -> list[Route]:
+        """Route by ``fallback`` while no ``dyn router`` answers, else refuse at once."""
+        if self.fallback is None:
+            hint = "start one with 'dyn router'" if self.endpoint is None else "check that 'dyn router' runs"
+            raise NoWorkersError(f"{self._outage()}; {hint}, or retry later")
+        return await self.fallback.route_all(requests)
 
     def _forget(self, query_id: int, query: _Query) -> None:
         """Give up on a query: withdraw it (the service takes it out of its queue, or frees

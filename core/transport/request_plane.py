@@ -13,11 +13,12 @@ consumer can handle a forward pass's worth of tokens at once; ``generate`` yield
 time. ``call`` sends a control call and waits for its single ``ControlReply``; ``embed`` sends an
 ``EmbedRequest`` and waits for its single ``EmbedReply``.
 
-Liveness: the client's socket sends ZMTP heartbeats and a socket monitor watches its connection.
-When the connection drops (the worker process died: the kernel closes its socket at once) or the
-heartbeats go unanswered (``HEARTBEAT_TIMEOUT_MS``: a frozen or unreachable host), or a request
-waits on a client that never connected (a stale record of a dead worker), every in-flight stream fails with ``WorkerUnavailable`` and ``on_health``
-hears ``(client, False, reason)``; a later successful handshake reports it healthy again. With
+Liveness (``dyn.core.transport.liveness``): the client's socket sends ZMTP heartbeats and a socket
+monitor watches its connection. When the connection drops (the worker process died: the kernel
+closes its socket at once) or the heartbeats go unanswered (``HEARTBEAT_TIMEOUT_MS``: a frozen or
+unreachable host), or a request waits on a client that never connected (a stale record of a dead
+worker), every in-flight stream fails with ``WorkerUnavailable`` and ``on_health`` hears
+``(client, False, reason)``; a later successful handshake reports it healthy again. With
 silence timeouts set, a stream that gets no reply for ``first_token_timeout_s`` (before its first
 reply) or ``inter_token_timeout_s`` (after it) fails with ``WorkerSilent`` and the client reports
 itself unhealthy until the worker sends anything again.
@@ -26,9 +27,7 @@ itself unhealthy until the worker sends anything again.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing, suppress
@@ -60,34 +59,13 @@ from dyn.core.transport.codec import (
     encode,
     encode_replies,
 )
+from dyn.core.transport.liveness import CONNECTION_EVENTS, heartbeat, watch_events
 from dyn.core.transport.rpc import RpcServer
-from dyn.core.transport.sockets import async_context, bind_random, configure, plain, recv_frames
+from dyn.core.transport.sockets import async_context, bind_random, configure, recv_frames
 
 log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 256
-HEARTBEAT_IVL_MS = 200
-HEARTBEAT_TIMEOUT_MS = 1000
-_MONITORED = zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_CONNECT_RETRIED
-_monitor_ids = itertools.count()
-
-
-def watch_events(socket: zmq.Socket, events: int) -> zmq.asyncio.Socket:
-    """An asyncio PAIR socket receiving ``socket``'s monitor ``events`` (``socket`` belongs to the
-    asyncio context), which never blocks libzmq.
-
-    libzmq sends monitor events from its I/O thread with a blocking send: once the monitor's pipe
-    is full (its high-water mark, about a thousand events: under two minutes of reconnect retries
-    to a dead worker) that thread stops, and with it every socket of the context. The receiving
-    end here takes any number (RCVHWM 0, which makes the inproc pipe unbounded); its owner reads
-    it for as long as the socket lives and closes both together.
-    """
-    address = f"inproc://dyn-monitor-{os.getpid()}-{next(_monitor_ids)}"
-    socket.monitor(address, events)
-    # unbounded, and inproc needs no keys
-    monitor = plain(configure(cast(zmq.asyncio.Socket, socket.context.socket(zmq.PAIR))))
-    monitor.connect(address)
-    return monitor
 
 
 class RemoteError(RuntimeError):
@@ -186,9 +164,7 @@ class WorkerClient:
         self.on_health = on_health
         # a plain socket in the asyncio context: read by ``_on_readable``, not by pyzmq's futures,
         # and its monitor (inproc, same context) is an asyncio socket
-        self._socket: zmq.Socket[bytes] = configure(zmq.Socket(async_context(), zmq.DEALER))
-        self._socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-        self._socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        self._socket: zmq.Socket[bytes] = heartbeat(configure(zmq.Socket(async_context(), zmq.DEALER)))
         self._streams: dict[str, _ReplyStream] = {}
         self._outbox: list[tuple[str, list[bytes]]] = []
         """(request id, frames) queued this event-loop turn (see ``send``)."""
@@ -204,7 +180,7 @@ class WorkerClient:
 
     async def __aenter__(self) -> WorkerClient:
         # monitor and connect only once a task reads the monitor: see ``watch_events``
-        self._monitor = watch_events(self._socket, _MONITORED)
+        self._monitor = watch_events(self._socket, CONNECTION_EVENTS)
         self._socket.connect(self.endpoint)
         self._loop = asyncio.get_running_loop()
         self._fd = cast(int, self._socket.getsockopt(zmq.FD))

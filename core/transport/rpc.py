@@ -28,6 +28,14 @@ plane, e.g. ``decode_router_message``) turns frames into a struct or raises ``Pr
 - ``run()`` owns the DEALER and its receive loop until cancelled (``started()`` once the socket
   exists); ``connect`` / ``disconnect`` choose the servers. On exit every pending call fails
   with ``RpcUnavailable``.
+- The client knows whether its servers answer (``dyn.core.transport.liveness``): its DEALER sends
+  ZMTP heartbeats and a socket monitor follows each connection, so a server that died is seen at
+  once and a frozen one within ``HEARTBEAT_TIMEOUT_MS``. ``reachable`` is False from then until
+  a handshake succeeds again (ZeroMQ reconnects by itself); ``down_since`` and ``outage()`` say
+  since when and why; ``on_reachable(reachable, reason)`` hears each change. When a server goes
+  down every pending call fails at once with ``RpcUnavailable`` (which server a call went to is
+  not known); while the client is unreachable ``call`` raises ``RpcUnavailable`` at once and
+  ``send`` drops its message (returns False): what it says belongs to a connection that is gone.
 - ``call(message, timeout_s)`` sends ``message`` (its ``id_of`` is a ``new_id()``) and returns
   the reply whose ``id_of`` matches: a map from id to a pending call (a future), filled by the
   receive loop. With ``collect``, each matching reply is passed to it and the call ends when it
@@ -37,9 +45,10 @@ plane, e.g. ``decode_router_message``) turns frames into a struct or raises ``Pr
   takes its id out of the map.
 - Replies for no pending call go to ``on_unmatched`` (default: dropped); a reply of a type the
   client does not take, or malformed frames, are counted and logged through ``rejected``.
-- ``send`` queues a message without waiting (False when the client does not run). What one
-  event-loop turn queues (sends and calls) leaves at the end of the turn, in order, together: one
-  wakeup of ZeroMQ's I/O thread and one look at the socket's events for all of it. A message the
+- ``send`` queues a message without waiting (False when the client does not run or is
+  unreachable). What one event-loop turn queues (sends and calls) leaves at the end of the turn,
+  in order, together: one wakeup of ZeroMQ's I/O thread and one look at the socket's events for
+  all of it. A message the
   socket refuses then (full: the server stopped reading) is dropped, counted in ``dropped`` and
   logged on the first and every thousandth; a call's request fails its call with ``RpcDropped``.
 """
@@ -49,6 +58,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from operator import attrgetter
 from typing import Any, cast
@@ -58,8 +69,16 @@ import anyio.lowlevel
 import msgspec
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from dyn.core.transport.codec import ProtocolError, RejectedFrames, encode
+from dyn.core.transport.liveness import (
+    CONNECTION_EVENTS,
+    HANDSHAKE_FAILED,
+    Reachability,
+    heartbeat,
+    watch_events,
+)
 from dyn.core.transport.sockets import DRAIN_BATCH, async_context, configure, plain_view, receive_queued
 
 log = logging.getLogger(__name__)
@@ -262,6 +281,10 @@ class RpcClient:
         )
         self.dropped = 0
         """Messages dropped because the socket was full or gone."""
+        self._reach = Reachability()
+        self._changed = anyio.Event()
+        self.on_reachable: Callable[[bool, str], None] | None = None
+        """Hears ``(reachable, reason)`` on each change of ``reachable``."""
 
     @property
     def pending(self) -> int:
@@ -272,11 +295,31 @@ class RpcClient:
         """A call id no other call of this client has used."""
         return next(self._ids)
 
+    @property
+    def reachable(self) -> bool:
+        """Whether a server answers, or none is connected (see the module docstring)."""
+        return self._reach.reachable
+
+    @property
+    def down_since(self) -> float | None:
+        """When (``time.monotonic``) the client lost its last server; None while reachable."""
+        return self._reach.down_since
+
+    def outage(self) -> str | None:
+        """``unreachable for 1.2 s: WHY``, or None while reachable."""
+        since = self._reach.down_since
+        if since is None:
+            return None
+        return f"unreachable for {max(time.monotonic() - since, 0.0):.1f} s: {self._reach.down_reason}"
+
     # ----------------------------------------------------------------- lifetime
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Own the DEALER and receive replies until cancelled; ``started()`` once it exists."""
-        socket = configure(async_context().socket(zmq.DEALER), hwm=self._hwm)
+        """Own the DEALER, its monitor and the receive loop until cancelled; ``started()`` once
+        the socket exists."""
+        socket = heartbeat(configure(async_context().socket(zmq.DEALER), hwm=self._hwm))
+        # monitor before any connect, read from the start: see ``watch_events``
+        monitor = watch_events(socket, CONNECTION_EVENTS | HANDSHAKE_FAILED)
         try:
             self.socket = socket
             self._loop = asyncio.get_running_loop()
@@ -284,30 +327,75 @@ class RpcClient:
             # sends go straight out on the plain view where pyzmq has the events re-check they need
             self._recheck = getattr(socket, "_schedule_remaining_events", None)
             self._send_now = queued.send_multipart if self._recheck is not None else None
-            task_status.started()
-            while True:
-                await anyio.lowlevel.checkpoint()
-                self._deliver(await socket.recv_multipart(copy=True))
-                for frames in receive_queued(queued, DRAIN_BATCH - 1):
-                    self._deliver(frames)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch, monitor)
+                tg.start_soon(self._follow_reachability)
+                task_status.started()
+                while True:
+                    await anyio.lowlevel.checkpoint()
+                    self._deliver(await socket.recv_multipart(copy=True))
+                    for frames in receive_queued(queued, DRAIN_BATCH - 1):
+                        self._deliver(frames)
         finally:
             self.socket = None
             self._outbox = []
+            self._reach = Reachability()
             self.fail_all(RpcUnavailable(f"the client of {self.peer} was closed"))
+            socket.disable_monitor()
+            monitor.close(linger=0)
             socket.close(linger=0)
 
     def connect(self, endpoint: str) -> None:
         """Connect to a server (``zmq.ZMQError`` for a bad endpoint); the client must run."""
         assert self.socket is not None, "connect needs a running client"
         self.socket.connect(endpoint)
+        self._reach.add(endpoint)
+        self._changed.set()
 
     def disconnect(self, endpoint: str) -> None:
         """Stop talking to a server (a server never connected is ignored)."""
+        self._reach.remove(endpoint)
+        self._changed.set()
         if self.socket is not None:
             try:
                 self.socket.disconnect(endpoint)
             except zmq.ZMQError:
                 pass
+
+    async def _watch(self, monitor: zmq.asyncio.Socket) -> None:
+        """Follow the socket monitor: a server that went down fails the pending calls at once."""
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())
+            endpoint = event["endpoint"].decode(errors="replace")
+            if self._reach.event(event["event"], endpoint):
+                self.fail_all(RpcUnavailable(f"{self.peer} is unreachable: {self._reach.down_reason}"))
+            self._changed.set()
+
+    async def _follow_reachability(self) -> None:
+        """Tell ``on_reachable`` each change of ``reachable``, including a server's grace that
+        ends without a handshake (which fails the calls waiting for it)."""
+        told = True
+        while True:
+            wake_at = self._reach.next_change()
+            delay = math.inf if wake_at is None else max(wake_at - time.monotonic(), 0.0) + 0.001
+            with anyio.move_on_after(delay):
+                await self._changed.wait()
+            self._changed = anyio.Event()
+            reachable = self._reach.reachable
+            if reachable == told:
+                continue
+            told = reachable
+            if reachable:
+                reason = "answering" if self._reach.answering else "no server is known to be down"
+            else:
+                reason = self._reach.down_reason
+            if not reachable:
+                self.fail_all(RpcUnavailable(f"{self.peer} is unreachable: {reason}"))
+            if self.on_reachable is not None:
+                try:
+                    self.on_reachable(reachable, reason)
+                except Exception:
+                    self._log.exception("a reachability listener of %s failed", self.peer)
 
     def fail_all(self, error: BaseException) -> None:
         """End every pending call with ``error`` (raised by its ``call``); their requests still
@@ -342,11 +430,12 @@ class RpcClient:
 
     def send(self, message: msgspec.Struct) -> bool:
         """Queue ``message`` to leave at the end of this event-loop turn; False when the client
-        does not run (see the module docstring for a message the socket refuses)."""
+        does not run or is unreachable (see the module docstring for a message the socket
+        refuses)."""
         return self._queue(None, encode(message))
 
     def _queue(self, call_id: int | None, frames: list[bytes]) -> bool:
-        if self.socket is None or self._loop is None:
+        if self.socket is None or self._loop is None or not self._reach.reachable:
             return False
         if not self._outbox:
             self._loop.call_soon(self._flush)
@@ -394,6 +483,8 @@ class RpcClient:
         """Send ``message`` and return its reply (see the module docstring)."""
         if self.socket is None:
             raise RpcUnavailable(f"the client of {self.peer} is not running")
+        if not self._reach.reachable:
+            raise RpcUnavailable(f"{self.peer} is {self.outage()}")
         call_id = self._id_of(message)
         if call_id in self._pending:
             raise ValueError(f"call id {call_id!r} is already pending on this client")

@@ -208,8 +208,14 @@ async def test_a_failing_admission_fails_the_queued_request_instead_of_hanging_i
 
 
 class FlakyIndexer:
+    address = "tcp://indexer:1"
+
     def __init__(self, block_size=BS, fail=False):
         self.block_size, self.fail, self.calls = block_size, fail, 0
+        self.reachable = True
+
+    def outage(self):
+        return None if self.reachable else "unreachable for 2.0 s: the connection closed"
 
     async def find_matches(self, local, seq=None):
         self.calls += 1
@@ -229,10 +235,14 @@ async def test_remote_indexer_answers_are_used_failures_back_off_and_foreign_blo
     )
     router.remote_indexer = FlakyIndexer()
     assert (await router.route(request(PREFIX, "a"))).worker.instance_id == 2
+    assert router.degraded() is None
     router.remote_indexer = failing = FlakyIndexer(fail=True)
     await router.route(request(PREFIX, "b"))
     await router.route(request(PREFIX, "c"))  # within the back-off: not asked again
     assert failing.calls == 1
+    assert router.degraded() == (
+        "a query to the dyn indexer at tcp://indexer:1 failed (no answer); routing on load alone"
+    )
     now[0] += 10
     await router.route(request(PREFIX, "d"))
     assert failing.calls == 2
@@ -240,6 +250,36 @@ async def test_remote_indexer_answers_are_used_failures_back_off_and_foreign_blo
     router.remote_indexer = FlakyIndexer(block_size=BS * 2)
     route = await router.route(request(PREFIX, "e"))
     assert route.decision.overlap_blocks == 0
+    assert "hashes blocks of 8 tokens, this router 4; routing on load alone" in router.degraded()
+
+
+async def test_an_unreachable_remote_indexer_is_not_asked_until_it_answers_again():
+    router = KvRouter(
+        FakePool(3), KvRouterConfig(use_remote_indexer=True), RouterMetrics(CollectorRegistry())
+    )
+    router.remote_indexer_missing = "no dyn indexer for model 'm' in discovery yet"
+    assert router.degraded() == "no dyn indexer for model 'm' in discovery yet; routing on load alone"
+    router.remote_indexer_missing = None
+    router.remote_indexer = indexer = FlakyIndexer()
+    indexer.reachable = False
+    route = await router.route(request(PREFIX, "a"))
+    assert indexer.calls == 0 and route.decision.overlap_blocks == 0
+    route.finished()
+    assert router.degraded() == (
+        "the dyn indexer at tcp://indexer:1 is unreachable for 2.0 s: the connection closed; "
+        "routing on load alone"
+    )
+    indexer.reachable = True  # back: asked at once, no back-off to wait out
+    assert (await router.route(request(PREFIX, "b"))).worker.instance_id == 2
+    assert indexer.calls == 1 and router.degraded() is None
+
+    indexer.fail = True  # a query times out just before the freeze is seen ...
+    (await router.route(request(PREFIX, "c"))).finished()
+    assert indexer.calls == 2 and "failed (no answer)" in router.degraded()
+    indexer.reachable = False  # ... then it is lost, and thawed: the back-off is void
+    (await router.route(request(PREFIX, "d"))).finished()
+    indexer.reachable, indexer.fail = True, False
+    assert (await router.route(request(PREFIX, "e"))).worker.instance_id == 2 and indexer.calls == 3
 
 
 def test_all_workers_busy_is_a_503_with_retry_after():

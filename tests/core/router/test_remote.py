@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import anyio
 import pytest
 import zmq
@@ -27,7 +30,8 @@ from dyn.core.router.policy import (
 )
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
-from dyn.core.router.remote import RemoteRouter
+from dyn.core.router.remote import RemoteRoute, RemoteRouter
+from dyn.core.router.simple import LeastLoadedRouter
 from dyn.core.transport.codec import decode_router_message, encode
 from dyn.core.transport.sockets import async_context, bind_random, configure
 
@@ -55,9 +59,13 @@ class FakeService:
     books worker 999; anything after a ``junk`` query gets a malformed frame and a reply to an
     unknown query first."""
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: str | None = None) -> None:
         self.socket = configure(async_context().socket(zmq.ROUTER))
-        self.endpoint = bind_random(self.socket, "127.0.0.1")
+        if endpoint is None:
+            self.endpoint = bind_random(self.socket, "127.0.0.1")
+        else:
+            self.socket.bind(endpoint)
+            self.endpoint = endpoint
         self.queries: list[RouteQuery] = []
         self.progress: list[RouteProgress] = []
         self.changed = anyio.Event()
@@ -494,4 +502,131 @@ async def test_the_service_refuses_a_malformed_group(tmp_path):
                 assert not service.routes and not service._waiting
             finally:
                 client.close(linger=0)
+            tg.cancel_scope.cancel()
+
+
+# --------------------------------------------------------------------------- a router that is lost
+
+
+def closable(tg, service: FakeService) -> anyio.CancelScope:
+    """Serve ``service`` until the returned scope is cancelled, which closes its socket (as the
+    kernel closes a killed process's)."""
+    scope = anyio.CancelScope()
+
+    async def serve() -> None:
+        with scope:
+            await service.serve()
+
+    tg.start_soon(serve)
+    return scope
+
+
+async def with_fallback(tmp_path, tg, address: str, *, fallback: bool = True) -> RemoteRouter:
+    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    for i in (1, 2):
+        await store.put(record(i), ttl_s=30)
+    pool = WorkerPool(store, "m")
+    await tg.start(pool.run)
+    router = RemoteRouter(
+        pool, address, timeout_s=30, worker_wait_s=0.2, fallback=LeastLoadedRouter(pool) if fallback else None
+    )
+    await tg.start(router.run)
+    return router
+
+
+def messages(caplog, level: int, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == level and text in r.getMessage()]
+
+
+async def test_a_lost_router_is_routed_around_at_once_and_used_again_when_it_is_back(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "dyn.router.remote")
+    service = FakeService()
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            serving = closable(tg, service)
+            router = await with_fallback(tmp_path, tg, service.endpoint)
+            booked = await router.route(req("ok-1"))
+            assert isinstance(booked, RemoteRoute) and router.degraded() is None
+            waiting: list = []
+
+            async def wait_for_silent() -> None:
+                waiting.append(await router.route(req("silent-1")))
+
+            tg.start_soon(wait_for_silent)
+            await service.wait(lambda: service.silent)
+
+            lost = time.monotonic()
+            serving.cancel()  # the dyn router dies: its socket closes
+            while not waiting:
+                await anyio.sleep(0.005)
+            assert time.monotonic() - lost < 0.5  # the waiting query did not wait its 30 s
+            assert not isinstance(waiting[0], RemoteRoute)
+            started = time.monotonic()
+            route = await router.route(req("ok-2"))
+            named = await router.route(RouteRequest(request_id="ok-3", token_ids=[1], instance_id=2))
+            assert time.monotonic() - started < 0.1
+            assert not isinstance(route, RemoteRoute) and named.worker.instance_id == 2
+            degraded = router.degraded()
+            assert degraded.startswith(f"the dyn router at {service.endpoint} is unreachable for ")
+            assert degraded.endswith(
+                ": the connection closed (the server died, or stopped answering "
+                "heartbeats); routing by least load"
+            )
+            assert router.unroutable() is None
+            booked.finished()  # its report to the lost router is dropped without harm
+
+            back = FakeService(service.endpoint)  # restarted on the same port
+            tg.start_soon(back.serve)
+            while not router.reachable:
+                await anyio.sleep(0.02)
+            assert isinstance(await router.route(req("ok-4")), RemoteRoute)
+            assert [q.request_id for q in back.queries] == ["ok-4"] and router.degraded() is None
+            tg.cancel_scope.cancel()
+    assert len(messages(caplog, logging.WARNING, "is unreachable")) == 1
+    assert messages(caplog, logging.INFO, "answers again") == [
+        f"the dyn router at {service.endpoint} answers again; routing through it"
+    ]
+
+
+async def test_without_a_fallback_a_lost_router_fails_requests_at_once(tmp_path):
+    service = FakeService()
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            serving = closable(tg, service)
+            router = await with_fallback(tmp_path, tg, service.endpoint, fallback=False)
+            await router.route(req("ok-1"))
+            assert router.unroutable() is None
+            serving.cancel()
+            while router.reachable:
+                await anyio.sleep(0.005)
+            started = time.monotonic()
+            with pytest.raises(NoWorkersError, match="is unreachable for .* check that 'dyn router' runs"):
+                await router.route(req("ok-2"))
+            assert time.monotonic() - started < 0.1
+            assert router.unroutable().endswith("; no request can be routed") and router.degraded() is None
+            tg.cancel_scope.cancel()
+
+
+async def test_auto_moves_to_another_live_router_when_the_one_in_use_is_lost(tmp_path):
+    first, second = FakeService(), FakeService()
+    workers = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    routers = routers_store(workers)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            serving = closable(tg, first)
+            tg.start_soon(second.serve)
+            for instance_id, service in ((1, first), (2, second)):  # the first is chosen first
+                await routers.put(
+                    router_record(routers, "m", instance_id, request=service.endpoint), ttl_s=30
+                )
+            router = await with_fallback(tmp_path, tg, "auto")
+            assert router.endpoint == first.endpoint
+            assert isinstance(await router.route(req("ok-1")), RemoteRoute)
+            serving.cancel()  # its record stays until its lease ends
+            lost = time.monotonic()
+            while router.endpoint != second.endpoint:
+                await anyio.sleep(0.01)
+            assert time.monotonic() - lost < 0.5
+            assert isinstance(await router.route(req("ok-2")), RemoteRoute)
+            assert [q.request_id for q in second.queries] == ["ok-2"]
             tg.cancel_scope.cancel()
