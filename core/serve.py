@@ -8,7 +8,7 @@ Two ideas live here, both engine-agnostic and free of any CLI library:
 * ``run_stack`` starts the children (stdout and stderr piped, every line prefixed with the child's
   name; with ``log_format="json"`` no prefix: every line the supervisor writes is one JSON object
   whose ``process`` field names the child, see ``relay_json``), waits until the frontend prints
-  its listening line and its ``/health`` lists enough worker instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. A worker
+  its listening line and its ``/health`` counts enough worker instances, prints one ready line, and supervises until SIGINT/SIGTERM or a fatal exit. A worker
   that dies once the stack is ready is restarted after a back-off that doubles with each quick
   death (``restart_backoff_s``), and the supervisor says so. Stopping is a drain: every child gets
   SIGTERM (workers leave discovery and finish or hand back their requests, the frontend finishes
@@ -267,7 +267,7 @@ class ServeConfig:
     """What ``run_stack`` runs and how long it waits.
 
     ``instances_per_worker``: worker instances each worker process registers (the frontend's
-    ``/health`` must list ``len(workers) * instances_per_worker`` before the stack is ready).
+    ``/health`` must count ``len(workers) * instances_per_worker`` before the stack is ready).
     ``summary`` goes in parentheses after the ready URL. ``env``: added to the supervisor's
     environment for every child (which always gets ``PYTHONUNBUFFERED=1`` and its name in
     ``PROCESS_ENV``). ``log_format``: ``rich`` (prefixed lines) or ``json`` (JSON objects only).
@@ -588,10 +588,10 @@ class StackSupervisor:
     def _poll_health(self, http: httpx.Client) -> tuple[int, str]:
         try:
             response = http.get(f"{self._url}/health")
-            instances = response.json().get("instances", [])
-            if not isinstance(instances, list):
-                return 0, f"answered with an unreadable instances field ({instances!r})"
-            return len(instances), f"lists {len(instances)} instance(s) (HTTP {response.status_code})"
+            workers = response.json().get("workers", 0)
+            if not isinstance(workers, int):
+                return 0, f"answered with an unreadable workers field ({workers!r})"
+            return workers, f"counts {workers} worker instance(s) (HTTP {response.status_code})"
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             return 0, f"did not answer ({type(exc).__name__}: {exc})"
 

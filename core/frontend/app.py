@@ -2,8 +2,8 @@
 
 A plain ASGI callable (no framework on the hot path). Each path it serves is an endpoint of
 ``dyn.core.frontend.endpoints`` (``ENDPOINTS``): ``POST /v1/chat/completions``,
-``POST /v1/completions`` (streaming SSE or JSON), ``GET /v1/models``, ``GET /health`` (200 with
-live instances, 503 with none), ``GET /live``, ``GET /metrics`` (Prometheus text),
+``POST /v1/completions`` (streaming SSE or JSON), ``GET /v1/models``, ``GET /health`` (503 with
+the reason when no request could be served; ``endpoints.health``), ``GET /live``, ``GET /metrics`` (Prometheus text),
 ``GET /openapi.json``, ``POST /tokenize``, ``POST /detokenize``; with a KV router, its index views
 under ``/kv/``.
 

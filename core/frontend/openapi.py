@@ -363,7 +363,11 @@ def openapi_document(
                 embed_resp,
             ),
             "/health": {
-                "get": {"summary": "200 with live worker instances, 503 with none", "responses": plain}
+                "get": {
+                    "summary": "200 when requests can be served (healthy or degraded), 503 with the "
+                    "reason when none can",
+                    "responses": plain,
+                }
             },
             "/live": {"get": {"summary": "The process is up", "responses": plain}},
             "/metrics": {"get": {"summary": "Prometheus text format", "responses": plain}},

@@ -20,7 +20,8 @@ Both stages are booked in one step (``route_all``: the ``n`` choices as one unit
 the frontend runs the prefill stage (``dyn.core.frontend.prefill``) before it streams from the
 decode worker. ``RouteRequest.prefill_instance_id`` names the prefill worker and ``instance_id``
 the decode worker. A disaggregated request that finds no live decode worker, or needs a prefill
-worker and finds none, is refused with ``NoWorkersError`` (a 503) naming the empty pool.
+worker and finds none, is refused with ``NoWorkersError`` (a 503) naming the empty pool, and
+``unroutable`` (``/health``) says so while it holds for every request.
 """
 
 from __future__ import annotations
@@ -147,6 +148,25 @@ class DisaggRouter(Router):
     def __getattr__(self, name: str) -> Any:
         # the aggregated router's own views (its index, block size) stay reachable
         return getattr(self.agg, name)
+
+    def unroutable(self) -> str | None:
+        """A disaggregated model with no decode worker, or no prefill worker and no conditional
+        disaggregation to keep requests on their decode worker, serves nothing (every request
+        would be refused); else what the role routers say."""
+        if self.disaggregated:
+            if len(self.decode.pool) == 0:
+                return self._empty("decode")
+            if len(self.prefill.pool) == 0 and self.conditional is None:
+                return self._empty("prefill")
+        return self.agg.unroutable() or self.prefill.unroutable() or self.decode.unroutable()
+
+    def degraded(self) -> str | None:
+        if self.disaggregated and len(self.prefill.pool) == 0:
+            return (
+                f"model {self.pool.model_name!r} has no live prefill worker: only the requests "
+                "conditional disaggregation keeps on their decode worker are served"
+            )
+        return self.agg.degraded() or self.prefill.degraded() or self.decode.degraded()
 
     @property
     def disaggregated(self) -> bool:

@@ -178,7 +178,7 @@ instances, trigger = int(sys.argv[1]), sys.argv[2]
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = json.dumps({"status": "healthy" if instances else "unhealthy",
-                           "instances": list(range(instances))}).encode()
+                           "workers": instances, "instances": list(range(instances))}).encode()
         self.send_response(200 if instances else 503)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -342,7 +342,7 @@ def test_waits_for_enough_instances_then_gives_up_clearly(stacks):
     run = stacks(config_for(fake_frontend(1), [fake_worker(0), fake_worker(1)], startup_timeout_s=2.0))
     assert run.join() == 1
     error = run.err.text()
-    assert "not ready after 2s" in error and "lists 1 instance(s)" in error and "want 2" in error
+    assert "not ready after 2s" in error and "counts 1 worker instance(s)" in error and "want 2" in error
     assert "--startup-timeout" in error
     assert not any(parse_ready_url(line) for line in run.out.lines)
     assert_all_gone(run.pids().values())

@@ -76,6 +76,11 @@ def reachable(stack: Stack, service: str) -> float:
     return stack.metric(REACHABLE, f'service="{service}"')
 
 
+def health(stack: Stack) -> tuple[int, dict]:
+    r = httpx.get(stack.url + "/health", timeout=5)
+    return r.status_code, r.json()
+
+
 class Router:
     """A ``dyn router`` on a fixed port, which can be restarted there."""
 
@@ -130,10 +135,14 @@ def test_a_killed_router_is_routed_around_at_once_and_used_again_when_restarted(
     assert max(latencies) < 1.0, latencies  # was 30 s, then a 503
     assert complete(stack, "named", nvext={"backend_instance_id": stack.instances()[1]}) < 1.0
     poll_until(lambda: reachable(stack, "router") == 0, 1, "the frontend to show the router lost")
+    code, body = health(stack)  # served, routed worse: it said "healthy" before
+    assert code == 200 and body["status"] == "degraded", body
+    assert "the dyn router at" in body["degraded"][0] and "routing by least load" in body["degraded"][0]
 
     router.start(router.port)  # the same port: the frontend reconnects by itself
     poll_until(lambda: reachable(stack, "router") == 1, 10, "the frontend to see the router back")
     through_router(stack, router)
+    assert health(stack)[1]["status"] == "healthy"
     logged = " ".join(stack.frontend.log().split())  # the console wraps long lines
     assert logged.count("is unreachable (the connection closed") == 1
     assert logged.count("answers again; routing through it") == 1
@@ -185,6 +194,8 @@ def test_a_killed_indexer_costs_no_request_its_timeout_and_is_asked_again_when_r
     latencies = [complete(stack, f"after the kill {i}") for i in range(5)]
     assert max(latencies) < 0.5, latencies  # was the 1 s query timeout
     poll_until(lambda: reachable(stack, "indexer") == 0, 1, "the frontend to show the indexer lost")
+    code, body = health(stack)
+    assert code == 200 and body["status"] == "degraded" and "routing on load alone" in body["degraded"][0]
 
     _, metrics, _ = indexer(int(address.rsplit(":", 1)[1]))
     poll_until(lambda: reachable(stack, "indexer") == 1, 10, "the frontend to see the indexer back")

@@ -94,6 +94,21 @@ async def test_an_empty_pool_is_a_503_that_names_it(make_frontend, live, empty):
         message = response.json()["error"]["message"]
         assert f"no {empty} worker is live" in message and f"--disaggregation-mode {empty}" in message
         assert "Retry-After" in response.headers
+        # /health tells the truth: no request could be served (issue 31: it said healthy)
+        health = await fe.client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "unhealthy"
+        assert f"no {empty} worker is live" in health.json()["reason"]
+
+
+async def test_with_conditional_disaggregation_an_empty_prefill_pool_is_degraded(make_frontend):
+    """Short or cached prompts stay on their decode worker: requests are served, some refused."""
+    config = KvRouterConfig(conditional_disagg=True)
+    async with make_frontend(
+        workers=1, records=roles(w1="decode"), router_mode="kv", router_config=config
+    ) as fe:
+        health = await fe.client.get("/health")
+        assert health.status_code == 200 and health.json()["status"] == "degraded"
+        assert "no live prefill worker" in health.json()["degraded"][0]
 
 
 async def test_a_dead_prefill_worker_fails_over_to_another(make_frontend):

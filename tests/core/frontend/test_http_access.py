@@ -75,6 +75,16 @@ async def test_the_probes_stay_open(guarded, path):
     assert (await guarded.client.get(path)).status_code == 200
 
 
+async def test_health_shows_worker_ids_only_to_holders_of_the_key(guarded):
+    """A public probe learns whether requests can be served and how many workers serve them,
+    not which instances: those ids go to callers with the key (issue 31)."""
+    public = (await guarded.client.get("/health")).json()
+    assert public["status"] == "healthy" and public["workers"] == 1 and "instances" not in public
+    for header in ({"authorization": "Bearer wrong"}, {"authorization": KEY}):
+        assert "instances" not in (await guarded.client.get("/health", headers=header)).json()
+    assert (await guarded.client.get("/health", headers=GOOD)).json()["instances"] == [1]
+
+
 @pytest.mark.parametrize(
     "authorization", [f"bearer {KEY}", f"BEARER {KEY}", f"BeArEr {KEY}", f"Bearer  {KEY}"]
 )

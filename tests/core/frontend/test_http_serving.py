@@ -78,14 +78,16 @@ async def test_health_lists_live_instances_and_live_always_answers(frontend, mak
     assert r.status_code == 200
     assert r.json() == {
         "status": "healthy",
-        "instances": [1, 2],
         "model": MODEL,
         "models": [MODEL],
         "router_mode": "round-robin",
+        "workers": 2,
+        "instances": [1, 2],
     }
     async with make_frontend(workers=0) as empty:
         r = await empty.client.get("/health")
         assert r.status_code == 503 and r.json()["instances"] == [] and r.json()["status"] == "unhealthy"
+        assert r.json()["reason"] == f"no live worker serves model {MODEL!r}" and r.json()["workers"] == 0
         assert (await empty.client.get("/live")).json() == {"status": "live"}
         head = await empty.client.head("/live")
         assert head.status_code == 200 and head.content == b""
