@@ -7,7 +7,9 @@ here: ``dyn indexer`` (``dyn.core.indexer.service``) at the root, a frontend and
 router, reading the router and its pool by duck typing, so this module imports neither); with
 ``prefix`` it answers under that path. Importing this module starts nothing and imports no server.
 
-- ``GET /health`` -> ``{"status": "ok", "workers": N}`` (N: listed (instance, dp_rank) pairs)
+- ``GET /health`` -> ``{"status": "healthy", "workers": N}`` (N: listed (instance, dp_rank)
+  pairs; ``dyn.core.health``): 503 "unhealthy" while the block size is not known (no token query
+  can be answered), "degraded" while no worker is followed
 - ``GET /metrics`` -> the registry in the Prometheus text format
 - ``GET /workers`` -> ``[{"instance_id", "dp_rank", "blocks", "endpoint", "total_blocks"?}]``;
   ``total_blocks`` (the rank's KV capacity in blocks, from its worker record) only where known
@@ -47,6 +49,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from dyn.core import asgi
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
 from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
+from dyn.core.health import verdict
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
 
@@ -346,6 +349,24 @@ class IndexerHttpApp:
             self.metrics.observe(endpoint, time.perf_counter() - started, status != 200)
         await respond(send, status, payload, content_type)
 
+    def _health(self) -> tuple[int, bytes, bytes]:
+        """503 while no token query can be answered (the block size is not known), degraded while
+        no worker is followed (every answer is empty)."""
+        view = self.view
+        workers = len(view.worker_endpoints())
+        down: dict[str, str] = {}
+        degraded: list[str] = []
+        if view.block_size is None:
+            down[view.model_name] = (
+                "the block size is not known yet: no worker has been discovered; start a worker "
+                "or pass --block-size"
+            )
+        elif not workers:
+            degraded.append("no worker's KV events are followed: every answer is empty")
+        status, body = verdict(down, degraded, 1)
+        body["workers"] = workers
+        return status, msgspec.json.encode(body), _JSON[1]
+
     def authorized(self, scope: dict[str, Any]) -> bool:
         """Whether the request may be served: no key, an open path, or the key sent."""
         return not needs_key(self.api_key, scope["path"]) or self.api_key.allows(
@@ -377,8 +398,9 @@ class IndexerHttpApp:
         if endpoint == "metrics":
             return 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode()
         if endpoint == "health":
-            result: Any = {"status": "ok", "workers": len(view.worker_endpoints())}
-        elif endpoint == "workers":
+            return self._health()
+        result: Any
+        if endpoint == "workers":
             result = workers_body(view)
         elif endpoint == "dump":
             result = dump_body(view)

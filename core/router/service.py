@@ -58,6 +58,7 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
+from dyn.core.health import verdict
 from dyn.core.kv.views import error_body, respond
 from dyn.core.logs import status
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
@@ -437,8 +438,9 @@ class RouterHttpApp:
     """The ``--system-port`` HTTP API of a ``dyn router`` (ASGI), read on the router's loop:
 
     - ``GET /metrics``: the router's registry in the Prometheus text format.
-    - ``GET /health`` (200 with the live workers it routes to, 503 with none) and ``GET /live``
-      (200 while it serves), open without the API key, for probes.
+    - ``GET /health`` (``probe``: 503 with the reason when it can route nothing, the worker ids
+      only with the API key) and ``GET /live`` (200 while it serves), open without the key, for
+      probes.
     - ``/kv/...``: ``dyn indexer``'s read views (``dyn.core.kv.views``) over the router's own
       index, as a frontend in kv mode serves them. A router without one (``--use-remote-indexer``,
       an overlap credit of 0) answers 404 with a sentence naming what to inspect instead.
@@ -459,18 +461,27 @@ class RouterHttpApp:
         )
         self.api_key = ApiKey(api_key) if api_key else None
 
-    def probe(self, path: str) -> tuple[int, bytes]:
-        """``/live``: 200 while the process serves; ``/health``: 200 with the live worker
-        instances it routes to, 503 with none (the frontend's shape)."""
+    def probe(self, path: str, privileged: bool) -> tuple[int, bytes]:
+        """``/live``: 200 while the process serves; ``/health``: the frontend's shape
+        (``dyn.core.health``): 503 with the reason when it could route no request (no live
+        worker, or what its router says), degraded while it routes worse than configured (its
+        ``dyn indexer`` away), the count of live workers, and their instance ids when
+        ``privileged`` (no API key is set, or the caller sent it)."""
         if path == "/live":
             return 200, b'{"status":"live"}'
-        instances = [w.instance_id for w in self.service.pool.workers()]
-        body = {
-            "status": "healthy" if instances else "unhealthy",
-            "instances": instances,
-            "model": self.service.model_name,
-        }
-        return (200 if instances else 503), orjson.dumps(body)
+        service = self.service
+        instances = [w.instance_id for w in service.pool.workers()]
+        reason = service.router.unroutable()
+        if reason is None and not instances:
+            reason = f"no live worker serves model {service.model_name!r}"
+        degraded = service.router.degraded()
+        status, body = verdict(
+            {service.model_name: reason} if reason else {}, [degraded] if degraded else [], 1
+        )
+        body |= {"model": service.model_name, "workers": len(instances)}
+        if privileged:
+            body["instances"] = instances
+        return status, orjson.dumps(body)
 
     def no_index(self) -> str:
         """Why this router has no ``/kv/`` views, and what to inspect instead."""
@@ -508,7 +519,8 @@ class RouterHttpApp:
                 return
             status, body, content_type = 404, error_body(self.no_index()), b"application/json"
         elif path in ("/health", "/live"):
-            status, body = self.probe(path)
+            key = self.api_key
+            status, body = self.probe(path, key is None or key.allows(authorization(scope["headers"])))
             content_type = b"application/json"
         elif path == "/metrics":
             if method in ("GET", "HEAD"):

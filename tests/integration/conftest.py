@@ -102,6 +102,7 @@ class Stack:
         self.procs: list[DynProcess] = []
         self.frontend: DynProcess | None = None
         self.url = ""
+        self.api_key: str | None = None
 
     def start(self, *args: str) -> DynProcess:
         p = DynProcess(list(args), self.root / f"proc{len(self.procs)}.log", self.env)
@@ -141,6 +142,8 @@ class Stack:
         self.frontend = self.start(
             "--log-level", log_level, "frontend", "--http-port", "0", "--namespace", self.namespace, *args
         )
+        if "--api-key" in args:  # /health shows instance ids to holders of the key only
+            self.api_key = args[args.index("--api-key") + 1]
 
         def ready():
             for line in self.frontend.log().splitlines():
@@ -156,8 +159,9 @@ class Stack:
     def instances(self) -> list[int]:
         import httpx
 
+        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            return httpx.get(self.url + "/health", timeout=5).json().get("instances", [])
+            return httpx.get(self.url + "/health", headers=headers, timeout=5).json().get("instances", [])
         except httpx.HTTPError:
             return []
 

@@ -164,3 +164,21 @@ def test_the_indexer_http_api_needs_the_key_but_health(dyn_process, wait_for):
         assert_refused(call(base, method, path, body), openai_shape=False)
         assert call(base, method, path, body, {"authorization": f"BEARER {KEY}"}).status_code == 200
     assert KEY not in indexer.log()
+
+
+def test_the_router_health_says_why_and_shows_worker_ids_only_with_the_key(stack_factory, wait_for):
+    """A router with no worker is unhealthy and says why; a public probe learns how many workers
+    it routes to, not which (issue 31: it listed them to anyone)."""
+    stack = stack_factory("doors-health")
+    router = stack.start(
+        "router", "--namespace", stack.namespace, "--port", "0", "--system-port", "0", "--api-key", KEY
+    )
+    base = _line_after(router, "dyn router metrics: ", wait_for).removesuffix("/metrics")
+    empty = call(base, "GET", "/health")
+    assert empty.status_code == 503 and empty.json()["status"] == "unhealthy"
+    assert "no live worker serves model" in empty.json()["reason"]
+    stack.worker("--block-size", "16")
+    wait_for(lambda: call(base, "GET", "/health").status_code == 200, 60, "the router to see its worker")
+    public = call(base, "GET", "/health").json()
+    assert public["status"] == "healthy" and public["workers"] == 1 and "instances" not in public
+    assert len(call(base, "GET", "/health", headers=GOOD).json()["instances"]) == 1

@@ -11,9 +11,9 @@
 - it is **degraded** when requests succeed but are routed worse than configured
   (``Router.degraded``: by load alone while the ``dyn router`` or ``dyn indexer`` is away).
 
-The answer is 503, ``status`` "unhealthy" with a ``reason``, when every served model is
-unroutable; else 200 with ``status`` "degraded" (``degraded``: one line per cause, and
-``unroutable``: the models that cannot be served, by name) or "healthy". ``workers`` counts the
+The answer (``dyn.core.health.verdict``) is 503, ``status`` "unhealthy" with a ``reason``, when
+every served model is unroutable; else 200 with ``status`` "degraded" (``degraded``: one line per
+cause, and ``unroutable``: the models that cannot be served, by name) or "healthy". ``workers`` counts the
 live worker instances; ``instances`` lists their ids only when no API key is set or the caller
 sent it (a public probe must not enumerate the fleet).
 """
@@ -27,6 +27,7 @@ import orjson
 from dyn.core.api_key import authorization
 from dyn.core.asgi import respond
 from dyn.core.frontend.endpoints.base import Call, Endpoint, ReadEndpoint, Reply
+from dyn.core.health import verdict
 
 if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
@@ -49,19 +50,7 @@ def health(app: FrontendApp, privileged: bool) -> Reply:
     instances = sorted({w.instance_id for model in models for w in model.pool.workers()})
     down = {model.name: reason for model in models if (reason := unroutable(model)) is not None}
     degraded = [reason for model in models if (reason := model.service.router.degraded()) is not None]
-    body: dict[str, object] = {}
-    if models and len(down) == len(models):
-        body["status"] = "unhealthy"
-        body["reason"] = "; ".join(dict.fromkeys(down.values()))
-    elif down or degraded:
-        body["status"] = "degraded"
-        body["degraded"] = degraded + [
-            f"model {name!r} cannot be served: {why}" for name, why in down.items()
-        ]
-        if down:
-            body["unroutable"] = down
-    else:
-        body["status"] = "healthy"
+    status, body = verdict(down, degraded, len(models))
     body |= {
         "model": service.model_name,
         "models": app.models.names(),
@@ -70,7 +59,7 @@ def health(app: FrontendApp, privileged: bool) -> Reply:
     }
     if privileged:
         body["instances"] = instances
-    return (503 if body["status"] == "unhealthy" else 200), orjson.dumps(body), b"application/json"
+    return status, orjson.dumps(body), b"application/json"
 
 
 class HealthEndpoint(Endpoint):

@@ -94,8 +94,19 @@ async def test_token_query_before_the_block_size_is_known_is_503_but_hash_query_
     async with client(RadixIndexer(), block_size=None) as c:
         tokens = await c.post("/query", json={"token_ids": TOKENS})
         hashes = await c.post("/query_by_hash", json={"block_hashes": LOCAL})
+        health = await c.get("/health")
     assert tokens.status_code == 503 and "block size" in tokens.json()["error"]
     assert hashes.status_code == 200 and hashes.json()["scores"] == {}
+    # /health says so (it said "ok")
+    assert health.status_code == 503 and health.json()["status"] == "unhealthy"
+    assert "block size is not known" in health.json()["reason"]
+
+
+async def test_an_index_that_follows_no_worker_is_degraded():
+    async with client(RadixIndexer(), endpoints={}) as c:
+        health = await c.get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "degraded"
+    assert health.json()["workers"] == 0 and "every answer is empty" in health.json()["degraded"][0]
 
 
 async def test_workers_lists_known_ranks_with_blocks_and_endpoints():
@@ -109,7 +120,7 @@ async def test_workers_lists_known_ranks_with_blocks_and_endpoints():
         {"instance_id": 22, "dp_rank": 1, "blocks": 4, "endpoint": None},
         {"instance_id": 33, "dp_rank": 0, "blocks": 0, "endpoint": "tcp://c:3"},
     ]
-    assert health == {"status": "ok", "workers": 4}
+    assert health == {"status": "healthy", "workers": 4}
 
 
 async def test_dump_replays_into_an_empty_indexer_with_the_same_answers():
