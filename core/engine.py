@@ -56,7 +56,8 @@ class EngineInfo(msgspec.Struct, kw_only=True):
     dp_size: int = 1
     context_length: int | None = None
     kv_events_endpoint: str | None = None
-    """Set when the engine publishes KV events itself; the host then advertises it."""
+    """Set when the engine publishes KV events itself; the host then advertises it (under
+    ``--plane-keys`` it relays it, ``dyn.core.worker.kv_relay``, and advertises the relay)."""
     kv_replay_endpoint: str | None = None
     kv_events_topic: str = "kv-events"
     priority_order: PriorityOrder = "lower_first"

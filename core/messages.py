@@ -519,8 +519,9 @@ class WorkerEndpoints(msgspec.Struct, omit_defaults=True):
     kv_replay: str | None = None
     metrics: str | None = None
     kv_events_plain: bool = False
-    """The KV-event sockets are the engine's own (vLLM, SGLang): plain ZMQ even under
-    ``--plane-keys``, so subscribers connect to them without CurveZMQ."""
+    """The KV-event sockets are the engine's own (vLLM, SGLang), in plain ZMQ: a worker without
+    ``--plane-keys``. Under the keys subscribers refuse such a record (a dyn worker relays its
+    engine's events over CurveZMQ instead, ``dyn.core.worker.kv_relay``)."""
 
 
 class WorkerRecord(msgspec.Struct, omit_defaults=True):

@@ -23,6 +23,9 @@ Everything (ingestion, queries, HTTP) runs on one event loop, so the index has a
 ``serve_indexer`` is the process: it serves HTTP with uvicorn on the same loop, registers the
 service in ``{namespace}.indexers`` (``dyn.core.indexer.client``), prints
 ``dyn indexer ready: http=URL zmq=ENDPOINT`` and stops cleanly on SIGINT/SIGTERM, deregistering.
+The ZMQ port binds through ``dyn.core.transport.sockets.bind``: under ``--plane-keys`` only holders
+of the keys get in, and without them it may listen on loopback only, where every local user can
+query it: with ``--api-key`` (which guards HTTP) the process warns so at start.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from dyn.core.messages import (
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import decode_indexer_message
 from dyn.core.transport.rpc import RpcServer
+from dyn.core.transport.sockets import plane_keys
 
 log = logging.getLogger("dyn.indexer")
 
@@ -496,6 +500,12 @@ def build_service(settings: IndexerSettings) -> IndexerService:
 async def serve_indexer(settings: IndexerSettings) -> None:
     """Serve until SIGINT/SIGTERM (see the module docstring)."""
     service = build_service(settings)
+    if settings.api_key and plane_keys() is None:
+        log.warning(
+            "the ZMQ query port %s answers every local user without the API key (--api-key guards "
+            "HTTP only); --plane-keys DIR closes it to holders of the keys (make them with 'dyn keys DIR')",
+            service.endpoint,
+        )
     try:
         sock = bind_http(settings.host, settings.http_port)
     except ConfigError:

@@ -66,6 +66,7 @@ class RejectReason(enum.StrEnum):
     OVER_CAPACITY = "over_capacity"
     UNKNOWN_DP_RANK = "unknown_dp_rank"
     TOO_LARGE = "too_large"
+    PLAIN_EVENTS = "plain_events"
 
 
 class KvEventMetrics:
@@ -76,8 +77,9 @@ class KvEventMetrics:
     - ``dynamo_component_kv_events_rejected_total{reason}``: what was refused before an indexer,
       counted in its own unit: messages (``bad_frames``, ``bad_payload``), events
       (``unknown_event``, ``tier_not_indexed``, ``over_capacity``, ``unknown_dp_rank``), blocks
-      (``block_size_mismatch``), gaps (``replay_incomplete``) and messages over the size a
-      worker's record allows (``too_large``).
+      (``block_size_mismatch``), gaps (``replay_incomplete``), messages over the size a
+      worker's record allows (``too_large``) and, under ``--plane-keys``, worker records that ask
+      for unencrypted KV events (``plain_events``: one per record, never subscribed to).
     - ``dynamo_component_kv_events_rejected_by_worker{worker_id, reason}``: the same, for the
       rejections that can be told apart by worker (all but those of the plain ``apply`` path).
 

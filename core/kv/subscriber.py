@@ -25,8 +25,12 @@ order:
   (a queued message does not make pyzmq yield), so a flood from one worker cannot starve the
   rest of the process, and a busy process's turns (milliseconds each under load) do not leave
   the stream behind its worker.
-- Under ``--plane-keys`` the sockets are CurveZMQ clients, except for a record whose
-  ``kv_events_plain`` says the engine (vLLM, SGLang) binds them itself, in plain ZMQ.
+- Under ``--plane-keys`` the sockets are CurveZMQ clients, always: no record can opt out of
+  encryption. A record whose ``kv_events_plain`` asks for plain ZMQ (a worker started without the
+  keys; a dyn worker under them relays its engine's events, ``dyn.core.worker.kv_relay``) is never
+  connected to: it is counted (``plain_events``) and logged, at most one line per few seconds
+  for all such records, saying what to do. Anyone who can write a discovery record could
+  otherwise feed KV events to every router and indexer.
 
 The subscriber runs on whichever event loop calls ``run`` (the router's, or an event thread's);
 ``deliver`` is called on that loop, and ``cancel`` must be called from it too.
@@ -59,8 +63,8 @@ from dyn.core.transport.sockets import (
     DRAIN_BATCH,
     async_context,
     configure,
-    plain,
     plain_view,
+    plane_keys,
     receive_queued,
 )
 
@@ -77,6 +81,13 @@ _BYTES_PER_BLOCK = 96  # a hash (vLLM's sha256 form: 34 bytes), its event's fram
 _BYTES_PER_TOKEN = 12  # a token id (5 bytes), or an Eagle pair of them (11)
 
 Deliver = Callable[[list[IndexOp]], object]
+
+_plain_records = RejectedFrames(
+    log,
+    "worker record asking for unencrypted KV events under --plane-keys",
+    "worker records asking for unencrypted KV events under --plane-keys",
+)
+"""Refused records of every worker: one line per few seconds however many a forger writes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +179,10 @@ class KvEventSubscriber:
         if endpoint is None or self._cancelled:
             task_status.started()
             return
+        if self.record.endpoints.kv_events_plain and plane_keys() is not None:
+            self._refuse_plain(endpoint)
+            task_status.started()
+            return
         sub: zmq.asyncio.Socket | None = None
         started = False
         with anyio.CancelScope() as self._scope:
@@ -197,9 +212,15 @@ class KvEventSubscriber:
     def _socket(self, kind: int) -> zmq.asyncio.Socket:
         socket = configure(async_context().socket(kind))
         socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        if self.record.endpoints.kv_events_plain:
-            plain(socket)
         return socket
+
+    def _refuse_plain(self, endpoint: str) -> None:
+        self._metrics.count_rejected(RejectReason.PLAIN_EVENTS, 1, self.instance_id)
+        _plain_records.reject(
+            f"worker {self.instance_id} ({self.record.engine}, {endpoint}) is not followed: start it "
+            "with this --plane-keys directory too (dyn then relays its engine's events over "
+            "CurveZMQ); if no such worker is yours, someone else can write your discovery store"
+        )
 
     def reject(self, reason: RejectReason, why: object, amount: int = 1) -> None:
         """Count ``amount`` rejections of this worker's events and log them (rate-limited)."""

@@ -34,7 +34,10 @@ that record is the ``ReplicaSync``'s, which also carries the query endpoint.
 serves and stops cleanly on SIGINT/SIGTERM. With ``system_port`` it also serves ``RouterHttpApp``
 (Prometheus ``/metrics`` and the index views under ``/kv/``) with uvicorn on the same event loop,
 so HTTP reads of the index never race its single writer, and prints
-``dyn router metrics: http://HOST:PORT/metrics`` before the ready line.
+``dyn router metrics: http://HOST:PORT/metrics`` before the ready line. The query socket binds
+through ``dyn.core.transport.sockets.bind``: under ``--plane-keys`` only holders of the keys get
+in, and without them it may listen on loopback only, where every local user can query it: with
+``--api-key`` (which guards HTTP) the process warns so at start.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ from dyn.core.router.registry import router_record, routers_store
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import decode_router_message
 from dyn.core.transport.rpc import RpcServer
+from dyn.core.transport.sockets import plane_keys
 
 log = logging.getLogger("dyn.router.service")
 
@@ -417,6 +421,12 @@ def build_service(settings: RouterSettings) -> RouterService:
 async def serve_router(settings: RouterSettings) -> None:
     """Serve until SIGINT/SIGTERM."""
     service = build_service(settings)
+    if settings.api_key and plane_keys() is None:
+        log.warning(
+            "the ZMQ query port %s answers every local user without the API key (--api-key guards "
+            "HTTP only); --plane-keys DIR closes it to holders of the keys (make them with 'dyn keys DIR')",
+            service.endpoint,
+        )
     sock = None
     if settings.system_port is not None:
         try:

@@ -5,6 +5,8 @@ batch, keeps the last ``buffer_size`` batches, and binds a ROUTER replay socket:
 ``[identity, b"", start_seq (8-byte BE)]`` is answered with ``[identity, b"", seq, payload]`` for
 every buffered batch with ``seq >= start_seq``, then ``[identity, b"", -1 (8-byte BE), b""]``.
 That is vLLM's ``ZmqEventPublisher`` protocol, so any subscriber written for vLLM works.
+``publish_payload`` sends a batch already encoded: an engine's own, which the worker relays under
+``--plane-keys`` (``dyn.core.worker.kv_relay``).
 Malformed replay requests are answered with the end marker alone, counted and logged at most once
 per few seconds; the replay loop yields to the event loop after every request and every
 ``REPLAY_YIELD_EVERY`` batches sent, so a flood of requests cannot starve the worker.
@@ -69,9 +71,17 @@ class KvEventPublisher:
     def publish(self, events: list[KvEvent], dp_rank: int = 0) -> int:
         """Send one batch now (never blocks; a slow subscriber drops at the high-water mark and
         recovers through replay). Returns the batch's sequence number."""
-        seq = self._next_seq
-        self._next_seq += 1
-        payload = encode_event_batch(KvEventBatch(time.time(), events, dp_rank))
+        return self.publish_payload(encode_event_batch(KvEventBatch(time.time(), events, dp_rank)))
+
+    def publish_payload(self, payload: bytes, seq: int | None = None) -> int:
+        """``publish`` for a batch already encoded (an engine's own, relayed as it came), under
+        ``seq`` if given: the relayed engine's own number, never below ``next_seq`` (a number
+        skipped is a batch lost, which subscribers then find missing from the replay too)."""
+        if seq is None:
+            seq = self._next_seq
+        elif seq < self._next_seq:
+            raise ValueError(f"seq {seq} was published already (next is {self._next_seq})")
+        self._next_seq = seq + 1
         self._buffer.append((seq, payload))
         try:
             self._pub.send_multipart((self._topic, encode_seq(seq), payload), flags=zmq.NOBLOCK)

@@ -17,8 +17,10 @@ The key directory (``dyn keys DIR`` writes one) holds ``server.key`` (public) an
 of the same directory: one trust domain, one server identity. Another client may be admitted by
 adding its public ``NAME.key`` file.
 
-Sockets whose peer is not a dyn socket (the KV-event publishers vLLM and SGLang bind themselves)
-are connected with ``plain`` instead.
+Under plane keys no dyn socket connects to a plain one, with one exception: a worker relaying
+its own engine's KV events (vLLM and SGLang bind their publishers themselves, in plain ZMQ) reads
+them with ``plain`` sockets at a ``private_endpoint``, which no other user or host can reach
+(``dyn.core.worker.kv_relay``).
 
 A listening socket has two addresses: the one it binds (``--host``: an interface address, or a
 wildcard, ``0.0.0.0`` / ``::``, for every interface) and the one its peers connect to, which goes
@@ -30,13 +32,17 @@ does not bind itself (the engines' own KV-event publishers).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import ipaddress
+import itertools
 import logging
 import os
 import random
+import shutil
 import socket as _socket
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,8 +284,8 @@ def configure(socket: SocketT, *, hwm: int = 0) -> SocketT:
 
 
 def plain(socket: SocketT) -> SocketT:
-    """Undo the client keys of ``configure``: for a peer that is not a dyn socket (an engine's
-    own KV-event publisher), which speaks plain ZMQ."""
+    """Undo the client keys of ``configure``: for a peer that is not a dyn socket (the worker's
+    own engine's KV-event publisher), which speaks plain ZMQ."""
     if _keys is not None:
         socket.curve_server = False  # also resets the mechanism to NULL
     return socket
@@ -293,6 +299,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def is_local_endpoint(endpoint: str) -> bool:
+    """Whether only this host can connect to ``endpoint``: ``ipc://`` (a Unix socket) or
+    ``tcp://`` on a loopback address."""
+    if endpoint.startswith("ipc://"):
+        return True
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint.removeprefix("tcp://").rpartition(":")[0]
+    return is_loopback(host)
 
 
 def bind(socket: zmq.Socket, host: str, port: int = 0) -> str:
@@ -483,6 +500,36 @@ def free_ports(host: str, count: int) -> list[int]:
     finally:
         for sock in taken:
             sock.close()
+
+
+IPC_PATH_LIMIT = 100
+"""Bytes a Unix socket path may have (``sun_path`` holds 108 on Linux, 104 on macOS)."""
+_private_dir: Path | None = None
+_private_names = itertools.count()
+
+
+def private_endpoint(name: str) -> str:
+    """``ipc://DIR/NAME-N`` (a new ``N`` per call): a Unix socket in a directory only this user
+    may enter, for a socket another library binds that only this worker should reach (its
+    engine's KV-event publisher under plane keys, ``dyn.core.worker.kv_relay``). The directory is
+    made (0700) on the first call, under the temporary directory (``/tmp`` where that path would
+    be too long for a socket), and removed when this process exits."""
+    global _private_dir
+    if _private_dir is None or not _private_dir.is_dir():
+        base = tempfile.gettempdir()
+        if len(base) > IPC_PATH_LIMIT - 40:
+            base = "/tmp"
+        _private_dir = Path(tempfile.mkdtemp(prefix="dyn-private-", dir=base))
+        atexit.register(_remove_private_dir, _private_dir, os.getpid())
+    path = _private_dir / f"{name}-{next(_private_names)}"
+    if len(str(path).encode()) > IPC_PATH_LIMIT:
+        raise PlaneKeyError(f"{path} is too long for a Unix socket; set TMPDIR to a shorter directory")
+    return f"ipc://{path}"
+
+
+def _remove_private_dir(path: Path, owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked child that exits while its parent runs on
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _is_address(host: str) -> bool:

@@ -16,6 +16,11 @@ Contract:
 - The worker is registered in discovery only once its sockets are bound and the engine is ready,
   and is deregistered first on shutdown, so routers stop sending before requests are cut off.
 - Load metrics go out every ``metrics_interval_s`` when they changed, and at least every second.
+- KV events: an engine that hands its events over (the mocker) writes to ``kv_publisher``; one
+  that publishes them itself (vLLM, SGLang) reports its sockets in ``info``, which the record
+  advertises as they are (``kv_events_plain``) without plane keys. Under ``--plane-keys`` the
+  host relays them instead (``dyn.core.worker.kv_relay``) and advertises the relay's CurveZMQ
+  sockets, so no record of a dyn worker asks subscribers for plain ZMQ.
 - Replies are batched per client: each engine output is queued in its client's outbox and one
   flusher task sends each outbox as one message (a ``ReplyBatch``, or the plain kind for a lone
   reply) once the engine pass that produced it has queued all its outputs. An engine's outputs
@@ -67,6 +72,8 @@ from dyn.core.messages import (
 )
 from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher
 from dyn.core.transport.request_plane import RequestServer
+from dyn.core.transport.sockets import plane_keys
+from dyn.core.worker.kv_relay import KvEventRelay
 from dyn.core.worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -98,6 +105,8 @@ class WorkerHost:
         self.store = store
         self.settings = settings
         self.kv_publisher = kv_publisher
+        self.kv_relay: KvEventRelay | None = None
+        """Under plane keys, the relay of an engine that publishes its KV events itself."""
         self.instance_id = instance_id if instance_id is not None else new_instance_id()
         self._server = RequestServer(settings.host, logger=log)
         self._metrics = MetricsPublisher(settings.host)
@@ -123,9 +132,9 @@ class WorkerHost:
         info = self.engine.info
         kv_events: str | None
         kv_replay: str | None
-        if self.kv_publisher is not None:
-            kv_events, kv_replay = self.kv_publisher.endpoint, self.kv_publisher.replay_endpoint
-            topic = self.kv_publisher.topic
+        publisher = self.kv_relay.publisher if self.kv_relay is not None else self.kv_publisher
+        if publisher is not None:
+            kv_events, kv_replay, topic = publisher.endpoint, publisher.replay_endpoint, publisher.topic
         else:
             kv_events, kv_replay, topic = (
                 info.kv_events_endpoint,
@@ -142,7 +151,7 @@ class WorkerHost:
                 kv_events=kv_events,
                 kv_replay=kv_replay,
                 metrics=self._metrics.endpoint,
-                kv_events_plain=self.kv_publisher is None and kv_events is not None,
+                kv_events_plain=publisher is None and kv_events is not None,
             ),
             block_size=info.block_size,
             total_kv_blocks=info.total_kv_blocks,
@@ -168,6 +177,14 @@ class WorkerHost:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.engine.run)
+                info = self.engine.info
+                if (
+                    self.kv_publisher is None
+                    and info.kv_events_endpoint is not None
+                    and plane_keys() is not None
+                ):
+                    self.kv_relay = KvEventRelay(info, self.settings.host, self.instance_id)
+                    await tg.start(self.kv_relay.run)
                 tg.start_soon(self._flush_replies)
                 tg.start_soon(self._serve_requests, tg)
                 tg.start_soon(self._publish_metrics)
@@ -209,6 +226,8 @@ class WorkerHost:
             self._metrics.close()
             if self.kv_publisher is not None:
                 self.kv_publisher.close()
+            if self.kv_relay is not None:
+                self.kv_relay.close()
 
     def _reply(self, identity: bytes, message: TokenChunk | Finish | ErrorReply) -> None:
         """Queue a reply for the client ``identity``; the flusher sends it."""

@@ -94,6 +94,7 @@ from dyn.core.messages import (
     TokenLogprobs,
     Usage,
 )
+from dyn.core.transport.sockets import plane_keys
 from dyn.plugins.sglang.config import SglangConfig, parse_server_args, to_server_args
 from dyn.plugins.sglang.constraints import constraint_params
 from dyn.plugins.sglang.kv_events import KvEventsPlan, plan_kv_events
@@ -212,6 +213,7 @@ class SglangEngine:
                 self.host,
                 can_bind_host=_kv_events_can_bind(),
                 radix_cache_disabled=bool(getattr(namespace, "disable_radix_cache", False)),
+                relayed=plane_keys() is not None,
             )
         except OSError as exc:
             raise EngineStartError(

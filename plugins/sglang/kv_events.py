@@ -15,6 +15,12 @@ given. Endpoints on a wildcard or on ``--host`` are advertised at the worker's a
 (``--advertise-host``; default: ``--host``, or this host's primary address for a wildcard). With
 ``--disable-radix-cache`` and no config of the user's, no events are published (there is no
 prefix cache to report).
+
+Under ``--plane-keys`` (``relayed``) the worker host relays the events over CurveZMQ
+(``dyn.core.worker.kv_relay``): dyn's config binds both sockets on Unix sockets only this user can
+reach (``sockets.private_endpoint``; SGLang binds ``ipc://`` whatever its release), a
+``--kv-events-endpoint`` as given, and the plan reports the endpoints as bound, not advertised
+(the relay refuses one other hosts could reach).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import json
 
 import msgspec
 
-from dyn.core.transport.sockets import advertised_endpoint, free_ports
+from dyn.core.transport.sockets import advertised_endpoint, free_ports, private_endpoint
 from dyn.plugins.sglang.config import SglangConfig, parse_kv_events_config, parse_tcp_endpoint
 
 KV_EVENTS_TOPIC = "kv-events"
@@ -40,10 +46,19 @@ class KvEventsPlan(msgspec.Struct, frozen=True):
 
 
 def plan_kv_events(
-    config: SglangConfig, host: str, *, can_bind_host: bool, radix_cache_disabled: bool
+    config: SglangConfig,
+    host: str,
+    *,
+    can_bind_host: bool,
+    radix_cache_disabled: bool,
+    relayed: bool = False,
 ) -> KvEventsPlan:
     """The KV-events plan for a worker on ``host``; ``can_bind_host``: SGLang's ``KVEventsConfig``
-    has the ``bind`` field."""
+    has the ``bind`` field; ``relayed``: the host relays the events (``--plane-keys``)."""
+
+    def where(endpoint: str) -> str:
+        return endpoint if relayed else advertised(endpoint, host)
+
     if config.kv_events_config is not None:
         user = parse_kv_events_config(config.kv_events_config)
         topic = str(user.get("topic", ""))
@@ -52,19 +67,31 @@ def plan_kv_events(
         replay = user.get("replay_endpoint")
         return KvEventsPlan(
             None,
-            advertised(str(user.get("endpoint", "tcp://*:5557")), host),
-            advertised(str(replay), host) if replay else None,
+            where(str(user.get("endpoint", "tcp://*:5557"))),
+            where(str(replay)) if replay else None,
             topic,
         )
     if radix_cache_disabled:
         return KvEventsPlan(None, None, None, KV_EVENTS_TOPIC)
+    if relayed and config.kv_events_endpoint is None:
+        chosen: dict[str, object] = {
+            "publisher": "zmq",
+            "topic": KV_EVENTS_TOPIC,
+            "endpoint": private_endpoint("kv-events"),
+            "replay_endpoint": private_endpoint("kv-replay"),
+        }
+        if can_bind_host:
+            chosen["bind"] = True
+        return KvEventsPlan(
+            json.dumps(chosen), str(chosen["endpoint"]), str(chosen["replay_endpoint"]), KV_EVENTS_TOPIC
+        )
     if config.kv_events_endpoint is not None:
         bind_host, port = parse_tcp_endpoint(config.kv_events_endpoint, "--kv-events-endpoint")
         (replay_port,) = free_ports(bind_host, 1)
     else:
         bind_host = host
         port, replay_port = free_ports(host, 2)
-    chosen: dict[str, object] = {
+    chosen = {
         "publisher": "zmq",
         "topic": KV_EVENTS_TOPIC,
         "replay_endpoint": tcp(bind_host, replay_port),
@@ -75,8 +102,8 @@ def plan_kv_events(
         chosen["endpoint"] = f"tcp://*:{port}"
     return KvEventsPlan(
         json.dumps(chosen),
-        advertised(str(chosen["endpoint"]), host),
-        advertised(str(chosen["replay_endpoint"]), host),
+        where(str(chosen["endpoint"])),
+        where(str(chosen["replay_endpoint"])),
         KV_EVENTS_TOPIC,
     )
 

@@ -11,7 +11,9 @@ KV events: unless the flags carry a ``--kv-events-config``, dyn enables vLLM's Z
 reports back through ``AsyncLLM.get_kv_event_sources()``. vLLM refuses ``tcp://*:0`` on a wildcard
 ``VLLM_HOST_IP``, so for a worker on a wildcard ``--host`` dyn picks the two free ports itself and
 vLLM binds ``tcp://*:PORT`` (every interface). Peers connect to the worker's advertised address
-(``advertised_endpoint``).
+(``advertised_endpoint``). Under ``--plane-keys`` both are Unix sockets only this user can reach
+(``sockets.private_endpoint``) whatever ``--host`` is: the worker host relays them over CurveZMQ
+(``dyn.core.worker.kv_relay``).
 """
 
 from __future__ import annotations
@@ -255,7 +257,9 @@ def default_kv_events_config(host: str = "127.0.0.1") -> str:
     """vLLM's ``--kv-events-config`` dyn uses when none is given for a worker on ``host`` (see
     the module docstring)."""
     endpoint, replay = "tcp://*:0", "tcp://*:0"
-    if is_wildcard(host):
+    if sockets.plane_keys() is not None:
+        endpoint, replay = sockets.private_endpoint("kv-events"), sockets.private_endpoint("kv-replay")
+    elif is_wildcard(host):
         endpoint, replay = (tcp_endpoint("*", port) for port in free_ports(host, 2))
     return json.dumps(
         {

@@ -11,7 +11,9 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
 - ``info`` is read from the started engine: block size (``cache_config.block_size``), KV capacity
   (``cache_config.num_gpu_blocks``), ``max_num_batched_tokens``, ``max_model_len``, and the KV
   event endpoints vLLM bound (``get_kv_event_sources()``), which the host advertises in discovery
-  so routers and ``dyn indexer`` subscribe to vLLM's publisher directly.
+  so routers and ``dyn indexer`` subscribe to vLLM's publisher directly; under ``--plane-keys``
+  they are reported as bound (private Unix sockets, ``plugins.vllm.config``) for the host to
+  relay over CurveZMQ.
 - Requests: token-id prompts (``TokensPrompt``), token deltas without detokenization
   (``plugins.vllm.convert``). ``priority`` goes through in vLLM's convention (smaller first) when
   the engine runs ``--scheduling-policy priority``; under ``fcfs`` vLLM refuses a non-zero
@@ -69,7 +71,7 @@ from dyn.core.engine import (
     EngineStartError,
 )
 from dyn.core.messages import DisaggregationMode, Finish, GenerateRequest, LoadMetrics, TokenChunk
-from dyn.core.transport.sockets import is_wildcard
+from dyn.core.transport.sockets import is_wildcard, plane_keys
 from dyn.plugins.vllm import disagg
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
 from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
@@ -236,8 +238,14 @@ class VllmEngine:
         sources = llm.get_kv_event_sources() if hasattr(llm, "get_kv_event_sources") else {}
         source = sources.get(0) or cfg.kv_events_config
         if source is not None and source.enable_kv_cache_events and source.publisher == "zmq":
-            events = advertised_endpoint(source.endpoint, self.host)
-            replay = advertised_endpoint(source.replay_endpoint, self.host)
+            if plane_keys() is None:
+                events = advertised_endpoint(source.endpoint, self.host)
+                replay = advertised_endpoint(source.replay_endpoint, self.host)
+            else:  # the host relays them from where vLLM bound them (core.worker.kv_relay)
+                events, replay = (
+                    None if not bound or bound.endswith(":0") else bound
+                    for bound in (source.endpoint, source.replay_endpoint)
+                )
             topic = source.topic
             if events is None:
                 raise EngineStartError(

@@ -4,6 +4,7 @@ on loopback. Key files are in ZeroMQ's certificate format as pyzmq's ``zmq.auth`
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -149,35 +150,45 @@ def test_plain_undoes_the_client_keys_for_an_engines_own_socket(keys):
     finally:
         client.close()
         engine_pub.close(linger=0)
-    record = WorkerRecord(
-        instance_id=1,
-        namespace="n",
-        model_name="m",
-        engine="vllm",
-        endpoints=WorkerEndpoints(
-            request="tcp://127.0.0.1:9", kv_events="tcp://127.0.0.1:9", kv_events_plain=True
-        ),
-        block_size=16,
-        total_kv_blocks=10,
-        max_num_batched_tokens=64,
-    )
-    subscriber = KvEventSubscriber(record, lambda ops: None, None)  # type: ignore[arg-type]
-    sub = subscriber._socket(zmq.SUB)
-    assert sub.get(zmq.MECHANISM) == zmq.NULL
-    sub.close()
-    ours = KvEventSubscriber(
-        WorkerRecord(
-            **{
-                **{f: getattr(record, f) for f in record.__struct_fields__},
-                "endpoints": WorkerEndpoints(request="tcp://127.0.0.1:9"),
-            }
-        ),
-        lambda ops: None,
-        None,
-    )  # type: ignore[arg-type]
-    sub = ours._socket(zmq.SUB)
-    assert sub.get(zmq.MECHANISM) == zmq.CURVE and not sub.curve_server
-    sub.close()
+
+
+def test_a_kv_subscriber_is_a_curve_client_whatever_the_record_says(keys):
+    endpoints = {"request": "tcp://127.0.0.1:9", "kv_events": "tcp://127.0.0.1:9"}
+    for asks_plain in (False, True):
+        record = WorkerRecord(
+            instance_id=1,
+            namespace="n",
+            model_name="m",
+            engine="vllm",
+            endpoints=WorkerEndpoints(**endpoints, kv_events_plain=asks_plain),
+            block_size=16,
+            total_kv_blocks=10,
+            max_num_batched_tokens=64,
+        )
+        subscriber = KvEventSubscriber(record, lambda ops: None, None)  # type: ignore[arg-type]
+        sub = subscriber._socket(zmq.SUB)
+        assert sub.get(zmq.MECHANISM) == zmq.CURVE and not sub.curve_server
+        sub.close()
+
+
+def test_only_ipc_and_loopback_endpoints_are_local():
+    local = ["ipc:///tmp/x", "tcp://127.0.0.1:5", "tcp://[::1]:5", "tcp://localhost:5"]
+    remote = ["tcp://*:5", "tcp://0.0.0.0:5", "tcp://[::]:5", "tcp://10.0.0.5:5", "inproc://x", "udp://1"]
+    assert [sockets.is_local_endpoint(e) for e in local + remote] == [True] * 4 + [False] * 6
+
+
+def test_a_private_endpoint_is_a_unix_socket_only_this_user_can_reach():
+    first, second = sockets.private_endpoint("kv-events"), sockets.private_endpoint("kv-events")
+    assert first != second and first.startswith("ipc://")
+    directory = Path(first.removeprefix("ipc://")).parent
+    assert directory == Path(second.removeprefix("ipc://")).parent
+    info = directory.stat()
+    assert info.st_uid == os.geteuid() and info.st_mode & 0o777 == 0o700
+    pub = sync_context().socket(zmq.PUB)
+    try:
+        pub.bind(first)  # as an engine binds it
+    finally:
+        pub.close(linger=0)
 
 
 def test_keys_switched_off_again_leave_plain_sockets(keys):
@@ -221,6 +232,22 @@ def test_every_zmq_socket_dyn_makes_goes_through_configure():
         for path in (root / package).rglob("*.py"):
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if ".socket(zmq." in line and "configure(" not in line:
+                    raw.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert raw == []
+
+
+def test_every_zmq_socket_dyn_listens_on_is_bound_by_bind():
+    """``bind`` makes a listening socket a CurveZMQ server under the keys and refuses addresses
+    beyond loopback without them: a socket bound any other way would be a door left open. (Not
+    ZMQ: a TCP socket's ``bind((host, port))`` for HTTP, and the router's sticky sessions.)"""
+    root = Path(__file__).resolve().parents[3]
+    raw = []
+    for package in ("core", "plugins", "cli"):
+        for path in (root / package).rglob("*.py"):
+            if path == root / "core" / "transport" / "sockets.py":
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if "bind_to_random_port(" in line or re.search(r"(?<!sessions)\.bind\((?!\()", line):
                     raw.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     assert raw == []
 

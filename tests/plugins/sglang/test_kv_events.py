@@ -71,3 +71,18 @@ def test_a_worker_on_every_interface_binds_there_and_advertises_its_advertised_h
     )
     assert plan.endpoint == "tcp://10.0.0.7:" + chosen["endpoint"].rpartition(":")[2]
     assert plan.replay_endpoint == "tcp://10.0.0.7:" + chosen["replay_endpoint"].rpartition(":")[2]
+
+
+def test_under_plane_keys_sglang_binds_private_unix_sockets_for_the_worker_to_relay():
+    for can_bind_host in (True, False):  # SGLang binds ipc:// endpoints with or without the field
+        plan = plan_kv_events(
+            SglangConfig(), "0.0.0.0", can_bind_host=can_bind_host, radix_cache_disabled=False, relayed=True
+        )
+        chosen = json.loads(plan.config_json)
+        assert chosen["endpoint"].startswith("ipc://") and chosen["replay_endpoint"].startswith("ipc://")
+        assert (plan.endpoint, plan.replay_endpoint) == (chosen["endpoint"], chosen["replay_endpoint"])
+        assert chosen.get("bind", False) is can_bind_host
+    # a user's endpoints are reported as bound, so the worker's relay can refuse a wildcard
+    user = SglangConfig(kv_events_config='{"publisher": "zmq", "endpoint": "tcp://*:6000"}')
+    plan = plan_kv_events(user, "127.0.0.1", can_bind_host=True, radix_cache_disabled=False, relayed=True)
+    assert plan.endpoint == "tcp://*:6000"

@@ -36,6 +36,18 @@ def test_default_kv_events_bind_free_ports_that_vllm_reports():
     assert events["endpoint"] == events["replay_endpoint"] == "tcp://*:0"
 
 
+def test_under_plane_keys_vllm_binds_private_unix_sockets_for_the_worker_to_relay(tmp_path):
+    from dyn.core.transport.sockets import use_plane_keys, write_plane_keys
+
+    use_plane_keys(write_plane_keys(tmp_path / "keys"))
+    try:
+        events = json.loads(default_kv_events_config("0.0.0.0"))
+    finally:
+        use_plane_keys(None)
+    assert events["endpoint"].startswith("ipc://") and events["replay_endpoint"].startswith("ipc://")
+    assert events["endpoint"] != events["replay_endpoint"]
+
+
 def test_a_given_kv_events_config_is_passed_as_is():
     given = '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}'
     argv = VllmConfig(kv_events_config=given).engine_argv("m")
