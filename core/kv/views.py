@@ -10,6 +10,7 @@ router, reading the router and its pool by duck typing, so this module imports n
 - ``GET /health`` -> ``{"status": "healthy", "workers": N}`` (N: listed (instance, dp_rank)
   pairs; ``dyn.core.health``): 503 "unhealthy" while the block size is not known (no token query
   can be answered), "degraded" while no worker is followed
+- ``GET /live`` -> ``{"status": "live"}`` while the process serves (a liveness probe)
 - ``GET /metrics`` -> the registry in the Prometheus text format
 - ``GET /workers`` -> ``[{"instance_id", "dp_rank", "blocks", "endpoint", "total_blocks"?}]``;
   ``total_blocks`` (the rank's KV capacity in blocks, from its worker record) only where known
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 U64_MAX = (1 << 64) - 1
-ENDPOINTS = ("health", "metrics", "workers", "query", "query_by_hash", "dump", "zmq_query")
+ENDPOINTS = ("health", "live", "metrics", "workers", "query", "query_by_hash", "dump", "zmq_query")
 _JSON = (b"content-type", b"application/json")
 
 
@@ -301,6 +302,7 @@ class IndexerHttpApp:
 
     _GET: ClassVar[dict[str, str]] = {
         "/health": "health",
+        "/live": "live",
         "/metrics": "metrics",
         "/workers": "workers",
         "/dump": "dump",
@@ -399,6 +401,8 @@ class IndexerHttpApp:
             return 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode()
         if endpoint == "health":
             return self._health()
+        if endpoint == "live":
+            return 200, b'{"status":"live"}', _JSON[1]
         result: Any
         if endpoint == "workers":
             result = workers_body(view)

@@ -100,6 +100,8 @@ async def test_token_query_before_the_block_size_is_known_is_503_but_hash_query_
     # /health says so (it said "ok")
     assert health.status_code == 503 and health.json()["status"] == "unhealthy"
     assert "block size is not known" in health.json()["reason"]
+    async with client(RadixIndexer(), block_size=None) as c:
+        assert (await c.get("/live")).json() == {"status": "live"}  # the liveness probe still passes
 
 
 async def test_an_index_that_follows_no_worker_is_degraded():
