@@ -8,6 +8,10 @@ concurrent streams, which ``malloc_trim(0)`` gives back in about 3 ms (docs/benc
 ``trim_periodically`` does that every ``TRIM_INTERVAL_S`` in a worker thread (the event loop goes
 on meanwhile). Where there is no glibc (macOS, musl) it does nothing.
 
+``heap_bytes`` (glibc's ``mallinfo2``) measures what a library call kept, where the library
+says nothing of its own memory (llguidance's grammars, ``dyn.core.protocol.grammar``); ``trim``
+hands freed memory back at once.
+
 ``settle_heap`` is for a service about to serve: under load, Python's default collector
 thresholds (a young collection every 700 net new container objects) ran a full collection every
 second or so over every object the process had, modules and all, about 40 ms each, and the
@@ -41,18 +45,54 @@ def settle_heap() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def malloc_trim() -> Callable[[], int] | None:
-    """glibc's ``malloc_trim(0)``, or None where the C library has none."""
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks")
+        + ("fordblks", "keepcost")
+    ]
+
+
+def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.malloc_trim.restype = ctypes.c_int
     except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
+    return libc
+
+
+_LIBC = _glibc()
+_MALLINFO2 = getattr(_LIBC, "mallinfo2", None)  # glibc 2.33 and newer
+if _MALLINFO2 is not None:
+    _MALLINFO2.restype = _MallInfo2
+
+
+def malloc_trim() -> Callable[[], int] | None:
+    """glibc's ``malloc_trim(0)``, or None where the C library has none."""
+    if _LIBC is None:
+        return None
+    trim = _LIBC.malloc_trim
     return lambda: trim(0)
+
+
+def trim() -> None:
+    """Give the heap's free memory back now (``malloc_trim(0)``; nothing without glibc)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def heap_bytes() -> int:
+    """Bytes malloc has handed out and not taken back, over all arenas (glibc's ``mallinfo2``);
+    0 where that is unknown. Python objects count too (pymalloc's arenas aside): a difference
+    around a library call is that call's, plus whatever other threads allocated meanwhile."""
+    if _MALLINFO2 is None:
+        return 0
+    info = _MALLINFO2()
+    return int(info.uordblks + info.hblkhd)
 
 
 async def trim_periodically(interval_s: float = TRIM_INTERVAL_S) -> None:

@@ -53,10 +53,12 @@ from dyn.core.messages import (
     TokenLogprobs,
     ToolSpec,
 )
+from dyn.core.model.info import ModelInfo
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import Registry, UnknownParserError
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
+from dyn.core.protocol.grammar import GrammarCompiler, one_line, refused_param
 from dyn.core.protocol.openai import (
     DEFAULT_MAX_LOGPROBS,
     ChatChoice,
@@ -71,7 +73,7 @@ from dyn.core.protocol.openai import (
     check_completion,
 )
 from dyn.core.protocol.priority import Convention, engine_priority, queue_priority, request_priority
-from dyn.core.protocol.structured import request_constraint
+from dyn.core.protocol.structured import constraint_param, request_constraint
 from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.router.agent import SessionOpenError
 from dyn.core.router.policy import (
@@ -489,7 +491,7 @@ class Generation:
                 tail += enc.usage(self._usage())
             ok = True
         except (ApiError, RemoteError, WorkerUnavailable) as exc:
-            tail = error_event(_as_api_error(exc).body())
+            tail = error_event(_as_api_error(exc, self.req).body())
         finally:
             self.service.observe(self, ok, stream=True)
         if ok:
@@ -553,7 +555,7 @@ class Generation:
             await self._run_all(lambda choice: choice.run(None))
             ok = True
         except (RemoteError, WorkerUnavailable) as exc:
-            raise _as_api_error(exc) from None
+            raise _as_api_error(exc, self.req) from None
         finally:
             self.service.observe(self, ok, stream=False)
         self._after()
@@ -839,7 +841,7 @@ class OpenAIService:
                 param="tool_choice",
             )
         outputs = _Outputs(
-            constraint=await _constraint(req, forced_schema(plan)),
+            constraint=await _constraint(req, forced_schema(plan), self.preprocessor.info),
             logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             prompt_logprobs=req.prompt_logprobs,
         )
@@ -873,7 +875,7 @@ class OpenAIService:
         self.check_model(req.model)
         self.check_generates("Completions")
         outputs = _Outputs(
-            constraint=await _constraint(req, None),
+            constraint=await _constraint(req, None, self.preprocessor.info),
             logprobs=req.logprobs,
             prompt_logprobs=req.prompt_logprobs,
         )
@@ -1083,9 +1085,12 @@ def _parser(registry: Registry, name: str | None) -> type | None:
         ) from None
 
 
-async def _constraint(req: _GenerationRequest, forced_tool_schema: dict | None) -> OutputConstraint | None:
-    """The request's structured-output constraint, checked off the event loop (compiling a
-    large schema takes milliseconds)."""
+async def _constraint(
+    req: _GenerationRequest, forced_tool_schema: dict | None, model: ModelInfo
+) -> OutputConstraint | None:
+    """The request's structured-output constraint, checked off the event loop as a worker compiles
+    it (``dyn.core.protocol.grammar``: the model's tokenizer, the workers' limits; milliseconds for
+    a large schema, the model's grammar compiler built on the first constrained request)."""
     if (
         forced_tool_schema is None
         and req.response_format is None
@@ -1096,7 +1101,13 @@ async def _constraint(req: _GenerationRequest, forced_tool_schema: dict | None) 
         and req.structured_outputs is None
     ):
         return None
-    return await anyio.to_thread.run_sync(request_constraint, req, forced_tool_schema)
+    return await anyio.to_thread.run_sync(_checked_constraint, req, forced_tool_schema, model)
+
+
+def _checked_constraint(
+    req: _GenerationRequest, forced_tool_schema: dict | None, model: ModelInfo
+) -> OutputConstraint | None:
+    return request_constraint(req, forced_tool_schema, GrammarCompiler.for_model(model))
 
 
 _NO_CHOICES = b'"choices":[]'
@@ -1145,12 +1156,16 @@ def _routing_error(exc: RoutingError) -> ApiError:
     return ApiError(500, str(exc))
 
 
-def _as_api_error(exc: Exception) -> ApiError:
+def _as_api_error(exc: Exception, req: _GenerationRequest | None = None) -> ApiError:
+    """The client's error for a failure reported during generation. A worker's ``bad_request`` is a
+    400 in one line; a refusal of the request's constraint names its field (``param``)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, WorkerUnavailable):
         return unavailable(f"the worker serving this request went away: {exc}")
     assert isinstance(exc, RemoteError)
     if exc.code == "bad_request":
-        return bad_request(exc.reply.message)
+        message = one_line(exc.reply.message)
+        param = refused_param(message, constraint_param(req)) if req is not None else None
+        return bad_request(message, param=param, code="bad_request")
     return ApiError(500, f"engine error: {exc.reply.message}", code=exc.code)

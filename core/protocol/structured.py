@@ -7,20 +7,23 @@ Sources (at most one per request, else a 400 naming both): ``response_format``
 ``regex``, ``choice``, ``grammar``, ``json_object``), and a forced tool choice (``required`` or a
 named function: the tools' schemas, ``dyn.core.protocol.tools.forced_schema``).
 
-Every constraint is compiled once by llguidance without a tokenizer (a schema, regex or grammar
-it cannot read is a 400 with its message), bounded in size, and the verdicts of the last few
-hundred distinct constraints are cached (agents send the same schema every turn).
+Every constraint is bounded in size, then compiled and probed as a worker compiles it, with the
+model's tokenizer and the same limits (``dyn.core.protocol.grammar.GrammarCompiler.check``): a
+schema, regex or grammar the engine cannot read, or one over its limits, is a 400 naming the field
+with a one-line reason. Verdicts are cached there, grammars are not.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from dyn.core.messages import OutputConstraint
-from dyn.core.protocol.errors import ApiError, bad_request
+from dyn.core.protocol.errors import bad_request
+
+if TYPE_CHECKING:
+    from dyn.core.protocol.grammar import GrammarCompiler
 
 MAX_CONSTRAINT_BYTES = 256 * 1024
 MAX_CHOICES = 1024
@@ -28,8 +31,11 @@ MAX_CHOICES = 1024
 _VLLM_KEYS = ("json", "regex", "choice", "grammar", "json_object")
 
 
-def request_constraint(req: Any, forced_tool_schema: dict[str, Any] | None = None) -> OutputConstraint | None:
-    """The constraint of a chat or completion request, or ``None`` for free text."""
+def request_constraint(
+    req: Any, forced_tool_schema: dict[str, Any] | None = None, compiler: GrammarCompiler | None = None
+) -> OutputConstraint | None:
+    """The constraint of a chat or completion request, or ``None`` for free text; ``compiler``
+    checks it (the model's; default a byte-level one, ``grammar.byte_compiler``)."""
     found: list[tuple[str, OutputConstraint]] = []
     rf = req.response_format
     if rf is not None:
@@ -58,8 +64,30 @@ def request_constraint(req: Any, forced_tool_schema: dict[str, Any] | None = Non
             f"only one kind of structured output per request: got {names}; keep one", param=found[1][0]
         )
     param, constraint = found[0]
-    _validate(param, constraint)
+    _validate(constraint_param(req) or param, constraint, compiler)
     return constraint
+
+
+def constraint_param(req: Any) -> str | None:
+    """Where a request's constraint is (the field its refusals name: ``response_format.json_schema.
+    schema``, ``guided_regex``, ``structured_outputs.json``, ``tool_choice`` for a forced call...),
+    or None when it has none."""
+    rf = req.response_format
+    kind = rf.get("type", "text") if isinstance(rf, dict) else None
+    if kind == "json_schema":
+        return "response_format.json_schema.schema"
+    if kind is not None and kind != "text":
+        return "response_format"
+    for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar"):
+        if getattr(req, name) is not None:
+            return name
+    so = req.structured_outputs
+    given = [k for k in _VLLM_KEYS if so.get(k) not in (None, False)] if isinstance(so, dict) else []
+    if given:
+        return f"structured_outputs.{given[0]}"
+    if getattr(req, "tool_choice", None) not in (None, "none", "auto"):
+        return "tool_choice"
+    return None
 
 
 def _response_format(rf: dict[str, Any]) -> OutputConstraint | None:
@@ -144,54 +172,14 @@ def _choice(where: str, value: Any) -> OutputConstraint:
     return OutputConstraint("choice", choices=tuple(value))
 
 
-def _validate(param: str, constraint: OutputConstraint) -> None:
+def _validate(param: str, constraint: OutputConstraint, compiler: GrammarCompiler | None) -> None:
     size = len(constraint.spec) + sum(len(c) for c in constraint.choices)
     if size > MAX_CONSTRAINT_BYTES:
         raise bad_request(
             f"{param} is {size} bytes; at most {MAX_CONSTRAINT_BYTES} are accepted", param=param
         )
-    error = constraint_error(constraint)
+    from dyn.core.protocol.grammar import byte_compiler
+
+    error = (compiler or byte_compiler()).check(constraint)
     if error:
         raise bad_request(f"{param} cannot be used as a constraint: {error}", param=param)
-
-
-@lru_cache(maxsize=512)
-def constraint_error(constraint: OutputConstraint) -> str:
-    """Why llguidance cannot compile ``constraint`` ("" when it can); pure, so cached."""
-    try:
-        grammar = llguidance_grammar(constraint)
-    except ValueError as exc:
-        return str(exc)
-    from llguidance import LLMatcher
-
-    return LLMatcher.validate_grammar(grammar)
-
-
-def llguidance_grammar(constraint: OutputConstraint, schema: Any = None) -> str:
-    """The constraint as an llguidance grammar (JSON text). ``schema`` replaces a ``json``
-    constraint's schema (the mocker tightens it). ``ValueError`` for a grammar llguidance's
-    GBNF converter refuses."""
-    from llguidance import LLMatcher
-    from llguidance.gbnf_to_lark import any_to_lark
-
-    kind = constraint.kind
-    if kind == "json":
-        schema = msgspec.json.decode(constraint.spec) if schema is None else schema
-        if constraint.whitespace_pattern is not None and isinstance(schema, dict):
-            schema = {**schema, "x-guidance": {"whitespace_pattern": constraint.whitespace_pattern}}
-        return LLMatcher.grammar_from_json_schema(schema)
-    if kind == "json_object":
-        return LLMatcher.grammar_from_json_schema({"type": "object"} if schema is None else schema)
-    if kind == "regex":
-        return LLMatcher.grammar_from_regex(constraint.spec)
-    if kind == "choice":
-        return LLMatcher.grammar_from_lark(
-            "start: " + " | ".join(msgspec.json.encode(c).decode() for c in constraint.choices)
-        )
-    if kind == "grammar":
-        try:
-            text = any_to_lark(constraint.spec)
-        except Exception as exc:  # llguidance's converter raises plain exceptions
-            raise ValueError(f"not a valid GBNF or Lark grammar: {exc}") from None
-        return LLMatcher.grammar_from_lark(text)
-    raise ApiError(500, f"unknown constraint kind {kind!r}")

@@ -13,8 +13,9 @@ In order, for a request:
 4. otherwise no source: uniform random tokens (the scheduler's default path).
 
 A request with none of these costs nothing here. A constraint or a tool schema the grammar engine
-refuses is an ``EngineError`` with code ``bad_request`` and the engine's message. Compiling (and
-building the grammar engine, once per process) runs in a worker thread, outside the event loop.
+refuses is an ``EngineError`` with code ``bad_request`` and a one-line ``grammar.refusal`` message
+(the frontend names the request's field from it). Compiling (and building the grammar engine, once
+per process) runs in a worker thread, outside the event loop.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Answers:
             text = self.replies.answer(self._last_message.text(request.token_ids))  # type: ignore[union-attr]
             if text is not None:
                 tokens = self._tokenizer.encode(text, add_special_tokens=False)  # type: ignore[union-attr]
-                if grammar is None or grammar.accepts(tokens):
+                if grammar is None or await anyio.to_thread.run_sync(grammar.accepts, tokens):
                     return ScriptedSource(tokens, self._eos, self.model.vocab_size)
                 log.debug(
                     "request %s: the scripted reply does not satisfy its constraint; sampling instead",
@@ -125,8 +126,10 @@ class Answers:
                 return await anyio.to_thread.run_sync(engine.compile, constraint)
             return await anyio.to_thread.run_sync(engine.compile_schema, tool.parameters)
         except ConstraintError as exc:
-            what = "the constraint" if tool is None else f"the parameters of tool {tool.name!r}"
-            raise EngineError(f"{what} cannot be enforced: {exc}", code="bad_request") from None
+            from dyn.core.protocol.grammar import refusal
+
+            message = refusal(str(exc), None if tool is None else tool.name)
+            raise EngineError(message, code="bad_request") from None
 
     async def _tool_call(self, request: GenerateRequest, seed: int) -> TokenSource | None:
         rng = random.Random(seed ^ _TOOL_SALT)

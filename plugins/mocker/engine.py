@@ -72,6 +72,7 @@ from dyn.core.messages import (
 )
 from dyn.core.model import ModelInfo
 from dyn.core.model.lora import parse_lora_modules
+from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
 from dyn.plugins.mocker.config import MockerConfig
@@ -300,7 +301,10 @@ class MockerEngine:
                 continue
             if fin.error:
                 log.warning("request %s failed in the grammar engine: %s", fin.request_id, fin.error)
-                stream.emit(EngineError(f"the grammar engine failed: {fin.error}"))
+                if is_refusal(fin.error):  # a budget exceeded mid-output: the constraint's fault
+                    stream.emit(EngineError(fin.error, code="bad_request"))
+                else:
+                    stream.emit(EngineError(f"the grammar engine failed: {fin.error}"))
                 continue
             finish = Finish(
                 request_id=fin.request_id,

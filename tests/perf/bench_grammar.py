@@ -15,6 +15,16 @@ engine: microseconds per token (mask + pick + advance) and for the mask alone (t
 When ``dyn`` is importable, ``mocker`` is the mocker's own sampler (``GrammarSource``: proposals
 first, the mask only when they miss) on the same constraints; it needs no torch, so it runs only
 in the project's venv. Engines that are not installed are skipped. Prints one JSON object.
+
+    python tests/perf/bench_grammar.py --fuel               # the limits of dyn.core.protocol.grammar
+
+``--fuel`` measures what ``dyn.core.protocol.grammar.LIMITS`` must allow: for each realistic
+constraint (this file's, the grammar tests', ``tests/core/protocol/realistic_constraints.py``) the
+least ``initial_lexer_fuel`` (within 5 %) with which the frontend's check passes (the original
+constraint, compiled and probed) and with which the mocker samples ``--walks`` outputs of its
+bounded form (``GrammarSource``, one shared start as the engine's cache holds it), and whether
+both pass under ``LIMITS`` as they are; then, for the attack ``(a{K}){1000}``, the time and heap
+a refusal costs and the largest K accepted.
 """
 
 from __future__ import annotations
@@ -277,13 +287,159 @@ def bench_mocker(walks: int, repeats: int) -> dict:
     return out
 
 
+def fuel_corpus() -> dict:
+    """Realistic constraints by name, as ``OutputConstraint``s."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from dyn.core.messages import OutputConstraint
+    from dyn.core.protocol.tools import forced_schema, tool_plan
+    from tests.core.protocol.realistic_constraints import AGENT_TOOLS, ORDER_SCHEMA
+    from tests.plugins.mocker.test_grammar import EDGE_SCHEMAS, LARK
+
+    def schema(value) -> OutputConstraint:
+        return OutputConstraint("json", json.dumps(value))
+
+    out = {
+        "bench json": schema(SCHEMA),
+        "bench regex": OutputConstraint("regex", REGEX),
+        "bench choice": OutputConstraint("choice", choices=tuple(CHOICES)),
+        "bench GBNF": OutputConstraint("grammar", GBNF),
+        "tests Lark": OutputConstraint("grammar", LARK),
+        "json_object": OutputConstraint("json_object"),
+        "40-property order": schema(ORDER_SCHEMA),
+        "16 agent tools, required": schema(forced_schema(tool_plan(AGENT_TOOLS, "required"))),
+        "agent tool multi_edit, named": schema(
+            forced_schema(tool_plan(AGENT_TOOLS, {"type": "function", "function": {"name": "multi_edit"}}))
+        ),
+        "enum of 600 strings": schema({"enum": [f"zone/{i:04d}-{'x' * (i % 17)}" for i in range(600)]}),
+        "choice of 1024 strings": OutputConstraint(
+            "choice", choices=tuple(f"label {i}" for i in range(1024))
+        ),
+        "regex: e-mail": OutputConstraint(
+            "regex", r"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9.-]{1,255}\.[a-zA-Z]{2,63}"
+        ),
+        "regex: ISO date-time": OutputConstraint(
+            "regex", r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})"
+        ),
+        "regex: 5-50 Unicode words": OutputConstraint("regex", r"(\w+ ){5,50}\w+\."),
+        "regex: 300 alternatives": OutputConstraint(
+            "regex", "(" + "|".join(f"w{i}x" for i in range(300)) + ")"
+        ),
+        "regex: a{1000}": OutputConstraint("regex", "a{1000}"),
+    }
+    out.update({f"tests schema {name}": schema(value) for name, value in EDGE_SCHEMAS.items()})
+    return out
+
+
+def bench_fuel(tokenizer_json: str, eos: int, walks: int) -> dict:
+    """See the module docstring (``--fuel``)."""
+    import llguidance
+
+    from dyn.core.memory import heap_bytes, trim
+    from dyn.core.protocol.grammar import LIMITS, GrammarCompiler, llguidance_grammar
+    from dyn.plugins.mocker.grammar import _bounded_grammar
+    from dyn.plugins.mocker.sources import FAIL, STOP
+
+    tokenizer = llguidance.LLTokenizer(tokenizer_json, eos_token=eos)
+    compilers: dict[int, GrammarCompiler] = {}
+
+    def compiler(fuel: int) -> GrammarCompiler:
+        if fuel not in compilers:
+            compilers[fuel] = GrammarCompiler(tokenizer, {**LIMITS, "initial_lexer_fuel": fuel})
+        return compilers[fuel]
+
+    class Req:
+        __slots__ = ("rand", "num_output", "min_tokens")
+
+    def frontend_ok(text: str, json_like: bool, fuel: int) -> bool:
+        try:
+            compiler(fuel).matcher(text, json_like)
+        except ValueError:
+            return False
+        return True
+
+    def mocker_ok(text: str, json_like: bool, fuel: int) -> bool:
+        from dyn.plugins.mocker.grammar import GrammarSource
+
+        c = compiler(fuel)
+        try:
+            start = c.matcher(text, json_like)
+        except ValueError:
+            return False
+        rng = random.Random(0)
+        for _ in range(walks):
+            source = GrammarSource(start.deep_copy(), c.vocab_size, c.eos_token_id)
+            req = Req()
+            req.rand, req.num_output, req.min_tokens = rng.random, 0, 0
+            while req.num_output < 400:
+                token = source.next_token(req)
+                if token == FAIL:
+                    return False
+                if token == STOP:
+                    break
+                req.num_output += 1
+        return True
+
+    def least(ok, text: str, json_like: bool) -> int | str:
+        lo, hi = 1, 4 * LIMITS["initial_lexer_fuel"]
+        if not ok(text, json_like, hi):
+            return f"> {hi}"
+        while hi > lo * 1.05 + 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(text, json_like, mid) else (mid, hi)
+        return hi
+
+    limit = LIMITS["initial_lexer_fuel"]
+    out: dict = {"limits": {k: v for k, v in LIMITS.items() if k != "verbose_errors"}, "walks": walks}
+    for name, constraint in fuel_corpus().items():
+        json_like = constraint.kind in ("json", "json_object")
+        original = llguidance_grammar(constraint)
+        bounded = _bounded_grammar(constraint)()
+        out[name] = {
+            "frontend_fuel": least(frontend_ok, original, json_like),
+            "mocker_fuel": least(mocker_ok, bounded, json_like),
+            "passes_limits": frontend_ok(original, json_like, limit) and mocker_ok(bounded, json_like, limit),
+        }
+    from dyn.core.messages import OutputConstraint
+
+    attack: dict = {}
+    accepted = 0
+    for k in (10, 20, 30, 40, 45, 48, 49, 50, 60, 100, 300, 600, 1000):
+        text = llguidance_grammar(OutputConstraint("regex", "(a{%d}){1000}" % k))
+        trim()
+        before = heap_bytes()
+        t0 = time.perf_counter()
+        try:
+            matcher = compiler(limit).matcher(text)
+            verdict, heap = "accepted", heap_bytes() - before
+            accepted = k
+            del matcher
+        except ValueError:  # the traceback still holds the refused matcher: its heap counts
+            verdict, heap = "refused", heap_bytes() - before
+        ms = (time.perf_counter() - t0) * 1e3
+        attack[f"(a{{{k}}}){{1000}}"] = {
+            "verdict": verdict,
+            "ms": round(ms, 1),
+            "heap_mb": round(heap / 1e6, 1),
+        }
+    out["attack"] = attack
+    out["attack_largest_K_accepted"] = accepted
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokenizer", type=Path, default=TINY, help="tokenizer.json (default: dyn-tiny's)")
     p.add_argument("--eos", type=int, default=4, help="EOS token id (dyn-tiny: 4, <|eot_id|>)")
     p.add_argument("--walks", type=int, default=50)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--fuel", action="store_true", help="measure the grammar limits instead (see above)")
     args = p.parse_args()
+    if args.fuel:
+        report = bench_fuel(args.tokenizer.read_text(encoding="utf-8"), args.eos, args.walks)
+        print(json.dumps(report, indent=1))
+        return
     text = args.tokenizer.read_text(encoding="utf-8")
     report: dict = {"tokenizer": str(args.tokenizer), "walks": args.walks, "repeats": args.repeats}
     for name, run in (

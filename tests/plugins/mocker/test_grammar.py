@@ -8,13 +8,16 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 
 import pytest
 
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import OutputConstraint
 from dyn.core.model import load_model_info
-from dyn.plugins.mocker.grammar import ConstraintError, GrammarEngine
+from dyn.core.protocol.grammar import LIMITS, GrammarCompiler, is_refusal
+from dyn.plugins.mocker import grammar as grammar_module
+from dyn.plugins.mocker.grammar import RENEW_USES, ConstraintError, GrammarEngine
 from dyn.plugins.mocker.sources import FAIL, STOP
 
 MODEL = load_model_info(None, None)
@@ -353,3 +356,89 @@ def test_complete_samples_a_whole_output_as_text(check_schema):
     check_schema(json.loads(text), spec)
     assert text == grammar.complete(random.Random(3).random, 1000)
     assert grammar.complete(random.Random(3).random, 2) is None  # does not end in 2 tokens
+
+
+# Issue 31: the engine's limits and its cache's bounds (``dyn.core.protocol.grammar``).
+
+DOUBLING_LARK = "\n".join(['r0: "a"', *(f"r{i}: r{i - 1} r{i - 1}" for i in range(1, 60)), "start: r59"])
+
+
+@pytest.mark.parametrize(
+    "constraint, reason",
+    [
+        (schema({"$ref": "#"}), "no output satisfies it"),
+        (
+            schema({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+            "no output satisfies it",
+        ),
+        (OutputConstraint("regex", "(a{600}){1000}"), "too many expressions"),
+        (OutputConstraint("grammar", DOUBLING_LARK), "Too many items"),
+    ],
+)
+def test_constraints_failing_on_their_first_steps_are_refused_at_compile_and_never_cached(constraint, reason):
+    """They used to compile, be cached, and fail on the first mask or token with a 500."""
+    start = time.perf_counter()
+    with pytest.raises(ConstraintError, match=re.escape(reason)) as info:
+        ENGINE.compile(constraint)
+    assert time.perf_counter() - start < 1.0
+    message = str(info.value)
+    assert "\n" not in message and "<state>" not in message and "<grammar>" not in message
+    assert ENGINE.cached(constraint) is None
+
+
+@pytest.fixture
+def engine():
+    """A private engine (the shared one's cache is left alone)."""
+    return GrammarEngine(GrammarCompiler(ENGINE.tokenizer))
+
+
+def test_the_cache_is_bounded_in_bytes(engine, monkeypatch):
+    monkeypatch.setattr(grammar_module, "CACHE_BYTES", 24 << 20)
+    sizes = []
+    for k in range(20, 30):  # each 9-11 MB as measured
+        grammar = engine.compile(OutputConstraint("regex", "(a{%d}){1000}" % k))
+        sizes.append(grammar.nbytes)
+        assert engine.cache_bytes <= 24 << 20
+        assert engine.cache_bytes == sum(g.nbytes for g in engine._cache.values())
+    assert min(sizes) > 4 << 20 and 1 <= len(engine._cache) <= 2
+
+
+def test_the_cache_is_bounded_in_entries(engine, monkeypatch):
+    monkeypatch.setattr(grammar_module, "CACHE_SIZE", 4)
+    constraints = [OutputConstraint("regex", f"[a-z]{{{n}}}") for n in range(1, 8)]
+    for constraint in constraints:
+        engine.compile(constraint)
+    assert list(engine._cache) == constraints[-4:]
+    assert engine.cache_bytes == sum(g.nbytes for g in engine._cache.values()) > 0
+
+
+def test_a_grammar_over_the_byte_bound_serves_and_is_not_kept(engine, monkeypatch):
+    monkeypatch.setattr(grammar_module, "CACHE_BYTES", 1 << 20)
+    constraint = OutputConstraint("regex", "(a{30}){1000}")
+    assert engine.compile(constraint).source() is not None
+    assert engine.cached(constraint) is None and engine.cache_bytes == 0
+
+
+def test_a_grammar_that_fails_mid_output_leaves_the_cache_with_a_one_line_refusal():
+    small = GrammarEngine(GrammarCompiler(ENGINE.tokenizer, {**LIMITS, "max_lexer_states": 400}))
+    constraint = OutputConstraint("regex", r"(\w+ ){5,50}\w+\.")
+    grammar = small.compile(constraint)
+    assert small.cached(constraint) is grammar
+    source, req = grammar.source(), Req(0)
+    for _ in range(1000):
+        token = source.next_token(req)
+        if token in (FAIL, STOP):
+            break
+        req.num_output += 1
+    assert token == FAIL
+    assert is_refusal(source.error) and "too many states" in source.error and "\n" not in source.error
+    assert small.cached(constraint) is None and small.cache_bytes == 0
+
+
+def test_a_grammar_is_compiled_afresh_after_serving_its_share(engine):
+    constraint = OutputConstraint("regex", "[a-z]{4}")
+    grammar = engine.compile(constraint)
+    for _ in range(RENEW_USES):
+        grammar.source()
+    assert engine.cached(constraint) is None
+    assert engine.compile(constraint) is not grammar
