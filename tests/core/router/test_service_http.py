@@ -79,7 +79,7 @@ async def test_a_router_asking_a_remote_indexer_points_there(tmp_path):
     assert metrics.status_code == 200
 
 
-async def test_health_lists_the_workers_it_routes_to_and_live_answers_without_the_key(tmp_path):
+async def test_health_counts_the_workers_it_routes_to_and_live_answers_without_the_key(tmp_path):
     store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
     service = RouterService(store, "m", KvRouterConfig(use_kv_events=False))
     app = httpx.ASGITransport(app=RouterHttpApp(service, api_key="secret"))
@@ -92,14 +92,14 @@ async def test_health_lists_the_workers_it_routes_to_and_live_answers_without_th
                 while len(service.pool) < 1:
                     await anyio.sleep(0.02)
                 healthy = await c.get("/health")
+                keyed = await c.get("/health", headers={"authorization": "Bearer secret"})
                 live = await c.get("/live")
                 metrics = await c.get("/metrics")
             tg.cancel_scope.cancel()
     assert empty.status_code == 503 and empty.json()["status"] == "unhealthy"
-    assert healthy.status_code == 200 and healthy.json() == {
-        "status": "healthy",
-        "instances": [7],
-        "model": "m",
-    }
+    assert empty.json()["reason"] == "no live worker serves model 'm'"
+    # a public probe gets the count; the ids only with the key
+    assert healthy.status_code == 200 and healthy.json() == {"status": "healthy", "model": "m", "workers": 1}
+    assert keyed.json() == {"status": "healthy", "model": "m", "workers": 1, "instances": [7]}
     assert live.status_code == 200
     assert metrics.status_code == 401  # the key still guards everything but the probes
