@@ -12,8 +12,21 @@ A service decides what fails or degrades it; ``verdict`` only turns that into th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dyn.core.router.policy import Router
 
 UNHEALTHY_STATUS = 503
+
+
+def unroutable(router: Router, model_name: str) -> str | None:
+    """Why no request for ``model_name`` could be routed by ``router`` now (its own reason, or no
+    live worker in its pool), or None."""
+    reason = router.unroutable()
+    if reason is None and not router.pool.workers():
+        reason = f"no live worker serves model {model_name!r}"
+    return reason
 
 
 def verdict(down: Mapping[str, str], degraded: Sequence[str], served: int) -> tuple[int, dict[str, object]]:

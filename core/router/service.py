@@ -61,7 +61,7 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
-from dyn.core.health import verdict
+from dyn.core.health import unroutable, verdict
 from dyn.core.kv.views import error_body, respond
 from dyn.core.logs import status
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
@@ -481,9 +481,7 @@ class RouterHttpApp:
             return 200, b'{"status":"live"}'
         service = self.service
         instances = [w.instance_id for w in service.pool.workers()]
-        reason = service.router.unroutable()
-        if reason is None and not instances:
-            reason = f"no live worker serves model {service.model_name!r}"
+        reason = unroutable(service.router, service.model_name)
         degraded = service.router.degraded()
         status, body = verdict(
             {service.model_name: reason} if reason else {}, [degraded] if degraded else [], 1

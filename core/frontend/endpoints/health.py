@@ -27,19 +27,10 @@ import orjson
 from dyn.core.api_key import authorization
 from dyn.core.asgi import respond
 from dyn.core.frontend.endpoints.base import Call, Endpoint, ReadEndpoint, Reply
-from dyn.core.health import verdict
+from dyn.core.health import unroutable, verdict
 
 if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
-    from dyn.core.frontend.catalog import ServedModel
-
-
-def unroutable(model: ServedModel) -> str | None:
-    """Why no request for ``model`` could succeed now, or None."""
-    reason = model.service.router.unroutable()
-    if reason is None and not model.pool.workers():
-        reason = f"no live worker serves model {model.name!r}"
-    return reason
 
 
 def health(app: FrontendApp, privileged: bool) -> Reply:
@@ -48,7 +39,11 @@ def health(app: FrontendApp, privileged: bool) -> Reply:
     models = app.models.models()
     # a worker serving several models or adapters is in each of their pools
     instances = sorted({w.instance_id for model in models for w in model.pool.workers()})
-    down = {model.name: reason for model in models if (reason := unroutable(model)) is not None}
+    down = {
+        model.name: reason
+        for model in models
+        if (reason := unroutable(model.service.router, model.name)) is not None
+    }
     degraded = [reason for model in models if (reason := model.service.router.degraded()) is not None]
     status, body = verdict(down, degraded, len(models))
     body |= {
