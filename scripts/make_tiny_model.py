@@ -6,7 +6,9 @@ Usage: python scripts/make_tiny_model.py OUT_DIR      (the shipped copy: core/mo
 Trains a byte-level BPE tokenizer (vocab 4096) with the `tokenizers` library on the first 200 sorted
 `*.py` files of the running Python's standard library, so nothing is downloaded. It is the same
 tokenizer, chat template and config as the anchor's make_model.py (real Dynamo's model directory), so
-both stacks tokenize prompts identically.
+both stacks tokenize prompts identically; only the context length differs: 131072 tokens
+(`max_position_embeddings`, `model_max_length`; the anchor's is 8192), so coding agents' first
+requests (10k-20k tokens with their tools) fit.
 
 Reproducible: the same CPython version (its standard-library sources are the training corpus) and the
 same `tokenizers` version give byte-identical files. `dyn_tiny.json` records both, plus a SHA-256 of the
@@ -116,7 +118,7 @@ def generate(out_dir: str | Path) -> dict:
         out / "tokenizer_config.json",
         dict(
             SPECIAL_MAP,
-            model_max_length=8192,
+            model_max_length=131072,
             tokenizer_class="PreTrainedTokenizerFast",
             chat_template=CHAT_TEMPLATE,
             add_bos_token=False,
@@ -135,7 +137,7 @@ def generate(out_dir: str | Path) -> dict:
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
             "head_dim": 64,
-            "max_position_embeddings": 8192,
+            "max_position_embeddings": 131072,
             "vocab_size": vocab,
             "bos_token_id": bos,
             "eos_token_id": eos,

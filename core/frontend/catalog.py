@@ -19,6 +19,10 @@ adapter, with their base model as ``parent``: the base model's tokenizer, a pool
 model's workers that hold the adapter, a router whose block hashes mix the adapter's name in (as
 the workers' KV events do), and engine requests that carry the adapter's name.
 
+Context: a model is served with the smallest context its live workers advertise
+(``WorkerRecord.context_length``: a worker's ``--max-model-len``) when that is below the model's own
+(``Preprocessor.cap_context``), so a request over it is a 400 here, before it is routed.
+
 Bounds: at most ``MAX_MODELS`` models (adapters count); the workers of any model beyond it are
 ignored, with a warning; a record's first ``MAX_NAMES`` aliases only.
 """
@@ -39,7 +43,7 @@ from dyn.core.messages import WorkerRecord
 from dyn.core.model.info import ModelError, ModelInfo, load_model_info
 from dyn.core.model.names import MAX_NAMES
 from dyn.core.protocol.errors import ApiError
-from dyn.core.router.pool import WorkerPool
+from dyn.core.router.pool import Worker, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +62,21 @@ class ServedModel:
     root: str | None = None
     """For a LoRA adapter, its path on the workers (``/v1/models``'s ``root``)."""
 
+    def __post_init__(self) -> None:
+        self.pool.add_listener(self._workers_changed)
+
+    def _workers_changed(self, worker: Worker, added: bool) -> None:
+        """Serve the smallest context a live worker advertises (``Preprocessor.cap_context``)."""
+        advertised = [w.record.context_length for w in self.pool.workers() if w.record.context_length]
+        self.service.preprocessor.cap_context(min(advertised, default=None))
+
     @property
     def name(self) -> str:
         return self.service.model_name
 
     @property
     def info(self) -> ModelInfo:
+        """The model as served (its context capped by its workers' ``--max-model-len``)."""
         return self.service.preprocessor.info
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -187,7 +200,7 @@ class ModelCatalog:
             self._refuse(name, reason or "")
             return
         try:
-            adapter = self._build(base.info, name)
+            adapter = self._build(base.service.preprocessor.model_info, name)
         except ValueError as exc:
             self._refuse(name, str(exc))
             return

@@ -13,6 +13,7 @@ choice of the request shares; ``engine_request`` makes the per-choice ``Generate
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import anyio
@@ -78,6 +79,9 @@ class Preprocessor:
         ``ChatTemplateError`` when it does not compile. ``limits``: the per-request bounds
         (default ``RequestLimits()``)."""
         self.info = info
+        """The model as served: ``model_info`` with the context the live workers serve (``cap_context``)."""
+        self.model_info = info
+        """The model's own metadata, context included."""
         self.tokenizer = tokenizer or Tokenizer.from_model(info)
         source = chat_template if chat_template is not None else self.tokenizer.chat_template
         self.chat_template: ChatTemplate | None = compile_template(source) if source else None
@@ -93,6 +97,18 @@ class Preprocessor:
         self._tokenizer_fits = self.tokenizer.vocab_size <= info.vocab_size
         """Every id the tokenizer can give is in the model's vocabulary: only ids a client sent
         need the range check."""
+
+    def cap_context(self, workers_context: int | None) -> None:
+        """Serve at most ``workers_context`` tokens of context: the smallest a live worker advertises
+        (its ``--max-model-len``; None: none does). ``info.context_length`` becomes the smaller of
+        it and the model's own, so a request over a worker's limit is a 400 here, and
+        ``/v1/models`` and ``/tokenize`` report it, as vLLM's do."""
+        own = self.model_info.context_length
+        context = own if workers_context is None else min(own, workers_context)
+        if context == own:
+            self.info = self.model_info
+        elif context != self.info.context_length:
+            self.info = dataclasses.replace(self.model_info, context_length=context)
 
     # ----------------------------------------------------------------- bounds and threads
 

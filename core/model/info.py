@@ -19,7 +19,8 @@ TINY_MODEL_TOOL_CALL_PARSER = "hermes"
 it advertises unless told otherwise."""
 
 DEFAULT_CONTEXT_LENGTH = 8192
-"""Used when neither config.json nor tokenizer_config.json states a usable context length."""
+"""Used when neither config.json nor tokenizer_config.json states a usable context length: a
+conservative guess for a model that states none (the embedded dyn-tiny states 131072)."""
 
 _CONTEXT_KEYS = (
     "max_position_embeddings",
@@ -166,7 +167,8 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
     a chat_template.jinja / chat_template.json beside it); config.json and generation_config.json are
     optional. `model_name` defaults to the directory's name. vocab_size is the largest of config.json's
     vocab_size and the highest token id in tokenizer.json plus one. context_length is the smallest of
-    config.json's position limits and a sane tokenizer_config model_max_length, else 8192.
+    config.json's position limits and a sane tokenizer_config model_max_length, else
+    ``DEFAULT_CONTEXT_LENGTH``.
     Raises ModelError for anything the user must fix.
     """
     directory = TINY_MODEL_DIR if model_path is None else Path(model_path).expanduser()

@@ -2,8 +2,9 @@
 
 In order, for a request:
 
-1. ``--replies``: the first entry matching the conversation's last message is streamed as written
-   (``replies``, ``conversation``); under a constraint only when the scripted text satisfies it;
+1. ``--replies``: the first entry matching the conversation's last user message or tool result is
+   streamed as written (``replies``, ``conversation``); under a constraint only when the scripted
+   text satisfies it;
 2. a constraint (``GenerateRequest.constraint``): sampled under its grammar (``grammar``);
 3. ``--tool-call-rate P`` with the request's tools (sent only with ``tool_choice`` auto, to workers
    that advertise ``FEATURE_TOOL_HINTS``) and no constraint: with probability P, drawn from the

@@ -95,6 +95,17 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     max_num_batched_tokens: Annotated[
         int, flag("--max-num-batched-tokens", panel=ENGINE_PANEL, help="Token budget of one forward pass.")
     ] = 8192
+    max_model_len: Annotated[
+        int | None,
+        flag(
+            "--max-model-len",
+            panel=ENGINE_PANEL,
+            cli_type=int,
+            help="Context length, as vLLM's flag (default: the model's): the worker advertises it and "
+            "refuses a request whose prompt plus max_tokens exceeds it; at most the model's own.",
+        ),
+    ] = None
+    """``--max-model-len``: caps the model's context for this worker (``context_length``)."""
     enable_prefix_caching: Annotated[
         bool,
         flag(
@@ -212,9 +223,9 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             cli_type=str,
             parse=_checked_replies,
             help='Scripted answers, a JSON lines file of {"match": REGEX, "text": RAW_MODEL_OUTPUT}: the '
-            "first entry whose regex is found in the conversation's last message (a user message or "
-            "a tool result) is streamed as the model's output, then EOS; other requests get random "
-            "tokens. Scripts a whole agent tool loop.",
+            "first entry whose regex is found in the conversation's last user message or tool result "
+            "(system and developer messages after it are skipped) is streamed as the model's output, "
+            "then EOS; other requests get random tokens. Scripts a whole agent tool loop.",
         ),
     ] = None
     """``--replies``: a JSON lines file of scripted answers (``replies``); read at start-up."""
@@ -307,6 +318,18 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = "auto"
 
+    def context_length(self, model_context: int, model_name: str) -> int:
+        """The context this worker serves: ``--max-model-len`` when set, else the model's own
+        ``model_context``; ``ValueError`` for a value above the model's (vLLM refuses it too)."""
+        if self.max_model_len is None:
+            return model_context
+        if self.max_model_len > model_context:
+            raise ValueError(
+                f"--max-model-len {self.max_model_len} is more than model {model_name}'s context "
+                f"length of {model_context} tokens; pass at most {model_context}"
+            )
+        return self.max_model_len
+
     @property
     def is_pooling(self) -> bool:
         return self.runner == "pooling"
@@ -320,6 +343,8 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
         for name in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError("--max-model-len must be at least 2 (one prompt and one output token)")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise ValueError(f"--preemption-mode must be one of {', '.join(PREEMPTION_MODES)}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.block_size:

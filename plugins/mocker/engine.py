@@ -8,6 +8,10 @@ clock, passes run as fast as the CPU allows. A pass that could schedule nothing 
 streaming sessions or pins) waits for a new request, a cancel or a closed session, retrying at
 least every ``STALL_RETRY_S``.
 
+The context is the model's, or ``--max-model-len`` (at most the model's; ``EngineInfo.context_length``
+advertises it): a request whose prompt plus ``max_tokens`` exceeds it is refused (``bad_request``,
+vLLM's sentence); without ``max_tokens`` the output is capped to fit.
+
 Optional calls (``EngineInfo.features``): ``pin_prefix`` in both flavours when prefix caching is on;
 ``open_session`` / ``close_session`` with ``--enable-streaming-session``, whose idle slots are
 reaped every pass and at least every ``REAP_INTERVAL_S``; ``FEATURE_TOOL_HINTS`` with
@@ -40,6 +44,7 @@ switch; ``generate`` is the same through an iterator.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -170,6 +175,9 @@ class MockerEngine:
     ) -> None:
         self.config = config.validate()
         self.disaggregation_mode = disaggregation_mode
+        context = config.context_length(model.context_length, model.name)
+        if context != model.context_length:
+            model = dataclasses.replace(model, context_length=context)
         self.model = model
         if answers is None:
             answers = answers_for(config, model, tool_call_parser)
@@ -405,7 +413,25 @@ class MockerEngine:
                 request.session_id,
             )
         transfer = request.kv_transfer
-        return request if transfer is None else self._disaggregated(request, transfer)
+        if transfer is not None:
+            request = self._disaggregated(request, transfer)
+        self._check_context(request)
+        return request
+
+    def _check_context(self, request: GenerateRequest) -> None:
+        """Refuse a request whose prompt plus ``max_tokens`` exceeds the context (the model's, or
+        ``--max-model-len``) as vLLM's server does, in its words; a prompt that leaves no room at
+        all without ``max_tokens`` is refused by the scheduler."""
+        max_tokens = request.stop.max_tokens
+        prompt = len(request.token_ids)
+        context = self.model.context_length
+        if max_tokens is not None and prompt + max_tokens > context:
+            raise EngineError(
+                f"This model's maximum context length is {context} tokens. However, you requested "
+                f"{prompt + max_tokens} tokens ({prompt} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion.",
+                code="bad_request",
+            )
 
     def _admit(
         self, request: GenerateRequest, emit: ReplySink, seed: int, source: TokenSource | None

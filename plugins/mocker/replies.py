@@ -2,9 +2,10 @@
 
 The file holds JSON lines ``{"match": REGEX, "text": RAW_MODEL_OUTPUT}`` (blank lines are
 skipped). For each request the first entry whose ``match`` is found (``re.search``) in the text of
-the conversation's last message (``conversation.LastMessage``) is the answer: ``text`` is what the
-model writes, special tokens and tool-call markup included, tokenized with the model's tokenizer
-and streamed as the engine's output, then EOS.
+the conversation's last user message or tool result (``conversation.LastMessage``: system and
+developer messages after it, such as the reminders coding agents add, are skipped) is the answer:
+``text`` is what the model writes, special tokens and tool-call markup included, tokenized with the
+model's tokenizer and streamed as the engine's output, then EOS.
 
 Bounds: the file is at most ``MAX_FILE_BYTES``, with at most ``MAX_REPLIES`` entries of regexes of
 at most ``MAX_PATTERN_CHARS`` characters; every request tries the regexes in order.
@@ -85,7 +86,8 @@ class Replies:
         return cls(tuple(entries))
 
     def answer(self, last_message: str) -> str | None:
-        """The text of the first entry that matches ``last_message``, or ``None``."""
+        """The text of the first entry that matches ``last_message`` (the conversation's last user
+        message or tool result, ``LastMessage.text``), or ``None``."""
         for reply in self.entries:
             if reply.pattern.search(last_message):
                 return reply.text

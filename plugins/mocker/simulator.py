@@ -51,6 +51,8 @@ class MockerSimulator:
 
     def engine(self, clock: Callable[[], float], *, vocab_size: int, context_length: int) -> SimEngine:
         # no model directory here: the KV bytes per token of a transfer come from the flag alone
+        if self.config.max_model_len is not None:
+            context_length = min(context_length, self.config.max_model_len)
         model = SimModel(
             vocab_size=vocab_size,
             context_length=context_length,

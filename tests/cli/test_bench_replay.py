@@ -119,6 +119,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "num_gpu_blocks_override",
         "max_num_seqs",
         "max_num_batched_tokens",
+        "max_model_len",
         "enable_prefix_caching",
         "enable_chunked_prefill",
         "preemption_mode",

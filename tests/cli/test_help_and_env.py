@@ -32,6 +32,7 @@ SAME_MEANING = {
     "DYN_KV_EVENTS_CONFIG": "the engine's KV-event publisher config (vLLM's or SGLang's)",
     "DYN_LORA_MODULES": "the LoRA adapters a worker serves (vLLM's; the mocker simulates them)",
     "DYN_MAX_LORAS": "how many LoRA adapters an engine holds at once (vLLM's; the mocker simulates it)",
+    "DYN_MAX_MODEL_LEN": "the context length a worker serves (vLLM's; the mocker simulates it)",
     "DYN_MODEL_NAME": "the served model's name (inspect-kv finds that model's indexer)",
     "DYN_MODEL_PATH": "the served model's directory (inspect-kv tokenizes with it)",
     "DYN_NUM_REQUESTS": "how many requests a benchmark runs (live or replayed)",

@@ -8,7 +8,7 @@ memory), and ``/live`` keeps answering (``LivePoller.assert_live``) while the la
 caps accept is preprocessed. Issue 31: a 40 MB non-streaming response (n=128, 20 logprobs, 200
 tokens) held the event loop for 1.3 s while it was built; now it is built and sent a slice at a
 time, and a response that could exceed --max-response-bytes is refused before it is generated. The request bodies are the probe's; the model is the embedded dyn-tiny (its
-context length, 8192, makes the default --max-prompt-bytes 1 MiB).
+context length, 131072, makes the default --max-prompt-bytes 4 MiB).
 """
 
 from __future__ import annotations
@@ -222,11 +222,11 @@ def test_thousand_prompts_times_128_is_refused_at_once(bounded):
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_largest_accepted_prompt_keeps_live_answering(bounded, endpoint):
-    """A prompt just under the default --max-prompt-bytes (1 MiB for dyn-tiny) passes the caps, is
-    rendered and tokenized (about 350,000 tokens: then refused for the context length), and
+    """A prompt just under the default --max-prompt-bytes (4 MiB for dyn-tiny) passes the caps, is
+    rendered and tokenized (about 1,400,000 tokens: then refused for the context length), and
     /live keeps answering all the while (with the work on the event loop, one answer waits for
     nearly all of the request)."""
-    text = ("The quick brown fox jumps over the lazy dog. " * 30000)[: (1 << 20) - 4096]
+    text = ("The quick brown fox jumps over the lazy dog. " * 100_000)[: (4 << 20) - 4096]
     if endpoint == "chat":
         path, body = "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": text}]}
     else:
@@ -270,8 +270,8 @@ def test_n128_with_twenty_logprobs_is_built_without_holding_the_loop(bounded, en
 
 
 def test_a_response_over_max_response_bytes_is_refused_before_it_is_generated(bounded):
-    """The same request without max_tokens could hold 128 x 8,177 tokens with 21 logprob entries
-    each (over 800 MiB of JSON): a 400 at once, naming the cap. Streamed, it is served."""
+    """The same request without max_tokens could hold 128 x 131,057 tokens with 21 logprob entries
+    each (over 13 GiB of JSON): a 400 at once, naming the cap. Streamed, it is served."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "hi"}],

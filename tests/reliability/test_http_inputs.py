@@ -12,7 +12,7 @@ The error body is OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (
 reference, "Error codes"; vLLM's ``ErrorResponse`` in vllm/entrypoints/openai/engine/protocol.py).
 Dynamo 1.6.1 answers a non-JSON Content-Type with 415 (its ``ensure_json_content_type``, shown in
 ai-dynamo/dynamo pull request 13268's table). The model is dyn's embedded ``dyn-tiny`` (vocabulary
-4096, context 8192); the mocker's words are random tokens of it.
+4096, context 131072); the mocker's words are random tokens of it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The error body is OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (
 "Error codes"; vLLM's ``ErrorResponse`` in vllm/entrypoints/openai/engine/protocol.py). Dynamo 1.6.1
 answers a non-JSON Content-Type with 415 (its ``ensure_json_content_type``, shown in
 ai-dynamo/dynamo pull request 13268's table). The model is dyn's embedded ``dyn-tiny`` (vocabulary
-4096, context 8192). What only a real HTTP server shows (its parser refusing control characters in
+4096, context 131072). What only a real HTTP server shows (its parser refusing control characters in
 a header, curl) stays in tests/reliability/test_http_inputs.py.
 """
 
@@ -96,14 +96,15 @@ async def test_unknown_model_is_404_naming_it(frontend):
 
 
 async def test_prompt_over_the_context_is_400(frontend):
+    context = 131072  # dyn-tiny's
     r = await frontend.client.post(
-        "/v1/completions", json={"model": MODEL, "prompt": [5] * 9000, "max_tokens": 4}
+        "/v1/completions", json={"model": MODEL, "prompt": [5] * (context + 1), "max_tokens": 4}
     )
-    assert "maximum context length is 8192" in openai_error(r, 400)["message"]
+    assert f"maximum context length is {context}" in openai_error(r, 400)["message"]
     r = await frontend.client.post(
-        "/v1/completions", json={"model": MODEL, "prompt": [5] * 8000, "max_tokens": 500}
+        "/v1/completions", json={"model": MODEL, "prompt": [5] * 8000, "max_tokens": context - 7999}
     )
-    openai_error(r, 400)
+    assert f"you requested {context + 1} tokens" in openai_error(r, 400)["message"]
 
 
 PROBES = [  # issue 16's probe: (name, endpoint, body, the param the 400 names)

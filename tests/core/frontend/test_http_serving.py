@@ -70,7 +70,7 @@ async def test_models_lists_the_served_model(frontend):
     )
     models = await client.models.list()
     assert [m.id for m in models.data] == [MODEL]
-    assert models.data[0].max_model_len == 8192
+    assert models.data[0].max_model_len == 131072  # dyn-tiny's context
 
 
 async def test_health_lists_live_instances_and_live_always_answers(frontend, make_frontend):

@@ -162,7 +162,7 @@ def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Pr
         async with anyio.create_task_group() as tg:
             tg.start_soon(heartbeat, done)
             try:
-                with pytest.raises(ApiError, match="maximum context length"):  # 1 MiB is > 8192 tokens
+                with pytest.raises(ApiError, match="maximum context length"):  # 4 MiB is > 131072 tokens
                     await pre.chat_async(request)
             finally:
                 done.set()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dyn.core.model import TINY_MODEL_DIR, TINY_MODEL_NAME, ModelError, ModelInfo, load_model_info
+from dyn.core.model.info import DEFAULT_CONTEXT_LENGTH
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "make_tiny_model.py"
@@ -30,7 +31,7 @@ def test_embedded_model() -> None:
     assert 4000 <= info.vocab_size <= 4096
     assert info.eos_token_ids == (_tiny_eot_id(),)
     assert info.bos_token_id is not None and info.bos_token_id in info.special_token_ids
-    assert info.context_length == 8192
+    assert info.context_length == 131072  # coding agents' prompts (10k-20k tokens) fit
     assert len(info.special_token_ids) == 5
 
 
@@ -87,7 +88,7 @@ def test_custom_dir_tokenizer_only(tmp_path: Path) -> None:
     assert info.bos_token_id == 10
     assert info.eos_token_ids == (11,)
     assert info.special_token_ids == (10, 11, 12)
-    assert info.context_length == 8192
+    assert info.context_length == DEFAULT_CONTEXT_LENGTH == 8192  # it states none: the default
 
 
 def test_custom_dir_full(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from dyn.core.model import load_model_info
 from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.plugins.mocker import replies as replies_module
 from dyn.plugins.mocker.config import MockerConfig
-from dyn.plugins.mocker.conversation import LastMessage
+from dyn.plugins.mocker.conversation import MAX_SKIPPED, LastMessage
 from dyn.plugins.mocker.engine import MockerEngine
 from dyn.plugins.mocker.replies import Replies
 
@@ -171,6 +171,35 @@ def test_qwen_style_prompts_give_back_the_last_message():
     assert "What's the weather" not in last.find(render(QWEN_STYLE, two_results, tok))
 
 
+REMINDER = {"role": "system", "content": "<system-reminder>Plan mode is off. Keep going.</system-reminder>"}
+DEVELOPER = {"role": "developer", "content": "Answer in English."}
+
+
+@pytest.mark.parametrize("template", ["dyn-tiny", "qwen"])
+def test_system_and_developer_messages_after_the_last_user_message_or_tool_result_are_skipped(template):
+    """Agents (OpenCode, Claude Code, Codex) put a system message or a reminder after the user's
+    message or the tool result: the scripted reply still answers that message."""
+    tok = TOKENIZER if template == "dyn-tiny" else qwen_tokenizer()
+    source = tok.chat_template
+    last = LastMessage(tok)
+    assert {f.role for f in last.frames} == {"user", "tool", "system", "developer"}
+    assert last.find(render(source, [*LOOP[:2], REMINDER], tok)) == "What's the weather in Paris?"
+    assert last.find(render(source, [*LOOP, REMINDER], tok)) == "sunny, 21C"
+    assert last.find(render(source, [*LOOP, REMINDER, DEVELOPER, REMINDER], tok)) == "sunny, 21C"
+    assert last.find(render(source, [*LOOP[:2], DEVELOPER], tok)) == "What's the weather in Paris?"
+
+
+def test_the_skipping_is_bounded_and_a_conversation_of_system_messages_is_matched_whole():
+    last = LastMessage(TOKENIZER)
+    many = [*LOOP[:2], *[REMINDER] * MAX_SKIPPED]
+    assert last.find(render(TOKENIZER.chat_template, many)) == "What's the weather in Paris?"
+    too_many = [*LOOP[:2], *[REMINDER] * (MAX_SKIPPED + 1)]
+    whole = render(TOKENIZER.chat_template, too_many)
+    assert last.find(whole) == whole[: -len(last.generation_prompt)]
+    only_system = render(TOKENIZER.chat_template, [{"role": "system", "content": "Be brief."}])
+    assert last.find(only_system) == only_system[: -len(last.generation_prompt)]
+
+
 def test_prompts_without_the_template_structure_are_matched_whole():
     last = LastMessage(TOKENIZER)
     assert last.find("Once upon a time") == "Once upon a time"
@@ -220,6 +249,28 @@ async def test_a_scripted_tool_loop(tmp_path):
     assert any(getattr(e, "name", None) == "get_weather" for e in events)
     assert TOKENIZER.decode(answer) == "It is sunny in Paris." and answer_end.reason == "stop"
     assert TOKENIZER.decode(free) not in ("It is sunny in Paris.", CALL)
+
+
+@pytest.mark.anyio
+async def test_a_scripted_tool_loop_with_system_reminders_after_each_turn(tmp_path):
+    """The same loop as an agent sends it: a system reminder after the user message and after
+    the tool result (whose words the regexes would otherwise find first)."""
+    path = write(
+        tmp_path,
+        json.dumps({"match": "Plan mode", "text": "reminder matched"}),
+        json.dumps({"match": r"^sunny", "text": "It is sunny in Paris."}),
+        json.dumps({"match": "weather in (Paris|Rome)", "text": CALL}),
+    )
+    engine = MockerEngine(
+        MockerConfig(block_size=16, num_gpu_blocks=256, speedup_ratio=1000, replies=str(path)), MODEL
+    )
+    (call, _), (answer, _) = await run(
+        engine,
+        chat_request("r1", [*LOOP[:2], REMINDER]),
+        chat_request("r2", [*LOOP, REMINDER]),
+    )
+    assert TOKENIZER.decode(call, skip_special_tokens=False) == CALL
+    assert TOKENIZER.decode(answer) == "It is sunny in Paris."
 
 
 @pytest.mark.anyio

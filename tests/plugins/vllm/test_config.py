@@ -30,6 +30,16 @@ def test_only_the_flags_set_are_passed_with_kv_events_and_extras_last():
     assert events == json.loads(default_kv_events_config())
 
 
+def test_max_model_len_is_vllms_own_flag():
+    """``--max-model-len`` reaches vLLM's parser as its own flag (``EngineArgs.max_model_len``);
+    the worker then advertises vLLM's resolved ``model_config.max_model_len`` (test_engine_info),
+    and vLLM refuses a value above the model's."""
+    argv = VllmConfig(max_model_len=1024).engine_argv("/models/m")
+    assert argv[argv.index("--max-model-len") + 1] == "1024"
+    with pytest.raises(ValueError, match="--max-model-len must be at least 1"):
+        VllmConfig(max_model_len=0).validate()
+
+
 def test_default_kv_events_bind_free_ports_that_vllm_reports():
     events = json.loads(default_kv_events_config())
     assert events["enable_kv_cache_events"] is True and events["publisher"] == "zmq"
