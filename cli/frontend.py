@@ -13,6 +13,7 @@ from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
 from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend.limits import RequestLimits
+from dyn.core.frontend.session_identity import SessionAffinity
 from dyn.core.router.modes import modes_help
 
 HTTP_PANEL = "HTTP"
@@ -216,6 +217,52 @@ def frontend(
         help="With --router-mode kv: ask the dyn router at this ZMQ address "
         "instead of routing in this process.",
     ),
+    router_session_affinity: str = flag(
+        "soft",
+        "--router-session-affinity",
+        panel=ROUTER_PANEL,
+        help="What the session id an agent sends (x-dynamo-session-id, X-Claude-Code-Session-Id, "
+        "Codex's session-id, OpenCode's x-session-id, a Responses prompt_cache_key) does. soft: the session is bound to the worker "
+        "of its first turn and later turns go there unless that worker is overloaded; hard: always "
+        "there; off: ignored.",
+    ),
+    router_session_affinity_ttl_secs: int = flag(
+        300,
+        "--router-session-affinity-ttl-secs",
+        min=1,
+        max=31_536_000,
+        panel=ROUTER_PANEL,
+        help="How long a session stays bound after its last turn (1 to 31536000).",
+    ),
+    enable_anthropic_api: bool = flag(
+        True,
+        "--enable-anthropic-api/--no-enable-anthropic-api",
+        panel=HTTP_PANEL,
+        help="Serve Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens) for "
+        "Claude Code and the anthropic SDK.",
+    ),
+    responses_store_max_entries: int = flag(
+        1000,
+        "--responses-store-max-entries",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="Most Responses API responses kept for previous_response_id and GET /v1/responses/{id} "
+        "(least recently used dropped first).",
+    ),
+    responses_store_max_bytes: int = flag(
+        64 << 20,
+        "--responses-store-max-bytes",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="Most bytes of stored Responses API responses.",
+    ),
+    responses_store_ttl_secs: int = flag(
+        3600,
+        "--responses-store-ttl-secs",
+        min=1,
+        panel=LIMITS_PANEL,
+        help="How long a stored Responses API response is kept.",
+    ),
     enable_cache_control: bool = flag(
         False,
         "--enable-cache-control",
@@ -397,6 +444,11 @@ def frontend(
         router_config=router_config,
         router_address=router_address,
         enable_cache_control=enable_cache_control,
+        session_affinity=SessionAffinity(router_session_affinity, router_session_affinity_ttl_secs),  # type: ignore[arg-type]
+        enable_anthropic_api=enable_anthropic_api,
+        responses_store_max_entries=responses_store_max_entries,
+        responses_store_max_bytes=responses_store_max_bytes,
+        responses_store_ttl_s=responses_store_ttl_secs,
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
         enable_auto_tool_choice=enable_auto_tool_choice,

@@ -1,6 +1,7 @@
 """The ``--api-key`` guard shared by dyn's HTTP apps: the frontend, ``dyn router`` and ``dyn indexer``.
 
-With a key, every route needs ``Authorization: Bearer KEY`` except the probes in ``OPEN_PATHS``,
+With a key, every route needs ``Authorization: Bearer KEY`` (or ``x-api-key: KEY``, as
+Anthropic's clients send it) except the probes in ``OPEN_PATHS``,
 which orchestrators call without credentials. The scheme is matched case-insensitively (RFC 9110
 11.1: ``bearer`` and ``BEARER`` are the same scheme), and the key is compared in constant time:
 both sides are hashed with SHA-256 and the digests compared with ``hmac.compare_digest``, so the
@@ -34,10 +35,11 @@ class ApiKey:
             raise ValueError("an API key must not be empty")
         self._digest = _digest(key.encode())
 
-    def allows(self, authorization: bytes | None) -> bool:
-        """Whether an ``Authorization`` header value (raw bytes, None when absent) carries the key."""
+    def allows(self, authorization: bytes | None, x_api_key: bytes | None = None) -> bool:
+        """Whether an ``Authorization`` header value (raw bytes, None when absent) carries the key,
+        or, without one, an ``x-api-key`` header (Anthropic's clients send the key there)."""
         if not authorization:
-            return False
+            return x_api_key is not None and hmac.compare_digest(_digest(x_api_key.strip()), self._digest)
         scheme, _, token = authorization.strip().partition(b" ")
         if scheme.lower() != b"bearer":
             return False

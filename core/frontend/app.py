@@ -2,18 +2,21 @@
 
 A plain ASGI callable (no framework on the hot path). Each path it serves is an endpoint of
 ``dyn.core.frontend.endpoints`` (``ENDPOINTS``): ``POST /v1/chat/completions``,
-``POST /v1/completions`` (streaming SSE or JSON), ``GET /v1/models``, ``GET /health`` (503 with
+``POST /v1/completions``, ``POST /v1/responses`` (``GET``/``DELETE /v1/responses/{id}``),
+``POST /v1/messages`` (streaming SSE or JSON; the APIs of ``dyn.core.frontend.apis``),
+``POST /v1/messages/count_tokens``, ``GET /v1/models``, ``GET /health`` (503 with
 the reason when no request could be served; ``endpoints.health``), ``GET /live``, ``GET /metrics`` (Prometheus text),
 ``GET /openapi.json``, ``POST /tokenize``, ``POST /detokenize``; with a KV router, its index views
 under ``/kv/``.
 
 Contracts:
 
-- Every error is an OpenAI error body (``dyn.core.protocol.errors``), malformed input a 4xx: a
+- Every error is an OpenAI error body (``dyn.core.protocol.errors``), or the error shape of the
+  endpoint's API (``Endpoint.error_body``: Anthropic's under ``/v1/messages``), malformed input a 4xx: a
   body that is not ``application/json`` is a 415 (charset and other parameters allowed); bad JSON,
   invalid UTF-8, deep nesting, a wrong type or an integer out of range a 400 naming the field.
 - With an API key every route but ``/live`` and ``/health`` needs ``Authorization: Bearer KEY``
-  (``dyn.core.api_key``; ``/metrics`` too unless ``public_metrics``; ``/openapi.json`` and
+  or ``x-api-key: KEY`` (``dyn.core.api_key``; ``/metrics`` too unless ``public_metrics``; ``/openapi.json`` and
   ``/kv/*`` too): a 401 with ``WWW-Authenticate: Bearer`` otherwise. CORS preflights need none.
 - ``x-request-id`` (the client's header, else the body's ``request_id``, else a fresh one) is
   echoed on every generate response; a client's id must be 1 to 256 visible ASCII characters
@@ -25,7 +28,8 @@ Contracts:
   path that starts with it is served as the path after it, and any other path as it is (vLLM's
   FastAPI ``root_path``): ``/PREFIX/v1/models`` and ``/v1/models`` are the same endpoint, and
   ``scope["root_path"]`` is the prefix. With ``docs`` off (``--disable-fastapi-docs``),
-  ``/openapi.json`` is a 404.
+  ``/openapi.json`` is a 404; with ``anthropic_api`` off (``--no-enable-anthropic-api``), so are
+  ``/v1/messages`` and its ``count_tokens``.
 - A client that disconnects cancels its request, whether it waits in the router's queue or is
   generating. An unexpected exception is logged and answered with a 500, never left to take the
   server down.
@@ -37,15 +41,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, needs_key
 from dyn.core.asgi import JSON, Disconnected, json_error_protocol, lifespan, respond
 from dyn.core.frontend.catalog import ModelCatalog
 from dyn.core.frontend.cors import CorsPolicy
-from dyn.core.frontend.endpoints import ENDPOINTS, Call
+from dyn.core.frontend.endpoints import Call, Endpoint, find
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.protocol.errors import ApiError, bad_request, encoded, overloaded
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.apis.responses.store import ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +75,21 @@ class FrontendApp:
         max_inflight: int = 0,
         root_path: str = "",
         docs: bool = True,
+        anthropic_api: bool = True,
+        response_store: ResponseStore | None = None,
     ) -> None:
         self.root_path = root_path
         """The prefix a proxy serves this app under ("" for none); no trailing slash."""
-        self.docs = docs
-        """Whether ``/openapi.json`` is served."""
+        # imported here: at the top they would run while the endpoint table that imports them is half built
+        from dyn.core.frontend.apis.anthropic.endpoints import PATHS as ANTHROPIC_PATHS
+        from dyn.core.frontend.apis.responses.store import ResponseStore
+
+        self.off = (frozenset() if docs else DOCS_PATHS) | (frozenset() if anthropic_api else ANTHROPIC_PATHS)
+        """Paths turned off by flags: answered 404 as if there were no such endpoint."""
         self.models = models
         """Every model served, by each name a request may use (``resolve``)."""
+        self.response_store = response_store or ResponseStore()
+        """The Responses API's stored responses (``--responses-store-*``), for every model."""
         self.api_key = ApiKey(api_key) if api_key else None
         self.public_metrics = public_metrics
         self.max_inflight = max_inflight
@@ -132,22 +147,23 @@ class FrontendApp:
                 )
                 return
             extra = self.cors.response_headers(origin_s)
+        path = scope["path"]
+        endpoint = find(path) if path not in self.off else None
+        error_body = endpoint.error_body if endpoint is not None else encoded
         try:
-            self._authorize(scope["path"], headers)
-            await self._dispatch(Call(scope, headers, receive, send, extra))
+            self._authorize(path, headers)
+            await self._dispatch(Call(scope, headers, receive, send, extra), endpoint)
         except ApiError as exc:
-            await _respond_error(send, exc, extra)
+            await _respond_error(send, error_body(exc), exc, extra)
         except Disconnected:
             pass
         except Exception:
-            log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            await _respond_error(send, ApiError(500, "internal server error; see the frontend log"), extra)
+            log.exception("unexpected error serving %s %s", scope["method"], path)
+            internal = ApiError(500, "internal server error; see the frontend log")
+            await _respond_error(send, error_body(internal), internal, extra)
 
-    async def _dispatch(self, call: Call) -> None:
+    async def _dispatch(self, call: Call, endpoint: Endpoint | None) -> None:
         path, method = call.scope["path"], call.scope["method"]
-        endpoint = ENDPOINTS.get(path)
-        if endpoint is not None and not self.docs and path in DOCS_PATHS:
-            endpoint = None
         if endpoint is not None:
             if method not in endpoint.methods:
                 raise ApiError(405, f"{path} accepts {endpoint.methods[0]} only")
@@ -162,7 +178,7 @@ class FrontendApp:
         key = self.api_key
         if key is None or not needs_key(key, path) or (path == "/metrics" and self.public_metrics):
             return
-        if not key.allows(headers.get(b"authorization")):
+        if not key.allows(headers.get(b"authorization"), headers.get(b"x-api-key")):
             raise ApiError(
                 401, REFUSAL, code="invalid_api_key", headers={CHALLENGE[0].decode(): CHALLENGE[1].decode()}
             )
@@ -185,10 +201,10 @@ class FrontendApp:
             self.inflight -= 1
 
 
-async def _respond_error(send: Any, exc: ApiError, extra: list[tuple[bytes, bytes]]) -> None:
+async def _respond_error(send: Any, body: bytes, exc: ApiError, extra: list[tuple[bytes, bytes]]) -> None:
     headers = extra + [JSON] + [(k.encode(), v.encode("latin-1")) for k, v in exc.headers.items()]
     try:
-        await respond(send, exc.status, encoded(exc), _dedupe(headers))
+        await respond(send, exc.status, body, _dedupe(headers))
     except (OSError, RuntimeError):
         pass  # the response had started or the client is gone; nothing more can be said
 

@@ -2,7 +2,7 @@
 
 Every bound is checked before the work it bounds (bytes before tokenizing, counts before fanning
 out, the size of a whole response before generating it), and a request over one is a 400 that
-names the field and the flag that raises the limit. ``check_chat`` and ``check_completion`` walk
+names the field and the flag that raises the limit. ``chat_prompt_bytes`` and ``completion_prompt_bytes`` walk
 the decoded request once, in time proportional to its size, and stop as soon as a bound is
 crossed; ``check_response_bytes`` bounds what a non-streaming response may hold once the prompts
 (and so every choice's ``max_tokens``) are known.
@@ -53,7 +53,7 @@ class RequestLimits:
         return max(BYTES_PER_TOKEN * context_length, MIN_PROMPT_BYTES)
 
 
-def check_chat(
+def chat_prompt_bytes(
     req: ChatCompletionRequest, limits: RequestLimits, byte_limit: int, context_length: int
 ) -> int:
     """Refuse a chat request over a bound (``ApiError`` 400); return the bytes of its prompt
@@ -81,7 +81,7 @@ def check_chat(
     return size
 
 
-def check_completion(
+def completion_prompt_bytes(
     req: CompletionRequest, limits: RequestLimits, byte_limit: int, context_length: int
 ) -> int:
     """Refuse a completions request over a bound (``ApiError`` 400); return the bytes of its

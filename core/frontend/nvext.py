@@ -64,6 +64,8 @@ class ChoiceTiming:
     engine: EngineTiming | None = None
     prefilled: float | None = None
     """When a disaggregated request's prefill stage ended (its KV is then in transfer)."""
+    session_id: str | None = None
+    """The agent session the request belongs to, when the client named one."""
 
 
 def worker_id(route: Route) -> dict[str, Any]:
@@ -105,6 +107,8 @@ def timing(t: ChoiceTiming, route: Route, now: float | None = None) -> dict[str,
         out["router_queue_depth"] = route.queue_depth
     if t.prefilled is not None and t.first is not None:
         out["kv_transfer_estimated_latency_ms"] = round((t.first - t.prefilled) * 1000, 3)
+    if t.session_id is not None:
+        out["session_id"] = t.session_id
     return out
 
 

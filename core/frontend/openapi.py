@@ -8,6 +8,7 @@ refused as not supported yet), so a client or a fuzzer that follows the document
 the server accepts. ``/tokenize`` takes one of its two request shapes (``oneOf``), ``/detokenize``
 token ids in the vocabulary, at most the context length of them, ``/v1/embeddings`` ``input`` or
 ``messages`` (``oneOf``: ``EmbeddingInputRequest``, ``EmbeddingChatRequest``).
+The Responses and Messages APIs add their parts (``dyn.core.frontend.apis.*.openapi``).
 ``tests/reliability/test_schemathesis.py`` fuzzes the server from it.
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 import msgspec
 
 import dyn.core
+from dyn.core.frontend.apis.anthropic.openapi import openapi_paths as anthropic_paths
+from dyn.core.frontend.apis.responses.openapi import openapi_paths as responses_paths
 from dyn.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 from dyn.core.protocol.errors import ErrorResponse
 from dyn.core.protocol.openai import (
@@ -335,6 +338,8 @@ def openapi_document(
             {"minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}},
         )
     plain = {"200": {"description": "OK"}}
+    responses, responses_schemas = responses_paths(model)
+    messages, messages_schemas = anthropic_paths(model)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -345,6 +350,8 @@ def openapi_document(
         "paths": {
             "/v1/chat/completions": _generate("Chat completion", chat_req, chat_resp),
             "/v1/completions": _generate("Text completion", cmpl_req, cmpl_resp),
+            **responses,
+            **messages,
             "/v1/models": {
                 "get": {
                     "summary": "Served models",
@@ -372,5 +379,12 @@ def openapi_document(
             "/live": {"get": {"summary": "The process is up", "responses": plain}},
             "/metrics": {"get": {"summary": "Prometheus text format", "responses": plain}},
         },
-        "components": {"schemas": {**components, "ErrorResponse": components.get("ErrorResponse", error)}},
+        "components": {
+            "schemas": {
+                **components,
+                "ErrorResponse": components.get("ErrorResponse", error),
+                **responses_schemas,
+                **messages_schemas,
+            }
+        },
     }

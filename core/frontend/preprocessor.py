@@ -112,22 +112,22 @@ class Preprocessor:
 
     # ----------------------------------------------------------------- bounds and threads
 
-    def check_chat(self, req: ChatCompletionRequest) -> int:
+    def chat_work_bytes(self, req: ChatCompletionRequest) -> int:
         """Refuse a chat request over a ``RequestLimits`` bound (``ApiError`` 400); return the
         bytes of text preprocessing it will read (prompt text and stop strings)."""
-        size = bounds.check_chat(req, self.limits, self.prompt_bytes, self.info.context_length)
+        size = bounds.chat_prompt_bytes(req, self.limits, self.prompt_bytes, self.info.context_length)
         return size + _stop_chars(req)
 
-    def check_completions(self, req: CompletionRequest) -> int:
-        """As ``check_chat``, for a completions request."""
-        size = bounds.check_completion(req, self.limits, self.prompt_bytes, self.info.context_length)
+    def completion_work_bytes(self, req: CompletionRequest) -> int:
+        """As ``chat_work_bytes``, for a completions request."""
+        size = bounds.completion_prompt_bytes(req, self.limits, self.prompt_bytes, self.info.context_length)
         return size + _stop_chars(req)
 
     async def chat_async(self, req: ChatCompletionRequest) -> Prompt:
         """``chat`` for the event loop: the bounds checked here; a small request rendered inline
         and tokenized by ``Tokenizer.encode_chat_async``, a larger one all in a preprocessing
         thread."""
-        if self.check_chat(req) > INLINE_WORK_BYTES:
+        if self.chat_work_bytes(req) > INLINE_WORK_BYTES:
             return await anyio.to_thread.run_sync(self._chat, req, limiter=self._threads())
         nvext = req.nvext
         if nvext is not None and (nvext.token_data is not None or nvext.use_raw_prompt):
@@ -139,7 +139,7 @@ class Preprocessor:
     async def completions_async(self, req: CompletionRequest) -> list[Prompt]:
         """``completions`` for the event loop, as ``chat_async``: the texts of a small request are
         tokenized by ``Tokenizer.encode_async``."""
-        if self.check_completions(req) > INLINE_WORK_BYTES:
+        if self.completion_work_bytes(req) > INLINE_WORK_BYTES:
             return await anyio.to_thread.run_sync(self._completions, req, limiter=self._threads())
         prompts = []
         for item in _completion_items(req):
@@ -153,7 +153,7 @@ class Preprocessor:
         """The token ids a chat completion of ``req`` sends for its messages (the same bounds,
         template and options), without the context-length rule: ``/tokenize`` reports the count
         and the context length instead, as vLLM's does."""
-        if self.check_chat(req) <= INLINE_WORK_BYTES:
+        if self.chat_work_bytes(req) <= INLINE_WORK_BYTES:
             return self._chat_tokens(req)
         return await anyio.to_thread.run_sync(self._chat_tokens, req, limiter=self._threads())
 
@@ -198,8 +198,8 @@ class Preprocessor:
     def chat(self, req: ChatCompletionRequest) -> Prompt:
         """The prompt of a chat request: ``nvext.token_data`` as given; with
         ``nvext.use_raw_prompt`` the last message's text tokenized without the template; else
-        the messages rendered with the chat template. Bounds checked first (``check_chat``)."""
-        self.check_chat(req)
+        the messages rendered with the chat template. Bounds checked first (``chat_work_bytes``)."""
+        self.chat_work_bytes(req)
         return self._chat(req)
 
     def _chat(self, req: ChatCompletionRequest) -> Prompt:
@@ -291,8 +291,8 @@ class Preprocessor:
 
     def completions(self, req: CompletionRequest) -> list[Prompt]:
         """One ``Prompt`` per prompt of the (possibly batched) request; bounds checked first
-        (``check_completions``)."""
-        self.check_completions(req)
+        (``completion_work_bytes``)."""
+        self.completion_work_bytes(req)
         return self._completions(req)
 
     def _completions(self, req: CompletionRequest) -> list[Prompt]:

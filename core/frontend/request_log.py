@@ -33,8 +33,16 @@ class RequestLog:
         if not log.isEnabledFor(logging.INFO):
             log.warning("--enable-log-requests is set but the log level is above info: no request is logged")
 
-    def received(self, request_id: str, prompts: Sequence[Prompt], n: int) -> None:
-        """Log ``prompts``, the engine prompts of request ``request_id`` (``n`` choices each)."""
+    def received(
+        self,
+        request_id: str,
+        prompts: Sequence[Prompt],
+        n: int,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+    ) -> None:
+        """Log ``prompts``, the engine prompts of request ``request_id`` (``n`` choices each), with
+        the agent session (and its parent) the client named."""
         if not log.isEnabledFor(logging.INFO):
             return
         cut = self.max_log_len
@@ -56,6 +64,10 @@ class RequestLog:
             params = {"n": n, **_fields(prompt.sampling), **_fields(prompt.stop)}
             if prompt.stop_strings:
                 params["stop"] = prompt.stop_strings
+            if session_id is not None:
+                params["session_id"] = session_id
+            if parent_session_id is not None:
+                params["parent_session_id"] = parent_session_id
             log.info(
                 "Received request %s: params: %s, num_prompt_tokens: %d",
                 rid,

@@ -21,6 +21,7 @@ import anyio
 
 from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
+from dyn.core.frontend.apis.responses.store import ResponseStore
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.catalog import ModelCatalog, ServedModel
 from dyn.core.frontend.chat_template import ChatTemplateError
@@ -31,6 +32,7 @@ from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.service import OpenAIService, OutputSettings
+from dyn.core.frontend.session_identity import AFFINITY_MODES, SessionAffinity
 from dyn.core.frontend.tls import TlsSettings
 from dyn.core.logs import status
 from dyn.core.memory import trim_periodically
@@ -67,6 +69,14 @@ class FrontendSettings:
     router_config: KvRouterConfig = field(default_factory=KvRouterConfig)
     router_address: str | None = None
     enable_cache_control: bool = False
+    session_affinity: SessionAffinity = field(default_factory=SessionAffinity)
+    """What a session id a client sends does (``--router-session-affinity``)."""
+    enable_anthropic_api: bool = True
+    """``/v1/messages`` is served (``--enable-anthropic-api``)."""
+    responses_store_max_entries: int = 1000
+    responses_store_max_bytes: int = 64 << 20
+    responses_store_ttl_s: int = 3600
+    """The bounds of the Responses API's store (``--responses-store-*``)."""
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     enable_auto_tool_choice: bool = False
@@ -130,6 +140,11 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         raise ConfigError(
             "--enable-cache-control needs --router-mode kv (the pin goes to the worker the KV router chose)"
         )
+    if settings.session_affinity.mode not in AFFINITY_MODES:
+        raise ConfigError(
+            f"--router-session-affinity must be one of {', '.join(AFFINITY_MODES)}, "
+            f"got {settings.session_affinity.mode!r}"
+        )
     convention = settings.priority_convention
     if convention not in CONVENTIONS:
         raise ConfigError(
@@ -177,6 +192,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             reliability,
             priority_convention=convention,
             request_log=request_log,
+            affinity=settings.session_affinity,
         )
         service.lora_name = lora_name
         return ServedModel(service, pool)
@@ -214,6 +230,12 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         max_inflight=settings.max_inflight,
         root_path=_root_path(settings.root_path),
         docs=not settings.disable_fastapi_docs,
+        anthropic_api=settings.enable_anthropic_api,
+        response_store=ResponseStore(
+            settings.responses_store_max_entries,
+            settings.responses_store_max_bytes,
+            settings.responses_store_ttl_s,
+        ),
     ), primary.pool
 
 

@@ -23,6 +23,14 @@ The frontend routes every engine request through it; requests without ``session`
 - **Expiry.** A reaper checks every ``REAP_INTERVAL_S``; an expired engine-backed session is
   closed on its worker.
 
+**Session affinity by id** (``RouteRequest.affinity``, the frontend's ``--router-session-affinity``
+for the session id a client sends in a header): a turn without ``action`` whose session has no
+binding is routed normally and bound router-only to the worker chosen (TTL ``session.timeout``).
+``hard`` keeps every later turn on that worker. ``soft`` keeps it there unless the worker is
+overloaded: more than ``SOFT_SLACK`` requests in flight above the least loaded live worker and
+more than twice its count; then the turn is routed normally and the session bound anew where it
+went (as Dynamo's soft affinity treats the bound worker as a preference).
+
 ``RouteRequest.pin_ttl_s`` (``nvext.cache_control`` with ``--enable-cache-control``): after the
 stream ends, the worker that served it is asked to pin the prompt's cached prefix for that long.
 
@@ -58,6 +66,7 @@ from dyn.core.transport.request_plane import RemoteError, WorkerUnavailable
 log = logging.getLogger("dyn.router")
 
 ENGINE_TIMEOUT_MARGIN_S = 30
+SOFT_SLACK = 8
 REAP_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 10.0
 _call_ids = itertools.count()
@@ -203,6 +212,12 @@ class AgentRouter(Router):
                 )
                 self.sessions.unbind(sid)
                 bound = None
+        if bound is not None and request.affinity == "soft" and not bound.engine_backed:
+            if self._overloaded(bound.instance_id):
+                log.debug(
+                    "session %s: worker %d is overloaded; routing the turn anew", sid, bound.instance_id
+                )
+                bound = None
         route = None
         if bound is not None:
             pinned = msgspec.structs.replace(request, instance_id=bound.instance_id, dp_rank=bound.dp_rank)
@@ -222,6 +237,10 @@ class AgentRouter(Router):
             if bound is not None:
                 self.sessions.resolve(sid)
                 return route, sid if bound.engine_backed else None
+            if request.affinity is not None:
+                self.sessions.bind(
+                    sid, worker.instance_id, route.dp_rank, session.timeout, engine_backed=False
+                )
             return route, None
         if action == "bind":
             old = self.sessions.peek(sid)
@@ -247,6 +266,16 @@ class AgentRouter(Router):
             )
         in_session = old is not None and old.engine_backed and old.instance_id == worker.instance_id
         return route, sid if in_session else None
+
+    def _overloaded(self, instance_id: int) -> bool:
+        """``soft`` affinity gives way: the worker has ``SOFT_SLACK`` more requests in flight (from
+        this process) than the least loaded live worker, and more than twice as many."""
+        workers = self.pool.workers()
+        mine = next((w.client.in_flight for w in workers if w.instance_id == instance_id), None)
+        if mine is None or len(workers) < 2:
+            return False
+        least = min(w.client.in_flight for w in workers)
+        return mine > least + SOFT_SLACK and mine > 2 * least
 
     def _close_replaced(self, sid: str, old: Any, kept_on: int | None) -> None:
         """A rebinding replaced ``old``: close its engine session unless it lives on where the

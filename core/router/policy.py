@@ -15,7 +15,7 @@ Failures are ``RoutingError`` subclasses; the HTTP layer maps them to statuses
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import msgspec
@@ -71,7 +71,9 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     """What a router sees of one engine request. ``priority`` and ``latency_sensitivity`` are
     the agent hints (larger means sooner in the router queue); ``expected_output_tokens`` is
     ``agent_hints.osl``. ``session`` and ``pin_ttl_s`` (``nvext.session_control``, the
-    ``cache_control`` TTL) are served by ``dyn.core.router.agent.AgentRouter``.
+    ``cache_control`` TTL) are served by ``dyn.core.router.agent.AgentRouter``; ``affinity``
+    (``soft`` | ``hard``) marks a session named by the client's session id (a header, not
+    ``session_control``): bound to its first worker on first sight, kept there after.
     ``prefill_instance_id`` names the prefill worker of a disaggregated request
     (``nvext.prefill_worker_id``, ``x-prefill-instance-id``; ``instance_id`` then names its decode
     worker); ``overrides`` change a KV router's cost model for this request."""
@@ -87,6 +89,7 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     latency_sensitivity: float | None = None
     expected_output_tokens: int | None = None
     session: SessionControl | None = None
+    affinity: Literal["soft", "hard"] | None = None
     pin_ttl_s: float | None = None
 
 

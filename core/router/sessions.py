@@ -6,6 +6,9 @@ Reference 4.2 (Dynamo's StickySessionRouter store). A binding is ``router_only``
 refreshes the TTL (the window slides on every turn); ``peek`` does not. An expired binding is
 never returned: ``peek``/``resolve`` drop it, and ``expire`` hands every expired binding to the
 caller (whose reaper closes the engine-backed ones on their worker).
+
+Bounded: at most ``max_sessions`` bindings (Dynamo's cap, 65,536); binding one more evicts the
+least recently used, which ``expire`` hands over like an expired one.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ class Binding:
     engine_backed: bool
 
 
+MAX_SESSIONS = 65_536
+
+
 class SessionAffinity:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, max_sessions: int = MAX_SESSIONS) -> None:
         self._clock = clock
+        self.max_sessions = max_sessions
         self._bindings: dict[str, Binding] = {}
         self._expired: list[tuple[str, Binding]] = []
 
@@ -38,7 +45,12 @@ class SessionAffinity:
     ) -> Binding:
         """Bind (or rebind) ``session_id``; the TTL starts now."""
         binding = Binding(instance_id, dp_rank, ttl_s, self._clock() + ttl_s, engine_backed)
-        self._bindings[session_id] = binding
+        bindings = self._bindings
+        bindings.pop(session_id, None)
+        if len(bindings) >= self.max_sessions:
+            oldest = next(iter(bindings))
+            self._expired.append((oldest, bindings.pop(oldest)))
+        bindings[session_id] = binding
         if self._expired:  # an expiry not reaped yet must not close the session bound anew
             self._expired = [(sid, b) for sid, b in self._expired if sid != session_id]
         return binding
@@ -56,6 +68,7 @@ class SessionAffinity:
         binding = self.peek(session_id)
         if binding is not None:
             binding.expires_at = self._clock() + binding.ttl_s
+            self._bindings[session_id] = self._bindings.pop(session_id)  # now the most recently used
         return binding
 
     def unbind(self, session_id: str) -> Binding | None:

@@ -87,9 +87,14 @@ def accepted(result: dict, operation: str) -> int:
 
 def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
     result = schemathesis(stack.url, tmp_path)
-    assert result["operations"]["tested"] == result["operations"]["total"] == 9
-    assert result["test_cases"]["generated"] >= 500
-    for operation in ("POST /v1/chat/completions", "POST /v1/completions"):
+    assert result["operations"]["tested"] == result["operations"]["total"] == 14
+    assert result["test_cases"]["generated"] >= 800
+    for operation in (
+        "POST /v1/chat/completions",
+        "POST /v1/completions",
+        "POST /v1/responses",
+        "POST /v1/messages",
+    ):
         assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
 
 

@@ -8,16 +8,22 @@ the frontend serves today: ``ReadEndpoint`` (GET/HEAD, a body computed from the 
 answered as SSE or one JSON body) and ``JsonEndpoint`` (``json_post.py``: a JSON request answered
 with one JSON body, nothing generated: ``/tokenize``, ``/detokenize``).
 
-To add an endpoint: a module here declaring it, its line in ``ENDPOINTS``, its request and
+A prefix endpoint (``prefix``, its ``path`` ending in ``/``) also serves the paths one segment under
+it (``/v1/responses/{id}``); ``find`` looks a path up. An endpoint answers errors in its API's
+shape (``Endpoint.error_body``). The generating APIs live in ``dyn.core.frontend.apis``, one
+folder each.
+
+To add an endpoint: a module here (or an API folder) declaring it, its line in ``ENDPOINTS``, its request and
 response types in ``dyn.core.protocol``, and its path in ``dyn.core.frontend.openapi`` (a test
 checks the document and the table agree).
 """
 
 from __future__ import annotations
 
+from dyn.core.frontend.apis.anthropic import endpoints as anthropic
+from dyn.core.frontend.apis.chat_completions import endpoints as chat_completions
+from dyn.core.frontend.apis.responses import endpoints as responses
 from dyn.core.frontend.endpoints import (
-    chat,
-    completions,
     detokenize,
     embeddings,
     health,
@@ -31,8 +37,12 @@ from dyn.core.frontend.endpoints.base import Call, Endpoint, ReadEndpoint
 ENDPOINTS: dict[str, Endpoint] = {
     e.path: e
     for e in (
-        chat.ENDPOINT,
-        completions.ENDPOINT,
+        chat_completions.CHAT,
+        chat_completions.COMPLETIONS,
+        responses.CREATE,
+        responses.STORED,
+        anthropic.MESSAGES,
+        anthropic.COUNT_TOKENS,
         models.ENDPOINT,
         tokenize.ENDPOINT,
         detokenize.ENDPOINT,
@@ -44,4 +54,14 @@ ENDPOINTS: dict[str, Endpoint] = {
     )
 }
 
-__all__ = ["ENDPOINTS", "Call", "Endpoint", "ReadEndpoint"]
+
+def find(path: str) -> Endpoint | None:
+    """The endpoint serving ``path``: its own, else the prefix endpoint it is under."""
+    endpoint = ENDPOINTS.get(path)
+    if endpoint is not None:
+        return endpoint
+    parent = ENDPOINTS.get(path.rsplit("/", 1)[0] + "/")
+    return parent if parent is not None and parent.prefix else None
+
+
+__all__ = ["ENDPOINTS", "Call", "Endpoint", "ReadEndpoint", "find"]

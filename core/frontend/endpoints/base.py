@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dyn.core.asgi import respond
+from dyn.core.protocol.errors import ApiError, encoded
 
 if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
@@ -38,9 +39,15 @@ class Endpoint(abc.ABC):
 
     path: str
     methods: tuple[str, ...]
+    prefix: bool = False
+    """``path`` is a prefix: the endpoint also serves every path under it (``/v1/responses/{id}``)."""
 
     @abc.abstractmethod
     async def serve(self, app: FrontendApp, call: Call) -> None: ...
+
+    def error_body(self, exc: ApiError) -> bytes:
+        """An error answered on this path, in its API's error shape (OpenAI's by default)."""
+        return encoded(exc)
 
 
 Reply = tuple[int, bytes, bytes]

@@ -4,8 +4,9 @@
   the request is admitted under ``--max-inflight`` before its body is read (``FrontendApp.admit``).
 - The body (at most ``MAX_BODY_BYTES``) is decoded into the endpoint's request type (400s name
   the field); ``x-request-id`` (the client's header, else the body's ``request_id``, else a fresh
-  one; a client's id must be 1 to 256 visible ASCII characters) is echoed on every response.
-- ``prepare(service, request, context)`` checks, renders, tokenizes and routes it into a
+  one; a client's id must be 1 to 256 visible ASCII characters) is echoed on every response. The
+  agent session it belongs to is read from its headers (``dyn.core.frontend.session_identity``).
+- ``prepare(app, service, request, context)`` checks, renders, tokenizes and routes it into a
   ``Generation``, which streams as SSE or is collected into one JSON body. From then on a
   client that disconnects while its request is routed (routing may wait in the router's queue,
   and the request leaves it) or generated cancels it (``until_disconnect``).
@@ -33,7 +34,9 @@ from dyn.core.asgi import (
     respond_parts,
 )
 from dyn.core.frontend.endpoints.base import Call, Endpoint, Headers
-from dyn.core.frontend.service import Generation, OpenAIService, RequestContext
+from dyn.core.frontend.generation import Generation, RequestContext
+from dyn.core.frontend.service import OpenAIService
+from dyn.core.frontend.session_identity import session_ids
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import decode_request, ignored_fields
 
@@ -51,7 +54,7 @@ _SSE_HEADERS = [
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
 """A client's request id: visible ASCII, so it can be echoed as a header and logged as it is."""
 
-Prepare = Callable[[OpenAIService, Any, RequestContext], Awaitable[Generation]]
+Prepare = Callable[["FrontendApp", OpenAIService, Any, RequestContext], Awaitable[Generation]]
 
 
 class GenerateEndpoint(Endpoint):
@@ -79,15 +82,21 @@ class GenerateEndpoint(Endpoint):
             raise ApiError(413, str(exc)) from None
         req = decode_request(body, self.request_type)
         headers = call.headers
-        rid = _request_id(headers.get(b"x-request-id"), req.request_id)
+        rid = _request_id(headers.get(b"x-request-id"), getattr(req, "request_id", None))
         warn_ignored(body, self.request_type, rid)
+        extra = call.extra + [(b"x-request-id", rid.encode())]
+        try:
+            session, parent = session_ids(headers)
+        except ApiError as exc:
+            raise _with_headers(exc, extra) from None
         ctx = RequestContext(
             rid,
             worker_instance_id=_int_header(headers, b"x-worker-instance-id"),
             prefill_instance_id=_int_header(headers, b"x-prefill-instance-id"),
             dp_rank=_int_header(headers, b"x-dp-rank", b"x-data-parallel-rank"),
+            session_id=session,
+            parent_session_id=parent,
         )
-        extra = call.extra + [(b"x-request-id", rid.encode())]
         try:
             service = app.models.resolve(req.model)
         except ApiError as exc:
@@ -96,7 +105,7 @@ class GenerateEndpoint(Endpoint):
 
         async def serve() -> None:
             try:
-                gen = await self.prepare(service, req, ctx)
+                gen = await self.prepare(app, service, req, ctx)
             except ApiError as exc:
                 service.model_metrics.requests(self.label, label, "error").inc()
                 raise _with_headers(exc, extra) from None

@@ -128,7 +128,7 @@ def test_prompt_bytes_count_every_text_the_template_reads(info, where: str) -> N
             ]
         },
     }
-    err = refused(pre.check_chat, chat(**bodies[where]))
+    err = refused(pre.chat_work_bytes, chat(**bodies[where]))
     assert err.param == "messages" and "--max-prompt-bytes" in err.message and "1000 bytes" in err.message
 
 

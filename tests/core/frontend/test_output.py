@@ -7,8 +7,8 @@ import json
 
 import orjson
 
+from dyn.core.frontend.apis.chat_completions.chunks import chat_delta
 from dyn.core.frontend.output import OutputPlan
-from dyn.core.frontend.responses import chat_delta
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from dyn.core.frontend.responses import DONE, StreamEncoder, usage_info
+from dyn.core.frontend.apis.chat_completions.chunks import DONE, StreamEncoder
+from dyn.core.frontend.generation import usage_info
 
 
 def event(data: bytes) -> dict:

@@ -283,7 +283,7 @@ async def test_an_unreachable_remote_indexer_is_not_asked_until_it_answers_again
 
 
 def test_all_workers_busy_is_a_503_with_retry_after():
-    from dyn.core.frontend.service import _routing_error
+    from dyn.core.frontend.failures import routing_error as _routing_error
 
     err = _routing_error(AllWorkersBusyError("every worker is over its busy threshold"))
     assert err.status == 503 and "retry-after" in err.headers

@@ -1,4 +1,4 @@
-"""Response bodies: SSE chunks for streaming, whole objects for unary requests.
+"""The chunks of a streamed chat or text completion (``chat.completion.chunk`` / ``text_completion``).
 
 Streaming is the hot path (one event per engine message per choice), so ``StreamEncoder``
 pre-encodes the invariant head of every chunk once per request and splices in only the index,
@@ -14,25 +14,12 @@ from typing import TYPE_CHECKING
 import msgspec
 import orjson
 
-from dyn.core.protocol.openai import PromptTokensDetails, UsageInfo
+from dyn.core.protocol.openai import UsageInfo
 
 if TYPE_CHECKING:
     from dyn.core.frontend.output import ToolCallDelta
 
 DONE = b"data: [DONE]\n\n"
-
-
-def usage_info(
-    prompt_tokens: int, completion_tokens: int, cached_tokens: int, *, details: bool = True
-) -> UsageInfo:
-    """A request's usage; ``details``: with ``prompt_tokens_details.cached_tokens`` (else that
-    field is null, as in vLLM without ``--enable-prompt-tokens-details``)."""
-    return UsageInfo(
-        prompt_tokens,
-        completion_tokens,
-        prompt_tokens + completion_tokens,
-        PromptTokensDetails(cached_tokens) if details else None,
-    )
 
 
 class StreamEncoder:

@@ -1,0 +1,73 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic's Messages API.
+
+Both answer every error on their path in Anthropic's shape (``errors``), the app's own 401, 404,
+413, 415 and 503 included. A Messages request is adapted into a chat request (``adapter``),
+prepared by ``OpenAIService.prepare_chat`` like any chat completion (one validation, template,
+tokenizer, routing) and written by ``MessagesWire``. ``count_tokens`` tokenizes the same chat
+request as ``/tokenize`` does: its count is the prompt a Messages request with the same body
+sends (``usage`` input + cache read + cache creation). The query (Claude Code's ``?beta=true``)
+and the ``anthropic-version`` and ``anthropic-beta`` headers are accepted, whatever they hold.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dyn.core.frontend.apis.anthropic import errors
+from dyn.core.frontend.apis.anthropic.adapter import adapt
+from dyn.core.frontend.apis.anthropic.protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
+from dyn.core.frontend.apis.anthropic.wire import MessagesWire
+from dyn.core.frontend.endpoints.generate import GenerateEndpoint, warn_ignored
+from dyn.core.frontend.endpoints.json_post import JsonEndpoint
+from dyn.core.frontend.generation import Generation, RequestContext
+from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.openai import check_chat, decode_request
+from dyn.core.protocol.tools import tool_plan
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.app import FrontendApp
+    from dyn.core.frontend.service import OpenAIService
+
+
+class MessagesEndpoint(GenerateEndpoint):
+    """A generating endpoint whose errors are Anthropic's."""
+
+    def error_body(self, exc: ApiError) -> bytes:
+        return errors.encoded(exc)
+
+
+class CountTokensEndpoint(JsonEndpoint):
+    """``count_tokens``, whose errors are Anthropic's."""
+
+    def error_body(self, exc: ApiError) -> bytes:
+        return errors.encoded(exc)
+
+
+async def _prepare(
+    app: FrontendApp, service: OpenAIService, req: MessagesRequest, ctx: RequestContext
+) -> Generation:
+    chat, names = adapt(req)
+    try:
+        return await service.prepare_chat(chat, ctx, MessagesWire, "messages", "Messages")
+    except ApiError as exc:
+        raise names.renamed(exc) from None
+
+
+async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
+    req = decode_request(body, CountTokensRequest)
+    warn_ignored(body, CountTokensRequest, "to /v1/messages/count_tokens")
+    service = app.models.resolve(req.model)
+    chat, names = adapt(req)
+    try:
+        check_chat(chat, service.outputs.max_logprobs)
+        tool_plan(chat.tools, chat.tool_choice, chat.parallel_tool_calls)
+        tokens = await service.preprocessor.tokenize_chat_async(chat)
+    except ApiError as exc:
+        raise names.renamed(exc) from None
+    return CountTokensResponse(len(tokens))
+
+
+MESSAGES = MessagesEndpoint("/v1/messages", MessagesRequest, _prepare)
+COUNT_TOKENS = CountTokensEndpoint("/v1/messages/count_tokens", _count_tokens)
+PATHS = frozenset({MESSAGES.path, COUNT_TOKENS.path})
+"""The paths ``--no-enable-anthropic-api`` turns off."""

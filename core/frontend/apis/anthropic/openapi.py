@@ -1,0 +1,81 @@
+"""The Messages API's part of the OpenAPI document (``dyn.core.frontend.openapi``): its two paths
+and their schemas, generated from ``protocol`` so they cannot drift from what is decoded.
+
+Component names start with ``Anthropic`` (``AnthropicMessagesRequest``, ``AnthropicErrorResponse``),
+so they never collide with the OpenAI API's (``ErrorResponse``, ``Usage``, ``Message``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from dyn.core.frontend.apis.anthropic.protocol import (
+    CountTokensRequest,
+    CountTokensResponse,
+    ErrorResponse,
+    Message,
+    MessagesRequest,
+)
+
+PREFIX = "Anthropic"
+_REF = "#/components/schemas/" + PREFIX + "{name}"
+
+
+def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, component schemas) of ``/v1/messages`` and ``/v1/messages/count_tokens``; with
+    ``model``, the requests' ``model`` is that name."""
+    schemas, components = msgspec.json.schema_components(
+        [MessagesRequest, Message, CountTokensRequest, CountTokensResponse, ErrorResponse], ref_template=_REF
+    )
+    messages_req, message, count_req, count_resp, error = schemas
+    if model is not None:
+        for name in ("MessagesRequest", "CountTokensRequest"):
+            components[name]["properties"]["model"] = {"type": "string", "enum": [model]}
+    errors = {
+        str(code): {"description": text, "content": {"application/json": {"schema": error}}}
+        for code, text in (
+            (400, "Invalid request (invalid_request_error)"),
+            (401, "Missing or wrong API key (authentication_error)"),
+            (404, "Unknown model (not_found_error)"),
+            (413, "The body is too large (request_too_large)"),
+            (415, "The body is not application/json"),
+            (503, "No worker available, or the frontend is at --max-inflight (overloaded_error)"),
+        )
+    }
+    stream = {
+        "text/event-stream": {
+            "schema": {
+                "type": "string",
+                "description": "Named SSE events: message_start, ping, content_block_start/delta/stop, "
+                "message_delta, message_stop (or error)",
+            }
+        }
+    }
+    paths = {
+        "/v1/messages": {
+            "post": {
+                "summary": "Anthropic Messages API: a message, or its SSE events when stream=true",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": messages_req}}},
+                "responses": {
+                    "200": {
+                        "description": "The message (JSON), or SSE when stream=true",
+                        "content": {"application/json": {"schema": message}, **stream},
+                    },
+                    **errors,
+                },
+            }
+        },
+        "/v1/messages/count_tokens": {
+            "post": {
+                "summary": "The prompt tokens a Messages request with this body sends",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": count_req}}},
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": count_resp}}},
+                    **errors,
+                },
+            }
+        },
+    }
+    return paths, {PREFIX + name: schema for name, schema in components.items()}

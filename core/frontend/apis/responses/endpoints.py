@@ -1,0 +1,151 @@
+"""``POST /v1/responses`` (``CREATE``), ``GET`` and ``DELETE /v1/responses/{id}`` (``STORED``).
+
+``CREATE`` is a ``GenerateEndpoint``: the request is adapted into a chat request (``adapter``),
+continuing the stored conversation of its ``previous_response_id`` (unknown or evicted: a 404
+naming the field), prepared by ``OpenAIService.prepare_chat`` and written by ``ResponsesWire``.
+Its ``prompt_cache_key`` is the request's session identity when no header gave one (and it is
+one: ``session_identity.checked``). The app's ``ResponseStore`` (``FrontendApp.response_store``) keeps what
+``store`` asks to keep. Errors the chat path raises name the Responses request's fields (``text.format``,
+``max_output_tokens``, ``input``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from dyn.core.asgi import JSON, respond
+from dyn.core.frontend.apis.responses.adapter import ChatTurn, chat_request
+from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponsesRequest
+from dyn.core.frontend.apis.responses.wire import ResponsesWire
+from dyn.core.frontend.endpoints.base import Call, Endpoint
+from dyn.core.frontend.endpoints.generate import GenerateEndpoint
+from dyn.core.frontend.generation import Generation, RequestContext
+from dyn.core.frontend.service import OpenAIService
+from dyn.core.frontend.session_identity import checked
+from dyn.core.protocol.errors import ApiError
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.app import FrontendApp
+
+log = logging.getLogger(__name__)
+
+_CONVERSATION = msgspec.json.Decoder(list[Any])
+
+
+async def prepare(
+    app: FrontendApp, service: OpenAIService, req: ResponsesRequest, ctx: RequestContext
+) -> Generation:
+    """``req`` as a generation written by ``ResponsesWire`` (see the module docstring)."""
+    store = app.response_store
+    history = None
+    if req.previous_response_id is not None:
+        stored = store.get(req.previous_response_id)
+        if stored is None:
+            raise ApiError(
+                404,
+                f"Previous response with id '{req.previous_response_id[:256]}' not found: it was never "
+                "stored (store: false), was deleted, or expired or was evicted from this frontend's "
+                "response store; send the whole conversation as input instead",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        history = _CONVERSATION.decode(stored.conversation)
+    turn = chat_request(req, history)
+    _warn_dropped(turn, ctx.request_id)
+    if ctx.session_id is None and req.prompt_cache_key:
+        ctx.session_id = _session_id(req.prompt_cache_key)
+    try:
+        return await service.prepare_chat(
+            turn.chat, ctx, lambda gen: ResponsesWire(gen, req, turn, store), "responses", "Responses"
+        )
+    except ApiError as exc:
+        raise _in_responses_terms(exc) from None
+
+
+_CHAT_FIELDS = (
+    ("response_format.json_schema", "text.format"),
+    ("response_format", "text.format"),
+    ("max_tokens", "max_output_tokens"),
+    ("messages", "input"),
+)
+"""A chat request's field -> the Responses request's that it came from (prefixes)."""
+
+
+def _in_responses_terms(exc: ApiError) -> ApiError:
+    """``exc`` naming the field of the Responses request rather than the chat request's (a
+    message's index is the chat message's, which need not be the input item's: only ``input``)."""
+    param = exc.param
+    for chat, ours in _CHAT_FIELDS:
+        if param is not None and (param == chat or param.startswith((chat + ".", chat + "["))):
+            exc.param = ours if chat == "messages" else ours + param[len(chat) :]
+            if exc.message.startswith(param) and chat != "messages":
+                exc.message = exc.param + exc.message[len(param) :]
+            exc.args = (exc.message,)
+            break
+    return exc
+
+
+def _session_id(prompt_cache_key: str) -> str | None:
+    """The key as the request's session id; None when it cannot be one (OpenAI takes any string
+    as a cache key: such a request runs without a session, never a 400)."""
+    try:
+        return checked(prompt_cache_key, "prompt_cache_key")
+    except ApiError:
+        return None
+
+
+def _warn_dropped(turn: ChatTurn, request_id: str) -> None:
+    if turn.dropped_tools:
+        log.warning(
+            "request %s: tools this server cannot run were ignored: %s",
+            request_id,
+            ", ".join(sorted(set(turn.dropped_tools))),
+        )
+    if turn.dropped_items:
+        log.warning(
+            "request %s: input items this server cannot use were dropped: %s",
+            request_id,
+            ", ".join(
+                f"{kind} x{turn.dropped_items.count(kind)}" for kind in sorted(set(turn.dropped_items))
+            ),
+        )
+
+
+class StoredEndpoint(Endpoint):
+    """``GET /v1/responses/{id}``: the stored response; ``DELETE``: forget it. 404 when the store
+    does not hold it (never stored, deleted, expired or evicted)."""
+
+    path = "/v1/responses/"
+    methods = ("GET", "DELETE")
+    prefix = True
+
+    async def serve(self, app: FrontendApp, call: Call) -> None:
+        response_id = call.scope["path"].rsplit("/", 1)[1]
+        store = app.response_store
+        if call.scope["method"] == "DELETE":
+            if not store.delete(response_id):
+                raise _not_found(response_id)
+            body = msgspec.json.encode(DeletedResponse(response_id))
+        else:
+            stored = store.get(response_id)
+            if stored is None:
+                raise _not_found(response_id)
+            body = stored.body
+        await respond(call.send, 200, body, call.extra + [JSON])
+
+
+def _not_found(response_id: str) -> ApiError:
+    return ApiError(
+        404,
+        f"Response with id '{response_id[:256]}' not found (never stored, deleted, or expired from "
+        "this frontend's response store)",
+        param="response_id",
+        code="response_not_found",
+    )
+
+
+CREATE = GenerateEndpoint("/v1/responses", ResponsesRequest, prepare)
+STORED = StoredEndpoint()
