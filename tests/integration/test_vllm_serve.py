@@ -377,3 +377,26 @@ def test_logprobs_shape_through_the_frontend(stack):
     prompt_lps = completion.choices[0].model_extra["prompt_logprobs"]
     assert len(prompt_lps) == completion.usage.prompt_tokens and prompt_lps[0] is None
     assert all(1 <= len(p) <= 2 for p in prompt_lps[1:])
+
+
+def test_the_responses_and_messages_apis_on_real_vllm(stack):
+    """The agent APIs run on the same generation core over real vLLM: a Responses request (unary)
+    and a Messages request (streamed) each come back whole, with the engine's usage."""
+    import anthropic
+    import openai
+
+    url, _ = stack
+    response = openai.OpenAI(base_url=url + "/v1", api_key="unused").responses.create(
+        model=MODEL, input="Say something.", max_output_tokens=5
+    )
+    assert response.status in ("completed", "incomplete")
+    assert 0 < response.usage.output_tokens <= 5 and response.usage.input_tokens > 0
+    assert response.output and response.output[0].type == "message"
+    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    with client.messages.stream(
+        model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "Stream please."}]
+    ) as stream:
+        message = stream.get_final_message()
+    assert message.stop_reason in ("max_tokens", "end_turn")
+    assert 0 < message.usage.output_tokens <= 5
+    assert message.content and message.content[0].type == "text"
