@@ -85,16 +85,30 @@ def accepted(result: dict, operation: str) -> int:
     return sum(phase["accepted"] for phase in result["valid_rates"][operation].values())
 
 
+AGENT_APIS = "^/v1/(responses|messages)"
+"""The Responses and Messages APIs' paths, fuzzed by their own run."""
+
+
 def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
-    result = schemathesis(stack.url, tmp_path)
-    assert result["operations"]["tested"] == result["operations"]["total"] == 14
-    assert result["test_cases"]["generated"] >= 800
-    for operation in (
-        "POST /v1/chat/completions",
-        "POST /v1/completions",
-        "POST /v1/responses",
-        "POST /v1/messages",
-    ):
+    result = schemathesis(stack.url, tmp_path, "--exclude-path-regex", AGENT_APIS)
+    assert result["operations"]["tested"] == 9
+    assert result["test_cases"]["generated"] >= 500
+    for operation in ("POST /v1/chat/completions", "POST /v1/completions"):
+        assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
+
+
+def test_schemathesis_on_the_agent_apis(stack, tmp_path):
+    """``/v1/responses`` (and ``{response_id}``), ``/v1/messages`` and its ``count_tokens``,
+    without the coverage phase: its recursive strategies for the free-form JSON these APIs carry
+    (items, content blocks, tool schemas) make hypothesis parse lambda sources deep in the stack,
+    where CPython 3.11.7's parser fails with "AST constructor recursion depth mismatch" (a
+    SystemError in the fuzzer's own process, fixed in later CPython releases)."""
+    result = schemathesis(
+        stack.url, tmp_path, "--include-path-regex", AGENT_APIS, "--phases", "examples,fuzzing,stateful"
+    )
+    assert result["operations"]["tested"] == 5
+    assert result["test_cases"]["generated"] >= 200
+    for operation in ("POST /v1/responses", "POST /v1/messages"):
         assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
 
 

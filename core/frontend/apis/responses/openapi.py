@@ -10,6 +10,13 @@ from typing import Any
 
 import msgspec
 
+from dyn.core.frontend.apis.responses.adapter import (
+    MAX_INPUT_ITEMS,
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE_CHARS,
+    MAX_SHORT_CHARS,
+)
 from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponseObject, ResponsesRequest
 from dyn.core.protocol.errors import ErrorResponse
 
@@ -24,8 +31,10 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
         [ResponsesRequest, ResponseObject, DeletedResponse, ErrorResponse], ref_template=_REF
     )
     request, response, deleted, error = schemas
+    properties = components["ResponsesRequest"]["properties"]
     if model is not None:
-        components["ResponsesRequest"]["properties"]["model"] = {"type": "string", "enum": [model]}
+        properties["model"] = {"type": "string", "enum": [model]}
+    properties.update(_value_rules())
     errors = {
         str(code): {"description": text, "content": {"application/json": {"schema": error}}}
         for code, text in (
@@ -84,3 +93,83 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
         },
     }
     return paths, {PREFIX + name: schema for name, schema in components.items()}
+
+
+def _value_rules() -> dict[str, Any]:
+    """The rules the adapter applies after decoding, so that a client (or a fuzzer) that follows
+    the document sends requests the server accepts; item and tool shapes beyond a message and a
+    function are left to the prose (docs/api-responses.md)."""
+    short = {"type": ["string", "null"], "maxLength": MAX_SHORT_CHARS}
+    message = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "type": {"const": "message"},
+            "role": {"enum": ["user", "assistant", "system", "developer"]},
+            "content": {"type": "string"},
+        },
+    }
+    function = {
+        "type": "object",
+        "required": ["type", "name"],
+        "properties": {
+            "type": {"const": "function"},
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "description": {"type": "string"},
+            "parameters": {"type": "object", "properties": {"type": {"const": "object"}}},
+        },
+    }
+    return {
+        "input": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": message, "minItems": 1, "maxItems": MAX_INPUT_ITEMS},
+                {"type": "null"},
+            ]
+        },
+        "tools": {"type": ["array", "null"], "items": function, "maxItems": 64},
+        "tool_choice": {"enum": ["auto", "none", None], "description": "Also required or a named function."},
+        "text": {
+            "type": ["object", "null"],
+            "properties": {
+                "format": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {
+                            "type": "object",
+                            "required": ["type"],
+                            "properties": {"type": {"enum": ["text", "json_object"]}},
+                            "description": "Also json_schema with name and schema.",
+                        },
+                    ]
+                },
+                "verbosity": {"enum": ["low", "medium", "high", None]},
+            },
+        },
+        "reasoning": {
+            "type": ["object", "null"],
+            "properties": {
+                "effort": {"enum": ["minimal", "low", "medium", "high", None]},
+                "summary": {"enum": ["auto", "concise", "detailed", None]},
+            },
+        },
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
+        "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+        "top_p": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
+        "metadata": {
+            "type": ["object", "null"],
+            "maxProperties": MAX_METADATA_PAIRS,
+            "propertyNames": {"maxLength": MAX_METADATA_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE_CHARS},
+        },
+        "prompt_cache_key": short,
+        "safety_identifier": short,
+        "truncation": {"enum": ["auto", "disabled", None]},
+        "service_tier": {"enum": ["auto", "default", "flex", "priority", None]},
+        "previous_response_id": {"type": "null", "description": "A stored response's id (not fuzzable)."},
+        "background": {"enum": [False, None], "description": "Background responses are not supported."},
+        "conversation": {"type": "null", "description": "Conversations are not supported."},
+        "nvext": {"type": "null", "description": "As in a chat completion (see its schema)."},
+        "request_id": {"type": ["string", "null"], "pattern": "^[!-~]{1,256}$"},
+    }
