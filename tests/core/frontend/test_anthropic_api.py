@@ -707,3 +707,21 @@ async def test_no_enable_anthropic_api_turns_both_paths_off(make_frontend):
                 "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
             )
         ).status_code == 200
+
+
+def test_the_server_tool_types_warned_about_are_bounded(monkeypatch):
+    from dyn.core.frontend.apis.anthropic import adapter
+
+    monkeypatch.setattr(adapter, "_warned_hosted", set())
+    for i in range(3 * adapter.MAX_WARNED_TYPES):
+        req = msgspec.convert(
+            {
+                "model": "dyn-tiny",
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"name": "search", "type": f"web_search_{i}"}],
+            },
+            MessagesRequest,
+        )
+        adapt(req)
+    assert len(adapter._warned_hosted) == adapter.MAX_WARNED_TYPES

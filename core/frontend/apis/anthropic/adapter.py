@@ -65,6 +65,9 @@ BILLING_HEADER = "x-anthropic-billing-header"
 """The line Claude Code puts first in its system prompt (its version and a per-session hash)."""
 
 _warned_hosted: set[str] = set()
+MAX_WARNED_TYPES = 64
+"""The server-tool types remembered as warned about: past them each is warned at debug level, so a
+client sending new type names cannot grow the set."""
 
 
 def adapt(req: CountTokensRequest) -> tuple[ChatCompletionRequest, FieldNames]:
@@ -309,12 +312,14 @@ def _tools(req: CountTokensRequest, conv: _Conversion) -> tuple[list[dict[str, A
         conv.cache(tool.cache_control)
         if tool.type not in (None, "custom"):
             if tool.type not in _warned_hosted:
-                _warned_hosted.add(tool.type)
-                log.warning(
+                if len(_warned_hosted) < MAX_WARNED_TYPES:
+                    _warned_hosted.add(tool.type)
+                log.log(
+                    logging.WARNING if tool.type in _warned_hosted else logging.DEBUG,
                     "Messages API: server tool %r (type %s) is ignored: this server runs no hosted "
                     "tools; the model sees only the client tools (warned once per type)",
-                    tool.name,
-                    tool.type,
+                    tool.name[:100],
+                    tool.type[:100],
                 )
             continue
         if tool.input_schema is None:
