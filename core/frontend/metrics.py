@@ -31,7 +31,7 @@ _TOKENS = log_buckets(1, 1_000_000, per_decade=3)
 
 class FrontendMetrics:
     """Request metrics of one frontend; labels: ``model``, and for requests_total also
-    ``endpoint`` (chat_completions | completions), ``request_type`` (stream | unary) and
+    ``endpoint`` (chat_completions | completions | responses | messages), ``request_type`` (stream | unary) and
     ``status`` (success | error)."""
 
     def __init__(self) -> None:
