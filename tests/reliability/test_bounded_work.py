@@ -107,11 +107,12 @@ class LivePoller:
 
     def assert_never_held(self, bound_s: float = 0.1) -> None:
         """Every /live answered within ``bound_s`` but perhaps one, which met a scheduling hiccup
-        of this shared machine (and still came within 2.5 x ``bound_s``)."""
+        of this shared machine (and still came within 5 x ``bound_s``: under the full suite's
+        parallel load one such answer took 0.27-0.41 s, where holding the loop took 1.3 s)."""
         assert not self.failures, self.failures
         assert len(self.latencies) >= 5, self.latencies
         slowest = sorted(self.latencies)[-2:]
-        assert slowest[0] < bound_s and slowest[-1] < 2.5 * bound_s, sorted(self.latencies)[-5:]
+        assert slowest[0] < bound_s and slowest[-1] < 5 * bound_s, sorted(self.latencies)[-5:]
 
 
 def _post(url: str, path: str, body: dict | bytes, timeout: float = 60) -> tuple[httpx.Response, float]:

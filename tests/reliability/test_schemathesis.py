@@ -5,7 +5,11 @@ Issue 16's probe found 500s and dropped connections in 11,531 schemathesis cases
 2**64, invalid UTF-8, deep nesting, a lone surrogate or a control character in ``request_id``).
 This runs schemathesis's CLI (pinned in the ``test`` extra) with its ``not_a_server_error`` check
 in both modes (valid requests from the document, and requests that break it), a fixed seed and a
-bounded number of examples per operation, so it takes well under a minute on 2 cores. The
+bounded number of examples per operation, so it takes well under a minute on 2 cores. It runs one
+worker thread: with a fixed seed the cases are then the same on every run, where two threads
+sometimes met CPython 3.11.7's "AST constructor recursion depth mismatch" inside hypothesis
+(generating the free-form JSON of the Responses and Messages APIs), a fault of the fuzzer's
+process that failed the run though the server answered every case. The
 document declares the value rules (see ``dyn.core.frontend.openapi``), so a good share of the
 generated requests reach the workers (dyn's embedded ``dyn-tiny`` behind simulated mockers) and
 stream back; the test checks that share too, or the run would only exercise the 400 paths.
@@ -48,7 +52,7 @@ def schemathesis(url: str, tmp_path, *options: str) -> dict:
             "--seed",
             str(SEED),
             "--workers",
-            "2",
+            "1",
             "--request-timeout",
             "60",
             "--request-retries",
@@ -85,31 +89,14 @@ def accepted(result: dict, operation: str) -> int:
     return sum(phase["accepted"] for phase in result["valid_rates"][operation].values())
 
 
-AGENT_APIS = "^/v1/(responses|messages)"
-"""The Responses and Messages APIs' paths, fuzzed by their own run."""
-
-
 def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
-    result = schemathesis(stack.url, tmp_path, "--exclude-path-regex", AGENT_APIS)
-    assert result["operations"]["tested"] == 9
-    assert result["test_cases"]["generated"] >= 500
-    for operation in ("POST /v1/chat/completions", "POST /v1/completions"):
+    result = schemathesis(stack.url, tmp_path)
+    assert result["operations"]["tested"] == 14
+    assert result["test_cases"]["generated"] >= 800
+    for operation in ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages"):
         assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
-
-
-def test_schemathesis_on_the_agent_apis(stack, tmp_path):
-    """``/v1/responses`` (and ``{response_id}``), ``/v1/messages`` and its ``count_tokens``,
-    without the coverage phase: its recursive strategies for the free-form JSON these APIs carry
-    (items, content blocks, tool schemas) make hypothesis parse lambda sources deep in the stack,
-    where CPython 3.11.7's parser fails with "AST constructor recursion depth mismatch" (a
-    SystemError in the fuzzer's own process, fixed in later CPython releases)."""
-    result = schemathesis(
-        stack.url, tmp_path, "--include-path-regex", AGENT_APIS, "--phases", "examples,fuzzing,stateful"
-    )
-    assert result["operations"]["tested"] == 5
-    assert result["test_cases"]["generated"] >= 200
-    for operation in ("POST /v1/responses", "POST /v1/messages"):
-        assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
+    # most generated Responses requests name tools, items or formats the adapter refuses
+    assert accepted(result, "POST /v1/responses") >= 5, result["valid_rates"]["POST /v1/responses"]
 
 
 def test_schemathesis_embeddings_on_pooling_workers(stack_factory, tmp_path):
