@@ -725,3 +725,30 @@ def test_the_server_tool_types_warned_about_are_bounded(monkeypatch):
         )
         adapt(req)
     assert len(adapter._warned_hosted) == adapter.MAX_WARNED_TYPES
+
+
+@pytest.mark.parametrize(
+    ("field", "body"),
+    [
+        ("messages", {"messages": [{"role": "user", "content": "hi"}] * 4097}),
+        (
+            "messages[0].content",
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}] * 4097}]},
+        ),
+        ("system", {"system": [{"type": "text", "text": "x"}] * 4097}),
+        ("tools", {"tools": [{"name": f"t{i}", "input_schema": {"type": "object"}} for i in range(4097)]}),
+    ],
+)
+async def test_oversized_lists_are_anthropic_400s_naming_the_field(make_frontend, field, body):
+    async with make_frontend(workers=1) as fe:
+        request = {
+            "model": "dyn-tiny",
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}],
+            **body,
+        }
+        response = await fe.client.post("/v1/messages", json=request)
+        assert response.status_code == 400, response.text[:300]
+        error = response.json()
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        assert field in error["error"]["message"], error
