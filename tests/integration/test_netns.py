@@ -176,7 +176,8 @@ prompt = "a prompt long enough to fill several KV blocks of sixteen tokens " * 1
 
 def ask():
     answer = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=4
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=4,
+        extra_body={"ignore_eos": True},
     )
     return answer.usage.model_dump()
 

@@ -72,7 +72,7 @@ def records(discovery: Path, namespace: str) -> dict[int, tuple[Path, dict]]:
 
 
 def request_frames(request_id: str) -> list[bytes]:
-    return encode(GenerateRequest(request_id, [1, 2, 3, 4], stop=StopConditions(max_tokens=3)))
+    return encode(GenerateRequest(request_id, [1, 2, 3, 4], stop=StopConditions(max_tokens=3, ignore_eos=True)))
 
 
 def ask(endpoint: str, frames: list[bytes], timeout_s: float, keys: tuple | None = None) -> list:
@@ -193,7 +193,7 @@ def test_a_flood_of_malformed_frames_costs_log_lines_not_the_heartbeat(stack_fac
     assert stack.instances() == [instance]
     after = httpx.post(
         url + "/v1/completions",
-        json={"model": "dyn-tiny", "prompt": "after the flood", "max_tokens": 4},
+        json={"model": "dyn-tiny", "prompt": "after the flood", "max_tokens": 4, "ignore_eos": True},
         timeout=30,
     )
     assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 4
@@ -462,6 +462,7 @@ def test_curve_planes_admit_only_holders_of_the_keys(stack_factory, tmp_path, wa
             "model": "dyn-tiny",
             "prompt": "a prompt long enough to fill a few KV blocks " * 20,
             "max_tokens": 4,
+            "ignore_eos": True,
         },
         timeout=30,
     )
