@@ -80,7 +80,9 @@ def test_root_path_behind_a_prefix_and_direct(stack):
     for base in (f"{url}/llm/v1", f"{url}/v1"):
         with openai.OpenAI(base_url=base, api_key="unused", max_retries=0) as client:
             reply = client.chat.completions.create(
-                model="dyn-tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                model="dyn-tiny",
+                messages=[{"role": "user", "content": "Hi"}],
+                max_tokens=2,
                 extra_body={"ignore_eos": True},
             )
             assert reply.usage.completion_tokens == 2, base

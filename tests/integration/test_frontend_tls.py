@@ -145,7 +145,9 @@ def test_https_with_the_openai_client(stack_factory, pki):
     _wait_routable(url, trusted, 1)
     with _client(url, trusted) as client:
         reply = client.chat.completions.create(
-            model="dyn-tiny", messages=[{"role": "user", "content": "Hello!"}], max_tokens=4,
+            model="dyn-tiny",
+            messages=[{"role": "user", "content": "Hello!"}],
+            max_tokens=4,
             extra_body={"ignore_eos": True},  # the mocker's random tokens include EOS now and then
         )
         assert reply.choices[0].message.role == "assistant" and reply.usage.completion_tokens == 4
@@ -166,7 +168,9 @@ def test_a_client_certificate_is_required_with_cert_reqs_2(stack_factory, pki):
     _wait_routable(url, with_cert, 1)
     with _client(url, with_cert) as client:
         reply = client.chat.completions.create(
-            model="dyn-tiny", messages=[{"role": "user", "content": "Hello!"}], max_tokens=2,
+            model="dyn-tiny",
+            messages=[{"role": "user", "content": "Hello!"}],
+            max_tokens=2,
             extra_body={"ignore_eos": True},
         )
         assert reply.usage.completion_tokens == 2

@@ -72,7 +72,9 @@ def records(discovery: Path, namespace: str) -> dict[int, tuple[Path, dict]]:
 
 
 def request_frames(request_id: str) -> list[bytes]:
-    return encode(GenerateRequest(request_id, [1, 2, 3, 4], stop=StopConditions(max_tokens=3, ignore_eos=True)))
+    return encode(
+        GenerateRequest(request_id, [1, 2, 3, 4], stop=StopConditions(max_tokens=3, ignore_eos=True))
+    )
 
 
 def ask(endpoint: str, frames: list[bytes], timeout_s: float, keys: tuple | None = None) -> list:
