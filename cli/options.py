@@ -85,6 +85,16 @@ DRAIN_TIMEOUT = flag(
     "finish for this many seconds; those still running are handed back to their "
     "frontends (which migrate them with --migration-limit) and it exits.",
 )
+SYSTEM_PORT = flag(
+    None,
+    "--system-port",
+    min=0,
+    max=65535,
+    panel=WORKER_PANEL,
+    help="Serve the worker's HTTP status API on this port of --host: the engine's own Prometheus "
+    "metrics at /metrics (SGLang's with --enable-metrics), /health and /live. 0: a free port, "
+    "logged at start. Off by default.",
+)
 MODEL_PATH = flag(
     None,
     "--model-path",

@@ -3,7 +3,7 @@
 One subcommand per engine registered under the ``dyn.engines`` entry points (``dyn.core.engine``),
 generated from its ``EnginePlugin``: the model flags, the engine's own flags (its config class's
 declarations), its worker-level options, then the flags every worker has (parsers, discovery, host,
-drain, keys). An engine that ``passes_through`` hands the flags it does not declare to the engine.
+drain, system port, keys). An engine that ``passes_through`` hands the flags it does not declare to the engine.
 Installing a package that registers an engine is enough for ``dyn worker NAME`` to exist.
 """
 
@@ -50,6 +50,7 @@ def _worker(
     advertise_host: str = options.ADVERTISE_HOST,
     disaggregation_mode: DisaggregationMode = options.DISAGGREGATION_MODE,
     drain_timeout: float = options.DRAIN_TIMEOUT,
+    system_port: int = options.SYSTEM_PORT,
     plane_keys: str = options.PLANE_KEYS,
 ) -> None:
     """The body every ``dyn worker NAME`` shares; ``worker_command`` fills in the engine."""
@@ -72,6 +73,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
         advertise_host: str | None,
         disaggregation_mode: DisaggregationMode,
         drain_timeout: float,
+        system_port: int | None,
         plane_keys: str | None,
     ) -> None:
         try:
@@ -82,7 +84,9 @@ def worker_command(plugin: EnginePlugin) -> Any:
         settings = _settings(
             discovery, host, dyn_tool_call_parser, dyn_reasoning_parser, model_path, drain_timeout, plane_keys
         )
-        settings = msgspec.structs.replace(settings, disaggregation_mode=disaggregation_mode)
+        settings = msgspec.structs.replace(
+            settings, disaggregation_mode=disaggregation_mode, system_port=system_port
+        )
         extra = {"extra_args": list(ctx.args)} if plugin.passes_through else {}
         own = (
             {}

@@ -108,7 +108,7 @@ class Engine(Protocol):
 
     # Optional calls, offered when named in ``info.features``: ``StreamingSessions``
     # (FEATURE_STREAMING_SESSIONS), ``PrefixPinning`` (FEATURE_PIN_PREFIX), ``Embedder``
-    # (FEATURE_EMBED).
+    # (FEATURE_EMBED). An engine with metrics of its own offers ``PrometheusMetrics``.
 
 
 ReplySink = Callable[["TokenChunk | Finish | EngineError"], None]
@@ -142,6 +142,15 @@ class StreamingSessions(Protocol):
 
     async def close_session(self, session_id: str) -> bool:
         """Close it and free its KV; False if it was not open."""
+
+
+@runtime_checkable
+class PrometheusMetrics(Protocol):
+    """An engine with metrics of its own (SGLang's with ``--enable-metrics``), which the worker
+    serves on its ``--system-port`` ``/metrics``."""
+
+    def prometheus_text(self) -> bytes:
+        """The engine's metrics in the Prometheus text format (empty when it keeps none)."""
 
 
 class PrefixPinning(Protocol):

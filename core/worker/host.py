@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from contextlib import aclosing
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import msgspec
@@ -70,11 +70,13 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
+from dyn.core.service import LoopHttpServer, bind_http
 from dyn.core.transport.event_plane import KvEventPublisher, MetricsPublisher
 from dyn.core.transport.request_plane import RequestServer
 from dyn.core.transport.sockets import plane_keys
 from dyn.core.worker.kv_relay import KvEventRelay
 from dyn.core.worker.settings import WorkerSettings
+from dyn.core.worker.system import WorkerSystemApp
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,8 @@ class WorkerHost:
         self._outbox: dict[bytes, list[TokenChunk | Finish | ErrorReply]] = {}
         self._flush_wanted = anyio.Event()
         self.messages_sent = 0
+        self._system: LoopHttpServer | None = None
+        """The ``--system-port`` server, once started."""
         """Reply messages sent on the request plane (a batch counts once)."""
         self.replies_sent = 0
         """Replies sent (every ``TokenChunk``, ``Finish`` and ``ErrorReply`` in them)."""
@@ -190,13 +194,15 @@ class WorkerHost:
                 tg.start_soon(self._publish_metrics)
                 if self.kv_publisher is not None:
                     tg.start_soon(self.kv_publisher.serve_replay)
+                system = self._system = await self._start_system_port(tg)
                 async with self.store.lease(self.record, self.settings.lease_ttl_s):
                     log.info(
-                        "worker %d (%s, model %s) serving on %s",
+                        "worker %d (%s, model %s) serving on %s%s",
                         self.instance_id,
                         self.engine_name,
                         self.model_name,
                         self._server.endpoint,
+                        f", metrics at {system.url}" if system is not None else "",
                     )
                     task_status.started(self)
                     await stop.wait()
@@ -228,6 +234,8 @@ class WorkerHost:
                 self.kv_publisher.close()
             if self.kv_relay is not None:
                 self.kv_relay.close()
+            if self._system is not None:
+                self._system.sock.close()
 
     def _reply(self, identity: bytes, message: TokenChunk | Finish | ErrorReply) -> None:
         """Queue a reply for the client ``identity``; the flusher sends it."""
@@ -433,6 +441,16 @@ class WorkerHost:
             self.messages_sent += 1
         except Exception:
             log.exception("could not answer control call %s", rid)
+
+    async def _start_system_port(self, tg: Any) -> LoopHttpServer | None:
+        """Serve ``--system-port`` (``dyn.core.worker.system``) in ``tg``, if it is set; it
+        stops with the task group. ``ConfigError`` when the port cannot be bound."""
+        if self.settings.system_port is None:
+            return None
+        sock = bind_http(self.settings.host, self.settings.system_port, "--system-port")
+        server = LoopHttpServer(WorkerSystemApp(self.engine, self.instance_id), sock, self.settings.host)
+        await server.start(tg)
+        return server
 
     async def _publish_metrics(self) -> None:
         last: list | None = None

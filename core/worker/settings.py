@@ -27,6 +27,9 @@ class WorkerSettings(msgspec.Struct, kw_only=True, frozen=True):
     """How the served model writes tool calls (``--dyn-tool-call-parser``), advertised in discovery."""
     reasoning_parser: str | None = None
     """How the served model writes reasoning (``--dyn-reasoning-parser``), advertised in discovery."""
+    system_port: int | None = None
+    """Where the worker serves its HTTP status API (``--system-port``; 0 picks a free port;
+    ``None``: none), ``dyn.core.worker.system``."""
     disaggregation_mode: DisaggregationMode = "agg"
     """The worker's role (``--disaggregation-mode``), advertised in discovery; an engine serves it
     only if its plugin says so (``EnginePlugin.disaggregation``)."""

@@ -161,6 +161,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "advertise_host",
         "disaggregation_mode",
         "drain_timeout",
+        "system_port",
         "plane_keys",
         "config",  # every command's --config (dyn.cli.config_file), last
     ]

@@ -28,6 +28,7 @@ SAME_MEANING = {
     "DYN_ENABLE_STREAMING_SESSION": "an engine setting the mocker simulates",
     "DYN_HTTP_HOST": "the frontend's HTTP address; dyn serve passes it to its frontend",
     "DYN_HTTP_PORT": "the frontend's HTTP port; dyn serve passes it to its frontend",
+    "DYN_SYSTEM_PORT": "a process's HTTP status port (/metrics, /health): a router's or a worker's, as in Dynamo",
     "DYN_JSON": "print JSON instead of a table (inspect-kv, bench compare)",
     "DYN_KV_EVENTS_CONFIG": "the engine's KV-event publisher config (vLLM's or SGLang's)",
     "DYN_LORA_MODULES": "the LoRA adapters a worker serves (vLLM's; the mocker simulates them)",

@@ -470,3 +470,40 @@ async def test_a_flood_of_malformed_frames_is_answered_counted_and_never_blocks_
     warnings = [r.getMessage() for r in caplog.records if r.name == "dyn.core.worker.host"]
     assert len(warnings) <= 2 and "rejected a malformed request frame" in warnings[0]
     assert max(gaps) < 0.5, max(gaps)
+
+
+class MetricsEngine(ScriptedEngine):
+    """Keeps metrics of its own, in the Prometheus text format."""
+
+    def prometheus_text(self):
+        return b"# TYPE engine_sessions gauge\nengine_sessions 2.0\n"
+
+
+@pytest.mark.parametrize("engine", [ScriptedEngine, MetricsEngine])
+async def test_the_system_port_serves_the_engines_metrics_and_probes(tmp_path, engine, caplog):
+    import httpx
+
+    caplog.set_level(logging.INFO, logger="dyn.core.worker.host")
+    store = FileDiscoveryStore(tmp_path, "t")
+    settings = WorkerSettings(discovery=DiscoveryConfig(namespace="t"), system_port=0)
+    host = WorkerHost(engine(), engine_name="e", model_name="m", store=store, settings=settings)
+    stop = anyio.Event()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(host.run, stop)
+            (line,) = [r.getMessage() for r in caplog.records if "serving on" in r.getMessage()]
+            url = line.rpartition("metrics at ")[2]
+            async with httpx.AsyncClient(base_url=url, timeout=5) as http:
+                metrics = await http.get("/metrics")
+                assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+                assert ("engine_sessions 2.0" in metrics.text) == (engine is MetricsEngine)
+                assert (await http.get("/live")).json() == {"status": "live"}
+                health = (await http.get("/health")).json()
+                assert health == {"status": "ready", "instance_id": host.instance_id}
+                missing = await http.get("/nope")
+                assert missing.status_code == 404 and "/metrics, /health and /live" in missing.json()["error"]
+                assert (await http.post("/metrics")).status_code == 405
+            stop.set()
+    with pytest.raises(httpx.ConnectError):  # the port closed with the worker
+        async with httpx.AsyncClient(timeout=2) as http:
+            await http.get(url + "/live")
