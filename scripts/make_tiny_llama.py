@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Write `dyn-tiny-llama`: a random-weight Llama small enough for vLLM on a CPU, for tests.
 
-Usage: python scripts/make_tiny_llama.py OUT_DIR
+Usage: python scripts/make_tiny_llama.py OUT_DIR [CONTEXT]
 
-Needs torch and transformers (the vLLM venv of scripts/provision_vllm_cpu.sh has both). The
+CONTEXT is the model's context length (``max_position_embeddings``), default 2048; the SGLang venv
+of scripts/provision_sglang_cpu.sh asks for 131072, dyn-tiny's, so coding agents' prompts fit.
+
+Needs torch and transformers (the venvs of scripts/provision_vllm_cpu.sh and
+scripts/provision_sglang_cpu.sh have both). The
 tokenizer is dyn-tiny's (a byte-level BPE trained locally on the Python standard library, see
 scripts/make_tiny_model.py), loaded and written back with transformers' `save_pretrained`, so the
 frontend and the engine tokenize alike. The weights are random (seeded), hidden size 64 and 2
@@ -18,10 +22,12 @@ from pathlib import Path
 
 NAME = "dyn-tiny-llama"
 SEED = 0
+DEFAULT_CONTEXT = 2048
 
 
-def generate(out_dir: str | Path) -> Path:
-    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed), with a context of
+    ``context`` tokens, and return its path."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -39,7 +45,7 @@ def generate(out_dir: str | Path) -> Path:
         num_attention_heads=2,
         num_key_value_heads=2,
         head_dim=32,
-        max_position_embeddings=2048,
+        max_position_embeddings=context,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -55,10 +61,10 @@ def generate(out_dir: str | Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0].startswith("-"):
+    if not 1 <= len(argv) <= 2 or argv[0].startswith("-") or not all(a.isdigit() for a in argv[1:]):
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
-    out = generate(argv[0])
+    out = generate(argv[0], *(int(a) for a in argv[1:]))
     print(f"wrote {out} ({NAME})")
     return 0
 

@@ -25,6 +25,7 @@
 # the cache and its lock without a download); CMD must leave executable bin/codex, bin/claude and
 # bin/opencode, which are then not run.
 set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
 codex_version=${CODEX_VERSION:-0.171.0}
 claude_version=${CLAUDE_CODE_VERSION:-2.1.332}
 opencode_version=${OPENCODE_VERSION:-1.18.33}
@@ -52,15 +53,9 @@ check() {
   return $rc
 }
 
-mkdir -p "$(dirname "$prefix")"
-exec {lock_fd}>"$prefix.lock"
-if ! flock -n "$lock_fd"; then
-  say "another run holds $prefix.lock; waiting for it to finish"
-  flock -w "${DYN_PROVISION_LOCK_TIMEOUT:-1800}" "$lock_fd" || {
-    say "gave up waiting for $prefix.lock"
-    exit 1
-  }
-fi
+# shellcheck source=scripts/lib/cache_lock.sh
+source "$repo/scripts/lib/cache_lock.sh"
+hold_cache_lock "$prefix"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && check "$prefix" 2>/dev/null; then
   say "cached $prefix"

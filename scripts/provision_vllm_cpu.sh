@@ -33,15 +33,9 @@ model_want=$(cat "$repo/scripts/make_tiny_llama.py" "$repo"/core/model/dyn-tiny/
 model_stamp="$venv/models/.dyn-tiny-llama"
 say() { echo "provision_vllm_cpu: $*" >&2; }
 
-mkdir -p "$(dirname "$venv")"
-exec {lock_fd}>"$venv.lock"
-if ! flock -n "$lock_fd"; then
-  say "another run holds $venv.lock; waiting for it to finish"
-  flock -w "${DYN_PROVISION_LOCK_TIMEOUT:-1800}" "$lock_fd" || {
-    say "gave up waiting for $venv.lock"
-    exit 1
-  }
-fi
+# shellcheck source=scripts/lib/cache_lock.sh
+source "$repo/scripts/lib/cache_lock.sh"
+hold_cache_lock "$venv"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import vllm" 2>/dev/null; then
   say "cached venv $venv"

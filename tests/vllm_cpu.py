@@ -50,20 +50,28 @@ def vllm_serve(root: Path, *flags: str, workers: int = 1) -> Iterator[tuple[str,
     """``dyn serve --engine vllm`` on the provisioned venv's Python and model with ``flags``
     (discovery under ``root``, a free port, 300 s to start); yields ``(base URL, log path)`` once
     it is ready and stops its whole process group after. Fails with the log's tail if it exits."""
+    python, model = python_and_model(MODEL)
+    with engine_serve("vllm", python, model, vllm_env(), root, *flags, workers=workers) as served:
+        yield served
+
+
+@contextmanager
+def engine_serve(
+    engine: str, python: Path, model: Path, env: dict[str, str], root: Path, *flags: str, workers: int = 1
+) -> Iterator[tuple[str, Path]]:
+    """``dyn serve --engine ENGINE`` on ``python`` (a provisioned venv's) and ``model`` with
+    ``flags`` and ``env``; as ``vllm_serve`` says."""
     from tests.integration.conftest import stop_process_group
     from tests.waiting import poll_until
 
-    python, model = python_and_model(MODEL)
     log_path = root / "serve.log"
     args = [
-        str(python), "-m", "dyn.cli", "serve", "--engine", "vllm", "--workers", str(workers),
+        str(python), "-m", "dyn.cli", "serve", "--engine", engine, "--workers", str(workers),
         "--model-path", str(model), "--http-port", "0", "--discovery-dir", str(root / "discovery"),
         "--startup-timeout", "300", *flags,
     ]  # fmt: skip
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True
-        )
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
 
         def ready() -> str | None:
@@ -74,6 +82,6 @@ def vllm_serve(root: Path, *flags: str, workers: int = 1) -> Iterator[tuple[str,
                 raise AssertionError(f"dyn serve exited:\n{log_path.read_text()[-6000:]}")
             return None
 
-        yield poll_until(ready, 320, "dyn serve --engine vllm to be ready", interval=0.5), log_path
+        yield poll_until(ready, 320, f"dyn serve --engine {engine} to be ready", interval=0.5), log_path
     finally:
         stop_process_group(proc, grace_s=60)

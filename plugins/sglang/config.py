@@ -8,7 +8,10 @@ adds dyn's fixed settings and builds the record with ``ServerArgs.from_cli_args`
 means what it means in SGLang. A flag given both ways, an SGLang argument dyn owns, or one SGLang's parser refuses raises
 ``EngineStartError`` with a sentence (parsing needs SGLang, so it happens when the engine starts).
 
-dyn's fixed settings: ``skip_tokenizer_init`` (the frontend tokenizes), ``incremental_streaming_output``
+SGLang keeps its tokenizer (its grammar backends compile structured outputs with it; SGLang 0.5.23
+turns them off under ``--skip-tokenizer-init``, which a user without structured outputs may pass to
+save SGLang's detokenizer), though dyn sends token ids and reads output ids.
+dyn's fixed settings: ``incremental_streaming_output``
 (each streamed chunk carries only its new token ids, as Dynamo's SGLang worker enforces) and the
 ``--kv-events-config`` that ``dyn.plugins.sglang.kv_events`` builds.
 """
@@ -325,6 +328,14 @@ def to_server_args(server_args_cls: Any, namespace: argparse.Namespace, fixed: d
         return server_args_cls.from_cli_args(namespace)
     except (ValueError, TypeError) as exc:
         raise EngineStartError(f"SGLang refused its arguments: {exc}") from None
+
+
+def on_cpu(config: SglangConfig) -> bool:
+    """Whether the flags passed through to SGLang ask for its CPU engine (``--device cpu``)."""
+    args = list(config.extra_args)
+    return "--device=cpu" in args or any(
+        a == "--device" and b == "cpu" for a, b in zip(args, args[1:], strict=False)
+    )
 
 
 def merge_extra_args(config: SglangConfig, extra_args: Sequence[str]) -> SglangConfig:

@@ -64,6 +64,10 @@ engine with these signatures.
   request) is resent once with the whole prompt as an ordinary request, and dyn forgets the
   session (keeps it with an unknown history when only busy); after tokens it is an
   ``engine_error``.
+- **prometheus_text** (the worker's ``--system-port`` ``/metrics``): with ``--enable-metrics``,
+  SGLang's own gauges and histograms (``sglang:num_streaming_sessions``,
+  ``sglang:streaming_session_held_tokens``, queue and cache figures) from the Prometheus
+  multiprocess directory SGLang's engine writes them to.
 - **load_metrics**: polls ``tokenizer_manager.get_loads()`` every ``LOAD_POLL_S`` (a shared-memory
   read in 0.5.23) for running/waiting requests and used KV tokens; without it, dyn's own count of
   live streams. Preemptions and forward passes are not reported (0).
@@ -72,6 +76,7 @@ engine with these signatures.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -95,7 +100,7 @@ from dyn.core.messages import (
     Usage,
 )
 from dyn.core.transport.sockets import plane_keys
-from dyn.plugins.sglang.config import SglangConfig, parse_server_args, to_server_args
+from dyn.plugins.sglang.config import SglangConfig, on_cpu, parse_server_args, to_server_args
 from dyn.plugins.sglang.constraints import constraint_params
 from dyn.plugins.sglang.kv_events import KvEventsPlan, plan_kv_events
 from dyn.plugins.sglang.output import Outcome, OutputDecoder
@@ -194,6 +199,9 @@ class SglangEngine:
 
     def _start(self) -> None:
         """Build and start SGLang's engine (blocking); fill ``info`` and ``_owned``."""
+        if on_cpu(self.config):
+            # SGLang picks its CPU platform from this variable, read when its modules load
+            os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
         try:
             import sglang
             from sglang.srt.server_args import ServerArgs
@@ -220,7 +228,9 @@ class SglangEngine:
                 f"cannot pick free ports for SGLang's KV events on {self.host}: {exc}; "
                 "check --host (or --kv-events-endpoint)"
             ) from None
-        fixed: dict[str, Any] = {"skip_tokenizer_init": True, "incremental_streaming_output": True}
+        # dyn sends token ids and reads output ids either way; SGLang's grammar backends need its
+        # tokenizer, so skipping it (--skip-tokenizer-init) is the user's choice, not dyn's
+        fixed: dict[str, Any] = {"incremental_streaming_output": True}
         if plan.config_json is not None:
             fixed["kv_events_config"] = plan.config_json
         self.server_args = to_server_args(ServerArgs, namespace, fixed)
@@ -451,6 +461,23 @@ class SglangEngine:
         if stream.scope is not None:
             stream.scope.deadline = stream.abort_deadline
         return True
+
+    def prometheus_text(self) -> bytes:
+        """SGLang's own metrics (``sglang:*``, ``--enable-metrics``), which its scheduler and
+        tokenizer manager write to the Prometheus multiprocess directory SGLang's engine sets up
+        in this process (``PROMETHEUS_MULTIPROC_DIR``); empty without ``--enable-metrics``."""
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if (
+            self.server_args is None
+            or not getattr(self.server_args, "enable_metrics", False)
+            or not directory
+        ):
+            return b""
+        from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=directory)
+        return generate_latest(registry)
 
     def load_metrics(self) -> list[LoadMetrics]:
         info = self.info

@@ -65,7 +65,7 @@ async def test_flags_reach_sglang_and_dyn_sets_its_own_settings(fake):
         ) == ("/models/m", 2, 0.8, 64, 8192, 4096, 16, 2048, "bfloat16", "fp8")
         assert server_args.enable_priority_scheduling and server_args.schedule_low_priority_values_first
         assert server_args.radix_eviction_policy == "priority" and server_args.enable_streaming_session
-        assert server_args.skip_tokenizer_init and server_args.incremental_streaming_output
+        assert not server_args.skip_tokenizer_init and server_args.incremental_streaming_output
         kv = json.loads(server_args.kv_events_config)
         assert kv["publisher"] == "zmq" and kv["bind"] is True and kv["topic"] == "kv-events"
         assert kv["endpoint"].startswith("tcp://127.0.0.1:")

@@ -1,0 +1,341 @@
+"""``dyn serve --engine sglang`` with 2 live SGLang workers (SGLang 0.5.23's CPU engine, a tiny
+random Llama).
+
+Runs only when ``DYN_SGLANG_VENV`` names a venv made by ``scripts/provision_sglang_cpu.sh`` (the
+README's test command makes one); the stack runs on that venv's Python, the test on this one. What
+it proves on SGLang's own code: chat through the openai client, SGLang's KV events reaching the
+router and a shared prefix routed to its holder, priority scheduling reordering a contended queue,
+priority radix eviction keeping an important prefix, streaming sessions sending only what the
+session does not hold and freeing it on close and on idle timeout (with SGLang's own session
+gauges on the worker's ``/metrics``), structured outputs and a forced tool call that validate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+
+from tests.sglang_cpu import MODEL, NEEDS_SGLANG, sglang_serve
+from tests.waiting import poll_until
+
+pytestmark = [pytest.mark.integration, NEEDS_SGLANG, pytest.mark.timeout(600)]
+PAGE = 16
+POOL_TOKENS = 4096
+"""The priority worker's KV pool (--max-total-tokens): small, so a few prompts fill it."""
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """``dyn serve --engine sglang --workers 2`` with streaming sessions, SGLang's metrics on each
+    worker's --system-port, and structured outputs; yields ``(url, log)``."""
+    with sglang_serve(
+        tmp_path_factory.mktemp("sglang"),
+        "--router-mode",
+        "kv",
+        # SGLang server flags: declared by dyn worker sglang, or passed through to SGLang
+        "--page-size",
+        str(PAGE),
+        "--max-total-tokens",
+        "16384",
+        "--enable-streaming-session",
+        "--enable-metrics",
+        "--grammar-backend",
+        "xgrammar",
+        # the random-weight model would fill all the whitespace a JSON grammar allows
+        "--constrained-json-disable-any-whitespace",
+        "--dyn-tool-call-parser",
+        "hermes",
+        "--system-port",  # each worker's /metrics: SGLang's own gauges
+        "0",
+        workers=2,
+    ) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def priority_stack(tmp_path_factory):
+    """One SGLang worker with one running slot, priority scheduling and priority radix eviction
+    over a 4096-token pool; yields ``(url, log)``."""
+    with sglang_serve(
+        tmp_path_factory.mktemp("sglang-priority"),
+        "--page-size",
+        str(PAGE),
+        "--max-total-tokens",
+        str(POOL_TOKENS),
+        "--max-running-requests",
+        "1",
+        "--enable-priority-scheduling",
+        "--radix-eviction-policy",
+        "priority",
+    ) as served:
+        yield served
+
+
+def instances(url: str) -> list[int]:
+    return httpx.get(url + "/health", timeout=10).json()["instances"]
+
+
+def kv_blocks(url: str) -> dict[int, int]:
+    workers = httpx.get(url + "/kv/workers", timeout=10).json()
+    return {int(w["instance_id"]): w["blocks"] for w in workers}
+
+
+def chat(url: str, content: str | list, worker: int | None = None, **extra) -> dict:
+    messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    nvext = {"extra_fields": ["worker_id", "timing"], **extra.pop("nvext", {})}
+    body = {"model": MODEL, "messages": messages, "max_tokens": 4, "nvext": nvext, **extra}
+    headers = {"x-worker-instance-id": str(worker)} if worker is not None else None
+    r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def worker_of(reply: dict) -> int:
+    return reply["nvext"]["worker_id"]["decode_worker_id"]
+
+
+def cached(reply: dict) -> int:
+    return reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_chat_unary_and_streamed_through_the_openai_client(stack):
+    import openai
+
+    url, _ = stack
+    assert len(instances(url)) == 2
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=6,
+        extra_body={"ignore_eos": True},
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 6 and reply.choices[0].message.content
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Stream please."}],
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    assert chunks[-1].usage.completion_tokens == 5
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        "length"
+    ]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack):
+    url, _ = stack
+    shared = " ".join(f"fact {i}: the SGLang worker keeps this prefix cached." for i in range(30))
+    first = chat(url, shared + " Question one?")
+    holder = worker_of(first)
+    prompt_pages = first["usage"]["prompt_tokens"] // PAGE
+    # SGLang published BlockStored for the prompt's full pages; the router indexed them
+    poll_until(
+        lambda: kv_blocks(url).get(holder, 0) >= prompt_pages,
+        30,
+        f"the router to index worker {holder}'s {prompt_pages} pages",
+    )
+    for question in ("Question two?", "Question three?", "Question four?"):
+        reply = chat(url, shared + " " + question)
+        assert worker_of(reply) == holder
+        assert cached(reply) >= (prompt_pages - 1) * PAGE
+        assert reply["nvext"]["timing"]["kv_hit_rate"] > 0.8
+
+
+def worker_metrics(log_text: str) -> dict[int, str]:
+    """Each worker's ``/metrics`` URL, from its start-up line in the serve log."""
+    found = re.findall(r"worker (\d+) .*metrics at (http://\S+)", log_text)
+    return {int(instance): f"{base}/metrics" for instance, base in found}
+
+
+def gauge(text: str, name: str) -> float:
+    values = [float(line.rpartition(" ")[2]) for line in text.splitlines() if line.startswith(name + "{")]
+    assert values, f"{name} is not in the worker's /metrics"
+    return sum(values)
+
+
+DECODE_LOG = 48
+"""Tokens a request generates so that SGLang's scheduler logs a decode batch (every 40 steps by
+default), which is when it sets its gauges."""
+
+
+def sessions_after_a_step(url: str, worker: int, metrics: str) -> tuple[float, float]:
+    """SGLang's session gauges on ``worker`` once an ordinary request has made its scheduler log."""
+    chat(url, f"tick {uuid.uuid4().hex}", worker, max_tokens=DECODE_LOG, ignore_eos=True)
+    text = httpx.get(metrics, timeout=10).text
+    return gauge(text, "sglang:num_streaming_sessions"), gauge(text, "sglang:streaming_session_held_tokens")
+
+
+def test_a_streaming_session_holds_its_kv_in_sglang_until_closed(stack):
+    """open, a second turn that sends SGLang only what the session does not hold, close: SGLang's
+    own gauges on the worker's /metrics count the session and its KV while it is open, and
+    nothing once it is closed."""
+    url, log = stack
+    system = {"role": "system", "content": "You are a research subagent. " * 10}
+    messages = [system, {"role": "user", "content": "Find every paper on radix caches."}]
+
+    def turn(action: str | None) -> dict:
+        control = {"session_id": "sub-1", "timeout": 60, **({"action": action} if action else {})}
+        return chat(url, messages, max_tokens=DECODE_LOG, ignore_eos=True, nvext={"session_control": control})
+
+    opened = turn("open")
+    worker = worker_of(opened)
+    metrics = worker_metrics(log.read_text())[worker]
+    messages += [
+        {"role": "assistant", "content": opened["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "Now the ones on paged attention."},
+    ]
+    second = turn(None)
+    assert worker_of(second) == worker
+    assert cached(second) >= opened["usage"]["prompt_tokens"], second["usage"]
+    sessions, held = sessions_after_a_step(url, worker, metrics)
+    assert sessions == 1 and held >= second["usage"]["prompt_tokens"], (sessions, held)
+    messages += [
+        {"role": "assistant", "content": second["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "Summarise."},
+    ]
+    turn("close")
+    poll_until(
+        lambda: sessions_after_a_step(url, worker, metrics) == (0, 0), 60, "SGLang to free the closed session"
+    )
+
+
+def test_an_idle_streaming_session_is_freed_after_its_timeout(stack):
+    url, log = stack
+    control = {"session_id": "idle-1", "action": "open", "timeout": 3}
+    reply = chat(
+        url,
+        "A session that goes quiet.",
+        max_tokens=DECODE_LOG,
+        ignore_eos=True,
+        nvext={"session_control": control},
+    )
+    worker = worker_of(reply)
+    metrics = worker_metrics(log.read_text())[worker]
+    assert gauge(httpx.get(metrics, timeout=10).text, "sglang:num_streaming_sessions") == 1
+    poll_until(
+        lambda: sessions_after_a_step(url, worker, metrics) == (0, 0), 60, "SGLang to free the idle session"
+    )
+
+
+LIGHT = {
+    "type": "object",
+    "properties": {
+        "room": {"enum": ["kitchen", "hall"]},
+        "on": {"type": "boolean"},
+        "level": {"type": "integer", "minimum": 0, "maximum": 10},
+    },
+    "required": ["room", "on", "level"],
+    "additionalProperties": False,
+}
+
+
+def test_structured_outputs_json_schema_regex_and_ebnf(stack):
+    import jsonschema
+    import openai
+
+    url, _ = stack
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Describe a light."}],
+        max_tokens=100,
+        response_format={"type": "json_schema", "json_schema": {"name": "light", "schema": LIGHT}},
+    )
+    assert reply.choices[0].finish_reason == "stop", reply
+    jsonschema.validate(json.loads(reply.choices[0].message.content), LIGHT)
+    regex = client.completions.create(
+        model=MODEL, prompt="A date:", max_tokens=20, extra_body={"guided_regex": r"20\d\d-0[1-9]-[12]\d"}
+    )
+    assert re.fullmatch(r"20\d\d-0[1-9]-[12]\d", regex.choices[0].text), regex
+    grammar = 'root ::= "yes" | "no" | "maybe so"'
+    ebnf = client.completions.create(
+        model=MODEL, prompt="Answer:", max_tokens=20, extra_body={"guided_grammar": grammar}
+    )
+    assert ebnf.choices[0].text in ("yes", "no", "maybe so"), ebnf
+
+
+def test_a_forced_tool_call_is_valid(stack):
+    import jsonschema
+    import openai
+
+    url, _ = stack
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    tool = {"type": "function", "function": {"name": "set_light", "parameters": LIGHT}}
+    for tool_choice in ({"type": "function", "function": {"name": "set_light"}}, "required"):
+        reply = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Turn on the kitchen light."}],
+            max_tokens=200,
+            tools=[tool],
+            tool_choice=tool_choice,
+        )
+        calls = reply.choices[0].message.tool_calls
+        assert calls, reply  # "required" allows several calls; each must be valid
+        for call in calls:
+            assert call.function.name == "set_light", reply
+            jsonschema.validate(json.loads(call.function.arguments), LIGHT)
+
+
+def test_priority_radix_eviction_keeps_the_important_prefix_under_pressure(priority_stack):
+    """An important prompt, then an ordinary one, then unique prompts that overflow the worker's
+    4096-token pool: with --radix-eviction-policy priority SGLang evicts the ordinary prefix and
+    keeps the important one (by LRU it would evict the important one first, being older)."""
+    url, _ = priority_stack
+    (worker,) = instances(url)
+    important = " ".join(f"important rule {i} stays cached" for i in range(60))
+    ordinary = " ".join(f"ordinary note {i} may be evicted" for i in range(60))
+    first = chat(url, important, worker, nvext={"agent_hints": {"priority": 10}})
+    chat(url, ordinary, worker)
+    for _ in range(12):
+        chat(url, " ".join(uuid.uuid4().hex for _ in range(15)), worker, max_tokens=1)
+    again_ordinary = chat(url, ordinary, worker)
+    again_important = chat(url, important, worker, nvext={"agent_hints": {"priority": 10}})
+    assert cached(again_important) >= (first["usage"]["prompt_tokens"] // PAGE - 1) * PAGE
+    assert cached(again_ordinary) < again_ordinary["usage"]["prompt_tokens"] // 2
+
+
+def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
+    """One worker, one running slot (--max-running-requests 1): a long request holds it, three
+    normal ones queue, then an important one (dyn's convention: a larger nvext priority) arrives
+    last. SGLang's priority scheduler runs it first (preempting the long one, as its
+    --priority-scheduling-preemption-threshold allows), then the normal ones in arrival order."""
+    url, _ = priority_stack
+    (worker,) = instances(url)
+    finished: list[str] = []
+    errors: list[str] = []
+
+    def send(name: str, max_tokens: int, priority: int | None = None) -> None:
+        nvext = {"agent_hints": {"priority": priority}} if priority is not None else {}
+        try:
+            chat(url, f"request {name}", worker, max_tokens=max_tokens, ignore_eos=True, nvext=nvext)
+            finished.append(name)
+        except Exception as exc:  # reported below
+            errors.append(f"{name}: {exc!r}")
+
+    long = threading.Thread(target=send, args=("long", 2000))  # about 10 s of decoding here
+    long.start()
+    time.sleep(1.5)  # the long request holds the slot
+    threads = []
+    for name, priority in [("normal-1", None), ("normal-2", None), ("normal-3", None), ("important", 10)]:
+        threads.append(threading.Thread(target=send, args=(name, 8, priority)))
+        threads[-1].start()
+        time.sleep(0.2)
+    for thread in [long, *threads]:
+        thread.join(120)
+    assert not errors, errors
+    assert finished.index("long") > 0, finished  # the others arrived while it ran
+    shorts = [name for name in finished if name != "long"]
+    assert shorts == ["important", "normal-1", "normal-2", "normal-3"], finished
