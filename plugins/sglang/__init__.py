@@ -86,6 +86,6 @@ ENGINE = EnginePlugin(
     "eviction, streaming sessions, KV events from SGLang's publisher.",
     description="""SGLang engine (needs the sglang extra): one sglang.Engine per worker process, with priority
     scheduling and eviction, streaming sessions and SGLang's own KV events. Any other SGLang
-    server flag is passed through as in python -m sglang.launch_server. Not yet run against a
-    live SGLang: tested against a fake engine with SGLang 0.5.23's method signatures.""",
+    server flag is passed through as in python -m sglang.launch_server. On a CPU, --device cpu
+    runs SGLang's CPU engine (scripts/provision_sglang_cpu.sh makes its venv).""",
 )

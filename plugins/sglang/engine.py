@@ -9,8 +9,9 @@ Followed: SGLang 0.5.23 (the wheel on PyPI), in particular
 ``CloseSessionReqInput``), ``srt/session/session_controller.py`` and
 ``srt/disaggregation/kv_events.py``; and Dynamo's SGLang worker (``components/src/dynamo/sglang/``:
 ``register.py``, ``request_handlers/handler_base.py``) for what it registers and how it drives
-sessions. Nothing here has run against a live SGLang (no GPU build here); the tests use a fake
-engine with these signatures.
+sessions. It runs live on SGLang's CPU engine (``--device cpu``, the venv of
+scripts/provision_sglang_cpu.sh) in tests/integration/test_sglang_serve.py; the unit tests use a
+fake engine with these signatures.
 
 - **Start** (``run``): imports SGLang lazily (importing this module never does), parses the flags
   with SGLang's parser (``config``), builds the KV-events config (``kv_events``) and constructs
@@ -115,7 +116,8 @@ ABORT_GRACE_S = 5.0
 SHUTDOWN_TIMEOUT_S = 90.0
 NOT_INSTALLED = (
     "SGLang is not installed or cannot be imported ({error}): pip install 'dyn[sglang]' "
-    "on a machine with a supported GPU (see SGLang's install guide)"
+    "on a machine with a supported GPU (see SGLang's install guide), or on a CPU use the venv "
+    "scripts/provision_sglang_cpu.sh makes, with --device cpu"
 )
 
 
