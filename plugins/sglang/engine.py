@@ -217,6 +217,12 @@ class SglangEngine:
                 "--dp-size above 1 is not supported by dyn worker sglang (dyn advertises "
                 "one KV-event endpoint per worker): run one worker per GPU group instead"
             )
+        if on_cpu(self.config) and getattr(namespace, "enable_hierarchical_cache", False):
+            raise EngineStartError(
+                "--enable-hierarchical-cache needs a CUDA or ROCm GPU: SGLang 0.5.23 registers its "
+                "host KV pool with cudaHostRegister (srt/mem_cache/pool_host/common.py), which its CPU "
+                "engine cannot do; drop the flag with --device cpu"
+            )
         try:
             plan = plan_kv_events(
                 self.config,

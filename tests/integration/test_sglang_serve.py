@@ -7,13 +7,15 @@ it proves on SGLang's own code: chat through the openai client, SGLang's KV even
 router and a shared prefix routed to its holder, priority scheduling reordering a contended queue,
 priority radix eviction keeping an important prefix, streaming sessions sending only what the
 session does not hold and freeing it on close and on idle timeout (with SGLang's own session
-gauges on the worker's ``/metrics``), structured outputs and a forced tool call that validate.
+gauges on the worker's ``/metrics``), structured outputs and a forced tool call that validate,
+and HiCache's host-tier KV events, written by SGLang's own classes, decoded into their tiers.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
 import time
 import uuid
@@ -21,7 +23,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.sglang_cpu import MODEL, NEEDS_SGLANG, sglang_serve
+from tests.sglang_cpu import MODEL, NEEDS_SGLANG, python_and_model, sglang_env, sglang_serve
 from tests.waiting import poll_until
 
 pytestmark = [pytest.mark.integration, NEEDS_SGLANG, pytest.mark.timeout(600)]
@@ -224,6 +226,42 @@ def test_an_idle_streaming_session_is_freed_after_its_timeout(stack):
     poll_until(
         lambda: sessions_after_a_step(url, worker, metrics) == (0, 0), 60, "SGLang to free the idle session"
     )
+
+
+HOST_TIER_EVENTS = """
+import json, msgspec
+from sglang.srt.disaggregation.kv_events import (
+    AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, StorageMedium)
+from dyn.core.kv.events import decode_event_batch, tier_of
+events = [
+    BlockStored([11, 12], None, list(range(32)), 16, None, medium=StorageMedium.CPU.value),
+    BlockStored([13], 12, list(range(16)), 16, None, medium=StorageMedium.DISK.value, session_id="s"),
+    BlockRemoved([11], medium=StorageMedium.GPU.value),
+    BlockRemoved([13], medium=StorageMedium.EXTERNAL.value),
+    AllBlocksCleared(),
+]
+payload = msgspec.msgpack.Encoder().encode(KVEventBatch(ts=1.0, events=events))
+batch = decode_event_batch(payload)
+print(json.dumps([[type(e).__name__, getattr(e, "block_hashes", None), tier_of(getattr(e, "medium", None))]
+                  for e in batch.events]))
+"""
+
+
+def test_hicache_host_tier_events_as_sglang_writes_them_decode_into_their_tiers():
+    """HiCache cannot run on SGLang's CPU engine (the worker refuses the flag there), so its
+    events are written by SGLang's own classes and encoder, as its publisher writes them."""
+    python, _ = python_and_model()
+    out = subprocess.run(
+        [str(python), "-c", HOST_TIER_EVENTS], env=sglang_env(), capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == [
+        ["BlockStored", [11, 12], "host_pinned"],
+        ["BlockStored", [13], "disk"],
+        ["BlockRemoved", [11], "device"],
+        ["BlockRemoved", [13], "external"],
+        ["AllBlocksCleared", None, "device"],
+    ]
 
 
 LIGHT = {

@@ -124,6 +124,8 @@ class ServerArgs:
     incremental_streaming_output: bool = False
     enable_metrics: bool = False
     grammar_backend: str | None = None
+    enable_hierarchical_cache: bool = False
+    device: str | None = None
     log_level: str = "info"
 
     @staticmethod

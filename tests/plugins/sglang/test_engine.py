@@ -127,16 +127,21 @@ async def test_not_installed_says_how_to_install(monkeypatch):
     assert "pip install 'dyn[sglang]'" in str(missing.value)
 
 
-async def test_start_failures_are_engine_start_errors_with_a_sentence(fake):
+async def test_start_failures_are_engine_start_errors_with_a_sentence(fake, monkeypatch):
     fake.fail_start = "CUDA error: no CUDA-capable device is detected"
     with pytest.raises(EngineStartError) as failed:
         await SglangEngine(SglangConfig(), model_path="/models/m").run()
     assert "SGLang could not start: RuntimeError: CUDA error: no CUDA-capable device" in str(failed.value)
     assert "nvidia-smi" in str(failed.value)
     fake.fail_start = None
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")  # --device cpu sets it; monkeypatch undoes it
     for extra, message in (
         (["--dp-size", "2"], "--dp-size above 1 is not supported"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (
+            ["--device", "cpu", "--enable-hierarchical-cache"],
+            "--enable-hierarchical-cache needs a CUDA or ROCm GPU",
+        ),
     ):
         with pytest.raises(EngineStartError) as refused:
             await SglangEngine(SglangConfig(extra_args=extra), model_path="/m").run()
