@@ -17,8 +17,12 @@ import anyio
 import httpx
 import pytest
 
+from tests.live_engines import (
+    check_a_shared_prefix_goes_to_its_holder,
+    check_chat_through_the_openai_client,
+    instances,
+)
 from tests.vllm_cpu import MODEL, NEEDS_VLLM, vllm_serve
-from tests.waiting import poll_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -58,74 +62,12 @@ def stack(tmp_path_factory):
         yield served
 
 
-def instances(url: str) -> list[int]:
-    return httpx.get(url + "/health", timeout=10).json()["instances"]
-
-
-def kv_blocks(url: str) -> dict[int, int]:
-    """Blocks the frontend's router has indexed per worker, from its /kv/ view."""
-    workers = httpx.get(url + "/kv/workers", timeout=10).json()
-    return {int(w["instance_id"]): w["blocks"] for w in workers}
-
-
-def chat(url: str, content: str, **extra) -> dict:
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": 4,
-        "nvext": {"extra_fields": ["worker_id", "timing"]},
-        **extra,
-    }
-    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
 def test_chat_through_the_openai_client(stack):
-    import openai
-
-    url, _ = stack
-    assert len(instances(url)) == 2
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
-    reply = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Say something."}],
-        max_tokens=6,
-        extra_body={"ignore_eos": True},
-    )
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage.completion_tokens == 6 and reply.choices[0].message.content
-    chunks = list(
-        client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Stream please."}],
-            max_tokens=5,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True},
-        )
-    )
-    assert chunks[-1].usage.completion_tokens == 5
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check_chat_through_the_openai_client(stack[0], workers=2)
 
 
 def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack):
-    url, _ = stack
-    shared = " ".join(f"fact {i}: the vLLM worker keeps this prefix cached." for i in range(40))
-    first = chat(url, shared + " Question one?")
-    holder = first["nvext"]["worker_id"]["decode_worker_id"]
-    prompt_blocks = first["usage"]["prompt_tokens"] // BLOCK
-    # vLLM published BlockStored for the prompt's full blocks; the router indexed them
-    poll_until(
-        lambda: kv_blocks(url).get(holder, 0) >= prompt_blocks,
-        30,
-        f"the router to index worker {holder}'s {prompt_blocks} blocks",
-    )
-    for question in ("Question two?", "Question three?", "Question four?"):
-        reply = chat(url, shared + " " + question)
-        assert reply["nvext"]["worker_id"]["decode_worker_id"] == holder
-        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] >= (prompt_blocks - 1) * BLOCK
-        assert reply["nvext"]["timing"]["kv_hit_rate"] > 0.8
+    check_a_shared_prefix_goes_to_its_holder(stack[0], BLOCK, "vLLM")
 
 
 def test_priority_reorders_a_contended_vllm_queue(stack):
