@@ -8,6 +8,7 @@ router and a shared prefix routed to its holder, priority scheduling reordering 
 priority radix eviction keeping an important prefix, streaming sessions sending only what the
 session does not hold and freeing it on close and on idle timeout (with SGLang's own session
 gauges on the worker's ``/metrics``), structured outputs and a forced tool call that validate,
+OpenCode with seed 003's provider completing a turn,
 and HiCache's host-tier KV events, written by SGLang's own classes, decoded into their tiers.
 """
 
@@ -23,6 +24,15 @@ import uuid
 import httpx
 import pytest
 
+from tests.agent_clis import opencode_env, provisioned_agents, run_cli, seed_003_model
+from tests.live_engines import (
+    cached,
+    chat,
+    check_a_shared_prefix_goes_to_its_holder,
+    check_chat_through_the_openai_client,
+    instances,
+    worker_of,
+)
 from tests.sglang_cpu import MODEL, NEEDS_SGLANG, python_and_model, sglang_env, sglang_serve
 from tests.waiting import poll_until
 
@@ -79,81 +89,12 @@ def priority_stack(tmp_path_factory):
         yield served
 
 
-def instances(url: str) -> list[int]:
-    return httpx.get(url + "/health", timeout=10).json()["instances"]
-
-
-def kv_blocks(url: str) -> dict[int, int]:
-    workers = httpx.get(url + "/kv/workers", timeout=10).json()
-    return {int(w["instance_id"]): w["blocks"] for w in workers}
-
-
-def chat(url: str, content: str | list, worker: int | None = None, **extra) -> dict:
-    messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
-    nvext = {"extra_fields": ["worker_id", "timing"], **extra.pop("nvext", {})}
-    body = {"model": MODEL, "messages": messages, "max_tokens": 4, "nvext": nvext, **extra}
-    headers = {"x-worker-instance-id": str(worker)} if worker is not None else None
-    r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def worker_of(reply: dict) -> int:
-    return reply["nvext"]["worker_id"]["decode_worker_id"]
-
-
-def cached(reply: dict) -> int:
-    return reply["usage"]["prompt_tokens_details"]["cached_tokens"]
-
-
 def test_chat_unary_and_streamed_through_the_openai_client(stack):
-    import openai
-
-    url, _ = stack
-    assert len(instances(url)) == 2
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-    reply = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Say something."}],
-        max_tokens=6,
-        extra_body={"ignore_eos": True},
-    )
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage.completion_tokens == 6 and reply.choices[0].message.content
-    chunks = list(
-        client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Stream please."}],
-            max_tokens=5,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True},
-        )
-    )
-    assert chunks[-1].usage.completion_tokens == 5
-    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
-        "length"
-    ]
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check_chat_through_the_openai_client(stack[0], workers=2)
 
 
 def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack):
-    url, _ = stack
-    shared = " ".join(f"fact {i}: the SGLang worker keeps this prefix cached." for i in range(30))
-    first = chat(url, shared + " Question one?")
-    holder = worker_of(first)
-    prompt_pages = first["usage"]["prompt_tokens"] // PAGE
-    # SGLang published BlockStored for the prompt's full pages; the router indexed them
-    poll_until(
-        lambda: kv_blocks(url).get(holder, 0) >= prompt_pages,
-        30,
-        f"the router to index worker {holder}'s {prompt_pages} pages",
-    )
-    for question in ("Question two?", "Question three?", "Question four?"):
-        reply = chat(url, shared + " " + question)
-        assert worker_of(reply) == holder
-        assert cached(reply) >= (prompt_pages - 1) * PAGE
-        assert reply["nvext"]["timing"]["kv_hit_rate"] > 0.8
+    check_a_shared_prefix_goes_to_its_holder(stack[0], PAGE, "SGLang")
 
 
 def worker_metrics(log_text: str) -> dict[int, str]:
@@ -323,6 +264,32 @@ def test_a_forced_tool_call_is_valid(stack):
             jsonschema.validate(json.loads(call.function.arguments), LIGHT)
 
 
+def served_streams(url: str) -> float:
+    """Streamed chat completions the frontend has answered with success."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("dynamo_frontend_requests_total{")
+        and 'endpoint="chat_completions"' in line
+        and 'request_type="stream"' in line
+        and 'status="success"' in line
+    )
+
+
+def test_opencode_completes_a_turn_on_sglang_with_seed_003s_provider(stack, tmp_path):
+    """Seed 003's walk-through on the real engine: ``opencode run`` with seed 003's model entry
+    (``@ai-sdk/openai-compatible``, tool calls, reasoning, ``interleaved.field``) streams its
+    turns through dyn to SGLang and exits 0. The random weights answer with text (the scripted
+    tool loop is the mocker's, ``test_agent_clis.py``); the output limit keeps their replies short."""
+    agents = provisioned_agents()
+    url, _ = stack
+    before = served_streams(url)
+    env = opencode_env(tmp_path, url, MODEL, seed_003_model(MODEL, output_limit=32))
+    run_cli([str(agents / "bin" / "opencode"), "run", "Say hello."], env, tmp_path / "work")
+    assert served_streams(url) > before
+
+
 def test_priority_radix_eviction_keeps_the_important_prefix_under_pressure(priority_stack):
     """An important prompt, then an ordinary one, then unique prompts that overflow the worker's
     4096-token pool: with --radix-eviction-policy priority SGLang evicts the ordinary prefix and
@@ -348,14 +315,21 @@ def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
     --priority-scheduling-preemption-threshold allows), then the normal ones in arrival order."""
     url, _ = priority_stack
     (worker,) = instances(url)
-    finished: list[str] = []
+    done: dict[str, tuple[float, float]] = {}
+    """name -> (received, finished) in ms, the frontend's clock (nvext timing): the order the
+    client threads wake up in is not the order SGLang ran them."""
     errors: list[str] = []
 
     def send(name: str, max_tokens: int, priority: int | None = None) -> None:
         nvext = {"agent_hints": {"priority": priority}} if priority is not None else {}
         try:
-            chat(url, f"request {name}", worker, max_tokens=max_tokens, ignore_eos=True, nvext=nvext)
-            finished.append(name)
+            timing = chat(
+                url, f"request {name}", worker, max_tokens=max_tokens, ignore_eos=True, nvext=nvext
+            )["nvext"]["timing"]
+            done[name] = (
+                timing["request_received_ms"],
+                timing["request_received_ms"] + timing["total_time_ms"],
+            )
         except Exception as exc:  # reported below
             errors.append(f"{name}: {exc!r}")
 
@@ -370,6 +344,9 @@ def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
     for thread in [long, *threads]:
         thread.join(120)
     assert not errors, errors
-    assert finished.index("long") > 0, finished  # the others arrived while it ran
-    shorts = [name for name in finished if name != "long"]
-    assert shorts == ["important", "normal-1", "normal-2", "normal-3"], finished
+    order = sorted(done, key=lambda name: done[name][1])
+    assert order.index("long") > 0, done  # the others arrived while it ran
+    shorts = [name for name in order if name != "long"]
+    assert shorts[0] == "important", done
+    # the normal ones in the order they reached the frontend (FCFS among equals)
+    assert [done[name][0] for name in shorts[1:]] == sorted(done[name][0] for name in shorts[1:]), done
