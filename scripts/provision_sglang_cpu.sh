@@ -31,12 +31,12 @@ python=${PYTHON:-python3}
 stamp="$venv/.dyn-sglang-cpu"
 context=131072
 want="sglang==$version torch==2.14.1 $(cat "$repo"/scripts/sglang_cpu/requirements.txt "$repo"/scripts/sglang_cpu/sgl_kernel/*.py | sha256sum | cut -c1-16)"
-model_want=$(cat "$repo/scripts/make_tiny_llama.py" "$repo"/core/model/dyn-tiny/*.json | sha256sum | cut -c1-16)-$context
-model_stamp="$venv/models/.dyn-tiny-llama"
 say() { echo "provision_sglang_cpu: $*" >&2; }
 
 # shellcheck source=scripts/lib/cache_lock.sh
 source "$repo/scripts/lib/cache_lock.sh"
+# shellcheck source=scripts/lib/engine_venv.sh
+source "$repo/scripts/lib/engine_venv.sh"
 hold_cache_lock "$venv"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import sglang" 2>/dev/null; then
@@ -61,10 +61,6 @@ else
   SGLANG_USE_CPU_ENGINE=1 "$venv/bin/python" -c "import sglang, sglang.srt.entrypoints.engine" >&2
   echo "$want" > "$stamp"
 fi
-# the cached venv may have been built from another checkout: point dyn at this one
-"$venv/bin/pip" install -qq --disable-pip-version-check --no-deps -e "$repo" >&2
-if [ ! -f "$model_stamp" ] || [ "$(cat "$model_stamp")" != "$model_want" ]; then
-  "$venv/bin/python" "$repo/scripts/make_tiny_llama.py" "$venv/models/dyn-tiny-llama" "$context" >&2
-  echo "$model_want" > "$model_stamp"
-fi
+# dyn from this checkout; the tiny model, rewritten when its generator or dyn-tiny's files change
+finish_engine_venv "$venv" "$repo" "$context"
 echo "$venv"

