@@ -173,6 +173,8 @@ class SglangEngine:
         self._grammar_backend = "xgrammar"
         self._send_priority = False
         self._loads: list[Any] | None = None
+        self._running_slots: int | None = None
+        """``max_running_requests`` when given (``_session_slots``)."""
         self.server_args: Any = None
         """SGLang's ``ServerArgs`` the engine was built with (set by ``run``)."""
         self.info = EngineInfo(
@@ -293,6 +295,15 @@ class SglangEngine:
         self._incremental = bool(values.get("incremental_streaming_output", True))
         self._grammar_backend = str(values.get("grammar_backend") or "xgrammar")
         self._send_priority = self._priority_settings(values)
+        self._running_slots = (
+            int(values["max_running_requests"]) if values.get("max_running_requests") else None
+        )
+        if values.get("enable_streaming_session") and self._running_slots == 1:
+            log.warning(
+                "--enable-streaming-session with --max-running-requests 1: SGLang keeps a running-"
+                "request slot for each open streaming session, so no session can be opened here "
+                "(its turns run as ordinary requests); give --max-running-requests 2 or more"
+            )
         return EngineInfo(
             block_size=page_size,
             total_kv_blocks=max_total // page_size,
@@ -530,12 +541,24 @@ class SglangEngine:
 
     async def open_session(self, session_id: str, timeout_s: float) -> bool:
         """Open a streaming session idle-closed ``timeout_s`` after it was opened or its last turn
-        started (<= 0: 300 s); False when it is already open (SGLang keeps its first timeout) or
-        SGLang refused it (it still holds the id): its turns then go as ordinary requests."""
+        started (<= 0: 300 s); False when it is already open (SGLang keeps its first timeout), when
+        it would hold SGLang's last free running-request slot (``_session_slots``), or SGLang
+        refused it (it still holds the id): its turns then go as ordinary requests."""
         engine = self._sessions_engine()
         if not session_id:
             raise EngineError("a session needs a non-empty session_id", code="bad_request")
         if self._sessions.get(session_id) is not None:
+            return False
+        slots = self._session_slots()
+        if slots is not None and len(self._sessions) >= slots - 1:
+            log.warning(
+                "not opening session %s: %d session(s) are open and SGLang keeps one of its %d "
+                "running-request slots for each while it idles, so another would leave none for "
+                "the next turn; its turns go as ordinary requests (raise --max-running-requests)",
+                session_id,
+                len(self._sessions),
+                slots,
+            )
             return False
         timeout = timeout_s if timeout_s > 0 else DEFAULT_TIMEOUT_S
         since = self._sessions.now()
@@ -557,6 +580,18 @@ class SglangEngine:
         was_open = self._sessions.closed(session_id)
         await engine.tokenizer_manager.close_session(CloseSessionReqInput(session_id=session_id), None)
         return was_open
+
+    def _session_slots(self) -> int | None:
+        """SGLang's ``max_running_requests``: given, or as its load snapshot reports it (None:
+        not known yet). SGLang 0.5.23 keeps a slot per open streaming session while it idles
+        (its request-to-token row holds the session's KV) and a session's next turn needs a free
+        one, so open sessions are kept below it: at the limit every request waits until a
+        session's idle timeout frees a slot."""
+        if self._running_slots is not None:
+            return self._running_slots
+        snapshot = next((s for s in self._loads or () if getattr(s, "dp_rank", 0) == 0), None)
+        reported = getattr(snapshot, "max_running_requests", 0)
+        return int(reported) if reported else None
 
     def _sessions_engine(self) -> Any:
         engine = self._require_engine()

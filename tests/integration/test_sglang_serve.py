@@ -72,8 +72,8 @@ def stack(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def priority_stack(tmp_path_factory):
-    """One SGLang worker with one running slot, priority scheduling and priority radix eviction
-    over a 4096-token pool; yields ``(url, log)``."""
+    """One SGLang worker with one running slot, priority scheduling, priority radix eviction and
+    streaming sessions over a 4096-token pool; yields ``(url, log)``."""
     with sglang_serve(
         tmp_path_factory.mktemp("sglang-priority"),
         "--page-size",
@@ -85,6 +85,7 @@ def priority_stack(tmp_path_factory):
         "--enable-priority-scheduling",
         "--radix-eviction-policy",
         "priority",
+        "--enable-streaming-session",
     ) as served:
         yield served
 
@@ -350,3 +351,16 @@ def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
     assert shorts[0] == "important", done
     # the normal ones in the order they reached the frontend (FCFS among equals)
     assert [done[name][0] for name in shorts[1:]] == sorted(done[name][0] for name in shorts[1:]), done
+
+
+def test_a_session_on_one_running_slot_runs_as_ordinary_requests_instead_of_deadlocking(priority_stack):
+    """SGLang keeps a running slot per open streaming session, so with one slot a session's next
+    turn (and every other request) would wait for its idle timeout; dyn opens none there."""
+    url, log = priority_stack
+    control = {"session_id": "one-slot", "action": "open", "timeout": 120}
+    messages = [{"role": "user", "content": "First turn."}]
+    first = chat(url, messages, max_tokens=4, nvext={"session_control": control})
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "Second turn."}]
+    chat(url, messages, max_tokens=4, nvext={"session_control": {"session_id": "one-slot"}})
+    chat(url, "An ordinary request.", max_tokens=4)
+    assert "no session can be opened here" in log.read_text()

@@ -84,6 +84,8 @@ class Control:
         """``(n, finish_reason)``: the scheduler aborts every request with it once ``n`` tokens are out."""
         self.tokens_per_chunk = 1
         self.has_get_loads = True
+        self.max_running_requests = 0
+        """What the load snapshot reports (SGLang sizes it itself when not given)."""
         self.sampling: list[dict[str, Any]] = []
         """The ``sampling_params`` of every request, as SGLang received them."""
         self.module = sys.modules[__name__]
@@ -197,6 +199,7 @@ class LoadSnapshot:
     num_used_tokens: int = 0
     max_total_num_tokens: int = 0
     token_usage: float = 0.0
+    max_running_requests: int = 0
 
 
 class KVEventsConfig:
@@ -278,6 +281,7 @@ class TokenizerManager:
                 num_used_tokens=used,
                 max_total_num_tokens=CONTROL.max_total_num_tokens,
                 token_usage=used / CONTROL.max_total_num_tokens,
+                max_running_requests=CONTROL.max_running_requests,
             )
         ]
 

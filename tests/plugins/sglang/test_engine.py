@@ -314,6 +314,32 @@ async def test_session_open_and_close_use_sglangs_session_api(fake):
         ]
 
 
+async def test_sessions_stay_below_sglangs_running_slots(fake, caplog):
+    """SGLang 0.5.23 keeps a running-request slot per open streaming session (seen live: with
+    --max-running-requests 2 and two idle sessions, an ordinary request waited until a session
+    timed out), so dyn opens at most max_running_requests - 1."""
+    config = SglangConfig(enable_streaming_session=True, max_running_requests=2)
+    async with started(config) as engine:
+        assert await engine.open_session("a", 30.0)
+        assert not await engine.open_session("b", 30.0)
+        assert "not opening session b: 1 session(s) are open" in caplog.text
+        assert await engine.close_session("a")
+        assert await engine.open_session("b", 30.0)
+    with caplog.at_level("WARNING"):
+        async with started(SglangConfig(enable_streaming_session=True, max_running_requests=1)) as engine:
+            assert "no session can be opened here" in caplog.text
+            assert not await engine.open_session("a", 30.0)
+    fake.max_running_requests = 3  # not given: SGLang's own figure, from its load snapshot
+    async with started(SglangConfig(enable_streaming_session=True)) as engine:
+        with anyio.fail_after(5):
+            while engine._session_slots() is None:
+                await anyio.sleep(0.01)
+        assert await engine.open_session("a", 30.0) and await engine.open_session("b", 30.0)
+        assert not await engine.open_session("c", 30.0)
+        calls = engine._require_engine().tokenizer_manager.session_calls
+        assert [obj.session_id for kind, obj in calls if kind == "open"] == ["a", "b"]  # c: not asked
+
+
 async def test_session_turns_send_only_the_new_tokens_and_restart_on_a_mismatch(fake):
     fake.script = lambda context: [len(context), 2]
     async with started(SglangConfig(enable_streaming_session=True)) as engine:
