@@ -64,7 +64,8 @@ fake engine with these signatures.
   exist, its close was requested, or it already has a turn running; status 400 like a bad
   request) is resent once with the whole prompt as an ordinary request, and dyn forgets the
   session (keeps it with an unknown history when only busy); after tokens it is an
-  ``engine_error``.
+  ``engine_error``. Open sessions stay below SGLang's ``max_running_requests`` (it keeps a
+  running slot per idle session; ``_session_slots``): an open beyond returns False.
 - **prometheus_text** (the worker's ``--system-port`` ``/metrics``): with ``--enable-metrics``,
   SGLang's own gauges and histograms (``sglang:num_streaming_sessions``,
   ``sglang:streaming_session_held_tokens``, queue and cache figures) from the Prometheus
