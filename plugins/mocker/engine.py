@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from array import array
 from collections.abc import AsyncIterator
 
 import anyio
@@ -97,7 +98,12 @@ PROMPT_LOGPROBS_INLINE = 2048
 
 
 def request_seed(request: GenerateRequest) -> int:
-    """The sampling seed if given, else one derived from the request id (stable across runs)."""
+    """What the request's output is drawn from. Greedy (``temperature`` 0, which
+    ``nvext.greed_sampling`` arrives as): the prompt alone, as a greedy engine's output is a
+    function of its input; else the sampling seed if given, else one derived from the request id
+    (stable across runs)."""
+    if request.sampling.temperature == 0:
+        return xxhash.xxh64_intdigest(array("q", request.token_ids).tobytes())
     if request.sampling.seed is not None:
         return request.sampling.seed
     return xxhash.xxh64_intdigest(request.request_id.encode())

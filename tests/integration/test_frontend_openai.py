@@ -47,6 +47,22 @@ def test_chat_stream_matches_unary_for_the_same_seed(client):
     assert usage.total_tokens == usage.prompt_tokens + 16 == unary.usage.total_tokens
 
 
+def test_greedy_is_greedy_and_a_seed_reproduces_sampling(client):
+    """temperature 0 and nvext.greed_sampling: the same prompt gives the same text whatever the
+    seed (and on either worker); a seed makes sampled text reproducible."""
+    args = dict(model=MODEL, messages=MESSAGES, max_tokens=16, extra_body={"ignore_eos": True})
+
+    def text(**extra) -> str:
+        body = {**args["extra_body"], **extra.pop("extra_body", {})}
+        r = client.chat.completions.create(**{**args, **extra, "extra_body": body})
+        return r.choices[0].message.content
+
+    greedy = {text(temperature=0, seed=seed) for seed in (1, 2, 3)}
+    greedy |= {text(seed=seed, extra_body={"nvext": {"greed_sampling": True}}) for seed in (4, 5)}
+    assert len(greedy) == 1
+    assert text(temperature=0.9, seed=21) == text(temperature=0.9, seed=21) != text(temperature=0.9, seed=22)
+
+
 def test_completions_unary_and_stream_with_n(client):
     r = client.completions.create(
         model=MODEL, prompt="def fibonacci(n):", max_tokens=8, n=3, extra_body={"ignore_eos": True}

@@ -99,6 +99,31 @@ async def test_same_seed_same_output_and_ignore_eos_still_ends_at_the_constraint
     assert a[1].reason == "stop"
 
 
+async def test_greedy_output_is_a_function_of_the_prompt_and_a_seed_reproduces_sampling():
+    def ask(rid, seed, temperature, prompt=PROMPT):
+        return GenerateRequest(
+            rid,
+            prompt,
+            SamplingParams(temperature=temperature, seed=seed),
+            StopConditions(max_tokens=24, ignore_eos=True),
+        )
+
+    other = TOKENIZER.encode("<|start_header_id|>user<|end_header_id|>\n\nSomething else.<|eot_id|>", False)
+    results = await collect(
+        engine(),
+        ask("g1", 1, 0.0),
+        ask("g2", 2, 0.0),
+        ask("g3", None, 0.0),
+        ask("g-other", 1, 0.0, other),
+        ask("s1", 7, 0.8),
+        ask("s2", 7, 0.8),
+        ask("s3", 8, 0.8),
+    )
+    g1, g2, g3, g_other, s1, s2, s3 = (tokens for tokens, _, _ in results)
+    assert g1 == g2 == g3 and g1 != g_other  # greedy: the prompt decides, not the seed or the id
+    assert s1 == s2 and s1 != s3  # sampled: the seed decides
+
+
 async def test_a_refused_constraint_is_a_bad_request():
     with pytest.raises(EngineError) as exc:
         async for _ in engine().generate(request("x", 1, OutputConstraint("regex", "(unclosed"))):
