@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tomllib
 from pathlib import Path
 
 import kubernetes_validate
@@ -105,6 +106,24 @@ def test_the_shipped_observability_files_are_the_configmaps(stacks):
     dashboard = maps["dyn-grafana-dashboard"]
     assert dashboard["data"]["dyn.json"] == (DEPLOY / "grafana/dyn.json").read_text()
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_dyns_images_are_pinned_to_this_release(stacks, stack):
+    """An untagged image is ``:latest``, which the kubelet pulls again on every start and which
+    may be another build than the manifests were written for."""
+    version = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["version"]
+    images = {
+        c["image"]
+        for w in workloads(stacks[stack])
+        for c in [
+            *w["spec"]["template"]["spec"].get("initContainers", []),
+            *w["spec"]["template"]["spec"]["containers"],
+        ]
+    }
+    ours = {image for image in images if image.split(":")[0] in ("dyn", "dyn-vllm", "dyn-sglang")}
+    assert ours and all(image.endswith(f":{version}") for image in ours), sorted(images)
+    assert all(":" in image.rsplit("/", 1)[-1] for image in images), sorted(images)
 
 
 @pytest.mark.parametrize("stack", STACKS)
