@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import difflib
 import os
 import re
 import signal
@@ -102,9 +103,12 @@ def route_flags(
             i += len(chunk)
             continue
         if not targets:
+            known = sorted({flag for specs in commands.values() for flag in specs})
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see their --help"
             raise FlagRoutingError(
                 f"no such flag {name}: dyn serve passes extra flags on to {searched}, "
-                f"and none of them defines it (see their --help)"
+                f"and none of them defines it ({hint})"
             )
         nvalues = max(int(commands[t][name]) for t in targets)
         if inline is not None:

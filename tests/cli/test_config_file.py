@@ -215,6 +215,20 @@ def test_serve_refuses_a_key_no_child_defines_naming_the_file(tmp_path, captured
     assert f"set by warp-drive in {config}" in message and not captured_stack
 
 
+def test_the_readmes_config_error_is_what_dyn_serve_prints(tmp_path, captured_stack, monkeypatch):
+    """The README quotes the error of a misspelt key in its stack.yaml example; a close flag is
+    suggested by name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stack.yaml").write_text("router-mod: kv\n")
+    result = runner.invoke(app, ["serve", "--config", "stack.yaml"])
+    message = flattened(result.output)
+    assert result.exit_code == 2 and "did you mean --router-mode" in message
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    quoted = re.search(r"`(error: no such flag --router-mod[^`]*)`, exit 2\)", readme)
+    assert quoted is not None, "the README no longer quotes dyn serve's error"
+    assert quoted.group(1) in message, (quoted.group(1), message)
+
+
 def test_serve_with_vllm_passes_engine_keys_to_its_workers(tmp_path, captured_stack):
     config = write(
         tmp_path,
