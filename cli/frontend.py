@@ -314,6 +314,14 @@ def frontend(
         panel=options.PARSERS_PANEL,
         help="Most top logprobs a request may ask for (top_logprobs, logprobs, prompt_logprobs).",
     ),
+    reasoning_field_name: str = flag(
+        "reasoning_content",
+        "--reasoning-field-name",
+        panel=options.PARSERS_PANEL,
+        help="The chat message's and stream delta's field for parsed reasoning: reasoning_content "
+        "(Dynamo's, the default) or reasoning (vLLM's newer name).",
+        autocompletion=lambda: ["reasoning_content", "reasoning"],
+    ),
     response_role: str = flag(
         "assistant",
         "--response-role",
@@ -459,6 +467,7 @@ def frontend(
         max_inflight=max_inflight,
         priority_convention=priority_convention,
         response_role=response_role,
+        reasoning_field_name=reasoning_field_name,
         root_path=root_path,
         tls=tls,
         return_tokens_as_token_ids=return_tokens_as_token_ids,

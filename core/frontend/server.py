@@ -21,6 +21,7 @@ import anyio
 
 from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
+from dyn.core.frontend.apis.chat_completions.chunks import REASONING_FIELD_NAMES
 from dyn.core.frontend.apis.responses.store import ResponseStore
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.catalog import ModelCatalog, ServedModel
@@ -104,6 +105,8 @@ class FrontendSettings:
     """Logprob tokens as ``token_id:N`` (``--return-tokens-as-token-ids``)."""
     enable_prompt_tokens_details: bool = True
     """``usage.prompt_tokens_details`` (its ``cached_tokens``) in every usage; vLLM's default is off."""
+    reasoning_field_name: str = "reasoning_content"
+    """Where chat answers carry parsed reasoning: ``reasoning_content`` or ``reasoning``."""
     enable_log_requests: bool = False
     """Log each request's parameters (info) and prompt (debug) (``--enable-log-requests``)."""
     max_log_len: int | None = None
@@ -288,6 +291,11 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
         raise ConfigError("--max-logprobs must be at least 0")
     if not settings.response_role.strip():
         raise ConfigError("--response-role must not be empty (vLLM's default is assistant)")
+    if settings.reasoning_field_name not in REASONING_FIELD_NAMES:
+        raise ConfigError(
+            f"--reasoning-field-name must be one of {', '.join(REASONING_FIELD_NAMES)}, "
+            f"not {settings.reasoning_field_name!r}"
+        )
     return OutputSettings(
         settings.tool_call_parser or None,
         settings.reasoning_parser or None,
@@ -296,6 +304,7 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
         response_role=settings.response_role,
         return_tokens_as_token_ids=settings.return_tokens_as_token_ids,
         prompt_tokens_details=settings.enable_prompt_tokens_details,
+        reasoning_field_name=settings.reasoning_field_name,
     )
 
 

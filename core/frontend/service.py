@@ -89,6 +89,8 @@ class OutputSettings:
     """Logprob tokens are ``token_id:N`` strings (vLLM's ``--return-tokens-as-token-ids``)."""
     prompt_tokens_details: bool = True
     """Usage carries ``prompt_tokens_details.cached_tokens`` (``--enable-prompt-tokens-details``)."""
+    reasoning_field_name: str = "reasoning_content"
+    """The chat message's and delta's field for reasoning (``--reasoning-field-name``)."""
 
 
 @dataclass(slots=True)

@@ -457,12 +457,14 @@ class ToolCallOut(msgspec.Struct):
 
 class ChatMessageOut(msgspec.Struct, omit_defaults=True):
     """The assistant's message: ``content`` is always sent (null when there is none);
-    ``reasoning_content`` and ``tool_calls`` only when the output had them."""
+    ``reasoning_content`` (or ``reasoning``, per ``--reasoning-field-name``) and ``tool_calls``
+    only when the output had them."""
 
     role: str
     content: str | None
     reasoning_content: str | None = None
     tool_calls: list[ToolCallOut] = []
+    reasoning: str | None = None
 
 
 class ChatChoice(msgspec.Struct):

@@ -85,9 +85,9 @@ def client_for(url: str):
     return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
 
 
-def streamed(stream):
-    """content, reasoning, tool calls by index and the finish reason of a streamed choice,
-    checking OpenAI's shapes on the way."""
+def streamed(stream, reasoning_field: str = "reasoning_content"):
+    """content, reasoning (from ``reasoning_field``), tool calls by index and the finish reason of
+    a streamed choice, checking OpenAI's shapes on the way."""
     content, reasoning, calls, finish = "", "", {}, None
     for chunk in stream:
         if not chunk.choices:
@@ -95,7 +95,7 @@ def streamed(stream):
         choice = chunk.choices[0]
         delta = choice.delta
         content += delta.content or ""
-        reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+        reasoning += (delta.model_extra or {}).get(reasoning_field) or ""
         for call in delta.tool_calls or ():
             if call.index not in calls:
                 assert call.id and call.type == "function" and call.function.name, call
@@ -315,6 +315,23 @@ def test_logprobs_in_openai_shapes(agent_stack):
     assert "".join(lp.tokens) == completion.choices[0].text
     prompt_lps = completion.choices[0].model_extra["prompt_logprobs"]
     assert len(prompt_lps) == completion.usage.prompt_tokens and prompt_lps[0] is None
+
+
+def test_reasoning_field_name_reasoning_moves_it_in_messages_and_deltas(agent_stack, stack_factory):
+    """``--reasoning-field-name reasoning`` (Dynamo's flag; vLLM's newer field name)."""
+    s = stack_factory("fe-reasoning-field")
+    s.namespace = agent_stack.namespace
+    s.env = agent_stack.env
+    url = s.start_frontend("--reasoning-parser", "qwen3", "--reasoning-field-name", "reasoning")
+    s.wait_instances(2)
+    client = client_for(url)
+    ask = [{"role": "user", "content": "think first, then answer"}]
+    message = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=100).choices[0].message
+    assert message.content == "Forty-two."
+    assert message.model_extra == {"reasoning": "\nLet me think about it.\n"}
+    stream = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=100, stream=True)
+    content, reasoning, _, _ = streamed(stream, "reasoning")
+    assert (content, reasoning) == ("Forty-two.", "\nLet me think about it.\n")
 
 
 @pytest.mark.parametrize(

@@ -271,6 +271,10 @@ async def test_requests_are_not_logged_by_default(frontend, caplog):
     [
         ({"root_path": "llm"}, "--root-path"),
         ({"response_role": " "}, "--response-role"),
+        (
+            {"reasoning_field_name": "thoughts"},
+            "--reasoning-field-name must be one of reasoning_content, reasoning",
+        ),
         ({"max_log_len": -1, "enable_log_requests": True}, "--max-log-len"),
         ({"uvicorn_log_level": "loud"}, "--uvicorn-log-level"),
     ],

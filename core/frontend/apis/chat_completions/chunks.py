@@ -116,14 +116,25 @@ class StreamEncoder:
         return self._head + b'],"usage":' + msgspec.json.encode(usage) + b"}\n\n"
 
 
-def chat_delta(content: str, reasoning: str, tool_calls: Sequence[ToolCallDelta]) -> bytes:
-    """A chat ``delta`` object with what is set: ``content``, ``reasoning_content`` and
-    ``tool_calls`` (a call's first entry with its id, type and name, later ones with arguments)."""
+REASONING_FIELD_NAMES = ("reasoning_content", "reasoning")
+"""Where a chat message or delta carries parsed reasoning (``--reasoning-field-name``):
+``reasoning_content`` (Dynamo's and DeepSeek's, the default) or ``reasoning`` (vLLM's newer name)."""
+
+
+def chat_delta(
+    content: str,
+    reasoning: str,
+    tool_calls: Sequence[ToolCallDelta],
+    reasoning_field: str = "reasoning_content",
+) -> bytes:
+    """A chat ``delta`` object with what is set: ``content``, reasoning under
+    ``reasoning_field`` and ``tool_calls`` (a call's first entry with its id, type and name,
+    later ones with arguments)."""
     parts = []
     if content:
         parts.append(b'"content":' + orjson.dumps(content))
     if reasoning:
-        parts.append(b'"reasoning_content":' + orjson.dumps(reasoning))
+        parts.append(b'"%s":%s' % (reasoning_field.encode(), orjson.dumps(reasoning)))
     if tool_calls:
         calls = []
         for call in tool_calls:

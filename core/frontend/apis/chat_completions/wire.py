@@ -33,6 +33,7 @@ class ChunkWire(Wire):
         self.response_id = ("chatcmpl-" if gen.chat else "cmpl-") + gen.ctx.request_id
         self.enc = StreamEncoder(self.response_id, gen.ctx.created, gen.service.model_name, gen.chat)
         self.streams_prompt_logprobs = not gen.chat
+        self.reasoning_field = gen.service.outputs.reasoning_field_name
 
     def start(self, choice: Choice) -> bytes:
         gen = self.gen
@@ -45,7 +46,9 @@ class ChunkWire(Wire):
         return self.enc.text(choice.index, text, logprobs)
 
     def delta(self, choice: Choice, delta: OutputDelta | None, logprobs: bytes | None) -> bytes:
-        return self.enc.delta(choice.index, chat_delta(*delta) if delta else b"{}", logprobs)
+        return self.enc.delta(
+            choice.index, chat_delta(*delta, self.reasoning_field) if delta else b"{}", logprobs
+        )
 
     def finish(self, choice: Choice, end: ChoiceEnd) -> bytes:
         if choice.output is None:
@@ -63,7 +66,7 @@ class ChunkWire(Wire):
             end.reason,
             end.stop_reason,
             nvext=end.nvext,
-            delta=chat_delta(*end.delta) if end.delta else None,
+            delta=chat_delta(*end.delta, self.reasoning_field) if end.delta else None,
             logprobs=end.logprobs,
         )
 
@@ -85,7 +88,11 @@ class ChunkWire(Wire):
             lps = msgspec.Raw(raw) if raw is not None else None
             if gen.chat:
                 content, reasoning, calls, reason = gen.outcome(c)
-                message = ChatMessageOut(gen.role, content, reasoning, calls)
+                message = ChatMessageOut(gen.role, content, tool_calls=calls)
+                if self.reasoning_field == "reasoning":
+                    message.reasoning = reasoning
+                else:
+                    message.reasoning_content = reasoning
                 choices.append(msgspec.json.encode(ChatChoice(c.index, message, reason, lps, c.stop_reason)))
             else:
                 choice = CompletionChoice(
