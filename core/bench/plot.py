@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from dyn.core.bench.metrics import RequestRecord
 from dyn.core.bench.report import BenchResult
 from dyn.core.errors import ConfigError
 
@@ -16,14 +17,30 @@ def require_matplotlib() -> None:
         raise ConfigError("--plot needs matplotlib: pip install 'dyn[plot]'") from None
 
 
+def token_arrivals(record: RequestRecord) -> list[tuple[float, float]]:
+    """``(seconds into the run, tokens)`` of each output chunk of a request, as the client read
+    them: the first at its TTFT, the next after each inter-chunk gap, the request's output tokens
+    shared evenly among them; a request with no first chunk recorded, all at its end."""
+    if record.ttft_s is None:
+        return [(record.end_s, float(record.output_tokens))]
+    at = record.start_s + record.ttft_s
+    times = [at]
+    for gap in record.itl_s:
+        at += gap
+        times.append(at)
+    share = record.output_tokens / len(times)
+    return [(t, share) for t in times]
+
+
 def throughput_series(result: BenchResult, bin_s: float) -> tuple[list[float], list[float]]:
-    """Output tokens per second in bins of ``bin_s`` seconds, by request end time."""
-    ok = [r for r in result.requests if r.error is None]
-    if not ok:
+    """Output tokens per second in bins of ``bin_s`` seconds, by when the tokens arrived (a
+    request's tokens counted at its end would show a long reply as one spike)."""
+    arrivals = [a for r in result.requests if r.error is None for a in token_arrivals(r)]
+    if not arrivals:
         return [], []
-    bins = [0.0] * (math.floor(max(r.end_s for r in ok) / bin_s) + 1)
-    for r in ok:
-        bins[math.floor(r.end_s / bin_s)] += r.output_tokens / bin_s
+    bins = [0.0] * (math.floor(max(t for t, _ in arrivals) / bin_s) + 1)
+    for t, tokens in arrivals:
+        bins[math.floor(t / bin_s)] += tokens / bin_s
     return [i * bin_s for i in range(len(bins))], bins
 
 

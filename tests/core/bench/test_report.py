@@ -110,11 +110,33 @@ def test_summary_tables_show_totals_latency_and_classes():
 def test_plot_writes_a_png_and_bins_throughput(tmp_path):
     r = result(0.2, 50)
     times, rates = throughput_series(r, 1.0)
-    # ends at 1.0, 1.5, 2.0, 2.5: 10 tokens each into bins [1,2) and [2,3)
-    assert times == [0.0, 1.0, 2.0] and rates == [0.0, 20.0, 20.0]
+    # 10 tokens per request, one per chunk from start + 0.2 s every 0.05 s: 0.2-0.65, 0.7-1.15,
+    # 1.2-1.65, 1.7-2.15 s; counted where they arrived, not at each request's end
+    assert times == [0.0, 1.0, 2.0] and sum(rates) == 40.0 and rates[2] < rates[1]
     path = tmp_path / "out.png"
     plot_result(r, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_throughput_bins_tokens_by_arrival_so_a_long_reply_is_no_spike():
+    """One request streaming 100 tokens over 10 s (a chunk of 10 each second) is 10 tokens/s in
+    every bin, where binning at its end showed 100 tokens/s in the last one."""
+    r = result(0.2, 50)
+    r.requests = [
+        RequestRecord(
+            conversation="long",
+            group="g",
+            start_s=0.0,
+            end_s=10.0,
+            ttft_s=0.5,
+            output_tokens=100,
+            itl_s=[1.0] * 9,
+        ),
+        RequestRecord(conversation="silent", group="g", start_s=0.0, end_s=3.5, ttft_s=None, output_tokens=4),
+    ]
+    times, rates = throughput_series(r, 1.0)
+    assert times == [float(i) for i in range(10)]
+    assert rates == [10.0, 10.0, 10.0, 14.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
 
 
 def test_tool_counts_in_the_table_and_results_written_before_them_still_read(tmp_path):
