@@ -257,12 +257,12 @@ def test_a_forced_tool_call_is_valid(stack):
             max_tokens=200,
             tools=[tool],
             tool_choice=tool_choice,
+            # one call: "required" otherwise allows a list the random model may not close in time
+            parallel_tool_calls=False,
         )
-        calls = reply.choices[0].message.tool_calls
-        assert calls, reply  # "required" allows several calls; each must be valid
-        for call in calls:
-            assert call.function.name == "set_light", reply
-            jsonschema.validate(json.loads(call.function.arguments), LIGHT)
+        (call,) = reply.choices[0].message.tool_calls or [None]
+        assert call is not None and call.function.name == "set_light", reply
+        jsonschema.validate(json.loads(call.function.arguments), LIGHT)
 
 
 def served_streams(url: str) -> float:
