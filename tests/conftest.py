@@ -3,6 +3,21 @@ import pytest
 from tests.etcd import etcd_server  # noqa: F401 (a fixture: a real etcd on free loopback ports)
 from tests.waiting import poll_until
 
+LOG_TAIL_CHARS = 6000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report ends with the tail of every live engine stack's log."""
+    from tests.vllm_cpu import LIVE_LOGS
+
+    report = yield
+    if report.failed:
+        for log in sorted(LIVE_LOGS):
+            tail = log.read_text(errors="replace")[-LOG_TAIL_CHARS:] if log.exists() else "(no log)"
+            report.sections.append((f"{log} (last {LOG_TAIL_CHARS} characters)", tail))
+    return report
+
 
 @pytest.fixture
 def anyio_backend():

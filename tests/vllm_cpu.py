@@ -43,6 +43,9 @@ def vllm_env() -> dict[str, str]:
 
 
 READY = "dyn serve: ready at "
+LIVE_LOGS: set[Path] = set()
+"""The logs of the ``engine_serve`` stacks running now: a failing test's report ends with their
+tails (``tests/conftest.py``), so a CI failure shows what the engines said."""
 
 
 @contextmanager
@@ -72,6 +75,7 @@ def engine_serve(
     ]  # fmt: skip
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    LIVE_LOGS.add(log_path)
     try:
 
         def ready() -> str | None:
@@ -84,4 +88,5 @@ def engine_serve(
 
         yield poll_until(ready, 320, f"dyn serve --engine {engine} to be ready", interval=0.5), log_path
     finally:
+        LIVE_LOGS.discard(log_path)
         stop_process_group(proc, grace_s=60)
