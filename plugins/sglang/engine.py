@@ -192,6 +192,9 @@ class SglangEngine:
             # not abandoned on cancel: a cancelled start waits for SGLang, then shuts it down
             await anyio.to_thread.run_sync(self._start)
             self._engine = self._owned
+            # SGLang starts its output loop on the first request, taking SIGTERM for itself on
+            # this loop then; started now, before the worker runner takes SIGTERM back
+            self._engine.tokenizer_manager.auto_create_handle_loop()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._poll_loads, self._engine)
                 task_status.started()

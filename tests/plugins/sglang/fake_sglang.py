@@ -47,10 +47,13 @@ too; the matched token stays in ``output_ids``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import re
+import signal
 import sys
+import threading
 import time
 import types
 import uuid
@@ -241,8 +244,20 @@ class TokenizerManager:
         self.aborts: list[str] = []
         self.session_calls: list[tuple[str, Any]] = []
         self.released: list[str] = []
+        self.event_loop: asyncio.AbstractEventLoop | None = None
+        self.sigterms: list[int] = []
+        """SIGTERMs SGLang's own handler received."""
         if CONTROL.has_get_loads:
             self.get_loads = self._get_loads
+
+    def auto_create_handle_loop(self) -> None:
+        """As 0.5.23's: once, on the running loop, which takes SIGTERM (SGLang drains its own
+        requests, then kills its processes) when this is the main thread."""
+        if self.event_loop is not None:
+            return
+        self.event_loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():
+            self.event_loop.add_signal_handler(signal.SIGTERM, self.sigterms.append, signal.SIGTERM)
 
     def abort_request(self, rid: str = "", abort_all: bool = False):
         self.aborts.append(rid)

@@ -1,6 +1,10 @@
 """The whole adapter through the request plane: a real WorkerHost (file discovery, loopback ZMQ)
 around SglangEngine and the fake SGLang, driven by a real WorkerClient."""
 
+import functools
+import os
+import signal
+
 import anyio
 import pytest
 
@@ -17,6 +21,7 @@ from dyn.core.messages import (
 )
 from dyn.core.model import TINY_MODEL_DIR, TINY_MODEL_NAME
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
+from dyn.core.worker.runner import run_hosts
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.sglang import ENGINE, build_host
 from dyn.plugins.sglang.config import SglangConfig
@@ -84,6 +89,26 @@ async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
                 assert fake.engine.generate_calls[-1]["rid"] in fake.engine.tokenizer_manager.aborts
             stop.set()
     assert await host.store.list() == [] and fake.engine.shutdowns == 1
+
+
+async def test_sigterm_deregisters_and_drains_through_dyn_not_sglangs_own_handler(fake, tmp_path, caplog):
+    """SGLang takes SIGTERM on the loop its output loop starts on (0.5.23: it drains its own
+    requests and kills its processes while the worker stays in discovery); the worker runner takes
+    it back once the engine is up, so a SIGTERM stops the worker as it stops any engine's."""
+    settings = WorkerSettings(
+        discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)), drain_timeout_s=2.0
+    )
+    host = build_host(SglangConfig(page_size=16), settings, model_path=str(TINY_MODEL_DIR))
+    caplog.set_level("INFO")
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(functools.partial(run_hosts, [host]))
+            assert fake.engine.tokenizer_manager.event_loop is not None  # SGLang's handler was set
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert fake.engine.tokenizer_manager.sigterms == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert "SIGTERM received; stopping 1 worker(s)" in messages
+    assert any(m.startswith(f"worker {host.instance_id} left discovery; draining") for m in messages)
 
 
 def test_build_host_refuses_what_it_can_check_before_sglang_starts(fake, tmp_path):
