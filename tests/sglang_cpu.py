@@ -19,8 +19,10 @@ WHY_SKIPPED = (
 )
 NEEDS_SGLANG = pytest.mark.skipif(not VENV, reason=WHY_SKIPPED)
 """Marks a test that runs dyn's SGLang worker: skipped without the provisioned venv."""
-ENGINE_FLAGS = ("--device", "cpu")
-"""Every live SGLang worker here runs SGLang's CPU engine."""
+ENGINE_FLAGS = ("--device", "cpu", "--sleep-on-idle")
+"""Every live SGLang worker here runs SGLang's CPU engine, and its scheduler sleeps while idle:
+by default it polls in a loop that keeps a core busy per worker (on this 2-core machine, all of
+it, starving the other processes)."""
 
 
 def python_and_model() -> tuple[Path, Path]:

@@ -334,14 +334,14 @@ def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
         except Exception as exc:  # reported below
             errors.append(f"{name}: {exc!r}")
 
-    long = threading.Thread(target=send, args=("long", 2000))  # about 10 s of decoding here
+    long = threading.Thread(target=send, args=("long", 2000))  # about 4 s of decoding here
     long.start()
-    time.sleep(1.5)  # the long request holds the slot
+    time.sleep(0.7)  # the long request holds the slot (an idle stack admits one in ~30 ms)
     threads = []
     for name, priority in [("normal-1", None), ("normal-2", None), ("normal-3", None), ("important", 10)]:
         threads.append(threading.Thread(target=send, args=(name, 8, priority)))
         threads[-1].start()
-        time.sleep(0.2)
+        time.sleep(0.1)
     for thread in [long, *threads]:
         thread.join(120)
     assert not errors, errors
