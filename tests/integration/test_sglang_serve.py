@@ -8,14 +8,17 @@ router and a shared prefix routed to its holder, priority scheduling reordering 
 priority radix eviction keeping an important prefix, streaming sessions sending only what the
 session does not hold and freeing it on close and on idle timeout (with SGLang's own session
 gauges on the worker's ``/metrics``), structured outputs and a forced tool call that validate,
-OpenCode with seed 003's provider completing a turn,
-and HiCache's host-tier KV events, written by SGLang's own classes, decoded into their tiers.
+OpenCode with seed 003's provider completing a turn, a SIGTERM stopping a worker through dyn
+(out of discovery, its open stream drained), and HiCache's host-tier KV events, written by
+SGLang's own classes, decoded into their tiers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -364,3 +367,35 @@ def test_a_session_on_one_running_slot_runs_as_ordinary_requests_instead_of_dead
     chat(url, messages, max_tokens=4, nvext={"session_control": {"session_id": "one-slot"}})
     chat(url, "An ordinary request.", max_tokens=4)
     assert "no session can be opened here" in log.read_text()
+
+
+def test_a_sigterm_to_a_worker_deregisters_it_and_drains_its_stream(tmp_path):
+    """SIGTERM to a live SGLang worker mid-stream (a rolling restart): dyn's runner, not SGLang's
+    own handler (which SGLang sets on the worker's loop), stops it: the worker leaves discovery,
+    the open stream runs to its last token, and the worker exits cleanly."""
+    with sglang_serve(tmp_path, "--page-size", str(PAGE), "--max-total-tokens", str(POOL_TOKENS)) as (
+        url,
+        log,
+    ):
+        (pid,) = re.findall(r"started worker-0 \(pid (\d+)\)", log.read_text())
+        body = {
+            "model": MODEL,
+            "prompt": "a long answer",
+            "max_tokens": 300,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        body["stream_options"] = {"include_usage": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+            assert r.status_code == 200, r.read()
+            lines = r.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            os.kill(int(pid), signal.SIGTERM)
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]"
+        assert json.loads(rest[-2].removeprefix("data: "))["usage"]["completion_tokens"] == 300
+        poll_until(lambda: "exited with code 0" in log.read_text(), 60, "the worker to exit")
+        text = log.read_text()
+    assert re.search(r"worker-0 \| .*SIGTERM received; stopping 1 worker\(s\)", text), text[-3000:]
+    assert re.search(r"worker \d+ left discovery; draining 1 request\(s\)", text), text[-3000:]
+    assert "Draining requests and shutting down" not in text
