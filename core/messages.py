@@ -38,7 +38,11 @@ import msgspec
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
-    """Sampling parameters forwarded to the engine. ``None`` means the engine's default."""
+    """Sampling parameters forwarded to the engine. ``None`` means the engine's default.
+
+    ``logit_bias``: token id -> a bias in [-100, 100] added to its logit (OpenAI's, as vLLM reads
+    it); ``allowed_token_ids``: the only tokens that may be sampled (vLLM's). The frontend checks
+    that every id is in the vocabulary and that ``allowed_token_ids`` is not empty."""
 
     temperature: float | None = None
     top_p: float | None = None
@@ -49,6 +53,8 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fal
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     length_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None
+    allowed_token_ids: tuple[int, ...] | None = None
 
 
 class StopConditions(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):

@@ -72,7 +72,11 @@ def value_rules(max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, dict[str,
         "truncate_prompt_tokens": {"minimum": 1},
         "prompt_logprobs": logprobs,
         "use_beam_search": {"const": False, "description": _NOT_SUPPORTED},
-        "logit_bias": {"maxProperties": 0, "description": _NOT_SUPPORTED},
+        "logit_bias": {
+            "propertyNames": {"pattern": "^(0|[1-9][0-9]{0,9})$"},
+            "description": "Token id -> bias added to its logit; a bias beyond +-100 is clamped to it.",
+        },
+        "allowed_token_ids": {"minItems": 1, "items": {"minimum": 0}},
         "guided_decoding_backend": {
             "enum": ["auto"],
             "description": "Only 'auto': the worker's engine chooses its structured-output backend.",
@@ -92,7 +96,7 @@ def value_rules(max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, dict[str,
     }
 
 
-_NULL_ONLY = ("allowed_token_ids", "suffix")
+_NULL_ONLY = ("suffix",)
 
 
 def _prompt(vocab_size: int | None) -> dict[str, Any]:
@@ -123,7 +127,7 @@ def _tighten(schema: dict[str, Any], rules: dict[str, Any]) -> None:
                 continue
             if keyword in ("minItems", "maxItems", "items") and kind != "array":
                 continue
-            if keyword == "maxProperties" and kind != "object":
+            if keyword in ("maxProperties", "propertyNames") and kind != "object":
                 continue
             form[keyword] = copy.deepcopy(value)
 
@@ -321,9 +325,11 @@ def openapi_document(
                 if field in properties:
                     rules = {**rules, field: {**rules[field], "maximum": context_length}}
         if vocab_size is not None:
+            token = {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}
             rules = {
                 **rules,
-                "stop_token_ids": {"items": {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}},
+                "stop_token_ids": {"items": token},
+                "allowed_token_ids": {"minItems": 1, "items": token},
             }
         for field, keywords in rules.items():
             _tighten(properties[field], keywords)

@@ -35,7 +35,7 @@ from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import GenerateRequest, OutputConstraint, SamplingParams, StopConditions, ToolSpec
 from dyn.core.model.info import ModelInfo
 from dyn.core.protocol.errors import ApiError, bad_request
-from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest
+from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
 
 @dataclass(slots=True)
@@ -346,6 +346,7 @@ class Preprocessor:
         elif max_tokens > room:
             raise self._too_long(len(token_ids), max_tokens)
         greedy = req.nvext is not None and req.nvext.greed_sampling
+        logit_bias, allowed_token_ids = token_rules(req, vocab)
         sampling = SamplingParams(
             temperature=0.0 if greedy else req.temperature,
             top_p=req.top_p,
@@ -356,6 +357,8 @@ class Preprocessor:
             presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty,
             length_penalty=None if req.length_penalty == 1.0 else req.length_penalty,
+            logit_bias=logit_bias,
+            allowed_token_ids=allowed_token_ids,
         )
         stop = StopConditions(
             max_tokens=max_tokens,

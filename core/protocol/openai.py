@@ -7,8 +7,8 @@ OpenAI and vLLM ignore them (``ignored_fields`` names them for the log, as vLLM 
 unknown field inside ``nvext`` (and its ``agent_hints``, ``session_control``, ``cache_control``)
 is a 400 naming it, so a Dynamo extension dyn does not implement (a per-request router override,
 say) is never dropped silently. Fields the serving path cannot honour yet (beam search,
-``logit_bias``, ``allowed_token_ids``, ``suffix``, a ``guided_decoding_backend`` other than
-"auto") are rejected with a 400 that names them. Tools and structured outputs are checked by
+``suffix``, a ``guided_decoding_backend`` other than "auto") are rejected with a 400 that names
+them; ``token_rules`` checks ``logit_bias`` and ``allowed_token_ids`` against the vocabulary. Tools and structured outputs are checked by
 ``dyn.core.protocol.tools`` and ``dyn.core.protocol.structured``.
 
 Responses are msgspec Structs encoded with ``msgspec.json``; the streaming hot path in
@@ -358,16 +358,60 @@ def _unsupported(req: _GenerationRequest) -> None:
         raise _not_supported("use_beam_search", "beam search")
     if req.best_of is not None and req.best_of != req.n:
         raise _not_supported("best_of", "best_of different from n (beam search)")
-    if req.logit_bias:
-        raise _not_supported("logit_bias", "logit_bias")
-    if req.allowed_token_ids is not None:
-        raise _not_supported("allowed_token_ids", "allowed_token_ids")
     if req.guided_decoding_backend not in (None, "auto"):
         raise _not_supported(
             "guided_decoding_backend",
             f"choosing the structured-output backend per request ({req.guided_decoding_backend!r}; "
             "the worker's engine uses its own, as vLLM V1 does)",
         )
+
+
+LOGIT_BIAS_LIMIT = 100.0
+"""A ``logit_bias`` value beyond it is clamped to it, as vLLM does."""
+
+
+def token_rules(
+    req: _GenerationRequest, vocab_size: int
+) -> tuple[dict[int, float] | None, tuple[int, ...] | None]:
+    """``(logit_bias, allowed_token_ids)`` as the engine takes them, by vLLM's rules: a bias key
+    is a token id written as an integer and its value is clamped to +-``LOGIT_BIAS_LIMIT``;
+    ``allowed_token_ids`` is not empty (duplicates are dropped); every id is in
+    ``[0, vocab_size)``. Anything else is a 400 naming the parameter and the ids at fault."""
+    bias = None
+    if req.logit_bias:
+        bias, bad = {}, []
+        for key, value in req.logit_bias.items():
+            try:
+                token = int(key)
+            except ValueError:
+                bad.append(key)
+                continue
+            if not 0 <= token < vocab_size:
+                bad.append(key)
+            bias[token] = min(LOGIT_BIAS_LIMIT, max(-LOGIT_BIAS_LIMIT, value))
+        if bad:
+            raise bad_request(
+                f"logit_bias keys must be token ids in [0, {vocab_size}); not {_some(bad)}",
+                param="logit_bias",
+            )
+    allowed = None
+    if req.allowed_token_ids is not None:
+        if not req.allowed_token_ids:
+            raise bad_request("allowed_token_ids must not be empty", param="allowed_token_ids")
+        allowed = tuple(dict.fromkeys(req.allowed_token_ids))
+        bad_ids = [token for token in allowed if not 0 <= token < vocab_size]
+        if bad_ids:
+            raise bad_request(
+                f"allowed_token_ids must be token ids in [0, {vocab_size}); not {_some(bad_ids)}",
+                param="allowed_token_ids",
+            )
+    return bias, allowed
+
+
+def _some(values: list) -> str:
+    """The first few of ``values`` for an error message (a request may hold thousands)."""
+    shown = ", ".join(repr(v) for v in values[:5])
+    return shown + (f" and {len(values) - 5} more" if len(values) > 5 else "")
 
 
 def _not_supported(param: str, what: str) -> ApiError:

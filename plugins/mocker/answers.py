@@ -2,6 +2,9 @@
 
 In order, for a request:
 
+0. ``logit_bias`` or ``allowed_token_ids`` (``SamplingParams``): sampled under them
+   (``sources.BiasedSource``), never scripted, since a script would not obey them; with a
+   constraint too, a ``bad_request`` (the mocker's grammars do not combine with them);
 1. ``--replies``: the first entry matching the conversation's last user message or tool result is
    streamed as written (``replies``, ``conversation``); under a constraint only when the scripted
    text satisfies it;
@@ -31,7 +34,7 @@ from dyn.core.engine import EngineError
 from dyn.core.messages import GenerateRequest, OutputConstraint, ToolSpec
 from dyn.core.model import ModelInfo
 from dyn.plugins.mocker.replies import Replies
-from dyn.plugins.mocker.sources import ScriptedSource, TokenSource
+from dyn.plugins.mocker.sources import BiasedSource, ScriptedSource, TokenSource
 
 if TYPE_CHECKING:  # grammar loads numpy and llguidance: only when a request needs it
     from dyn.plugins.mocker.grammar import Grammar, GrammarEngine
@@ -85,9 +88,27 @@ class Answers:
 
     def wants(self, request: GenerateRequest) -> bool:
         """Whether ``request`` may get a source (cheap; the default path skips ``source_for``)."""
-        return request.constraint is not None or self.scripted
+        sampling = request.sampling
+        return (
+            request.constraint is not None
+            or self.scripted
+            or sampling.logit_bias is not None
+            or sampling.allowed_token_ids is not None
+        )
 
     async def source_for(self, request: GenerateRequest, seed: int) -> TokenSource | None:
+        sampling = request.sampling
+        if sampling.logit_bias is not None or sampling.allowed_token_ids is not None:
+            # sampled under them, never a scripted reply or tool call (which would not obey them)
+            if request.constraint is not None:
+                raise EngineError(
+                    "the mocker does not combine logit_bias or allowed_token_ids with a structured "
+                    "output; drop one of them",
+                    code="bad_request",
+                )
+            return BiasedSource(
+                sampling.logit_bias, sampling.allowed_token_ids, sampling.temperature, self.model.vocab_size
+            )
         grammar = None
         if request.constraint is not None:
             grammar = await self._compile(request.constraint, None)

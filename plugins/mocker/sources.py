@@ -19,6 +19,9 @@ source takes over after it (``reasoning.ThinkingFirst``).
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -61,3 +64,80 @@ class ScriptedSource:
             self._next = i + 1
             return self.tokens[i]
         return int(req.rand() * self.vocab_size)
+
+
+class BiasedSource:
+    """Tokens sampled under a request's ``logit_bias`` and ``allowed_token_ids``: the mocker's
+    logits are all equal, so with a bias ``b`` per token (0 where none is given) a token is drawn
+    with probability proportional to ``exp(b / temperature)`` among the allowed tokens (the whole
+    vocabulary when none are listed), and greedy (``temperature`` 0) takes one of the highest-bias
+    tokens. A bias of -100 thus bans a token and +100 all but forces it, as on a real model whose
+    logits differ by less than that. Building it costs one pass over the ids given; each token
+    then costs a binary search."""
+
+    __slots__ = ("end_token_id", "thinks", "error", "_biased", "_cumulative", "_plain", "_plain_weight")
+
+    def __init__(
+        self,
+        logit_bias: dict[int, float] | None,
+        allowed_token_ids: Sequence[int] | None,
+        temperature: float | None,
+        vocab_size: int,
+    ) -> None:
+        self.end_token_id = None
+        self.thinks = False
+        self.error = ""
+        bias = {token: b for token, b in (logit_bias or {}).items() if b != 0.0}
+        if allowed_token_ids is not None:
+            biased = [(token, bias[token]) for token in allowed_token_ids if token in bias]
+            plain = _Tokens.listed([token for token in allowed_token_ids if token not in bias])
+        else:
+            biased = sorted(bias.items())
+            plain = _Tokens.all_but(vocab_size, [token for token, _ in biased])
+        top = max([b for _, b in biased] + ([0.0] if plain.count else []))
+        if temperature == 0:  # greedy: the highest-bias tokens only, drawn uniformly
+            biased = [(token, 1.0) for token, b in biased if b == top]
+            plain_weight = 1.0 if top == 0.0 else 0.0
+        else:  # weights relative to the largest, so none overflows
+            t = 1.0 if temperature is None else temperature
+            biased = [(token, math.exp((b - top) / t)) for token, b in biased]
+            plain_weight = math.exp(-top / t)
+        self._biased = [token for token, _ in biased]
+        self._cumulative = list(itertools.accumulate(weight for _, weight in biased))
+        self._plain = plain
+        self._plain_weight = plain_weight
+
+    def next_token(self, req: SimRequest) -> int:
+        biased_total = self._cumulative[-1] if self._cumulative else 0.0
+        plain_total = self._plain.count * self._plain_weight
+        u = req.rand() * (biased_total + plain_total)
+        if u < biased_total or not plain_total:
+            i = bisect.bisect_right(self._cumulative, u)
+            return self._biased[min(i, len(self._biased) - 1)]
+        return self._plain.pick(min(int((u - biased_total) / self._plain_weight), self._plain.count - 1))
+
+
+class _Tokens:
+    """A set of token ids drawn by index: a list, or the vocabulary but some ids."""
+
+    __slots__ = ("count", "_listed", "_shifts")
+
+    def __init__(self, count: int, listed: list[int] | None, shifts: list[int]) -> None:
+        self.count = count
+        self._listed = listed
+        self._shifts = shifts
+
+    @classmethod
+    def listed(cls, tokens: list[int]) -> _Tokens:
+        return cls(len(tokens), tokens, [])
+
+    @classmethod
+    def all_but(cls, vocab_size: int, excluded: list[int]) -> _Tokens:
+        """``range(vocab_size)`` without ``excluded`` (sorted, distinct): the ``i``-th is ``i``
+        plus the number of excluded ids at or below it, found by bisecting ``excluded[k] - k``."""
+        return cls(vocab_size - len(excluded), None, [token - k for k, token in enumerate(excluded)])
+
+    def pick(self, i: int) -> int:
+        if self._listed is not None:
+            return self._listed[i]
+        return i + bisect.bisect_right(self._shifts, i)

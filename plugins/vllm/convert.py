@@ -65,6 +65,10 @@ def sampling_kwargs(request: GenerateRequest, *, thinking_budget: bool = True) -
     kwargs.update((k, v) for k, v in optional.items() if v is not None)
     if stop.stop_token_ids:
         kwargs["stop_token_ids"] = list(stop.stop_token_ids)
+    if s.logit_bias is not None:
+        kwargs["logit_bias"] = dict(s.logit_bias)
+    if s.allowed_token_ids is not None:
+        kwargs["allowed_token_ids"] = list(s.allowed_token_ids)
     if request.logprobs is not None:
         kwargs["logprobs"] = request.logprobs
     if request.prompt_logprobs is not None:

@@ -115,6 +115,30 @@ def test_vllm_extra_parameters_are_accepted(client):
     assert r.id == "chatcmpl-vllm-extras-1"
 
 
+def test_logit_bias_and_allowed_token_ids_decide_the_tokens(client):
+    """OpenAI's logit_bias and vLLM's allowed_token_ids through the openai client: a +100 bias
+    under greedy sampling repeats its token, allowed_token_ids keep every token in the set, and
+    an id outside the vocabulary is a 400 naming the parameter."""
+    from dyn.core.frontend.tokenizer import Tokenizer
+    from dyn.core.model import load_model_info
+
+    decode = Tokenizer.from_model(load_model_info(None, None)).decode
+
+    def tokens(**extra) -> list[str]:
+        body = {"ignore_eos": True, **extra.pop("extra_body", {})}
+        r = client.completions.create(
+            model=MODEL, prompt="Count with me:", max_tokens=12, logprobs=0, extra_body=body, **extra
+        )
+        return r.choices[0].logprobs.tokens
+
+    assert tokens(temperature=0, logit_bias={"777": 100}) == [decode([777])] * 12
+    allowed = [300, 301, 302]
+    assert set(tokens(seed=5, extra_body={"allowed_token_ids": allowed})) <= {decode([i]) for i in allowed}
+    with pytest.raises(openai.BadRequestError) as exc:
+        tokens(logit_bias={"99999999": 1})
+    assert exc.value.body["param"] == "logit_bias"
+
+
 def test_stop_string_ends_the_output(client):
     args = dict(model=MODEL, prompt="class Parser:", max_tokens=40, seed=3, extra_body={"ignore_eos": True})
     full = client.completions.create(**args).choices[0].text

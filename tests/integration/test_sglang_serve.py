@@ -27,6 +27,8 @@ import uuid
 import httpx
 import pytest
 
+from dyn.core.frontend.tokenizer import Tokenizer
+from dyn.core.model import load_model_info
 from tests.agent_clis import opencode_env, provisioned_agents, run_cli, seed_003_model
 from tests.live_engines import (
     cached,
@@ -399,3 +401,19 @@ def test_a_sigterm_to_a_worker_deregisters_it_and_drains_its_stream(tmp_path):
     assert re.search(r"worker-0 \| .*SIGTERM received; stopping 1 worker\(s\)", text), text[-3000:]
     assert re.search(r"worker \d+ left discovery; draining 1 request\(s\)", text), text[-3000:]
     assert "Draining requests and shutting down" not in text
+
+
+def test_logit_bias_reaches_sglang_and_allowed_token_ids_is_refused(stack):
+    """SGLang's own logit bias: +100 on a token makes greedy decoding repeat it. SGLang has no
+    allowed_token_ids, so a request with them is a 400 saying so, never served unconstrained."""
+    url, _ = stack
+    body = {"model": MODEL, "prompt": "Count with me:", "max_tokens": 8, "ignore_eos": True, "temperature": 0}
+    forced = httpx.post(
+        url + "/v1/completions", json={**body, "logit_bias": {"777": 100}, "logprobs": 0}, timeout=60
+    )
+    assert forced.status_code == 200, forced.text
+    tokens = forced.json()["choices"][0]["logprobs"]["tokens"]
+    decode = Tokenizer.from_model(load_model_info(None, None)).decode  # the tiny Llama's tokenizer
+    assert tokens == [decode([777])] * 8
+    refused = httpx.post(url + "/v1/completions", json={**body, "allowed_token_ids": [300, 301]}, timeout=60)
+    assert refused.status_code == 400 and "allowed_token_ids" in refused.json()["error"]["message"]

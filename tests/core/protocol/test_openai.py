@@ -12,6 +12,7 @@ from dyn.core.protocol.openai import (
     check_chat,
     check_completion,
     decode_request,
+    token_rules,
 )
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -71,7 +72,6 @@ def test_malformed_json():
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"prompt_logprobs": -1}, "prompt_logprobs"),
         ({"prompt_logprobs": 21}, "prompt_logprobs"),
-        ({"logit_bias": {"5": 1.0}}, "logit_bias"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": 1}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
@@ -124,3 +124,27 @@ def test_completion_prompt_shapes(prompt, ok):
 def test_suffix_is_refused():
     req = decode_request(b'{"prompt": "x", "suffix": "y"}', CompletionRequest)
     assert error_of(check_completion, req).code == "unsupported_parameter"
+
+
+def test_logit_bias_and_allowed_token_ids_by_vllms_rules():
+    """Keys are integer token ids, biases are clamped to +-100, allowed ids are deduplicated."""
+    bias, allowed = token_rules(
+        chat(logit_bias={"5": 1.5, "7": -250, "9": 400}, allowed_token_ids=[3, 3, 4]), 10
+    )
+    assert bias == {5: 1.5, 7: -100.0, 9: 100.0} and allowed == (3, 4)
+    assert token_rules(chat(), 10) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "fields, param, says",
+    [
+        ({"logit_bias": {"five": 1.0}}, "logit_bias", "not 'five'"),
+        ({"logit_bias": {"10": 1.0}}, "logit_bias", "in [0, 10)"),
+        ({"logit_bias": {str(i): 1.0 for i in range(-20, 0)}}, "logit_bias", "and 15 more"),
+        ({"allowed_token_ids": []}, "allowed_token_ids", "must not be empty"),
+        ({"allowed_token_ids": [1, 10, -1]}, "allowed_token_ids", "not 10, -1"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_a_400_naming_them(fields, param, says):
+    error = error_of(token_rules, chat(**fields), 10)
+    assert error.param == param and says in error.message

@@ -124,6 +124,42 @@ async def test_greedy_output_is_a_function_of_the_prompt_and_a_seed_reproduces_s
     assert s1 == s2 and s1 != s3  # sampled: the seed decides
 
 
+async def test_allowed_token_ids_and_logit_bias_shape_what_is_sampled():
+    """The mocker's logits are all equal, so the bias alone decides: +100 greedy repeats its token,
+    -100 bans one, and allowed_token_ids limit the draw; output obeys them over 64 tokens."""
+
+    def ask(rid, temperature=None, bias=None, allowed=None):
+        sampling = SamplingParams(temperature=temperature, seed=3, logit_bias=bias, allowed_token_ids=allowed)
+        return GenerateRequest(rid, PROMPT, sampling, StopConditions(max_tokens=64, ignore_eos=True))
+
+    allowed = (11, 12, 13)
+    results = await collect(
+        engine(),
+        ask("forced", 0.0, bias={777: 100.0}),
+        ask("allowed", 1.0, allowed=allowed),
+        ask("allowed-banned", 1.0, bias={12: -100.0}, allowed=allowed),
+        ask("allowed-favoured", 0.0, bias={13: 0.5}, allowed=allowed),
+        ask("plain", 1.0),
+    )
+    forced, in_set, banned, favoured, plain = (tokens for tokens, _, _ in results)
+    assert forced == [777] * 64
+    assert set(in_set) == set(allowed)  # 64 draws of 3 tokens: each comes up
+    assert set(banned) == {11, 13}
+    assert favoured == [13] * 64
+    assert not set(plain) <= set(allowed)
+
+
+async def test_logit_bias_with_a_constraint_is_a_bad_request_on_the_mocker():
+    bias = SamplingParams(logit_bias={5: 1.0})
+    req = GenerateRequest(
+        "x", PROMPT, bias, StopConditions(max_tokens=4), constraint=OutputConstraint("regex", "a+")
+    )
+    with pytest.raises(EngineError) as exc:
+        async for _ in engine().generate(req):
+            pass
+    assert exc.value.code == "bad_request" and "logit_bias or allowed_token_ids" in str(exc.value)
+
+
 async def test_a_refused_constraint_is_a_bad_request():
     with pytest.raises(EngineError) as exc:
         async for _ in engine().generate(request("x", 1, OutputConstraint("regex", "(unclosed"))):

@@ -1,12 +1,14 @@
 """Token sources inside the scheduler: their tokens go through the stop rules, their verdicts end the
 request, and the default path (no source) samples exactly as before."""
 
+import math
 import random
+from collections import Counter
 
 from dyn.core.messages import StopConditions
 from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
-from dyn.plugins.mocker.sources import FAIL, STOP, ScriptedSource
+from dyn.plugins.mocker.sources import FAIL, STOP, BiasedSource, ScriptedSource
 
 EOS = 2
 MODEL = SimModel(vocab_size=1000, context_length=4096, eos_token_ids=frozenset({EOS}))
@@ -109,3 +111,35 @@ def test_a_source_that_raises_fails_only_its_request():
         finished.update({f.request_id: f for f in sched.step().finished})
     assert finished["bad"].reason == "error" and "boom" in finished["bad"].error
     assert finished["good"].reason == "length"
+
+
+class Draws:
+    """A request as a source sees it: only ``rand``."""
+
+    def __init__(self, seed):
+        self.rand = random.Random(seed).random
+
+
+def test_biased_draws_follow_exp_bias_over_temperature():
+    """Equal logits plus a bias: P(token) is proportional to exp(bias / temperature)."""
+    source = BiasedSource({7: 2.0, 8: -100.0}, [7, 8, 9], 2.0, 1000)
+    draws = Draws(1)
+    counts = Counter(source.next_token(draws) for _ in range(20_000))
+    assert counts[8] == 0 and set(counts) == {7, 9}
+    assert abs(counts[7] / counts[9] - math.e) < 0.15  # exp(2 / 2)
+
+
+def test_without_allowed_ids_every_unbanned_token_of_the_vocabulary_can_come_up():
+    """The vocabulary minus the banned ids is drawn by index; compared with the set it stands for."""
+    banned = sorted(random.Random(0).sample(range(50), 30))
+    source = BiasedSource(dict.fromkeys(banned, -100.0), None, 1.0, 50)
+    draws = Draws(2)
+    seen = {source.next_token(draws) for _ in range(5_000)}
+    assert seen == set(range(50)) - set(banned)
+
+
+def test_greedy_takes_the_highest_bias_and_ties_are_drawn_among():
+    draws = Draws(3)
+    assert {BiasedSource({4: 1.0, 5: 3.0}, None, 0.0, 100).next_token(draws) for _ in range(50)} == {5}
+    negative_only = BiasedSource({4: -1.0}, [4, 6, 9], 0.0, 100)  # unbiased ids beat a negative bias
+    assert {negative_only.next_token(draws) for _ in range(200)} == {6, 9}

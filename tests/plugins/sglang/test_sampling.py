@@ -1,5 +1,8 @@
 """GenerateRequest -> SGLang sampling_params."""
 
+import pytest
+
+from dyn.core.engine import EngineError
 from dyn.core.messages import GenerateRequest, SamplingParams, StopConditions
 from dyn.plugins.sglang.sampling import sampling_params
 
@@ -46,3 +49,11 @@ def test_top_k_zero_or_minus_one_means_the_whole_vocabulary():
     for top_k in (0, -1):
         params = sampling_params(GenerateRequest("r", [1], SamplingParams(top_k=top_k)))
         assert params["top_k"] == -1
+
+
+def test_logit_bias_goes_with_string_keys_and_allowed_token_ids_is_refused():
+    params = sampling_params(GenerateRequest("r", [1], SamplingParams(logit_bias={5: -100.0, 9: 2.5})))
+    assert params["logit_bias"] == {"5": -100.0, "9": 2.5}
+    with pytest.raises(EngineError) as exc:
+        sampling_params(GenerateRequest("r", [1], SamplingParams(allowed_token_ids=(5,))))
+    assert exc.value.code == "bad_request" and "allowed_token_ids" in str(exc.value)

@@ -91,6 +91,13 @@ def test_sampling_kwargs_leave_unset_fields_to_vllm():
     assert "temperature" not in plain and "max_tokens" not in plain and "stop_token_ids" not in plain
 
 
+def test_logit_bias_and_allowed_token_ids_reach_vllm():
+    sampling = SamplingParams(logit_bias={5: -100.0, 9: 2.5}, allowed_token_ids=(5, 9, 11))
+    kwargs = sampling_kwargs(GenerateRequest("r", [1], sampling=sampling))
+    assert kwargs["logit_bias"] == {5: -100.0, 9: 2.5} and kwargs["allowed_token_ids"] == [5, 9, 11]
+    assert "logit_bias" not in sampling_kwargs(GenerateRequest("r", [1]))
+
+
 def test_deltas_stream_and_the_last_one_finishes_with_usage_and_cache():
     stream = OutputStream(request(), received=0.0)
     assert stream.step(output([5, 6], cached=4)) == ([5, 6], [], None)

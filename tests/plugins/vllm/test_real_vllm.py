@@ -5,7 +5,8 @@ Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_c
 runs on that venv's Python, the test on this one and talks to it with dyn's ``WorkerClient``.
 The model's text is garbage (random weights), so what is proven is what vLLM's constrained decoding
 and logprobs guarantee whatever the weights: constrained output parses and validates, a choice is
-one of the choices, logprobs have the shape the request asked for and agree with greedy sampling.
+one of the choices, logprobs have the shape the request asked for and agree with greedy sampling,
+allowed_token_ids and logit_bias decide the tokens.
 
 The worker runs vLLM's xgrammar backend with ``disable_any_whitespace``
 (``--structured-outputs-config``, passed through to vLLM): with any whitespace allowed between
@@ -243,3 +244,18 @@ def test_logprobs_zero_give_the_chosen_tokens_alone_and_too_many_are_refused(wor
     with pytest.raises(RemoteError) as refused:
         generate(endpoint, GenerateRequest("lp99", [5, 6, 7], logprobs=99))
     assert refused.value.reply.code == "bad_request" and "max allowed: 20" in refused.value.reply.message
+
+
+def test_allowed_token_ids_and_logit_bias_decide_vllms_tokens(worker):
+    """vLLM's own masking and biasing, whatever the random weights: allowed_token_ids keep every
+    sampled token in the set, and +100 on a token makes greedy decoding repeat it."""
+    endpoint, _ = worker
+    sixteen = StopConditions(max_tokens=16, ignore_eos=True)
+    allowed = (300, 301, 302)
+    sampling = SamplingParams(temperature=1.0, seed=4, allowed_token_ids=allowed)
+    chunks, _ = generate(endpoint, GenerateRequest("allowed", [5, 6, 7], sampling, sixteen))
+    tokens = [t for c in chunks for t in c.token_ids]
+    assert len(tokens) == 16 and set(tokens) <= set(allowed)
+    forced = SamplingParams(temperature=0.0, logit_bias={777: 100.0})
+    chunks, _ = generate(endpoint, GenerateRequest("forced", [5, 6, 7], forced, sixteen))
+    assert [t for c in chunks for t in c.token_ids] == [777] * 16
