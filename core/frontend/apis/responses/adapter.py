@@ -60,6 +60,11 @@ class ChatTurn:
     items: list[Any]
     """The conversation before this response (history and this request's input, as items): what
     the stored response's ``conversation`` starts with."""
+    history_json: bytes = b"[]"
+    """The history's items as the store held them (a JSON array), so that storing this response
+    encodes only what is new (``items[history_len:]``): an agent's conversation grows with every
+    turn."""
+    history_len: int = 0
     namespaces: dict[str, str] = field(default_factory=dict)
     """Function name -> the ``namespace`` tool group it came from."""
     dropped_items: list[str] = field(default_factory=list)
@@ -91,8 +96,11 @@ def unseal_reasoning(sealed: str, where: str) -> str | None:
         ) from None
 
 
-def chat_request(req: ResponsesRequest, history: list[Any] | None = None) -> ChatTurn:
-    """The chat request of ``req``, continuing ``history`` (a stored response's conversation)."""
+def chat_request(
+    req: ResponsesRequest, history: list[Any] | None = None, history_json: bytes = b"[]"
+) -> ChatTurn:
+    """The chat request of ``req``, continuing ``history`` (a stored response's conversation,
+    decoded from ``history_json``)."""
     _check(req)
     own = (
         [{"type": "message", "role": "user", "content": req.input}]
@@ -104,8 +112,8 @@ def chat_request(req: ResponsesRequest, history: list[Any] | None = None) -> Cha
     items = [*(history or ()), *own]
     if not items:
         raise bad_request("input must hold at least one item (or name a previous_response_id)", param="input")
-    turn = ChatTurn(ChatCompletionRequest(messages=[]), items)
     offset = len(items) - len(own)
+    turn = ChatTurn(ChatCompletionRequest(messages=[]), items, history_json=history_json, history_len=offset)
     messages = _messages(items, offset, turn.dropped_items)
     messages = _with_instructions(req.instructions, messages)
     tools, choice = _tools(req, turn)

@@ -40,7 +40,7 @@ async def prepare(
 ) -> Generation:
     """``req`` as a generation written by ``ResponsesWire`` (see the module docstring)."""
     store = app.response_store
-    history = None
+    history, history_json = None, b"[]"
     if req.previous_response_id is not None:
         stored = store.get(req.previous_response_id)
         if stored is None:
@@ -52,8 +52,8 @@ async def prepare(
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
-        history = _CONVERSATION.decode(stored.conversation)
-    turn = chat_request(req, history)
+        history, history_json = _CONVERSATION.decode(stored.conversation), stored.conversation
+    turn = chat_request(req, history, history_json)
     _warn_dropped(turn, ctx.request_id)
     if ctx.session_id is None and req.prompt_cache_key:
         ctx.session_id = _session_id(req.prompt_cache_key)

@@ -22,6 +22,7 @@ is stored (``ResponseStore``) unless the request said ``store: false``, with the
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 import msgspec
 
@@ -139,6 +140,7 @@ class ResponsesWire(Wire):
         self.open: _Item | None = None
         self.calls: dict[int, _Item] = {}
         """Tool-call index -> its item."""
+        self._echo: ResponseObject | None = None
 
     # ----------------------------------------------------------------- streaming
 
@@ -334,10 +336,9 @@ class ResponsesWire(Wire):
     def _response(
         self, status: str, output: list[OutputItem], error: ResponseError | None = None
     ) -> ResponseObject:
-        req, gen = self.req, self.gen
         usage = None
         if status != "in_progress":
-            info = gen.usage()
+            info = self.gen.usage()
             details = info.prompt_tokens_details
             usage = ResponseUsage(
                 info.prompt_tokens,
@@ -346,22 +347,37 @@ class ResponsesWire(Wire):
                 OutputTokensDetails(),
                 info.total_tokens,
             )
+        if self._echo is None:
+            self._echo = self._request_echo()
+        return msgspec.structs.replace(
+            self._echo,
+            status=status,
+            error=error,
+            incomplete_details=IncompleteDetails("max_output_tokens") if status == "incomplete" else None,
+            output=output,
+            usage=usage,
+        )
+
+    def _request_echo(self) -> ResponseObject:
+        """The response's fields that echo the request, built once per response (a stream writes
+        the response object three times). ``instructions`` and ``tools`` are encoded once here:
+        an agent's are kilobytes (Codex sends about 10 KB of instructions and 20 tools)."""
+        req, gen = self.req, self.gen
         reasoning = req.reasoning
         text = req.text or TextConfig()
         if text.format is None:
             text = TextConfig({"type": "text"}, text.verbosity)
+        instructions = msgspec.Raw(msgspec.json.encode(req.instructions)) if req.instructions else None
         return ResponseObject(
             id=self.response_id,
             created_at=gen.ctx.created,
-            status=status,
-            error=error,
-            incomplete_details=IncompleteDetails("max_output_tokens") if status == "incomplete" else None,
-            instructions=req.instructions,
+            status="in_progress",
+            instructions=cast(str | None, instructions),
             max_output_tokens=req.max_output_tokens,
             max_tool_calls=req.max_tool_calls,
             metadata=req.metadata or {},
             model=gen.service.model_name,
-            output=output,
+            output=[],
             parallel_tool_calls=req.parallel_tool_calls is not False,
             previous_response_id=req.previous_response_id,
             prompt_cache_key=req.prompt_cache_key,
@@ -372,13 +388,21 @@ class ResponsesWire(Wire):
             temperature=req.temperature,
             text=text,
             tool_choice=req.tool_choice or "auto",
-            tools=req.tools or [],
+            tools=cast(list[Any], msgspec.Raw(msgspec.json.encode(req.tools or []))),
             top_logprobs=req.top_logprobs or 0,
             top_p=req.top_p,
             truncation=req.truncation or "disabled",
-            usage=usage,
             user=req.user,
         )
+
+
+def _joined(first: bytes, second: bytes) -> bytes:
+    """Two JSON arrays (as msgspec writes them: no whitespace around the brackets) as one."""
+    if first == b"[]":
+        return second
+    if second == b"[]":
+        return first
+    return first[:-1] + b"," + second[1:]
 
 
 def _logprob_list(logprobs: bytes | None) -> bytes:
