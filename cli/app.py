@@ -65,7 +65,7 @@ def main_options(
 
 
 app.command("frontend")(frontend.frontend)
-app.command("serve", context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
+app.command("serve", cls=serve.ServeCommand, context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
 app.command("router")(router.router)
 app.add_typer(worker.app, name="worker")
 app.command("indexer")(indexer.indexer)

@@ -16,11 +16,11 @@ The generated ``completions/`` scripts (bash, zsh, fish) call back into ``dyn`` 
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from typer import _completion_classes as typer_shells
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 
 def one_line(text: str) -> str:
@@ -73,6 +73,54 @@ class CompletingGroup(TyperGroup):
         _register(_ZshOneLine, "zsh")
         _register(_FishOneLine, "fish")
         super()._main_shell_completion(ctx_args, prog_name, complete_var)
+
+
+class ChildFlagsCommand(TyperCommand):
+    """A command that hands the flags it does not declare to child commands (``dyn serve``):
+    completion offers the children's flags beside its own, and a child flag's values.
+    ``children(ctx)`` returns the child commands (set by the subclass)."""
+
+    children: Callable[[Any], list[Any]] = staticmethod(lambda ctx: [])
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        children = type(self).children(ctx)
+        typed = ctx.args  # the words this command did not parse: the children's
+        if typed and not incomplete.startswith("-"):
+            option = _option_named(children, ctx, typed[-1])
+            if option is not None and not option.is_flag and option.nargs == 1:
+                return option.shell_complete(ctx, incomplete)
+        items = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("-"):
+            seen = {item.value for item in items}
+            seen.update(name for param in self.get_params(ctx) for name in param.opts + param.secondary_opts)
+            item = _completion_item_class()
+            for child in children:
+                for param in child.get_params(ctx):
+                    if param.param_type_name != "option" or param.hidden:
+                        continue
+                    for name in param.opts + param.secondary_opts:
+                        if name.startswith(incomplete) and name not in seen:
+                            seen.add(name)
+                            items.append(item(name, help=param.help))
+        return items
+
+
+def _option_named(commands: list[Any], ctx: Any, name: str) -> Any:
+    """The option called ``name`` of the first of ``commands`` that declares one, or None."""
+    for command in commands:
+        for param in command.get_params(ctx):
+            if param.param_type_name == "option" and name in param.opts:
+                return param
+    return None
+
+
+def _completion_item_class() -> Any:
+    """Click's ``CompletionItem``, from the Click that Typer runs (it vendors its own)."""
+    try:
+        from typer._click.shell_completion import CompletionItem
+    except ImportError:  # pragma: no cover - a Typer that uses Click itself
+        from click.shell_completion import CompletionItem
+    return CompletionItem
 
 
 def router_modes(incomplete: str) -> list[tuple[str, str]]:

@@ -10,12 +10,27 @@ from typing import Any
 import typer
 
 from dyn.cli import options
+from dyn.cli.completion import ChildFlagsCommand
 from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
 from dyn.core.config import DiscoveryConfig
 
 SERVE_PANEL = "Stack"
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _children(ctx: Any) -> list[Any]:
+    """The commands ``dyn serve`` hands its other flags to: the frontend and the engine's worker."""
+    root = _root_command(ctx)
+    engines = root.commands["worker"].commands
+    engine = ctx.params.get("engine") or "mocker"
+    return [root.commands["frontend"], *([engines[engine]] if engine in engines else [])]
+
+
+class ServeCommand(ChildFlagsCommand):
+    """``dyn serve`` completes the flags it hands to ``dyn frontend`` and ``dyn worker ENGINE``."""
+
+    children = staticmethod(_children)
 
 
 @discovery_flags

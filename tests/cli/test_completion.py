@@ -109,6 +109,12 @@ def test_commands_subcommands_flags_and_values_complete(shell, tmp_path):
     assert complete("dyn frontend --router-mode ro", tmp_path) == ["round-robin"]
     assert set(complete("dyn bench ", tmp_path)) >= {"compare", "replay"}
     assert set(complete("dyn --log-format ", tmp_path)) == {"rich", "json"}
+    # the flags dyn serve hands to its frontend and to its engine's worker, and their values
+    assert complete("dyn serve --router-m", tmp_path) == ["--router-mode"]
+    assert set(complete("dyn serve --workers 3 --router-mode ", tmp_path)) == MODES
+    assert complete("dyn serve --engine sglang --enable-streaming-s", tmp_path) == [
+        "--enable-streaming-session"
+    ]
 
 
 @pytest.mark.parametrize(("shell", "name"), [("bash", "dyn.bash"), ("zsh", "_dyn"), ("fish", "dyn.fish")])
