@@ -57,6 +57,7 @@ def frontend(
     http_port: int = flag(
         8000,
         "--http-port",
+        "--port",
         min=0,
         max=65535,
         panel=HTTP_PANEL,

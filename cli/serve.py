@@ -72,6 +72,7 @@ def serve(
     http_port: int = flag(
         8000,
         "--http-port",
+        "--port",
         min=0,
         max=65535,
         panel=SERVE_PANEL,

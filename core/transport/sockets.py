@@ -326,7 +326,8 @@ def bind(socket: zmq.Socket, host: str, port: int = 0) -> str:
             raise PlaneKeyError(
                 f"refusing to listen on {host}: without --plane-keys the ZMQ planes are not "
                 "authenticated, so only a loopback address (127.0.0.1) is allowed. Make keys with "
-                "'dyn keys DIR' and pass --plane-keys DIR to every dyn process"
+                "'dyn keys DIR' and pass --plane-keys DIR to every dyn process. (--host is the ZMQ "
+                "address in every dyn command; vLLM's --host, the HTTP server's, is --http-host)"
             )
     else:
         if keys.server_secret is None:

@@ -58,7 +58,7 @@ def stop_and_check(proc, pids, wait_for) -> None:
 def test_serve_starts_the_stack_serves_and_stops_cleanly(dyn_process, wait_for):
     proc = dyn_process(
         "serve",
-        "--http-port",
+        "--port",  # vLLM's spelling of --http-port
         "0",
         "--workers",
         "2",
