@@ -64,7 +64,7 @@ def main_options(
         raise typer.BadParameter(env_hint(str(exc), ctx)) from None
 
 
-app.command("frontend")(frontend.frontend)
+app.command("frontend", cls=frontend.FrontendCommand)(frontend.frontend)
 app.command("serve", cls=serve.ServeCommand, context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
 app.command("router")(router.router)
 app.add_typer(worker.app, name="worker")

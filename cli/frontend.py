@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from dyn.cli import completion, options
 from dyn.cli.config_flags import discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
 from dyn.core.config import DiscoveryConfig
+from dyn.core.frontend import vllm_flags
 from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.session_identity import SessionAffinity
 from dyn.core.router.modes import modes_help
@@ -23,6 +26,21 @@ RELIABILITY_PANEL = "Reliability"
 LOGGING_PANEL = "Logging"
 _LIMITS = RequestLimits()
 log = logging.getLogger("dyn.frontend")
+
+
+class FrontendCommand(TyperCommand):
+    """``dyn frontend``: a ``vllm serve`` API-server flag it does not take is refused with why
+    (``dyn.core.frontend.vllm_flags``), not only as an unknown option."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:  # completion parses too: it must not exit
+            for arg in args:
+                if arg == "--":
+                    break
+                refused = vllm_flags.refusal(arg, "dyn frontend") if arg.startswith("--") else None
+                if refused is not None:
+                    options.fail(refused)
+        return super().parse_args(ctx, args)
 
 
 def _list(value: str, name: str) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from typing import IO, Any
 import httpx
 import orjson
 
+from dyn.core.frontend import vllm_flags
 from dyn.core.logs import PROCESS_ENV, json_record, status_text
 
 LISTENING_RE = re.compile(r"dyn frontend listening on (https?://\S+)")
@@ -96,6 +97,8 @@ def route_flags(
             )
         name, inline = split_flag(arg)
         targets = [cmd for cmd, specs in commands.items() if name in specs]
+        if not targets and (refused := vllm_flags.refusal(name, "dyn serve")) is not None:
+            raise FlagRoutingError(refused)  # never handed to an engine that would misread it
         if not targets and passthrough is not None:
             takes_value = inline is None and i + 1 < len(args) and not _is_flag(args[i + 1])
             chunk = [arg, args[i + 1]] if takes_value else [arg]

@@ -27,5 +27,6 @@ DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
   tests/integration/test_netns.py \
   tests/plugins/vllm/test_real_vllm_disagg.py \
   tests/integration/test_vllm_disagg.py \
-  tests/integration/test_vllm_plane_keys.py
+  tests/integration/test_vllm_plane_keys.py \
+  tests/plugins/vllm/test_flag_table.py
 DYN_SGLANG_VENV=$(cat "$out/sglang") python -m pytest tests/integration/test_sglang_serve.py

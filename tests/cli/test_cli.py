@@ -89,3 +89,17 @@ def test_log_format_json_emits_one_object_per_line(capsys):
     obj = orjson.loads(line)
     assert obj["message"] == "hello there" and obj["level"] == "info" and obj["instance_id"] == 7
     configure_logging("warning", "rich")
+
+
+def test_a_vllm_api_server_flag_dyn_frontend_does_not_take_is_refused_with_why():
+    """A vLLM user's flag is met with its reason, not only "no such option"; one dyn does not
+    take is refused, every one it does take still parses, and none of the refused ones is also
+    a dyn frontend flag (the table stays true as flags are added)."""
+    from dyn.core.frontend.vllm_flags import REFUSED
+
+    result = runner.invoke(app, ["frontend", "--middleware", "my.Middleware"])
+    assert result.exit_code == 2
+    assert "vLLM's --middleware is not taken by dyn frontend: " in result.output
+    frontend = typer.main.get_command(app).commands["frontend"]
+    declared = {name for param in frontend.params for name in param.opts + param.secondary_opts}
+    assert not declared & set(REFUSED)

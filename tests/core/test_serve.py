@@ -96,6 +96,16 @@ def test_unknown_flag_error_names_the_flag_and_the_commands_searched():
     assert "--warp-drive" in message and FRONTEND in message and WORKER in message
 
 
+def test_a_vllm_api_server_flag_dyn_does_not_take_is_refused_with_why_even_for_a_pass_through():
+    """vLLM's engine flags go through to the worker; its API-server flags dyn's frontend does not
+    take would reach vLLM's engine parser, so they are refused here, saying what to do instead."""
+    for passthrough in (None, WORKER):
+        with pytest.raises(FlagRoutingError) as err:
+            route_flags(["--middleware", "my.Middleware"], SPECS, passthrough=passthrough)
+        assert str(err.value).startswith("vLLM's --middleware is not taken by dyn serve: ")
+        assert "proxy" in str(err.value)
+
+
 def test_undeclared_flags_go_to_the_pass_through_command_with_their_values():
     args = [
         "--swap-space",

@@ -1,0 +1,67 @@
+"""``vllm serve``'s API-server flags that ``dyn frontend`` does not take, each with why and what to
+use instead: what a vLLM user is told when one is given to ``dyn frontend`` or ``dyn serve``.
+
+vLLM's engine flags are not listed: ``dyn worker vllm`` hands every flag it does not declare to
+vLLM's own parser. ``docs/vllm-serve-flags.md`` lists every ``vllm serve`` flag with its fate here
+(``scripts/gen_vllm_flag_table.py`` writes it from the installed vLLM and this table).
+"""
+
+from __future__ import annotations
+
+REFUSED: dict[str, str] = {
+    "--chat-template-content-format": "dyn renders message content as vLLM's 'string' format "
+    "(text parts joined), which the chat templates dyn serves expect",
+    "--trust-request-mm-kwargs": "dyn does not take images, audio or video yet",
+    "--default-chat-template-kwargs": "not built yet; send chat_template_kwargs per request",
+    "--exclude-tools-when-tool-choice-none": "not built yet: with tool_choice none the tools are "
+    "still rendered into the prompt, as vLLM does without this flag",
+    "--tool-strict-level": "not built yet",
+    "--tool-server": "dyn runs no built-in tools (MCP or demo tool servers); agents run their own tools",
+    "--enable-per-request-metrics": "per-request timing is nvext.extra_fields ['timing'] in dyn",
+    "--enable-server-load-tracking": "dyn's /metrics always carries the frontend's in-flight "
+    "requests (dynamo_frontend_active_requests)",
+    "--enable-force-include-usage": "not built yet; ask for usage with stream_options.include_usage",
+    "--sse-keep-alive-interval": "not built yet: dyn sends no SSE comments while a stream waits",
+    "--enable-tokenizer-info-endpoint": "not built yet; /tokenize and /detokenize are served",
+    "--enable-log-outputs": "not built yet; --enable-log-requests logs each request",
+    "--enable-log-deltas": "not built yet; --enable-log-requests logs each request",
+    "--cohere-is-reasoning-model": "dyn serves no Cohere-specific API",
+    "--cohere-format": "dyn serves no Cohere-specific API",
+    "--anthropic-disabled-thinking-effort": "dyn's /v1/messages maps thinking on and off to the "
+    "model's own switch, with no effort level",
+    "--log-error-stack": "dyn logs every server error with its traceback",
+    "--tokens-only": "dyn's frontend always tokenizes and renders; send token ids as the prompt instead",
+    "--enable-scale-out": "run more dyn workers or frontends instead (discovery finds them)",
+    "--fingerprint-mode": "not built yet: dyn's responses carry no system_fingerprint",
+    "--fingerprint-value": "not built yet: dyn's responses carry no system_fingerprint",
+    "--headless": "dyn worker vllm always runs vLLM without its HTTP server; dyn frontend serves HTTP",
+    "--api-server-count": "use dyn frontend's --num-http-workers",
+    "--grpc": "dyn serves HTTP only",
+    "--grpc-port": "dyn serves HTTP only",
+    "--data-parallel-supervisor-port": "dyn runs one engine rank per worker; dyn serve supervises them",
+    "--dp-supervisor-probe-interval-s": "dyn runs one engine rank per worker; dyn serve supervises them",
+    "--dp-supervisor-probe-timeout-s": "dyn runs one engine rank per worker; dyn serve supervises them",
+    "--dp-supervisor-probe-failure-threshold": "dyn runs one engine rank per worker; dyn serve "
+    "supervises them",
+    "--uds": "dyn listens on TCP only (--http-host, --http-port)",
+    "--disable-uvicorn-access-log": "dyn writes no access log (--uvicorn-log-level sets uvicorn's level)",
+    "--disable-access-log-for-endpoints": "dyn writes no access log",
+    "--enable-ssl-refresh": "not built yet: restart the frontend to load new certificates",
+    "--ssl-ciphers": "not built yet: the ciphers are Python's defaults",
+    "--middleware": "dyn's HTTP server is its own ASGI app and loads no user middleware; put a "
+    "proxy in front of it",
+    "--enable-request-id-headers": "dyn always answers with the x-request-id header",
+    "--h11-max-incomplete-event-size": "dyn's HTTP server bounds requests itself (--max-prompt-bytes)",
+    "--h11-max-header-count": "dyn's HTTP server bounds requests itself",
+    "--enable-offline-docs": "dyn serves its OpenAPI schema at /openapi.json and no docs pages",
+    "--enable-flash-late-interaction": "dyn serves no late-interaction (ColBERT) scoring",
+}
+"""``vllm serve`` API-server flag -> why ``dyn frontend`` does not take it (one line)."""
+
+
+def refusal(flag: str, command: str) -> str | None:
+    """The error for vLLM's ``flag`` (``--x``, ``--no-x`` or ``--x=value``) given to ``command``,
+    or None when it is not one of them."""
+    name = flag.split("=", 1)[0]
+    why = REFUSED.get(name) or REFUSED.get(name.replace("--no-", "--", 1))
+    return f"vLLM's {name} is not taken by {command}: {why}" if why is not None else None
