@@ -1,20 +1,26 @@
 """Parsers by name: one registry per kind, filled by the modules of its package.
 
-``Registry.register("hermes", "qwen25")`` is a class decorator; every module of the registry's
-package is imported the first time a name is looked up, so a parser module needs no entry
-anywhere else. ``load_plugin(path)`` imports a user's Python file (``--tool-parser-plugin``)
-whose classes register themselves the same way.
+``Registry.register("hermes", "qwen25")`` is a class decorator, and a parser module needs no entry
+anywhere else: the first lookup scans the source of every module of the registry's package (not
+importing them) for its ``@...register("name", ...)`` decorators, and ``get(name)`` then imports
+only the module that registers ``name``, as vLLM's lazy registries do. ``names()`` lists the names
+the scan found. A module whose registrations the scan cannot read (a ``register(...)`` call that
+is not such a decorator with string names) is imported whenever a name is not found otherwise,
+and by ``names()``, so every name is still found. ``load_plugin(path)`` imports a user's Python
+file (``--tool-parser-plugin``) whose classes register themselves the same way.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import pkgutil
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 
 class UnknownParserError(ValueError):
@@ -37,6 +43,64 @@ class RegisteredParser(Protocol):
 
 P = TypeVar("P", bound=RegisteredParser)
 
+_DECORATOR = re.compile(r"^[ \t]*@[\w.]+\.register\(([^()]*)\)", re.MULTILINE)
+"""A registration the scan reads: a decorator line ``@X.register("a", "b")`` (the arguments may
+span lines). Such a line inside a string would be read as one too; the registry's tests compare
+the scan of dyn's packages with what importing every module registers."""
+_ANY_REGISTER = re.compile(r"\.register\(")
+
+
+class Scan(NamedTuple):
+    """What the sources of a package's modules register, read without importing them."""
+
+    modules: dict[str, str]
+    """Each registered name (compared as ``Registry`` compares them) -> the module that registers
+    it (a name registered twice: the module imported last by an import of every module)."""
+    opaque: tuple[str, ...]
+    """Modules whose registrations the scan could not read: they must be imported to know them."""
+
+
+def _decorated_names(source: str) -> list[str] | None:
+    """The names ``source`` registers with ``@...register("a", ...)`` decorators, or None when it
+    calls ``register(`` in any other way (or with anything but string literals)."""
+    names: list[str] = []
+    found = 0
+    for match in _DECORATOR.finditer(source):
+        found += 1
+        try:
+            args = ast.literal_eval(f"[{match.group(1)}]")
+        except (ValueError, SyntaxError):
+            return None
+        if not args or not all(isinstance(a, str) for a in args):
+            return None
+        names.extend(args)
+    if len(_ANY_REGISTER.findall(source)) != found:
+        return None
+    return names
+
+
+def scan_package(paths: list[str], key: Callable[[str], str] = str) -> Scan:
+    """Read which of the modules found on ``paths`` (a package's ``__path__``) registers which
+    names; modules whose names start with ``_`` are skipped, as a registry's lookups skip them."""
+    modules: dict[str, str] = {}
+    opaque: list[str] = []
+    for info in pkgutil.iter_modules(paths):
+        if info.name.startswith("_"):
+            continue
+        names = None
+        base = Path(getattr(info.module_finder, "path", ""))
+        source = base / info.name / "__init__.py" if info.ispkg else base / f"{info.name}.py"
+        try:
+            names = _decorated_names(source.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            pass  # compiled only, or unreadable: importing it is the way to know
+        if names is None:
+            opaque.append(info.name)
+            continue
+        for name in names:
+            modules[key(name)] = info.name
+    return Scan(modules, tuple(opaque))
+
 
 class Registry(Generic[P]):
     """Parser classes of one kind by name (names compare case-insensitively, ``-`` as ``_``)."""
@@ -45,7 +109,11 @@ class Registry(Generic[P]):
         self.kind = kind
         self.package = package
         self._classes: dict[str, type[P]] = {}
-        self._loaded = False
+        self._scan: Scan | None = None
+        self._imported: set[str] = set()
+        self._ready: set[str] = set()
+        """Names whose module has been imported (or that no module registers): ``get`` answers
+        them from ``_classes`` at once."""
 
     @staticmethod
     def _key(name: str) -> str:
@@ -64,19 +132,36 @@ class Registry(Generic[P]):
 
         return decorate
 
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        package = importlib.import_module(self.package)
-        for module in pkgutil.iter_modules(package.__path__):
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{module.name}")
-        self._loaded = True
+    def scan(self) -> Scan:
+        """Which module of the package registers which name (read once, from the sources)."""
+        if self._scan is None:
+            package = importlib.import_module(self.package)
+            self._scan = scan_package(list(package.__path__), self._key)
+        return self._scan
+
+    def _import(self, module: str) -> None:
+        if module not in self._imported:
+            importlib.import_module(f"{self.package}.{module}")
+            self._imported.add(module)
+
+    def _find(self, key: str) -> None:
+        """Import what may register ``key``: its module, else the modules the scan could not read."""
+        scan = self.scan()
+        module = scan.modules.get(key)
+        if module is not None:
+            self._import(module)
+        if key not in self._classes:
+            for other in scan.opaque:
+                self._import(other)
+        if key in self._classes:
+            self._ready.add(key)
 
     def get(self, name: str) -> type[P]:
         """The class registered as ``name``; ``UnknownParserError`` names the known ones."""
-        self._load()
-        cls = self._classes.get(self._key(name))
+        key = self._key(name)
+        if key not in self._ready:
+            self._find(key)
+        cls = self._classes.get(key)
         if cls is None:
             raise UnknownParserError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         return cls
@@ -90,9 +175,12 @@ class Registry(Generic[P]):
         return cls
 
     def names(self) -> list[str]:
-        """Every registered name, sorted."""
-        self._load()
-        return sorted(self._classes)
+        """Every registered name, sorted (the scan's, and those registered by plugins or by the
+        modules the scan could not read, which this imports)."""
+        scan = self.scan()
+        for module in scan.opaque:
+            self._import(module)
+        return sorted(set(scan.modules) | set(self._classes))
 
 
 def load_plugin(path: str | Path) -> None:

@@ -1,7 +1,8 @@
 """Reasoning between a start and an end tag (``<think>`` ... ``</think>``): DeepSeek-R1, Qwen3,
 GLM-4.5, Step-3, OLMo 3, Seed-OSS and the formats that follow R1's convention, and the machine
 (``TaggedReasoningParser``) the other tag families (``kimi``, ``mistral``, ``granite``,
-``answer``, ``minimax``, ``nemotron``) configure.
+``answer``, ``minimax``, ``nemotron``, ``deepseek_v4``, ``gemma4``, ``kimi_k3``, ``minimax_m3``)
+configure.
 
 Where the output starts:
 
@@ -22,7 +23,9 @@ marker (a tool-call start such as Qwen3.5's ``<tool_call>`` written before closi
 it and what follows are content). Reasoning that never ends (``max_tokens``) stays reasoning.
 After the section, content is verbatim except that ``drops_stray_end`` formats drop a second
 end tag and ``reopens`` formats open another section at a later start tag (GLM's interleaved
-thinking, Dynamo's ``basic``).
+thinking, Dynamo's ``basic``). A format may also name a ``section_label`` the model writes right
+after opening a section (dropped) and ``drops``, markers dropped from the content wherever they
+are; and it may read the prompt its own way (``opened_by_prompt``).
 
 Where vLLM and Dynamo disagree on a name both have, these follow vLLM (Dynamo-only names such as
 ``basic`` follow Dynamo): vLLM's ``qwen3`` and ``glm45`` start in reasoning unless thinking is
@@ -75,6 +78,12 @@ class TaggedReasoningParser(ReasoningParser):
     answer_tags: ClassVar[tuple[str, str] | None] = None
     """Tags that may wrap the content right after the section (``<answer>``, ``</answer>``);
     they are dropped with the whitespace inside them and after the closing one."""
+    section_label: ClassVar[str] = ""
+    """A name the model writes right after opening a section (Gemma 4's ``thought\\n``): dropped
+    there."""
+    drops: ClassVar[tuple[str, ...]] = ()
+    """Markers dropped from the content wherever they are, thinking on or off (Kimi K3's
+    response-channel wrapper)."""
 
     def __init__(
         self,
@@ -84,11 +93,11 @@ class TaggedReasoningParser(ReasoningParser):
         constrained: bool = False,
     ) -> None:
         super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
-        tail = (prompt_text or "").rstrip()
+        opened = self.opened_by_prompt(prompt_text or "")
         enabled = True
-        if tail.endswith(self.end_tags):
+        if opened is False:
             state, enabled = _CONTENT, False
-        elif tail.endswith(self.start_tags):
+        elif opened:
             state = _REASONING
         elif not self.thinking():
             state, enabled = _CONTENT, False
@@ -102,15 +111,28 @@ class TaggedReasoningParser(ReasoningParser):
         self._strip = False
         """Drop the whitespace that starts the next content."""
         self._answer = _ANSWER_NEXT if self.answer_tags and state == _CONTENT else _NO_ANSWER
-        markers: tuple[str, ...] = ()
+        self._label = bool(self.section_label) and state == _REASONING
+        """The section just opened: its label may still follow."""
+        markers: tuple[str, ...] = self.drops
         if enabled:
-            markers = (self.end_tags if self.drops_stray_end else ()) + (
+            markers += (self.end_tags if self.drops_stray_end else ()) + (
                 self.start_tags if self.reopens else ()
             )
         self._content_markers = markers
-        tags = self.start_tags + self.end_tags + self.exits + (self.answer_tags or ())
+        tags = self.start_tags + self.end_tags + self.exits + (self.answer_tags or ()) + self.drops
         self._marker_chars = frozenset(tag[0] for tag in tags)
         """A piece without any of these cannot touch a tag: outside a section it is content as is."""
+
+    def opened_by_prompt(self, prompt: str) -> bool | None:
+        """Where the rendered prompt leaves the output: True inside a section (the template opened
+        it), False after one (the template closed it: thinking off, the output is content
+        verbatim), None when it does not say. Read from the prompt's tail."""
+        tail = prompt.rstrip()
+        if tail.endswith(self.end_tags):
+            return False
+        if tail.endswith(self.start_tags):
+            return True
+        return None
 
     def thinking(self) -> bool:
         """Whether the request has thinking on (``thinking_keys``, else ``thinking_default``)."""
@@ -127,7 +149,9 @@ class TaggedReasoningParser(ReasoningParser):
             and not self._strip
             and not self._at_start
             and self._answer == _NO_ANSWER
-            and (not self._content_markers or self._marker_chars.isdisjoint(text))
+            and (
+                (self._state == _CONTENT and not self._content_markers) or self._marker_chars.isdisjoint(text)
+            )
         ):
             return [text]
         self._buf += text
@@ -153,7 +177,7 @@ class TaggedReasoningParser(ReasoningParser):
 
     def _open(self, events: list[Event], final: bool) -> bool:
         buf = self._buf
-        markers = self.start_tags + (self.end_tags if self.drops_stray_end else ())
+        markers = self.start_tags + (self.end_tags if self.drops_stray_end else ()) + self.drops
         hit = find_first(buf, markers)
         if hit is None:
             size = len(buf) - (0 if final else marker_tail(buf, markers))
@@ -185,6 +209,14 @@ class TaggedReasoningParser(ReasoningParser):
                     buf = lead[len(tag) :]
                     break
             self._at_start = False
+        if self._label:
+            label = self.section_label
+            if not final and len(buf) < len(label) and label.startswith(buf):
+                self._buf = buf
+                return False
+            if buf.startswith(label):
+                buf = buf[len(label) :]
+            self._label = False
         if self._trim_lead:
             buf = buf.lstrip()
             if not buf:
@@ -258,6 +290,7 @@ class TaggedReasoningParser(ReasoningParser):
     def _enter_reasoning(self) -> None:
         self._state = _REASONING
         self._trim_lead = self.trims_reasoning_start
+        self._label = bool(self.section_label)
 
     def _emit_content(self, events: list[Event], text: str) -> None:
         if text:
@@ -321,14 +354,24 @@ class Glm45ReasoningParser(TaggedReasoningParser):
     drops_stray_end = True
 
 
-@REASONING_PARSERS.register("step3", "step3p5")
+@REASONING_PARSERS.register("step3")
 class Step3ReasoningParser(TaggedReasoningParser):
-    """StepFun Step-3 and Step-3.5 (vLLM's and Dynamo's ``step3``, vLLM's ``step3p5``): the
-    model writes only ``</think>``; everything before it is reasoning. Step-3.5 puts a newline
-    on each side of the end tag; both are dropped, as vLLM's ``step3p5`` does."""
+    """StepFun Step-3 (vLLM's and Dynamo's ``step3``): the model writes only ``</think>``;
+    everything before it is reasoning, whitespace before the end tag dropped."""
 
     starts_in_reasoning = True
     trims_reasoning_end = True
+
+
+@REASONING_PARSERS.register("step3p5")
+class Step3p5ReasoningParser(Step3ReasoningParser):
+    """StepFun Step-3.5 and Step-3.7 (vLLM's ``step3p5``): Step-3's reading (the template always
+    opens the section with ``<think>\\n``, and thinking cannot be switched off) with Qwen3's
+    tool calls: a ``<tool_call>`` written inside the section ends it, a second ``</think>`` is
+    dropped. The model writes ``\\n</think>\\n``; both newlines are dropped."""
+
+    exits = ("<tool_call>",)
+    drops_stray_end = True
 
 
 @REASONING_PARSERS.register("olmo3")
