@@ -21,7 +21,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
@@ -155,10 +155,28 @@ class ArgumentScanner:
 
 
 class PythonCallList(CallListReader):
-    """Reads ``[name(key=literal, ...), ...]`` from its ``[`` on (see the module)."""
+    """Reads Python calls ``name(key=literal, ...)``: a list from its ``[`` on (``[f(), g()]``,
+    see the module), or (``bracketed=False``) calls one after another, separated by commas or
+    whitespace, up to the first text that is no call. A format configures what starts a call
+    (``head``; ``maybe_head``: what may still become one), how one argument is read
+    (``argument``: ``(key, JSON value)`` of a stripped ``key=literal``, or None) and whether an
+    empty list ``[]`` is a list of no calls (``empty_list``) or unreadable."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        bracketed: bool = True,
+        *,
+        head: re.Pattern[str] = _CALL_HEAD,
+        maybe_head: re.Pattern[str] = _MAYBE_HEAD,
+        argument: Callable[[str], tuple[str, Any] | None] = keyword_argument,
+        empty_list: bool = True,
+    ) -> None:
         super().__init__()
+        self.bracketed = bracketed
+        self._empty_list = empty_list
+        self._head = head
+        self._maybe_head = maybe_head
+        self._argument = argument
         self._phase = _OPEN
         self._pos = 0
         self._last_end = 0
@@ -178,36 +196,42 @@ class PythonCallList(CallListReader):
                 if final:
                     self._stop()
                 return events
+            char = text[pos]
             if self._phase == _OPEN:
-                if text[pos] == "[":
+                if not self.bracketed:
+                    self._phase = _NEXT
+                elif char == "[":
                     self._pos = pos + 1
                     self._phase = _NEXT
                 else:
                     self.failed = True
-            elif self._phase == _NEXT:
-                if text[pos] == "]":
-                    self.end = pos + 1
-                    continue
-                head = _CALL_HEAD.match(text, pos)
-                if head is None:
-                    if not final and _MAYBE_HEAD.fullmatch(text, pos):
-                        return events
-                    self._stop()
-                    continue
-                events.append(ToolCallStart(head.group(1)))
-                self.calls += 1
-                self._sent_any = False
-                self._scanner = ArgumentScanner(head.end())
-                self._pos = head.end()
-                self._phase = _ARGS
-            elif text[pos] == ",":
+            elif self.bracketed and char == "]" and (self.calls or self._empty_list):
+                self.end = pos + 1
+            elif self._phase == _AFTER and char == ",":
                 self._pos = pos + 1
                 self._phase = _NEXT
-            elif text[pos] == "]":
-                self.end = pos + 1
+            elif self._phase == _NEXT or not self.bracketed:
+                if not self._start_call(text, pos, final, events):
+                    return events
             else:
                 self._stop()
         return events
+
+    def _start_call(self, text: str, pos: int, final: bool, events: list[Event]) -> bool:
+        """Starts the call at ``pos``; ``False`` while the text may still become one."""
+        head = self._head.match(text, pos)
+        if head is None:
+            if not final and self._maybe_head.fullmatch(text, pos):
+                return False
+            self._stop()
+            return True
+        events.append(ToolCallStart(head.group(1)))
+        self.calls += 1
+        self._sent_any = False
+        self._scanner = ArgumentScanner(head.end())
+        self._pos = head.end()
+        self._phase = _ARGS
+        return True
 
     def _read_arguments(self, text: str, final: bool, events: list[Event]) -> bool:
         """Reads the current call's next argument; ``False`` while the text does not say more
@@ -218,7 +242,7 @@ class PythonCallList(CallListReader):
                 self.end = len(text)
             return False
         argument = text[self._pos : stop].strip()
-        read = keyword_argument(argument) if argument else None
+        read = self._argument(argument) if argument else None
         if read is not None:
             key, value = read
             piece = json.dumps(key) + ": " + json.dumps(value, ensure_ascii=False)
@@ -233,6 +257,7 @@ class PythonCallList(CallListReader):
         return True
 
     def _stop(self) -> None:
+        """The list ends after its last complete call; with none, it is unreadable."""
         if self.calls:
             self.end = self._last_end
         else:
