@@ -201,6 +201,13 @@ def load_plugin(path: str | Path) -> None:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "vllm":
+            raise ValueError(
+                f"parser plugin {str(file)!r} is written for vLLM (it imports {exc.name}), and dyn "
+                "does not run vLLM's parser classes: write it against dyn's parser API instead, a "
+                "dyn.core.parsers.tool.ToolParser subclass (feed, finish, render) decorated with "
+                '@TOOL_PARSERS.register("name"), as the README\'s "Tool-call parsers" says'
+            ) from None
         raise ValueError(
             f"parser plugin {str(file)!r} failed to import: {type(exc).__name__}: {exc}"
         ) from None

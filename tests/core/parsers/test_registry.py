@@ -5,6 +5,7 @@ registering its own parser, and clear errors."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -75,6 +76,24 @@ def test_plugin_errors_say_what_went_wrong(tmp_path):
     broken.write_text("import nowhere_to_be_found\n")
     with pytest.raises(ValueError, match="failed to import: ModuleNotFoundError"):
         load_plugin(broken)
+
+
+def test_a_vllm_plugin_is_refused_naming_dyns_parser_api(tmp_path):
+    """Seed 004's plugin example imports vLLM's parser classes: where vLLM is not installed, the
+    error says how to write the plugin for dyn instead of only "No module named 'vllm'"."""
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this environment")
+    plugin = tmp_path / "example_tool_parser.py"
+    plugin.write_text(
+        "from vllm.tool_parsers import ToolParser, ToolParserManager\n\n\n"
+        '@ToolParserManager.register_module(["example"])\n'
+        "class ExampleToolParser(ToolParser):\n    pass\n"
+    )
+    with pytest.raises(ValueError) as refused:
+        load_plugin(plugin)
+    message = str(refused.value)
+    assert "is written for vLLM" in message and "ToolParser subclass" in message
+    assert "@TOOL_PARSERS.register" in message
 
 
 # --- lazy lookups ------------------------------------------------------------------------------
