@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from dyn.core.parsers.events import Event, ToolCallArgs
 from dyn.core.parsers.text import find_first
-from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
+from dyn.core.parsers.tool import TOOL_PARSERS, Tool
 from dyn.core.parsers.tool.qwen3_coder import FunctionReader, Qwen3CoderToolParser, convert_value
 
 _FUNCTION_END, _PARAMETER, _PARAMETER_END = "</function>", "<parameter=", "</parameter>"
@@ -55,6 +54,7 @@ class VerbatimFunctionReader(FunctionReader):
 @TOOL_PARSERS.register("mimo")
 class MiMoToolParser(Qwen3CoderToolParser):
     needs_special_tokens = True  # vLLM's adjust_request (its parser engine keeps special tokens)
+    parameter_format = "<parameter={name}>{text}</parameter>\n"
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)
@@ -62,16 +62,3 @@ class MiMoToolParser(Qwen3CoderToolParser):
 
     def call_begin(self) -> None:
         self._functions = VerbatimFunctionReader(self.tools)
-
-    @classmethod
-    def render(cls, calls: Sequence[ToolCall]) -> str:
-        def parameter(name: str, value: Any) -> str:
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            return f"<parameter={name}>{text}</parameter>\n"
-
-        return "\n".join(
-            f"<tool_call>\n<function={c.name}>\n"
-            + "".join(parameter(k, v) for k, v in json.loads(c.arguments).items())
-            + "</function>\n</tool_call>"
-            for c in calls
-        )

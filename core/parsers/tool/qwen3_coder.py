@@ -31,7 +31,7 @@ import ast
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
 from dyn.core.parsers.text import find_first
@@ -221,11 +221,14 @@ class Qwen3CoderToolParser(DelimitedToolParser):
             return [self.raw_call(body, complete)] if complete or final else []
         return events
 
+    parameter_format: ClassVar[str] = "<parameter={name}>\n{text}\n</parameter>\n"
+    """How ``render`` writes one parameter (the model's own layout)."""
+
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
         def parameter(name: str, value: Any) -> str:
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            return f"<parameter={name}>\n{text}\n</parameter>\n"
+            return cls.parameter_format.format(name=name, text=text)
 
         return "\n".join(
             f"<tool_call>\n<function={c.name}>\n"
