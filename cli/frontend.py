@@ -43,6 +43,19 @@ class FrontendCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+def _json_object(value: str | None, name: str) -> dict | None:
+    """A flag's JSON object, or None when not given."""
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=name) from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=name)
+    return parsed
+
+
 def _list(value: str, name: str) -> tuple[str, ...]:
     """vLLM takes a JSON list ('["a", "b"]'); a comma-separated list works too."""
     text = value.strip()
@@ -326,6 +339,13 @@ def frontend(
         panel=options.PARSERS_PANEL,
         help="A Jinja chat template file (or the template text) replacing the model's.",
     ),
+    default_chat_template_kwargs: str = flag(
+        None,
+        "--default-chat-template-kwargs",
+        panel=options.PARSERS_PANEL,
+        help="Chat template arguments, a JSON object ('{\"enable_thinking\": false}'), that every "
+        "request gets unless its chat_template_kwargs set them (vLLM's flag).",
+    ),
     max_logprobs: int = flag(
         20,
         "--max-logprobs",
@@ -481,6 +501,9 @@ def frontend(
         enable_auto_tool_choice=enable_auto_tool_choice,
         tool_parser_plugins=tuple(tool_parser_plugin or ()),
         chat_template=chat_template,
+        default_chat_template_kwargs=_json_object(
+            default_chat_template_kwargs, "--default-chat-template-kwargs"
+        ),
         max_logprobs=max_logprobs,
         public_metrics=public_metrics,
         max_inflight=max_inflight,

@@ -14,7 +14,9 @@ choice of the request shares; ``engine_request`` makes the per-choice ``Generate
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -74,10 +76,13 @@ class Preprocessor:
         tokenizer: Tokenizer | None = None,
         chat_template: str | None = None,
         limits: RequestLimits | None = None,
+        default_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         """``chat_template``: a template source that replaces the model's (``--chat-template``);
         ``ChatTemplateError`` when it does not compile. ``limits``: the per-request bounds
-        (default ``RequestLimits()``)."""
+        (default ``RequestLimits()``). ``default_template_kwargs``: chat template arguments every
+        request gets unless it sets them itself (vLLM's ``--default-chat-template-kwargs``)."""
+        self.default_template_kwargs = dict(default_template_kwargs or {})
         self.info = info
         """The model as served: ``model_info`` with the context the live workers serve (``cap_context``)."""
         self.model_info = info
@@ -238,6 +243,12 @@ class Preprocessor:
             return None
         return token_ids
 
+    def template_kwargs(self, req: ChatCompletionRequest) -> dict[str, Any] | None:
+        """The chat template arguments ``req`` renders with: the defaults, then its own."""
+        if not self.default_template_kwargs:
+            return req.chat_template_kwargs
+        return {**self.default_template_kwargs, **(req.chat_template_kwargs or {})}
+
     def _render(
         self,
         req: ChatCompletionRequest,
@@ -246,7 +257,7 @@ class Preprocessor:
         continue_final_message: bool,
     ) -> str:
         template = self.chat_template
-        kwargs = req.chat_template_kwargs
+        kwargs = self.template_kwargs(req)
         source = req.chat_template
         if kwargs and kwargs.get("chat_template") is not None:  # vLLM: the kwarg wins
             kwargs = dict(kwargs)

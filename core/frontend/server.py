@@ -84,6 +84,8 @@ class FrontendSettings:
     tool_parser_plugins: tuple[str, ...] = ()
     chat_template: str | None = None
     """A file holding a Jinja chat template, or the template itself (``--chat-template``)."""
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    """Chat template arguments for every request that does not set them itself."""
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
     public_metrics: bool = False
     """``/metrics`` answers without the API key."""
@@ -166,7 +168,12 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         """One model's pipeline, or that of its LoRA adapter ``lora_name``; ``ValueError``
         (``ChatTemplateError``) says what to fix."""
         reliability = settings.reliability
-        preprocessor = Preprocessor(info, chat_template=chat_template, limits=settings.limits)
+        preprocessor = Preprocessor(
+            info,
+            chat_template=chat_template,
+            limits=settings.limits,
+            default_template_kwargs=settings.default_chat_template_kwargs,
+        )
         pool = WorkerPool(
             store,
             info.name,

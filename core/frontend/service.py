@@ -228,7 +228,7 @@ class OpenAIService:
             forced=plan.choice if plan.choice in ("named", "required") else None,
             forced_name=plan.name,
             prompt_text=prompt.text,
-            chat_template_kwargs=req.chat_template_kwargs,
+            chat_template_kwargs=self.preprocessor.template_kwargs(req),
             constrained=outputs.constraint is not None,
         )
         if output_plan.reasoning or output_plan.tool_parser or output_plan.forced:

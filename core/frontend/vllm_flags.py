@@ -12,7 +12,6 @@ REFUSED: dict[str, str] = {
     "--chat-template-content-format": "dyn renders message content as vLLM's 'string' format "
     "(text parts joined), which the chat templates dyn serves expect",
     "--trust-request-mm-kwargs": "dyn does not take images, audio or video yet",
-    "--default-chat-template-kwargs": "not built yet; send chat_template_kwargs per request",
     "--exclude-tools-when-tool-choice-none": "not built yet: with tool_choice none the tools are "
     "still rendered into the prompt, as vLLM does without this flag",
     "--tool-strict-level": "not built yet",

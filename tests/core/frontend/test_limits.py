@@ -204,3 +204,18 @@ def test_template_bomb_is_a_400_in_milliseconds(info) -> None:
     start = time.perf_counter()
     err = refused(slow.chat, loops)
     assert 0.2 <= time.perf_counter() - start < 1.5 and "took more than 0.2 s" in err.message
+
+
+def test_default_chat_template_kwargs_apply_unless_the_request_sets_them(info) -> None:
+    """vLLM's --default-chat-template-kwargs: every request renders with them; its own win."""
+    template = "{{ greeting | default('none') }}/{{ mood | default('none') }}"
+    pre = Preprocessor(
+        info,
+        CountingTokenizer.from_dir(info.path),
+        chat_template=template,
+        default_template_kwargs={"greeting": "hi", "mood": "calm"},
+    )
+    assert pre.chat(chat()).text == "hi/calm"
+    assert pre.chat(chat(chat_template_kwargs={"greeting": "yo"})).text == "yo/calm"
+    plain = Preprocessor(info, CountingTokenizer.from_dir(info.path), chat_template=template)
+    assert plain.chat(chat()).text == "none/none"
