@@ -376,7 +376,15 @@ def token_rules(
     """``(logit_bias, allowed_token_ids)`` as the engine takes them, by vLLM's rules: a bias key
     is a token id written as an integer and its value is clamped to +-``LOGIT_BIAS_LIMIT``;
     ``allowed_token_ids`` is not empty (duplicates are dropped); every id is in
-    ``[0, vocab_size)``. Anything else is a 400 naming the parameter and the ids at fault."""
+    ``[0, vocab_size)``. Anything else is a 400 naming the parameter and the ids at fault. Either
+    holding more entries than the vocabulary has ids is refused before any is looked at: it
+    cannot be valid, and a 32 MB body holds millions of them."""
+    for name, given in (("logit_bias", req.logit_bias), ("allowed_token_ids", req.allowed_token_ids)):
+        if given is not None and len(given) > vocab_size:
+            raise bad_request(
+                f"{name} holds {len(given)} entries, more than the vocabulary's {vocab_size} token ids",
+                param=name,
+            )
     bias = None
     if req.logit_bias:
         bias, bad = {}, []
