@@ -12,7 +12,8 @@ out=$(mktemp -d)
 setsid bash -c 'scripts/provision_vllm_cpu.sh > "$1/vllm" && scripts/provision_sglang_cpu.sh > "$1/sglang"' \
   _ "$out" 2> "$out/log" &
 provisioning=$!
-trap 'kill -- -"$provisioning" 2>/dev/null; rm -rf "$out"' EXIT
+# `|| true`: under set -e a failed kill (the group already gone) would turn the exit status into 1
+trap 'kill -- -"$provisioning" 2>/dev/null || true; rm -rf "$out"' EXIT
 python -m pytest -n 2
 wait "$provisioning" || { cat "$out/log" >&2; echo "test.sh: provisioning the engine venvs failed" >&2; exit 1; }
 cat "$out/log" >&2
