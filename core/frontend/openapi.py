@@ -22,7 +22,7 @@ import msgspec
 import dyn.core
 from dyn.core.frontend.apis.anthropic.openapi import openapi_paths as anthropic_paths
 from dyn.core.frontend.apis.responses.openapi import openapi_paths as responses_paths
-from dyn.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from dyn.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse, PoolingResponse
 from dyn.core.protocol.errors import ErrorResponse
 from dyn.core.protocol.openai import (
     DEFAULT_MAX_LOGPROBS,
@@ -31,6 +31,13 @@ from dyn.core.protocol.openai import (
     CompletionRequest,
     CompletionResponse,
     ModelList,
+)
+from dyn.core.protocol.scoring import (
+    SCORE_PAIRS,
+    RerankRequest,
+    RerankResponse,
+    ScoreRequest,
+    ScoreResponse,
 )
 from dyn.core.protocol.tokenize import (
     DetokenizeRequest,
@@ -160,6 +167,44 @@ def _tokenize_rules(
     if context_length is not None:
         ids["maxItems"] = context_length
     _tighten(components["DetokenizeRequest"]["properties"]["tokens"], ids)
+
+
+def _scoring_requests(
+    components: dict[str, Any], model: str | None, context_length: int | None
+) -> dict[str, Any]:
+    """The score and rerank requests with their value rules: texts as strings (one or a
+    non-empty list), the served model's name, token limits below the context length; the score
+    request as the ``oneOf`` of its four spellings of the pair (``dyn.core.protocol.scoring``).
+    Returns the score request's schema."""
+    text = {"type": "string"}
+    texts = {"anyOf": [text, {"type": "array", "minItems": 1, "items": text}]}
+    for name in ("ScoreRequest", "RerankRequest"):
+        properties = components[name]["properties"]
+        if model is not None:
+            _tighten(properties["model"], {"enum": [model]})
+        truncate: dict[str, Any] = {"minimum": 1}
+        if context_length is not None:
+            truncate["maximum"] = context_length
+            for field in ("max_tokens_per_query", "max_tokens_per_doc"):
+                _tighten(properties[field], {"maximum": context_length - 1})
+        _tighten(properties["truncate_prompt_tokens"], truncate)
+    rerank = components["RerankRequest"]
+    rerank["properties"].update(query=text, documents=texts)
+    rerank["required"] = ["query", "documents"]
+    base = components.pop("ScoreRequest")
+    every = {name for pair in SCORE_PAIRS for name in pair}
+    shared = {k: v for k, v in base["properties"].items() if k not in every}
+    shapes = []
+    for first, second in SCORE_PAIRS:
+        shape = f"Score{first.title().replace('_', '')}{second.title().replace('_', '')}Request"
+        components[shape] = {
+            **base,
+            "title": shape,
+            "properties": {**shared, first: texts, second: texts},
+            "required": [first, second],
+        }
+        shapes.append({"$ref": _REF.format(name=shape)})
+    return {"oneOf": shapes}
 
 
 def _embedding_requests(
@@ -308,13 +353,19 @@ def openapi_document(
             DetokenizeResponse,
             EmbeddingRequest,
             EmbeddingResponse,
+            PoolingResponse,
+            ScoreRequest,
+            ScoreResponse,
+            RerankRequest,
+            RerankResponse,
         ],
         ref_template=_REF,
     )
     chat_req, chat_resp, cmpl_req, cmpl_resp, models, error = schemas[:6]
     tok_text, tok_chat, tok_resp, detok_req, detok_resp = schemas[6:11]
-    embed_resp = schemas[12]
+    embed_resp, pool_resp, _, score_resp, rerank_req, rerank_resp = schemas[12:18]
     embed_req = _embedding_requests(components, model, context_length, vocab_size)
+    score_req = _scoring_requests(components, model, context_length)
     _tokenize_rules(components, model, context_length, vocab_size)
     for name, rules in value_rules(max_logprobs).items():
         properties = components[name]["properties"]
@@ -374,6 +425,30 @@ def openapi_document(
                 "Embeddings of text, token ids or one chat conversation (workers that embed)",
                 embed_req,
                 embed_resp,
+            ),
+            "/pooling": _post(
+                "vLLM's pooling: the embeddings request with a task ('embed', the one served), "
+                "answered as pooling objects (workers that embed)",
+                embed_req,
+                pool_resp,
+            ),
+            **dict.fromkeys(
+                ("/score", "/v1/score"),
+                _post(
+                    "Cosine similarity of each query's and document's embeddings, 1:N or N:N "
+                    "(workers that embed)",
+                    score_req,
+                    score_resp,
+                ),
+            ),
+            **dict.fromkeys(
+                ("/rerank", "/v1/rerank", "/v2/rerank"),
+                _post(
+                    "Documents ordered by the cosine similarity of their embeddings to the "
+                    "query's (workers that embed)",
+                    rerank_req,
+                    rerank_resp,
+                ),
             ),
             "/health": {
                 "get": {

@@ -1,4 +1,5 @@
-"""``POST /v1/embeddings``: OpenAI's request and response, with vLLM's extra parameters.
+"""``POST /v1/embeddings``: OpenAI's request and response, with vLLM's extra parameters; and
+``POST /pooling``, vLLM's: the same request with a ``task``, answered as ``pooling`` objects.
 
 A request embeds either ``input`` (OpenAI's: a string, a list of strings, a list of token ids, or
 a list of lists of token ids; vLLM also takes one chat conversation there, a list of messages) or
@@ -21,7 +22,7 @@ import sys
 import time
 import uuid
 from array import array
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -64,6 +65,12 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=False
     documents: list[dict[str, str]] | None = None
 
 
+class PoolingRequest(EmbeddingRequest, kw_only=True, forbid_unknown_fields=False):
+    """vLLM's ``/pooling`` request: an embeddings request with the pooling ``task`` to run."""
+
+    task: str | None = None
+
+
 class EmbeddingData(msgspec.Struct):
     index: int
     embedding: list[float] | str
@@ -84,14 +91,31 @@ class EmbeddingResponse(msgspec.Struct):
     object: str = "list"
 
 
+class PoolingData(msgspec.Struct):
+    index: int
+    data: list[float] | str
+    object: str = "pooling"
+
+
+class PoolingResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    data: list[PoolingData]
+    usage: EmbeddingUsage
+    object: str = "list"
+
+
+R = TypeVar("R", bound=EmbeddingRequest)
+
 Inputs = list[str] | list[list[int]]
 """What to embed: texts to tokenize, or token ids as sent (never mixed)."""
 
 
-def embedding_request(body: bytes) -> EmbeddingRequest:
-    """Decode a ``/v1/embeddings`` body (a 400 for what ``decode_request`` refuses) and apply the
-    value rules that do not depend on the served model."""
-    req: EmbeddingRequest = decode_request(body, EmbeddingRequest)
+def embedding_request(body: bytes, kind: type[R]) -> R:
+    """Decode a ``/v1/embeddings`` (or ``/pooling``: ``kind``) body (a 400 for what
+    ``decode_request`` refuses) and apply the value rules that do not depend on the served model."""
+    req: R = decode_request(body, kind)
     if req.dimensions is not None:
         raise bad_request(
             f"This model does not support Matryoshka embeddings; dimensions must be unset "
@@ -180,6 +204,19 @@ def embedding_response(
     data = [EmbeddingData(i, encode_vector(v, fmt, endianness)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(
         id=f"embd-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=model,
+        data=data,
+        usage=EmbeddingUsage(prompt_tokens, prompt_tokens),
+    )
+
+
+def pooling_response(
+    model: str, vectors: list[list[float]], prompt_tokens: int, fmt: str, endianness: Endianness
+) -> PoolingResponse:
+    data = [PoolingData(i, encode_vector(v, fmt, endianness)) for i, v in enumerate(vectors)]
+    return PoolingResponse(
+        id=f"pool-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=model,
         data=data,

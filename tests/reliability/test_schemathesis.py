@@ -13,8 +13,9 @@ process that failed the run though the server answered every case. The
 document declares the value rules (see ``dyn.core.frontend.openapi``), so a good share of the
 generated requests reach the workers (dyn's embedded ``dyn-tiny`` behind simulated mockers) and
 stream back; the test checks that share too, or the run would only exercise the 400 paths.
-``/v1/embeddings`` gets a second run of its own against mocker workers that embed
-(``--runner pooling``), since the shared stack's workers only generate (404 there).
+``/v1/embeddings``, ``/pooling``, ``/score`` and ``/rerank`` get a second run of their own against
+mocker workers that embed (``--runner pooling``), since the shared stack's workers only generate
+(404 there).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def accepted(result: dict, operation: str) -> int:
 
 def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
     result = schemathesis(stack.url, tmp_path)
-    assert result["operations"]["tested"] == 14
+    assert result["operations"]["tested"] == 20
     assert result["test_cases"]["generated"] >= 800
     for operation in ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages"):
         assert accepted(result, operation) >= 10, (operation, result["valid_rates"][operation])
@@ -99,10 +100,15 @@ def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp
     assert accepted(result, "POST /v1/responses") >= 5, result["valid_rates"]["POST /v1/responses"]
 
 
-def test_schemathesis_embeddings_on_pooling_workers(stack_factory, tmp_path):
-    """``/v1/embeddings`` on mocker workers that embed (``--runner pooling``): the generated
-    requests the document calls valid get their vectors, none gets a server error."""
+POOLING_PATHS = ("/v1/embeddings", "/pooling", "/score", "/rerank")
+
+
+def test_schemathesis_pooling_apis_on_pooling_workers(stack_factory, tmp_path):
+    """The pooling APIs on mocker workers that embed (``--runner pooling``): the generated
+    requests the document calls valid get their vectors or scores, none gets a server error."""
     pooling = stack_factory("pooling").up(worker_args=("--block-size", "16", "--runner", "pooling"))
-    result = schemathesis(pooling.url, tmp_path, "--include-path", "/v1/embeddings")
-    assert result["operations"]["tested"] == 1
-    assert accepted(result, "POST /v1/embeddings") >= 10, result["valid_rates"]
+    paths = [option for path in POOLING_PATHS for option in ("--include-path", path)]
+    result = schemathesis(pooling.url, tmp_path, *paths)
+    assert result["operations"]["tested"] == len(POOLING_PATHS)
+    for path in POOLING_PATHS:
+        assert accepted(result, f"POST {path}") >= 10, (path, result["valid_rates"])

@@ -30,6 +30,7 @@ from dyn.core.frontend.endpoints import (
     metrics,
     models,
     openapi,
+    scoring,
     tokenize,
 )
 from dyn.core.frontend.endpoints.base import Call, Endpoint, ReadEndpoint
@@ -47,6 +48,12 @@ ENDPOINTS: dict[str, Endpoint] = {
         tokenize.ENDPOINT,
         detokenize.ENDPOINT,
         embeddings.ENDPOINT,
+        embeddings.POOLING,
+        scoring.SCORE,
+        scoring.SCORE_V1,
+        scoring.RERANK,
+        scoring.RERANK_V1,
+        scoring.RERANK_V2,
         health.HEALTH,
         health.LIVE,
         metrics.ENDPOINT,

@@ -1,0 +1,182 @@
+"""``/score``, ``/rerank`` (each path vLLM serves them at) and ``/pooling`` in-process over fake
+workers that embed.
+
+Shapes: vLLM 0.32's ``vllm/entrypoints/pooling/scoring/protocol.py`` (score: ``queries`` with
+``documents`` or ``items``, ``data_1``/``data_2``, ``text_1``/``text_2``; rerank: ``query``,
+``documents``, ``top_n``; responses ``ScoreResponse`` and ``RerankResponse``), its
+``scoring/utils.py`` (the 1:1, 1:N, N:N rule and its messages) and ``scoring/io_processor.py``
+(a bi-encoder's score is the cosine similarity of the two embeddings; ``max_tokens_per_*`` must be
+below max_model_len), and ``pooling/pooling/protocol.py`` for ``/pooling``. The fake workers answer
+``fake_vector(ids)`` per input, so every expected score is computed from the token ids.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+
+import pytest
+
+from dyn.core.engine import FEATURE_EMBED
+from dyn.core.frontend.limits import RequestLimits
+from tests.core.frontend.fake_workers import fake_vector
+
+pytestmark = pytest.mark.anyio
+
+EMBED = [FEATURE_EMBED]
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def score_of(tokenizer, query: str, document: str) -> float:
+    return cosine(fake_vector(tokenizer.encode(query)), fake_vector(tokenizer.encode(document)))
+
+
+DOCS = ["The capital of France is Paris.", "Bananas are yellow.", "Paris is in France."]
+QUERY = "Where is Paris?"
+
+
+@pytest.mark.parametrize("path", ["/rerank", "/v1/rerank", "/v2/rerank"])
+async def test_rerank_orders_the_documents_by_cosine_similarity(make_frontend, tokenizer, path):
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        r = await fe.client.post(path, json={"model": "dyn-tiny", "query": QUERY, "documents": DOCS})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["id"].startswith("score-") and body["model"] == "dyn-tiny"
+        expected = sorted(
+            ((i, score_of(tokenizer, QUERY, d)) for i, d in enumerate(DOCS)), key=lambda x: -x[1]
+        )
+        assert [x["index"] for x in body["results"]] == [i for i, _ in expected]
+        assert [x["relevance_score"] for x in body["results"]] == pytest.approx([s for _, s in expected])
+        assert [x["document"] for x in body["results"]] == [
+            {"text": DOCS[i], "multi_modal": None} for i, _ in expected
+        ]
+        ids = [tokenizer.encode(t) for t in [QUERY, *DOCS]]
+        assert fe.fleet[1].embeds[-1].prompts == ids  # one request, the query once
+        tokens = sum(len(i) for i in ids)
+        assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+
+        r = await fe.client.post(path, json={"query": QUERY, "documents": DOCS, "top_n": 2})
+        assert [x["index"] for x in r.json()["results"]] == [i for i, _ in expected[:2]]
+        r = await fe.client.post(path, json={"query": QUERY, "documents": DOCS[0]})
+        assert [x["index"] for x in r.json()["results"]] == [0]
+
+
+@pytest.mark.parametrize(
+    "names", [("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2")]
+)
+@pytest.mark.parametrize("path", ["/score", "/v1/score"])
+async def test_score_pairs_one_query_with_each_document_or_n_with_n(make_frontend, tokenizer, names, path):
+    first, second = names
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        r = await fe.client.post(path, json={first: QUERY, second: DOCS})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "list" and body["id"].startswith("score-")
+        assert [d["object"] for d in body["data"]] == ["score"] * 3
+        assert [d["index"] for d in body["data"]] == [0, 1, 2]
+        assert [d["score"] for d in body["data"]] == pytest.approx(
+            [score_of(tokenizer, QUERY, d) for d in DOCS]
+        )
+        queries = ["Where is Paris?", "What colour are bananas?", "Is Paris French?"]
+        r = await fe.client.post(path, json={first: queries, second: DOCS})
+        assert [d["score"] for d in r.json()["data"]] == pytest.approx(
+            [score_of(tokenizer, q, d) for q, d in zip(queries, DOCS, strict=True)]
+        )
+        assert r.json()["usage"]["completion_tokens"] == 0
+
+
+async def test_max_tokens_per_doc_and_query_keep_each_texts_first_tokens(make_frontend, tokenizer):
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        doc = "one two three four five six seven eight"
+        r = await fe.client.post(
+            "/score",
+            json={"queries": QUERY, "documents": [doc], "max_tokens_per_doc": 3, "max_tokens_per_query": 2},
+        )
+        assert r.status_code == 200, r.text
+        first_three = tokenizer.decode(tokenizer.encode(doc, add_special_tokens=False)[:3], False)
+        first_two = tokenizer.decode(tokenizer.encode(QUERY, add_special_tokens=False)[:2], False)
+        assert fe.fleet[1].embeds[-1].prompts == [tokenizer.encode(first_two), tokenizer.encode(first_three)]
+        r = await fe.client.post(
+            "/rerank", json={"query": QUERY, "documents": [doc], "truncate_prompt_tokens": 2}
+        )
+        assert [len(p) for p in fe.fleet[1].embeds[-1].prompts] == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "path,body,param,words",
+    [
+        ("/score", {"queries": ["a", "b"], "documents": ["x", "y", "z"]}, "documents", "1:1, 1:N or N:N"),
+        ("/score", {"queries": "a"}, "queries", "none was"),
+        ("/score", {"queries": "a", "documents": ["x"], "items": ["y"]}, "queries", "more than one"),
+        ("/score", {"queries": [], "documents": ["x"]}, "queries", "At least one text element"),
+        ("/score", {"queries": "a", "documents": []}, "documents", "At least one text_pair"),
+        (
+            "/score",
+            {"queries": "a", "documents": [{"content": [{"type": "image_url"}]}]},
+            "documents[0]",
+            "no images",
+        ),
+        ("/score", {"text_1": 5, "text_2": "x"}, "text_1", "a int"),
+        ("/score", {"queries": "a", "documents": "x", "max_tokens_per_doc": -1}, "max_tokens_per_doc", ""),
+        ("/rerank", {"query": ["a", "b"], "documents": ["x"]}, "query", "one query per request"),
+        ("/rerank", {"documents": ["x"]}, "query", "send 'query'"),
+        ("/rerank", {"query": "a", "documents": ["x"], "top_n": -1}, "top_n", ""),
+        (
+            "/rerank",
+            {"query": "a", "documents": ["x"], "max_tokens_per_query": 10**6},
+            "max_tokens_per_query",
+            "less than max_model_len",
+        ),
+        ("/pooling", {"input": "x", "task": "token_classify"}, "task", "'embed' task only"),
+    ],
+)
+async def test_bad_requests_are_400s_that_name_the_field(make_frontend, path, body, param, words):
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        r = await fe.client.post(path, json=body)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == param, error
+        assert words in error["message"]
+        assert fe.fleet[1].embeds == []
+
+
+async def test_inputs_are_bounded_by_count_and_bytes(make_frontend):
+    limits = RequestLimits(max_prompts=4, max_prompt_bytes=64)
+    async with make_frontend(workers=1, features={1: EMBED}, limits=limits) as fe:
+        r = await fe.client.post("/rerank", json={"query": "q", "documents": ["d"] * 4})
+        assert r.status_code == 400 and "--max-prompts" in r.json()["error"]["message"]
+        r = await fe.client.post("/score", json={"queries": "q", "documents": ["x" * 40, "y" * 40]})
+        assert r.status_code == 400 and "--max-prompt-bytes" in r.json()["error"]["message"]
+        assert fe.fleet[1].embeds == []
+
+
+async def test_generating_workers_answer_404_naming_the_api(make_frontend):
+    async with make_frontend(workers=1) as fe:
+        r = await fe.client.post("/rerank", json={"query": "q", "documents": ["d"]})
+        assert r.status_code == 404 and "does not support the Rerank API" in r.json()["error"]["message"]
+        r = await fe.client.post("/score", json={"queries": "q", "documents": ["d"]})
+        assert r.status_code == 404 and "does not support the Score API" in r.json()["error"]["message"]
+        r = await fe.client.post("/pooling", json={"input": "x"})
+        assert r.status_code == 404 and "does not support the Pooling API" in r.json()["error"]["message"]
+
+
+async def test_pooling_answers_the_embed_task_as_pooling_objects(make_frontend, tokenizer):
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        for task in ({}, {"task": "embed"}):
+            r = await fe.client.post("/pooling", json={"input": ["a b", "c"], **task})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["id"].startswith("pool-") and body["object"] == "list"
+            ids = [tokenizer.encode(t) for t in ("a b", "c")]
+            assert body["data"] == [
+                {"index": i, "data": fake_vector(x), "object": "pooling"} for i, x in enumerate(ids)
+            ]
+            assert body["usage"]["prompt_tokens"] == sum(len(x) for x in ids)
+        r = await fe.client.post("/pooling", json={"input": [3, 4], "encoding_format": "base64"})
+        raw = base64.b64decode(r.json()["data"][0]["data"])
+        assert list(struct.unpack("<4f", raw)) == fake_vector([3, 4])
