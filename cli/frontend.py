@@ -37,7 +37,9 @@ class FrontendCommand(TyperCommand):
             for arg in args:
                 if arg == "--":
                     break
-                refused = vllm_flags.refusal(arg, "dyn frontend") if arg.startswith("--") else None
+                refused = (
+                    vllm_flags.refusal(arg, "dyn frontend", frontend=True) if arg.startswith("--") else None
+                )
                 if refused is not None:
                     options.fail(refused)
         return super().parse_args(ctx, args)
@@ -446,6 +448,14 @@ def frontend(
         "debug or trace (default: --log-level).",
     ),
     model_path: str = options.MODEL_PATH,
+    tokenizer: str = options.TOKENIZER,
+    tokenizer_mode: str = flag(
+        "auto",
+        "--tokenizer-mode",
+        panel=options.MODEL_PANEL,
+        help="vLLM's flag: auto or hf, both dyn's one tokenizer (tokenizer.json with the model's Jinja "
+        "chat template); vLLM's other modes (mistral, deepseek_v32, ...) are refused.",
+    ),
     model_name: str = options.MODEL_NAME,
     served_model_name: list[str] = options.SERVED_MODEL_NAME,
     discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
@@ -462,6 +472,8 @@ def frontend(
 
     options.use_plane_keys(plane_keys)
     options.use_advertise_host(advertise_host)
+    if tokenizer_mode not in ("auto", "hf"):
+        options.fail(vllm_flags.tokenizer_mode_refusal(tokenizer_mode))
     try:
         model_name, aliases = served_names(model_name, served_model_name)
     except ValueError as exc:
@@ -484,6 +496,7 @@ def frontend(
         router_mode=router_mode,
         discovery=discovery,
         model_path=model_path,
+        tokenizer_path=tokenizer,
         model_name=model_name,
         aliases=aliases,
         api_key=api_key or None,

@@ -102,6 +102,13 @@ MODEL_PATH = flag(
     help="Local Hugging Face-style model directory with tokenizer.json and "
     "tokenizer_config.json (default: the embedded dyn-tiny).",
 )
+TOKENIZER = flag(
+    None,
+    "--tokenizer",
+    panel=MODEL_PANEL,
+    help="Local directory with the tokenizer files (tokenizer.json, tokenizer_config.json, the chat "
+    "template) when they are not in --model-path (vLLM's flag; default: --model-path's).",
+)
 MODEL_NAME = flag(
     None, "--model-name", panel=MODEL_PANEL, help="Served model name (default: the model directory's name)."
 )

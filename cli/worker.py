@@ -39,6 +39,7 @@ app = typer.Typer(
 def _worker(
     ctx: typer.Context,
     model_path: str = options.MODEL_PATH,
+    tokenizer: str = options.TOKENIZER,
     model_name: str = options.MODEL_NAME,
     served_model_name: list[str] = options.SERVED_MODEL_NAME,
     engine_config: Any = None,
@@ -62,6 +63,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
     def command(
         ctx: typer.Context,
         model_path: str | None,
+        tokenizer: str | None,
         model_name: str | None,
         served_model_name: list[str],
         engine_config: Any,
@@ -98,6 +100,7 @@ def worker_command(plugin: EnginePlugin) -> Any:
             engine_config,
             settings,
             model_path=model_path,
+            tokenizer_path=tokenizer,
             model_name=name,
             aliases=aliases,
             **extra,

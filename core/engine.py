@@ -177,7 +177,7 @@ class EnginePlugin:
     (``dyn.core.config``) are the command's engine flags, and the command hands the engine one
     validated instance. ``create(config, model, settings, kv_sinks)`` makes one (not yet started)
     engine per entry of ``kv_sinks`` (one per worker this process hosts, so what the engines can
-    share is made once): ``model`` is what ``load_model(model_path, model_name)`` returned (it has a
+    share is made once): ``model`` is what ``load_model(model_path, model_name, tokenizer_path)`` returned (it has a
     ``name``); each sink is its host's KV-event publisher when ``publishes_kv_events`` is False (the
     engine calls it once per step), None when the engine publishes its own and reports where in
     ``EngineInfo``. The shared rest (discovery, sockets, hosts, signals) is ``dyn.core.worker.launch``.
@@ -204,7 +204,7 @@ class EnginePlugin:
     create: Callable[..., Sequence[Engine]]
     description: str = ""
     model_path: Flag | None = None
-    load_model: Callable[[str | None, str | None], Any] | None = None
+    load_model: Callable[[str | None, str | None, str | None], Any] | None = None
     prepare: Callable[[Any, Sequence[str]], Any] | None = None
     passes_through: bool = False
     publishes_kv_events: bool = True

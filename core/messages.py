@@ -566,6 +566,9 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     model_path: str | None = None
     """Where the worker read its model's tokenizer and config (``--model-path``; None: the embedded
     dyn-tiny): a frontend that meets a model it does not serve yet loads the model from there."""
+    tokenizer_path: str | None = None
+    """Where the worker read its model's tokenizer files when not in ``model_path``
+    (``--tokenizer``): a frontend that loads the model loads its tokenizer from there."""
     aliases: list[str] = []
     """Other names requests may use for ``model_name`` (``--served-model-name``'s names after the
     first)."""

@@ -58,7 +58,7 @@ def table() -> tuple[str, list[str]]:
     """The document, and the flags that have no fate (it must be empty)."""
     import vllm
 
-    from dyn.core.frontend.vllm_flags import REFUSED
+    from dyn.core.frontend.vllm_flags import FRONTEND_REFUSED, REFUSED
 
     server, engine = flags()
     frontend, serve, worker = declared("frontend"), declared("serve"), declared("worker", "vllm")
@@ -79,12 +79,17 @@ def table() -> tuple[str, list[str]]:
         rows.append(f"| `{name}` | {fate} |")
     rows += ["", "| `vllm serve` engine flag | in dyn |", "|---|---|"]
     for name in engine:
+        takers = [
+            f"`dyn {c}`" for c, flags in (("frontend", frontend), ("worker vllm", worker)) if name in flags
+        ]
         if name in RENAMED:
             fate = RENAMED[name]
-        elif name in worker:
-            fate = "taken by `dyn worker vllm`"
+        elif takers:
+            fate = f"taken by {' and '.join(takers)}"
         else:
             fate = "handed to vLLM by `dyn worker vllm`"
+        if name in FRONTEND_REFUSED:
+            fate += f"; refused by `dyn frontend`: {FRONTEND_REFUSED[name]}"
         rows.append(f"| `{name}` | {fate} |")
     head = [
         "# `vllm serve` flags in dyn",

@@ -218,7 +218,9 @@ class ModelCatalog:
             return None
         self._pending.add(name)
         try:
-            info = await anyio.to_thread.run_sync(load_model_info, record.model_path, name)
+            info = await anyio.to_thread.run_sync(
+                load_model_info, record.model_path, name, record.tokenizer_path
+            )
             model = self._build(info, None)
         except (ModelError, ValueError) as exc:
             self._refuse(name, f"its model directory does not load here: {exc}")

@@ -61,6 +61,8 @@ class FrontendSettings:
     router_mode: str = "round-robin"
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     model_path: str | None = None
+    tokenizer_path: str | None = None
+    """Where the model's tokenizer files are when not in ``model_path`` (``--tokenizer``)."""
     model_name: str | None = None
     aliases: tuple[str, ...] = ()
     """Other names requests may use for the model (``--served-model-name``'s after the first)."""
@@ -135,7 +137,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
     discovered later copy); run ``app.models.run`` to serve. ``ConfigError`` on a bad model,
     namespace or router mode."""
     try:
-        info = load_model_info(settings.model_path, settings.model_name)
+        info = load_model_info(settings.model_path, settings.model_name, settings.tokenizer_path)
         chat_template = _chat_template(settings.chat_template)
     except ModelError as exc:
         raise ConfigError(str(exc)) from None

@@ -123,7 +123,7 @@ class Tokenizer:
 
     @classmethod
     def from_model(cls, info: ModelInfo) -> Tokenizer:
-        return cls.from_dir(info.path)
+        return cls.from_dir(info.tokenizer_dir)
 
     @property
     def bos_token(self) -> str | None:

@@ -58,9 +58,29 @@ REFUSED: dict[str, str] = {
 """``vllm serve`` API-server flag -> why ``dyn frontend`` does not take it (one line)."""
 
 
-def refusal(flag: str, command: str) -> str | None:
+FRONTEND_REFUSED: dict[str, str] = {
+    "--trust-remote-code": "the frontend runs no model code: it reads tokenizer.json and the Jinja "
+    "chat template with the tokenizers library (dyn worker vllm hands the flag to vLLM; dyn serve "
+    "passes it to its vLLM workers)",
+}
+"""vLLM flags that only its engine needs: ``dyn frontend`` refuses them with why, ``dyn serve``
+hands them to its workers' engine."""
+
+
+def refusal(flag: str, command: str, *, frontend: bool = False) -> str | None:
     """The error for vLLM's ``flag`` (``--x``, ``--no-x`` or ``--x=value``) given to ``command``,
-    or None when it is not one of them."""
+    or None when it is not one of them; ``frontend``: ``command`` is the frontend alone, which
+    also refuses ``FRONTEND_REFUSED``."""
     name = flag.split("=", 1)[0]
-    why = REFUSED.get(name) or REFUSED.get(name.replace("--no-", "--", 1))
+    table = {**REFUSED, **FRONTEND_REFUSED} if frontend else REFUSED
+    why = table.get(name) or table.get(name.replace("--no-", "--", 1))
     return f"vLLM's {name} is not taken by {command}: {why}" if why is not None else None
+
+
+def tokenizer_mode_refusal(mode: str) -> str:
+    """Why ``--tokenizer-mode mode`` (anything but auto or hf) is refused."""
+    return (
+        f"--tokenizer-mode {mode!r} is not served: dyn's frontend tokenizes with tokenizer.json and "
+        "renders the model's Jinja chat template (vLLM's 'auto' and 'hf' do the same); vLLM's own "
+        "encoders for other modes (mistral_common, DeepSeek's, Kimi's, Cohere's) are not built"
+    )

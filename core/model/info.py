@@ -53,6 +53,13 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     context_length: int
     special_token_ids: tuple[int, ...]
+    tokenizer_path: Path | None = None
+    """Where the tokenizer files are when not in ``path`` (vLLM's ``--tokenizer``)."""
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        """The directory holding tokenizer.json, tokenizer_config.json and the chat template."""
+        return self.tokenizer_path or self.path
 
 
 class _AddedToken(msgspec.Struct):
@@ -160,8 +167,14 @@ def _context_length(config: dict[str, Any], tok_config: dict[str, Any]) -> int:
     return length if length is not None else DEFAULT_CONTEXT_LENGTH
 
 
-def load_model_info(model_path: str | Path | None = None, model_name: str | None = None) -> ModelInfo:
-    """Read a local Hugging Face-style model directory (None: the embedded dyn-tiny).
+def load_model_info(
+    model_path: str | Path | None = None,
+    model_name: str | None = None,
+    tokenizer_path: str | Path | None = None,
+) -> ModelInfo:
+    """Read a local Hugging Face-style model directory (None: the embedded dyn-tiny), its
+    tokenizer files from ``tokenizer_path`` when that is given (vLLM's ``--tokenizer``: a
+    directory with tokenizer.json, tokenizer_config.json and the chat template).
 
     Needs tokenizer.json and tokenizer_config.json with a chat template (in tokenizer_config.json, or
     a chat_template.jinja / chat_template.json beside it); config.json and generation_config.json are
@@ -181,14 +194,24 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
     if not directory.is_dir():
         raise ModelError(f"{where}: not a directory; pass the directory that holds tokenizer.json")
     directory = directory.resolve()
+    tok_dir, tok_where = directory, where
+    if tokenizer_path is not None:
+        tok_dir = Path(tokenizer_path).expanduser()
+        tok_where = f"--tokenizer {tokenizer_path}"
+        if not tok_dir.is_dir():
+            raise ModelError(
+                f"{tok_where}: not a directory; pass the local directory that holds tokenizer.json "
+                "(tokenizers are never downloaded)"
+            )
+        tok_dir = tok_dir.resolve()
 
-    tok = _read_tokenizer_json(where, directory / "tokenizer.json")
-    tok_config = read_model_json(where, directory / "tokenizer_config.json", required=True) or {}
+    tok = _read_tokenizer_json(tok_where, tok_dir / "tokenizer.json")
+    tok_config = read_model_json(tok_where, tok_dir / "tokenizer_config.json", required=True) or {}
     config = read_model_json(where, directory / "config.json", required=False) or {}
     gen_config = read_model_json(where, directory / "generation_config.json", required=False) or {}
-    if not _has_chat_template(directory, tok_config):
+    if not _has_chat_template(tok_dir, tok_config):
         raise ModelError(
-            f"{where}: no chat template found (tokenizer_config.json has no chat_template and "
+            f"{tok_where}: no chat template found (tokenizer_config.json has no chat_template and "
             f"there is no chat_template.jinja); use a chat/instruct model or add a template"
         )
 
@@ -239,4 +262,5 @@ def load_model_info(model_path: str | Path | None = None, model_name: str | None
         eos_token_ids=tuple(eos),
         context_length=_context_length(config, tok_config),
         special_token_ids=tuple(sorted({t.id for t in tok.added_tokens if t.special})),
+        tokenizer_path=None if tok_dir == directory else tok_dir,
     )

@@ -94,7 +94,7 @@ class GrammarCompiler:
         """The process's compiler for ``model`` (built once: about 30 ms for a 4k vocabulary, about
         a second for 150k)."""
         eos = model.eos_token_ids[0] if model.eos_token_ids else None
-        return _compiler(str(Path(model.path) / "tokenizer.json"), model.vocab_size, eos)
+        return _compiler(str(model.tokenizer_dir / "tokenizer.json"), model.vocab_size, eos)
 
     def matcher(self, grammar: str, json_like: bool = False) -> llguidance.LLMatcher:
         """A matcher of ``grammar`` (llguidance grammar text) in its start state, probed; ``json_like``

@@ -97,10 +97,12 @@ class WorkerHost:
         instance_id: int | None = None,
         model_path: str | None = None,
         aliases: tuple[str, ...] = (),
+        tokenizer_path: str | None = None,
     ) -> None:
-        """``model_path`` and ``aliases`` go in the discovery record (``WorkerRecord``)."""
+        """``model_path``, ``tokenizer_path`` and ``aliases`` go in the discovery record (``WorkerRecord``)."""
         self.engine = engine
         self.model_path = model_path
+        self.tokenizer_path = tokenizer_path
         self.aliases = aliases
         self.engine_name = engine_name
         self.model_name = model_name
@@ -168,6 +170,7 @@ class WorkerHost:
             tool_call_parser=self.settings.tool_call_parser,
             reasoning_parser=self.settings.reasoning_parser,
             model_path=self.model_path,
+            tokenizer_path=self.tokenizer_path,
             aliases=list(self.aliases),
             loras=dict(info.loras),
             disaggregation_mode=self.settings.disaggregation_mode,

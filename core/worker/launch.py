@@ -23,6 +23,7 @@ def build_hosts(
     settings: WorkerSettings,
     *,
     model_path: str | None = None,
+    tokenizer_path: str | None = None,
     model_name: str | None = None,
     aliases: Sequence[str] = (),
     extra_args: Sequence[str] = (),
@@ -30,7 +31,8 @@ def build_hosts(
 ) -> list[WorkerHost]:
     """``num_workers`` ready-to-run hosts, each around one new ``plugin`` engine, registered as
     serving ``model_name`` (default: the model directory's name) under ``aliases`` too, with the
-    model's directory as the place a frontend loads it from.
+    model's directory (and ``tokenizer_path``, vLLM's ``--tokenizer``, when its tokenizer files
+    are elsewhere) as the place a frontend loads it from.
 
     Raises ``ConfigError`` with a sentence for what can be checked before the engine starts: a
     missing required model, a bad config or extra flag, a model that cannot be read, a bad
@@ -47,7 +49,7 @@ def build_hosts(
         )
     try:
         config = prepare(plugin, config, extra_args)
-        model = load_model(plugin, model_path, model_name)
+        model = load_model(plugin, model_path, model_name, tokenizer_path)
         store = settings.discovery.open()
         publishers = [
             None if plugin.publishes_kv_events else KvEventPublisher(settings.host)
@@ -67,6 +69,7 @@ def build_hosts(
             settings=settings,
             kv_publisher=publisher,
             model_path=_where_loaded(model_path, model),
+            tokenizer_path=_where_loaded(tokenizer_path, None),
             aliases=tuple(aliases),
         )
         for engine, publisher in zip(engines, publishers, strict=True)
@@ -74,8 +77,9 @@ def build_hosts(
 
 
 def _where_loaded(model_path: str | None, model: Any) -> str | None:
-    """The model's directory as an absolute path, for other processes to load it from (None: the
-    embedded dyn-tiny; as given when it is not a local directory, such as a Hugging Face id)."""
+    """The model's (or tokenizer's) directory as an absolute path, for other processes to load it
+    from (None: the embedded dyn-tiny, or no separate tokenizer; as given when it is not a local
+    directory, such as a Hugging Face id)."""
     if model_path is None:
         return None
     from pathlib import Path
@@ -94,13 +98,15 @@ def prepare(plugin: EnginePlugin, config: Any, extra_args: Sequence[str] = ()) -
     return config
 
 
-def load_model(plugin: EnginePlugin, model_path: str | None, model_name: str | None) -> Any:
+def load_model(
+    plugin: EnginePlugin, model_path: str | None, model_name: str | None, tokenizer_path: str | None = None
+) -> Any:
     """The plugin's model for ``model_path`` (default: ``load_model_info``, dyn-tiny when None)."""
     if plugin.load_model is not None:
-        return plugin.load_model(model_path, model_name)
+        return plugin.load_model(model_path, model_name, tokenizer_path)
     from dyn.core.model import load_model_info
 
-    return load_model_info(model_path, model_name)
+    return load_model_info(model_path, model_name, tokenizer_path)
 
 
 def serve(plugin: EnginePlugin, config: Any, settings: WorkerSettings, **kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.sglang.config import SglangConfig
 
 
-def load_model(model_path: str | None, model_name: str | None) -> Any:
+def load_model(model_path: str | None, model_name: str | None, tokenizer_path: str | None = None) -> Any:
     """The local model directory SGLang loads (the frontend tokenizes with the same one)."""
     from dyn.core.model import load_model_info
 
@@ -26,7 +26,7 @@ def load_model(model_path: str | None, model_name: str | None) -> Any:
             "dyn worker sglang needs --model-path: the local Hugging Face model directory "
             "SGLang loads and the frontend tokenizes with"
         )
-    return load_model_info(model_path, model_name)
+    return load_model_info(model_path, model_name, tokenizer_path)
 
 
 def prepare(config: SglangConfig, extra_args: Sequence[str]) -> SglangConfig:
@@ -42,7 +42,11 @@ def create_engines(
 
     return [
         SglangEngine(
-            config, model_path=str(model.path), host=settings.host, context_length=model.context_length
+            config,
+            model_path=str(model.path),
+            tokenizer_path=str(model.tokenizer_path) if model.tokenizer_path else None,
+            host=settings.host,
+            context_length=model.context_length,
         )
         for _ in kv_sinks
     ]

@@ -33,6 +33,7 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 OWNED_BY_DYN = {
     "model_path": "give the model with dyn's own --model-path",
+    "tokenizer_path": "give it with dyn's own --tokenizer (the frontend tokenizes with it too)",
     "kv_events_config": "give it with dyn's own --kv-events-config flag",
 }
 """SGLang arguments dyn sets itself; passing them in ``extra_args`` is refused with this advice."""
@@ -278,7 +279,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_server_args(
-    server_args_cls: Any, config: SglangConfig, model_path: str
+    server_args_cls: Any, config: SglangConfig, model_path: str, tokenizer_path: str | None = None
 ) -> tuple[argparse.Namespace, set[str]]:
     """Parse ``extra_args`` with SGLang's own parser (``server_args_cls.add_cli_args``) and lay
     dyn's flags over them.
@@ -289,7 +290,7 @@ def parse_server_args(
     """
     parser = _Parser(prog="dyn worker sglang ... --", add_help=False)
     server_args_cls.add_cli_args(parser)
-    base = ["--model-path", model_path]
+    base = ["--model-path", model_path] + (["--tokenizer-path", tokenizer_path] if tokenizer_path else [])
     try:
         namespace = parser.parse_args([*base, *config.extra_args])
         defaults = vars(parser.parse_args(base))

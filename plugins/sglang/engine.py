@@ -155,12 +155,14 @@ class SglangEngine:
         config: SglangConfig,
         *,
         model_path: str,
+        tokenizer_path: str | None = None,
         host: str = "127.0.0.1",
         context_length: int | None = None,
         abort_grace_s: float = ABORT_GRACE_S,
     ) -> None:
         self.config = config.validate()
         self.model_path = model_path
+        self.tokenizer_path = tokenizer_path
         self.host = host
         self.abort_grace_s = abort_grace_s
         self._context_length = context_length
@@ -217,7 +219,7 @@ class SglangEngine:
             engine_cls = sglang.Engine
         except ImportError as exc:
             raise EngineStartError(NOT_INSTALLED.format(error=exc)) from None
-        namespace, given = parse_server_args(ServerArgs, self.config, self.model_path)
+        namespace, given = parse_server_args(ServerArgs, self.config, self.model_path, self.tokenizer_path)
         if (getattr(namespace, "dp_size", 1) or 1) > 1:
             raise EngineStartError(
                 "--dp-size above 1 is not supported by dyn worker sglang (dyn advertises "

@@ -20,18 +20,22 @@ from dyn.plugins.vllm.config import VllmConfig
 
 
 class VllmModel(msgspec.Struct, frozen=True):
-    """The model vLLM loads (a directory or a Hugging Face id; vLLM reads it) and its served name."""
+    """The model vLLM loads (a directory or a Hugging Face id; vLLM reads it), its served name,
+    and where its tokenizer is when not in ``path`` (``--tokenizer``, handed to vLLM)."""
 
     path: str
     name: str
+    tokenizer: str | None = None
 
 
-def load_model(model_path: str | None, model_name: str | None) -> VllmModel:
+def load_model(
+    model_path: str | None, model_name: str | None, tokenizer_path: str | None = None
+) -> VllmModel:
     if model_path is None:
         raise ValueError(
             "dyn worker vllm needs --model-path: the model directory (or Hugging Face id) vLLM loads"
         )
-    return VllmModel(model_path, model_name or Path(model_path).name)
+    return VllmModel(model_path, model_name or Path(model_path).name, tokenizer_path)
 
 
 def prepare(config: VllmConfig, extra_args: Sequence[str]) -> VllmConfig:
@@ -53,6 +57,7 @@ def create_engines(
         VllmEngine(
             config,
             model.path,
+            tokenizer=model.tokenizer,
             host=settings.host,
             disaggregation_mode=settings.disaggregation_mode,
             kv_storage_path=storage,

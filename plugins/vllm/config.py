@@ -223,10 +223,13 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             max_cpu_loras=self.max_cpu_loras,
         )
 
-    def engine_argv(self, model_path: str, host: str = "127.0.0.1") -> list[str]:
-        """The vLLM command line for these flags: ``--model PATH``, the flags set, the extras
-        (``host``: the worker's ``--host``, where dyn's default KV-event sockets listen)."""
-        argv = ["--model", model_path]
+    def engine_argv(
+        self, model_path: str, host: str = "127.0.0.1", tokenizer: str | None = None
+    ) -> list[str]:
+        """The vLLM command line for these flags: ``--model PATH`` (and ``--tokenizer``), the
+        flags set, the extras (``host``: the worker's ``--host``, where dyn's default KV-event
+        sockets listen)."""
+        argv = ["--model", model_path] + (["--tokenizer", tokenizer] if tokenizer else [])
         values = {
             "--dtype": self.dtype,
             "--max-model-len": self.max_model_len,

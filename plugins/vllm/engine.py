@@ -115,12 +115,14 @@ class VllmEngine:
         config: VllmConfig,
         model_path: str,
         *,
+        tokenizer: str | None = None,
         host: str = "127.0.0.1",
         disaggregation_mode: DisaggregationMode = "agg",
         kv_storage_path: str | None = None,
     ) -> None:
         self.config = config
         self.model_path = model_path
+        self.tokenizer = tokenizer
         self.host = host
         self.disaggregation_mode = disaggregation_mode
         self.kv_storage_path = config.kv_storage_path or kv_storage_path
@@ -204,7 +206,7 @@ class VllmEngine:
             raise EngineStartError(
                 f"vLLM is installed but cannot be imported: {type(exc).__name__}: {exc}"
             ) from None
-        argv = self.config.engine_argv(self.model_path, self.host)
+        argv = self.config.engine_argv(self.model_path, self.host, self.tokenizer)
         # a user's --kv-transfer-config may name NIXL too: its side channel needs a port all the same
         nixl = disagg.user_kv_transfer_config(self.config.extra_args)
         if self.disaggregation_mode != "agg" and not nixl:

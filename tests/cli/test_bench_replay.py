@@ -147,6 +147,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
     # dyn worker mocker keeps its order: model flags, engine flags, then worker flags
     assert list(ours) == [
         "model_path",
+        "tokenizer",
         "model_name",
         "served_model_name",
         *engine,

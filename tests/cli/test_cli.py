@@ -95,11 +95,23 @@ def test_a_vllm_api_server_flag_dyn_frontend_does_not_take_is_refused_with_why()
     """A vLLM user's flag is met with its reason, not only "no such option"; one dyn does not
     take is refused, every one it does take still parses, and none of the refused ones is also
     a dyn frontend flag (the table stays true as flags are added)."""
-    from dyn.core.frontend.vllm_flags import REFUSED
+    from dyn.core.frontend.vllm_flags import FRONTEND_REFUSED, REFUSED
 
     result = runner.invoke(app, ["frontend", "--middleware", "my.Middleware"])
     assert result.exit_code == 2
     assert "vLLM's --middleware is not taken by dyn frontend: " in result.output
     frontend = typer.main.get_command(app).commands["frontend"]
     declared = {name for param in frontend.params for name in param.opts + param.secondary_opts}
-    assert not declared & set(REFUSED)
+    assert not declared & (set(REFUSED) | set(FRONTEND_REFUSED))
+
+
+def test_engine_only_flags_and_other_tokenizer_modes_are_refused_by_the_frontend_with_why():
+    """``--trust-remote-code`` is for vLLM's engine (dyn serve passes it there): the frontend runs
+    no model code; ``--tokenizer-mode`` other than auto or hf names what is not built."""
+    result = runner.invoke(app, ["frontend", "--trust-remote-code"])
+    assert result.exit_code == 2
+    assert "vLLM's --trust-remote-code is not taken by dyn frontend: the frontend runs no model code" in (
+        result.output
+    )
+    result = runner.invoke(app, ["frontend", "--tokenizer-mode", "mistral"])
+    assert result.exit_code == 2 and "--tokenizer-mode 'mistral' is not served" in result.output

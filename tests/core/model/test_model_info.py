@@ -227,3 +227,25 @@ def test_regenerate_is_byte_identical(tmp_path: Path) -> None:
         assert (out / name).read_bytes() == (TINY_MODEL_DIR / name).read_bytes(), (
             f"{name} differs; regenerate with: python scripts/make_tiny_model.py core/model/dyn-tiny"
         )
+
+
+def test_tokenizer_files_from_a_separate_directory(tmp_path: Path) -> None:
+    """vLLM's ``--tokenizer``: tokenizer.json, tokenizer_config.json and the chat template come
+    from the tokenizer's directory, config.json from the model's."""
+    tok = _write_model(tmp_path / "tok")
+    model = tmp_path / "weights"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 2048, "vocab_size": 20}))
+    with pytest.raises(ModelError, match="no tokenizer.json"):
+        load_model_info(model, None)
+    info = load_model_info(model, None, tok)
+    assert info.path == model.resolve() and info.tokenizer_path == tok.resolve()
+    assert info.tokenizer_dir == tok.resolve() and info.name == "weights"
+    assert info.context_length == 2048 and info.vocab_size == 20
+    assert info.bos_token_id == 10 and info.special_token_ids == (10, 11, 12)
+    assert load_model_info(tok, None, tok).tokenizer_path is None  # the same directory: no separate one
+    with pytest.raises(ModelError, match="--tokenizer .*not a directory"):
+        load_model_info(model, None, tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="--tokenizer .*no tokenizer.json"):
+        load_model_info(model, None, tmp_path / "empty")

@@ -125,6 +125,7 @@ class ServerArgs:
     enable_streaming_session: bool = False
     disable_radix_cache: bool = False
     kv_events_config: str | None = None
+    tokenizer_path: str | None = None
     skip_tokenizer_init: bool = False
     incremental_streaming_output: bool = False
     enable_metrics: bool = False

@@ -80,6 +80,13 @@ def test_extra_args_go_through_sglangs_parser_and_dyn_flags_lay_over_them(fake):
     ) == ("/models/m", "fp8", 2, 32, True, 16384)
 
 
+def test_dyns_tokenizer_is_sglangs_tokenizer_path(fake):
+    namespace, given = parse_server_args(fake.module.ServerArgs, SglangConfig(), "/models/m", "/tok")
+    assert namespace.tokenizer_path == "/tok" and "tokenizer_path" not in given
+    namespace, _ = parse_server_args(fake.module.ServerArgs, SglangConfig(), "/models/m")
+    assert namespace.tokenizer_path is None
+
+
 @pytest.mark.parametrize(
     ("extra", "flags", "message"),
     [
@@ -97,6 +104,7 @@ def test_extra_args_go_through_sglangs_parser_and_dyn_flags_lay_over_them(fake):
         ),
         (["--model-path", "/other"], {}, "give the model with dyn's own --model-path"),
         (["--kv-events-config", "{}"], {}, "give it with dyn's own --kv-events-config flag"),
+        (["--tokenizer-path", "/tok"], {}, "give it with dyn's own --tokenizer"),
     ],
 )
 def test_bad_extra_args_fail_the_start_with_a_sentence(fake, extra, flags, message):

@@ -30,6 +30,12 @@ def test_only_the_flags_set_are_passed_with_kv_events_and_extras_last():
     assert events == json.loads(default_kv_events_config())
 
 
+def test_dyns_tokenizer_goes_to_vllm_after_the_model():
+    argv = VllmConfig().engine_argv("/models/m", tokenizer="/tok")
+    assert argv[:4] == ["--model", "/models/m", "--tokenizer", "/tok"]
+    assert "--tokenizer" not in VllmConfig().engine_argv("/models/m")
+
+
 def test_max_model_len_is_vllms_own_flag():
     """``--max-model-len`` reaches vLLM's parser as its own flag (``EngineArgs.max_model_len``);
     the worker then advertises vLLM's resolved ``model_config.max_model_len`` (test_engine_info),
