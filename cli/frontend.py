@@ -332,8 +332,8 @@ def frontend(
         "--tool-parser-plugin",
         panel=options.PARSERS_PANEL,
         help="A Python file whose parsers register themselves "
-        "(@TOOL_PARSERS.register(NAME) on a ToolParser subclass); "
-        "repeatable.",
+        "(@TOOL_PARSERS.register(NAME) on a ToolParser subclass), or a vLLM tool-parser plugin "
+        "(@ToolParserManager.register_module) when vLLM is installed; repeatable.",
     ),
     chat_template: str = flag(
         None,

@@ -29,5 +29,7 @@ DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
   tests/plugins/vllm/test_real_vllm_disagg.py \
   tests/integration/test_vllm_disagg.py \
   tests/integration/test_vllm_plane_keys.py \
-  tests/plugins/vllm/test_flag_table.py
+  tests/plugins/vllm/test_flag_table.py \
+  tests/core/parsers/test_vllm_plugin_real.py \
+  tests/integration/test_vllm_tool_parser_plugin.py
 DYN_SGLANG_VENV=$(cat "$out/sglang") python -m pytest tests/integration/test_sglang_serve.py

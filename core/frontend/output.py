@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.parsers.events import Reasoning, ToolCallArgs, ToolCallEnd, ToolCallStart
 from dyn.core.parsers.forced import NamedToolCallParser, RequiredToolCallsParser
 from dyn.core.parsers.reasoning import ReasoningParser
@@ -60,6 +61,8 @@ class OutputPlan:
     chat_template_kwargs: Mapping[str, Any] | None = None
     constrained: bool = False
     """The engine follows a grammar from the first token (see ``ReasoningParser.constrained``)."""
+    tokenizer: Tokenizer | None = None
+    """The served model's, for a tool-call parser that ``takes_tokenizer``."""
 
     @property
     def needs_special_tokens(self) -> bool:
@@ -75,6 +78,8 @@ class OutputPlan:
         elif self.tool_parser.emits_reasoning:  # Harmony: where the output starts depends on the prompt
             # such a parser (gpt_oss) also takes the prompt; ToolParser's own __init__ does not
             tools = self.tool_parser(self.tools, prompt_text=self.prompt_text)  # type: ignore[call-arg]
+        elif self.tool_parser.takes_tokenizer:
+            tools = self.tool_parser(self.tools, tokenizer=self.tokenizer)  # type: ignore[call-arg]
         else:
             tools = self.tool_parser(self.tools)
         reasoning = None

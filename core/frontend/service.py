@@ -230,6 +230,7 @@ class OpenAIService:
             prompt_text=prompt.text,
             chat_template_kwargs=self.preprocessor.template_kwargs(req),
             constrained=outputs.constraint is not None,
+            tokenizer=self.preprocessor.tokenizer,
         )
         if output_plan.reasoning or output_plan.tool_parser or output_plan.forced:
             outputs.plan = output_plan

@@ -7,7 +7,8 @@ only the module that registers ``name``, as vLLM's lazy registries do. ``names()
 the scan found. A module whose registrations the scan cannot read (a ``register(...)`` call that
 is not such a decorator with string names) is imported whenever a name is not found otherwise,
 and by ``names()``, so every name is still found. ``load_plugin(path)`` imports a user's Python
-file (``--tool-parser-plugin``) whose classes register themselves the same way.
+file (``--tool-parser-plugin``) whose classes register themselves the same way, or with vLLM's
+``ToolParserManager`` (adapted to dyn's parsers where vLLM is installed).
 """
 
 from __future__ import annotations
@@ -174,6 +175,11 @@ class Registry(Generic[P]):
         cls.check()
         return cls
 
+    def provides(self, name: str) -> bool:
+        """Whether a module of the registry's package registers ``name`` (a plugin's parser
+        registered under it gives way to that module's, see ``get``)."""
+        return self._key(name) in self.scan().modules
+
     def names(self) -> list[str]:
         """Every registered name, sorted (the scan's, and those registered by plugins or by the
         modules the scan could not read, which this imports)."""
@@ -184,8 +190,11 @@ class Registry(Generic[P]):
 
 
 def load_plugin(path: str | Path) -> None:
-    """Import the Python file at ``path`` so the parsers it defines register themselves.
-    ``ValueError`` says what went wrong (missing file, an error while importing it)."""
+    """Import the Python file at ``path`` so the parsers it defines register themselves: dyn's
+    (``@TOOL_PARSERS.register``), or vLLM's (``@ToolParserManager.register_module``) when vLLM's
+    parser classes are importable here, each adapted by ``dyn.core.parsers.tool._vllm_plugin``.
+    ``ValueError`` says what went wrong (missing file, an error while importing it, a vLLM plugin
+    where vLLM is not installed or one that cannot be adapted)."""
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"parser plugin {str(file)!r} is not a file")
@@ -202,12 +211,40 @@ def load_plugin(path: str | Path) -> None:
     except Exception as exc:
         del sys.modules[name]
         if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "vllm":
-            raise ValueError(
-                f"parser plugin {str(file)!r} is written for vLLM (it imports {exc.name}), and dyn "
-                "does not run vLLM's parser classes: write it against dyn's parser API instead, a "
-                "dyn.core.parsers.tool.ToolParser subclass (feed, finish, render) decorated with "
-                '@TOOL_PARSERS.register("name"), as the README\'s "Tool-call parsers" says'
-            ) from None
+            raise ValueError(_vllm_missing(file, exc.name or "vllm")) from None
         raise ValueError(
             f"parser plugin {str(file)!r} failed to import: {type(exc).__name__}: {exc}"
         ) from None
+    from dyn.core.parsers.tool import _vllm_plugin
+
+    if _vllm_plugin.imports_vllm_parsers():
+        try:
+            _vllm_plugin.register_vllm_parsers(module, file)
+        except ValueError:
+            del sys.modules[name]
+            raise
+        except Exception as exc:
+            del sys.modules[name]
+            raise ValueError(
+                f"parser plugin {str(file)!r}: its vLLM tool parsers could not be adapted: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+
+
+def _vllm_missing(file: Path, module: str) -> str:
+    """Why a plugin importing the missing vLLM module ``module`` cannot load, and what to do."""
+    dyn_api = (
+        "a dyn.core.parsers.tool.ToolParser subclass (feed, finish, render) decorated with "
+        '@TOOL_PARSERS.register("name"), as the README\'s "Tool-call parsers" says'
+    )
+    if importlib.util.find_spec("vllm") is None:
+        return (
+            f"parser plugin {str(file)!r} is written for vLLM (it imports {module}), which is not "
+            "installed in the frontend's environment: install vLLM there to run the plugin as it "
+            f"is, or write it against dyn's parser API instead, {dyn_api}"
+        )
+    return (
+        f"parser plugin {str(file)!r} imports {module}, which the vLLM installed here does not "
+        "have (vLLM 0.32 keeps ToolParser and ToolParserManager in vllm.tool_parsers); import "
+        f"them from there, or write the plugin against dyn's parser API, {dyn_api}"
+    )

@@ -16,13 +16,16 @@ from tests.waiting import poll_until
 
 
 class DynProcess:
-    """A ``dyn`` subprocess whose output goes to a log file; always killed at teardown."""
+    """A ``dyn`` subprocess whose output goes to a log file; always killed at teardown.
+    ``python``: the interpreter it runs on (another venv's, e.g. the vLLM venv's)."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path, env: dict[str, str], python: str = sys.executable
+    ) -> None:
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dyn.cli", *args],
+            [python, "-m", "dyn.cli", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -104,8 +107,8 @@ class Stack:
         self.url = ""
         self.api_key: str | None = None
 
-    def start(self, *args: str) -> DynProcess:
-        p = DynProcess(list(args), self.root / f"proc{len(self.procs)}.log", self.env)
+    def start(self, *args: str, python: str = sys.executable) -> DynProcess:
+        p = DynProcess(list(args), self.root / f"proc{len(self.procs)}.log", self.env, python)
         self.procs.append(p)
         return p
 
@@ -138,10 +141,11 @@ class Stack:
         self.wait_instances(workers)
         return self
 
-    def start_frontend(self, *args: str, timeout: float = 60, log_level: str = "info") -> str:
-        self.frontend = self.start(
-            "--log-level", log_level, "frontend", "--http-port", "0", "--namespace", self.namespace, *args
-        )
+    def start_frontend(
+        self, *args: str, timeout: float = 60, log_level: str = "info", python: str = sys.executable
+    ) -> str:
+        own = ("--log-level", log_level, "frontend", "--http-port", "0", "--namespace", self.namespace)
+        self.frontend = self.start(*own, *args, python=python)
         if "--api-key" in args:  # /health shows instance ids to holders of the key only
             self.api_key = args[args.index("--api-key") + 1]
 

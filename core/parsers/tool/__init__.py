@@ -15,6 +15,9 @@ Contract of a ``ToolParser`` (one instance per choice, fed in order):
 - ``render(calls)`` writes calls the way a model of this family does, so that the parser reads
   them back (the mocker answers in the format of its parser with it).
 
+A ``--tool-parser-plugin`` file registers its own parsers: dyn's (a ``ToolParser`` subclass with
+``@TOOL_PARSERS.register``), or vLLM's where vLLM is installed (``_vllm_plugin`` adapts them).
+
 Names follow vLLM's ``--tool-call-parser`` and Dynamo's ``--dyn-tool-call-parser``.
 """
 
@@ -59,6 +62,9 @@ class ToolParser:
     needs_special_tokens: ClassVar[bool] = False
     """The format uses special tokens: the frontend keeps them in the text it parses
     (``skip_special_tokens=False``, as vLLM's parsers ask with ``adjust_request``)."""
+    takes_tokenizer: ClassVar[bool] = False
+    """The parser reads token ids or the vocabulary (a vLLM plugin's, ``_vllm_plugin``): the
+    frontend builds it with ``tokenizer=`` the served model's ``dyn.core.frontend.tokenizer.Tokenizer``."""
     emits_reasoning: ClassVar[bool] = False
     """The format carries reasoning too (Harmony): this parser also emits ``Reasoning`` events
     and takes the place of the reasoning parser of the same family."""
