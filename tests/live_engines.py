@@ -90,3 +90,33 @@ def check_a_shared_prefix_goes_to_its_holder(url: str, block: int, engine: str) 
         assert worker_of(reply) == holder
         assert cached(reply) >= (prompt_blocks - 1) * block
         assert reply["nvext"]["timing"]["kv_hit_rate"] > 0.8
+
+
+def check_beam_search(url: str, model: str = MODEL) -> None:
+    """``use_beam_search`` (run by the frontend over the engine's top logprobs) through the openai
+    client: ``n`` distinct beams, ranked by their cumulative logprob (``length_penalty`` 0 ranks
+    by it alone), each token's logprob in the answer; the same search twice gives the same beams."""
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def search() -> list[tuple[str, float]]:
+        r = client.completions.create(
+            model=model,
+            prompt="The beams are",
+            max_tokens=4,
+            n=3,
+            logprobs=1,
+            extra_body={"use_beam_search": True, "length_penalty": 0.0, "ignore_eos": True},
+        )
+        assert [c.index for c in r.choices] == [0, 1, 2]
+        assert all(c.finish_reason == "length" and len(c.logprobs.tokens) == 4 for c in r.choices)
+        assert r.usage.completion_tokens == 12
+        return [("".join(c.logprobs.tokens), sum(c.logprobs.token_logprobs)) for c in r.choices]
+
+    beams = search()
+    assert len({text for text, _ in beams}) == 3, beams
+    scores = [score for _, score in beams]
+    assert scores == sorted(scores, reverse=True), beams
+    again = search()
+    assert [t for t, _ in again] == [t for t, _ in beams]

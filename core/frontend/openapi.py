@@ -22,6 +22,7 @@ import msgspec
 import dyn.core
 from dyn.core.frontend.apis.anthropic.openapi import openapi_paths as anthropic_paths
 from dyn.core.frontend.apis.responses.openapi import openapi_paths as responses_paths
+from dyn.core.frontend.beam_search import MAX_BEAM_STEP_REQUESTS
 from dyn.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse, PoolingResponse
 from dyn.core.protocol.errors import ErrorResponse
 from dyn.core.protocol.openai import (
@@ -78,7 +79,10 @@ def value_rules(max_logprobs: int = DEFAULT_MAX_LOGPROBS) -> dict[str, dict[str,
         "min_tokens": {"minimum": 0},
         "truncate_prompt_tokens": {"minimum": 1},
         "prompt_logprobs": logprobs,
-        "use_beam_search": {"const": False, "description": _NOT_SUPPORTED},
+        "use_beam_search": {
+            "description": f"n beams, run by the frontend: n * max_tokens at most {MAX_BEAM_STEP_REQUESTS}, "
+            "2n at most the server's --max-logprobs, not with a structured output."
+        },
         "logit_bias": {
             "propertyNames": {"pattern": "^(0|[1-9][0-9]{0,9})$"},
             "description": "Token id -> bias added to its logit; a bias beyond +-100 is clamped to it.",

@@ -32,6 +32,7 @@ import msgspec
 from dyn.core.background import BackgroundTasks
 from dyn.core.engine import FEATURE_POOLING_ONLY, FEATURE_TOOL_HINTS
 from dyn.core.frontend import nvext as nvext_out
+from dyn.core.frontend.beam_search import MAX_BEAM_STEP_REQUESTS, BeamChoice, BeamSearch
 from dyn.core.frontend.choice import Choice, Migration
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
 from dyn.core.frontend.failures import routing_error
@@ -63,7 +64,7 @@ from dyn.core.protocol.openai import (
 from dyn.core.protocol.priority import Convention, engine_priority, queue_priority, request_priority
 from dyn.core.protocol.structured import request_constraint
 from dyn.core.protocol.tools import forced_schema, tool_plan
-from dyn.core.router.policy import Router, RouteRequest, RoutingError
+from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError
 
 __all__ = ["Generation", "OpenAIService", "OutputSettings", "RequestContext"]
 
@@ -332,20 +333,32 @@ class OpenAIService:
         plan = outputs.plan
         skip_special = req.skip_special_tokens and not (plan is not None and plan.needs_special_tokens)
         migrates = self.reliability.migration_limit > 0 and instance_id is None and session is None
+        beam = req.use_beam_search
+        if beam and outputs.constraint is not None:
+            raise bad_request(
+                "beam search cannot follow a structured output (response_format, structured_outputs "
+                "or a forced tool call): each step is a new one-token request; drop one of the two",
+                param="use_beam_search",
+            )
         members = [(prompt, j) for prompt in prompts for j in range(req.n)]
+        routed = [(p, 0) for p in prompts] if beam else members  # a search routes its own steps
         route_requests = [
             msgspec.structs.replace(
                 route_template,
                 request_id=f"{ctx.request_id}-{next(_engine_seq):x}",
                 token_ids=prompt.token_ids,
             )
-            for prompt, _ in members
+            for prompt, _ in routed
         ]
         try:  # the choices are admitted as one unit, so none waits behind its own siblings
             routes = await self.router.route_all(route_requests)
         except RoutingError as exc:
             raise routing_error(exc) from None
+        if beam:
+            routes = [route for route in routes for _ in range(req.n)]
+            route_requests = [r for r in route_requests for _ in range(req.n)]
         choices: list[Choice] = []
+        search: BeamSearch | None = None
         try:
             for index, ((prompt, j), route, route_request) in enumerate(
                 zip(members, routes, route_requests, strict=True)
@@ -377,24 +390,56 @@ class OpenAIService:
                 timing = nvext_out.ChoiceTiming(
                     ctx.received, ctx.received_wall, routed=time.perf_counter(), session_id=ctx.session_id
                 )
-                migration = Migration(self, route_template, client_priority) if migrates else None
-                choices.append(
-                    Choice(
-                        index,
-                        prompt,
-                        route,
-                        request,
-                        detok,
-                        timing,
-                        plan.new() if plan is not None else None,
-                        migration,
+                output = plan.new() if plan is not None else None
+                if beam:
+                    if j == 0:
+                        search = self._beam_search(route, route_template, request, prompt, req, outputs)
+                    assert search is not None
+                    choices.append(
+                        BeamChoice(
+                            index, prompt, route, request, detok, timing, output, search=search, rank=j
+                        )
                     )
-                )
+                    continue
+                migration = Migration(self, route_template, client_priority) if migrates else None
+                choices.append(Choice(index, prompt, route, request, detok, timing, output, migration))
         except BaseException:  # whatever failed, no booking outlives the request
             for route in routes:
                 route.finished()
             raise
         return choices
+
+    def _beam_search(
+        self,
+        first: Route,
+        template: RouteRequest,
+        request: GenerateRequest,
+        prompt: Prompt,
+        req: _GenerationRequest,
+        outputs: _Outputs,
+    ) -> BeamSearch:
+        """The search of one prompt's ``n`` beams (``dyn.core.frontend.beam_search``), to the
+        prompt's ``max_tokens`` or the context's end."""
+        info = self.preprocessor.info
+        max_tokens = prompt.stop.max_tokens
+        most = MAX_BEAM_STEP_REQUESTS // req.n
+        if max_tokens is None or max_tokens > most:
+            raise bad_request(
+                f"beam search sends one request per beam per token: with n={req.n} it takes at most "
+                f"max_tokens={most} (n * max_tokens <= {MAX_BEAM_STEP_REQUESTS}); send max_tokens",
+                param="max_tokens",
+            )
+        return BeamSearch(
+            self,
+            first,
+            template,
+            request,
+            width=req.n,
+            max_tokens=max_tokens,
+            length_penalty=req.length_penalty,
+            eos_token_ids=info.eos_token_ids,
+            top=outputs.logprobs or 0,
+        )
 
     # ----------------------------------------------------------------- speculative prefill
 

@@ -341,6 +341,8 @@ def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LO
         _logprobs_range(req, "prompt_logprobs", req.prompt_logprobs, max_logprobs)
     if req.nvext is not None:
         check_nvext(req.nvext)
+    if req.use_beam_search:
+        _beam_search_rules(req, max_logprobs)
     _unsupported(req)
 
 
@@ -353,9 +355,23 @@ def _logprobs_range(req: _GenerationRequest, name: str, value: int, max_logprobs
     )
 
 
+def _beam_search_rules(req: _GenerationRequest, max_logprobs: int) -> None:
+    """What beam search (run by the frontend: ``dyn.core.frontend.beam_search``) needs: each step
+    asks the engine for ``2 * n`` top logprobs, within ``--max-logprobs`` as in vLLM's engine."""
+    if 2 * req.n > max_logprobs:
+        raise bad_request(
+            f"beam search keeps n={req.n} beams and asks the engine for 2n = {2 * req.n} top logprobs "
+            f"per step; this server allows at most {max_logprobs} (--max-logprobs): send n <= "
+            f"{max_logprobs // 2}",
+            param="n",
+        )
+    if req.prompt_logprobs is not None:
+        raise _not_supported("prompt_logprobs", "prompt_logprobs with beam search")
+    if req.nvext is not None and req.nvext.session_control is not None:
+        raise _not_supported("nvext.session_control", "a streaming session with beam search")
+
+
 def _unsupported(req: _GenerationRequest) -> None:
-    if req.use_beam_search:
-        raise _not_supported("use_beam_search", "beam search")
     if req.best_of is not None and req.best_of != req.n:
         raise _not_supported("best_of", "best_of different from n (beam search)")
     if req.guided_decoding_backend not in (None, "auto"):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.live_engines import check_beam_search
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -75,6 +77,10 @@ def test_completions_unary_and_stream_with_n(client):
     )
     finished = {c.choices[0].index for c in stream if c.choices and c.choices[0].finish_reason}
     assert finished == {0, 1}
+
+
+def test_beam_search_through_the_openai_client(stack):
+    check_beam_search(stack.url, MODEL)
 
 
 def test_completions_echo_and_batched_prompts(client):

@@ -34,6 +34,7 @@ from tests.live_engines import (
     cached,
     chat,
     check_a_shared_prefix_goes_to_its_holder,
+    check_beam_search,
     check_chat_through_the_openai_client,
     instances,
     worker_of,
@@ -401,6 +402,10 @@ def test_a_sigterm_to_a_worker_deregisters_it_and_drains_its_stream(tmp_path):
     assert re.search(r"worker-0 \| .*SIGTERM received; stopping 1 worker\(s\)", text), text[-3000:]
     assert re.search(r"worker \d+ left discovery; draining 1 request\(s\)", text), text[-3000:]
     assert "Draining requests and shutting down" not in text
+
+
+def test_beam_search_over_sglangs_logprobs(stack):
+    check_beam_search(stack[0], MODEL)
 
 
 def test_logit_bias_reaches_sglang_and_allowed_token_ids_is_refused(stack):

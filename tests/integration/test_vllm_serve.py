@@ -19,6 +19,7 @@ import pytest
 
 from tests.live_engines import (
     check_a_shared_prefix_goes_to_its_holder,
+    check_beam_search,
     check_chat_through_the_openai_client,
     instances,
 )
@@ -319,6 +320,10 @@ def test_logprobs_shape_through_the_frontend(stack):
     prompt_lps = completion.choices[0].model_extra["prompt_logprobs"]
     assert len(prompt_lps) == completion.usage.prompt_tokens and prompt_lps[0] is None
     assert all(1 <= len(p) <= 2 for p in prompt_lps[1:])
+
+
+def test_beam_search_over_vllms_logprobs(stack):
+    check_beam_search(stack[0], MODEL)
 
 
 def test_the_responses_and_messages_apis_on_real_vllm(stack):

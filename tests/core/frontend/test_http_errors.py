@@ -56,7 +56,7 @@ async def post_raw(fe, path: str, body: bytes, headers: dict | None = None) -> h
         ({**CHAT, "temperature": 7}, "temperature"),
         ({**CHAT, "n": 0}, "n"),
         ({**CHAT, "messages": [{"content": "no role"}]}, "messages[0].role"),
-        ({**CHAT, "use_beam_search": True}, "use_beam_search"),
+        ({**CHAT, "use_beam_search": True, "n": 11}, "n"),
         ({**CHAT, "guided_json": {"type": "strng"}}, "guided_json"),
         ({**CHAT, "guided_regex": "a(b"}, "guided_regex"),
         ({**CHAT, "response_format": {"type": "xml"}}, "response_format.type"),

@@ -66,7 +66,7 @@ def test_malformed_json():
         ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
         ({"presence_penalty": 3}, "presence_penalty"),
         ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
-        ({"use_beam_search": True}, "use_beam_search"),
+        ({"use_beam_search": True, "n": 11}, "n"),
         ({"best_of": 3}, "best_of"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
