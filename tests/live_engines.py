@@ -120,3 +120,22 @@ def check_beam_search(url: str, model: str = MODEL) -> None:
     assert scores == sorted(scores, reverse=True), beams
     again = search()
     assert [t for t, _ in again] == [t for t, _ in beams]
+
+
+def check_best_of(url: str, model: str = MODEL) -> None:
+    """``best_of`` through the openai client: the answer is the likeliest (by cumulative logprob)
+    of the ``best_of`` generations, which are the ones seeds ``seed``, ``seed + 1``, ... give."""
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    args = dict(model=model, prompt="Pick the best", max_tokens=6, temperature=1.0, logprobs=0)
+    singles = []
+    for seed in (40, 41, 42):
+        c = client.completions.create(seed=seed, extra_body={"ignore_eos": True}, **args).choices[0]
+        singles.append((c.text, sum(c.logprobs.token_logprobs)))
+    r = client.completions.create(seed=40, best_of=3, extra_body={"ignore_eos": True}, **args)
+    (best,) = r.choices
+    score = sum(best.logprobs.token_logprobs)
+    assert best.text in {text for text, _ in singles}, (best.text, singles)
+    assert score >= max(s for _, s in singles) - 1e-3, (score, singles)
+    assert r.usage.completion_tokens == 18

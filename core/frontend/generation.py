@@ -16,6 +16,7 @@ the HTTP layer cancels it, every engine request is closed, and closing sends the
 from __future__ import annotations
 
 import abc
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -159,6 +160,8 @@ class Generation:
         self.chat = isinstance(req, ChatCompletionRequest)
         """The prompt came from messages (else from a text completion's prompt)."""
         self.echo_texts = echo_texts
+        self.unanswered_tokens = 0
+        """The completion tokens of the choices ``best_of`` generated and left out."""
         self.nvext = req.nvext
         self._logprob_formatters: dict[int, ChatLogprobs | CompletionLogprobs] = {}
         hints = req.nvext.agent_hints if req.nvext is not None else None
@@ -337,8 +340,33 @@ class Generation:
             raise as_api_error(exc, self.req) from None
         finally:
             self.service.observe(self, ok, stream=False)
+        self._keep_best()
         self._after()
         return await self.wire.body()
+
+    def _keep_best(self) -> None:
+        """``best_of`` more than ``n``: of each prompt's ``best_of`` choices, the ``n`` with the
+        highest cumulative logprob (vLLM's ranking when it took ``best_of``; ties in the order
+        generated), renumbered; the tokens of the others still count in the usage, as OpenAI
+        bills them. Their logprobs were asked for the ranking: shown only if the client asked."""
+        n, best_of = self.req.n, self.req.generations
+        if best_of == n:
+            return
+        kept: list[Choice] = []
+        for start in range(0, len(self.choices), best_of):
+            group = self.choices[start : start + best_of]
+            ranked = sorted(
+                group, key=lambda c: math.fsum(lp.logprob for lp in c.logprobs or ()), reverse=True
+            )
+            for rank, choice in enumerate(ranked[:n]):
+                choice.index = start // best_of * n + rank
+                kept.append(choice)
+        self.unanswered_tokens = sum(c.usage[1] or c.tokens for c in self.choices if c not in kept)
+        self.choices = kept
+        asked = getattr(self.req, "logprobs", None)  # chat: a bool; text completions: a count or None
+        if asked is None or asked is False:
+            for choice in kept:
+                choice.logprobs = None
 
     def text_of(self, choice: Choice) -> str:
         """A unary choice's text, after its echoed prompt when the request asked for an echo."""
@@ -405,7 +433,7 @@ class Generation:
         """Prompt tokens count once per distinct prompt (n choices share theirs)."""
         n = self.req.n
         prompt = sum(c.usage[0] for c in self.choices if c.index % n == 0)
-        completion = sum(c.usage[1] or c.tokens for c in self.choices)
+        completion = sum(c.usage[1] or c.tokens for c in self.choices) + self.unanswered_tokens
         return usage_info(
             prompt, completion, self.cached_tokens(), details=self.service.outputs.prompt_tokens_details
         )

@@ -174,16 +174,17 @@ def _str_bytes(text: str, room: int) -> int:
 
 
 def _check_fan_out(req: _GenerationRequest, prompts: int, limits: RequestLimits, param: str) -> None:
-    if req.n > limits.max_n:
+    count, name = (req.generations, "best_of") if req.generations > req.n else (req.n, "n")
+    if count > limits.max_n:
         raise bad_request(
-            f"n is {req.n}; this server allows at most {limits.max_n} choices per request "
+            f"{name} is {count}; this server allows at most {limits.max_n} choices per request "
             "(raise it with --max-n)",
-            param="n",
+            param=name,
         )
-    if prompts * req.n > limits.max_prompts:
-        asked = f"{prompts} prompts x n={req.n}" if prompts > 1 else f"n={req.n}"
+    if prompts * count > limits.max_prompts:
+        asked = f"{prompts} prompts x {name}={count}" if prompts > 1 else f"{name}={count}"
         raise bad_request(
-            f"this request asks for {prompts * req.n} generations ({asked}); this server "
+            f"this request asks for {prompts * count} generations ({asked}); this server "
             f"allows at most {limits.max_prompts} per request (raise it with --max-prompts)",
             param=param,
         )

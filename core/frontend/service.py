@@ -299,7 +299,7 @@ class OpenAIService:
         )
         hints = nvext.agent_hints if nvext is not None else None
         session = nvext.session_control if nvext is not None else None
-        if session is not None and len(prompts) * req.n > 1:
+        if session is not None and len(prompts) * req.generations > 1:
             raise bad_request(
                 "nvext.session_control needs a single choice: n=1 and one prompt",
                 param="nvext.session_control",
@@ -311,7 +311,7 @@ class OpenAIService:
             session is None
             and ctx.session_id is not None
             and affinity.mode != "off"
-            and len(prompts) * req.n == 1
+            and len(prompts) * req.generations == 1
         ):
             by_id = SessionControl(ctx.session_id, timeout=affinity.ttl_s)
         route_template = RouteRequest(
@@ -340,7 +340,7 @@ class OpenAIService:
                 "or a forced tool call): each step is a new one-token request; drop one of the two",
                 param="use_beam_search",
             )
-        members = [(prompt, j) for prompt in prompts for j in range(req.n)]
+        members = [(prompt, j) for prompt in prompts for j in range(req.generations)]
         routed = [(p, 0) for p in prompts] if beam else members  # a search routes its own steps
         route_requests = [
             msgspec.structs.replace(
@@ -382,7 +382,7 @@ class OpenAIService:
                     priority,
                     route.session_id,
                     constraint=outputs.constraint,
-                    logprobs=outputs.logprobs,
+                    logprobs=outputs.logprobs if req.generations == req.n else outputs.logprobs or 0,
                     prompt_logprobs=outputs.prompt_logprobs,
                     tools=outputs.tool_hints() if hinted else None,
                     lora_name=self.lora_name,

@@ -210,6 +210,12 @@ class _GenerationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Fal
     structured_outputs: dict[str, Any] | None = None
     nvext: NvExt | None = None
 
+    @property
+    def generations(self) -> int:
+        """Generations per prompt: ``best_of`` when it asks for more than ``n`` (the best ``n``
+        of them are answered), else ``n``."""
+        return self.best_of if self.best_of is not None and self.best_of > self.n else self.n
+
 
 class ChatCompletionRequest(_GenerationRequest, kw_only=True):
     """``POST /v1/chat/completions``. ``messages`` stay plain dicts: the chat template reads them
@@ -343,6 +349,7 @@ def check_generation(req: _GenerationRequest, max_logprobs: int = DEFAULT_MAX_LO
         check_nvext(req.nvext)
     if req.use_beam_search:
         _beam_search_rules(req, max_logprobs)
+    _best_of_rules(req)
     _unsupported(req)
 
 
@@ -371,9 +378,29 @@ def _beam_search_rules(req: _GenerationRequest, max_logprobs: int) -> None:
         raise _not_supported("nvext.session_control", "a streaming session with beam search")
 
 
+def _best_of_rules(req: _GenerationRequest) -> None:
+    """``best_of`` (OpenAI's, and vLLM's V0 engine's): at least ``n``; more than ``n`` cannot be
+    streamed (the best are known when all are done) nor combined with beam search (whose ``n``
+    is its width)."""
+    best_of = req.best_of
+    if best_of is None:
+        return
+    if best_of < req.n:
+        raise bad_request(f"best_of must be at least n ({req.n}), got {best_of}", param="best_of")
+    if best_of > req.n and req.stream:
+        raise bad_request(
+            "best_of greater than n cannot be streamed: the best n are known once all best_of are "
+            "done; send stream=false, or best_of equal to n",
+            param="best_of",
+        )
+    if best_of > req.n and req.use_beam_search:
+        raise bad_request(
+            "best_of does not combine with use_beam_search, whose n is the number of beams: drop best_of",
+            param="best_of",
+        )
+
+
 def _unsupported(req: _GenerationRequest) -> None:
-    if req.best_of is not None and req.best_of != req.n:
-        raise _not_supported("best_of", "best_of different from n (beam search)")
     if req.guided_decoding_backend not in (None, "auto"):
         raise _not_supported(
             "guided_decoding_backend",

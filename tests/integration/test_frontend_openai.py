@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.live_engines import check_beam_search
+from tests.live_engines import check_beam_search, check_best_of
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +81,10 @@ def test_completions_unary_and_stream_with_n(client):
 
 def test_beam_search_through_the_openai_client(stack):
     check_beam_search(stack.url, MODEL)
+
+
+def test_best_of_through_the_openai_client(stack):
+    check_best_of(stack.url, MODEL)
 
 
 def test_completions_echo_and_batched_prompts(client):

@@ -20,6 +20,7 @@ import pytest
 from tests.live_engines import (
     check_a_shared_prefix_goes_to_its_holder,
     check_beam_search,
+    check_best_of,
     check_chat_through_the_openai_client,
     instances,
 )
@@ -324,6 +325,10 @@ def test_logprobs_shape_through_the_frontend(stack):
 
 def test_beam_search_over_vllms_logprobs(stack):
     check_beam_search(stack[0], MODEL)
+
+
+def test_best_of_over_vllms_logprobs(stack):
+    check_best_of(stack[0], MODEL)
 
 
 def test_the_responses_and_messages_apis_on_real_vllm(stack):

@@ -67,7 +67,7 @@ def test_malformed_json():
         ({"presence_penalty": 3}, "presence_penalty"),
         ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
         ({"use_beam_search": True, "n": 11}, "n"),
-        ({"best_of": 3}, "best_of"),
+        ({"best_of": 1, "n": 2}, "best_of"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"prompt_logprobs": -1}, "prompt_logprobs"),
