@@ -77,6 +77,9 @@ FEATURE_EMBED = "embed"
 """The engine embeds (``Embedder``): the frontend sends ``/v1/embeddings`` only to such workers."""
 FEATURE_POOLING_ONLY = "pooling_only"
 """The engine embeds and does not generate (vLLM's ``--runner pooling``); ``generate`` refuses."""
+FEATURE_MEDIA = "media"
+"""The engine takes ``GenerateRequest.media`` (images, audio, video at their placeholder tokens):
+the frontend routes requests with media only to such workers."""
 
 
 @runtime_checkable

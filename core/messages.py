@@ -127,6 +127,27 @@ class KvTransfer(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, 
     params: str = ""
 
 
+MediaModality = Literal["image", "audio", "video"]
+
+
+class MediaItem(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, frozen=True):
+    """One image (audio clip, video) of a prompt, as the frontend loaded and checked it.
+
+    ``data``: its encoded bytes as the client sent them (PNG, JPEG, WAV, MP4, ...; ``mime`` names
+    the format); ``mm_hash``: 64 lowercase hex characters identifying the content (SHA-256 of
+    ``data``), the identifier vLLM is given (``multi_modal_uuids``) and reports back in its KV
+    events' ``extra_keys``, and the one whose first 16 hex characters (as a u64) enter the KV block
+    hashes of the blocks its placeholder tokens fall in (``dyn.core.kv.hashing``). ``offset`` and
+    ``length``: where its placeholder tokens are in the request's ``token_ids``."""
+
+    modality: MediaModality
+    data: bytes
+    mime: str
+    mm_hash: str
+    offset: int
+    length: int
+
+
 class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """Generate tokens for a tokenized prompt."""
 
@@ -158,6 +179,9 @@ class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fa
     kv_transfer: KvTransfer | None = None
     """Disaggregated serving (see ``KvTransfer``): a prefill request, or a decode request with
     the prefill worker's descriptor; ``None``: the worker does both phases."""
+    media: list[MediaItem] = []
+    """The prompt's images (audio, video) in the order of their placeholders in ``token_ids``;
+    sent only to workers that list ``media`` in their features."""
 
 
 class CancelRequest(msgspec.Struct, array_like=True, gc=False):
