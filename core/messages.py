@@ -390,6 +390,9 @@ class RouteQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     without it the router counts the answer as the start."""
     prefill_instance_id: int | None = None
     """A disaggregated request's prefill worker, named (``instance_id`` then names its decode worker)."""
+    prompt_media: list[list[tuple[int, int, int]]] = []
+    """Per prompt (0: ``token_ids``, ``i``: ``prompts[i - 1]``), its media as ``(offset, length,
+    key)`` (``RouteRequest.media``); empty: no prompt has media."""
 
 
 class RouteAnswer(msgspec.Struct, array_like=True, gc=False):

@@ -37,6 +37,7 @@ from dyn.core.kv.events import (
     tier_of,
 )
 from dyn.core.kv.hashing import block_hashes as local_block_hashes
+from dyn.core.kv.hashing import event_block_keys
 from dyn.core.kv.indexer import ApplyStatus
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,8 @@ class BatchConverter:
             self._warn_mismatch(event, good)
         if good == 0:
             return RejectedOp(EventType.STORED, RejectReason.BLOCK_SIZE_MISMATCH)
-        local = local_block_hashes(event.token_ids[: good * bs], bs, event.lora_name)
+        extra = event_block_keys(event.extra_keys, good) if event.extra_keys else None
+        local = local_block_hashes(event.token_ids[: good * bs], bs, event.lora_name, extra)
         return StoreOp(worker, tier_of(event.medium), event.parent_block_hash, hashes[:good], local)
 
     def _warn_mismatch(self, event: BlockStored, good: int) -> None:

@@ -87,6 +87,10 @@ class BlockStored(msgspec.Struct, tag=True, array_like=True, gc=False):
     lora_id: int | None = None
     medium: str | None = DEFAULT_MEDIUM
     lora_name: str | None = None
+    extra_keys: list[Any] | None = None
+    """One entry per block (None, or a tuple of keys), as vLLM publishes them: the LoRA name,
+    ``(mm_identifier, offset)`` pairs, the cache salt. The multimodal identifiers enter the
+    router's block hashes (``dyn.core.kv.hashing.event_block_keys``)."""
 
 
 class BlockRemoved(msgspec.Struct, tag=True, array_like=True, gc=False):

@@ -3,6 +3,11 @@
 - ``block_hashes``: XXH3-64 of each *full* block's tokens as little-endian u32, seed 1337; a
   LoRA name is mixed into the seed (``1337 + xxh3_64(name, seed=0)`` mod 2**64), not the data.
   A trailing partial block is not hashed.
+- Multimodal: a block that holds placeholder tokens of images (audio, video) hashes its tokens
+  followed by the items' keys as little-endian u64, sorted ascending, with the same seed. A key is
+  the first 16 hex characters of the item's 64-hex-character identifier (``mm_key``); a block holds
+  an item when their token ranges overlap, as vLLM gives a block the ``extra_keys`` of the items
+  it overlaps. Requests carry ``MediaSpan``s, KV events ``extra_keys`` (``event_block_keys``).
 - ``sequence_hashes``: the chain ``seq[0] = local[0]``,
   ``seq[i] = xxh3_64(le_u64(seq[i-1]) || le_u64(local[i]), seed=1337)``; the LoRA is already
   inside ``local``, so the chain seed is always 1337.
@@ -10,11 +15,13 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import islice, repeat
+from typing import Any, NamedTuple
 
 import xxhash
 
@@ -25,6 +32,60 @@ _xxh3 = xxhash.xxh3_64_intdigest
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
+_MM_ID = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class MediaSpan(NamedTuple):
+    """Where one multimodal item's placeholder tokens are (``offset``, ``length``) and its
+    ``key`` (``mm_key`` of its identifier)."""
+
+    offset: int
+    length: int
+    key: int
+
+
+def mm_key(identifier: Any) -> int | None:
+    """The u64 a multimodal identifier adds to a block hash: the first 16 hex characters of a
+    64-hex-character string; None for anything else (other extra keys count for nothing)."""
+    if isinstance(identifier, str) and _MM_ID.fullmatch(identifier):
+        return int(identifier[:16], 16)
+    return None
+
+
+def media_block_keys(
+    media: Sequence[MediaSpan], block_size: int, n_blocks: int, first_block: int = 0
+) -> dict[int, list[int]]:
+    """Block index (from 0 for block ``first_block``) -> the keys of the items it overlaps, for
+    the ``n_blocks`` blocks from ``first_block`` on."""
+    out: dict[int, list[int]] = {}
+    for span in media:
+        if span.length <= 0:
+            continue
+        first = max(span.offset // block_size, first_block)
+        last = min((span.offset + span.length - 1) // block_size, first_block + n_blocks - 1)
+        for block in range(first, last + 1):
+            out.setdefault(block - first_block, []).append(span.key)
+    return out
+
+
+def event_block_keys(extra_keys: Sequence[Any] | None, n_blocks: int) -> dict[int, list[int]]:
+    """Block index -> the multimodal keys in a vLLM ``BlockStored`` event's ``extra_keys`` (one
+    entry per block: None, or a sequence of keys, maybe nested one level)."""
+    out: dict[int, list[int]] = {}
+    for i, entry in enumerate(islice(extra_keys or (), n_blocks)):
+        if not isinstance(entry, (list, tuple)):
+            entry = (entry,)
+        keys = []
+        for item in entry:
+            for value in item if isinstance(item, (list, tuple)) else (item,):
+                key = mm_key(value)
+                if key is not None:
+                    keys.append(key)
+        if keys:
+            out[i] = keys
+    return out
+
+
 def lora_seed(lora_name: str | None) -> int:
     """The XXH3 seed for a block hash; an empty or missing LoRA name means no LoRA."""
     if not lora_name:
@@ -32,8 +93,14 @@ def lora_seed(lora_name: str | None) -> int:
     return (XXH3_SEED + _xxh3(lora_name.encode("utf-8"), seed=0)) & _U64
 
 
-def block_hashes(tokens: Sequence[int], block_size: int, lora_name: str | None = None) -> list[int]:
-    """Local (content) hash of every full block of ``tokens``."""
+def block_hashes(
+    tokens: Sequence[int],
+    block_size: int,
+    lora_name: str | None = None,
+    extra: Mapping[int, Sequence[int]] | None = None,
+) -> list[int]:
+    """Local (content) hash of every full block of ``tokens``; ``extra``: block index -> the
+    multimodal keys of that block (``media_block_keys``, ``event_block_keys``)."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     n_blocks = len(tokens) // block_size
@@ -48,15 +115,24 @@ def block_hashes(tokens: Sequence[int], block_size: int, lora_name: str | None =
     if _BIG_ENDIAN:  # pragma: no cover - big-endian host
         data.byteswap()
     raw = data.tobytes()
+    seed = lora_seed(lora_name)
     # C-level passes (map) instead of a Python loop: slicing and hashing cost ~100 ns a block; a
     # partial tail block is never reached (the seeds run out first)
-    return list(
+    hashes = list(
         map(
             _xxh3,
             map(raw.__getitem__, _block_slices(n_blocks, 4 * block_size)),
-            repeat(lora_seed(lora_name), n_blocks),
+            repeat(seed, n_blocks),
         )
     )
+    if extra:
+        step = 4 * block_size
+        for i, keys in extra.items():
+            if 0 <= i < n_blocks and keys:
+                ordered = sorted(k & _U64 for k in keys)
+                block = raw[i * step : (i + 1) * step] + struct.pack(f"<{len(ordered)}Q", *ordered)
+                hashes[i] = _xxh3(block, seed)
+    return hashes
 
 
 _SLICES: dict[int, tuple[slice, ...]] = {}

@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 
 from dyn.core.kv.approx import TtlIndexer, max_merge
-from dyn.core.kv.hashing import block_hashes, sequence_hashes
+from dyn.core.kv.hashing import block_hashes, media_block_keys, sequence_hashes
 from dyn.core.kv.indexer import OverlapScores, RadixIndexer, WorkerKey
 from dyn.core.messages import ActiveSequenceEvent
 from dyn.core.router.config import KvRouterConfig
@@ -375,7 +375,10 @@ class KvRouter(Router):
 
     async def _prompt(self, request: RouteRequest, block_size: int) -> _Prompt:
         t0 = time.perf_counter()
-        local = block_hashes(request.token_ids, block_size, request.lora_name)
+        extra = None
+        if request.media:
+            extra = media_block_keys(request.media, block_size, len(request.token_ids) // block_size)
+        local = block_hashes(request.token_ids, block_size, request.lora_name, extra)
         t1 = time.perf_counter()
         seq = sequence_hashes(local)
         t2 = time.perf_counter()

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
+from dyn.core.kv.hashing import MediaSpan
 from dyn.core.protocol.openai import SessionControl
 from dyn.core.router.pool import Worker, WorkerPool
 
@@ -91,6 +92,9 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     session: SessionControl | None = None
     affinity: Literal["soft", "hard"] | None = None
     pin_ttl_s: float | None = None
+    media: list[MediaSpan] = []
+    """The prompt's images (audio, video): their placeholder tokens' blocks hash with their keys
+    (``dyn.core.kv.hashing``), so a KV router credits a repeated image where it is cached."""
 
 
 class Route:

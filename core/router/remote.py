@@ -498,6 +498,7 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         first.prefill_instance_id,
     )
     prompts: list[list[int]] = []
+    media: list[list[tuple[int, int, int]]] = [list(first.media)]
     index = {id(first.token_ids): 0}
     which: list[int] = []
     for request in requests[1:]:
@@ -517,6 +518,7 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         i = index.get(id(request.token_ids))
         if i is None:
             prompts.append(request.token_ids)
+            media.append(list(request.media))
             i = index[id(request.token_ids)] = len(prompts)
         which.append(i)
     return RouteQuery(
@@ -534,4 +536,5 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         prompts=prompts,
         reports_start=True,
         prefill_instance_id=first.prefill_instance_id,
+        prompt_media=media if any(media) else [],
     )

@@ -62,6 +62,7 @@ from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
 from dyn.core.errors import ConfigError
 from dyn.core.health import unroutable, verdict
+from dyn.core.kv.hashing import MediaSpan
 from dyn.core.kv.views import error_body, respond
 from dyn.core.logs import status
 from dyn.core.messages import RouteAnswer, RouteProgress, RouteQuery, RouteRefused
@@ -229,18 +230,32 @@ class RouterService:
                 )
             if any(not 0 <= i <= len(query.prompts) for i in query.sibling_prompts):
                 return f"a sibling prompt index is outside 0..{len(query.prompts)}"
+        if query.prompt_media:
+            if len(query.prompt_media) != len(query.prompts) + 1:
+                return (
+                    f"prompt_media has {len(query.prompt_media)} entries for {len(query.prompts) + 1} prompts"
+                )
+            tokens = [query.token_ids, *query.prompts]
+            for spans, prompt in zip(query.prompt_media, tokens, strict=True):
+                if len(spans) > len(prompt) or any(
+                    not (0 <= offset and 0 < length and offset + length <= len(prompt) and 0 <= key < 2**64)
+                    for offset, length, key in spans
+                ):
+                    return "a prompt_media span lies outside its prompt (or its key is not a u64)"
         return None
 
     def _group(self, identity: bytes, query: RouteQuery) -> list[RouteRequest]:
         prompts = [query.token_ids, *query.prompts]
+        media = [[MediaSpan(*span) for span in spans] for spans in query.prompt_media]
         which = query.sibling_prompts or [0] * len(query.siblings)
-        members = [(query.request_id, query.token_ids)]
-        members += [(rid, prompts[i]) for rid, i in zip(query.siblings, which, strict=True)]
+        members = [(query.request_id, 0)]
+        members += list(zip(query.siblings, which, strict=True))
         prefix = identity.hex()
         return [
             RouteRequest(
                 request_id=f"{prefix}/{rid}",
-                token_ids=tokens,
+                token_ids=prompts[i],
+                media=media[i] if i < len(media) else [],
                 instance_id=query.instance_id,
                 dp_rank=query.dp_rank,
                 priority=query.priority,
@@ -249,7 +264,7 @@ class RouterService:
                 expected_output_tokens=query.expected_output_tokens,
                 prefill_instance_id=query.prefill_instance_id,
             )
-            for rid, tokens in members
+            for rid, i in members
         ]
 
     async def _answer(self, identity: bytes, query: RouteQuery, scope: anyio.CancelScope) -> None:

@@ -1,10 +1,21 @@
+import hashlib
 import random
 import struct
 
 import pytest
 import xxhash
 
-from dyn.core.kv.hashing import XXH3_SEED, block_hashes, extend_sequence_hash, lora_seed, sequence_hashes
+from dyn.core.kv.hashing import (
+    XXH3_SEED,
+    MediaSpan,
+    block_hashes,
+    event_block_keys,
+    extend_sequence_hash,
+    lora_seed,
+    media_block_keys,
+    mm_key,
+    sequence_hashes,
+)
 
 
 def reference_block_hash(tokens, seed=XXH3_SEED):
@@ -77,3 +88,34 @@ DYNAMO_VECTORS = [
 @pytest.mark.parametrize(("tokens", "block_size", "lora", "expected"), DYNAMO_VECTORS)
 def test_block_hashes_equal_dynamos(tokens, block_size, lora, expected):
     assert block_hashes(tokens, block_size, lora) == expected
+
+
+IMAGE = hashlib.sha256(b"an image").hexdigest()
+OTHER = hashlib.sha256(b"another image").hexdigest()
+
+
+def test_a_block_with_placeholders_hashes_its_tokens_then_its_items_keys_sorted():
+    """Dynamo's multimodal block hash: the tokens as LE u32, then each key as LE u64 ascending,
+    same seed; a key is the identifier's first 16 hex characters."""
+    tokens = list(range(12))
+    spans = [MediaSpan(5, 2, mm_key(OTHER)), MediaSpan(2, 4, mm_key(IMAGE))]
+    keys = media_block_keys(spans, 4, 3)
+    assert keys == {0: [mm_key(IMAGE)], 1: [mm_key(OTHER), mm_key(IMAGE)]}
+    got = block_hashes(tokens, 4, extra=keys)
+    plain = block_hashes(tokens, 4)
+    both = sorted([int(IMAGE[:16], 16), int(OTHER[:16], 16)])
+    expected_1 = xxhash.xxh3_64_intdigest(struct.pack("<4I2Q", *tokens[4:8], *both), seed=XXH3_SEED)
+    assert got == [got[0], expected_1, plain[2]] and got[0] != plain[0]
+    assert media_block_keys(spans, 4, 2, first_block=1) == {0: [mm_key(OTHER), mm_key(IMAGE)]}
+
+
+def test_vllms_extra_keys_give_the_hashes_a_request_with_the_same_media_gives():
+    """vLLM publishes per block a tuple of the LoRA name, (identifier, offset) pairs and the
+    cache salt; only 64-hex identifiers count."""
+    tokens = list(range(12))
+    extra_keys = [None, ("adapter", (IMAGE, 2), "salt"), [(IMAGE, 2)]]
+    from_event = block_hashes(tokens, 4, extra=event_block_keys(extra_keys, 3))
+    from_request = block_hashes(tokens, 4, extra=media_block_keys([MediaSpan(5, 7, mm_key(IMAGE))], 4, 3))
+    assert from_event == from_request
+    assert mm_key("not-a-hash") is None and mm_key(IMAGE.upper()) == mm_key(IMAGE) and mm_key(7) is None
+    assert event_block_keys([("adapter",), None], 2) == {}

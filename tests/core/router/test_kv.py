@@ -320,3 +320,32 @@ async def test_a_request_that_waited_long_is_rescored_before_admission(refresh, 
             b.first_token()
     # rescored, the cached prefix outweighs worker 2's load; with stale scores, load decides
     assert chosen == [expected]
+
+
+async def test_a_repeated_image_is_credited_where_its_blocks_are_cached_and_another_image_is_not():
+    """Multimodal routing (Dynamo's): the worker's KV event names the image in its blocks'
+    ``extra_keys`` as vLLM does; a request whose placeholders carry the same image overlaps all of
+    the cached blocks, one with another image at the same token ids only the blocks before it."""
+    from prometheus_client import CollectorRegistry as Registry
+
+    from dyn.core.kv.convert import BatchConverter, KvEventMetrics
+    from dyn.core.kv.events import BlockStored, KvEventBatch
+    from dyn.core.kv.hashing import MediaSpan, mm_key
+
+    image, other = "ab" * 32, "cd" * 32
+    tokens = list(range(1000, 1000 + 10 * BS))
+    at, length = 3 * BS + 2, 2 * BS  # the placeholders span blocks 3, 4 and 5
+    extra = [((image, at),) if 3 <= b <= 5 else None for b in range(10)]
+    event = BlockStored([9000 + b for b in range(10)], None, tokens, BS, extra_keys=extra)
+    (op,) = BatchConverter(2, BS, KvEventMetrics(Registry())).convert(KvEventBatch(0.0, [event]))
+    router = make_router()
+    router.indexer.store(op.worker, op.parent_hash, op.block_hashes, op.local_hashes)
+
+    same = await router.route(request(tokens, "same", media=[MediaSpan(at, length, mm_key(image))]))
+    assert same.worker.instance_id == 2 and same.decision.overlap_blocks == 10
+    same.finished()
+    swapped = await router.route(request(tokens, "other", media=[MediaSpan(at, length, mm_key(other))]))
+    assert swapped.decision.overlap_blocks == (3 if swapped.worker.instance_id == 2 else 0)
+    swapped.finished()
+    bare = await router.route(request(tokens, "bare"))
+    assert bare.decision.overlap_blocks == (3 if bare.worker.instance_id == 2 else 0)

@@ -11,6 +11,7 @@ import zmq
 
 from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.discovery.services import new_instance_id
+from dyn.core.kv.hashing import MediaSpan
 from dyn.core.messages import (
     RouteAnswer,
     RouteProgress,
@@ -319,7 +320,16 @@ def test_a_group_is_one_query_with_each_prompt_sent_once():
     assert q.siblings == ["c1", "c2", "c3", "c4"] and q.prompts == [b]
     assert q.sibling_prompts == [0, 1, 1, 0] and q.reports_start
     same = _group_query(8, [RouteRequest(request_id=f"c{i}", token_ids=a) for i in range(3)])
-    assert same.sibling_prompts == [] and same.prompts == []
+    assert same.sibling_prompts == [] and same.prompts == [] and same.prompt_media == []
+    image = MediaSpan(2, 3, 77)
+    mixed = _group_query(
+        10,
+        [
+            RouteRequest(request_id="m0", token_ids=a),
+            RouteRequest(request_id="m1", token_ids=b, media=[image]),
+        ],
+    )
+    assert mixed.prompt_media == [[], [(2, 3, 77)]]
     with pytest.raises(ValueError, match="share their routing fields"):
         _group_query(
             9,
@@ -494,6 +504,9 @@ async def test_the_service_refuses_a_malformed_group(tmp_path):
                     (RouteQuery(1, "a", [1], siblings=["a"]), "must differ"),
                     (RouteQuery(2, "a", [1], siblings=["b"], sibling_prompts=[0, 0]), "2 entries"),
                     (RouteQuery(3, "a", [1], siblings=["b"], sibling_prompts=[2]), "outside 0..0"),
+                    (RouteQuery(4, "a", [1, 2], prompt_media=[[], []]), "2 entries for 1 prompts"),
+                    (RouteQuery(5, "a", [1, 2], prompt_media=[[(1, 2, 3)]]), "outside its prompt"),
+                    (RouteQuery(6, "a", [1, 2], prompt_media=[[(0, 1, -1)]]), "not a u64"),
                 ):
                     await client.send_multipart(encode(query))
                     refused = decode_router_message(await client.recv_multipart())
