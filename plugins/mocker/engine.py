@@ -56,6 +56,7 @@ import xxhash
 
 from dyn.core.engine import (
     FEATURE_EMBED,
+    FEATURE_MEDIA,
     FEATURE_PIN_PREFIX,
     FEATURE_POOLING_ONLY,
     FEATURE_STREAMING_SESSIONS,
@@ -78,6 +79,7 @@ from dyn.core.messages import (
 )
 from dyn.core.model import ModelInfo
 from dyn.core.model.lora import parse_lora_modules
+from dyn.core.model.vision import image_tokens
 from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
@@ -210,6 +212,8 @@ class MockerEngine:
             features.append(FEATURE_STREAMING_SESSIONS)
         if config.tool_call_rate > 0:
             features.append(FEATURE_TOOL_HINTS)
+        if image_tokens(model) is not None:
+            features.append(FEATURE_MEDIA)
         self._embed_size = 0
         if config.is_pooling:
             features += [FEATURE_EMBED, FEATURE_POOLING_ONLY]
@@ -422,7 +426,24 @@ class MockerEngine:
         if transfer is not None:
             request = self._disaggregated(request, transfer)
         self._check_context(request)
+        if request.media:
+            self._check_media(request)
         return request
+
+    def _check_media(self, request: GenerateRequest) -> None:
+        """Refuse media for a model that takes none, or placed outside the prompt."""
+        if FEATURE_MEDIA not in self.info.features:
+            raise EngineError(
+                f"the model {self.model.name} takes no images, audio or video; send text", code="bad_request"
+            )
+        size = len(request.token_ids)
+        for item in request.media:
+            if not (0 <= item.offset and 0 < item.length and item.offset + item.length <= size):
+                raise EngineError(
+                    f"a {item.modality}'s placeholder tokens ({item.offset}+{item.length}) lie "
+                    f"outside the {size}-token prompt",
+                    code="bad_request",
+                )
 
     def _check_context(self, request: GenerateRequest) -> None:
         """Refuse a request whose prompt plus ``max_tokens`` exceeds the context (the model's, or
@@ -458,6 +479,7 @@ class MockerEngine:
             max_thinking_tokens=request.max_thinking_tokens,
             source=source,
             remote=transfer is not None and transfer.phase == "decode",
+            media=tuple((m.offset, m.length, m.mm_hash) for m in request.media),
         )
         try:
             self._scheduler.add(sim)

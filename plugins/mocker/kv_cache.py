@@ -37,7 +37,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent
-from dyn.core.kv.hashing import block_hashes, extend_sequence_hash, sequence_hashes
+from dyn.core.kv.hashing import (
+    MediaSpan,
+    block_hashes,
+    extend_sequence_hash,
+    media_block_keys,
+    mm_key,
+    sequence_hashes,
+)
 
 # Fields of a cache entry (a small list, keyed by sequence hash). _IMP: importance (priority
 # eviction only). Eviction-heap items end with (tick, push order, hash).
@@ -50,14 +57,33 @@ class KvSequence:
     ``hashes`` are the sequence hashes of the full blocks of ``tokens`` computed so far (filled
     lazily by the manager); the first ``num_registered`` of them are held in the cache.
     ``importance`` is what priority eviction gives the blocks it stores or uses; ``outside``
-    keeps its new blocks out of the prefix cache.
+    keeps its new blocks out of the prefix cache. ``media``: the prompt's images (audio, video) as
+    ``(offset, length, mm_hash)``: the blocks their placeholder tokens fall in hash with them (a
+    different image at the same tokens is another block, as in vLLM) and their stored events
+    carry them in ``extra_keys`` as vLLM's do.
     """
 
-    __slots__ = ("tokens", "lora_name", "hashes", "num_registered", "num_private", "importance", "outside")
+    __slots__ = (
+        "tokens",
+        "lora_name",
+        "media",
+        "hashes",
+        "num_registered",
+        "num_private",
+        "importance",
+        "outside",
+    )
 
-    def __init__(self, tokens: list[int], lora_name: str | None = None, importance: float = 0) -> None:
+    def __init__(
+        self,
+        tokens: list[int],
+        lora_name: str | None = None,
+        importance: float = 0,
+        media: tuple[tuple[int, int, str], ...] = (),
+    ) -> None:
         self.tokens = tokens
         self.lora_name = lora_name
+        self.media = media
         self.hashes: list[int] = []
         self.num_registered = 0
         self.num_private = 0
@@ -158,7 +184,11 @@ class KvBlockManager:
         have = len(hashes)
         if have < n_blocks:
             bs = self._bs
-            local = block_hashes(seq.tokens[have * bs : n_blocks * bs], bs, seq.lora_name)
+            extra = None
+            if seq.media:
+                spans = [MediaSpan(offset, length, mm_key(h) or 0) for offset, length, h in seq.media]
+                extra = media_block_keys(spans, bs, n_blocks - have, first_block=have)
+            local = block_hashes(seq.tokens[have * bs : n_blocks * bs], bs, seq.lora_name, extra)
             if not have:  # a whole prompt: chained in one call
                 hashes.extend(sequence_hashes(local))
                 return hashes
@@ -321,6 +351,7 @@ class KvBlockManager:
                 token_ids=seq.tokens[start * bs : end * bs],
                 block_size=bs,
                 lora_name=seq.lora_name,
+                extra_keys=_extra_keys(seq.media, bs, start, end) if seq.media else None,
             )
         )
 
@@ -484,3 +515,16 @@ class PriorityKvBlockManager(KvBlockManager):
     def importance_of(self, seq_hash: int) -> float:
         """A cached block's importance (for inspection)."""
         return self._cache[seq_hash][_IMP]
+
+
+def _extra_keys(
+    media: tuple[tuple[int, int, str], ...], bs: int, start: int, end: int
+) -> list[tuple[tuple[str, int], ...] | None]:
+    """vLLM's ``extra_keys`` of blocks ``start..end``: per block the ``(mm_hash, offset)`` of each
+    item its tokens overlap, or None."""
+    out: list[tuple[tuple[str, int], ...] | None] = []
+    for block in range(start, end):
+        lo, hi = block * bs, (block + 1) * bs
+        keys = tuple((h, offset) for offset, length, h in media if offset < hi and lo < offset + length)
+        out.append(keys or None)
+    return out

@@ -126,6 +126,7 @@ class SimRequest:
         "remote",
         "received",
         "transfer_due",
+        "media",
     )
 
     def __init__(
@@ -140,6 +141,7 @@ class SimRequest:
         max_thinking_tokens: int | None = None,
         source: TokenSource | None = None,
         remote: bool = False,
+        media: tuple[tuple[int, int, str], ...] = (),
     ) -> None:
         self.request_id = request_id
         self.tokens = list(token_ids)
@@ -148,7 +150,8 @@ class SimRequest:
         self.seed = seed
         self.priority = priority
         self.lora_name = lora_name
-        self.kv = KvSequence(self.tokens, lora_name)
+        self.media = media
+        self.kv = KvSequence(self.tokens, lora_name, media=media)
         self.num_computed = 0
         self.num_scheduled = 0
         self.decoding = False
@@ -432,7 +435,7 @@ class Scheduler:
         for req in self._waiting:
             if req.base_blocks:
                 self.kv.release(req.kv)
-                req.kv = KvSequence(req.tokens, req.lora_name)
+                req.kv = KvSequence(req.tokens, req.lora_name, media=req.media)
                 req.held = 0
                 req.base_blocks = 0
                 if req.slot is not None:

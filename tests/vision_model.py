@@ -1,0 +1,74 @@
+"""A vision-language model directory for the tests that need one without weights (the frontend
+and the mocker read only its JSON files): dyn-tiny's tokenizer with an ``<image>`` special token
+added, a LLaVA-1.5-style ``config.json`` (a 28x28 image, 14-pixel patches: 4 placeholder tokens
+per image with the ``default`` feature strategy and one additional token) and a chat template that
+iterates over the content parts, as llava-hf's do."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from dyn.core.model import TINY_MODEL_DIR
+
+IMAGE_TOKEN = "<image>"
+IMAGE_TOKEN_ID = 4096
+IMAGE_TOKENS = 4
+"""Placeholder tokens per image: (28 // 14) ** 2 + 1 - 1."""
+
+TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
+    "<|end_header_id|>\n\n{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>\n"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant"
+    "<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def make_vision_model(directory: Path) -> Path:
+    """Write the model into ``directory`` (created) and return it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "special_tokens_map.json", "generation_config.json"):
+        shutil.copy(TINY_MODEL_DIR / name, directory / name)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    tokenizer["added_tokens"].append(
+        {
+            "id": IMAGE_TOKEN_ID,
+            "content": IMAGE_TOKEN,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    tok_config = json.loads((TINY_MODEL_DIR / "tokenizer_config.json").read_text())
+    tok_config["chat_template"] = TEMPLATE
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    text = json.loads((TINY_MODEL_DIR / "config.json").read_text())
+    text["vocab_size"] = IMAGE_TOKEN_ID + 1
+    config = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "image_token_index": IMAGE_TOKEN_ID,
+        "vision_feature_select_strategy": "default",
+        "text_config": text,
+        "vision_config": {"model_type": "clip_vision_model", "image_size": 28, "patch_size": 14},
+        "vocab_size": IMAGE_TOKEN_ID + 1,
+        "max_position_embeddings": 4096,
+    }
+    (directory / "config.json").write_text(json.dumps(config))
+    processor = {
+        "image_token": IMAGE_TOKEN,
+        "num_additional_image_tokens": 1,
+        "patch_size": 14,
+        "vision_feature_select_strategy": "default",
+        "processor_class": "LlavaProcessor",
+    }
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    image_processor = {"crop_size": {"height": 28, "width": 28}, "size": {"shortest_edge": 28}}
+    (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
+    return directory
