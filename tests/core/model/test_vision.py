@@ -1,0 +1,46 @@
+"""``image_tokens``: a vision-language model's image placeholder and its count per image, read
+as transformers' ``LlavaProcessor`` computes it (LLaVA-1.5: a 336-pixel crop, 14-pixel patches,
+one additional token, the ``default`` strategy dropping it again: 576)."""
+
+from __future__ import annotations
+
+import json
+
+from dyn.core.model import load_model_info
+from dyn.core.model.vision import ImageTokens, image_tokens
+from tests.vision_model import IMAGE_TOKEN_ID, IMAGE_TOKENS, make_vision_model
+
+
+def rewrite(path, **changes):
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data))
+
+
+def test_the_tiny_vision_model_and_llava_15s_numbers(tmp_path):
+    d = make_vision_model(tmp_path / "vlm")
+    assert image_tokens(load_model_info(d)) == ImageTokens("<image>", IMAGE_TOKEN_ID, IMAGE_TOKENS)
+    rewrite(d / "preprocessor_config.json", crop_size={"height": 336, "width": 336})
+    assert image_tokens(load_model_info(d)).count == 576
+    rewrite(d / "processor_config.json", vision_feature_select_strategy="full")
+    assert image_tokens(load_model_info(d)).count == 577  # the CLS feature kept
+    rewrite(d / "processor_config.json", image_seq_length=64)
+    assert image_tokens(load_model_info(d)).count == 64  # stated: taken at its word
+
+
+def test_without_a_processor_config_the_vision_tower_counts(tmp_path):
+    d = make_vision_model(tmp_path / "vlm")
+    (d / "processor_config.json").unlink()
+    (d / "preprocessor_config.json").unlink()
+    assert image_tokens(load_model_info(d)).count == 4  # (28 // 14) ** 2
+
+
+def test_a_text_model_or_one_without_an_image_token_takes_no_images(tmp_path):
+    assert image_tokens(load_model_info(None, None)) is None
+    d = make_vision_model(tmp_path / "vlm")
+    rewrite(d / "config.json", image_token_index=None)
+    assert image_tokens(load_model_info(d)) is None
