@@ -81,9 +81,9 @@ def main() -> None:
     import os
     import sys
 
-    from dyn.cli.options import expand_multi_value
+    from dyn.cli.options import expand_dotted, expand_multi_value
 
-    args = expand_multi_value(sys.argv[1:])
+    args = expand_multi_value(expand_dotted(sys.argv[1:]))
     if _log_format(args, os.environ.get("DYN_LOG_FORMAT")) != "json":
         app(args=args)
         return

@@ -16,6 +16,7 @@ from dyn.cli.router_flags import router_flags
 from dyn.core.config import DiscoveryConfig
 from dyn.core.frontend import vllm_flags
 from dyn.core.frontend.limits import RequestLimits
+from dyn.core.frontend.media import DEFAULT_LIMIT_PER_PROMPT, MediaSettings, parse_limit_mm_per_prompt
 from dyn.core.frontend.session_identity import SessionAffinity
 from dyn.core.router.modes import modes_help
 
@@ -24,7 +25,9 @@ ROUTER_PANEL = "Router"
 LIMITS_PANEL = "Limits"
 RELIABILITY_PANEL = "Reliability"
 LOGGING_PANEL = "Logging"
+MEDIA_PANEL = "Media"
 _LIMITS = RequestLimits()
+_MEDIA = MediaSettings()
 log = logging.getLogger("dyn.frontend")
 
 
@@ -171,6 +174,60 @@ def frontend(
         panel=LIMITS_PANEL,
         help="Accept a chat_template in the request (vLLM's flag); it is "
         "then rendered with size and time limits.",
+    ),
+    allowed_local_media_path: str = flag(
+        None,
+        "--allowed-local-media-path",
+        panel=MEDIA_PANEL,
+        help="Let requests name images, audio and video by file path or file:// URL under this "
+        "directory (vLLM's flag; symlinks and .. may not leave it). Only for trusted clients: "
+        "without it, files are refused.",
+    ),
+    allowed_media_domains: list[str] = flag(
+        [],
+        "--allowed-media-domains",
+        panel=MEDIA_PANEL,
+        help="Fetch http(s) media URLs only from these hosts, at every redirect too (vLLM's flag: "
+        "--allowed-media-domains a.com b.com; comma-separated or repeated works too). Default: any host.",
+    ),
+    limit_mm_per_prompt: str = flag(
+        None,
+        "--limit-mm-per-prompt",
+        panel=MEDIA_PANEL,
+        help="Most items of each modality one request may hold, a JSON object as vLLM takes it "
+        '(\'{"image": 4, "video": 0}\', or --limit-mm-per-prompt.image 4); a modality not named: '
+        f"{DEFAULT_LIMIT_PER_PROMPT}, vLLM's default. Checked before anything is loaded.",
+    ),
+    max_media_bytes: int = flag(
+        _MEDIA.max_media_bytes,
+        "--max-media-bytes",
+        min=1,
+        panel=MEDIA_PANEL,
+        help="Largest image, audio clip or video (encoded bytes) a request may send or link to.",
+    ),
+    max_request_media_bytes: int = flag(
+        _MEDIA.max_request_media_bytes,
+        "--max-request-media-bytes",
+        min=1,
+        panel=MEDIA_PANEL,
+        help="Most encoded bytes of all the media of one request together.",
+    ),
+    media_fetch_timeout: float = flag(
+        None,
+        "--media-fetch-timeout",
+        min=0.001,
+        panel=MEDIA_PANEL,
+        help="Seconds one http(s) media fetch may take, redirects and body included (default: "
+        "vLLM's, 5 for an image, 10 for audio, 30 for a video).",
+    ),
+    max_image_pixels: int = flag(
+        _MEDIA.max_image_pixels,
+        "--max-image-pixels",
+        min=1,
+        max=_MEDIA.max_image_pixels,
+        panel=MEDIA_PANEL,
+        help="Most pixels (width x height) of an image, checked before it is decoded (vLLM's "
+        "VLLM_MAX_IMAGE_PIXELS; larger ones Pillow refuses).",
     ),
     migration_limit: int = flag(
         0,
@@ -484,6 +541,20 @@ def frontend(
         tls = TlsSettings.from_flags(ssl_keyfile, ssl_certfile, ssl_ca_certs, ssl_cert_reqs)
     except ConfigError as exc:
         options.fail(str(exc))
+    try:
+        media = MediaSettings(
+            allowed_local_media_path=allowed_local_media_path or None,
+            allowed_media_domains=tuple(
+                d for given in allowed_media_domains for d in _list(given, "--allowed-media-domains")
+            ),
+            limit_mm_per_prompt=parse_limit_mm_per_prompt(limit_mm_per_prompt) if limit_mm_per_prompt else {},
+            max_media_bytes=max_media_bytes,
+            max_request_media_bytes=max_request_media_bytes,
+            fetch_timeout_s=media_fetch_timeout,
+            max_image_pixels=max_image_pixels,
+        )
+    except ConfigError as exc:
+        options.fail(str(exc))
     cors = CorsPolicy(
         _list(allowed_origins, "--allowed-origins"),
         _list(allowed_methods, "--allowed-methods"),
@@ -543,6 +614,7 @@ def frontend(
             max_stop_string_chars=max_stop_string_chars,
             trust_request_chat_template=trust_request_chat_template,
         ),
+        media=media,
         reliability=Reliability(
             migration_limit=migration_limit,
             migration_max_seq_len=migration_max_seq_len,

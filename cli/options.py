@@ -121,8 +121,55 @@ SERVED_MODEL_NAME = flag(
     "or with the flag repeated.",
 )
 
-MULTI_VALUE_FLAGS = frozenset({"--served-model-name", "--lora-modules"})
+MULTI_VALUE_FLAGS = frozenset({"--served-model-name", "--lora-modules", "--allowed-media-domains"})
 """Flags that take several values after one flag, as vLLM's argparse ``nargs='+'`` does."""
+
+
+DOTTED_FLAGS = frozenset({"--limit-mm-per-prompt"})
+"""JSON-object flags vLLM also takes one key at a time (``--limit-mm-per-prompt.image 4``)."""
+
+
+def expand_dotted(args: list[str]) -> list[str]:
+    """``--limit-mm-per-prompt.image 4 --limit-mm-per-prompt.video.count=0`` as the one JSON flag
+    vLLM's parser makes of them, where the first was: ``--limit-mm-per-prompt '{"image": 4,
+    "video": {"count": 0}}'``. A value that is JSON (``4``) is read as JSON, any other as text;
+    everything after ``--`` is left as it is."""
+    import json
+
+    out: list[str] = []
+    merged: dict[str, tuple[int, dict[str, Any]]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out += args[i:]
+            break
+        name, eq, value = arg.partition("=")
+        flag, _, path = name.partition(".")
+        if flag not in DOTTED_FLAGS or not path or (not eq and i + 1 >= len(args)):
+            out.append(arg)
+            i += 1
+            continue
+        if not eq:
+            i += 1
+            value = args[i]
+        if flag not in merged:
+            merged[flag] = (len(out) + 1, {})
+            out += [flag, ""]
+        *parents, key = path.split(".")
+        node = merged[flag][1]
+        for parent in parents:
+            if not isinstance(node.get(parent), dict):
+                node[parent] = {}
+            node = node[parent]
+        try:
+            node[key] = json.loads(value)
+        except json.JSONDecodeError:
+            node[key] = value
+        i += 1
+    for at, tree in merged.values():
+        out[at] = json.dumps(tree)
+    return out
 
 
 def expand_multi_value(args: list[str]) -> list[str]:

@@ -8,8 +8,13 @@ Contract:
   keeps the last 32 sources, so a client's own template (vLLM's per-request ``chat_template``)
   compiles once however often it is sent.
 - Messages are first normalised as vLLM does for the "string" content format: content may be a
-  string, None (""), or a list of OpenAI content parts whose texts are joined with "\\n"; any other
-  part (image_url, input_audio, ...) is refused. Only role, content, name, the assistant's
+  string, None (""), or a list of OpenAI content parts whose texts are joined with "\\n". Media
+  parts (``image_url``, ``input_audio``, ``audio_url``, ``video_url``) are refused unless the
+  caller names the model's placeholder for their modality (``render(media=...)``); then, as vLLM
+  does, a template that iterates over a message's content (its "openai" content format) gets the
+  parts, text as ``{"type": "text", "text": ...}`` and media as ``{"type": "image"}`` (``audio``,
+  ``video``), and any other template gets the text with each media item's placeholder on a line
+  of its own before it. Only role, content, name, the assistant's
   tool_calls (JSON-string arguments parsed into objects) and reasoning, and the tool's tool_call_id
   are kept. Then, as transformers does, keys whose value is None are dropped and reasoning is
   copied under ``reasoning_content`` and ``thinking``.
@@ -49,6 +54,8 @@ from jinja2.lexer import Token
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import soft_str
 
+from dyn.core.frontend.media import part_modality
+
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 """transformers' marker appended to the final message to find where its content ends."""
 
@@ -60,6 +67,9 @@ _TEXT_PARTS = {
     "thinking": "thinking",
 }
 """Content part type -> the key holding its text (vLLM's text-like parts)."""
+
+_ITERATES_CONTENT = re.compile(r"\{%-?\s*for\s+\w+\s+in\s+\w+(?:\[\s*['\"]content['\"]\s*\]|\.content\b)")
+"""A template that loops over a message's content reads the parts (vLLM's "openai" format)."""
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
@@ -92,10 +102,12 @@ class RenderLimits:
 class ChatTemplate:
     """One compiled chat template; immutable, so one instance serves every request concurrently."""
 
-    __slots__ = ("source", "_template", "_globals")
+    __slots__ = ("source", "reads_parts", "_template", "_globals")
 
     def __init__(self, source: str) -> None:
         self.source = source
+        self.reads_parts = _ITERATES_CONTENT.search(source) is not None
+        """The template loops over a message's content parts (vLLM's "openai" content format)."""
         try:
             self._template = _environment().from_string(source)
         except jinja2.TemplateSyntaxError as e:
@@ -120,13 +132,15 @@ class ChatTemplate:
         eos_token: str | None = None,
         special_tokens: Mapping[str, str] | None = None,
         limits: RenderLimits = RenderLimits(),
+        media: Mapping[str, str] | None = None,
     ) -> str:
         """The prompt text for ``messages``, rendered within ``limits``.
 
         Template variables: ``special_tokens`` (a tokenizer's named special tokens), then
         ``bos_token``/``eos_token``, then ``extra_kwargs`` (vLLM's ``chat_template_kwargs``), which
         may also override add_generation_prompt, continue_final_message, tools and documents, as in
-        vLLM, but never ``messages``.
+        vLLM, but never ``messages``. ``media``: modality -> the model's placeholder text for one
+        item (``{"image": "<image>"}``); media parts of other modalities are refused.
         """
         variables: dict[str, Any] = dict(special_tokens) if special_tokens else {}
         if bos_token is not None:
@@ -152,7 +166,7 @@ class ChatTemplate:
         _check_dicts("tools", tools)
         _check_dicts("documents", documents)
 
-        chat = conversation(messages)
+        chat = conversation(messages, media, self.reads_parts)
         if not chat:
             raise ChatTemplateError(
                 "cannot apply the chat template to an empty conversation; send at least one message"
@@ -160,6 +174,11 @@ class ChatTemplate:
         final = ""
         if continue_final_message:
             final = chat[-1].get("content", "")
+            if not isinstance(final, str):
+                raise ChatTemplateError(
+                    "continue_final_message cannot continue a final message that holds images, "
+                    "audio or video; put the media in an earlier message"
+                )
             if "content" not in self.source:
                 raise ChatTemplateError(
                     'continue_final_message is set but the chat template never reads "content"'
@@ -246,8 +265,14 @@ def request_template(source: str) -> ChatTemplate:
     return compile_template(source)
 
 
-def conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Fresh message dicts as the template sees them (see the module docstring); the input is not changed."""
+def conversation(
+    messages: Sequence[Mapping[str, Any]],
+    media: Mapping[str, str] | None = None,
+    parts: bool = False,
+) -> list[dict[str, Any]]:
+    """Fresh message dicts as the template sees them (see the module docstring); the input is not
+    changed. ``media``: the placeholder per modality the model takes; ``parts``: media go to the
+    template as content parts (else as placeholders in the text)."""
     chat: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
@@ -255,7 +280,7 @@ def conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         role = message.get("role")
         if not isinstance(role, str):
             raise ChatTemplateError(f"messages[{i}].role must be a string")
-        msg: dict[str, Any] = {"role": role, "content": _text_content(message.get("content"), i)}
+        msg: dict[str, Any] = {"role": role, "content": _content(message.get("content"), i, media, parts)}
         if role == "assistant":
             if (tool_calls := message.get("tool_calls")) is not None:
                 msg["tool_calls"] = _tool_calls(tool_calls, i)
@@ -274,7 +299,10 @@ def conversation(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return chat
 
 
-def _text_content(content: Any, i: int) -> str:
+def _content(
+    content: Any, i: int, media: Mapping[str, str] | None, parts: bool
+) -> str | list[dict[str, str]]:
+    """A message's content as the template sees it (see the module docstring)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -282,17 +310,30 @@ def _text_content(content: Any, i: int) -> str:
     if not isinstance(content, list):
         raise ChatTemplateError(f"messages[{i}].content must be a string, a list of content parts or null")
     texts: list[str] = []
+    items: list[dict[str, str]] = []
+    placeholders: list[str] = []
     for j, part in enumerate(content):
         if isinstance(part, str):
             text: Any = part
         elif isinstance(part, Mapping):
             kind = part.get("type")
+            modality = part_modality(part)
+            if modality is not None:
+                placeholder = media.get(modality) if media is not None else None
+                if placeholder is None:
+                    raise ChatTemplateError(
+                        f"messages[{i}].content[{j}]: this model takes no {modality} input (a "
+                        f"{kind!r} part); send text, or serve a model that takes {modality}s"
+                    )
+                items.append({"type": modality})
+                placeholders.append(placeholder)
+                continue
             key = _TEXT_PARTS.get(kind) if isinstance(kind, str) else None
             if key is None:
                 what = f"a {kind!r} part" if isinstance(kind, str) else "a part without a text 'type'"
                 raise ChatTemplateError(
-                    f"messages[{i}].content[{j}]: only text content is supported by this "
-                    f"server, got {what}; send text parts only"
+                    f"messages[{i}].content[{j}]: {what} is not supported by this server; send "
+                    "text, image_url, input_audio, audio_url or video_url parts"
                 )
             text = part.get(key)
             if text is None:
@@ -303,7 +344,12 @@ def _text_content(content: Any, i: int) -> str:
             raise ChatTemplateError(f"messages[{i}].content[{j}]: the text must be a string")
         if text:
             texts.append(text)
-    return "\n".join(texts)
+            items.append({"type": "text", "text": text})
+    if not placeholders:
+        return "\n".join(texts)
+    if parts:
+        return items
+    return "\n".join([*placeholders, "\n".join(texts)] if texts else placeholders)
 
 
 def _tool_calls(tool_calls: Any, i: int) -> Any:

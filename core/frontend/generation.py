@@ -302,6 +302,7 @@ class Generation:
             and isinstance(req, ChatCompletionRequest)
             and len(self.choices) == 1
             and self.choices[0].finish_reason != "error"
+            and not self.choices[0].prompt.media  # the next turn's prefix would need its images
         ):
             choice = self.choices[0]
             self.service.speculative_prefill(req, "".join(choice.parts), self.ctx.request_id)

@@ -10,9 +10,11 @@ crossed; ``check_response_bytes`` bounds what a non-streaming response may hold 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dyn.core.frontend.media import part_modality
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest
 
@@ -73,9 +75,8 @@ def chat_prompt_bytes(
     nvext = req.nvext
     if nvext is not None and nvext.token_data is not None:
         _check_token_count(len(nvext.token_data), context_length, "nvext.token_data")
-    size = json_size(
-        (req.messages, req.tools, req.documents, req.chat_template_kwargs, req.chat_template), byte_limit
-    )
+    size = json_size(req.messages, byte_limit, skip=part_modality)  # media have bounds of their own
+    size += json_size((req.tools, req.documents, req.chat_template_kwargs, req.chat_template), byte_limit)
     if size > byte_limit:
         raise _too_many_bytes("messages", "messages, tools and documents", byte_limit)
     return size
@@ -140,9 +141,10 @@ def _bytes(size: int) -> str:
     return f"{size / (1 << 20):.0f} MiB" if size >= 1 << 20 else f"{size} bytes"
 
 
-def json_size(value: Any, limit: int) -> int:
+def json_size(value: Any, limit: int, skip: Callable[[dict], Any] | None = None) -> int:
     """About how many bytes ``value`` (decoded JSON) takes as JSON text: strings as UTF-8 plus
-    quotes, every other value and separator a few bytes. Stops counting once past ``limit``."""
+    quotes, every other value and separator a few bytes. Stops counting once past ``limit``.
+    ``skip``: objects it is true of count as empty (media parts, whose size is bounded apart)."""
     size = 0
     stack = [value]
     pop, push = stack.pop, stack.append
@@ -152,6 +154,8 @@ def json_size(value: Any, limit: int) -> int:
             size += 2 + (len(item) if item.isascii() else _str_bytes(item, limit - size))
         elif isinstance(item, dict):
             size += 2
+            if skip is not None and skip(item):
+                continue
             for key, val in item.items():
                 key = key if isinstance(key, str) else str(key)
                 size += 4 + (len(key) if key.isascii() else _str_bytes(key, limit))

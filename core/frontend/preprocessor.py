@@ -14,9 +14,9 @@ choice of the request shares; ``engine_request`` makes the per-choice ``Generate
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -34,10 +34,32 @@ from dyn.core.frontend.chat_template import (
 from dyn.core.frontend.detokenizer import StopMatcher, stop_matcher
 from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.tokenizer import Tokenizer
-from dyn.core.messages import GenerateRequest, OutputConstraint, SamplingParams, StopConditions, ToolSpec
+from dyn.core.messages import (
+    GenerateRequest,
+    MediaItem,
+    MediaModality,
+    OutputConstraint,
+    SamplingParams,
+    StopConditions,
+    ToolSpec,
+)
 from dyn.core.model.info import ModelInfo
+from dyn.core.model.vision import image_tokens
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
+
+
+class MediaInput(Protocol):
+    """A media part as the frontend loaded it (``dyn.core.frontend.media.LoadedMedia``)."""
+
+    @property
+    def modality(self) -> MediaModality: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def mime(self) -> str: ...
+    @property
+    def mm_hash(self) -> str: ...
 
 
 @dataclass(slots=True)
@@ -55,6 +77,8 @@ class Prompt:
     max_thinking_tokens: int | None = None
     stop_matcher: StopMatcher | None = None
     """``stop_strings`` compiled (built here, off the event loop when they are long)."""
+    media: list[MediaItem] = dataclasses.field(default_factory=list)
+    """The images (audio, video) of the messages, at their placeholder tokens in ``token_ids``."""
 
 
 INLINE_WORK_BYTES = 4096
@@ -102,6 +126,10 @@ class Preprocessor:
         self._tokenizer_fits = self.tokenizer.vocab_size <= info.vocab_size
         """Every id the tokenizer can give is in the model's vocabulary: only ids a client sent
         need the range check."""
+        self.image = image_tokens(info)
+        """The model's image placeholder (None: it takes no images)."""
+        self.placeholders = {"image": self.image.token} if self.image is not None else None
+        """What the chat template writes for each modality the model takes."""
 
     def cap_context(self, workers_context: int | None) -> None:
         """Serve at most ``workers_context`` tokens of context: the smallest a live worker advertises
@@ -128,12 +156,12 @@ class Preprocessor:
         size = bounds.completion_prompt_bytes(req, self.limits, self.prompt_bytes, self.info.context_length)
         return size + _stop_chars(req)
 
-    async def chat_async(self, req: ChatCompletionRequest) -> Prompt:
+    async def chat_async(self, req: ChatCompletionRequest, media: Sequence[MediaInput] = ()) -> Prompt:
         """``chat`` for the event loop: the bounds checked here; a small request rendered inline
-        and tokenized by ``Tokenizer.encode_chat_async``, a larger one all in a preprocessing
-        thread."""
-        if self.chat_work_bytes(req) > INLINE_WORK_BYTES:
-            return await anyio.to_thread.run_sync(self._chat, req, limiter=self._threads())
+        and tokenized by ``Tokenizer.encode_chat_async``, a larger one (or one with media) all
+        in a preprocessing thread. ``media``: the messages' media parts as loaded, in order."""
+        if self.chat_work_bytes(req) > INLINE_WORK_BYTES or media:
+            return await anyio.to_thread.run_sync(self._chat, req, media, limiter=self._threads())
         nvext = req.nvext
         if nvext is not None and (nvext.token_data is not None or nvext.use_raw_prompt):
             return self._chat(req)
@@ -207,8 +235,14 @@ class Preprocessor:
         self.chat_work_bytes(req)
         return self._chat(req)
 
-    def _chat(self, req: ChatCompletionRequest) -> Prompt:
+    def _chat(self, req: ChatCompletionRequest, media: Sequence[MediaInput] = ()) -> Prompt:
         nvext = req.nvext
+        if media and nvext is not None and (nvext.token_data is not None or nvext.use_raw_prompt):
+            raise bad_request(
+                "nvext.token_data and nvext.use_raw_prompt send the prompt as is: they cannot carry "
+                "the messages' images; drop one of the two",
+                param="nvext",
+            )
         if nvext is not None and nvext.token_data is not None:
             return self._finish(
                 req, list(nvext.token_data), None, req.max_completion_tokens, pretokenized=True
@@ -219,7 +253,37 @@ class Preprocessor:
             return self._finish(req, token_ids, text, req.max_completion_tokens)
         text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
         token_ids = self.tokenizer.encode_chat(text, add_special_tokens=req.add_special_tokens)
-        return self._finish(req, token_ids, text, req.max_completion_tokens)
+        if not media:
+            return self._finish(req, token_ids, text, req.max_completion_tokens)
+        token_ids, items = self._placed(token_ids, media)
+        return self._finish(req, token_ids, text, req.max_completion_tokens, media=items)
+
+    def _placed(self, token_ids: list[int], media: Sequence[MediaInput]) -> tuple[list[int], list[MediaItem]]:
+        """The prompt with each image's one placeholder token repeated as many times as the model
+        reads one image (``ImageTokens.count``), and where each image now is."""
+        image = self.image
+        if image is None or any(m.modality != "image" for m in media):
+            kinds = sorted({m.modality for m in media} - ({"image"} if image is not None else set()))
+            raise bad_request(
+                f"model {self.info.name!r} takes no {' or '.join(kinds)} input", param="messages"
+            )
+        at = [i for i, token in enumerate(token_ids) if token == image.token_id]
+        if len(at) != len(media):
+            raise bad_request(
+                f"the chat template wrote {len(at)} image placeholder(s) ({image.token!r}) for "
+                f"{len(media)} image(s); send the images in messages the template renders",
+                param="messages",
+            )
+        out: list[int] = []
+        items: list[MediaItem] = []
+        start = 0
+        for position, item in zip(at, media, strict=True):
+            out += token_ids[start:position]
+            items.append(MediaItem(item.modality, item.data, item.mime, item.mm_hash, len(out), image.count))
+            out += [image.token_id] * image.count
+            start = position + 1
+        out += token_ids[start:]
+        return out, items
 
     def _chat_tokens(self, req: ChatCompletionRequest) -> list[int]:
         text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)
@@ -286,6 +350,7 @@ class Preprocessor:
                 bos_token=self.tokenizer.bos_token,
                 eos_token=self.tokenizer.eos_token,
                 limits=self.render_limits,
+                media=self.placeholders,
             )
         except RenderLimitError as exc:
             whose = "the request's chat_template" if source is not None else "the model's chat template"
@@ -336,6 +401,7 @@ class Preprocessor:
         text: str | None,
         max_completion_tokens: int | None,
         pretokenized: bool = False,
+        media: list[MediaItem] | None = None,
     ) -> Prompt:
         vocab = self.info.vocab_size
         if (pretokenized or not self._tokenizer_fits) and (
@@ -343,7 +409,15 @@ class Preprocessor:
         ):
             raise bad_request(f"prompt token ids must be in [0, {vocab})", param="prompt")
         if req.truncate_prompt_tokens is not None and len(token_ids) > req.truncate_prompt_tokens:
-            token_ids = token_ids[-req.truncate_prompt_tokens :]
+            cut = len(token_ids) - req.truncate_prompt_tokens
+            if media and media[0].offset < cut:
+                raise bad_request(
+                    f"truncate_prompt_tokens={req.truncate_prompt_tokens} would cut into an image's "
+                    "placeholder tokens; keep more tokens or send fewer images",
+                    param="truncate_prompt_tokens",
+                )
+            token_ids = token_ids[cut:]
+            media = [msgspec.structs.replace(m, offset=m.offset - cut) for m in media or ()]
             text = None
         if not token_ids:
             raise bad_request("the prompt is empty after tokenization", param="prompt")
@@ -380,7 +454,9 @@ class Preprocessor:
         stop_strings = [req.stop] if isinstance(req.stop, str) else [s for s in (req.stop or []) if s]
         thinking = req.nvext.max_thinking_tokens if req.nvext is not None else None
         matcher = stop_matcher(stop_strings) if stop_strings else None
-        return Prompt(token_ids, text, sampling, stop, stop_strings, pretokenized, thinking, matcher)
+        return Prompt(
+            token_ids, text, sampling, stop, stop_strings, pretokenized, thinking, matcher, media or []
+        )
 
     def _too_long(self, prompt_tokens: int, max_tokens: int):
         context = self.info.context_length
@@ -425,6 +501,7 @@ def engine_request(
         prompt_logprobs=prompt_logprobs,
         tools=tools or [],
         lora_name=lora_name,
+        media=prompt.media,
     )
 
 

@@ -28,6 +28,7 @@ from dyn.core.frontend.catalog import ModelCatalog, ServedModel
 from dyn.core.frontend.chat_template import ChatTemplateError
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.limits import RequestLimits
+from dyn.core.frontend.media import MediaSettings
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.preprocessor import Preprocessor
@@ -94,6 +95,9 @@ class FrontendSettings:
     max_inflight: int = 0
     """Most requests served at once (0: no limit); beyond it, 503 with Retry-After."""
     limits: RequestLimits = field(default_factory=RequestLimits)
+    media: MediaSettings = field(default_factory=MediaSettings)
+    """Where images, audio and video may come from and how much of them a request may hold
+    (``--allowed-local-media-path``, ``--allowed-media-domains``, ``--limit-mm-per-prompt``, ...)."""
     reliability: Reliability = field(default_factory=Reliability)
     priority_convention: str = "dyn"
     """How ``agent_hints.priority`` is read: ``dyn`` (larger is more important) or ``dynamo``
@@ -205,6 +209,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             priority_convention=convention,
             request_log=request_log,
             affinity=settings.session_affinity,
+            media=settings.media,
         )
         service.lora_name = lora_name
         return ServedModel(service, pool)

@@ -30,7 +30,7 @@ import anyio
 import msgspec
 
 from dyn.core.background import BackgroundTasks
-from dyn.core.engine import FEATURE_POOLING_ONLY, FEATURE_TOOL_HINTS
+from dyn.core.engine import FEATURE_MEDIA, FEATURE_POOLING_ONLY, FEATURE_TOOL_HINTS
 from dyn.core.frontend import nvext as nvext_out
 from dyn.core.frontend.beam_search import MAX_BEAM_STEP_REQUESTS, BeamChoice, BeamSearch
 from dyn.core.frontend.choice import Choice, Migration
@@ -39,13 +39,15 @@ from dyn.core.frontend.failures import routing_error
 from dyn.core.frontend.generation import Generation, RequestContext, WireFactory
 from dyn.core.frontend.limits import check_response_bytes
 from dyn.core.frontend.logprobs import TokenTexts
+from dyn.core.frontend.media import LoadedMedia, MediaSettings, load_media, media_parts
 from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.output import OutputPlan
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.session_identity import SessionAffinity
-from dyn.core.messages import GenerateRequest, OutputConstraint, StopConditions, ToolSpec
+from dyn.core.kv.hashing import MediaSpan, mm_key
+from dyn.core.messages import GenerateRequest, MediaItem, OutputConstraint, StopConditions, ToolSpec
 from dyn.core.model.info import ModelInfo
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import Registry, UnknownParserError
@@ -67,6 +69,12 @@ from dyn.core.protocol.tools import forced_schema, tool_plan
 from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError
 
 __all__ = ["Generation", "OpenAIService", "OutputSettings", "RequestContext"]
+
+
+def media_spans(media: list[MediaItem]) -> list[MediaSpan]:
+    """What a router needs of a prompt's media: where each item is and its key."""
+    return [MediaSpan(m.offset, m.length, mm_key(m.mm_hash) or 0) for m in media]
+
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +138,13 @@ class OpenAIService:
         priority_convention: Convention = "dyn",
         request_log: RequestLog | None = None,
         affinity: SessionAffinity | None = None,
+        media: MediaSettings | None = None,
     ) -> None:
         """``priority_convention``: how a request's priority is read (``dyn.core.protocol.priority``);
         ``request_log``: logs each request as it is routed (``--enable-log-requests``);
-        ``affinity``: what a session id a client sends does (``dyn.core.frontend.session_identity``)."""
+        ``affinity``: what a session id a client sends does (``dyn.core.frontend.session_identity``);
+        ``media``: how the images (audio, video) of messages are fetched and bounded."""
+        self.media = media or MediaSettings()
         self.affinity = affinity or SessionAffinity()
         self.request_log = request_log
         self.model_name = model_name
@@ -221,7 +232,7 @@ class OpenAIService:
             logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             prompt_logprobs=req.prompt_logprobs,
         )
-        prompt = await self.preprocessor.chat_async(req)
+        prompt = await self.preprocessor.chat_async(req, await self._media(req))
         output_plan = OutputPlan(
             reasoning=_parser(REASONING_PARSERS, reasoning_name),
             tool_parser=_parser(TOOL_PARSERS, tool_name) if plan.choice == "auto" else None,
@@ -246,6 +257,30 @@ class OpenAIService:
         self._check_response_bytes(req, [prompt], outputs, echo)
         choices = await self._route([prompt], req, ctx, outputs)
         return Generation(self, ctx, req, choices, endpoint, echo, wire)
+
+    async def _media(self, req: ChatCompletionRequest) -> list[LoadedMedia]:
+        """The messages' images (audio, video), loaded and checked (``dyn.core.frontend.media``);
+        a 400 before anything is fetched when the model or its workers take none."""
+        parts = media_parts(req.messages)
+        if not parts:
+            return []
+        kinds = sorted({p.modality for p in parts})
+        taken = set(self.preprocessor.placeholders or ())
+        if not set(kinds) <= taken:
+            first = next(p for p in parts if p.modality not in taken)
+            raise bad_request(
+                f"model {self.model_name!r} takes no {first.modality} input; send text, or serve "
+                f"a model that takes {first.modality}s",
+                param=first.param,
+            )
+        workers = self.router.pool.workers()
+        if workers and not any(FEATURE_MEDIA in w.record.features for w in workers):
+            raise bad_request(
+                f"the workers serving {self.model_name!r} take no images, audio or video (their "
+                "engine does not list the media feature); send text",
+                param=parts[0].param,
+            )
+        return await load_media(req.messages, self.media)
 
     async def prepare_completion(
         self, req: CompletionRequest, ctx: RequestContext, wire: WireFactory
@@ -347,6 +382,7 @@ class OpenAIService:
                 route_template,
                 request_id=f"{ctx.request_id}-{next(_engine_seq):x}",
                 token_ids=prompt.token_ids,
+                media=media_spans(prompt.media),
             )
             for prompt, _ in routed
         ]

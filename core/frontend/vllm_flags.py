@@ -11,7 +11,8 @@ from __future__ import annotations
 REFUSED: dict[str, str] = {
     "--chat-template-content-format": "dyn renders message content as vLLM's 'string' format "
     "(text parts joined), which the chat templates dyn serves expect",
-    "--trust-request-mm-kwargs": "dyn does not take images, audio or video yet",
+    "--trust-request-mm-kwargs": "dyn takes no per-request multimodal options (mm_processor_kwargs, "
+    "media_io_kwargs): media are processed with the model's defaults",
     "--exclude-tools-when-tool-choice-none": "not built yet: with tool_choice none the tools are "
     "still rendered into the prompt, as vLLM does without this flag",
     "--tool-strict-level": "not built yet",

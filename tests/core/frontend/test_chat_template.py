@@ -180,7 +180,7 @@ def test_list_content_parts_are_joined_with_newlines(tok: Tokenizer, hf) -> None
 )
 def test_non_text_parts_are_refused(tok: Tokenizer, part: dict[str, Any]) -> None:
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}]
-    with pytest.raises(ChatTemplateError, match="only text content is supported"):
+    with pytest.raises(ChatTemplateError, match="takes no (image|audio) input|is not supported"):
         _ours(tok, messages)
 
 

@@ -1,0 +1,148 @@
+"""Images in chat, in-process: a vision-language model (``tests/vision_model.py``: 4 placeholder
+tokens per image) over fake workers that take media.
+
+What the worker gets is what vLLM would: the rendered prompt with each image's one ``<image>``
+token repeated as many times as the model reads an image, and each image as a ``MediaItem`` (its
+bytes, their format, their SHA-256, where its placeholders are), in the order the messages hold
+them. The route request carries the same spans, so a KV router hashes them into the blocks. A
+text-only model, workers without the media feature and a broken image are 400s before any
+worker is asked.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import random
+
+import pytest
+from PIL import Image
+
+from dyn.core.engine import FEATURE_MEDIA
+from dyn.core.frontend.limits import RequestLimits
+from tests.vision_model import IMAGE_TOKEN_ID, IMAGE_TOKENS, make_vision_model
+
+pytestmark = pytest.mark.anyio
+
+
+def png(colour: tuple[int, int, int], size: int = 8) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (size, size), colour).save(out, "PNG")
+    return out.getvalue()
+
+
+def data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def user(*parts: dict) -> dict:
+    return {"role": "user", "content": list(parts)}
+
+
+def image_part(data: bytes) -> dict:
+    return {"type": "image_url", "image_url": {"url": data_url(data)}}
+
+
+TEXT = {"type": "text", "text": "What is in these?"}
+RED, BLUE = png((255, 0, 0)), png((0, 0, 255))
+
+
+@pytest.fixture
+def vision_model(tmp_path):
+    return str(make_vision_model(tmp_path / "tiny-vlm"))
+
+
+async def test_each_image_becomes_its_placeholders_and_a_media_item(make_frontend, vision_model):
+    async with make_frontend(workers=1, model_path=vision_model, features={1: [FEATURE_MEDIA]}) as fe:
+        body = {"messages": [user(image_part(RED), TEXT, image_part(BLUE))], "max_tokens": 3}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        ids = request.token_ids
+        runs = [
+            i for i, t in enumerate(ids) if t == IMAGE_TOKEN_ID and (i == 0 or ids[i - 1] != IMAGE_TOKEN_ID)
+        ]
+        assert len(runs) == 2 and ids.count(IMAGE_TOKEN_ID) == 2 * IMAGE_TOKENS
+        assert [(m.offset, m.length) for m in request.media] == [
+            (runs[0], IMAGE_TOKENS),
+            (runs[1], IMAGE_TOKENS),
+        ]
+        assert [m.data for m in request.media] == [RED, BLUE]
+        assert [m.mm_hash for m in request.media] == [
+            hashlib.sha256(RED).hexdigest(),
+            hashlib.sha256(BLUE).hexdigest(),
+        ]
+        assert {m.mime for m in request.media} == {"image/png"} and {m.modality for m in request.media} == {
+            "image"
+        }
+        assert r.json()["usage"]["prompt_tokens"] == len(ids)
+
+
+async def test_a_template_that_reads_text_gets_the_placeholder_before_the_text(make_frontend, vision_model):
+    """vLLM's "string" content format: each image's placeholder on its own line, then the text."""
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    async with make_frontend(
+        workers=1,
+        model_path=vision_model,
+        features={1: [FEATURE_MEDIA]},
+        limits=RequestLimits(trust_request_chat_template=True),
+    ) as fe:
+        body = {"messages": [user(TEXT, image_part(RED))], "max_tokens": 3, "chat_template": template}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        tokens = await fe.client.post("/detokenize", json={"tokens": fe.fleet[1].requests[0].token_ids})
+        assert tokens.json()["prompt"] == "user: " + "<image>" * IMAGE_TOKENS + "\nWhat is in these?\n"
+
+
+@pytest.mark.parametrize(
+    "model,features,part,param,words",
+    [
+        (None, [FEATURE_MEDIA], image_part(RED), "messages[0].content[0].image_url", "takes no image input"),
+        ("vision", [], image_part(RED), "messages[0].content[0].image_url", "take no images"),
+        (
+            "vision",
+            [FEATURE_MEDIA],
+            image_part(b"\x89PNG\r\n\x1a\nbroken"),
+            "messages[0].content[0].image_url",
+            "",
+        ),
+        (
+            "vision",
+            [FEATURE_MEDIA],
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+            "messages[0].content[0].input_audio",
+            "takes no audio input",
+        ),
+    ],
+)
+async def test_what_cannot_be_served_is_a_400_before_any_worker_is_asked(
+    make_frontend, vision_model, model, features, part, param, words
+):
+    settings = {"model_path": vision_model} if model == "vision" else {}
+    async with make_frontend(workers=1, features={1: features}, **settings) as fe:
+        r = await fe.client.post(
+            "/v1/chat/completions", json={"messages": [user(part, TEXT)], "max_tokens": 3}
+        )
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == param and words in error["message"]
+        assert fe.fleet[1].requests == []
+
+
+async def test_a_data_url_counts_against_media_bounds_not_the_prompt_text_bound(make_frontend, vision_model):
+    noise = Image.frombytes("RGB", (64, 64), random.Random(5).randbytes(64 * 64 * 3))
+    out = io.BytesIO()
+    noise.save(out, "PNG")
+    big = out.getvalue()
+    assert len(big) > 10_000  # well over the 512-byte text bound below
+    async with make_frontend(
+        workers=1,
+        model_path=vision_model,
+        features={1: [FEATURE_MEDIA]},
+        limits=RequestLimits(max_prompt_bytes=512),
+    ) as fe:
+        r = await fe.client.post(
+            "/v1/chat/completions", json={"messages": [user(image_part(big))], "max_tokens": 2}
+        )
+        assert r.status_code == 200, r.text
