@@ -137,8 +137,9 @@ def test_encoded_batch_has_vllm_layout():
     assert decoded == [
         12.5,
         [
-            ["BlockStored", [2**64 - 1, 7], None, list(range(8)), 4, None, "GPU", None],
-            ["BlockStored", [9], 7, [1, 2, 3, 4], 4, None, "GPU", None],
+            # ... lora_id, medium, lora_name, extra_keys (vLLM 0.32's per-block extra keys)
+            ["BlockStored", [2**64 - 1, 7], None, list(range(8)), 4, None, "GPU", None, None],
+            ["BlockStored", [9], 7, [1, 2, 3, 4], 4, None, "GPU", None, None],
             ["BlockRemoved", [7, 9], "GPU"],
             ["AllBlocksCleared"],
         ],
