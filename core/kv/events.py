@@ -168,6 +168,7 @@ class _StoredWire(msgspec.Struct, gc=False):
     lora_id: Any = None
     medium: str | None = DEFAULT_MEDIUM
     lora_name: str | None = None
+    extra_keys: list[Any] | None = None
 
 
 class _RemovedWire(msgspec.Struct, gc=False):
@@ -268,6 +269,7 @@ def _public(wire: Any) -> KvEvent:
             lora_id=lora_id if isinstance(lora_id, int) and not isinstance(lora_id, bool) else None,
             medium=wire.medium,
             lora_name=wire.lora_name,
+            extra_keys=wire.extra_keys if isinstance(wire.extra_keys, list) else None,
         )
     if isinstance(wire, _RemovedWire):
         return BlockRemoved(block_hashes=_hashes(wire.block_hashes), medium=wire.medium)

@@ -246,7 +246,7 @@ def test_decodes_vllm_032_map_events_with_sha256_bytes_hashes():
     )
     (ev,) = decode_event_batch(payload).events
     assert ev.block_hashes == [int.from_bytes(digest, "big") & (2**64 - 1)]
-    assert ev.token_ids == [1, 2] and ev.medium == "GPU"
+    assert ev.token_ids == [1, 2] and ev.medium == "GPU" and ev.extra_keys == [None]
 
 
 @pytest.mark.parametrize(
