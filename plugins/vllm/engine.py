@@ -45,6 +45,14 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   user passed vLLM's ``--kv-transfer-config``; a
   request's ``kv_transfer`` becomes vLLM's ``kv_transfer_params`` (``extra_args``), and a prefill
   request's final ``kv_transfer_params`` come back in ``Finish.kv_transfer``.
+- Images (``GenerateRequest.media``, ``plugins.vllm.media``): when vLLM loaded a model that takes
+  images (``ModelConfig.is_multimodal_model``, its processor handling images, not disabled by
+  ``--limit-mm-per-prompt``), the worker lists ``media``. A request with media has its images
+  decoded with Pillow in a thread, its expanded placeholders collapsed to the model's image token,
+  and is rendered by vLLM's renderer with the items' ``mm_hash`` as ``multi_modal_uuids``; vLLM's
+  expansion must give back the request's exact tokens and spans, else the request is a
+  ``bad_request``. Media sent to a model without image input, audio, video, an image Pillow
+  cannot read: ``bad_request`` with a sentence.
 - Streaming sessions and prefix pinning are not offered by this worker.
 """
 
@@ -65,6 +73,7 @@ import msgspec
 
 from dyn.core.engine import (
     FEATURE_EMBED,
+    FEATURE_MEDIA,
     FEATURE_POOLING_ONLY,
     EngineError,
     EngineInfo,
@@ -72,7 +81,7 @@ from dyn.core.engine import (
 )
 from dyn.core.messages import DisaggregationMode, Finish, GenerateRequest, LoadMetrics, TokenChunk
 from dyn.core.transport.sockets import is_wildcard, plane_keys
-from dyn.plugins.vllm import disagg
+from dyn.plugins.vllm import disagg, media
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
 from dyn.plugins.vllm.convert import OutputStream, sampling_kwargs, structured_outputs_kwargs
 from dyn.plugins.vllm.lora import LoraAdapters, UnknownLoraAdapter
@@ -146,6 +155,10 @@ class VllmEngine:
         """The directory ``--kv-connector storage`` reads, when this worker runs it."""
         self._storage_warned = False
         self._embed_seq = 0
+        self._images = False
+        """The model takes images (``plugins.vllm.media.image_input``): the worker lists ``media``."""
+        self._image_token: int | None = None
+        """The model's image placeholder token, what each image's span collapses to."""
         self.loras = LoraAdapters(config.lora_modules_parsed())
 
     # ------------------------------------------------------------------ lifecycle
@@ -162,8 +175,7 @@ class VllmEngine:
             self._thinking_budget = reasoning is not None and bool(getattr(reasoning, "enabled", True))
             self._pooling = getattr(cfg.model_config, "runner_type", "generate") == "pooling"
             self._kv_connector = getattr(cfg, "kv_transfer_config", None) is not None
-            if self._pooling:
-                self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+            self._read_features(llm)
             await self._load_loras(llm)
             self._llm = llm
             task_status.started()
@@ -176,6 +188,16 @@ class VllmEngine:
             if llm is not None:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(llm.shutdown)
+
+    def _read_features(self, llm: Any) -> None:
+        """``embed`` and ``pooling_only`` under ``--runner pooling``; else ``media`` when the
+        model vLLM loaded takes images (``plugins.vllm.media.image_input``)."""
+        model_config = llm.vllm_config.model_config
+        if self._pooling:
+            self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+        elif media.image_input(model_config, getattr(getattr(llm, "renderer", None), "mm_processor", None)):
+            self._images, self._image_token = True, media.image_token(model_config.hf_config)
+            self.info.features = [FEATURE_MEDIA]
 
     async def _load_loras(self, llm: Any) -> None:
         """Load every ``--lora-modules`` adapter now: one that fails to load inside a request
@@ -339,8 +361,12 @@ class VllmEngine:
         priority = (request.priority or 0) if self._priority else 0
         self._live.add(rid)
         try:
+            if request.media:
+                prompt = await self._media_prompt(llm, api, request)
+            else:
+                prompt = api.tokens_prompt(prompt_token_ids=request.token_ids)
             outputs = llm.generate(
-                api.tokens_prompt(prompt_token_ids=request.token_ids),
+                prompt,
                 params,
                 rid,
                 lora_request=lora,
@@ -368,6 +394,30 @@ class VllmEngine:
         finally:
             self._live.discard(rid)
             self._aborted.discard(rid)
+
+    async def _media_prompt(self, llm: Any, api: VllmApi, request: GenerateRequest) -> Any:
+        """vLLM's rendered input for a request with media (``plugins.vllm.media``), checked
+        against the request's tokens; ``EngineError`` ``bad_request`` says what is wrong."""
+        if not self._images:
+            raise EngineError(
+                f"this vLLM worker's model ({self.model_path}) takes no images: send requests with "
+                "media to a worker serving a vision-language model",
+                code="bad_request",
+            )
+        try:
+            media.check_media(request)
+            images = await anyio.to_thread.run_sync(media.decode_images, request.media)
+            prompt = api.tokens_prompt(**media.prompt_fields(request, images, self._image_token))
+            try:
+                (rendered,) = await llm.renderer.render_cmpl_async([prompt])
+            except (ValueError, TypeError, RuntimeError, *api.client_errors) as exc:
+                # vLLM's processor raises these for inputs it cannot use: no placeholder for an
+                # image, more images than --limit-mm-per-prompt, an image it cannot process
+                raise media.MediaError(f"vLLM could not process the request's images: {exc}") from None
+            media.check_expansion(request, rendered)
+        except media.MediaError as exc:
+            raise EngineError(str(exc), code="bad_request") from None
+        return rendered
 
     async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
         """The pooled embedding of each prompt, through ``AsyncLLM.encode`` (all at once)."""

