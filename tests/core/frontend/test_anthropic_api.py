@@ -139,15 +139,47 @@ def test_a_final_assistant_text_is_continued():
     assert chat().add_generation_prompt and not chat().continue_final_message
 
 
-@pytest.mark.parametrize("kind", ["image", "document"])
-def test_images_and_documents_are_a_400_naming_the_block(kind):
-    block = {"type": kind, "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+def test_documents_are_a_400_naming_the_block():
+    block = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "AAAA"},
+    }
     exc = bad({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [block]}]})
     assert exc.status == 400 and exc.param == "messages[0].content[0]"
-    assert f"{kind} blocks are not supported yet" in exc.message
+    assert "document blocks are not supported yet" in exc.message
     nested = {"type": "tool_result", "tool_use_id": "t", "content": [block]}
     exc = bad({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [nested]}]})
     assert exc.param == "messages[0].content[0].content[0]"
+
+
+def test_images_become_image_url_parts_in_order_in_user_turns_and_tool_results():
+    """Claude Code sends screenshots as image blocks in a user turn or a tool result."""
+    png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    text = {"type": "text", "text": "What is this?"}
+    result = {"type": "tool_result", "tool_use_id": "t", "content": [png, {"type": "text", "text": "done"}]}
+    messages = chat(messages=[{"role": "user", "content": [result, png, text, url]}]).messages
+    assert messages == [
+        {
+            "role": "tool",
+            "tool_call_id": "t",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "done"},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                text,
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+            ],
+        },
+    ]
+    file = {"type": "image", "source": {"type": "file", "file_id": "f1"}}
+    exc = bad({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [file]}]})
+    assert exc.param == "messages[0].content[0].source" and "no Files API" in exc.message
 
 
 def test_blocks_in_the_wrong_turn_are_a_400():

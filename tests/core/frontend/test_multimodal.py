@@ -146,3 +146,22 @@ async def test_a_data_url_counts_against_media_bounds_not_the_prompt_text_bound(
             "/v1/chat/completions", json={"messages": [user(image_part(big))], "max_tokens": 2}
         )
         assert r.status_code == 200, r.text
+
+
+async def test_images_through_the_messages_and_responses_apis(make_frontend, vision_model):
+    """Anthropic's image blocks and the Responses API's input_image reach the worker as media."""
+    encoded = base64.b64encode(RED).decode()
+    async with make_frontend(workers=1, model_path=vision_model, features={1: [FEATURE_MEDIA]}) as fe:
+        block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encoded}}
+        body = {
+            "model": "tiny-vlm",
+            "max_tokens": 3,
+            "messages": [{"role": "user", "content": [block, {"type": "text", "text": "What is it?"}]}],
+        }
+        r = await fe.client.post("/v1/messages", json=body)
+        assert r.status_code == 200, r.text
+        part = {"type": "input_image", "image_url": data_url(RED)}
+        body = {"model": "tiny-vlm", "max_output_tokens": 3, "input": [{"role": "user", "content": [part]}]}
+        r = await fe.client.post("/v1/responses", json=body)
+        assert r.status_code == 200, r.text
+        assert [[m.data for m in req.media] for req in fe.fleet[1].requests] == [[RED], [RED]]

@@ -20,7 +20,11 @@ Messages:
   ``input`` as JSON arguments) and its ``thinking`` blocks ``reasoning_content``; a
   ``redacted_thinking`` block carries no text and adds nothing. A conversation that ends with an
   assistant turn of text is continued from that text (Anthropic's prefill).
-- ``image`` and ``document`` blocks are a 400 naming the block: not supported yet.
+- ``image`` blocks of a user turn or a tool result become chat's ``image_url`` parts (a
+  ``base64`` source as a data URL of its ``media_type``, a ``url`` source as its URL) beside the
+  text parts, in order, for the chat path to load and check (a model that takes no images
+  refuses them there); a ``file`` source, an image in an assistant turn and ``document`` blocks
+  are a 400 naming the block: not supported yet.
 
 Options: ``tools`` with ``input_schema`` become function tools; a server or hosted tool (any other
 ``type``) is ignored, with one warning per type per process. ``tool_choice`` auto / any / tool /
@@ -210,41 +214,46 @@ class _Conversion:
         if isinstance(content, str):
             return [{"role": "user", "content": content}]
         out: list[dict[str, Any]] = []
-        texts: list[str] = []
+        parts: list[dict[str, Any]] = []
         for j, block in enumerate(content):
             at = f"{where}[{j}]"
             self.cache(block.cache_control)
             if isinstance(block, TextBlock):
-                texts.append(block.text)
+                parts.append({"type": "text", "text": block.text})
+            elif isinstance(block, ImageBlock):
+                parts.append(_image_part(block, at))
             elif isinstance(block, ToolResultBlock):
                 out.append(
                     {
                         "role": "tool",
                         "tool_call_id": block.tool_use_id,
-                        "content": self.result_text(block.content, f"{at}.content"),
+                        "content": self.result_content(block.content, f"{at}.content"),
                     }
                 )
-            elif isinstance(block, (ImageBlock, DocumentBlock)):
+            elif isinstance(block, DocumentBlock):
                 raise _unsupported(at, block)
             elif not isinstance(block, ToolReferenceBlock):
-                raise _only(at, block, "text and tool_result blocks", "a user turn")
-        if texts or not out:
-            out.append({"role": "user", "content": "\n".join(texts)})
+                raise _only(at, block, "text, image and tool_result blocks", "a user turn")
+        if parts or not out:
+            out.append({"role": "user", "content": _joined(parts)})
         return out
 
-    def result_text(self, content: str | list[Any] | None, where: str) -> str:
+    def result_content(self, content: str | list[Any] | None, where: str) -> str | list[dict[str, Any]]:
+        """A tool result's content: its text, or its text and image parts."""
         if content is None or isinstance(content, str):
             return content or ""
-        texts = []
+        parts: list[dict[str, Any]] = []
         for k, part in enumerate(content):
             self.cache(part.cache_control)
             if isinstance(part, TextBlock):
-                texts.append(part.text)
-            elif isinstance(part, (ImageBlock, DocumentBlock)):
+                parts.append({"type": "text", "text": part.text})
+            elif isinstance(part, ImageBlock):
+                parts.append(_image_part(part, f"{where}[{k}]"))
+            elif isinstance(part, DocumentBlock):
                 raise _unsupported(f"{where}[{k}]", part)
             elif not isinstance(part, ToolReferenceBlock):
-                raise _only(f"{where}[{k}]", part, "text blocks", "a tool result")
-        return "\n".join(texts)
+                raise _only(f"{where}[{k}]", part, "text and image blocks", "a tool result")
+        return _joined(parts)
 
     def assistant(self, content: str | list[ContentBlock], where: str) -> dict[str, Any]:
         if isinstance(content, str):
@@ -277,6 +286,31 @@ class _Conversion:
         if calls:
             message["tool_calls"] = calls
         return message
+
+
+def _joined(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Text parts alone as one string (as before images were taken); with an image, the parts."""
+    if all(part["type"] == "text" for part in parts):
+        return "\n".join(part["text"] for part in parts)
+    return parts
+
+
+def _image_part(block: ImageBlock, where: str) -> dict[str, Any]:
+    """An image block as chat's ``image_url`` part: a base64 source as a data URL, a url source
+    as its URL; anything else is a 400 naming the block's source."""
+    source = block.source if isinstance(block.source, dict) else {}
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
+        url = f"data:{source['media_type']};base64,{source['data']}"
+    elif kind == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise bad_request(
+            f"{where}.source: an image takes a base64 source (media_type and data) or a url source"
+            + ("; file sources are not supported (no Files API here)" if kind == "file" else ""),
+            param=f"{where}.source",
+        )
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _billing_line(text: str) -> bool:

@@ -44,7 +44,7 @@ class TextBlock(msgspec.Struct, tag_field="type", tag="text", kw_only=True):
 
 
 class ImageBlock(msgspec.Struct, tag_field="type", tag="image", kw_only=True):
-    """Accepted by the decoder so that the 400 can name it: images are not served yet."""
+    """An image: ``source`` is ``{"type": "base64", "media_type", "data"}`` or ``{"type": "url", "url"}``."""
 
     source: Any = None
     cache_control: CacheControlParam | None = None
