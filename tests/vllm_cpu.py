@@ -42,6 +42,34 @@ def vllm_env() -> dict[str, str]:
     }
 
 
+def run_driver(python: Path, root: Path, script: str, job: dict, timeout_s: float = 240) -> dict:
+    """Run ``script`` (a driver of vLLM's engine, written for the venv) on ``python`` with ``job``
+    as its JSON argument, in ``root``; its last ``RESULT {json}`` line, parsed. Its whole process
+    group is stopped after (vLLM's engine core too, should the driver hang); fails with its stderr
+    when it exits nonzero or prints no result."""
+    import json
+
+    from tests.integration.conftest import stop_process_group
+
+    (root / "driver.py").write_text(script)
+    driver = subprocess.Popen(
+        [str(python), str(root / "driver.py"), json.dumps(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=vllm_env(),
+        cwd=root,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = driver.communicate(timeout=timeout_s)
+    finally:
+        stop_process_group(driver, grace_s=10)
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert driver.returncode == 0 and lines, f"driver failed ({driver.returncode}):\n{stderr[-6000:]}"
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
 READY = "dyn serve: ready at "
 LIVE_LOGS: set[Path] = set()
 """The logs of the ``engine_serve`` stacks running now: a failing test's report ends with their

@@ -34,8 +34,7 @@ from prometheus_client import CollectorRegistry
 from dyn.core.kv.convert import BatchConverter, KvEventMetrics, StoreOp
 from dyn.core.kv.events import BlockStored, decode_event_batch
 from dyn.core.kv.hashing import block_hashes
-from tests.integration.conftest import stop_process_group
-from tests.vllm_cpu import MODEL, VENV, python_and_model, vllm_env
+from tests.vllm_cpu import MODEL, VENV, python_and_model, run_driver
 
 pytestmark = [
     pytest.mark.integration,
@@ -165,23 +164,7 @@ def result(tmp_path_factory):
         "max_tokens": MAX_TOKENS,
         "order": [None, "tiny-a", "tiny-b", None, "tiny-a"],
     }
-    (root / "driver.py").write_text(DRIVER)
-    driver = subprocess.Popen(
-        [str(python), str(root / "driver.py"), json.dumps(job)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=vllm_env(),
-        cwd=root,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = driver.communicate(timeout=240)
-    finally:
-        stop_process_group(driver, grace_s=10)  # vLLM's engine core too, should the driver hang
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert driver.returncode == 0 and lines, f"driver failed ({driver.returncode}):\n{stderr[-6000:]}"
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    return run_driver(python, root, DRIVER, job)
 
 
 def test_the_engine_runs_with_the_lora_flags_dyn_gives(result):

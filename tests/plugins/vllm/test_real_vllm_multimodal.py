@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 
 import msgspec
 import pytest
 
 from dyn.core.kv.events import BlockStored, decode_event_batch
 from dyn.core.kv.hashing import MediaSpan, event_block_keys, media_block_keys, mm_key
-from tests.integration.conftest import stop_process_group
-from tests.vllm_cpu import NEEDS_VLLM, python_and_model, vllm_env
+from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
 MODEL = "dyn-tiny-llava"
@@ -156,23 +154,7 @@ def result(tmp_path_factory):
         "length": len(PLACEHOLDER),
         "max_tokens": MAX_TOKENS,
     }
-    (root / "driver.py").write_text(DRIVER)
-    driver = subprocess.Popen(
-        [str(python), str(root / "driver.py"), json.dumps(job)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=vllm_env(),
-        cwd=root,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = driver.communicate(timeout=240)
-    finally:
-        stop_process_group(driver, grace_s=10)  # vLLM's engine core too, should the driver hang
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert driver.returncode == 0 and lines, f"driver failed ({driver.returncode}):\n{stderr[-6000:]}"
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    return run_driver(python, root, DRIVER, job)
 
 
 def runs(result) -> dict[str, dict]:
