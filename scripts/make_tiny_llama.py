@@ -25,19 +25,12 @@ SEED = 0
 DEFAULT_CONTEXT = 2048
 
 
-def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
-    """Write the model directory into ``out_dir`` (created if needed), with a context of
-    ``context`` tokens, and return its path."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
+    """The tiny Llama's ``LlamaConfig`` for ``tokenizer`` (dyn-tiny's, maybe with added tokens)
+    and a context of ``context`` tokens; dyn-tiny-llava's language model is the same."""
+    from transformers import LlamaConfig
 
-    from dyn.core.model import TINY_MODEL_DIR
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
-    tokenizer.save_pretrained(str(out))
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -54,6 +47,21 @@ def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
         rope_theta=10000.0,
         torch_dtype="bfloat16",
     )
+
+
+def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed), with a context of
+    ``context`` tokens, and return its path."""
+    import torch
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from dyn.core.model import TINY_MODEL_DIR
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    tokenizer.save_pretrained(str(out))
+    config = llama_config(tokenizer, context)
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(str(out), safe_serialization=True)

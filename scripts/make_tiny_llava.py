@@ -67,11 +67,11 @@ CHAT_TEMPLATE = (
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
+    from make_tiny_llama import llama_config  # this script's directory is on sys.path
     from tokenizers import AddedToken
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
-        LlamaConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
         LlavaProcessor,
@@ -118,22 +118,7 @@ def generate(out_dir: str | Path) -> Path:
         patch_size=PATCH_SIZE,
         projection_dim=32,
     )
-    text = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=CONTEXT,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-    )
+    text = llama_config(tokenizer, CONTEXT)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,

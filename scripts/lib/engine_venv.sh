@@ -14,7 +14,9 @@ finish_engine_venv() {
 make_tiny_model() {
   local venv=$1 repo=$2 name=$3 script=$4 arg=${5:-}
   local stamp="$venv/models/.$name" want
-  want=$(cat "$repo/scripts/$script" "$repo"/core/model/dyn-tiny/*.json | sha256sum | cut -c1-16)
+  # make_tiny_llama.py's Llama is in every tiny model
+  want=$(cat "$repo/scripts/$script" "$repo/scripts/make_tiny_llama.py" "$repo"/core/model/dyn-tiny/*.json \
+    | sha256sum | cut -c1-16)
   want=$want${arg:+-$arg}
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # shellcheck disable=SC2086 # an empty ARG is no argument
