@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from dyn.core.kv.events import KvEvent
-from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, PriorityOrder, TokenChunk
+from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, PoolingTask, PriorityOrder, TokenChunk
 
 if TYPE_CHECKING:
     from dyn.core.config import Flag
@@ -75,6 +75,9 @@ FEATURE_TOOL_HINTS = "tool_hints"
 """The engine acts on ``GenerateRequest.tools`` (the mocker's ``--tool-call-rate``)."""
 FEATURE_EMBED = "embed"
 """The engine embeds (``Embedder``): the frontend sends ``/v1/embeddings`` only to such workers."""
+FEATURE_CLASSIFY = "classify"
+"""The engine classifies (``Embedder.embed`` with ``task="classify"``): its model is a
+classification model, served by a pooling worker; ``/classify`` goes only to such workers."""
 FEATURE_POOLING_ONLY = "pooling_only"
 """The engine embeds and does not generate (vLLM's ``--runner pooling``); ``generate`` refuses."""
 FEATURE_MEDIA = "media"
@@ -166,9 +169,11 @@ class PrefixPinning(Protocol):
 class Embedder(Protocol):
     """The call of an engine that lists ``FEATURE_EMBED`` in ``info.features``."""
 
-    async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
-        """One embedding per tokenized prompt, in order, each of the model's embedding size.
-        Raises ``EngineError`` (code ``bad_request`` for an input the engine cannot take)."""
+    async def embed(self, prompts: list[list[int]], task: PoolingTask = "embed") -> list[list[float]]:
+        """One vector per tokenized prompt, in order: with ``task`` ``embed`` an embedding of the
+        model's embedding size, with ``classify`` (an engine listing ``FEATURE_CLASSIFY``) the
+        probabilities of the model's classes. Raises ``EngineError`` (code ``bad_request`` for an
+        input the engine cannot take, ``unsupported`` for a task it does not serve)."""
 
 
 @dataclass(frozen=True)

@@ -297,13 +297,19 @@ class ControlReply(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
     message: str = ""
 
 
+PoolingTask = Literal["embed", "classify"]
+
+
 class EmbedRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """Embed each tokenized input of ``prompts`` (one vector per input, in order); sent only to
-    workers that list ``embed`` in their features. Answered by one ``EmbedReply``, or an
-    ``ErrorReply`` (``unsupported`` from an engine that does not embed)."""
+    """Pool each tokenized input of ``prompts`` (one vector per input, in order) with ``task``:
+    ``embed`` (an embedding; sent only to workers that list ``embed`` in their features) or
+    ``classify`` (the class probabilities of a classification model; only to workers that list
+    ``classify``). Answered by one ``EmbedReply``, or an ``ErrorReply`` (``unsupported`` from an
+    engine that does not pool so)."""
 
     request_id: str
     prompts: list[list[int]]
+    task: PoolingTask = "embed"
 
 
 class EmbedReply(msgspec.Struct, array_like=True, gc=False):

@@ -23,7 +23,12 @@ import dyn.core
 from dyn.core.frontend.apis.anthropic.openapi import openapi_paths as anthropic_paths
 from dyn.core.frontend.apis.responses.openapi import openapi_paths as responses_paths
 from dyn.core.frontend.beam_search import MAX_BEAM_STEP_REQUESTS
-from dyn.core.protocol.embeddings import EmbeddingRequest, EmbeddingResponse, PoolingResponse
+from dyn.core.protocol.embeddings import (
+    ClassificationResponse,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    PoolingResponse,
+)
 from dyn.core.protocol.errors import ErrorResponse
 from dyn.core.protocol.openai import (
     DEFAULT_MAX_LOGPROBS,
@@ -358,6 +363,7 @@ def openapi_document(
             EmbeddingRequest,
             EmbeddingResponse,
             PoolingResponse,
+            ClassificationResponse,
             ScoreRequest,
             ScoreResponse,
             RerankRequest,
@@ -367,7 +373,7 @@ def openapi_document(
     )
     chat_req, chat_resp, cmpl_req, cmpl_resp, models, error = schemas[:6]
     tok_text, tok_chat, tok_resp, detok_req, detok_resp = schemas[6:11]
-    embed_resp, pool_resp, _, score_resp, rerank_req, rerank_resp = schemas[12:18]
+    embed_resp, pool_resp, classify_resp, _, score_resp, rerank_req, rerank_resp = schemas[12:19]
     embed_req = _embedding_requests(components, model, context_length, vocab_size)
     score_req = _scoring_requests(components, model, context_length)
     _tokenize_rules(components, model, context_length, vocab_size)
@@ -435,6 +441,12 @@ def openapi_document(
                 "answered as pooling objects (workers that embed)",
                 embed_req,
                 pool_resp,
+            ),
+            "/classify": _post(
+                "Each input's class probabilities and the likeliest class's name (workers serving "
+                "a classification model)",
+                embed_req,
+                classify_resp,
             ),
             **dict.fromkeys(
                 ("/score", "/v1/score"),

@@ -1,5 +1,6 @@
-"""Work for the workers that pool (``embed`` in their features): what ``/v1/embeddings``,
-``/pooling``, ``/score`` and ``/rerank`` share.
+"""Work for the workers that pool (``embed`` in their features; ``classify`` too for a
+classification model): what ``/v1/embeddings``, ``/pooling``, ``/classify``, ``/score`` and
+``/rerank`` share.
 
 Inputs are tokenized here and bounded before any worker sees them: at most ``--max-prompts``
 inputs and ``--max-prompt-bytes`` of text, every token id in the vocabulary, each input at most the
@@ -21,11 +22,11 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, Literal
 
-from dyn.core.engine import FEATURE_EMBED
+from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
 from dyn.core.frontend import limits as bounds
 from dyn.core.frontend.endpoints.base import Call
 from dyn.core.frontend.endpoints.json_post import JsonEndpoint
-from dyn.core.messages import EmbedReply, EmbedRequest
+from dyn.core.messages import EmbedReply, EmbedRequest, PoolingTask
 from dyn.core.protocol.embeddings import MAX_EMBED_TOKENS
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.router.pool import Worker
@@ -146,19 +147,24 @@ def check_model(service: OpenAIService) -> None:
         )
 
 
-def _embedders(service: OpenAIService, api: str) -> list[Worker]:
-    """The model's live workers that embed, least busy first (ties in turn); a 503 with no worker
-    at all, a 404 naming ``api`` when none of them embeds."""
+def _embedders(service: OpenAIService, api: str, task: PoolingTask) -> list[Worker]:
+    """The model's live workers that pool with ``task``, least busy first (ties in turn); a 503
+    with no worker at all, a 404 naming ``api`` when none of them does."""
     workers = service.router.pool.workers()
     if not workers:
         raise unavailable(f"no workers serve {service.model_name} now; retry after the Retry-After seconds")
-    able = [w for w in workers if FEATURE_EMBED in w.record.features and w.client.healthy]
+    feature = FEATURE_CLASSIFY if task == "classify" else FEATURE_EMBED
+    able = [w for w in workers if feature in w.record.features and w.client.healthy]
     if not able:
+        what = (
+            "it is not a classification model (serve one with --runner pooling)"
+            if task == "classify"
+            else "its workers only generate. Start workers that embed: dyn worker vllm --runner "
+            "pooling (or dyn worker mocker --runner pooling, or dyn serve --runner pooling)."
+        )
         raise ApiError(
             404,
-            f"The model '{service.model_name}' does not support the {api} API: its workers "
-            "only generate. Start workers that embed: dyn worker vllm --runner pooling (or dyn "
-            "worker mocker --runner pooling, or dyn serve --runner pooling).",
+            f"The model '{service.model_name}' does not support the {api} API: {what}",
             param="model",
             code=f"{api.lower()}_not_supported",
         )
@@ -167,12 +173,15 @@ def _embedders(service: OpenAIService, api: str) -> list[Worker]:
     return sorted(turned, key=lambda w: w.client.in_flight)
 
 
-async def embed(service: OpenAIService, prompts: list[list[int]], api: str) -> list[list[float]]:
-    """One vector per prompt, from the least busy worker that embeds (see the module docstring);
-    ``api`` names the API in the 404 for a model whose workers do not embed."""
+async def embed(
+    service: OpenAIService, prompts: list[list[int]], api: str, task: PoolingTask = "embed"
+) -> list[list[float]]:
+    """One vector per prompt for ``task`` (an embedding, or a classifier's class probabilities),
+    from the least busy worker that pools so (see the module docstring); ``api`` names the API in
+    the 404 for a model whose workers do not."""
     failures: list[str] = []
-    for worker in _embedders(service, api):
-        request = EmbedRequest(f"embed-{next(_ids):x}", prompts)
+    for worker in _embedders(service, api, task):
+        request = EmbedRequest(f"embed-{next(_ids):x}", prompts, task)
         try:
             reply: EmbedReply = await worker.client.embed(request, EMBED_TIMEOUT_S)
         except WorkerUnavailable as exc:

@@ -269,15 +269,15 @@ class OpenAIService:
         if not set(kinds) <= taken:
             first = next(p for p in parts if p.modality not in taken)
             raise bad_request(
-                f"model {self.model_name!r} takes no {first.modality} input; send text, or serve "
-                f"a model that takes {first.modality}s",
+                f"{first.param}: model {self.model_name!r} takes no {first.modality} input; send "
+                f"text, or serve a model that takes {first.modality}s",
                 param=first.param,
             )
         workers = self.router.pool.workers()
         if workers and not any(FEATURE_MEDIA in w.record.features for w in workers):
             raise bad_request(
-                f"the workers serving {self.model_name!r} take no images, audio or video (their "
-                "engine does not list the media feature); send text",
+                f"{parts[0].param}: the workers serving {self.model_name!r} take no images, audio "
+                "or video (their engine does not list the media feature); send text",
                 param=parts[0].param,
             )
         return await load_media(req.messages, self.media)

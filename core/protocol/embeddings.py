@@ -1,5 +1,6 @@
 """``POST /v1/embeddings``: OpenAI's request and response, with vLLM's extra parameters; and
-``POST /pooling``, vLLM's: the same request with a ``task``, answered as ``pooling`` objects.
+vLLM's ``POST /pooling`` (the same request with a ``task``, answered as ``pooling`` objects) and
+``POST /classify`` (the same inputs, answered with each input's class probabilities and label).
 
 A request embeds either ``input`` (OpenAI's: a string, a list of strings, a list of token ids, or
 a list of lists of token ids; vLLM also takes one chat conversation there, a list of messages) or
@@ -80,6 +81,23 @@ class EmbeddingData(msgspec.Struct):
 class EmbeddingUsage(msgspec.Struct):
     prompt_tokens: int
     total_tokens: int
+
+
+class ClassificationData(msgspec.Struct):
+    index: int
+    label: str | None
+    """The most probable class's name (None when the model's config names none)."""
+    probs: list[float]
+    num_classes: int
+
+
+class ClassificationResponse(msgspec.Struct):
+    id: str
+    created: int
+    model: str
+    data: list[ClassificationData]
+    usage: EmbeddingUsage
+    object: str = "list"
 
 
 class EmbeddingResponse(msgspec.Struct):
@@ -217,6 +235,24 @@ def pooling_response(
     data = [PoolingData(i, encode_vector(v, fmt, endianness)) for i, v in enumerate(vectors)]
     return PoolingResponse(
         id=f"pool-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=model,
+        data=data,
+        usage=EmbeddingUsage(prompt_tokens, prompt_tokens),
+    )
+
+
+def classification_response(
+    model: str, probabilities: list[list[float]], labels: list[str | None], prompt_tokens: int
+) -> ClassificationResponse:
+    """Each input's probabilities with the name of the likeliest class (vLLM's argmax: the first
+    of equal ones)."""
+    data = []
+    for i, probs in enumerate(probabilities):
+        best = max(range(len(probs)), key=probs.__getitem__) if probs else 0
+        data.append(ClassificationData(i, labels[best] if best < len(labels) else None, probs, len(probs)))
+    return ClassificationResponse(
+        id=f"classify-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=model,
         data=data,

@@ -45,6 +45,7 @@ import dyn.core as core_pkg
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.engine import (
+    FEATURE_CLASSIFY,
     FEATURE_EMBED,
     FEATURE_PIN_PREFIX,
     FEATURE_STREAMING_SESSIONS,
@@ -408,7 +409,13 @@ class WorkerHost:
                         "start a worker that embeds (dyn worker vllm|mocker --runner pooling)",
                         code="unsupported",
                     )
-                vectors = await cast(Embedder, engine).embed(call.prompts)
+                if call.task == "classify" and FEATURE_CLASSIFY not in features:
+                    raise EngineError(
+                        f"model {self.model_name} is not a classification model; send /classify to "
+                        "workers serving one (dyn worker vllm|mocker --runner pooling)",
+                        code="unsupported",
+                    )
+                vectors = await cast(Embedder, engine).embed(call.prompts, call.task)
                 reply = EmbedReply(rid, vectors, sum(len(p) for p in call.prompts))
             elif isinstance(call, PinPrefixRequest):
                 if FEATURE_PIN_PREFIX not in features:

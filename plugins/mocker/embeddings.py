@@ -34,6 +34,16 @@ def hidden_size(model: ModelInfo) -> int:
     return DEFAULT_HIDDEN_SIZE
 
 
+def class_probabilities(token_ids: list[int], count: int) -> list[float]:
+    """A classifier's answer for ``token_ids``: ``count`` probabilities summing to 1 (the softmax
+    of logits drawn as ``unit_vector``'s are), a function of the ids alone."""
+    logits = [4.0 * v for v in unit_vector(token_ids, count)]
+    top = max(logits)
+    weights = [math.exp(v - top) for v in logits]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
 def unit_vector(token_ids: list[int], size: int) -> list[float]:
     """The embedding of ``token_ids``: ``size`` floats of L2 norm 1, a function of the ids alone."""
     seed = xxhash.xxh64_intdigest(array("q", token_ids).tobytes())

@@ -55,6 +55,7 @@ import msgspec
 import xxhash
 
 from dyn.core.engine import (
+    FEATURE_CLASSIFY,
     FEATURE_EMBED,
     FEATURE_MEDIA,
     FEATURE_PIN_PREFIX,
@@ -73,11 +74,13 @@ from dyn.core.messages import (
     GenerateRequest,
     KvTransfer,
     LoadMetrics,
+    PoolingTask,
     StopConditions,
     TokenChunk,
     Usage,
 )
 from dyn.core.model import ModelInfo
+from dyn.core.model.classes import class_labels
 from dyn.core.model.lora import parse_lora_modules
 from dyn.core.model.vision import image_tokens
 from dyn.core.protocol.grammar import is_refusal
@@ -215,9 +218,13 @@ class MockerEngine:
         if image_tokens(model) is not None:
             features.append(FEATURE_MEDIA)
         self._embed_size = 0
+        self._labels: list[str | None] = []
         if config.is_pooling:
             features += [FEATURE_EMBED, FEATURE_POOLING_ONLY]
             self._embed_size = embeddings.hidden_size(model)
+            self._labels = class_labels(model) or []
+            if self._labels:
+                features.append(FEATURE_CLASSIFY)
         self._embed_seq = 0
         modules = parse_lora_modules(config.lora_modules, reserved_names=[model.name], on_disk=False)
         self.loras = SimulatedLoras(
@@ -587,13 +594,20 @@ class MockerEngine:
             self._wake.set()
         return closed
 
-    async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
-        """One unit vector per prompt, once every prompt was prefilled by the scheduler as a
-        request of one output token (so embedding costs what a prompt costs; a prompt the
-        scheduler cannot take is an ``EngineError`` ``bad_request``)."""
+    async def embed(self, prompts: list[list[int]], task: PoolingTask = "embed") -> list[list[float]]:
+        """One unit vector per prompt (``task`` ``classify``: the probabilities of the model's
+        classes, ``embeddings.class_probabilities``), once every prompt was prefilled by the
+        scheduler as a request of one output token (so pooling costs what a prompt costs; a
+        prompt the scheduler cannot take is an ``EngineError`` ``bad_request``)."""
         if not self._embed_size:
             raise EngineError(
                 "this mocker does not embed: start it with --runner pooling", code="unsupported"
+            )
+        if task == "classify" and not self._labels:
+            raise EngineError(
+                f"the model {self.model.name} is not a classification model (its config.json names "
+                "no *ForSequenceClassification architecture)",
+                code="unsupported",
             )
         self._embed_seq += 1
         base = f"embed-{self._embed_seq}"
@@ -615,6 +629,8 @@ class MockerEngine:
             if refused:
                 raise refused[0] from None
             raise
+        if task == "classify":
+            return [embeddings.class_probabilities(ids, len(self._labels)) for ids in prompts]
         size = self._embed_size
         return [embeddings.unit_vector(ids, size) for ids in prompts]
 

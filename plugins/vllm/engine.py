@@ -72,6 +72,7 @@ import anyio
 import msgspec
 
 from dyn.core.engine import (
+    FEATURE_CLASSIFY,
     FEATURE_EMBED,
     FEATURE_MEDIA,
     FEATURE_POOLING_ONLY,
@@ -79,7 +80,14 @@ from dyn.core.engine import (
     EngineInfo,
     EngineStartError,
 )
-from dyn.core.messages import DisaggregationMode, Finish, GenerateRequest, LoadMetrics, TokenChunk
+from dyn.core.messages import (
+    DisaggregationMode,
+    Finish,
+    GenerateRequest,
+    LoadMetrics,
+    PoolingTask,
+    TokenChunk,
+)
 from dyn.core.transport.sockets import is_wildcard, plane_keys
 from dyn.plugins.vllm import disagg, media
 from dyn.plugins.vllm.config import VllmConfig, advertised_endpoint
@@ -175,7 +183,7 @@ class VllmEngine:
             self._thinking_budget = reasoning is not None and bool(getattr(reasoning, "enabled", True))
             self._pooling = getattr(cfg.model_config, "runner_type", "generate") == "pooling"
             self._kv_connector = getattr(cfg, "kv_transfer_config", None) is not None
-            self._read_features(llm)
+            await self._read_features(llm)
             await self._load_loras(llm)
             self._llm = llm
             task_status.started()
@@ -189,12 +197,15 @@ class VllmEngine:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(llm.shutdown)
 
-    def _read_features(self, llm: Any) -> None:
-        """``embed`` and ``pooling_only`` under ``--runner pooling``; else ``media`` when the
-        model vLLM loaded takes images (``plugins.vllm.media.image_input``)."""
+    async def _read_features(self, llm: Any) -> None:
+        """``embed`` and ``pooling_only`` under ``--runner pooling`` (and ``classify`` when vLLM
+        serves its classify task: a classification model); else ``media`` when the model vLLM
+        loaded takes images (``plugins.vllm.media.image_input``)."""
         model_config = llm.vllm_config.model_config
         if self._pooling:
             self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+            if "classify" in await llm.get_supported_tasks():
+                self.info.features.append(FEATURE_CLASSIFY)
         elif media.image_input(model_config, getattr(getattr(llm, "renderer", None), "mm_processor", None)):
             self._images, self._image_token = True, media.image_token(model_config.hf_config)
             self.info.features = [FEATURE_MEDIA]
@@ -419,8 +430,9 @@ class VllmEngine:
             raise EngineError(str(exc), code="bad_request") from None
         return rendered
 
-    async def embed(self, prompts: list[list[int]]) -> list[list[float]]:
-        """The pooled embedding of each prompt, through ``AsyncLLM.encode`` (all at once)."""
+    async def embed(self, prompts: list[list[int]], task: PoolingTask = "embed") -> list[list[float]]:
+        """The pooled output of each prompt for ``task`` (an embedding, or a classifier's class
+        probabilities), through ``AsyncLLM.encode`` (all at once)."""
         llm, api = self._llm, self._api
         if llm is None or api is None or api.pooling_params is None:
             raise EngineError("the vLLM engine is not running", code="worker_shutdown")
@@ -439,7 +451,7 @@ class VllmEngine:
             self._live.add(rid)
             try:
                 outputs = llm.encode(
-                    api.tokens_prompt(prompt_token_ids=prompts[i]), pooling_params(task="embed"), rid
+                    api.tokens_prompt(prompt_token_ids=prompts[i]), pooling_params(task=task), rid
                 )
                 async with aclosing(outputs):
                     async for output in outputs:

@@ -49,6 +49,7 @@ ENDPOINTS: dict[str, Endpoint] = {
         detokenize.ENDPOINT,
         embeddings.ENDPOINT,
         embeddings.POOLING,
+        embeddings.CLASSIFY,
         scoring.SCORE,
         scoring.SCORE_V1,
         scoring.RERANK,

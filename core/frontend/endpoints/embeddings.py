@@ -1,24 +1,31 @@
-"""``POST /v1/embeddings`` (OpenAI's embeddings endpoint as vLLM serves it) and ``POST /pooling``
-(vLLM's pooling endpoint, the same inputs answered as ``pooling`` objects); the shapes are in
-``dyn.core.protocol.embeddings``.
+"""``POST /v1/embeddings`` (OpenAI's embeddings endpoint as vLLM serves it), ``POST /pooling``
+(vLLM's pooling endpoint, the same inputs answered as ``pooling`` objects) and ``POST /classify``
+(vLLM's, on a classification model: each input's class probabilities, the likeliest class's name
+from the model's ``id2label``); the shapes are in ``dyn.core.protocol.embeddings``.
 
 Inputs are tokenized here (text as a completion prompt, ``messages`` through the frontend's
 chat template path exactly as ``/tokenize`` renders them), bounded and embedded by one worker as
-``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the ``embed`` task (the default, and
-the one task dyn's pooling workers run): any other ``task`` is a 400 that says so.
+``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the ``embed`` task (the default) or
+``classify`` (a classification model's probabilities): any other ``task`` is a 400 that says so.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from dyn.core.frontend import pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
+from dyn.core.messages import PoolingTask
+from dyn.core.model.classes import class_labels
+from dyn.core.model.info import ModelInfo
 from dyn.core.protocol.embeddings import (
+    ClassificationResponse,
     EmbeddingRequest,
     EmbeddingResponse,
     PoolingRequest,
     PoolingResponse,
+    classification_response,
     embedding_inputs,
     embedding_request,
     embedding_response,
@@ -44,22 +51,41 @@ async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
 async def _pooling(app: FrontendApp, body: bytes) -> PoolingResponse:
     req = embedding_request(body, PoolingRequest)
     warn_ignored(body, PoolingRequest, "to /pooling")
-    if req.task not in (None, "embed"):
+    if req.task not in (None, "embed", "classify"):
         raise bad_request(
             f"task {req.task!r} is not served: dyn's pooling workers pool with the 'embed' task "
-            "only (one vector per input); send task 'embed' or leave it out",
+            "(one vector per input) and, on a classification model, 'classify'; send one of "
+            "them or leave it out",
             param="task",
         )
     service = app.models.resolve(req.model)
-    vectors, tokens = await _vectors(service, req, "Pooling")
+    task: PoolingTask = "classify" if req.task == "classify" else "embed"
+    vectors, tokens = await _vectors(service, req, "Pooling", task)
     return pooling_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness)
 
 
-async def _vectors(service: OpenAIService, req: EmbeddingRequest, api: str) -> tuple[list[list[float]], int]:
-    """The request's inputs embedded, and the number of tokens they held."""
+async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
+    req = embedding_request(body, EmbeddingRequest)
+    warn_ignored(body, EmbeddingRequest, "to /classify")
+    service = app.models.resolve(req.model)
+    probabilities, tokens = await _vectors(service, req, "Classification", "classify")
+    labels = _labels(service.preprocessor.info)
+    return classification_response(service.model_name, probabilities, labels, tokens)
+
+
+@functools.lru_cache(maxsize=64)
+def _labels(info: ModelInfo) -> list[str | None]:
+    """The served model's class names by index (empty when its config names none)."""
+    return class_labels(info) or []
+
+
+async def _vectors(
+    service: OpenAIService, req: EmbeddingRequest, api: str, task: PoolingTask = "embed"
+) -> tuple[list[list[float]], int]:
+    """The request's inputs pooled with ``task``, and the number of tokens they held."""
     pooling.check_model(service)
     prompts = await _tokenized(service.preprocessor, req)
-    return await pooling.embed(service, prompts, api), sum(len(p) for p in prompts)
+    return await pooling.embed(service, prompts, api, task), sum(len(p) for p in prompts)
 
 
 async def _tokenized(preprocessor: Preprocessor, req: EmbeddingRequest) -> list[list[int]]:
@@ -96,3 +122,4 @@ async def _tokenized(preprocessor: Preprocessor, req: EmbeddingRequest) -> list[
 
 ENDPOINT = pooling.AdmittedJsonEndpoint("/v1/embeddings", _embeddings)
 POOLING = pooling.AdmittedJsonEndpoint("/pooling", _pooling)
+CLASSIFY = pooling.AdmittedJsonEndpoint("/classify", _classify)

@@ -16,7 +16,7 @@ reason is ``length`` when ``max_tokens`` cut it, else ``stop`` (as an engine tha
 with an ``ErrorReply``; ``held(event, script)`` waits for ``event`` before answering.
 
 A worker whose ``features`` list ``embed`` answers ``EmbedRequest``s (``FakeClient.embed``) with
-``fake_vector(ids)`` per input, and records them in ``embeds``; ``embed_error``, when set, is
+``fake_vector(ids)`` per input (``fake_probs(ids)`` for the ``classify`` task), and records them in ``embeds``; ``embed_error``, when set, is
 the ``ErrorReply`` it answers them with instead.
 """
 
@@ -136,6 +136,14 @@ def fake_vector(ids: list[int]) -> list[float]:
     return [float(len(ids)), float(ids[0]), float(ids[-1]), 0.5]
 
 
+def fake_probs(ids: list[int]) -> list[float]:
+    """A fake classifier's answer for ``ids``: 3 probabilities (its length, first and last id,
+    normalized), so the likeliest class is known from the ids."""
+    raw = [float(len(ids)), float(ids[0]), float(ids[-1])]
+    total = sum(raw) or 1.0
+    return [v / total for v in raw]
+
+
 class FakeWorker:
     """One worker instance: what it was asked (``requests``), which requests its consumer left
     before their end (``cancelled``), and what it answers (``script``, replaceable any time)."""
@@ -211,7 +219,8 @@ class FakeClient:
         worker.embeds.append(request)
         if worker.embed_error is not None:
             raise RemoteError(worker.embed_error)
-        vectors = [fake_vector(ids) for ids in request.prompts]
+        pool = fake_probs if request.task == "classify" else fake_vector
+        vectors = [pool(ids) for ids in request.prompts]
         return EmbedReply(request.request_id, vectors, sum(len(p) for p in request.prompts))
 
     async def generate_batches(self, request: GenerateRequest) -> AsyncIterator[Batch]:

@@ -18,9 +18,10 @@ import struct
 
 import pytest
 
-from dyn.core.engine import FEATURE_EMBED
+from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
 from dyn.core.frontend.limits import RequestLimits
-from tests.core.frontend.fake_workers import fake_vector
+from tests.classifier_model import LABELS, make_classifier_model
+from tests.core.frontend.fake_workers import fake_probs, fake_vector
 
 pytestmark = pytest.mark.anyio
 
@@ -132,7 +133,7 @@ async def test_max_tokens_per_doc_and_query_keep_each_texts_first_tokens(make_fr
             "max_tokens_per_query",
             "less than max_model_len",
         ),
-        ("/pooling", {"input": "x", "task": "token_classify"}, "task", "'embed' task only"),
+        ("/pooling", {"input": "x", "task": "token_classify"}, "task", "'classify'; send one"),
     ],
 )
 async def test_bad_requests_are_400s_that_name_the_field(make_frontend, path, body, param, words):
@@ -180,3 +181,27 @@ async def test_pooling_answers_the_embed_task_as_pooling_objects(make_frontend, 
         r = await fe.client.post("/pooling", json={"input": [3, 4], "encoding_format": "base64"})
         raw = base64.b64decode(r.json()["data"][0]["data"])
         assert list(struct.unpack("<4f", raw)) == fake_vector([3, 4])
+
+
+async def test_classify_answers_probabilities_and_the_likeliest_label(make_frontend, tokenizer, tmp_path):
+    """vLLM's ``/classify``: per input its class probabilities, ``num_classes`` and the name of
+    the likeliest class from the model's ``id2label``; only workers that classify are asked, and
+    ``/pooling`` with ``task: classify`` gives the same probabilities."""
+    model = str(make_classifier_model(tmp_path / "cls"))
+    features = {1: EMBED, 2: [*EMBED, FEATURE_CLASSIFY]}
+    async with make_frontend(workers=2, features=features, model_path=model) as fe:
+        r = await fe.client.post("/classify", json={"input": [[7, 1, 2], [1, 2, 9]]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["id"].startswith("classify-") and body["object"] == "list"
+        assert [d["probs"] for d in body["data"]] == [fake_probs([7, 1, 2]), fake_probs([1, 2, 9])]
+        assert [d["label"] for d in body["data"]] == [LABELS[1], LABELS[2]]
+        assert {d["num_classes"] for d in body["data"]} == {3} and body["usage"]["prompt_tokens"] == 6
+        assert fe.fleet[1].embeds == [] and fe.fleet[2].embeds[-1].task == "classify"
+        r = await fe.client.post("/pooling", json={"input": [7, 1, 2], "task": "classify"})
+        assert r.json()["data"][0]["data"] == fake_probs([7, 1, 2])
+        text = await fe.client.post("/classify", json={"input": "a fine day"})
+        assert text.status_code == 200 and len(text.json()["data"]) == 1
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        r = await fe.client.post("/classify", json={"input": "x"})
+        assert r.status_code == 404 and "not a classification model" in r.json()["error"]["message"]

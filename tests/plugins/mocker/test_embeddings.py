@@ -17,7 +17,7 @@ import pytest
 
 from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.file_store import FileDiscoveryStore
-from dyn.core.engine import FEATURE_EMBED, FEATURE_POOLING_ONLY, EngineError
+from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED, FEATURE_POOLING_ONLY, EngineError
 from dyn.core.messages import EmbedRequest, GenerateRequest
 from dyn.core.model import load_model_info
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
@@ -27,6 +27,7 @@ from dyn.plugins.mocker import embeddings
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.engine import MockerEngine
 from dyn.plugins.mocker.timing import prefill_ms
+from tests.classifier_model import LABELS, make_classifier_model
 
 pytestmark = pytest.mark.anyio
 
@@ -117,3 +118,25 @@ async def test_embed_requests_travel_the_request_plane(tmp_path):
         with pytest.raises(RemoteError) as unsupported:
             await client.embed(EmbedRequest("e2", [[1]]), timeout_s=10)
         assert unsupported.value.code == "unsupported" and "generate-only" in str(unsupported.value)
+
+
+async def test_a_classifier_answers_class_probabilities_and_other_models_refuse(tmp_path):
+    """A pooling mocker on a classification model lists ``classify`` and answers each input with
+    probabilities over its classes (summing to 1, the same for the same ids); on another model
+    the task is refused as unsupported."""
+    model = load_model_info(make_classifier_model(tmp_path / "cls"))
+    engine = MockerEngine(MockerConfig(runner="pooling", speedup_ratio=1000), model)
+    assert FEATURE_CLASSIFY in engine.info.features
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(engine.run)
+            probs = await engine.embed([[5, 6, 7], [8], [5, 6, 7]], "classify")
+            plain = MockerEngine(
+                MockerConfig(runner="pooling", speedup_ratio=1000), load_model_info(None, None)
+            )
+            await tg.start(plain.run)
+            with pytest.raises(EngineError, match="not a classification model"):
+                await plain.embed([[1]], "classify")
+            tg.cancel_scope.cancel()
+    assert all(len(p) == len(LABELS) and math.isclose(math.fsum(p), 1.0) for p in probs)
+    assert probs[0] == probs[2] != probs[1]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dyn.core.engine import FEATURE_EMBED, FEATURE_MEDIA, FEATURE_POOLING_ONLY, EngineError
+from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED, FEATURE_MEDIA, FEATURE_POOLING_ONLY, EngineError
 from dyn.core.messages import GenerateRequest, MediaItem
 from dyn.plugins.vllm import media
 from dyn.plugins.vllm.config import VllmConfig
@@ -97,23 +97,34 @@ def test_the_image_token_comes_from_the_hugging_face_config():
     assert media.image_token(SimpleNamespace()) is None
 
 
-def test_the_engine_lists_media_for_a_vision_model_and_only_then():
+@pytest.mark.anyio
+async def test_the_engine_lists_media_for_a_vision_model_and_only_then():
+    def tasks(*names):
+        async def get_supported_tasks():
+            return names
+
+        return get_supported_tasks
+
     llm = SimpleNamespace(
         vllm_config=SimpleNamespace(model_config=model_config()),
         renderer=SimpleNamespace(mm_processor=processor("image")),
+        get_supported_tasks=tasks("embed"),
     )
     vision = VllmEngine(VllmConfig(), "/m")
-    vision._read_features(llm)
+    await vision._read_features(llm)
     assert vision.info.features == [FEATURE_MEDIA] and vision._image_token == IMAGE
     text = VllmEngine(VllmConfig(), "/m")
-    text._read_features(
+    await text._read_features(
         SimpleNamespace(vllm_config=SimpleNamespace(model_config=model_config(multimodal=False)))
     )
     assert text.info.features == [] and not text._images
     pooling = VllmEngine(VllmConfig(), "/m")
     pooling._pooling = True
-    pooling._read_features(llm)
+    await pooling._read_features(llm)
     assert pooling.info.features == [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+    llm.get_supported_tasks = tasks("classify", "embed")
+    await pooling._read_features(llm)
+    assert pooling.info.features == [FEATURE_EMBED, FEATURE_POOLING_ONLY, FEATURE_CLASSIFY]
 
 
 # ------------------------------------------------------------------ the request

@@ -1,0 +1,36 @@
+"""A classification model's classes, read from its ``config.json`` as transformers' sequence
+classification heads state them: ``id2label`` (index -> name) or else ``num_labels``.
+
+A model is a classifier when one of its ``architectures`` ends in ``ForSequenceClassification``
+(its class names, else ``None`` for a class without one); ``class_labels`` returns None for any
+other model.
+"""
+
+from __future__ import annotations
+
+from dyn.core.model.info import ModelInfo, read_model_json
+
+MAX_CLASSES = 1 << 16
+"""More classes than this is a broken config (and would be a large vector per input)."""
+
+
+def class_labels(info: ModelInfo) -> list[str | None] | None:
+    """The name of each class by index (None where the config names none), or None when the
+    model is not a sequence classifier."""
+    config = read_model_json(str(info.path), info.path / "config.json", required=False) or {}
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or not any(
+        isinstance(a, str) and a.endswith("ForSequenceClassification") for a in architectures
+    ):
+        return None
+    id2label = config.get("id2label")
+    names: dict[int, str] = {}
+    if isinstance(id2label, dict):
+        for key, value in id2label.items():
+            if isinstance(key, str) and key.isdigit() and isinstance(value, str):
+                names[int(key)] = value
+    count = config.get("num_labels")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        count = max(names, default=-1) + 1 or 2  # transformers' default head has 2 classes
+    count = min(count, MAX_CLASSES)
+    return [names.get(i) for i in range(count)]
