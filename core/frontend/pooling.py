@@ -156,12 +156,15 @@ def _embedders(service: OpenAIService, api: str, task: PoolingTask) -> list[Work
     feature = FEATURE_CLASSIFY if task == "classify" else FEATURE_EMBED
     able = [w for w in workers if feature in w.record.features and w.client.healthy]
     if not able:
-        what = (
-            "it is not a classification model (serve one with --runner pooling)"
-            if task == "classify"
-            else "its workers only generate. Start workers that embed: dyn worker vllm --runner "
-            "pooling (or dyn worker mocker --runner pooling, or dyn serve --runner pooling)."
-        )
+        if task == "classify":
+            what = "it is not a classification model (serve one with --runner pooling)"
+        elif any(FEATURE_CLASSIFY in w.record.features for w in workers):
+            what = "it is a classification model: send its inputs to /classify"
+        else:
+            what = (
+                "its workers only generate. Start workers that embed: dyn worker vllm --runner "
+                "pooling (or dyn worker mocker --runner pooling, or dyn serve --runner pooling)."
+            )
         raise ApiError(
             404,
             f"The model '{service.model_name}' does not support the {api} API: {what}",

@@ -403,16 +403,14 @@ class WorkerHost:
         reply: ControlReply | EmbedReply | ErrorReply
         try:
             if isinstance(call, EmbedRequest):
-                if FEATURE_EMBED not in features:
+                if (FEATURE_CLASSIFY if call.task == "classify" else FEATURE_EMBED) not in features:
+                    pools = FEATURE_EMBED in features or FEATURE_CLASSIFY in features
                     raise EngineError(
-                        f"model {self.model_name} is served by a generate-only {self.engine_name} engine; "
-                        "start a worker that embeds (dyn worker vllm|mocker --runner pooling)",
-                        code="unsupported",
-                    )
-                if call.task == "classify" and FEATURE_CLASSIFY not in features:
-                    raise EngineError(
-                        f"model {self.model_name} is not a classification model; send /classify to "
-                        "workers serving one (dyn worker vllm|mocker --runner pooling)",
+                        f"model {self.model_name} does not {call.task}: an embedding model embeds, a "
+                        "classification model classifies"
+                        if pools
+                        else f"model {self.model_name} is served by a generate-only {self.engine_name} "
+                        "engine; start a worker that pools (dyn worker vllm|mocker --runner pooling)",
                         code="unsupported",
                     )
                 vectors = await cast(Embedder, engine).embed(call.prompts, call.task)

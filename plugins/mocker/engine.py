@@ -219,12 +219,10 @@ class MockerEngine:
             features.append(FEATURE_MEDIA)
         self._embed_size = 0
         self._labels: list[str | None] = []
-        if config.is_pooling:
-            features += [FEATURE_EMBED, FEATURE_POOLING_ONLY]
+        if config.is_pooling:  # a classification model classifies, any other embeds (as vLLM's)
             self._embed_size = embeddings.hidden_size(model)
             self._labels = class_labels(model) or []
-            if self._labels:
-                features.append(FEATURE_CLASSIFY)
+            features += [FEATURE_CLASSIFY if self._labels else FEATURE_EMBED, FEATURE_POOLING_ONLY]
         self._embed_seq = 0
         modules = parse_lora_modules(config.lora_modules, reserved_names=[model.name], on_disk=False)
         self.loras = SimulatedLoras(
@@ -603,10 +601,12 @@ class MockerEngine:
             raise EngineError(
                 "this mocker does not embed: start it with --runner pooling", code="unsupported"
             )
-        if task == "classify" and not self._labels:
+        if (task == "classify") != bool(self._labels):
             raise EngineError(
                 f"the model {self.model.name} is not a classification model (its config.json names "
-                "no *ForSequenceClassification architecture)",
+                "no *ForSequenceClassification architecture)"
+                if task == "classify"
+                else f"the model {self.model.name} is a classification model: it classifies, it does not embed",
                 code="unsupported",
             )
         self._embed_seq += 1

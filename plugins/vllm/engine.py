@@ -198,13 +198,16 @@ class VllmEngine:
                     await anyio.to_thread.run_sync(llm.shutdown)
 
     async def _read_features(self, llm: Any) -> None:
-        """``embed`` and ``pooling_only`` under ``--runner pooling`` (and ``classify`` when vLLM
-        serves its classify task: a classification model); else ``media`` when the model vLLM
-        loaded takes images (``plugins.vllm.media.image_input``)."""
+        """``pooling_only`` under ``--runner pooling``, with ``embed`` and ``classify`` as vLLM
+        serves those tasks for the model (an embedding model embeds, a classification model
+        classifies); else ``media`` when the model vLLM loaded takes images
+        (``plugins.vllm.media.image_input``)."""
         model_config = llm.vllm_config.model_config
         if self._pooling:
-            self.info.features = [FEATURE_EMBED, FEATURE_POOLING_ONLY]
-            if "classify" in await llm.get_supported_tasks():
+            tasks = await llm.get_supported_tasks()
+            self.info.features = [FEATURE_EMBED] if "embed" in tasks else []
+            self.info.features.append(FEATURE_POOLING_ONLY)
+            if "classify" in tasks:
                 self.info.features.append(FEATURE_CLASSIFY)
         elif media.image_input(model_config, getattr(getattr(llm, "renderer", None), "mm_processor", None)):
             self._images, self._image_token = True, media.image_token(model_config.hf_config)
