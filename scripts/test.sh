@@ -26,6 +26,7 @@ DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
   tests/plugins/vllm/test_real_vllm_lora.py \
   tests/plugins/vllm/test_real_vllm_multimodal.py \
   tests/integration/test_vllm_multimodal.py \
+  tests/integration/test_vllm_classify.py \
   tests/integration/test_vllm_lora.py \
   tests/integration/test_netns.py \
   tests/plugins/vllm/test_real_vllm_disagg.py \

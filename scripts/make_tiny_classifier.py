@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Write `dyn-tiny-classifier`: a random-weight Llama sequence classifier (three classes) small
+enough for vLLM on a CPU, for tests of `/classify`.
+
+Usage: python scripts/make_tiny_classifier.py OUT_DIR
+
+Needs torch and transformers (the venv of scripts/provision_vllm_cpu.sh has them). The model is
+transformers' `LlamaForSequenceClassification` over dyn-tiny-llama's Llama (scripts/make_tiny_llama.py)
+with `id2label` naming its classes negative, neutral and positive; vLLM serves it with
+`--runner pooling` and its `classify` task. The weights are random (seeded): the probabilities are
+noise, but they come from vLLM's classification pooler.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+NAME = "dyn-tiny-classifier"
+SEED = 0
+LABELS = ("negative", "neutral", "positive")
+
+
+def generate(out_dir: str | Path) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+    import torch
+    from make_tiny_llama import llama_config  # this script's directory is on sys.path
+    from transformers import LlamaForSequenceClassification, PreTrainedTokenizerFast
+
+    from dyn.core.model import TINY_MODEL_DIR
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    tokenizer.save_pretrained(str(out))
+    config = llama_config(tokenizer)
+    config.num_labels = len(LABELS)
+    config.id2label = dict(enumerate(LABELS))
+    config.label2id = {label: i for i, label in enumerate(LABELS)}
+    torch.manual_seed(SEED)
+    model = LlamaForSequenceClassification(config).to(torch.bfloat16)
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__.strip().splitlines()[3], file=sys.stderr)
+        return 2
+    out = generate(argv[0])
+    print(f"wrote {out} ({NAME})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

