@@ -105,12 +105,11 @@ def decode_images(media: Sequence[MediaItem]) -> list[Any]:
 
     images = []
     for i, item in enumerate(media):
+        # Pillow raises many types for a bad file: UnidentifiedImageError, OSError, ...
         try:
             image = Image.open(io.BytesIO(item.data))
             image.load()
-        except (
-            Exception
-        ) as exc:  # Pillow raises many types for a bad file: UnidentifiedImageError, OSError, ...
+        except Exception as exc:
             raise MediaError(f"media item {i} ({item.mime}): not an image Pillow can decode: {exc}") from None
         images.append(image)
     return images
