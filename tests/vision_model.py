@@ -72,3 +72,38 @@ def make_vision_model(directory: Path) -> Path:
     image_processor = {"crop_size": {"height": 28, "width": 28}, "size": {"shortest_edge": 28}}
     (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
     return directory
+
+
+QWEN_TOKENS = {"<|vision_start|>": 4097, "<|image_pad|>": 4098, "<|vision_end|>": 4099}
+QWEN_TEMPLATE = TEMPLATE.replace("<image>\n", "<|vision_start|><|image_pad|><|vision_end|>")
+
+
+def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280) -> Path:
+    """A Qwen2-VL-style model (the same tokenizer with Qwen's vision tokens added, a vision tower
+    with 14-pixel patches merged 2x2, the image processor's pixel bounds) in ``directory``."""
+    make_vision_model(directory)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] += [
+        {**tokenizer["added_tokens"][-1], "id": token_id, "content": token}
+        for token, token_id in QWEN_TOKENS.items()
+    ]
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    tok_config = json.loads((directory / "tokenizer_config.json").read_text())
+    tok_config["chat_template"] = QWEN_TEMPLATE
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    config = json.loads((directory / "config.json").read_text())
+    config.update(
+        architectures=["Qwen2VLForConditionalGeneration"],
+        model_type="qwen2_vl",
+        image_token_id=QWEN_TOKENS["<|image_pad|>"],
+        vision_start_token_id=QWEN_TOKENS["<|vision_start|>"],
+        vision_config={"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        vocab_size=4100,
+    )
+    del config["image_token_index"]
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / "processor_config.json").unlink()
+    (directory / "preprocessor_config.json").write_text(
+        json.dumps({"min_pixels": min_pixels, "max_pixels": max_pixels, "patch_size": 14, "merge_size": 2})
+    )
+    return directory

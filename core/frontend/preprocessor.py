@@ -44,7 +44,7 @@ from dyn.core.messages import (
     ToolSpec,
 )
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.vision import image_tokens
+from dyn.core.model.vision import ImageSizeError, image_tokens
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
@@ -60,6 +60,12 @@ class MediaInput(Protocol):
     def mime(self) -> str: ...
     @property
     def mm_hash(self) -> str: ...
+    @property
+    def width(self) -> int | None: ...
+    @property
+    def height(self) -> int | None: ...
+    @property
+    def param(self) -> str: ...
 
 
 @dataclass(slots=True)
@@ -128,7 +134,7 @@ class Preprocessor:
         need the range check."""
         self.image = image_tokens(info)
         """The model's image placeholder (None: it takes no images)."""
-        self.placeholders = {"image": self.image.token} if self.image is not None else None
+        self.placeholders = {"image": self.image.placeholder} if self.image is not None else None
         """What the chat template writes for each modality the model takes."""
 
     def cap_context(self, workers_context: int | None) -> None:
@@ -260,7 +266,7 @@ class Preprocessor:
 
     def _placed(self, token_ids: list[int], media: Sequence[MediaInput]) -> tuple[list[int], list[MediaItem]]:
         """The prompt with each image's one placeholder token repeated as many times as the model
-        reads one image (``ImageTokens.count``), and where each image now is."""
+        reads that image (``ImageTokens.count_for`` its size), and where each image now is."""
         image = self.image
         if image is None or any(m.modality != "image" for m in media):
             kinds = sorted({m.modality for m in media} - ({"image"} if image is not None else set()))
@@ -278,9 +284,13 @@ class Preprocessor:
         items: list[MediaItem] = []
         start = 0
         for position, item in zip(at, media, strict=True):
+            try:
+                count = image.count_for(item.width, item.height)
+            except ImageSizeError as exc:
+                raise bad_request(f"{item.param}: {exc}", param=item.param) from None
             out += token_ids[start:position]
-            items.append(MediaItem(item.modality, item.data, item.mime, item.mm_hash, len(out), image.count))
-            out += [image.token_id] * image.count
+            items.append(MediaItem(item.modality, item.data, item.mime, item.mm_hash, len(out), count))
+            out += [image.token_id] * count
             start = position + 1
         out += token_ids[start:]
         return out, items

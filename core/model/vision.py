@@ -7,28 +7,87 @@ resized to the image processor's crop size (else its size) becomes ``(height // 
 (width // patch_size) + num_additional_image_tokens`` tokens, one fewer with the ``default``
 feature-select strategy (the CLS feature is dropped); a processor config that states
 ``image_seq_length`` is taken at its word, and without a processor config the vision tower's
-``image_size`` and ``patch_size`` give ``(image_size // patch_size) ** 2``. Models whose count
-depends on each image's own size (Qwen2-VL's dynamic resolution, LLaVA-NeXT's tiles) are not
-read here: ``image_tokens`` returns None for a model it cannot read, and such a model is served
-as text only.
+``image_size`` and ``patch_size`` give ``(image_size // patch_size) ** 2``.
+
+The Qwen2-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: a vision tower with ``spatial_merge_size``)
+counts by each image's own size, as its image processor resizes it (transformers'
+``smart_resize``): height and width rounded to multiples of ``patch_size * spatial_merge_size``,
+scaled into ``[min_pixels, max_pixels]`` keeping the aspect ratio (at most 200:1), then one token
+per ``spatial_merge_size ** 2`` patches; its template writes ``<|vision_start|><|image_pad|>
+<|vision_end|>`` and ``<|image_pad|>`` is what repeats. Models whose count follows another rule
+(LLaVA-NeXT's tiles, Idefics3's splits) are not read here: ``image_tokens`` returns None for a
+model it cannot read, and such a model is served as text only.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from dyn.core.model.info import ModelInfo, read_model_json, token_content
 
+MAX_ASPECT_RATIO = 200
+"""The Qwen2-VL family's image processors refuse a longer side over 200 times the shorter."""
+
+
+class ImageSizeError(ValueError):
+    """An image the model's processor would refuse (its aspect ratio); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicResolution:
+    """The Qwen2-VL family's rule (see the module docstring)."""
+
+    patch_size: int
+    merge_size: int
+    min_pixels: int
+    max_pixels: int
+
+    def count(self, width: int, height: int) -> int:
+        if min(width, height) <= 0 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+            raise ImageSizeError(
+                f"a {width}x{height} image: the model takes images at most {MAX_ASPECT_RATIO} times "
+                "longer than wide (or the other way)"
+            )
+        factor = self.patch_size * self.merge_size
+        h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+        if h_bar * w_bar > self.max_pixels:
+            beta = math.sqrt(height * width / self.max_pixels)
+            h_bar = max(factor, math.floor(height / beta / factor) * factor)
+            w_bar = max(factor, math.floor(width / beta / factor) * factor)
+        elif h_bar * w_bar < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (height * width))
+            h_bar = math.ceil(height * beta / factor) * factor
+            w_bar = math.ceil(width * beta / factor) * factor
+        return (h_bar // self.patch_size) * (w_bar // self.patch_size) // (self.merge_size**2)
+
 
 @dataclass(frozen=True, slots=True)
 class ImageTokens:
-    """``token``: what a chat template writes for one image; ``token_id``: its id; ``count``: how
-    many times the engine's prompt repeats it for one image."""
+    """``token``: the placeholder token one image's tokens repeat; ``token_id``: its id;
+    ``count``: how many times for one image (a fixed count), unless ``dynamic`` counts by the
+    image's size (``count_for``); ``text``: what a template that reads text writes for an image
+    (the token, or the family's wrapped form)."""
 
     token: str
     token_id: int
     count: int
+    dynamic: DynamicResolution | None = None
+    text: str = ""
+
+    @property
+    def placeholder(self) -> str:
+        return self.text or self.token
+
+    def count_for(self, width: int | None, height: int | None) -> int:
+        """Placeholder tokens of a ``width`` x ``height`` image (``ImageSizeError`` for one the
+        model refuses)."""
+        if self.dynamic is None:
+            return self.count
+        if width is None or height is None:
+            raise ImageSizeError("the image's size is unknown")
+        return self.dynamic.count(width, height)
 
 
 def image_tokens(info: ModelInfo) -> ImageTokens | None:
@@ -45,6 +104,8 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         return None
+    if "spatial_merge_size" in vision:
+        return _qwen_vl(config, vision, image_processor)
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
     token = token_content(processor.get("image_token")) or "<image>"
     if token_id is None:
@@ -53,6 +114,28 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     if count is None or count <= 0:
         return None
     return ImageTokens(token, token_id, count)
+
+
+QWEN_VL_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+_QWEN_PIXELS = (56 * 56, 28 * 28 * 1280)
+"""Qwen2-VL's image processor's default ``min_pixels`` and ``max_pixels``."""
+
+
+def _qwen_vl(
+    config: dict[str, Any], vision: dict[str, Any], image_processor: dict[str, Any]
+) -> ImageTokens | None:
+    token_id = _int(config.get("image_token_id"))
+    patch = _int(vision.get("patch_size")) or 14
+    merge = _int(vision.get("spatial_merge_size")) or 2
+    size = image_processor.get("size")
+    if not isinstance(size, dict):
+        size = {}
+    low = _int(image_processor.get("min_pixels")) or _int(size.get("shortest_edge")) or _QWEN_PIXELS[0]
+    high = _int(image_processor.get("max_pixels")) or _int(size.get("longest_edge")) or _QWEN_PIXELS[1]
+    if token_id is None or patch <= 0 or merge <= 0 or not 0 < low <= high:
+        return None
+    start, pad, end = QWEN_VL_TOKENS
+    return ImageTokens(pad, token_id, 0, DynamicResolution(patch, merge, low, high), start + pad + end)
 
 
 def _count(

@@ -21,7 +21,13 @@ from PIL import Image
 
 from dyn.core.engine import FEATURE_MEDIA
 from dyn.core.frontend.limits import RequestLimits
-from tests.vision_model import IMAGE_TOKEN_ID, IMAGE_TOKENS, make_vision_model
+from tests.vision_model import (
+    IMAGE_TOKEN_ID,
+    IMAGE_TOKENS,
+    QWEN_TOKENS,
+    make_qwen_vl_model,
+    make_vision_model,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +171,29 @@ async def test_images_through_the_messages_and_responses_apis(make_frontend, vis
         r = await fe.client.post("/v1/responses", json=body)
         assert r.status_code == 200, r.text
         assert [[m.data for m in req.media] for req in fe.fleet[1].requests] == [[RED], [RED]]
+
+
+async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_image_needs(make_frontend, tmp_path):
+    """Qwen2-VL's dynamic resolution: a 224x224 image is 64 ``<|image_pad|>`` tokens between the
+    template's vision markers, a 20x20 one 4 (scaled up to the minimum), and one 200 times longer
+    than wide is a 400 naming it, as Qwen's processor refuses it."""
+    model = str(make_qwen_vl_model(tmp_path / "qwen"))
+    pad = QWEN_TOKENS["<|image_pad|>"]
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        big, small = png((9, 9, 9), size=224), png((8, 8, 8), size=20)
+        body = {"messages": [user(image_part(big), image_part(small), TEXT)], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        assert [m.length for m in request.media] == [64, 4]
+        for m in request.media:
+            ids = request.token_ids
+            assert ids[m.offset - 1] == QWEN_TOKENS["<|vision_start|>"]
+            assert ids[m.offset : m.offset + m.length] == [pad] * m.length
+            assert ids[m.offset + m.length] == QWEN_TOKENS["<|vision_end|>"]
+        out = io.BytesIO()
+        Image.new("RGB", (4020, 20)).save(out, "PNG")
+        body = {"messages": [user(image_part(out.getvalue()))], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].image_url"
+        assert "200 times" in r.json()["error"]["message"]

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dyn.core.model import load_model_info
-from dyn.core.model.vision import ImageTokens, image_tokens
-from tests.vision_model import IMAGE_TOKEN_ID, IMAGE_TOKENS, make_vision_model
+from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens
+from tests.vision_model import (
+    IMAGE_TOKEN_ID,
+    IMAGE_TOKENS,
+    QWEN_TOKENS,
+    make_qwen_vl_model,
+    make_vision_model,
+)
 
 
 def rewrite(path, **changes):
@@ -44,3 +52,21 @@ def test_a_text_model_or_one_without_an_image_token_takes_no_images(tmp_path):
     d = make_vision_model(tmp_path / "vlm")
     rewrite(d / "config.json", image_token_index=None)
     assert image_tokens(load_model_info(d)) is None
+
+
+def test_the_qwen2_vl_family_counts_by_each_images_size(tmp_path):
+    """Qwen2-VL's ``smart_resize`` (transformers' ``image_processing_qwen2_vl``): sides rounded to
+    multiples of 28, pixels kept within [min_pixels, max_pixels], one token per 2x2 patches of 14.
+    Qwen's documented figures: a 224x224 image is 64 tokens, and with the default bounds no
+    image is more than 1280."""
+    tokens = image_tokens(load_model_info(make_qwen_vl_model(tmp_path / "qwen")))
+    assert (tokens.token, tokens.token_id) == ("<|image_pad|>", QWEN_TOKENS["<|image_pad|>"])
+    assert tokens.placeholder == "<|vision_start|><|image_pad|><|vision_end|>"
+    assert tokens.count_for(224, 224) == 64
+    assert tokens.count_for(1000, 500) == 36 * 72 // 4  # 1008 x 504
+    assert tokens.count_for(20, 20) == 4  # scaled up to min_pixels: 56 x 56
+    assert tokens.count_for(4000, 3000) == 1230 <= 1280  # scaled down into max_pixels
+    with pytest.raises(ImageSizeError, match="at most 200 times"):
+        tokens.count_for(4020, 20)
+    bounded = image_tokens(load_model_info(make_qwen_vl_model(tmp_path / "q2", max_pixels=256 * 28 * 28)))
+    assert bounded.count_for(4000, 3000) <= 256
