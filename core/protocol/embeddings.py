@@ -216,30 +216,28 @@ def encode_vector(vector: list[float], fmt: str, endianness: Endianness) -> list
     return base64.b64encode(values.tobytes()).decode("ascii")
 
 
+def _listed(prefix: str, model: str, prompt_tokens: int) -> dict[str, Any]:
+    """The fields every ``list`` response of the pooling endpoints shares."""
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "created": int(time.time()),
+        "model": model,
+        "usage": EmbeddingUsage(prompt_tokens, prompt_tokens),
+    }
+
+
 def embedding_response(
     model: str, vectors: list[list[float]], prompt_tokens: int, fmt: str, endianness: Endianness
 ) -> EmbeddingResponse:
     data = [EmbeddingData(i, encode_vector(v, fmt, endianness)) for i, v in enumerate(vectors)]
-    return EmbeddingResponse(
-        id=f"embd-{uuid.uuid4().hex}",
-        created=int(time.time()),
-        model=model,
-        data=data,
-        usage=EmbeddingUsage(prompt_tokens, prompt_tokens),
-    )
+    return EmbeddingResponse(data=data, **_listed("embd", model, prompt_tokens))
 
 
 def pooling_response(
     model: str, vectors: list[list[float]], prompt_tokens: int, fmt: str, endianness: Endianness
 ) -> PoolingResponse:
     data = [PoolingData(i, encode_vector(v, fmt, endianness)) for i, v in enumerate(vectors)]
-    return PoolingResponse(
-        id=f"pool-{uuid.uuid4().hex}",
-        created=int(time.time()),
-        model=model,
-        data=data,
-        usage=EmbeddingUsage(prompt_tokens, prompt_tokens),
-    )
+    return PoolingResponse(data=data, **_listed("pool", model, prompt_tokens))
 
 
 def classification_response(
@@ -251,10 +249,4 @@ def classification_response(
     for i, probs in enumerate(probabilities):
         best = max(range(len(probs)), key=probs.__getitem__) if probs else 0
         data.append(ClassificationData(i, labels[best] if best < len(labels) else None, probs, len(probs)))
-    return ClassificationResponse(
-        id=f"classify-{uuid.uuid4().hex}",
-        created=int(time.time()),
-        model=model,
-        data=data,
-        usage=EmbeddingUsage(prompt_tokens, prompt_tokens),
-    )
+    return ClassificationResponse(data=data, **_listed("classify", model, prompt_tokens))
