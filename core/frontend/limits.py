@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dyn.core.frontend.media import part_modality
+from dyn.core.frontend.media import is_media_part
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest
 
@@ -75,7 +75,7 @@ def chat_prompt_bytes(
     nvext = req.nvext
     if nvext is not None and nvext.token_data is not None:
         _check_token_count(len(nvext.token_data), context_length, "nvext.token_data")
-    size = json_size(req.messages, byte_limit, skip=part_modality)  # media have bounds of their own
+    size = json_size(req.messages, byte_limit, skip=is_media_part)  # media have bounds of their own
     size += json_size((req.tools, req.documents, req.chat_template_kwargs, req.chat_template), byte_limit)
     if size > byte_limit:
         raise _too_many_bytes("messages", "messages, tools and documents", byte_limit)

@@ -233,6 +233,21 @@ _KEYS = (
 """The keys vLLM recognises a part without ``type`` by, in its order."""
 
 
+_MEDIA_TYPES = frozenset({*_URL_PARTS, "input_audio", *_UNSUPPORTED})
+_MEDIA_KEYS = frozenset(_KEYS)
+
+
+def is_media_part(part: Mapping[str, Any]) -> bool:
+    """Whether ``media_parts`` would take ``part`` as media (or refuse it as such): its ``type``
+    names a media part, or it has none (or a ``uuid``) and holds one of vLLM's media keys. Cheap
+    (a set lookup or a key-set test): the prompt-size bound asks it of every object of the
+    messages."""
+    kind = part.get("type")
+    if kind is None or "uuid" in part:
+        return not _MEDIA_KEYS.isdisjoint(part.keys())
+    return kind in _MEDIA_TYPES
+
+
 def media_parts(messages: Sequence[Any]) -> list[MediaPart]:
     """Every media part of ``messages`` (as the protocol decodes them), in order; ``ApiError``
     400 for a part vLLM would take as media that has no usable URL or data, or that dyn refuses."""

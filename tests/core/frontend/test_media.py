@@ -37,7 +37,14 @@ from PIL import Image
 
 from dyn.core.errors import ConfigError
 from dyn.core.frontend import media
-from dyn.core.frontend.media import LoadedMedia, MediaSettings, load_media, parse_limit_mm_per_prompt
+from dyn.core.frontend.media import (
+    LoadedMedia,
+    MediaSettings,
+    is_media_part,
+    load_media,
+    media_parts,
+    parse_limit_mm_per_prompt,
+)
 from dyn.core.messages import MediaItem
 from dyn.core.protocol.errors import ApiError
 
@@ -634,3 +641,30 @@ def test_limit_mm_per_prompt_takes_vllm_s_json_forms():
     for text, says in [("image=4", "not JSON"), ("[1]", "JSON object"), ('{"image": "4"}', "a count")]:
         with pytest.raises(ConfigError, match=says):
             parse_limit_mm_per_prompt(text)
+
+
+@pytest.mark.parametrize(
+    "part,media",
+    [
+        ({"type": "image_url", "image_url": {"url": "x"}}, True),
+        ({"type": "input_image", "image_url": "x"}, True),
+        ({"type": "input_audio", "input_audio": {"data": "x"}}, True),
+        ({"type": "audio_url", "audio_url": {"url": "x"}}, True),
+        ({"type": "video_url", "video_url": {"url": "x"}}, True),
+        ({"type": "image_embeds", "image_embeds": "x"}, True),
+        ({"image_url": {"url": "x"}}, True),
+        ({"type": "text", "uuid": "u", "image_url": "x"}, True),
+        ({"type": "text", "text": "hi"}, False),
+        ({"role": "user", "content": "hi"}, False),
+        ({"id": "c", "type": "function", "function": {"name": "f"}}, False),
+    ],
+)
+def test_is_media_part_agrees_with_what_media_parts_takes(part, media):
+    """The cheap test the prompt-size bound uses picks out the parts ``media_parts`` takes (or
+    refuses as media)."""
+    assert is_media_part(part) is media
+    try:
+        found = bool(media_parts([{"role": "user", "content": [part]}]))
+    except ApiError:
+        found = True  # refused as media: a part of its own bounds all the same
+    assert found is media
