@@ -243,9 +243,9 @@ def is_media_part(part: Mapping[str, Any]) -> bool:
     (a set lookup or a key-set test): the prompt-size bound asks it of every object of the
     messages."""
     kind = part.get("type")
-    if kind is None or "uuid" in part:
-        return not _MEDIA_KEYS.isdisjoint(part.keys())
-    return kind in _MEDIA_TYPES
+    if (kind is None or "uuid" in part) and not _MEDIA_KEYS.isdisjoint(part.keys()):
+        return True
+    return isinstance(kind, str) and kind in _MEDIA_TYPES
 
 
 def media_parts(messages: Sequence[Any]) -> list[MediaPart]:
@@ -257,7 +257,8 @@ def media_parts(messages: Sequence[Any]) -> list[MediaPart]:
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
-            if isinstance(part, Mapping) and (media := _media_part(part, i, j)) is not None:
+            # is_media_part first: most parts are text, and naming one costs more than testing it
+            if isinstance(part, Mapping) and is_media_part(part) and (media := _media_part(part, i, j)):
                 found.append(media)
     return found
 

@@ -654,6 +654,8 @@ def test_limit_mm_per_prompt_takes_vllm_s_json_forms():
         ({"type": "image_embeds", "image_embeds": "x"}, True),
         ({"image_url": {"url": "x"}}, True),
         ({"type": "text", "uuid": "u", "image_url": "x"}, True),
+        ({"type": "image_url", "uuid": "u"}, True),  # a uuid-only reference: refused as media
+        ({"type": {"not": "a name"}}, False),
         ({"type": "text", "text": "hi"}, False),
         ({"role": "user", "content": "hi"}, False),
         ({"id": "c", "type": "function", "function": {"name": "f"}}, False),
