@@ -44,12 +44,9 @@ def generate(out_dir: str | Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print(__doc__.strip().splitlines()[3], file=sys.stderr)
-        return 2
-    out = generate(argv[0])
-    print(f"wrote {out} ({NAME})")
-    return 0
+    from make_tiny_llama import one_directory_main  # this script's directory is on sys.path
+
+    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
 
 
 if __name__ == "__main__":

@@ -68,6 +68,17 @@ def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
     return out
 
 
+def one_directory_main(argv: list[str], generate, name: str, usage: str) -> int:
+    """The ``main`` of a generator whose one argument is the output directory (the other tiny
+    models' scripts): writes the model, or prints ``usage`` and returns 2."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(usage, file=sys.stderr)
+        return 2
+    out = generate(argv[0])
+    print(f"wrote {out} ({name})")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not 1 <= len(argv) <= 2 or argv[0].startswith("-") or not all(a.isdigit() for a in argv[1:]):
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
