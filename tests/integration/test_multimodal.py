@@ -1,4 +1,4 @@
-"""Images through the official ``openai`` client against a real ``dyn serve`` whose mocker
+"""Images through the official ``openai`` and ``anthropic`` clients against a real ``dyn serve`` whose mocker
 workers serve a vision-language model (``tests/vision_model.py``; no weights: the mocker reads
 its JSON files) with the KV router.
 
@@ -67,3 +67,30 @@ def test_a_repeated_image_is_a_cache_hit_where_it_is_cached(dyn_process, tmp_pat
     other = ask((0, 0, 255))
     cached = other.usage.prompt_tokens_details.cached_tokens
     assert 0 < cached < again.usage.prompt_tokens_details.cached_tokens  # up to the image only
+
+
+def test_anthropics_sdk_sends_a_picture_as_claude_code_does(dyn_process, tmp_path):
+    """The official ``anthropic`` client's image block (base64 source), in a user turn and in a
+    tool result, reaches the vision-language model's workers: the answer comes, and the same
+    picture again is read from the cache (``cache_read_input_tokens``)."""
+    import anthropic
+
+    model = make_vision_model(tmp_path / "tiny-vlm")
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--model-path", str(model), "--workers", "1",
+        "--speedup-ratio", "100", "--block-size", str(BLOCK), "--dyn-tool-call-parser", "hermes",
+    )  # fmt: skip
+    base = serve_ready_url(proc).removesuffix("/v1")
+    client = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0, timeout=60)
+    png = data_url((0, 200, 0)).split(",", 1)[1]
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    messages = [
+        {"role": "user", "content": [image, {"type": "text", "text": "Take a screenshot."}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image]}]},
+    ]
+    tools = [{"name": "shot", "description": "Takes a screenshot", "input_schema": {"type": "object"}}]
+    first = client.messages.create(model="tiny-vlm", max_tokens=2, messages=messages, tools=tools)
+    assert first.usage.input_tokens > 0 and first.content
+    again = client.messages.create(model="tiny-vlm", max_tokens=2, messages=messages, tools=tools)
+    assert again.usage.cache_read_input_tokens > 0

@@ -506,6 +506,7 @@ async def test_the_service_refuses_a_malformed_group(tmp_path):
                     (RouteQuery(3, "a", [1], siblings=["b"], sibling_prompts=[2]), "outside 0..0"),
                     (RouteQuery(4, "a", [1, 2], prompt_media=[[], []]), "2 entries for 1 prompts"),
                     (RouteQuery(5, "a", [1, 2], prompt_media=[[(1, 2, 3)]]), "outside its prompt"),
+                    (RouteQuery(7, "a", [1, 2], prompt_media=[[(0, 1, 3)] * 3]), "outside its prompt"),
                     (RouteQuery(6, "a", [1, 2], prompt_media=[[(0, 1, -1)]]), "not a u64"),
                 ):
                     await client.send_multipart(encode(query))
