@@ -73,10 +73,9 @@ def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack
 
 
 def test_priority_reorders_a_contended_vllm_queue(stack):
-    """One worker, one running slot (--max-num-seqs 1): three long requests hold and queue for it
-    (the first holds it longest: the others only widen the window in which the short ones still
-    find a queue), three normal ones queue, then an important one arrives last. vLLM's priority
-    queue starts it before the normal ones.
+    """One worker, one running slot (--max-num-seqs 1): three long requests hold and queue for it,
+    three normal ones queue, then an important one arrives last. vLLM's priority queue starts it
+    before the normal ones.
 
     The short requests are sent once the frontend serves all three long ones (its active-requests
     gauge), so they queue behind seconds of work even when the long requests reached it late.
@@ -119,11 +118,11 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
                 timing["request_received_ms"] + timing["prefill_wait_time_ms"],
             )
 
-        async def long_running(client: httpx.AsyncClient, name: str, tokens: int) -> None:
-            # unary, so streaming its chunks does not load the frontend while the others arrive
+        async def long_running(client: httpx.AsyncClient, name: str) -> None:
+            # unary, so streaming 1900 chunks does not load the frontend while the others arrive
             sent[name] = time.time() * 1000
             r = await client.post(
-                url + "/v1/completions", headers=headers, json=body(name, tokens), timeout=300
+                url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
             )
             assert r.status_code == 200, r.text
             timing = r.json()["nvext"]["timing"]
@@ -141,8 +140,8 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
             )
 
         async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
-            for name, tokens in (("long-1", 1900), ("long-2", 300), ("long-3", 300)):
-                tg.create_task(long_running(client, name, tokens))  # the slot stays busy for seconds
+            for name in ("long-1", "long-2", "long-3"):  # the slot stays busy for seconds
+                tg.create_task(long_running(client, name))
                 await asyncio.sleep(0.05)
             with anyio.move_on_after(30):
                 while await active(client) < 3:
