@@ -1,8 +1,14 @@
-"""A vision-language model directory for the tests that need one without weights (the frontend
-and the mocker read only its JSON files): dyn-tiny's tokenizer with an ``<image>`` special token
-added, a LLaVA-1.5-style ``config.json`` (a 28x28 image, 14-pixel patches: 4 placeholder tokens
-per image with the ``default`` feature strategy and one additional token) and a chat template that
-iterates over the content parts, as llava-hf's do."""
+"""Multimodal model directories for the tests that need one without weights (the frontend and the
+mocker read only their JSON files), all on dyn-tiny's tokenizer:
+
+- ``make_vision_model``: an ``<image>`` special token added, a LLaVA-1.5-style ``config.json`` (a
+  28x28 image, 14-pixel patches: 4 placeholder tokens per image with the ``default`` feature
+  strategy and one additional token) and a chat template that iterates over the content parts,
+  as llava-hf's do;
+- ``make_qwen_vl_model``: the Qwen2-VL family's dynamic resolution;
+- ``make_audio_model``: a Qwen2-Audio-style model (Whisper's feature extractor at 16 kHz: 25
+  ``<|AUDIO|>`` tokens a second, 750 at most), its template writing
+  ``<|audio_bos|><|AUDIO|><|audio_eos|>`` for an audio part."""
 
 from __future__ import annotations
 
@@ -106,4 +112,50 @@ def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: i
     (directory / "preprocessor_config.json").write_text(
         json.dumps({"min_pixels": min_pixels, "max_pixels": max_pixels, "patch_size": 14, "merge_size": 2})
     )
+    return directory
+
+
+AUDIO_TOKENS = {"<|audio_bos|>": 4096, "<|AUDIO|>": 4097, "<|audio_eos|>": 4098}
+AUDIO_TOKEN_ID = AUDIO_TOKENS["<|AUDIO|>"]
+AUDIO_TEMPLATE = TEMPLATE.replace(
+    "{% if part['type'] == 'image' %}<image>\n",
+    "{% if part['type'] == 'audio' %}<|audio_bos|><|AUDIO|><|audio_eos|>",
+)
+
+
+def make_audio_model(directory: Path) -> Path:
+    """A Qwen2-Audio-style model (the same tokenizer with Qwen2-Audio's tokens added in place of
+    ``<image>``, an audio encoder's config, Whisper's feature extractor) in ``directory``."""
+    make_vision_model(directory)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    image = tokenizer["added_tokens"].pop()
+    tokenizer["added_tokens"] += [
+        {**image, "id": token_id, "content": token} for token, token_id in AUDIO_TOKENS.items()
+    ]
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    tok_config = json.loads((directory / "tokenizer_config.json").read_text())
+    tok_config["chat_template"] = AUDIO_TEMPLATE
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    text = json.loads((directory / "config.json").read_text())["text_config"]
+    config = {
+        "architectures": ["Qwen2AudioForConditionalGeneration"],
+        "model_type": "qwen2_audio",
+        "audio_token_index": AUDIO_TOKEN_ID,
+        "audio_config": {"model_type": "qwen2_audio_encoder", "num_mel_bins": 128},
+        "text_config": {**text, "vocab_size": 4099},
+        "vocab_size": 4099,
+        "max_position_embeddings": 4096,
+    }
+    (directory / "config.json").write_text(json.dumps(config))
+    processor = {"audio_token": "<|AUDIO|>", "processor_class": "Qwen2AudioProcessor"}
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    extractor = {
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "feature_size": 128,
+        "sampling_rate": 16000,
+        "hop_length": 160,
+        "chunk_length": 30,
+        "n_samples": 480000,
+    }
+    (directory / "preprocessor_config.json").write_text(json.dumps(extractor))
     return directory

@@ -29,8 +29,11 @@ Checks (in a worker thread, at most ``DECODE_THREADS`` at once in the process):
 - Images are decoded with Pillow (PNG, JPEG, WebP, GIF, BMP only): the pixel count is checked
   from the header before the pixels are decoded, then the first frame is decoded in full.
 - Audio: WAV's RIFF header is parsed here (PCM, float, A-law, mu-law and extensible formats; the
-  stdlib ``wave`` module of Python 3.11 reads PCM only); MP3, FLAC and Ogg are recognised by
-  their magic bytes and passed on undecoded: the engine decodes them.
+  stdlib ``wave`` module of Python 3.11 reads PCM only) for the clip's frames and rate; MP3, FLAC
+  and Ogg are recognised by their magic bytes and, where soundfile is installed (the ``audio``
+  extra), decoded here block by block to count their frames (a clip it cannot decode is a 400);
+  without it their length stays unknown, and a model that counts tokens by length refuses them.
+  The engine decodes the clip again from the bytes as sent.
 - Video: the container's magic bytes only (MP4/QuickTime ``ftyp``, WebM/Matroska EBML, AVI),
   passed on undecoded: the engine decodes it.
 
@@ -183,7 +186,8 @@ class LoadedMedia:
     """One media part, loaded and checked: ``data`` is the encoded item as the client sent it,
     ``mime`` its format as found in the bytes (not as declared), ``mm_hash`` the SHA-256 hex of
     ``data``. ``message`` and ``part`` index it in the request (``param`` names it for errors);
-    ``width`` and ``height`` are an image's, ``duration_s`` a WAV clip's (None otherwise)."""
+    ``width`` and ``height`` are an image's; ``frames`` (samples per channel) and ``sample_rate``
+    a clip's, when known (None otherwise)."""
 
     modality: MediaModality
     data: bytes
@@ -194,7 +198,8 @@ class LoadedMedia:
     param: str
     width: int | None = None
     height: int | None = None
-    duration_s: float | None = None
+    frames: int | None = None
+    sample_rate: int | None = None
 
     def item(self, offset: int, length: int) -> MediaItem:
         """The ``MediaItem`` a worker gets, its placeholder tokens at ``offset`` for ``length``."""
@@ -609,17 +614,16 @@ async def _body(resp: httpx.Response, part: MediaPart, settings: MediaSettings, 
 
 def _checked(part: MediaPart, data: bytes, max_pixels: int) -> LoadedMedia:
     """``data`` checked as ``part.modality`` and hashed (runs in a worker thread)."""
-    width = height = None
-    duration = None
+    width = height = frames = rate = None
     if part.modality == "image":
         mime, width, height = _check_image(data, max_pixels)
     elif part.modality == "audio":
-        mime, duration = _check_audio(data)
+        mime, frames, rate = _check_audio(data)
     else:
         mime = _check_video(data)
     digest = hashlib.sha256(data).hexdigest()
     return LoadedMedia(
-        part.modality, data, mime, digest, part.message, part.part, part.param, width, height, duration
+        part.modality, data, mime, digest, part.message, part.part, part.param, width, height, frames, rate
     )
 
 
@@ -650,22 +654,50 @@ def _check_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
 _WAV_FORMATS = {1: "PCM", 3: "float", 6: "A-law", 7: "mu-law", 0xFFFE: "extensible"}
 
 
-def _check_audio(data: bytes) -> tuple[str, float | None]:
+def _check_audio(data: bytes) -> tuple[str, int | None, int | None]:
+    """``(mime, frames, sample rate)`` of a clip; the length is None when unknown (see the module
+    docstring)."""
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
-        return "audio/wav", _wav_duration(data)
+        return ("audio/wav", *_wav_length(data))
     if data[:3] == b"ID3" or (
         len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0 and data[1] & 0x06
     ):
-        return "audio/mpeg", None
-    if data[:4] == b"fLaC":
-        return "audio/flac", None
-    if data[:4] == b"OggS":
-        return "audio/ogg", None
-    raise _Refused("the audio is not WAV, MP3, FLAC or Ogg (by its first bytes); send one of those")
+        mime = "audio/mpeg"
+    elif data[:4] == b"fLaC":
+        mime = "audio/flac"
+    elif data[:4] == b"OggS":
+        mime = "audio/ogg"
+    else:
+        raise _Refused("the audio is not WAV, MP3, FLAC or Ogg (by its first bytes); send one of those")
+    return (mime, *_decoded_length(data, mime))
 
 
-def _wav_duration(data: bytes) -> float:
-    """Seconds of audio in a RIFF WAVE file, or ``_Refused`` when its header is broken. A
+_AUDIO_BLOCK = 1 << 16
+"""Frames decoded at a time when counting a compressed clip's (bounds the memory it takes)."""
+
+
+def _decoded_length(data: bytes, mime: str) -> tuple[int | None, int | None]:
+    """A compressed clip's frames and rate, counted by decoding it with soundfile (the engine's
+    decoder, so the same count); ``(None, None)`` without soundfile."""
+    try:
+        import soundfile
+    except ImportError:
+        return None, None
+    frames = 0
+    try:
+        with soundfile.SoundFile(io.BytesIO(data)) as clip:
+            rate = clip.samplerate
+            while block := len(clip.read(_AUDIO_BLOCK, dtype="float32", always_2d=True)):
+                frames += block
+    except Exception as exc:  # libsndfile's errors on untrusted bytes: the clip is broken
+        raise _Refused(f"the {mime} clip could not be decoded ({type(exc).__name__}: {exc})") from None
+    if frames == 0 or rate < 1:
+        raise _Refused("the clip holds no audio samples")
+    return frames, rate
+
+
+def _wav_length(data: bytes) -> tuple[int, int]:
+    """A RIFF WAVE file's frames and sample rate, or ``_Refused`` when its header is broken. A
     ``data`` chunk longer than the file (a streamed WAV's placeholder size) is read to the end."""
     pos, fmt = 12, None
     while pos + 8 <= len(data):
@@ -688,7 +720,7 @@ def _wav_duration(data: bytes) -> float:
             frames = min(size, len(data) - body) // fmt[4]
             if frames == 0:
                 raise _Refused("the WAV file holds no audio samples")
-            return frames / fmt[2]
+            return frames, fmt[2]
         pos = body + size + (size & 1)
     missing = "fmt" if fmt is None else "data"
     raise _Refused(f"the WAV header is broken: it has no {missing} chunk")

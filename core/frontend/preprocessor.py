@@ -44,7 +44,7 @@ from dyn.core.messages import (
     ToolSpec,
 )
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.vision import ImageSizeError, image_tokens
+from dyn.core.model.multimodal import COUNT_ERRORS, placeholder_rules
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
@@ -64,6 +64,10 @@ class MediaInput(Protocol):
     def width(self) -> int | None: ...
     @property
     def height(self) -> int | None: ...
+    @property
+    def frames(self) -> int | None: ...
+    @property
+    def sample_rate(self) -> int | None: ...
     @property
     def param(self) -> str: ...
 
@@ -132,9 +136,9 @@ class Preprocessor:
         self._tokenizer_fits = self.tokenizer.vocab_size <= info.vocab_size
         """Every id the tokenizer can give is in the model's vocabulary: only ids a client sent
         need the range check."""
-        self.image = image_tokens(info)
-        """The model's image placeholder (None: it takes no images)."""
-        self.placeholders = {"image": self.image.placeholder} if self.image is not None else None
+        self.media_rules = placeholder_rules(info)
+        """The placeholder rule of each modality the model takes (empty: text only)."""
+        self.placeholders = {m: rule.placeholder for m, rule in self.media_rules.items()} or None
         """What the chat template writes for each modality the model takes."""
 
     def cap_context(self, workers_context: int | None) -> None:
@@ -265,32 +269,35 @@ class Preprocessor:
         return self._finish(req, token_ids, text, req.max_completion_tokens, media=items)
 
     def _placed(self, token_ids: list[int], media: Sequence[MediaInput]) -> tuple[list[int], list[MediaItem]]:
-        """The prompt with each image's one placeholder token repeated as many times as the model
-        reads that image (``ImageTokens.count_for`` its size), and where each image now is."""
-        image = self.image
-        if image is None or any(m.modality != "image" for m in media):
-            kinds = sorted({m.modality for m in media} - ({"image"} if image is not None else set()))
+        """The prompt with each item's one placeholder token repeated as many times as the model
+        reads that item (its modality's ``tokens_for``), and where each item now is."""
+        rules = self.media_rules
+        kinds = sorted({item.modality for item in media})
+        if not_taken := [m for m in kinds if m not in rules]:
             raise bad_request(
-                f"model {self.info.name!r} takes no {' or '.join(kinds)} input", param="messages"
+                f"model {self.info.name!r} takes no {' or '.join(not_taken)} input", param="messages"
             )
-        at = [i for i, token in enumerate(token_ids) if token == image.token_id]
-        if len(at) != len(media):
+        ids = {rules[m].token_id for m in kinds}
+        at = [i for i, token in enumerate(token_ids) if token in ids]
+        if [token_ids[i] for i in at] != [rules[item.modality].token_id for item in media]:
+            tokens = ", ".join(f"{m}: {rules[m].token!r}" for m in kinds)
             raise bad_request(
-                f"the chat template wrote {len(at)} image placeholder(s) ({image.token!r}) for "
-                f"{len(media)} image(s); send the images in messages the template renders",
+                f"the chat template wrote {len(at)} placeholder(s) ({tokens}) for {len(media)} media "
+                "item(s), not one per item in their order; send the media in messages the template renders",
                 param="messages",
             )
         out: list[int] = []
         items: list[MediaItem] = []
         start = 0
         for position, item in zip(at, media, strict=True):
+            rule = rules[item.modality]
             try:
-                count = image.count_for(item.width, item.height)
-            except ImageSizeError as exc:
+                count = rule.tokens_for(item)
+            except COUNT_ERRORS as exc:
                 raise bad_request(f"{item.param}: {exc}", param=item.param) from None
             out += token_ids[start:position]
             items.append(MediaItem(item.modality, item.data, item.mime, item.mm_hash, len(out), count))
-            out += [image.token_id] * count
+            out += [rule.token_id] * count
             start = position + 1
         out += token_ids[start:]
         return out, items

@@ -128,6 +128,31 @@ def _ids(value: Any) -> list[int]:
     return []
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessorFiles:
+    """A multimodal model's JSON files: ``config.json``, ``processor_config.json`` and
+    ``preprocessor_config.json`` (each ``{}`` when absent), the processor files read from the
+    tokenizer's directory first, then the model's."""
+
+    config: dict[str, Any]
+    processor: dict[str, Any]
+    preprocessor: dict[str, Any]
+
+
+def read_processor_files(info: ModelInfo) -> ProcessorFiles:
+    """``info``'s ``ProcessorFiles`` (``ModelError`` for a file that is not a JSON object)."""
+    where = str(info.path)
+    config = read_model_json(where, info.path / "config.json", required=False) or {}
+    processor: dict[str, Any] = {}
+    preprocessor: dict[str, Any] = {}
+    for directory in dict.fromkeys((info.tokenizer_dir, info.path)):
+        processor = processor or read_model_json(where, directory / "processor_config.json", False) or {}
+        preprocessor = (
+            preprocessor or read_model_json(where, directory / "preprocessor_config.json", False) or {}
+        )
+    return ProcessorFiles(config, processor, preprocessor)
+
+
 def token_content(value: Any) -> str | None:
     """A special token as a string, whether the config writes it as a string or as {"content": ...}."""
     if isinstance(value, str):

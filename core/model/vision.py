@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dyn.core.model.info import ModelInfo, read_model_json, token_content
+from dyn.core.model.info import ModelInfo, read_processor_files, token_content
 
 MAX_ASPECT_RATIO = 200
 """The Qwen2-VL family's image processors refuse a longer side over 200 times the shorter."""
@@ -89,18 +89,15 @@ class ImageTokens:
             raise ImageSizeError("the image's size is unknown")
         return self.dynamic.count(width, height)
 
+    def tokens_for(self, item: Any) -> int:
+        """``count_for`` a loaded image (its ``width`` and ``height``)."""
+        return self.count_for(item.width, item.height)
+
 
 def image_tokens(info: ModelInfo) -> ImageTokens | None:
     """The model's image placeholder, or None when it takes no images (or none dyn can count)."""
-    where = str(info.path)
-    config = read_model_json(where, info.path / "config.json", required=False) or {}
-    processor: dict[str, Any] = {}
-    image_processor: dict[str, Any] = {}
-    for directory in dict.fromkeys((info.tokenizer_dir, info.path)):
-        processor = processor or read_model_json(where, directory / "processor_config.json", False) or {}
-        image_processor = (
-            image_processor or read_model_json(where, directory / "preprocessor_config.json", False) or {}
-        )
+    files = read_processor_files(info)
+    config, processor, image_processor = files.config, files.processor, files.preprocessor
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         return None

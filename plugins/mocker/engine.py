@@ -82,7 +82,7 @@ from dyn.core.messages import (
 from dyn.core.model import ModelInfo
 from dyn.core.model.classes import class_labels
 from dyn.core.model.lora import parse_lora_modules
-from dyn.core.model.vision import image_tokens
+from dyn.core.model.multimodal import placeholder_rules
 from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
@@ -215,7 +215,7 @@ class MockerEngine:
             features.append(FEATURE_STREAMING_SESSIONS)
         if config.tool_call_rate > 0:
             features.append(FEATURE_TOOL_HINTS)
-        if image_tokens(model) is not None:
+        if placeholder_rules(model):
             features.append(FEATURE_MEDIA)
         self._embed_size = 0
         self._labels: list[str | None] = []

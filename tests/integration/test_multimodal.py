@@ -1,9 +1,9 @@
-"""Images through the official ``openai`` and ``anthropic`` clients against a real ``dyn serve`` whose mocker
-workers serve a vision-language model (``tests/vision_model.py``; no weights: the mocker reads
-its JSON files) with the KV router.
+"""Images and audio through the official ``openai`` and ``anthropic`` clients against a real ``dyn
+serve`` whose mocker workers serve a vision-language or a Qwen2-Audio-style model
+(``tests/media_models.py``; no weights: the mocker reads their JSON files) with the KV router.
 
-A repeated image is a cache hit on the worker that holds it (``cached_tokens`` covers the image's
-blocks); the same conversation with another image is not, from the image's first block on; both
+A repeated image or clip is a cache hit on the worker that holds it (``cached_tokens`` covers the
+item's blocks); the same conversation with another item is not, from the item's first block on; both
 as vLLM's prefix cache behaves with image identifiers in its block hashes, and the router's
 prediction of it (``nvext.timing``'s KV hit) agrees.
 """
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import io
+import wave
 
 import openai
 import pytest
 from PIL import Image
 
 from tests.integration.conftest import serve_ready_url
-from tests.vision_model import make_vision_model
+from tests.media_models import make_audio_model, make_vision_model
 
 pytestmark = pytest.mark.integration
 
@@ -31,42 +32,60 @@ def data_url(colour: tuple[int, int, int]) -> str:
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
 
 
-def test_a_repeated_image_is_a_cache_hit_where_it_is_cached(dyn_process, tmp_path):
-    model = make_vision_model(tmp_path / "tiny-vlm")
+def picture(which: int) -> dict:
+    return {"type": "image_url", "image_url": {"url": data_url(((255, 0, 0), (0, 0, 255))[which])}}
+
+
+def clip(which: int) -> dict:
+    """A 1 s 16 kHz WAV (25 placeholder tokens), silent or a square wave."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((b"\0\0" if which == 0 else b"\0\x40\0\xc0") * (16000 // (which + 1)))
+    data = base64.b64encode(out.getvalue()).decode()
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+
+
+@pytest.mark.parametrize(
+    "make_model, part, question",
+    [
+        (make_vision_model, picture, "What colour is this square?"),
+        (make_audio_model, clip, "What is this sound?"),
+    ],
+    ids=["image", "audio"],
+)
+def test_a_repeated_item_is_a_cache_hit_where_it_is_cached(dyn_process, tmp_path, make_model, part, question):
+    model = make_model(tmp_path / "tiny-mm")
     proc = dyn_process(
         "serve", "--http-port", "0", "--model-path", str(model), "--workers", "2",
         "--speedup-ratio", "100", "--block-size", str(BLOCK), "--router-mode", "kv",
     )  # fmt: skip
     client = openai.OpenAI(base_url=serve_ready_url(proc), api_key="x", max_retries=0, timeout=60)
 
-    def ask(colour):
+    def ask(which):
         messages = [
-            {"role": "system", "content": "You describe pictures in a few words, nothing more."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": data_url(colour)}},
-                    {"type": "text", "text": "What colour is this square?"},
-                ],
-            },
+            {"role": "system", "content": "You describe what you are given in a few words, nothing more."},
+            {"role": "user", "content": [part(which), {"type": "text", "text": question}]},
         ]
         return client.chat.completions.create(
-            model="tiny-vlm",
+            model="tiny-mm",
             messages=messages,
             max_tokens=2,
             extra_body={"nvext": {"extra_fields": ["worker_id", "timing"]}},
         )
 
-    first = ask((255, 0, 0))
+    first = ask(0)
     prompt = first.usage.prompt_tokens
     assert first.usage.prompt_tokens_details.cached_tokens == 0
-    again = ask((255, 0, 0))
+    again = ask(0)
     worker = again.model_extra["nvext"]["worker_id"]["decode_worker_id"]
     assert worker == first.model_extra["nvext"]["worker_id"]["decode_worker_id"]
     assert again.usage.prompt_tokens_details.cached_tokens == (prompt - 1) // BLOCK * BLOCK
-    other = ask((0, 0, 255))
+    other = ask(1)
     cached = other.usage.prompt_tokens_details.cached_tokens
-    assert 0 < cached < again.usage.prompt_tokens_details.cached_tokens  # up to the image only
+    assert 0 < cached < again.usage.prompt_tokens_details.cached_tokens  # up to the item only
 
 
 def test_anthropics_sdk_sends_a_picture_as_claude_code_does(dyn_process, tmp_path):

@@ -23,6 +23,7 @@ import io
 import os
 import socket
 import struct
+import sys
 import time
 import wave
 import zlib
@@ -81,6 +82,17 @@ def float_wav(frames: int = 800, rate: int = 8000) -> bytes:
         b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
     )
     return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def encoded(fmt: str, frames: int = 8000, rate: int = 16000) -> bytes:
+    """A real ``fmt`` clip ("FLAC", "OGG" Vorbis, "MP3") of ``frames`` silent samples, by soundfile."""
+    import numpy as np
+    import soundfile
+
+    out = io.BytesIO()
+    subtype = {"OGG": "VORBIS", "MP3": "MPEG_LAYER_III"}.get(fmt)
+    soundfile.write(out, np.zeros(frames, dtype="float32"), rate, format=fmt, subtype=subtype)
+    return out.getvalue()
 
 
 def png_declaring(width: int, height: int) -> bytes:
@@ -147,7 +159,7 @@ async def test_every_part_shape_vllm_takes_loads_in_order_of_appearance():
         {"type": "image_url", "image_url": data_url(b, "image/jpeg")},
         {"type": "input_image", "image_url": data_url(a), "detail": "auto"},  # Responses API
         {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}},
-        {"type": "audio_url", "audio_url": {"url": data_url(b"ID3\x04" + bytes(64), "audio/mpeg")}},
+        {"type": "audio_url", "audio_url": {"url": data_url(encoded("MP3"), "audio/mpeg")}},
         {"type": "video_url", "video_url": {"url": data_url(b"\0\0\0\x18ftypmp42" + bytes(32), "video/mp4")}},
         {"type": "image_url", "image_url": {"url": data_url(a)}, "uuid": "client-id"},  # uuid beside data
     ]
@@ -163,7 +175,7 @@ async def test_every_part_shape_vllm_takes_loads_in_order_of_appearance():
         ("image", "image/png", 6),
     ]
     assert loaded[0].mm_hash == loaded[2].mm_hash == loaded[6].mm_hash != loaded[1].mm_hash
-    assert loaded[3].duration_s == pytest.approx(0.1)
+    assert (loaded[3].frames, loaded[3].sample_rate) == (1600, 16000)
     assert [m.param for m in loaded][3] == "messages[1].content[3].input_audio"
 
 
@@ -317,25 +329,32 @@ def audio(data: bytes, fmt: str = "wav") -> dict:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
 
 
-async def test_wav_headers_are_checked_and_other_audio_is_recognised_by_its_magic_bytes():
+async def test_wav_headers_are_read_and_compressed_clips_are_decoded_to_count_their_frames():
     loaded = await load_media(
         chat(
             audio(wav(8000, 16000)),
             audio(float_wav()),
-            audio(b"fLaC" + bytes(40)),
-            audio(b"OggS" + bytes(40)),
+            audio(encoded("FLAC", 4000, 8000), "flac"),
+            audio(encoded("OGG"), "ogg"),
+            audio(encoded("MP3", 16000, 16000), "mp3"),
         ),
         MediaSettings(),
     )
-    assert [(m.mime, m.duration_s) for m in loaded] == [
-        ("audio/wav", 0.5),
-        ("audio/wav", 0.1),
-        ("audio/flac", None),
-        ("audio/ogg", None),
+    assert [(m.mime, m.frames, m.sample_rate) for m in loaded] == [
+        ("audio/wav", 8000, 16000),
+        ("audio/wav", 800, 8000),
+        ("audio/flac", 4000, 8000),
+        ("audio/ogg", 8000, 16000),
+        ("audio/mpeg", 16000, 16000),
     ]
-    mp3_frame = b"\xff\xfb\x90\x64" + bytes(60)
-    [mp3] = await load_media(chat(audio(mp3_frame, "mp3")), MediaSettings())
-    assert mp3.mime == "audio/mpeg" and mp3.data == mp3_frame
+
+
+async def test_without_soundfile_a_compressed_clip_loads_with_its_length_unknown(monkeypatch):
+    """The frontend's ``audio`` extra is optional: the clip is still recognised and passed on."""
+    clip = encoded("FLAC")
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # import soundfile -> ImportError
+    [flac] = await load_media(chat(audio(clip, "flac")), MediaSettings())
+    assert (flac.mime, flac.frames, flac.sample_rate, flac.data) == ("audio/flac", None, None, clip)
 
 
 @pytest.mark.parametrize(
@@ -347,6 +366,9 @@ async def test_wav_headers_are_checked_and_other_audio_is_recognised_by_its_magi
         (wav(0), "holds no audio samples"),
         (wav().replace(b"fmt \x10\0\0\0\x01\0", b"fmt \x10\0\0\0\x55\0"), "sample format 0x55"),
         (b"\0" * 64, "not WAV, MP3, FLAC or Ogg"),
+        (b"fLaC" + bytes(40), "audio/flac clip could not be decoded"),
+        (b"OggS" + bytes(40), "audio/ogg clip could not be decoded"),
+        (b"\xff\xfb\x90\x64" + bytes(60), "audio/mpeg clip could not be decoded"),
     ],
 )
 async def test_broken_audio_is_a_400_naming_the_part(sent, says):

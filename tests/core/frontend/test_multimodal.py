@@ -1,4 +1,4 @@
-"""Images in chat, in-process: a vision-language model (``tests/vision_model.py``: 4 placeholder
+"""Images in chat, in-process: a vision-language model (``tests/media_models.py``: 4 placeholder
 tokens per image) over fake workers that take media.
 
 What the worker gets is what vLLM would: the rendered prompt with each image's one ``<image>``
@@ -15,16 +15,20 @@ import base64
 import hashlib
 import io
 import random
+import wave
 
 import pytest
 from PIL import Image
 
 from dyn.core.engine import FEATURE_MEDIA
 from dyn.core.frontend.limits import RequestLimits
-from tests.vision_model import (
+from tests.media_models import (
+    AUDIO_TOKEN_ID,
+    AUDIO_TOKENS,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,
+    make_audio_model,
     make_qwen_vl_model,
     make_vision_model,
 )
@@ -197,3 +201,60 @@ async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_image_needs(ma
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].image_url"
         assert "200 times" in r.json()["error"]["message"]
+
+
+def wav(frames: int, rate: int = 16000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\0\1" * frames)
+    return out.getvalue()
+
+
+def flac(frames: int, rate: int) -> bytes:
+    import numpy as np
+    import soundfile
+
+    out = io.BytesIO()
+    soundfile.write(out, np.zeros(frames, dtype="float32"), rate, format="FLAC")
+    return out.getvalue()
+
+
+def input_audio(data: bytes) -> dict:
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"}}
+
+
+async def test_each_clip_becomes_as_many_placeholders_as_its_length_needs(make_frontend, tmp_path):
+    """A Qwen2-Audio model: a 1 s WAV is 25 ``<|AUDIO|>`` tokens between the template's audio
+    markers, a 0.5 s FLAC at 8 kHz (an ``audio_url``) 12; a clip too short for one token and an
+    image (the model takes none) are 400s naming the part."""
+    model = str(make_audio_model(tmp_path / "audio"))
+    one_second, half = wav(16000), flac(4000, 8000)
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        url = "data:audio/flac;base64," + base64.b64encode(half).decode()
+        parts = [input_audio(one_second), TEXT, {"type": "audio_url", "audio_url": {"url": url}}]
+        r = await fe.client.post("/v1/chat/completions", json={"messages": [user(*parts)], "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        assert [(m.modality, m.mime, m.length, m.data) for m in request.media] == [
+            ("audio", "audio/wav", 25, one_second),
+            ("audio", "audio/flac", 12, half),
+        ]
+        ids = request.token_ids
+        for m in request.media:
+            assert ids[m.offset - 1] == AUDIO_TOKENS["<|audio_bos|>"]
+            assert ids[m.offset : m.offset + m.length] == [AUDIO_TOKEN_ID] * m.length
+            assert ids[m.offset + m.length] == AUDIO_TOKENS["<|audio_eos|>"]
+        for part, param, words in [
+            (input_audio(wav(100)), "messages[0].content[1].input_audio", "too short"),
+            (image_part(RED), "messages[0].content[1].image_url", "takes no image input"),
+        ]:
+            r = await fe.client.post(
+                "/v1/chat/completions", json={"messages": [user(TEXT, part)], "max_tokens": 2}
+            )
+            assert r.status_code == 400, r.text
+            error = r.json()["error"]
+            assert error["param"] == param and words in error["message"], error
+        assert len(fe.fleet[1].requests) == 1

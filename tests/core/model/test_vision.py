@@ -10,7 +10,7 @@ import pytest
 
 from dyn.core.model import load_model_info
 from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens
-from tests.vision_model import (
+from tests.media_models import (
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,

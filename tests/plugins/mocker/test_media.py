@@ -17,7 +17,7 @@ from dyn.core.messages import Finish, GenerateRequest, MediaItem, SamplingParams
 from dyn.core.model import load_model_info
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.engine import MockerEngine
-from tests.vision_model import IMAGE_TOKEN_ID, make_vision_model
+from tests.media_models import IMAGE_TOKEN_ID, make_vision_model
 
 pytestmark = pytest.mark.anyio
 BS = 4

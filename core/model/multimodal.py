@@ -1,0 +1,26 @@
+"""The media a model takes, by modality: each modality's placeholder rule (``ImageTokens`` from
+``dyn.core.model.vision``, ``AudioTokens`` from ``dyn.core.model.audio``), read once from the
+model's files. Both rules answer the same questions: ``token`` and ``token_id`` (the placeholder
+that repeats), ``placeholder`` (what a template that reads text writes for one item) and
+``tokens_for(item)`` (how many placeholder tokens a loaded item becomes, or one of
+``COUNT_ERRORS`` saying why the model cannot take it). No model dyn reads takes video.
+"""
+
+from __future__ import annotations
+
+from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
+from dyn.core.model.info import ModelInfo
+from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens
+
+PlaceholderRule = ImageTokens | AudioTokens
+COUNT_ERRORS = (ImageSizeError, AudioLengthError)
+
+
+def placeholder_rules(info: ModelInfo) -> dict[str, PlaceholderRule]:
+    """``{modality: rule}`` for each modality the model takes; empty for a text-only model."""
+    rules: dict[str, PlaceholderRule] = {}
+    if (image := image_tokens(info)) is not None:
+        rules["image"] = image
+    if (audio := audio_tokens(info)) is not None:
+        rules["audio"] = audio
+    return rules
