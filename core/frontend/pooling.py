@@ -18,15 +18,20 @@ model (it does not register the route then).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from typing import TYPE_CHECKING, Literal
+
+import anyio.to_thread
 
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
 from dyn.core.frontend import limits as bounds
 from dyn.core.frontend.endpoints.base import Call
 from dyn.core.frontend.endpoints.json_post import JsonEndpoint
 from dyn.core.messages import EmbedReply, EmbedRequest, PoolingTask
+from dyn.core.model.classes import class_labels
+from dyn.core.model.info import ModelInfo
 from dyn.core.protocol.embeddings import MAX_EMBED_TOKENS
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.router.pool import Worker
@@ -56,11 +61,9 @@ def check_count(count: int, preprocessor: Preprocessor, param: str) -> None:
         )
 
 
-async def tokenize_texts(
-    preprocessor: Preprocessor, texts: list[str], add_special_tokens: bool, param: str
-) -> list[list[int]]:
-    """``texts`` tokenized as completion prompts; a 400 naming ``param`` for more than
-    ``--max-prompts`` of them or more than ``--max-prompt-bytes`` of text in all."""
+def check_texts(texts: list[str] | list[tuple[str, str]], preprocessor: Preprocessor, param: str) -> None:
+    """A 400 naming ``param`` for more than ``--max-prompts`` inputs or more than
+    ``--max-prompt-bytes`` of text in all."""
     check_count(len(texts), preprocessor, param)
     if bounds.json_size(texts, preprocessor.prompt_bytes) > preprocessor.prompt_bytes:
         raise bad_request(
@@ -68,7 +71,38 @@ async def tokenize_texts(
             "the most this server accepts (raise it with --max-prompt-bytes, or split the request)",
             param=param,
         )
+
+
+async def tokenize_texts(
+    preprocessor: Preprocessor, texts: list[str], add_special_tokens: bool, param: str
+) -> list[list[int]]:
+    """``texts`` tokenized as completion prompts, bounded by ``check_texts``."""
+    check_texts(texts, preprocessor, param)
     return [await preprocessor.tokenize_text_async(t, add_special_tokens) for t in texts]
+
+
+async def tokenize_pairs(
+    preprocessor: Preprocessor, pairs: list[tuple[str, str]], separator: bool, param: str
+) -> list[list[int]]:
+    """Each (query, document) pair as one cross-encoder input, bounded by ``check_texts``: the
+    tokenizer's pair encoding when ``separator``, else the two texts joined and tokenized with
+    special tokens (``dyn.core.model.classes.pair_with_separator``). Tokenized in a thread."""
+    check_texts(pairs, preprocessor, param)
+    tokenizer = preprocessor.tokenizer
+
+    def encode() -> list[list[int]]:
+        if separator:
+            return [tokenizer.encode_pair(query, document) for query, document in pairs]
+        return [tokenizer.encode(query + document) for query, document in pairs]
+
+    return await anyio.to_thread.run_sync(encode)
+
+
+@functools.lru_cache(maxsize=64)
+def model_classes(info: ModelInfo) -> list[str | None] | None:
+    """The served model's class names by index (``dyn.core.model.classes.class_labels``; None:
+    not a classifier), read once per model."""
+    return class_labels(info)
 
 
 def check_vocab(prompts: list[list[int]], vocab_size: int, param: str = "input") -> None:

@@ -143,6 +143,12 @@ class Tokenizer:
         ``add_special_tokens`` runs the post-processor (e.g. adds BOS); chat prompts pass False."""
         return self._encode_fast([text], add_special_tokens=add_special_tokens)[0].ids
 
+    def encode_pair(self, first: str, second: str) -> list[int]:
+        """Token ids of the pair ``(first, second)`` as the tokenizer's post-processor writes a
+        pair (special tokens and separators added), as transformers' ``tokenizer(text=first,
+        text_pair=second)``."""
+        return self.backend.encode(first, second, add_special_tokens=True).ids
+
     def encode_chat(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """``encode`` of a rendered chat prompt, through the prefix cache when nothing is added
         around it (``dyn.core.frontend.token_cache``): an agent's next turn re-tokenizes only

@@ -3,10 +3,14 @@ classification heads state them: ``id2label`` (index -> name) or else ``num_labe
 
 A model is a classifier when one of its ``architectures`` ends in ``ForSequenceClassification``
 (its class names, else ``None`` for a class without one); ``class_labels`` returns None for any
-other model.
+other model. A classifier with one class is a cross-encoder: it scores a (query, document) pair,
+written as the tokenizer writes a pair of texts unless its config says ``use_sep_token: false``
+(``pair_with_separator``), as vLLM's cross-encoder scoring reads it.
 """
 
 from __future__ import annotations
+
+import functools
 
 from dyn.core.model.info import ModelInfo, read_model_json
 
@@ -34,3 +38,15 @@ def class_labels(info: ModelInfo) -> list[str | None] | None:
         count = max(names, default=-1) + 1 or 2  # transformers' default head has 2 classes
     count = min(count, MAX_CLASSES)
     return [names.get(i) for i in range(count)]
+
+
+@functools.lru_cache(maxsize=64)
+def pair_with_separator(info: ModelInfo) -> bool:
+    """Whether a cross-encoder's (query, document) input is the tokenizer's pair encoding (its
+    separator tokens between them: ``use_sep_token``, default true, or the deprecated
+    ``use_pad_token``), rather than the two texts joined (an LLM used as a reranker)."""
+    config = read_model_json(str(info.path), info.path / "config.json", required=False) or {}
+    for key in ("use_pad_token", "use_sep_token"):
+        if isinstance(value := config.get(key), bool):
+            return value
+    return True

@@ -7,11 +7,12 @@ or a list of strings. One query is scored against every document (1:N); N querie
 documents pair by position (N:N). A rerank request is one ``query`` and its ``documents``;
 the results come sorted by ``relevance_score``, the best first, the first ``top_n`` when it is set.
 
-The score of a pair is the cosine similarity of their embeddings, as vLLM scores with an
-embedding (bi-encoder) model. Inputs are text: vLLM's multimodal inputs (``{"content": [...]}``)
-are refused, since dyn takes no images yet. ``instruction`` and ``chat_template_kwargs`` feed
-cross-encoder chat templates, which a bi-encoder does not use (vLLM ignores them there too);
-``use_activation`` does not change a cosine. Unknown fields are ignored, as vLLM ignores them.
+How a pair is scored (the cosine of two embeddings, or a cross-encoder's probability) is the
+endpoint's (``dyn.core.frontend.endpoints.scoring``). Inputs are text: vLLM's multimodal inputs
+(``{"content": [...]}``) are refused. ``instruction`` and ``chat_template_kwargs`` feed the score
+templates vLLM applies only when its server is given one, which dyn does not take: they are
+ignored; ``use_activation`` does not change a cosine. Unknown fields are ignored, as vLLM ignores
+them.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def _texts(value: Any, name: str) -> list[str]:
         if not isinstance(item, str):
             where = name if items is not value else f"{name}[{i}]"
             what = (
-                "a multimodal input ({'content': [...]}); dyn takes no images yet, so score text"
+                "a multimodal input ({'content': [...]}); dyn scores text only"
                 if isinstance(item, dict)
                 else f"a {type(item).__name__}"
             )

@@ -35,8 +35,11 @@ def hidden_size(model: ModelInfo) -> int:
 
 
 def class_probabilities(token_ids: list[int], count: int) -> list[float]:
-    """A classifier's answer for ``token_ids``: ``count`` probabilities summing to 1 (the softmax
-    of logits drawn as ``unit_vector``'s are), a function of the ids alone."""
+    """A classifier's answer for ``token_ids``, a function of the ids alone: ``count``
+    probabilities summing to 1 (the softmax of logits drawn as ``unit_vector``'s are), or for one
+    class (a cross-encoder) the sigmoid of one such logit, as vLLM's classifier heads activate."""
+    if count == 1:
+        return [1.0 / (1.0 + math.exp(-4.0 * unit_vector(token_ids, 2)[0]))]
     logits = [4.0 * v for v in unit_vector(token_ids, count)]
     top = max(logits)
     weights = [math.exp(v - top) for v in logits]

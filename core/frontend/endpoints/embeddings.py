@@ -11,14 +11,11 @@ chat template path exactly as ``/tokenize`` renders them), bounded and embedded 
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 from dyn.core.frontend import pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.messages import PoolingTask
-from dyn.core.model.classes import class_labels
-from dyn.core.model.info import ModelInfo
 from dyn.core.protocol.embeddings import (
     ClassificationResponse,
     EmbeddingRequest,
@@ -69,14 +66,8 @@ async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
     warn_ignored(body, EmbeddingRequest, "to /classify")
     service = app.models.resolve(req.model)
     probabilities, tokens = await _vectors(service, req, "Classification", "classify")
-    labels = _labels(service.preprocessor.info)
+    labels = pooling.model_classes(service.preprocessor.info) or []
     return classification_response(service.model_name, probabilities, labels, tokens)
-
-
-@functools.lru_cache(maxsize=64)
-def _labels(info: ModelInfo) -> list[str | None]:
-    """The served model's class names by index (empty when its config names none)."""
-    return class_labels(info) or []
 
 
 async def _vectors(

@@ -1,12 +1,23 @@
 """``POST /score`` (and ``/v1/score``) and ``POST /rerank`` (and ``/v1/rerank``, ``/v2/rerank``):
-vLLM's scoring endpoints on the workers that embed (the shapes are in ``dyn.core.protocol.scoring``).
+vLLM's scoring endpoints on pooling workers (the shapes are in ``dyn.core.protocol.scoring``), the
+two ways vLLM scores, chosen by the served model:
 
-Every query and document is tokenized as a completion prompt (special tokens added, as vLLM's
-scoring does), cut to its first ``max_tokens_per_query`` / ``max_tokens_per_doc`` tokens when
-those are set, truncated by ``truncate_prompt_tokens``, bounded and embedded in one request to one
-worker as ``dyn.core.frontend.pooling`` says; one query is embedded once however many documents it
-is scored against. A pair's score is the cosine similarity of the two vectors. ``usage`` counts the
-tokens embedded.
+- **Bi-encoder** (a model that embeds): every query and document is tokenized as a completion
+  prompt (special tokens added, as vLLM's scoring does), truncated by ``truncate_prompt_tokens``,
+  bounded and embedded in one request to one worker as ``dyn.core.frontend.pooling`` says; one
+  query is embedded once however many documents it is scored against. A pair's score is the
+  cosine similarity of the two vectors.
+- **Cross-encoder** (a classifier with one class, ``dyn.core.model.classes``): each (query,
+  document) pair is one input, the tokenizer's pair encoding (or the two texts joined, for a model
+  whose config says ``use_sep_token: false``), classified by the worker; a pair's score is the
+  class's probability (the sigmoid of its logit, as vLLM's classifier head activates one class).
+  A classifier with more classes cannot score (vLLM fails it: the score must be a scalar): a 400
+  that sends its inputs to ``/classify``. ``use_activation: false`` (vLLM's raw logit) is not
+  served: a 400.
+
+Either way each query and document is first cut to the text of its first
+``max_tokens_per_query`` / ``max_tokens_per_doc`` tokens when those are set, and ``usage`` counts
+the tokens pooled.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from dyn.core.frontend import pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
+from dyn.core.model.classes import pair_with_separator
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.scoring import (
     Pairs,
@@ -55,7 +67,7 @@ async def _rerank(app: FrontendApp, body: bytes) -> RerankResponse:
 async def _scores(
     service: OpenAIService, req: ScoringFields, pairs: Pairs, api: str
 ) -> tuple[list[float], int]:
-    """Each document's score against its query, and the number of tokens embedded."""
+    """Each document's score against its query, and the number of tokens pooled."""
     pooling.check_model(service)
     preprocessor = service.preprocessor
     context = preprocessor.info.context_length
@@ -65,26 +77,63 @@ async def _scores(
     ):
         if value >= context:
             raise bad_request(f"{name} ({value}) must be less than max_model_len ({context}).", param=name)
+    classes = pooling.model_classes(preprocessor.info)
+    if classes is not None:
+        return await _cross_encoded(service, req, pairs, api, len(classes))
     pooling.check_count(len(pairs.queries) + len(pairs.documents), preprocessor, pairs.names[1])
-    queries = await _prompts(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
-    documents = await _prompts(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
-    prompts = pooling.truncated(queries + documents, req.truncate_prompt_tokens, req.truncation_side, context)
+    queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
+    documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
+    queries_ids = await pooling.tokenize_texts(preprocessor, queries, True, pairs.names[0])
+    documents_ids = await pooling.tokenize_texts(preprocessor, documents, True, pairs.names[1])
+    prompts = pooling.truncated(
+        queries_ids + documents_ids, req.truncate_prompt_tokens, req.truncation_side, context
+    )
     tokens = pooling.check_lengths(prompts, context, pairs.names[1])
     vectors = await pooling.embed(service, prompts, api)
     return pair_scores(vectors[: len(queries)], vectors[len(queries) :]), tokens
 
 
-async def _prompts(preprocessor: Preprocessor, texts: list[str], first: int, param: str) -> list[list[int]]:
-    """``texts`` tokenized with special tokens, each cut to the text of its first ``first``
-    tokens when ``first`` is set (vLLM cuts the text at that token's end, then tokenizes it)."""
-    if first:
-        pieces = await pooling.tokenize_texts(preprocessor, texts, False, param)
-        tokenizer = preprocessor.tokenizer
-        texts = [
-            tokenizer.decode(ids[:first], skip_special_tokens=False) if len(ids) > first else text
-            for text, ids in zip(texts, pieces, strict=True)
-        ]
-    return await pooling.tokenize_texts(preprocessor, texts, True, param)
+async def _cross_encoded(
+    service: OpenAIService, req: ScoringFields, pairs: Pairs, api: str, classes: int
+) -> tuple[list[float], int]:
+    """The cross-encoder's scores (see the module docstring)."""
+    preprocessor = service.preprocessor
+    if classes != 1:
+        raise bad_request(
+            f"'{service.model_name}' is a classifier of {classes} classes: a score is one class's "
+            "probability, so only a one-class classifier (a cross-encoder) scores; send its inputs "
+            "to /classify",
+            param="model",
+        )
+    if req.use_activation is False:
+        raise bad_request(
+            "use_activation: false (the cross-encoder's raw logit) is not served by dyn; leave it "
+            "out for the activated score",
+            param="use_activation",
+        )
+    queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
+    documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
+    paired = [(queries[0] if len(queries) == 1 else queries[i], d) for i, d in enumerate(documents)]
+    separator = pair_with_separator(preprocessor.info)
+    prompts = await pooling.tokenize_pairs(preprocessor, paired, separator, pairs.names[1])
+    context = preprocessor.info.context_length
+    prompts = pooling.truncated(prompts, req.truncate_prompt_tokens, req.truncation_side, context)
+    tokens = pooling.check_lengths(prompts, context, pairs.names[1])
+    probabilities = await pooling.embed(service, prompts, api, "classify")
+    return [p[0] for p in probabilities], tokens
+
+
+async def _cut(preprocessor: Preprocessor, texts: list[str], first: int, param: str) -> list[str]:
+    """``texts``, each cut to the text of its first ``first`` tokens when ``first`` is set (vLLM
+    cuts the text at that token's end, then tokenizes it)."""
+    if not first:
+        return texts
+    pieces = await pooling.tokenize_texts(preprocessor, texts, False, param)
+    tokenizer = preprocessor.tokenizer
+    return [
+        tokenizer.decode(ids[:first], skip_special_tokens=False) if len(ids) > first else text
+        for text, ids in zip(texts, pieces, strict=True)
+    ]
 
 
 SCORE = pooling.AdmittedJsonEndpoint("/score", _score)

@@ -20,7 +20,7 @@ import pytest
 
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
 from dyn.core.frontend.limits import RequestLimits
-from tests.classifier_model import LABELS, make_classifier_model
+from tests.classifier_model import LABELS, make_classifier_model, make_cross_encoder
 from tests.core.frontend.fake_workers import fake_probs, fake_vector
 
 pytestmark = pytest.mark.anyio
@@ -120,7 +120,7 @@ async def test_max_tokens_per_doc_and_query_keep_each_texts_first_tokens(make_fr
             "/score",
             {"queries": "a", "documents": [{"content": [{"type": "image_url"}]}]},
             "documents[0]",
-            "no images",
+            "scores text only",
         ),
         ("/score", {"text_1": 5, "text_2": "x"}, "text_1", "a int"),
         ("/score", {"queries": "a", "documents": "x", "max_tokens_per_doc": -1}, "max_tokens_per_doc", ""),
@@ -205,3 +205,54 @@ async def test_classify_answers_probabilities_and_the_likeliest_label(make_front
     async with make_frontend(workers=1, features={1: EMBED}) as fe:
         r = await fe.client.post("/classify", json={"input": "x"})
         assert r.status_code == 404 and "not a classification model" in r.json()["error"]["message"]
+
+
+CLASSIFY = [FEATURE_EMBED, FEATURE_CLASSIFY]
+
+
+async def test_a_one_class_classifier_scores_each_pair_as_a_cross_encoder(make_frontend, tokenizer, tmp_path):
+    """vLLM's cross-encoder scoring: each (query, document) is one input, the tokenizer's pair
+    encoding, classified; its score is the one class's probability."""
+    model = str(make_cross_encoder(tmp_path / "reranker"))
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 200, r.text
+        pairs = [tokenizer.encode_pair(QUERY, d) for d in DOCS]
+        (asked,) = fe.fleet[1].embeds
+        assert asked.task == "classify" and asked.prompts == pairs
+        expected = sorted(((i, fake_probs(ids)[0]) for i, ids in enumerate(pairs)), key=lambda x: -x[1])
+        body = r.json()
+        assert [x["index"] for x in body["results"]] == [i for i, _ in expected]
+        assert [x["relevance_score"] for x in body["results"]] == pytest.approx([p for _, p in expected])
+        assert body["usage"]["prompt_tokens"] == sum(len(ids) for ids in pairs)
+        r = await fe.client.post("/score", json={"queries": [QUERY, "Bananas?"], "documents": DOCS[:2]})
+        assert r.status_code == 200, r.text
+        ids = [tokenizer.encode_pair(QUERY, DOCS[0]), tokenizer.encode_pair("Bananas?", DOCS[1])]
+        assert [d["score"] for d in r.json()["data"]] == pytest.approx([fake_probs(i)[0] for i in ids])
+        r = await fe.client.post(
+            "/score", json={"queries": QUERY, "documents": DOCS, "use_activation": False}
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "use_activation"
+
+
+async def test_a_cross_encoder_without_a_separator_scores_the_texts_joined(
+    make_frontend, tokenizer, tmp_path
+):
+    """``use_sep_token: false`` (an LLM used as a reranker): the query and document as one text."""
+    model = str(make_cross_encoder(tmp_path / "reranker", use_sep_token=False))
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model) as fe:
+        r = await fe.client.post("/score", json={"queries": QUERY, "documents": DOCS[0]})
+        assert r.status_code == 200, r.text
+        assert fe.fleet[1].embeds[-1].prompts == [tokenizer.encode(QUERY + DOCS[0])]
+
+
+async def test_a_classifier_of_several_classes_cannot_score(make_frontend, tmp_path):
+    model = str(make_classifier_model(tmp_path / "cls"))
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert (
+            error["param"] == "model" and "/classify" in error["message"] and "3 classes" in error["message"]
+        )
+        assert fe.fleet[1].embeds == []

@@ -191,3 +191,29 @@ def test_add_special_tokens_follows_transformers(tmp_path: Path, config: dict, b
             assert ours.encode(text, add) == hf.encode(text, add_special_tokens=add), (text, add)
     assert (ours.encode("hi", True)[0] == 0) == bos_processor
     assert ours.encode("hi", False)[0] != 0
+
+
+def test_a_pair_is_encoded_as_transformers_encodes_text_with_text_pair():
+    """A BERT-style post-processor (``[CLS] A [SEP] B [SEP]``): the cross-encoder's input."""
+    import tokenizers
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {
+        w: i
+        for i, w in enumerate(["[UNK]", "[CLS]", "[SEP]", "where", "is", "paris", "in", "france", "?", "."])
+    }
+    backend = tokenizers.Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    backend.post_processor = TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
+    )
+    ours = Tokenizer(backend).encode_pair("where is paris ?", "paris is in france .")
+    theirs = PreTrainedTokenizerFast(tokenizer_object=backend)(
+        text="where is paris ?", text_pair="paris is in france ."
+    )
+    assert ours == theirs["input_ids"] == [1, 3, 4, 5, 8, 2, 5, 4, 6, 7, 9, 2]

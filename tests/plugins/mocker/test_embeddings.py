@@ -140,3 +140,12 @@ async def test_a_classifier_answers_class_probabilities_and_other_models_refuse(
             tg.cancel_scope.cancel()
     assert all(len(p) == len(LABELS) and math.isclose(math.fsum(p), 1.0) for p in probs)
     assert probs[0] == probs[2] != probs[1]
+
+
+def test_a_one_class_classifier_answers_a_sigmoid_score_that_varies_with_the_input():
+    """A cross-encoder's one class: vLLM activates one logit with a sigmoid, so the answer is a
+    probability in (0, 1) of its own, not a softmax's constant 1."""
+    scores = [embeddings.class_probabilities([i, i + 1, 7], 1) for i in range(50)]
+    assert all(len(s) == 1 and 0.0 < s[0] < 1.0 for s in scores)
+    assert len({s[0] for s in scores}) == 50 and embeddings.class_probabilities([3, 4, 7], 1) == scores[3]
+    assert min(s[0] for s in scores) < 0.3 and max(s[0] for s in scores) > 0.7
