@@ -26,6 +26,7 @@ import httpx
 import openai
 import pytest
 
+from tests.classifier_model import make_cross_encoder
 from tests.integration.conftest import serve_ready_url
 from tests.vllm_cpu import MODEL as VLLM_MODEL
 from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
@@ -109,6 +110,26 @@ def test_pooling_mockers_rerank_and_score(dyn_process):
         "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100", "--runner", "pooling"
     )
     rerank_and_score(serve_ready_url(proc).removesuffix("/v1"), "dyn-tiny")
+
+
+def test_a_pooling_mocker_on_a_cross_encoder_reranks_with_pair_scores(dyn_process, tmp_path):
+    """A one-class classifier (a reranker) scores each (query, document) pair: a probability,
+    the same for the same pair whichever endpoint asks, and /rerank ranks by it."""
+    model = make_cross_encoder(tmp_path / "reranker")
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100", "--runner", "pooling",
+        "--model-path", str(model),
+    )  # fmt: skip
+    docs = ["The sky is blue.", "Grass is green.", "The sea is blue too."]
+    with httpx.Client(base_url=serve_ready_url(proc).removesuffix("/v1"), timeout=60) as http:
+        r = http.post("/v1/rerank", json={"query": "What colour is the sky?", "documents": docs})
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        scores = [x["relevance_score"] for x in results]
+        assert scores == sorted(scores, reverse=True) and all(0 < s < 1 for s in scores)
+        r = http.post("/score", json={"queries": "What colour is the sky?", "documents": docs})
+        by_index = {x["index"]: x["relevance_score"] for x in results}
+        assert [d["score"] for d in r.json()["data"]] == pytest.approx([by_index[i] for i in range(3)])
 
 
 def test_generating_workers_answer_embeddings_with_404(dyn_process):
