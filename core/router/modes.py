@@ -75,6 +75,12 @@ def _random(ctx: RouterContext) -> Router:
     return RandomRouter(ctx.pool, ctx.rng)
 
 
+def _power_of_two(ctx: RouterContext) -> Router:
+    from dyn.core.router.simple import PowerOfTwoRouter
+
+    return PowerOfTwoRouter(ctx.pool, ctx.rng)
+
+
 def _least_loaded(ctx: RouterContext) -> Router:
     from dyn.core.router.simple import LeastLoadedRouter
 
@@ -93,6 +99,11 @@ BUILTIN_MODES: dict[str, RouterMode] = {
         RouterMode(name="kv", summary="KV-cache and load aware, tuned with the KV router flags", build=_kv),
         RouterMode(name="round-robin", summary="each worker in turn", build=_round_robin),
         RouterMode(name="random", summary="a worker drawn at random", build=_random),
+        RouterMode(
+            name="power-of-two",
+            summary="the less loaded of two workers drawn at random",
+            build=_power_of_two,
+        ),
         RouterMode(
             name="least-loaded",
             summary="the worker with the fewest requests in flight from this router",

@@ -144,6 +144,25 @@ class LeastLoadedRouter(SimpleRouter):
         return best
 
 
+class PowerOfTwoRouter(SimpleRouter):
+    """Two distinct workers drawn at random, the one with fewer requests in flight from this
+    router wins (the first drawn on a tie): near least-loaded balance without reading every
+    worker, and no herd onto the one idle worker when several routers see the same counts."""
+
+    mode = "power-of-two"
+
+    def __init__(self, pool: WorkerPool, rng: random.Random | None = None) -> None:
+        super().__init__(pool)
+        self._rng = rng or random.Random()
+
+    def choose(self, request: RouteRequest, view: LoadView) -> Worker:
+        workers = view.workers
+        if len(workers) == 1:
+            return workers[0]
+        first, second = self._rng.sample(workers, 2)
+        return second if view.active(second) < view.active(first) else first
+
+
 class DirectRouter(Router):
     """Only requests that name their worker; any other is ``TargetRequiredError``. Chooses
     nothing, so it is a ``Router`` rather than a ``SimpleRouter``."""

@@ -9,6 +9,7 @@ install`` leaves; entry-point format: the PyPA entry points specification), so
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,7 @@ from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import Worker, WorkerPool
-from dyn.core.router.simple import LeastLoadedRouter
+from dyn.core.router.simple import LeastLoadedRouter, PowerOfTwoRouter
 
 pytestmark = pytest.mark.anyio
 
@@ -124,6 +125,26 @@ async def test_least_loaded_takes_the_idlest_worker_and_frees_on_finish():
     extra.finished()
     first[1].finished()
     assert (await router.route(req())).worker.instance_id == 2
+
+
+async def test_power_of_two_picks_the_less_loaded_of_two_drawn_workers():
+    """Loads 0, 1, 2, 3 on four workers: the worker of rank r (0 the least loaded) wins when it is
+    drawn with a busier one, with probability (3 - r) / 6; the busiest never wins."""
+    pool = FixedPool(1, 2, 3, 4)
+    router = PowerOfTwoRouter(pool, random.Random(7))
+    for iid, load in ((2, 1), (3, 2), (4, 3)):
+        for _ in range(load):
+            await router.route(req(iid))
+    wins = {1: 0, 2: 0, 3: 0, 4: 0}
+    draws = 6000
+    for _ in range(draws):
+        route = await router.route(req())
+        wins[route.worker.instance_id] += 1
+        route.finished()  # the loads stay as set
+    assert wins[4] == 0
+    for iid, share in ((1, 3 / 6), (2, 2 / 6), (3, 1 / 6)):
+        assert abs(wins[iid] / draws - share) < 0.03, wins
+    assert (await PowerOfTwoRouter(FixedPool(5)).route(req())).worker.instance_id == 5
 
 
 async def test_a_departed_worker_leaves_no_count_behind():
