@@ -399,6 +399,9 @@ class RouteQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     prompt_media: list[list[tuple[int, int, int]]] = []
     """Per prompt (0: ``token_ids``, ``i``: ``prompts[i - 1]``), its media as ``(offset, length,
     key)`` (``RouteRequest.media``); empty: no prompt has media."""
+    overlap_score_credit: float | None = None
+    """The group's overlap credit in the router's cost, from 0 to 1 (``RouteOverrides``;
+    ``agent_hints.kv_overlap_score_credit``); None: the router's own."""
 
 
 class RouteAnswer(msgspec.Struct, array_like=True, gc=False):

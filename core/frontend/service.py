@@ -56,6 +56,7 @@ from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.grammar import GrammarCompiler
 from dyn.core.protocol.openai import (
     DEFAULT_MAX_LOGPROBS,
+    AgentHints,
     ChatCompletionRequest,
     CompletionRequest,
     SessionControl,
@@ -66,7 +67,7 @@ from dyn.core.protocol.openai import (
 from dyn.core.protocol.priority import Convention, engine_priority, queue_priority, request_priority
 from dyn.core.protocol.structured import request_constraint
 from dyn.core.protocol.tools import forced_schema, tool_plan
-from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError
+from dyn.core.router.policy import Route, RouteOverrides, Router, RouteRequest, RoutingError
 
 __all__ = ["Generation", "OpenAIService", "OutputSettings", "RequestContext"]
 
@@ -362,6 +363,7 @@ class OpenAIService:
             affinity=affinity.mode if by_id is not None else None,  # type: ignore[arg-type]
             pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None,
             lora_name=self.lora_name,
+            overrides=_credit_override(hints),
         )
         client_priority = request_priority(req, self.priority_convention)
         tokenizer = self.preprocessor.tokenizer
@@ -570,3 +572,10 @@ def _checked_constraint(
     req: _GenerationRequest, forced_tool_schema: dict | None, model: ModelInfo
 ) -> OutputConstraint | None:
     return request_constraint(req, forced_tool_schema, GrammarCompiler.for_model(model))
+
+
+def _credit_override(hints: AgentHints | None) -> RouteOverrides | None:
+    """``agent_hints.kv_overlap_score_credit`` as the router's per-request override."""
+    if hints is None or hints.kv_overlap_score_credit is None:
+        return None
+    return RouteOverrides(overlap_score_credit=hints.kv_overlap_score_credit)

@@ -53,6 +53,8 @@ class AgentHints(msgspec.Struct, forbid_unknown_fields=True):
     osl: U32 | None = None
     speculative_prefill: bool = False
     latency_sensitivity: float | None = None
+    kv_overlap_score_credit: float | None = None
+    """This request's ``--router-kv-overlap-score-credit`` (0 to 1) in the KV router's cost."""
 
 
 SESSION_ACTIONS = ("open", "bind", "close")
@@ -140,6 +142,13 @@ def check_nvext(nvext: NvExt) -> None:
             "agent_hints.latency_sensitivity",
             "must be a finite number of seconds",
             hints.latency_sensitivity,
+        )
+    if hints is not None and hints.kv_overlap_score_credit is not None:
+        need(
+            0.0 <= hints.kv_overlap_score_credit <= 1.0,
+            "agent_hints.kv_overlap_score_credit",
+            "must be from 0.0 to 1.0",
+            hints.kv_overlap_score_credit,
         )
     session = nvext.session_control
     if session is not None:

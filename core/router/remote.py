@@ -485,32 +485,30 @@ class RemoteRouter(Router):
         )
 
 
+def _routing_fields(request: RouteRequest) -> tuple[object, ...]:
+    """What a ``RouteQuery`` sends once for its whole group."""
+    return (
+        request.instance_id,
+        request.dp_rank,
+        request.priority,
+        request.lora_name,
+        request.latency_sensitivity,
+        request.expected_output_tokens,
+        request.prefill_instance_id,
+        request.overrides,
+    )
+
+
 def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
     """One query for ``requests`` (see the module docstring): each distinct prompt sent once."""
     first = requests[0]
-    shared = (
-        first.instance_id,
-        first.dp_rank,
-        first.priority,
-        first.lora_name,
-        first.latency_sensitivity,
-        first.expected_output_tokens,
-        first.prefill_instance_id,
-    )
+    shared = _routing_fields(first)
     prompts: list[list[int]] = []
     media: list[list[tuple[int, int, int]]] = [list(first.media)]
     index = {id(first.token_ids): 0}
     which: list[int] = []
     for request in requests[1:]:
-        if (
-            request.instance_id,
-            request.dp_rank,
-            request.priority,
-            request.lora_name,
-            request.latency_sensitivity,
-            request.expected_output_tokens,
-            request.prefill_instance_id,
-        ) != shared:
+        if _routing_fields(request) != shared:
             raise ValueError(
                 "the requests of one route_all group must share their routing "
                 "fields (all but request_id and token_ids)"
@@ -537,4 +535,5 @@ def _group_query(query_id: int, requests: list[RouteRequest]) -> RouteQuery:
         reports_start=True,
         prefill_instance_id=first.prefill_instance_id,
         prompt_media=media if any(media) else [],
+        overlap_score_credit=first.overrides.overlap_score_credit if first.overrides is not None else None,
     )

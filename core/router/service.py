@@ -75,6 +75,7 @@ from dyn.core.router.policy import (
     NoWorkersError,
     QueueFullError,
     Route,
+    RouteOverrides,
     RouteRequest,
     RoutingError,
     TargetRequiredError,
@@ -230,6 +231,9 @@ class RouterService:
                 )
             if any(not 0 <= i <= len(query.prompts) for i in query.sibling_prompts):
                 return f"a sibling prompt index is outside 0..{len(query.prompts)}"
+        credit = query.overlap_score_credit
+        if credit is not None and not 0.0 <= credit <= 1.0:
+            return f"overlap_score_credit must be from 0.0 to 1.0, got {credit!r}"
         if query.prompt_media:
             if len(query.prompt_media) != len(query.prompts) + 1:
                 return (
@@ -251,6 +255,8 @@ class RouterService:
         members = [(query.request_id, 0)]
         members += list(zip(query.siblings, which, strict=True))
         prefix = identity.hex()
+        credit = query.overlap_score_credit
+        overrides = None if credit is None else RouteOverrides(overlap_score_credit=credit)
         return [
             RouteRequest(
                 request_id=f"{prefix}/{rid}",
@@ -263,6 +269,7 @@ class RouterService:
                 latency_sensitivity=query.latency_sensitivity,
                 expected_output_tokens=query.expected_output_tokens,
                 prefill_instance_id=query.prefill_instance_id,
+                overrides=overrides,
             )
             for rid, i in members
         ]

@@ -16,7 +16,7 @@ from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRouter
 from dyn.core.router.metrics import RouterMetrics
-from dyn.core.router.policy import AllWorkersBusyError, RouteRequest, WorkerNotFoundError
+from dyn.core.router.policy import AllWorkersBusyError, RouteOverrides, RouteRequest, WorkerNotFoundError
 from dyn.core.router.pool import Worker
 
 pytestmark = pytest.mark.anyio
@@ -85,6 +85,18 @@ async def test_routes_to_the_worker_holding_the_prefix():
     route = await router.route(request(PREFIX + [1, 2, 3, 4, 5]))
     assert route.worker.instance_id == 2
     assert route.decision.overlap_blocks == 40 and route.decision.cached_tokens == 160
+
+
+async def test_a_requests_own_overlap_credit_overrides_the_routers():
+    """``agent_hints.kv_overlap_score_credit``: at 0 the cached prefix earns nothing, so the
+    request leaves the busier worker that holds it; at the router's 1 it goes there."""
+    router = make_router()
+    store(router, 2, PREFIX)
+    await router.route(request(range(5000, 5040), "busy", instance_id=2))
+    prompt = PREFIX + [1, 2, 3, 4, 5]
+    assert (await router.route(request(prompt, "a"))).worker.instance_id == 2
+    blind = await router.route(request(prompt, "b", overrides=RouteOverrides(overlap_score_credit=0.0)))
+    assert blind.worker.instance_id != 2 and blind.decision.overlap_blocks == 0
 
 
 async def test_load_moves_requests_away_from_a_busy_worker_without_overlap():

@@ -24,6 +24,7 @@ from dyn.core.router.kv import AllWorkersBusyError
 from dyn.core.router.policy import (
     NoWorkersError,
     QueueFullError,
+    RouteOverrides,
     RouteRequest,
     RoutingError,
     TargetRequiredError,
@@ -330,6 +331,11 @@ def test_a_group_is_one_query_with_each_prompt_sent_once():
         ],
     )
     assert mixed.prompt_media == [[], [(2, 3, 77)]]
+    blind = RouteOverrides(overlap_score_credit=0.0)
+    credited = _group_query(
+        11, [RouteRequest(request_id=f"o{i}", token_ids=a, overrides=blind) for i in range(2)]
+    )
+    assert credited.overlap_score_credit == 0.0 and same.overlap_score_credit is None
     with pytest.raises(ValueError, match="share their routing fields"):
         _group_query(
             9,
@@ -508,6 +514,7 @@ async def test_the_service_refuses_a_malformed_group(tmp_path):
                     (RouteQuery(5, "a", [1, 2], prompt_media=[[(1, 2, 3)]]), "outside its prompt"),
                     (RouteQuery(7, "a", [1, 2], prompt_media=[[(0, 1, 3)] * 3]), "outside its prompt"),
                     (RouteQuery(6, "a", [1, 2], prompt_media=[[(0, 1, -1)]]), "not a u64"),
+                    (RouteQuery(8, "a", [1, 2], overlap_score_credit=1.5), "from 0.0 to 1.0"),
                 ):
                     await client.send_multipart(encode(query))
                     refused = decode_router_message(await client.recv_multipart())
