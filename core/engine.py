@@ -67,6 +67,8 @@ class EngineInfo(msgspec.Struct, kw_only=True):
     ``unsupported`` error."""
     loras: dict[str, str] = {}
     """The LoRA adapters the engine serves, name to path (``WorkerRecord.loras``)."""
+    device: str | None = None
+    """What the engine computes on (``WorkerRecord.device``)."""
 
 
 FEATURE_STREAMING_SESSIONS = "streaming_sessions"

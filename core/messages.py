@@ -614,3 +614,7 @@ class WorkerRecord(msgspec.Struct, omit_defaults=True):
     disaggregation_mode: DisaggregationMode = "agg"
     """The worker's role (``--disaggregation-mode``): a model with live ``prefill`` or ``decode``
     workers is served disaggregated (``dyn.core.router.disagg``)."""
+    device: str | None = None
+    """What the engine computes on: ``cpu``, or an accelerator's name (``cuda``, ...); None:
+    not said (routed as an accelerator). ``--router-mode device-aware-weighted`` weighs CPU
+    workers against the others."""

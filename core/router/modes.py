@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the CLI reads the modes for its help: keep this module ligh
     from dyn.core.router.pool import WorkerPool
 
 ROUTER_MODE_ENTRY_POINT_GROUP = "dyn.router_modes"
+CUDA_TO_CPU_RATIO_ENV = "DYN_ENCODER_CUDA_TO_CPU_RATIO"
 
 
 @dataclass(kw_only=True)
@@ -87,6 +88,22 @@ def _least_loaded(ctx: RouterContext) -> Router:
     return LeastLoadedRouter(ctx.pool)
 
 
+def _device_aware_weighted(ctx: RouterContext) -> Router:
+    import os
+
+    from dyn.core.router.simple import DEFAULT_CUDA_TO_CPU_RATIO, DeviceAwareWeightedRouter
+
+    text = os.environ.get(CUDA_TO_CPU_RATIO_ENV, "").strip()
+    if not text:
+        return DeviceAwareWeightedRouter(ctx.pool, DEFAULT_CUDA_TO_CPU_RATIO)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"{CUDA_TO_CPU_RATIO_ENV}={text!r}: give a whole number of 1 or more (the throughput of "
+            f"one accelerator worker in CPU workers; default {DEFAULT_CUDA_TO_CPU_RATIO})"
+        )
+    return DeviceAwareWeightedRouter(ctx.pool, int(text))
+
+
 def _direct(ctx: RouterContext) -> Router:
     from dyn.core.router.simple import DirectRouter
 
@@ -108,6 +125,13 @@ BUILTIN_MODES: dict[str, RouterMode] = {
             name="least-loaded",
             summary="the worker with the fewest requests in flight from this router",
             build=_least_loaded,
+        ),
+        RouterMode(
+            name="device-aware-weighted",
+            summary="CPU workers and accelerator workers as two groups, an accelerator worth "
+            f"${CUDA_TO_CPU_RATIO_ENV} (default 8) CPU workers: the group below its share of the "
+            "load, then its least loaded worker",
+            build=_device_aware_weighted,
         ),
         RouterMode(
             name="direct",

@@ -128,7 +128,10 @@ class LeastLoadedRouter(SimpleRouter):
         self._next = 0
 
     def choose(self, request: RouteRequest, view: LoadView) -> Worker:
-        workers = view.workers
+        return self._least_loaded(view.workers, view)
+
+    def _least_loaded(self, workers: Sequence[Worker], view: LoadView) -> Worker:
+        """The least loaded of ``workers`` (not empty), ties in turn."""
         n = len(workers)
         start = self._next % n
         self._next += 1
@@ -142,6 +145,37 @@ class LeastLoadedRouter(SimpleRouter):
             if load < best_load:
                 best, best_load = worker, load
         return best
+
+
+DEFAULT_CUDA_TO_CPU_RATIO = 8
+"""Dynamo's ``DYN_ENCODER_CUDA_TO_CPU_RATIO`` default."""
+
+
+class DeviceAwareWeightedRouter(LeastLoadedRouter):
+    """Heterogeneous fleets (Dynamo's ``device-aware-weighted``): workers that compute on a CPU
+    (``WorkerRecord.device == "cpu"``) and the others (accelerators, or not said) form two groups;
+    one accelerator worker counts for ``ratio`` CPU workers. The request goes to the CPU group
+    while its requests in flight are fewer than its capability share of the accelerators' load,
+    ``accelerator_load * cpu_workers // (ratio * accelerator_workers)``, else to the accelerator
+    group; then to the least loaded worker of that group. With one group only, least-loaded."""
+
+    mode = "device-aware-weighted"
+
+    def __init__(self, pool: WorkerPool, ratio: int = DEFAULT_CUDA_TO_CPU_RATIO) -> None:
+        super().__init__(pool)
+        if ratio < 1:
+            raise ValueError(f"the CUDA-to-CPU ratio must be at least 1, got {ratio}")
+        self.ratio = ratio
+
+    def choose(self, request: RouteRequest, view: LoadView) -> Worker:
+        cpu = [w for w in view.workers if w.record.device == "cpu"]
+        if not cpu or len(cpu) == len(view.workers):
+            return self._least_loaded(view.workers, view)
+        other = [w for w in view.workers if w.record.device != "cpu"]
+        cpu_load = sum(view.active(w) for w in cpu)
+        other_load = sum(view.active(w) for w in other)
+        allowed_cpu = other_load * len(cpu) // (self.ratio * len(other))
+        return self._least_loaded(cpu if cpu_load < allowed_cpu else other, view)
 
 
 class PowerOfTwoRouter(SimpleRouter):

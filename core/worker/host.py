@@ -175,6 +175,7 @@ class WorkerHost:
             aliases=list(self.aliases),
             loras=dict(info.loras),
             disaggregation_mode=self.settings.disaggregation_mode,
+            device=info.device,
             pid=os.getpid(),
             started_at=time.time(),
             version=core_pkg.__version__,

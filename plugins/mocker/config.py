@@ -153,6 +153,16 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             "priority conventions differ; SGLang's new_token_ratio and lpm are not simulated).",
         ),
     ] = "vllm"
+    device: Annotated[
+        str,
+        flag(
+            "--device",
+            panel=ENGINE_PANEL,
+            help="What the simulated worker says it computes on, for --router-mode "
+            "device-aware-weighted: cuda (a GPU, what the timing model simulates) or cpu. The "
+            "timing model is the same either way.",
+        ),
+    ] = "cuda"
     scheduling_policy: Annotated[
         str,
         flag(
@@ -351,6 +361,8 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError("--max-num-batched-tokens must be at least --block-size")
         if self.engine_type not in ENGINE_TYPES:
             raise ValueError(f"--engine-type must be one of {', '.join(ENGINE_TYPES)}")
+        if not self.device or not self.device.replace("_", "").isalnum():
+            raise ValueError(f"--device must name a device (cuda, cpu, ...), got {self.device!r}")
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"--scheduling-policy must be one of {', '.join(SCHEDULING_POLICIES)}")
         if self.radix_eviction_policy not in RADIX_EVICTION_POLICIES:

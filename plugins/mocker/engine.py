@@ -236,6 +236,7 @@ class MockerEngine:
             priority_order=priority_order(config),
             features=features,
             loras=dict(self.loras.paths),
+            device=config.device,
         )
 
     # ------------------------------------------------------------------ engine loop

@@ -323,6 +323,7 @@ class SglangEngine:
             if values.get("schedule_low_priority_values_first")
             else "higher_first",
             features=[FEATURE_STREAMING_SESSIONS] if values.get("enable_streaming_session") else [],
+            device=str(values.get("device") or "cuda"),
         )
 
     @staticmethod

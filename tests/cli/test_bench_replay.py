@@ -79,7 +79,7 @@ def test_num_requests_mode_and_environment_twins(trace, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--router-mode", "direct"], "--router-mode kv, round-robin, random, power-of-two, least-loaded"),
+        (["--router-mode", "direct"], "--router-mode kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted"),
         (["--block-size", "0"], "--block-size must be a positive integer"),
         (["--enable-streaming-session"], "add --engine-type sglang"),
         (["--use-remote-indexer"], "--use-remote-indexer"),
@@ -126,6 +126,7 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "speedup_ratio",
         "decode_speedup_ratio",
         "engine_type",
+        "device",
         "scheduling_policy",
         "enable_priority_scheduling",
         "schedule_low_priority_values_first",

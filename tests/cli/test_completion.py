@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 COMPLETIONS = ROOT / "completions"
 TIMEOUT_S = 60
-MODES = {"kv", "round-robin", "random", "power-of-two", "least-loaded", "direct"}
+MODES = {"kv", "round-robin", "random", "power-of-two", "least-loaded", "device-aware-weighted", "direct"}
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

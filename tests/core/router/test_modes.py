@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,7 @@ from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import Worker, WorkerPool
-from dyn.core.router.simple import LeastLoadedRouter, PowerOfTwoRouter
+from dyn.core.router.simple import DeviceAwareWeightedRouter, LeastLoadedRouter, PowerOfTwoRouter
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,7 @@ class FixedPool:
 
     model_name = "m"
 
-    def __init__(self, *ids: int) -> None:
+    def __init__(self, *ids: int, cpu: tuple[int, ...] = ()) -> None:
         self.members = {
             i: Worker(
                 WorkerRecord(
@@ -67,6 +68,7 @@ class FixedPool:
                     block_size=16,
                     total_kv_blocks=64,
                     max_num_batched_tokens=256,
+                    device="cpu" if i in cpu else "cuda",
                 ),
                 client=None,
             )
@@ -145,6 +147,28 @@ async def test_power_of_two_picks_the_less_loaded_of_two_drawn_workers():
     for iid, share in ((1, 3 / 6), (2, 2 / 6), (3, 1 / 6)):
         assert abs(wins[iid] / draws - share) < 0.03, wins
     assert (await PowerOfTwoRouter(FixedPool(5)).route(req())).worker.instance_id == 5
+
+
+async def test_device_aware_weighted_gives_the_cpu_group_its_capability_share():
+    """One accelerator worker counts for ``ratio`` CPU workers: with two accelerators and two CPU
+    workers at ratio 4, of 100 requests that stay in flight the CPU group gets one for every four
+    the accelerators get (20 of 100), each group spread least-loaded."""
+    pool = FixedPool(1, 2, 3, 4, cpu=(3, 4))
+    router = DeviceAwareWeightedRouter(pool, ratio=4)
+    chosen = Counter([(await router.route(req())).worker.instance_id for _ in range(100)])
+    assert chosen[3] + chosen[4] == 20 and abs(chosen[3] - chosen[4]) <= 1 and abs(chosen[1] - chosen[2]) <= 1
+    only_cpu = DeviceAwareWeightedRouter(FixedPool(5, 6, cpu=(5, 6)))
+    assert Counter([(await only_cpu.route(req())).worker.instance_id for _ in range(10)]) == {5: 5, 6: 5}
+
+
+def test_device_aware_weighted_reads_its_ratio_from_the_environment(tmp_path, monkeypatch):
+    pool = WorkerPool(FileDiscoveryStore(tmp_path, "t"), "m")
+    assert build_router("device-aware-weighted", pool, KvRouterConfig(), CollectorRegistry()).ratio == 8
+    monkeypatch.setenv("DYN_ENCODER_CUDA_TO_CPU_RATIO", "3")
+    assert build_router("device-aware-weighted", pool, KvRouterConfig(), CollectorRegistry()).ratio == 3
+    monkeypatch.setenv("DYN_ENCODER_CUDA_TO_CPU_RATIO", "0")
+    with pytest.raises(ValueError, match="DYN_ENCODER_CUDA_TO_CPU_RATIO='0': give a whole number"):
+        build_router("device-aware-weighted", pool, KvRouterConfig(), CollectorRegistry())
 
 
 async def test_a_departed_worker_leaves_no_count_behind():

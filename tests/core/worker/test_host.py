@@ -79,6 +79,7 @@ class ControlEngine(ScriptedEngine):
             max_num_batched_tokens=512,
             priority_order="higher_first",
             features=[FEATURE_STREAMING_SESSIONS, FEATURE_PIN_PREFIX],
+            device="cpu",
         )
         self.sessions = {}
 
@@ -155,7 +156,7 @@ async def test_errors_are_replies_and_the_worker_keeps_serving(tmp_path):
 
 async def test_control_calls_reach_the_engine_and_unsupported_ones_say_so(tmp_path):
     async with running_host(tmp_path, engine=ControlEngine()) as (_store, record, client, _s, _tg):
-        assert record.priority_order == "higher_first"
+        assert record.priority_order == "higher_first" and record.device == "cpu"
         assert record.features == ["streaming_sessions", "pin_prefix"]
         opened = await client.call(SessionControlRequest("o1", "open", "s1", 90.0))
         assert opened == ControlReply("o1", 1)
@@ -174,7 +175,7 @@ async def test_control_calls_reach_the_engine_and_unsupported_ones_say_so(tmp_pa
         out = [m async for m in client.generate(GenerateRequest("g", [2]))]
         assert out[-1].reason == "length"
     async with running_host(tmp_path / "plain") as (_store, record, client, _s, _tg):
-        assert record.features == [] and record.priority_order == "lower_first"
+        assert record.features == [] and record.priority_order == "lower_first" and record.device is None
         for call in (SessionControlRequest("o", "open", "s", 5.0), PinPrefixRequest("p", [1], 300.0)):
             with pytest.raises(RemoteError) as unsupported:
                 await client.call(call)

@@ -32,6 +32,8 @@ def test_defaults_are_valid_vllm():
         ({"engine_type": "sglang", "scheduling_policy": "priority"}, "--scheduling-policy is a vLLM flag"),
         ({"engine_type": "trtllm"}, "--engine-type must be one of vllm, sglang"),
         ({"scheduling_policy": "lottery"}, "--scheduling-policy must be one of fcfs, priority"),
+        ({"device": "gpu 0"}, "--device must name a device"),
+        ({"device": ""}, "--device must name a device"),
         (
             {"engine_type": "sglang", "radix_eviction_policy": "lfu"},
             "--radix-eviction-policy must be one of lru, priority",
@@ -82,3 +84,11 @@ def test_reasoning_json_is_parsed_and_checked():
         MockerConfig(
             reasoning=ReasoningConfig(start_thinking_token_id=1, end_thinking_token_id=2, thinking_ratio=-0.1)
         ).validate()
+
+
+def test_the_device_is_what_the_worker_advertises():
+    from dyn.core.model import load_model_info
+    from dyn.plugins.mocker.engine import MockerEngine
+
+    assert MockerEngine(MockerConfig(), load_model_info(None, None)).info.device == "cuda"
+    assert MockerEngine(MockerConfig(device="cpu"), load_model_info(None, None)).info.device == "cpu"
