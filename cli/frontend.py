@@ -497,6 +497,28 @@ def frontend(
         panel=LOGGING_PANEL,
         help="Most prompt characters and prompt token ids a logged request shows (default: all).",
     ),
+    agent_trace_file: str = flag(
+        None,
+        "--agent-trace-file",
+        panel=LOGGING_PANEL,
+        help="Write one JSON line per finished request here (a Mooncake trace row: timing, "
+        "session, agent_context, worker, cached tokens, the prompt's block hashes), which dyn "
+        "bench --trace and dyn bench replay --offline replay.",
+    ),
+    agent_trace_max_bytes: int = flag(
+        64 << 20,
+        "--agent-trace-max-bytes",
+        min=4096,
+        panel=LOGGING_PANEL,
+        help="Size at which the agent trace file is renamed FILE.1 and a new one begun.",
+    ),
+    agent_trace_backups: int = flag(
+        3,
+        "--agent-trace-backups",
+        min=0,
+        panel=LOGGING_PANEL,
+        help="Rotated agent trace files kept (FILE.1 ... FILE.N); 0: the file starts over.",
+    ),
     uvicorn_log_level: str = flag(
         None,
         "--uvicorn-log-level",
@@ -600,6 +622,9 @@ def frontend(
         enable_prompt_tokens_details=enable_prompt_tokens_details,
         enable_log_requests=enable_log_requests and not disable_log_requests,
         max_log_len=max_log_len,
+        agent_trace_file=agent_trace_file,
+        agent_trace_max_bytes=agent_trace_max_bytes,
+        agent_trace_backups=agent_trace_backups,
         disable_fastapi_docs=disable_fastapi_docs,
         uvicorn_log_level=uvicorn_log_level,
         num_http_workers=num_http_workers,

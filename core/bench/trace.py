@@ -10,6 +10,8 @@ One JSON object per line:
   same session completed).
 - Bailian (``chat_id`` present): ``timestamp`` in seconds, 16-token hash ids; every row is read as
   an independent timed request (turns are already dated).
+- dyn's agent traces (``dyn frontend --agent-trace-file``): Mooncake rows with sessions, whose
+  ``block_size`` field states the tokens per hash id (``default_block_size`` reads it).
 
 ``read_trace`` validates every line and raises ``TraceError`` naming the file, line and field.
 ``TokenSynth`` turns hash ids into token ids the way the reference tools do: one deterministic
@@ -144,10 +146,18 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> list[TraceRow]:
 
 
 def default_block_size(rows: Sequence[TraceRow], path: str | Path | None = None) -> int:
-    """512 for Mooncake traces; 16 when the file is a Bailian trace (its rows carry ``chat_id``)."""
+    """The ``block_size`` the first row states (dyn's agent traces, ``--agent-trace-file``);
+    else 512 for Mooncake traces, 16 when the file is a Bailian trace (its rows carry
+    ``chat_id``)."""
     if path is not None:
         with open(path, "rb") as f:
             first = next((line for line in f if line.strip()), b"")
+        try:
+            stated = orjson.loads(first).get("block_size")
+        except (orjson.JSONDecodeError, AttributeError):
+            stated = None
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+            return stated
         if b'"chat_id"' in first:
             return BAILIAN_BLOCK_SIZE
     return MOONCAKE_BLOCK_SIZE

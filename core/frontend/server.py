@@ -21,6 +21,7 @@ import anyio
 
 from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
+from dyn.core.frontend.agent_trace import AgentTrace
 from dyn.core.frontend.apis.chat_completions.chunks import REASONING_FIELD_NAMES
 from dyn.core.frontend.apis.responses.store import ResponseStore
 from dyn.core.frontend.app import FrontendApp
@@ -119,6 +120,12 @@ class FrontendSettings:
     """Log each request's parameters (info) and prompt (debug) (``--enable-log-requests``)."""
     max_log_len: int | None = None
     """Most prompt characters and token ids a logged request shows (None: all)."""
+    agent_trace_file: str | None = None
+    """Where the agent trace goes (``--agent-trace-file``; ``dyn.core.frontend.agent_trace``)."""
+    agent_trace_max_bytes: int = 64 << 20
+    """Size at which the agent trace file is rotated."""
+    agent_trace_backups: int = 3
+    """Rotated agent trace files kept."""
     disable_fastapi_docs: bool = False
     """``/openapi.json`` is a 404 (``--disable-fastapi-docs``)."""
     uvicorn_log_level: str | None = None
@@ -163,6 +170,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         )
     metrics = FrontendMetrics()
     request_log = _request_log(settings)
+    agent_trace = _agent_trace(settings)
     try:
         store = settings.discovery.open()
     except ValueError as exc:
@@ -208,6 +216,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             reliability,
             priority_convention=convention,
             request_log=request_log,
+            agent_trace=agent_trace,
             affinity=settings.session_affinity,
             media=settings.media,
         )
@@ -268,6 +277,17 @@ def _request_log(settings: FrontendSettings) -> RequestLog | None:
     if settings.max_log_len is not None and settings.max_log_len < 0:
         raise ConfigError("--max-log-len must be at least 0")
     return RequestLog(settings.max_log_len) if settings.enable_log_requests else None
+
+
+def _agent_trace(settings: FrontendSettings) -> AgentTrace | None:
+    if settings.agent_trace_file is None:
+        return None
+    if settings.num_http_workers > 1:
+        raise ConfigError(
+            "--agent-trace-file is written by one HTTP process: it is not built for "
+            "--num-http-workers above 1"
+        )
+    return AgentTrace(settings.agent_trace_file, settings.agent_trace_max_bytes, settings.agent_trace_backups)
 
 
 def _chat_template(value: str | None) -> str | None:

@@ -32,6 +32,7 @@ import msgspec
 from dyn.core.background import BackgroundTasks
 from dyn.core.engine import FEATURE_MEDIA, FEATURE_POOLING_ONLY, FEATURE_TOOL_HINTS
 from dyn.core.frontend import nvext as nvext_out
+from dyn.core.frontend.agent_trace import AgentTrace
 from dyn.core.frontend.beam_search import MAX_BEAM_STEP_REQUESTS, BeamChoice, BeamSearch
 from dyn.core.frontend.choice import Choice, Migration
 from dyn.core.frontend.detokenizer import IncrementalDetokenizer
@@ -138,6 +139,7 @@ class OpenAIService:
         reliability: Reliability | None = None,
         priority_convention: Convention = "dyn",
         request_log: RequestLog | None = None,
+        agent_trace: AgentTrace | None = None,
         affinity: SessionAffinity | None = None,
         media: MediaSettings | None = None,
     ) -> None:
@@ -148,6 +150,8 @@ class OpenAIService:
         self.media = media or MediaSettings()
         self.affinity = affinity or SessionAffinity()
         self.request_log = request_log
+        self.agent_trace = agent_trace
+        """Writes a line per finished request (``--agent-trace-file``), when set."""
         self.model_name = model_name
         self.aliases: set[str] = set()
         """Other names requests may use for the model (``dyn.core.frontend.catalog``)."""
@@ -532,6 +536,8 @@ class OpenAIService:
             m.ttft.observe(ttft)
         if itl is not None:
             m.itl.observe(itl)
+        if self.agent_trace is not None:
+            self.agent_trace.record(gen, ok)
 
 
 def _parser(registry: Registry, name: str | None) -> type | None:

@@ -100,6 +100,22 @@ EXTRA_FIELDS = ("worker_id", "timing")
 ANNOTATIONS = ("formatted_prompt", "token_ids", "request_id", "llm_metrics")
 
 
+TraceId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class AgentContext(msgspec.Struct, forbid_unknown_fields=True):
+    """``nvext.agent_context`` (Dynamo's agent tracing): who made the request, recorded with it
+    in the agent trace (``--agent-trace-file``). ``workflow_type_id``: the kind of workload
+    (``coding_agent``); ``workflow_id``: the run; ``program_id``: one trajectory of the run (an
+    agent or subagent); ``parent_program_id``: the trajectory that spawned it. Identity only: it
+    changes no routing."""
+
+    workflow_type_id: TraceId
+    workflow_id: TraceId
+    program_id: TraceId
+    parent_program_id: TraceId | None = None
+
+
 class NvExt(msgspec.Struct, forbid_unknown_fields=True):
     """NVIDIA's request extensions (seed 000); ``check_nvext`` holds the value rules."""
 
@@ -116,6 +132,7 @@ class NvExt(msgspec.Struct, forbid_unknown_fields=True):
     agent_hints: AgentHints | None = None
     cache_control: CacheControl | None = None
     session_control: SessionControl | None = None
+    agent_context: AgentContext | None = None
 
 
 def check_nvext(nvext: NvExt) -> None:

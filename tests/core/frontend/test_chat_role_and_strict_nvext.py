@@ -5,8 +5,8 @@ The role rule is vLLM's ``OpenAIServingChat.get_chat_request_role`` (``serving_c
 last message's role when ``add_generation_prompt`` is false, else ``--response-role``
 ("assistant"). The nvext fields refused here are Dynamo's (``lib/llm/src/protocols/openai/nvext.rs``
 as summarised in ../shared/reference/dynamo-router-spec.md 6.1: ``router``,
-``routing_constraints``, ``agent_context``, ``agent_hints.strict_priority``), which dyn does not
-build. ``guided_decoding_backend`` per request is refused by vLLM V1 too when it differs from the
+``routing_constraints``, ``agent_hints.strict_priority``), which dyn does not build, and a field
+``agent_context`` does not define. ``guided_decoding_backend`` per request is refused by vLLM V1 too when it differs from the
 engine's (``vllm/v1/engine/processor.py``).
 """
 
@@ -55,7 +55,17 @@ async def test_with_a_generation_prompt_the_answer_is_the_assistants(frontend):
     [
         ({"router": {"ttft_target": 100}}, "nvext.router"),
         ({"routing_constraints": {"required_taints": ["a"]}}, "nvext.routing_constraints"),
-        ({"agent_context": {"session_id": "s"}}, "nvext.agent_context"),
+        (
+            {
+                "agent_context": {
+                    "workflow_type_id": "a",
+                    "workflow_id": "b",
+                    "program_id": "c",
+                    "tenant": "t",
+                }
+            },
+            "nvext.agent_context.tenant",
+        ),
         ({"agent_hints": {"strict_priority": 1}}, "nvext.agent_hints.strict_priority"),
         ({"session_control": {"session_id": "s", "ttl": 3}}, "nvext.session_control.ttl"),
         ({"cache_control": {"type": "ephemeral", "scope": "x"}}, "nvext.cache_control.scope"),
