@@ -79,7 +79,10 @@ def test_num_requests_mode_and_environment_twins(trace, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--router-mode", "direct"], "--router-mode kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted"),
+        (
+            ["--router-mode", "direct"],
+            "--router-mode kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted",
+        ),
         (["--block-size", "0"], "--block-size must be a positive integer"),
         (["--enable-streaming-session"], "add --engine-type sglang"),
         (["--use-remote-indexer"], "--use-remote-indexer"),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import random
-from collections import Counter
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import anyio

@@ -105,5 +105,7 @@ async def test_expired_record_leaves_the_pool(tmp_path):
 
 
 def test_unknown_mode_names_the_valid_ones(tmp_path):
-    with pytest.raises(ValueError, match="kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct"):
+    with pytest.raises(
+        ValueError, match="kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct"
+    ):
         make_router("kv2", WorkerPool(FileDiscoveryStore(tmp_path, "t")))
