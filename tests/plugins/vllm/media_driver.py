@@ -1,0 +1,113 @@
+"""What the drivers of the real-vLLM media tests (test_real_vllm_multimodal.py,
+test_real_vllm_audio.py) share. Runs on the vLLM venv's Python: each test copies this file beside
+its driver (``copy_beside``), which imports it as ``media_driver``. A driver starts ``VllmEngine``
+(the worker's engine, no request plane), sends ``GenerateRequest``s as dyn's frontend would
+(``run``), and prints what the test checks (``drive``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+
+def copy_beside(root: Path) -> None:
+    """Put this module in ``root``, the directory ``tests.vllm_cpu.run_driver`` runs a driver in."""
+    shutil.copy(Path(__file__), root / "media_driver.py")
+
+
+def replay(endpoint: str) -> list[bytes]:
+    """Every batch in vLLM's KV-event replay buffer, as payloads."""
+    import zmq
+
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(endpoint)
+    dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+    poller, out = zmq.Poller(), []
+    poller.register(dealer, zmq.POLLIN)
+    while True:
+        if not poller.poll(5000):
+            raise TimeoutError("vLLM's replay socket did not answer")
+        frames = dealer.recv_multipart()
+        if int.from_bytes(frames[-2], "big", signed=True) == -1:
+            break
+        out.append(frames[-1])
+    dealer.close()
+    return out
+
+
+def settled_replay(endpoint: str, timeout_s: float = 10) -> list[bytes]:
+    """``replay`` once two in a row agree: the publisher thread may still be sending the last."""
+    batches, deadline = replay(endpoint), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        again = replay(endpoint)
+        if len(again) == len(batches):
+            break
+        batches = again
+    return batches
+
+
+def item(data: bytes, offset: int, length: int, modality: str = "image", mime: str = "image/png") -> Any:
+    """A ``MediaItem`` as the frontend makes it: ``mm_hash`` the SHA-256 of ``data``."""
+    from dyn.core.messages import MediaItem
+
+    return MediaItem(modality, data, mime, hashlib.sha256(data).hexdigest(), offset, length)
+
+
+async def run(engine: Any, rid: str, tokens: list[int], media: list[Any], max_tokens: int) -> dict[str, Any]:
+    """One greedy request: ``{"rid", "tokens", "finish": {"reason", "usage": {"prompt_tokens",
+    "cached_tokens"}}}``, or ``"error": {"code", "message"}`` when the engine refuses it."""
+    from dyn.core.engine import EngineError
+    from dyn.core.messages import Finish, GenerateRequest, SamplingParams, StopConditions, TokenChunk
+
+    request = GenerateRequest(
+        rid,
+        tokens,
+        sampling=SamplingParams(temperature=0.0),
+        stop=StopConditions(max_tokens=max_tokens, ignore_eos=True),
+        media=media,
+    )
+    out: dict[str, Any] = {"rid": rid, "tokens": []}
+    try:
+        async for message in engine.generate(request):
+            if isinstance(message, TokenChunk):
+                out["tokens"] += message.token_ids
+            elif isinstance(message, Finish):
+                usage = {
+                    "prompt_tokens": message.usage.prompt_tokens,
+                    "cached_tokens": message.usage.cached_tokens,
+                }
+                out["finish"] = {"reason": message.reason, "usage": usage}
+    except EngineError as exc:
+        out["error"] = {"code": exc.code, "message": str(exc)}
+    return out
+
+
+async def drive(model: str, config: Any, requests: Callable[[Any], Awaitable[dict[str, Any]]]) -> None:
+    """Start ``VllmEngine`` on ``model`` with ``config`` (a ``VllmConfig``), await
+    ``requests(engine)``, and print its results with the engine's ``features`` and every KV-event
+    batch vLLM published (``batches``, base64) as one ``RESULT {json}`` line; then stop vLLM."""
+    import base64
+
+    import anyio
+
+    from dyn.plugins.vllm.engine import VllmEngine
+
+    engine = VllmEngine(config, model)
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.run)
+        results = await requests(engine)
+        batches = settled_replay(engine.info.kv_replay_endpoint)
+        result = {
+            "features": engine.info.features,
+            **results,
+            "batches": [base64.b64encode(payload).decode() for payload in batches],
+        }
+        print("RESULT " + json.dumps(result), flush=True)
+        tg.cancel_scope.cancel()
