@@ -325,6 +325,15 @@ def frontend(
         panel=ROUTER_PANEL,
         help="How long a session stays bound after its last turn (1 to 31536000).",
     ),
+    router_parent_affinity: bool = flag(
+        True,
+        "--router-parent-affinity/--no-router-parent-affinity",
+        panel=ROUTER_PANEL,
+        help="A subagent's first request (its parent named by nvext.agent_context.parent_program_id "
+        "or a parent header: x-dynamo-parent-session-id, x-claude-code-parent-agent-id, "
+        "x-codex-parent-thread-id) goes to the worker of its parent's last request, where their "
+        "shared context is cached, unless that worker is overloaded.",
+    ),
     enable_anthropic_api: bool = flag(
         True,
         "--enable-anthropic-api/--no-enable-anthropic-api",
@@ -598,6 +607,7 @@ def frontend(
         router_address=router_address,
         enable_cache_control=enable_cache_control,
         session_affinity=SessionAffinity(router_session_affinity, router_session_affinity_ttl_secs),  # type: ignore[arg-type]
+        parent_affinity=router_parent_affinity,
         enable_anthropic_api=enable_anthropic_api,
         responses_store_max_entries=responses_store_max_entries,
         responses_store_max_bytes=responses_store_max_bytes,

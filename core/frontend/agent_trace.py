@@ -12,7 +12,8 @@ A line is a Mooncake trace row (``dyn.core.bench.trace``) with the serving facts
   name) with, from its second turn on, ``delay_ms``: the time since the session's previous
   request ended, which the replay waits before sending the turn;
 - identity: ``request_id``, ``model``, ``endpoint``, ``agent_context`` (Dynamo's
-  ``nvext.agent_context``), ``parent_session_id``;
+  ``nvext.agent_context``), ``parent_session_id`` (its ``parent_program_id``, else a parent
+  header);
 - what happened: ``status`` (``success``/``error``), ``finish_reason``, ``worker_id``
   (``nvext.worker_id``'s shape), ``ttft_ms``, ``itl_ms``, ``total_time_ms``, ``cached_tokens``
   (the engine's count), ``kv_hit_rate`` (the router's prediction), ``queue_depth``.
@@ -39,6 +40,7 @@ import orjson
 
 from dyn.core.errors import ConfigError
 from dyn.core.frontend import nvext as nvext_out
+from dyn.core.frontend.session_identity import agent_ids
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 
 if TYPE_CHECKING:
@@ -133,12 +135,7 @@ class AgentTrace:
         }
         nvext = gen.req.nvext
         agent = nvext.agent_context if nvext is not None else None
-        control = nvext.session_control if nvext is not None else None
-        session = (
-            agent.program_id
-            if agent is not None
-            else ctx.session_id or (control.session_id if control is not None else None)
-        )
+        session, parent = agent_ids(nvext, ctx.session_id, ctx.parent_session_id)
         now = time.perf_counter()
         if session is not None:
             row["session_id"] = session
@@ -153,8 +150,8 @@ class AgentTrace:
         row["endpoint"] = gen.endpoint
         if agent is not None:
             row["agent_context"] = {k: v for k, v in msgspec.structs.asdict(agent).items() if v is not None}
-        if ctx.parent_session_id is not None:
-            row["parent_session_id"] = ctx.parent_session_id
+        if parent is not None:
+            row["parent_session_id"] = parent
         row["status"] = "success" if ok else "error"
         row["finish_reason"] = choice.finish_reason
         row["worker_id"] = nvext_out.worker_id(route)

@@ -76,6 +76,8 @@ class FrontendSettings:
     enable_cache_control: bool = False
     session_affinity: SessionAffinity = field(default_factory=SessionAffinity)
     """What a session id a client sends does (``--router-session-affinity``)."""
+    parent_affinity: bool = True
+    """A subagent's first request prefers its parent's worker (``--router-parent-affinity``)."""
     enable_anthropic_api: bool = True
     """``/v1/messages`` is served (``--enable-anthropic-api``)."""
     responses_store_max_entries: int = 1000
@@ -205,7 +207,11 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             router_address=settings.router_address,
             host=settings.host,
         )
-        agent = AgentRouter(router, enable_cache_control=settings.enable_cache_control)
+        agent = AgentRouter(
+            router,
+            enable_cache_control=settings.enable_cache_control,
+            parent_affinity=settings.parent_affinity,
+        )
         service = OpenAIService(
             lora_name or info.name,
             preprocessor,

@@ -46,7 +46,7 @@ from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.output import OutputPlan
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.request_log import RequestLog
-from dyn.core.frontend.session_identity import SessionAffinity
+from dyn.core.frontend.session_identity import SessionAffinity, agent_ids
 from dyn.core.kv.hashing import MediaSpan, mm_key
 from dyn.core.messages import GenerateRequest, MediaItem, OutputConstraint, StopConditions, ToolSpec
 from dyn.core.model.info import ModelInfo
@@ -345,6 +345,7 @@ class OpenAIService:
                 param="nvext.session_control",
             )
         cache = nvext.cache_control if nvext is not None else None
+        trajectory, parent = agent_ids(nvext, ctx.session_id, ctx.parent_session_id)
         affinity = self.affinity
         by_id = None
         if (
@@ -368,6 +369,8 @@ class OpenAIService:
             pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None,
             lora_name=self.lora_name,
             overrides=_credit_override(hints),
+            trajectory=trajectory,
+            parent=parent,
         )
         client_priority = request_priority(req, self.priority_convention)
         tokenizer = self.preprocessor.tokenizer

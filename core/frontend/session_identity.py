@@ -4,8 +4,9 @@ One id per request, the first of ``SESSION_HEADERS`` present: Dynamo's ``x-dynam
 Claude Code's ``x-claude-code-session-id``, Codex's ``session-id`` (and ``session_id``), OpenCode's
 ``x-session-id`` and ``x-session-affinity`` (aiperf sends the latter too). The
 Responses API's ``prompt_cache_key`` names one too when no header does
-(``dyn.core.frontend.apis.responses``). Dynamo's ``x-dynamo-parent-session-id`` names the session
-that spawned this one (a subagent's parent); it is logged with the request.
+(``dyn.core.frontend.apis.responses``). ``PARENT_HEADERS`` name the agent that spawned this one
+(a subagent's parent): it is logged with the request, and with ``--router-parent-affinity`` its
+worker places the subagent's first request (``dyn.core.router.agent``).
 
 The frontend's ``--router-session-affinity`` (``SessionAffinity``) decides what the id does: with
 ``soft`` (the default) or ``hard`` the session is bound to the worker of its first turn and later
@@ -19,9 +20,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from dyn.core.protocol.errors import bad_request
+
+if TYPE_CHECKING:
+    from dyn.core.protocol.openai import NvExt
 
 SESSION_HEADERS = (
     b"x-dynamo-session-id",
@@ -31,7 +35,14 @@ SESSION_HEADERS = (
     b"x-session-id",
     b"x-session-affinity",
 )
-PARENT_HEADER = b"x-dynamo-parent-session-id"
+PARENT_HEADERS = (
+    b"x-dynamo-parent-session-id",
+    b"x-claude-code-parent-agent-id",
+    b"x-codex-parent-thread-id",
+    b"x-parent-session-id",
+)
+"""The agent that spawned this one, the first of these present: Dynamo's, Claude Code's (a
+nested subagent's immediate parent), Codex's, and the generic one Dynamo also reads."""
 MAX_ID_CHARS = 256
 """Dynamo's bound on a session id (``MAX_SESSION_AFFINITY_ID_BYTES``)."""
 _ID = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_ID_CHARS)
@@ -57,8 +68,11 @@ def session_ids(headers: dict[bytes, bytes]) -> tuple[str | None, str | None]:
         if value is not None:
             session = checked(value, name.decode())
             break
-    parent = headers.get(PARENT_HEADER)
-    return session, checked(parent, PARENT_HEADER.decode()) if parent is not None else None
+    for name in PARENT_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            return session, checked(value, name.decode())
+    return session, None
 
 
 def checked(value: bytes | str, where: str) -> str:
@@ -72,3 +86,16 @@ def checked(value: bytes | str, where: str) -> str:
             param=where,
         )
     return text
+
+
+def agent_ids(
+    nvext: NvExt | None, session_id: str | None, parent_id: str | None
+) -> tuple[str | None, str | None]:
+    """``(the agent a request belongs to, the agent that spawned it)``: ``nvext.agent_context``'s
+    ``program_id`` and ``parent_program_id``, else the session the client named (its headers,
+    ``session_id``, else ``nvext.session_control``) and its parent header (``parent_id``)."""
+    agent = nvext.agent_context if nvext is not None else None
+    control = nvext.session_control if nvext is not None else None
+    own = agent.program_id if agent is not None else session_id or (control.session_id if control else None)
+    parent = agent.parent_program_id if agent is not None and agent.parent_program_id else parent_id
+    return own, parent

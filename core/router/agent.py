@@ -31,6 +31,15 @@ overloaded: more than ``SOFT_SLACK`` requests in flight above the least loaded l
 more than twice its count; then the turn is routed normally and the session bound anew where it
 went (as Dynamo's soft affinity treats the bound worker as a preference).
 
+**Parent affinity** (``--router-parent-affinity``, on by default): a subagent's first request
+shares its parent's context, cached where the parent ran. ``AgentRouter`` remembers the worker of
+each agent's last request (``RouteRequest.trajectory``, at most ``MAX_PLACEMENTS``, least recently
+used first out); an agent's first request (no binding, no placement of its own, no worker named)
+that names its ``parent`` goes to the parent's last worker unless that worker is gone or
+overloaded (as ``soft`` affinity judges it), and its session, if any, binds there as usual. Later
+turns follow their own binding, or are routed anew. Dynamo (``--router-parent-affinity``, opt-in) needs the parent's
+session binding; here any request with an agent identity leaves its placement behind.
+
 ``RouteRequest.pin_ttl_s`` (``nvext.cache_control`` with ``--enable-cache-control``): after the
 stream ends, the worker that served it is asked to pin the prompt's cached prefix for that long.
 
@@ -49,6 +58,7 @@ import functools
 import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +77,8 @@ log = logging.getLogger("dyn.router")
 
 ENGINE_TIMEOUT_MARGIN_S = 30
 SOFT_SLACK = 8
+MAX_PLACEMENTS = 65536
+"""Agents whose last worker ``AgentRouter`` remembers for their subagents."""
 REAP_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 10.0
 _call_ids = itertools.count()
@@ -129,15 +141,19 @@ class AgentRouter(Router):
         inner: Router,
         *,
         enable_cache_control: bool = False,
+        parent_affinity: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(inner.pool)
         self.inner = inner
         self.mode = inner.mode
         self.enable_cache_control = enable_cache_control
+        self.parent_affinity = parent_affinity
         self.sessions = SessionAffinity(clock)
         self.background = BackgroundTasks()
         self._warned: set[int] = set()
+        self._placed: OrderedDict[str, tuple[int, int | None]] = OrderedDict()
+        """Each agent's last (worker, dp rank), for its subagents (``RouteRequest.trajectory``)."""
 
     def __getattr__(self, name: str) -> Any:
         # the inner router's own views (its index, block size) stay reachable through the wrapper
@@ -164,16 +180,52 @@ class AgentRouter(Router):
         session = request.session
         pin = request.pin_ttl_s if self.enable_cache_control else None
         if session is None and pin is None:
-            return await self.inner.route(request)
+            if request.trajectory is None and request.parent is None:
+                return await self.inner.route(request)
+            return self._placed_by(await self._route_near_parent(request), request)
         after: list[Callable[[], object]] = []
         if session is None:
-            route = await self.inner.route(request)
+            route = await self._route_near_parent(request)
             engine_session = None
         else:
             route, engine_session = await self._route_session(request, after)
+        self._placed_by(route, request)
         if pin is not None:
             after.append(lambda: self._spawn_pin(route.worker, request.token_ids, pin))
         return AgentRoute(route, engine_session, after)
+
+    async def _route_near_parent(self, request: RouteRequest) -> Route:
+        """``request`` routed on its parent's last worker when parent affinity says so (see the
+        module docstring), else as the inner router chooses."""
+        near = self._near_parent(request)
+        if near is not None:
+            try:
+                return await self.inner.route(near)
+            except WorkerNotFoundError:
+                pass  # gone between the look-up and the booking: routed anew
+        return await self.inner.route(request)
+
+    def _near_parent(self, request: RouteRequest) -> RouteRequest | None:
+        """``request`` pinned to its parent's last worker, or None when it should not be."""
+        if not self.parent_affinity or request.parent is None or request.instance_id is not None:
+            return None
+        if request.trajectory is not None and request.trajectory in self._placed:
+            return None  # not the agent's first request: it has a place of its own
+        placed = self._placed.get(request.parent)
+        if placed is None or self.pool.get(placed[0]) is None or self._overloaded(placed[0]):
+            return None
+        log.debug("request %s: placed on worker %d, where its parent ran", request.request_id, placed[0])
+        return msgspec.structs.replace(request, instance_id=placed[0], dp_rank=placed[1])
+
+    def _placed_by(self, route: Route, request: RouteRequest) -> Route:
+        """Remember where ``request``'s agent ran (``RouteRequest.trajectory``); returns ``route``."""
+        agent = request.trajectory
+        if agent is not None:
+            self._placed[agent] = (route.worker.instance_id, route.dp_rank)
+            self._placed.move_to_end(agent)
+            if len(self._placed) > MAX_PLACEMENTS:
+                self._placed.popitem(last=False)
+        return route
 
     async def route_all(self, requests: list[RouteRequest]) -> list[Route]:
         if len(requests) == 1:
@@ -212,6 +264,7 @@ class AgentRouter(Router):
                 )
                 self.sessions.unbind(sid)
                 bound = None
+        unbound = bound is None  # its first request (or its worker is gone): the parent may place it
         if bound is not None and request.affinity == "soft" and not bound.engine_backed:
             if self._overloaded(bound.instance_id):
                 log.debug(
@@ -230,7 +283,7 @@ class AgentRouter(Router):
                 self.sessions.unbind(sid)
                 bound = None
         if route is None:
-            route = await self.inner.route(request)
+            route = await (self._route_near_parent(request) if unbound else self.inner.route(request))
         worker = route.worker
         action = session.action
         if action is None:

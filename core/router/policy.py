@@ -95,6 +95,12 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     media: list[MediaSpan] = []
     """The prompt's images (audio, video): their placeholder tokens' blocks hash with their keys
     (``dyn.core.kv.hashing``), so a KV router credits a repeated image where it is cached."""
+    trajectory: str | None = None
+    """The agent (or subagent) this request belongs to (``agent_context.program_id``, else its
+    session id): ``AgentRouter`` remembers where its requests went."""
+    parent: str | None = None
+    """The agent that spawned this one (``agent_context.parent_program_id``, a parent-session
+    header): with parent affinity, its first request prefers the parent's worker."""
 
 
 class Route:

@@ -93,6 +93,43 @@ def test_the_first_header_present_wins_and_the_parent_is_read():
     assert session_ids({}) == (None, None)
     with pytest.raises(ApiError):
         session_ids({b"x-dynamo-parent-session-id": b"bad id"})
+    for parent in (b"x-claude-code-parent-agent-id", b"x-codex-parent-thread-id", b"x-parent-session-id"):
+        assert session_ids({parent: b"lead"}) == (None, "lead")
+
+
+@pytest.mark.parametrize(
+    ("headers", "nvext"),
+    [
+        ({"x-dynamo-session-id": "sub-1", "x-claude-code-parent-agent-id": "lead-1"}, None),
+        (
+            {},
+            {
+                "agent_context": {
+                    "workflow_type_id": "t",
+                    "workflow_id": "w",
+                    "program_id": "sub-1",
+                    "parent_program_id": "lead-1",
+                }
+            },
+        ),
+    ],
+)
+async def test_a_subagents_first_request_goes_to_the_worker_its_parent_used(make_frontend, headers, nvext):
+    """Round-robin would send the subagent to the other worker; parent affinity sends it where
+    the lead ran, and ``--no-router-parent-affinity`` does not."""
+    for affinity, together in ((True, True), (False, False)):
+        async with make_frontend(workers=2, parent_affinity=affinity) as fe:
+            await _chat(fe, {"x-dynamo-session-id": "lead-1"} if nvext is None else {}, **_lead_body(nvext))
+            extra = {"nvext": nvext} if nvext is not None else {}
+            await _chat(fe, headers, **extra)
+            assert sorted(_served_by(fe)) == ([0, 2] if together else [1, 1])
+
+
+def _lead_body(nvext: dict | None) -> dict:
+    if nvext is None:
+        return {}
+    lead = {"workflow_type_id": "t", "workflow_id": "w", "program_id": "lead-1"}
+    return {"nvext": {"agent_context": lead}}
 
 
 @pytest.mark.parametrize(("mode", "moves"), [("soft", True), ("hard", False)])

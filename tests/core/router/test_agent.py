@@ -26,6 +26,7 @@ class FakeClient:
     def __init__(self, fail_open: bool = False) -> None:
         self.calls: list = []
         self.fail_open = fail_open
+        self.in_flight = 0
 
     async def call(self, message, timeout_s):
         self.calls.append(message)
@@ -306,3 +307,67 @@ async def test_route_all_of_one_request_keeps_its_session_and_a_session_group_is
     assert route.session_id == "s1" and len(inner.seen) == 1
     with pytest.raises(ValueError, match="single choice"):
         await agent.route_all([req(session()), req()])
+
+
+# ---------------------------------------------------------------------------- parent affinity
+
+
+def agent_req(trajectory=None, parent=None, session_control=None, instance_id=None) -> RouteRequest:
+    return RouteRequest(
+        request_id="r",
+        token_ids=list(range(40)),
+        trajectory=trajectory,
+        parent=parent,
+        session=session_control,
+        affinity="soft" if session_control is not None else None,
+        instance_id=instance_id,
+    )
+
+
+async def test_a_subagents_first_request_goes_where_its_parent_ran_and_later_ones_route_anew():
+    agent, inner = setup(worker(1), worker(2), worker(3))
+    lead = await agent.route(agent_req("lead"))  # turn order: worker 1
+    assert lead.worker.instance_id == 1
+    first = await agent.route(agent_req("sub", parent="lead"))
+    assert first.worker.instance_id == 1 and inner.seen[-1].instance_id == 1
+    later = await agent.route(agent_req("sub", parent="lead"))  # it has a place of its own now
+    assert inner.seen[-1].instance_id is None and later.worker.instance_id == 2
+    unknown = await agent.route(agent_req("orphan", parent="nobody"))
+    assert inner.seen[-1].instance_id is None and unknown.worker.instance_id == 3
+
+
+async def test_a_subagent_session_binds_on_its_parents_worker():
+    agent, inner = setup(worker(1), worker(2))
+    await agent.route(agent_req("lead"))  # worker 1
+    await agent.route(agent_req("other"))  # worker 2: the next in turn
+    child = await agent.route(agent_req("child", parent="lead", session_control=session(sid="child")))
+    assert child.worker.instance_id == 1 and agent.sessions.peek("child").instance_id == 1
+    again = await agent.route(agent_req("child", parent="lead", session_control=session(sid="child")))
+    assert again.worker.instance_id == 1  # its own binding
+
+
+async def test_parent_affinity_gives_way_to_a_named_worker_an_overloaded_parent_and_the_flag():
+    agent, inner = setup(worker(1), worker(2))
+    await agent.route(agent_req("lead"))  # worker 1
+    named = await agent.route(agent_req("a", parent="lead", instance_id=2))
+    assert named.worker.instance_id == 2
+    agent.pool.get(1).client.in_flight = 20  # more than SOFT_SLACK above worker 2's 0
+    agent.pool.get(2).client.in_flight = 0
+    await agent.route(agent_req("b", parent="lead"))
+    assert inner.seen[-1].instance_id is None
+    agent.pool.get(1).client.in_flight = 0
+    off, inner = setup(worker(1), worker(2))
+    off.parent_affinity = False
+    await off.route(agent_req("lead"))
+    await off.route(agent_req("c", parent="lead"))
+    assert inner.seen[-1].instance_id is None
+
+
+async def test_placements_are_bounded(monkeypatch):
+    from dyn.core.router import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "MAX_PLACEMENTS", 3)
+    agent, _ = setup(worker(1))
+    for i in range(10):
+        await agent.route(agent_req(f"a{i}"))
+    assert list(agent._placed) == ["a7", "a8", "a9"]
