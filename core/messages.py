@@ -422,9 +422,14 @@ class RouteAnswer(msgspec.Struct, array_like=True, gc=False):
     router that predates groups and answers the query's own request only."""
     prefill_instance_id: int = -1
     """A disaggregated request's prefill worker (``instance_id`` is then its decode worker; -1:
-    none, the worker does both phases) and its rank. ``overlap_blocks`` and ``cached_tokens``
-    are then the prefill worker's."""
+    none, the worker does both phases) and its rank. ``overlap_blocks``, ``cached_tokens``,
+    ``host_blocks`` and ``disk_blocks`` are then the prefill worker's."""
     prefill_dp_rank: int = 0
+    host_blocks: int = 0
+    """The prompt's blocks after its ``overlap_blocks`` (device) found in the worker's host tier
+    (``cached_tokens`` counts them at the router's host weight)."""
+    disk_blocks: int = 0
+    """The blocks after those found in its disk and external tiers."""
 
 
 class RouteRefused(msgspec.Struct, array_like=True, gc=False):
@@ -497,11 +502,15 @@ class OverlapQuery(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
 
 
 class OverlapAnswer(msgspec.Struct, array_like=True, gc=False):
-    """Matched prefix blocks per ``(instance_id, dp_rank, blocks)``; workers absent matched 0."""
+    """Matched prefix blocks per ``(instance_id, dp_rank, blocks)``; workers absent matched 0.
+    ``tiers``: per ``(instance_id, dp_rank, host_blocks, disk_blocks)``, the blocks that continue
+    that rank's device match in its host tier, then in its disk and external tiers; ranks absent
+    have none (and an indexer that predates tiers sends none)."""
 
     query_id: int
     block_size: int
     scores: list[tuple[int, int, int]]
+    tiers: list[tuple[int, int, int, int]] = []
 
 
 class OverlapRefused(msgspec.Struct, array_like=True, gc=False):

@@ -57,7 +57,7 @@ import heapq
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Hashable, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,7 @@ from dyn.core.bench.report import BenchResult
 from dyn.core.bench.trace import MOONCAKE_BLOCK_SIZE, TokenSynth, TraceRow, theoretical_hit_rate
 from dyn.core.errors import ConfigError
 from dyn.core.kv.convert import BatchConverter, KvEventMetrics, TieredIndexers
-from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent, KvEventBatch
+from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent, KvEventBatch, StorageTier
 from dyn.core.kv.membership import Member, Membership
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
@@ -316,6 +316,10 @@ class _DirectIngest:
         self.indexers = TieredIndexers(indexer, metrics)
         self.metrics = metrics
         self._converters: dict[int, BatchConverter] = {}
+
+    def add_lower_tiers(self, lower_tiers: Mapping[StorageTier, Any]) -> None:
+        """Index the simulated workers' lower-tier events too, as a live ingestor does."""
+        self.indexers.add_lower_tiers(lower_tiers)
 
     def follow(self, membership: Membership) -> None:
         membership.add_listener(self._on_worker)

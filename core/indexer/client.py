@@ -11,7 +11,9 @@ Contract:
 - ``find_matches(local_hashes, seq_hashes=None)`` sends an ``OverlapQuery`` with the local block
   hashes on a DEALER and returns the answer's scores as ``{(instance_id, dp_rank): blocks}``
   (``seq_hashes`` is accepted for ``RadixIndexer`` compatibility and not sent: the indexer chains
-  them itself). ``find_matches_for_tokens`` lets the indexer hash the tokens with its own block
+  them itself). ``find_tiered_matches(local_hashes)`` returns those scores and the answer's
+  lower-tier hits, ``{(instance_id, dp_rank): TierHits(host, disk)}`` (empty from an indexer that
+  predates tiers). ``find_matches_for_tokens`` lets the indexer hash the tokens with its own block
   size.
 - Each query has its own ``query_id``; answers for unknown (abandoned) queries are dropped. No
   answer within ``timeout_s`` (default 1 s) raises ``TimeoutError``; an ``OverlapRefused`` raises
@@ -40,6 +42,7 @@ import anyio.abc
 from dyn.core.discovery.services import service_namespace, service_record, service_store
 from dyn.core.discovery.store import DiscoveryStore, open_store
 from dyn.core.kv.indexer import OverlapScores
+from dyn.core.kv.tiers import TieredScores, TierHits
 from dyn.core.messages import (
     OverlapAnswer,
     OverlapQuery,
@@ -208,17 +211,23 @@ class RemoteIndexer:
         self, local_hashes: Sequence[int], seq_hashes: Sequence[int] | None = None
     ) -> OverlapScores:
         """Matched prefix blocks per ``(instance_id, dp_rank)`` for these local block hashes."""
+        return (await self.find_tiered_matches(local_hashes))[0]
+
+    async def find_tiered_matches(self, local_hashes: Sequence[int]) -> tuple[OverlapScores, TieredScores]:
+        """Matched device blocks per rank, and the host and disk blocks continuing them."""
         if not local_hashes:
-            return {}
-        return await self._ask(lambda qid: OverlapQuery(qid, block_hashes=list(local_hashes)))
+            return {}, {}
+        reply = await self._ask(lambda qid: OverlapQuery(qid, block_hashes=list(local_hashes)))
+        return _scores(reply), {(inst, dp): TierHits(host, disk) for inst, dp, host, disk in reply.tiers}
 
     async def find_matches_for_tokens(
         self, token_ids: Sequence[int], lora_name: str | None = None
     ) -> OverlapScores:
         """Matched prefix blocks of a prompt, hashed by the indexer with its block size."""
-        return await self._ask(lambda qid: OverlapQuery(qid, token_ids=list(token_ids), lora_name=lora_name))
+        reply = await self._ask(lambda qid: OverlapQuery(qid, token_ids=list(token_ids), lora_name=lora_name))
+        return _scores(reply)
 
-    async def _ask(self, build: Any) -> OverlapScores:
+    async def _ask(self, build: Any) -> OverlapAnswer:
         try:
             reply = await self._rpc.call(build(self._rpc.new_id()), self.timeout_s)
         except RpcUnavailable as exc:
@@ -226,4 +235,8 @@ class RemoteIndexer:
         if isinstance(reply, OverlapRefused):
             raise IndexerQueryError(f"the indexer at {self.address} refused the query: {reply.message}")
         self.block_size = reply.block_size or None
-        return {(inst, dp): blocks for inst, dp, blocks in reply.scores}
+        return reply
+
+
+def _scores(reply: OverlapAnswer) -> OverlapScores:
+    return {(inst, dp): blocks for inst, dp, blocks in reply.scores}

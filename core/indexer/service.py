@@ -1,7 +1,8 @@
 """``dyn indexer``: the standalone KV indexer of one model, queried over ZMQ and HTTP (reference 2.6).
 
-``IndexerService`` keeps one ``RadixIndexer`` with a fixed block size, fed by a ``KvEventIngestor``
-from the workers' KV-event PUB sockets. Workers come from one of two places:
+``IndexerService`` keeps one ``RadixIndexer`` with a fixed block size, and the lower tiers' indexes
+beside it (host, disk, external: ``dyn.core.kv.tiers``), fed by a ``KvEventIngestor`` from the
+workers' KV-event PUB sockets. Workers come from one of two places:
 
 - discovery (default): the workers of ``model_name`` in the namespace, followed as they come and
   go; workers of other models are ignored, and a worker that leaves has its blocks dropped. With
@@ -15,7 +16,10 @@ from the workers' KV-event PUB sockets. Workers come from one of two places:
 The service is its own ``IndexView`` (``dyn.core.kv.views``). Its ZMQ ROUTER answers the
 indexer plane of ``dyn.core.messages``: ``OverlapQuery`` (``token_ids`` hashed with the block size
 and ``lora_name``, or local ``block_hashes``; exactly one) -> ``OverlapAnswer`` with
-``(instance_id, dp_rank, blocks)`` per worker that matched; anything malformed -> ``OverlapRefused``
+``(instance_id, dp_rank, blocks)`` per worker that matched in device memory and ``(instance_id,
+dp_rank, host_blocks, disk_blocks)`` per worker whose match continues in its lower tiers (the
+blocks after the device match in host memory, then on disk or in an external pool); the HTTP
+``/query`` answers add Dynamo's ``cpu`` and ``disk`` tokens. Anything malformed -> ``OverlapRefused``
 with the reason (the query id when it can be read, else -1), and frames that cannot be decoded are
 counted and logged at most every few seconds (``RpcServer``). Nothing a client sends stops it.
 
@@ -58,10 +62,12 @@ from dyn.core.indexer.client import (
     indexer_record,
     indexers_store,
 )
-from dyn.core.kv.convert import KvEventMetrics
+from dyn.core.kv.convert import KvEventMetrics, KvIndexWriter
+from dyn.core.kv.events import StorageTier
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import ApplyStatus, RadixIndexer, WorkerKey
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
+from dyn.core.kv.tiers import LowerTierIndexes
 from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
 from dyn.core.logs import status
 from dyn.core.messages import (
@@ -138,10 +144,11 @@ def parse_workers(text: str) -> list[StaticWorker]:
 
 
 class _StaticRanks:
-    """The ingestor's writer for ``--workers`` entries. The ingestor follows entry ``i`` under
-    the internal instance id ``i``; this maps ``(i, rank)`` to ``(instance_id, rank or dp_rank)``."""
+    """The ingestor's writer (one per tier) for ``--workers`` entries. The ingestor follows entry
+    ``i`` under the internal instance id ``i``; this maps ``(i, rank)`` to ``(instance_id, rank or
+    dp_rank)``."""
 
-    def __init__(self, indexer: RadixIndexer, entries: Sequence[StaticWorker]) -> None:
+    def __init__(self, indexer: KvIndexWriter, entries: Sequence[StaticWorker]) -> None:
         self._indexer = indexer
         self._entries = list(entries)
 
@@ -166,6 +173,11 @@ class _StaticRanks:
 
     def remove_worker(self, instance_id: int) -> None:
         self._indexer.clear(self.key((instance_id, 0)))
+
+    def blocks_held(self, worker: WorkerKey) -> int:
+        """The tier's count of the rank's blocks (what the ingestor bounds)."""
+        held = getattr(self._indexer, "blocks_held", None)
+        return 0 if held is None else int(held(self.key(worker)))
 
 
 # --------------------------------------------------------------------------- the service
@@ -212,7 +224,8 @@ class IndexerService(RadixIndexView):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.kv_metrics = KvEventMetrics(self.registry)
         self.metrics = IndexerMetrics(self.registry, self)
-        super().__init__(RadixIndexer(), model_name, block_size)  # sets self._block_size
+        super().__init__(RadixIndexer(), model_name, block_size, lower=LowerTierIndexes())  # sets _block_size
+        assert self.lower is not None
         self.static_workers = list(static_workers) if static_workers is not None else None
         self._records: dict[int, WorkerRecord] = {}
         self._static_endpoints: dict[WorkerKey, str] = {}
@@ -221,11 +234,17 @@ class IndexerService(RadixIndexView):
         self._lease: Lease | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         writer: Any = self.indexer
+        lower_writers: dict[StorageTier, Any] = dict(self.lower.writers())
         if self.static_workers is not None:
             writer = _StaticRanks(self.indexer, self.static_workers)
+            lower_writers = {t: _StaticRanks(w, self.static_workers) for t, w in lower_writers.items()}
         try:
             self.ingestor = KvEventIngestor(
-                writer, self.kv_metrics, block_size=block_size, event_threads=event_threads
+                writer,
+                self.kv_metrics,
+                lower_tiers=lower_writers,
+                block_size=block_size,
+                event_threads=event_threads,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -397,9 +416,14 @@ class IndexerService(RadixIndexView):
             local = query.block_hashes
             if any(not 0 <= h <= U64_MAX for h in local):
                 return OverlapRefused(qid, "block_hashes must be integers in [0, 2**64)")
-        scores = self.find_matches(local, sequence_hashes(local)) if local else {}
+        seq = sequence_hashes(local)
+        scores = self.find_matches(local, seq) if local else {}
+        tiers = self.tier_hits(local, seq, scores) or {}
         return OverlapAnswer(
-            qid, block_size or 0, [(inst, dp, blocks) for (inst, dp), blocks in sorted(scores.items())]
+            qid,
+            block_size or 0,
+            [(inst, dp, blocks) for (inst, dp), blocks in sorted(scores.items())],
+            [(inst, dp, hits.host, hits.disk) for (inst, dp), hits in sorted(tiers.items())],
         )
 
     def _on_query(self, identity: bytes, query: OverlapQuery) -> None:

@@ -12,7 +12,8 @@ Two halves, so the expensive one can run off the event loop:
   rest are rejected (``block_size_mismatch``, at most 3 warnings per worker).
 - ``TieredIndexers.apply`` (the indexers' single writer, on the event loop) applies the ops:
   device ops to the primary indexer, lower-tier ops to that tier's indexer if one is given
-  (else rejected ``tier_not_indexed``), and counts each event's status.
+  (else rejected ``tier_not_indexed``), and counts each event's status. ``AllBlocksCleared``
+  carries no medium and clears the device tier only (engines reset their device cache with it).
 
 ``apply_event_batch`` does both in one call. Every outcome is returned per event (in event
 order) as an ``ApplyStatus`` of the indexer or a ``RejectReason``.
@@ -268,6 +269,16 @@ class TieredIndexers:
         self.metrics = metrics
         self._by_tier: dict[StorageTier, KvIndexWriter] = dict(lower_tiers or {})
         self._by_tier[StorageTier.DEVICE] = device
+
+    def add_lower_tiers(self, lower_tiers: Mapping[StorageTier, KvIndexWriter]) -> None:
+        """Index these lower tiers from now on (the device tier stays as it is)."""
+        for tier, writer in lower_tiers.items():
+            if tier is not StorageTier.DEVICE:
+                self._by_tier[tier] = writer
+
+    def writer(self, tier: StorageTier) -> KvIndexWriter | None:
+        """The indexer of ``tier``, or None when that tier is not indexed."""
+        return self._by_tier.get(tier)
 
     def apply(self, ops: Sequence[IndexOp]) -> list[str]:
         """Apply ops in order; returns each one's ``ApplyStatus`` or ``RejectReason``."""

@@ -58,11 +58,13 @@ class StorageTier(enum.StrEnum):
 _TIER_OF_MEDIUM = {
     "GPU": StorageTier.DEVICE,
     "DEVICE": StorageTier.DEVICE,
+    "CPU": StorageTier.HOST_PINNED,
     "CPU_PINNED": StorageTier.HOST_PINNED,
     "CPU_TIER1": StorageTier.HOST_PINNED,
     "CPU_TIER2": StorageTier.DISK,
     "DISK": StorageTier.DISK,
     "NVME": StorageTier.DISK,
+    "STORAGE": StorageTier.DISK,
     "EXTERNAL": StorageTier.EXTERNAL,
     "NETWORK": StorageTier.EXTERNAL,
     "REMOTE": StorageTier.EXTERNAL,
@@ -71,7 +73,11 @@ _TIER_OF_MEDIUM = {
 
 
 def tier_of(medium: str | None) -> StorageTier:
-    """The tier an engine's ``medium`` names (case-insensitive); missing or unknown: device."""
+    """The tier an engine's ``medium`` names (case-insensitive); missing or unknown: device.
+
+    Dynamo's table plus vLLM's offloading media, ``CPU`` (host) and ``STORAGE`` (disk), which
+    Dynamo would take for device blocks: vLLM's CPU offloading connector publishes exactly those.
+    """
     if not medium:
         return StorageTier.DEVICE
     return _TIER_OF_MEDIUM.get(medium.upper(), StorageTier.DEVICE)

@@ -448,6 +448,17 @@ class RadixIndexer:
         wid = self._ids.get(worker)
         return 0 if wid is None else len(self._lookup[wid])
 
+    def block_hash_of(self, worker: WorkerKey, seq_hash: int) -> int | None:
+        """The engine's own hash of the block at node ``seq_hash`` (a router sequence hash) as
+        ``worker`` names it, or None when the worker does not hold that node: where a walk of the
+        worker's lower storage tiers continues from (``dyn.core.kv.tiers``)."""
+        wid = self._ids.get(worker)
+        entry = self._node.get(seq_hash)
+        if wid is None or entry is None or seq_hash == _ROOT or not entry[4] >> wid & 1:
+            return None
+        alias = self._alias[wid]
+        return alias.get(seq_hash, entry[3]) if alias else entry[3]
+
     def workers(self) -> list[WorkerKey]:
         """Every known (worker, dp_rank), including those cleared down to no blocks."""
         return list(self._ids)

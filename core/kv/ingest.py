@@ -11,7 +11,9 @@ Nothing a worker publishes can claim more than its discovery record advertises
 past its capacity (plus a small slack, see there) and any op for a dp rank the record does not
 have are refused, counted per worker (``dynamo_component_kv_events_rejected_by_worker``) and
 logged at most once per few seconds per worker. The capacity check reads the device indexer's
-own count (``blocks_held``), so it holds however the blocks got there.
+own count (``blocks_held``), so it holds however the blocks got there. Lower tiers (host, disk,
+external; ``add_lower_tiers``) are bounded the same way, by the fixed per-rank
+``lower_tier_limit``, whatever the record says.
 
 Event threads (``--router-event-threads N``, default 4):
 
@@ -82,8 +84,12 @@ class KvEventIngestor:
             raise ValueError(f"--router-event-threads must be at least 1, got {event_threads}")
         if block_size is not None and block_size <= 0:
             raise ValueError(f"--kv-cache-block-size must be positive, got {block_size}")
-        self.indexers = TieredIndexers(indexer, metrics, lower_tiers)
-        self._blocks_held: Callable[[tuple[int, int]], int] | None = getattr(indexer, "blocks_held", None)
+        self.indexers = TieredIndexers(indexer, metrics)
+        self._held: dict[StorageTier, Callable[[tuple[int, int]], int]] = {}
+        held = getattr(indexer, "blocks_held", None)
+        if held is not None:
+            self._held[StorageTier.DEVICE] = held
+        self.add_lower_tiers(lower_tiers or {})
         self.metrics = metrics
         self.block_size = block_size
         self.event_threads = event_threads
@@ -93,6 +99,15 @@ class KvEventIngestor:
         self._tg: anyio.abc.TaskGroup | None = None
         self._threads: list[_EventThread] = []
         self._inbox: _LoopInbox | None = None
+
+    def add_lower_tiers(self, lower_tiers: Mapping[StorageTier, KvIndexWriter]) -> None:
+        """Index these lower tiers' events from now on, each rank bounded to its record's
+        ``lower_tier_limit`` blocks per tier."""
+        self.indexers.add_lower_tiers(lower_tiers)
+        for tier, writer in lower_tiers.items():
+            held = getattr(writer, "blocks_held", None)
+            if tier is not StorageTier.DEVICE and held is not None:
+                self._held[tier] = held
 
     # ----------------------------------------------------------------- membership (sync)
 
@@ -202,7 +217,7 @@ class KvEventIngestor:
             return
         bounds = subscriber.bounds
         try:
-            if bounds.dp_size is None:
+            if bounds.dp_size is None and self._held.keys() <= {StorageTier.DEVICE}:  # nothing to check
                 self.indexers.apply(ops)
                 return
             for op in ops:
@@ -219,28 +234,29 @@ class KvEventIngestor:
         if isinstance(op, RejectedOp):
             return None
         rank = op.worker[1]
-        assert bounds.dp_size is not None
-        if not 0 <= rank < bounds.dp_size:
+        if bounds.dp_size is not None and not 0 <= rank < bounds.dp_size:
             return (
                 RejectReason.UNKNOWN_DP_RANK,
                 f"an event for dp rank {rank}, but its record has {bounds.dp_size} rank(s)",
             )
-        if (
-            isinstance(op, StoreOp)
-            and op.tier is StorageTier.DEVICE
-            and bounds.block_limit is not None
-            and self._blocks_held is not None
-        ):
-            held = self._blocks_held(op.worker)
-            after = held + len(op.block_hashes)
-            if after > bounds.block_limit:
-                why = (
-                    f"storing {len(op.block_hashes)} blocks would take rank {rank} from {held} to "
-                    f"{after}, past the {bounds.block_limit} its record allows (total_kv_blocks "
-                    "plus slack)"
-                )
-                return RejectReason.OVER_CAPACITY, why
-        return None
+        if not isinstance(op, StoreOp):
+            return None
+        held_of = self._held.get(op.tier)
+        if op.tier is StorageTier.DEVICE:
+            limit, what = bounds.block_limit, "its record allows (total_kv_blocks plus slack)"
+        else:
+            limit, what = bounds.lower_tier_limit, f"a rank may hold in the {op.tier} tier"
+        if limit is None or held_of is None:
+            return None
+        held = held_of(op.worker)
+        after = held + len(op.block_hashes)
+        if after <= limit:
+            return None
+        why = (
+            f"storing {len(op.block_hashes)} blocks would take rank {rank} from {held} to "
+            f"{after}, past the {limit} {what}"
+        )
+        return RejectReason.OVER_CAPACITY, why
 
     def _hand_over(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
         """Called on an event thread: queue the ops for the router's loop."""

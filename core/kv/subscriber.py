@@ -75,6 +75,10 @@ MAX_MESSAGE_BYTES = 256 << 20
 """Messages above this never reach Python: ZMQ drops them and the connection (it reconnects)."""
 UNKNOWN_CAPACITY_MESSAGE_BYTES = 64 << 20
 CAPACITY_SLACK_FRACTION = 32
+LOWER_TIER_BLOCK_LIMIT = 1 << 21
+"""The blocks one rank may hold in each lower tier (host, disk, external): workers do not
+advertise those tiers' sizes, and a host or disk cache can be far larger than the device one,
+so the bound is fixed (2M blocks, about 0.5 GB of index per rank and tier at most)."""
 MIN_CAPACITY_SLACK = 64
 _MESSAGE_OVERHEAD_BYTES = 64 << 10
 _BYTES_PER_BLOCK = 96  # a hash (vLLM's sha256 form: 34 bytes), its event's framing, a parent hash
@@ -102,21 +106,25 @@ class KvEventBounds:
     - ``max_message_bytes``: one batch can at most remove and store a whole cache, so its
       payload cannot be larger than twice the capacity times a block's encoded size.
     A record without a capacity (``dyn indexer --workers``) bounds only the message size.
+    Every record bounds each lower tier of each rank to ``lower_tier_limit`` blocks.
     """
 
     dp_size: int | None
     block_limit: int | None
     max_message_bytes: int
+    lower_tier_limit: int = LOWER_TIER_BLOCK_LIMIT
 
     @classmethod
     def of(cls, record: WorkerRecord) -> KvEventBounds:
         capacity = record.total_kv_blocks
         if capacity <= 0:
-            return cls(None, None, UNKNOWN_CAPACITY_MESSAGE_BYTES)
+            return cls(None, None, UNKNOWN_CAPACITY_MESSAGE_BYTES, LOWER_TIER_BLOCK_LIMIT)
         slack = max(MIN_CAPACITY_SLACK, capacity // CAPACITY_SLACK_FRACTION)
         per_block = _BYTES_PER_BLOCK + _BYTES_PER_TOKEN * max(record.block_size, 1)
         size = _MESSAGE_OVERHEAD_BYTES + 2 * capacity * per_block
-        return cls(max(record.dp_size, 1), capacity + slack, min(size, MAX_MESSAGE_BYTES))
+        return cls(
+            max(record.dp_size, 1), capacity + slack, min(size, MAX_MESSAGE_BYTES), LOWER_TIER_BLOCK_LIMIT
+        )
 
 
 class ReplayUnavailable(Exception):

@@ -18,7 +18,12 @@ router, reading the router and its pool by duck typing, so this module imports n
   ``POST /query_by_hash {"block_hashes": [...]}`` -> Dynamo's shape
   ``{"scores": {inst: {dp: tokens}}, "instances": {inst: {"longest_matched": tokens, "dp":
   {rank: tokens}}}, "block_size": N}``; counts are matched tokens (blocks * block_size), keys
-  are decimal strings, workers that matched nothing are absent. An optional ``model_name`` must
+  are decimal strings, workers that matched nothing are absent. ``scores``, ``longest_matched``
+  and ``dp`` count the device tier. A view that indexes lower tiers (``lower``: ``dyn indexer``,
+  a router fed by KV events) adds ``"cpu"`` and ``"disk"`` to each instance, as Dynamo does:
+  the most tokens one of its ranks holds through its host tier, and through its disk and
+  external tiers, each cumulative with the tiers above it (an instance that holds the prompt in
+  a lower tier only is listed, with ``longest_matched`` 0). An optional ``model_name`` must
   name the served model.
 - ``GET /dump`` -> ``{model: {"block_size": N, "events": [{"worker_id", "dp_rank",
   "parent_hash", "block_hash", "tokens_hash"}]}}``, one stored block per event, parents first.
@@ -53,6 +58,7 @@ from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
 from dyn.core.health import verdict
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
+from dyn.core.kv.tiers import LowerTierIndexes, TieredScores
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +92,20 @@ class IndexView(Protocol):
     def worker_total_blocks(self) -> dict[WorkerKey, int]:
         """Each (instance_id, dp_rank)'s KV capacity in blocks, where its worker record says."""
 
+    def tier_hits(
+        self, local_hashes: Sequence[int], seq_hashes: Sequence[int], scores: OverlapScores
+    ) -> TieredScores | None:
+        """The lower-tier blocks continuing ``scores`` (``find_matches``' answer) per rank, or
+        None when the view indexes no lower tier."""
+
 
 Capacity = Mapping[WorkerKey, int] | Callable[[], Mapping[WorkerKey, int]]
 
 
 class RadixIndexView:
     """An ``IndexView`` over a ``RadixIndexer`` owned by someone else (e.g. a frontend's router);
-    ``capacity`` gives the ranks' KV capacity in blocks, where known."""
+    ``capacity`` gives the ranks' KV capacity in blocks, where known; ``lower`` the lower tiers'
+    indexes beside it, when there are any."""
 
     def __init__(
         self,
@@ -103,12 +116,14 @@ class RadixIndexView:
         | Callable[[], Mapping[WorkerKey, str | None]]
         | None = None,
         capacity: Capacity | None = None,
+        lower: LowerTierIndexes | None = None,
     ) -> None:
         self.indexer = indexer
         self.model_name = model_name
         self._block_size = block_size
         self.endpoints = endpoints if endpoints is not None else {}
         self.capacity = capacity if capacity is not None else {}
+        self.lower = lower
 
     @property
     def block_size(self) -> int | None:
@@ -135,12 +150,22 @@ class RadixIndexView:
     def worker_total_blocks(self) -> dict[WorkerKey, int]:
         return dict(self.capacity() if callable(self.capacity) else self.capacity)
 
+    def tier_hits(
+        self, local_hashes: Sequence[int], seq_hashes: Sequence[int], scores: OverlapScores
+    ) -> TieredScores | None:
+        if self.lower is None:
+            return None
+        if self.lower.empty():
+            return {}
+        return self.lower.hits(self.indexer, local_hashes, seq_hashes, scores)
+
 
 def router_index_view(router: Any, pool: Any, model_name: str) -> RadixIndexView | None:
     """The view of a KV router's own index (a frontend's embedded ``KvRouter`` or a ``dyn
-    router``'s): its event-fed ``RadixIndexer``, or in approximate mode the tree of its
-    ``TtlIndexer``; None when it keeps none (another router mode, ``--use-remote-indexer``, an
-    overlap credit of 0). Every live worker of ``pool`` is listed, with its KV capacity."""
+    router``'s): its event-fed ``RadixIndexer`` with its lower tiers, or in approximate mode the
+    tree of its ``TtlIndexer``; None when it keeps none (another router mode,
+    ``--use-remote-indexer``, an overlap credit of 0). Every live worker of ``pool`` is listed,
+    with its KV capacity."""
     indexer = getattr(router, "indexer", None) or getattr(getattr(router, "approx", None), "tree", None)
     if indexer is None:
         return None
@@ -161,7 +186,8 @@ def router_index_view(router: Any, pool: Any, model_name: str) -> RadixIndexView
             if w.record.total_kv_blocks > 0
         }
 
-    return RadixIndexView(indexer, model_name, lambda: router.block_size, endpoints, capacity)
+    lower = getattr(router, "lower", None) if indexer is getattr(router, "indexer", None) else None
+    return RadixIndexView(indexer, model_name, lambda: router.block_size, endpoints, capacity, lower)
 
 
 class IndexerMetrics:
@@ -250,20 +276,34 @@ def decode_body(body: bytes, kind: type[msgspec.Struct]) -> Any:
         ) from None
 
 
-def overlap_body(scores: OverlapScores, block_size: int) -> dict[str, Any]:
-    """Dynamo's query answer: matched tokens per instance and dp rank."""
+def overlap_body(scores: OverlapScores, block_size: int, tiers: TieredScores | None = None) -> dict[str, Any]:
+    """Dynamo's query answer: matched tokens per instance and dp rank; with ``tiers`` (a view
+    that indexes lower tiers), each instance's cumulative ``cpu`` and ``disk`` tokens too."""
     per_instance: dict[str, dict[str, int]] = {}
     for (instance, rank), blocks in sorted(scores.items()):
         if blocks > 0:
             per_instance.setdefault(str(instance), {})[str(rank)] = blocks * block_size
-    return {
-        "scores": per_instance,
-        "instances": {
-            inst: {"longest_matched": max(ranks.values()), "dp": ranks}
-            for inst, ranks in per_instance.items()
-        },
-        "block_size": block_size,
+    instances: dict[str, dict[str, Any]] = {
+        inst: {"longest_matched": max(ranks.values()), "dp": ranks} for inst, ranks in per_instance.items()
     }
+    if tiers is not None:
+        _add_tier_tokens(instances, scores, tiers, block_size)
+    return {"scores": per_instance, "instances": instances, "block_size": block_size}
+
+
+def _add_tier_tokens(
+    instances: dict[str, dict[str, Any]], scores: OverlapScores, tiers: TieredScores, block_size: int
+) -> None:
+    """Give every instance (one with lower-tier hits only, too) its best rank's tokens through
+    the host tier (``cpu``) and through the disk tiers (``disk``), device blocks included."""
+    for rank in sorted({*scores, *tiers}):
+        device = scores.get(rank, 0)
+        host, disk = tiers.get(rank, (0, 0))
+        if not device + host + disk:
+            continue
+        entry = instances.setdefault(str(rank[0]), {"longest_matched": 0, "dp": {}})
+        entry["cpu"] = max(entry.get("cpu", 0), (device + host) * block_size)
+        entry["disk"] = max(entry.get("disk", 0), (device + host + disk) * block_size)
 
 
 def dump_body(view: IndexView) -> dict[str, Any]:
@@ -419,7 +459,8 @@ class IndexerHttpApp:
                     "discovered; start a worker, pass --block-size, or retry",
                 )
             local = block_hashes(query.token_ids, block_size, query.lora_name)
-            result = overlap_body(self._matches(local), block_size)
+            scores, tiers = self._matches(local)
+            result = overlap_body(scores, block_size, tiers)
         else:
             query = decode_body(body, HashQuery)
             self._check_model(query.model_name)
@@ -428,13 +469,15 @@ class IndexerHttpApp:
                     raise HttpError(
                         400, f"invalid request body: block_hashes[{i}] is {h}, over the largest 64-bit hash"
                     )
-            result = overlap_body(self._matches(query.block_hashes), view.block_size or 0)
+            scores, tiers = self._matches(query.block_hashes)
+            result = overlap_body(scores, view.block_size or 0, tiers)
         return 200, msgspec.json.encode(result), _JSON[1]
 
-    def _matches(self, local: list[int]) -> OverlapScores:
-        if not local:
-            return {}
-        return self.view.find_matches(local, sequence_hashes(local))
+    def _matches(self, local: list[int]) -> tuple[OverlapScores, TieredScores | None]:
+        """Device scores, and lower-tier hits where the view indexes lower tiers."""
+        seq = sequence_hashes(local)
+        scores = self.view.find_matches(local, seq) if local else {}
+        return scores, self.view.tier_hits(local, seq, scores)
 
     def _check_model(self, model_name: str | None) -> None:
         if model_name is not None and model_name != self.view.model_name:

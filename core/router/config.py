@@ -20,11 +20,14 @@ from msgspec import Meta
 
 from dyn.core.config import flag
 from dyn.core.errors import ConfigError
+from dyn.core.router.cost import DISK_CACHE_HIT_WEIGHT, HOST_CACHE_HIT_WEIGHT
 from dyn.core.router.queue import QUEUE_POLICIES
 
 log = logging.getLogger("dyn.router")
 
 PREFILL_LOAD_MODELS = ("none", "aic")
+SHARED_CACHE_TYPES = ("none", "hicache")
+DEFAULT_SHARED_CACHE_MULTIPLIER = 0.5
 DEFAULT_UNSTARTED_BOOKING_SECS = 5.0
 DEFAULT_MAX_QUEUED_REQUESTS = 1024
 DEFAULT_OVERLAP_REFRESH_SECS = 10.0
@@ -94,6 +97,45 @@ class KvRouterConfig:
             "caches and creates no indexer.",
         ),
     ] = 1.0
+    host_cache_hit_weight: Annotated[
+        float,
+        Meta(ge=0.0, le=1.0),
+        flag(
+            "--router-host-cache-hit-weight",
+            panel=PANEL,
+            help="Credit, 0 to 1, for each prompt block that continues a worker's device-cached "
+            "prefix in its host (CPU) memory tier, from engines that publish offloaded blocks.",
+        ),
+    ] = HOST_CACHE_HIT_WEIGHT
+    disk_cache_hit_weight: Annotated[
+        float,
+        Meta(ge=0.0, le=1.0),
+        flag(
+            "--router-disk-cache-hit-weight",
+            panel=PANEL,
+            help="Credit, 0 to 1, for each prompt block that continues a worker's prefix on its "
+            "disk or external tier (after its device and host blocks).",
+        ),
+    ] = DISK_CACHE_HIT_WEIGHT
+    shared_cache_type: Annotated[
+        str,
+        flag(
+            "--shared-cache-type",
+            panel=PANEL,
+            help="A KV cache all workers share, credited by --shared-cache-multiplier: none; "
+            "hicache (SGLang HiCache's L3 storage) is refused, dyn cannot query it.",
+        ),
+    ] = "none"
+    shared_cache_multiplier: Annotated[
+        float,
+        Meta(ge=0.0, le=1.0),
+        flag(
+            "--shared-cache-multiplier",
+            panel=PANEL,
+            help="Credit, 0 to 1, for each prompt block found in the shared cache beyond a "
+            "worker's device prefix; only with a --shared-cache-type other than none.",
+        ),
+    ] = DEFAULT_SHARED_CACHE_MULTIPLIER
     prefill_load_scale: Annotated[
         float,
         Meta(ge=0.0),
@@ -323,6 +365,13 @@ class KvRouterConfig:
         """Whether prefix overlap matters at all (a nonzero credit): build an indexer, read events."""
         return self.overlap_score_credit > 0
 
+    @property
+    def effective_shared_cache_multiplier(self) -> float:
+        """The shared-cache credit per block: ``shared_cache_multiplier`` with a shared cache
+        (``shared_cache_type`` other than none), else 0 (the multiplier's default is Dynamo's,
+        0.5, but like Dynamo's it counts only with a shared cache)."""
+        return 0.0 if self.shared_cache_type == "none" else self.shared_cache_multiplier
+
     def validate(self) -> KvRouterConfig:
         """Return ``self`` if the settings can work together; raise ``ConfigError`` otherwise."""
         credit = self.overlap_score_credit
@@ -330,6 +379,23 @@ class KvRouterConfig:
             raise ConfigError(
                 f"--router-kv-overlap-score-credit must be between 0.0 and 1.0, got {credit}; "
                 "to weigh prompt load more, raise --router-prefill-load-scale instead"
+            )
+        for weight, name in (
+            (self.host_cache_hit_weight, "--router-host-cache-hit-weight"),
+            (self.disk_cache_hit_weight, "--router-disk-cache-hit-weight"),
+            (self.shared_cache_multiplier, "--shared-cache-multiplier"),
+        ):
+            if not _finite(weight) or not 0.0 <= weight <= 1.0:
+                raise ConfigError(f"{name} must be between 0.0 and 1.0, got {weight!r}")
+        if self.shared_cache_type == "hicache":
+            raise ConfigError(
+                "--shared-cache-type hicache needs queries to SGLang HiCache's L3 storage, which "
+                "dyn does not build; use --shared-cache-type none"
+            )
+        if self.shared_cache_type not in SHARED_CACHE_TYPES:
+            raise ConfigError(
+                f"--shared-cache-type must be one of {', '.join(SHARED_CACHE_TYPES)}, "
+                f"got {self.shared_cache_type!r}"
             )
         _non_negative(self.prefill_load_scale, "--router-prefill-load-scale")
         _non_negative(self.temperature, "--router-temperature")

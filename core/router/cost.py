@@ -1,11 +1,20 @@
 """The KV router's cost model and worker selection.
 
-A candidate rank's cost (its *logit*; lower is better) is::
+A candidate rank's cost (its *logit*; lower is better) is Dynamo's (reference 3.3)::
 
     raw_prefill_blocks = (active prefill tokens + isl) / block_size     (0 without prefill tracking)
-    overlap_credit     = credit * device_blocks + 0.75 * host_blocks + 0.25 * disk_blocks
+    overlap_credit     = credit * device_blocks
+                         + host_cache_hit_weight * host_blocks
+                         + disk_cache_hit_weight * disk_blocks
+                         + shared_cache_multiplier * shared_hits_beyond(round(device_blocks))
     logit              = prefill_load_scale * max(raw_prefill_blocks - overlap_credit, 0)
                          + potential_decode_blocks
+
+``device_blocks`` is the rank's matched prefix in device memory; ``host_blocks`` and
+``disk_blocks`` the prompt's blocks that continue it in that rank's host and disk (or external)
+tiers; shared hits are block positions held by a cache every rank shares. The same weights give
+the rank's *effective* overlap, ``device + host_w * host + disk_w * disk`` blocks, whose tokens
+(``effective_cached_tokens``) are the prompt tokens the rank is expected not to prefill.
 
 ``select_worker`` takes the argmin (ties broken uniformly at random) at temperature 0, and
 otherwise samples a softmax over the min-max normalised logits.
@@ -15,13 +24,37 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 HOST_CACHE_HIT_WEIGHT = 0.75
 DISK_CACHE_HIT_WEIGHT = 0.25
 
 K = TypeVar("K")
+
+SharedCacheHits = Sequence[tuple[int, int]]
+"""Block positions of the prompt held in a shared cache, as half-open ranges ``[start, end)``."""
+
+
+def shared_hits_beyond(hits: SharedCacheHits, position: int) -> int:
+    """How many shared-cache block positions are at or after ``position``."""
+    return sum(max(0, end - max(start, position)) for start, end in hits)
+
+
+def effective_overlap_blocks(
+    device_blocks: float,
+    host_blocks: float,
+    disk_blocks: float,
+    host_cache_hit_weight: float = HOST_CACHE_HIT_WEIGHT,
+    disk_cache_hit_weight: float = DISK_CACHE_HIT_WEIGHT,
+) -> float:
+    """The blocks a rank's caches are worth: device ones in full, lower-tier ones weighted."""
+    return device_blocks + host_cache_hit_weight * host_blocks + disk_cache_hit_weight * disk_blocks
+
+
+def effective_cached_tokens(effective_blocks: float, block_size: int, isl_tokens: int) -> int:
+    """``effective_blocks`` in tokens, rounded half up as Dynamo does, at most the prompt."""
+    return min(math.floor(effective_blocks * block_size + 0.5), isl_tokens)
 
 
 def worker_logit(
@@ -37,8 +70,12 @@ def worker_logit(
     track_prefill_tokens: bool,
     host_overlap_blocks: float = 0.0,
     disk_overlap_blocks: float = 0.0,
+    host_cache_hit_weight: float = HOST_CACHE_HIT_WEIGHT,
+    disk_cache_hit_weight: float = DISK_CACHE_HIT_WEIGHT,
+    shared_cache_multiplier: float = 0.0,
+    shared_cache_hits: SharedCacheHits = (),
 ) -> float:
-    """The cost of sending the request to one rank.
+    """The cost of sending the request to one rank (the module docstring's formula).
 
     ``potential_prefill_tokens`` is the rank's active prefill tokens plus ``isl - cached_tokens``
     (``None`` for a rank with no load entry: the raw prompt load is then ``isl``), so adding
@@ -54,9 +91,12 @@ def worker_logit(
     raw_blocks = raw_tokens / block_size
     credit = (
         overlap_score_credit * device_overlap_blocks
-        + HOST_CACHE_HIT_WEIGHT * host_overlap_blocks
-        + DISK_CACHE_HIT_WEIGHT * disk_overlap_blocks
+        + host_cache_hit_weight * host_overlap_blocks
+        + disk_cache_hit_weight * disk_overlap_blocks
     )
+    if shared_cache_multiplier and shared_cache_hits:
+        device_end = math.floor(device_overlap_blocks + 0.5)
+        credit += shared_cache_multiplier * shared_hits_beyond(shared_cache_hits, device_end)
     adjusted = max(raw_blocks - credit, 0.0)
     return prefill_load_scale * adjusted + potential_decode_blocks
 

@@ -7,7 +7,11 @@ batched prompts of one client request as one unit) it
 2. asks the overlap source how many leading blocks each (worker, dp_rank) holds: the exact
    indexer fed by KV events, the TTL-approximate one fed by its own decisions
    (``--no-router-kv-events``), or a remote ``dyn indexer``; max-merged with the short-TTL side
-   indexer of predicted routes (``--router-predicted-ttl-secs``). A remote indexer is asked only
+   indexer of predicted routes (``--router-predicted-ttl-secs``). With KV events (here or in the
+   remote indexer), it also asks how many further blocks continue each rank's device match in its
+   host and then disk tiers (``dyn.core.kv.tiers``; the side index's blocks anchor no such
+   walk), credited at ``--router-host-cache-hit-weight`` and ``--router-disk-cache-hit-weight``
+   in the cost and the expected cached tokens. A remote indexer is asked only
    while it is reachable (its client follows the connection: a dead or frozen indexer costs no
    request the query timeout) and, after a query failed while it was reachable, not for
    ``REMOTE_RETRY_S`` (unless it is lost and back meanwhile: a new connection); meanwhile, or
@@ -45,9 +49,15 @@ import anyio
 from dyn.core.kv.approx import TtlIndexer, max_merge
 from dyn.core.kv.hashing import block_hashes, media_block_keys, sequence_hashes
 from dyn.core.kv.indexer import OverlapScores, RadixIndexer, WorkerKey
+from dyn.core.kv.tiers import LowerTierIndexes, TieredScores, TierHits
 from dyn.core.messages import ActiveSequenceEvent
 from dyn.core.router.config import KvRouterConfig
-from dyn.core.router.cost import select_worker, worker_logit
+from dyn.core.router.cost import (
+    effective_cached_tokens,
+    effective_overlap_blocks,
+    select_worker,
+    worker_logit,
+)
 from dyn.core.router.load import ActiveLoad, tracking_hashes
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import (
@@ -73,28 +83,48 @@ REMOTE_RETRY_S = 5.0
 
 
 class RouteDecision:
-    """What the router decided for one request (also sent over the wire by ``dyn router``)."""
+    """What the router decided for one request (also sent over the wire by ``dyn router``).
 
-    __slots__ = ("worker", "overlap_blocks", "cached_tokens", "isl_tokens")
+    ``overlap_blocks``: the prompt's leading blocks in the worker's device cache; ``host_blocks``
+    and ``disk_blocks``: the blocks after them found in its host, then disk (or external) tier;
+    ``cached_tokens``: the prompt tokens those are worth (lower tiers at their weights), at most
+    ``isl_tokens``, the prompt's length."""
 
-    def __init__(self, worker: WorkerKey, overlap_blocks: int, cached_tokens: int, isl_tokens: int):
+    __slots__ = ("worker", "overlap_blocks", "cached_tokens", "isl_tokens", "host_blocks", "disk_blocks")
+
+    def __init__(
+        self,
+        worker: WorkerKey,
+        overlap_blocks: int,
+        cached_tokens: int,
+        isl_tokens: int,
+        host_blocks: int = 0,
+        disk_blocks: int = 0,
+    ):
         self.worker = worker
         self.overlap_blocks = overlap_blocks
         self.cached_tokens = cached_tokens
         self.isl_tokens = isl_tokens
+        self.host_blocks = host_blocks
+        self.disk_blocks = disk_blocks
+
+
+_Overlaps = tuple[OverlapScores, OverlapScores, TieredScores]
+"""(scores, predicted, tiers) as ``_Prompt`` keeps them."""
+_NO_HITS = TierHits(0, 0)
 
 
 class _Prompt:
-    """A prompt's block hashes and overlap scores, shared by the group members that send it."""
+    """A prompt's block hashes and overlap scores, shared by the group members that send it:
+    ``scores`` the device match per rank, ``predicted`` the part of it only the side index
+    knows, ``tiers`` the host and disk blocks continuing it."""
 
-    __slots__ = ("local", "seq", "scores", "predicted", "scored_at")
+    __slots__ = ("local", "seq", "scores", "predicted", "tiers", "scored_at")
 
-    def __init__(
-        self, local: list[int], seq: list[int], overlaps: tuple[OverlapScores, OverlapScores], now: float
-    ) -> None:
+    def __init__(self, local: list[int], seq: list[int], overlaps: _Overlaps, now: float) -> None:
         self.local = local
         self.seq = seq
-        self.scores, self.predicted = overlaps
+        self.scores, self.predicted, self.tiers = overlaps
         self.scored_at = now
 
 
@@ -209,10 +239,13 @@ class KvRouter(Router):
         self.load = ActiveLoad(rng=self._rng, clock=clock)
         # overlap sources: exactly one primary (or none when the credit is 0), maybe a side index
         self.indexer: RadixIndexer | None = None
+        self.lower: LowerTierIndexes | None = None
+        """The host, disk and external tiers' indexes, beside an event-fed ``indexer``."""
         self.approx: TtlIndexer | None = None
         if config.uses_indexer and not config.use_remote_indexer:
             if config.use_kv_events:
                 self.indexer = RadixIndexer()
+                self.lower = LowerTierIndexes()
             else:
                 self.approx = TtlIndexer(config.ttl_secs, clock=clock)
         self.side = (
@@ -228,11 +261,16 @@ class KvRouter(Router):
         self._remote_failure = ""
         self._warned_block_size = False
         self.ingestor: Any = None
-        """Feeds ``indexer`` from the workers' KV events (built by ``ingest(indexer)``)."""
+        """Feeds ``indexer`` from the workers' KV events (built by ``ingest(indexer)``); an
+        ingestor with ``add_lower_tiers`` (``KvEventIngestor``, the replay's) is handed ``lower``'s
+        indexes to feed too, one without it (a test's) leaves them to its caller."""
         if self.indexer is not None:
             if ingest is None:
                 raise ValueError("a KV router that follows KV events needs an event ingestor")
             self.ingestor = ingest(self.indexer)
+            add_lower_tiers = getattr(self.ingestor, "add_lower_tiers", None)
+            if add_lower_tiers is not None and self.lower is not None:
+                add_lower_tiers(self.lower.writers())
             self.ingestor.follow(pool)
         self.queue = RouterQueue(config.queue_policy, clock)
         self._draining = False
@@ -273,7 +311,7 @@ class KvRouter(Router):
         else:
             keys = self._ranks.pop(record.instance_id, [])
             self.load.remove_worker(record.instance_id)
-            for index in (self.approx, self.side):  # the ingestor drops the primary's blocks
+            for index in (self.approx, self.side, self.lower):  # the ingestor drops the primary's
                 if index is not None:
                     index.remove_worker(record.instance_id)
             for key in keys:
@@ -400,20 +438,30 @@ class KvRouter(Router):
                 targets[target] = self._eligible(request)
         return targets
 
-    async def _overlaps(self, local: list[int], seq: list[int]) -> tuple[OverlapScores, OverlapScores]:
-        """``(scores, predicted)``: matched blocks per rank, and of those the blocks only the
-        side index of predicted routes knows (a sibling's prefill still in flight there)."""
+    async def _overlaps(self, local: list[int], seq: list[int]) -> _Overlaps:
+        """``(scores, predicted, tiers)``: matched device blocks per rank, of those the blocks only
+        the side index of predicted routes knows (a sibling's prefill still in flight there), and
+        the lower-tier blocks continuing each rank's match in the primary index."""
         if not local:
-            return {}, {}
+            return {}, {}, {}
+        tiers: TieredScores = {}
         if self.indexer is not None:
             scores = self.indexer.find_matches(local, seq)
+            tiers = self._tier_hits(local, seq, scores)
         elif self.approx is not None:
             scores = self.approx.find_matches(local, seq)
         elif self.remote_indexer is not None and self._remote_ready(self.remote_indexer):
-            scores = await self._remote_overlaps(local, seq)
+            scores, tiers = await self._remote_overlaps(local, seq)
         else:
             scores = {}
-        return self._with_side(scores, local, seq)
+        return (*self._with_side(scores, local, seq), tiers)
+
+    def _tier_hits(self, local: list[int], seq: list[int], scores: OverlapScores) -> TieredScores:
+        """The lower-tier continuations of the primary index's ``scores`` (none without tiers)."""
+        lower = self.lower
+        if lower is None or self.indexer is None or lower.empty():
+            return {}
+        return lower.hits(self.indexer, local, seq, scores)
 
     def _remote_ready(self, indexer: Any) -> bool:
         """Whether to ask the remote indexer now: it answers heartbeats and no failed query holds
@@ -423,14 +471,14 @@ class KvRouter(Router):
             return False
         return self._clock() >= self._remote_retry_at
 
-    async def _remote_overlaps(self, local: list[int], seq: list[int]) -> OverlapScores:
-        """The remote indexer's answer; a failure (or a block size that is not ours) degrades to
-        load-only routing. An indexer that was lost is asked again once its client sees it
-        answer; one that failed a query while it answered heartbeats is left alone for a while
-        rather than costing every request its timeout."""
+    async def _remote_overlaps(self, local: list[int], seq: list[int]) -> tuple[OverlapScores, TieredScores]:
+        """The remote indexer's answer: device scores and lower-tier hits; a failure (or a block
+        size that is not ours) degrades to load-only routing. An indexer that was lost is asked
+        again once its client sees it answer; one that failed a query while it answered
+        heartbeats is left alone for a while rather than costing every request its timeout."""
         indexer = self.remote_indexer
         try:
-            scores = await indexer.find_matches(local, seq)
+            scores, tiers = await indexer.find_tiered_matches(local)
         except Exception as exc:
             if indexer.reachable:
                 self._remote_retry_at = self._clock() + REMOTE_RETRY_S
@@ -438,7 +486,7 @@ class KvRouter(Router):
                 log.warning(
                     "remote indexer query failed (%s); routing on load alone for %.0f s", exc, REMOTE_RETRY_S
                 )
-            return {}
+            return {}, {}
         if indexer.block_size not in (None, self.block_size):
             if not self._warned_block_size:
                 self._warned_block_size = True
@@ -447,8 +495,8 @@ class KvRouter(Router):
                     indexer.block_size,
                     self.block_size,
                 )
-            return {}
-        return scores
+            return {}, {}
+        return scores, tiers
 
     def degraded(self) -> str | None:
         """Why the overlaps come from no index now: the remote indexer is not found yet, is
@@ -614,6 +662,7 @@ class KvRouter(Router):
                 for prompt in {id(p): p for _, p in group.members}.values():
                     if now - prompt.scored_at >= refresh:
                         scores = index.find_matches(prompt.local, prompt.seq)
+                        prompt.tiers = self._tier_hits(prompt.local, prompt.seq, scores)
                         prompt.scores, prompt.predicted = self._with_side(scores, prompt.local, prompt.seq)
                         prompt.scored_at = now
             try:
@@ -670,8 +719,19 @@ class KvRouter(Router):
         bs = self.block_size or 1
         isl = len(req.token_ids)
         now = self._clock()
-        scores = prompt.scores
-        cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
+        scores, tiers = prompt.scores, prompt.tiers
+        host_w, disk_w = c.host_cache_hit_weight, c.disk_cache_hit_weight
+        if tiers:
+            cached = {
+                k: effective_cached_tokens(
+                    effective_overlap_blocks(scores.get(k, 0), *tiers.get(k, _NO_HITS), host_w, disk_w),
+                    bs,
+                    isl,
+                )
+                for k in candidates
+            }
+        else:
+            cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
         track = tracking_hashes(prompt.seq, assume_reuse, self._rng) if c.track_active_blocks else []
         decode, prefill = self.load.potential_loads(candidates, track, isl, cached, track_prefill, now)
         for k, blocks in prompt.predicted.items():
@@ -687,11 +747,16 @@ class KvRouter(Router):
                 cached_tokens=cached[k],
                 isl_tokens=isl,
                 device_overlap_blocks=scores.get(k, 0),
+                host_overlap_blocks=tiers.get(k, _NO_HITS).host,
+                disk_overlap_blocks=tiers.get(k, _NO_HITS).disk,
                 potential_decode_blocks=decode.get(k, 0),
                 block_size=bs,
                 overlap_score_credit=credit,
                 prefill_load_scale=c.prefill_load_scale,
                 track_prefill_tokens=track_prefill,
+                host_cache_hit_weight=host_w,
+                disk_cache_hit_weight=disk_w,
+                shared_cache_multiplier=c.effective_shared_cache_multiplier,
             )
             for k in candidates
         }
@@ -714,7 +779,7 @@ class KvRouter(Router):
             self.approx.record(key, prompt.local, prompt.seq)
         if self.side is not None:
             self.side.record(key, prompt.local, prompt.seq)
-        decision = RouteDecision(key, overlap, cached[key], isl)
+        decision = RouteDecision(key, overlap, cached[key], isl, *tiers.get(key, _NO_HITS))
         if self.on_booking is not None:
             self.on_booking(
                 ActiveSequenceEvent(
@@ -738,11 +803,13 @@ class KvRouter(Router):
         self._publish_load(key)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "request %s -> worker %d rank %d (overlap %d blocks, logits %s)",
+                "request %s -> worker %d rank %d (overlap %d blocks, host %d, disk %d, logits %s)",
                 req.request_id,
                 key[0],
                 key[1],
                 overlap,
+                decision.host_blocks,
+                decision.disk_blocks,
                 {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()},
             )
         route = KvRoute(worker, self, req.request_id, decision, time.perf_counter(), queue_depth, now)

@@ -154,7 +154,12 @@ class RemoteRoute(Route):
         self.router = router
         self.request_id = request_id
         self.decision = RouteDecision(
-            (answer.instance_id, answer.dp_rank), answer.overlap_blocks, answer.cached_tokens, isl_tokens
+            (answer.instance_id, answer.dp_rank),
+            answer.overlap_blocks,
+            answer.cached_tokens,
+            isl_tokens,
+            answer.host_blocks,
+            answer.disk_blocks,
         )
         self.block_size = max(answer.block_size, 1)
         self.queue_depth = answer.queue_depth

@@ -319,6 +319,8 @@ class RouterService:
                     member,
                     prefill.worker.instance_id if prefill is not None else -1,
                     prefill.dp_rank or 0 if prefill is not None else 0,
+                    getattr(d, "host_blocks", 0),
+                    getattr(d, "disk_blocks", 0),
                 )
             )
         for answer in answers:

@@ -95,7 +95,7 @@ def test_query_reports_the_worker_that_cached_the_prompt_over_http_and_zmq(setup
     full = len(tokens) // BLOCK * BLOCK
     assert answer == {
         "scores": {str(target): {"0": full}},
-        "instances": {str(target): {"longest_matched": full, "dp": {"0": full}}},
+        "instances": {str(target): {"longest_matched": full, "dp": {"0": full}, "cpu": full, "disk": full}},
         "block_size": BLOCK,
     }
     listed = {w["instance_id"]: w for w in workers(http)}
@@ -150,7 +150,9 @@ def test_static_workers_list_follows_the_named_worker_only(setup):
         lambda: (a := query(http, tokens))["scores"] and a, 20, "the static indexer to see the stored blocks"
     )
     full = len(tokens) // BLOCK * BLOCK
-    assert answer["instances"] == {str(target): {"longest_matched": full, "dp": {"0": full}}}
+    assert answer["instances"] == {
+        str(target): {"longest_matched": full, "dp": {"0": full}, "cpu": full, "disk": full}
+    }
     assert [r.endpoints.metrics for r in records(stack, "idx-static.indexers")] == [http]
     assert proc.terminate() == 0  # SIGTERM: a clean stop that deregisters
     assert records(stack, "idx-static.indexers") == []

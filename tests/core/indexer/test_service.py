@@ -18,8 +18,9 @@ from dyn.core.indexer.client import (
     resolve_indexer_address,
 )
 from dyn.core.indexer.service import IndexerService, StaticWorker
-from dyn.core.kv.events import BlockStored
+from dyn.core.kv.events import BlockStored, StorageTier
 from dyn.core.kv.hashing import block_hashes
+from dyn.core.kv.tiers import TierHits
 from dyn.core.messages import (
     OverlapAnswer,
     OverlapQuery,
@@ -83,6 +84,64 @@ async def test_remote_indexer_gets_the_indexers_scores_by_hash_and_by_tokens(sto
             assert remote.block_size == BS
     assert by_hash == by_tokens == {(11, 0): 6, (22, 1): 2}
     assert nothing == {}
+
+
+async def test_lower_tier_hits_are_answered_over_zmq_and_http_beside_the_device_scores(store):
+    """Worker 11 holds 2 blocks on device, the next 2 in host memory and 1 more on disk; worker
+    33 holds the first 3 in host memory only."""
+    import httpx
+
+    from dyn.core.kv.views import IndexerHttpApp
+
+    service = IndexerService(store, MODEL, block_size=BS, static_workers=[], event_threads=1)
+    assert service.lower is not None
+    host, disk = (service.lower.by_tier[t] for t in (StorageTier.HOST_PINNED, StorageTier.DISK))
+    service.indexer.store((11, 0), None, [100, 101], LOCAL[:2])
+    host.store((11, 0), 101, [102, 103], LOCAL[2:4])
+    disk.store((11, 0), 103, [104], LOCAL[4:5])
+    host.store((33, 0), None, [300, 301, 302], LOCAL[:3])
+    async with running(service):
+        async with RemoteIndexer(service.endpoint) as remote:
+            scores, tiers = await remote.find_tiered_matches(LOCAL)
+            assert await remote.find_matches(LOCAL) == scores
+        app = IndexerHttpApp(service, service.metrics)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as c:
+            body = (await c.post("/query", json={"token_ids": TOKENS})).json()
+    assert scores == {(11, 0): 2}
+    assert tiers == {(11, 0): TierHits(2, 1), (33, 0): TierHits(3, 0)}
+    assert body["scores"] == {"11": {"0": 2 * BS}}
+    assert body["instances"] == {
+        "11": {"longest_matched": 2 * BS, "dp": {"0": 2 * BS}, "cpu": 4 * BS, "disk": 5 * BS},
+        "33": {"longest_matched": 0, "dp": {}, "cpu": 3 * BS, "disk": 3 * BS},
+    }
+
+
+async def test_static_workers_lower_tier_events_are_indexed_under_their_registered_rank(store):
+    publisher = KvEventPublisher()
+    device = stored(TOKENS[:8], None, 500)
+    offloaded = stored(TOKENS[8:16], 501, 502)
+    offloaded.medium = "CPU_PINNED"
+    publisher.publish([device, offloaded])
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publisher.serve_replay)
+            service = IndexerService(
+                store,
+                MODEL,
+                block_size=BS,
+                event_threads=1,
+                static_workers=[StaticWorker(5, 2, publisher.endpoint, publisher.replay_endpoint)],
+            )
+            assert service.lower is not None
+            host = service.lower.by_tier[StorageTier.HOST_PINNED]
+            async with running(service):
+                await until(lambda: host.blocks_per_worker() == {(5, 2): 2})
+                answer = service.answer(OverlapQuery(1, block_hashes=LOCAL))
+            tg.cancel_scope.cancel()
+    finally:
+        publisher.close()
+    assert isinstance(answer, OverlapAnswer)
+    assert answer.scores == [(5, 2, 2)] and answer.tiers == [(5, 2, 2, 0)]
 
 
 async def test_malformed_frames_are_refused_with_a_reason_and_the_service_keeps_answering(store):

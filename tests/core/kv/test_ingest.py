@@ -39,10 +39,11 @@ from dyn.core.kv.events import (
     encode_seq,
     tier_of,
 )
-from dyn.core.kv.hashing import block_hashes
+from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import RadixIndexer
 from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
 from dyn.core.kv.subscriber import DRAIN_BATCH, KvEventBounds, KvEventSubscriber
+from dyn.core.kv.tiers import LowerTierIndexes, TierHits
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.transport.event_plane import KvEventPublisher
 from dyn.core.transport.sockets import bind_random, configure, sync_context
@@ -127,6 +128,8 @@ def via_wire(value) -> KvEventBatch:
         ("device", StorageTier.DEVICE),
         ("CPU_PINNED", StorageTier.HOST_PINNED),
         ("cpu_tier1", StorageTier.HOST_PINNED),
+        ("CPU", StorageTier.HOST_PINNED),  # vLLM's CPU offloading
+        ("STORAGE", StorageTier.DISK),  # vLLM's storage offloading
         ("CPU_TIER2", StorageTier.DISK),
         ("Disk", StorageTier.DISK),
         ("NVME", StorageTier.DISK),
@@ -213,6 +216,77 @@ def test_lower_tiers_go_to_their_indexer_or_are_rejected():
     assert outcomes == ["ok", RejectReason.TIER_NOT_INDEXED, "ok"]
     assert [c[0] for c in host.calls] == ["store", "remove"] and device.calls == []
     assert rejected(registry, "tier_not_indexed") == 1
+
+
+def lower_tier_setup(dp_rank: int = 0):
+    """A converter for worker 7 into a real device index and real lower-tier indexes."""
+    metrics = KvEventMetrics(CollectorRegistry())
+    device, tiers = RadixIndexer(), LowerTierIndexes()
+    indexers = TieredIndexers(device, metrics)
+    indexers.add_lower_tiers(tiers.writers())
+    return device, tiers, indexers, BatchConverter(7, BS, metrics, dp_rank)
+
+
+def test_a_vllm_batch_with_cpu_offloaded_blocks_reaches_the_host_tier():
+    """vLLM 0.32's offloading connector publishes map-form events with medium "CPU" whose
+    parent is the engine's hash of the block before, as for device blocks."""
+    device, tiers, indexers, converter = lower_tier_setup()
+    tokens = list(range(200, 216))  # 4 blocks
+    batch = via_wire(
+        [
+            1.0,
+            [
+                {"type": "BlockStored", "block_hashes": [21, 22], "parent_block_hash": None,
+                 "token_ids": tokens[:8], "block_size": BS, "lora_id": None, "medium": "GPU"},
+                {"type": "BlockStored", "block_hashes": [23, 24], "parent_block_hash": 22,
+                 "token_ids": tokens[8:], "block_size": BS, "lora_id": None, "medium": "CPU",
+                 "lora_name": None, "group_idx": 0, "kv_cache_spec_kind": "full_attention"},
+                {"type": "BlockRemoved", "block_hashes": [24], "medium": "CPU"},
+            ],
+            None,
+        ]
+    )  # fmt: skip
+    assert apply_event_batch(batch, converter, indexers) == ["ok", "ok", "ok"]
+    host = tiers.by_tier[StorageTier.HOST_PINNED]
+    assert device.blocks_per_worker() == {(7, 0): 2} and host.blocks_per_worker() == {(7, 0): 1}
+    local = block_hashes(tokens, BS)
+    assert host.continuation((7, 0), 22, local, 2) == (1, 23)
+
+
+def test_an_sglang_hicache_batch_reaches_host_disk_and_external_tiers_of_its_rank():
+    """SGLang 0.5.23 writes ``[ts, events, attn_dp_rank]`` with map events carrying ``medium``
+    (StorageMedium: CPU_PINNED, DISK, EXTERNAL) and its own extra keys (session_id, cache_salt)."""
+    device, tiers, indexers, converter = lower_tier_setup()
+    tokens = list(range(300, 320))  # 5 blocks
+
+    def stored(hashes, parent, lo, hi, medium):
+        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+                "token_ids": tokens[lo * BS:hi * BS], "block_size": BS, "medium": medium,
+                "session_id": "s1"}  # fmt: skip
+
+    batch = via_wire(
+        [
+            3.0,
+            [
+                stored([-1, -2], None, 0, 2, "GPU"),
+                stored([-3], -2, 2, 3, "CPU_PINNED"),
+                stored([-4], -3, 3, 4, "DISK"),
+                stored([-5], -4, 4, 5, "EXTERNAL"),
+            ],
+            1,
+        ]
+    )
+    assert apply_event_batch(batch, converter, indexers) == ["ok"] * 4
+    rank = (7, 1)
+    assert device.blocks_per_worker() == {rank: 2}
+    assert {t: dict(i.blocks_per_worker()) for t, i in tiers.by_tier.items()} == {
+        StorageTier.HOST_PINNED: {rank: 1},
+        StorageTier.DISK: {rank: 1},
+        StorageTier.EXTERNAL: {rank: 1},
+    }
+    local = block_hashes(tokens, BS)
+    seq = sequence_hashes(local)
+    assert tiers.hits(device, local, seq, device.find_matches(local, seq)) == {rank: TierHits(1, 2)}
 
 
 def test_block_size_mismatch_indexes_the_good_leading_blocks_only(caplog):
@@ -750,6 +824,40 @@ def chain(first: int, blocks: int, parent: int | None) -> BlockStored:
     """``blocks`` new blocks with hashes from ``first``, each holding its own tokens."""
     hashes = list(range(first, first + blocks))
     return BlockStored(hashes, parent, [h for h in hashes for _ in range(BS)], BS)
+
+
+def lower_chain(first: int, blocks: int, parent: int | None, medium: str) -> BlockStored:
+    event = chain(first, blocks, parent)
+    event.medium = medium
+    return event
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("capacity", [64, 0], ids=["record-with-capacity", "static-record"])
+async def test_each_lower_tier_of_a_rank_is_bounded_whatever_its_record_says(capacity, monkeypatch):
+    monkeypatch.setattr("dyn.core.kv.subscriber.LOWER_TIER_BLOCK_LIMIT", 10)
+    engine = FakeEngine()
+    engine.record = msgspec.structs.replace(engine.record, total_kv_blocks=capacity)
+    engine.publish([chain(1, 20, None)], send=False)  # device: bounded by the record alone
+    engine.publish([lower_chain(101, 6, 20, "CPU")], send=False)
+    engine.publish([lower_chain(201, 6, 106, "CPU")], send=False)  # 12 > 10 host blocks: refused
+    engine.publish([lower_chain(301, 8, 106, "DISK")], send=False)  # disk has its own bound
+    engine.publish([lower_chain(401, 4, 106, "CPU")], send=False)  # 10: allowed
+    registry = CollectorRegistry()
+    device, tiers = RadixIndexer(), LowerTierIndexes()
+    ingestor = KvEventIngestor(device, KvEventMetrics(registry), lower_tiers=tiers.writers())
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.publisher.serve_replay)
+            await tg.start(ingestor.run)
+            ingestor.add_worker(engine.record)
+            host = tiers.by_tier[StorageTier.HOST_PINNED]
+            await until(lambda: host.blocks_held((7, 0)) == 10)
+            tg.cancel_scope.cancel()
+    assert device.blocks_held((7, 0)) == 20
+    assert tiers.by_tier[StorageTier.DISK].blocks_held((7, 0)) == 8
+    assert by_worker(registry, 7, "over_capacity") == 1
+    engine.close()
 
 
 def test_bounds_follow_the_record():

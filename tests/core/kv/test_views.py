@@ -156,3 +156,25 @@ async def test_prefix_mounts_the_views_under_a_path():
         assert (await c.get("/health")).status_code == 404
         r = await c.post("/kv/query", json={"token_ids": TOKENS})
     assert r.json()["instances"]["11"]["longest_matched"] == 24
+
+
+async def test_a_routers_view_shows_its_lower_tiers_as_dynamos_cpu_and_disk_tokens():
+    from types import SimpleNamespace
+
+    from dyn.core.kv.events import StorageTier
+    from dyn.core.kv.tiers import LowerTierIndexes
+    from dyn.core.kv.views import router_index_view
+
+    index, lower = filled(), LowerTierIndexes()
+    lower.by_tier[StorageTier.HOST_PINNED].store(B, 2001, [2002, 2003, 2004], LOCAL[2:5])
+    lower.by_tier[StorageTier.EXTERNAL].store(B1, 3003, [3004], LOCAL[4:5])
+    router = SimpleNamespace(indexer=index, lower=lower, block_size=BS)
+    view = router_index_view(router, SimpleNamespace(workers=list), MODEL)
+    assert view is not None and view.lower is lower
+    app = IndexerHttpApp(view, IndexerMetrics(CollectorRegistry(), view))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as c:
+        body = (await c.post("/query", json={"token_ids": TOKENS})).json()
+    assert body["scores"] == {"11": {"0": 24}, "22": {"0": 8, "1": 16}}  # the device tier
+    assert body["instances"]["11"] == {"longest_matched": 24, "dp": {"0": 24}, "cpu": 24, "disk": 24}
+    # rank 0: 2 device + 3 host blocks; rank 1: 4 device + 1 external: the best rank per column
+    assert body["instances"]["22"] == {"longest_matched": 16, "dp": {"0": 8, "1": 16}, "cpu": 20, "disk": 20}

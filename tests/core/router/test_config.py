@@ -59,11 +59,101 @@ def test_zero_credit_means_no_indexer():
         ({"unstarted_booking_secs": math.inf}, "--router-unstarted-booking-secs"),
         ({"max_queued_requests": 0}, "--router-queue-limit"),
         ({"max_queued_requests": 2.5}, "--router-queue-limit"),
+        ({"host_cache_hit_weight": 1.5}, "--router-host-cache-hit-weight must be between 0.0 and 1.0"),
+        ({"host_cache_hit_weight": math.nan}, "--router-host-cache-hit-weight"),
+        ({"disk_cache_hit_weight": -0.25}, "--router-disk-cache-hit-weight must be between 0.0 and 1.0"),
+        ({"shared_cache_multiplier": 2.0}, "--shared-cache-multiplier must be between 0.0 and 1.0"),
+        ({"shared_cache_type": "lmcache"}, "--shared-cache-type must be one of none, hicache"),
     ],
 )
 def test_validation_names_the_flag(fields, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         KvRouterConfig(**fields).validate()
+
+
+def test_cache_tier_defaults_are_dynamos_and_the_shared_multiplier_needs_a_shared_cache():
+    c = KvRouterConfig().validate()
+    assert (c.host_cache_hit_weight, c.disk_cache_hit_weight) == (0.75, 0.25)
+    assert (c.shared_cache_type, c.shared_cache_multiplier) == ("none", 0.5)
+    assert c.effective_shared_cache_multiplier == 0.0
+    edge = KvRouterConfig(host_cache_hit_weight=0.0, disk_cache_hit_weight=1.0, shared_cache_multiplier=0.0)
+    assert edge.validate() is edge
+
+
+def test_hicache_is_refused_at_start_in_one_line_that_says_why():
+    with pytest.raises(ConfigError) as err:
+        KvRouterConfig(shared_cache_type="hicache").validate()
+    text = str(err.value)
+    assert "\n" not in text and "HiCache" in text and "--shared-cache-type none" in text
+
+
+def _router_flags_app():
+    import typer
+
+    from dyn.cli.router_flags import router_flags
+
+    app, seen = typer.Typer(), {}
+
+    @app.command()
+    @router_flags
+    def run(router_config: KvRouterConfig = None) -> None:
+        seen["config"] = router_config
+
+    return app, seen
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ([], {}, (0.75, 0.25, "none", 0.5)),
+        (
+            ["--router-host-cache-hit-weight", "0.5", "--router-disk-cache-hit-weight", "0.1"],
+            {},
+            (0.5, 0.1, "none", 0.5),
+        ),
+        (
+            [],
+            {
+                "DYN_ROUTER_HOST_CACHE_HIT_WEIGHT": "0.2",
+                "DYN_ROUTER_DISK_CACHE_HIT_WEIGHT": "0",
+                "DYN_SHARED_CACHE_MULTIPLIER": "1",
+                "DYN_SHARED_CACHE_TYPE": "none",
+            },
+            (0.2, 0.0, "none", 1.0),
+        ),
+    ],
+)
+def test_cache_tier_flags_and_their_environment_twins_reach_the_config(args, env, expected):
+    from typer.testing import CliRunner
+
+    app, seen = _router_flags_app()
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    c = seen["config"]
+    assert (
+        c.host_cache_hit_weight,
+        c.disk_cache_hit_weight,
+        c.shared_cache_type,
+        c.shared_cache_multiplier,
+    ) == (expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--router-host-cache-hit-weight", "1.5"], {}, "--router-host-cache-hit-weight"),
+        ([], {"DYN_ROUTER_DISK_CACHE_HIT_WEIGHT": "-1"}, "DYN_ROUTER_DISK_CACHE_HIT_WEIGHT"),
+        (["--shared-cache-multiplier", "3"], {}, "--shared-cache-multiplier"),
+        (["--shared-cache-type", "hicache"], {}, "HiCache's L3 storage"),
+        ([], {"DYN_SHARED_CACHE_TYPE": "hicache"}, "HiCache's L3 storage"),
+    ],
+)
+def test_cache_tier_flags_out_of_range_or_hicache_exit_2(args, env, says):
+    from typer.testing import CliRunner
+
+    app, seen = _router_flags_app()
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200", **env})
+    assert result.exit_code == 2 and says in " ".join(result.output.split()) and "config" not in seen
 
 
 def test_aic_model_is_refused_with_the_way_out():

@@ -8,7 +8,13 @@ from collections import Counter
 
 import pytest
 
-from dyn.core.router.cost import select_worker, worker_logit
+from dyn.core.router.cost import (
+    effective_cached_tokens,
+    effective_overlap_blocks,
+    select_worker,
+    shared_hits_beyond,
+    worker_logit,
+)
 
 BS = 16
 
@@ -83,6 +89,54 @@ def test_lower_tiers_are_credited_at_fixed_weights():
     base = logit(prefill=128)
     assert logit(prefill=128, host_overlap_blocks=4) == base - 3.0
     assert logit(prefill=128, disk_overlap_blocks=4) == base - 1.0
+
+
+def test_host_and_disk_credits_by_hand():
+    """A 16-block prompt on a rank with 320 active prefill tokens (20 blocks): 4 device blocks,
+    then 6 in host memory and 2 on disk; effective overlap 4 + 0.75*6 + 0.25*2 = 9 blocks."""
+    isl = 16 * BS
+    effective = effective_overlap_blocks(4, 6, 2)
+    cached = effective_cached_tokens(effective, BS, isl)
+    assert (effective, cached) == (9.0, 144)
+    cost = logit(
+        isl=isl, prefill=320 + isl - cached, cached=cached, overlap=4, decode=5,
+        host_overlap_blocks=6, disk_overlap_blocks=2,
+    )  # fmt: skip
+    # raw (320 + 256) / 16 = 36 blocks; credit 4 + 4.5 + 0.5 = 9; 27 + 5 decode blocks
+    assert cost == 32.0
+    # the overlap credit is for device blocks only; a half credit, other weights, a load scale
+    cost = logit(
+        isl=isl, prefill=320 + isl - cached, cached=cached, overlap=4, decode=5, credit=0.5, scale=2.0,
+        host_overlap_blocks=6, disk_overlap_blocks=2, host_cache_hit_weight=0.5, disk_cache_hit_weight=1.0,
+    )  # fmt: skip
+    assert cost == 2.0 * (36 - (0.5 * 4 + 0.5 * 6 + 1.0 * 2)) + 5
+
+
+def test_zero_weights_ignore_the_lower_tiers():
+    base = logit(prefill=128, overlap=2)
+    tiered = logit(
+        prefill=128, overlap=2, host_overlap_blocks=3, disk_overlap_blocks=3,
+        host_cache_hit_weight=0.0, disk_cache_hit_weight=0.0,
+    )  # fmt: skip
+    assert tiered == base == 8.0 - 2.0
+
+
+def test_effective_cached_tokens_round_half_up_and_stop_at_the_prompt():
+    assert effective_cached_tokens(effective_overlap_blocks(0, 1, 0), 6, 100) == 5  # 4.5: up, as Dynamo
+    assert effective_cached_tokens(effective_overlap_blocks(0, 0, 1), 2, 100) == 1  # 0.5: up
+    assert effective_cached_tokens(effective_overlap_blocks(1, 1, 1, 0.3, 0.1), 10, 100) == 14
+    assert effective_cached_tokens(effective_overlap_blocks(8, 8, 8), BS, 40) == 40
+
+
+def test_shared_cache_hits_count_beyond_the_device_prefix_at_the_multiplier():
+    hits = [(0, 4), (6, 10)]  # block positions 0-3 and 6-9
+    assert shared_hits_beyond(hits, 0) == 8 and shared_hits_beyond(hits, 3) == 5
+    assert shared_hits_beyond(hits, 7) == 3 and shared_hits_beyond(hits, 12) == 0
+    base = logit(prefill=256, overlap=3)  # 16 - 3
+    assert (
+        logit(prefill=256, overlap=3, shared_cache_multiplier=0.5, shared_cache_hits=hits) == base - 0.5 * 5
+    )
+    assert logit(prefill=256, overlap=3, shared_cache_hits=hits) == base  # multiplier 0: no shared cache
 
 
 def test_select_needs_a_candidate():

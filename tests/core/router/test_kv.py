@@ -222,18 +222,19 @@ async def test_a_failing_admission_fails_the_queued_request_instead_of_hanging_i
 class FlakyIndexer:
     address = "tcp://indexer:1"
 
-    def __init__(self, block_size=BS, fail=False):
+    def __init__(self, block_size=BS, fail=False, tiers=None):
         self.block_size, self.fail, self.calls = block_size, fail, 0
         self.reachable = True
+        self.tiers = tiers or {}
 
     def outage(self):
         return None if self.reachable else "unreachable for 2.0 s: the connection closed"
 
-    async def find_matches(self, local, seq=None):
+    async def find_tiered_matches(self, local):
         self.calls += 1
         if self.fail:
             raise TimeoutError("no answer")
-        return {(2, 0): len(local)}
+        return {(2, 0): len(local)}, self.tiers
 
 
 async def test_remote_indexer_answers_are_used_failures_back_off_and_foreign_block_sizes_ignored():

@@ -308,6 +308,36 @@ async def test_against_the_real_service(tmp_path):
     assert await routers_store(store).list() == []  # deregistered on the way out
 
 
+async def test_lower_tier_blocks_of_the_decision_cross_the_wire(tmp_path):
+    from dyn.core.kv.events import StorageTier
+    from dyn.core.kv.hashing import block_hashes
+    from dyn.core.router.config import KvRouterConfig
+    from dyn.core.router.service import RouterService
+
+    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    await store.put(record(1), ttl_s=30)
+    service = RouterService(store, "m", KvRouterConfig())  # KV events: device and lower tiers
+    tokens = list(range(5 * BLOCK))
+    local = block_hashes(tokens, BLOCK)
+    kv = service.router.agg
+    kv.indexer.store((1, 0), None, [10, 11], local[:2])
+    kv.lower.by_tier[StorageTier.HOST_PINNED].store((1, 0), 11, [12, 13], local[2:4])
+    kv.lower.by_tier[StorageTier.DISK].store((1, 0), 13, [14], local[4:5])
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(service.run)
+            pool = WorkerPool(store, "m")
+            await tg.start(pool.run)
+            router = RemoteRouter(pool, service.endpoint, timeout_s=5)
+            await tg.start(router.run)
+            route = await router.route(RouteRequest(request_id="t", token_ids=tokens))
+            d = route.decision
+            assert (d.overlap_blocks, d.host_blocks, d.disk_blocks) == (2, 2, 1)
+            assert d.cached_tokens == (2 + 0.75 * 2 + 0.25 * 1) * BLOCK == 15
+            route.finished()
+            tg.cancel_scope.cancel()
+
+
 # --------------------------------------------------------------------------- groups (route_all)
 
 
