@@ -240,6 +240,17 @@ class BatchConverter:
         if self._warnings_left <= 0:
             return
         self._warnings_left -= 1
+        if event.block_size == 0 and not event.token_ids:
+            log.warning(
+                "worker %d: BlockStored without tokens (block_size 0, medium %s): vLLM's KV "
+                "offloading sends these unless its connector's extra config sets "
+                "self_describing_kv_events true; the router cannot hash them, so those blocks are "
+                "not indexed.%s",
+                self.instance_id,
+                event.medium,
+                "" if self._warnings_left else " (last such warning for this worker)",
+            )
+            return
         log.warning(
             "worker %d: BlockStored block %d of %d does not hold %d tokens (event block_size %d, "
             "%d token ids); the blocks from there on are not indexed. Start the router with the "

@@ -89,7 +89,8 @@ class BlockStored(msgspec.Struct, tag=True, array_like=True, gc=False):
     block_hashes: list[int]
     parent_block_hash: int | None
     token_ids: list[Annotated[int, msgspec.Meta(ge=0)]]
-    block_size: Annotated[int, msgspec.Meta(gt=0)]
+    block_size: Annotated[int, msgspec.Meta(ge=0)]
+    """0 (with no token ids) in vLLM's offloading placeholders: decoded, never indexed."""
     lora_id: int | None = None
     medium: str | None = DEFAULT_MEDIUM
     lora_name: str | None = None
@@ -170,7 +171,7 @@ class _StoredWire(msgspec.Struct, gc=False):
     block_hashes: list[_Hash]
     parent_block_hash: _Hash | None
     token_ids: list[_Token]
-    block_size: _Positive
+    block_size: _NonNegative  # 0: an offloading placeholder, refused by the converter alone
     lora_id: Any = None
     medium: str | None = DEFAULT_MEDIUM
     lora_name: str | None = None

@@ -256,7 +256,7 @@ def test_decodes_vllm_032_map_events_with_sha256_bytes_hashes():
         (["x", []], "Expected `float`, got `str` - at `\\$\\[0\\]`"),
         ([1.0, [["Bogus"]]], "unknown KV event type"),
         ([1.0, [["BlockStored", [1]]]], "BlockStored: Expected `array` of at least length 5, got 2"),
-        ([1.0, [["BlockStored", [1], None, [1], 0, None]]], "Expected `int` >= 1 - at `\\$\\[4\\]`"),
+        ([1.0, [["BlockStored", [1], None, [1], -1, None]]], "Expected `int` >= 0 - at `\\$\\[4\\]`"),
         ([1.0, [["BlockStored", ["h"], None, [1], 1, None]]], "Expected `int \\| bytes`, got `str`"),
         ([1.0, [["BlockStored", [1], None, [-1], 1, None]]], "Expected `int` >= 0"),
         ([1.0, [["BlockStored", [b""], None, [1], 1, None]]], "non-empty bytes"),

@@ -34,6 +34,7 @@ from dyn.core.kv.events import (
     BlockStored,
     KvEventBatch,
     StorageTier,
+    decode_event_batch,
     decode_known_events,
     encode_event_batch,
     encode_seq,
@@ -310,6 +311,22 @@ def test_block_size_mismatch_indexes_the_good_leading_blocks_only(caplog):
     assert device.calls == [("store", (7, 0), None, [1, 2], block_hashes(tokens[:8], BS))]
     assert rejected(registry, "block_size_mismatch") == 1 + 2 + 5
     assert len([r for r in caplog.records if "not indexed" in r.message]) == 3
+
+
+def test_an_offloading_placeholder_is_refused_alone_and_says_how_to_get_tokens(caplog):
+    """vLLM's KV offloading sends ``BlockStored`` with block_size 0 and no tokens unless its
+    connector is self-describing: that event alone is refused, the batch's others are indexed."""
+    registry, _, device, indexers, converter = setup()
+    tokens = list(range(4))
+    raw = msgspec.msgpack.encode(
+        [1.0, [["BlockStored", [9], None, [], 0, None, "CPU"], ["BlockStored", [1], None, tokens, BS, None]]]
+    )
+    with caplog.at_level(logging.WARNING, "dyn.core.kv.convert"):
+        outcomes = apply_event_batch(decode_event_batch(raw), converter, indexers)
+    assert outcomes == [RejectReason.BLOCK_SIZE_MISMATCH, "ok"]
+    assert device.calls == [("store", (7, 0), None, [1], block_hashes(tokens, BS))]
+    assert rejected(registry, "block_size_mismatch") == 1
+    assert any("self_describing_kv_events" in r.message for r in caplog.records)
 
 
 def test_lora_name_changes_local_hashes():
