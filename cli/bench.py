@@ -155,6 +155,20 @@ def bench(
         panel=MULTI,
         help="Idle timeout in seconds of the subagents' sessions.",
     ),
+    subagent_context: str = flag(
+        "fresh",
+        "--subagent-context",
+        panel=MULTI,
+        help="fresh: a subagent has its own system prompt and task; fork: it starts from the "
+        "lead's conversation so far (its context shares the lead's prefix).",
+    ),
+    agent_ids: bool = flag(
+        False,
+        "--agent-ids",
+        panel=MULTI,
+        help="Send each conversation's id as x-dynamo-session-id and a subagent's parent's as "
+        "x-dynamo-parent-session-id, as agent harnesses do (session and parent affinity).",
+    ),
     tools: int = flag(
         0,
         "--tools",
@@ -289,6 +303,7 @@ def bench(
         speculative_prefill=speculative_prefill,
         priority_mix=priority_mix,
         session_timeout_s=session_timeout,
+        subagent_context=subagent_context,
         tools=tools,
         max_tool_rounds=max_tool_rounds,
         tool_result_tokens=tool_result_tokens,
@@ -318,6 +333,7 @@ def bench(
         model=model,
         api_key=api_key,
         nvext=nvext,
+        agent_ids=agent_ids,
         ignore_eos=ignore_eos,
         timeout_s=timeout,
         output=output,

@@ -44,6 +44,9 @@ class ClientOptions:
     timeout_s: float = 600.0
     api_key: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    agent_ids: bool = False
+    """Each request names its conversation (``x-dynamo-session-id``) and a subagent's its parent
+    (``x-dynamo-parent-session-id``), as agent harnesses do (``--agent-ids``)."""
 
 
 @dataclass
@@ -210,12 +213,14 @@ async def send(
     clock: Any,
     origin: float,
     options: ClientOptions,
+    extra_headers: dict[str, str] | None = None,
 ) -> Reply:
-    """POST ``body`` to ``path``, stream the answer, fill ``record`` (times from ``origin``)."""
+    """POST ``body`` to ``path`` (with ``extra_headers``), stream the answer, fill ``record``
+    (times from ``origin``)."""
     started = clock()
     record.start_s = started - origin
     stream = _Stream(started)
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": "application/json", **(extra_headers or {})}
     if options.api_key:
         headers["authorization"] = f"Bearer {options.api_key}"
     try:

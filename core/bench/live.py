@@ -38,6 +38,7 @@ class BenchSettings:
     model: str | None = None
     api_key: str | None = None
     nvext: bool = True
+    agent_ids: bool = False
     ignore_eos: bool = True
     timeout_s: float = 600.0
     output: str | None = None
@@ -118,6 +119,7 @@ def run_bench(settings: BenchSettings, console: Console) -> int:
         ignore_eos=settings.ignore_eos,
         timeout_s=settings.timeout_s,
         api_key=settings.api_key,
+        agent_ids=settings.agent_ids,
     )
     outcome = _run_with_progress(workload, settings.url, settings, options, console)
     summary = summarize(outcome.records, grouped=workload.grouped, block_size=workload.block_size)

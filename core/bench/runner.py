@@ -140,16 +140,32 @@ class _Run:
             start_s=0.0,
             end_s=0.0,
         )
-        reply = await send(self.client, path, body, record, time.perf_counter, self.origin, self.options)
+        headers = None
+        if self.options.agent_ids:
+            headers = {"x-dynamo-session-id": f"{self.run_id}-{conv.key}"}
+            if conv.parent is not None:
+                headers["x-dynamo-parent-session-id"] = f"{self.run_id}-{conv.parent}"
+        reply = await send(
+            self.client, path, body, record, time.perf_counter, self.origin, self.options, headers
+        )
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
         return reply
 
     async def conversation(
-        self, conv: Conversation, children: dict[str, dict[int, list[Conversation]]]
+        self,
+        conv: Conversation,
+        children: dict[str, dict[int, list[Conversation]]],
+        inherited: list[dict[str, Any]] | None = None,
     ) -> None:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": conv.system}] if conv.system else []
+        """Run ``conv``'s turns; a forked subagent (``Conversation.fork``) starts from
+        ``inherited``, its parent's messages when it was spawned, instead of its own system."""
+        messages: list[dict[str, Any]]
+        if conv.fork and inherited is not None:
+            messages = list(inherited)
+        else:
+            messages = [{"role": "system", "content": conv.system}] if conv.system else []
         spawns = children.get(conv.key, {})
         tools = conv.tool_use.tools if conv.tool_use is not None else None
         for index, turn in enumerate(conv.turns):
@@ -173,7 +189,7 @@ class _Run:
             if spawns.get(index):
                 async with anyio.create_task_group() as tg:
                     for child in spawns[index]:
-                        tg.start_soon(self.conversation, child, children)
+                        tg.start_soon(self.conversation, child, children, messages)
 
     async def tool_rounds(
         self,

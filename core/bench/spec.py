@@ -34,6 +34,8 @@ class WorkloadSpec:
     speculative_prefill: bool = False
     priority_mix: float = 0.0
     session_timeout_s: int = 60
+    subagent_context: str = "fresh"
+    """``fresh``: a subagent has its own system prompt; ``fork``: it starts from the lead's conversation."""
     tools: int = 0
     max_tool_rounds: int = 4
     tool_result_tokens: int = 64
@@ -54,6 +56,8 @@ class WorkloadSpec:
         common = {"block_size": self.block_size, "seed": self.seed}
         if self.tools and self.kind != "multi-turn":
             raise ValueError("--tools needs --multi-turn (the agents offer the tools)")
+        if self.subagent_context not in ("fresh", "fork"):
+            raise ValueError(f"--subagent-context must be fresh or fork, got {self.subagent_context!r}")
         if self.kind == "parallel-sampling":
             return workloads.parallel_sampling(
                 problems=self.problems,
@@ -79,6 +83,7 @@ class WorkloadSpec:
                 tools=self.tools,
                 max_tool_rounds=self.max_tool_rounds,
                 tool_result_tokens=self.tool_result_tokens,
+                fork=self.subagent_context == "fork",
                 **common,
             )
         if self.kind == "prefix":

@@ -70,6 +70,8 @@ class Conversation(msgspec.Struct, frozen=True, kw_only=True):
     parent: str | None = None
     after_turn: int = 0
     tool_use: ToolUse | None = None
+    fork: bool = False
+    """A subagent that starts from its parent's conversation so far (its ``system`` unused)."""
 
     @property
     def chat(self) -> bool:
@@ -229,10 +231,13 @@ def multi_turn(
     tools: int = 0,
     max_tool_rounds: int = 4,
     tool_result_tokens: int = 64,
+    fork: bool = False,
 ) -> Workload:
     """Agent runs: a lead with ``lead_turns`` turns; after each of its first ``subagents`` turns it
     spawns one subagent (``subagent_turns`` turns in an engine session) and waits for it. With
-    ``tools`` > 0 every conversation offers that many function tools (``ToolUse``)."""
+    ``tools`` > 0 every conversation offers that many function tools (``ToolUse``); with ``fork``
+    a subagent starts from the lead's conversation so far (its context shares the lead's prefix)
+    instead of a subagent system prompt of its own."""
     _check_positive(
         agents=agents,
         lead_turns=lead_turns,
@@ -280,8 +285,11 @@ def multi_turn(
         turns: int,
         priority: int | None,
         session: bool,
+        histories: list[tuple[int, ...]] | None = None,
         **link: Any,
     ) -> Conversation:
+        """One conversation's turns; ``histories`` (when given) collects its block history after
+        each turn, reply included (what a forked subagent starts from)."""
         history = system
         out = []
         for t in range(turns):
@@ -310,6 +318,8 @@ def multi_turn(
                 )
             )
             history = history + ids.take(reply_blocks)
+            if histories is not None:
+                histories.append(history)
         return Conversation(
             key=key,
             group=group,
@@ -326,9 +336,17 @@ def multi_turn(
         priority = HIGH_PRIORITY if high else (0 if priority_mix > 0 else None)
         prio = "high" if high else "normal"
         lead_key = f"agent{a}-lead"
+        lead_histories: list[tuple[int, ...]] = []
         members = [
             conversation(
-                lead_key, f"agent-{a}", f"lead/{prio}", lead_system, lead_turns, priority, session=False
+                lead_key,
+                f"agent-{a}",
+                f"lead/{prio}",
+                lead_system,
+                lead_turns,
+                priority,
+                session=False,
+                histories=lead_histories,
             )
         ]
         for s in range(subagents):
@@ -337,12 +355,13 @@ def multi_turn(
                     f"agent{a}-sub{s}",
                     f"agent-{a}",
                     f"subagent/{prio}",
-                    sub_system,
+                    lead_histories[s] if fork else sub_system,
                     subagent_turns,
                     priority,
                     session=True,
                     parent=lead_key,
                     after_turn=s,
+                    fork=fork,
                 )
             )
         units.append(Unit(conversations=tuple(members)))
@@ -361,6 +380,8 @@ def multi_turn(
     }
     if tool_use is not None:  # without tools the shape stays as it always was
         params.update(tools=tools, max_tool_rounds=max_tool_rounds, tool_result_tokens=tool_result_tokens)
+    if fork:
+        params["subagent_context"] = "fork"
     return Workload(name="multi-turn", block_size=block_size, units=tuple(units), params=params)
 
 
