@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
@@ -19,6 +19,9 @@ from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.media import DEFAULT_LIMIT_PER_PROMPT, MediaSettings, parse_limit_mm_per_prompt
 from dyn.core.frontend.session_identity import SessionAffinity
 from dyn.core.router.modes import modes_help
+
+if TYPE_CHECKING:
+    from dyn.core.router.config import KvRouterConfig
 
 HTTP_PANEL = "HTTP"
 ROUTER_PANEL = "Router"
@@ -659,7 +662,28 @@ def frontend(
     )
     if router_config.load_aware:
         settings.router_mode = "kv"
+    if router_config.uses_aic:
+        _start_prefill_table(router_config, settings.router_mode, settings.router_address)
     try:
         run_frontend(settings)
     except ConfigError as exc:
         options.fail(str(exc))
+
+
+def _start_prefill_table(router_config: KvRouterConfig, router_mode: str, router_address: str | None) -> None:
+    """``--router-prefill-load-model aic``: refuse it where this frontend routes with no KV router
+    of its own, else start building its table now, so that it is ready before workers register."""
+    from dyn.core.router.prefill_model import AicSetup, shared_durations
+
+    model = router_config.prefill_load_model
+    if router_mode != "kv":
+        options.fail(
+            f"--router-prefill-load-model {model} models the KV router's prompt load: it needs "
+            f"--router-mode kv, not {router_mode}"
+        )
+    if router_address is not None:
+        options.fail(
+            f"with --router-address the dyn router routes: pass --router-prefill-load-model {model} "
+            "and the --aic-* flags to the dyn router instead"
+        )
+    shared_durations(AicSetup.from_config(router_config))

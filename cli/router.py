@@ -49,6 +49,10 @@ def router(
 
     options.use_plane_keys(plane_keys)
     options.use_advertise_host(advertise_host)
+    if router_config.uses_aic:  # built while workers register
+        from dyn.core.router.prefill_model import AicSetup, shared_durations
+
+        shared_durations(AicSetup.from_config(router_config))
     settings = RouterSettings(
         host=host,
         port=port,

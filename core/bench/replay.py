@@ -32,12 +32,16 @@ to event and is the only clock anyone reads (the router's, its queue's, the simu
 The router is built from its mode with the simulation's clock, a seeded RNG and the direct
 ingestion below, not through ``build_router`` (which adds only what live routers need).
 ``KvRouter.run`` is not started: its ingestion is replaced by the direct
-application above, and its once-a-second queue recheck only matters with a prefill load model
-that decays over time, which dyn does not build; hooks drain the queue as they do live. Should
+application above, and hooks drain the queue as they do live. Its periodic queue recheck matters
+only with a prefill load that decays over time (``--router-prefill-load-model aic``): the replay
+then rechecks the queue every ``AIC_QUEUE_RECHECK_S`` of virtual time while requests wait in it
+and other events are due, after waiting for the AIC prefill table before the first arrival (a
+table that cannot be built is a ``ConfigError``). Should
 the heap empty while requests are unfinished, they are recorded as ``stalled``.
-``duplicate_prefill_blocks`` counts blocks stored on a worker while another worker held them
-(disaggregated: another worker of the same role, since a decode worker stores the blocks it
-receives from a prefill worker by design).
+``duplicate_prefill_blocks`` counts blocks stored on a worker's device while another worker held
+them there (disaggregated: another worker of the same role, since a decode worker stores the
+blocks it receives from a prefill worker by design). Lower tiers' events count in neither it nor
+``stored_blocks``; a block onboarded from a host tier is a device store and counts in both.
 
 Record fields: ``start_s`` arrival, ``ttft_s`` / ``itl_s`` / ``end_s`` from pass ends,
 ``queue_s`` from arrival to the start of the first pass that scheduled the request (router-queue
@@ -68,11 +72,21 @@ from dyn.core.bench.report import BenchResult
 from dyn.core.bench.trace import MOONCAKE_BLOCK_SIZE, TokenSynth, TraceRow, theoretical_hit_rate
 from dyn.core.errors import ConfigError
 from dyn.core.kv.convert import BatchConverter, KvEventMetrics, TieredIndexers
-from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent, KvEventBatch, StorageTier
+from dyn.core.kv.events import (
+    DEFAULT_MEDIUM,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEvent,
+    KvEventBatch,
+    StorageTier,
+    tier_of,
+)
 from dyn.core.kv.membership import Member, Membership
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.disagg import DisaggRouter
+from dyn.core.router.kv import AIC_QUEUE_RECHECK_S, KvRouter
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.modes import RouterContext, mode_names, router_mode
 from dyn.core.router.policy import Route, Router, RouteRequest, RoutingError
@@ -129,6 +143,11 @@ class ReplaySettings:
             raise ConfigError(
                 f"offline replay routes with --router-mode "
                 f"{', '.join(mode_names(offline=True))}, not {self.router_mode!r}"
+            )
+        if self.router.uses_aic and self.router_mode != "kv":
+            raise ConfigError(
+                f"--router-prefill-load-model {self.router.prefill_load_model} models the KV "
+                f"router's prompt load: it needs --router-mode kv, not {self.router_mode}"
             )
         if not self.speedup > 0:
             raise ConfigError("--speedup must be positive")
@@ -197,6 +216,8 @@ def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
     """Replay ``rows`` (in file order) under ``settings``; ``ConfigError`` for bad settings.
     Runs an event loop of its own, so call it from synchronous code."""
     settings.validate()
+    if settings.router_mode == "kv" and settings.router.uses_aic:
+        _wait_for_prefill_table(settings.router)
     if settings.limit is not None:
         rows = rows[: settings.limit]
 
@@ -212,6 +233,16 @@ def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
     finally:
         gc.set_threshold(*threshold)
     return done[0]
+
+
+def _wait_for_prefill_table(config: KvRouterConfig) -> None:
+    """Wait for the AIC prefill table the KV router will share, so that no part of the trace is
+    routed without it; ``ConfigError`` when it cannot be built."""
+    from dyn.core.router.prefill_model import AicSetup, shared_durations
+
+    durations = shared_durations(AicSetup.from_config(config))
+    if durations.wait() is None:
+        raise ConfigError(durations.error or "the AIC prefill table could not be built")
 
 
 def bench_result(
@@ -306,6 +337,11 @@ class _Pool:
     def add_listener(self, listener: Callable[[Worker, bool], None]) -> None:
         for worker in self._ordered:
             listener(worker, True)
+
+
+def _on_device(medium: str | None) -> bool:
+    """Whether an event's ``medium`` is device memory (the common case needs no lookup)."""
+    return medium == DEFAULT_MEDIUM or tier_of(medium) is StorageTier.DEVICE
 
 
 class _DirectIngest:
@@ -449,6 +485,15 @@ class _Simulation:
             for i in ingest._converters  # a worker's role router
         }
         self._queue = getattr(self.router, "queue", None)
+        self._recheck_s = (
+            AIC_QUEUE_RECHECK_S
+            if isinstance(self.router, KvRouter)
+            and self.router.prefill_durations is not None
+            and self.router.config.queue_threshold is not None
+            else None
+        )
+        """The virtual queue recheck of a decaying prefill load (None: hooks drain it alone)."""
+        self._recheck_due = False
         self.synth = TokenSynth(settings.trace_block_size, settings.vocab_size, seed=settings.seed)
         self._flights: dict[Hashable, _Flight] = {}
         self._parked: dict[str, _Flight] = {}
@@ -589,9 +634,27 @@ class _Simulation:
                     self.router_queued += 1
                 flight.awaiting = awaited
                 self._parked[flight.rid] = flight
+                self._schedule_recheck()
                 return
             coro.close()
             raise RuntimeError(f"route() awaited {awaited!r}, which offline replay cannot drive")
+
+    def _schedule_recheck(self) -> None:
+        if self._recheck_s is not None and not self._recheck_due:
+            self._recheck_due = True
+            self._at(self.now + self._recheck_s, self._recheck, None)
+
+    def _recheck(self, _: Any) -> None:
+        """The live router's periodic queue recheck: prompt load decays between events. It
+        stops with nothing else due (no engine runs then, so no load falls any further)."""
+        self._recheck_due = False
+        if not self._parked:
+            return
+        assert isinstance(self.router, KvRouter)
+        self.router.recheck_queue()
+        self._resume_parked()
+        if self._parked and (self._heap or self._next_arrival < _NEVER):
+            self._schedule_recheck()
 
     def _resume_parked(self) -> None:
         """Resume routing coroutines whose request left the router queue (after a drain)."""
@@ -812,6 +875,8 @@ class _Simulation:
         holders = self._holders
         role = worker.role
         for event in events:
+            if isinstance(event, AllBlocksCleared) or not _on_device(event.medium):
+                continue  # a lower tier's copy is neither a prefill nor a duplicate of one
             if type(event) is BlockStored:
                 for h in event.block_hashes if role == "agg" else [(role, h) for h in event.block_hashes]:
                     n = holders.get(h, 0)

@@ -54,6 +54,11 @@ def build_router(
     ``kv`` embeds a ``KvRouter`` unless ``router_address`` names a ``dyn router`` to ask instead.
     """
     spec = router_mode(mode)
+    if config.uses_aic and mode != "kv":
+        raise ValueError(
+            f"--router-prefill-load-model {config.prefill_load_model} models the KV router's "
+            f"prompt load: it needs --router-mode kv, not {mode}"
+        )
     metrics = _shared(
         registry, ("router", namespace, router_id), lambda: RouterMetrics(registry, namespace, router_id)
     )
@@ -65,6 +70,11 @@ def build_router(
                 "--router-replica-sync syncs routers that route in their own "
                 "process; with --router-address the dyn router routes: pass "
                 "--router-replica-sync to the dyn router replicas instead"
+            )
+        if config.uses_aic:
+            raise ValueError(
+                "with --router-address the dyn router routes: pass --router-prefill-load-model "
+                f"{config.prefill_load_model} and the --aic-* flags to the dyn router instead"
             )
         from dyn.core.router.remote import RemoteRouter
 

@@ -2,9 +2,10 @@
 
 ``KvRouterConfig`` holds every knob of the KV router (the ``--router-*`` flags). ``build_config``
 applies, in order, the deprecated overlap-score weight and the ``--load-aware`` preset, then
-validates; ``KvRouterConfig.validate`` raises ``ConfigError`` with a sentence naming the flags to
-change. The environment helpers parse ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` and the
-deprecated weight variables the way the reference does.
+validates and checks an ``--aic-*`` setup against AIConfigurator; ``KvRouterConfig.validate``
+raises ``ConfigError`` with a sentence naming the flags to change. The environment helpers parse
+``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` and the deprecated weight variables the way the
+reference does.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from dyn.core.router.queue import QUEUE_POLICIES
 
 log = logging.getLogger("dyn.router")
 
-PREFILL_LOAD_MODELS = ("none", "aic")
+PREFILL_LOAD_MODELS = ("none", "ais", "aic")
+AIC_MODELS = ("ais", "aic")
+"""The prefill load models AIConfigurator predicts for: Dynamo 1.6.1's name, then its older alias."""
 SHARED_CACHE_TYPES = ("none", "hicache")
 DEFAULT_SHARED_CACHE_MULTIPLIER = 0.5
 DEFAULT_UNSTARTED_BOOKING_SECS = 5.0
@@ -35,6 +38,8 @@ OVERLAP_REFRESH_ENV = "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"
 DEPRECATED_WEIGHT_ENVS = ("DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT", "DYN_OVERLAP_SCORE_WEIGHT")
 PANEL = "KV router"
 """The ``--help`` panel of the router flags."""
+AIC_PANEL = "AIC prefill load model"
+"""The ``--help`` panel of the ``--aic-*`` flags."""
 
 
 def _zero_is_none(value: float | None) -> float | None:
@@ -176,8 +181,9 @@ class KvRouterConfig:
         flag(
             "--router-prefill-load-model",
             panel=PANEL,
-            help="Prompt-side load model: none (static until first token); aic is refused (it needs "
-            "NVIDIA's AIConfigurator database).",
+            help="Prompt-side load model: none (static until first token); ais (or aic, its older "
+            "name): an AIConfigurator-predicted prefill duration per request decays each worker's "
+            "oldest active prefill (needs the --aic-* flags and pip install 'dyn[aic]').",
         ),
     ] = "none"
     queue_threshold: Annotated[
@@ -356,9 +362,81 @@ class KvRouterConfig:
             '0.7, "prefill_busy_threshold": null, "decode_busy_threshold": null}.',
         ),
     ] = None
+    aic_backend: Annotated[
+        str | None,
+        flag(
+            "--aic-backend",
+            panel=AIC_PANEL,
+            help="With --router-prefill-load-model aic: the engine AIConfigurator models the "
+            "workers as (vllm, sglang or trtllm).",
+        ),
+    ] = None
+    aic_system: Annotated[
+        str | None,
+        flag(
+            "--aic-system",
+            panel=AIC_PANEL,
+            help="With --router-prefill-load-model aic: the GPU system of AIConfigurator's "
+            "performance database (h200_sxm, h100_sxm, b200_sxm, gb200, a100_sxm, l40s, ...).",
+        ),
+    ] = None
+    aic_model_path: Annotated[
+        str | None,
+        flag(
+            "--aic-model-path",
+            panel=AIC_PANEL,
+            help="With --router-prefill-load-model aic: the served model, a local directory with "
+            "its config.json or a Hugging Face name AIConfigurator ships the config of "
+            "(Qwen/Qwen3-32B, meta-llama/Meta-Llama-3.1-8B, ...).",
+        ),
+    ] = None
+    aic_backend_version: Annotated[
+        str | None,
+        flag(
+            "--aic-backend-version",
+            panel=AIC_PANEL,
+            help="The backend version of AIConfigurator's performance data (default: its current "
+            "one for --aic-backend on --aic-system; also current, previous or next).",
+        ),
+    ] = None
+    aic_tp_size: Annotated[
+        int,
+        Meta(ge=1),
+        flag("--aic-tp-size", panel=AIC_PANEL, help="Tensor-parallel size of each modeled worker."),
+    ] = 1
+    aic_moe_tp_size: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        flag(
+            "--aic-moe-tp-size",
+            panel=AIC_PANEL,
+            help="MoE models: tensor-parallel size of the experts (default: --aic-tp-size).",
+        ),
+    ] = None
+    aic_moe_ep_size: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        flag(
+            "--aic-moe-ep-size",
+            panel=AIC_PANEL,
+            help="MoE models: expert-parallel size (default 1). --aic-tp-size x "
+            "--aic-attention-dp-size must equal --aic-moe-tp-size x --aic-moe-ep-size.",
+        ),
+    ] = None
+    aic_attention_dp_size: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        flag(
+            "--aic-attention-dp-size",
+            panel=AIC_PANEL,
+            help="MoE models: attention data-parallel size (default 1).",
+        ),
+    ] = None
     overlap_refresh_after_secs: float | None = DEFAULT_OVERLAP_REFRESH_SECS
     """Set from ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` only (no flag, as in Dynamo)."""
     stale_request_secs: float = 300.0
+
+    @property
+    def uses_aic(self) -> bool:
+        """Whether prefill durations come from AIConfigurator (``ais``, or its alias ``aic``)."""
+        return self.prefill_load_model in AIC_MODELS
 
     @property
     def uses_indexer(self) -> bool:
@@ -445,16 +523,13 @@ class KvRouterConfig:
             raise ConfigError(
                 f"--router-queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}"
             )
-        if self.prefill_load_model == "aic":
-            raise ConfigError(
-                "--router-prefill-load-model aic needs NVIDIA's AIConfigurator performance "
-                "database, which dyn does not ship; use --router-prefill-load-model none"
-            )
         if self.prefill_load_model not in PREFILL_LOAD_MODELS:
             raise ConfigError(
                 f"--router-prefill-load-model must be one of "
                 f"{', '.join(PREFILL_LOAD_MODELS)}, got {self.prefill_load_model!r}"
             )
+        if self.uses_aic:
+            self._validate_aic()
         if self.track_output_blocks and not self.track_active_blocks:
             raise ConfigError(
                 "--router-track-output-blocks needs active block tracking: drop "
@@ -475,6 +550,35 @@ class KvRouterConfig:
                 _positive(value, name, hint="; omit it to turn that busy check off")
         return self
 
+    def _validate_aic(self) -> None:
+        """The flags an AIConfigurator prefill model needs, and their sizes (what needs
+        AIConfigurator itself is ``dyn.core.router.prefill_model.check_setup``'s)."""
+        model = self.prefill_load_model
+        if not self.track_prefill_tokens:
+            raise ConfigError(
+                f"--router-prefill-load-model {model} decays the prompt-side load, which "
+                "--no-router-track-prefill-tokens turns off: drop one of them"
+            )
+        missing = [
+            f"{name} ({what})"
+            for name, what, value in (
+                ("--aic-backend", "the engine: vllm, sglang or trtllm", self.aic_backend),
+                ("--aic-system", "the GPU system, such as h200_sxm", self.aic_system),
+                ("--aic-model-path", "the served model", self.aic_model_path),
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigError(f"--router-prefill-load-model {model} needs {', '.join(missing)}")
+        for size, name in (
+            (self.aic_tp_size, "--aic-tp-size"),
+            (self.aic_moe_tp_size, "--aic-moe-tp-size"),
+            (self.aic_moe_ep_size, "--aic-moe-ep-size"),
+            (self.aic_attention_dp_size, "--aic-attention-dp-size"),
+        ):
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+                raise ConfigError(f"{name} must be a whole number of at least 1, got {size!r}")
+
 
 def build_config(
     *,
@@ -490,6 +594,9 @@ def build_config(
        ``prefill_load_scale`` and ``overlap_score_credit`` to 0. It wins over the newer fields.
     2. the ``--load-aware`` preset: credit 0, no KV events, no KV reuse assumption, active block
        and prefill token tracking on, no remote indexer; ``prefill_load_scale`` is kept.
+
+    With an AIConfigurator prefill load model it also checks the ``--aic-*`` setup against
+    AIConfigurator (``dyn.core.router.prefill_model.check_setup``), so a bad one stops the start.
     """
     config = KvRouterConfig(**fields)
     if deprecated_overlap_weight is not None:
@@ -525,7 +632,12 @@ def build_config(
             use_remote_indexer=False,
             load_aware=True,
         )
-    return config.validate()
+    config.validate()
+    if config.uses_aic:
+        from dyn.core.router.prefill_model import AicSetup, check_setup
+
+        check_setup(AicSetup.from_config(config))
+    return config
 
 
 def overlap_refresh_from_env(value: str | None) -> float | None:

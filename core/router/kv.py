@@ -26,7 +26,11 @@ batched prompts of one client request as one unit) it
    A group's members are all scored and booked in the same step, each seeing its siblings'
    bookings, and never wait behind each other: the frontend starts none of them until all are
    routed, so a member waiting for its siblings' prefill would wait forever. If one member cannot
-   be booked, the others are freed and the error raised.
+   be booked, the others are freed and the error raised. With ``--router-prefill-load-model
+   aic`` the booking carries the prefill duration AIConfigurator predicts for the request's
+   ``isl - cached`` new tokens after its ``cached`` ones (``dyn.core.router.prefill_model``; none
+   until its table is ready), over which the rank's oldest active prefill decays; the queue is
+   then rechecked every ``AIC_QUEUE_RECHECK_S``, as prompt load falls between events.
 
 The returned ``KvRoute`` keeps the booking in step with the stream: ``started`` says the request
 was sent to its worker, ``first_token`` marks the prefill done, ``progress`` grows output blocks,
@@ -73,12 +77,15 @@ from dyn.core.router.policy import (
     no_workers,
 )
 from dyn.core.router.pool import Worker, WorkerPool
+from dyn.core.router.prefill_model import AicSetup, PrefillDurations, shared_durations
 from dyn.core.router.queue import RouterQueue, all_busy, priority_jump
 
 log = logging.getLogger("dyn.router")
 
 STALE_CHECK_S = 30.0
 QUEUE_RECHECK_S = 1.0
+AIC_QUEUE_RECHECK_S = 0.1
+"""The queue recheck with a decaying prefill load (Dynamo's 100 ms)."""
 REMOTE_RETRY_S = 5.0
 
 
@@ -225,9 +232,14 @@ class KvRouter(Router):
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         block_size: int | None = None,
+        prefill_durations: PrefillDurations | None = None,
     ) -> None:
         super().__init__(pool)
         self.config = config.validate()
+        if prefill_durations is None and config.uses_aic:
+            prefill_durations = shared_durations(AicSetup.from_config(config))
+        self.prefill_durations = prefill_durations
+        """Predicted prefill durations (``--router-prefill-load-model aic``; None: ``none``)."""
         self.metrics = metrics
         self.worker_type = "prefill" if getattr(pool, "role", None) == "prefill" else "decode"
         """The ``worker_type`` label of its workers' series: a prefill pool's, else decode."""
@@ -328,7 +340,7 @@ class KvRouter(Router):
             task_status.started()
             last_stale = self._clock()
             while True:
-                with anyio.move_on_after(QUEUE_RECHECK_S):
+                with anyio.move_on_after(self._recheck_s):
                     await self._wake.wait()
                 self._wake = anyio.Event()
                 now = self._clock()
@@ -342,6 +354,12 @@ class KvRouter(Router):
                             self.config.stale_request_secs,
                         )
                 self._drain()
+
+    @property
+    def _recheck_s(self) -> float:
+        if self.prefill_durations is not None and self.config.queue_threshold is not None:
+            return AIC_QUEUE_RECHECK_S
+        return QUEUE_RECHECK_S
 
     # ----------------------------------------------------------------- routing
 
@@ -500,7 +518,8 @@ class KvRouter(Router):
 
     def degraded(self) -> str | None:
         """Why the overlaps come from no index now: the remote indexer is not found yet, is
-        unreachable, failed a query, or hashes other blocks (routing is on load alone)."""
+        unreachable, failed a query, or hashes other blocks (routing is on load alone); else
+        why the AIC prefill table could not be built (prompt load does not decay)."""
         indexer = self.remote_indexer
         if indexer is None:
             why = self.remote_indexer_missing
@@ -514,8 +533,14 @@ class KvRouter(Router):
                 f"tokens, this router {self.block_size}"
             )
         else:
-            return None
-        return None if why is None else f"{why}; routing on load alone"
+            why = None
+        if why is not None:
+            return f"{why}; routing on load alone"
+        return self._prefill_model_failure()
+
+    def _prefill_model_failure(self) -> str | None:
+        error = self.prefill_durations.error if self.prefill_durations is not None else None
+        return None if error is None else f"{error}; prompt load does not decay"
 
     def _with_side(
         self, scores: OverlapScores, local: list[int], seq: list[int]
@@ -626,6 +651,11 @@ class KvRouter(Router):
         if group.error is not None:
             raise group.error
         return group.routes
+
+    def recheck_queue(self) -> None:
+        """Admit what the router queue can admit now: ``run``'s periodic recheck, for a driver
+        of virtual time (the offline replay), where prompt load decays between events."""
+        self._drain()
 
     def _drain(self) -> None:
         """Admit queued groups from the head while the head is not blocked. A drain that a
@@ -774,6 +804,7 @@ class KvRouter(Router):
             req.expected_output_tokens,
             track_prefill,
             now,
+            expected_prefill_secs=self._expected_prefill_secs(isl, cached[key]),
         )
         if self.approx is not None:
             self.approx.record(key, prompt.local, prompt.seq)
@@ -817,6 +848,15 @@ class KvRouter(Router):
             self._unstarted[req.request_id] = route
         return route
 
+    def _expected_prefill_secs(self, isl: int, cached: int) -> float | None:
+        """The predicted prefill duration of the ``isl - cached`` new tokens after the ``cached``
+        ones (Dynamo's prefill load hint); None without a prefill model or its table."""
+        durations = self.prefill_durations
+        if durations is None:
+            return None
+        prefix = min(max(cached, 0), isl)
+        return durations.expected_secs(isl - prefix, prefix)
+
     def _publish_load(self, key: WorkerKey) -> None:
         self.metrics.worker_load(
             key,
@@ -855,6 +895,7 @@ class KvRouter(Router):
                 event.expected_output_tokens,
                 self.config.track_prefill_tokens,
                 self._clock(),
+                expected_prefill_secs=self._expected_prefill_secs(event.isl_tokens, event.cached_tokens),
             )
             if event.local_hashes:
                 for index in (self.approx, self.side):

@@ -96,7 +96,7 @@ def test_the_router_and_engine_flags_come_from_their_config_classes():
     from dyn.plugins.mocker.config import MockerConfig
 
     declared = {s.flag.param for s in declared_flags(KvRouterConfig)}
-    assert declared <= set(_FLAGS) and len(declared) == 29
+    assert declared <= set(_FLAGS) and len(declared) == 37  # 29 router flags, 8 --aic-*
     assert {s.flag.long_name for s in declared_flags(MockerConfig)} >= {
         "--num-gpu-blocks-override",
         "--reasoning",

@@ -156,11 +156,65 @@ def test_cache_tier_flags_out_of_range_or_hicache_exit_2(args, env, says):
     assert result.exit_code == 2 and says in " ".join(result.output.split()) and "config" not in seen
 
 
-def test_aic_model_is_refused_with_the_way_out():
+AIC = {"aic_backend": "vllm", "aic_system": "h200_sxm", "aic_model_path": "Qwen/Qwen3-32B"}
+
+
+@pytest.mark.parametrize("name", ["aic", "ais"])
+def test_the_aic_prefill_model_and_its_ais_alias_need_the_aic_flags(name):
     with pytest.raises(ConfigError) as err:
-        KvRouterConfig(prefill_load_model="aic").validate()
-    text = str(err.value)
-    assert "AIConfigurator" in text and "--router-prefill-load-model none" in text
+        KvRouterConfig(prefill_load_model=name).validate()
+    assert str(err.value) == (
+        f"--router-prefill-load-model {name} needs --aic-backend (the engine: vllm, sglang or "
+        "trtllm), --aic-system (the GPU system, such as h200_sxm), --aic-model-path (the served model)"
+    )
+    with pytest.raises(ConfigError, match=r"needs --aic-model-path \(the served model\)$"):
+        KvRouterConfig(prefill_load_model=name, aic_backend="vllm", aic_system="h200_sxm").validate()
+    config = KvRouterConfig(prefill_load_model=name, **AIC).validate()
+    assert config.uses_aic and (config.aic_tp_size, config.aic_moe_tp_size) == (1, None)
+    assert not KvRouterConfig().uses_aic
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"track_prefill_tokens": False}, "--no-router-track-prefill-tokens turns off: drop one of them"),
+        ({"aic_tp_size": 0}, "--aic-tp-size must be a whole number of at least 1, got 0"),
+        ({"aic_moe_ep_size": 0}, "--aic-moe-ep-size must be a whole number of at least 1"),
+        ({"aic_attention_dp_size": 1.5}, "--aic-attention-dp-size must be a whole number"),
+    ],
+)
+def test_aic_settings_that_cannot_work_are_named(fields, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        KvRouterConfig(prefill_load_model="aic", **{**AIC, **fields}).validate()
+
+
+def test_build_config_checks_the_aic_setup_against_aiconfigurator(monkeypatch, tmp_path):
+    pytest.importorskip("aiconfigurator_core")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="--aic-system 'h201_sxm': AIConfigurator has performance data for"):
+        build_config(prefill_load_model="aic", **{**AIC, "aic_system": "h201_sxm"})
+    assert build_config(prefill_load_model="ais", **AIC).uses_aic
+
+
+def test_the_aic_flags_reach_the_config_and_mistakes_exit_2(monkeypatch, tmp_path):
+    pytest.importorskip("aiconfigurator_core")
+    from typer.testing import CliRunner
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    app, seen = _router_flags_app()
+    flags = ["--router-prefill-load-model", "aic", "--aic-backend", "sglang", "--aic-system", "h200_sxm"]
+    moe = ["--aic-model-path", "Qwen/Qwen3-30B-A3B", "--aic-tp-size", "2"]
+    result = CliRunner().invoke(app, [*flags, *moe, "--aic-moe-tp-size", "1", "--aic-moe-ep-size", "2"])
+    assert result.exit_code == 0, result.output
+    c = seen.pop("config")
+    assert (c.aic_backend, c.aic_system, c.aic_model_path) == ("sglang", "h200_sxm", "Qwen/Qwen3-30B-A3B")
+    assert (c.aic_tp_size, c.aic_moe_tp_size, c.aic_moe_ep_size, c.aic_attention_dp_size) == (2, 1, 2, None)
+    result = CliRunner().invoke(app, [*flags, *moe, "--aic-moe-ep-size", "2"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "config" not in seen
+    assert "--aic-moe-tp-size 2 x --aic-moe-ep-size 2" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, flags, env={"COLUMNS": "200", "DYN_AIC_MODEL_PATH": "Qwen/Qwen3-32B"})
+    assert result.exit_code == 0, result.output
+    assert seen["config"].aic_model_path == "Qwen/Qwen3-32B"
 
 
 def test_valid_combinations_pass():
