@@ -32,6 +32,13 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2",
 """vLLM's ``--kv-cache-dtype`` values (and ``float16``); ``auto``: the model's ``torch_dtype``."""
 MAX_TRANSFER_S = 60.0
 """The longest one simulated KV transfer takes (before ``--speedup-ratio``), whatever the bandwidth."""
+HOST_KV_BYTES_PER_TOKEN = 131072
+"""KV bytes of one token of a Llama-3-8B-class model (32 layers x K and V x 8 KV heads x 128 dims x
+2 bytes of bfloat16 = 128 KiB), the class of model the timing polynomials stand for: what
+``--host-kv-transfer-ms-per-block`` defaults from."""
+HOST_LINK_GB_S = 25.0
+"""Host-to-device copy bandwidth, GB/s: what a PCIe Gen4 x16 link (32 GB/s raw) moves from pinned
+host memory in practice; Gen5 doubles it."""
 
 
 class ReasoningConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -328,6 +335,44 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
         ),
     ] = "auto"
 
+    num_host_kv_blocks: Annotated[
+        int,
+        flag(
+            "--num-host-kv-blocks",
+            panel=ENGINE_PANEL,
+            help="Host (CPU) KV tier of this many blocks, as vLLM's CPU offloading or Dynamo's KVBM "
+            "G2: a cached block evicted from the device is offloaded there (KV events with medium "
+            "CPU_PINNED; least recently used dropped when full) and a prompt prefix continuing there "
+            "is copied back instead of recomputed (counted cached, costing "
+            "--host-kv-transfer-ms-per-block). 0: no host tier. Needs prefix caching.",
+        ),
+    ] = 0
+    """``--num-host-kv-blocks``: the host tier's capacity (``dyn.plugins.mocker.host_tier``)."""
+    host_kv_transfer_ms_per_block: Annotated[
+        float | None,
+        flag(
+            "--host-kv-transfer-ms-per-block",
+            panel=ENGINE_PANEL,
+            cli_type=float,
+            help="Simulated time to copy one KV block from the host tier back to the device, added to "
+            "the pass that admits the request and divided by --speedup-ratio. Default: --block-size x "
+            "128 KiB (a Llama-3-8B-class token's bfloat16 KV) over 25 GB/s (PCIe Gen4 x16 from pinned "
+            "memory): 0.084 ms for 16-token blocks, 0.34 ms for 64.",
+        ),
+    ] = None
+    """``None``: ``host_transfer_ms_per_block`` derives it from the block size (see its docstring)."""
+
+    @property
+    def host_transfer_ms_per_block(self) -> float:
+        """Milliseconds (unscaled) one block takes to come back from the host tier: the flag, or
+        ``block_size * HOST_KV_BYTES_PER_TOKEN`` bytes at ``HOST_LINK_GB_S``. A 16-token block of
+        a Llama-3-8B-class model is 2 MiB, 0.084 ms at 25 GB/s; recomputing it costs about 0.24 ms
+        at the prefill polynomial's marginal 0.0152 ms a token, so a host hit is cheaper than a
+        recompute, as it is on a real GPU."""
+        if self.host_kv_transfer_ms_per_block is not None:
+            return self.host_kv_transfer_ms_per_block
+        return self.block_size * HOST_KV_BYTES_PER_TOKEN / (HOST_LINK_GB_S * 1e9) * 1e3
+
     def context_length(self, model_context: int, model_name: str) -> int:
         """The context this worker serves: ``--max-model-len`` when set, else the model's own
         ``model_context``; ``ValueError`` for a value above the model's (vLLM refuses it too)."""
@@ -404,6 +449,13 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError("--kv-bytes-per-token must be at least 0")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}")
+        if self.num_host_kv_blocks < 0:
+            raise ValueError("--num-host-kv-blocks must be at least 0")
+        if self.num_host_kv_blocks and not self.enable_prefix_caching:
+            raise ValueError("--num-host-kv-blocks needs prefix caching: drop --no-enable-prefix-caching")
+        ms = self.host_kv_transfer_ms_per_block
+        if ms is not None and not (0.0 <= ms <= 60_000.0):
+            raise ValueError("--host-kv-transfer-ms-per-block must be between 0 and 60000")
         if self.replies is not None and not self.replies.strip():
             raise ValueError("--replies needs a file path")
         return self

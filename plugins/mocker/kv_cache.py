@@ -16,7 +16,7 @@ eviction emits ``BlockRemoved``. Eviction takes the least recently released inac
 cached block with no cached child), so a chain is evicted tail first. With prefix caching off
 nothing is hashed, matched or reported and every block is private.
 
-Two additions that an LRU-only run never pays for:
+Three additions that an LRU-only run never pays for:
 
 - **Pins** (``pin_prefix``): cached blocks protected from eviction until a deadline on the
   manager's injectable ``clock`` (default ``time.monotonic``; an offline replay passes virtual
@@ -24,6 +24,12 @@ Two additions that an LRU-only run never pays for:
   expires the block re-enters the eviction order with its old rank.
 - **Priority eviction** (``PriorityKvBlockManager``, SGLang's ``--radix-eviction-policy
   priority``): the least important evictable leaf goes first, ties least recently released first.
+- **A host tier** (``host_blocks`` > 0, ``--num-host-kv-blocks``; ``host_tier.HostTier``): every
+  evicted block is offloaded there (after the device ``BlockRemoved``, a ``BlockStored`` with the
+  host medium, its parent and tokens as the device store had them; the host tier's own LRU drops
+  publish host ``BlockRemoved``). ``match_host`` finds how far a prompt continues there past its
+  device match and ``allocate_onboarding`` copies those blocks back: they are stored on the device
+  again (device ``BlockStored``) and keep their host copy.
 
 A sequence can also hold blocks *outside* the prefix cache (``KvSequence.outside``: a streaming
 session's later turns): ``commit`` registers nothing for it, so its new blocks stay private,
@@ -36,7 +42,7 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 
-from dyn.core.kv.events import BlockRemoved, BlockStored, KvEvent
+from dyn.core.kv.events import DEFAULT_MEDIUM, BlockRemoved, BlockStored, KvEvent
 from dyn.core.kv.hashing import (
     MediaSpan,
     block_hashes,
@@ -45,6 +51,7 @@ from dyn.core.kv.hashing import (
     mm_key,
     sequence_hashes,
 )
+from dyn.plugins.mocker.host_tier import HostBlock, HostTier
 
 # Fields of a cache entry (a small list, keyed by sequence hash). _IMP: importance (priority
 # eviction only). Eviction-heap items end with (tick, push order, hash).
@@ -101,7 +108,9 @@ class KvBlockManager:
 
     Typical use per pass: ``match_prefix`` then ``allocate`` at admission, ``allocate`` for a
     running sequence's new tokens, ``commit`` once the pass computed them, ``release`` when the
-    request finishes, is preempted or aborted; ``drain_events`` at the pass boundary.
+    request finishes, is preempted or aborted; ``drain_events`` at the pass boundary. With a
+    host tier (``host_blocks`` > 0), admission also asks ``match_host`` and, when that finds
+    blocks, allocates with ``allocate_onboarding``.
     """
 
     def __init__(
@@ -110,6 +119,7 @@ class KvBlockManager:
         block_size: int,
         enable_prefix_caching: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        host_blocks: int = 0,
     ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
@@ -128,6 +138,8 @@ class KvBlockManager:
         self._pins: dict[int, float] = {}  # hash -> expiry, until the expiry is processed
         self._pin_heap: list[tuple[float, int]] = []
         self._pinned_inactive = 0  # inactive blocks in _pins
+        self._host = HostTier(host_blocks, block_size) if host_blocks > 0 and enable_prefix_caching else None
+        self._payload: dict[int, HostBlock] = {}  # with a host tier: what offloading a cached block needs
 
     # ------------------------------------------------------------------ counts
 
@@ -175,6 +187,11 @@ class KvBlockManager:
     def is_cached(self, seq_hash: int) -> bool:
         """Whether a block with this sequence hash is in the cache (active or inactive)."""
         return seq_hash in self._cache
+
+    @property
+    def host(self) -> HostTier | None:
+        """The host tier, or None without one."""
+        return self._host
 
     # ------------------------------------------------------------------ hashing and matching
 
@@ -294,10 +311,16 @@ class KvBlockManager:
                     self._push_leaf(parent, p)
         self._inactive -= n
         events = self._events
-        if events and type(events[-1]) is BlockRemoved:
-            events[-1].block_hashes.extend(removed)
+        last = events[-1] if events else None
+        if type(last) is BlockRemoved and last.medium == DEFAULT_MEDIUM:
+            last.block_hashes.extend(removed)
         else:
             events.append(BlockRemoved(block_hashes=removed))
+        host = self._host
+        if host is not None:
+            payload = self._payload
+            for h in removed:
+                host.offload(h, payload.pop(h), events)
 
     def commit(self, seq: KvSequence, num_computed: int) -> None:
         """Register the full blocks among the first ``num_computed`` tokens of ``seq`` (all of
@@ -344,16 +367,73 @@ class KvBlockManager:
     def _stored(self, seq: KvSequence, start: int, end: int) -> None:
         bs = self._bs
         hashes = seq.hashes
+        token_ids = seq.tokens[start * bs : end * bs]
+        extra_keys = _extra_keys(seq.media, bs, start, end) if seq.media else None
         self._events.append(
             BlockStored(
                 block_hashes=hashes[start:end],
                 parent_block_hash=hashes[start - 1] if start else None,
-                token_ids=seq.tokens[start * bs : end * bs],
+                token_ids=token_ids,
                 block_size=bs,
                 lora_name=seq.lora_name,
-                extra_keys=_extra_keys(seq.media, bs, start, end) if seq.media else None,
+                extra_keys=extra_keys,
             )
         )
+        if self._host is not None:
+            self._keep_payload(seq, start, end, token_ids, extra_keys)
+
+    def _keep_payload(
+        self, seq: KvSequence, start: int, end: int, token_ids: list[int], extra_keys: list | None
+    ) -> None:
+        """Remember what the host store of blocks ``start..end`` will publish if evicted."""
+        bs = self._bs
+        hashes = seq.hashes
+        payload = self._payload
+        for i in range(start, end):
+            offset = (i - start) * bs
+            payload[hashes[i]] = HostBlock(
+                hashes[i - 1] if i else None,
+                token_ids[offset : offset + bs],
+                seq.lora_name,
+                None if extra_keys is None else extra_keys[i - start],
+            )
+
+    # ------------------------------------------------------------------ host tier
+
+    def match_host(self, seq: KvSequence, start: int) -> int:
+        """How many full blocks of ``seq`` after its first ``start`` (its device match) are in
+        the host tier, one after the other, leaving its last token uncached as ``match_prefix``
+        does; 0 without a host tier. No side effects."""
+        host = self._host
+        if host is None or not len(host):
+            return 0
+        limit = (len(seq.tokens) - 1) // self._bs
+        if start >= limit:
+            return 0
+        return host.run_length(self.full_hashes(seq, limit), start, limit)
+
+    def allocate_onboarding(
+        self, seq: KvSequence, num_tokens: int, num_cached_blocks: int, host_blocks: int
+    ) -> bool:
+        """``allocate``, then copy back from the host tier the ``host_blocks`` blocks of ``seq``
+        that follow its ``num_cached_blocks`` device hits (``match_host``'s count, just asked):
+        they enter the device cache as computed (device ``BlockStored``) and stay in the host
+        tier, now its most recently used. While the allocation evicts (and offloads), those
+        host blocks cannot be dropped. Returns False, changing nothing, when ``allocate`` does."""
+        host = self._host
+        if host is None:
+            raise RuntimeError("onboarding needs a host tier")
+        start = num_cached_blocks
+        onboarding = seq.hashes[start : start + host_blocks]
+        host.protect(onboarding)
+        try:
+            if not self.allocate(seq, num_tokens, num_cached_blocks):
+                return False
+        finally:
+            host.unprotect()
+        host.touch(onboarding)
+        self.commit(seq, (start + host_blocks) * self._bs)
+        return True
 
     def release(self, seq: KvSequence) -> None:
         """Drop every block ``seq`` holds: private ones are freed, registered ones stay cached

@@ -24,7 +24,10 @@ One pass:
    (arrival, or priority then arrival) while fewer than ``max_num_seqs`` run, budget remains and
    their blocks can be allocated (admission never preempts; it stops at the first request that
    does not fit). Admission looks up the prefix cache (a session turn resumes on its slot's KV
-   instead); cached tokens are not recomputed, but at least one token is.
+   instead); cached tokens are not recomputed, but at least one token is. With a host tier
+   (``--num-host-kv-blocks``) the prefix continuing there past the device match is onboarded
+   (``KvBlockManager.allocate_onboarding``): those tokens count as cached too, and the pass takes
+   ``--host-kv-transfer-ms-per-block`` (divided by ``speedup_ratio``) longer per block copied.
 3. Scheduled tokens are computed: their full blocks enter the prefix cache. A request whose
    sequence is now fully computed samples one token, uniformly from the vocabulary with its own
    RNG seeded by ``seed`` (the boundaries of a ``--reasoning`` thinking section are forced, see
@@ -201,6 +204,7 @@ class StepResult:
     ``tokens``: ``(request_id, token_id)`` in emission order. ``started``: requests scheduled
     for the first time. ``events``: the KV events of this pass, in order. ``prefill_tokens``:
     new prompt (or recompute) tokens computed. ``batch_size``: requests scheduled.
+    ``onboarded_blocks``: blocks copied back from the host tier (their time is in ``duration_ms``).
     """
 
     duration_ms: float
@@ -211,6 +215,7 @@ class StepResult:
     events: list[KvEvent]
     prefill_tokens: int
     batch_size: int
+    onboarded_blocks: int
 
     def __init__(self) -> None:  # one per pass: cheaper than the dataclass's factory calls
         self.duration_ms = 0.0
@@ -221,6 +226,7 @@ class StepResult:
         self.events = []
         self.prefill_tokens = 0
         self.batch_size = 0
+        self.onboarded_blocks = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +260,15 @@ class Scheduler:
         self.model = model
         self._importance = priorities.importance(config)
         kv_class = KvBlockManager if self._importance is None else PriorityKvBlockManager
-        self.kv = kv_class(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching, clock)
+        self.kv = kv_class(
+            config.num_gpu_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+            clock,
+            host_blocks=config.num_host_kv_blocks,
+        )
+        self._host = config.num_host_kv_blocks > 0
+        self._host_ms = config.host_transfer_ms_per_block
         self.sessions = StreamingSessions(self.kv, clock) if config.enable_streaming_session else None
         self._reasoning = config.reasoning
         self._priority_victim = priorities.uses_priority_victim(config)
@@ -616,6 +630,7 @@ class Scheduler:
                     if not self._start_transfer(req, result):
                         break
                     continue
+                onboard = 0
                 if req.received:  # holds its prompt's blocks, all but the last token computed
                     hit = 0
                     computed = req.num_computed
@@ -624,7 +639,8 @@ class Scheduler:
                     computed = req.held
                 else:
                     hit = kv.match_prefix(req.kv)
-                    computed = hit * bs
+                    onboard = kv.match_host(req.kv, hit) if self._host else 0
+                    computed = (hit + onboard) * bs
                 remaining = len(req.tokens) - computed
                 if remaining > budget:
                     if not chunked:
@@ -632,7 +648,11 @@ class Scheduler:
                     n = budget
                 else:
                     n = remaining
-                if not kv.allocate(req.kv, computed + n, hit):
+                if onboard:
+                    if not kv.allocate_onboarding(req.kv, computed + n, hit, onboard):
+                        break
+                    result.onboarded_blocks += onboard
+                elif not kv.allocate(req.kv, computed + n, hit):
                     break
                 waiting.pop()
                 if req.received:
@@ -740,5 +760,12 @@ class Scheduler:
                 if ms is None:
                     ms = self._decode_pass_ms[usage] = pass_ms(0, decoding, usage, self._sr, self._dsr)
                 result.duration_ms = ms
+        if result.onboarded_blocks:
+            result.duration_ms += self._onboard_ms(result.onboarded_blocks)
         result.events = kv.drain_events()
         return result
+
+    def _onboard_ms(self, blocks: int) -> float:
+        """Simulated time to copy ``blocks`` blocks back from the host tier, scaled as prefill."""
+        sr = self._sr if self._sr > 0 else 1.0
+        return blocks * self._host_ms / sr

@@ -145,6 +145,8 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "kv_transfer_bandwidth",
         "kv_bytes_per_token",
         "kv_cache_dtype",
+        "num_host_kv_blocks",
+        "host_kv_transfer_ms_per_block",
     ]
     for name in engine:
         assert ours[name] == theirs[name], name
