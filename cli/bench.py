@@ -167,7 +167,8 @@ def bench(
         "--agent-ids",
         panel=MULTI,
         help="Send each conversation's id as x-dynamo-session-id and a subagent's parent's as "
-        "x-dynamo-parent-session-id, as agent harnesses do (session and parent affinity).",
+        "x-dynamo-parent-session-id, as agent harnesses do (session and parent affinity), "
+        "instead of nvext.session_control.",
     ),
     tools: int = flag(
         0,

@@ -108,9 +108,14 @@ class _Run:
         return True
 
     def own_sessions(self, nvext: dict | None) -> dict | None:
-        """Session ids made unique to this run, so concurrent or repeated runs never share one."""
+        """Session ids made unique to this run, so concurrent or repeated runs never share one;
+        with ``--agent-ids`` the headers name the session instead (``nvext.session_control`` is
+        dropped: servers such as Dynamo 1.6 take sessions in headers only)."""
         if not nvext or "session_control" not in nvext:
             return nvext
+        if self.options.agent_ids:
+            rest = {k: v for k, v in nvext.items() if k != "session_control"}
+            return rest or None
         control = dict(nvext["session_control"])
         control["session_id"] = f"{self.run_id}-{control['session_id']}"
         return {**nvext, "session_control": control}

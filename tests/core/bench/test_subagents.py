@@ -96,5 +96,7 @@ async def test_agent_ids_name_the_conversation_and_a_subagents_parent():
     assert lead["x-dynamo-session-id"].endswith("-agent0-lead") and "x-dynamo-parent-session-id" not in lead
     assert sub["x-dynamo-session-id"].endswith("-agent0-sub0")
     assert sub["x-dynamo-parent-session-id"] == lead["x-dynamo-session-id"]
+    assert all("session_control" not in (body.get("nvext") or {}) for body, _ in server.seen)
     plain = await run(fork=False, agent_ids=False)
     assert all("x-dynamo-session-id" not in headers for _, headers in plain.seen)
+    assert plain.seen[1][0]["nvext"]["session_control"]["action"] == "open"  # the subagent's engine session
