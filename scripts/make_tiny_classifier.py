@@ -24,14 +24,12 @@ LABELS = ("negative", "neutral", "positive")
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
-    from make_tiny_llama import llama_config  # this script's directory is on sys.path
-    from transformers import LlamaForSequenceClassification, PreTrainedTokenizerFast
-
-    from dyn.core.model import TINY_MODEL_DIR
+    from make_tiny_llama import llama_config, tiny_tokenizer  # this script's directory is on sys.path
+    from transformers import LlamaForSequenceClassification
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    tokenizer = tiny_tokenizer()
     tokenizer.save_pretrained(str(out))
     config = llama_config(tokenizer)
     config.num_labels = len(LABELS)

@@ -25,6 +25,24 @@ SEED = 0
 DEFAULT_CONTEXT = 2048
 
 
+def tiny_tokenizer(special: tuple[str, ...] = (), chat_template: str | None = None):
+    """dyn-tiny's tokenizer (``PreTrainedTokenizerFast``) with ``special`` tokens added after its
+    vocabulary, in order, and ``chat_template`` when given: what every tiny model here starts from."""
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    from dyn.core.model import TINY_MODEL_DIR
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    if special:
+        tokenizer.add_tokens(
+            [AddedToken(token, special=True, normalized=False) for token in special], special_tokens=True
+        )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    return tokenizer
+
+
 def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
     """The tiny Llama's ``LlamaConfig`` for ``tokenizer`` (dyn-tiny's, maybe with added tokens)
     and a context of ``context`` tokens; dyn-tiny-llava's language model is the same."""
@@ -53,13 +71,11 @@ def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
     """Write the model directory into ``out_dir`` (created if needed), with a context of
     ``context`` tokens, and return its path."""
     import torch
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from dyn.core.model import TINY_MODEL_DIR
+    from transformers import LlamaForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
+    tokenizer = tiny_tokenizer()
     tokenizer.save_pretrained(str(out))
     config = llama_config(tokenizer, context)
     torch.manual_seed(SEED)

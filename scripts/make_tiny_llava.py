@@ -67,24 +67,18 @@ CHAT_TEMPLATE = (
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
-    from make_tiny_llama import llama_config  # this script's directory is on sys.path
-    from tokenizers import AddedToken
+    from make_tiny_llama import llama_config, tiny_tokenizer  # this script's directory is on sys.path
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
         LlavaProcessor,
-        PreTrainedTokenizerFast,
     )
-
-    from dyn.core.model import TINY_MODEL_DIR
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
-    tokenizer.add_tokens([AddedToken(IMAGE_TOKEN, special=True, normalized=False)], special_tokens=True)
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer = tiny_tokenizer((IMAGE_TOKEN,), CHAT_TEMPLATE)
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     image_processor = CLIPImageProcessor(
         size={"shortest_edge": IMAGE_SIZE},

@@ -100,10 +100,9 @@ def hub_name(name: str) -> str:
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
+    from make_tiny_llama import tiny_tokenizer  # this script's directory is on sys.path
     from safetensors.torch import save_file
-    from tokenizers import AddedToken
     from transformers import (
-        PreTrainedTokenizerFast,
         Qwen2AudioConfig,
         Qwen2AudioEncoderConfig,
         Qwen2AudioForConditionalGeneration,
@@ -111,16 +110,9 @@ def generate(out_dir: str | Path) -> Path:
         WhisperFeatureExtractor,
     )
 
-    from dyn.core.model import TINY_MODEL_DIR
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TINY_MODEL_DIR))
-    tokenizer.add_tokens(
-        [AddedToken(token, special=True, normalized=False) for token in (AUDIO_TOKEN, AUDIO_BOS, AUDIO_EOS)],
-        special_tokens=True,
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer = tiny_tokenizer((AUDIO_TOKEN, AUDIO_BOS, AUDIO_EOS), CHAT_TEMPLATE)
     feature_extractor = WhisperFeatureExtractor(
         feature_size=128,
         sampling_rate=SAMPLING_RATE,
