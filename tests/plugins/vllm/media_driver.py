@@ -111,3 +111,25 @@ async def drive(model: str, config: Any, requests: Callable[[Any], Awaitable[dic
         }
         print("RESULT " + json.dumps(result), flush=True)
         tg.cancel_scope.cancel()
+
+
+# ---------------------------------------------------------------- reading a result, on the test's side
+
+
+def runs(result: dict) -> dict[str, dict]:
+    """The result's requests by their ``rid``."""
+    return {run["rid"]: run for run in result["runs"]}
+
+
+def raw_stored(result: dict) -> list[dict]:
+    """vLLM's ``BlockStored`` events as it sent them (maps), without dyn's decoder."""
+    import base64
+
+    import msgspec
+
+    events = []
+    for payload in result["batches"]:
+        events += [
+            e for e in msgspec.msgpack.decode(base64.b64decode(payload))[1] if e["type"] == "BlockStored"
+        ]
+    return events

@@ -17,16 +17,14 @@ The prompt: 39 text tokens, ``<|audio_bos|>``, the 1 s clip's 25 ``<|AUDIO|>`` t
 
 from __future__ import annotations
 
-import base64
 import json
 
-import msgspec
 import pytest
 
 from dyn.core.kv.hashing import MediaSpan, event_block_keys, media_block_keys, mm_key
 from dyn.core.model import load_model_info
 from dyn.core.model.audio import AudioLengthError, audio_tokens
-from tests.plugins.vllm.media_driver import copy_beside
+from tests.plugins.vllm.media_driver import copy_beside, raw_stored, runs
 from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
@@ -123,10 +121,6 @@ def result(tmp_path_factory):
     return run_driver(python, root, DRIVER, job)
 
 
-def runs(result) -> dict[str, dict]:
-    return {run["rid"]: run for run in result["runs"]}
-
-
 def test_the_model_is_provisioned_with_the_placeholder_rule_the_test_uses():
     _, model = python_and_model(MODEL)
     processor = json.loads((model / "processor_config.json").read_text())
@@ -191,16 +185,6 @@ def test_another_clip_at_the_same_tokens_misses_the_clips_blocks(result):
 def test_audio_vllm_cannot_take_as_sent_is_a_bad_request(result, rid, needle):
     run = runs(result)[rid]
     assert run["error"]["code"] == "bad_request" and needle in run["error"]["message"], run
-
-
-def raw_stored(result) -> list[dict]:
-    """vLLM's ``BlockStored`` events as it sent them (maps), without dyn's decoder."""
-    events = []
-    for payload in result["batches"]:
-        events += [
-            e for e in msgspec.msgpack.decode(base64.b64decode(payload))[1] if e["type"] == "BlockStored"
-        ]
-    return events
 
 
 def test_the_blocks_vllm_tags_with_the_clip_are_the_blocks_dyns_router_tags(result):

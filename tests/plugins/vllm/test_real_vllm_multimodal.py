@@ -21,12 +21,11 @@ from __future__ import annotations
 import base64
 import json
 
-import msgspec
 import pytest
 
 from dyn.core.kv.events import BlockStored, decode_event_batch
 from dyn.core.kv.hashing import MediaSpan, event_block_keys, media_block_keys, mm_key
-from tests.plugins.vllm.media_driver import copy_beside
+from tests.plugins.vllm.media_driver import copy_beside, raw_stored, runs
 from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
@@ -100,10 +99,6 @@ def result(tmp_path_factory):
     return run_driver(python, root, DRIVER, job)
 
 
-def runs(result) -> dict[str, dict]:
-    return {run["rid"]: run for run in result["runs"]}
-
-
 def test_the_model_is_provisioned_with_the_placeholder_rule_the_test_uses():
     _, model = python_and_model(MODEL)
     processor = json.loads((model / "processor_config.json").read_text())
@@ -149,16 +144,6 @@ def test_another_image_at_the_same_tokens_misses_the_image_block(result):
 def test_media_vllm_cannot_take_as_sent_is_a_bad_request(result, rid, needle):
     run = runs(result)[rid]
     assert run["error"]["code"] == "bad_request" and needle in run["error"]["message"], run
-
-
-def raw_stored(result) -> list[dict]:
-    """vLLM's ``BlockStored`` events as it sent them (maps), without dyn's decoder."""
-    events = []
-    for payload in result["batches"]:
-        events += [
-            e for e in msgspec.msgpack.decode(base64.b64decode(payload))[1] if e["type"] == "BlockStored"
-        ]
-    return events
 
 
 def test_block_stored_carries_the_mm_hash_and_offset_in_the_image_blocks_extra_keys(result):
