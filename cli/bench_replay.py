@@ -3,8 +3,10 @@ workers in virtual time (``dyn.core.bench.replay`` driving ``dyn.plugins.mocker.
 like a live ``dyn bench`` run.
 
 The command function ``replay`` is registered by ``dyn.cli.bench``. It takes the router flags
-(``@router_flags``) and the mocker engine flags (``@mocker_flags``) of ``dyn frontend`` and
-``dyn worker mocker``, with the same names and meanings.
+(``@router_flags``) and the mocker engine flags (``@mocker_flags_beside_router``) of ``dyn
+frontend`` and ``dyn worker mocker``, with the same names and meanings; the ``--aic-*`` flags,
+which both declare, are offered once and set both (the router's prefill load model and the
+mocker's timing model read the same AIConfigurator setup).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dyn.cli import completion, options
-from dyn.cli.mocker_flags import mocker_flags
+from dyn.cli.mocker_flags import mocker_flags_beside_router
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
 from dyn.core.router.modes import modes_help
@@ -28,8 +30,8 @@ ROUTER_PANEL = "Router"
 OUTPUT_PANEL = "Output"
 
 
+@mocker_flags_beside_router
 @router_flags
-@mocker_flags
 def replay(
     offline: str = flag(
         ...,

@@ -6,14 +6,16 @@ environment twins; ``config_flags(param, config_type)`` makes a decorator that p
 them where the command's ``param`` parameter is (so ``--help`` keeps the command's own order), and
 calls the command with ``param`` set to the config built from the values (``Flag.parse`` applied,
 then ``validate()`` when the class has one). A ``ValueError`` from parsing, building or validating
-(a sentence naming the flag) makes the command exit with status 2 and that sentence.
+(a sentence naming the flag) makes the command exit with status 2 and that sentence. A flag two
+config classes of one command declare is offered once: the decorator of the other class declares
+it, and this one only reads its value (``reads``), so it must be applied above that one.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import typer
@@ -63,10 +65,15 @@ def config_flags(
     config_type: type,
     build: Callable[[dict[str, Any]], Any] | None = None,
     flags: Flags | None = None,
+    reads: Collection[str] = (),
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """A decorator replacing ``param`` of a command by the flags of ``config_type`` (or ``flags``),
-    handing it ``build(values)`` (default: ``validated(config_type)``)."""
+    handing it ``build(values)`` (default: ``validated(config_type)``). ``reads``: parameters of
+    ``config_type``'s flags that the command already has (another decorator, applied first,
+    declared them): their values go into ``values`` too and stay the command's. ``TypeError``
+    when one is missing."""
     table = dict(flags if flags is not None else flag_table(config_type))
+    table = {name: option for name, option in table.items() if name not in reads}
     make = build or validated(config_type)
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
@@ -75,6 +82,9 @@ def config_flags(
         names = [p.name for p in params]
         if param not in names:
             raise TypeError(f"{command.__name__} needs a {param} parameter for its flags")
+        absent = [name for name in reads if name not in names]
+        if absent:
+            raise TypeError(f"{command.__name__} has no {', '.join(absent)} for {param} to read")
         at = names.index(param)
         kind = (
             inspect.Parameter.KEYWORD_ONLY
@@ -90,6 +100,7 @@ def config_flags(
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> None:
             values = {name: kwargs.pop(name) for name in table}
+            values.update((name, kwargs[name]) for name in reads)
             try:
                 kwargs[param] = make(values)
             except ValueError as exc:

@@ -8,8 +8,9 @@ implementation today. The contract is structural: an implementation imports noth
 but the names it annotates with.
 
 - ``Simulator``: the engine's configuration, what a discovery record would advertise of it
-  (``block_size``, ``total_kv_blocks``, ``max_num_batched_tokens``), and ``engine()`` to build
-  one simulated worker reading the caller's clock.
+  (``block_size``, ``total_kv_blocks``, ``max_num_batched_tokens``), ``prepare()`` to get ready
+  what its passes are timed with (it may block; ``ConfigError`` when it cannot), and
+  ``engine()`` to build one simulated worker reading the caller's clock.
 - ``SimEngine.add`` queues a request that generates exactly ``max_tokens`` tokens (EOS is
   ignored, as trace replay wants) unless the context or the KV cache leaves less room; it raises
   ``ValueError`` for a prompt the engine refuses (empty, longer than the KV cache, a duplicate id).
@@ -117,5 +118,9 @@ class Simulator(Protocol):
 
     def describe(self) -> Mapping[str, Any]:
         """The configuration as plain JSON values, for the results file."""
+
+    def prepare(self) -> None:
+        """Get ready what passes are timed with (a table to read or build), blocking until it
+        is; ``ConfigError`` when it cannot be. Called before the first ``engine()``."""
 
     def engine(self, clock: Callable[[], float], *, vocab_size: int, context_length: int) -> SimEngine: ...

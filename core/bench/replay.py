@@ -36,7 +36,8 @@ application above, and hooks drain the queue as they do live. Its periodic queue
 only with a prefill load that decays over time (``--router-prefill-load-model aic``): the replay
 then rechecks the queue every ``AIC_QUEUE_RECHECK_S`` of virtual time while requests wait in it
 and other events are due, after waiting for the AIC prefill table before the first arrival (a
-table that cannot be built is a ``ConfigError``). Should
+table that cannot be built is a ``ConfigError``). The simulator's own tables (the mocker's
+``--timing-model aic``) are waited for the same way (``Simulator.prepare``). Should
 the heap empty while requests are unfinished, they are recorded as ``stalled``.
 ``duplicate_prefill_blocks`` counts blocks stored on a worker's device while another worker held
 them there (disaggregated: another worker of the same role, since a decode worker stores the
@@ -218,6 +219,7 @@ def replay(rows: Sequence[TraceRow], settings: ReplaySettings) -> ReplayResult:
     settings.validate()
     if settings.router_mode == "kv" and settings.router.uses_aic:
         _wait_for_prefill_table(settings.router)
+    settings.simulator.prepare()
     if settings.limit is not None:
         rows = rows[: settings.limit]
 

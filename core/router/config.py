@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import msgspec
 from msgspec import Meta
@@ -38,7 +38,7 @@ OVERLAP_REFRESH_ENV = "DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS"
 DEPRECATED_WEIGHT_ENVS = ("DYN_ROUTER_KV_OVERLAP_SCORE_WEIGHT", "DYN_OVERLAP_SCORE_WEIGHT")
 PANEL = "KV router"
 """The ``--help`` panel of the router flags."""
-AIC_PANEL = "AIC prefill load model"
+AIC_PANEL = "AIConfigurator setup"
 """The ``--help`` panel of the ``--aic-*`` flags."""
 
 
@@ -74,6 +74,124 @@ class ConditionalDisagg(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     eff_isl_ratio_threshold: Annotated[float, Meta(ge=0.0)] = 0.7
     prefill_busy_threshold: Annotated[float, Meta(gt=0.0)] | None = None
     decode_busy_threshold: Annotated[float, Meta(gt=0.0)] | None = None
+
+
+# The --aic-* flags, declared once: the KV router's prefill load model (--router-prefill-load-model
+# ais) and the mocker's timing model (--timing-model aic) both read an AIConfigurator setup.
+_AIC_USE = "With --router-prefill-load-model ais or the mocker's --timing-model aic: "
+AicBackend = Annotated[
+    str | None,
+    flag(
+        "--aic-backend",
+        panel=AIC_PANEL,
+        help=_AIC_USE + "the engine AIConfigurator models the workers as (vllm, sglang or trtllm).",
+    ),
+]
+AicSystem = Annotated[
+    str | None,
+    flag(
+        "--aic-system",
+        panel=AIC_PANEL,
+        help=_AIC_USE + "the GPU system of AIConfigurator's performance database (h200_sxm, "
+        "h100_sxm, b200_sxm, gb200, a100_sxm, l40s, ...).",
+    ),
+]
+AicModelPath = Annotated[
+    str | None,
+    flag(
+        "--aic-model-path",
+        panel=AIC_PANEL,
+        help=_AIC_USE + "the served model, a local directory with its config.json or a Hugging "
+        "Face name AIConfigurator ships the config of (Qwen/Qwen3-32B, meta-llama/Meta-Llama-3.1-8B, ...).",
+    ),
+]
+AicBackendVersion = Annotated[
+    str | None,
+    flag(
+        "--aic-backend-version",
+        panel=AIC_PANEL,
+        help="The backend version of AIConfigurator's performance data (default: its current "
+        "one for --aic-backend on --aic-system; also current, previous or next).",
+    ),
+]
+AicTpSize = Annotated[
+    int,
+    Meta(ge=1),
+    flag("--aic-tp-size", panel=AIC_PANEL, help="Tensor-parallel size of each modeled worker."),
+]
+AicMoeTpSize = Annotated[
+    Annotated[int, Meta(ge=1)] | None,
+    flag(
+        "--aic-moe-tp-size",
+        panel=AIC_PANEL,
+        help="MoE models: tensor-parallel size of the experts (default: --aic-tp-size).",
+    ),
+]
+AicMoeEpSize = Annotated[
+    Annotated[int, Meta(ge=1)] | None,
+    flag(
+        "--aic-moe-ep-size",
+        panel=AIC_PANEL,
+        help="MoE models: expert-parallel size (default 1). --aic-tp-size x "
+        "--aic-attention-dp-size must equal --aic-moe-tp-size x --aic-moe-ep-size.",
+    ),
+]
+AicAttentionDpSize = Annotated[
+    Annotated[int, Meta(ge=1)] | None,
+    flag(
+        "--aic-attention-dp-size",
+        panel=AIC_PANEL,
+        help="MoE models: attention data-parallel size (default 1).",
+    ),
+]
+
+
+class AicFields(Protocol):
+    """A config holding the ``--aic-*`` flags' values under their field names (``KvRouterConfig``,
+    the mocker's ``MockerConfig``)."""
+
+    @property
+    def aic_backend(self) -> str | None: ...
+    @property
+    def aic_system(self) -> str | None: ...
+    @property
+    def aic_model_path(self) -> str | None: ...
+    @property
+    def aic_backend_version(self) -> str | None: ...
+    @property
+    def aic_tp_size(self) -> int: ...
+    @property
+    def aic_moe_tp_size(self) -> int | None: ...
+    @property
+    def aic_moe_ep_size(self) -> int | None: ...
+    @property
+    def aic_attention_dp_size(self) -> int | None: ...
+
+
+def check_aic_flags(fields: AicFields, needed_by: str) -> None:
+    """``ConfigError`` unless ``fields`` name a backend, a system and a model (the message says
+    that ``needed_by``, a flag and its value, needs the missing ones) and every size set is a
+    whole number of at least 1. What needs AIConfigurator itself is
+    ``dyn.core.router.prefill_model.check_setup``'s."""
+    missing = [
+        f"{name} ({what})"
+        for name, what, value in (
+            ("--aic-backend", "the engine: vllm, sglang or trtllm", fields.aic_backend),
+            ("--aic-system", "the GPU system, such as h200_sxm", fields.aic_system),
+            ("--aic-model-path", "the served model", fields.aic_model_path),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError(f"{needed_by} needs {', '.join(missing)}")
+    for size, name in (
+        (fields.aic_tp_size, "--aic-tp-size"),
+        (fields.aic_moe_tp_size, "--aic-moe-tp-size"),
+        (fields.aic_moe_ep_size, "--aic-moe-ep-size"),
+        (fields.aic_attention_dp_size, "--aic-attention-dp-size"),
+    ):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConfigError(f"{name} must be a whole number of at least 1, got {size!r}")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -362,73 +480,14 @@ class KvRouterConfig:
             '0.7, "prefill_busy_threshold": null, "decode_busy_threshold": null}.',
         ),
     ] = None
-    aic_backend: Annotated[
-        str | None,
-        flag(
-            "--aic-backend",
-            panel=AIC_PANEL,
-            help="With --router-prefill-load-model aic: the engine AIConfigurator models the "
-            "workers as (vllm, sglang or trtllm).",
-        ),
-    ] = None
-    aic_system: Annotated[
-        str | None,
-        flag(
-            "--aic-system",
-            panel=AIC_PANEL,
-            help="With --router-prefill-load-model aic: the GPU system of AIConfigurator's "
-            "performance database (h200_sxm, h100_sxm, b200_sxm, gb200, a100_sxm, l40s, ...).",
-        ),
-    ] = None
-    aic_model_path: Annotated[
-        str | None,
-        flag(
-            "--aic-model-path",
-            panel=AIC_PANEL,
-            help="With --router-prefill-load-model aic: the served model, a local directory with "
-            "its config.json or a Hugging Face name AIConfigurator ships the config of "
-            "(Qwen/Qwen3-32B, meta-llama/Meta-Llama-3.1-8B, ...).",
-        ),
-    ] = None
-    aic_backend_version: Annotated[
-        str | None,
-        flag(
-            "--aic-backend-version",
-            panel=AIC_PANEL,
-            help="The backend version of AIConfigurator's performance data (default: its current "
-            "one for --aic-backend on --aic-system; also current, previous or next).",
-        ),
-    ] = None
-    aic_tp_size: Annotated[
-        int,
-        Meta(ge=1),
-        flag("--aic-tp-size", panel=AIC_PANEL, help="Tensor-parallel size of each modeled worker."),
-    ] = 1
-    aic_moe_tp_size: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        flag(
-            "--aic-moe-tp-size",
-            panel=AIC_PANEL,
-            help="MoE models: tensor-parallel size of the experts (default: --aic-tp-size).",
-        ),
-    ] = None
-    aic_moe_ep_size: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        flag(
-            "--aic-moe-ep-size",
-            panel=AIC_PANEL,
-            help="MoE models: expert-parallel size (default 1). --aic-tp-size x "
-            "--aic-attention-dp-size must equal --aic-moe-tp-size x --aic-moe-ep-size.",
-        ),
-    ] = None
-    aic_attention_dp_size: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        flag(
-            "--aic-attention-dp-size",
-            panel=AIC_PANEL,
-            help="MoE models: attention data-parallel size (default 1).",
-        ),
-    ] = None
+    aic_backend: AicBackend = None
+    aic_system: AicSystem = None
+    aic_model_path: AicModelPath = None
+    aic_backend_version: AicBackendVersion = None
+    aic_tp_size: AicTpSize = 1
+    aic_moe_tp_size: AicMoeTpSize = None
+    aic_moe_ep_size: AicMoeEpSize = None
+    aic_attention_dp_size: AicAttentionDpSize = None
     overlap_refresh_after_secs: float | None = DEFAULT_OVERLAP_REFRESH_SECS
     """Set from ``DYN_ROUTER_OVERLAP_REFRESH_AFTER_SECS`` only (no flag, as in Dynamo)."""
     stale_request_secs: float = 300.0
@@ -559,25 +618,7 @@ class KvRouterConfig:
                 f"--router-prefill-load-model {model} decays the prompt-side load, which "
                 "--no-router-track-prefill-tokens turns off: drop one of them"
             )
-        missing = [
-            f"{name} ({what})"
-            for name, what, value in (
-                ("--aic-backend", "the engine: vllm, sglang or trtllm", self.aic_backend),
-                ("--aic-system", "the GPU system, such as h200_sxm", self.aic_system),
-                ("--aic-model-path", "the served model", self.aic_model_path),
-            )
-            if not value
-        ]
-        if missing:
-            raise ConfigError(f"--router-prefill-load-model {model} needs {', '.join(missing)}")
-        for size, name in (
-            (self.aic_tp_size, "--aic-tp-size"),
-            (self.aic_moe_tp_size, "--aic-moe-tp-size"),
-            (self.aic_moe_ep_size, "--aic-moe-ep-size"),
-            (self.aic_attention_dp_size, "--aic-attention-dp-size"),
-        ):
-            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-                raise ConfigError(f"{name} must be a whole number of at least 1, got {size!r}")
+        check_aic_flags(self, f"--router-prefill-load-model {model}")
 
 
 def build_config(

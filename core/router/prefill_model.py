@@ -1,5 +1,6 @@
 """Predicted prefill durations for ``--router-prefill-load-model ais`` (or ``aic``, its older
-name): AIConfigurator's estimate, tabulated once per setup and read by interpolation.
+name), and decode step durations for the mocker's ``--timing-model aic``: AIConfigurator's
+estimates, tabulated once per setup and read by interpolation.
 
 AIConfigurator (``aiconfigurator-core``, ``pip install 'dyn[aic]'``: NVIDIA's performance
 database and estimator) predicts how long one engine of an ``AicSetup`` (backend, GPU system,
@@ -17,11 +18,18 @@ request:
   is rebuilt) or builds it in a daemon thread; until then ``expected_secs`` is None and the
   router books prompts as ``none`` does. ``shared_durations``: one per setup per process (the
   routers of a disaggregated model share it).
-- ``check_setup``: what a start checks: the extra is installed and, unless a table is cached,
-  AIConfigurator knows the system, backend, version and model, and a MoE model's parallelism
-  adds up; each ``ConfigError`` names the flag and what AIConfigurator accepts. A setup that
-  passes can still fail to build (the database lacks a table the model needs): the build logs
-  the error once and ``PrefillDurations.error`` keeps it, and the router stays as with ``none``.
+- ``DecodeDurations``: the same for one decode step (one new token for each of ``batch``
+  requests whose KV holds ``context`` tokens on average): a (batch x context) table, batch
+  ``PER_OCTAVE`` points per doubling from 1 to ``MAX_DECODE_BATCH``, context from 1 to the
+  model's; its own cache file beside the prefill table's, its own background build.
+  ``shared_decode_durations``: one per setup per process. The router never reads it; the
+  mocker times passes with both (``dyn.plugins.mocker.aic_timing``).
+- ``check_setup``: what a start checks: the extra is installed and, unless the tables asked
+  about are cached, AIConfigurator knows the system, backend, version and model, and a MoE
+  model's parallelism adds up; each ``ConfigError`` names the flag and what AIConfigurator
+  accepts. A setup that passes can still fail to build (the database lacks a table the model
+  needs): the build logs the error once and ``error`` keeps it; the router then stays as with
+  ``none``, a mocker does not start.
 """
 
 from __future__ import annotations
@@ -41,14 +49,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata, util
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import orjson
 
 from dyn.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dyn.core.router.config import KvRouterConfig
+    from dyn.core.router.config import AicFields
 
 log = logging.getLogger("dyn.router")
 
@@ -62,6 +70,11 @@ against AIConfigurator itself at 400 random (new, prefix) points: 1 per octave e
 curve steps, at 1024 tokens), 8 no better than 4 at the worst."""
 MAX_GRID_TOKENS = 1 << 20
 """The grid stops here whatever the model's context; beyond, the last segment extrapolates."""
+MAX_DECODE_BATCH = 4096
+"""The decode table's batch axis ends here (vLLM's largest default --max-num-seqs is 1024);
+beyond, the last segment extrapolates."""
+ROUTER_USE = ("--router-prefill-load-model aic", "--router-prefill-load-model none")
+"""What needs AIConfigurator in a router, and what to use without it (``require_aiconfigurator``)."""
 TABLE_FORMAT = 1
 
 
@@ -80,8 +93,9 @@ class AicSetup:
     attention_dp_size: int | None = None
 
     @classmethod
-    def from_config(cls, config: KvRouterConfig) -> AicSetup:
-        """The setup of a router config whose ``uses_aic`` (validated: the names are set)."""
+    def from_config(cls, config: AicFields) -> AicSetup:
+        """The setup of a config's ``--aic-*`` values (validated: the names are set): a router's
+        whose ``uses_aic``, a mocker's whose timing model is ``aic``."""
         return cls(
             backend=config.aic_backend or "",
             system=config.aic_system or "",
@@ -114,68 +128,111 @@ def token_grid(limit: int, per_octave: int = PER_OCTAVE) -> list[int]:
     return sorted(points)
 
 
-class PrefillTable:
-    """Prefill milliseconds ``ms[i][j]`` for ``new[i]`` uncached tokens after ``prefix[j]``
-    cached ones; ``predict_ms`` interpolates. Both axes rise strictly, with 2 points at least;
-    ``new`` starts at 1 or more, ``prefix`` at 0 or more; the values are finite and >= 0
-    (``ValueError`` otherwise)."""
+class LatencyTable:
+    """Milliseconds ``ms[i][j]`` at ``rows[i]`` x ``cols[j]``; ``predict_ms`` interpolates. Both
+    axes are whole numbers rising strictly, with 2 points at least, from ``LEAST`` or more; the
+    values are finite and >= 0 (``ValueError`` otherwise). A subclass names its axes (``AXES``,
+    also its JSON keys) and what it times (``KIND``, also its cache file's)."""
 
-    __slots__ = ("ms", "new", "prefix")
+    KIND: ClassVar[str] = "latency"
+    AXES: ClassVar[tuple[str, str]] = ("rows", "cols")
+    LEAST: ClassVar[tuple[int, int]] = (0, 0)
+    __slots__ = ("cols", "ms", "rows")
 
-    def __init__(self, new: Sequence[int], prefix: Sequence[int], ms: Sequence[Sequence[float]]) -> None:
-        self.new = [int(n) for n in new]
-        self.prefix = [int(p) for p in prefix]
+    def __init__(self, rows: Sequence[int], cols: Sequence[int], ms: Sequence[Sequence[float]]) -> None:
+        self.rows = [int(n) for n in rows]
+        self.cols = [int(p) for p in cols]
         self.ms = [[float(v) for v in row] for row in ms]
-        _check_axis(self.new, "new", 1, new)
-        _check_axis(self.prefix, "prefix", 0, prefix)
-        if len(self.ms) != len(self.new) or any(len(row) != len(self.prefix) for row in self.ms):
+        self._check_axis(self.rows, 0, rows)
+        self._check_axis(self.cols, 1, cols)
+        if len(self.ms) != len(self.rows) or any(len(row) != len(self.cols) for row in self.ms):
             raise ValueError(
-                f"a prefill table of {len(self.new)} x {len(self.prefix)} points has other values"
+                f"a {self.KIND} table of {len(self.rows)} x {len(self.cols)} points has other values"
             )
         if not all(math.isfinite(v) and v >= 0 for row in self.ms for v in row):
-            raise ValueError("a prefill table holds a negative or non-finite duration")
+            raise ValueError(f"a {self.KIND} table holds a negative or non-finite duration")
 
     @classmethod
-    def build(
-        cls, prefill_ms: Callable[[int, int], float], new: Sequence[int], prefix: Sequence[int]
-    ) -> PrefillTable:
-        """The table of ``prefill_ms(new, prefix)`` at every grid point."""
-        return cls(new, prefix, [[prefill_ms(n, p) for p in prefix] for n in new])
+    def build(cls, ms_at: Callable[[int, int], float], rows: Sequence[int], cols: Sequence[int]) -> Self:
+        """The table of ``ms_at(row, col)`` at every grid point."""
+        return cls(rows, cols, [[ms_at(r, c) for c in cols] for r in rows])
 
-    def predict_ms(self, new_tokens: int, prefix_tokens: int) -> float:
-        """Milliseconds to prefill ``new_tokens`` after ``prefix_tokens``: bilinear between grid
-        points, the nearest segment's slope beyond them, never below 0."""
-        i, s = _segment(self.new, new_tokens)
-        j, t = _segment(self.prefix, prefix_tokens)
+    def predict_ms(self, row: float, col: float) -> float:
+        """Milliseconds at (``row``, ``col``): bilinear between grid points, the nearest segment's
+        slope beyond them, never below 0."""
+        i, s = _segment(self.rows, row)
+        j, t = _segment(self.cols, col)
         below, above = self.ms[i], self.ms[i + 1]
         lo = below[j] + (below[j + 1] - below[j]) * t
         hi = above[j] + (above[j + 1] - above[j]) * t
         return max(lo + (hi - lo) * s, 0.0)
 
+    @property
+    def points(self) -> int:
+        return len(self.rows) * len(self.cols)
+
     def to_json(self) -> dict[str, Any]:
-        return {"new": self.new, "prefix": self.prefix, "ms": self.ms}
+        rows, cols = self.AXES
+        return {rows: self.rows, cols: self.cols, "ms": self.ms}
 
     @classmethod
-    def from_json(cls, data: Any) -> PrefillTable:
+    def from_json(cls, data: Any) -> Self:
         """The table ``to_json`` wrote; ``ValueError`` for anything else."""
         if not isinstance(data, dict):
-            raise ValueError("a prefill table is a JSON object")
+            raise ValueError(f"a {cls.KIND} table is a JSON object")
+        rows, cols = cls.AXES
         try:
-            return cls(data["new"], data["prefix"], data["ms"])
+            return cls(data[rows], data[cols], data["ms"])
         except (KeyError, TypeError, OverflowError) as exc:
-            raise ValueError(f"not a prefill table: {exc!r}") from None
+            raise ValueError(f"not a {cls.KIND} table: {exc!r}") from None
+
+    def _check_axis(self, points: list[int], axis: int, given: Sequence[Any]) -> None:
+        name, least = self.AXES[axis], self.LEAST[axis]
+        if len(points) < 2 or points[0] < least or any(b <= a for a, b in zip(points, points[1:])):
+            raise ValueError(
+                f"a {self.KIND} table's {name} axis must rise from {least} or more, with 2 points at least"
+            )
+        if any(isinstance(g, bool) or g != int(g) for g in given):
+            raise ValueError(f"a {self.KIND} table's {name} axis holds a value that is not a whole number")
 
 
-def _check_axis(points: list[int], name: str, least: int, given: Sequence[Any]) -> None:
-    if len(points) < 2 or points[0] < least or any(b <= a for a, b in zip(points, points[1:])):
-        raise ValueError(
-            f"a prefill table's {name} axis must rise from {least} or more, with 2 points at least"
-        )
-    if any(isinstance(g, bool) or g != int(g) for g in given):
-        raise ValueError(f"a prefill table's {name} axis holds a value that is not a whole number")
+class PrefillTable(LatencyTable):
+    """Prefill milliseconds ``ms[i][j]`` for ``new[i]`` uncached tokens after ``prefix[j]``
+    cached ones (``new`` from 1, ``prefix`` from 0); ``predict_ms(new_tokens, prefix_tokens)``."""
+
+    KIND = "prefill"
+    AXES = ("new", "prefix")
+    LEAST = (1, 0)
+    __slots__ = ()
+
+    @property
+    def new(self) -> list[int]:
+        return self.rows
+
+    @property
+    def prefix(self) -> list[int]:
+        return self.cols
 
 
-def _segment(points: list[int], x: int) -> tuple[int, float]:
+class DecodeTable(LatencyTable):
+    """Milliseconds of one decode step ``ms[i][j]`` for ``batch[i]`` requests whose KV holds
+    ``context[j]`` tokens each (both from 1); ``predict_ms(batch, context)``."""
+
+    KIND = "decode"
+    AXES = ("batch", "context")
+    LEAST = (1, 1)
+    __slots__ = ()
+
+    @property
+    def batch(self) -> list[int]:
+        return self.rows
+
+    @property
+    def context(self) -> list[int]:
+        return self.cols
+
+
+def _segment(points: list[int], x: float) -> tuple[int, float]:
     """The grid segment ``points[i]..points[i + 1]`` for ``x`` (the first or last one outside the
     grid) and where ``x`` lies along it (0 to 1 inside, beyond that outside)."""
     i = min(max(bisect.bisect_right(points, x) - 1, 0), len(points) - 2)
@@ -192,6 +249,15 @@ class Estimator(Protocol):
     context_length: int
 
     def prefill_ms(self, new_tokens: int, prefix_tokens: int) -> float: ...
+
+
+class DecodeEstimator(Protocol):
+    """One setup's decode step latency: ``decode_step_ms(batch, context)``, one token for each
+    of ``batch`` requests holding ``context`` tokens of KV; ``context_length`` as above."""
+
+    context_length: int
+
+    def decode_step_ms(self, batch: int, context: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -231,6 +297,11 @@ class AicEstimator:
         # the engine takes the whole prompt and the cached part of it, one request per batch
         return float(self._engine.predict_prefill_latency(1, new_tokens + prefix_tokens, prefix_tokens))
 
+    def decode_step_ms(self, batch: int, context: int) -> float:
+        # one step of a generation that starts at ``context`` tokens and outputs 2 (the fewest
+        # the engine takes): the step's batch is ``batch`` decode tokens
+        return float(self._engine.decode_step_latency(batch, context, 2))
+
 
 @contextlib.contextmanager
 def quiet_aiconfigurator() -> Iterator[None]:
@@ -248,23 +319,31 @@ def quiet_aiconfigurator() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------- checks
 
 
-def check_setup(setup: AicSetup, *, directory: Path | None = None) -> None:
-    """Raise ``ConfigError`` unless a table of ``setup`` can be built: AIConfigurator is
-    installed and, unless a table of ``setup`` is cached in ``directory`` (default
-    ``cache_dir()``), knows its system, backend, version and model, and a MoE model's sizes
-    satisfy ``tp * attention_dp == moe_tp * moe_ep``."""
-    require_aiconfigurator()
-    if _read_cached(setup, directory or cache_dir(), PER_OCTAVE, quiet=True) is not None:
+def check_setup(
+    setup: AicSetup,
+    *,
+    directory: Path | None = None,
+    tables: Sequence[type[LatencyTable]] = (PrefillTable,),
+    use: tuple[str, str] = ROUTER_USE,
+) -> None:
+    """Raise ``ConfigError`` unless the ``tables`` of ``setup`` can be built: AIConfigurator is
+    installed (else the error says that ``use[0]`` needs it, or to use ``use[1]``) and, unless
+    every one of them is cached in ``directory`` (default ``cache_dir()``), knows its system,
+    backend, version and model, and a MoE model's sizes satisfy
+    ``tp * attention_dp == moe_tp * moe_ep``."""
+    require_aiconfigurator(*use)
+    where = directory or cache_dir()
+    if all(_read_cached(setup, where, PER_OCTAVE, table=t, quiet=True) is not None for t in tables):
         return
     _resolve(setup)
 
 
-def require_aiconfigurator() -> None:
-    """``ConfigError`` naming the extra to install when AIConfigurator is not importable."""
+def require_aiconfigurator(needed_by: str = ROUTER_USE[0], instead: str = ROUTER_USE[1]) -> None:
+    """``ConfigError`` naming the extra to install when AIConfigurator is not importable: what
+    ``needed_by`` (a flag and its value) needs, or ``instead`` (the flag to use without it)."""
     if util.find_spec(AIC_PACKAGE) is None:
         raise ConfigError(
-            f"--router-prefill-load-model aic needs NVIDIA's AIConfigurator ({AIC_DISTRIBUTION}): "
-            f"{INSTALL_HINT}, or use --router-prefill-load-model none"
+            f"{needed_by} needs NVIDIA's AIConfigurator ({AIC_DISTRIBUTION}): {INSTALL_HINT}, or use {instead}"
         )
 
 
@@ -377,10 +456,12 @@ def cache_dir() -> Path:
     return Path(base) / "dyn" / "aic"
 
 
-def cache_path(setup: AicSetup, directory: Path, per_octave: int = PER_OCTAVE) -> Path:
-    """The file of ``setup``'s table: named by a digest of everything the table depends on (the
-    setup, the grid, the file format, AIConfigurator's version and, for a model directory, its
-    config files)."""
+def cache_path(
+    setup: AicSetup, directory: Path, per_octave: int = PER_OCTAVE, kind: str = PrefillTable.KIND
+) -> Path:
+    """The file of ``setup``'s table of ``kind`` (a ``LatencyTable.KIND``): named by a digest of
+    everything the table depends on (what it times, the setup, the grid, the file format,
+    AIConfigurator's version and, for a model directory, its config files)."""
     identity = {
         "format": TABLE_FORMAT,
         "per_octave": per_octave,
@@ -388,6 +469,8 @@ def cache_path(setup: AicSetup, directory: Path, per_octave: int = PER_OCTAVE) -
         "model_files": _model_digest(setup.model_path),
         **asdict(setup),
     }
+    if kind != PrefillTable.KIND:  # the prefill table's name predates the others
+        identity["table"] = kind
     digest = hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return directory / f"{digest[:32]}.json"
 
@@ -412,33 +495,38 @@ def _model_digest(model_path: str) -> str:
 
 
 def _read_cached(
-    setup: AicSetup, directory: Path, per_octave: int, *, quiet: bool = False
-) -> PrefillTable | None:
-    """The cached table of ``setup``, or None: none cached, or (with a warning unless
-    ``quiet``) a file that does not read back as one, which the next build replaces."""
-    path = cache_path(setup, directory, per_octave)
+    setup: AicSetup,
+    directory: Path,
+    per_octave: int,
+    *,
+    table: type[LatencyTable] = PrefillTable,
+    quiet: bool = False,
+) -> Any:
+    """The cached ``table`` (its type) of ``setup``, or None: none cached, or (with a warning
+    unless ``quiet``) a file that does not read back as one, which the next build replaces."""
+    path = cache_path(setup, directory, per_octave, table.KIND)
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
         if not quiet:
-            log.warning("ignoring the AIC prefill table cache %s (%s); rebuilding it", path, exc)
+            log.warning("ignoring the AIC %s table cache %s (%s); rebuilding it", table.KIND, path, exc)
         return None
     try:
         if data.get("format") != TABLE_FORMAT:
             raise ValueError(f"format {data.get('format')!r}, not {TABLE_FORMAT}")
-        return PrefillTable.from_json(data.get("table"))
+        return table.from_json(data.get("table"))
     except (ValueError, AttributeError) as exc:
         if not quiet:
-            log.warning("ignoring the AIC prefill table cache %s (%s); rebuilding it", path, exc)
+            log.warning("ignoring the AIC %s table cache %s (%s); rebuilding it", table.KIND, path, exc)
         return None
 
 
-def _write_cached(setup: AicSetup, directory: Path, per_octave: int, table: PrefillTable) -> Path:
-    """Write ``table`` as ``setup``'s cache file: whole or not at all (a temporary file in the
-    same directory, renamed over it). ``OSError`` when the directory is not writable."""
-    path = cache_path(setup, directory, per_octave)
+def _write_cached(setup: AicSetup, directory: Path, per_octave: int, table: LatencyTable) -> Path:
+    """Write ``table`` as ``setup``'s cache file of its kind: whole or not at all (a temporary
+    file in the same directory, renamed over it). ``OSError`` when the directory is not writable."""
+    path = cache_path(setup, directory, per_octave, table.KIND)
     directory.mkdir(parents=True, exist_ok=True)
     payload = orjson.dumps(
         {
@@ -462,22 +550,26 @@ def _write_cached(setup: AicSetup, directory: Path, per_octave: int, table: Pref
     return path
 
 
-# ---------------------------------------------------------------------------------------- the router's view
+# ---------------------------------------------------------------------------------------- the tables in use
 
 
-class PrefillDurations:
-    """One setup's predicted prefill durations for the router (see the module docstring).
+class _AicTable:
+    """One setup's table of ``TABLE`` (see the module docstring), built once.
 
-    ``estimator`` makes the ``Estimator`` the table is built from (AIConfigurator's by default;
-    tests give their own); ``directory`` is the disk cache (default ``cache_dir()``, read when
-    this is made). ``ready`` is set once the table is there (and cached, when it was built) or
-    its build failed (``error``)."""
+    ``estimator`` makes what the table is built from (AIConfigurator's ``AicEstimator`` by
+    default; tests give their own); ``directory`` is the disk cache (default ``cache_dir()``,
+    read when this is made). ``ready`` is set once the table is there (and cached, when it was
+    built) or its build failed (``error``). A subclass says how to tabulate (``_tabulate``) and
+    what its users do without a table (``WITHOUT``, logged with a failure)."""
+
+    TABLE: ClassVar[type[LatencyTable]] = LatencyTable
+    WITHOUT: ClassVar[str] = ""
 
     def __init__(
         self,
         setup: AicSetup,
         *,
-        estimator: Callable[[AicSetup], Estimator] = AicEstimator,
+        estimator: Callable[[AicSetup], Any] = AicEstimator,
         directory: Path | None = None,
         per_octave: int = PER_OCTAVE,
     ) -> None:
@@ -487,31 +579,83 @@ class PrefillDurations:
         self.error: str | None = None
         self.ready = threading.Event()
         self._estimator = estimator
-        self._table: PrefillTable | None = None
+        self._table: Any = None
         self._started = False
 
     @property
-    def table(self) -> PrefillTable | None:
-        return self._table
+    def kind(self) -> str:
+        return self.TABLE.KIND
 
-    def start(self) -> PrefillDurations:
+    def start(self) -> Self:
         """Take the cached table now if there is one, else build it in a daemon thread (once;
         later calls do nothing). Returns self."""
         if self._started:
             return self
         self._started = True
-        cached = _read_cached(self.setup, self.directory, self.per_octave)
+        cached = _read_cached(self.setup, self.directory, self.per_octave, table=self.TABLE)
         if cached is not None:
             self._table = cached
             self.ready.set()
-            log.info("AIC prefill table of %s read from the cache", self.setup.describe())
+            log.info("AIC %s table of %s read from the cache", self.kind, self.setup.describe())
             return self
-        threading.Thread(target=self.build, name="dyn-aic-prefill-table", daemon=True).start()
+        threading.Thread(target=self.build, name=f"dyn-aic-{self.kind}-table", daemon=True).start()
         return self
 
-    def wait(self, timeout: float | None = None) -> PrefillTable | None:
+    def wait(self, timeout: float | None = None) -> Any:
         """The table once ready (None: not within ``timeout`` seconds, or its build failed)."""
         self.ready.wait(timeout)
+        return self._table
+
+    def build(self) -> None:
+        """Build the table (what the thread of ``start`` runs), cache it, set ``ready``. A
+        failure is logged once and kept in ``error``."""
+        started = time.perf_counter()
+        try:
+            table = self._compute()
+        except Exception as exc:  # AIConfigurator's errors are its own classes: report any
+            self.error = f"the AIC {self.kind} table of {self.setup.describe()} could not be built: {exc}"
+            log.error("%s%s", self.error, f"; {self.WITHOUT}" if self.WITHOUT else "")
+            self.ready.set()
+            return
+        self._table = table  # its users predict from here on
+        log.info(
+            "AIC %s table of %s: %d points in %.2f s",
+            self.kind,
+            self.setup.describe(),
+            table.points,
+            time.perf_counter() - started,
+        )
+        try:
+            _write_cached(self.setup, self.directory, self.per_octave, table)
+        except OSError as exc:
+            log.warning(
+                "cannot cache the AIC %s table in %s (%s); it is rebuilt at each start",
+                self.kind,
+                self.directory,
+                exc,
+            )
+        self.ready.set()
+
+    def _compute(self) -> LatencyTable:
+        estimator = self._estimator(self.setup)
+        limit = min(max(int(estimator.context_length), 2), MAX_GRID_TOKENS)
+        with quiet_aiconfigurator():
+            return self._tabulate(estimator, token_grid(limit, self.per_octave))
+
+    def _tabulate(self, estimator: Any, tokens: list[int]) -> LatencyTable:
+        """The table from ``estimator``, ``tokens`` being the grid up to the model's context."""
+        raise NotImplementedError
+
+
+class PrefillDurations(_AicTable):
+    """One setup's predicted prefill durations, for the router (see the module docstring) and
+    the mocker; its estimator is an ``Estimator``."""
+
+    TABLE = PrefillTable
+    WITHOUT = "prompt load does not decay (as with --router-prefill-load-model none)"
+
+    @property
+    def table(self) -> PrefillTable | None:
         return self._table
 
     def expected_secs(self, new_tokens: int, prefix_tokens: int) -> float | None:
@@ -522,43 +666,36 @@ class PrefillDurations:
             return None
         return table.predict_ms(new_tokens, max(prefix_tokens, 0)) / 1000.0
 
-    def build(self) -> None:
-        """Build the table (what the thread of ``start`` runs), cache it, set ``ready``. A
-        failure is logged once and kept in ``error``."""
-        started = time.perf_counter()
-        try:
-            table = self._compute()
-        except Exception as exc:  # AIConfigurator's errors are its own classes: report any
-            self.error = f"the AIC prefill table of {self.setup.describe()} could not be built: {exc}"
-            log.error("%s; prompt load does not decay (as with --router-prefill-load-model none)", self.error)
-            self.ready.set()
-            return
-        self._table = table  # the router predicts from here on
-        log.info(
-            "AIC prefill table of %s: %d points in %.2f s",
-            self.setup.describe(),
-            len(table.new) * len(table.prefix),
-            time.perf_counter() - started,
-        )
-        try:
-            _write_cached(self.setup, self.directory, self.per_octave, table)
-        except OSError as exc:
-            log.warning(
-                "cannot cache the AIC prefill table in %s (%s); it is rebuilt at each start",
-                self.directory,
-                exc,
-            )
-        self.ready.set()
+    def _tabulate(self, estimator: Estimator, tokens: list[int]) -> PrefillTable:
+        return PrefillTable.build(estimator.prefill_ms, tokens, [0, *tokens])
 
-    def _compute(self) -> PrefillTable:
-        estimator = self._estimator(self.setup)
-        limit = min(max(int(estimator.context_length), 2), MAX_GRID_TOKENS)
-        grid = token_grid(limit, self.per_octave)
-        with quiet_aiconfigurator():
-            return PrefillTable.build(estimator.prefill_ms, grid, [0, *grid])
+
+class DecodeDurations(_AicTable):
+    """One setup's predicted decode step durations, for the mocker (see the module docstring);
+    its estimator is a ``DecodeEstimator``."""
+
+    TABLE = DecodeTable
+
+    @property
+    def table(self) -> DecodeTable | None:
+        return self._table
+
+    def step_secs(self, batch: int, context: float) -> float | None:
+        """Seconds one engine takes for one decode step of ``batch`` requests whose KV holds
+        ``context`` tokens on average; None with no request or no table (yet)."""
+        table = self._table
+        if table is None or batch <= 0:
+            return None
+        return table.predict_ms(batch, max(context, 1.0)) / 1000.0
+
+    def _tabulate(self, estimator: DecodeEstimator, tokens: list[int]) -> DecodeTable:
+        return DecodeTable.build(
+            estimator.decode_step_ms, token_grid(MAX_DECODE_BATCH, self.per_octave), tokens
+        )
 
 
 _SHARED: dict[AicSetup, PrefillDurations] = {}
+_SHARED_DECODE: dict[AicSetup, DecodeDurations] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -568,4 +705,13 @@ def shared_durations(setup: AicSetup) -> PrefillDurations:
         durations = _SHARED.get(setup)
         if durations is None:
             durations = _SHARED[setup] = PrefillDurations(setup).start()
+    return durations
+
+
+def shared_decode_durations(setup: AicSetup) -> DecodeDurations:
+    """This process's ``DecodeDurations`` of ``setup``, started on first use."""
+    with _SHARED_LOCK:
+        durations = _SHARED_DECODE.get(setup)
+        if durations is None:
+            durations = _SHARED_DECODE[setup] = DecodeDurations(setup).start()
     return durations

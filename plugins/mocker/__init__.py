@@ -72,7 +72,8 @@ ENGINE = EnginePlugin(
     disaggregation=True,
     summary="Simulated engine: no GPU, real scheduling, KV cache and events.",
     description="""Simulated engine (the default): paged KV cache with prefix caching, continuous batching,
-    chunked prefill, preemption, Dynamo's timing model, real KV events; vLLM or SGLang flavour with
+    chunked prefill, preemption, Dynamo's timing model or AIConfigurator's for a real GPU
+    (--timing-model aic), real KV events; vLLM or SGLang flavour with
     priority scheduling, priority eviction, streaming sessions, prefix pinning and thinking
     sections; the prefill and decode roles of disaggregated serving, with a KV transfer time
     from --kv-transfer-bandwidth. Needs no GPU.""",

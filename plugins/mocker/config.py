@@ -10,7 +10,9 @@ differ in the flags they accept and in how they read ``GenerateRequest.priority`
 
 A flag of the other flavour is refused by ``validate`` with a sentence naming ``--engine-type``.
 Each field declares its own flag (``dyn.core.config``); ``dyn worker mocker`` and ``dyn bench replay
---offline`` offer them.
+--offline`` offer them. The ``--aic-*`` flags of ``--timing-model aic`` are the KV router's own
+declarations (``dyn.core.router.config``), so a command with both (``dyn bench replay``) declares
+them once and hands the router's values to the mocker (``dyn.cli.mocker_flags``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,20 @@ from typing import Annotated
 import msgspec
 
 from dyn.core.config import ENGINE_PANEL, flag
+from dyn.core.router.config import (
+    AicAttentionDpSize,
+    AicBackend,
+    AicBackendVersion,
+    AicModelPath,
+    AicMoeEpSize,
+    AicMoeTpSize,
+    AicSystem,
+    AicTpSize,
+    check_aic_flags,
+)
 
 PREEMPTION_MODES = ("lifo", "fifo")
+TIMING_MODELS = ("polynomial", "aic")
 ENGINE_TYPES = ("vllm", "sglang")
 SCHEDULING_POLICIES = ("fcfs", "priority")
 RADIX_EVICTION_POLICIES = ("lru", "priority")
@@ -89,7 +103,9 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
     """One simulated worker's engine settings, each declared with its flag (``dyn.core.config``).
 
     ``speedup_ratio`` divides every simulated pass time (``decode_speedup_ratio`` divides decode
-    time on top); a ratio <= 0 means no scaling, i.e. the raw model time.
+    time on top); a ratio <= 0 means no scaling, i.e. the raw model time. ``timing_model`` says
+    what a pass's raw time is: Dynamo's polynomials (``dyn.plugins.mocker.timing``) or
+    AIConfigurator's tables of the ``aic_*`` setup (``dyn.plugins.mocker.aic_timing``).
     """
 
     block_size: Annotated[int, flag("--block-size", panel=ENGINE_PANEL, help="Tokens per KV block.")] = 64
@@ -151,6 +167,26 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             "--decode-speedup-ratio", panel=ENGINE_PANEL, help="Further divide simulated decode time by this."
         ),
     ] = 1.0
+    timing_model: Annotated[
+        str,
+        flag(
+            "--timing-model",
+            panel=ENGINE_PANEL,
+            help="How long a simulated pass takes: polynomial (Dynamo mocker's curves: prefill from "
+            "the pass's new tokens, decode from KV utilization), or aic: AIConfigurator's predictions "
+            "for the GPU system, engine and model of the --aic-* flags (each request's prefill from its "
+            "new and cached tokens; a decode step from the batch size and mean context), tabulated at "
+            "start and cached on disk; needs pip install 'dyn[aic]'.",
+        ),
+    ] = "polynomial"
+    aic_backend: AicBackend = None
+    aic_system: AicSystem = None
+    aic_model_path: AicModelPath = None
+    aic_backend_version: AicBackendVersion = None
+    aic_tp_size: AicTpSize = 1
+    aic_moe_tp_size: AicMoeTpSize = None
+    aic_moe_ep_size: AicMoeEpSize = None
+    aic_attention_dp_size: AicAttentionDpSize = None
     engine_type: Annotated[
         str,
         flag(
@@ -458,4 +494,15 @@ class MockerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ValueError("--host-kv-transfer-ms-per-block must be between 0 and 60000")
         if self.replies is not None and not self.replies.strip():
             raise ValueError("--replies needs a file path")
+        if self.timing_model not in TIMING_MODELS:
+            raise ValueError(
+                f"--timing-model must be one of {', '.join(TIMING_MODELS)}, got {self.timing_model!r}"
+            )
+        if self.uses_aic:
+            check_aic_flags(self, "--timing-model aic")
         return self
+
+    @property
+    def uses_aic(self) -> bool:
+        """Whether passes are timed by AIConfigurator's tables (``--timing-model aic``)."""
+        return self.timing_model == "aic"

@@ -2,7 +2,11 @@
 
 ``Scheduler.step()`` runs one forward pass and says how long it took in simulated milliseconds;
 the caller decides whether to sleep that long (live engine) or advance a virtual clock (replay).
-The clock (default ``time.monotonic``) only dates pins and streaming-session deadlines.
+The clock (default ``time.monotonic``) only dates pins and streaming-session deadlines. The time
+comes from Dynamo's polynomials (``timing``: the pass's new prompt tokens, and KV utilization
+when some request decodes) or, with ``--timing-model aic``, from AIConfigurator's tables
+(``aic_timing``: each prefilling request's new and computed tokens, and the decoding requests'
+count and mean context).
 
 Both engine flavours (``--engine-type vllm|sglang``) run this vLLM-style pass loop; the SGLang
 flavour differs in its flags and priority conventions (``priorities``), its priority radix
@@ -66,6 +70,7 @@ from dataclasses import dataclass
 from dyn.core.kv.events import KvEvent
 from dyn.core.messages import StopConditions
 from dyn.plugins.mocker import priorities, reasoning
+from dyn.plugins.mocker.aic_timing import AicPassTiming, aic_pass_timing
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.kv_cache import KvBlockManager, KvSequence, PriorityKvBlockManager
 from dyn.plugins.mocker.queue import FifoQueue, PriorityQueue
@@ -251,8 +256,15 @@ class Scheduler:
     """One simulated engine: queues, KV cache and the pass loop (see the module docstring)."""
 
     def __init__(
-        self, config: MockerConfig, model: SimModel, clock: Callable[[], float] = time.monotonic
+        self,
+        config: MockerConfig,
+        model: SimModel,
+        clock: Callable[[], float] = time.monotonic,
+        timing: AicPassTiming | None = None,
     ) -> None:
+        """``timing``: AIConfigurator's pass timing to use whatever ``config.timing_model`` says;
+        default: ``aic_pass_timing(config)`` (which waits for its tables, ``ConfigError`` when
+        they cannot be built) with ``--timing-model aic``, else the polynomials."""
         config.validate()
         if model.vocab_size <= 0 or model.context_length <= 1:
             raise ValueError("vocab_size must be positive and context_length at least 2")
@@ -278,6 +290,9 @@ class Scheduler:
         self._lifo = config.preemption_mode == "lifo"
         self._sr = config.speedup_ratio
         self._dsr = config.decode_speedup_ratio
+        if timing is None and config.uses_aic:
+            timing = aic_pass_timing(config)
+        self._aic = timing
         kv_tokens = config.num_gpu_blocks * config.block_size
         if not self._chunked:
             kv_tokens = min(kv_tokens, config.max_num_batched_tokens)
@@ -543,6 +558,8 @@ class Scheduler:
         vocab = self.model.vocab_size
         out = result.tokens
         finished = result.finished
+        aic = self._aic
+        context = sum(req.num_computed for req in running) if aic is not None else 0
         for req in running:
             computed = req.num_computed + 1
             req.num_computed = computed
@@ -564,10 +581,13 @@ class Scheduler:
         if finished:
             self._end_requests(finished)
         result.batch_size = len(running)
-        ms = self._decode_pass_ms.get(usage)
-        if ms is None:
-            ms = self._decode_pass_ms[usage] = pass_ms(0, True, usage, self._sr, self._dsr)
-        result.duration_ms = ms
+        if aic is not None:
+            result.duration_ms = aic.pass_ms(0.0, len(running), context, self._sr, self._dsr)
+        else:
+            ms = self._decode_pass_ms.get(usage)
+            if ms is None:
+                ms = self._decode_pass_ms[usage] = pass_ms(0, True, usage, self._sr, self._dsr)
+            result.duration_ms = ms
         result.events = kv.drain_events()
         return True
 
@@ -677,6 +697,10 @@ class Scheduler:
         prefill = 0
         decoding = False
         batch = 0
+        aic = self._aic
+        aic_prefill_ms = 0.0
+        decode_batch = 0
+        decode_context = 0
         out = result.tokens
         finished = result.finished
         commit = kv.commit
@@ -689,8 +713,12 @@ class Scheduler:
             batch += 1
             if req.decoding:
                 decoding = True
+                decode_batch += 1
+                decode_context += req.num_computed
             else:
                 prefill += n
+                if aic is not None:
+                    aic_prefill_ms += aic.prefill_ms(n, req.num_computed)
             computed = req.num_computed + n
             req.num_computed = computed
             if computed // bs > req.kv.num_registered:  # a block filled up: commit registers it
@@ -753,7 +781,11 @@ class Scheduler:
         result.batch_size = batch
         result.prefill_tokens = prefill
         if batch:
-            if prefill:
+            if aic is not None:
+                result.duration_ms = aic.pass_ms(
+                    aic_prefill_ms, decode_batch, decode_context, self._sr, self._dsr
+                )
+            elif prefill:
                 result.duration_ms = pass_ms(prefill, decoding, usage, self._sr, self._dsr)
             else:  # a decode-only pass: its time depends on the KV usage alone
                 ms = self._decode_pass_ms.get(usage)

@@ -3,7 +3,9 @@
 ``MockerSimulator(config)`` is a ``Simulator``: its workers are the mocker's own ``Scheduler``
 (the pass loop, KV cache and timing model ``dyn worker mocker`` runs), driven in the caller's
 virtual time instead of by ``MockerEngine``'s loop. What drives them, and with which router, is
-the bench's business (``dyn.core.bench.replay``); this module knows nothing of either.
+the bench's business (``dyn.core.bench.replay``); this module knows nothing of either. With
+``--timing-model aic`` every worker reads the same AIConfigurator tables, which ``prepare``
+waits for (``aic_timing``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import msgspec
 
 from dyn.core.messages import StopConditions
 from dyn.core.simulator import SimEngine
+from dyn.plugins.mocker.aic_timing import AicPassTiming, aic_pass_timing
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.scheduler import Scheduler, SimModel, SimRequest
 
@@ -26,6 +29,7 @@ class MockerSimulator:
 
     def __init__(self, config: MockerConfig | None = None) -> None:
         self.config = config if config is not None else MockerConfig()
+        self._timing: AicPassTiming | None = None
 
     @property
     def block_size(self) -> int:
@@ -49,6 +53,12 @@ class MockerSimulator:
     def describe(self) -> dict[str, Any]:
         return msgspec.to_builtins(self.config)
 
+    def prepare(self) -> None:
+        """With ``--timing-model aic``, wait for AIConfigurator's tables (``ConfigError`` when
+        they cannot be built); the polynomials need nothing."""
+        if self.config.uses_aic and self._timing is None:
+            self._timing = aic_pass_timing(self.config)
+
     def engine(self, clock: Callable[[], float], *, vocab_size: int, context_length: int) -> SimEngine:
         # no model directory here: the KV bytes per token of a transfer come from the flag alone
         if self.config.max_model_len is not None:
@@ -58,7 +68,8 @@ class MockerSimulator:
             context_length=context_length,
             kv_bytes_per_token=self.config.kv_bytes_per_token or 0,
         )
-        return MockerSimEngine(Scheduler(self.config, model, clock))
+        self.prepare()
+        return MockerSimEngine(Scheduler(self.config, model, clock, self._timing))
 
 
 class MockerSimEngine:

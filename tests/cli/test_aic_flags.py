@@ -1,6 +1,7 @@
 """The ``--aic-*`` flags on the commands: ``dyn bench replay --offline --router-prefill-load-model
 aic`` with the real AIConfigurator's prefill table (Qwen/Qwen3-32B on h200_sxm with vLLM) behind
-the KV router, end to end, and the mistakes each command refuses before it starts."""
+the KV router, end to end, the mocker's --timing-model aic reading the same flags, and the
+mistakes each command refuses before it starts."""
 
 from __future__ import annotations
 
@@ -62,3 +63,28 @@ def test_the_frontend_refuses_the_aic_model_without_the_kv_router(tmp_path):
     result = CliRunner().invoke(dyn_app, argv, env={"XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "200"})
     assert result.exit_code == 2
     assert "it needs --router-mode kv, not round-robin" in " ".join(result.output.split())
+
+
+def test_the_replays_mocker_reads_the_routers_aic_flags(trace, tmp_path):
+    """dyn bench replay declares each --aic-* flag once: the router's prefill load model and the
+    mocker's timing model get the same setup."""
+    out = tmp_path / "results.json"
+    argv = ["bench", "replay", "--offline", str(trace), "-o", str(out), "--timing-model", "aic"]
+    l40s = [*AIC[:2], "--aic-system", "l40s", *AIC[4:]]
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "COLUMNS": "200"}
+    result = CliRunner().invoke(dyn_app, [*argv, "--router-prefill-load-model", "ais", *l40s], env=env)
+    assert result.exit_code == 0, result.output
+    config = read_result(out).config
+    assert config["mocker"]["timing_model"] == "aic"
+    for flag in ("aic_backend", "aic_system", "aic_model_path", "aic_tp_size"):
+        assert config["mocker"][flag] == config["router"][flag], flag
+    assert config["mocker"]["aic_system"] == "l40s"
+    # two tables: the prefill table router and mocker share, and the mocker's decode table
+    assert len(list((tmp_path / "cache" / "dyn" / "aic").glob("*.json"))) == 2
+
+
+def test_the_replays_timing_model_needs_the_setup(trace, tmp_path):
+    argv = ["bench", "replay", "--offline", str(trace), "--timing-model", "aic", *AIC[:4]]
+    result = CliRunner().invoke(dyn_app, argv, env={"XDG_CACHE_HOME": str(tmp_path), "COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "--timing-model aic needs --aic-model-path (the served model)" in " ".join(result.output.split())

@@ -113,6 +113,19 @@ def options(command) -> dict[str, tuple]:
     }
 
 
+AIC_SETUP = [
+    "aic_backend",
+    "aic_system",
+    "aic_model_path",
+    "aic_backend_version",
+    "aic_tp_size",
+    "aic_moe_tp_size",
+    "aic_moe_ep_size",
+    "aic_attention_dp_size",
+]
+"""The mocker's --timing-model aic setup: in dyn bench replay, the router's flags (declared once)."""
+
+
 def test_mocker_flags_are_the_same_in_both_commands():
     worker = typer.main.get_command(worker_app).commands["mocker"]
     bench = typer.main.get_command(dyn_app).commands["bench"].commands["replay"]
@@ -128,6 +141,8 @@ def test_mocker_flags_are_the_same_in_both_commands():
         "preemption_mode",
         "speedup_ratio",
         "decode_speedup_ratio",
+        "timing_model",
+        *AIC_SETUP,
         "engine_type",
         "device",
         "scheduling_policy",

@@ -101,3 +101,35 @@ def test_the_router_and_engine_flags_come_from_their_config_classes():
         "--num-gpu-blocks-override",
         "--reasoning",
     }
+
+
+class Gauges(msgspec.Struct, kw_only=True, frozen=True):
+    """A second config declaring ``--depth`` too (as the router and the mocker both declare the
+    ``--aic-*`` flags)."""
+
+    depth: Annotated[int, flag("--depth", help="How deep.")] = 2
+    width: Annotated[int, flag("--width", help="How wide.")] = 1
+
+
+def test_a_flag_two_configs_declare_is_offered_once_and_read_by_both():
+    app, seen = typer.Typer(), {}
+
+    @app.command()
+    @config_flags("gauges", Gauges, reads=("depth",))
+    @config_flags("knobs", Knobs)
+    def run(knobs: Knobs = None, gauges: Gauges = None) -> None:
+        seen.update(knobs=knobs, gauges=gauges)
+
+    result = CliRunner().invoke(app, ["--depth", "5", "--width", "3"])
+    assert result.exit_code == 0, result.output
+    assert (seen["knobs"].depth, seen["gauges"]) == (5, Gauges(depth=5, width=3))
+    names = [p.name for p in typer.main.get_command(app).params]
+    assert names.count("depth") == 1 and "width" in names
+
+
+def test_reading_a_flag_no_decorator_below_declared_is_a_type_error():
+    def run(gauges: Gauges = None) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="has no depth for gauges to read"):
+        config_flags("gauges", Gauges, reads=("depth",))(run)

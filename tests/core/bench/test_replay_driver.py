@@ -94,6 +94,9 @@ class FixedSimulator:
     def describe(self) -> dict[str, int]:
         return {"pass_ms": int(PASS_MS), "limit": self.limit}
 
+    def prepare(self) -> None:  # a fixed pass time needs nothing made ready
+        pass
+
     def engine(self, clock, *, vocab_size: int, context_length: int) -> FixedEngine:
         self.built += 1
         return FixedEngine(self.limit)

@@ -1,5 +1,6 @@
 """The AIC prefill table: its grid and interpolation, the disk cache, the background build (none
-until ready), and the start-time checks against the real AIConfigurator."""
+until ready), and the start-time checks against the real AIConfigurator; the decode step table
+the mocker's --timing-model aic reads beside it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from dyn.core.errors import ConfigError
 from dyn.core.router import prefill_model
 from dyn.core.router.prefill_model import (
     AicSetup,
+    DecodeDurations,
+    DecodeTable,
     PrefillDurations,
     PrefillTable,
     cache_path,
@@ -359,3 +362,90 @@ def test_the_real_aiconfigurator_table_agrees_with_its_estimates(cold_cache):
         truth = estimator.prefill_ms(new, prefix)
         assert abs(d.expected_secs(new, prefix) * 1000 - truth) / truth < 0.15, (new, prefix)
     assert d.expected_secs(512, 16384) > d.expected_secs(512, 0)  # attention over the cached prefix
+
+
+# ---------------------------------------------------------------------------------------- the decode table
+
+
+def linear_step_ms(batch: int, context: int) -> float:
+    """A step bilinear in (batch, context), as a memory-bound decode step nearly is."""
+    return 6.0 + 0.05 * batch + 0.0001 * batch * context
+
+
+class FakeDecodeEstimator:
+    context_length = 8192
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.fail = fail
+        self.calls = 0
+
+    def decode_step_ms(self, batch: int, context: int) -> float:
+        if self.fail is not None:
+            raise self.fail
+        self.calls += 1
+        return linear_step_ms(batch, context)
+
+
+def test_the_decode_table_spans_batches_to_the_cap_and_contexts_to_the_models(tmp_path):
+    estimator = FakeDecodeEstimator()
+    d = DecodeDurations(SETUP, estimator=lambda s: estimator, directory=tmp_path)
+    assert d.step_secs(4, 1000) is None  # nothing before the build
+    d.build()
+    table = d.table
+    assert (table.batch[0], table.batch[-1]) == (1, prefill_model.MAX_DECODE_BATCH)
+    assert (table.context[0], table.context[-1]) == (1, 8192)
+    assert estimator.calls == table.points
+    rng = random.Random(2)
+    for _ in range(100):
+        batch, context = rng.randint(1, 5000), rng.uniform(0, 9000)  # beyond the grid: extrapolated
+        expected = linear_step_ms(batch, max(context, 1.0)) / 1000
+        assert d.step_secs(batch, context) == pytest.approx(expected, rel=1e-9)
+    assert d.step_secs(0, 1000) is None
+
+
+def test_the_decode_table_has_its_own_cache_file_and_both_stand_for_the_setup_check(cold_cache):
+    bogus = AicSetup(backend="vllm", system="h999_sxm", model_path="Qwen/Qwen3-32B")
+    directory = prefill_model.cache_dir()
+    decode = DecodeDurations(bogus, estimator=lambda s: FakeDecodeEstimator(), directory=directory)
+    decode.build()
+    decode_file = cache_path(bogus, directory, kind=DecodeTable.KIND)
+    assert [p.name for p in directory.iterdir()] == [decode_file.name]
+    assert decode_file != cache_path(bogus, directory)  # the prefill table's
+    with pytest.raises(ConfigError, match="h999_sxm"):  # the prefill table is not cached
+        check_setup(bogus, tables=(PrefillTable, DecodeTable))
+    durations(directory, setup=bogus)[0].build()
+    check_setup(bogus, tables=(PrefillTable, DecodeTable))
+    again = DecodeDurations(
+        bogus, estimator=lambda s: FakeDecodeEstimator(AssertionError("built")), directory=directory
+    )
+    assert again.start().ready.is_set() and again.table.ms == decode.table.ms
+
+
+def test_a_prefill_file_is_not_read_as_a_decode_table(tmp_path, caplog):
+    d, _ = durations(tmp_path)
+    d.build()
+    prefill_file = cache_path(SETUP, tmp_path)
+    cache_path_of_decode = cache_path(SETUP, tmp_path, kind=DecodeTable.KIND)
+    cache_path_of_decode.write_bytes(prefill_file.read_bytes())
+    decode = DecodeDurations(SETUP, estimator=lambda s: FakeDecodeEstimator(), directory=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="dyn.router"):
+        decode.start()
+        assert decode.wait(10) is not None
+    assert "ignoring the AIC decode table cache" in caplog.text  # rebuilt, not misread
+
+
+def test_the_real_aiconfigurator_decode_table_agrees_with_its_estimates(cold_cache):
+    """Qwen/Qwen3-32B on h200_sxm with vLLM, one point an octave: AIConfigurator's step time at
+    grid points, within 10 % of it in between (4 points an octave: median 0.03 %, worst 3.4 %)."""
+    estimator = prefill_model.AicEstimator(SETUP)
+    d = DecodeDurations(SETUP, directory=cold_cache, per_octave=1)
+    d.build()
+    assert d.error is None
+    assert d.step_secs(64, 8192) * 1000 == pytest.approx(estimator.decode_step_ms(64, 8192))
+    assert 0.015 < d.step_secs(1, 1024) < 0.025  # about 18 ms: the weights read once
+    assert d.step_secs(256, 8192) > 5 * d.step_secs(1, 8192)  # and the KV of every request
+    rng = random.Random(6)
+    for _ in range(50):
+        batch, context = rng.randint(1, 1024), rng.randint(1, 40000)
+        truth = estimator.decode_step_ms(batch, context)
+        assert abs(d.step_secs(batch, context) * 1000 - truth) / truth < 0.10, (batch, context)
