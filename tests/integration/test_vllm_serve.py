@@ -77,13 +77,13 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
     three normal ones queue, then an important one arrives last. vLLM's priority queue starts it
     before the normal ones.
 
-    The short requests are sent as soon as the frontend serves a long one (its active-requests
-    gauge), so they queue behind seconds of work even when the long requests reached it late.
-    (Waiting for all three at once failed under CI's load: sent up to 2 s apart, they sometimes
-    never overlapped, and each try waited out its 30 s.)
-    When each short request started is read from its nvext timing (received + prefill wait, which
-    includes vLLM's own queue time). The queue formed only if every short request had arrived
-    before the first of them started; a try where it did not (the short ones may reach a
+    The first long request is streamed: the other long ones and the short ones are sent when its
+    first token arrives, that is once vLLM runs it, so they queue behind seconds of work however
+    late it reached the frontend. (Polling the frontend's active-requests gauge for that failed under CI's
+    load: a frontend starved of CPU by vLLM answered the polls too late, and each try waited out
+    its 30 s.) When each short request started is read from its nvext timing (received + prefill
+    wait, which includes vLLM's own queue time). The queue formed only if every short request had
+    arrived before the first of them started; a try where it did not (the short ones may reach a
     CPU-starved frontend seconds apart on this shared machine) proves nothing and is repeated, up
     to 8 times; so does a try whose connections timed out (CI once saw a 10 s connect timeout on
     loopback while vLLM held both cores). A failure lists each try's requests: sent (client clock),
@@ -107,6 +107,7 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
     async def scenario() -> dict[str, tuple[float, float]]:
         """``{name: (received_ms, started_ms)}`` of the short requests."""
         seen: dict[str, tuple[float, float]] = {}
+        running, queued = asyncio.Event(), asyncio.Event()
 
         async def send(client: httpx.AsyncClient, name: str, priority: int | None) -> None:
             sent[name] = time.time() * 1000
@@ -121,36 +122,43 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
             )
 
         async def long_running(client: httpx.AsyncClient, name: str) -> None:
-            # unary, so streaming 1900 chunks does not load the frontend while the others arrive
             sent[name] = time.time() * 1000
-            r = await client.post(
-                url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
-            )
-            assert r.status_code == 200, r.text
-            timing = r.json()["nvext"]["timing"]
-            longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
-
-        async def active(client: httpx.AsyncClient) -> float:
-            try:
-                metrics = (await client.get(url + "/metrics", timeout=10)).text
-            except httpx.TransportError:
-                return 0.0  # starved: keep polling, bounded by the move_on_after below
-            return sum(
-                float(line.rpartition(" ")[2])
-                for line in metrics.splitlines()
-                if line.startswith("dynamo_frontend_active_requests{")
-            )
+            if name != "long-1":  # unary, so streaming 1900 chunks does not load the frontend
+                r = await client.post(
+                    url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
+                )
+                assert r.status_code == 200, r.text
+                timing = r.json()["nvext"]["timing"]
+                longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
+                return
+            streamed = body(name, 1900, stream=True)
+            async with client.stream(
+                "POST", url + "/v1/completions", headers=headers, json=streamed, timeout=300
+            ) as r:
+                assert r.status_code == 200
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    if not running.is_set():  # its first token: vLLM runs it
+                        running.set()
+                        # read no more until the others are sent: with buffered chunks this loop
+                        # would not yield, and a starved test would send them only at its end
+                        await queued.wait()
+                    if '"nvext"' in line:
+                        timing = json.loads(line[6:])["nvext"]["timing"]
+                        longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
 
         async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
-            for name in ("long-1", "long-2", "long-3"):  # the slot stays busy for seconds
+            tg.create_task(long_running(client, "long-1"))
+            with anyio.fail_after(120):
+                await running.wait()
+            for name in ("long-2", "long-3"):  # the slot stays busy for seconds more
                 tg.create_task(long_running(client, name))
-                await asyncio.sleep(0.05)
-            with anyio.move_on_after(30):
-                while await active(client) < 1:
-                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.01)
             for name, priority in shorts:
                 tg.create_task(send(client, name, priority))
                 await asyncio.sleep(0.01)
+            queued.set()
         return seen
 
     tries = []
