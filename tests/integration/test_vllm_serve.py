@@ -73,15 +73,16 @@ def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack
 
 
 def test_priority_reorders_a_contended_vllm_queue(stack):
-    """One worker, one running slot (--max-num-seqs 1): three long requests hold and queue for it,
+    """One worker, one running slot (--max-num-seqs 1): five long requests hold and queue for it,
     three normal ones queue, then an important one arrives last. vLLM's priority queue starts it
     before the normal ones.
 
-    The first long request is streamed: the other long ones and the short ones are sent when its
-    first token arrives, that is once vLLM runs it, so they queue behind seconds of work however
-    late it reached the frontend. (Polling the frontend's active-requests gauge for that failed under CI's
-    load: a frontend starved of CPU by vLLM answered the polls too late, and each try waited out
-    its 30 s.) When each short request started is read from its nvext timing (received + prefill
+    The first long request is streamed: the short ones are sent when its first token arrives, that
+    is once vLLM runs it, so they queue behind seconds of work however late the long ones reached
+    the frontend; five long ones (about 11 s of work) leave room for a test process and a frontend
+    so starved of CPU that the short ones reach vLLM seconds apart, as under CI's load. (Polling
+    the frontend's active-requests gauge instead failed there: the polls were answered too late,
+    and each try waited out its 30 s.) When each short request started is read from its nvext timing (received + prefill
     wait, which includes vLLM's own queue time). The queue formed only if every short request had
     arrived before the first of them started; a try where it did not (the short ones may reach a
     CPU-starved frontend seconds apart on this shared machine) proves nothing and is repeated, up
@@ -109,11 +110,12 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
         seen: dict[str, tuple[float, float]] = {}
         running, queued = asyncio.Event(), asyncio.Event()
 
-        async def send(client: httpx.AsyncClient, name: str, priority: int | None) -> None:
+        async def send(name: str, priority: int | None) -> None:
             sent[name] = time.time() * 1000
-            r = await client.post(
-                url + "/v1/completions", headers=headers, json=body(name, 40, priority), timeout=300
-            )
+            async with httpx.AsyncClient() as client:  # a pool of its own: nothing waits for another request
+                r = await client.post(
+                    url + "/v1/completions", headers=headers, json=body(name, 40, priority), timeout=300
+                )
             assert r.status_code == 200, r.text
             timing = r.json()["nvext"]["timing"]
             seen[name] = (
@@ -121,20 +123,24 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
                 timing["request_received_ms"] + timing["prefill_wait_time_ms"],
             )
 
-        async def long_running(client: httpx.AsyncClient, name: str) -> None:
+        async def long_running(name: str) -> None:
             sent[name] = time.time() * 1000
             if name != "long-1":  # unary, so streaming 1900 chunks does not load the frontend
-                r = await client.post(
-                    url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
-                )
+                async with httpx.AsyncClient() as client:
+                    r = await client.post(
+                        url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
+                    )
                 assert r.status_code == 200, r.text
                 timing = r.json()["nvext"]["timing"]
                 longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
                 return
             streamed = body(name, 1900, stream=True)
-            async with client.stream(
-                "POST", url + "/v1/completions", headers=headers, json=streamed, timeout=300
-            ) as r:
+            async with (
+                httpx.AsyncClient() as client,
+                client.stream(
+                    "POST", url + "/v1/completions", headers=headers, json=streamed, timeout=300
+                ) as r,
+            ):
                 assert r.status_code == 200
                 async for line in r.aiter_lines():
                     if not line.startswith("data: {"):
@@ -148,15 +154,14 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
                         timing = json.loads(line[6:])["nvext"]["timing"]
                         longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
 
-        async with httpx.AsyncClient() as client, asyncio.TaskGroup() as tg:
-            tg.create_task(long_running(client, "long-1"))
+        async with asyncio.TaskGroup() as tg:
+            for i in range(1, 6):  # the slot stays busy for some 11 s
+                tg.create_task(long_running(f"long-{i}"))
+                await asyncio.sleep(0.01)
             with anyio.fail_after(120):
                 await running.wait()
-            for name in ("long-2", "long-3"):  # the slot stays busy for seconds more
-                tg.create_task(long_running(client, name))
-                await asyncio.sleep(0.01)
             for name, priority in shorts:
-                tg.create_task(send(client, name, priority))
+                tg.create_task(send(name, priority))
                 await asyncio.sleep(0.01)
             queued.set()
         return seen
