@@ -34,6 +34,7 @@ request:
 
 from __future__ import annotations
 
+import abc
 import bisect
 import contextlib
 import difflib
@@ -553,7 +554,7 @@ def _write_cached(setup: AicSetup, directory: Path, per_octave: int, table: Late
 # ---------------------------------------------------------------------------------------- the tables in use
 
 
-class _AicTable:
+class _AicTable(abc.ABC):
     """One setup's table of ``TABLE`` (see the module docstring), built once.
 
     ``estimator`` makes what the table is built from (AIConfigurator's ``AicEstimator`` by
@@ -642,9 +643,9 @@ class _AicTable:
         with quiet_aiconfigurator():
             return self._tabulate(estimator, token_grid(limit, self.per_octave))
 
+    @abc.abstractmethod
     def _tabulate(self, estimator: Any, tokens: list[int]) -> LatencyTable:
         """The table from ``estimator``, ``tokens`` being the grid up to the model's context."""
-        raise NotImplementedError
 
 
 class PrefillDurations(_AicTable):
