@@ -100,6 +100,10 @@ def test_routing_fields_and_token_data_reach_the_named_worker(kv_stack, client):
         ({"agent_hints": {"speculative_prefill": "yes"}}, "nvext.agent_hints.speculative_prefill"),
         ({"agent_hints": {"latency_sensitivity": "fast"}}, "nvext.agent_hints.latency_sensitivity"),
         ({"agent_hints": {"kv_overlap_score_credit": 1.5}}, "nvext.agent_hints.kv_overlap_score_credit"),
+        (
+            {"agent_context": {"workflow_type_id": "t", "workflow_id": "w", "program_id": "p" * 257}},
+            "nvext.agent_context.program_id",
+        ),
         ({"agent_hints": {"kv_overlap_score_credit": "all"}}, "nvext.agent_hints.kv_overlap_score_credit"),
         ({"cache_control": "1h"}, "nvext.cache_control"),
         ({"cache_control": {"type": "permanent"}}, "nvext.cache_control.type"),

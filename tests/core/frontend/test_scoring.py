@@ -256,3 +256,14 @@ async def test_a_classifier_of_several_classes_cannot_score(make_frontend, tmp_p
             error["param"] == "model" and "/classify" in error["message"] and "3 classes" in error["message"]
         )
         assert fe.fleet[1].embeds == []
+
+
+async def test_a_cross_encoders_pairs_are_bounded_by_count_and_bytes(make_frontend, tmp_path):
+    model = str(make_cross_encoder(tmp_path / "reranker"))
+    limits = RequestLimits(max_prompts=2, max_prompt_bytes=4096)
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model, limits=limits) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 400 and "--max-prompts" in r.json()["error"]["message"]
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": ["x" * 5000]})
+        assert r.status_code == 400 and "--max-prompt-bytes" in r.json()["error"]["message"]
+        assert fe.fleet[1].embeds == []
