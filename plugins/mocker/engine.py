@@ -3,8 +3,11 @@
 One engine is one simulated worker rank. Its loop runs a scheduler pass, sleeps until the pass's
 simulated end (``duration / speedup``; passes are scheduled back to back against a deadline so
 Python overhead does not add up), then delivers the pass's tokens to the request streams and hands
-the pass's KV events to the event sink. When the process cannot keep up with the simulated
-clock, passes run as fast as the CPU allows. A pass that could schedule nothing (KV held by
+the pass's KV events to the event sink. The event loop's timers wake at millisecond granularity
+(epoll rounds a 0.57 ms sleep up to 1 ms), so a pass that ends late is made up by the next ones:
+the deadline runs on from the last one while the loop is at most ``CATCH_UP_S`` behind, and the
+pace of sub-millisecond passes is the model's on average. When the process cannot keep up with
+the simulated clock, passes run as fast as the CPU allows. A pass that could schedule nothing (KV held by
 streaming sessions or pins) waits for a new request, a cancel or a closed session, retrying at
 least every ``STALL_RETRY_S``.
 
@@ -98,6 +101,20 @@ log = logging.getLogger(__name__)
 
 REAP_INTERVAL_S = 0.5
 STALL_RETRY_S = 0.5
+CATCH_UP_S = 0.002
+"""How far behind its simulated clock the pass loop may run and still make the lag up (two timer ticks)."""
+
+
+def next_deadline(deadline: float, start: float, duration_s: float) -> float:
+    """When a pass that started at ``start`` ends, the previous pass having been due at ``deadline``.
+
+    A pass runs on from the previous deadline, so a late wake is made up by the passes after it,
+    but never from more than ``CATCH_UP_S`` before ``start``: a loop that fell further behind (an
+    idle wait, a starved CPU) does not burst to catch up.
+    """
+    return max(deadline, start - CATCH_UP_S) + duration_s
+
+
 PROMPT_LOGPROBS_INLINE = 2048
 """Prompt positions x (alternatives + 1) computed in the pass loop; more go to a worker thread."""
 
@@ -282,7 +299,7 @@ class MockerEngine:
                 await self._wait_for_wake(self._stall_timeout())
                 deadline = time.monotonic()
                 continue
-            deadline = max(deadline, start) + result.duration_ms / 1000.0
+            deadline = next_deadline(deadline, start, result.duration_ms / 1000.0)
             delay = deadline - time.monotonic()
             # always yield once so new requests and cancels get in between passes
             await anyio.sleep(delay if delay > 0 else 0)

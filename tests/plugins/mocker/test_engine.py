@@ -1,5 +1,6 @@
 """MockerEngine: the scheduler driven in real time behind the Engine protocol."""
 
+import math
 from contextlib import aclosing
 
 import anyio
@@ -18,7 +19,7 @@ from dyn.core.messages import (
 )
 from dyn.core.model import load_model_info
 from dyn.plugins.mocker.config import MockerConfig, ReasoningConfig
-from dyn.plugins.mocker.engine import MockerEngine
+from dyn.plugins.mocker.engine import CATCH_UP_S, MockerEngine, next_deadline
 
 pytestmark = pytest.mark.anyio
 MODEL = load_model_info(None, None)
@@ -304,3 +305,26 @@ async def test_generate_request_max_thinking_tokens_reaches_the_scheduler():
             tokens = [t for m in out[:-1] for t in m.token_ids]
             assert tokens[0] == 7 and tokens[2] == 8 and len(tokens) == 20
             tg.cancel_scope.cancel()
+
+
+def _paced(passes: int, pass_s: float, tick_s: float, deadline_of) -> float:
+    """When ``passes`` back-to-back passes of ``pass_s`` end under a timer that wakes only on
+    ``tick_s`` boundaries (epoll's millisecond), each sleep lasting until its deadline's tick."""
+    now = deadline = 0.0
+    for _ in range(passes):
+        deadline = deadline_of(deadline, now, pass_s)
+        if deadline > now:
+            now = math.ceil(deadline / tick_s - 1e-9) * tick_s
+    return now
+
+
+def test_sub_millisecond_passes_keep_the_models_pace_under_a_millisecond_timer():
+    # 100 decode passes of 0.57 ms (speedup 10) take 57 ms, not one timer tick each (100 ms)
+    assert _paced(100, 0.00057, 0.001, next_deadline) == pytest.approx(0.057, abs=0.002)
+    # the old rule, restarting every pass from its (late) start, paced one pass per tick
+    assert _paced(100, 0.00057, 0.001, lambda d, start, s: max(d, start) + s) == pytest.approx(0.1)
+
+
+def test_a_loop_far_behind_its_clock_does_not_burst_to_catch_up():
+    assert next_deadline(1.0, 1.0005, 0.001) == pytest.approx(1.001)  # a late wake is made up
+    assert next_deadline(1.0, 5.0, 0.001) == pytest.approx(5.0 - CATCH_UP_S + 0.001)
