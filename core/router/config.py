@@ -246,7 +246,7 @@ class KvRouterConfig:
             "--shared-cache-type",
             panel=PANEL,
             help="A KV cache all workers share, credited by --shared-cache-multiplier: none; "
-            "hicache (SGLang HiCache's L3 storage) is refused, dyn cannot query it.",
+            "hicache (SGLang HiCache's L3 pool in a Mooncake store) is refused, dyn does not read Mooncake.",
         ),
     ] = "none"
     shared_cache_multiplier: Annotated[
@@ -526,7 +526,7 @@ class KvRouterConfig:
                 raise ConfigError(f"{name} must be between 0.0 and 1.0, got {weight!r}")
         if self.shared_cache_type == "hicache":
             raise ConfigError(
-                "--shared-cache-type hicache needs queries to SGLang HiCache's L3 storage, which "
+                "--shared-cache-type hicache reads SGLang HiCache's L3 storage in a Mooncake store, which "
                 "dyn does not build; use --shared-cache-type none"
             )
         if self.shared_cache_type not in SHARED_CACHE_TYPES:
