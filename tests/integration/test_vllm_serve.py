@@ -79,8 +79,11 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
 
     The first long request is streamed: the short ones are sent when its first token arrives, that
     is once vLLM runs it, so they queue behind seconds of work however late the long ones reached
-    the frontend; five long ones (about 11 s of work) leave room for a test process and a frontend
-    so starved of CPU that the short ones reach vLLM seconds apart, as under CI's load. (Polling
+    the frontend; five long ones (about 11 s of work) leave room for a starved test process. Each
+    request has a client of its own (its own connection pool), made and connected before the first
+    request is sent: under CI's load, making an httpx client (its TLS context reads the CA bundle)
+    and the first request's lazy imports took the test's event loop seconds each, so the short
+    requests left seconds apart, one per finished long request, and no queue formed. (Polling
     the frontend's active-requests gauge instead failed there: the polls were answered too late,
     and each try waited out its 30 s.) When each short request started is read from its nvext timing (received + prefill
     wait, which includes vLLM's own queue time). The queue formed only if every short request had
@@ -112,10 +115,9 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
 
         async def send(name: str, priority: int | None) -> None:
             sent[name] = time.time() * 1000
-            async with httpx.AsyncClient() as client:  # a pool of its own: nothing waits for another request
-                r = await client.post(
-                    url + "/v1/completions", headers=headers, json=body(name, 40, priority), timeout=300
-                )
+            r = await clients[name].post(
+                url + "/v1/completions", headers=headers, json=body(name, 40, priority), timeout=300
+            )
             assert r.status_code == 200, r.text
             timing = r.json()["nvext"]["timing"]
             seen[name] = (
@@ -126,21 +128,17 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
         async def long_running(name: str) -> None:
             sent[name] = time.time() * 1000
             if name != "long-1":  # unary, so streaming 1900 chunks does not load the frontend
-                async with httpx.AsyncClient() as client:
-                    r = await client.post(
-                        url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
-                    )
+                r = await clients[name].post(
+                    url + "/v1/completions", headers=headers, json=body(name, 1900), timeout=300
+                )
                 assert r.status_code == 200, r.text
                 timing = r.json()["nvext"]["timing"]
                 longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
                 return
             streamed = body(name, 1900, stream=True)
-            async with (
-                httpx.AsyncClient() as client,
-                client.stream(
-                    "POST", url + "/v1/completions", headers=headers, json=streamed, timeout=300
-                ) as r,
-            ):
+            async with clients[name].stream(
+                "POST", url + "/v1/completions", headers=headers, json=streamed, timeout=300
+            ) as r:
                 assert r.status_code == 200
                 async for line in r.aiter_lines():
                     if not line.startswith("data: {"):
@@ -154,16 +152,24 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
                         timing = json.loads(line[6:])["nvext"]["timing"]
                         longs[name] = (timing["request_received_ms"], timing["total_time_ms"])
 
-        async with asyncio.TaskGroup() as tg:
-            for i in range(1, 6):  # the slot stays busy for some 11 s
-                tg.create_task(long_running(f"long-{i}"))
-                await asyncio.sleep(0.01)
-            with anyio.fail_after(120):
-                await running.wait()
-            for name, priority in shorts:
-                tg.create_task(send(name, priority))
-                await asyncio.sleep(0.01)
-            queued.set()
+        names = [f"long-{i}" for i in range(1, 6)] + [name for name, _ in shorts]
+        clients = {name: httpx.AsyncClient() for name in names}  # a pool each: none waits for another
+        try:
+            for client in clients.values():  # connected, and httpx's lazy imports done, before timing
+                (await client.get(url + "/v1/models", timeout=60)).raise_for_status()
+            async with asyncio.TaskGroup() as tg:
+                for i in range(1, 6):  # the slot stays busy for some 11 s
+                    tg.create_task(long_running(f"long-{i}"))
+                    await asyncio.sleep(0.01)
+                with anyio.fail_after(120):
+                    await running.wait()
+                for name, priority in shorts:
+                    tg.create_task(send(name, priority))
+                    await asyncio.sleep(0.01)
+                queued.set()
+        finally:
+            for client in clients.values():
+                await client.aclose()
         return seen
 
     tries = []
