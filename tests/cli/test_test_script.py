@@ -65,7 +65,7 @@ def test_every_step_passing_exits_0_and_runs_the_suite_then_each_engine(layout):
     run, calls = _run(layout)
     assert run.returncode == 0, run.stdout + run.stderr
     assert calls[0] == "||-m pytest -n 2"
-    assert calls[1].startswith("/venvs/vllm||-m pytest --deselect ")
+    assert calls[1].startswith("/venvs/vllm||-m pytest tests/integration/test_vllm_serve.py ")
     assert " tests/integration/test_vllm_serve.py " in calls[1]
     assert calls[2] == "|/venvs/sglang|-m pytest tests/integration/test_sglang_serve.py"
 
