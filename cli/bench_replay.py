@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dyn.cli import completion, options
+from dyn.cli.config_flags import FROM_FLAGS
 from dyn.cli.mocker_flags import mocker_flags_beside_router
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
@@ -116,8 +117,8 @@ def replay(
         panel=OUTPUT_PANEL,
         help="Write the results (JSON, schema dyn-bench/1, kind offline) here.",
     ),
-    mocker_config: MockerConfig = None,  # the engine flags, see dyn.cli.mocker_flags
-    router_config: KvRouterConfig = None,  # the KV router flags, see dyn.cli.router_flags
+    mocker_config: MockerConfig = FROM_FLAGS,  # the engine flags, see dyn.cli.mocker_flags
+    router_config: KvRouterConfig = FROM_FLAGS,  # the KV router flags, see dyn.cli.router_flags
 ) -> None:
     """Replay a trace offline: the real router code drives simulated mocker workers in virtual
     time, so an hour of trace takes seconds to a minute; reports the metrics of a live run."""

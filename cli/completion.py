@@ -39,7 +39,9 @@ def _register(cls: type, shell: str) -> None:
     # newer Typers vendor click and re-export its registry setter here; older ones use click's own
     register = getattr(typer_shells, "add_completion_class", None)
     if register is None:
-        from click.shell_completion import add_completion_class as register
+        from click.shell_completion import add_completion_class
+
+        register = add_completion_class
     register(cls, shell)
 
 
@@ -119,7 +121,9 @@ def _completion_item_class() -> Any:
     try:
         from typer._click.shell_completion import CompletionItem
     except ImportError:  # pragma: no cover - a Typer that uses Click itself
-        from click.shell_completion import CompletionItem
+        from click.shell_completion import CompletionItem as ClickCompletionItem
+
+        return ClickCompletionItem
     return CompletionItem
 
 

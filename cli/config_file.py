@@ -334,14 +334,16 @@ def _on_config(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> No
         return
     if getattr(ctx.get_parameter_source(param.name), "name", "") == "ENVIRONMENT":
         paths = [os.environ.get(str(param.envvar), "")]  # one path, spaces and all
+    # no param=: click attaches the option being processed to a BadParameter its callback raises
+    # (augment_usage_errors), and typer types BadParameter's param as its own parameter class
     if len(paths) > 1:
         raise typer.BadParameter(
-            f"given {len(paths)} times ({', '.join(paths)}); one file holds the flags", ctx=ctx, param=param
+            f"given {len(paths)} times ({', '.join(paths)}); one file holds the flags", ctx=ctx
         )
     try:
         load(ctx, paths[0])
     except ConfigFileError as exc:
-        raise typer.BadParameter(str(exc), ctx=ctx, param=param) from None
+        raise typer.BadParameter(str(exc), ctx=ctx) from None
 
 
 def config_option(passes_on: bool, scope: str) -> Any:

@@ -26,6 +26,12 @@ from dyn.core.config import build_from_flags, declared_flags
 Flags = Mapping[str, tuple[Any, Any]]
 """``{parameter name: (annotation, typer option)}``."""
 
+FROM_FLAGS: Any = None
+"""The default of the parameter a ``config_flags`` decorator replaces (``discovery: DiscoveryConfig
+= FROM_FLAGS``): Python wants one after the command's defaulted options, but the decorator always
+passes the config built from the flags, never this. ``Any``, as Typer's option defaults are, so that
+the parameter keeps the config's type."""
+
 
 def flag_table(config_type: type) -> dict[str, tuple[Any, Any]]:
     """The Typer options of every flag ``config_type`` declares, by parameter name, in field order."""

@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperCommand
 
 from dyn.cli import completion, options
-from dyn.cli.config_flags import discovery_flags
+from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
 from dyn.core.config import DiscoveryConfig
@@ -81,10 +81,12 @@ def _list(value: str, name: str) -> tuple[str, ...]:
 def _parser_names(kind: str) -> str:
     """The registered parser names, for the help text."""
     if kind == "tool":
-        from dyn.core.parsers.tool import TOOL_PARSERS as registry
-    else:
-        from dyn.core.parsers.reasoning import REASONING_PARSERS as registry
-    return ", ".join(registry.names())
+        from dyn.core.parsers.tool import TOOL_PARSERS
+
+        return ", ".join(TOOL_PARSERS.names())
+    from dyn.core.parsers.reasoning import REASONING_PARSERS
+
+    return ", ".join(REASONING_PARSERS.names())
 
 
 @router_flags
@@ -547,9 +549,9 @@ def frontend(
         help="vLLM's flag: auto or hf, both dyn's one tokenizer (tokenizer.json with the model's Jinja "
         "chat template); vLLM's other modes (mistral, deepseek_v32, ...) are refused.",
     ),
-    model_name: str = options.MODEL_NAME,
+    model_name: str | None = options.MODEL_NAME,
     served_model_name: list[str] = options.SERVED_MODEL_NAME,
-    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
+    discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
     router_config=None,
 ) -> None:
     """OpenAI-compatible HTTP frontend (chat, completions, streaming) with nvext, routing to the

@@ -28,7 +28,7 @@ def install() -> None:
         return
     needed = ("_print_options_panel", "_get_parameter_help", "highlighter", "negative_highlighter")
     if all(hasattr(rich_utils, name) for name in needed):
-        rich_utils._print_options_panel = options_panel  # type: ignore[assignment]
+        rich_utils._print_options_panel = options_panel
 
 
 def option_names(param: Any) -> str:

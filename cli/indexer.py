@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from dyn.cli import options
-from dyn.cli.config_flags import discovery_flags
+from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
 from dyn.cli.options import flag
 from dyn.core.config import DiscoveryConfig
 
@@ -63,7 +63,7 @@ def indexer(
     plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
-    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
+    discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
 ) -> None:
     """Standalone KV indexer: follows the workers' KV events and answers which worker caches
     how much of a prompt, over HTTP and ZMQ (routers use it with --use-remote-indexer)."""

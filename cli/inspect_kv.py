@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from dyn.cli import options
-from dyn.cli.config_flags import discovery_flags
+from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
 from dyn.cli.options import flag
 from dyn.core.config import DiscoveryConfig
 
@@ -32,7 +32,7 @@ def inspect_kv(
         panel=TARGET_PANEL,
         help="The target's --api-key, sent as 'Authorization: Bearer KEY'.",
     ),
-    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
+    discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
     model_name: str = flag(
         None,
         "--model-name",

@@ -241,9 +241,10 @@ def _current_context() -> Any:
         from typer._click.globals import get_current_context
     except ImportError:  # pragma: no cover - a Typer that uses Click itself
         try:
-            from click import get_current_context
+            from click import get_current_context as click_current_context
         except ImportError:
             return None
+        return click_current_context(silent=True)
     return get_current_context(silent=True)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dyn.cli import options
-from dyn.cli.config_flags import discovery_flags
+from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
 from dyn.cli.options import flag
 from dyn.cli.router_flags import router_flags
 from dyn.core.config import DiscoveryConfig
@@ -39,7 +39,7 @@ def router(
     plane_keys: str = options.PLANE_KEYS,
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
-    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
+    discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
     router_config=None,
 ) -> None:
     """Standalone KV-aware router service for several frontends: start it, then run each

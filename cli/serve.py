@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import typer
 
 from dyn.cli import options
 from dyn.cli.completion import ChildFlagsCommand
-from dyn.cli.config_flags import discovery_flags
+from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
 from dyn.cli.options import flag
 from dyn.core.config import DiscoveryConfig
 
@@ -93,7 +94,7 @@ def serve(
         help="Restart a worker process that dies once the stack is ready, after a "
         "back-off that doubles with each quick death (1 s up to 30 s).",
     ),
-    discovery: DiscoveryConfig = None,  # --namespace, --discovery-backend, --discovery-dir
+    discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
 ) -> None:
@@ -199,7 +200,7 @@ def serve(
     raise typer.Exit(run_stack(config))
 
 
-def _roles(ctx: typer.Context, workers: int, prefill: int, decode: int) -> list[str | None]:
+def _roles(ctx: typer.Context, workers: int, prefill: int, decode: int) -> Sequence[str | None]:
     """Each worker process's ``--disaggregation-mode`` (None: left to the worker's own flags):
     ``--workers`` aggregated ones, or ``--prefill-workers`` then ``--decode-workers``."""
     if not prefill and not decode:
@@ -276,7 +277,8 @@ def _own_flags(values: dict[str, Any], specs: dict[str, int]) -> list[str]:
 
 def _root_command(ctx: typer.Context) -> Any:
     root = ctx.find_root().command
-    if "frontend" in getattr(root, "commands", {}) and "worker" in root.commands:
+    commands = getattr(root, "commands", {})
+    if "frontend" in commands and "worker" in commands:
         return root
     import typer.main
 

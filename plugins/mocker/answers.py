@@ -111,7 +111,7 @@ class Answers:
             )
         grammar = None
         if request.constraint is not None:
-            grammar = await self._compile(request.constraint, None)
+            grammar = await self._compile(request.constraint)
         if self.replies is not None:
             text = self.replies.answer(self._last_message.text(request.token_ids))  # type: ignore[union-attr]
             if text is not None:
@@ -135,18 +135,19 @@ class Answers:
             self._engine = await anyio.to_thread.run_sync(GrammarEngine.for_model, self.model)
         return self._engine
 
-    async def _compile(self, constraint: OutputConstraint | None, tool: ToolSpec | None) -> Grammar:
+    async def _compile(self, what: OutputConstraint | ToolSpec) -> Grammar:
+        """The grammar of a request's structured output, or of a tool call's arguments."""
         from dyn.plugins.mocker.grammar import ConstraintError
 
         engine = await self._grammars()
-        key = constraint if tool is None else ("tool", tool.parameters)
-        grammar = engine.cached(key)
+        tool = what if isinstance(what, ToolSpec) else None
+        grammar = engine.cached(what if tool is None else ("tool", tool.parameters))
         if grammar is not None:
             return grammar
         try:
-            if tool is None:
-                return await anyio.to_thread.run_sync(engine.compile, constraint)
-            return await anyio.to_thread.run_sync(engine.compile_schema, tool.parameters)
+            if isinstance(what, ToolSpec):
+                return await anyio.to_thread.run_sync(engine.compile_schema, what.parameters)
+            return await anyio.to_thread.run_sync(engine.compile, what)
         except ConstraintError as exc:
             from dyn.core.protocol.grammar import refusal
 
@@ -158,7 +159,7 @@ class Answers:
         if rng.random() >= self.tool_call_rate:
             return None
         tool = request.tools[int(rng.random() * len(request.tools))]
-        grammar = await self._compile(None, tool)
+        grammar = await self._compile(tool)
         # up to a few hundred grammar steps: off the event loop, as compiles are
         arguments = await anyio.to_thread.run_sync(grammar.complete, rng.random, MAX_ARGUMENT_TOKENS)
         if arguments is None:

@@ -158,15 +158,16 @@ def _bound_number(out: dict[str, Any], integer: bool) -> None:
     with a multiple in range for numbers, which then becomes the ``multipleOf``)."""
     low, high = _number(out.get("minimum")), _number(out.get("maximum"))
     xlow, xhigh = out.get("exclusiveMinimum"), out.get("exclusiveMaximum")
+    xlow_number, xhigh_number = _number(xlow), _number(xhigh)
     low_open = high_open = False
     if xlow is True:  # draft 4: the boolean form makes minimum exclusive
         low_open = low is not None
-    elif _number(xlow) is not None and (low is None or xlow >= low):
-        low, low_open = xlow, True
+    elif xlow_number is not None and (low is None or xlow_number >= low):
+        low, low_open = xlow_number, True
     if xhigh is True:
         high_open = high is not None
-    elif _number(xhigh) is not None and (high is None or xhigh <= high):
-        high, high_open = xhigh, True
+    elif xhigh_number is not None and (high is None or xhigh_number <= high):
+        high, high_open = xhigh_number, True
     given = _number(out.get("multipleOf"))
     if "multipleOf" in out and (given is None or given <= 0):
         return

@@ -83,7 +83,7 @@ class LastMessage:
             except ChatTemplateError:
                 return None
 
-        user = [{"role": "user", "content": _BEFORE}]
+        user: list[dict] = [{"role": "user", "content": _BEFORE}]
         with_prompt, without = render(user, True), render(user, False)
         if with_prompt is not None and without is not None and with_prompt.startswith(without):
             self.generation_prompt = with_prompt[len(without) :]

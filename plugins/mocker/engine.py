@@ -51,7 +51,7 @@ import dataclasses
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 
 import anyio
 import msgspec
@@ -221,7 +221,8 @@ class MockerEngine:
                 kv_bytes_per_token=kv_bytes_per_token(config, model),
             ),
         )
-        self._streams: dict[str, _Stream] = {}
+        # keyed by request id: a str here, handed back by the scheduler as a Hashable
+        self._streams: dict[Hashable, _Stream] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._wake = anyio.Event()
         self.passes = 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dyn.core.messages import PriorityOrder
 from dyn.plugins.mocker.config import MockerConfig
 
 LEAST = float("inf")
@@ -30,7 +31,7 @@ LEAST = float("inf")
 LEAST_IMPORTANT = float("-inf")
 
 
-def priority_order(config: MockerConfig) -> str:
+def priority_order(config: MockerConfig) -> PriorityOrder:
     """``EngineInfo.priority_order``: vLLM and SGLang-with-low-values-first read smaller values as
     more important (``lower_first``); SGLang's default is ``higher_first``. Independent of whether
     scheduling by priority is on."""

@@ -643,9 +643,10 @@ class Scheduler:
             waiting = self._waiting
             max_seqs = self._max_seqs
             while budget > 0 and len(running) < max_seqs:
-                req = waiting.peek()
-                if req is None:
+                peeked = waiting.peek()
+                if peeked is None:
                     break
+                req = peeked
                 if req.remote:
                     if not self._start_transfer(req, result):
                         break

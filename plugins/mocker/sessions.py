@@ -91,7 +91,7 @@ class StreamingSessions:
             timeout_s = DEFAULT_TIMEOUT_S
         slot = self._slots.get(session_id)
         created = slot is None
-        if created:
+        if slot is None:
             slot = self._slots[session_id] = SessionSlot(session_id, timeout_s, 0.0)
         slot.timeout_s = timeout_s
         self._touch(slot)

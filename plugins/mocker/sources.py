@@ -33,9 +33,14 @@ FAIL = -2
 
 
 class TokenSource(Protocol):
-    end_token_id: int | None
-    thinks: bool
-    error: str
+    # read-only members (properties), so that a wrapper such as ``reasoning.ThinkingFirst`` that
+    # forwards them is one too; no caller sets them
+    @property
+    def end_token_id(self) -> int | None: ...
+    @property
+    def thinks(self) -> bool: ...
+    @property
+    def error(self) -> str: ...
 
     def next_token(self, req: SimRequest) -> int: ...
 
@@ -84,7 +89,7 @@ class BiasedSource:
         temperature: float | None,
         vocab_size: int,
     ) -> None:
-        self.end_token_id = None
+        self.end_token_id: int | None = None
         self.thinks = False
         self.error = ""
         bias = {token: b for token, b in (logit_bias or {}).items() if b != 0.0}

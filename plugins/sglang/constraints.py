@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -58,7 +59,7 @@ def constraint_params(constraint: OutputConstraint, grammar_backend: str) -> dic
     raise EngineError(f"unknown structured output kind {kind!r}", code="bad_request")
 
 
-def choice_regex(choices: list[str]) -> str:
+def choice_regex(choices: Sequence[str]) -> str:
     """A regex matching exactly one of ``choices``, each taken literally."""
     return "(" + "|".join(choice.translate(_REGEX_ESCAPES) for choice in choices) + ")"
 

@@ -31,7 +31,7 @@ What ``Engine.async_generate(..., stream=True)`` yields (SGLang 0.5.23,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dyn.core.engine import EngineError
 from dyn.core.messages import TokenLogprobs
@@ -41,7 +41,7 @@ from dyn.core.messages import TokenLogprobs
 class Outcome:
     """How the request ended: ``reason`` is stop, length or abort."""
 
-    reason: str
+    reason: Literal["stop", "length", "abort"]
     stop_token_id: int | None = None
     message: str = ""
     status_code: int | None = None

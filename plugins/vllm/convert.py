@@ -35,9 +35,17 @@ import time
 from typing import Any
 
 from dyn.core.engine import EngineError
-from dyn.core.messages import EngineTiming, Finish, GenerateRequest, OutputConstraint, TokenLogprobs, Usage
+from dyn.core.messages import (
+    EngineTiming,
+    Finish,
+    FinishReason,
+    GenerateRequest,
+    OutputConstraint,
+    TokenLogprobs,
+    Usage,
+)
 
-_FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "cancelled"}
+_FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "cancelled"}
 
 
 def sampling_kwargs(request: GenerateRequest, *, thinking_budget: bool = True) -> dict[str, Any]:

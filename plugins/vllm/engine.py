@@ -380,7 +380,7 @@ class VllmEngine:
                     **structured_outputs_kwargs(request.constraint)
                 )
             params = api.sampling_params(**kwargs, output_kind=api.delta)
-        except (TypeError, ValueError, *api.client_errors) as exc:
+        except (TypeError, ValueError) + api.client_errors as exc:
             raise EngineError(f"vLLM rejected the sampling parameters: {exc}", code="bad_request") from None
         priority = (request.priority or 0) if self._priority else 0
         self._live.add(rid)
@@ -413,7 +413,7 @@ class VllmEngine:
                             finish = msgspec.structs.replace(finish, kv_transfer=answer)
                         yield finish
                         return
-        except (ValueError, *api.client_errors) as exc:  # the request's fault: prompt, parameters
+        except (ValueError,) + api.client_errors as exc:  # the request's fault: prompt, parameters
             raise EngineError(f"vLLM rejected the request: {exc}", code="bad_request") from None
         finally:
             self._live.discard(rid)
@@ -435,7 +435,7 @@ class VllmEngine:
                 raise error or media.MediaError(
                     f"vLLM could not process the request's media: {type(exc).__name__}: {exc}"
                 ) from None
-            except (ValueError, TypeError, RuntimeError, *api.client_errors) as exc:
+            except (ValueError, TypeError, RuntimeError) + api.client_errors as exc:
                 # vLLM's processor raises these for inputs it cannot use: no placeholder for an
                 # item, more items than --limit-mm-per-prompt, an item it cannot process, an audio
                 # clip too short for the model
@@ -471,7 +471,7 @@ class VllmEngine:
                 async with aclosing(outputs):
                     async for output in outputs:
                         final = output
-            except (ValueError, *api.client_errors) as exc:
+            except (ValueError,) + api.client_errors as exc:
                 raise EngineError(f"vLLM rejected the input: {exc}", code="bad_request") from None
             finally:
                 self._live.discard(rid)
@@ -524,7 +524,7 @@ class VllmApi:
     tokens_prompt: Callable[..., Any]
     delta: Any
     """``RequestOutputKind.DELTA``: each output carries only its new tokens."""
-    client_errors: tuple[type[BaseException], ...]
+    client_errors: tuple[type[Exception], ...]
     """vLLM's errors for a bad request (``VLLMClientError``; older vLLM raised ``ValueError``)."""
     structured_outputs: Callable[..., Any]
     """``StructuredOutputsParams``, the ``SamplingParams.structured_outputs`` value (vLLM 0.11+)."""
@@ -540,7 +540,7 @@ class VllmApi:
         try:
             from vllm.exceptions import VLLMClientError
 
-            client_errors: tuple[type[BaseException], ...] = (VLLMClientError,)
+            client_errors: tuple[type[Exception], ...] = (VLLMClientError,)
         except ImportError:
             client_errors = ()
         return VllmApi(
@@ -570,7 +570,7 @@ def parse_engine_args(engine_args_cls: Any, argv: list[str]) -> Any:
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # vLLM before 0.11 kept it in vllm.utils
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef]
+        from vllm.utils import FlexibleArgumentParser
 
     parser = engine_args_cls.add_cli_args(FlexibleArgumentParser(prog="dyn worker vllm"))
     errors = io.StringIO()
