@@ -82,7 +82,7 @@ _decoder = msgspec.json.Decoder(WorkerRecord)
 class EtcdDiscoveryStore(DiscoveryStore):
     """Worker records of ``namespace`` in the etcd cluster at ``endpoints``; see the module docstring.
 
-    ``gateway``: share another store's connection (the services' stores of ``service_store``);
+    ``gateway``: share another store's connection (the services' stores of ``for_namespace``);
     such a store leaves closing it to its owner.
     """
 
@@ -101,6 +101,10 @@ class EtcdDiscoveryStore(DiscoveryStore):
         self.clock = clock
         self.prefix = f"{KEY_ROOT}{namespace}/instances/"
         self.marker_prefix = f"{KEY_ROOT}{namespace}/deregistered/"
+
+    def for_namespace(self, namespace: str) -> EtcdDiscoveryStore:
+        """A store of ``namespace`` on this store's connection (closing it stays this store's)."""
+        return EtcdDiscoveryStore(self.endpoints, namespace, gateway=self.gateway, clock=self.clock)
 
     def key_of(self, instance_id: int) -> str:
         """The key that holds the record of ``instance_id``."""

@@ -145,6 +145,9 @@ class FileDiscoveryStore(DiscoveryStore):
         self.clock = clock
         self._parsed: dict[str, tuple[tuple[int, int, int], _RecordFile | None]] = {}
 
+    def for_namespace(self, namespace: str) -> FileDiscoveryStore:
+        return FileDiscoveryStore(self.root, namespace, poll_interval_s=self.poll_interval_s)
+
     def path_of(self, instance_id: int) -> Path:
         """The file that holds the record of ``instance_id``."""
         return self.directory / f"{instance_id}.json"

@@ -15,8 +15,6 @@ import secrets
 import time
 
 import dyn.core as core_pkg
-from dyn.core.discovery.etcd_store import EtcdDiscoveryStore
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.discovery.store import DiscoveryStore, validate_namespace
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 
@@ -33,18 +31,10 @@ def service_namespace(namespace: str, kind: str) -> str:
 
 def service_store(store: DiscoveryStore, kind: str) -> DiscoveryStore:
     """A store on the same backend as the workers' ``store``, for its ``kind`` services."""
-    if isinstance(store, FileDiscoveryStore):
-        return FileDiscoveryStore(
-            store.root, service_namespace(store.namespace, kind), poll_interval_s=store.poll_interval_s
-        )
-    if isinstance(store, EtcdDiscoveryStore):
-        return EtcdDiscoveryStore(
-            store.endpoints,
-            service_namespace(store.namespace, kind),
-            gateway=store.gateway,
-            clock=store.clock,
-        )
-    raise ValueError(f"{kind} discovery is not built for {type(store).__name__}")
+    services = store.for_namespace(service_namespace(store.namespace, kind))
+    if services is None:
+        raise ValueError(f"{kind} discovery is not built for {type(store).__name__}")
+    return services
 
 
 def service_record(

@@ -4,7 +4,8 @@ A worker registers one ``WorkerRecord`` per instance with a time-to-live and kee
 with heartbeats; a record that is not kept alive expires. Frontends and routers ``list`` the
 live records or ``watch`` them come and go. The interface is the intersection of what a runtime
 directory of files and etcd (leases plus prefix watches) can both do, so backends are
-interchangeable; ``open_store`` picks one by name.
+interchangeable; ``open_store`` picks one by name from the registry in ``backends.py`` (this
+module knows no backend).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import abc
 import logging
 import math
-import os
 import re
 import time
 from collections.abc import AsyncGenerator
@@ -29,7 +29,6 @@ from dyn.core.messages import WorkerRecord
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL_S = 10.0
-BACKENDS = ("file", "etcd")
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
@@ -139,6 +138,12 @@ class DiscoveryStore(abc.ABC):
         ``async with contextlib.aclosing(store.watch()) as events: async for event in events``.
         """
 
+    def for_namespace(self, namespace: str) -> DiscoveryStore | None:
+        """A store of the same backend over the same place (directory, cluster, hub) for
+        ``namespace``, or ``None`` if the backend cannot make one; ``services.service_store``
+        makes the stores of a namespace's routers and indexers with it."""
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 (a default, not a stub: backends may hold nothing)
         """Release connections the backend holds (none for the file backend)."""
 
@@ -228,26 +233,8 @@ def open_store(
     etcd_endpoints: str | None = None,
     check: bool = True,
 ) -> DiscoveryStore:
-    """The discovery store ``backend`` for ``namespace``.
+    """The discovery store ``backend`` for ``namespace``: ``backends.open_store``, importable
+    from here as before (see there)."""
+    from dyn.core.discovery.backends import open_store as open_registered
 
-    ``root`` is the runtime directory of ``"file"`` (default ``file_store.default_root()``);
-    ``etcd_endpoints`` the comma-separated URLs of ``"etcd"`` (default ``$DYN_ETCD_ENDPOINTS``,
-    else ``http://127.0.0.1:2379``). Raises ``ValueError`` for an unknown backend or namespace,
-    and ``ConfigError`` (a ``ValueError``) for malformed endpoints or, with ``check``, an etcd
-    that does not answer: every command opens its store before its event loop starts, so a
-    synchronous check here is where "etcd is unreachable" becomes one line (it blocks for one
-    loopback round trip when etcd is up, at most 2 s per endpoint when a host does not answer).
-    """
-    validate_namespace(namespace)
-    if backend == "file":
-        from dyn.core.discovery.file_store import FileDiscoveryStore, default_root
-
-        return FileDiscoveryStore(Path(root) if root is not None else default_root(), namespace)
-    if backend == "etcd":
-        from dyn.core.discovery.etcd_store import EtcdDiscoveryStore
-
-        store = EtcdDiscoveryStore(etcd_endpoints or os.environ.get("DYN_ETCD_ENDPOINTS") or None, namespace)
-        if check:
-            store.gateway.check()
-        return store
-    raise ValueError(f"unknown discovery backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    return open_registered(backend, namespace, root, etcd_endpoints=etcd_endpoints, check=check)

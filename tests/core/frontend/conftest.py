@@ -1,5 +1,6 @@
 """In-process frontends over fake workers: ``build_app`` with the settings a test asks for, its
-worker pool fed by a ``FakeFleet`` (``tests/core/frontend/fake_workers.py``), and an
+worker pool fed by a ``FakeFleet`` (``tests/core/frontend/fake_workers.py``) through the in-memory
+discovery backend (one ``MemoryHub`` per frontend: no files to watch), and an
 ``httpx.AsyncClient`` that calls the ASGI app directly (``httpx.ASGITransport``: no socket).
 
 ``frontend`` is a running frontend with two fake workers and default settings;
@@ -22,6 +23,7 @@ import httpx
 import pytest
 
 from dyn.core.config import DiscoveryConfig
+from dyn.core.discovery import MemoryHub
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.server import FrontendSettings, build_app
 from dyn.core.frontend.tokenizer import Tokenizer
@@ -66,8 +68,9 @@ async def running_frontend(
     models until the block ends. ``features``: what the worker of each instance id advertises
     (default nothing); ``records``: other record fields of an instance (``model_name``...)."""
     namespace = f"fake{next(_namespaces)}"
+    hub = MemoryHub()
     config = FrontendSettings(
-        discovery=DiscoveryConfig(namespace=namespace, dir=str(tmp_path / namespace)), **settings
+        discovery=DiscoveryConfig(namespace=namespace, backend="memory", dir=hub.name), **settings
     )
     app, pool = build_app(config)
     fleet = FakeFleet(workers, script)

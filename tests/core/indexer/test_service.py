@@ -10,7 +10,7 @@ import msgspec
 import pytest
 import zmq
 
-from dyn.core.discovery.file_store import FileDiscoveryStore
+from dyn.core.discovery.memory_store import MemoryDiscoveryStore
 from dyn.core.indexer.client import (
     IndexerQueryError,
     RemoteIndexer,
@@ -31,6 +31,7 @@ from dyn.core.messages import (
 from dyn.core.transport.codec import decode_indexer_message, encode
 from dyn.core.transport.event_plane import KvEventPublisher
 from dyn.core.transport.sockets import async_context, bind_random, configure
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -41,8 +42,8 @@ LOCAL = block_hashes(TOKENS, BS)
 
 
 @pytest.fixture
-def store(tmp_path) -> FileDiscoveryStore:
-    return FileDiscoveryStore(tmp_path / "discovery", "ns", poll_interval_s=0.02)
+def store(tmp_path) -> MemoryDiscoveryStore:
+    return memory_store(tmp_path / "discovery", "ns")
 
 
 @asynccontextmanager
@@ -274,7 +275,7 @@ async def test_discovered_workers_are_followed_and_dropped_when_they_leave(store
 
 async def test_announce_registers_the_indexer_where_routers_resolve_it(store):
     service = filled_service(store)
-    args = ("ns", "file", str(store.root))
+    args = ("ns", "memory", store.hub.name)
     async with running(service):
         async with service.announce("http://127.0.0.1:1") as record:
             assert record.namespace == indexers_namespace("ns") and record.block_size == BS
@@ -287,7 +288,7 @@ async def test_announce_registers_the_indexer_where_routers_resolve_it(store):
 async def test_a_block_size_learnt_after_announcing_is_put_into_the_record(store):
     publisher = KvEventPublisher()
     service = IndexerService(store, MODEL, event_threads=1)
-    registry = FileDiscoveryStore(store.root, indexers_namespace("ns"))
+    registry = store.for_namespace(indexers_namespace("ns"))
     try:
         async with running(service), service.announce("http://127.0.0.1:1"):
             assert [r.block_size for r in await registry.list()] == [0]

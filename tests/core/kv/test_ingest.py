@@ -778,13 +778,13 @@ def test_a_worker_without_kv_events_is_skipped_and_pool_changes_are_followed(cap
 @pytest.mark.anyio
 async def test_the_routers_worker_pool_is_a_membership_the_ingestor_follows(tmp_path):
     """``WorkerPool`` satisfies ``dyn.core.kv.membership.Membership`` as it is: no adapter."""
-    from dyn.core.discovery.file_store import FileDiscoveryStore
     from dyn.core.router.pool import WorkerPool
+    from tests.memory_discovery import memory_store
 
     indexer = RecordingIndexer()
     ingestor = KvEventIngestor(indexer, KvEventMetrics(CollectorRegistry()), event_threads=1)
     engine = FakeEngine(7)
-    store = FileDiscoveryStore(tmp_path, "ns", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "ns")
     await store.put(engine.record, ttl_s=30)
     pool = WorkerPool(store, "m")
     try:

@@ -22,7 +22,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dyn.core.bench.report import read_result
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router import modes
 from dyn.core.router.build import build_router
@@ -30,6 +29,7 @@ from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import Worker, WorkerPool
 from dyn.core.router.simple import DeviceAwareWeightedRouter, LeastLoadedRouter, PowerOfTwoRouter
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -162,7 +162,7 @@ async def test_device_aware_weighted_gives_the_cpu_group_its_capability_share():
 
 
 def test_device_aware_weighted_reads_its_ratio_from_the_environment(tmp_path, monkeypatch):
-    pool = WorkerPool(FileDiscoveryStore(tmp_path, "t"), "m")
+    pool = WorkerPool(memory_store(tmp_path, "t"), "m")
     assert build_router("device-aware-weighted", pool, KvRouterConfig(), CollectorRegistry()).ratio == 8
     monkeypatch.setenv("DYN_ENCODER_CUDA_TO_CPU_RATIO", "3")
     assert build_router("device-aware-weighted", pool, KvRouterConfig(), CollectorRegistry()).ratio == 3
@@ -181,7 +181,7 @@ async def test_a_departed_worker_leaves_no_count_behind():
 
 
 def test_every_builtin_mode_builds_and_is_in_the_help(tmp_path):
-    pool = WorkerPool(FileDiscoveryStore(tmp_path, "t"), "m")
+    pool = WorkerPool(memory_store(tmp_path, "t"), "m")
     for name in modes.mode_names():
         router = build_router(name, pool, KvRouterConfig(), CollectorRegistry())
         assert router.mode == name

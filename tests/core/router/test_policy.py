@@ -8,7 +8,6 @@ import anyio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.build import build_router
 from dyn.core.router.config import KvRouterConfig
@@ -19,6 +18,7 @@ from dyn.core.router.policy import (
     WorkerNotFoundError,
 )
 from dyn.core.router.pool import WorkerPool
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +51,7 @@ async def wait_len(pool: WorkerPool, n: int) -> None:
 
 
 async def test_pool_follows_discovery_and_policies_route(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in (3, 1, 2):
         await store.put(record(i), ttl_s=30)
     await store.put(record(9, model="other"), ttl_s=30)
@@ -92,7 +92,7 @@ async def test_pool_follows_discovery_and_policies_route(tmp_path):
 
 
 async def test_expired_record_leaves_the_pool(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     await store.put(record(1), ttl_s=0.2)
     pool = WorkerPool(store, None)
     async with anyio.create_task_group() as tg:
@@ -108,4 +108,4 @@ def test_unknown_mode_names_the_valid_ones(tmp_path):
     with pytest.raises(
         ValueError, match="kv, round-robin, random, power-of-two, least-loaded, device-aware-weighted, direct"
     ):
-        make_router("kv2", WorkerPool(FileDiscoveryStore(tmp_path, "t")))
+        make_router("kv2", WorkerPool(memory_store(tmp_path, "t")))

@@ -9,7 +9,6 @@ import anyio
 import pytest
 import zmq
 
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.kv.hashing import MediaSpan
 from dyn.core.messages import (
@@ -36,6 +35,7 @@ from dyn.core.router.remote import RemoteRoute, RemoteRouter
 from dyn.core.router.simple import LeastLoadedRouter
 from dyn.core.transport.codec import decode_router_message, encode
 from dyn.core.transport.sockets import async_context, bind_random, configure
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -121,7 +121,7 @@ def req(request_id: str, n: int = 10) -> RouteRequest:
 
 
 async def started(tmp_path, tg, address: str | None = None, service: FakeService | None = None):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     await store.put(record(1), ttl_s=30)
     pool = WorkerPool(store, "m")
     await tg.start(pool.run)
@@ -233,7 +233,7 @@ async def test_malformed_and_unknown_answers_are_ignored(tmp_path):
 
 
 async def test_route_before_run_or_with_a_bad_address_is_a_clear_error(tmp_path):
-    pool = WorkerPool(FileDiscoveryStore(tmp_path, "t"), "m")
+    pool = WorkerPool(memory_store(tmp_path, "t"), "m")
     with pytest.raises(NoWorkersError, match="not connected yet"):
         await RemoteRouter(pool, "tcp://127.0.0.1:1").route(req("ok"))
     with pytest.raises(ValueError, match="not a ZMQ address"):
@@ -242,7 +242,7 @@ async def test_route_before_run_or_with_a_bad_address_is_a_clear_error(tmp_path)
 
 async def test_auto_finds_a_router_in_the_routers_namespace(tmp_path):
     service = FakeService()
-    workers = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    workers = memory_store(tmp_path, "t")
     routers = routers_store(workers)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -269,7 +269,7 @@ async def test_against_the_real_service(tmp_path):
     from dyn.core.router.config import KvRouterConfig
     from dyn.core.router.service import RouterService
 
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in (1, 2):
         await store.put(record(i), ttl_s=30)
     service = RouterService(store, "m", KvRouterConfig(use_kv_events=False))
@@ -314,7 +314,7 @@ async def test_lower_tier_blocks_of_the_decision_cross_the_wire(tmp_path):
     from dyn.core.router.config import KvRouterConfig
     from dyn.core.router.service import RouterService
 
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     await store.put(record(1), ttl_s=30)
     service = RouterService(store, "m", KvRouterConfig())  # KV events: device and lower tiers
     tokens = list(range(5 * BLOCK))
@@ -404,7 +404,7 @@ def real_service(store, **config):
 
 async def serving(tmp_path, tg, **config):
     """A real RouterService over workers 1 and 2 and a RemoteRouter asking it."""
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in (1, 2):
         await store.put(record(i), ttl_s=30)
     service = real_service(store, **config)
@@ -573,7 +573,7 @@ def closable(tg, service: FakeService) -> anyio.CancelScope:
 
 
 async def with_fallback(tmp_path, tg, address: str, *, fallback: bool = True) -> RemoteRouter:
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in (1, 2):
         await store.put(record(i), ttl_s=30)
     pool = WorkerPool(store, "m")
@@ -660,7 +660,7 @@ async def test_without_a_fallback_a_lost_router_fails_requests_at_once(tmp_path)
 
 async def test_auto_moves_to_another_live_router_when_the_one_in_use_is_lost(tmp_path):
     first, second = FakeService(), FakeService()
-    workers = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    workers = memory_store(tmp_path, "t")
     routers = routers_store(workers)
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:

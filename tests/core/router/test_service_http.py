@@ -7,10 +7,10 @@ import anyio
 import httpx
 import pytest
 
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.service import RouterHttpApp, RouterService
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +37,7 @@ def client(service: RouterService) -> httpx.AsyncClient:
 
 
 async def test_metrics_and_index_views_share_the_port(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in (1, 2):
         await store.put(record(i), ttl_s=30)
     service = RouterService(store, "m", KvRouterConfig(use_kv_events=False))
@@ -65,7 +65,7 @@ async def test_metrics_and_index_views_share_the_port(tmp_path):
 
 
 async def test_a_router_asking_a_remote_indexer_points_there(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t")
+    store = memory_store(tmp_path, "t")
     service = RouterService(store, "m", KvRouterConfig(use_remote_indexer=True))
     try:
         async with client(service) as c:
@@ -80,7 +80,7 @@ async def test_a_router_asking_a_remote_indexer_points_there(tmp_path):
 
 
 async def test_health_counts_the_workers_it_routes_to_and_live_answers_without_the_key(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     service = RouterService(store, "m", KvRouterConfig(use_kv_events=False))
     app = httpx.ASGITransport(app=RouterHttpApp(service, api_key="secret"))
     with anyio.fail_after(10):

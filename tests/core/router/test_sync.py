@@ -8,8 +8,8 @@ import pytest
 import zmq
 from prometheus_client import CollectorRegistry
 
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.discovery.services import new_instance_id
+from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.messages import (
     ACTIVE_SEQUENCES_TOPIC,
     ActiveSequenceEvent,
@@ -24,6 +24,7 @@ from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
 from dyn.core.router.sync import ReplicaSync
 from dyn.core.transport.sockets import bind_random, configure, sync_context
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +49,7 @@ def req(request_id: str, prompt: int = 0) -> RouteRequest:
     return RouteRequest(request_id=request_id, token_ids=[prompt * 1000 + i for i in range(8 * BLOCK)])
 
 
-async def replica(tg, store: FileDiscoveryStore) -> tuple[KvRouter, ReplicaSync]:
+async def replica(tg, store: DiscoveryStore) -> tuple[KvRouter, ReplicaSync]:
     pool = WorkerPool(store, "m")
     config = KvRouterConfig(use_kv_events=False, replica_sync=True)
     router = build_router("kv", pool, config, CollectorRegistry(), namespace="t").agg
@@ -83,7 +84,7 @@ async def first_heard(a: KvRouter, b: KvRouter) -> object:
 
 
 async def test_a_peer_counts_the_other_replicas_bookings_and_follows_its_decisions(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in WORKERS:
         await store.put(record(i), ttl_s=30)
     with anyio.fail_after(15):
@@ -115,7 +116,7 @@ async def test_a_peer_counts_the_other_replicas_bookings_and_follows_its_decisio
 
 
 async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
-    store = FileDiscoveryStore(tmp_path, "t", poll_interval_s=0.02)
+    store = memory_store(tmp_path, "t")
     for i in WORKERS:
         await store.put(record(i), ttl_s=30)
     pub = configure(sync_context().socket(zmq.PUB))

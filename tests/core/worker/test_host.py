@@ -9,7 +9,6 @@ import zmq
 import zmq.asyncio
 
 from dyn.core.config import DiscoveryConfig
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.engine import FEATURE_PIN_PREFIX, FEATURE_STREAMING_SESSIONS, EngineError, EngineInfo
 from dyn.core.messages import (
     ControlReply,
@@ -28,6 +27,7 @@ from dyn.core.transport.codec import decode_reply, encode
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
 from dyn.core.worker.host import WorkerHost
 from dyn.core.worker.settings import WorkerSettings
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -100,7 +100,7 @@ class ControlEngine(ScriptedEngine):
 @asynccontextmanager
 async def running_host(tmp_path, drain_timeout_s=5.0, engine=None):
     """Yield ``(store, record, client, stop, task_group)`` for a host serving a ScriptedEngine."""
-    store = FileDiscoveryStore(tmp_path, "t")
+    store = memory_store(tmp_path, "t")
     host = WorkerHost(
         engine or ScriptedEngine(),
         engine_name="scripted",
@@ -267,7 +267,7 @@ class PassEngine:
 async def pass_host(tmp_path, engine=None):
     """Yield ``(host, engine, endpoint, stop)`` for a host serving ``engine`` (a PassEngine)."""
     engine = engine or PassEngine()
-    store = FileDiscoveryStore(tmp_path, "t")
+    store = memory_store(tmp_path, "t")
     host = WorkerHost(
         engine,
         engine_name="pass",
@@ -425,7 +425,7 @@ async def test_a_flood_of_malformed_frames_is_answered_counted_and_never_blocks_
     discovery heartbeat. Each frame is still answered, but logged at most once per interval,
     and the receive loop yields between messages (already queued ones included)."""
     flood = 20_000
-    store = FileDiscoveryStore(tmp_path, "t")
+    store = memory_store(tmp_path, "t")
     host = WorkerHost(
         ScriptedEngine(),
         engine_name="scripted",
@@ -485,7 +485,7 @@ async def test_the_system_port_serves_the_engines_metrics_and_probes(tmp_path, e
     import httpx
 
     caplog.set_level(logging.INFO, logger="dyn.core.worker.host")
-    store = FileDiscoveryStore(tmp_path, "t")
+    store = memory_store(tmp_path, "t")
     settings = WorkerSettings(discovery=DiscoveryConfig(namespace="t"), system_port=0)
     host = WorkerHost(engine(), engine_name="e", model_name="m", store=store, settings=settings)
     stop = anyio.Event()

@@ -19,7 +19,6 @@ import zmq.asyncio
 from prometheus_client import CollectorRegistry
 
 from dyn.core.config import DiscoveryConfig
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.engine import EngineInfo, EngineStartError
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.events import REPLAY_END_SEQ, BlockStored, KvEventBatch, encode_event_batch, encode_seq
@@ -30,6 +29,7 @@ from dyn.core.transport.sockets import private_endpoint, use_plane_keys, write_p
 from dyn.core.worker.host import WorkerHost
 from dyn.core.worker.runner import run_hosts
 from dyn.core.worker.settings import WorkerSettings
+from tests.memory_discovery import memory_store
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.anyio
@@ -93,7 +93,7 @@ def worker_host(tmp_path, engine) -> WorkerHost:
         engine,
         engine_name="vllm",
         model_name="m",
-        store=FileDiscoveryStore(tmp_path / "discovery", "t"),
+        store=memory_store(tmp_path / "discovery", "t"),
         settings=WorkerSettings(discovery=DiscoveryConfig(namespace="t")),
     )
 

@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from dyn.core.config import DiscoveryConfig
-from dyn.core.discovery.file_store import FileDiscoveryStore
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED, FEATURE_POOLING_ONLY, EngineError
 from dyn.core.messages import EmbedRequest, GenerateRequest
 from dyn.core.model import load_model_info
@@ -28,6 +27,7 @@ from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.engine import MockerEngine
 from dyn.plugins.mocker.timing import prefill_ms
 from tests.classifier_model import LABELS, make_classifier_model
+from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -82,7 +82,7 @@ async def test_embedding_costs_a_simulated_prefill_and_passes_the_scheduler():
 
 @asynccontextmanager
 async def host_client(tmp_path, config: MockerConfig):
-    store = FileDiscoveryStore(tmp_path, "t")
+    store = memory_store(tmp_path, "t")
     host = WorkerHost(
         MockerEngine(config, load_model_info(None, None)),
         engine_name="mocker",

@@ -25,14 +25,16 @@ from dyn.core.worker.runner import run_hosts
 from dyn.core.worker.settings import WorkerSettings
 from dyn.plugins.sglang import ENGINE, build_host
 from dyn.plugins.sglang.config import SglangConfig
+from tests.memory_discovery import memory_hub
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_a_worker_serves_sglang_through_the_request_plane(fake, tmp_path):
     fake.script = lambda context: [50, 51, 52, 2]
+    hub = memory_hub(tmp_path)  # held: a hub lives while it is referenced
     settings = WorkerSettings(
-        discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)), drain_timeout_s=2.0
+        discovery=DiscoveryConfig(namespace="t", backend="memory", dir=hub.name), drain_timeout_s=2.0
     )
     host = build_host(
         SglangConfig(page_size=16, max_prefill_tokens=4096, enable_streaming_session=True),
@@ -95,8 +97,9 @@ async def test_sigterm_deregisters_and_drains_through_dyn_not_sglangs_own_handle
     """SGLang takes SIGTERM on the loop its output loop starts on (0.5.23: it drains its own
     requests and kills its processes while the worker stays in discovery); the worker runner takes
     it back once the engine is up, so a SIGTERM stops the worker as it stops any engine's."""
+    hub = memory_hub(tmp_path)  # held: a hub lives while it is referenced
     settings = WorkerSettings(
-        discovery=DiscoveryConfig(namespace="t", dir=str(tmp_path)), drain_timeout_s=2.0
+        discovery=DiscoveryConfig(namespace="t", backend="memory", dir=hub.name), drain_timeout_s=2.0
     )
     host = build_host(SglangConfig(page_size=16), settings, model_path=str(TINY_MODEL_DIR))
     caplog.set_level("INFO")
