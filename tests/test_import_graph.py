@@ -11,6 +11,9 @@ function, under ``if TYPE_CHECKING``. Relative imports are resolved against the 
 - No plugin imports the bench: the offline replay (``dyn.core.bench.replay``) drives a plugin's
   simulator through ``dyn.core.simulator``, never the other way round.
 - The core imports no plugin and no command line; plugins import no command line.
+- The router carries no HTTP type: ``dyn.core.router`` imports nothing of ``dyn.core.protocol``
+  (the OpenAI and Anthropic wire shapes) or the frontend; the frontend turns them into router
+  messages (``RouteRequest``, ``RouteSession``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ PACKAGES = {"dyn.core": ROOT / "core", "dyn.plugins": ROOT / "plugins", "dyn.cli
 FORBIDDEN: list[tuple[str, tuple[str, ...]]] = [
     ("dyn.core.kv", ("dyn.core.router", "dyn.core.frontend", "dyn.core.indexer")),
     ("dyn.core.frontend", ("dyn.core.indexer",)),
-    ("dyn.core.router", ("dyn.core.indexer.service",)),
+    ("dyn.core.router", ("dyn.core.indexer.service", "dyn.core.protocol", "dyn.core.frontend")),
     ("dyn.plugins", ("dyn.core.bench",)),
     ("dyn.core", ("dyn.plugins", "dyn.cli")),
     ("dyn.plugins", ("dyn.cli",)),

@@ -60,7 +60,6 @@ from dyn.core.protocol.openai import (
     AgentHints,
     ChatCompletionRequest,
     CompletionRequest,
-    SessionControl,
     _GenerationRequest,
     check_chat,
     check_completion,
@@ -68,7 +67,7 @@ from dyn.core.protocol.openai import (
 from dyn.core.protocol.priority import Convention, engine_priority, queue_priority, request_priority
 from dyn.core.protocol.structured import request_constraint
 from dyn.core.protocol.tools import forced_schema, tool_plan
-from dyn.core.router.policy import Route, RouteOverrides, Router, RouteRequest, RoutingError
+from dyn.core.router.policy import Route, RouteOverrides, Router, RouteRequest, RouteSession, RoutingError
 
 __all__ = ["Generation", "OpenAIService", "OutputSettings", "RequestContext"]
 
@@ -354,7 +353,7 @@ class OpenAIService:
             and affinity.mode != "off"
             and len(prompts) * req.generations == 1
         ):
-            by_id = SessionControl(ctx.session_id, timeout=affinity.ttl_s)
+            by_id = RouteSession(ctx.session_id, timeout=affinity.ttl_s)
         route_template = RouteRequest(
             request_id="",
             token_ids=[],
@@ -364,7 +363,7 @@ class OpenAIService:
             priority=queue_priority(hints.priority, self.priority_convention) if hints is not None else None,
             latency_sensitivity=hints.latency_sensitivity if hints is not None else None,
             expected_output_tokens=hints.osl if hints is not None else None,
-            session=session or by_id,
+            session=RouteSession(session.session_id, session.action, session.timeout) if session else by_id,
             affinity=affinity.mode if by_id is not None else None,  # type: ignore[arg-type]
             pin_ttl_s=float(cache.ttl_seconds()) if cache is not None else None,
             lora_name=self.lora_name,

@@ -21,7 +21,6 @@ import anyio
 import msgspec
 
 from dyn.core.kv.hashing import MediaSpan
-from dyn.core.protocol.openai import SessionControl
 from dyn.core.router.pool import Worker, WorkerPool
 
 
@@ -68,6 +67,16 @@ class RouteOverrides(msgspec.Struct, frozen=True, kw_only=True):
 DECODE_HOP = RouteOverrides(overlap_score_credit=0.0, assume_kv_reuse=False, track_prefill_tokens=False)
 
 
+class RouteSession(msgspec.Struct, frozen=True):
+    """A request's streaming-session intent as the router acts on it (from the frontend's
+    ``nvext.session_control`` or a client's session header): ``action`` open | bind | close, or
+    None on the turns in between; ``timeout`` the idle timeout in seconds (open and bind)."""
+
+    session_id: str
+    action: Literal["open", "bind", "close"] | None = None
+    timeout: int = 300
+
+
 class RouteRequest(msgspec.Struct, kw_only=True):
     """What a router sees of one engine request. ``priority`` and ``latency_sensitivity`` are
     the agent hints (larger means sooner in the router queue); ``expected_output_tokens`` is
@@ -89,7 +98,7 @@ class RouteRequest(msgspec.Struct, kw_only=True):
     lora_name: str | None = None
     latency_sensitivity: float | None = None
     expected_output_tokens: int | None = None
-    session: SessionControl | None = None
+    session: RouteSession | None = None
     affinity: Literal["soft", "hard"] | None = None
     pin_ttl_s: float | None = None
     media: list[MediaSpan] = []

@@ -13,9 +13,8 @@ from dyn.core.messages import (
     WorkerEndpoints,
     WorkerRecord,
 )
-from dyn.core.protocol.openai import SessionControl
 from dyn.core.router.agent import ENGINE_TIMEOUT_MARGIN_S, AgentRouter, SessionOpenError
-from dyn.core.router.policy import Route, Router, RouteRequest, WorkerNotFoundError
+from dyn.core.router.policy import Route, Router, RouteRequest, RouteSession, WorkerNotFoundError
 from dyn.core.router.pool import Worker
 from dyn.core.transport.request_plane import RemoteError
 
@@ -114,8 +113,8 @@ def setup(*workers, clock=None, cache=False):
     return agent, inner
 
 
-def session(action=None, sid="s1", timeout=60) -> SessionControl:
-    return SessionControl(session_id=sid, action=action, timeout=timeout)
+def session(action=None, sid="s1", timeout=60) -> RouteSession:
+    return RouteSession(session_id=sid, action=action, timeout=timeout)
 
 
 def req(session_control=None, pin=None, instance_id=None) -> RouteRequest:
