@@ -44,8 +44,8 @@ from dyn.core.discovery.store import (
     DiscoveryEvent,
     DiscoveryStore,
     LeaseExpired,
-    WorkerAdded,
-    WorkerRemoved,
+    RemovalReason,
+    scan_events,
     validate_namespace,
     validate_ttl,
 )
@@ -70,6 +70,18 @@ _SETTLE_POLL_S = 0.05
 class _RecordFile(msgspec.Struct):
     ttl_s: float
     record: WorkerRecord
+
+
+def _why_gone(expired: set[int], now: float) -> Callable[[int, _Live], RemovalReason]:
+    """Why an instance's file went, given the ids this scan removed as expired at ``now``."""
+
+    def why_gone(instance_id: int, gone: _Live) -> RemovalReason:
+        # Another reader may have collected the stale file first; a file last seen long enough
+        # ago to be stale now expired, whoever removed it.
+        stale = instance_id in expired or now - gone.mtime > gone.ttl_s
+        return "expired" if stale else "deregistered"
+
+    return why_gone
 
 
 class _Live(NamedTuple):
@@ -207,20 +219,9 @@ class FileDiscoveryStore(DiscoveryStore):
             while True:
                 live, expired = self._scan()
                 now = self.clock.time()
-                for instance_id in sorted(known.keys() - live.keys()):
-                    gone = known.pop(instance_id)
-                    # Another reader may have collected the stale file first; a file last seen long
-                    # enough ago to be stale now expired, whoever removed it.
-                    stale = instance_id in expired or now - gone.mtime > gone.ttl_s
-                    yield WorkerRemoved(
-                        instance_id=instance_id, reason="expired" if stale else "deregistered"
-                    )
-                for instance_id in sorted(live):
-                    current = live[instance_id]
-                    previous = known.get(instance_id)
-                    known[instance_id] = current
-                    if previous is None or previous.record != current.record:
-                        yield WorkerAdded(record=current.record)
+
+                for event in scan_events(known, live, _why_gone(expired, now)):
+                    yield event
                 next_expiry = min((r.mtime + r.ttl_s for r in known.values()), default=None)
                 timer = None
                 if next_expiry is not None:

@@ -39,8 +39,7 @@ from dyn.core.discovery.store import (
     DiscoveryEvent,
     DiscoveryStore,
     LeaseExpired,
-    WorkerAdded,
-    WorkerRemoved,
+    scan_events,
     validate_namespace,
     validate_ttl,
 )
@@ -177,16 +176,8 @@ class MemoryDiscoveryStore(DiscoveryStore):
             records.waiters.add(wake)
             try:
                 live = self._scan()
-                for instance_id in sorted(known.keys() - live.keys()):
-                    del known[instance_id]
-                    reason = records.gone.get(instance_id, "expired")
-                    yield WorkerRemoved(instance_id=instance_id, reason=reason)
-                for instance_id in sorted(live):
-                    current = live[instance_id]
-                    previous = known.get(instance_id)
-                    known[instance_id] = current
-                    if previous is None or previous.record != current.record:
-                        yield WorkerAdded(record=current.record)
+                for event in scan_events(known, live, lambda iid, _: records.gone.get(iid, "expired")):
+                    yield event
                 next_expiry = min((e.refreshed_at + e.ttl_s for e in known.values()), default=None)
                 timer = None
                 if next_expiry is not None:

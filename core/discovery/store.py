@@ -15,10 +15,10 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -47,6 +47,37 @@ class WorkerRemoved(msgspec.Struct, frozen=True):
 
 
 DiscoveryEvent = WorkerAdded | WorkerRemoved
+RemovalReason = Literal["deregistered", "expired"]
+
+
+class HeldRecord(Protocol):
+    """What a watch remembers of a live instance: at least its record."""
+
+    @property
+    def record(self) -> WorkerRecord: ...
+
+
+H = TypeVar("H", bound=HeldRecord)
+
+
+def scan_events(
+    known: dict[int, H], live: dict[int, H], why_gone: Callable[[int, H], RemovalReason]
+) -> list[DiscoveryEvent]:
+    """What a watch reports between two scans of its backend, ``known`` then updated to ``live``:
+    the instances gone first (``why_gone(id, as last seen)``), then those new or with a replaced
+    record, each in instance-id order."""
+    events: list[DiscoveryEvent] = []
+    for instance_id in sorted(known.keys() - live.keys()):
+        events.append(
+            WorkerRemoved(instance_id=instance_id, reason=why_gone(instance_id, known.pop(instance_id)))
+        )
+    for instance_id in sorted(live):
+        current = live[instance_id]
+        previous = known.get(instance_id)
+        known[instance_id] = current
+        if previous is None or previous.record != current.record:
+            events.append(WorkerAdded(record=current.record))
+    return events
 
 
 class Clock(Protocol):
