@@ -27,6 +27,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+import numpy as np
+
 HOST_CACHE_HIT_WEIGHT = 0.75
 DISK_CACHE_HIT_WEIGHT = 0.25
 
@@ -141,3 +143,24 @@ def _argmin(logits: Mapping[K, float], rng: random.Random) -> K:
                 best_key = key
     assert best_key is not None
     return best_key
+
+
+def argmin_position(values: np.ndarray, rng: random.Random) -> int:
+    """The position ``select_worker`` picks at temperature 0 among ``values`` taken in order (as
+    the logits of keys in that order), drawing from ``rng`` exactly as it does: one draw for
+    every value equal to the lowest seen before it, the ties of the final lowest deciding."""
+    n = len(values)
+    if n == 1:
+        return 0
+    running = np.minimum.accumulate(values)
+    events = np.flatnonzero(values[1:] == running[:-1]) + 1
+    pick = int(np.argmin(values))  # the first of the lowest: where the last reset happened
+    later = events[events > pick]
+    for _ in range(len(events) - len(later)):  # ties with an earlier, higher best: drawn, unused
+        rng.random()
+    ties = 1
+    for position in later.tolist():
+        ties += 1
+        if rng.random() * ties < 1.0:
+            pick = position
+    return pick

@@ -23,6 +23,12 @@ batched prompts of one client request as one unit) it
    (``QueueFullError``) when the queue already holds ``max_queued_requests`` engine requests;
 5. scores every rank with the cost model, picks one (argmin or softmax at a temperature), books
    the request on it (``ActiveLoad``) and records the decision where an approximate index wants it.
+   At temperature 0 over a fleet of ``BULK_SCORING_MIN`` ranks or more, with no busy threshold,
+   no pinned worker and no decaying prefill, only the ranks the request touches (a cached or
+   predicted prefix, a lower-tier hit, an active booking starting with its first block) are
+   scored one by one; every other rank's cost depends on its load alone and all of them are
+   scored at once over ``ActiveLoad``'s arrays: the same costs and the same pick, with the same
+   random draws, as scoring each (``argmin_position``), at a cost that barely grows with the fleet.
    A group's members are all scored and booked in the same step, each seeing its siblings'
    bookings, and never wait behind each other: the frontend starts none of them until all are
    routed, so a member waiting for its siblings' prefill would wait forever. If one member cannot
@@ -49,6 +55,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
+import numpy as np
 
 from dyn.core.kv.approx import TtlIndexer, max_merge
 from dyn.core.kv.hashing import block_hashes, media_block_keys, sequence_hashes
@@ -57,6 +64,7 @@ from dyn.core.kv.tiers import LowerTierIndexes, TieredScores, TierHits
 from dyn.core.messages import ActiveSequenceEvent
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.cost import (
+    argmin_position,
     effective_cached_tokens,
     effective_overlap_blocks,
     select_worker,
@@ -87,6 +95,9 @@ QUEUE_RECHECK_S = 1.0
 AIC_QUEUE_RECHECK_S = 0.1
 """The queue recheck with a decaying prefill load (Dynamo's 100 ms)."""
 REMOTE_RETRY_S = 5.0
+BULK_SCORING_MIN = 32
+"""Ranks from which the untouched ones are scored at once over arrays (docs/benchmarks.md,
+"Routing cost at fleet size": from 8 to 32 ranks both ways take the same time, at 128 arrays win)."""
 
 
 class RouteDecision:
@@ -290,6 +301,11 @@ class KvRouter(Router):
         self.unstarted_expired = 0
         """Bookings freed because their request was not started in time."""
         self._ranks: dict[int, list[WorkerKey]] = {}
+        self._fleet: list[WorkerKey] = []
+        """Every live rank in routing order (see ``_all_ranks``)."""
+        self._fleet_of: list[Worker] | None = None
+        self._fleet_pos: dict[WorkerKey, int] = {}
+        self._fleet_slots = np.zeros(0, np.intp)
         self._wake = anyio.Event()
         self.on_booking: Callable[[ActiveSequenceEvent], None] | None = None
         """Replica sync hears every booking change here (set by ``ReplicaSync``)."""
@@ -302,6 +318,7 @@ class KvRouter(Router):
     # ----------------------------------------------------------------- membership
 
     def _on_worker(self, worker: Worker, added: bool) -> None:
+        self._fleet_of = None
         record = worker.record
         if added:
             if self.block_size is None:
@@ -565,7 +582,7 @@ class KvRouter(Router):
             if not keys:
                 raise WorkerNotFoundError(f"worker instance {request.instance_id} is not live")
             return keys
-        keys = [k for w in self.pool.workers() for k in self._ranks.get(w.instance_id, ())]
+        keys = self._all_ranks()
         if not keys:
             raise no_workers(self.pool)
         if not self._thresholds_set():
@@ -577,6 +594,17 @@ class KvRouter(Router):
             self.metrics.rejected.labels(self.worker_type, "all_workers_busy").inc()
             raise AllWorkersBusyError("every worker is over its busy threshold; retry later")
         return eligible
+
+    def _all_ranks(self) -> list[WorkerKey]:
+        """Every rank of the pool's live workers, in its order: one list, rebuilt only when the
+        membership changed (do not mutate), with each rank's position and load-array slot."""
+        workers = self.pool.workers()
+        if workers is not self._fleet_of:
+            self._fleet = [k for w in workers for k in self._ranks.get(w.instance_id, ())]
+            self._fleet_pos = {k: i for i, k in enumerate(self._fleet)}
+            self._fleet_slots = self.load.slots(self._fleet)
+            self._fleet_of = workers
+        return self._fleet
 
     def _thresholds_set(self) -> bool:
         c = self.config
@@ -746,9 +774,97 @@ class KvRouter(Router):
             credit = credit if o.overlap_score_credit is None else o.overlap_score_credit
             assume_reuse = assume_reuse if o.assume_kv_reuse is None else o.assume_kv_reuse
             track_prefill = track_prefill if o.track_prefill_tokens is None else o.track_prefill_tokens
-        bs = self.block_size or 1
         isl = len(req.token_ids)
         now = self._clock()
+        scores, tiers = prompt.scores, prompt.tiers
+        track = tracking_hashes(prompt.seq, assume_reuse, self._rng) if c.track_active_blocks else []
+        logits: dict[WorkerKey, float] | None = None
+        if (
+            candidates is self._fleet
+            and len(candidates) >= BULK_SCORING_MIN
+            and c.temperature <= 0
+            and not self.load.decaying
+            and not log.isEnabledFor(logging.DEBUG)
+        ):
+            picked = self._pick_in_bulk(prompt, track, isl, credit, track_prefill, now)
+        else:
+            picked = None
+        if picked is not None:
+            key, cached_key = picked
+        else:
+            logits, cached = self._logits(candidates, prompt, track, isl, credit, track_prefill, now)
+            key = candidates[0] if len(candidates) == 1 else select_worker(logits, c.temperature, self._rng)
+            cached_key = cached[key]
+        worker = self.pool.get(key[0])
+        if worker is None:  # the pool changed under a queued request
+            raise NoWorkersError("the chosen worker left; retry")
+        overlap = scores.get(key, 0)
+        self.load.add_request(
+            req.request_id,
+            key,
+            track,
+            isl,
+            cached_key,
+            req.expected_output_tokens,
+            track_prefill,
+            now,
+            expected_prefill_secs=self._expected_prefill_secs(isl, cached_key),
+        )
+        if self.approx is not None:
+            self.approx.record(key, prompt.local, prompt.seq)
+        if self.side is not None:
+            self.side.record(key, prompt.local, prompt.seq)
+        decision = RouteDecision(key, overlap, cached_key, isl, *tiers.get(key, _NO_HITS))
+        if self.on_booking is not None:
+            self.on_booking(
+                ActiveSequenceEvent(
+                    self.router_id,
+                    req.request_id,
+                    key[0],
+                    key[1],
+                    "add",
+                    tracked_hashes=track,
+                    local_hashes=prompt.local,
+                    seq_hashes=prompt.seq,
+                    isl_tokens=isl,
+                    cached_tokens=cached_key,
+                    expected_output_tokens=req.expected_output_tokens,
+                )
+            )
+        m = self.metrics
+        m.requests.inc()
+        m.isl.observe(isl)
+        m.kv_hit_rate.observe(cached_key / isl if isl else 0.0)
+        self._publish_load(key)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %s -> worker %d rank %d (overlap %d blocks, host %d, disk %d, logits %s)",
+                req.request_id,
+                key[0],
+                key[1],
+                overlap,
+                decision.host_blocks,
+                decision.disk_blocks,
+                {f"{k[0]}:{k[1]}": round(v, 2) for k, v in (logits or {}).items()},
+            )
+        route = KvRoute(worker, self, req.request_id, decision, time.perf_counter(), queue_depth, now)
+        if c.unstarted_booking_secs is not None:
+            self._unstarted[req.request_id] = route
+        return route
+
+    def _logits(
+        self,
+        keys: list[WorkerKey] | set[WorkerKey],
+        prompt: _Prompt,
+        track: list[int],
+        isl: int,
+        credit: float,
+        track_prefill: bool,
+        now: float,
+    ) -> tuple[dict[WorkerKey, float], dict[WorkerKey, int]]:
+        """The cost of each of ``keys`` (in their order) and the prompt tokens each holds."""
+        c = self.config
+        bs = self.block_size or 1
         scores, tiers = prompt.scores, prompt.tiers
         host_w, disk_w = c.host_cache_hit_weight, c.disk_cache_hit_weight
         if tiers:
@@ -758,12 +874,11 @@ class KvRouter(Router):
                     bs,
                     isl,
                 )
-                for k in candidates
+                for k in keys
             }
         else:
-            cached = {k: min(scores.get(k, 0) * bs, isl) for k in candidates}
-        track = tracking_hashes(prompt.seq, assume_reuse, self._rng) if c.track_active_blocks else []
-        decode, prefill = self.load.potential_loads(candidates, track, isl, cached, track_prefill, now)
+            cached = {k: min(scores.get(k, 0) * bs, isl) for k in keys}
+        decode, prefill = self.load.potential_loads(keys, track, isl, cached, track_prefill, now)
         for k, blocks in prompt.predicted.items():
             # Those blocks are being prefilled there for a sibling: that work is already in the
             # worker's active prefill tokens and this request will reuse it, so it is not charged
@@ -788,65 +903,43 @@ class KvRouter(Router):
                 disk_cache_hit_weight=disk_w,
                 shared_cache_multiplier=c.effective_shared_cache_multiplier,
             )
-            for k in candidates
+            for k in keys
         }
-        key = candidates[0] if len(candidates) == 1 else select_worker(logits, c.temperature, self._rng)
-        worker = self.pool.get(key[0])
-        if worker is None:  # the pool changed under a queued request
-            raise NoWorkersError("the chosen worker left; retry")
-        overlap = scores.get(key, 0)
-        self.load.add_request(
-            req.request_id,
-            key,
-            track,
-            isl,
-            cached[key],
-            req.expected_output_tokens,
-            track_prefill,
-            now,
-            expected_prefill_secs=self._expected_prefill_secs(isl, cached[key]),
-        )
-        if self.approx is not None:
-            self.approx.record(key, prompt.local, prompt.seq)
-        if self.side is not None:
-            self.side.record(key, prompt.local, prompt.seq)
-        decision = RouteDecision(key, overlap, cached[key], isl, *tiers.get(key, _NO_HITS))
-        if self.on_booking is not None:
-            self.on_booking(
-                ActiveSequenceEvent(
-                    self.router_id,
-                    req.request_id,
-                    key[0],
-                    key[1],
-                    "add",
-                    tracked_hashes=track,
-                    local_hashes=prompt.local,
-                    seq_hashes=prompt.seq,
-                    isl_tokens=isl,
-                    cached_tokens=cached[key],
-                    expected_output_tokens=req.expected_output_tokens,
-                )
-            )
-        m = self.metrics
-        m.requests.inc()
-        m.isl.observe(isl)
-        m.kv_hit_rate.observe(cached[key] / isl if isl else 0.0)
-        self._publish_load(key)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "request %s -> worker %d rank %d (overlap %d blocks, host %d, disk %d, logits %s)",
-                req.request_id,
-                key[0],
-                key[1],
-                overlap,
-                decision.host_blocks,
-                decision.disk_blocks,
-                {f"{k[0]}:{k[1]}": round(v, 2) for k, v in logits.items()},
-            )
-        route = KvRoute(worker, self, req.request_id, decision, time.perf_counter(), queue_depth, now)
-        if c.unstarted_booking_secs is not None:
-            self._unstarted[req.request_id] = route
-        return route
+        return logits, cached
+
+    def _pick_in_bulk(
+        self, prompt: _Prompt, track: list[int], isl: int, credit: float, track_prefill: bool, now: float
+    ) -> tuple[WorkerKey, int] | None:
+        """``(rank, its cached tokens)``: what scoring every rank of the fleet at temperature 0
+        picks, scoring one by one only the ranks the request touches. An untouched rank holds none
+        of the prompt and no active booking that starts as it does, so its cost is
+        ``scale * (prefill_sum + isl) / block_size + active_blocks + blocks`` (``worker_logit``
+        with no credit, in the same float operations), computed for all of them at once. None
+        when the request touches more than half the fleet (a prefix every worker holds): scoring
+        each rank is then cheaper than scoring twice."""
+        pos = self._fleet_pos
+        if 2 * len(prompt.scores) > len(pos):
+            return None
+        touched = {k for k in (*prompt.scores, *prompt.tiers, *prompt.predicted) if k in pos}
+        if track:
+            touched.update(k for k in self.load.ranks_holding(track[0]) if k in pos)
+        if 2 * len(touched) > len(pos):
+            return None
+        load, slots = self.load, self._fleet_slots
+        decode = load.block_counts[slots] + len(track)
+        scale = self.config.prefill_load_scale
+        if track_prefill:
+            raw = (load.prefill_sums[slots] + isl) / (self.block_size or 1)
+            values = scale * np.maximum(raw - 0.0, 0.0) + decode
+        else:
+            values = scale * 0.0 + decode.astype(np.float64)
+        cached: dict[WorkerKey, int] = {}
+        if touched:
+            logits, cached = self._logits(touched, prompt, track, isl, credit, track_prefill, now)
+            for k, logit in logits.items():
+                values[pos[k]] = logit
+        key = self._fleet[argmin_position(values, self._rng)]
+        return key, cached.get(key, 0)
 
     def _expected_prefill_secs(self, isl: int, cached: int) -> float | None:
         """The predicted prefill duration of the ``isl - cached`` new tokens after the ``cached``

@@ -17,6 +17,11 @@ model.
   holding block ``i`` of a prompt holds blocks ``0..i``; the active prefix depth is found by
   bisection, O(log n) per rank.
 
+- **Fleet arrays**: each rank has a slot in two arrays kept current on every booking change,
+  its prefill-token sum (``prefill_sums``) and active block count (``block_counts``), and each
+  booking's first tracked hash is indexed (``ranks_holding``), so a router can score the ranks a
+  request touches one by one and all the others at once (``dyn.core.router.kv``'s fast path).
+
 Everything here is pure bookkeeping: times are passed in (``now``) or read from ``clock``.
 """
 
@@ -28,6 +33,8 @@ import time
 from collections import _count_elements  # type: ignore[attr-defined]  # Counter's C helper
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 WorkerKey = tuple[int, int]
 """(worker instance id, dp rank)."""
@@ -54,6 +61,7 @@ class _Booking:
     __slots__ = (
         "blocks",
         "expected_output_tokens",
+        "first",
         "isl_tokens",
         "output_tokens",
         "request_id",
@@ -79,6 +87,8 @@ class _Booking:
         self.started_at = started_at
         self.total_blocks = -1  # ceil((isl + output) / block_size) at the last output update
         self.output_tokens = 0
+        self.first = blocks[0] if blocks else None
+        """The first tracked hash (indexed by ``ActiveLoad.ranks_holding``); output blocks never are."""
 
 
 class ActiveSequences:
@@ -178,16 +188,26 @@ class ActiveSequences:
         self._prefills[request_id] = (tokens, expected_secs)
         self._prefill_sum += tokens
 
-    def remove_prefill(self, request_id: str, now: float) -> None:
+    def remove_prefill(self, request_id: str, now: float) -> bool:
+        """Drop the request's prompt tokens; whether they had a predicted duration (could decay)."""
         prefills = self._prefills
         entry = prefills.get(request_id)
         if entry is None:
-            return
+            return False
         was_anchor = next(iter(prefills)) == request_id
         del prefills[request_id]
         self._prefill_sum -= entry[0]
         if was_anchor:
             self._anchor_since = now
+        return _decays(entry[1])
+
+    @property
+    def prefill_sum(self) -> int:
+        """The prefill tokens booked here, none decayed."""
+        return self._prefill_sum
+
+    def decaying_prefills(self) -> int:
+        return sum(1 for _, expected in self._prefills.values() if _decays(expected))
 
     def active_tokens(self, now: float) -> int:
         """Prefill tokens still ahead of this rank; only the anchor (oldest) can decay."""
@@ -198,6 +218,10 @@ class ActiveSequences:
             return self._prefill_sum
         left = min(max(1.0 - (now - self._anchor_since) / expected, 0.0), 1.0)
         return self._prefill_sum - full + math.ceil(full * left)
+
+
+def _decays(expected_secs: float | None) -> bool:
+    return expected_secs is not None and expected_secs > 0
 
 
 _NO_BOOKINGS = ActiveSequences()  # read-only stand-in for a rank with no bookings yet
@@ -217,21 +241,81 @@ class ActiveLoad:
         self._bookings: dict[str, _Booking] = {}
         self._rng = rng or random.Random()
         self._clock = clock
+        self._slots: dict[WorkerKey, int] = {}
+        self._free_slots: list[int] = []
+        self.prefill_sums = np.zeros(16, np.int64)
+        """Per rank slot: its ``ActiveSequences.prefill_sum`` (0 for a free slot)."""
+        self.block_counts = np.zeros(16, np.int64)
+        """Per rank slot: its ``ActiveSequences.active_blocks`` (0 for a free slot)."""
+        self._firsts: dict[int, dict[WorkerKey, int]] = {}
+        self.decaying = 0
+        """Booked prompts with a predicted prefill duration: while any is, ``active_tokens`` may
+        fall below ``prefill_sums`` as time passes."""
 
     # ------------------------------------------------------------ workers
 
     def add_worker(self, worker: WorkerKey) -> None:
-        self._ranks.setdefault(worker, ActiveSequences())
+        self._seqs(worker)
+
+    def _seqs(self, key: WorkerKey) -> ActiveSequences:
+        """The rank's bookings, the rank (and its array slot) added if new."""
+        seqs = self._ranks.get(key)
+        if seqs is None:
+            seqs = self._ranks[key] = ActiveSequences()
+            if self._free_slots:
+                slot = self._free_slots.pop()
+            else:
+                slot = len(self._slots)
+                if slot == len(self.prefill_sums):
+                    self.prefill_sums = np.concatenate([self.prefill_sums, np.zeros(slot, np.int64)])
+                    self.block_counts = np.concatenate([self.block_counts, np.zeros(slot, np.int64)])
+            self._slots[key] = slot
+        return seqs
 
     def remove_worker(self, instance_id: int) -> list[str]:
         """Forget every rank of ``instance_id`` and its bookings; returns the dropped request ids."""
         dropped: list[str] = []
         for key in [k for k in self._ranks if k[0] == instance_id]:
             seqs = self._ranks.pop(key)
+            self.decaying -= seqs.decaying_prefills()
             for request_id in seqs.requests:
-                self._bookings.pop(request_id, None)
+                booking = self._bookings.pop(request_id, None)
+                if booking is not None:
+                    self._unindex_first(booking)
                 dropped.append(request_id)
+            slot = self._slots.pop(key)
+            self.prefill_sums[slot] = self.block_counts[slot] = 0
+            self._free_slots.append(slot)
         return dropped
+
+    def slots(self, keys: Iterable[WorkerKey]) -> np.ndarray:
+        """The array slots of ``keys`` (known ranks), in order: an index into ``prefill_sums``
+        and ``block_counts``."""
+        return np.fromiter((self._slots[k] for k in keys), np.intp)
+
+    def ranks_holding(self, first_hash: int) -> Iterable[WorkerKey]:
+        """The ranks with an active booking whose first tracked hash is ``first_hash``: with
+        chained (or random) hashes, the only ranks where a request starting with that hash has a
+        nonzero ``prefix_depth`` (two 64-bit hashes colliding aside)."""
+        holders = self._firsts.get(first_hash)
+        return holders.keys() if holders else ()
+
+    def _sync(self, key: WorkerKey, seqs: ActiveSequences) -> None:
+        slot = self._slots[key]
+        self.prefill_sums[slot] = seqs.prefill_sum
+        self.block_counts[slot] = seqs.active_blocks
+
+    def _unindex_first(self, booking: _Booking) -> None:
+        if booking.first is None:
+            return
+        holders = self._firsts[booking.first]
+        n = holders[booking.worker] - 1
+        if n:
+            holders[booking.worker] = n
+        else:
+            del holders[booking.worker]
+            if not holders:
+                del self._firsts[booking.first]
 
     def workers(self) -> list[WorkerKey]:
         return list(self._ranks)
@@ -265,26 +349,30 @@ class ActiveLoad:
         that is already booked replaces the earlier booking."""
         if request_id in self._bookings:
             self.free(request_id, now=now)
-        seqs = self._ranks.get(worker)
-        if seqs is None:
-            seqs = self._ranks[worker] = ActiveSequences()
+        seqs = self._seqs(worker)
         blocks = list(seq_hashes)
         seqs.add_blocks(blocks)
         seqs.requests.add(request_id)
-        self._bookings[request_id] = _Booking(
+        booking = self._bookings[request_id] = _Booking(
             request_id, worker, blocks, isl_tokens, expected_output_tokens, now
         )
+        if booking.first is not None:
+            holders = self._firsts.setdefault(booking.first, {})
+            holders[worker] = holders.get(worker, 0) + 1
         if track_prefill_tokens:
             tokens = isl_tokens - min(cached_tokens, isl_tokens)
             if tokens > 0:
                 seqs.add_prefill(request_id, tokens, expected_prefill_secs, now)
+                self.decaying += _decays(expected_prefill_secs)
+        self._sync(worker, seqs)
 
     def mark_prefill_completed(self, request_id: str, *, now: float | None = None) -> None:
         """The first output token arrived: the request's prompt no longer loads its rank."""
         booking = self._bookings.get(request_id)
         if booking is not None:
             seqs = self._ranks[booking.worker]
-            seqs.remove_prefill(request_id, self._clock() if now is None else now)
+            self.decaying -= seqs.remove_prefill(request_id, self._clock() if now is None else now)
+            self._sync(booking.worker, seqs)
 
     def free(self, request_id: str, *, now: float | None = None) -> None:
         """The request ended (any reason); idempotent."""
@@ -292,9 +380,11 @@ class ActiveLoad:
         if booking is None:
             return
         seqs = self._ranks[booking.worker]
-        seqs.remove_prefill(request_id, self._clock() if now is None else now)
+        self.decaying -= seqs.remove_prefill(request_id, self._clock() if now is None else now)
         seqs.remove_blocks(booking.blocks)
         seqs.requests.discard(request_id)
+        self._unindex_first(booking)
+        self._sync(booking.worker, seqs)
 
     def free_prefixed(self, prefix: str) -> list[str]:
         """Free every booking whose id starts with ``prefix`` (a departed peer router's);
@@ -334,6 +424,7 @@ class ActiveLoad:
         if osl is not None:
             weight = max(0.0, 1.0 - cumulative_output_tokens / max(osl, 1))
             seqs.set_decay(booking.blocks, weight)
+        self._sync(booking.worker, seqs)
 
     # ------------------------------------------------------------ reading
 

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.router import kv
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRouter
 from dyn.core.router.metrics import RouterMetrics
@@ -167,3 +168,35 @@ async def test_decisions_unchanged(name: str, seed: int, config: dict) -> None:
     assert sum(1 for e in decisions if e[2]) > 50  # and many reuse a cached prefix
     assert len({tuple(e[1]) for e in decisions}) > 3  # the scenario does spread over ranks
     assert _digest(log) == PINNED[name], _digest(log)
+
+
+@pytest.mark.parametrize(
+    "name,seed,config",
+    [
+        ("argmin", 7, {}),
+        ("approx_side", 10, {"use_kv_events": False, "ttl_secs": 3.0, "prefill_load_scale": 0.5}),
+        ("no_reuse_outputs_unthresholded", 9, {"assume_kv_reuse": False, "track_output_blocks": True}),
+        ("no_prefill_tracking", 11, {"track_prefill_tokens": False, "overlap_score_credit": 0.4}),
+    ],
+)
+async def test_bulk_scoring_decides_as_scoring_each_rank(
+    name: str, seed: int, config: dict, monkeypatch
+) -> None:
+    """Scoring untouched ranks at once over the load arrays (issue 37) picks what scoring each
+    rank picks, with the same random draws: the whole recorded sequence is unchanged."""
+    monkeypatch.setattr(kv, "BULK_SCORING_MIN", 10**9)
+    each = _digest(await _scenario(seed, **config))
+    if name in PINNED:
+        assert each == PINNED[name]
+    bulk_calls = 0
+    pick = KvRouter._pick_in_bulk
+
+    def counted(self, *args):
+        nonlocal bulk_calls
+        bulk_calls += 1
+        return pick(self, *args)
+
+    monkeypatch.setattr(kv, "BULK_SCORING_MIN", 2)
+    monkeypatch.setattr(KvRouter, "_pick_in_bulk", counted)
+    assert _digest(await _scenario(seed, **config)) == each
+    assert bulk_calls > 100
