@@ -21,7 +21,9 @@ batched prompts of one client request as one unit) it
    active prefill tokens, waits in the router queue (fcfs / lcfs / wspt keys, priority jumps); a
    group waits as one entry keyed by its first request, and is refused at once
    (``QueueFullError``) when the queue already holds ``max_queued_requests`` engine requests;
-5. scores every rank with the cost model, picks one (argmin or softmax at a temperature), books
+5. scores every rank with the cost model (or the ``policy`` it was given, ``dyn.core.router.scoring``:
+   a scorer over each rank's ``RankView`` and a picker), picks one (argmin or softmax at a
+   temperature), books
    the request on it (``ActiveLoad``) and records the decision where an approximate index wants it.
    At temperature 0 over a fleet of ``BULK_SCORING_MIN`` ranks or more, with no busy threshold,
    no pinned worker and no decaying prefill, only the ranks the request touches (a cached or
@@ -87,6 +89,7 @@ from dyn.core.router.policy import (
 from dyn.core.router.pool import Worker, WorkerPool
 from dyn.core.router.prefill_model import AicSetup, PrefillDurations, shared_durations
 from dyn.core.router.queue import RouterQueue, all_busy, priority_jump
+from dyn.core.router.scoring import Policy, RankView
 
 log = logging.getLogger("dyn.router")
 
@@ -244,9 +247,13 @@ class KvRouter(Router):
         clock: Callable[[], float] = time.monotonic,
         block_size: int | None = None,
         prefill_durations: PrefillDurations | None = None,
+        policy: Policy | None = None,
     ) -> None:
         super().__init__(pool)
         self.config = config.validate()
+        self.policy = policy
+        """Chooses among the candidate ranks (``dyn.core.router.scoring``); None: the cost model,
+        inlined."""
         if prefill_durations is None and config.uses_aic:
             prefill_durations = shared_durations(AicSetup.from_config(config))
         self.prefill_durations = prefill_durations
@@ -779,7 +786,12 @@ class KvRouter(Router):
         scores, tiers = prompt.scores, prompt.tiers
         track = tracking_hashes(prompt.seq, assume_reuse, self._rng) if c.track_active_blocks else []
         logits: dict[WorkerKey, float] | None = None
-        if (
+        picked: tuple[WorkerKey, int] | None = None
+        if self.policy is not None:
+            picked = self._pick_by_policy(
+                self.policy, candidates, prompt, track, isl, credit, track_prefill, now
+            )
+        elif (
             candidates is self._fleet
             and len(candidates) >= BULK_SCORING_MIN
             and c.temperature <= 0
@@ -787,8 +799,6 @@ class KvRouter(Router):
             and not log.isEnabledFor(logging.DEBUG)
         ):
             picked = self._pick_in_bulk(prompt, track, isl, credit, track_prefill, now)
-        else:
-            picked = None
         if picked is not None:
             key, cached_key = picked
         else:
@@ -866,6 +876,42 @@ class KvRouter(Router):
         c = self.config
         bs = self.block_size or 1
         scores, tiers = prompt.scores, prompt.tiers
+        cached, decode, prefill = self._loads(keys, prompt, track, isl, track_prefill, now)
+        logits = {
+            k: worker_logit(
+                potential_prefill_tokens=prefill.get(k),
+                cached_tokens=cached[k],
+                isl_tokens=isl,
+                device_overlap_blocks=scores.get(k, 0),
+                host_overlap_blocks=tiers.get(k, _NO_HITS).host,
+                disk_overlap_blocks=tiers.get(k, _NO_HITS).disk,
+                potential_decode_blocks=decode.get(k, 0),
+                block_size=bs,
+                overlap_score_credit=credit,
+                prefill_load_scale=c.prefill_load_scale,
+                track_prefill_tokens=track_prefill,
+                host_cache_hit_weight=c.host_cache_hit_weight,
+                disk_cache_hit_weight=c.disk_cache_hit_weight,
+                shared_cache_multiplier=c.effective_shared_cache_multiplier,
+            )
+            for k in keys
+        }
+        return logits, cached
+
+    def _loads(
+        self,
+        keys: list[WorkerKey] | set[WorkerKey],
+        prompt: _Prompt,
+        track: list[int],
+        isl: int,
+        track_prefill: bool,
+        now: float,
+    ) -> tuple[dict[WorkerKey, int], dict[WorkerKey, int], dict[WorkerKey, int]]:
+        """``(cached tokens, potential decode blocks, potential prefill tokens)`` per rank of
+        ``keys``: what the cost is computed from."""
+        c = self.config
+        bs = self.block_size or 1
+        scores, tiers = prompt.scores, prompt.tiers
         host_w, disk_w = c.host_cache_hit_weight, c.disk_cache_hit_weight
         if tiers:
             cached = {
@@ -886,26 +932,37 @@ class KvRouter(Router):
             if k in prefill:
                 shared = min(blocks * bs, self.load.active_tokens(k, now))
                 prefill[k] = max(prefill[k] - shared, 0)
-        logits = {
-            k: worker_logit(
-                potential_prefill_tokens=prefill.get(k),
-                cached_tokens=cached[k],
-                isl_tokens=isl,
-                device_overlap_blocks=scores.get(k, 0),
-                host_overlap_blocks=tiers.get(k, _NO_HITS).host,
-                disk_overlap_blocks=tiers.get(k, _NO_HITS).disk,
-                potential_decode_blocks=decode.get(k, 0),
-                block_size=bs,
-                overlap_score_credit=credit,
-                prefill_load_scale=c.prefill_load_scale,
-                track_prefill_tokens=track_prefill,
-                host_cache_hit_weight=host_w,
-                disk_cache_hit_weight=disk_w,
-                shared_cache_multiplier=c.effective_shared_cache_multiplier,
-            )
-            for k in keys
-        }
-        return logits, cached
+        return cached, decode, prefill
+
+    def _pick_by_policy(
+        self,
+        policy: Policy,
+        keys: list[WorkerKey],
+        prompt: _Prompt,
+        track: list[int],
+        isl: int,
+        credit: float,
+        track_prefill: bool,
+        now: float,
+    ) -> tuple[WorkerKey, int]:
+        """``(rank, its cached tokens)`` as ``policy`` scores and picks over ``keys``' views."""
+        cached, decode, prefill = self._loads(keys, prompt, track, isl, track_prefill, now)
+        scores, tiers, bs = prompt.scores, prompt.tiers, self.block_size or 1
+        ranked: dict[WorkerKey, float] = {}
+        for k in keys:
+            worker = self.pool.get(k[0])
+            if worker is None:
+                continue
+            hits = tiers.get(k, _NO_HITS)
+            view = RankView(
+                k, worker, isl, bs, scores.get(k, 0), hits.host, hits.disk, cached[k],
+                prefill.get(k, 0), decode.get(k, 0), self.load.num_requests(k), credit, track_prefill,
+            )  # fmt: skip
+            ranked[k] = policy.score(view)
+        if not ranked:
+            raise NoWorkersError("the candidate workers left; retry")
+        key = next(iter(ranked)) if len(ranked) == 1 else policy.pick(ranked, self._rng)
+        return key, cached[key]
 
     def _pick_in_bulk(
         self, prompt: _Prompt, track: list[int], isl: int, credit: float, track_prefill: bool, now: float

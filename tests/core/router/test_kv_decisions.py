@@ -25,21 +25,24 @@ from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRouter
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import RouteRequest, RoutingError
+from dyn.core.router.scoring import CostModel
 from tests.core.router.doubles import BS, Clock, FakeIngestor, FakePool
 
 pytestmark = pytest.mark.anyio
 
 
-async def _scenario(seed: int, **config) -> list:
+async def _scenario(seed: int, policy=None, **config) -> list:
     rng = random.Random(seed)
     clock = Clock()
+    router_config = KvRouterConfig(queue_threshold=None, **config)
     router = KvRouter(
         FakePool(5, total_kv_blocks=400, max_num_batched_tokens=300, dp_size=lambda i: 1 + i % 2),
-        KvRouterConfig(queue_threshold=None, **config),
+        router_config,
         RouterMetrics(CollectorRegistry()),
         ingest=FakeIngestor,
         rng=random.Random(seed + 1),
         clock=clock,
+        policy=policy(router_config) if policy is not None else None,
     )
     index = router.indexer or RadixIndexer()  # approximate mode: events still pin the index
     systems = [[rng.randrange(1000) for _ in range(BS * rng.randint(2, 12))] for _ in range(4)]
@@ -148,19 +151,19 @@ PINNED = {
 }
 
 
-@pytest.mark.parametrize(
-    "name,seed,config",
-    [
-        ("argmin", 7, {}),
-        ("softmax", 8, {"temperature": 0.7, "overlap_score_credit": 0.6, "predicted_ttl_secs": 2.0}),
-        (
-            "no_reuse_outputs",
-            9,
-            {"assume_kv_reuse": False, "track_output_blocks": True, "active_decode_blocks_threshold": 0.6},
-        ),
-        ("approx_side", 10, {"use_kv_events": False, "ttl_secs": 3.0, "prefill_load_scale": 0.5}),
-    ],
-)
+CONFIGS = [
+    ("argmin", 7, {}),
+    ("softmax", 8, {"temperature": 0.7, "overlap_score_credit": 0.6, "predicted_ttl_secs": 2.0}),
+    (
+        "no_reuse_outputs",
+        9,
+        {"assume_kv_reuse": False, "track_output_blocks": True, "active_decode_blocks_threshold": 0.6},
+    ),
+    ("approx_side", 10, {"use_kv_events": False, "ttl_secs": 3.0, "prefill_load_scale": 0.5}),
+]
+
+
+@pytest.mark.parametrize("name,seed,config", CONFIGS)
 async def test_decisions_unchanged(name: str, seed: int, config: dict) -> None:
     log = await _scenario(seed, **config)
     decisions = [e for e in log if e[0] == "d"]
@@ -200,3 +203,12 @@ async def test_bulk_scoring_decides_as_scoring_each_rank(
     monkeypatch.setattr(KvRouter, "_pick_in_bulk", counted)
     assert _digest(await _scenario(seed, **config)) == each
     assert bulk_calls > 100
+
+
+@pytest.mark.parametrize("name,seed,config", CONFIGS)
+async def test_the_cost_model_as_a_policy_decides_as_the_built_in_router(
+    name: str, seed: int, config: dict
+) -> None:
+    """The KV mode expressed as a scorer and a picker (``scoring.CostModel``) over the router's
+    rank views makes every decision of the recorded sequence as the inlined cost model does."""
+    assert _digest(await _scenario(seed, policy=CostModel, **config)) == PINNED[name]

@@ -241,3 +241,54 @@ async def test_direct_mode_refuses_an_untargeted_request_even_with_no_workers():
         await router.route(req())
     with anyio.fail_after(1), pytest.raises(Exception, match="live instances: none"):
         await router.route(req(4))
+
+
+SCORED_SOURCE = '''
+"""A third-party KV policy: the rank with the fewest requests, then the most of the prompt cached."""
+from dyn.core.router.scoring import Policy, policy_mode
+
+
+class FewestThenCached(Policy):
+    def score(self, view):
+        return view.requests * 1e9 - view.cached_tokens
+
+
+MODE = policy_mode("fewest-cached", "fewest requests, then most cached", lambda config: FewestThenCached())
+'''
+
+
+async def test_a_scored_policy_from_a_package_routes_over_the_kv_routers_view(tmp_path, monkeypatch):
+    """A policy as a scorer over ``RankView`` (the default picker: the lowest), registered by entry
+    point: it sees each rank's cached tokens and booked requests as the KV router keeps them."""
+    root = tmp_path / "site"
+    dist = root / "fewest_mode-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (root / "fewest_mode.py").write_text(SCORED_SOURCE)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fewest-mode\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[dyn.router_modes]\nfewest-cached = fewest_mode:MODE\n")
+    monkeypatch.syspath_prepend(str(root))
+    modes._registered.cache_clear()
+    modes.router_mode.cache_clear()
+    try:
+        mode = modes.router_mode("fewest-cached")
+    finally:
+        modes._registered.cache_clear()
+        modes.router_mode.cache_clear()
+    from dyn.core.kv.hashing import block_hashes, sequence_hashes
+    from dyn.core.router.metrics import RouterMetrics
+    from tests.core.router.doubles import FakeIngestor
+
+    context = modes.RouterContext(
+        pool=FixedPool(1, 2, 3), metrics=RouterMetrics(CollectorRegistry()), ingest=FakeIngestor
+    )
+    router = mode.build(context)
+    tokens = list(range(64))
+    local = block_hashes(tokens, 16)
+    router.indexer.store((2, 0), None, sequence_hashes(local), local)  # worker 2 holds the prompt
+    prompt = RouteRequest(request_id="a", token_ids=tokens)
+    first = await router.route(prompt)
+    assert (first.worker.instance_id, first.decision.cached_tokens) == (2, 64)
+    second = await router.route(RouteRequest(request_id="b", token_ids=tokens))
+    assert second.worker.instance_id != 2  # a busier rank loses to an idle one, cache or not
+    first.finished()
+    assert (await router.route(RouteRequest(request_id="c", token_ids=tokens))).worker.instance_id == 2
