@@ -45,6 +45,7 @@ def flag_table(config_type: type) -> dict[str, tuple[Any, Any]]:
                 *declared.names,
                 help=declared.help,
                 panel=declared.panel,
+                scope=declared.scope,
                 hidden=declared.hidden,
                 min=setting.ge,
                 max=setting.le,

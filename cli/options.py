@@ -22,7 +22,13 @@ from typing import Any, NoReturn
 
 import typer
 
-from dyn.core.config import ENGINE_PANEL, MODEL_PANEL, WORKER_PANEL  # noqa: F401  (the panels' one home)
+from dyn.core.config import (  # noqa: F401  (the panels' one home)
+    ENGINE_PANEL,
+    MODEL_PANEL,
+    PARSERS_PANEL,
+    SECURITY_PANEL,
+    WORKER_PANEL,
+)
 
 ENV_PREFIX = "DYN_"
 
@@ -191,7 +197,6 @@ def expand_multi_value(args: list[str]) -> list[str]:
     return out
 
 
-SECURITY_PANEL = "Security"
 API_KEY = flag(
     None,
     "--api-key",
@@ -286,7 +291,6 @@ def use_advertise_host(host: str | None) -> None:
         raise typer.BadParameter(env_hint(str(exc)), param_hint="--advertise-host") from None
 
 
-PARSERS_PANEL = "Tools and reasoning"
 DYN_TOOL_CALL_PARSER = flag(
     None,
     "--dyn-tool-call-parser",

@@ -56,6 +56,9 @@ class Flag:
     cli_type: Any = None
     parse: Callable[[Any], Any] | None = None
     default: Any = _UNSET
+    scope: str | None = None
+    """Scopes the flag's environment twin to one command (``--seed`` of ``dyn bench`` is
+    ``DYN_BENCH_SEED``; ``dyn.cli.options.env_name``); None: ``DYN_`` plus the long name."""
 
     @property
     def long_name(self) -> str:
@@ -76,9 +79,10 @@ def flag(
     cli_type: Any = None,
     parse: Callable[[Any], Any] | None = None,
     default: Any = _UNSET,
+    scope: str | None = None,
 ) -> Flag:
     """A ``Flag`` for ``Annotated[T, flag("--name", help=...)]``."""
-    return Flag(names, help, panel, hidden, cli_type, parse, default)
+    return Flag(names, help, panel, hidden, cli_type, parse, default, scope)
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,10 @@ MODEL_PANEL = "Model"
 """The ``--help`` panel of the model flags."""
 WORKER_PANEL = "Worker and discovery"
 """The ``--help`` panel of where a process lives and how it registers."""
+SECURITY_PANEL = "Security"
+"""The ``--help`` panel of the API key, the plane keys and TLS."""
+PARSERS_PANEL = "Tools and reasoning"
+"""The ``--help`` panel of the tool-call and reasoning parsers and what they shape."""
 
 
 class DiscoveryConfig(msgspec.Struct, kw_only=True, frozen=True):
