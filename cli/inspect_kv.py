@@ -2,89 +2,37 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import typer
 
-from dyn.cli import options
-from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
-from dyn.cli.options import flag
+from dyn.cli.config_flags import FROM_FLAGS, config_flags, discovery_flags, flag_table
 from dyn.core.config import DiscoveryConfig
+from dyn.core.inspect.flags import InspectFlags
 
-TARGET_PANEL = "Target"
-REQUEST_PANEL = "Request"
-OUTPUT_PANEL = "Output"
+_DISCOVERY_AFTER = "api_key"
+"""The ``InspectFlags`` flag the discovery flags follow, in the command's order (the order of
+``--help``, the man page and the completions): after the target's, before the model's."""
+
+
+def inspect_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """Put ``InspectFlags``' flags where the command's ``flags`` parameter is, with its
+    ``discovery`` parameter after ``_DISCOVERY_AFTER``; the command receives one ``InspectFlags``."""
+    wrapper = config_flags("flags", InspectFlags, flags=flag_table(InspectFlags))(command)
+    signature = inspect.signature(wrapper)
+    params = [p for p in signature.parameters.values() if p.name != "discovery"]
+    at = next(i for i, p in enumerate(params) if p.name == _DISCOVERY_AFTER)
+    params.insert(at + 1, signature.parameters["discovery"])
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return wrapper
 
 
 @discovery_flags
+@inspect_flags
 def inspect_kv(
-    url: str = flag(
-        None,
-        "--url",
-        scope="inspect-kv",
-        panel=TARGET_PANEL,
-        help="HTTP URL of a dyn indexer (its http= address), of a frontend with "
-        "--router-mode kv (http://HOST:PORT, or the /v1 URL dyn serve prints), or of a dyn "
-        "router's --system-port (their views are under /kv/, found by probing). Default: the "
-        "newest dyn indexer in discovery.",
-    ),
-    api_key: str = flag(
-        None,
-        "--api-key",
-        panel=TARGET_PANEL,
-        help="The target's --api-key, sent as 'Authorization: Bearer KEY'.",
-    ),
+    flags: InspectFlags = FROM_FLAGS,  # --url, --api-key, --model-name, --prompt, --json, ...
     discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
-    model_name: str = flag(
-        None,
-        "--model-name",
-        panel=options.MODEL_PANEL,
-        help="Find the dyn indexer of this model in discovery (default: any model).",
-    ),
-    model_path: str = flag(
-        None,
-        "--model-path",
-        panel=options.MODEL_PANEL,
-        help="Model directory whose tokenizer and chat template make the "
-        "--prompt / --messages tokens (default: the embedded dyn-tiny).",
-    ),
-    prompt: str = flag(
-        None,
-        "--prompt",
-        panel=REQUEST_PANEL,
-        help="Show each worker's cached share of this text, tokenized raw (no "
-        "chat template), as /v1/completions tokenizes it.",
-    ),
-    messages: str = flag(
-        None,
-        "--messages",
-        panel=REQUEST_PANEL,
-        help="Show each worker's cached share of this chat: a JSON file with a "
-        'list of OpenAI messages (or an object with "messages"), '
-        "rendered with the model's chat template and generation prompt.",
-    ),
-    json_output: bool = flag(
-        False,
-        "--json",
-        panel=OUTPUT_PANEL,
-        help="Print one JSON object (with --watch: one per refresh, one per "
-        "line); the schema is in dyn.core.inspect.snapshot.",
-    ),
-    watch: bool = flag(
-        False,
-        "--watch",
-        panel=OUTPUT_PANEL,
-        help="Refresh a live view of per-worker blocks and occupancy and KV events per second.",
-    ),
-    interval: float = flag(
-        1.0, "--interval", min=0.05, panel=OUTPUT_PANEL, help="Seconds between --watch refreshes."
-    ),
-    duration: float = flag(
-        0.0,
-        "--duration",
-        scope="inspect-kv",
-        min=0.0,
-        panel=OUTPUT_PANEL,
-        help="Stop --watch after this many seconds (0: at Ctrl-C).",
-    ),
 ) -> None:
     """Show what a KV index holds: cached blocks per worker, tree size and depth, hit rates, and
     with --prompt or --messages how much of that request each worker has cached."""
@@ -93,6 +41,7 @@ def inspect_kv(
     from dyn.core.inspect.target import TargetError
     from dyn.core.server_url import server_root
 
+    url = flags.url
     if url is not None:
         try:
             url = server_root(url)
@@ -102,15 +51,15 @@ def inspect_kv(
     settings = InspectSettings(
         url=url,
         discovery=discovery,
-        model_name=model_name,
-        model_path=model_path,
-        prompt=prompt,
-        messages_file=messages,
-        json=json_output,
-        watch=watch,
-        interval_s=interval,
-        duration_s=duration,
-        api_key=api_key or None,
+        model_name=flags.model_name,
+        model_path=flags.model_path,
+        prompt=flags.prompt,
+        messages_file=flags.messages,
+        json=flags.json,
+        watch=flags.watch,
+        interval_s=flags.interval,
+        duration_s=flags.duration,
+        api_key=flags.api_key or None,
     )
     try:
         run_inspect(settings)
