@@ -5,18 +5,21 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dyn.cli import options
 from dyn.cli.completion import ChildFlagsCommand
-from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
-from dyn.cli.options import flag
+from dyn.cli.config_flags import FROM_FLAGS, config_flags, discovery_flags, flag_table
 from dyn.core.config import DiscoveryConfig
+from dyn.core.serve_flags import ServeFlags
 
-SERVE_PANEL = "Stack"
+if TYPE_CHECKING:
+    from dyn.core.serve import ServeConfig
+
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -35,65 +38,10 @@ class ServeCommand(ChildFlagsCommand):
 
 
 @discovery_flags
+@config_flags("flags", ServeFlags, flags=flag_table(ServeFlags))
 def serve(
     ctx: typer.Context,
-    workers: int = flag(2, "--workers", min=1, panel=SERVE_PANEL, help="Worker processes to start."),
-    prefill_workers: int = flag(
-        0,
-        "--prefill-workers",
-        min=0,
-        panel=SERVE_PANEL,
-        help="Disaggregated stack: this many prefill worker processes (--disaggregation-mode "
-        "prefill), beside --decode-workers; --workers is then not used.",
-    ),
-    decode_workers: int = flag(
-        0,
-        "--decode-workers",
-        min=0,
-        panel=SERVE_PANEL,
-        help="Disaggregated stack: this many decode worker processes (--disaggregation-mode decode).",
-    ),
-    engine: str = flag(
-        "mocker",
-        "--engine",
-        panel=SERVE_PANEL,
-        help="Engine of the workers: any dyn worker subcommand (mocker, vllm, sglang).",
-    ),
-    gpus_per_worker: int = flag(
-        0,
-        "--gpus-per-worker",
-        min=0,
-        panel=SERVE_PANEL,
-        help="Give each worker process its own N GPUs through CUDA_VISIBLE_DEVICES "
-        "(slices of the visible ones); 0 leaves it alone, so the workers share them.",
-    ),
-    http_host: str = flag(
-        "127.0.0.1", "--http-host", panel=SERVE_PANEL, help="Address the frontend's HTTP server binds to."
-    ),
-    http_port: int = flag(
-        8000,
-        "--http-port",
-        "--port",
-        min=0,
-        max=65535,
-        panel=SERVE_PANEL,
-        help="Port of the frontend's HTTP server (0: pick a free one).",
-    ),
-    startup_timeout: float = flag(
-        None,
-        "--startup-timeout",
-        min=0.0,
-        panel=SERVE_PANEL,
-        help="Seconds to wait for the frontend and every worker to be routable "
-        "(default: 60 for the mocker, 900 for real engines, which load weights).",
-    ),
-    restart_workers: bool = flag(
-        True,
-        "--restart-workers/--no-restart-workers",
-        panel=SERVE_PANEL,
-        help="Restart a worker process that dies once the stack is ready, after a "
-        "back-off that doubles with each quick death (1 s up to 30 s).",
-    ),
+    flags: ServeFlags = FROM_FLAGS,  # --workers, --engine, --http-port, ... (dyn.core.serve_flags)
     discovery: DiscoveryConfig = FROM_FLAGS,  # --namespace, --discovery-backend, --discovery-dir
     model_path: str = options.MODEL_PATH,
     model_name: str = options.MODEL_NAME,
@@ -105,19 +53,53 @@ def serve(
     Other flags go to the child command(s) that define them: --router-mode, --speedup-ratio, --block-size, ...
     With --engine vllm or sglang, a flag no child defines goes to the workers' engine.
     """
-    from dyn.core.serve import (
-        ChildSpec,
-        FlagRoutingError,
-        ServeConfig,
-        device_sets,
-        flag_values,
-        route_flags,
-        run_stack,
-    )
+    from dyn.core.serve import flag_values, run_stack
 
     _check_discovery(discovery)
-    roles = _roles(ctx, workers, prefill_workers, decode_workers)
-    workers = len(roles)
+    roles = _roles(ctx, flags.workers, flags.prefill_workers, flags.decode_workers)
+    frontend, worker = _route_children(ctx, flags.engine)
+    shared = {
+        "--namespace": discovery.namespace,
+        "--discovery-backend": discovery.backend,
+        "--discovery-dir": discovery.dir,
+        "--etcd-endpoints": discovery.etcd_endpoints,
+        "--model-path": model_path,
+        "--model-name": model_name,
+    }
+    frontend_args = frontend.args({"--http-host": flags.http_host, "--http-port": flags.http_port, **shared})
+    worker_args = worker.args(shared)
+
+    per_process = max(1, _as_int(resolved_option(worker.command, worker.routed, "--num-workers"), 1))
+    served = flag_values(frontend.routed, "--served-model-name")
+    model = (
+        model_name
+        or (served[0] if served else None)
+        or (Path(model_path).name if model_path else _tiny_model_name())
+    )
+    router_mode = resolved_option(frontend.command, frontend.routed, "--router-mode")
+    summary = _summary(flags, model, len(roles), per_process, router_mode)
+    config = _stack_config(ctx, flags, roles, per_process, summary, frontend_args, worker_args)
+    raise typer.Exit(run_stack(config))
+
+
+@dataclass(frozen=True)
+class _Child:
+    """A child command of ``dyn serve``, its options and the command-line flags routed to it."""
+
+    command: Any
+    specs: dict[str, int]
+    routed: list[str]
+
+    def args(self, own: dict[str, Any]) -> list[str]:
+        """Its command line: those of ``dyn serve``'s ``own`` flags it defines, then the routed ones."""
+        return [*_own_flags(own, self.specs), *self.routed]
+
+
+def _route_children(ctx: typer.Context, engine: str) -> tuple[_Child, _Child]:
+    """``dyn frontend`` and ``dyn worker ENGINE``, each with the flags of ``ctx.args`` it takes;
+    exits with the reason for an unknown engine or a flag no child takes."""
+    from dyn.core.serve import FlagRoutingError, route_flags
+
     root = _root_command(ctx)
     frontend_cmd = root.commands["frontend"]
     engines = root.commands["worker"].commands
@@ -135,47 +117,50 @@ def serve(
         )
     except FlagRoutingError as exc:
         options.fail(str(exc))
-
-    shared = {
-        "--namespace": discovery.namespace,
-        "--discovery-backend": discovery.backend,
-        "--discovery-dir": discovery.dir,
-        "--etcd-endpoints": discovery.etcd_endpoints,
-        "--model-path": model_path,
-        "--model-name": model_name,
-    }
-    frontend_own = {"--http-host": http_host, "--http-port": http_port, **shared}
-    frontend_args = [*_own_flags(frontend_own, specs[frontend_name]), *routed[frontend_name]]
-    worker_args = [*_own_flags(shared, specs[worker_name]), *routed[worker_name]]
-
-    per_process = max(1, _as_int(resolved_option(worker_cmd, routed[worker_name], "--num-workers"), 1))
-    router_mode = resolved_option(frontend_cmd, routed[frontend_name], "--router-mode")
-    served = flag_values(routed[frontend_name], "--served-model-name")
-    model = (
-        model_name
-        or (served[0] if served else None)
-        or (Path(model_path).name if model_path else _tiny_model_name())
+    return (
+        _Child(frontend_cmd, specs[frontend_name], routed[frontend_name]),
+        _Child(worker_cmd, specs[worker_name], routed[worker_name]),
     )
+
+
+def _summary(flags: ServeFlags, model: str, workers: int, per_process: int, router_mode: Any) -> str:
+    """The stack in a line: its model, its workers (and their processes), its router mode."""
     total = workers * per_process
-    summary = f"model {model}, {total} {engine} worker{'s' if total != 1 else ''}"
-    if prefill_workers:
+    summary = f"model {model}, {total} {flags.engine} worker{'s' if total != 1 else ''}"
+    if flags.prefill_workers:
         summary = (
-            f"model {model}, {prefill_workers * per_process} prefill + "
-            f"{decode_workers * per_process} decode {engine} workers"
+            f"model {model}, {flags.prefill_workers * per_process} prefill + "
+            f"{flags.decode_workers * per_process} decode {flags.engine} workers"
         )
     if per_process > 1:
         summary += f" in {workers} process{'es' if workers != 1 else ''}"
     if router_mode is not None:
         summary += f", router {router_mode}"
+    return summary
+
+
+def _stack_config(
+    ctx: typer.Context,
+    flags: ServeFlags,
+    roles: Sequence[str | None],
+    per_process: int,
+    summary: str,
+    frontend_args: list[str],
+    worker_args: list[str],
+) -> ServeConfig:
+    """The children to start and how to supervise them; exits with the reason when the GPUs do
+    not go round."""
+    from dyn.core.serve import ChildSpec, ServeConfig, device_sets
 
     base = [sys.executable, "-m", "dyn.cli"]
+    engine, workers = flags.engine, len(roles)
     try:
         devices = (
-            device_sets(workers, gpus_per_worker, os.environ.get("CUDA_VISIBLE_DEVICES"))
-            if gpus_per_worker
+            device_sets(workers, flags.gpus_per_worker, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            if flags.gpus_per_worker
             else [None] * workers
         )
-        config = ServeConfig(
+        return ServeConfig(
             frontend=ChildSpec("frontend", [*base, "frontend", *frontend_args]),
             workers=[
                 ChildSpec(
@@ -187,17 +172,14 @@ def serve(
                 for i, (d, role) in enumerate(zip(devices, roles, strict=True))
             ],
             instances_per_worker=per_process,
-            startup_timeout_s=startup_timeout
-            if startup_timeout is not None
-            else (60.0 if engine == "mocker" else 900.0),
+            startup_timeout_s=flags.startup_timeout_s(),
             summary=summary,
             env=_log_env(ctx),
             log_format=_log_env(ctx).get("DYN_LOG_FORMAT", "rich"),
-            restart_workers=restart_workers,
+            restart_workers=flags.restart_workers,
         )
     except ValueError as exc:
         raise typer.BadParameter(options.env_hint(str(exc))) from None
-    raise typer.Exit(run_stack(config))
 
 
 def _roles(ctx: typer.Context, workers: int, prefill: int, decode: int) -> Sequence[str | None]:
