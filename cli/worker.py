@@ -107,6 +107,16 @@ def worker_command(plugin: EnginePlugin) -> Any:
             **own,
         )
 
+    _present_as(command, plugin)
+    command = discovery_flags(config_flags("engine_config", plugin.config_type)(command))
+    if plugin.worker_options is None:
+        return _without(command, "worker_options")
+    return config_flags("worker_options", plugin.worker_options)(command)
+
+
+def _present_as(command: Any, plugin: EnginePlugin) -> None:
+    """Give ``command`` the options of ``_worker`` (with the plugin's own ``--model-path``), and
+    the plugin's name and help."""
     signature = inspect.signature(_worker)
     params = dict(signature.parameters)
     if plugin.model_path is not None:
@@ -114,13 +124,9 @@ def worker_command(plugin: EnginePlugin) -> Any:
         params["model_path"] = params["model_path"].replace(
             default=options.flag(declared.default, *declared.names, help=declared.help, panel=declared.panel)
         )
-    command.__signature__ = signature.replace(parameters=list(params.values()))  # type: ignore[attr-defined]
+    command.__signature__ = signature.replace(parameters=list(params.values()))
     command.__doc__ = plugin.description or plugin.summary
     command.__name__ = plugin.name
-    command = discovery_flags(config_flags("engine_config", plugin.config_type)(command))
-    if plugin.worker_options is None:
-        return _without(command, "worker_options")
-    return config_flags("worker_options", plugin.worker_options)(command)
 
 
 def _without(command: Any, name: str) -> Any:
