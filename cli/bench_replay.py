@@ -12,7 +12,7 @@ mocker's timing model read the same AIConfigurator setup).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -29,16 +29,13 @@ if TYPE_CHECKING:
     from dyn.plugins.mocker.config import MockerConfig
 
 
-def _flag_table() -> dict[str, tuple[Any, Any]]:
-    """``ReplayFlags``' Typer options, ``--router-mode`` completing the modes a replay can use."""
-    table = flag_table(ReplayFlags)
-    table["router_mode"][1].autocompletion = completion.offline_router_modes
-    return table
-
-
 @mocker_flags_beside_router
 @router_flags
-@config_flags("flags", ReplayFlags, flags=_flag_table())
+@config_flags(
+    "flags",
+    ReplayFlags,
+    flags=flag_table(ReplayFlags, {"router_mode": completion.offline_router_modes}),
+)
 def replay(
     flags: ReplayFlags = FROM_FLAGS,  # --offline, --num-workers, ... (dyn.core.bench.replay_flags)
     mocker_config: MockerConfig = FROM_FLAGS,  # the engine flags, see dyn.cli.mocker_flags

@@ -33,8 +33,11 @@ passes the config built from the flags, never this. ``Any``, as Typer's option d
 the parameter keeps the config's type."""
 
 
-def flag_table(config_type: type) -> dict[str, tuple[Any, Any]]:
-    """The Typer options of every flag ``config_type`` declares, by parameter name, in field order."""
+def flag_table(
+    config_type: type, completers: Mapping[str, Callable[..., Any]] | None = None
+) -> dict[str, tuple[Any, Any]]:
+    """The Typer options of every flag ``config_type`` declares, by parameter name, in field order;
+    ``completers``: the shell completer of the flags whose values are known names, by parameter."""
     table: dict[str, tuple[Any, Any]] = {}
     for setting in declared_flags(config_type):
         declared = setting.flag
@@ -51,6 +54,8 @@ def flag_table(config_type: type) -> dict[str, tuple[Any, Any]]:
                 max=setting.le,
             ),
         )
+    for name, complete in (completers or {}).items():
+        table[name][1].autocompletion = complete
     return table
 
 

@@ -50,19 +50,11 @@ _PLACED_AFTER = {
 flag, in the command's order (the order of ``--help``, the man page and the completions)."""
 
 
-def _flag_table() -> dict[str, tuple[Any, Any]]:
-    """``FrontendFlags``' Typer options, with their completers."""
-    table = flag_table(FrontendFlags)
-    for name, complete in _COMPLETIONS.items():
-        table[name][1].autocompletion = complete
-    return table
-
-
 def frontend_flags(command: Callable[..., None]) -> Callable[..., None]:
     """Put ``FrontendFlags``' flags where the command's ``flags`` parameter is, with the
     command's own options among them as ``_PLACED_AFTER`` says; the command receives one
     ``FrontendFlags``."""
-    wrapper = config_flags("flags", FrontendFlags, flags=_flag_table())(command)
+    wrapper = config_flags("flags", FrontendFlags, flags=flag_table(FrontendFlags, _COMPLETIONS))(command)
     signature = inspect.signature(wrapper)
     params = [p for p in signature.parameters.values() if p.name not in _PLACED_AFTER]
     for name, anchor in reversed(_PLACED_AFTER.items()):
