@@ -11,6 +11,10 @@
 - ``sequence_hashes``: the chain ``seq[0] = local[0]``,
   ``seq[i] = xxh3_64(le_u64(seq[i-1]) || le_u64(local[i]), seed=1337)``; the LoRA is already
   inside ``local``, so the chain seed is always 1337.
+
+Both loops run in C (``dyn.core.kv._xxh3``, built at install where a C compiler is found) for
+blocks of 3 to 60 tokens given as a list; everything else, and every install without the
+extension, takes the Python path below, which gives the same hashes (tests/core/kv compare them).
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from itertools import islice, repeat
 from typing import Any, NamedTuple
 
 import xxhash
+
+try:
+    from dyn.core.kv import _xxh3 as _native
+except ImportError:  # built without a C compiler: the Python paths below serve
+    _native = None  # type: ignore[assignment]
 
 XXH3_SEED = 1337
 _U64 = (1 << 64) - 1
@@ -103,6 +112,20 @@ def block_hashes(
     multimodal keys of that block (``media_block_keys``, ``event_block_keys``)."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
+    if _native is not None and not extra:
+        hashes = _native.block_hashes(tokens, block_size, lora_seed(lora_name))
+        if hashes is not None:
+            return hashes
+    return block_hashes_py(tokens, block_size, lora_name, extra)
+
+
+def block_hashes_py(
+    tokens: Sequence[int],
+    block_size: int,
+    lora_name: str | None = None,
+    extra: Mapping[int, Sequence[int]] | None = None,
+) -> list[int]:
+    """``block_hashes`` in Python only (any block size, any sequence, multimodal keys)."""
     n_blocks = len(tokens) // block_size
     if n_blocks == 0:
         return []
@@ -149,6 +172,15 @@ def _block_slices(n_blocks: int, step: int) -> tuple[slice, ...]:
 
 def sequence_hashes(local_hashes: Sequence[int]) -> list[int]:
     """Chain local block hashes into sequence hashes (each identifies a whole prefix)."""
+    if _native is not None:
+        hashes = _native.sequence_hashes(local_hashes, XXH3_SEED)
+        if hashes is not None:
+            return hashes
+    return sequence_hashes_py(local_hashes)
+
+
+def sequence_hashes_py(local_hashes: Sequence[int]) -> list[int]:
+    """``sequence_hashes`` in Python only."""
     if not local_hashes:
         return []
     prev = local_hashes[0]

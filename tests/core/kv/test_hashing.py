@@ -119,3 +119,57 @@ def test_vllms_extra_keys_give_the_hashes_a_request_with_the_same_media_gives():
     assert from_event == from_request
     assert mm_key("not-a-hash") is None and mm_key(IMAGE.upper()) == mm_key(IMAGE) and mm_key(7) is None
     assert event_block_keys([("adapter",), None], 2) == {}
+
+
+native = pytest.importorskip("dyn.core.kv._xxh3", reason="the C extension was not built here")
+
+
+def test_the_c_hashes_equal_the_python_ones_for_every_block_size_it_takes():
+    from dyn.core.kv.hashing import block_hashes_py
+
+    rng = random.Random(11)
+    for block_size in range(3, 61):  # 12 to 240 bytes: XXH3's 9-16, 17-128 and 129-240 classes
+        for _ in range(8):
+            tokens = [
+                rng.randrange(2**32) for _ in range(block_size * rng.randrange(4) + rng.randrange(block_size))
+            ]
+            lora = rng.choice([None, "adapter-a", f"lora{rng.randrange(99)}"])
+            got = native.block_hashes(tokens, block_size, lora_seed(lora))
+            assert got == block_hashes_py(tokens, block_size, lora)
+            assert lora is not None or got == [
+                reference_block_hash(tokens[i : i + block_size])
+                for i in range(0, len(tokens) - block_size + 1, block_size)
+            ]
+
+
+def test_the_c_sequence_hashes_equal_the_python_ones():
+    from dyn.core.kv.hashing import sequence_hashes_py
+
+    rng = random.Random(12)
+    for n in range(12):
+        local = [rng.choice([0, 2**64 - 1, rng.randrange(2**64)]) for _ in range(n)]
+        assert native.sequence_hashes(local, XXH3_SEED) == sequence_hashes_py(local)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "block_size"),
+    [((1, 2, 3), 3), ([1, -2, 3], 3), ([1, 2, 2**32], 3), ([1, 2, "3"], 3), ([1, 2, 3], 2), ([1] * 61, 61)],
+)
+def test_what_the_c_path_does_not_take_goes_to_python_with_pythons_result_or_error(tokens, block_size):
+    from dyn.core.kv.hashing import block_hashes_py
+
+    assert native.block_hashes(tokens, block_size, XXH3_SEED) is None
+    try:
+        expected = block_hashes_py(tokens, block_size)
+    except (OverflowError, TypeError) as exc:
+        with pytest.raises(type(exc)):
+            block_hashes(tokens, block_size)
+    else:
+        assert block_hashes(tokens, block_size) == expected
+
+
+def test_sequence_hashes_of_values_out_of_u64_go_to_python():
+    assert native.sequence_hashes([1, -1], XXH3_SEED) is None
+    assert sequence_hashes([-5]) == [-5]
+    with pytest.raises(struct.error):
+        sequence_hashes([1, -1])

@@ -1,0 +1,223 @@
+/* Block and sequence hashes in C: the two loops of dyn.core.kv.hashing, for the lengths a KV
+ * block takes (9 to 240 bytes), so that hashing a 4,096-token prompt costs microseconds instead
+ * of tens of them.
+ *
+ * XXH3-64 with a seed, written from the algorithm's specification (xxHash's doc/xxhash_spec.md)
+ * for its short input classes only: 9-16 bytes (a sequence hash: two little-endian u64), 17-128
+ * and 129-240 bytes (a block of 3 to 60 u32 tokens). Longer or shorter inputs are not handled
+ * here: the Python wrapper hashes them with the xxhash package. tests/core/kv/test_hashing.py
+ * checks every length class against that package.
+ *
+ * Contract of both functions: they return a new list of ints, or None when the input is not
+ * what they take (not a list, a value out of range); the caller then runs the Python path,
+ * which gives its own result or error. They never raise for bad input.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PRIME64_1 0x9E3779B185EBCA87ULL
+#define PRIME_MX1 0x165667919E3779F9ULL
+#define SECRET_SIZE_MIN 136
+#define MIDSIZE_STARTOFFSET 3
+#define MIDSIZE_LASTOFFSET 17
+#define MAX_BLOCK_BYTES 240
+
+_Static_assert(sizeof(unsigned long) == 8, "hashes are read and written as unsigned long");
+
+/* The first 136 bytes of XXH3's default secret (kSecret): all that inputs up to 240 bytes read. */
+static const uint8_t SECRET[SECRET_SIZE_MIN] = {
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3,
+};
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "written for little-endian hosts (setup.py marks the extension optional: Python serves there)"
+#endif
+
+static inline uint64_t read_le64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline void write_le64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static inline uint64_t mul128_fold64(uint64_t a, uint64_t b) {
+    __uint128_t product = (__uint128_t)a * b;
+    return (uint64_t)product ^ (uint64_t)(product >> 64);
+}
+
+static inline uint64_t avalanche(uint64_t h) {
+    h ^= h >> 37;
+    h *= PRIME_MX1;
+    return h ^ (h >> 32);
+}
+
+static inline uint64_t swap64(uint64_t x) { return __builtin_bswap64(x); }
+
+static inline uint64_t mix16(const uint8_t *in, const uint8_t *secret, uint64_t seed) {
+    uint64_t lo = read_le64(in), hi = read_le64(in + 8);
+    return mul128_fold64(lo ^ (read_le64(secret) + seed), hi ^ (read_le64(secret + 8) - seed));
+}
+
+/* XXH3-64 of 9 to 16 bytes. */
+static uint64_t xxh3_9to16(const uint8_t *in, size_t len, uint64_t seed) {
+    uint64_t flip_lo = (read_le64(SECRET + 24) ^ read_le64(SECRET + 32)) + seed;
+    uint64_t flip_hi = (read_le64(SECRET + 40) ^ read_le64(SECRET + 48)) - seed;
+    uint64_t lo = read_le64(in) ^ flip_lo;
+    uint64_t hi = read_le64(in + len - 8) ^ flip_hi;
+    return avalanche(len + swap64(lo) + hi + mul128_fold64(lo, hi));
+}
+
+/* XXH3-64 of 17 to 128 bytes. */
+static uint64_t xxh3_17to128(const uint8_t *in, size_t len, uint64_t seed) {
+    uint64_t acc = len * PRIME64_1;
+    if (len > 32) {
+        if (len > 64) {
+            if (len > 96) {
+                acc += mix16(in + 48, SECRET + 96, seed);
+                acc += mix16(in + len - 64, SECRET + 112, seed);
+            }
+            acc += mix16(in + 32, SECRET + 64, seed);
+            acc += mix16(in + len - 48, SECRET + 80, seed);
+        }
+        acc += mix16(in + 16, SECRET + 32, seed);
+        acc += mix16(in + len - 32, SECRET + 48, seed);
+    }
+    acc += mix16(in, SECRET, seed);
+    acc += mix16(in + len - 16, SECRET + 16, seed);
+    return avalanche(acc);
+}
+
+/* XXH3-64 of 129 to 240 bytes. */
+static uint64_t xxh3_129to240(const uint8_t *in, size_t len, uint64_t seed) {
+    uint64_t acc = len * PRIME64_1;
+    size_t rounds = len / 16;
+    for (size_t i = 0; i < 8; i++) acc += mix16(in + 16 * i, SECRET + 16 * i, seed);
+    acc = avalanche(acc);
+    for (size_t i = 8; i < rounds; i++)
+        acc += mix16(in + 16 * i, SECRET + 16 * (i - 8) + MIDSIZE_STARTOFFSET, seed);
+    acc += mix16(in + len - 16, SECRET + SECRET_SIZE_MIN - MIDSIZE_LASTOFFSET, seed);
+    return avalanche(acc);
+}
+
+static uint64_t xxh3_block(const uint8_t *in, size_t len, uint64_t seed) {
+    if (len <= 16) return xxh3_9to16(in, len, seed);
+    if (len <= 128) return xxh3_17to128(in, len, seed);
+    return xxh3_129to240(in, len, seed);
+}
+
+/* A token id as u32, or -1 when it is not an int in 0..2**32-1. On CPython 3.11 the one- and
+ * two-digit ints every vocabulary uses are read from their digits, which is most of the cost of
+ * hashing a prompt; later versions changed that layout and take the API call. */
+static inline int64_t token_u32(PyObject *item) {
+    if (!PyLong_Check(item)) return -1;
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(item);
+    const digit *d = ((PyLongObject *)item)->ob_digit;
+    if (size == 0) return 0;
+    if (size == 1) return (int64_t)d[0];
+    if (size == 2 && PyLong_SHIFT == 30) {
+        uint64_t v = (uint64_t)d[0] | ((uint64_t)d[1] << 30);
+        return v <= 0xFFFFFFFFULL ? (int64_t)v : -1;
+    }
+#endif
+    unsigned long v = PyLong_AsUnsignedLong(item);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v <= 0xFFFFFFFFUL ? (int64_t)v : -1;
+}
+
+/* block_hashes(tokens: list[int], block_size: int, seed: int) -> list[int] | None */
+static PyObject *block_hashes(PyObject *self, PyObject *args) {
+    PyObject *tokens;
+    Py_ssize_t block_size;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OnK", &tokens, &block_size, &seed)) return NULL;
+    size_t block_bytes = (size_t)block_size * 4;
+    if (!PyList_CheckExact(tokens) || block_size < 3 || block_bytes > MAX_BLOCK_BYTES) Py_RETURN_NONE;
+    Py_ssize_t n_blocks = PyList_GET_SIZE(tokens) / block_size;
+    PyObject *out = PyList_New(n_blocks);
+    if (out == NULL) return NULL;
+    uint32_t buf[MAX_BLOCK_BYTES / 4];
+    for (Py_ssize_t b = 0; b < n_blocks; b++) {
+        for (Py_ssize_t i = 0; i < block_size; i++) {
+            int64_t v = token_u32(PyList_GET_ITEM(tokens, b * block_size + i));
+            if (v < 0) {
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+            buf[i] = (uint32_t)v;
+        }
+        PyObject *h = PyLong_FromUnsignedLong(xxh3_block((const uint8_t *)buf, block_bytes, (uint64_t)seed));
+        if (h == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, b, h);
+    }
+    return out;
+}
+
+/* sequence_hashes(local: list[int], seed: int) -> list[int] | None */
+static PyObject *sequence_hashes(PyObject *self, PyObject *args) {
+    PyObject *local;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "OK", &local, &seed)) return NULL;
+    if (!PyList_CheckExact(local)) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(local);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    uint8_t pair[16];
+    uint64_t prev = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(local, i);
+        if (!PyLong_Check(item)) goto not_mine;
+        /* PyLong_AsUnsignedLong reads the digits; the LongLong variant goes through bytes */
+        uint64_t h = PyLong_AsUnsignedLong(item);
+        if (h == (uint64_t)-1 && PyErr_Occurred()) goto not_mine;
+        if (i == 0) {
+            prev = h;
+            Py_INCREF(item);
+            PyList_SET_ITEM(out, 0, item);
+            continue;
+        }
+        write_le64(pair, prev);
+        write_le64(pair + 8, h);
+        prev = xxh3_9to16(pair, 16, (uint64_t)seed);
+        PyObject *value = PyLong_FromUnsignedLong(prev);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+not_mine:
+    PyErr_Clear();
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef METHODS[] = {
+    {"block_hashes", block_hashes, METH_VARARGS,
+     "XXH3-64 of each full block of u32 tokens (3 to 60 tokens a block), or None."},
+    {"sequence_hashes", sequence_hashes, METH_VARARGS,
+     "The chain of sequence hashes over local block hashes (u64 each), or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_xxh3", NULL, -1, METHODS};
+
+PyMODINIT_FUNC PyInit__xxh3(void) { return PyModule_Create(&MODULE); }
