@@ -127,12 +127,10 @@ def frontend(
     """OpenAI-compatible HTTP frontend (chat, completions, streaming) with nvext, routing to the
     workers it finds in discovery. It serves its own model (--model-path) and every other model a
     worker registers, each routed within its own workers."""
-    from dyn.core.errors import ConfigError
     from dyn.core.frontend.server import FrontendSettings, run_frontend
     from dyn.core.model.names import served_names
 
-    options.use_plane_keys(plane_keys)
-    options.use_advertise_host(advertise_host)
+    options.use_sockets(plane_keys, advertise_host)
     if flags.tokenizer_mode not in ("auto", "hf"):
         options.fail(vllm_flags.tokenizer_mode_refusal(flags.tokenizer_mode))
     try:
@@ -157,10 +155,7 @@ def frontend(
         settings.router_mode = "kv"
     if router_config.uses_aic:
         _start_prefill_table(router_config, settings.router_mode, settings.router_address)
-    try:
-        run_frontend(settings)
-    except ConfigError as exc:
-        options.fail(str(exc))
+    options.run_service(run_frontend, settings)
 
 
 def _settings(flags: FrontendFlags) -> dict[str, Any]:

@@ -24,11 +24,9 @@ def indexer(
 ) -> None:
     """Standalone KV indexer: follows the workers' KV events and answers which worker caches
     how much of a prompt, over HTTP and ZMQ (routers use it with --use-remote-indexer)."""
-    from dyn.core.errors import ConfigError
     from dyn.core.indexer.service import IndexerSettings, parse_workers, run_indexer
 
-    options.use_plane_keys(plane_keys)
-    options.use_advertise_host(advertise_host)
+    options.use_sockets(plane_keys, advertise_host)
     static = None
     if flags.workers is not None:
         try:
@@ -51,7 +49,4 @@ def indexer(
         discovery=discovery,
         api_key=api_key or None,
     )
-    try:
-        run_indexer(settings)
-    except ConfigError as exc:
-        options.fail(str(exc))
+    options.run_service(run_indexer, settings)

@@ -18,7 +18,8 @@ Settings that belong to a config class are declared on it (``dyn.core.config``) 
 from __future__ import annotations
 
 import os
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import typer
 
@@ -266,6 +267,26 @@ def fail(message: str, code: int = 2) -> NoReturn:
     else:
         typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+S = TypeVar("S")
+
+
+def run_service(run: Callable[[S], None], settings: S) -> None:
+    """Run a long-lived service (``run_frontend``, ``run_router_service``, ...) until it stops; a
+    ``ConfigError`` it raises while starting is the command's error (exit 2)."""
+    from dyn.core.errors import ConfigError
+
+    try:
+        run(settings)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def use_sockets(plane_keys: str | None, advertise_host: str | None) -> None:
+    """Apply ``--plane-keys`` and ``--advertise-host`` (``use_plane_keys``, ``use_advertise_host``)."""
+    use_plane_keys(plane_keys)
+    use_advertise_host(advertise_host)
 
 
 def use_plane_keys(directory: str | None) -> None:

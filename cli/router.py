@@ -44,11 +44,9 @@ def router(
 ) -> None:
     """Standalone KV-aware router service for several frontends: start it, then run each
     frontend with --router-mode kv --router-address tcp://HOST:PORT (or auto)."""
-    from dyn.core.errors import ConfigError
     from dyn.core.router.service import RouterSettings, run_router_service
 
-    options.use_plane_keys(plane_keys)
-    options.use_advertise_host(advertise_host)
+    options.use_sockets(plane_keys, advertise_host)
     if router_config.uses_aic:  # built while workers register
         from dyn.core.router.prefill_model import AicSetup, shared_durations
 
@@ -63,7 +61,4 @@ def router(
         system_port=system_port,
         api_key=api_key or None,
     )
-    try:
-        run_router_service(settings)
-    except ConfigError as exc:
-        options.fail(str(exc))
+    options.run_service(run_router_service, settings)
