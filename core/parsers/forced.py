@@ -13,6 +13,7 @@ name is known and its arguments go out verbatim as they arrive.
 from __future__ import annotations
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.stream import BufferedParser
 from dyn.core.parsers.text import JsonScanner
 from dyn.core.parsers.tool import ToolParser
 from dyn.core.parsers.tool.delimited import JsonCallBody
@@ -39,22 +40,14 @@ class NamedToolCallParser(ToolParser):
         return [TOOL_CALL_END] if self._started else []
 
 
-class RequiredToolCallsParser(ToolParser):
+class RequiredToolCallsParser(BufferedParser, ToolParser):
     """The output is a JSON array of ``{"name", "parameters"}`` calls."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._buf = ""
         self._opened = False
         self._item: JsonCallBody | None = None
         self._scanner = JsonScanner()
-
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        return self._run(final=True)
 
     def _run(self, final: bool) -> list[Event]:
         events: list[Event] = []

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from dyn.core.parsers.events import Event, Reasoning
 from dyn.core.parsers.registry import ParserUnavailable
+from dyn.core.parsers.stream import StreamParser
 
 HARMONY_INSTALL = "pip install 'dyn[harmony]'"
 VOCAB_FILE = "o200k_base.tiktoken"
@@ -325,3 +326,34 @@ class HarmonyReader:
         return MessageStart(
             parser.current_channel, parser.current_recipient, parser.current_content_type, header
         )
+
+
+class HarmonyParser(StreamParser):
+    """The part the Harmony parsers share (the ``gpt_oss`` tool and reasoning parsers): mixed in
+    before the family base (``class P(HarmonyParser, ToolParser)``), it reads the text with a
+    ``HarmonyReader`` and hands each batch of messages to the subclass's ``_events``.
+
+    The subclass calls ``start_harmony(prompt_text)`` while it builds itself; that sets
+    ``_reader``, ``_channels`` (the ``ChannelText`` of non-call messages) and ``_in_call``
+    (the current message is a call, False at first). ``check`` needs the Harmony encoding.
+    """
+
+    needs_special_tokens = True  # Harmony's <|channel|>, <|message|>, ... are special tokens
+
+    def start_harmony(self, prompt_text: str | None) -> None:
+        self._reader = HarmonyReader(prompt_text)
+        self._channels = ChannelText()
+        self._in_call = False
+
+    @classmethod
+    def check(cls) -> None:
+        harmony_encoding()
+
+    def feed(self, text: str) -> list[Event]:
+        return self._events(self._reader.feed(text))
+
+    def finish(self) -> list[Event]:
+        return self._events(self._reader.finish())
+
+    def _events(self, messages: list[HarmonyEvent]) -> list[Event]:
+        raise NotImplementedError

@@ -24,6 +24,13 @@ def marker_tail(text: str, markers: Sequence[str]) -> int:
     return best
 
 
+def split_held(text: str, markers: Sequence[str], final: bool) -> tuple[str, str]:
+    """``text`` split into what can be passed on now and what to hold back: the tail that may
+    begin one of ``markers`` (``marker_tail``), or nothing when ``final`` (the stream ended)."""
+    keep = 0 if final else marker_tail(text, markers)
+    return text[: len(text) - keep], text[len(text) - keep :]
+
+
 def find_first(text: str, markers: Sequence[str], start: int = 0) -> tuple[int, str] | None:
     """The earliest occurrence of any of ``markers`` in ``text[start:]``: (index, marker)."""
     best: tuple[int, str] | None = None

@@ -14,20 +14,18 @@ Names follow vLLM's ``--reasoning-parser`` and Dynamo's ``--dyn-reasoning-parser
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.registry import Registry
+from dyn.core.parsers.stream import StreamParser
 
 REASONING_PARSERS: Registry[ReasoningParser] = Registry("reasoning parser", __name__)
 
 
-class ReasoningParser:
-    """Base of the reasoning parsers (see the module's contract)."""
-
-    name: ClassVar[str] = ""
-    needs_special_tokens: ClassVar[bool] = False
-    """The format's markers are special tokens: the frontend keeps them in the text it parses."""
+class ReasoningParser(StreamParser):
+    """Base of the reasoning parsers (see the module's contract). Subclasses build their state
+    in ``setup`` (called at the end of ``__init__``, the request already stored), so that they
+    need not repeat the constructor's signature."""
 
     def __init__(
         self,
@@ -42,13 +40,8 @@ class ReasoningParser:
         """The engine held the output to a grammar from its first token (structured outputs, a
         forced tool call): a format that would start in reasoning starts in content instead,
         unless the output opens the section itself or the prompt did."""
+        self.setup()
 
-    @classmethod
-    def check(cls) -> None:
-        """Raise ``ParserUnavailable`` when this parser cannot run here (servers call it at start)."""
-
-    def feed(self, text: str) -> list[Event]:
-        raise NotImplementedError
-
-    def finish(self) -> list[Event]:
-        return []
+    def setup(self) -> None:
+        """Build the parser's state from ``prompt_text``, ``chat_template_kwargs`` and
+        ``constrained`` (nothing by default); overrides call ``super().setup()`` first."""

@@ -10,48 +10,23 @@ together and takes this parser's place). The rendered prompt says where the outp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from dyn.core.parsers.events import Event
 from dyn.core.parsers.harmony import (
-    ChannelText,
     HarmonyEvent,
-    HarmonyReader,
+    HarmonyParser,
     MessageEnd,
     MessageStart,
     MessageText,
     function_name,
-    harmony_encoding,
 )
 from dyn.core.parsers.reasoning import REASONING_PARSERS, ReasoningParser
 
 
 @REASONING_PARSERS.register("gpt_oss", "openai_gptoss")
-class GptOssReasoningParser(ReasoningParser):
-    needs_special_tokens = True  # Harmony's <|channel|>, <|message|>, ... are special tokens
-
-    def __init__(
-        self,
-        prompt_text: str | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        *,
-        constrained: bool = False,
-    ) -> None:
-        super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
-        self._reader = HarmonyReader(prompt_text)
-        self._channels = ChannelText()
-        self._in_call = False
-
-    @classmethod
-    def check(cls) -> None:
-        harmony_encoding()
-
-    def feed(self, text: str) -> list[Event]:
-        return self._events(self._reader.feed(text))
-
-    def finish(self) -> list[Event]:
-        return self._events(self._reader.finish())
+class GptOssReasoningParser(HarmonyParser, ReasoningParser):
+    def setup(self) -> None:
+        super().setup()
+        self.start_harmony(self.prompt_text)
 
     def _events(self, messages: list[HarmonyEvent]) -> list[Event]:
         events: list[Event] = []

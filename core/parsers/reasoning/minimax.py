@@ -32,8 +32,8 @@ class MiniMaxM2ReasoningParser(TaggedReasoningParser):
 class MiniMaxM2AppendThinkReasoningParser(ReasoningParser):
     """vLLM's ``minimax_m2_append_think``: all content, ``<think>`` in front (see the module)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def setup(self) -> None:
+        super().setup()
         self._started = False
 
     def feed(self, text: str) -> list[Event]:

@@ -17,9 +17,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from dyn.core.parsers.events import Event, Reasoning
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.reasoning.think import BasicReasoningParser, TaggedReasoningParser
@@ -42,14 +39,8 @@ class NemotronV3ReasoningParser(TaggedReasoningParser):
     drops_stray_end = True
     trims_reasoning_end = True
 
-    def __init__(
-        self,
-        prompt_text: str | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        *,
-        constrained: bool = False,
-    ) -> None:
-        super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
+    def setup(self) -> None:
+        super().setup()
         kwargs = self.chat_template_kwargs
         self._force_content = (
             kwargs.get("enable_thinking") is False or kwargs.get("force_nonempty_content") is True

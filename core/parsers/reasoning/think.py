@@ -41,19 +41,19 @@ Dynamo does (vLLM keeps it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dyn.core.parsers.events import Event, Reasoning
 from dyn.core.parsers.reasoning import REASONING_PARSERS, ReasoningParser
-from dyn.core.parsers.text import find_first, marker_tail
+from dyn.core.parsers.stream import BufferedParser
+from dyn.core.parsers.text import find_first, split_held
 
 _OPEN, _REASONING, _CONTENT = 0, 1, 2
 """Before any section (a start tag may open one), inside one, after one (or thinking off)."""
 _NO_ANSWER, _ANSWER_NEXT, _IN_ANSWER = 0, 1, 2
 
 
-class TaggedReasoningParser(ReasoningParser):
+class TaggedReasoningParser(BufferedParser, ReasoningParser):
     """Reasoning between ``start_tags`` and ``end_tags``, as described in the module; the class
     attributes are the format."""
 
@@ -85,15 +85,9 @@ class TaggedReasoningParser(ReasoningParser):
     """Markers dropped from the content wherever they are, thinking on or off (Kimi K3's
     response-channel wrapper)."""
 
-    def __init__(
-        self,
-        prompt_text: str | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        *,
-        constrained: bool = False,
-    ) -> None:
-        super().__init__(prompt_text, chat_template_kwargs, constrained=constrained)
-        opened = self.opened_by_prompt(prompt_text or "")
+    def setup(self) -> None:
+        super().setup()
+        opened = self.opened_by_prompt(self.prompt_text or "")
         enabled = True
         if opened is False:
             state, enabled = _CONTENT, False
@@ -102,9 +96,8 @@ class TaggedReasoningParser(ReasoningParser):
         elif not self.thinking():
             state, enabled = _CONTENT, False
         else:
-            state = _REASONING if self.starts_in_reasoning and not constrained else _OPEN
+            state = _REASONING if self.starts_in_reasoning and not self.constrained else _OPEN
         self._state = state
-        self._buf = ""
         self._at_start = True
         """Nothing emitted yet: leading whitespace and a start tag may still be dropped."""
         self._trim_lead = state == _REASONING and self.trims_reasoning_start
@@ -154,11 +147,7 @@ class TaggedReasoningParser(ReasoningParser):
             )
         ):
             return [text]
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        return self._run(final=True)
+        return super().feed(text)
 
     def _run(self, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -180,11 +169,11 @@ class TaggedReasoningParser(ReasoningParser):
         markers = self.start_tags + (self.end_tags if self.drops_stray_end else ()) + self.drops
         hit = find_first(buf, markers)
         if hit is None:
-            size = len(buf) - (0 if final else marker_tail(buf, markers))
-            if self._at_start and not final and not buf[:size].strip():
+            ready, held = split_held(buf, markers, final)
+            if self._at_start and not final and not ready.strip():
                 return False
-            self._emit_content(events, buf[:size])
-            self._buf = buf[size:]
+            self._emit_content(events, ready)
+            self._buf = held
             return False
         at, marker = hit
         before = buf[:at]
@@ -226,8 +215,7 @@ class TaggedReasoningParser(ReasoningParser):
         markers = self.end_tags + self.exits
         hit = find_first(buf, markers)
         if hit is None:
-            size = len(buf) - (0 if final else marker_tail(buf, markers))
-            text = buf[:size]
+            text = split_held(buf, markers, final)[0]
             if self.trims_reasoning_end and not final:
                 text = text.rstrip()
             if text:
@@ -271,8 +259,7 @@ class TaggedReasoningParser(ReasoningParser):
         markers = self._content_markers + ((closing,) if closing else ())
         hit = find_first(buf, markers) if markers else None
         if hit is None:
-            size = len(buf) - (0 if final or not markers else marker_tail(buf, markers))
-            text = buf[:size]
+            text = split_held(buf, markers, final)[0]
             if closing and not final:
                 text = text.rstrip()
             self._emit_content(events, text)

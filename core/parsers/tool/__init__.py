@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.registry import Registry
+from dyn.core.parsers.stream import StreamParser
 
 TOOL_PARSERS: Registry[ToolParser] = Registry("tool-call parser", __name__)
 
@@ -55,13 +55,9 @@ class ToolCall:
         return json.loads(self.arguments)
 
 
-class ToolParser:
+class ToolParser(StreamParser):
     """Base of the tool-call parsers (see the module's contract)."""
 
-    name: ClassVar[str] = ""
-    needs_special_tokens: ClassVar[bool] = False
-    """The format uses special tokens: the frontend keeps them in the text it parses
-    (``skip_special_tokens=False``, as vLLM's parsers ask with ``adjust_request``)."""
     takes_tokenizer: ClassVar[bool] = False
     """The parser reads token ids or the vocabulary (a vLLM plugin's, ``_vllm_plugin``): the
     frontend builds it with ``tokenizer=`` the served model's ``dyn.core.frontend.tokenizer.Tokenizer``."""
@@ -71,16 +67,6 @@ class ToolParser:
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         self.tools = {t.name: t for t in tools}
-
-    @classmethod
-    def check(cls) -> None:
-        """Raise ``ParserUnavailable`` when this parser cannot run here (servers call it at start)."""
-
-    def feed(self, text: str) -> list[Event]:
-        raise NotImplementedError
-
-    def finish(self) -> list[Event]:
-        return []
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:

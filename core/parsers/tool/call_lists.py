@@ -18,7 +18,8 @@ from typing import ClassVar
 
 from dyn.core.parsers.events import Event, ToolCallStart
 from dyn.core.parsers.text import find_first, marker_tail
-from dyn.core.parsers.tool import Tool, ToolParser
+from dyn.core.parsers.tool import Tool
+from dyn.core.parsers.tool.buffered import BufferedToolParser
 
 _CONTENT, _LIST, _CLOSING = 0, 1, 2
 
@@ -55,7 +56,7 @@ def skip_space(text: str, pos: int) -> int:
     return pos
 
 
-class CallListParser(ToolParser):
+class CallListParser(BufferedToolParser):
     """Content and lists of calls; subclasses name the markers and make the readers."""
 
     markers: ClassVar[tuple[str, ...]] = ()
@@ -67,10 +68,8 @@ class CallListParser(ToolParser):
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)
-        self._buf = ""
         self._state = _CONTENT
         self._at_start = True
-        self._after_list = False
         self._marker = ""
         self._reader: CallListReader | None = None
 
@@ -94,13 +93,6 @@ class CallListParser(ToolParser):
             return hit
         return marker_tail(text, self.markers)
 
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        return self._run(final=True)
-
     def _run(self, final: bool) -> list[Event]:
         events: list[Event] = []
         while True:
@@ -108,9 +100,9 @@ class CallListParser(ToolParser):
                 buf = self._buf
                 found = self.find_opening(buf, self._at_start)
                 if isinstance(found, int):
-                    keep = 0 if final else found
-                    self._content(events, buf[: len(buf) - keep])
-                    self._buf = buf[len(buf) - keep :]
+                    cut = len(buf) if final else len(buf) - found
+                    self._content(events, buf[:cut])
+                    self._buf = buf[cut:]
                     return events
                 at, marker = found
                 self._content(events, buf[:at])
@@ -136,7 +128,7 @@ class CallListParser(ToolParser):
                         self._buf = rest[len(self.end_marker) :]
                     elif not final and self.end_marker.startswith(rest):
                         return events
-                self._after_list = True
+                self._after_call = True
                 self._state = _CONTENT
 
     def _unreadable(self, events: list[Event]) -> None:
@@ -152,11 +144,7 @@ class CallListParser(ToolParser):
         self._state = _CONTENT
 
     def _content(self, events: list[Event], text: str) -> None:
-        if self._after_list:
-            text = text.lstrip()
-            if not text:
-                return
-            self._after_list = False
-        if text:
+        sent = len(events)
+        super()._content(events, text)
+        if len(events) > sent:
             self._at_start = False
-            events.append(text)

@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from dyn.core.parsers.events import Event, Reasoning, ToolCallStart
-from dyn.core.parsers.text import find_first, marker_tail
+from dyn.core.parsers.stream import BufferedParser
+from dyn.core.parsers.text import find_first, split_held
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall, ToolParser
 from dyn.core.parsers.tool.json_list import CallObject, JsonCallList
 
@@ -90,7 +91,7 @@ class _CohereCallList(JsonCallList):
         self._object = _CohereCall()  # JsonCallList reads each element with this object
 
 
-class CohereCommandToolParser(ToolParser):
+class CohereCommandToolParser(BufferedParser, ToolParser):
     """The Cohere Command section format; subclasses name their markers (see the module)."""
 
     needs_special_tokens = True  # the section markers are special tokens (melody needs them)
@@ -116,18 +117,10 @@ class CohereCommandToolParser(ToolParser):
         self._mode = _THINKING if thinking else _ANSWER
         self._markers = tuple(self.sections)
         self._text_markers = (*self._markers, CITATION_START, CITATION_END)
-        self._buf = ""
         self._space = ""
         """Whitespace at the end of the text so far, sent once more text follows."""
         self._action = ""
         self._calls = _CohereCallList()
-
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        return self._run(final=True)
 
     def _run(self, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -137,9 +130,8 @@ class CohereCommandToolParser(ToolParser):
             buf = self._buf
             hit = find_first(buf, markers)
             if hit is None:
-                keep = 0 if final else marker_tail(buf, markers)
-                self._text(events, buf[: len(buf) - keep], final)
-                self._buf = buf[len(buf) - keep :]
+                ready, self._buf = split_held(buf, markers, final)
+                self._text(events, ready, final)
                 return events
             at, marker = hit
             self._text(events, buf[:at], final=False)

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
-from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter, parameter_schema, typed_value, value_text
+from dyn.core.parsers.events import Event
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
+from dyn.core.parsers.tool.kv_arguments import MemberCalls, parameter_schema, typed_value, value_text
 from dyn.core.parsers.tool.sectioned import SectionedToolParser
 
 DSML = "\uff5cDSML\uff5c"
@@ -39,44 +40,31 @@ _PARAMETER = re.compile(
 
 
 @TOOL_PARSERS.register("deepseek_v32", "deepseek_v3_2")
-class DeepSeekV32ToolParser(SectionedToolParser):
+class DeepSeekV32ToolParser(MemberCalls, SectionedToolParser):
     section_starts = (CALLS_BEGIN,)
     section_ends = (CALLS_END,)
     call_start = INVOKE
     call_end = INVOKE_END
     needs_special_tokens = False  # DSML is plain text; vLLM asks for no change
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self.call_begin()
-
-    def call_begin(self) -> None:
-        self._name: str | None = None
-        self._pos = 0
-        self._args = ArgumentsWriter()
-
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
         if self._name is None:
             head = _HEAD.match(body)
             if head is None:
-                return [self.raw_call(body, complete)] if complete or final else []
-            self._name, self._pos = head.group(1), head.end()
-            events.append(ToolCallStart(self._name))
-        while (parameter := _PARAMETER.search(body, self._pos)) is not None:
-            key, is_string, text = parameter.groups()
-            if is_string == "true":
-                value = text
-            else:
-                value = typed_value(
-                    text.strip(),
-                    parameter_schema(self.tools.get(self._name), key) if is_string is None else {},
-                )
-            events.append(ToolCallArgs(self._args.member(key, value)))
-            self._pos = parameter.end()
+                return self.unreadable(body, complete, final)
+            self.start_call(events, head.group(1), head.end())
+        self.add_members(events, body, _PARAMETER, self._parameter)
         if complete:
-            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+            self.end_call(events)
         return events
+
+    def _parameter(self, parameter: re.Match[str]) -> tuple[str, Any]:
+        key, is_string, text = parameter.groups()
+        if is_string == "true":
+            return key, text
+        schema = parameter_schema(self.tools.get(self._name or ""), key) if is_string is None else {}
+        return key, typed_value(text.strip(), schema)
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:

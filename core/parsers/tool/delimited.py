@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.text import JsonScanner, marker_tail
-from dyn.core.parsers.tool import Tool, ToolParser
+from dyn.core.parsers.text import JsonScanner, marker_tail, split_held
+from dyn.core.parsers.tool import Tool, ToolCall
+from dyn.core.parsers.tool.buffered import BufferedToolParser
 
 
-class DelimitedToolParser(ToolParser):
+class DelimitedToolParser(BufferedToolParser):
     """Calls between ``call_start`` and ``call_end``; subclasses read the body (``call_events``)."""
 
     call_start: ClassVar[str]
@@ -29,27 +30,19 @@ class DelimitedToolParser(ToolParser):
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)
-        self._buf = ""
         self._in_call = False
-        self._after_call = False
         self._searched = 0
         """How far the current call's body was searched for its end marker (a long call is not
         searched from its start at every piece)."""
         self._reader = self.body_reader()
+        self.call_begin()
 
     def feed(self, text: str) -> list[Event]:
         if not self._in_call and not self._buf and self.call_start[0] not in text:
-            if self._after_call:  # the common piece: plain content, nothing held
-                text = text.lstrip()
-                if not text:
-                    return []
-                self._after_call = False
-            return [text] if text else []
-        self._buf += text
-        return self._run(final=False)
-
-    def finish(self) -> list[Event]:
-        return self._run(final=True)
+            events: list[Event] = []  # the common piece: plain content, nothing held
+            self._content(events, text)
+            return events
+        return super().feed(text)
 
     def _run(self, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -58,9 +51,8 @@ class DelimitedToolParser(ToolParser):
             if not self._in_call:
                 hit = buf.find(self.call_start)
                 if hit < 0:
-                    keep = 0 if final else marker_tail(buf, (self.call_start,))
-                    self._content(events, buf[: len(buf) - keep])
-                    self._buf = buf[len(buf) - keep :]
+                    ready, self._buf = split_held(buf, (self.call_start,), final)
+                    self._content(events, ready)
                     return events
                 self._content(events, buf[:hit])
                 self._buf = buf[hit + len(self.call_start) :]
@@ -83,18 +75,14 @@ class DelimitedToolParser(ToolParser):
             self._in_call = False
             self._after_call = True
 
-    def _content(self, events: list[Event], text: str) -> None:
-        if self._after_call:
-            text = text.lstrip()
-            if not text:
-                return
-            self._after_call = False
-        if text:
-            events.append(text)
-
     def raw_call(self, body: str, complete: bool = True) -> str:
         """A call that cannot be read, returned as content with its markers."""
         return self.call_start + body + (self.call_end if complete else "")
+
+    def unreadable(self, body: str, complete: bool, final: bool) -> list[Event]:
+        """The events of a body whose head cannot be read (yet): nothing while more may come,
+        and the call as content (``raw_call``) once it ended (``complete`` or ``final``)."""
+        return [self.raw_call(body, complete)] if complete or final else []
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -104,7 +92,8 @@ class DelimitedToolParser(ToolParser):
         return None
 
     def call_begin(self) -> None:
-        """A new call's start marker was read."""
+        """A new call's start marker was read (also called once when the parser is built, so
+        that overrides set up the per-call state there)."""
         if self._reader is not None:
             self._reader.reset()
 
@@ -129,6 +118,33 @@ class CallBodyReader(Protocol):
         """Events for the body so far; ``None`` when a body that ended cannot be read."""
 
 
+class VerbatimJson:
+    """Sends the text of one JSON value (a call's arguments) as it arrives, verbatim, up to
+    where the value ends.
+
+    ``send(text, events)``: ``text`` is the value's text so far (from its first character, or
+    whitespace before it), growing between calls. It appends a ``ToolCallArgs`` with the part
+    not sent yet (up to the value's end; nothing when there is none) and returns the index in
+    ``text`` just past the value, or -1 while it is still open; ``end`` keeps that answer.
+    """
+
+    __slots__ = ("_scanner", "_sent", "end")
+
+    def __init__(self) -> None:
+        self._scanner = JsonScanner()
+        self._sent = 0
+        self.end = -1
+
+    def send(self, text: str, events: list[Event]) -> int:
+        end = self._scanner.scan(text)
+        upto = end if end >= 0 else len(text)
+        if upto > self._sent:
+            events.append(ToolCallArgs(text[self._sent : upto]))
+            self._sent = upto
+        self.end = end
+        return end
+
+
 class JsonCallBody:
     """Reads a call body that is a JSON object holding the function's name and its arguments
     (``{"name": "f", "arguments": {...}}``), streaming the arguments as they arrive.
@@ -138,7 +154,7 @@ class JsonCallBody:
     (keys in another order, arguments as a JSON string) is read once the body is complete.
     """
 
-    __slots__ = ("head", "args_keys", "_started", "_args_at", "_sent", "_scanner", "_args_end")
+    __slots__ = ("head", "args_keys", "_started", "_args_at", "_args")
 
     def __init__(
         self, name_key: str = "name", args_keys: Sequence[str] = ("arguments", "parameters")
@@ -150,9 +166,7 @@ class JsonCallBody:
     def reset(self) -> None:
         self._started = False
         self._args_at = -1
-        self._sent = 0
-        self._scanner = JsonScanner()
-        self._args_end = -1
+        self._args = VerbatimJson()
 
     def events(
         self, body: str, complete: bool, final: bool = False, name_key: str = "name"
@@ -177,16 +191,9 @@ class JsonCallBody:
                 return [ToolCallStart(name), ToolCallArgs(arguments), TOOL_CALL_END]
             else:
                 return events
-        if self._args_end < 0:
-            args = body[self._args_at :]
-            end = self._scanner.scan(args)
-            upto = end if end >= 0 else len(args)
-            if upto > self._sent:
-                events.append(ToolCallArgs(args[self._sent : upto]))
-                self._sent = upto
-            if end >= 0:
-                self._args_end = end
-        if complete or (final and self._args_end >= 0):
+        if self._args.end < 0:
+            self._args.send(body[self._args_at :], events)
+        if complete or (final and self._args.end >= 0):
             events.append(TOOL_CALL_END)
         return events
 
@@ -222,6 +229,12 @@ def read_json_call(
         return None
     args: Any = next((obj[k] for k in args_keys if k in obj), {})
     return obj[name_key], arguments_json(args)
+
+
+def json_call(call: ToolCall, args_key: str = "arguments") -> str:
+    """A call written as the JSON object ``read_json_call`` reads back:
+    ``{"name": NAME, "<args_key>": ARGUMENTS}``, the arguments' JSON text as it is."""
+    return f'{{"name": {json.dumps(call.name)}, {json.dumps(args_key)}: {call.arguments}}}'
 
 
 def arguments_json(args: Any) -> str:

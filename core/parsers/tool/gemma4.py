@@ -25,10 +25,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
+from dyn.core.parsers.events import Event
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.delimited import DelimitedToolParser
-from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter
+from dyn.core.parsers.tool.kv_arguments import MemberCalls
 from dyn.core.parsers.tool.schema_values import coerce
 
 CALL_START = "<|tool_call>"
@@ -145,30 +145,24 @@ def read_member(text: str, pos: int, closer: str, ended: bool) -> tuple[str, str
 
 
 @TOOL_PARSERS.register("gemma4")
-class Gemma4ToolParser(DelimitedToolParser):
+class Gemma4ToolParser(MemberCalls, DelimitedToolParser):
     call_start = CALL_START
     call_end = CALL_END
     needs_special_tokens = True  # <|tool_call>, <tool_call|> and <|"|> are special tokens
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self.call_begin()
-
     def call_begin(self) -> None:
-        self._name: str | None = None
+        super().call_begin()
         self._closer = "}"
-        self._pos = 0
         self._closed = False
-        self._args = ArgumentsWriter()
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
         if self._name is None:
             head = _HEAD.match(body)
             if head is None:
-                return [self.raw_call(body, complete)] if complete or final else []
-            self._name, self._closer, self._pos = head.group(1), _CLOSING[head.group(2)], head.end()
-            events.append(ToolCallStart(self._name))
+                return self.unreadable(body, complete, final)
+            self._closer = _CLOSING[head.group(2)]
+            self.start_call(events, head.group(1), head.end())
         while not self._closed:
             pos = _skip(body, self._pos, _SPACE + ",")
             if pos < len(body) and body[pos] == self._closer:
@@ -178,9 +172,9 @@ class Gemma4ToolParser(DelimitedToolParser):
             if member is None:
                 break
             key, raw, self._pos = member
-            events.append(ToolCallArgs(self._args.member(key, self._value(key, raw))))
+            self.add_member(events, key, self._value(key, raw))
         if complete or (final and self._closed):
-            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+            self.end_call(events)
         return events
 
     def _value(self, key: str, raw: str) -> Any:

@@ -23,34 +23,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.events import Event
 from dyn.core.parsers.text import find_first
-from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.delimited import DelimitedToolParser
-from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter, parameter_schema, typed_value, value_text
+from dyn.core.parsers.tool.kv_arguments import MemberCalls, parameter_schema, typed_value, value_text
 
 _PAIR = re.compile(r"<arg_key>\s*([^<]*?)\s*</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.DOTALL)
 _NAME = re.compile(r"[\w.:\-]+")
 _NAME_ENDS = ("\n", "<arg_key>")
 
 
-class GlmToolParser(DelimitedToolParser):
-    """The GLM call format; subclasses differ in how they write calls (``render``)."""
+class GlmToolParser(MemberCalls, DelimitedToolParser):
+    """The GLM call format; subclasses differ in how they write calls (``render_newline``)."""
 
     call_start = "<tool_call>"
     call_end = "</tool_call>"
     needs_special_tokens = True  # vLLM keeps <tool_call> in the text (skip_special_tokens=False)
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self.call_begin()
-
     def call_begin(self) -> None:
-        self._name: str | None = None
+        super().call_begin()
         self._broken = False
-        self._pos = 0
-        self._args = ArgumentsWriter()
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -58,15 +53,17 @@ class GlmToolParser(DelimitedToolParser):
             if not self._broken:
                 self._read_name(body, complete, events)
             if self._name is None:
-                return [self.raw_call(body, complete)] if complete or final else []
-        while (pair := _PAIR.search(body, self._pos)) is not None:
-            key = pair.group(1)
-            value = typed_value(pair.group(2).strip(), parameter_schema(self.tools.get(self._name), key))
-            events.append(ToolCallArgs(self._args.member(key, value)))
-            self._pos = pair.end()
+                return self.unreadable(body, complete, final)
+        self.add_members(events, body, _PAIR, self._pair)
         if complete:
-            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+            self.end_call(events)
         return events
+
+    def _pair(self, pair: re.Match[str]) -> tuple[str, Any]:
+        key = pair.group(1)
+        return key, typed_value(
+            pair.group(2).strip(), parameter_schema(self.tools.get(self._name or ""), key)
+        )
 
     def _read_name(self, body: str, complete: bool, events: list[Event]) -> None:
         start = len(body) - len(body.lstrip())
@@ -78,34 +75,32 @@ class GlmToolParser(DelimitedToolParser):
         if not _NAME.fullmatch(name):
             self._broken = True
             return
-        self._name = name
-        self._pos = end
-        events.append(ToolCallStart(name))
+        self.start_call(events, name, end)
+
+    render_newline: ClassVar[str] = "\n"
+    """What ``render`` writes after the name, each key and each value, and between calls."""
+
+    @classmethod
+    def render(cls, calls: Sequence[ToolCall]) -> str:
+        nl = cls.render_newline
+        return nl.join(
+            f"<tool_call>{c.name}{nl}"
+            + "".join(
+                f"<arg_key>{k}</arg_key>{nl}<arg_value>{value_text(v)}</arg_value>{nl}"
+                for k, v in c.args.items()
+            )
+            + "</tool_call>"
+            for c in calls
+        )
 
 
 @TOOL_PARSERS.register("glm45")
 class Glm45ToolParser(GlmToolParser):
-    @classmethod
-    def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(
-            f"<tool_call>{c.name}\n"
-            + "".join(
-                f"<arg_key>{k}</arg_key>\n<arg_value>{value_text(v)}</arg_value>\n" for k, v in c.args.items()
-            )
-            + "</tool_call>"
-            for c in calls
-        )
+    """GLM-4.5/4.6: calls written with a newline after the name, each key and each value."""
 
 
 @TOOL_PARSERS.register("glm47")
 class Glm47ToolParser(GlmToolParser):
-    @classmethod
-    def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "".join(
-            f"<tool_call>{c.name}"
-            + "".join(
-                f"<arg_key>{k}</arg_key><arg_value>{value_text(v)}</arg_value>" for k, v in c.args.items()
-            )
-            + "</tool_call>"
-            for c in calls
-        )
+    """GLM-4.7: calls written without newlines."""
+
+    render_newline = ""

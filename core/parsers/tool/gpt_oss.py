@@ -24,42 +24,30 @@ from collections.abc import Sequence
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
 from dyn.core.parsers.harmony import (
-    ChannelText,
     HarmonyEvent,
-    HarmonyReader,
+    HarmonyParser,
     MessageEnd,
     MessageStart,
     MessageText,
     function_name,
-    harmony_encoding,
 )
 from dyn.core.parsers.text import JsonScanner
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall, ToolParser
 
 
 @TOOL_PARSERS.register("openai", "gpt_oss", "harmony")
-class GptOssToolParser(ToolParser):
-    needs_special_tokens = True  # Harmony's <|channel|>, <|message|>, ... are special tokens
+class GptOssToolParser(HarmonyParser, ToolParser):
     emits_reasoning = True
 
     def __init__(self, tools: Sequence[Tool] = (), prompt_text: str | None = None) -> None:
         """``prompt_text``: the rendered prompt, when the caller has it (see ``HarmonyReader``)."""
         super().__init__(tools)
-        self._reader = HarmonyReader(prompt_text)
-        self._channels = ChannelText()
-        self._in_call = False
+        self.start_harmony(prompt_text)
         self._args = ""
         self._scanner = JsonScanner()
 
-    @classmethod
-    def check(cls) -> None:
-        harmony_encoding()
-
-    def feed(self, text: str) -> list[Event]:
-        return self._events(self._reader.feed(text))
-
     def finish(self) -> list[Event]:
-        events = self._events(self._reader.finish())
+        events = super().finish()
         if self._in_call and self._scanner.scan(self._args) >= 0:
             events.append(TOOL_CALL_END)
             self._in_call = False

@@ -22,17 +22,14 @@ import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
-from dyn.core.parsers.tool.json_list import JsonCallList
+from dyn.core.parsers.tool.delimited import json_call
+from dyn.core.parsers.tool.json_list import JsonListParser
 
 
 @TOOL_PARSERS.register("granite")
-class GraniteToolParser(CallListParser):
+class GraniteToolParser(JsonListParser):
     markers = ("<|tool_call|>", "<tool_call>")
     output_openers = "["
-
-    def reader(self, marker: str) -> CallListReader:
-        return JsonCallList(array=True)
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
@@ -41,14 +38,10 @@ class GraniteToolParser(CallListParser):
 
 
 @TOOL_PARSERS.register("granite-20b-fc")
-class Granite20bFCToolParser(CallListParser):
+class Granite20bFCToolParser(JsonListParser):
     markers = ("<function_call>",)
-
-    def reader(self, marker: str) -> CallListReader:
-        return JsonCallList(array=False)
+    json_array = False
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(
-            f'<function_call> {{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls
-        )
+        return "\n".join(f"<function_call> {json_call(c)}" for c in calls)

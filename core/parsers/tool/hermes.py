@@ -12,11 +12,10 @@ own line between ``<tool_call>`` and ``</tool_call>``; text before the first cal
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.delimited import CallBodyReader, DelimitedToolParser, JsonCallBody
+from dyn.core.parsers.tool.delimited import CallBodyReader, DelimitedToolParser, JsonCallBody, json_call
 
 
 @TOOL_PARSERS.register("hermes", "qwen25", "qwen3")
@@ -30,7 +29,4 @@ class HermesToolParser(DelimitedToolParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(
-            f'<tool_call>\n{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}\n</tool_call>'
-            for c in calls
-        )
+        return "\n".join(f"{cls.call_start}\n{json_call(c)}\n{cls.call_end}" for c in calls)

@@ -13,24 +13,20 @@ is content. An array that is not calls is content, markers included. (vLLM also 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
-from dyn.core.parsers.tool.json_list import JsonCallList
+from dyn.core.parsers.tool.delimited import json_call
+from dyn.core.parsers.tool.json_list import JsonListParser
 
 
 @TOOL_PARSERS.register("hunyuan_a13b")
-class HunyuanA13BToolParser(CallListParser):
+class HunyuanA13BToolParser(JsonListParser):
     markers = ("<tool_calls>",)
     end_marker = "</tool_calls>"
     # vLLM asks for no change: the markers reach the text with special tokens skipped
 
-    def reader(self, marker: str) -> CallListReader:
-        return JsonCallList(array=True)
-
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        items = ", ".join(f'{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls)
+        items = ", ".join(json_call(c) for c in calls)
         return f"<tool_calls>[{items}]</tool_calls>"

@@ -11,11 +11,10 @@ content. vLLM reads only the first call of an output; this parser reads each one
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.delimited import CallBodyReader, DelimitedToolParser
+from dyn.core.parsers.tool.delimited import CallBodyReader, DelimitedToolParser, json_call
 from dyn.core.parsers.tool.json_list import CallObject
 
 
@@ -30,7 +29,4 @@ class InternLMToolParser(DelimitedToolParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(
-            f'{cls.call_start}\n{{"name": {json.dumps(c.name)}, "parameters": {c.arguments}}}{cls.call_end}'
-            for c in calls
-        )
+        return "\n".join(f"{cls.call_start}\n{json_call(c, 'parameters')}{cls.call_end}" for c in calls)

@@ -12,24 +12,21 @@ The array (or a single object, as Dynamo also reads it) ends where its JSON does
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
-from dyn.core.parsers.tool.json_list import JsonCallList
+from dyn.core.parsers.tool.delimited import json_call
+from dyn.core.parsers.tool.json_list import JsonListParser
 
 
 @TOOL_PARSERS.register("jamba")
-class JambaToolParser(CallListParser):
+class JambaToolParser(JsonListParser):
     markers = ("<tool_calls>",)
     end_marker = "</tool_calls>"
     needs_special_tokens = True  # vLLM's adjust_request: the markers are special tokens
-
-    def reader(self, marker: str) -> CallListReader:
-        return JsonCallList(array=None)
+    json_array = None
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        items = ",\n".join(f'    {{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls)
+        items = ",\n".join("    " + json_call(c) for c in calls)
         return f"<tool_calls>[\n{items}\n]</tool_calls>"

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 from dyn.core.parsers.events import Event
 from dyn.core.parsers.text import JsonScanner
-from dyn.core.parsers.tool.call_lists import CallListReader, skip_space
+from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader, skip_space
 from dyn.core.parsers.tool.delimited import JsonCallBody
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
@@ -177,3 +178,13 @@ class JsonCallList(CallListReader):
             self.end = self._last_end
         else:
             self.failed = True
+
+
+class JsonListParser(CallListParser):
+    """A ``CallListParser`` whose every list is JSON call objects (``JsonCallList``), an array or
+    not as ``json_array`` says (``None``: whichever the text starts with)."""
+
+    json_array: ClassVar[bool | None] = True
+
+    def reader(self, marker: str) -> CallListReader:
+        return JsonCallList(array=self.json_array)

@@ -30,10 +30,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
 from dyn.core.parsers.tool.content_markers import ContentMarkers
-from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter
+from dyn.core.parsers.tool.kv_arguments import MemberCalls
 from dyn.core.parsers.tool.sectioned import SectionedToolParser
 
 OPEN, CLOSE, SEP = "<|open|>", "<|close|>", "<|sep|>"
@@ -82,8 +82,14 @@ def argument_value(kind: str, text: str) -> Any:
         return text
 
 
+def _argument(argument: re.Match[str]) -> tuple[str, Any]:
+    """(key, value) of an ``argument`` element."""
+    attrs = attributes(argument.group(1))
+    return attrs.get("key", ""), argument_value(attrs.get("type", "string"), argument.group(2))
+
+
 @TOOL_PARSERS.register("kimi_k3")
-class KimiK3ToolParser(SectionedToolParser):
+class KimiK3ToolParser(MemberCalls, SectionedToolParser):
     section_starts = (TOOLS_OPEN,)
     section_ends = (TOOLS_CLOSE,)
     call_start = CALL_OPEN
@@ -93,7 +99,6 @@ class KimiK3ToolParser(SectionedToolParser):
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)
         self._markers = ContentMarkers((RESPONSE_OPEN, RESPONSE_CLOSE, MESSAGE_CLOSE))
-        self.call_begin()
 
     def feed(self, text: str) -> list[Event]:
         return self._markers.apply(super().feed(text))
@@ -101,27 +106,17 @@ class KimiK3ToolParser(SectionedToolParser):
     def finish(self) -> list[Event]:
         return self._markers.apply(super().finish(), final=True)
 
-    def call_begin(self) -> None:
-        self._name: str | None = None
-        self._pos = 0
-        self._args = ArgumentsWriter()
-
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
         if self._name is None:
             head = _HEAD.match(body)
             name = attributes(head.group(1)).get("tool") if head is not None else None
             if head is None or not name:
-                return [self.raw_call(body, complete)] if complete or final else []
-            self._name, self._pos = name, head.end()
-            events.append(ToolCallStart(name))
-        while (argument := _ARGUMENT.search(body, self._pos)) is not None:
-            attrs = attributes(argument.group(1))
-            value = argument_value(attrs.get("type", "string"), argument.group(2))
-            events.append(ToolCallArgs(self._args.member(attrs.get("key", ""), value)))
-            self._pos = argument.end()
+                return self.unreadable(body, complete, final)
+            self.start_call(events, name, head.end())
+        self.add_members(events, body, _ARGUMENT, _argument)
         if complete:
-            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+            self.end_call(events)
         return events
 
     @classmethod

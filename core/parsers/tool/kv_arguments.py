@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
 from dyn.core.parsers.tool import Tool
 
 
@@ -62,3 +64,50 @@ class ArgumentsWriter:
 def value_text(value: Any) -> str:
     """How key/value formats write a value: strings as they are, the rest as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class MemberCalls:
+    """The current call of a ``DelimitedToolParser`` format whose body is a head naming the
+    function and then the arguments one key/value at a time (GLM, DSML, MiniMax, Kimi K3,
+    Step-3, Gemma 4). Mixed in before the parser base, so that its ``call_begin`` resets the
+    state at each call's start marker (and when the parser is built).
+
+    ``_name``: the function, ``None`` until the head is read; ``_pos``: where in the body the
+    next member is searched; ``_args``: the writer of the arguments object. ``start_call``,
+    ``add_member`` and ``end_call`` append the events of each step.
+    """
+
+    _name: str | None
+    _pos: int
+    _args: ArgumentsWriter
+
+    def call_begin(self) -> None:
+        self._name = None
+        self._pos = 0
+        self._args = ArgumentsWriter()
+
+    def start_call(self, events: list[Event], name: str, pos: int) -> None:
+        """The head is read: the call of ``name`` starts; its members are searched from ``pos``."""
+        self._name, self._pos = name, pos
+        events.append(ToolCallStart(name))
+
+    def add_member(self, events: list[Event], key: str, value: Any) -> None:
+        """The next argument, ``key`` = ``value``, goes out as a piece of the object."""
+        events.append(ToolCallArgs(self._args.member(key, value)))
+
+    def add_members(
+        self,
+        events: list[Event],
+        body: str,
+        pattern: re.Pattern[str],
+        member: Callable[[re.Match[str]], tuple[str, Any]],
+    ) -> None:
+        """Every complete member that ``pattern`` finds in ``body`` from ``_pos`` on goes out
+        (``member`` reads its key and value from the match); ``_pos`` moves past each."""
+        while (match := pattern.search(body, self._pos)) is not None:
+            self.add_member(events, *member(match))
+            self._pos = match.end()
+
+    def end_call(self, events: list[Event]) -> None:
+        """The body is complete: the object closes and the call ends."""
+        events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]

@@ -13,11 +13,11 @@ whose first object is not a call. Text after the calls is content.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
+from dyn.core.parsers.tool.delimited import json_call
 from dyn.core.parsers.tool.json_list import JsonCallList
 
 
@@ -31,4 +31,4 @@ class Llama3JsonToolParser(CallListParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "; ".join(f'{{"name": {json.dumps(c.name)}, "parameters": {c.arguments}}}' for c in calls)
+        return "; ".join(json_call(c, "parameters") for c in calls)

@@ -13,10 +13,7 @@ it (the arguments stream verbatim); text before, between and after calls is cont
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-
-from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
+from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.core.parsers.tool.hermes import HermesToolParser
 
 
@@ -25,10 +22,3 @@ class LongCatToolParser(HermesToolParser):
     call_start = "<longcat_tool_call>"
     call_end = "</longcat_tool_call>"
     needs_special_tokens = True  # vLLM's adjust_request (the parser it derives from Hermes')
-
-    @classmethod
-    def render(cls, calls: Sequence[ToolCall]) -> str:
-        return "\n".join(
-            f'{cls.call_start}\n{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}\n{cls.call_end}'
-            for c in calls
-        )

@@ -19,11 +19,10 @@ text. Calls, arguments streamed a parameter at a time, cut-off and unreadable ca
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 from dyn.core.parsers.events import Event, ToolCallArgs
 from dyn.core.parsers.text import find_first
-from dyn.core.parsers.tool import TOOL_PARSERS, Tool
+from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.core.parsers.tool.qwen3_coder import FunctionReader, Qwen3CoderToolParser, convert_value
 
 _FUNCTION_END, _PARAMETER, _PARAMETER_END = "</function>", "<parameter=", "</parameter>"
@@ -55,10 +54,6 @@ class VerbatimFunctionReader(FunctionReader):
 class MiMoToolParser(Qwen3CoderToolParser):
     needs_special_tokens = True  # vLLM's adjust_request (its parser engine keeps special tokens)
     parameter_format = "<parameter={name}>{text}</parameter>\n"
-
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self._functions = VerbatimFunctionReader(self.tools)
 
     def call_begin(self) -> None:
         self._functions = VerbatimFunctionReader(self.tools)

@@ -48,9 +48,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
-from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter, value_text
+from dyn.core.parsers.tool.kv_arguments import MemberCalls, value_text
 from dyn.core.parsers.tool.schema_values import coerce, schema_types
 from dyn.core.parsers.tool.sectioned import SectionedToolParser
 
@@ -85,17 +85,8 @@ def _name(match: re.Match[str]) -> str:
     return (match.group(1) or match.group(2) or match.group(3) or "").strip()
 
 
-class _MiniMaxParser(SectionedToolParser):
+class _MiniMaxParser(MemberCalls, SectionedToolParser):
     """The block and invoke markers of one MiniMax generation; the body is read by subclasses."""
-
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self.call_begin()
-
-    def call_begin(self) -> None:
-        self._name: str | None = None
-        self._pos = 0
-        self._args = ArgumentsWriter()
 
     def _read_head(self, body: str, events: list[Event]) -> bool:
         """Reads the invoke's name (``"NAME">``); False while it is not (or cannot be) read."""
@@ -104,8 +95,7 @@ class _MiniMaxParser(SectionedToolParser):
         head = _HEAD.match(body)
         if head is None or not _name(head):
             return False
-        self._name, self._pos = _name(head), head.end()
-        events.append(ToolCallStart(self._name))
+        self.start_call(events, _name(head), head.end())
         return True
 
 
@@ -120,20 +110,17 @@ class MiniMaxM2ToolParser(_MiniMaxParser):
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
         if not self._read_head(body, events):
-            return [self.raw_call(body, complete)] if complete or final else []
-        while (parameter := _PARAMETER.search(body, self._pos)) is not None:
-            self._member(_name(parameter), parameter.group(4), events)
-            self._pos = parameter.end()
+            return self.unreadable(body, complete, final)
+        self.add_members(events, body, _PARAMETER, lambda p: self._member(_name(p), p.group(4)))
         if complete:
             last = _OPEN_PARAMETER.search(body, self._pos)
             if last is not None:  # not closed before </invoke>
-                self._member(_name(last), last.group(4).removesuffix("\n"), events)
-            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+                self.add_member(events, *self._member(_name(last), last.group(4).removesuffix("\n")))
+            self.end_call(events)
         return events
 
-    def _member(self, key: str, text: str, events: list[Event]) -> None:
-        value = coerce(text, self._schema(key))
-        events.append(ToolCallArgs(self._args.member(key, value)))
+    def _member(self, key: str, text: str) -> tuple[str, Any]:
+        return key, coerce(text, self._schema(key))
 
     def _schema(self, key: str) -> Any:
         """The schema of parameter ``key`` of the tool being called; ``None`` when not listed."""
@@ -288,7 +275,7 @@ class MiniMaxM3ToolParser(_MiniMaxParser):
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
         if not self._read_head(body, events):
-            return [self.raw_call(body, complete)] if complete or final else []
+            return self.unreadable(body, complete, final)
         if complete:
             schema = {"properties": _properties(self.tools.get(self._name or ""))}
             arguments = elements_object(read_elements(body, self._pos), schema)

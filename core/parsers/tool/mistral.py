@@ -24,10 +24,10 @@ import random
 import string
 from collections.abc import Sequence
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.text import JsonScanner
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallStart
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader, skip_space
+from dyn.core.parsers.tool.delimited import VerbatimJson
 from dyn.core.parsers.tool.json_list import JsonCallList
 
 _ID_CHARS = string.ascii_letters + string.digits
@@ -52,8 +52,7 @@ class MistralCalls(CallListReader):
         self._json: JsonCallList | None = None
         self._head_at = -1
         self._args_at = -1
-        self._scanner = JsonScanner()
-        self._sent = 0
+        self._args = VerbatimJson()
 
     def read(self, text: str, final: bool) -> list[Event]:
         if self._json is None and self._head_at < 0:
@@ -80,12 +79,7 @@ class MistralCalls(CallListReader):
             name, call_id, self._args_at = head
             self.calls = 1
             events.append(ToolCallStart(name, call_id if is_call_id(call_id) else new_call_id()))
-        args = text[self._args_at :]
-        end = self._scanner.scan(args)
-        upto = end if end >= 0 else len(args)
-        if upto > self._sent:
-            events.append(ToolCallArgs(args[self._sent : upto]))
-            self._sent = upto
+        end = self._args.send(text[self._args_at :], events)
         if end >= 0:
             events.append(TOOL_CALL_END)
             self.end = self._args_at + end

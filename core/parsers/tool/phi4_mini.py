@@ -13,12 +13,12 @@ array).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.call_list_readers import ClosedList
 from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
+from dyn.core.parsers.tool.delimited import json_call
 from dyn.core.parsers.tool.json_list import JsonCallList
 
 
@@ -31,5 +31,5 @@ class Phi4MiniJsonToolParser(CallListParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        items = ", ".join(f'{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls)
+        items = ", ".join(json_call(c) for c in calls)
         return f"functools[{items}]"

@@ -208,17 +208,13 @@ class Qwen3CoderToolParser(DelimitedToolParser):
     call_start = "<tool_call>"
     call_end = "</tool_call>"
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self._functions = FunctionReader(self.tools)
-
     def call_begin(self) -> None:
         self._functions = FunctionReader(self.tools)
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events = self._functions.read(body, complete, final)
         if self._functions.unreadable:
-            return [self.raw_call(body, complete)] if complete or final else []
+            return self.unreadable(body, complete, final)
         return events
 
     parameter_format: ClassVar[str] = "<parameter={name}>\n{text}\n</parameter>\n"

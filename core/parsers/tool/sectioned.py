@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.text import JsonScanner, find_first, marker_tail
+from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallStart
+from dyn.core.parsers.text import find_first, split_held
 from dyn.core.parsers.tool import Tool
-from dyn.core.parsers.tool.delimited import DelimitedToolParser
+from dyn.core.parsers.tool.delimited import DelimitedToolParser, VerbatimJson
 
 _OUTSIDE, _OPENED, _INSIDE = 0, 1, 2
 
@@ -80,9 +80,9 @@ def _until(buf: str, markers: tuple[str, ...], final: bool, out: list[str]) -> t
     without one, all but a tail that may begin one: (that tail, None)."""
     hit = find_first(buf, markers)
     if hit is None:
-        keep = 0 if final else marker_tail(buf, markers)
-        out.append(buf[: len(buf) - keep])
-        return buf[len(buf) - keep :], None
+        ready, held = split_held(buf, markers, final)
+        out.append(ready)
+        return held, None
     at, marker = hit
     out.append(buf[:at])
     return buf[at + len(marker) :], marker
@@ -111,7 +111,7 @@ class JsonArgsBody:
     before a head was read is unreadable (``None``).
     """
 
-    __slots__ = ("read_head", "_args_at", "_sent", "_scanner", "_args_end")
+    __slots__ = ("read_head", "_args_at", "_args")
 
     def __init__(self, read_head: HeadReader) -> None:
         self.read_head = read_head
@@ -119,9 +119,7 @@ class JsonArgsBody:
 
     def reset(self) -> None:
         self._args_at = -1
-        self._sent = 0
-        self._scanner = JsonScanner()
-        self._args_end = -1
+        self._args = VerbatimJson()
 
     def events(self, body: str, complete: bool, final: bool) -> list[Event] | None:
         events: list[Event] = []
@@ -131,14 +129,8 @@ class JsonArgsBody:
                 return None if complete or final else events
             self._args_at = head.args_at
             events.append(ToolCallStart(head.name, head.id))
-        if self._args_end < 0:
-            args = body[self._args_at :]
-            end = self._scanner.scan(args)
-            upto = end if end >= 0 else len(args)
-            if upto > self._sent:
-                events.append(ToolCallArgs(args[self._sent : upto]))
-                self._sent = upto
-            self._args_end = end
-        if complete or (final and self._args_end >= 0):
+        if self._args.end < 0:
+            self._args.send(body[self._args_at :], events)
+        if complete or (final and self._args.end >= 0):
             events.append(TOOL_CALL_END)
         return events

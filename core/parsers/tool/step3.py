@@ -26,9 +26,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
-from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
-from dyn.core.parsers.tool.kv_arguments import ArgumentsWriter, value_text
+from dyn.core.parsers.events import Event
+from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
+from dyn.core.parsers.tool.kv_arguments import MemberCalls, value_text
 from dyn.core.parsers.tool.qwen3_coder import convert_value
 from dyn.core.parsers.tool.sectioned import SectionedToolParser
 
@@ -43,22 +43,16 @@ _PARAMETER = re.compile(r'<steptml:parameter name="([^"<>]*)">(.*?)</steptml:par
 
 
 @TOOL_PARSERS.register("step3")
-class Step3ToolParser(SectionedToolParser):
+class Step3ToolParser(MemberCalls, SectionedToolParser):
     section_starts = (SECTION_BEGIN,)
     section_ends = (SECTION_END,)
     call_start = CALL_BEGIN
     call_end = CALL_END
     needs_special_tokens = True  # vLLM's adjust_request: the markers are special tokens
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
-        super().__init__(tools)
-        self.call_begin()
-
     def call_begin(self) -> None:
-        self._name: str | None = None
+        super().call_begin()
         self._properties: Mapping[str, Any] = {}
-        self._pos = 0
-        self._args = ArgumentsWriter()
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -66,22 +60,21 @@ class Step3ToolParser(SectionedToolParser):
             head = _HEAD.match(body)
             kind = head.group(1) if head is not None else None
             if head is None or not head.group(2).strip() or (kind is not None and kind != "function"):
-                return [self.raw_call(body, complete)] if complete or final else []
-            self._name = head.group(2).strip()
-            tool = self.tools.get(self._name)
+                return self.unreadable(body, complete, final)
+            name = head.group(2).strip()
+            tool = self.tools.get(name)
             properties = (tool.parameters or {}).get("properties") if tool is not None else None
             self._properties = properties if isinstance(properties, Mapping) else {}
-            self._pos = head.end()
-            events.append(ToolCallStart(self._name))
-        while (parameter := _PARAMETER.search(body, self._pos)) is not None:
-            key, raw = parameter.group(1), parameter.group(2).strip()
-            schema = self._properties.get(key)
-            value = raw if schema is None else convert_value(raw, schema)
-            events.append(ToolCallArgs(self._args.member(key, value)))
-            self._pos = parameter.end()
+            self.start_call(events, name, head.end())
+        self.add_members(events, body, _PARAMETER, self._parameter)
         if complete:
-            events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+            self.end_call(events)
         return events
+
+    def _parameter(self, parameter: re.Match[str]) -> tuple[str, Any]:
+        key, raw = parameter.group(1), parameter.group(2).strip()
+        schema = self._properties.get(key)
+        return key, raw if schema is None else convert_value(raw, schema)
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:

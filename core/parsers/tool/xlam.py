@@ -21,13 +21,13 @@ marker included.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from dyn.core.parsers.text import find_first, marker_tail
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.call_list_readers import ClosedList
 from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader, skip_space
+from dyn.core.parsers.tool.delimited import json_call
 from dyn.core.parsers.tool.json_list import JsonCallList
 
 THINK_END = "</think>"
@@ -68,5 +68,5 @@ class XLamToolParser(CallListParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
-        items = ", ".join(f'{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls)
+        items = ", ".join(json_call(c) for c in calls)
         return f"[{items}]"
