@@ -1,4 +1,4 @@
-"""The few raw-ASGI helpers dyn's HTTP apps (frontend, indexer) share."""
+"""The few raw-ASGI helpers dyn's HTTP apps (frontend, router, indexer, workers) share."""
 
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ async def lifespan(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def http_request(scope: dict[str, Any], receive: Any, send: Any) -> bool:
+    """Whether ``scope`` is an HTTP request for the app to answer. A lifespan scope is served
+    here (``lifespan``) and any other (a websocket) is left unanswered; both give False."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return False
+    return scope["type"] == "http"
 
 
 DISCONNECT_HOOK = "dyn.disconnect_hook"

@@ -7,7 +7,7 @@ import contextlib
 import socket
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import zmq
@@ -15,6 +15,9 @@ import zmq
 from dyn.core.errors import ConfigError
 from dyn.core.memory import settle_heap
 from dyn.core.transport.sockets import bind
+
+if TYPE_CHECKING:
+    from dyn.core.config import DiscoveryConfig
 
 
 def run_service(main: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -70,16 +73,10 @@ def bind_zmq(sock: zmq.Socket, host: str, port: int, flag: str) -> str:
 
 
 def model_and_store(
-    model_path: str | None,
-    model_name: str | None,
-    backend: str,
-    namespace: str,
-    discovery_dir: str | None,
-    etcd_endpoints: str | None = None,
+    model_path: str | None, model_name: str | None, discovery: DiscoveryConfig
 ) -> tuple[str, Any]:
-    """The served model's name and the workers' discovery store of a service that follows them
-    (router, indexer); ``ConfigError`` says what to fix."""
-    from dyn.core.discovery.store import open_store
+    """The served model's name and the workers' discovery store (``discovery.open()``) of a
+    service that follows them (router, indexer); ``ConfigError`` says what to fix."""
     from dyn.core.model.info import ModelError, load_model_info
 
     try:
@@ -87,7 +84,7 @@ def model_and_store(
     except ModelError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return name, open_store(backend, namespace, discovery_dir, etcd_endpoints=etcd_endpoints)
+        return name, discovery.open()
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -23,8 +23,11 @@ LABELS = ("negative", "neutral", "positive")
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
-    import torch
-    from make_tiny_llama import llama_config, tiny_tokenizer  # this script's directory is on sys.path
+    from make_tiny_llama import (
+        llama_config,
+        save_random_model,
+        tiny_tokenizer,
+    )  # this script's directory is on sys.path
     from transformers import LlamaForSequenceClassification
 
     out = Path(out_dir)
@@ -35,10 +38,7 @@ def generate(out_dir: str | Path) -> Path:
     config.num_labels = len(LABELS)
     config.id2label = dict(enumerate(LABELS))
     config.label2id = {label: i for i, label in enumerate(LABELS)}
-    torch.manual_seed(SEED)
-    model = LlamaForSequenceClassification(config).to(torch.bfloat16)
-    model.save_pretrained(str(out), safe_serialization=True)
-    return out
+    return save_random_model(LlamaForSequenceClassification, config, out, SEED)
 
 
 def main(argv: list[str]) -> int:

@@ -70,16 +70,22 @@ def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
 def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
     """Write the model directory into ``out_dir`` (created if needed), with a context of
     ``context`` tokens, and return its path."""
-    import torch
     from transformers import LlamaForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = tiny_tokenizer()
     tokenizer.save_pretrained(str(out))
-    config = llama_config(tokenizer, context)
-    torch.manual_seed(SEED)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    return save_random_model(LlamaForCausalLM, llama_config(tokenizer, context), out, SEED)
+
+
+def save_random_model(model_class, config, out: Path, seed: int) -> Path:
+    """Write ``model_class(config)`` into ``out`` (its config, and its weights as safetensors in
+    bfloat16, random from torch's generator seeded with ``seed``) and return ``out``."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_class(config).to(torch.bfloat16)
     model.save_pretrained(str(out), safe_serialization=True)
     return out
 

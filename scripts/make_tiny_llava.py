@@ -66,8 +66,11 @@ CHAT_TEMPLATE = (
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
-    import torch
-    from make_tiny_llama import llama_config, tiny_tokenizer  # this script's directory is on sys.path
+    from make_tiny_llama import (
+        llama_config,
+        save_random_model,
+        tiny_tokenizer,
+    )  # this script's directory is on sys.path
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
@@ -124,10 +127,7 @@ def generate(out_dir: str | Path) -> Path:
         tie_word_embeddings=True,
         torch_dtype="bfloat16",
     )
-    torch.manual_seed(SEED)
-    model = LlavaForConditionalGeneration(config).to(torch.bfloat16)
-    model.save_pretrained(str(out), safe_serialization=True)
-    return out
+    return save_random_model(LlavaForConditionalGeneration, config, out, SEED)
 
 
 def main(argv: list[str]) -> int:

@@ -39,28 +39,21 @@ source "$repo/scripts/lib/cache_lock.sh"
 source "$repo/scripts/lib/engine_venv.sh"
 hold_cache_lock "$venv"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import sglang" 2>/dev/null; then
-  say "cached venv $venv"
-else
-  say "building $venv (sglang $version; a few minutes and about 8 GB on a cold cache)"
-  rm -rf "$venv"
-  if [ -n "${DYN_PROVISION_BUILD:-}" ]; then
-    $DYN_PROVISION_BUILD "$venv" >&2
-  else
-    "$python" -m venv "$venv"
-    pip=("$venv/bin/pip" install -qq --disable-pip-version-check)
-    "${pip[@]}" torch==2.14.1 torchvision==0.29.1 >&2
-    "${pip[@]}" --no-deps "sglang==$version" >&2
-    "${pip[@]}" -r "$repo/scripts/sglang_cpu/requirements.txt" torch==2.14.1 torchvision==0.29.1 >&2
-    "${pip[@]}" -e "$repo" torch==2.14.1 >&2
-    if ! "$venv/bin/python" -c "import sgl_kernel" 2>/dev/null; then
-      site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-      cp -r "$repo/scripts/sglang_cpu/sgl_kernel" "$site/"
-    fi
+install_engine() {
+  "$python" -m venv "$1"
+  local pip=("$1/bin/pip" install -qq --disable-pip-version-check)
+  "${pip[@]}" torch==2.14.1 torchvision==0.29.1 >&2
+  "${pip[@]}" --no-deps "sglang==$version" >&2
+  "${pip[@]}" -r "$repo/scripts/sglang_cpu/requirements.txt" torch==2.14.1 torchvision==0.29.1 >&2
+  "${pip[@]}" -e "$repo" torch==2.14.1 >&2
+  if ! "$1/bin/python" -c "import sgl_kernel" 2>/dev/null; then
+    local site
+    site=$("$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    cp -r "$repo/scripts/sglang_cpu/sgl_kernel" "$site/"
   fi
-  SGLANG_USE_CPU_ENGINE=1 "$venv/bin/python" -c "import sglang, sglang.srt.entrypoints.engine" >&2
-  echo "$want" > "$stamp"
-fi
+}
+check_engine() { SGLANG_USE_CPU_ENGINE=1 "$1/bin/python" -c "import sglang, sglang.srt.entrypoints.engine" >&2; }
+build_engine_venv "$venv" "$stamp" "$want" sglang "sglang $version; a few minutes and about 8 GB on a cold cache"
 # dyn from this checkout; the tiny model, rewritten when its generator or dyn-tiny's files change
 finish_engine_venv "$venv" "$repo" "$context"
 echo "$venv"

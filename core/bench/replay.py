@@ -437,6 +437,18 @@ class _Flight:
         self.prefilling = False
         """In its prefill stage on a prefill worker (disaggregated): its tokens there are dropped."""
 
+    def record(self, end_s: float, **outcome: Any) -> RequestRecord:
+        """This request's record, ended at ``end_s``: its conversation (also its group), turn and
+        arrival, with ``outcome``'s fields (``RequestRecord``'s others)."""
+        return RequestRecord(
+            conversation=self.conversation,
+            group=self.conversation,
+            turn=self.turn,
+            start_s=self.arrival,
+            end_s=end_s,
+            **outcome,
+        )
+
 
 class _Simulation:
     def __init__(self, rows: Sequence[TraceRow], settings: ReplaySettings) -> None:
@@ -728,12 +740,8 @@ class _Simulation:
             flight.coro.close()
             flight.coro = None
         self.records.append(
-            RequestRecord(
-                conversation=flight.conversation,
-                group=flight.conversation,
-                turn=flight.turn,
-                start_s=flight.arrival,
-                end_s=self.now,
+            flight.record(
+                self.now,
                 prompt_tokens=flight.row.input_length,
                 worker=None if flight.worker is None else flight.worker.label,
                 error=kind,
@@ -856,12 +864,8 @@ class _Simulation:
             first = flight.first if flight.first is not None else now
             admitted = flight.admitted if flight.admitted is not None else first
             self.records.append(
-                RequestRecord(
-                    conversation=flight.conversation,
-                    group=flight.conversation,
-                    turn=flight.turn,
-                    start_s=flight.arrival,
-                    end_s=now,
+                flight.record(
+                    now,
                     ttft_s=first - flight.arrival,
                     itl_s=flight.itl,
                     prompt_tokens=fin.prompt_tokens,

@@ -34,7 +34,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -80,24 +80,20 @@ class RunOutcome:
     wall_s: float
 
 
+@dataclass(eq=False)
 class _Run:
-    def __init__(
-        self,
-        workload: Workload,
-        client: httpx.AsyncClient,
-        options: ClientOptions,
-        load: LoadSettings,
-        on_record: Callable[[RequestRecord], None] | None,
-    ) -> None:
-        self.workload = workload
-        self.client = client
-        self.options = options
-        self.load = load
-        self.on_record = on_record
-        self.records: list[RequestRecord] = []
-        self.started_requests = 0
-        self.origin = time.perf_counter()
-        self.run_id = secrets.token_hex(4)
+    """One load run: what it sends, how, and its records so far. ``origin``: when it began
+    (``time.perf_counter``); ``run_id``: fresh per run (``own_sessions``)."""
+
+    workload: Workload
+    client: httpx.AsyncClient
+    options: ClientOptions
+    load: LoadSettings
+    on_record: Callable[[RequestRecord], None] | None
+    records: list[RequestRecord] = field(default_factory=list, init=False)
+    started_requests: int = field(default=0, init=False)
+    origin: float = field(default_factory=time.perf_counter, init=False)
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4), init=False)
 
     def may_start(self, unit: Unit) -> bool:
         if self.load.max_requests is not None and self.started_requests >= self.load.max_requests:

@@ -65,7 +65,6 @@ from dyn.core.discovery.store import (
     WorkerAdded,
     WorkerRemoved,
     validate_namespace,
-    validate_ttl,
 )
 from dyn.core.messages import WorkerRecord
 
@@ -111,12 +110,7 @@ class EtcdDiscoveryStore(DiscoveryStore):
         return f"{self.prefix}{instance_id:x}"
 
     async def put(self, record: WorkerRecord, ttl_s: float) -> None:
-        ttl_s = validate_ttl(ttl_s)
-        if record.namespace != self.namespace:
-            raise ValueError(
-                f"record of instance {record.instance_id} is for namespace {record.namespace!r}, "
-                f"not this store's {self.namespace!r}"
-            )
+        ttl_s = self.checked_ttl(record, ttl_s)
         granted = await self.gateway.call("lease/grant", {"TTL": max(1, math.ceil(ttl_s))})
         lease = granted["ID"]
         answer = await self.gateway.call(

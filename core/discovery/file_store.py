@@ -45,9 +45,9 @@ from dyn.core.discovery.store import (
     DiscoveryStore,
     LeaseExpired,
     RemovalReason,
+    expiry_timer,
     scan_events,
     validate_namespace,
-    validate_ttl,
 )
 from dyn.core.errors import ConfigError
 from dyn.core.messages import WorkerRecord
@@ -62,7 +62,6 @@ _NOTIFY_STEP_MS = 50
 """How long the kernel's changes must pause before a watcher rescans (a put is a few events);
 watchfiles' default: a change is reported 50-100 ms after it, an idle watcher costs under 1 ms of
 CPU a second (10 ms: about 30 ms, and 3.5 ms of CPU a second)."""
-_EXPIRY_SLACK_S = 0.001
 _SETTLE_S = 1.0
 _SETTLE_POLL_S = 0.05
 
@@ -165,12 +164,7 @@ class FileDiscoveryStore(DiscoveryStore):
         return self.directory / f"{instance_id}.json"
 
     async def put(self, record: WorkerRecord, ttl_s: float) -> None:
-        ttl_s = validate_ttl(ttl_s)
-        if record.namespace != self.namespace:
-            raise ValueError(
-                f"record of instance {record.instance_id} is for namespace {record.namespace!r}, "
-                f"not this store's {self.namespace!r}"
-            )
+        ttl_s = self.checked_ttl(record, ttl_s)
         data = _encoder.encode(_RecordFile(ttl_s=ttl_s, record=record))
         self._make_directory()
         path = self.path_of(record.instance_id)
@@ -222,13 +216,9 @@ class FileDiscoveryStore(DiscoveryStore):
 
                 for event in scan_events(known, live, _why_gone(expired, now)):
                     yield event
-                next_expiry = min((r.mtime + r.ttl_s for r in known.values()), default=None)
-                timer = None
-                if next_expiry is not None:
-                    timer = next_expiry - self.clock.time()
-                    if timer < 0:  # it expired while the caller held us: rescan now
-                        continue
-                    timer += _EXPIRY_SLACK_S
+                timer = expiry_timer((r.mtime + r.ttl_s for r in known.values()), self.clock.time())
+                if timer is not None and timer < 0:  # it expired while the caller held us: rescan now
+                    continue
                 poll = (
                     self.poll_interval_s
                     if not changes.watching

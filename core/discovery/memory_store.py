@@ -39,14 +39,11 @@ from dyn.core.discovery.store import (
     DiscoveryEvent,
     DiscoveryStore,
     LeaseExpired,
+    expiry_timer,
     scan_events,
     validate_namespace,
-    validate_ttl,
 )
 from dyn.core.messages import WorkerRecord
-
-_EXPIRY_SLACK_S = 0.001
-"""A watcher's expiry timer fires this long after the ttl (a record is live at exactly its ttl)."""
 
 _hubs: weakref.WeakValueDictionary[str, MemoryHub] = weakref.WeakValueDictionary()
 _hub_numbers = itertools.count(1)
@@ -137,12 +134,7 @@ class MemoryDiscoveryStore(DiscoveryStore):
         return MemoryDiscoveryStore(self.hub, namespace, clock=self.clock)
 
     async def put(self, record: WorkerRecord, ttl_s: float) -> None:
-        ttl_s = validate_ttl(ttl_s)
-        if record.namespace != self.namespace:
-            raise ValueError(
-                f"record of instance {record.instance_id} is for namespace {record.namespace!r}, "
-                f"not this store's {self.namespace!r}"
-            )
+        ttl_s = self.checked_ttl(record, ttl_s)
         self._records.entries[record.instance_id] = _Entry(record, ttl_s, self.clock.time())
         self._records.gone.pop(record.instance_id, None)
         self._records.changed()
@@ -178,13 +170,9 @@ class MemoryDiscoveryStore(DiscoveryStore):
                 live = self._scan()
                 for event in scan_events(known, live, lambda iid, _: records.gone.get(iid, "expired")):
                     yield event
-                next_expiry = min((e.refreshed_at + e.ttl_s for e in known.values()), default=None)
-                timer = None
-                if next_expiry is not None:
-                    timer = next_expiry - self.clock.time()
-                    if timer < 0:  # it expired while the caller held us: rescan now
-                        continue
-                    timer += _EXPIRY_SLACK_S
+                timer = expiry_timer((e.refreshed_at + e.ttl_s for e in known.values()), self.clock.time())
+                if timer is not None and timer < 0:  # it expired while the caller held us: rescan now
+                    continue
                 await self._wait(wake, timer)
             finally:
                 records.waiters.discard(wake)

@@ -15,7 +15,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar
@@ -126,6 +126,21 @@ def validate_ttl(ttl_s: float) -> float:
     return float(ttl_s)
 
 
+EXPIRY_SLACK_S = 0.001
+"""A watch's expiry timer fires this long after a record's ttl (a record is live at exactly its ttl)."""
+
+
+def expiry_timer(deadlines: Iterable[float], now: float) -> float | None:
+    """Seconds a watch waits before it rescans for expired records: until the earliest of
+    ``deadlines`` (clock times a record expires at), plus ``EXPIRY_SLACK_S``; None when there are
+    none; a negative number when one has already passed (rescan at once)."""
+    next_expiry = min(deadlines, default=None)
+    if next_expiry is None:
+        return None
+    timer = next_expiry - now
+    return timer if timer < 0 else timer + EXPIRY_SLACK_S
+
+
 class DiscoveryStore(abc.ABC):
     """Live worker records of one namespace; every method is safe to call from several processes.
 
@@ -138,6 +153,17 @@ class DiscoveryStore(abc.ABC):
     namespace: str
     clock: Clock = SYSTEM_CLOCK
     """What expiry and the lease heartbeat are timed by."""
+
+    def checked_ttl(self, record: WorkerRecord, ttl_s: float) -> float:
+        """``put``'s checks: ``ttl_s`` as ``validate_ttl`` returns it; ``ValueError`` for a bad
+        ``ttl_s`` or a ``record`` of another namespace than this store's."""
+        ttl_s = validate_ttl(ttl_s)
+        if record.namespace != self.namespace:
+            raise ValueError(
+                f"record of instance {record.instance_id} is for namespace {record.namespace!r}, "
+                f"not this store's {self.namespace!r}"
+            )
+        return ttl_s
 
     @abc.abstractmethod
     async def put(self, record: WorkerRecord, ttl_s: float) -> None:

@@ -80,7 +80,7 @@ from dyn.core.messages import (
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import decode_indexer_message
 from dyn.core.transport.rpc import RpcServer
-from dyn.core.transport.sockets import plane_keys
+from dyn.core.transport.sockets import warn_open_plane
 
 log = logging.getLogger("dyn.indexer")
 
@@ -502,14 +502,7 @@ class IndexerSettings:
 
 def build_service(settings: IndexerSettings) -> IndexerService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
-    model_name, store = model_and_store(
-        settings.model_path,
-        settings.model_name,
-        settings.discovery.backend,
-        settings.discovery.namespace,
-        settings.discovery.dir,
-        settings.discovery.etcd_endpoints,
-    )
+    model_name, store = model_and_store(settings.model_path, settings.model_name, settings.discovery)
     return IndexerService(
         store,
         model_name,
@@ -524,12 +517,7 @@ def build_service(settings: IndexerSettings) -> IndexerService:
 async def serve_indexer(settings: IndexerSettings) -> None:
     """Serve until SIGINT/SIGTERM (see the module docstring)."""
     service = build_service(settings)
-    if settings.api_key and plane_keys() is None:
-        log.warning(
-            "the ZMQ query port %s answers every local user without the API key (--api-key guards "
-            "HTTP only); --plane-keys DIR closes it to holders of the keys (make them with 'dyn keys DIR')",
-            service.endpoint,
-        )
+    warn_open_plane(log, settings.api_key, service.endpoint)
     try:
         sock = bind_http(settings.host, settings.http_port)
     except ConfigError:

@@ -54,7 +54,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dyn.core import asgi
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
-from dyn.core.asgi import BodyTooLarge, Disconnected, lifespan, read_body
+from dyn.core.asgi import BodyTooLarge, Disconnected, http_request, read_body
 from dyn.core.health import verdict
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.kv.indexer import DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
@@ -365,10 +365,7 @@ class IndexerHttpApp:
         self.api_key = ApiKey(api_key) if api_key else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if not await http_request(scope, receive, send):
             return
         if not self.authorized(scope):
             await respond(send, 401, error_body(REFUSAL), _JSON[1], [CHALLENGE])

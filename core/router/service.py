@@ -56,7 +56,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dyn.core.api_key import CHALLENGE, REFUSAL, ApiKey, authorization, needs_key
-from dyn.core.asgi import lifespan
+from dyn.core.asgi import http_request
 from dyn.core.config import DiscoveryConfig
 from dyn.core.discovery.services import new_instance_id
 from dyn.core.discovery.store import DEFAULT_TTL_S, DiscoveryStore
@@ -86,7 +86,7 @@ from dyn.core.router.registry import router_record, routers_store
 from dyn.core.service import LoopHttpServer, bind_http, bind_zmq, model_and_store, run_service
 from dyn.core.transport.codec import decode_router_message
 from dyn.core.transport.rpc import RpcServer
-from dyn.core.transport.sockets import plane_keys
+from dyn.core.transport.sockets import warn_open_plane
 
 log = logging.getLogger("dyn.router.service")
 
@@ -427,14 +427,7 @@ class RouterSettings:
 
 def build_service(settings: RouterSettings) -> RouterService:
     """The service ``settings`` describe; ``ConfigError`` says what to fix."""
-    model_name, store = model_and_store(
-        settings.model_path,
-        settings.model_name,
-        settings.discovery.backend,
-        settings.discovery.namespace,
-        settings.discovery.dir,
-        settings.discovery.etcd_endpoints,
-    )
+    model_name, store = model_and_store(settings.model_path, settings.model_name, settings.discovery)
     try:
         routers_store(store)  # the backend must support router discovery
     except ValueError as exc:
@@ -445,12 +438,7 @@ def build_service(settings: RouterSettings) -> RouterService:
 async def serve_router(settings: RouterSettings) -> None:
     """Serve until SIGINT/SIGTERM."""
     service = build_service(settings)
-    if settings.api_key and plane_keys() is None:
-        log.warning(
-            "the ZMQ query port %s answers every local user without the API key (--api-key guards "
-            "HTTP only); --plane-keys DIR closes it to holders of the keys (make them with 'dyn keys DIR')",
-            service.endpoint,
-        )
+    warn_open_plane(log, settings.api_key, service.endpoint)
     sock = None
     if settings.system_port is not None:
         try:
@@ -536,10 +524,7 @@ class RouterHttpApp:
         )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if not await http_request(scope, receive, send):
             return
         path, method = scope["path"], scope["method"]
         if needs_key(self.api_key, path) and not self.api_key.allows(authorization(scope["headers"])):

@@ -225,6 +225,17 @@ def plane_keys() -> PlaneKeys | None:
     return _keys
 
 
+def warn_open_plane(logger: logging.Logger, api_key: str | None, endpoint: str) -> None:
+    """Warn on ``logger`` that the ZMQ port at ``endpoint`` answers every local user when an
+    ``api_key`` guards only HTTP, that is without ``--plane-keys``."""
+    if api_key and plane_keys() is None:
+        logger.warning(
+            "the ZMQ query port %s answers every local user without the API key (--api-key guards "
+            "HTTP only); --plane-keys DIR closes it to holders of the keys (make them with 'dyn keys DIR')",
+            endpoint,
+        )
+
+
 SocketT = TypeVar("SocketT", bound="zmq.Socket[Any]")
 
 DRAIN_BATCH = 64

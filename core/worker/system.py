@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dyn.core.asgi import lifespan
+from dyn.core.asgi import http_request
 from dyn.core.engine import PrometheusMetrics
 from dyn.core.kv.views import error_body, respond
 
@@ -35,10 +35,7 @@ class WorkerSystemApp:
         return self.engine.prometheus_text() if isinstance(self.engine, PrometheusMetrics) else b""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if not await http_request(scope, receive, send):
             return
         path, method = scope["path"], scope["method"]
         if path not in ("/metrics", "/live", "/health"):

@@ -27,6 +27,7 @@ import msgspec
 
 from dyn.core.config import ENGINE_PANEL, flag
 from dyn.core.engine import EngineStartError
+from dyn.plugins.checks import check_at_least_one
 
 RADIX_EVICTION_POLICIES = ("lru", "priority")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -174,16 +175,15 @@ class SglangConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     def validate(self) -> SglangConfig:
         """Raise ``ValueError`` with a sentence naming the flag; return self when fine."""
-        positive = {
-            "--tp-size": self.tp_size,
-            "--max-running-requests": self.max_running_requests,
-            "--max-prefill-tokens": self.max_prefill_tokens,
-            "--page-size": self.page_size,
-            "--context-length": self.context_length,
-        }
-        for name, value in positive.items():
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+        check_at_least_one(
+            {
+                "--tp-size": self.tp_size,
+                "--max-running-requests": self.max_running_requests,
+                "--max-prefill-tokens": self.max_prefill_tokens,
+                "--page-size": self.page_size,
+                "--context-length": self.context_length,
+            }
+        )
         if self.chunked_prefill_size is not None and (
             self.chunked_prefill_size < 1 and self.chunked_prefill_size != -1
         ):

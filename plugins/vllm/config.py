@@ -27,6 +27,7 @@ from dyn.core.config import ENGINE_PANEL, flag
 from dyn.core.model.lora import LoraModule, parse_lora_modules
 from dyn.core.transport import sockets
 from dyn.core.transport.sockets import free_ports, is_wildcard, tcp_endpoint
+from dyn.plugins.checks import check_at_least_one
 from dyn.plugins.vllm.lora import engine_flags
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -179,16 +180,15 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the flag when a value cannot work."""
-        positive = {
-            "--max-model-len": self.max_model_len,
-            "--block-size": self.block_size,
-            "--max-num-seqs": self.max_num_seqs,
-            "--max-num-batched-tokens": self.max_num_batched_tokens,
-            "--tensor-parallel-size": self.tensor_parallel_size,
-        }
-        for name, value in positive.items():
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+        check_at_least_one(
+            {
+                "--max-model-len": self.max_model_len,
+                "--block-size": self.block_size,
+                "--max-num-seqs": self.max_num_seqs,
+                "--max-num-batched-tokens": self.max_num_batched_tokens,
+                "--tensor-parallel-size": self.tensor_parallel_size,
+            }
+        )
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.runner is not None and self.runner not in RUNNERS:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dyn.core.asgi import respond
@@ -15,21 +16,17 @@ if TYPE_CHECKING:
 Headers = list[tuple[bytes, bytes]]
 
 
+@dataclass(slots=True, eq=False)
 class Call:
     """One HTTP request being answered: its ASGI ``scope``, ``receive`` and ``send``, its request
     ``headers`` (lower-case names), and ``extra``: the headers every response to it carries (CORS;
     an endpoint adds its own, such as ``x-request-id``)."""
 
-    __slots__ = ("scope", "headers", "receive", "send", "extra")
-
-    def __init__(
-        self, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any, extra: Headers
-    ) -> None:
-        self.scope = scope
-        self.headers = headers
-        self.receive = receive
-        self.send = send
-        self.extra = extra
+    scope: dict[str, Any]
+    headers: dict[bytes, bytes]
+    receive: Any
+    send: Any
+    extra: Headers
 
 
 class Endpoint(abc.ABC):

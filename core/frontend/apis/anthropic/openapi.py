@@ -18,6 +18,7 @@ from dyn.core.frontend.apis.anthropic.protocol import (
     Message,
     MessagesRequest,
 )
+from dyn.core.frontend.apis.openapi_parts import error_responses, json_content, streamed_post
 
 PREFIX = "Anthropic"
 _REF = "#/components/schemas/" + PREFIX + "{name}"
@@ -33,48 +34,32 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
     if model is not None:
         for name in ("MessagesRequest", "CountTokensRequest"):
             components[name]["properties"]["model"] = {"type": "string", "enum": [model]}
-    errors = {
-        str(code): {"description": text, "content": {"application/json": {"schema": error}}}
-        for code, text in (
+    errors = error_responses(
+        error,
+        (
             (400, "Invalid request (invalid_request_error)"),
             (401, "Missing or wrong API key (authentication_error)"),
             (404, "Unknown model (not_found_error)"),
             (413, "The body is too large (request_too_large)"),
             (415, "The body is not application/json"),
             (503, "No worker available, or the frontend is at --max-inflight (overloaded_error)"),
-        )
-    }
-    stream = {
-        "text/event-stream": {
-            "schema": {
-                "type": "string",
-                "description": "Named SSE events: message_start, ping, content_block_start/delta/stop, "
-                "message_delta, message_stop (or error)",
-            }
-        }
-    }
+        ),
+    )
     paths = {
-        "/v1/messages": {
-            "post": {
-                "summary": "Anthropic Messages API: a message, or its SSE events when stream=true",
-                "requestBody": {"required": True, "content": {"application/json": {"schema": messages_req}}},
-                "responses": {
-                    "200": {
-                        "description": "The message (JSON), or SSE when stream=true",
-                        "content": {"application/json": {"schema": message}, **stream},
-                    },
-                    **errors,
-                },
-            }
-        },
+        "/v1/messages": streamed_post(
+            "Anthropic Messages API: a message, or its SSE events when stream=true",
+            messages_req,
+            message,
+            "The message (JSON), or SSE when stream=true",
+            "Named SSE events: message_start, ping, content_block_start/delta/stop, "
+            "message_delta, message_stop (or error)",
+            errors,
+        ),
         "/v1/messages/count_tokens": {
             "post": {
                 "summary": "The prompt tokens a Messages request with this body sends",
-                "requestBody": {"required": True, "content": {"application/json": {"schema": count_req}}},
-                "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": count_resp}}},
-                    **errors,
-                },
+                "requestBody": {"required": True, **json_content(count_req)},
+                "responses": {"200": {"description": "OK", **json_content(count_resp)}, **errors},
             }
         },
     }

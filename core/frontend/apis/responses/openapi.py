@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from dyn.core.frontend.apis.openapi_parts import error_responses, json_content, streamed_post
 from dyn.core.frontend.apis.responses.adapter import (
     MAX_INPUT_ITEMS,
     MAX_METADATA_KEY_CHARS,
@@ -35,60 +36,41 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
     if model is not None:
         properties["model"] = {"type": "string", "enum": [model]}
     properties.update(_value_rules())
-    errors = {
-        str(code): {"description": text, "content": {"application/json": {"schema": error}}}
-        for code, text in (
+    errors = error_responses(
+        error,
+        (
             (400, "Invalid request"),
             (401, "Missing or wrong API key"),
             (404, "Unknown model, or previous_response_id not stored"),
             (413, "The body is too large"),
             (415, "The body is not application/json"),
             (503, "No worker available, or the frontend is at --max-inflight"),
-        )
-    }
-    stream = {
-        "text/event-stream": {
-            "schema": {
-                "type": "string",
-                "description": "Named SSE events with sequence_number: response.created, "
-                "response.in_progress, response.output_item.added/done, response.content_part.added/done, "
-                "response.output_text.delta/done, response.reasoning_text.delta/done, "
-                "response.function_call_arguments.delta/done, response.completed (or .incomplete, .failed)",
-            }
-        }
-    }
+        ),
+    )
     stored = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
     not_found = {"404": errors["404"], "401": errors["401"]}
     paths = {
-        "/v1/responses": {
-            "post": {
-                "summary": "OpenAI Responses API: a response, or its SSE events when stream=true",
-                "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
-                "responses": {
-                    "200": {
-                        "description": "The response (JSON), or SSE when stream=true",
-                        "content": {"application/json": {"schema": response}, **stream},
-                    },
-                    **errors,
-                },
-            }
-        },
+        "/v1/responses": streamed_post(
+            "OpenAI Responses API: a response, or its SSE events when stream=true",
+            request,
+            response,
+            "The response (JSON), or SSE when stream=true",
+            "Named SSE events with sequence_number: response.created, "
+            "response.in_progress, response.output_item.added/done, response.content_part.added/done, "
+            "response.output_text.delta/done, response.reasoning_text.delta/done, "
+            "response.function_call_arguments.delta/done, response.completed (or .incomplete, .failed)",
+            errors,
+        ),
         "/v1/responses/{response_id}": {
             "get": {
                 "summary": "A stored response (store: true, bounded by --responses-store-*)",
                 "parameters": [stored],
-                "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": response}}},
-                    **not_found,
-                },
+                "responses": {"200": {"description": "OK", **json_content(response)}, **not_found},
             },
             "delete": {
                 "summary": "Forget a stored response",
                 "parameters": [stored],
-                "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": deleted}}},
-                    **not_found,
-                },
+                "responses": {"200": {"description": "OK", **json_content(deleted)}, **not_found},
             },
         },
     }
