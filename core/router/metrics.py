@@ -46,44 +46,39 @@ class RouterMetrics:
     ) -> None:
         r = registry
         labels = (namespace, component, "generate")
+
+        def component_histogram(name: str, documentation: str, buckets: list[float]) -> Histogram:
+            """The series of histogram ``name`` for this router's component labels."""
+            return Histogram(name, documentation, _COMPONENT, buckets=buckets, registry=r).labels(*labels)
+
+        def worker_gauge(name: str, documentation: str) -> Gauge:
+            """Gauge ``name`` labelled by (worker, dp_rank, worker_type)."""
+            return Gauge(name, documentation, _WORKER, registry=r)
+
         self.requests = Counter(
             "dynamo_component_router_requests", "Requests routed", _COMPONENT, registry=r
         ).labels(*labels)
-        self.ttft = Histogram(
+        self.ttft = component_histogram(
             "dynamo_component_router_time_to_first_token_seconds",
             "Time from routing to the first token",
-            _COMPONENT,
-            buckets=_SECONDS,
-            registry=r,
-        ).labels(*labels)
-        self.itl = Histogram(
+            _SECONDS,
+        )
+        self.itl = component_histogram(
             "dynamo_component_router_inter_token_latency_seconds",
             "Mean inter-token latency per request",
-            _COMPONENT,
-            buckets=_SECONDS,
-            registry=r,
-        ).labels(*labels)
-        self.isl = Histogram(
-            "dynamo_component_router_input_sequence_tokens",
-            "Prompt tokens per routed request",
-            _COMPONENT,
-            buckets=_TOKENS,
-            registry=r,
-        ).labels(*labels)
-        self.osl = Histogram(
-            "dynamo_component_router_output_sequence_tokens",
-            "Output tokens per routed request",
-            _COMPONENT,
-            buckets=_TOKENS,
-            registry=r,
-        ).labels(*labels)
-        self.kv_hit_rate = Histogram(
+            _SECONDS,
+        )
+        self.isl = component_histogram(
+            "dynamo_component_router_input_sequence_tokens", "Prompt tokens per routed request", _TOKENS
+        )
+        self.osl = component_histogram(
+            "dynamo_component_router_output_sequence_tokens", "Output tokens per routed request", _TOKENS
+        )
+        self.kv_hit_rate = component_histogram(
             "dynamo_component_router_kv_hit_rate",
             "Predicted fraction of the prompt cached on the chosen worker",
-            _COMPONENT,
-            buckets=_RATIO,
-            registry=r,
-        ).labels(*labels)
+            _RATIO,
+        )
         overhead = {
             phase: Histogram(
                 f"dynamo_router_overhead_{phase}_ms",
@@ -105,37 +100,26 @@ class RouterMetrics:
         self.find_matches_ms = overhead["indexer_find_matches"]
         self.scheduling_ms = overhead["scheduling"]
         self.total_ms = overhead["total"]
-        self._decode_blocks = Gauge(
-            "dynamo_frontend_worker_active_decode_blocks",
-            "Active decode blocks the router books on a worker",
-            _WORKER,
-            registry=r,
+        self._decode_blocks = worker_gauge(
+            "dynamo_frontend_worker_active_decode_blocks", "Active decode blocks the router books on a worker"
         )
-        self._prefill_tokens = Gauge(
+        self._prefill_tokens = worker_gauge(
             "dynamo_frontend_worker_active_prefill_tokens",
             "Active prefill tokens the router books on a worker",
-            _WORKER,
-            registry=r,
         )
         self._worker_gauges: dict[tuple[int, int], tuple[Gauge, Gauge]] = {}
         self._last_gauges: dict[tuple[tuple[int, int], str], tuple[Gauge, Gauge, Gauge]] = {}
-        self._last_ttft = Gauge(
+        self._last_ttft = worker_gauge(
             "dynamo_frontend_worker_last_time_to_first_token_seconds",
             "TTFT of the last request a worker started",
-            _WORKER,
-            registry=r,
         )
-        self._last_isl = Gauge(
+        self._last_isl = worker_gauge(
             "dynamo_frontend_worker_last_input_sequence_tokens",
             "Prompt tokens of the last request a worker started",
-            _WORKER,
-            registry=r,
         )
-        self._last_itl = Gauge(
+        self._last_itl = worker_gauge(
             "dynamo_frontend_worker_last_inter_token_latency_seconds",
             "Mean ITL of the last request a worker finished",
-            _WORKER,
-            registry=r,
         )
         self.queue_pending = Gauge(
             "dynamo_frontend_router_queue_pending_requests",

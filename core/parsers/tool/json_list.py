@@ -15,7 +15,8 @@ from typing import ClassVar
 
 from dyn.core.parsers.events import Event
 from dyn.core.parsers.text import JsonScanner
-from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader, skip_space
+from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
+from dyn.core.parsers.tool.cursor_list import CursorListReader
 from dyn.core.parsers.tool.delimited import JsonCallBody
 
 _STRING = r'"(?:[^"\\]|\\.)*"'
@@ -70,7 +71,7 @@ class CallObject(JsonCallBody):
         return isinstance(args, dict)
 
 
-class JsonCallList(CallListReader):
+class JsonCallList(CursorListReader):
     """Reads JSON call objects as a list: ``array=True``: ``[{...}, {...}]``; ``array=False``:
     objects separated by ``separator`` or by nothing but whitespace (``separator=None``: a
     single object); ``array=None``: whichever the text starts with. Whitespace may come before
@@ -87,62 +88,54 @@ class JsonCallList(CallListReader):
         self.array = array
         self.separator = separator
         self._phase = _OPEN
-        self._pos = 0
         self._item_at = 0
-        self._last_end = 0
         self._scanner = JsonScanner()
         self._object = CallObject()
 
-    def read(self, text: str, final: bool) -> list[Event]:
-        events: list[Event] = []
-        n = len(text)
-        while self.end < 0 and not self.failed:
-            if self._phase == _ITEM:
-                self._read_item(text, final, events)
-                if self._phase == _ITEM:
-                    return events
-                continue
-            pos = skip_space(text, self._pos)
-            if pos == n:
-                if final:
-                    self._stop()
-                return events
-            char = text[pos]
-            if self._phase == _OPEN:
-                if self.array is None:
-                    self.array = char == "["
-                if self.array and char == "[":
-                    self._pos = pos + 1
-                    self._phase = _NEXT
-                elif not self.array and char == "{":
-                    self._begin_item(pos)
-                else:
-                    self.failed = True
-            elif self._phase == _NEXT:
-                if char == "{":
-                    self._begin_item(pos)
-                elif char == "]" and self.array:
-                    self.end = pos + 1
-                else:
-                    self._stop()
-            elif self.array:
-                if char == ",":
-                    self._pos = pos + 1
-                    self._phase = _NEXT
-                elif char == "]":
-                    self.end = pos + 1
-                else:
-                    self._stop()
-            elif self.separator and text.startswith(self.separator, pos):
-                self._pos = pos + len(self.separator)
+    def in_call(self) -> bool:
+        return self._phase == _ITEM
+
+    def read_call(self, text: str, final: bool, events: list[Event]) -> bool:
+        self._read_item(text, final, events)
+        return self._phase != _ITEM
+
+    def read_between(self, text: str, pos: int, final: bool, events: list[Event]) -> bool:
+        char = text[pos]
+        if self._phase == _OPEN:
+            if self.array is None:
+                self.array = char == "["
+            if self.array and char == "[":
+                self._pos = pos + 1
                 self._phase = _NEXT
-            elif self.separator and char == "{":
+            elif not self.array and char == "{":
                 self._begin_item(pos)
-            elif self.separator and self.separator.startswith(text[pos:]) and not final:
-                return events
+            else:
+                self.failed = True
+        elif self._phase == _NEXT:
+            if char == "{":
+                self._begin_item(pos)
+            elif char == "]" and self.array:
+                self.end = pos + 1
             else:
                 self._stop()
-        return events
+        elif self.array:
+            if char == ",":
+                self._pos = pos + 1
+                self._phase = _NEXT
+            elif char == "]":
+                self.end = pos + 1
+            else:
+                self._stop()
+        elif self.separator and text.startswith(self.separator, pos):
+            self._pos = pos + len(self.separator)
+            self._phase = _NEXT
+        elif self.separator and char == "{":
+            self._begin_item(pos)
+        elif self.separator and self.separator.startswith(text[pos:]) and not final:
+            return False
+        else:
+            self._stop()
+        return True
 
     def _begin_item(self, pos: int) -> None:
         self._item_at = pos
@@ -171,13 +164,6 @@ class JsonCallList(CallListReader):
         self._phase = _AFTER
         if not self.array and not self.separator:
             self.end = self._last_end
-
-    def _stop(self) -> None:
-        """The list ends after its last complete call; with none, it is unreadable."""
-        if self.calls:
-            self.end = self._last_end
-        else:
-            self.failed = True
 
 
 class JsonListParser(CallListParser):

@@ -18,36 +18,15 @@ text. Calls, arguments streamed a parameter at a time, cut-off and unreadable ca
 
 from __future__ import annotations
 
-import json
-
-from dyn.core.parsers.events import Event, ToolCallArgs
-from dyn.core.parsers.text import find_first
 from dyn.core.parsers.tool import TOOL_PARSERS
-from dyn.core.parsers.tool.qwen3_coder import FunctionReader, Qwen3CoderToolParser, convert_value
-
-_FUNCTION_END, _PARAMETER, _PARAMETER_END = "</function>", "<parameter=", "</parameter>"
+from dyn.core.parsers.tool.qwen3_coder import FunctionReader, Qwen3CoderToolParser
 
 
 class VerbatimFunctionReader(FunctionReader):
     """``FunctionReader`` whose values are the text between the tags, untrimmed."""
 
-    def _read_value(self, param: tuple[str, int], body: str, complete: bool, events: list[Event]) -> bool:
-        name, start = param
-        hit = find_first(body, (_PARAMETER_END, _PARAMETER, _FUNCTION_END), start)
-        if hit is None:
-            if not complete:
-                return False
-            end = after = len(body)
-        else:
-            end, marker = hit
-            after = end + len(marker) if marker == _PARAMETER_END else end
-        value = convert_value(body[start:end], self._properties.get(name))
-        piece = json.dumps(name, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
-        events.append(ToolCallArgs((", " if self._sent_any else "{") + piece))
-        self._sent_any = True
-        self._param = None
-        self._pos = after
-        return True
+    def value_text(self, raw: str) -> str:
+        return raw
 
 
 @TOOL_PARSERS.register("mimo")

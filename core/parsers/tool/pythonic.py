@@ -27,7 +27,8 @@ from typing import Any
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
 from dyn.core.parsers.text import find_first, marker_tail
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader, skip_space
+from dyn.core.parsers.tool.call_lists import CallListParser, CallListReader
+from dyn.core.parsers.tool.cursor_list import CursorListReader
 
 _CALL_OPENING = re.compile(r"\[\s*[A-Za-z_]\w*\s*\(")
 _MAYBE_OPENING = re.compile(r"\[\s*(?:[A-Za-z_]\w*\s*)?")
@@ -154,7 +155,7 @@ class ArgumentScanner:
         return -1
 
 
-class PythonCallList(CallListReader):
+class PythonCallList(CursorListReader):
     """Reads Python calls ``name(key=literal, ...)``: a list from its ``[`` on (``[f(), g()]``,
     see the module), or (``bracketed=False``) calls one after another, separated by commas or
     whitespace, up to the first text that is no call. A format configures what starts a call
@@ -178,44 +179,36 @@ class PythonCallList(CallListReader):
         self._maybe_head = maybe_head
         self._argument = argument
         self._phase = _OPEN
-        self._pos = 0
-        self._last_end = 0
         self._scanner = ArgumentScanner(0)
         self._sent_any = False
 
-    def read(self, text: str, final: bool) -> list[Event]:
-        events: list[Event] = []
-        n = len(text)
-        while self.end < 0 and not self.failed:
-            if self._phase == _ARGS:
-                if not self._read_arguments(text, final, events):
-                    return events
-                continue
-            pos = skip_space(text, self._pos)
-            if pos == n:
-                if final:
-                    self._stop()
-                return events
-            char = text[pos]
-            if self._phase == _OPEN:
-                if not self.bracketed:
-                    self._phase = _NEXT
-                elif char == "[":
-                    self._pos = pos + 1
-                    self._phase = _NEXT
-                else:
-                    self.failed = True
-            elif self.bracketed and char == "]" and (self.calls or self._empty_list):
-                self.end = pos + 1
-            elif self._phase == _AFTER and char == ",":
+    def in_call(self) -> bool:
+        return self._phase == _ARGS
+
+    def read_call(self, text: str, final: bool, events: list[Event]) -> bool:
+        return self._read_arguments(text, final, events)
+
+    def read_between(self, text: str, pos: int, final: bool, events: list[Event]) -> bool:
+        char = text[pos]
+        if self._phase == _OPEN:
+            if not self.bracketed:
+                self._phase = _NEXT
+            elif char == "[":
                 self._pos = pos + 1
                 self._phase = _NEXT
-            elif self._phase == _NEXT or not self.bracketed:
-                if not self._start_call(text, pos, final, events):
-                    return events
             else:
-                self._stop()
-        return events
+                self.failed = True
+        elif self.bracketed and char == "]" and (self.calls or self._empty_list):
+            self.end = pos + 1
+        elif self._phase == _AFTER and char == ",":
+            self._pos = pos + 1
+            self._phase = _NEXT
+        elif self._phase == _NEXT or not self.bracketed:
+            if not self._start_call(text, pos, final, events):
+                return False
+        else:
+            self._stop()
+        return True
 
     def _start_call(self, text: str, pos: int, final: bool, events: list[Event]) -> bool:
         """Starts the call at ``pos``; ``False`` while the text may still become one."""
@@ -255,13 +248,6 @@ class PythonCallList(CallListReader):
             self._last_end = stop + 1
             self._phase = _AFTER
         return True
-
-    def _stop(self) -> None:
-        """The list ends after its last complete call; with none, it is unreadable."""
-        if self.calls:
-            self.end = self._last_end
-        else:
-            self.failed = True
 
 
 @TOOL_PARSERS.register("pythonic", "llama4_pythonic")

@@ -186,16 +186,18 @@ class FunctionReader:
         else:
             end, marker = hit
             after = end + len(marker) if marker == _PARAMETER_END else end
-        raw = body[start:end]
-        raw = raw.removeprefix("\n")
-        raw = raw.removesuffix("\n")
-        value = convert_value(raw, self._properties.get(name))
+        value = convert_value(self.value_text(body[start:end]), self._properties.get(name))
         piece = json.dumps(name, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False)
         events.append(ToolCallArgs((", " if self._sent_any else "{") + piece))
         self._sent_any = True
         self._param = None
         self._pos = after
         return True
+
+    def value_text(self, raw: str) -> str:
+        """A parameter's value from the text between its tags: without the one newline the
+        template puts at each end."""
+        return raw.removeprefix("\n").removesuffix("\n")
 
     def _close(self, events: list[Event]) -> None:
         events.append(ToolCallArgs("}" if self._sent_any else "{}"))
