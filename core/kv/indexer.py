@@ -31,7 +31,9 @@ depths whose holder counts differ: O(log n) dict probes per distinct answer inst
 n levels. Only a remove that takes a worker off a node while one of that node's children still
 holds it breaks prefix closure; such nodes ("holes") are tracked exactly per worker, and a worker
 with holes is bisected only above the first hole on the query path. Without sequence hashes the
-query walks the tree by local hash instead.
+query walks the tree by local hash instead. ``match_pieces`` gives the same answer as pieces,
+``(depth, holder bitmask)``, which a router scoring a large fleet reads as an array over worker
+ids (``pieces_depths``) without building a dict of every holder.
 
 Layout: a node *is* its sequence hash, and one dict maps it to a tuple ``(parent, local hash,
 depth, block hash, holders, children)``: the holders are a bitmask of small worker ids; the children
@@ -51,9 +53,10 @@ from __future__ import annotations
 import enum
 import struct
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
+import numpy as np
 import xxhash
 
 from dyn.core.kv.hashing import XXH3_SEED
@@ -85,6 +88,16 @@ class DumpedBlock(msgspec.Struct, array_like=True, frozen=True):
     parent_hash: int | None
     block_hash: int
     local_hash: int
+
+
+def set_bits(values: np.ndarray, mask: int, value: int) -> None:
+    """``values[i] = value`` for every bit ``i`` set in ``mask`` (each ``i < len(values)``)."""
+    if mask:
+        n = len(values)
+        bits = np.unpackbits(
+            np.frombuffer(mask.to_bytes((n + 7) // 8, "little"), np.uint8), bitorder="little"
+        )
+        values[bits[:n].view(bool)] = value
 
 
 def _members(mask: int) -> list[int]:
@@ -123,6 +136,8 @@ class RadixIndexer:
         self._alias: dict[int, dict[int, int]] = {}  # worker id -> node -> its own block hash
         self._holes: dict[int, dict[int, int]] = {}  # worker id -> hole -> children holding it
         self._hole_of: dict[int, set[int]] = {}  # hole -> worker ids
+        self.generation = 0
+        """Counts the changes of ``worker_ids()`` (a worker id given or forgotten)."""
 
     # ------------------------------------------------------------------------------- events
 
@@ -293,6 +308,7 @@ class RadixIndexer:
             wid = self._ids.pop(key)
             del self._lookup[wid], self._alias[wid]
             self._free.append(wid)
+            self.generation += 1
 
     # ------------------------------------------------------------------------------ queries
 
@@ -303,27 +319,29 @@ class RadixIndexer:
         must be ``sequence_hashes(local_hashes)``; it makes the query O(log n) per answer."""
         if seq_hashes is None:
             return self._match_by_walk(local_hashes)
+        span = self._span(seq_hashes)
+        return {} if span is None else self._score(*span, seq_hashes)
+
+    def _span(self, seq_hashes: Sequence[int]) -> tuple[int, int, int] | None:
+        """``(holders at depth 1, holders at the deepest node, its depth)`` of the query's
+        path in the tree; None when not even its first block is there."""
         n = len(seq_hashes)
-        if n == 0:
-            return {}
         meta = self._node
-        first = meta.get(seq_hashes[0])
+        first = meta.get(seq_hashes[0]) if n else None
         if first is None:
-            return {}
+            return None
         last = meta.get(seq_hashes[n - 1])
         if last is not None:
-            depth = n
-        else:  # a node at depth lo exists, at depth hi does not
-            lo, hi, last = 1, n, first
-            while hi - lo > 1:
-                mid = (lo + hi) >> 1
-                entry = meta.get(seq_hashes[mid - 1])
-                if entry is None:
-                    hi = mid
-                else:
-                    lo, last = mid, entry
-            depth = lo
-        return self._score(first[4], last[4], depth, seq_hashes)
+            return first[4], last[4], n
+        lo, hi, last = 1, n, first  # a node at depth lo exists, at depth hi does not
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            entry = meta.get(seq_hashes[mid - 1])
+            if entry is None:
+                hi = mid
+            else:
+                lo, last = mid, entry
+        return first[4], last[4], lo
 
     def _match_by_walk(self, local_hashes: Sequence[int]) -> OverlapScores:
         meta = self._node
@@ -355,16 +373,20 @@ class RadixIndexer:
         if self._holes:
             depths = self._score_with_holes(first, last, depth, path)
             return {keys[w]: d for w, d in depths.items()}
+        return self.pieces_scores(self._pieces(first, last, depth, path))
+
+    def _pieces(self, first: int, last: int, depth: int, path: Sequence[int]) -> list[tuple[int, int]]:
+        """``_score``'s answer as ``(depth, holders)`` pieces, the holder masks disjoint (no
+        holes anywhere)."""
+        pieces = [(depth, last)]
         if last == first:
-            return {keys[w]: depth for w in _members(first)}
+            return pieces
         meta = self._node
-        scores = {keys[w]: depth for w in _members(last)}
         stack = [(1, depth, first, last)]
         while stack:  # holder sets shrink with depth (nested): equal masks mean no change between
             lo, hi, top, bottom = stack.pop()
             if hi - lo == 1:
-                for w in _members(top & ~bottom):
-                    scores[keys[w]] = lo
+                pieces.append((lo, top & ~bottom))
                 continue
             mid = (lo + hi) >> 1
             holders = meta[path[mid - 1]][4]
@@ -372,7 +394,40 @@ class RadixIndexer:
                 stack.append((lo, mid, top, holders))
             if holders != bottom:
                 stack.append((mid, hi, holders, bottom))
-        return scores
+        return pieces
+
+    def match_pieces(self, seq_hashes: Sequence[int]) -> list[tuple[int, int]] | None:
+        """``find_matches(local, seq_hashes)`` as ``(depth, worker-id bitmask)`` pieces, the
+        masks disjoint: what ``pieces_scores`` and ``pieces_depths`` read. None while a worker
+        has holes (ask ``find_matches``)."""
+        if self._holes:
+            return None
+        span = self._span(seq_hashes)
+        return [] if span is None else self._pieces(*span, seq_hashes)
+
+    def pieces_scores(self, pieces: list[tuple[int, int]]) -> OverlapScores:
+        """``match_pieces``' answer as ``find_matches`` gives it (in the same order)."""
+        keys = self._keys
+        return {keys[w]: d for d, mask in pieces for w in _members(mask)}
+
+    def pieces_depths(self, pieces: list[tuple[int, int]], size: int) -> np.ndarray:
+        """``match_pieces``' answer as the matched depth of each worker id, in an array of
+        ``size`` (at least ``id_count``), zeros elsewhere."""
+        depths = np.zeros(size, np.int64)
+        for d, mask in pieces:
+            set_bits(depths, mask, d)
+        return depths
+
+    def worker_ids(self) -> Mapping[WorkerKey, int]:
+        """The worker id of each (worker, dp_rank) in the index: the bit of its holder masks
+        (``match_pieces``) and its place in ``pieces_depths``; it changes only when
+        ``generation`` does."""
+        return self._ids
+
+    @property
+    def id_count(self) -> int:
+        """One more than the largest worker id given out (the size ``pieces_depths`` needs)."""
+        return len(self._keys)
 
     def _score_with_holes(self, first: int, last: int, depth: int, path: Sequence[int]) -> dict[int, int]:
         holes, meta = self._holes, self._node
@@ -470,6 +525,7 @@ class RadixIndexer:
     # ---------------------------------------------------------------------------- internals
 
     def _register(self, worker: WorkerKey) -> int:
+        self.generation += 1
         if self._free:
             wid = self._free.pop()
             self._keys[wid] = worker

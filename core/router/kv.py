@@ -26,11 +26,12 @@ batched prompts of one client request as one unit) it
    temperature), books
    the request on it (``ActiveLoad``) and records the decision where an approximate index wants it.
    At temperature 0 over a fleet of ``BULK_SCORING_MIN`` ranks or more, with no busy threshold,
-   no pinned worker and no decaying prefill, only the ranks the request touches (a cached or
-   predicted prefix, a lower-tier hit, an active booking starting with its first block) are
-   scored one by one; every other rank's cost depends on its load alone and all of them are
-   scored at once over ``ActiveLoad``'s arrays: the same costs and the same pick, with the same
-   random draws, as scoring each (``argmin_position``), at a cost that barely grows with the fleet.
+   no pinned worker and no decaying prefill, every rank is scored at once over arrays: its
+   device overlap, its booked load (``ActiveLoad``'s arrays) and its active prefix depth (from
+   ``ActiveLoad``'s holder masks), in the same float operations as the cost model; only the
+   ranks with a predicted prefix or a lower-tier hit are scored one by one. The pick draws as
+   scoring each would (``argmin_position``): the same costs, the same pick, the same random
+   draws, at a cost that barely grows with the fleet.
    A group's members are all scored and booked in the same step, each seeing its siblings'
    bookings, and never wait behind each other: the frontend starts none of them until all are
    routed, so a member waiting for its siblings' prefill would wait forever. If one member cannot
@@ -53,7 +54,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -130,7 +131,46 @@ class RouteDecision:
         self.disk_blocks = disk_blocks
 
 
-_Overlaps = tuple[OverlapScores, OverlapScores, TieredScores]
+class _PieceScores(Mapping[WorkerKey, int]):
+    """The primary index's overlap scores as it answered them (``RadixIndexer.match_pieces``),
+    made a mapping only when read as one: scoring the fleet over arrays reads ``depths`` instead
+    and never builds a dict of every holder."""
+
+    __slots__ = ("_indexer", "_pieces", "_scores")
+
+    def __init__(self, indexer: RadixIndexer, pieces: list[tuple[int, int]]) -> None:
+        self._indexer = indexer
+        self._pieces = pieces
+        self._scores: OverlapScores | None = None
+
+    @property
+    def scores(self) -> OverlapScores:
+        if self._scores is None:
+            self._scores = self._indexer.pieces_scores(self._pieces)
+        return self._scores
+
+    def depths(self, size: int) -> np.ndarray:
+        """The matched depth per worker id of the index, in an array of ``size`` (see
+        ``RadixIndexer.pieces_depths``)."""
+        return self._indexer.pieces_depths(self._pieces, size)
+
+    def __getitem__(self, key: WorkerKey) -> int:
+        return self.scores[key]
+
+    def get(self, key: WorkerKey, default: Any = None) -> Any:
+        return self.scores.get(key, default)
+
+    def __iter__(self) -> Iterator[WorkerKey]:
+        return iter(self.scores)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def __bool__(self) -> bool:
+        return bool(self._pieces)  # a piece names at least one holder (no holes: no empty node)
+
+
+_Overlaps = tuple[Mapping[WorkerKey, int], OverlapScores, TieredScores]
 """(scores, predicted, tiers) as ``_Prompt`` keeps them."""
 _NO_HITS = TierHits(0, 0)
 
@@ -313,6 +353,10 @@ class KvRouter(Router):
         self._fleet_of: list[Worker] | None = None
         self._fleet_pos: dict[WorkerKey, int] = {}
         self._fleet_slots = np.zeros(0, np.intp)
+        self._wid_of_pos = np.zeros(0, np.intp)
+        """Per fleet position, the rank's worker id in the index (an unknown rank: one past the
+        last), for reading ``_PieceScores`` in fleet order; current for ``_wid_of_pos_at``."""
+        self._wid_of_pos_at: tuple[int, list[WorkerKey]] | None = None
         self._wake = anyio.Event()
         self.on_booking: Callable[[ActiveSequenceEvent], None] | None = None
         """Replica sync hears every booking change here (set by ``ReplicaSync``)."""
@@ -488,6 +532,9 @@ class KvRouter(Router):
             return {}, {}, {}
         tiers: TieredScores = {}
         if self.indexer is not None:
+            pieces = self.indexer.match_pieces(seq) if self._bulk_overlaps() else None
+            if pieces is not None:  # no side index, no lower tier: nothing to merge in
+                return _PieceScores(self.indexer, pieces), {}, {}
             scores = self.indexer.find_matches(local, seq)
             tiers = self._tier_hits(local, seq, scores)
         elif self.approx is not None:
@@ -497,6 +544,16 @@ class KvRouter(Router):
         else:
             scores = {}
         return (*self._with_side(scores, local, seq), tiers)
+
+    def _bulk_overlaps(self) -> bool:
+        """Whether to keep the index's answer as pieces (``_PieceScores``): a fleet that size is
+        scored over arrays, and no side index or lower tier reads the answer as a mapping."""
+        assert self.indexer is not None
+        return (
+            len(self.indexer.worker_ids()) >= BULK_SCORING_MIN
+            and self.side is None
+            and (self.lower is None or self.lower.empty())
+        )
 
     def _tier_hits(self, local: list[int], seq: list[int], scores: OverlapScores) -> TieredScores:
         """The lower-tier continuations of the primary index's ``scores`` (none without tiers)."""
@@ -787,6 +844,7 @@ class KvRouter(Router):
         track = tracking_hashes(prompt.seq, assume_reuse, self._rng) if c.track_active_blocks else []
         logits: dict[WorkerKey, float] | None = None
         picked: tuple[WorkerKey, int] | None = None
+        overlap: int | None = None
         if self.policy is not None:
             picked = self._pick_by_policy(
                 self.policy, candidates, prompt, track, isl, credit, track_prefill, now
@@ -798,7 +856,9 @@ class KvRouter(Router):
             and not self.load.decaying
             and not log.isEnabledFor(logging.DEBUG)
         ):
-            picked = self._pick_in_bulk(prompt, track, isl, credit, track_prefill, now)
+            in_bulk = self._pick_in_bulk(prompt, track, isl, credit, track_prefill, now)
+            if in_bulk is not None:
+                picked, overlap = in_bulk[:2], in_bulk[2]
         if picked is not None:
             key, cached_key = picked
         else:
@@ -808,7 +868,8 @@ class KvRouter(Router):
         worker = self.pool.get(key[0])
         if worker is None:  # the pool changed under a queued request
             raise NoWorkersError("the chosen worker left; retry")
-        overlap = scores.get(key, 0)
+        if overlap is None:
+            overlap = scores.get(key, 0)
         self.load.add_request(
             req.request_id,
             key,
@@ -966,37 +1027,60 @@ class KvRouter(Router):
 
     def _pick_in_bulk(
         self, prompt: _Prompt, track: list[int], isl: int, credit: float, track_prefill: bool, now: float
-    ) -> tuple[WorkerKey, int] | None:
-        """``(rank, its cached tokens)``: what scoring every rank of the fleet at temperature 0
-        picks, scoring one by one only the ranks the request touches. An untouched rank holds none
-        of the prompt and no active booking that starts as it does, so its cost is
-        ``scale * (prefill_sum + isl) / block_size + active_blocks + blocks`` (``worker_logit``
-        with no credit, in the same float operations), computed for all of them at once. None
-        when the request touches more than half the fleet (a prefix every worker holds): scoring
-        each rank is then cheaper than scoring twice."""
+    ) -> tuple[WorkerKey, int, int] | None:
+        """``(rank, its cached tokens, its matched blocks)``: what scoring every rank of the
+        fleet at temperature 0 picks, computed over arrays. A rank with no predicted prefix and
+        no lower-tier hit costs ``scale * max((prefill_sum + isl) / block_size - credit *
+        overlap, 0) + active_blocks + blocks - active_prefix_depth`` (``worker_logit`` in the
+        same float operations); the others are scored one by one. None when those are more
+        than half the fleet: scoring each rank is then cheaper than scoring twice."""
         pos = self._fleet_pos
-        if 2 * len(prompt.scores) > len(pos):
-            return None
-        touched = {k for k in (*prompt.scores, *prompt.tiers, *prompt.predicted) if k in pos}
-        if track:
-            touched.update(k for k in self.load.ranks_holding(track[0]) if k in pos)
-        if 2 * len(touched) > len(pos):
+        special = {k for k in (*prompt.tiers, *prompt.predicted) if k in pos}
+        if 2 * len(special) > len(pos):
             return None
         load, slots = self.load, self._fleet_slots
+        if not load.holders_indexed:
+            load.index_holders()
         decode = load.block_counts[slots] + len(track)
-        scale = self.config.prefill_load_scale
+        if track:
+            depths = load.prefix_depths(track)
+            assert depths is not None  # indexed above
+            decode -= depths[slots]
+        overlap = self._fleet_overlaps(prompt.scores)
+        scale, bs = self.config.prefill_load_scale, self.block_size or 1
         if track_prefill:
-            raw = (load.prefill_sums[slots] + isl) / (self.block_size or 1)
-            values = scale * np.maximum(raw - 0.0, 0.0) + decode
+            raw = (load.prefill_sums[slots] + isl) / bs
+            values = scale * np.maximum(raw - credit * overlap, 0.0) + decode
         else:
-            values = scale * 0.0 + decode.astype(np.float64)
+            values = scale * np.maximum(0.0 - credit * overlap, 0.0) + decode
         cached: dict[WorkerKey, int] = {}
-        if touched:
-            logits, cached = self._logits(touched, prompt, track, isl, credit, track_prefill, now)
+        if special:
+            logits, cached = self._logits(special, prompt, track, isl, credit, track_prefill, now)
             for k, logit in logits.items():
                 values[pos[k]] = logit
-        key = self._fleet[argmin_position(values, self._rng)]
-        return key, cached.get(key, 0)
+        position = argmin_position(values, self._rng)
+        key, matched = self._fleet[position], int(overlap[position])
+        return key, cached[key] if key in cached else min(matched * bs, isl), matched
+
+    def _fleet_overlaps(self, scores: Mapping[WorkerKey, int]) -> np.ndarray:
+        """The matched blocks of each fleet rank, in ``_fleet`` order."""
+        pos = self._fleet_pos
+        if isinstance(scores, _PieceScores):
+            indexer = self.indexer
+            assert indexer is not None
+            at = self._wid_of_pos_at
+            if at is None or at[0] != indexer.generation or at[1] is not self._fleet:
+                wid, none = indexer.worker_ids(), indexer.id_count  # none: the extra zero at the end
+                self._wid_of_pos = np.fromiter((wid.get(k, none) for k in self._fleet), np.intp, len(pos))
+                self._wid_of_pos_at = (indexer.generation, self._fleet)
+            return scores.depths(indexer.id_count + 1)[self._wid_of_pos]
+        overlap = np.zeros(len(pos), np.int64)
+        if scores:
+            held = [k for k in scores if k in pos]
+            overlap[np.fromiter(map(pos.__getitem__, held), np.intp, len(held))] = np.fromiter(
+                map(scores.__getitem__, held), np.int64, len(held)
+            )
+        return overlap
 
     def _expected_prefill_secs(self, isl: int, cached: int) -> float | None:
         """The predicted prefill duration of the ``isl - cached`` new tokens after the ``cached``

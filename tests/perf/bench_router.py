@@ -13,6 +13,10 @@ away so the load stays steady. Prints p50/p99 in microseconds per phase. With th
 system prompts every worker holds every one (a fleet-wide agent prompt: each request's prefix is
 on all workers); with ``--system-prompts`` near the worker count each is held by a few workers
 (per-tenant or per-session prompts).
+
+``find_matches`` is timed as the router asks it: from ``BULK_SCORING_MIN`` workers on, as the
+index's pieces (``match_pieces``, read over arrays), below that as the dict of every holder. The
+setup prints the index's size and the process's resident memory.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.router.config import KvRouterConfig
-from dyn.core.router.kv import KvRouter
+from dyn.core.router.kv import BULK_SCORING_MIN, KvRouter
 from dyn.core.router.metrics import RouterMetrics
 from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import Worker
@@ -67,6 +71,14 @@ class _NoIngest:
         pass
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
@@ -100,8 +112,15 @@ async def main(args: argparse.Namespace) -> None:
         await router.route(RouteRequest(request_id=f"warm{i}", token_ids=prompt(rng.randrange(10**9), 0)))
     print(
         f"indexer: {router.indexer.size:,} cached (worker, block) entries; "
-        f"{len(router.load)} requests in flight"
+        f"{len(router.load)} requests in flight; RSS {_rss_mib():,.0f} MiB"
     )
+    index = router.indexer
+    if args.workers >= BULK_SCORING_MIN:
+
+        def match(local: list[int], seq: list[int]) -> object:
+            return index.match_pieces(seq)
+    else:
+        match = index.find_matches
 
     phases: dict[str, list[float]] = {
         k: [] for k in ("block_hashing", "seq_hashing", "find_matches", "route_total")
@@ -114,7 +133,7 @@ async def main(args: argparse.Namespace) -> None:
         t1 = time.perf_counter()
         seq = sequence_hashes(local)
         t2 = time.perf_counter()
-        router.indexer.find_matches(local, seq)
+        match(local, seq)
         t3 = time.perf_counter()
         route = await router.route(RouteRequest(request_id=f"r{i}", token_ids=tokens))
         t4 = time.perf_counter()

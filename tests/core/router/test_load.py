@@ -179,3 +179,46 @@ def test_prefix_depth_matches_a_linear_scan(active, candidate):
     while expected < len(hashes) and hashes[expected] in seqs.refs:
         expected += 1
     assert seqs.prefix_depth(hashes) == expected
+
+
+def test_holder_masks_give_every_ranks_prefix_depth_as_bisecting_each_rank_does():
+    rng = random.Random(3)
+    load = ActiveLoad(rng=rng)
+    ranks = [(i, r) for i in range(40) for r in range(1 + i % 2)]
+    for key in ranks:
+        load.add_worker(key)
+    prompts = [[rng.getrandbits(64) for _ in range(rng.randint(1, 30))] for _ in range(6)]
+    chains = [sequence_hashes(p) for p in prompts]
+
+    def query() -> list[int]:
+        chain = rng.choice(chains)
+        cut = rng.randint(0, len(chain))
+        return chain[:cut] + [rng.getrandbits(64) for _ in range(rng.randint(0, 4))]  # then diverges
+
+    booked: list[str] = []
+    for step in range(600):
+        if step == 150:
+            load.index_holders()  # built from the bookings there are, then kept
+        op = rng.random()
+        if op < 0.5 or not booked:
+            rid = f"r{step}"
+            chain = rng.choice(chains)
+            load.add_request(rid, rng.choice(ranks), chain[: rng.randint(1, len(chain))], 64, 0, 8, True, 0.0)
+            booked.append(rid)
+        elif op < 0.85:
+            load.free(booked.pop(rng.randrange(len(booked))), now=0.0)
+        elif op < 0.95:
+            load.add_output_tokens(rng.choice(booked), rng.randint(1, 64), 16)
+        else:
+            gone = rng.randrange(40)
+            for rid in load.remove_worker(gone):
+                booked.remove(rid)
+            for r in range(1 + gone % 2):
+                load.add_worker((gone, r))
+        if step >= 150:
+            track = query()
+            depths = load.prefix_depths(track)
+            assert depths is not None
+            for key in ranks:
+                seqs = load._ranks[key]
+                assert depths[load._slots[key]] == seqs.prefix_depth(track), (step, key)
