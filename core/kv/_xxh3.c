@@ -1,12 +1,12 @@
 /* Block and sequence hashes in C: the two loops of dyn.core.kv.hashing, for the lengths a KV
- * block takes (9 to 240 bytes), so that hashing a 4,096-token prompt costs microseconds instead
- * of tens of them.
+ * block takes, so that hashing a 4,096-token prompt costs microseconds instead of tens of them.
  *
  * XXH3-64 with a seed, written from the algorithm's specification (xxHash's doc/xxhash_spec.md)
- * for its short input classes only: 9-16 bytes (a sequence hash: two little-endian u64), 17-128
- * and 129-240 bytes (a block of 3 to 60 u32 tokens). Longer or shorter inputs are not handled
- * here: the Python wrapper hashes them with the xxhash package. tests/core/kv/test_hashing.py
- * checks every length class against that package.
+ * for the inputs that occur here: 9-16 bytes (a sequence hash: two little-endian u64), 17-128 and
+ * 129-240 bytes (a block of 3 to 60 u32 tokens) and the long form (a block of 61 to 1,024
+ * tokens: stripes over a secret derived from the seed). Other inputs are not handled here: the
+ * Python wrapper hashes them with the xxhash package. tests/core/kv/test_hashing.py checks every
+ * length class against that package.
  *
  * Contract of both functions: they return a new list of ints, or None when the input is not
  * what they take (not a list, a value out of range); the caller then runs the Python path,
@@ -17,17 +17,30 @@
 #include <stdint.h>
 #include <string.h>
 
+#define PRIME32_1 0x9E3779B1U
+#define PRIME32_2 0x85EBCA77U
+#define PRIME32_3 0xC2B2AE3DU
 #define PRIME64_1 0x9E3779B185EBCA87ULL
+#define PRIME64_2 0xC2B2AE3D27D4EB4FULL
+#define PRIME64_3 0x165667B19E3779F9ULL
+#define PRIME64_4 0x85EBCA77C2B2AE63ULL
+#define PRIME64_5 0x27D4EB2F165667C5ULL
 #define PRIME_MX1 0x165667919E3779F9ULL
+#define SECRET_SIZE 192
 #define SECRET_SIZE_MIN 136
+#define MIDSIZE_MAX 240
 #define MIDSIZE_STARTOFFSET 3
 #define MIDSIZE_LASTOFFSET 17
-#define MAX_BLOCK_BYTES 240
+#define STRIPE_LEN 64
+#define SECRET_CONSUME_RATE 8
+#define SECRET_LASTACC_START 7
+#define SECRET_MERGEACCS_START 11
+#define MAX_BLOCK_BYTES 4096
 
 _Static_assert(sizeof(unsigned long) == 8, "hashes are read and written as unsigned long");
 
-/* The first 136 bytes of XXH3's default secret (kSecret): all that inputs up to 240 bytes read. */
-static const uint8_t SECRET[SECRET_SIZE_MIN] = {
+/* XXH3's default secret (kSecret). */
+static const uint8_t SECRET[SECRET_SIZE] = {
     0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
     0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
     0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
@@ -36,7 +49,10 @@ static const uint8_t SECRET[SECRET_SIZE_MIN] = {
     0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
     0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
     0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
-    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+    0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+    0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+    0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
 };
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -110,10 +126,62 @@ static uint64_t xxh3_129to240(const uint8_t *in, size_t len, uint64_t seed) {
     return avalanche(acc);
 }
 
-static uint64_t xxh3_block(const uint8_t *in, size_t len, uint64_t seed) {
+/* The long form's secret for a seed: kSecret with the seed added to each 16 bytes' first half
+ * and taken from the second. */
+static void derive_secret(uint8_t out[SECRET_SIZE], uint64_t seed) {
+    for (int i = 0; i < SECRET_SIZE / 16; i++) {
+        write_le64(out + 16 * i, read_le64(SECRET + 16 * i) + seed);
+        write_le64(out + 16 * i + 8, read_le64(SECRET + 16 * i + 8) - seed);
+    }
+}
+
+static inline void accumulate_stripe(uint64_t acc[8], const uint8_t *in, const uint8_t *secret) {
+    for (int i = 0; i < 8; i++) {
+        uint64_t value = read_le64(in + 8 * i);
+        uint64_t key = value ^ read_le64(secret + 8 * i);
+        acc[i ^ 1] += value;
+        acc[i] += (uint64_t)(uint32_t)key * (key >> 32);
+    }
+}
+
+static inline void scramble(uint64_t acc[8], const uint8_t *secret) {
+    for (int i = 0; i < 8; i++) {
+        uint64_t a = acc[i];
+        a ^= a >> 47;
+        a ^= read_le64(secret + 8 * i);
+        acc[i] = a * PRIME32_1;
+    }
+}
+
+/* XXH3-64 of more than 240 bytes, over the seed's derived ``secret``. */
+static uint64_t xxh3_long(const uint8_t *in, size_t len, const uint8_t *secret) {
+    uint64_t acc[8] = {PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1};
+    const size_t stripes_per_block = (SECRET_SIZE - STRIPE_LEN) / SECRET_CONSUME_RATE;
+    const size_t block_len = STRIPE_LEN * stripes_per_block;
+    size_t blocks = (len - 1) / block_len;
+    for (size_t b = 0; b < blocks; b++) {
+        for (size_t s = 0; s < stripes_per_block; s++)
+            accumulate_stripe(acc, in + b * block_len + s * STRIPE_LEN, secret + s * SECRET_CONSUME_RATE);
+        scramble(acc, secret + SECRET_SIZE - STRIPE_LEN);
+    }
+    size_t stripes = ((len - 1) - block_len * blocks) / STRIPE_LEN;
+    for (size_t s = 0; s < stripes; s++)
+        accumulate_stripe(acc, in + blocks * block_len + s * STRIPE_LEN, secret + s * SECRET_CONSUME_RATE);
+    accumulate_stripe(acc, in + len - STRIPE_LEN, secret + SECRET_SIZE - STRIPE_LEN - SECRET_LASTACC_START);
+    uint64_t result = len * PRIME64_1;
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *key = secret + SECRET_MERGEACCS_START + 16 * i;
+        result += mul128_fold64(acc[2 * i] ^ read_le64(key), acc[2 * i + 1] ^ read_le64(key + 8));
+    }
+    return avalanche(result);
+}
+
+/* ``long_secret``: the seed's derived secret, read only for inputs over 240 bytes. */
+static uint64_t xxh3_block(const uint8_t *in, size_t len, uint64_t seed, const uint8_t *long_secret) {
     if (len <= 16) return xxh3_9to16(in, len, seed);
     if (len <= 128) return xxh3_17to128(in, len, seed);
-    return xxh3_129to240(in, len, seed);
+    if (len <= MIDSIZE_MAX) return xxh3_129to240(in, len, seed);
+    return xxh3_long(in, len, long_secret);
 }
 
 /* A token id as u32, or -1 when it is not an int in 0..2**32-1. On CPython 3.11 the one- and
@@ -151,6 +219,8 @@ static PyObject *block_hashes(PyObject *self, PyObject *args) {
     PyObject *out = PyList_New(n_blocks);
     if (out == NULL) return NULL;
     uint32_t buf[MAX_BLOCK_BYTES / 4];
+    uint8_t long_secret[SECRET_SIZE];
+    if (block_bytes > MIDSIZE_MAX) derive_secret(long_secret, (uint64_t)seed);
     for (Py_ssize_t b = 0; b < n_blocks; b++) {
         for (Py_ssize_t i = 0; i < block_size; i++) {
             int64_t v = token_u32(PyList_GET_ITEM(tokens, b * block_size + i));
@@ -160,7 +230,7 @@ static PyObject *block_hashes(PyObject *self, PyObject *args) {
             }
             buf[i] = (uint32_t)v;
         }
-        PyObject *h = PyLong_FromUnsignedLong(xxh3_block((const uint8_t *)buf, block_bytes, (uint64_t)seed));
+        PyObject *h = PyLong_FromUnsignedLong(xxh3_block((const uint8_t *)buf, block_bytes, (uint64_t)seed, long_secret));
         if (h == NULL) {
             Py_DECREF(out);
             return NULL;
@@ -212,7 +282,7 @@ not_mine:
 
 static PyMethodDef METHODS[] = {
     {"block_hashes", block_hashes, METH_VARARGS,
-     "XXH3-64 of each full block of u32 tokens (3 to 60 tokens a block), or None."},
+     "XXH3-64 of each full block of u32 tokens (3 to 1,024 tokens a block), or None."},
     {"sequence_hashes", sequence_hashes, METH_VARARGS,
      "The chain of sequence hashes over local block hashes (u64 each), or None."},
     {NULL, NULL, 0, NULL},

@@ -13,7 +13,7 @@
   inside ``local``, so the chain seed is always 1337.
 
 Both loops run in C (``dyn.core.kv._xxh3``, built at install where a C compiler is found) for
-blocks of 3 to 60 tokens given as a list; everything else, and every install without the
+blocks of 3 to 1,024 tokens given as a list; everything else, and every install without the
 extension, takes the Python path below, which gives the same hashes (tests/core/kv compare them).
 """
 

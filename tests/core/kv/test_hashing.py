@@ -128,7 +128,9 @@ def test_the_c_hashes_equal_the_python_ones_for_every_block_size_it_takes():
     from dyn.core.kv.hashing import block_hashes_py
 
     rng = random.Random(11)
-    for block_size in range(3, 61):  # 12 to 240 bytes: XXH3's 9-16, 17-128 and 129-240 classes
+    # 12 to 240 bytes: XXH3's 9-16, 17-128 and 129-240 classes; then its long form, in one and in
+    # several 1,024-byte blocks of stripes
+    for block_size in [*range(3, 61), 61, 64, 100, 128, 255, 256, 257, 512, 1000, 1024]:
         for _ in range(8):
             tokens = [
                 rng.randrange(2**32) for _ in range(block_size * rng.randrange(4) + rng.randrange(block_size))
@@ -153,7 +155,14 @@ def test_the_c_sequence_hashes_equal_the_python_ones():
 
 @pytest.mark.parametrize(
     ("tokens", "block_size"),
-    [((1, 2, 3), 3), ([1, -2, 3], 3), ([1, 2, 2**32], 3), ([1, 2, "3"], 3), ([1, 2, 3], 2), ([1] * 61, 61)],
+    [
+        ((1, 2, 3), 3),
+        ([1, -2, 3], 3),
+        ([1, 2, 2**32], 3),
+        ([1, 2, "3"], 3),
+        ([1, 2, 3], 2),
+        ([1] * 1025, 1025),
+    ],
 )
 def test_what_the_c_path_does_not_take_goes_to_python_with_pythons_result_or_error(tokens, block_size):
     from dyn.core.kv.hashing import block_hashes_py
