@@ -22,6 +22,7 @@ unpacked (checked against the official file's sha256) into ``~/.cache/dyn/harmon
 
 from __future__ import annotations
 
+import abc
 import functools
 import gzip
 import hashlib
@@ -355,5 +356,6 @@ class HarmonyParser(StreamParser):
     def finish(self) -> list[Event]:
         return self._events(self._reader.finish())
 
+    @abc.abstractmethod
     def _events(self, messages: list[HarmonyEvent]) -> list[Event]:
-        raise NotImplementedError
+        """The events one batch of Harmony messages gives (the tool or the reasoning view)."""

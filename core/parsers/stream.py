@@ -7,12 +7,13 @@ each call returns the events (``dyn.core.parsers.events``) that the text so far 
 
 from __future__ import annotations
 
+import abc
 from typing import ClassVar
 
 from dyn.core.parsers.events import Event
 
 
-class StreamParser:
+class StreamParser(abc.ABC):
     """Base of ``ToolParser`` and ``ReasoningParser``: the registered name, whether the format's
     markers are special tokens, ``check`` and the ``feed``/``finish`` pair."""
 
@@ -24,9 +25,11 @@ class StreamParser:
     @classmethod
     def check(cls) -> None:
         """Raise ``ParserUnavailable`` when this parser cannot run here (servers call it at start)."""
+        return  # every parser can run unless it says otherwise
 
+    @abc.abstractmethod
     def feed(self, text: str) -> list[Event]:
-        raise NotImplementedError
+        """The events the text so far completes, ``text`` the next piece."""
 
     def finish(self) -> list[Event]:
         return []
@@ -53,5 +56,6 @@ class BufferedParser(StreamParser):
     def finish(self) -> list[Event]:
         return self._run(final=True)
 
+    @abc.abstractmethod
     def _run(self, final: bool) -> list[Event]:
-        raise NotImplementedError
+        """Read ``_buf`` (see the class docstring)."""

@@ -5,11 +5,13 @@ and ends it after its last complete call; the JSON lists (``json_list``) and the
 
 from __future__ import annotations
 
+import abc
+
 from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool.call_lists import CallListReader, skip_space
 
 
-class CursorListReader(CallListReader):
+class CursorListReader(CallListReader, abc.ABC):
     """A list reader whose cursor ``_pos`` is where reading resumes and ``_last_end`` the index
     just past its last complete call (both 0 at first).
 
@@ -35,18 +37,18 @@ class CursorListReader(CallListReader):
                 return events
         return events
 
+    @abc.abstractmethod
     def in_call(self) -> bool:
         """Whether a call is being read."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read_call(self, text: str, final: bool, events: list[Event]) -> bool:
         """Read on in the call, adding its events; False while it needs more text."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read_between(self, text: str, pos: int, final: bool, events: list[Event]) -> bool:
         """Take the character at ``pos`` outside a call (an opening, a separator, a call's start,
         the list's end); False while it needs more text."""
-        raise NotImplementedError
 
     def next_char(self, text: str, final: bool) -> int:
         """The index of the first non-whitespace character of ``text`` at or after the cursor,
