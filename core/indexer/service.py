@@ -65,7 +65,7 @@ from dyn.core.indexer.client import (
 from dyn.core.kv.convert import KvEventMetrics, KvIndexWriter
 from dyn.core.kv.events import StorageTier
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import ApplyStatus, RadixIndexer, WorkerKey
+from dyn.core.kv.indexer import ApplyStatus, WorkerKey, radix_indexer
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
 from dyn.core.kv.tiers import LowerTierIndexes
 from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
@@ -224,7 +224,9 @@ class IndexerService(RadixIndexView):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.kv_metrics = KvEventMetrics(self.registry)
         self.metrics = IndexerMetrics(self.registry, self)
-        super().__init__(RadixIndexer(), model_name, block_size, lower=LowerTierIndexes())  # sets _block_size
+        super().__init__(
+            radix_indexer(), model_name, block_size, lower=LowerTierIndexes()
+        )  # sets _block_size
         assert self.lower is not None
         self.static_workers = list(static_workers) if static_workers is not None else None
         self._records: dict[int, WorkerRecord] = {}

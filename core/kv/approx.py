@@ -25,7 +25,13 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from dyn.core.kv.indexer import ApplyStatus, DumpedBlock, OverlapScores, RadixIndexer, WorkerKey
+from dyn.core.kv.indexer import (
+    ApplyStatus,
+    DumpedBlock,
+    OverlapScores,
+    WorkerKey,
+    radix_indexer,
+)
 
 _REBUILD_FACTOR = 4
 _REBUILD_FLOOR = 1 << 16
@@ -42,7 +48,7 @@ class TtlIndexer:
             raise ValueError(f"the TTL must be a positive number of seconds, got {ttl_s}")
         self.ttl_s = float(ttl_s)
         self.clock = clock
-        self.tree = RadixIndexer()
+        self.tree = radix_indexer()
         self._expiry: dict[WorkerKey, dict[int, float]] = {}  # worker -> seq hash -> expiry
         self._heap: list[_Timer] = []
         self._heap_refs = 0  # block references held by heap entries

@@ -62,7 +62,7 @@ import numpy as np
 
 from dyn.core.kv.approx import TtlIndexer, max_merge
 from dyn.core.kv.hashing import block_hashes, media_block_keys, sequence_hashes
-from dyn.core.kv.indexer import OverlapScores, RadixIndexer, WorkerKey
+from dyn.core.kv.indexer import OverlapScores, RadixIndexer, WorkerKey, radix_indexer
 from dyn.core.kv.tiers import LowerTierIndexes, TieredScores, TierHits
 from dyn.core.messages import ActiveSequenceEvent
 from dyn.core.router.config import KvRouterConfig
@@ -314,7 +314,7 @@ class KvRouter(Router):
         self.approx: TtlIndexer | None = None
         if config.uses_indexer and not config.use_remote_indexer:
             if config.use_kv_events:
-                self.indexer = RadixIndexer()
+                self.indexer = radix_indexer()
                 self.lower = LowerTierIndexes()
             else:
                 self.approx = TtlIndexer(config.ttl_secs, clock=clock)

@@ -1,6 +1,7 @@
 """Benchmark: dyn's RadixIndexer against Dynamo's Rust RadixTree, one workload, same run.
 
     python tests/perf/bench_indexer.py --workers 8 64 --blocks 1000000 --queries 2000
+    python tests/perf/bench_indexer.py --workers 1000 --blocks 10000000 --trees c   # issue 37's size
 
 For each worker count it generates one seeded workload (pure-python ``random``): engines that
 serve conversations (64 shared system prompts of 32-512 blocks, each request 256-1,024 prompt
@@ -14,12 +15,15 @@ cached (or every worker has evicted three times). Then ``--queries`` prompts of 
 40 % continue a cached sequence for a random number of blocks, 30 % share only a system prompt,
 30 % miss entirely.
 
-The workload goes to a temporary file; two child processes replay it, one per implementation:
-dyn under this interpreter, Dynamo's ``dynamo._core.RadixTree`` under ``--anchor-python``. Each
+The workload goes to a temporary file; child processes replay it, one per implementation: each
+of dyn's trees under this interpreter (``--trees``: the C tree, ``CRadixIndexer``, and the Python
+one, ``PyRadixIndexer``), Dynamo's ``dynamo._core.RadixTree`` under ``--anchor-python``. Each
 measures ingestion (all events, applied in order) and the latency of every ``find_matches`` call
-(a warm-up pass first), and returns its answers, which must be identical. dyn is measured twice
-on ingestion: from already-decoded lists (what the router's event loop hands it) and from the
-same JSON bytes Dynamo parses (decoded with msgspec). dyn queries pass the prompt's sequence
+(a warm-up pass first), and returns its answers, which must be identical (dyn's trees must agree
+exactly; the count of Dynamo's identical answers is printed). dyn is measured three ways on
+ingestion: from already-decoded lists (what the router's event loop hands it), from the same JSON
+bytes Dynamo parses (decoded with msgspec), and from vLLM's msgpack batches through dyn's KV-event
+decoder. dyn queries pass the prompt's sequence
 hashes, which the router computes anyway; Dynamo takes the local hashes. Dynamo's Python
 ``RadixTree`` runs its tree on a background thread, so each of its calls includes a cross-thread
 hop. The index's own memory is the growth of resident memory across ingestion (after a GC pass),
@@ -224,9 +228,12 @@ def _rss_now() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def dyn_side(path: str) -> dict[str, Any]:
+def dyn_side(path: str, tree: str) -> dict[str, Any]:
     from dyn.core.kv.events import BlockStored, decode_known_events
-    from dyn.core.kv.indexer import RadixIndexer
+    from dyn.core.kv.indexer_c import CRadixIndexer
+    from dyn.core.kv.indexer_py import PyRadixIndexer
+
+    tree_class = {"c": CRadixIndexer, "python": PyRadixIndexer}[tree]
 
     wl = _load(path)
     events, queries = wl["events"], wl["queries"]
@@ -235,7 +242,7 @@ def dyn_side(path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     before = _rss_now()
-    index = RadixIndexer()
+    index = tree_class()
     t0 = time.perf_counter()
     for e in events:
         if e[0] == "s":
@@ -253,7 +260,7 @@ def dyn_side(path: str) -> dict[str, Any]:
     out["index_bytes_per_block"] = round((_rss_now() - before) / wl["cached"])
 
     decoder = msgspec.json.Decoder(_Event)
-    index2 = RadixIndexer()
+    index2 = tree_class()
     t0 = time.perf_counter()
     for e, raw in zip(events, wire):
         ev = decoder.decode(raw)
@@ -276,7 +283,7 @@ def dyn_side(path: str) -> dict[str, Any]:
 
     # the router's own path: vLLM msgpack batches through dyn's KV-event decoder, then the index
     vllm_wire = [vllm_event_batch(e) for e in events]
-    index3 = RadixIndexer()
+    index3 = tree_class()
     t0 = time.perf_counter()
     for e, raw in zip(events, vllm_wire):
         batch, _ = decode_known_events(raw)
@@ -342,12 +349,12 @@ def anchor_side(path: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- driver
 
 
-def _run_side(python: str, flag: str, path: str) -> dict[str, Any]:
+def _run_side(python: str, flag: str, path: str, *extra: str) -> dict[str, Any]:
     result = subprocess.run(
-        [python, os.path.abspath(__file__), flag, path],
+        [python, os.path.abspath(__file__), flag, path, *extra],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=3600,
         check=False,
     )
     if result.returncode != 0:
@@ -362,11 +369,15 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--anchor-python", default=ANCHOR_PYTHON)
+    p.add_argument(
+        "--trees", nargs="+", choices=["c", "python"], default=["c", "python"], help="dyn's trees to measure"
+    )
     p.add_argument("--dyn-side", help=argparse.SUPPRESS)
+    p.add_argument("--tree", default="c", help=argparse.SUPPRESS)
     p.add_argument("--anchor-side", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.dyn_side:
-        print(json.dumps(dyn_side(args.dyn_side)))
+        print(json.dumps(dyn_side(args.dyn_side, args.tree)))
         return
     if args.anchor_side:
         print(json.dumps(anchor_side(args.anchor_side)))
@@ -384,22 +395,25 @@ def main() -> None:
         n_events = len(wl["events"])
         del wl
         try:
-            dyn = _run_side(sys.executable, "--dyn-side", path)
+            dyn = {tree: _run_side(sys.executable, "--dyn-side", path, "--tree", tree) for tree in args.trees}
             anchor = _run_side(args.anchor_python, "--anchor-side", path) if have_anchor else None
         finally:
             os.unlink(path)
+        first = dyn[args.trees[0]]["answers"]
+        # every dyn tree must answer as the first; Dynamo's answers are counted against them
+        assert all(d["answers"] == first for d in dyn.values()), "dyn's trees disagree"
         same = None
         if anchor is not None:
-            same = sum(a == b for a, b in zip(dyn["answers"], anchor["answers"]))
-        hits = sum(1 for a in dyn["answers"] if a)
+            same = sum(a == b for a, b in zip(first, anchor["answers"]))
+        hits = sum(1 for a in first if a)
         row = {
             "workers": n_workers,
             "events": n_events,
-            "cached_blocks": dyn["size"],
+            "cached_blocks": dyn[args.trees[0]]["size"],
             "generate_s": round(gen_s, 1),
             "queries": args.queries,
             "queries_with_a_match": hits,
-            "dyn": {k: v for k, v in dyn.items() if k != "answers"},
+            "dyn": {tree: {k: v for k, v in d.items() if k != "answers"} for tree, d in dyn.items()},
             "dynamo": None if anchor is None else {k: v for k, v in anchor.items() if k != "answers"},
             "identical_answers": same,
         }
@@ -413,22 +427,23 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        d, a = r["dyn"], r["dynamo"]
+        a = r["dynamo"]
         lead = f"| {r['workers']} | {r['cached_blocks']:,} | {r['events']:,} |"
-        print(
-            f"{lead} dyn (decoded lists; seq hashes) | {d['ingest']['events_per_s']:,} | "
-            f"{d['ingest']['blocks_per_s']:,} | {d['find']['p50_us']} | {d['find']['p99_us']} | "
-            f"{d['rss_mib']:.0f} | {d['index_bytes_per_block']} |"
-        )
-        print(
-            f"{lead} dyn (JSON bytes; local-hash walk) | {d['ingest_json']['events_per_s']:,} | "
-            f"{d['ingest_json']['blocks_per_s']:,} | {d['find_walk']['p50_us']} | "
-            f"{d['find_walk']['p99_us']} | | |"
-        )
-        print(
-            f"{lead} dyn (vLLM msgpack through decode_known_events) | "
-            f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | | |"
-        )
+        for tree, d in r["dyn"].items():
+            print(
+                f"{lead} dyn {tree} tree (decoded lists; seq hashes) | {d['ingest']['events_per_s']:,} | "
+                f"{d['ingest']['blocks_per_s']:,} | {d['find']['p50_us']} | {d['find']['p99_us']} | "
+                f"{d['rss_mib']:.0f} | {d['index_bytes_per_block']} |"
+            )
+            print(
+                f"{lead} dyn {tree} tree (JSON bytes; local-hash walk) | {d['ingest_json']['events_per_s']:,} | "
+                f"{d['ingest_json']['blocks_per_s']:,} | {d['find_walk']['p50_us']} | "
+                f"{d['find_walk']['p99_us']} | | |"
+            )
+            print(
+                f"{lead} dyn {tree} tree (vLLM msgpack through decode_known_events) | "
+                f"{d['ingest_vllm_msgpack']['events_per_s']:,} | {d['ingest_vllm_msgpack']['blocks_per_s']:,} | | | | |"
+            )
         if a is not None:
             print(
                 f"{lead} Dynamo RadixTree (JSON bytes) | {a['ingest']['events_per_s']:,} | "

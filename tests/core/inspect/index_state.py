@@ -7,7 +7,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from dyn.core.kv.hashing import block_hashes
-from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.indexer import RadixIndexer, radix_indexer
 from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 
 BS = 4
@@ -25,7 +25,7 @@ BUCKETS = [(1, 1, 4), (2, 3, 7), (4, 7, 4)]
 
 
 def filled() -> RadixIndexer:
-    index = RadixIndexer()
+    index = radix_indexer()
     local = block_hashes(TOKENS, BS)
     index.store(A, None, [1000 + i for i in range(6)], local)
     index.store(B, None, [2000, 2001], local[:2])

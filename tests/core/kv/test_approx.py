@@ -75,7 +75,7 @@ def test_expire_removes_deepest_first_when_expiries_tie():
     seq = sequence_hashes([1, 2, 3, 4])
     assert (W1, seq[::-1]) in removed_order
     assert (W2, seq[1::-1]) in removed_order
-    assert index.tree._holes == {}
+    assert index.tree.hole_counts() == {}
 
 
 def test_remove_worker_forgets_every_rank_and_its_timers():
@@ -136,7 +136,7 @@ def test_expiry_removes_exactly_the_expired_entries(steps, tail):
     alive = {key for key, at in last_recorded.items() if at + 20 > clock.now}
     assert entries(index) == alive
     assert index.size == len(alive) and removed == before - len(alive)
-    assert index.tree._holes == {}
+    assert index.tree.hole_counts() == {}
     upcoming = [at + 20 for key, at in last_recorded.items() if key in alive]
     assert index.next_expiry() == (min(upcoming) if upcoming else None)
 

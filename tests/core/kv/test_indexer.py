@@ -1,14 +1,41 @@
 from __future__ import annotations
 
+import random
+import shutil
+
 import msgspec
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from dyn.core.kv import hashing, indexer_c
 from dyn.core.kv.hashing import sequence_hashes
-from dyn.core.kv.indexer import ApplyStatus, DumpedBlock, RadixIndexer
+from dyn.core.kv.indexer import ApplyStatus, DumpedBlock, RadixIndexer, best_implementation, radix_indexer
+from dyn.core.kv.indexer_c import CRadixIndexer
+from dyn.core.kv.indexer_py import PyRadixIndexer
 
 W1, W2, W3 = (1, 0), (2, 0), (2, 1)
+
+NO_C = pytest.mark.skipif(not indexer_c.built, reason="the C extension was not built")
+TREES = [PyRadixIndexer, pytest.param(CRadixIndexer, marks=NO_C)]
+"""Both trees answer every test here, and the same way."""
+
+
+@pytest.fixture(params=TREES, ids=["python", "c"])
+def Index(request) -> type[RadixIndexer]:
+    return request.param
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler here: the install skips the extensions")
+def test_an_install_with_a_compiler_builds_both_c_extensions():
+    """setup.py marks them optional, so a broken C file would only show as skipped tests."""
+    assert indexer_c.built and hashing._native is not None
+
+
+def test_radix_indexer_makes_the_c_tree_where_it_was_built():
+    assert type(radix_indexer()) is best_implementation()
+    assert best_implementation() is (CRadixIndexer if indexer_c.built else PyRadixIndexer)
 
 
 def matches(index: RadixIndexer, local: list[int]) -> dict:
@@ -28,8 +55,8 @@ def chain(index: RadixIndexer, worker, locals_, parent=None, base=0):
 # ----------------------------------------------------------------------------------- store
 
 
-def test_store_then_match_counts_contiguous_blocks_per_worker():
-    index = RadixIndexer()
+def test_store_then_match_counts_contiguous_blocks_per_worker(Index):
+    index = Index()
     assert chain(index, W1, [1, 2, 3, 4], base=100) is ApplyStatus.OK
     assert chain(index, W2, [1, 2], base=200) is ApplyStatus.OK
     assert matches(index, [1, 2, 3, 4, 5]) == {W1: 4, W2: 2}
@@ -40,15 +67,15 @@ def test_store_then_match_counts_contiguous_blocks_per_worker():
     assert index.blocks_per_worker() == {W1: 4, W2: 2}
 
 
-def test_store_under_a_parent_extends_that_workers_chain():
-    index = RadixIndexer()
+def test_store_under_a_parent_extends_that_workers_chain(Index):
+    index = Index()
     chain(index, W1, [1, 2], base=100)
     assert index.store(W1, 101, [102, 103], [3, 4]) is ApplyStatus.OK
     assert matches(index, [1, 2, 3, 4]) == {W1: 4}
 
 
-def test_parent_must_be_held_by_the_same_rank():
-    index = RadixIndexer()
+def test_parent_must_be_held_by_the_same_rank(Index):
+    index = Index()
     chain(index, W2, [1, 2], base=100)
     # W3 is another dp rank of the same instance: its lookup is its own
     assert index.store(W3, 101, [102], [3]) is ApplyStatus.PARENT_BLOCK_NOT_FOUND
@@ -57,8 +84,8 @@ def test_parent_must_be_held_by_the_same_rank():
     assert matches(index, [1, 2, 3]) == {W2: 2}
 
 
-def test_invalid_events_change_nothing():
-    index = RadixIndexer()
+def test_invalid_events_change_nothing(Index):
+    index = Index()
     chain(index, W1, [1], base=100)
     assert index.store(W1, None, [5, 6], [1]) is ApplyStatus.INVALID_BLOCK
     assert index.store(W1, None, [5, 5], [1, 2]) is ApplyStatus.INVALID_BLOCK
@@ -67,15 +94,15 @@ def test_invalid_events_change_nothing():
     assert matches(index, [1, 2]) == {W1: 1}
 
 
-def test_dp_ranks_are_separate_workers():
-    index = RadixIndexer()
+def test_dp_ranks_are_separate_workers(Index):
+    index = Index()
     chain(index, W2, [1, 2, 3], base=100)
     chain(index, W3, [1], base=100)
     assert matches(index, [1, 2, 3]) == {W2: 3, W3: 1}
 
 
-def test_a_block_hash_stored_again_elsewhere_moves():
-    index = RadixIndexer()
+def test_a_block_hash_stored_again_elsewhere_moves(Index):
+    index = Index()
     chain(index, W1, [1, 2], base=100)
     assert index.store(W1, None, [101], [7]) is ApplyStatus.OK  # 101 now names the block [7]
     assert index.blocks_per_worker() == {W1: 2}
@@ -83,8 +110,8 @@ def test_a_block_hash_stored_again_elsewhere_moves():
     assert matches(index, [7]) == {W1: 1}
 
 
-def test_moving_a_parent_and_child_away_leaves_a_correct_hole():
-    index = RadixIndexer()
+def test_moving_a_parent_and_child_away_leaves_a_correct_hole(Index):
+    index = Index()
     chain(index, W1, [1, 2], base=100)  # A=[1] (100), B=[1,2] (101)
     index.store(W1, 100, [102], [3])  # C=[1,3] (102)
     chain(index, W2, [1], base=200)  # W2 holds A only
@@ -97,8 +124,8 @@ def test_moving_a_parent_and_child_away_leaves_a_correct_hole():
 # ---------------------------------------------------------------------------------- remove
 
 
-def test_remove_leaf_and_missing_hashes():
-    index = RadixIndexer()
+def test_remove_leaf_and_missing_hashes(Index):
+    index = Index()
     chain(index, W1, [1, 2, 3], base=100)
     chain(index, W2, [1, 2, 3], base=200)
     assert index.remove(W1, [102]) is ApplyStatus.OK
@@ -108,8 +135,8 @@ def test_remove_leaf_and_missing_hashes():
     assert index.remove((9, 0), [1]) is ApplyStatus.BLOCK_NOT_FOUND
 
 
-def test_remove_in_the_middle_ends_that_workers_match_there():
-    index = RadixIndexer()
+def test_remove_in_the_middle_ends_that_workers_match_there(Index):
+    index = Index()
     chain(index, W1, [1, 2, 3, 4, 5, 6], base=100)
     chain(index, W2, [1, 2, 3, 4, 5, 6], base=200)
     assert index.remove(W1, [102]) is ApplyStatus.OK  # a hole: W1 keeps blocks 4..6
@@ -119,20 +146,20 @@ def test_remove_in_the_middle_ends_that_workers_match_there():
     assert matches(index, [1, 2, 3, 4, 5, 6]) == {W1: 6, W2: 6}
 
 
-def test_a_hole_closes_when_the_blocks_below_it_go():
-    index = RadixIndexer()
+def test_a_hole_closes_when_the_blocks_below_it_go(Index):
+    index = Index()
     chain(index, W1, [1, 2, 3, 4], base=100)
     chain(index, W2, [1, 2], base=200)
     index.remove(W1, [101])
-    assert len(index._holes) == 1  # W1 now answers on the slow path
+    assert len(index.hole_counts()) == 1  # W1 now answers on the slow path
     index.remove(W1, [103])
     index.remove(W1, [102])  # a leaf W2 does not hold either: unlinked
-    assert index._holes == {}
+    assert index.hole_counts() == {}
     assert matches(index, [1, 2, 3, 4]) == {W1: 1, W2: 2}
 
 
-def test_a_node_nobody_holds_drops_its_subtree():
-    index = RadixIndexer()
+def test_a_node_nobody_holds_drops_its_subtree(Index):
+    index = Index()
     chain(index, W1, [1, 2, 3], base=100)
     chain(index, W2, [1, 2, 3], base=200)
     index.remove(W1, [101])
@@ -144,8 +171,8 @@ def test_a_node_nobody_holds_drops_its_subtree():
     assert index.store(W1, 102, [103], [4]) is ApplyStatus.PARENT_BLOCK_NOT_FOUND
 
 
-def test_clear_keeps_the_worker_known_and_remove_worker_forgets_every_rank():
-    index = RadixIndexer()
+def test_clear_keeps_the_worker_known_and_remove_worker_forgets_every_rank(Index):
+    index = Index()
     chain(index, W1, [1, 2], base=100)
     chain(index, W2, [1, 2], base=200)
     chain(index, W3, [1, 5], base=300)
@@ -161,10 +188,10 @@ def test_clear_keeps_the_worker_known_and_remove_worker_forgets_every_rank():
 # ------------------------------------------------------------------------------ inspection
 
 
-def test_each_worker_keeps_its_own_names_for_shared_blocks():
+def test_each_worker_keeps_its_own_names_for_shared_blocks(Index):
     """The index keeps one block hash per node plus per-worker aliases: every worker's own names
     must still resolve in removes, parents, renames and the dump, and beyond 8 worker ids."""
-    index = RadixIndexer()
+    index = Index()
     workers = [(i, 0) for i in range(12)]
     for i, w in enumerate(workers):
         base = 100 if i % 2 else 1000 * (i + 1)  # odd workers share the first one's names
@@ -187,14 +214,14 @@ def test_each_worker_keeps_its_own_names_for_shared_blocks():
     assert matches(index, [1, 2, 3, 4])[(10, 0)] == 1
     assert index.blocks_per_worker()[(10, 0)] == 3  # 11000, 11002, 11003
     index.remove_worker(10)
-    copy = RadixIndexer()
+    copy = Index()
     for b in index.dump():
         copy.store(b.worker, b.parent_hash, [b.block_hash], [b.local_hash])
     assert matches(copy, [1, 2, 3]) == matches(index, [1, 2, 3])
 
 
-def test_dump_is_breadth_first_with_parents_first_and_round_trips():
-    index = RadixIndexer()
+def test_dump_is_breadth_first_with_parents_first_and_round_trips(Index):
+    index = Index()
     chain(index, W1, [1, 2, 3], base=100)
     chain(index, W2, [1, 4], base=200)
     dumped = index.dump()
@@ -204,7 +231,7 @@ def test_dump_is_breadth_first_with_parents_first_and_round_trips():
         assert block.parent_hash is None or (block.worker, block.parent_hash) in seen
         seen.add((block.worker, block.block_hash))
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(dumped), type=list[DumpedBlock])
-    copy = RadixIndexer()
+    copy = Index()
     for block in wire:
         assert (
             copy.store(block.worker, block.parent_hash, [block.block_hash], [block.local_hash])
@@ -303,9 +330,11 @@ BLOCKS = st.integers(100, 130)
 
 
 class IndexerMachine(RuleBasedStateMachine):
+    tree: type[RadixIndexer] = PyRadixIndexer
+
     def __init__(self) -> None:
         super().__init__()
-        self.index = RadixIndexer()
+        self.index = self.tree()
         self.model = Model()
 
     @rule(data=st.data(), worker=WORKERS, locals_=st.lists(LOCALS, max_size=7))
@@ -367,27 +396,85 @@ class IndexerMachine(RuleBasedStateMachine):
                 if len(path) > 1 and path[:-1] not in paths:
                     key = (worker, sequence_hashes(list(path[:-1]))[-1])
                     expected[key] = expected.get(key, 0) + 1
-        keys = self.index._keys
-        actual = {
-            (keys[wid], node): count
-            for wid, holes in self.index._holes.items()
-            for node, count in holes.items()
-        }
-        assert actual == expected
+        assert self.index.hole_counts() == expected
 
     @rule()
     def dump_round_trip(self):
-        copy = RadixIndexer()
+        copy = self.tree()
         for block in self.index.dump():
             copy.store(block.worker, block.parent_hash, [block.block_hash], [block.local_hash])
         for path in self.model.paths():
             assert matches(copy, list(path)) == matches(self.index, list(path))
 
 
-IndexerMachine.TestCase.settings = settings(
-    max_examples=150,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+class CIndexerMachine(IndexerMachine):
+    tree = CRadixIndexer
+
+
+_MACHINE = settings(
+    max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-TestIndexerAgainstModel = IndexerMachine.TestCase
+IndexerMachine.TestCase.settings = CIndexerMachine.TestCase.settings = _MACHINE
+TestPythonTreeAgainstModel = IndexerMachine.TestCase
+TestCTreeAgainstModel = NO_C(CIndexerMachine.TestCase)
+
+
+# ------------------------------------------------------------ the two trees, side by side
+
+
+@NO_C
+@pytest.mark.parametrize("seed", range(6))
+def test_the_c_tree_answers_as_the_python_tree_over_many_workers(seed):
+    """Seeded random events over 70 workers (holder sets past one 64-bit word), with shared and
+    own block names, renames, removes in the middle (holes), clears and forgotten instances: after
+    every step both trees give the same answers, pieces, holes, dump and sizes."""
+    rng = random.Random(seed)
+    py, c = PyRadixIndexer(), CRadixIndexer()
+    workers = [(i // 2, i % 2) for i in range(70)]
+    paths = [[rng.randrange(1, 4) for _ in range(rng.randrange(1, 12))] for _ in range(40)]
+    for i, worker in enumerate(workers):  # every worker gets an id first: ids past 64 in use
+        first = [rng.choice(paths)[0]]
+        assert py.store(worker, None, [i], first) == c.store(worker, None, [i], first)
+    holes = wide = 0
+    for step in range(400):
+        worker = rng.choice(workers)
+        roll = rng.random()
+        held = sorted(py._lookup.get(py._ids.get(worker, -1), {}))
+        if roll < 0.55:
+            path = rng.choice(paths)
+            start = rng.randrange(len(path))
+            parent = rng.choice(held) if held and start else None
+            shared = rng.random() < 0.5  # a name every worker uses for this block, or its own
+            blocks = [
+                (hash((tuple(path[: i + 1]),)) if shared else rng.getrandbits(64)) & (2**64 - 1)
+                for i in range(start, len(path))
+            ]
+            args = (worker, parent, blocks, path[start:])
+            assert py.store(*args) == c.store(*args), step
+        elif roll < 0.85:
+            if rng.random() < 0.8:  # mostly the deepest blocks, as engines evict: few holes
+                lookup = py._lookup[py._ids[worker]] if held else {}
+                held.sort(key=lambda b: -py._depth(lookup[b]))
+                blocks = held[: rng.randrange(1, 4)]
+            else:
+                blocks = rng.sample(held, min(len(held), rng.randrange(1, 4)))
+            blocks += [rng.getrandbits(64)] * (roll > 0.8)
+            assert py.remove(worker, blocks) == c.remove(worker, blocks), step
+        elif roll < 0.95 or step % 40 == 39:  # and now and then every worker with holes: the fast path
+            for key in {worker} | ({k for k, _ in py.hole_counts()} if step % 40 == 39 else set()):
+                py.clear(key)
+                c.clear(key)
+        else:
+            py.remove_worker(worker[0])
+            c.remove_worker(worker[0])
+        for path in paths[:10]:
+            seqs = sequence_hashes(path)
+            assert py.find_matches(path, seqs) == c.find_matches(path, seqs) == c.find_matches(path), step
+            assert py.match_pieces(seqs) == c.match_pieces(seqs), step
+        assert py.hole_counts() == c.hole_counts(), step
+        assert py.blocks_per_worker() == c.blocks_per_worker() and py.size == c.size, step
+        holes += bool(py.hole_counts())
+        wide += any(mask >> 64 for p in paths[:10] for _, mask in py.match_pieces(sequence_hashes(p)) or ())
+    assert holes and wide, (holes, wide)  # the slow path and holder sets of two words were both exercised
+    assert sorted(py.dump(), key=repr) == sorted(c.dump(), key=repr)
+    assert py.depth_histogram() == c.depth_histogram()

@@ -41,7 +41,7 @@ from dyn.core.kv.events import (
     tier_of,
 )
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.indexer import radix_indexer
 from dyn.core.kv.ingest import KvEventIngestor, _LoopInbox
 from dyn.core.kv.subscriber import DRAIN_BATCH, KvEventBounds, KvEventSubscriber
 from dyn.core.kv.tiers import LowerTierIndexes, TierHits
@@ -222,7 +222,7 @@ def test_lower_tiers_go_to_their_indexer_or_are_rejected():
 def lower_tier_setup(dp_rank: int = 0):
     """A converter for worker 7 into a real device index and real lower-tier indexes."""
     metrics = KvEventMetrics(CollectorRegistry())
-    device, tiers = RadixIndexer(), LowerTierIndexes()
+    device, tiers = radix_indexer(), LowerTierIndexes()
     indexers = TieredIndexers(device, metrics)
     indexers.add_lower_tiers(tiers.writers())
     return device, tiers, indexers, BatchConverter(7, BS, metrics, dp_rank)
@@ -378,7 +378,7 @@ def test_with_the_real_radix_indexer():
     indexer_module = pytest.importorskip("dyn.core.kv.indexer")
     registry = CollectorRegistry()
     metrics = KvEventMetrics(registry)
-    indexer = indexer_module.RadixIndexer()
+    indexer = indexer_module.radix_indexer()
     indexers = TieredIndexers(indexer, metrics)
     converter = BatchConverter(7, BS, metrics)
     prompt = list(range(12))
@@ -861,7 +861,7 @@ async def test_each_lower_tier_of_a_rank_is_bounded_whatever_its_record_says(cap
     engine.publish([lower_chain(301, 8, 106, "DISK")], send=False)  # disk has its own bound
     engine.publish([lower_chain(401, 4, 106, "CPU")], send=False)  # 10: allowed
     registry = CollectorRegistry()
-    device, tiers = RadixIndexer(), LowerTierIndexes()
+    device, tiers = radix_indexer(), LowerTierIndexes()
     ingestor = KvEventIngestor(device, KvEventMetrics(registry), lower_tiers=tiers.writers())
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
@@ -909,7 +909,7 @@ async def test_events_beyond_the_records_capacity_ranks_or_size_are_refused_and_
     for i, events in enumerate(ops):
         engine.publish(events, send=False, dp_rank=1 if i == 6 else 0)
     registry = CollectorRegistry()
-    indexer = RadixIndexer()
+    indexer = radix_indexer()
     ingestor = KvEventIngestor(indexer, KvEventMetrics(registry), event_threads=event_threads)
     with caplog.at_level(logging.WARNING, "dyn.core"), anyio.fail_after(10):
         async with anyio.create_task_group() as tg:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from dyn.core.kv import subscriber as subscriber_module
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.events import BlockStored, KvEventBatch, encode_event_batch, encode_seq
-from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.indexer import RadixIndexer, radix_indexer
 from dyn.core.kv.ingest import KvEventIngestor
 from dyn.core.messages import WorkerEndpoints, WorkerRecord
 from dyn.core.transport.codec import RejectedFrames
@@ -95,7 +95,7 @@ async def test_under_plane_keys_a_plain_record_is_refused_counted_and_logged_onc
     )
     use_plane_keys(write_plane_keys(tmp_path / "keys"))
     forger = PlainForger()
-    registry, index = CollectorRegistry(), RadixIndexer()
+    registry, index = CollectorRegistry(), radix_indexer()
     ingestor = KvEventIngestor(index, KvEventMetrics(registry), block_size=BS, event_threads=1)
     try:
         with caplog.at_level(logging.WARNING, logger="dyn.core.kv.subscriber"):
@@ -115,7 +115,7 @@ async def test_under_plane_keys_a_plain_record_is_refused_counted_and_logged_onc
 
 async def test_without_plane_keys_a_plain_record_is_followed_as_before():
     forger = PlainForger()
-    registry, index = CollectorRegistry(), RadixIndexer()
+    registry, index = CollectorRegistry(), radix_indexer()
     ingestor = KvEventIngestor(index, KvEventMetrics(registry), block_size=BS, event_threads=1)
     try:
         blocks = await fed(ingestor, index, forger, keys_on=False)

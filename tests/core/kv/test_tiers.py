@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from dyn.core.kv.convert import BatchConverter, KvEventMetrics, TieredIndexers, apply_event_batch
 from dyn.core.kv.events import BlockRemoved, BlockStored, KvEventBatch, StorageTier
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import ApplyStatus, RadixIndexer
+from dyn.core.kv.indexer import ApplyStatus, RadixIndexer, radix_indexer
 from dyn.core.kv.tiers import ROOT, LowerTierIndexer, LowerTierIndexes, TierHits
 
 BS = 4
@@ -97,7 +97,7 @@ def test_clear_drops_one_rank_and_remove_worker_every_rank_of_an_instance():
 def device_holding(*held: tuple[tuple[int, int], int, int]) -> RadixIndexer:
     """A device index where each (rank, salt, n) holds TOKENS' first n blocks, named
     ``salt * 1000 + i``."""
-    device = RadixIndexer()
+    device = radix_indexer()
     for rank, salt, n in held:
         device.store(rank, None, names(salt, 0, n), LOCAL[:n])
     return device
@@ -169,7 +169,7 @@ def test_device_blocks_hash_names_by_worker():
 
 def test_events_reach_their_tier_and_departure_drops_every_tier():
     metrics = KvEventMetrics(CollectorRegistry())
-    device = RadixIndexer()
+    device = radix_indexer()
     tiers = LowerTierIndexes()
     indexers = TieredIndexers(device, metrics)
     indexers.add_lower_tiers(tiers.writers())

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dyn.core.kv.hashing import block_hashes
-from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.indexer import RadixIndexer, radix_indexer
 from dyn.core.kv.views import IndexerHttpApp, IndexerMetrics, RadixIndexView
 
 pytestmark = pytest.mark.anyio
@@ -22,7 +22,7 @@ A, B, B1 = (11, 0), (22, 0), (22, 1)
 
 def filled() -> RadixIndexer:
     """A holds 6 blocks of TOKENS, B rank 0 holds 2, B rank 1 holds 4."""
-    index = RadixIndexer()
+    index = radix_indexer()
     index.store(A, None, [1000 + i for i in range(6)], LOCAL)
     index.store(B, None, [2000, 2001], LOCAL[:2])
     index.store(B1, None, [3000 + i for i in range(4)], LOCAL[:4])
@@ -91,7 +91,7 @@ async def test_unknown_paths_404_and_wrong_methods_405():
 
 
 async def test_token_query_before_the_block_size_is_known_is_503_but_hash_query_works():
-    async with client(RadixIndexer(), block_size=None) as c:
+    async with client(radix_indexer(), block_size=None) as c:
         tokens = await c.post("/query", json={"token_ids": TOKENS})
         hashes = await c.post("/query_by_hash", json={"block_hashes": LOCAL})
         health = await c.get("/health")
@@ -100,12 +100,12 @@ async def test_token_query_before_the_block_size_is_known_is_503_but_hash_query_
     # /health says so (it said "ok")
     assert health.status_code == 503 and health.json()["status"] == "unhealthy"
     assert "block size is not known" in health.json()["reason"]
-    async with client(RadixIndexer(), block_size=None) as c:
+    async with client(radix_indexer(), block_size=None) as c:
         assert (await c.get("/live")).json() == {"status": "live"}  # the liveness probe still passes
 
 
 async def test_an_index_that_follows_no_worker_is_degraded():
-    async with client(RadixIndexer(), endpoints={}) as c:
+    async with client(radix_indexer(), endpoints={}) as c:
         health = await c.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "degraded"
     assert health.json()["workers"] == 0 and "every answer is empty" in health.json()["degraded"][0]
@@ -133,7 +133,7 @@ async def test_dump_replays_into_an_empty_indexer_with_the_same_answers():
     events = dumped[MODEL]["events"]
     assert len(events) == 12
     assert set(events[0]) == {"worker_id", "dp_rank", "parent_hash", "block_hash", "tokens_hash"}
-    rebuilt = RadixIndexer()
+    rebuilt = radix_indexer()
     for e in events:
         rebuilt.store((e["worker_id"], e["dp_rank"]), e["parent_hash"], [e["block_hash"]], [e["tokens_hash"]])
     assert rebuilt.find_matches(LOCAL) == original.find_matches(LOCAL)

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.indexer import radix_indexer
 from dyn.core.router import kv
 from dyn.core.router.config import KvRouterConfig
 from dyn.core.router.kv import KvRouter
@@ -44,7 +44,7 @@ async def _scenario(seed: int, policy=None, **config) -> list:
         clock=clock,
         policy=policy(router_config) if policy is not None else None,
     )
-    index = router.indexer or RadixIndexer()  # approximate mode: events still pin the index
+    index = router.indexer or radix_indexer()  # approximate mode: events still pin the index
     systems = [[rng.randrange(1000) for _ in range(BS * rng.randint(2, 12))] for _ in range(4)]
     convs: list[list[int]] = [list(rng.choice(systems)) for _ in range(12)]
     held: dict[tuple[int, int], list[list[int]]] = {}  # rank -> stored chains of engine hashes

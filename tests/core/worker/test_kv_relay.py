@@ -22,7 +22,7 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.engine import EngineInfo, EngineStartError
 from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.events import REPLAY_END_SEQ, BlockStored, KvEventBatch, encode_event_batch, encode_seq
-from dyn.core.kv.indexer import RadixIndexer
+from dyn.core.kv.indexer import radix_indexer
 from dyn.core.kv.ingest import KvEventIngestor
 from dyn.core.messages import LoadMetrics
 from dyn.core.transport.sockets import private_endpoint, use_plane_keys, write_plane_keys
@@ -108,7 +108,7 @@ def keys(tmp_path):
 async def test_a_keyed_router_follows_an_engines_plain_events_through_the_relay(tmp_path, keys):
     engine = PlainPublishingEngine()
     host = worker_host(tmp_path, engine)
-    index, registry = RadixIndexer(), CollectorRegistry()
+    index, registry = radix_indexer(), CollectorRegistry()
     ingestor = KvEventIngestor(index, KvEventMetrics(registry), block_size=BS, event_threads=1)
 
     def lost() -> float | None:
