@@ -12,6 +12,11 @@ record whose ``endpoints.kv_events`` is its PUB (``endpoints.request`` the query
 router of the same model. Events carrying its own ``router_id`` are skipped; malformed messages
 are logged and skipped.
 
+The booking changes of one event-loop pass go out as one message, ``[topic, event, event, ...]``
+(a receiver applies every event frame, so a message of one event is the same format): a ZMQ send
+costs as much as routing the request, and a busy router books, starts and frees several requests
+a pass. Published outside a running event loop, an event is sent at once.
+
 PUB/SUB delivers only what is published after a subscription is live: events a replica published
 before a peer connected are lost to that peer, and nothing is replayed. Peers converge as those
 bookings end (a ``free`` for an unknown booking is ignored), and bookings a peer never hears the
@@ -20,6 +25,7 @@ end of expire with the router's stale-request timeout.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -100,6 +106,7 @@ class ReplicaSync:
         self.published = 0
         self.applied = 0
         self.dropped = 0
+        self._pending: list[bytes] = [ACTIVE_SEQUENCES_TOPIC]
         router.on_booking = self.publish
 
     @property
@@ -113,15 +120,27 @@ class ReplicaSync:
         )
 
     def publish(self, event: ActiveSequenceEvent) -> None:
-        """Send one booking change to the peers now; never blocks or raises."""
+        """Send one booking change to the peers at the end of this event-loop pass (at once
+        outside a loop); never blocks or raises."""
         if not event.router_id:
             event.router_id = self.router_id
+        self._pending.append(_encoder.encode(event))
+        if len(self._pending) == 2:  # the first of this pass
+            try:
+                asyncio.get_running_loop().call_soon(self._flush)
+            except RuntimeError:
+                self._flush()
+
+    def _flush(self) -> None:
+        events, self._pending = self._pending, [ACTIVE_SEQUENCES_TOPIC]
+        if len(events) == 1 or self._pub.closed:
+            return
         try:
-            self._pub.send_multipart((ACTIVE_SEQUENCES_TOPIC, _encoder.encode(event)), flags=zmq.NOBLOCK)
-            self.published += 1
+            self._pub.send_multipart(events, flags=zmq.NOBLOCK)
+            self.published += len(events) - 1
         except zmq.ZMQError as exc:
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
+            self.dropped += len(events) - 1
+            if self.dropped == len(events) - 1 or self.dropped % 1000 < len(events) - 1:
                 log.warning("replica sync dropped %d event(s): %s", self.dropped, exc)
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -187,20 +206,27 @@ class ReplicaSync:
     async def _receive(self, sub: zmq.asyncio.Socket) -> None:
         while True:
             frames = await sub.recv_multipart(copy=True)
-            try:
-                if len(frames) != 2:
-                    raise ValueError(f"expected 2 frames [topic, event], got {len(frames)}")
-                event = _decoder.decode(frames[1])
-            except (ValueError, msgspec.DecodeError) as exc:
-                log.warning("replica sync: skipping a malformed event: %s", exc)
+            if len(frames) < 2:
+                log.warning(
+                    "replica sync: skipping a message of %d frame(s), not [topic, event, ...]", len(frames)
+                )
                 continue
-            if event.router_id == self.router_id:
-                continue
-            if event.router_id not in self.heard:
-                self.heard.add(event.router_id)
-                log.info("replica sync: first event from router %s", event.router_id)
-            try:
-                self.router.apply_remote(event)
-                self.applied += 1
-            except Exception:
-                log.exception("replica sync: could not apply %s from router %s", event.event, event.router_id)
+            for frame in frames[1:]:
+                self._apply(frame)
+
+    def _apply(self, frame: bytes) -> None:
+        try:
+            event = _decoder.decode(frame)
+        except msgspec.DecodeError as exc:
+            log.warning("replica sync: skipping a malformed event: %s", exc)
+            return
+        if event.router_id == self.router_id:
+            return
+        if event.router_id not in self.heard:
+            self.heard.add(event.router_id)
+            log.info("replica sync: first event from router %s", event.router_id)
+        try:
+            self.router.apply_remote(event)
+            self.applied += 1
+        except Exception:
+            log.exception("replica sync: could not apply %s from router %s", event.event, event.router_id)

@@ -23,7 +23,7 @@ from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
 from dyn.core.router.sync import ReplicaSync
-from dyn.core.transport.sockets import bind_random, configure, sync_context
+from dyn.core.transport.sockets import async_context, bind_random, configure, sync_context
 from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
@@ -134,21 +134,56 @@ async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
                     pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(own)])
                     pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, b"\xc1 not msgpack"])
                     pub.send_multipart([ACTIVE_SEQUENCES_TOPIC])
-                    pub.send_multipart(
+                    pub.send_multipart(  # several events a message, a malformed one among them
                         [
                             ACTIVE_SEQUENCES_TOPIC,
                             encode(ActiveSequenceEvent("peer", f"theirs-{i}", 2, 0, "add", isl_tokens=50)),
+                            b"\xc1 not msgpack",
+                            encode(ActiveSequenceEvent("peer", f"also-{i}", 2, 0, "add", isl_tokens=50)),
                         ]
                     )
                     with anyio.move_on_after(0.05):
                         await until(lambda: booked(a) > 0)
                         break
-                assert booked(a) == 1 and a.load.num_requests((2, 0)) == 1
+                assert booked(a) == 2 and a.load.num_requests((2, 0)) == 2
                 assert f"{a.router_id}/mine" not in a.load and sync_a.heard == {"peer"}
                 # its own decisions still book normally
                 route = await a.route(req("local"))
-                assert booked(a) == 2
+                assert booked(a) == 3
                 route.finished()
                 tg.cancel_scope.cancel()
     finally:
         pub.close(linger=0)
+
+
+async def test_one_passs_booking_changes_go_out_as_one_message(tmp_path):
+    """A ZMQ send costs as much as a route: the booking changes of one event-loop pass share one
+    message, ``[topic, event, event, ...]``."""
+    store = memory_store(tmp_path, "t")
+    for i in WORKERS:
+        await store.put(record(i), ttl_s=30)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            a, sync_a = await replica(tg, store)
+            tap = configure(async_context().socket(zmq.SUB))
+            tap.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
+            tap.connect(sync_a.endpoint)
+            try:
+                events = [ActiveSequenceEvent("", f"r{i}", 1, 0, "add", isl_tokens=10) for i in range(3)]
+                for _ in range(100):  # until the tap's subscription is live
+                    for event in events:
+                        sync_a.publish(event)
+                    with anyio.move_on_after(0.05):
+                        frames = await tap.recv_multipart()
+                        break
+                assert frames[0] == ACTIVE_SEQUENCES_TOPIC and len(frames) == 4
+                assert [
+                    msgspec.msgpack.decode(f, type=ActiveSequenceEvent).request_id for f in frames[1:]
+                ] == [
+                    "r0",
+                    "r1",
+                    "r2",
+                ]
+            finally:
+                tap.close(linger=0)
+            tg.cancel_scope.cancel()
