@@ -18,7 +18,14 @@ with several HTTP worker processes the frontend's CPU and peak RSS are summed ov
 router`` process (``--router-address``) instead of a router embedded in each; the router's CPU is
 reported apart (``router_cpu_ms_per_req``).
 
+``--rate 400 600`` adds open-loop runs (Poisson arrivals at that many requests/s, each timed from
+its scheduled start, at most ``--rate-cap`` in flight) after the closed-loop ones; the table then
+has a row per load, ``c32`` for a concurrency and ``r400`` for a rate. ``--floor`` adds a third
+system, ``floor``: ``tests/perf/floor_server.py``, a bare uvicorn app streaming 16 canned chunks
+with no work at all, the CPU per request no Python front can go below.
+
     python tests/perf/bench_vs_anchor.py --rounds 3 --requests 3000 --concurrency 32 128
+    python tests/perf/bench_vs_anchor.py --rounds 2 --concurrency 32 128 --rate 400 600 --floor
 """
 
 from __future__ import annotations
@@ -78,6 +85,35 @@ def wait_ready(url: str, workers: int, timeout: float = 120) -> None:
             pass
         time.sleep(0.5)
     raise RuntimeError(f"{url} not ready after {timeout}s")
+
+
+class Floor:
+    """``floor_server.py``: the same load answered with no work (see the module docstring)."""
+
+    name = "floor"
+
+    def __init__(self, args) -> None:
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> int:
+        server = Path(__file__).resolve().parent / "floor_server.py"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(server), "--port", str(self.args.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_ready(f"http://127.0.0.1:{self.args.port}", 0)
+        return self.proc.pid
+
+    def workers(self) -> list[int]:
+        return []
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
 
 
 class Dynamo:
@@ -190,7 +226,7 @@ class Dyn:
                     proc.wait(5)
 
 
-def load(args, concurrency: int) -> dict:
+def load(args, concurrency: int, rate: float | None = None) -> dict:
     python = str(Path(args.anchor_dir, "venv", "bin", "python"))
     out = subprocess.run(
         [
@@ -205,6 +241,7 @@ def load(args, concurrency: int) -> dict:
             "--max-tokens",
             "16",
             "--ignore-eos",
+            *(["--rate", str(rate)] if rate else []),
         ],
         capture_output=True,
         text=True,
@@ -224,25 +261,34 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--rate", type=float, nargs="*", default=[], help="open-loop runs at these requests/s")
+    ap.add_argument("--rate-cap", type=int, default=512, help="most requests in flight in an open-loop run")
+    ap.add_argument("--floor", action="store_true", help="also run floor_server.py (no work at all)")
     ap.add_argument("--router-mode", default="round-robin")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--dyn-http-workers", type=int, nargs="+", default=[1])
     ap.add_argument("--standalone-router", action="store_true")
     args = ap.parse_args()
     rows: list[dict] = []
+    loads = [(f"c{c}", c, None) for c in args.concurrency]
+    loads += [(f"r{rate:g}", args.rate_cap, rate) for rate in args.rate]
     for rnd in range(args.rounds):
-        systems = [Dynamo(args), *(Dyn(args, n) for n in args.dyn_http_workers)]
+        systems = [
+            Dynamo(args),
+            *(Dyn(args, n) for n in args.dyn_http_workers),
+            *([Floor(args)] if args.floor else []),
+        ]
         for system in systems if rnd % 2 == 0 else systems[::-1]:
             pid = system.start()
             try:
-                for c in args.concurrency:
+                for label, c, rate in loads:
                     pids = family(pid)
                     workers = system.workers()
                     router = getattr(system, "router", None)
                     cpu0 = sum(map(cpu_seconds, pids))
                     workers0 = sum(map(cpu_seconds, workers))
                     router0 = cpu_seconds(router.pid) if router is not None else 0.0
-                    result = load(args, c)
+                    result = load(args, c, rate)
                     cpu = sum(map(cpu_seconds, pids)) - cpu0
                     workers_cpu = sum(map(cpu_seconds, workers)) - workers0
                     ok = max(result["requests_ok"], 1)
@@ -250,7 +296,7 @@ def main() -> None:
                     row = {
                         "system": system.name,
                         "round": rnd,
-                        "concurrency": c,
+                        "load": label,
                         "req_per_s": result["req_per_s"],
                         "ttft_p50_ms": result["ttft_ms"]["p50"],
                         "ttft_p99_ms": result["ttft_ms"]["p99"],
@@ -276,18 +322,16 @@ def main() -> None:
         "workers_cpu_ms_per_req",
     )
     names = [system.name for system in systems[1:]]
-    print(
-        "| concurrency | metric | Dynamo 1.6.1 | " + " | ".join(f"{n} | {n} / Dynamo" for n in names) + " |"
-    )
+    print("| load | metric | Dynamo 1.6.1 | " + " | ".join(f"{n} | {n} / Dynamo" for n in names) + " |")
     print("|---|---|---|" + "---|---|" * len(names))
-    for c in args.concurrency:
+    for label, _, _ in loads:
         for key in keys:
             med = {
-                s: statistics.median(r[key] for r in rows if r["system"] == s and r["concurrency"] == c)
+                s: statistics.median(r[key] for r in rows if r["system"] == s and r["load"] == label)
                 for s in ("dynamo", *names)
             }
             cells = " | ".join(f"{med[n]:.2f} | {med[n] / med['dynamo']:.2f}x" for n in names)
-            print(f"| {c} | {key} | {med['dynamo']:.2f} | {cells} |")
+            print(f"| {label} | {key} | {med['dynamo']:.2f} | {cells} |")
 
 
 if __name__ == "__main__":
