@@ -1,19 +1,22 @@
-"""The C extensions of ``dyn.core.kv``: ``_xxh3`` (block and sequence hashes) and ``_radix`` (the
-prefix index's tree); everything else is in pyproject.toml. Both are optional: where no C compiler
-is found the install goes on, ``dyn.core.kv.hashing`` uses its Python path (the same hashes, more
-slowly) and ``RadixIndexer`` its Python tree (the same answers, more memory and time)."""
+"""dyn's C extensions: ``dyn.core.kv._xxh3`` (block and sequence hashes), ``dyn.core.kv._radix``
+(the prefix index's tree) and ``dyn.core.router._block_refs`` (a rank's active block refcounts);
+everything else is in pyproject.toml. All are optional: where no C compiler is found the install
+goes on and each has a Python path with the same results, slower (``dyn.core.kv.hashing``,
+``dyn.core.kv.indexer_py``, ``dyn.core.router.block_refs``)."""
 
 from setuptools import Extension, setup
 
 
-def _extension(name: str) -> Extension:
+def _extension(package: str, name: str) -> Extension:
     return Extension(
-        f"dyn.core.kv.{name}",
-        [f"core/kv/{name}.c"],
-        depends=["core/kv/xxh3.h"],
+        f"dyn.core.{package}.{name}",
+        [f"core/{package}/{name}.c"],
+        depends=["core/kv/xxh3.h", "core/kv/u64map.h"],
         optional=True,
         extra_compile_args=["-O2"],
     )
 
 
-setup(ext_modules=[_extension("_xxh3"), _extension("_radix")])
+setup(
+    ext_modules=[_extension("kv", "_xxh3"), _extension("kv", "_radix"), _extension("router", "_block_refs")]
+)

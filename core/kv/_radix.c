@@ -6,7 +6,7 @@
  * - Nodes live in one array (48 bytes each): sequence hash, local hash, the engine's block hash
  *   (the first holder's name), parent, depth, holders, and the child links (first child, next and
  *   previous sibling). Node 0 is the root. A freed node goes on a free list through ``kid``.
- * - ``seq``: an open-addressing table, sequence hash -> node (4 bytes a slot; the key is read from
+ * - ``seq``: an open-addressing table (the others are u64map.h's), sequence hash -> node (4 bytes a slot; the key is read from
  *   the node). A node is its sequence hash: a child is found by hashing its parent's sequence hash
  *   with the child's local hash, so there is no child table.
  * - Holders: one worker id inline (the common case) or, for two or more, a bitset in a pool; a
@@ -24,9 +24,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
+#include "u64map.h"
 #include "xxh3.h"
 
-#define NIL UINT32_MAX
 #define MANY 0x80000000u /* holders: a set index (in the pool) rather than a worker id */
 #define ROOT 0u
 #define MAX_IDS 0x7FFFFFFFu /* worker ids and nodes: below MANY */
@@ -42,111 +42,6 @@ typedef struct {
     uint32_t words, count;
     uint64_t bits[];
 } HolderSet;
-
-static inline uint64_t mix(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    return k ^ (k >> 33);
-}
-
-/* ------------------------------------------------------------------- u64 -> value tables */
-/* Linear probing with backward-shift deletion (no tombstones), at most 3/4 full. Two kinds: Map32
- * (u32 values, a slot is empty when its value is NIL) and Map64 (u64 values, keys < 2**32 - 1, a
- * slot is empty when its key is UINT64_MAX). */
-
-#define DEFINE_MAP(NAME, VT, EMPTY, SET_EMPTY)                                                    \
-    typedef struct {                                                                              \
-        uint64_t *keys;                                                                           \
-        VT *vals;                                                                                 \
-        uint64_t mask, count;                                                                     \
-    } NAME;                                                                                       \
-    static inline int NAME##_empty(const NAME *m, uint64_t i) { return EMPTY; }                   \
-    static int NAME##_alloc(NAME *m, uint64_t cap) {                                              \
-        m->keys = malloc(cap * sizeof(uint64_t));                                                 \
-        m->vals = malloc(cap * sizeof(VT));                                                       \
-        if (m->keys == NULL || m->vals == NULL) {                                                 \
-            free(m->keys);                                                                        \
-            free(m->vals);                                                                        \
-            m->keys = NULL;                                                                       \
-            m->vals = NULL;                                                                       \
-            return -1;                                                                            \
-        }                                                                                         \
-        m->mask = cap - 1;                                                                        \
-        for (uint64_t i = 0; i < cap; i++) SET_EMPTY;                                             \
-        return 0;                                                                                 \
-    }                                                                                             \
-    static void NAME##_free(NAME *m) {                                                            \
-        free(m->keys);                                                                            \
-        free(m->vals);                                                                            \
-        memset(m, 0, sizeof(*m));                                                                 \
-    }                                                                                             \
-    static uint64_t NAME##_slot(const NAME *m, uint64_t key) {                                    \
-        uint64_t i = mix(key) & m->mask;                                                          \
-        while (!NAME##_empty(m, i) && m->keys[i] != key) i = (i + 1) & m->mask;                   \
-        return i;                                                                                 \
-    }                                                                                             \
-    static int NAME##_has(const NAME *m, uint64_t key) {                                          \
-        return m->count && !NAME##_empty(m, NAME##_slot(m, key));                                 \
-    }                                                                                             \
-    static int NAME##_get(const NAME *m, uint64_t key, VT *out) {                                 \
-        if (!m->count) return 0;                                                                  \
-        uint64_t i = NAME##_slot(m, key);                                                         \
-        if (NAME##_empty(m, i)) return 0;                                                         \
-        *out = m->vals[i];                                                                        \
-        return 1;                                                                                 \
-    }                                                                                             \
-    static int NAME##_put(NAME *m, uint64_t key, VT val) {                                        \
-        if (m->count) {                                                                           \
-            uint64_t at = NAME##_slot(m, key);                                                    \
-            if (!NAME##_empty(m, at)) {                                                           \
-                m->vals[at] = val;                                                                \
-                return 0;                                                                         \
-            }                                                                                     \
-        }                                                                                         \
-        if (m->keys == NULL || (m->count + 1) * 4 > (m->mask + 1) * 3) {                          \
-            NAME old = *m;                                                                        \
-            uint64_t cap = m->keys == NULL ? 8 : (m->mask + 1) * 2;                               \
-            if (NAME##_alloc(m, cap) < 0) {                                                       \
-                *m = old;                                                                         \
-                return -1;                                                                        \
-            }                                                                                     \
-            m->count = old.count;                                                                 \
-            for (uint64_t j = 0; old.keys != NULL && j <= old.mask; j++) {                        \
-                if (NAME##_empty(&old, j)) continue;                                              \
-                uint64_t i = NAME##_slot(m, old.keys[j]);                                         \
-                m->keys[i] = old.keys[j];                                                         \
-                m->vals[i] = old.vals[j];                                                         \
-            }                                                                                     \
-            free(old.keys);                                                                       \
-            free(old.vals);                                                                       \
-        }                                                                                         \
-        uint64_t i = NAME##_slot(m, key);                                                         \
-        if (NAME##_empty(m, i)) m->count++;                                                       \
-        m->keys[i] = key;                                                                         \
-        m->vals[i] = val;                                                                         \
-        return 0;                                                                                 \
-    }                                                                                             \
-    static int NAME##_pop(NAME *m, uint64_t key, VT *out) {                                       \
-        if (!m->count) return 0;                                                                  \
-        uint64_t i = NAME##_slot(m, key);                                                         \
-        if (NAME##_empty(m, i)) return 0;                                                         \
-        if (out != NULL) *out = m->vals[i];                                                       \
-        for (uint64_t j = (i + 1) & m->mask; !NAME##_empty(m, j); j = (j + 1) & m->mask) {        \
-            uint64_t home = mix(m->keys[j]) & m->mask;                                            \
-            /* the entry at j may move to i when its home is not cyclically in (i, j] */           \
-            if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {                     \
-                m->keys[i] = m->keys[j];                                                          \
-                m->vals[i] = m->vals[j];                                                          \
-                i = j;                                                                            \
-            }                                                                                     \
-        }                                                                                         \
-        SET_EMPTY;                                                                                \
-        m->count--;                                                                               \
-        return 1;                                                                                 \
-    }                                                                                             \
-
-DEFINE_MAP(Map32, uint32_t, m->vals[i] == NIL, m->vals[i] = NIL)
-DEFINE_MAP(Map64, uint64_t, m->keys[i] == UINT64_MAX, m->keys[i] = UINT64_MAX)
 
 typedef struct {
     int used;

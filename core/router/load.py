@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections import _count_elements, deque  # type: ignore[attr-defined]  # Counter's C helper
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import NamedTuple
@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dyn.core.kv.indexer import set_bits
+from dyn.core.router.block_refs import BlockRefs
 
 WorkerKey = tuple[int, int]
 """(worker instance id, dp rank)."""
@@ -116,7 +117,7 @@ class ActiveSequences:
     )
 
     def __init__(self) -> None:
-        self.refs: dict[int, int] = {}
+        self.refs = BlockRefs()
         self._fractions: dict[int, float] = {}  # block -> weight < 1, for decaying sole holders
         self._deficit = 0.0  # sum of (1 - weight) over _fractions
         # request id -> (tokens, expected prefill seconds or None); insertion order is the FIFO
@@ -134,24 +135,19 @@ class ActiveSequences:
 
     def add_blocks(self, blocks: Iterable[int]) -> None:
         refs = self.refs
-        if not self._fractions:  # nothing decays: plain counting, done in C by Counter's helper
-            _count_elements(refs, blocks)
+        if not self._fractions:  # nothing decays: plain counting (in C where it was built)
+            refs.add(blocks)
             return
         for h in blocks:
             n = refs.get(h, 0)
-            refs[h] = n + 1
+            refs.set(h, n + 1)
             if n == 1 and h in self._fractions:  # shared now: counts fully
                 self._drop_fraction(h)
 
     def remove_blocks(self, blocks: Iterable[int]) -> None:
         refs = self.refs
         if not self._fractions:
-            for h in blocks:
-                n = refs.get(h, 0)
-                if n > 1:
-                    refs[h] = n - 1
-                else:
-                    refs.pop(h, None)
+            refs.remove(blocks)
             return
         for h in blocks:
             n = refs.get(h, 0)
@@ -160,7 +156,7 @@ class ActiveSequences:
                 if h in self._fractions:
                     self._drop_fraction(h)
             else:
-                refs[h] = n - 1
+                refs.set(h, n - 1)
 
     def set_decay(self, blocks: Iterable[int], weight: float) -> None:
         """Count each of ``blocks`` held by one request only as ``weight`` (in [0, 1])."""
@@ -179,17 +175,7 @@ class ActiveSequences:
 
     def prefix_depth(self, seq_hashes: Sequence[int]) -> int:
         """How many leading ``seq_hashes`` are active here (chained hashes: bisection)."""
-        refs = self.refs
-        if not refs or not seq_hashes or seq_hashes[0] not in refs:
-            return 0
-        lo, hi = 1, len(seq_hashes)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if seq_hashes[mid] in refs:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return self.refs.prefix_depth(seq_hashes)
 
     # ------------------------------------------------------------ prefill tokens
 

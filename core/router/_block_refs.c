@@ -1,0 +1,200 @@
+/* BlockRefs: one rank's active block refcounts (``dyn.core.router.load.ActiveSequences.refs``) in
+ * C: booking a request adds its prompt's block hashes, freeing it removes them, and a 4,096-token
+ * prompt is 256 of them, so the per-hash work is done here rather than in a Python loop.
+ *
+ * A table block hash (u64) -> count (u32, never 0: a hash whose count falls to 0 is removed), as a
+ * dict of int -> int behaves for the calls ``ActiveSequences`` makes. A hash that is not a u64 int
+ * raises TypeError or OverflowError (sequence hashes always are one). Not thread-safe beyond the
+ * GIL, which every method holds throughout.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "../kv/u64map.h"
+
+typedef struct {
+    PyObject_HEAD
+    Map32 counts;
+} Refs;
+
+static int read_hash(PyObject *item, uint64_t *out) {
+    if (!PyLong_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "a block hash must be an int, not %.100s", Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsUnsignedLongLong(item);
+    return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* add(hashes): each count + 1 (a new hash: 1). */
+static PyObject *refs_add(Refs *self, PyObject *hashes) {
+    PyObject *fast = PySequence_Fast(hashes, "hashes must be a sequence of ints");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h;
+        uint32_t count = 0;
+        if (read_hash(items[i], &h) < 0) goto fail;
+        Map32_get(&self->counts, h, &count);
+        if (Map32_put(&self->counts, h, count + 1) < 0) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(fast);
+    return NULL;
+}
+
+/* remove(hashes): each count - 1, a hash at 1 (or absent) removed. */
+static PyObject *refs_remove(Refs *self, PyObject *hashes) {
+    PyObject *fast = PySequence_Fast(hashes, "hashes must be a sequence of ints");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h;
+        uint32_t count;
+        if (read_hash(items[i], &h) < 0) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        if (!Map32_get(&self->counts, h, &count)) continue;
+        if (count > 1)
+            Map32_put(&self->counts, h, count - 1); /* an existing key: cannot fail */
+        else
+            Map32_pop(&self->counts, h, NULL);
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+}
+
+/* get(hash, default=None) -> its count, or default. */
+static PyObject *refs_get(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "get(hash, default=None)");
+        return NULL;
+    }
+    uint64_t h;
+    uint32_t count;
+    if (read_hash(args[0], &h) < 0) return NULL;
+    if (Map32_get(&self->counts, h, &count)) return PyLong_FromUnsignedLong(count);
+    PyObject *fallback = nargs == 2 ? args[1] : Py_None;
+    Py_INCREF(fallback);
+    return fallback;
+}
+
+/* pop(hash, default=None) -> its count (removing it), or default. */
+static PyObject *refs_pop(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "pop(hash, default=None)");
+        return NULL;
+    }
+    uint64_t h;
+    uint32_t count;
+    if (read_hash(args[0], &h) < 0) return NULL;
+    if (Map32_pop(&self->counts, h, &count)) return PyLong_FromUnsignedLong(count);
+    PyObject *fallback = nargs == 2 ? args[1] : Py_None;
+    Py_INCREF(fallback);
+    return fallback;
+}
+
+/* set(hash, count): count >= 1. */
+static PyObject *refs_set(Refs *self, PyObject *args) {
+    PyObject *item;
+    unsigned long count;
+    uint64_t h;
+    if (!PyArg_ParseTuple(args, "Ok", &item, &count)) return NULL;
+    if (read_hash(item, &h) < 0) return NULL;
+    if (count < 1 || count >= NIL) {
+        PyErr_SetString(PyExc_ValueError, "a count is at least 1 and below 2**32 - 1");
+        return NULL;
+    }
+    if (Map32_put(&self->counts, h, (uint32_t)count) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* prefix_depth(seq_hashes) -> how many leading hashes are here (chained hashes: bisection). */
+static PyObject *refs_prefix_depth(Refs *self, PyObject *seqs) {
+    PyObject *fast = PySequence_Fast(seqs, "seq_hashes must be a sequence of ints");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), lo = 1, hi = n;
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    uint64_t h;
+    if (!self->counts.count || n == 0 || read_hash(items[0], &h) < 0 || !Map32_has(&self->counts, h)) {
+        lo = 0;
+        hi = 0;
+    }
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (read_hash(items[mid], &h) < 0) break;
+        if (Map32_has(&self->counts, h))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_DECREF(fast);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(lo);
+}
+
+static Py_ssize_t refs_len(Refs *self) { return (Py_ssize_t)self->counts.count; }
+
+static int refs_contains(Refs *self, PyObject *item) {
+    uint64_t h;
+    if (!PyLong_Check(item)) return 0;
+    h = PyLong_AsUnsignedLongLong(item);
+    if (h == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return Map32_has(&self->counts, h);
+}
+
+static void refs_dealloc(Refs *self) {
+    Map32_free(&self->counts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef REFS_METHODS[] = {
+    {"add", (PyCFunction)refs_add, METH_O, "Each hash's count + 1."},
+    {"remove", (PyCFunction)refs_remove, METH_O, "Each hash's count - 1; at 0 it goes."},
+    {"get", (PyCFunction)(void (*)(void))refs_get, METH_FASTCALL, "A hash's count, or default."},
+    {"pop", (PyCFunction)(void (*)(void))refs_pop, METH_FASTCALL, "Remove a hash; its count, or default."},
+    {"set", (PyCFunction)refs_set, METH_VARARGS, "Set a hash's count (at least 1)."},
+    {"prefix_depth", (PyCFunction)refs_prefix_depth, METH_O, "How many leading hashes are here."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods REFS_SEQUENCE = {
+    .sq_length = (lenfunc)refs_len,
+    .sq_contains = (objobjproc)refs_contains,
+};
+
+static PyTypeObject REFS_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dyn.core.router._block_refs.BlockRefs",
+    .tp_basicsize = sizeof(Refs),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One rank's active block refcounts (see dyn.core.router.load).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)refs_dealloc,
+    .tp_methods = REFS_METHODS,
+    .tp_as_sequence = &REFS_SEQUENCE,
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_block_refs", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__block_refs(void) {
+    if (PyType_Ready(&REFS_TYPE) < 0) return NULL;
+    PyObject *m = PyModule_Create(&MODULE);
+    if (m == NULL) return NULL;
+    Py_INCREF(&REFS_TYPE);
+    if (PyModule_AddObject(m, "BlockRefs", (PyObject *)&REFS_TYPE) < 0) {
+        Py_DECREF(&REFS_TYPE);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
