@@ -71,34 +71,40 @@ static PyObject *refs_remove(Refs *self, PyObject *hashes) {
     Py_RETURN_NONE;
 }
 
-/* get(hash, default=None) -> its count, or default. */
-static PyObject *refs_get(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The (hash, default=None) arguments of get and pop; -1 with an exception when they are wrong. */
+static int hash_and_default(PyObject *const *args, Py_ssize_t nargs, const char *usage, uint64_t *h, PyObject **fallback) {
     if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "get(hash, default=None)");
-        return NULL;
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
     }
-    uint64_t h;
-    uint32_t count;
-    if (read_hash(args[0], &h) < 0) return NULL;
-    if (Map32_get(&self->counts, h, &count)) return PyLong_FromUnsignedLong(count);
-    PyObject *fallback = nargs == 2 ? args[1] : Py_None;
+    *fallback = nargs == 2 ? args[1] : Py_None;
+    return read_hash(args[0], h);
+}
+
+static PyObject *count_or(int found, uint32_t count, PyObject *fallback) {
+    if (found) return PyLong_FromUnsignedLong(count);
     Py_INCREF(fallback);
     return fallback;
 }
 
+/* get(hash, default=None) -> its count, or default. */
+static PyObject *refs_get(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+    uint64_t h;
+    uint32_t count = 0;
+    PyObject *fallback;
+    if (hash_and_default(args, nargs, "get(hash, default=None)", &h, &fallback) < 0) return NULL;
+    int found = Map32_get(&self->counts, h, &count); /* before count is read */
+    return count_or(found, count, fallback);
+}
+
 /* pop(hash, default=None) -> its count (removing it), or default. */
 static PyObject *refs_pop(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "pop(hash, default=None)");
-        return NULL;
-    }
     uint64_t h;
-    uint32_t count;
-    if (read_hash(args[0], &h) < 0) return NULL;
-    if (Map32_pop(&self->counts, h, &count)) return PyLong_FromUnsignedLong(count);
-    PyObject *fallback = nargs == 2 ? args[1] : Py_None;
-    Py_INCREF(fallback);
-    return fallback;
+    uint32_t count = 0;
+    PyObject *fallback;
+    if (hash_and_default(args, nargs, "pop(hash, default=None)", &h, &fallback) < 0) return NULL;
+    int found = Map32_pop(&self->counts, h, &count); /* before count is read */
+    return count_or(found, count, fallback);
 }
 
 /* set(hash, count): count >= 1. */
