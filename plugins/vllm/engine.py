@@ -63,6 +63,8 @@ from __future__ import annotations
 import io
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, redirect_stderr
@@ -124,6 +126,18 @@ class EngineLoad:
             self.num_preempted += getattr(iteration_stats, "num_preempted_reqs", 0)
 
 
+def private_rpc_dir() -> str | None:
+    """A new directory of this worker's own for vLLM's IPC sockets (``VLLM_RPC_BASE_PATH``, read
+    by the engine core processes vLLM spawns), for ``run`` to remove when the engine stops: vLLM
+    names them ``<dir>/<uuid4>`` and leaves the socket files behind, by default straight in /tmp.
+    None, and nothing changed, when the user set ``VLLM_RPC_BASE_PATH``."""
+    if "VLLM_RPC_BASE_PATH" in os.environ:
+        return None
+    path = tempfile.mkdtemp(prefix="dyn-vllm-rpc-")
+    os.environ["VLLM_RPC_BASE_PATH"] = path
+    return path
+
+
 class VllmEngine:
     """One vLLM ``AsyncLLM`` serving dyn's request plane. ``host`` is the worker's ``--host``,
     where vLLM binds its KV-event sockets and KV-transfer side channel (peers get its advertised
@@ -176,6 +190,7 @@ class VllmEngine:
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        rpc_dir = private_rpc_dir()
         try:
             # not abandoned on cancel: a cancelled start waits for vLLM, then shuts it down
             await anyio.to_thread.run_sync(self._start)
@@ -200,6 +215,8 @@ class VllmEngine:
             if llm is not None:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(llm.shutdown)
+            if rpc_dir is not None:
+                shutil.rmtree(rpc_dir, ignore_errors=True)
 
     async def _read_features(self, llm: Any) -> None:
         """``pooling_only`` under ``--runner pooling``, with ``embed`` and ``classify`` as vLLM

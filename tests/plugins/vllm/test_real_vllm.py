@@ -17,9 +17,13 @@ Lark front end (``vllm/v1/structured_output/backend_xgrammar.py``, ``validate_xg
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -75,11 +79,11 @@ def assert_valid_thing(value) -> None:
     assert value["inner"].keys() == {"x"} and isinstance(value["inner"]["x"], bool)
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory):
-    """One ``dyn worker vllm`` on the provisioned venv; yields ``(request endpoint, tokenizer)``."""
+@contextlib.contextmanager
+def running_worker(root: Path) -> Iterator[tuple[subprocess.Popen, str, Tokenizer]]:
+    """One ``dyn worker vllm`` on the provisioned venv, its files under ``root``; yields ``(its
+    process, request endpoint, tokenizer)`` once it registered, and stops it."""
     python, model = python_and_model(MODEL)
-    root = tmp_path_factory.mktemp("vllm-worker")
     log_path, discovery = root / "worker.log", root / "discovery"
     env = vllm_env()
     args = [
@@ -115,9 +119,37 @@ def worker(tmp_path_factory):
             return found[0].endpoints.request if found else None
 
         endpoint = poll_until(registered, 320, "dyn worker vllm to register", interval=0.5)
-        yield endpoint, Tokenizer.from_file(str(model / "tokenizer.json"))
+        yield proc, endpoint, Tokenizer.from_file(str(model / "tokenizer.json"))
     finally:
         stop_process_group(proc, grace_s=60)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    """One ``dyn worker vllm`` for the module; yields ``(request endpoint, tokenizer)``."""
+    with running_worker(tmp_path_factory.mktemp("vllm-worker")) as (_, endpoint, tokenizer):
+        yield endpoint, tokenizer
+
+
+def test_vllms_ipc_sockets_live_in_the_workers_own_directory_and_go_with_it(tmp_path):
+    """vLLM names its engine sockets ``$VLLM_RPC_BASE_PATH/<uuid>`` (by default straight in /tmp)
+    and leaves the files behind; the worker gives it a directory of its own and removes it."""
+    with running_worker(tmp_path) as (proc, _, _):
+        session = os.getsid(proc.pid)
+        paths = set()
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and os.getsid(int(entry.name)) == session:
+                    env = (entry / "environ").read_bytes().split(b"\0")
+                    paths.update(
+                        v.split(b"=", 1)[1].decode() for v in env if v.startswith(b"VLLM_RPC_BASE_PATH=")
+                    )
+            except OSError:
+                continue
+        assert len(paths) == 1, paths  # set before the engine core started, so it inherited it
+        rpc_dir = Path(paths.pop())
+        assert rpc_dir.name.startswith("dyn-vllm-rpc-") and any(p.is_socket() for p in rpc_dir.iterdir())
+    assert not rpc_dir.exists()
 
 
 def generate(endpoint: str, request: GenerateRequest) -> tuple[list[TokenChunk], Finish]:
