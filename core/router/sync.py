@@ -15,7 +15,9 @@ are logged and skipped.
 The booking changes of one event-loop pass go out as one message, ``[topic, event, event, ...]``
 (a receiver applies every event frame, so a message of one event is the same format): a ZMQ send
 costs as much as routing the request, and a busy router books, starts and frees several requests
-a pass. Published outside a running event loop, an event is sent at once.
+a pass. Published outside a running event loop, an event is sent at once. A message carries at
+most ``MAX_EVENTS_PER_MESSAGE`` events (a pass that books more sends more messages); a receiver
+skips a longer one whole, with a warning, so one peer's message cannot hold its event loop.
 
 PUB/SUB delivers only what is published after a subscription is live: events a replica published
 before a peer connected are lost to that peer, and nothing is replayed. Peers converge as those
@@ -59,6 +61,9 @@ if TYPE_CHECKING:
     from dyn.core.router.kv import KvRouter
 
 log = logging.getLogger("dyn.router.sync")
+
+MAX_EVENTS_PER_MESSAGE = 1024
+"""The most booking changes one replica-sync message carries (and a receiver takes)."""
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(ActiveSequenceEvent)
@@ -125,7 +130,9 @@ class ReplicaSync:
         if not event.router_id:
             event.router_id = self.router_id
         self._pending.append(_encoder.encode(event))
-        if len(self._pending) == 2:  # the first of this pass
+        if len(self._pending) > MAX_EVENTS_PER_MESSAGE:  # a full message goes now
+            self._flush()
+        elif len(self._pending) == 2:  # the first of this pass
             try:
                 asyncio.get_running_loop().call_soon(self._flush)
             except RuntimeError:
@@ -206,6 +213,13 @@ class ReplicaSync:
     async def _receive(self, sub: zmq.asyncio.Socket) -> None:
         while True:
             frames = await sub.recv_multipart(copy=True)
+            if len(frames) > MAX_EVENTS_PER_MESSAGE + 1:
+                log.warning(
+                    "replica sync: skipping a message of %d events (at most %d)",
+                    len(frames) - 1,
+                    MAX_EVENTS_PER_MESSAGE,
+                )
+                continue
             if len(frames) < 2:
                 log.warning(
                     "replica sync: skipping a message of %d frame(s), not [topic, event, ...]", len(frames)

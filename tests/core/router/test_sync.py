@@ -22,7 +22,7 @@ from dyn.core.router.kv import KvRouter
 from dyn.core.router.policy import RouteRequest
 from dyn.core.router.pool import WorkerPool
 from dyn.core.router.registry import router_record, routers_store
-from dyn.core.router.sync import ReplicaSync
+from dyn.core.router.sync import MAX_EVENTS_PER_MESSAGE, ReplicaSync
 from dyn.core.transport.sockets import async_context, bind_random, configure, sync_context
 from tests.memory_discovery import memory_store
 
@@ -61,6 +61,14 @@ async def replica(tg, store: DiscoveryStore) -> tuple[KvRouter, ReplicaSync]:
     return router, sync
 
 
+async def workers_store(tmp_path) -> DiscoveryStore:
+    """An in-memory discovery store holding ``WORKERS``."""
+    store = memory_store(tmp_path, "t")
+    for i in WORKERS:
+        await store.put(record(i), ttl_s=30)
+    return store
+
+
 async def until(predicate, timeout: float = 5.0) -> None:
     with anyio.fail_after(timeout):
         while not predicate():
@@ -84,9 +92,7 @@ async def first_heard(a: KvRouter, b: KvRouter) -> object:
 
 
 async def test_a_peer_counts_the_other_replicas_bookings_and_follows_its_decisions(tmp_path):
-    store = memory_store(tmp_path, "t")
-    for i in WORKERS:
-        await store.put(record(i), ttl_s=30)
+    store = await workers_store(tmp_path)
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
             a, sync_a = await replica(tg, store)
@@ -116,9 +122,7 @@ async def test_a_peer_counts_the_other_replicas_bookings_and_follows_its_decisio
 
 
 async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
-    store = memory_store(tmp_path, "t")
-    for i in WORKERS:
-        await store.put(record(i), ttl_s=30)
+    store = await workers_store(tmp_path)
     pub = configure(sync_context().socket(zmq.PUB))
     endpoint = bind_random(pub, "127.0.0.1")
     routers = routers_store(store)
@@ -159,9 +163,7 @@ async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
 async def test_one_passs_booking_changes_go_out_as_one_message(tmp_path):
     """A ZMQ send costs as much as a route: the booking changes of one event-loop pass share one
     message, ``[topic, event, event, ...]``."""
-    store = memory_store(tmp_path, "t")
-    for i in WORKERS:
-        await store.put(record(i), ttl_s=30)
+    store = await workers_store(tmp_path)
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
             a, sync_a = await replica(tg, store)
@@ -187,3 +189,69 @@ async def test_one_passs_booking_changes_go_out_as_one_message(tmp_path):
             finally:
                 tap.close(linger=0)
             tg.cancel_scope.cancel()
+
+
+async def test_a_pass_booking_more_than_a_message_holds_sends_several(tmp_path):
+    """A message carries at most ``MAX_EVENTS_PER_MESSAGE`` events; the rest follow in the next."""
+    store = await workers_store(tmp_path)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            a, sync_a = await replica(tg, store)
+            tap = configure(async_context().socket(zmq.SUB))
+            tap.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
+            tap.connect(sync_a.endpoint)
+            try:
+                for _ in range(100):  # until the tap's subscription is live
+                    sync_a.publish(ActiveSequenceEvent("", "probe", 1, 0, "free"))
+                    with anyio.move_on_after(0.05):
+                        await tap.recv_multipart()
+                        break
+                total = MAX_EVENTS_PER_MESSAGE + 6
+                for i in range(total):
+                    sync_a.publish(ActiveSequenceEvent("", f"r{i}", 1, 0, "add", isl_tokens=1))
+                sizes, ids = [], []
+                while len(ids) < total:
+                    frames = await tap.recv_multipart()
+                    sizes.append(len(frames) - 1)
+                    ids += [
+                        msgspec.msgpack.decode(f, type=ActiveSequenceEvent).request_id for f in frames[1:]
+                    ]
+                assert max(sizes) == MAX_EVENTS_PER_MESSAGE and len(sizes) == 2
+                assert ids == [f"r{i}" for i in range(total)]
+            finally:
+                tap.close(linger=0)
+            tg.cancel_scope.cancel()
+
+
+async def test_a_message_of_more_events_than_a_peer_sends_is_skipped_whole(tmp_path):
+    store = await workers_store(tmp_path)
+    pub = configure(sync_context().socket(zmq.PUB))
+    endpoint = bind_random(pub, "127.0.0.1")
+    routers = routers_store(store)
+    peer = router_record(routers, "m", new_instance_id(), kv_events=endpoint)
+    encode = msgspec.msgpack.encode
+    too_many = [
+        encode(ActiveSequenceEvent("peer", f"flood-{i}", 2, 0, "add", isl_tokens=5))
+        for i in range(MAX_EVENTS_PER_MESSAGE + 1)
+    ]
+    try:
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg, routers.lease(peer):
+                a, sync_a = await replica(tg, store)
+                await until(lambda: sync_a.peers)
+                for i in range(200):
+                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, *too_many])
+                    pub.send_multipart(
+                        [
+                            ACTIVE_SEQUENCES_TOPIC,
+                            encode(ActiveSequenceEvent("peer", f"ok-{i}", 2, 0, "add", isl_tokens=5)),
+                        ]
+                    )
+                    with anyio.move_on_after(0.05):
+                        await until(lambda: booked(a) > 0)
+                        break
+                await anyio.sleep(0.1)  # a flood sent after the last small one would show up too
+                assert booked(a) == 1 and not any(f"peer/flood-{i}" in a.load for i in range(5))
+                tg.cancel_scope.cancel()
+    finally:
+        pub.close(linger=0)
