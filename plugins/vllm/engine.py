@@ -128,7 +128,7 @@ class EngineLoad:
 
 def private_rpc_dir() -> str | None:
     """A new directory of this worker's own for vLLM's IPC sockets (``VLLM_RPC_BASE_PATH``, read
-    by the engine core processes vLLM spawns), for ``run`` to remove when the engine stops: vLLM
+    by the engine core processes vLLM spawns), for ``run`` to remove, and unset, when the engine stops: vLLM
     names them ``<dir>/<uuid4>`` and leaves the socket files behind, by default straight in /tmp.
     None, and nothing changed, when the user set ``VLLM_RPC_BASE_PATH``."""
     if "VLLM_RPC_BASE_PATH" in os.environ:
@@ -215,8 +215,10 @@ class VllmEngine:
             if llm is not None:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(llm.shutdown)
-            if rpc_dir is not None:
+            if rpc_dir is not None:  # withdrawn with its name: a later start makes a new one
                 shutil.rmtree(rpc_dir, ignore_errors=True)
+                if os.environ.get("VLLM_RPC_BASE_PATH") == rpc_dir:
+                    del os.environ["VLLM_RPC_BASE_PATH"]
 
     async def _read_features(self, llm: Any) -> None:
         """``pooling_only`` under ``--runner pooling``, with ``embed`` and ``classify`` as vLLM
