@@ -25,51 +25,36 @@ static int read_hash(PyObject *item, uint64_t *out) {
     return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* add(hashes): each count + 1 (a new hash: 1). */
-static PyObject *refs_add(Refs *self, PyObject *hashes) {
+/* Each hash's count + 1 (``up``: a new hash gets 1) or - 1 (a hash at 1, or absent, goes). */
+static PyObject *step_counts(Refs *self, PyObject *hashes, int up) {
     PyObject *fast = PySequence_Fast(hashes, "hashes must be a sequence of ints");
     if (fast == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *out = Py_None;
+    for (Py_ssize_t i = 0; i < n && out != NULL; i++) {
         uint64_t h;
         uint32_t count = 0;
-        if (read_hash(items[i], &h) < 0) goto fail;
-        Map32_get(&self->counts, h, &count);
-        if (Map32_put(&self->counts, h, count + 1) < 0) {
-            PyErr_NoMemory();
-            goto fail;
+        if (read_hash(items[i], &h) < 0) {
+            out = NULL;
+        } else if (up) {
+            Map32_get(&self->counts, h, &count);
+            if (Map32_put(&self->counts, h, count + 1) < 0) out = PyErr_NoMemory();
+        } else if (Map32_get(&self->counts, h, &count)) {
+            if (count > 1)
+                Map32_put(&self->counts, h, count - 1); /* an existing key: cannot fail */
+            else
+                Map32_pop(&self->counts, h, NULL);
         }
     }
     Py_DECREF(fast);
-    Py_RETURN_NONE;
-fail:
-    Py_DECREF(fast);
-    return NULL;
+    Py_XINCREF(out);
+    return out;
 }
 
-/* remove(hashes): each count - 1, a hash at 1 (or absent) removed. */
-static PyObject *refs_remove(Refs *self, PyObject *hashes) {
-    PyObject *fast = PySequence_Fast(hashes, "hashes must be a sequence of ints");
-    if (fast == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t h;
-        uint32_t count;
-        if (read_hash(items[i], &h) < 0) {
-            Py_DECREF(fast);
-            return NULL;
-        }
-        if (!Map32_get(&self->counts, h, &count)) continue;
-        if (count > 1)
-            Map32_put(&self->counts, h, count - 1); /* an existing key: cannot fail */
-        else
-            Map32_pop(&self->counts, h, NULL);
-    }
-    Py_DECREF(fast);
-    Py_RETURN_NONE;
-}
+static PyObject *refs_add(Refs *self, PyObject *hashes) { return step_counts(self, hashes, 1); }
+
+static PyObject *refs_remove(Refs *self, PyObject *hashes) { return step_counts(self, hashes, 0); }
 
 /* The (hash, default=None) arguments of get and pop; -1 with an exception when they are wrong. */
 static int hash_and_default(PyObject *const *args, Py_ssize_t nargs, const char *usage, uint64_t *h, PyObject **fallback) {
