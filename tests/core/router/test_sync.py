@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import anyio
 import msgspec
 import pytest
@@ -69,6 +72,20 @@ async def workers_store(tmp_path) -> DiscoveryStore:
     return store
 
 
+@contextlib.asynccontextmanager
+async def peer_publisher(store: DiscoveryStore) -> AsyncIterator[zmq.Socket]:
+    """A PUB socket registered as another router replica of model "m" (its lease held): what it
+    publishes reaches every replica that follows its peers."""
+    pub = configure(sync_context().socket(zmq.PUB))
+    routers = routers_store(store)
+    peer = router_record(routers, "m", new_instance_id(), kv_events=bind_random(pub, "127.0.0.1"))
+    try:
+        async with routers.lease(peer):
+            yield pub
+    finally:
+        pub.close(linger=0)
+
+
 async def until(predicate, timeout: float = 5.0) -> None:
     with anyio.fail_after(timeout):
         while not predicate():
@@ -123,41 +140,34 @@ async def test_a_peer_counts_the_other_replicas_bookings_and_follows_its_decisio
 
 async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
     store = await workers_store(tmp_path)
-    pub = configure(sync_context().socket(zmq.PUB))
-    endpoint = bind_random(pub, "127.0.0.1")
-    routers = routers_store(store)
-    peer = router_record(routers, "m", new_instance_id(), kv_events=endpoint)
     encode = msgspec.msgpack.encode
-    try:
-        with anyio.fail_after(15):
-            async with anyio.create_task_group() as tg, routers.lease(peer):
-                a, sync_a = await replica(tg, store)
-                await until(lambda: sync_a.peers)
-                own = ActiveSequenceEvent(a.router_id, "mine", 1, 0, "add", isl_tokens=50)
-                for i in range(200):
-                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(own)])
-                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, b"\xc1 not msgpack"])
-                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC])
-                    pub.send_multipart(  # several events a message, a malformed one among them
-                        [
-                            ACTIVE_SEQUENCES_TOPIC,
-                            encode(ActiveSequenceEvent("peer", f"theirs-{i}", 2, 0, "add", isl_tokens=50)),
-                            b"\xc1 not msgpack",
-                            encode(ActiveSequenceEvent("peer", f"also-{i}", 2, 0, "add", isl_tokens=50)),
-                        ]
-                    )
-                    with anyio.move_on_after(0.05):
-                        await until(lambda: booked(a) > 0)
-                        break
-                assert booked(a) == 2 and a.load.num_requests((2, 0)) == 2
-                assert f"{a.router_id}/mine" not in a.load and sync_a.heard == {"peer"}
-                # its own decisions still book normally
-                route = await a.route(req("local"))
-                assert booked(a) == 3
-                route.finished()
-                tg.cancel_scope.cancel()
-    finally:
-        pub.close(linger=0)
+    with anyio.fail_after(15):
+        async with peer_publisher(store) as pub, anyio.create_task_group() as tg:
+            a, sync_a = await replica(tg, store)
+            await until(lambda: sync_a.peers)
+            own = ActiveSequenceEvent(a.router_id, "mine", 1, 0, "add", isl_tokens=50)
+            for i in range(200):
+                pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, encode(own)])
+                pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, b"\xc1 not msgpack"])
+                pub.send_multipart([ACTIVE_SEQUENCES_TOPIC])
+                pub.send_multipart(  # several events a message, a malformed one among them
+                    [
+                        ACTIVE_SEQUENCES_TOPIC,
+                        encode(ActiveSequenceEvent("peer", f"theirs-{i}", 2, 0, "add", isl_tokens=50)),
+                        b"\xc1 not msgpack",
+                        encode(ActiveSequenceEvent("peer", f"also-{i}", 2, 0, "add", isl_tokens=50)),
+                    ]
+                )
+                with anyio.move_on_after(0.05):
+                    await until(lambda: booked(a) > 0)
+                    break
+            assert booked(a) == 2 and a.load.num_requests((2, 0)) == 2
+            assert f"{a.router_id}/mine" not in a.load and sync_a.heard == {"peer"}
+            # its own decisions still book normally
+            route = await a.route(req("local"))
+            assert booked(a) == 3
+            route.finished()
+            tg.cancel_scope.cancel()
 
 
 async def test_one_passs_booking_changes_go_out_as_one_message(tmp_path):
@@ -225,33 +235,26 @@ async def test_a_pass_booking_more_than_a_message_holds_sends_several(tmp_path):
 
 async def test_a_message_of_more_events_than_a_peer_sends_is_skipped_whole(tmp_path):
     store = await workers_store(tmp_path)
-    pub = configure(sync_context().socket(zmq.PUB))
-    endpoint = bind_random(pub, "127.0.0.1")
-    routers = routers_store(store)
-    peer = router_record(routers, "m", new_instance_id(), kv_events=endpoint)
     encode = msgspec.msgpack.encode
     too_many = [
         encode(ActiveSequenceEvent("peer", f"flood-{i}", 2, 0, "add", isl_tokens=5))
         for i in range(MAX_EVENTS_PER_MESSAGE + 1)
     ]
-    try:
-        with anyio.fail_after(15):
-            async with anyio.create_task_group() as tg, routers.lease(peer):
-                a, sync_a = await replica(tg, store)
-                await until(lambda: sync_a.peers)
-                for i in range(200):
-                    pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, *too_many])
-                    pub.send_multipart(
-                        [
-                            ACTIVE_SEQUENCES_TOPIC,
-                            encode(ActiveSequenceEvent("peer", f"ok-{i}", 2, 0, "add", isl_tokens=5)),
-                        ]
-                    )
-                    with anyio.move_on_after(0.05):
-                        await until(lambda: booked(a) > 0)
-                        break
-                await anyio.sleep(0.1)  # a flood sent after the last small one would show up too
-                assert booked(a) == 1 and not any(f"peer/flood-{i}" in a.load for i in range(5))
-                tg.cancel_scope.cancel()
-    finally:
-        pub.close(linger=0)
+    with anyio.fail_after(15):
+        async with peer_publisher(store) as pub, anyio.create_task_group() as tg:
+            a, sync_a = await replica(tg, store)
+            await until(lambda: sync_a.peers)
+            for i in range(200):
+                pub.send_multipart([ACTIVE_SEQUENCES_TOPIC, *too_many])
+                pub.send_multipart(
+                    [
+                        ACTIVE_SEQUENCES_TOPIC,
+                        encode(ActiveSequenceEvent("peer", f"ok-{i}", 2, 0, "add", isl_tokens=5)),
+                    ]
+                )
+                with anyio.move_on_after(0.05):
+                    await until(lambda: booked(a) > 0)
+                    break
+            await anyio.sleep(0.1)  # a flood sent after the last small one would show up too
+            assert booked(a) == 1 and not any(f"peer/flood-{i}" in a.load for i in range(5))
+            tg.cancel_scope.cancel()
