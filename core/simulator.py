@@ -21,6 +21,11 @@ but the names it annotates with.
   arrives from a prefill worker (the simulator models the transfer, in the caller's time);
   ``wake_at`` says when such a transfer lands while nothing else runs, so the caller steps the
   engine then (None: nothing is in transfer).
+- Quiet passes, optional (``SkipsQuietPasses``): ``quiet_passes()`` counts the next passes that
+  would only give each running request one more token, all taking the same time (no KV event, no
+  request starting or ending); the caller dates them on its clock without calling ``step`` and
+  later ``skip_quiet(n)`` brings the engine's state past the ``n`` it dated. Adding a request ends
+  the count. An engine without them is stepped pass by pass.
 """
 
 from __future__ import annotations
@@ -94,6 +99,18 @@ class SimEngine(Protocol):
     @property
     def has_work(self) -> bool:
         """Whether any request is queued or running."""
+
+
+class SkipsQuietPasses(Protocol):
+    """The optional quiet-pass calls of a ``SimEngine`` (see the module docstring)."""
+
+    def quiet_passes(self) -> tuple[int, float]:
+        """How many of the next passes are quiet and the duration of each in ms; (0, 0.0): the
+        next one is not."""
+
+    def skip_quiet(self, passes: int) -> list[Hashable]:
+        """Run ``passes`` counted quiet passes at once; the ids of the requests that each got
+        ``passes`` more tokens."""
 
 
 class Simulator(Protocol):

@@ -28,6 +28,15 @@ to event and is the only clock anyone reads (the router's, its queue's, the simu
   the live router's conversion path, with no delay), then its tokens reach the route hooks
   (``first_token``, ``progress``, ``finished``: the frontend's order), then the worker's next
   pass starts at once if it has work.
+- **Quiet passes**: where the simulator offers them (``SkipsQuietPasses``), the passes that only
+  give each running request a token are dated on the clock, each ending at the same instant
+  and in the same heap order as a stepped pass would, but the engine is not stepped and the
+  tokens are not delivered pass by pass: both catch up (``skip_quiet``, then the records' ITLs and
+  one ``progress`` call per request) before the worker's next stepped pass. No decision reads
+  what lags meanwhile: the router's only use of output progress, the KV router's output-block
+  booking, books on the token that fills a block, and filling a block ends a quiet run; a queue
+  drains only in hooks that resume its parked requests themselves. The records are the same bit
+  for bit (``tests/core/bench/test_replay_pinned.py``).
 
 The router is built from its mode with the simulation's clock, a seeded RNG and the direct
 ingestion below, not through ``build_router`` (which adds only what live routers need).
@@ -378,7 +387,7 @@ class _DirectIngest:
 
 
 class _SimWorker:
-    __slots__ = ("instance_id", "engine", "busy", "label", "role")
+    __slots__ = ("instance_id", "engine", "busy", "label", "role", "quiet_left", "quiet_s", "quiet_ends")
 
     def __init__(self, instance_id: int, engine: SimEngine, role: str = "agg") -> None:
         self.instance_id = instance_id
@@ -386,6 +395,12 @@ class _SimWorker:
         self.busy = False
         self.label = str(instance_id)
         self.role = role
+        self.quiet_left = 0
+        """Quiet passes counted and not started yet (a request added ends the count)."""
+        self.quiet_s = 0.0
+        """How long each of those passes takes, s."""
+        self.quiet_ends: list[float] = []
+        """When each quiet pass since the engine was last brought up to date ended."""
 
 
 class _Flight:
@@ -729,6 +744,7 @@ class _Simulation:
                 flight.route.finished()
             self._resume_parked()
             return
+        worker.quiet_left = 0
         if not worker.busy:
             worker.busy = True
             self._at(self.now, self._step, worker)
@@ -786,10 +802,21 @@ class _Simulation:
         starts, and so on: the same events in the same order, without the heap's round trips."""
         engine = worker.engine
         step = engine.step
+        quiet_passes = getattr(engine, "quiet_passes", None)
         heap = self._heap
         heappush = heapq.heappush
         flights = self._flights
         while True:
+            if worker.quiet_ends:
+                self._catch_up(worker)
+            if quiet_passes is not None:
+                count, ms = quiet_passes()
+                if count:
+                    worker.quiet_left = count
+                    worker.quiet_s = ms / 1000.0
+                    if self._quiet_run(worker):
+                        return
+                    continue  # all ended before any other event: catch up, then step
             result = step()
             self.passes += 1
             now = self.now
@@ -816,6 +843,46 @@ class _Simulation:
             self.now = end
             if not self._end_pass(worker, result):
                 return
+
+    def _quiet_run(self, worker: _SimWorker) -> bool:
+        """Start the worker's counted quiet passes one after another, as ``_step`` does stepped
+        ones. True: one ends after another event (it waits on the heap); False: the count is
+        spent (or a request was added) and the worker steps next."""
+        heap = self._heap
+        while worker.quiet_left:
+            worker.quiet_left -= 1
+            self.passes += 1
+            end = self.now + worker.quiet_s
+            if (heap and heap[0][0] <= end) or self._next_arrival <= end:
+                self._seq += 1
+                heapq.heappush(heap, (end, self._seq, self._quiet_end, worker))
+                return True
+            self.now = end
+            worker.quiet_ends.append(end)
+        return False
+
+    def _quiet_end(self, worker: _SimWorker) -> None:
+        worker.quiet_ends.append(self.now)
+        if not (worker.quiet_left and self._quiet_run(worker)):
+            self._step(worker)
+
+    def _catch_up(self, worker: _SimWorker) -> None:
+        """Bring the engine and the records past the quiet passes that ended since the last
+        catch-up, as if each had been stepped and delivered at its end."""
+        ends = worker.quiet_ends
+        n = len(ends)
+        gaps = [b - a for a, b in zip(ends, ends[1:])]
+        last = ends[-1]
+        flights = self._flights
+        for rid in worker.engine.skip_quiet(n):  # type: ignore[attr-defined]  # counted by quiet_passes
+            flight = flights[rid]
+            itl = flight.itl
+            itl.append(ends[0] - flight.last)
+            itl.extend(gaps)
+            flight.last = last
+            flight.output += n
+            flight.route.progress(flight.output)  # type: ignore[union-attr]
+        ends.clear()
 
     def _pass_end(self, arg: tuple[_SimWorker, SimPass]) -> None:
         worker, result = arg

@@ -591,6 +591,61 @@ class Scheduler:
         result.events = kv.drain_events()
         return True
 
+    def quiet_passes(self) -> tuple[int, float]:
+        """How many of the next passes are quiet, and how long each takes (ms); ``(0, 0.0)`` when
+        the next one is not.
+
+        A quiet pass is a decode-only pass (see ``_decode_pass``) that changes nothing but the
+        running requests' token counts: every running request samples one token from its own RNG
+        with no source and no stop token to watch, none fills or allocates a block (so no KV event
+        and a constant KV usage, hence a constant duration), none finishes, nothing waits and no
+        session or transfer is open. The count holds while nothing is added; the caller may then
+        run those passes in one ``skip_quiet`` call, later, with the same outcome, since each
+        request's draws depend on its RNG alone."""
+        running = self._running
+        if (
+            not running
+            or self._waiting_items
+            or len(running) > self._budget
+            or self.sessions is not None
+            or self._receiving
+            or self._aic is not None
+        ):
+            return 0, 0.0
+        bs = self._block_size
+        passes = 1 << 62
+        for req in running:
+            computed = req.num_computed
+            if not req.decoding or req.source is not None or req.stop_set or len(req.tokens) != computed + 1:
+                return 0, 0.0
+            seq = req.kv
+            registered = seq.num_registered
+            # pass j computes token computed + j: it must neither fill block `registered` (a
+            # commit) nor need a block beyond those held (an allocation), nor output the last token
+            room = min((registered + 1) * bs - 1, (registered + seq.num_private) * bs) - computed
+            room = min(room, req.max_tokens - req.num_output - 1)
+            if room < passes:
+                if room <= 0:
+                    return 0, 0.0
+                passes = room
+        usage = self.kv.usage
+        ms = self._decode_pass_ms.get(usage)
+        if ms is None:
+            ms = self._decode_pass_ms[usage] = pass_ms(0, True, usage, self._sr, self._dsr)
+        return passes, ms
+
+    def skip_quiet(self, passes: int) -> list[Hashable]:
+        """Run ``passes`` quiet passes at once (at most what ``quiet_passes`` counted, with
+        nothing added since) and return the running requests' ids, each of which output
+        ``passes`` more tokens."""
+        vocab = self.model.vocab_size
+        for req in self._running:
+            rand = req.rand
+            req.tokens.extend([int(rand() * vocab) for _ in range(passes)])
+            req.num_computed += passes
+            req.num_output += passes
+        return [req.request_id for req in self._running]
+
     def step(self) -> StepResult:
         """Run one pass (see the module docstring) and return what it did."""
         result = StepResult()

@@ -75,12 +75,14 @@ class MockerSimulator:
 class MockerSimEngine:
     """One simulated worker: a ``Scheduler`` behind the ``SimEngine`` calls."""
 
-    __slots__ = ("scheduler", "step", "abort")
+    __slots__ = ("scheduler", "step", "abort", "quiet_passes", "skip_quiet")
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.step = scheduler.step
         self.abort = scheduler.abort
+        self.quiet_passes = scheduler.quiet_passes
+        self.skip_quiet = scheduler.skip_quiet
 
     def add(
         self, request_id: str, token_ids: list[int], max_tokens: int, seed: int, *, remote: bool = False

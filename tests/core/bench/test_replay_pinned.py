@@ -32,8 +32,11 @@ from dyn.plugins.mocker.simulator import MockerSimulator
 TRACE_BLOCK = 512
 
 
-def trace(n: int, span_s: float, *, seed: int, sessions: bool = False) -> list[TraceRow]:
-    """Conversations opening on one of 6 shared system prompts and growing turn by turn."""
+def trace(
+    n: int, span_s: float, *, seed: int, sessions: bool = False, tick_ms: float | None = None
+) -> list[TraceRow]:
+    """Conversations opening on one of 6 shared system prompts and growing turn by turn, dated to
+    the microsecond or to the nearest ``tick_ms`` (a coarse tick puts many arrivals at one instant)."""
     rng = random.Random(seed)
     roots = [tuple(range(100 * g, 100 * g + rng.randint(1, 4))) for g in range(6)]
     fresh = iter(range(10_000, 10**9))
@@ -54,7 +57,7 @@ def trace(n: int, span_s: float, *, seed: int, sessions: bool = False) -> list[T
                     input_length=isl,
                     output_length=osl,
                     hash_ids=tuple(history),
-                    timestamp_ms=None if later else round(when * 1000.0, 3),
+                    timestamp_ms=None if later else stamp(when * 1000.0, tick_ms),
                     session_id=f"c{conversation}" if sessions else None,
                     delay_ms=round(rng.expovariate(1 / 2000.0), 3) if later else None,
                 )
@@ -66,6 +69,10 @@ def trace(n: int, span_s: float, *, seed: int, sessions: bool = False) -> list[T
     if not sessions:
         rows.sort(key=lambda r: r.timestamp_ms or 0.0)
     return rows
+
+
+def stamp(ms: float, tick_ms: float | None) -> float:
+    return round(ms, 3) if tick_ms is None else round(ms / tick_ms) * tick_ms
 
 
 def mocker(**kw) -> MockerSimulator:
@@ -96,6 +103,14 @@ SCENARIOS = {
         num_decode_workers=2,
         trace_block_size=TRACE_BLOCK,
     ),
+    # output blocks booked as they fill, arrivals in 50 ms ticks (many at one instant), 4 workers
+    # decoding at once: what the skipped quiet decode passes must get right
+    "kv-output-blocks-ties": lambda: ReplaySettings(
+        simulator=mocker(),
+        num_workers=4,
+        trace_block_size=TRACE_BLOCK,
+        router=KvRouterConfig(track_output_blocks=True),
+    ),
 }
 
 TRACES = {
@@ -104,6 +119,7 @@ TRACES = {
     "kv-router-queue": lambda: trace(200, 8.0, seed=3),
     "round-robin": lambda: trace(300, 30.0, seed=4, sessions=True),
     "disagg": lambda: trace(200, 20.0, seed=5),
+    "kv-output-blocks-ties": lambda: trace(300, 20.0, seed=6, tick_ms=50.0),
 }
 
 # Recorded on main before the replay speed work (commit a5a4cb7).
@@ -126,6 +142,18 @@ PINNED: dict[str, tuple[str, dict[str, float]]] = {
             "passes": 12183,
             "stored_blocks": 8467,
             "duplicate_prefill_blocks": 2154,
+            "router_queued": 0,
+            "router_queue_s": 0.0,
+        },
+    ),
+    # recorded before quiet decode passes were skipped (issue 37 item 3, commit 06906e8)
+    "kv-output-blocks-ties": (
+        "3b852690dbdbfff147a4c8e5d464e9d6cc2f2fcbe306b8251c76a99a98abe0f5",
+        {
+            "sim_s": 47.06553112577718,
+            "passes": 12287,
+            "stored_blocks": 8608,
+            "duplicate_prefill_blocks": 2251,
             "router_queued": 0,
             "router_queue_s": 0.0,
         },
