@@ -701,13 +701,12 @@ class KvRouter(Router):
         if threshold is None:
             return False
         now = self._clock()
-        caps = []
-        tokens = []
-        for key in keys:
-            worker = self.pool.get(key[0])
-            caps.append(worker.record.max_num_batched_tokens if worker else 0)
-            tokens.append(self.load.active_tokens(key, now))
-        return all_busy(tokens, threshold, caps)
+        get = self.pool.get
+        active_tokens = self.load.active_tokens
+        # lazily: all_busy stops at the first rank with room, which is the first one in a fleet
+        # that is not saturated, instead of reading every rank's load per request
+        caps = (w.record.max_num_batched_tokens if (w := get(key[0])) else 0 for key in keys)
+        return all_busy((active_tokens(key, now) for key in keys), threshold, caps)
 
     # ----------------------------------------------------------------- the queue
 
