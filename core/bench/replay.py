@@ -524,6 +524,7 @@ class _Simulation:
         """The virtual queue recheck of a decaying prefill load (None: hooks drain it alone)."""
         self._recheck_due = False
         self.synth = TokenSynth(settings.trace_block_size, settings.vocab_size, seed=settings.seed)
+        self.synth.plan(rows)  # each block drawn once, kept until its last prompt
         self._flights: dict[Hashable, _Flight] = {}
         self._parked: dict[str, _Flight] = {}
         self._later_turns: dict[str, deque[tuple[int, TraceRow]]] = {}

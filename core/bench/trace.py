@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -183,8 +184,9 @@ def draws(rng: random.Random, count: int, low: int, high: int) -> np.ndarray:
     shift = np.uint32(32 - k)
     parts: list[np.ndarray] = []
     need = count
+    spread = (1 << k) / n  # words drawn per value accepted, on average (below 2)
     while need > 0:
-        words = need + (need >> 1) + 16  # acceptance is above one half
+        words = int(need * spread * 1.05) + 16  # one round almost always
         r = np.frombuffer(rng.getrandbits(32 * words).to_bytes(4 * words, "little"), "<u4") >> shift
         ok = r[r < n][:need]
         parts.append(ok)
@@ -202,6 +204,11 @@ class TokenSynth:
     concatenates the blocks of ``row.hash_ids`` and cuts or extends the result to
     ``row.input_length`` (tokens past the last block are unique to the request, drawn from
     ``salt``), so two rows with the same leading ids share exactly those blocks.
+
+    ``plan(rows)`` says which prompts will be asked for (a replay knows its whole trace): each
+    of their blocks is then kept from its first use to its last and dropped there, with no cap,
+    so none is drawn twice (a cap smaller than the blocks of the conversations in flight would
+    redraw them turn after turn); blocks outside the plan are not kept.
     """
 
     def __init__(
@@ -227,31 +234,54 @@ class TokenSynth:
         # built by list concatenation instead of converting every token of every prompt
         self._ints = np.arange(vocab_size, dtype=object) if vocab_size <= 1 << 20 else None
         self._lists: dict[int, list[int]] = {}
+        self._uses: dict[int, int] | None = None
+        """With a plan: the planned prompts' uses left of each block."""
+
+    def plan(self, rows: Iterable[TraceRow]) -> None:
+        """Keep each block of these rows' prompts from its first use to its last (see the class
+        docstring); replaces any earlier plan."""
+        uses: dict[int, int] = {}
+        get = uses.get
+        for row in rows:
+            for h in self._used(row):
+                uses[h] = get(h, 0) + 1
+        self._uses = uses
+        self._cache.clear()
+        self._lists.clear()
+
+    def _used(self, row: TraceRow) -> tuple[int, ...]:
+        """The hash ids whose blocks make ``row``'s prompt."""
+        n = row.input_length
+        return row.hash_ids[: -(-n // self.block_size)] if n else ()
+
+    def _draw(self, hash_id: int) -> np.ndarray:
+        return draws(random.Random(f"{self.seed}:{hash_id}"), self.block_size, self.low, self.vocab_size)
+
+    def _keep(self, cache: dict[int, Any], hash_id: int, tokens: Any) -> None:
+        if self._uses is None:
+            if len(cache) >= self._cap:
+                del cache[next(iter(cache))]
+            cache[hash_id] = tokens
+        elif hash_id in self._uses:
+            cache[hash_id] = tokens
 
     def block(self, hash_id: int) -> np.ndarray:
         tokens = self._cache.get(hash_id)
         if tokens is None:
-            tokens = draws(
-                random.Random(f"{self.seed}:{hash_id}"), self.block_size, self.low, self.vocab_size
-            )
-            if len(self._cache) >= self._cap:
-                del self._cache[next(iter(self._cache))]
-            self._cache[hash_id] = tokens
+            tokens = self._draw(hash_id)
+            self._keep(self._cache, hash_id, tokens)
         return tokens
 
     def _block_list(self, hash_id: int) -> list[int]:
         tokens = self._lists.get(hash_id)
         if tokens is None:
-            tokens = self._ints[self.block(hash_id)].tolist()  # type: ignore[index]
-            if len(self._lists) >= self._cap:
-                del self._lists[next(iter(self._lists))]
-            self._lists[hash_id] = tokens
+            tokens = self._ints[self._draw(hash_id)].tolist()  # type: ignore[index]
+            self._keep(self._lists, hash_id, tokens)
         return tokens
 
     def prompt(self, row: TraceRow, salt: object = None) -> list[int]:
         n = row.input_length
-        bs = self.block_size
-        used = row.hash_ids[: -(-n // bs)] if n else ()
+        used = self._used(row)
         if self._ints is not None:
             out: list[int] = []
             for h in used:
@@ -260,17 +290,31 @@ class TokenSynth:
                 salted = random.Random(f"{self.seed}:tail:{salt}")
                 out += self._ints[draws(salted, n - len(out), self.low, self.vocab_size)].tolist()
             del out[n:]
-            return out
-        parts = [self.block(h) for h in used]
-        have = len(used) * bs
-        if have < n:
-            parts.append(
-                draws(random.Random(f"{self.seed}:tail:{salt}"), n - have, self.low, self.vocab_size)
-            )
-        if not parts:
-            return []
-        tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return tokens[:n].tolist()
+        else:
+            parts = [self.block(h) for h in used]
+            have = len(used) * self.block_size
+            if have < n:
+                parts.append(
+                    draws(random.Random(f"{self.seed}:tail:{salt}"), n - have, self.low, self.vocab_size)
+                )
+            out = np.concatenate(parts)[:n].tolist() if parts else []
+        if self._uses is not None:
+            self._used_once(used)
+        return out
+
+    def _used_once(self, used: tuple[int, ...]) -> None:
+        uses = self._uses
+        assert uses is not None
+        for h in used:
+            left = uses.get(h)
+            if left is None:
+                continue
+            if left > 1:
+                uses[h] = left - 1
+            else:  # its last planned use
+                del uses[h]
+                self._lists.pop(h, None)
+                self._cache.pop(h, None)
 
 
 def theoretical_hit_rate(prompts: Iterable[Sequence[int]]) -> float:

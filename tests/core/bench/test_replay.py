@@ -75,6 +75,31 @@ def test_the_block_cache_is_bounded_and_blocks_are_stable():
     assert len(synth._cache) == 2 and synth.block(1).tolist() == first
 
 
+@pytest.mark.parametrize("vocab", [1000, 1 << 21])  # shared int lists, and numpy arrays
+def test_a_planned_block_is_drawn_once_and_dropped_after_its_last_use(vocab, monkeypatch):
+    rows = [
+        TraceRow(input_length=10, output_length=1, hash_ids=(1, 2, 3)),
+        TraceRow(input_length=12, output_length=1, hash_ids=(1, 2, 5)),
+        TraceRow(input_length=4, output_length=1, hash_ids=(1, 9)),  # 9 is past its prompt
+    ]
+    expected = [TokenSynth(4, vocab, seed=2).prompt(row, salt=i) for i, row in enumerate(rows)]
+    synth = TokenSynth(4, vocab, seed=2, cache_blocks=1)  # the plan, not the cap, decides
+    synth.plan(rows)
+    drawn: list[int] = []
+    draw = synth._draw
+    monkeypatch.setattr(synth, "_draw", lambda h: drawn.append(h) or draw(h))
+
+    def kept() -> set[int]:
+        return set(synth._lists) | set(synth._cache)
+
+    assert synth.prompt(rows[0], salt=0) == expected[0] and kept() == {1, 2}  # 3: its only use
+    assert synth.prompt(rows[1], salt=1) == expected[1] and kept() == {1}
+    assert synth.prompt(rows[2], salt=2) == expected[2] and kept() == set()
+    assert sorted(drawn) == [1, 2, 3, 5]
+    # a prompt outside the plan is made the same, and keeps nothing
+    assert synth.prompt(rows[0], salt=0) == expected[0] and kept() == set()
+
+
 # --------------------------------------------------------------------------- timing
 
 
