@@ -24,12 +24,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from hashlib import sha512
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 import orjson
+
+try:
+    from dyn.core.bench import _mt
+except ImportError:  # built without a C compiler: seeded_draws takes numpy's bulk draws
+    _mt = None  # type: ignore[assignment]
 
 MOONCAKE_BLOCK_SIZE = 512
 BAILIAN_BLOCK_SIZE = 16
@@ -195,12 +201,33 @@ def draws(rng: random.Random, count: int, low: int, high: int) -> np.ndarray:
     return out + np.uint32(low)
 
 
+def seed_words(text: str) -> bytes:
+    """The 32-bit words, little-endian, that ``random.Random(text)`` seeds its Mersenne Twister
+    with: those of the int made of the text's UTF-8 bytes and their SHA-512 (``random.seed``,
+    version 2)."""
+    raw = text.encode()
+    n = int.from_bytes(raw + sha512(raw).digest(), "big")
+    return n.to_bytes(4 * max(1, -(-n.bit_length() // 32)), "little")
+
+
+def seeded_draws(text: str, count: int, low: int, high: int, ints: list[int]) -> list[int]:
+    """``[ints[random.Random(text).randrange(low, high)] for _ in range(count)]`` (one generator):
+    in C (``dyn.core.bench._mt``) where it was built, else through ``draws``. ``ints`` holds at
+    least ``high`` ints; the result shares them."""
+    if _mt is not None:
+        out = _mt.draws(seed_words(text), count, low, high, ints)
+        if out is not None:
+            return out
+    return [ints[v] for v in draws(random.Random(text), count, low, high).tolist()]
+
+
 class TokenSynth:
     """Deterministic token ids for hash ids: each id -> ``block_size`` tokens in ``[low, vocab)``.
 
     Block ``h`` is ``random.Random(f"{seed}:{h}")``'s first ``block_size`` draws of
-    ``randrange(low, vocab)`` (computed in bulk by ``draws``; the last ``cache_blocks`` blocks are
-    kept, also as lists of shared int objects that prompts are concatenated from). ``prompt(row)``
+    ``randrange(low, vocab)`` (``seeded_draws``, or ``draws`` in bulk for a vocabulary over 2**20
+    ids; the last ``cache_blocks`` blocks are kept, as lists of shared int objects that prompts
+    are concatenated from, or as arrays for such a vocabulary). ``prompt(row)``
     concatenates the blocks of ``row.hash_ids`` and cuts or extends the result to
     ``row.input_length`` (tokens past the last block are unique to the request, drawn from
     ``salt``), so two rows with the same leading ids share exactly those blocks.
@@ -232,7 +259,7 @@ class TokenSynth:
         self._cap = cache_blocks
         # a block's tokens as a list of shared int objects (one per vocabulary id): prompts are
         # built by list concatenation instead of converting every token of every prompt
-        self._ints = np.arange(vocab_size, dtype=object) if vocab_size <= 1 << 20 else None
+        self._ints = list(range(vocab_size)) if vocab_size <= 1 << 20 else None
         self._lists: dict[int, list[int]] = {}
         self._uses: dict[int, int] | None = None
         """With a plan: the planned prompts' uses left of each block."""
@@ -254,9 +281,6 @@ class TokenSynth:
         n = row.input_length
         return row.hash_ids[: -(-n // self.block_size)] if n else ()
 
-    def _draw(self, hash_id: int) -> np.ndarray:
-        return draws(random.Random(f"{self.seed}:{hash_id}"), self.block_size, self.low, self.vocab_size)
-
     def _keep(self, cache: dict[int, Any], hash_id: int, tokens: Any) -> None:
         if self._uses is None:
             if len(cache) >= self._cap:
@@ -268,14 +292,18 @@ class TokenSynth:
     def block(self, hash_id: int) -> np.ndarray:
         tokens = self._cache.get(hash_id)
         if tokens is None:
-            tokens = self._draw(hash_id)
+            rng = random.Random(f"{self.seed}:{hash_id}")
+            tokens = draws(rng, self.block_size, self.low, self.vocab_size)
             self._keep(self._cache, hash_id, tokens)
         return tokens
 
     def _block_list(self, hash_id: int) -> list[int]:
         tokens = self._lists.get(hash_id)
         if tokens is None:
-            tokens = self._ints[self._draw(hash_id)].tolist()  # type: ignore[index]
+            assert self._ints is not None
+            tokens = seeded_draws(
+                f"{self.seed}:{hash_id}", self.block_size, self.low, self.vocab_size, self._ints
+            )
             self._keep(self._lists, hash_id, tokens)
         return tokens
 
@@ -287,8 +315,8 @@ class TokenSynth:
             for h in used:
                 out += self._block_list(h)
             if len(out) < n:
-                salted = random.Random(f"{self.seed}:tail:{salt}")
-                out += self._ints[draws(salted, n - len(out), self.low, self.vocab_size)].tolist()
+                tail = f"{self.seed}:tail:{salt}"
+                out += seeded_draws(tail, n - len(out), self.low, self.vocab_size, self._ints)
             del out[n:]
         else:
             parts = [self.block(h) for h in used]

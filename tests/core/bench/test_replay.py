@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dyn.core.bench import trace
 from dyn.core.bench.metrics import summarize
 from dyn.core.bench.replay import ReplaySettings, replay, trace_shape
-from dyn.core.bench.trace import TokenSynth, TraceRow, draws
+from dyn.core.bench.trace import TokenSynth, TraceRow, draws, seed_words, seeded_draws
 from dyn.core.errors import ConfigError
 from dyn.core.router.config import KvRouterConfig
 from dyn.plugins.mocker.config import MockerConfig
@@ -68,6 +70,44 @@ def test_bulk_draws_are_randrange_draws(count, low, span, seed):
     assert draws(random.Random(seed), count, low, low + span).tolist() == expected
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.text(max_size=40),
+    count=st.integers(0, 1300),  # past one twist of the generator's 624 words
+    low=st.integers(0, 20),
+    span=st.sampled_from([1, 2, 3, 100, 4096, 32000, 151936, 1 << 20, (1 << 32) - 21]),
+)
+def test_seeded_draws_are_a_seeded_generators_randrange_draws(text, count, low, span):
+    rng = random.Random(text)
+    expected = [rng.randrange(low, low + span) for _ in range(count)]
+    ints = list(range(low + span)) if span < 1 << 21 else None
+    if ints is not None:
+        got = seeded_draws(text, count, low, low + span, ints)
+        assert got == expected and all(a is ints[a] for a in got)  # the shared int objects
+        with pytest.MonkeyPatch.context() as patch:  # an install without a C compiler
+            patch.setattr(trace, "_mt", None)
+            assert seeded_draws(text, count, low, low + span, ints) == expected
+    if trace._mt is not None:  # the C path itself, also with new ints and a 32-bit range
+        assert trace._mt.draws(seed_words(text), count, low, low + span, None) == expected
+
+
+@pytest.mark.skipif(trace._mt is None, reason="the C extension was not built")
+@pytest.mark.parametrize(
+    ("key", "low", "high", "ints"),
+    [
+        (b"", 0, 10, None),
+        (b"abc", 0, 10, None),
+        (b"abcd", 5, 5, None),
+        (b"abcd", -1, 10, None),
+        (b"abcd", 0, 1 << 33, None),
+        (b"abcd", 0, 10, [1, 2]),
+        (b"abcd", 0, 10, (1,) * 10),
+    ],
+)
+def test_the_c_draws_decline_what_they_do_not_take(key, low, high, ints):
+    assert trace._mt.draws(key, 3, low, high, ints) is None
+
+
 def test_the_block_cache_is_bounded_and_blocks_are_stable():
     synth = TokenSynth(4, 100, seed=1, cache_blocks=2)
     first = synth.block(1).tolist()
@@ -85,9 +125,13 @@ def test_a_planned_block_is_drawn_once_and_dropped_after_its_last_use(vocab, mon
     expected = [TokenSynth(4, vocab, seed=2).prompt(row, salt=i) for i, row in enumerate(rows)]
     synth = TokenSynth(4, vocab, seed=2, cache_blocks=1)  # the plan, not the cap, decides
     synth.plan(rows)
-    drawn: list[int] = []
-    draw = synth._draw
-    monkeypatch.setattr(synth, "_draw", lambda h: drawn.append(h) or draw(h))
+    texts: list[str] = []  # each block's seed text as its tokens are drawn
+    if vocab <= 1 << 20:
+        real = trace.seeded_draws
+        monkeypatch.setattr(trace, "seeded_draws", lambda text, *a: texts.append(text) or real(text, *a))
+    else:
+        seeded = SimpleNamespace(Random=lambda text: texts.append(text) or random.Random(text))
+        monkeypatch.setattr(trace, "random", seeded)
 
     def kept() -> set[int]:
         return set(synth._lists) | set(synth._cache)
@@ -95,7 +139,7 @@ def test_a_planned_block_is_drawn_once_and_dropped_after_its_last_use(vocab, mon
     assert synth.prompt(rows[0], salt=0) == expected[0] and kept() == {1, 2}  # 3: its only use
     assert synth.prompt(rows[1], salt=1) == expected[1] and kept() == {1}
     assert synth.prompt(rows[2], salt=2) == expected[2] and kept() == set()
-    assert sorted(drawn) == [1, 2, 3, 5]
+    assert sorted(int(t.split(":")[1]) for t in texts if ":tail:" not in t) == [1, 2, 3, 5]
     # a prompt outside the plan is made the same, and keeps nothing
     assert synth.prompt(rows[0], salt=0) == expected[0] and kept() == set()
 

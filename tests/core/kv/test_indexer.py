@@ -9,11 +9,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from dyn.core.bench import trace
 from dyn.core.kv import hashing, indexer_c
 from dyn.core.kv.hashing import sequence_hashes
 from dyn.core.kv.indexer import ApplyStatus, DumpedBlock, RadixIndexer, best_implementation, radix_indexer
 from dyn.core.kv.indexer_c import CRadixIndexer
 from dyn.core.kv.indexer_py import PyRadixIndexer
+from dyn.core.router import block_refs
 
 W1, W2, W3 = (1, 0), (2, 0), (2, 1)
 
@@ -28,9 +30,10 @@ def Index(request) -> type[RadixIndexer]:
 
 
 @pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler here: the install skips the extensions")
-def test_an_install_with_a_compiler_builds_both_c_extensions():
+def test_an_install_with_a_compiler_builds_every_c_extension():
     """setup.py marks them optional, so a broken C file would only show as skipped tests."""
     assert indexer_c.built and hashing._native is not None
+    assert block_refs.BlockRefs is not block_refs.DictBlockRefs and trace._mt is not None
 
 
 def test_radix_indexer_makes_the_c_tree_where_it_was_built():

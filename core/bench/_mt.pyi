@@ -1,0 +1,3 @@
+"""Types of the C extension built from _mt.c (see its header for the contract)."""
+
+def draws(key: bytes, count: int, low: int, high: int, ints: list[int] | None, /) -> list[int] | None: ...
