@@ -593,22 +593,26 @@ class _Simulation:
         arrive = self._arrive
         count = len(arrivals)
         i = 0
-        self._next_arrival = arrivals[0][0] if arrivals else _NEVER
+        # (time, seq) decides, as in the heap: no two events share a seq, so comparing whole
+        # tuples never reaches their third item
+        none_left = (_NEVER, 0, None)
+        after = arrivals[0] if arrivals else none_left
+        self._next_arrival = after[0]
         while True:
             while True:
-                if i < count:
-                    when, seq, flight = arrivals[i]
-                    if not heap or when < heap[0][0] or (when == heap[0][0] and seq < heap[0][1]):
-                        i += 1
-                        self._next_arrival = arrivals[i][0] if i < count else _NEVER
-                        self.now = when
-                        arrive(flight)
-                        continue
-                elif not heap:
+                if heap and heap[0] < after:
+                    when, _, action, arg = pop(heap)
+                    self.now = when
+                    action(arg)
+                elif after is not none_left:
+                    when, _, flight = after
+                    i += 1
+                    after = arrivals[i] if i < count else none_left
+                    self._next_arrival = after[0]
+                    self.now = when
+                    arrive(flight)  # type: ignore[arg-type]
+                else:
                     break
-                when, _, action, arg = pop(heap)
-                self.now = when
-                action(arg)
             stuck = list(self._flights.values())
             if not stuck:
                 break
