@@ -474,6 +474,10 @@ class _Simulation:
         self._seq = 0
         self._next_arrival = _NEVER
         """When the next trace arrival is due (they wait beside the heap, see ``run``)."""
+        self._after: tuple[float, int, Any] = (_NEVER, 0, None)
+        """The next arrival's (time, seq, flight), to order it against the heap's entries."""
+        self._quiet = self._quiet_end
+        """The heap action of a quiet pass's end (one object, recognized by identity)."""
         sim = settings.simulator
         context_length = settings.context_length or UNLIMITED_CONTEXT
         roles = settings.roles
@@ -595,8 +599,8 @@ class _Simulation:
         i = 0
         # (time, seq) decides, as in the heap: no two events share a seq, so comparing whole
         # tuples never reaches their third item
-        none_left = (_NEVER, 0, None)
-        after = arrivals[0] if arrivals else none_left
+        none_left = self._after
+        after = self._after = arrivals[0] if arrivals else none_left
         self._next_arrival = after[0]
         while True:
             while True:
@@ -607,7 +611,7 @@ class _Simulation:
                 elif after is not none_left:
                     when, _, flight = after
                     i += 1
-                    after = arrivals[i] if i < count else none_left
+                    after = self._after = arrivals[i] if i < count else none_left
                     self._next_arrival = after[0]
                     self.now = when
                     arrive(flight)  # type: ignore[arg-type]
@@ -860,16 +864,41 @@ class _Simulation:
             end = self.now + worker.quiet_s
             if (heap and heap[0][0] <= end) or self._next_arrival <= end:
                 self._seq += 1
-                heapq.heappush(heap, (end, self._seq, self._quiet_end, worker))
+                heapq.heappush(heap, (end, self._seq, self._quiet, worker))
                 return True
             self.now = end
             worker.quiet_ends.append(end)
         return False
 
     def _quiet_end(self, worker: _SimWorker) -> None:
-        worker.quiet_ends.append(self.now)
-        if not (worker.quiet_left and self._quiet_run(worker)):
-            self._step(worker)
+        """A quiet pass ended now. So do those after it at the heap's top, taken here in turn
+        while each comes before the next arrival (the event loop's order, without its round
+        trip): with several workers decoding, their quiet passes alternate on the heap."""
+        heap = self._heap
+        quiet = self._quiet
+        after = self._after
+        arrival_at = after[0]
+        push = heapq.heappush
+        now = self.now
+        while True:
+            worker.quiet_ends.append(now)
+            left = worker.quiet_left
+            if left:
+                # _quiet_run's first pass, here for its usual outcome: it ends after another event
+                end = now + worker.quiet_s
+                if (heap and heap[0][0] <= end) or arrival_at <= end:
+                    worker.quiet_left = left - 1
+                    self.passes += 1
+                    self._seq += 1
+                    push(heap, (end, self._seq, quiet, worker))
+                elif not self._quiet_run(worker):
+                    self._step(worker)
+            else:
+                self._step(worker)
+            if not (heap and heap[0][2] is quiet and heap[0] < after):
+                return
+            now, _, _, worker = heapq.heappop(heap)
+            self.now = now
 
     def _catch_up(self, worker: _SimWorker) -> None:
         """Bring the engine and the records past the quiet passes that ended since the last
