@@ -614,7 +614,7 @@ class _Simulation:
                     after = self._after = arrivals[i] if i < count else none_left
                     self._next_arrival = after[0]
                     self.now = when
-                    arrive(flight)  # type: ignore[arg-type]
+                    arrive(flight)
                 else:
                     break
             stuck = list(self._flights.values())
