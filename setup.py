@@ -12,7 +12,7 @@ def _extension(package: str, name: str) -> Extension:
     return Extension(
         f"dyn.core.{package}.{name}",
         [f"core/{package}/{name}.c"],
-        depends=["core/kv/xxh3.h", "core/kv/u64map.h"],
+        depends=["core/kv/xxh3.h", "core/kv/u64map.h", "core/kv/u64int.h"],
         optional=True,
         extra_compile_args=["-O2"],
     )

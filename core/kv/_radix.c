@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
+#include "u64int.h"
 #include "u64map.h"
 #include "xxh3.h"
 
@@ -458,7 +459,7 @@ static uint64_t *read_u64s(PyObject *seq, Py_ssize_t *n, int *bad) {
             out[i] = 0;
             continue;
         }
-        out[i] = PyLong_AsUnsignedLongLong(items[i]);
+        out[i] = as_u64(items[i]);
         if (out[i] == (uint64_t)-1 && PyErr_Occurred()) {
             PyErr_Clear();
             *bad = 1;
@@ -527,7 +528,7 @@ static PyObject *core_store(Core *c, PyObject *args) {
     int has_parent = parent_obj != Py_None, unknown_parent = 0;
     uint64_t parent = 0;
     if (has_parent) {
-        parent = PyLong_Check(parent_obj) ? PyLong_AsUnsignedLongLong(parent_obj) : (uint64_t)-1;
+        parent = PyLong_Check(parent_obj) ? as_u64(parent_obj) : (uint64_t)-1;
         if (parent == (uint64_t)-1 && (!PyLong_Check(parent_obj) || PyErr_Occurred())) {
             PyErr_Clear();
             unknown_parent = 1; /* not a u64: a name no worker holds */
@@ -747,7 +748,7 @@ typedef struct {
 static uint32_t seq_node(const Core *c, const Path *p, uint32_t depth) {
     PyObject *item = p->items[depth - 1];
     if (!PyLong_Check(item)) return NIL;
-    uint64_t seq = PyLong_AsUnsignedLongLong(item);
+    uint64_t seq = as_u64(item);
     if (seq == (uint64_t)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         return NIL;
@@ -941,7 +942,7 @@ static uint32_t walk(const Core *c, const Path *p, uint32_t *walked) {
     uint32_t depth = 0;
     for (; depth < p->n; depth++) {
         PyObject *item = p->items[depth];
-        uint64_t local = PyLong_Check(item) ? PyLong_AsUnsignedLongLong(item) : (uint64_t)-1;
+        uint64_t local = PyLong_Check(item) ? as_u64(item) : (uint64_t)-1;
         if (local == (uint64_t)-1 && (!PyLong_Check(item) || PyErr_Occurred())) {
             PyErr_Clear();
             break;
@@ -1094,7 +1095,7 @@ static PyObject *core_block_hash_of(Core *c, PyObject *args) {
 }
 
 static PyObject *core_depth(Core *c, PyObject *arg) {
-    uint64_t seq = PyLong_Check(arg) ? PyLong_AsUnsignedLongLong(arg) : (uint64_t)-1;
+    uint64_t seq = PyLong_Check(arg) ? as_u64(arg) : (uint64_t)-1;
     if (seq == (uint64_t)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         return PyLong_FromLong(0);

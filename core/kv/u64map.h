@@ -59,6 +59,26 @@ static inline uint64_t mix(uint64_t k) {
         *out = m->vals[i];                                                                        \
         return 1;                                                                                 \
     }                                                                                             \
+    /* Room for one more entry, growing at 3/4 full; -1 (the table as it was) out of memory. */ \
+    static int NAME##_reserve(NAME *m) {                                                          \
+        if (m->keys != NULL && (m->count + 1) * 4 <= (m->mask + 1) * 3) return 0;                \
+        NAME old = *m;                                                                            \
+        uint64_t cap = m->keys == NULL ? 8 : (m->mask + 1) * 2;                                   \
+        if (NAME##_alloc(m, cap) < 0) {                                                           \
+            *m = old;                                                                             \
+            return -1;                                                                            \
+        }                                                                                         \
+        m->count = old.count;                                                                     \
+        for (uint64_t j = 0; old.keys != NULL && j <= old.mask; j++) {                            \
+            if (NAME##_empty(&old, j)) continue;                                                  \
+            uint64_t i = NAME##_slot(m, old.keys[j]);                                             \
+            m->keys[i] = old.keys[j];                                                             \
+            m->vals[i] = old.vals[j];                                                             \
+        }                                                                                         \
+        free(old.keys);                                                                           \
+        free(old.vals);                                                                           \
+        return 0;                                                                                 \
+    }                                                                                             \
     static int NAME##_put(NAME *m, uint64_t key, VT val) {                                        \
         if (m->count) {                                                                           \
             uint64_t at = NAME##_slot(m, key);                                                    \
@@ -67,28 +87,24 @@ static inline uint64_t mix(uint64_t k) {
                 return 0;                                                                         \
             }                                                                                     \
         }                                                                                         \
-        if (m->keys == NULL || (m->count + 1) * 4 > (m->mask + 1) * 3) {                          \
-            NAME old = *m;                                                                        \
-            uint64_t cap = m->keys == NULL ? 8 : (m->mask + 1) * 2;                               \
-            if (NAME##_alloc(m, cap) < 0) {                                                       \
-                *m = old;                                                                         \
-                return -1;                                                                        \
-            }                                                                                     \
-            m->count = old.count;                                                                 \
-            for (uint64_t j = 0; old.keys != NULL && j <= old.mask; j++) {                        \
-                if (NAME##_empty(&old, j)) continue;                                              \
-                uint64_t i = NAME##_slot(m, old.keys[j]);                                         \
-                m->keys[i] = old.keys[j];                                                         \
-                m->vals[i] = old.vals[j];                                                         \
-            }                                                                                     \
-            free(old.keys);                                                                       \
-            free(old.vals);                                                                       \
-        }                                                                                         \
+        if (NAME##_reserve(m) < 0) return -1;                                                     \
         uint64_t i = NAME##_slot(m, key);                                                         \
-        if (NAME##_empty(m, i)) m->count++;                                                       \
+        m->count++;                                                                               \
         m->keys[i] = key;                                                                         \
         m->vals[i] = val;                                                                         \
         return 0;                                                                                 \
+    }                                                                                             \
+    /* The value of ``key``, entered as ``fresh`` (not the empty mark) when absent, found with  \
+     * one probe; NULL out of memory. The pointer holds until the next insertion. */             \
+    static VT *NAME##_ref(NAME *m, uint64_t key, VT fresh) {                                      \
+        if (NAME##_reserve(m) < 0) return NULL;                                                   \
+        uint64_t i = NAME##_slot(m, key);                                                         \
+        if (NAME##_empty(m, i)) {                                                                 \
+            m->count++;                                                                           \
+            m->keys[i] = key;                                                                     \
+            m->vals[i] = fresh;                                                                   \
+        }                                                                                         \
+        return &m->vals[i];                                                                       \
     }                                                                                             \
     static int NAME##_pop(NAME *m, uint64_t key, VT *out) {                                       \
         if (!m->count) return 0;                                                                  \

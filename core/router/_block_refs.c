@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../kv/u64int.h"
 #include "../kv/u64map.h"
 
 typedef struct {
@@ -21,7 +22,7 @@ static int read_hash(PyObject *item, uint64_t *out) {
         PyErr_Format(PyExc_TypeError, "a block hash must be an int, not %.100s", Py_TYPE(item)->tp_name);
         return -1;
     }
-    *out = PyLong_AsUnsignedLongLong(item);
+    *out = as_u64(item);
     return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
@@ -38,8 +39,11 @@ static PyObject *step_counts(Refs *self, PyObject *hashes, int up) {
         if (read_hash(items[i], &h) < 0) {
             out = NULL;
         } else if (up) {
-            Map32_get(&self->counts, h, &count);
-            if (Map32_put(&self->counts, h, count + 1) < 0) out = PyErr_NoMemory();
+            uint32_t *at = Map32_ref(&self->counts, h, 0);
+            if (at == NULL)
+                out = PyErr_NoMemory();
+            else
+                (*at)++;
         } else if (Map32_get(&self->counts, h, &count)) {
             if (count > 1)
                 Map32_put(&self->counts, h, count - 1); /* an existing key: cannot fail */
@@ -136,7 +140,7 @@ static Py_ssize_t refs_len(Refs *self) { return (Py_ssize_t)self->counts.count; 
 static int refs_contains(Refs *self, PyObject *item) {
     uint64_t h;
     if (!PyLong_Check(item)) return 0;
-    h = PyLong_AsUnsignedLongLong(item);
+    h = as_u64(item);
     if (h == (uint64_t)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
