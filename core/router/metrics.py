@@ -6,6 +6,9 @@
   them in every router mode; they stay zero outside ``kv``.
 - ``dynamo_router_overhead_*_ms``: where a routing decision's time goes (block hashing,
   sequence hashing, find_matches, scheduling, total), labelled ``router_id``.
+
+The histograms are ``LocklessHistogram`` series (``dyn.core.histogram``): the router observes
+them on its event loop, seven times a decision, and the client library's lock cost 0.6 µs each.
 - ``dynamo_frontend_worker_active_decode_blocks`` / ``_active_prefill_tokens``: the router's view
   of each (worker, dp_rank)'s load.
 - ``dynamo_frontend_router_queue_pending_requests`` / ``_pending_isl_tokens``: the router queue.
@@ -16,7 +19,9 @@ The KV-event counters (``dynamo_component_kv_cache_events_applied``) live with t
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from dyn.core.histogram import LocklessHistogram
 
 _COMPONENT = ("dynamo_namespace", "dynamo_component", "dynamo_endpoint")
 _WORKER = ("worker_id", "dp_rank", "worker_type")
@@ -47,9 +52,9 @@ class RouterMetrics:
         r = registry
         labels = (namespace, component, "generate")
 
-        def component_histogram(name: str, documentation: str, buckets: list[float]) -> Histogram:
+        def component_histogram(name: str, documentation: str, buckets: list[float]) -> LocklessHistogram:
             """The series of histogram ``name`` for this router's component labels."""
-            return Histogram(name, documentation, _COMPONENT, buckets=buckets, registry=r).labels(*labels)
+            return LocklessHistogram(name, documentation, _COMPONENT, labels, buckets, r)
 
         def worker_gauge(name: str, documentation: str) -> Gauge:
             """Gauge ``name`` labelled by (worker, dp_rank, worker_type)."""
@@ -80,13 +85,14 @@ class RouterMetrics:
             _RATIO,
         )
         overhead = {
-            phase: Histogram(
+            phase: LocklessHistogram(
                 f"dynamo_router_overhead_{phase}_ms",
                 f"Routing overhead: {phase.replace('_', ' ')} (ms)",
                 ["router_id"],
-                buckets=buckets,
-                registry=r,
-            ).labels(router_id)
+                [router_id],
+                buckets,
+                r,
+            )
             for phase, buckets in (
                 ("block_hashing", _COMPUTE_MS),
                 ("seq_hashing", _COMPUTE_MS),

@@ -1,6 +1,6 @@
 """Benchmark: dyn's hand-written pieces against the library that would replace each. Not a test.
 
-Five comparisons, each on the same load for both sides, measured in pairs (each repetition runs
+Six comparisons, each on the same load for both sides, measured in pairs (each repetition runs
 every side once, in alternating order, so the machine's noise falls on both alike); the table
 gives the median over the repetitions of the time per operation and the median of the paired
 ratios (library / ours: above 1 means the library is slower).
@@ -23,6 +23,8 @@ ratios (library / ours: above 1 means the library is slower).
   in-process; with ``--http`` also over uvicorn (dyn's protocol for dyn, uvicorn's httptools for
   the others), a closed-loop httpx client, reporting the server process's CPU time
   (its threads' schedstat run time) per request.
+- ``histogram``: one observation of a labelled histogram series, ``dyn.core.histogram``'s
+  ``LocklessHistogram`` vs prometheus_client's ``Histogram`` child (the loop's own cost is in both).
 
 The libraries are not dyn's dependencies (starlette is in dyn's venv only because another package
 pulls it in); install them into a separate venv that sees dyn's::
@@ -608,6 +610,32 @@ def bench_cors(n: int, reps: int) -> None:
     report("cors", "preflight", times)
 
 
+# ------------------------------------------------------------------------------------ histogram
+
+
+def bench_histogram(n: int, reps: int) -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from dyn.core.histogram import LocklessHistogram
+
+    buckets = [0.001 * 2**i for i in range(15)]  # the router's compute-phase buckets
+    ours = LocklessHistogram("x_ms", "x", ["router_id"], ["0"], buckets, CollectorRegistry())
+    theirs = Histogram("x_ms", "x", ["router_id"], buckets=buckets, registry=CollectorRegistry()).labels("0")
+    values = [0.004 * 1.7**i for i in range(12)]  # spread over the buckets
+
+    def observing(observe: Callable[[float], None]) -> Case:
+        def run(count: int) -> float:
+            start = time.perf_counter()
+            for i in range(count):
+                observe(values[i % 12])
+            return time.perf_counter() - start
+
+        return run
+
+    times = paired({"ours": observing(ours.observe), "prometheus_client": observing(theirs.observe)}, n, reps)
+    report("histogram", "one observation of a labelled series", times)
+
+
 # ------------------------------------------------------------------------------------ routing
 
 
@@ -740,6 +768,7 @@ PIECES = {
     "logging": bench_logging,
     "cors": bench_cors,
     "routing": bench_routing,
+    "histogram": bench_histogram,
 }
 
 
