@@ -472,10 +472,9 @@ class _Simulation:
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
         self._seq = 0
-        self._next_arrival = _NEVER
-        """When the next trace arrival is due (they wait beside the heap, see ``run``)."""
         self._after: tuple[float, int, Any] = (_NEVER, 0, None)
-        """The next arrival's (time, seq, flight), to order it against the heap's entries."""
+        """The next trace arrival's (time, seq, flight): they wait beside the heap (see ``run``),
+        ordered against its entries by the same (time, seq)."""
         self._quiet = self._quiet_end
         """The heap action of a quiet pass's end (one object, recognized by identity)."""
         sim = settings.simulator
@@ -601,7 +600,6 @@ class _Simulation:
         # tuples never reaches their third item
         none_left = self._after
         after = self._after = arrivals[0] if arrivals else none_left
-        self._next_arrival = after[0]
         while True:
             while True:
                 if heap and heap[0] < after:
@@ -612,7 +610,6 @@ class _Simulation:
                     when, _, flight = after
                     i += 1
                     after = self._after = arrivals[i] if i < count else none_left
-                    self._next_arrival = after[0]
                     self.now = when
                     arrive(flight)
                 else:
@@ -691,7 +688,7 @@ class _Simulation:
         assert isinstance(self.router, KvRouter)
         self.router.recheck_queue()
         self._resume_parked()
-        if self._parked and (self._heap or self._next_arrival < _NEVER):
+        if self._parked and (self._heap or self._after[0] < _NEVER):
             self._schedule_recheck()
 
     def _resume_parked(self) -> None:
@@ -845,7 +842,7 @@ class _Simulation:
                     self._at(max(wake, now), self._step, worker)
                 return
             end = now + result.duration_ms / 1000.0
-            if (heap and heap[0][0] <= end) or self._next_arrival <= end:
+            if (heap and heap[0][0] <= end) or self._after[0] <= end:
                 self._seq += 1
                 heappush(heap, (end, self._seq, self._pass_end, (worker, result)))
                 return
@@ -862,7 +859,7 @@ class _Simulation:
             worker.quiet_left -= 1
             self.passes += 1
             end = self.now + worker.quiet_s
-            if (heap and heap[0][0] <= end) or self._next_arrival <= end:
+            if (heap and heap[0][0] <= end) or self._after[0] <= end:
                 self._seq += 1
                 heapq.heappush(heap, (end, self._seq, self._quiet, worker))
                 return True
