@@ -38,6 +38,8 @@ except ImportError:  # built without a C compiler: seeded_draws takes numpy's bu
     _mt = None  # type: ignore[assignment]
 
 MOONCAKE_BLOCK_SIZE = 512
+MAX_TRACE_TOKENS = 1 << 24
+"""The longest prompt or output a trace row may ask for (16,777,216 tokens)."""
 BAILIAN_BLOCK_SIZE = 16
 
 
@@ -88,6 +90,12 @@ def parse_row(obj: object, where: str, sessions_seen: set[str]) -> TraceRow:
         raise TraceError(f"{where}: missing 'output_length'")
     if input_length == 0:
         raise TraceError(f"{where}: 'input_length' must be at least 1 (a prompt cannot be empty)")
+    for key, length in (("input_length", input_length), ("output_length", output_length)):
+        if length > MAX_TRACE_TOKENS:
+            raise TraceError(
+                f"{where}: {key!r} is {length:,} tokens; at most {MAX_TRACE_TOKENS:,} are taken "
+                "(no model's context is longer, and a prompt is made token by token)"
+            )
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in hash_ids

@@ -87,6 +87,14 @@ def test_bailian_rows_use_seconds_and_16_token_blocks(tmp_path):
         ),
         (b'{"input_length": 1, "output_length": 1}', "needs 'timestamp'"),
         (b'{"timestamp": 0, "input_length": 1', "not valid JSON"),
+        (
+            b'{"timestamp": 0, "input_length": 1000000000000, "output_length": 1}',
+            "'input_length' is 1,000,000,000,000 tokens; at most 16,777,216",
+        ),
+        (
+            b'{"timestamp": 0, "input_length": 1, "output_length": 16777217}',
+            "'output_length' is 16,777,217 tokens; at most 16,777,216",
+        ),
     ],
 )
 def test_bad_lines_name_file_line_and_field(tmp_path, line, message):
