@@ -170,6 +170,14 @@ async def test_own_events_and_malformed_messages_are_skipped(tmp_path):
             tg.cancel_scope.cancel()
 
 
+def booking_tap(sync):
+    """A SUB socket on ``sync``'s booking changes, to read its messages' frames."""
+    tap = configure(async_context().socket(zmq.SUB))
+    tap.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
+    tap.connect(sync.endpoint)
+    return tap
+
+
 async def test_one_passs_booking_changes_go_out_as_one_message(tmp_path):
     """A ZMQ send costs as much as a route: the booking changes of one event-loop pass share one
     message, ``[topic, event, event, ...]``."""
@@ -177,9 +185,7 @@ async def test_one_passs_booking_changes_go_out_as_one_message(tmp_path):
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
             a, sync_a = await replica(tg, store)
-            tap = configure(async_context().socket(zmq.SUB))
-            tap.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
-            tap.connect(sync_a.endpoint)
+            tap = booking_tap(sync_a)
             try:
                 events = [ActiveSequenceEvent("", f"r{i}", 1, 0, "add", isl_tokens=10) for i in range(3)]
                 for _ in range(100):  # until the tap's subscription is live
@@ -207,9 +213,7 @@ async def test_a_pass_booking_more_than_a_message_holds_sends_several(tmp_path):
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
             a, sync_a = await replica(tg, store)
-            tap = configure(async_context().socket(zmq.SUB))
-            tap.setsockopt(zmq.SUBSCRIBE, ACTIVE_SEQUENCES_TOPIC)
-            tap.connect(sync_a.endpoint)
+            tap = booking_tap(sync_a)
             try:
                 for _ in range(100):  # until the tap's subscription is live
                     sync_a.publish(ActiveSequenceEvent("", "probe", 1, 0, "free"))
