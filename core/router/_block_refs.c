@@ -1,11 +1,18 @@
-/* BlockRefs: one rank's active block refcounts (``dyn.core.router.load.ActiveSequences.refs``) in
- * C: booking a request adds its prompt's block hashes, freeing it removes them, and a 4,096-token
- * prompt is 256 of them, so the per-hash work is done here rather than in a Python loop.
+/* The router's per-block tables in C: booking a request adds its prompt's block hashes, freeing
+ * it removes them, and a 4,096-token prompt is 256 of them, so the per-hash work is done here
+ * rather than in a Python loop.
+ *
+ * BlockRefs: one rank's active block refcounts (``dyn.core.router.load.ActiveSequences.refs``).
  *
  * A table block hash (u64) -> count (u32, never 0: a hash whose count falls to 0 is removed), as a
  * dict of int -> int behaves for the calls ``ActiveSequences`` makes. A hash that is not a u64 int
  * raises TypeError or OverflowError (sequence hashes always are one). Not thread-safe beyond the
  * GIL, which every method holds throughout.
+ *
+ * SoleHolders: the blocks a single rank slot holds, hash -> slot (``dyn.core.router.holders``):
+ * at fleet size most booked blocks are held by one rank, and a Python dict of millions of them
+ * cost a booking 3x the inserts' time here and, now and then, a rebuild of the whole dict. The
+ * same table, with bulk calls: ``put_all`` enters a booking's new blocks, ``pop_all`` removes them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -137,7 +144,8 @@ static PyObject *refs_prefix_depth(Refs *self, PyObject *seqs) {
 
 static Py_ssize_t refs_len(Refs *self) { return (Py_ssize_t)self->counts.count; }
 
-static int refs_contains(Refs *self, PyObject *item) {
+/* ``item in`` a table: False for anything that is not a u64 int. */
+static int map_contains(const Map32 *m, PyObject *item) {
     uint64_t h;
     if (!PyLong_Check(item)) return 0;
     h = as_u64(item);
@@ -145,13 +153,152 @@ static int refs_contains(Refs *self, PyObject *item) {
         PyErr_Clear();
         return 0;
     }
-    return Map32_has(&self->counts, h);
+    return Map32_has(m, h);
 }
+
+static int refs_contains(Refs *self, PyObject *item) { return map_contains(&self->counts, item); }
 
 static void refs_dealloc(Refs *self) {
     Map32_free(&self->counts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+/* ------------------------------------------------------------------ SoleHolders */
+
+typedef struct {
+    PyObject_HEAD
+    Map32 slots;
+} Sole;
+
+/* hashes[start:] through ``each`` (a Map32 call on one hash); -1 with an exception on a bad hash. */
+static int each_from(PyObject *hashes, Py_ssize_t start, int (*each)(Map32 *, uint64_t, uint32_t), Map32 *m, uint32_t slot) {
+    PyObject *fast = PySequence_Fast(hashes, "hashes must be a sequence of ints");
+    if (fast == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    int rc = 0;
+    for (Py_ssize_t i = start; i < n && rc == 0; i++) {
+        uint64_t h;
+        rc = read_hash(items[i], &h) < 0 ? -1 : each(m, h, slot);
+    }
+    Py_DECREF(fast);
+    return rc;
+}
+
+static int put_one(Map32 *m, uint64_t h, uint32_t slot) {
+    if (Map32_put(m, h, slot) == 0) return 0;
+    PyErr_NoMemory();
+    return -1;
+}
+
+static int pop_one(Map32 *m, uint64_t h, uint32_t unused) {
+    Map32_pop(m, h, NULL);
+    return 0;
+}
+
+/* The (hashes, start[, slot]) arguments of put_all and pop_all. */
+static int hashes_from(PyObject *args, int with_slot, PyObject **hashes, Py_ssize_t *start, uint32_t *slot) {
+    unsigned long value = 0;
+    if (with_slot ? !PyArg_ParseTuple(args, "Onk", hashes, start, &value) : !PyArg_ParseTuple(args, "On", hashes, start))
+        return -1;
+    if (value >= NIL || *start < 0) {
+        PyErr_SetString(PyExc_ValueError, value >= NIL ? "a slot is below 2**32 - 1" : "start is at least 0");
+        return -1;
+    }
+    *slot = (uint32_t)value;
+    return 0;
+}
+
+/* put_all(hashes, start, slot): hashes[start:] -> slot. */
+static PyObject *sole_put_all(Sole *self, PyObject *args) {
+    PyObject *hashes;
+    Py_ssize_t start;
+    uint32_t slot;
+    if (hashes_from(args, 1, &hashes, &start, &slot) < 0) return NULL;
+    if (each_from(hashes, start, put_one, &self->slots, slot) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* pop_all(hashes, start): hashes[start:] removed (those absent ignored). */
+static PyObject *sole_pop_all(Sole *self, PyObject *args) {
+    PyObject *hashes;
+    Py_ssize_t start;
+    uint32_t slot;
+    if (hashes_from(args, 0, &hashes, &start, &slot) < 0) return NULL;
+    if (each_from(hashes, start, pop_one, &self->slots, 0) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* get(hash, default=None) -> its slot, or default. */
+static PyObject *sole_get(Sole *self, PyObject *const *args, Py_ssize_t nargs) {
+    uint64_t h;
+    uint32_t slot = 0;
+    PyObject *fallback;
+    if (hash_and_default(args, nargs, "get(hash, default=None)", &h, &fallback) < 0) return NULL;
+    int found = Map32_get(&self->slots, h, &slot); /* before slot is read */
+    return count_or(found, slot, fallback);
+}
+
+/* pop(hash, default=None) -> its slot (removing it), or default. */
+static PyObject *sole_pop(Sole *self, PyObject *const *args, Py_ssize_t nargs) {
+    uint64_t h;
+    uint32_t slot = 0;
+    PyObject *fallback;
+    if (hash_and_default(args, nargs, "pop(hash, default=None)", &h, &fallback) < 0) return NULL;
+    int found = Map32_pop(&self->slots, h, &slot); /* before slot is read */
+    return count_or(found, slot, fallback);
+}
+
+/* set(hash, slot). */
+static PyObject *sole_set(Sole *self, PyObject *args) {
+    PyObject *item;
+    unsigned long slot;
+    uint64_t h;
+    if (!PyArg_ParseTuple(args, "Ok", &item, &slot)) return NULL;
+    if (read_hash(item, &h) < 0) return NULL;
+    if (slot >= NIL) {
+        PyErr_SetString(PyExc_ValueError, "a slot is below 2**32 - 1");
+        return NULL;
+    }
+    if (Map32_put(&self->slots, h, (uint32_t)slot) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t sole_len(Sole *self) { return (Py_ssize_t)self->slots.count; }
+
+static int sole_contains(Sole *self, PyObject *item) { return map_contains(&self->slots, item); }
+
+static void sole_dealloc(Sole *self) {
+    Map32_free(&self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef SOLE_METHODS[] = {
+    {"put_all", (PyCFunction)sole_put_all, METH_VARARGS, "hashes[start:] -> slot."},
+    {"pop_all", (PyCFunction)sole_pop_all, METH_VARARGS, "Remove hashes[start:] (absent ones ignored)."},
+    {"get", (PyCFunction)(void (*)(void))sole_get, METH_FASTCALL, "A hash's slot, or default."},
+    {"pop", (PyCFunction)(void (*)(void))sole_pop, METH_FASTCALL, "Remove a hash; its slot, or default."},
+    {"set", (PyCFunction)sole_set, METH_VARARGS, "Set a hash's slot."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods SOLE_SEQUENCE = {
+    .sq_length = (lenfunc)sole_len,
+    .sq_contains = (objobjproc)sole_contains,
+};
+
+static PyTypeObject SOLE_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dyn.core.router._block_refs.SoleHolders",
+    .tp_basicsize = sizeof(Sole),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Block hash -> the one rank slot holding it (see dyn.core.router.holders).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)sole_dealloc,
+    .tp_methods = SOLE_METHODS,
+    .tp_as_sequence = &SOLE_SEQUENCE,
+};
+
+/* ------------------------------------------------------------------ the module */
 
 static PyMethodDef REFS_METHODS[] = {
     {"add", (PyCFunction)refs_add, METH_O, "Each hash's count + 1."},
@@ -182,12 +329,11 @@ static PyTypeObject REFS_TYPE = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_block_refs", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__block_refs(void) {
-    if (PyType_Ready(&REFS_TYPE) < 0) return NULL;
+    if (PyType_Ready(&REFS_TYPE) < 0 || PyType_Ready(&SOLE_TYPE) < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (m == NULL) return NULL;
-    Py_INCREF(&REFS_TYPE);
-    if (PyModule_AddObject(m, "BlockRefs", (PyObject *)&REFS_TYPE) < 0) {
-        Py_DECREF(&REFS_TYPE);
+    if (PyModule_AddObjectRef(m, "BlockRefs", (PyObject *)&REFS_TYPE) < 0 ||
+        PyModule_AddObjectRef(m, "SoleHolders", (PyObject *)&SOLE_TYPE) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -22,10 +22,9 @@ model.
   booking's first tracked hash is indexed (``ranks_holding``), so a router can score the ranks a
   request touches one by one and all the others at once (``dyn.core.router.kv``'s fast path).
 - **Holder masks** (once ``index_holders`` is called, for fleets that size): every booked prompt
-  hash maps to the bitmask of the rank slots holding it, so the active prefix depth of every rank
-  at once (``prefix_depths``) is a bisection over depths, as the KV index answers overlaps: the
-  holder sets shrink with depth. Booking adds the blocks new to its rank (one C-level dict
-  update for those no other rank holds, a mask update each for the others).
+  hash maps to the rank slots holding it (``dyn.core.router.holders.HolderMap``), so the active
+  prefix depth of every rank at once (``prefix_depths``) is a bisection over depths, as the KV
+  index answers overlaps.
 
 Everything here is pure bookkeeping: times are passed in (``now``) or read from ``clock``.
 """
@@ -35,15 +34,13 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
 
-from dyn.core.kv.indexer import set_bits
 from dyn.core.router.block_refs import BlockRefs
+from dyn.core.router.holders import HolderMap
 
 WorkerKey = tuple[int, int]
 """(worker instance id, dp rank)."""
@@ -217,18 +214,6 @@ class ActiveSequences:
         return self._prefill_sum - full + math.ceil(full * left)
 
 
-def _held_prefix(blocks: Sequence[int], held: Callable[[int], bool]) -> int:
-    """How many leading ``blocks`` are ``held``, given that those that are form a prefix."""
-    lo, hi = 0, len(blocks)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if held(blocks[mid]):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 def _decays(expected_secs: float | None) -> bool:
     return expected_secs is not None and expected_secs > 0
 
@@ -257,9 +242,8 @@ class ActiveLoad:
         self.block_counts = np.zeros(16, np.int64)
         """Per rank slot: its ``ActiveSequences.active_blocks`` (0 for a free slot)."""
         self._firsts: dict[int, dict[WorkerKey, int]] = {}
-        self._holders: dict[int, int] | None = None
-        """Booked prompt hash -> the slots holding it (``_held_by``; None: not kept)."""
-        self._alone_ints: list[int] = []
+        self._holders: HolderMap | None = None
+        """Booked prompt hash -> the slots holding it (None: not kept)."""
         self.decaying = 0
         """Booked prompts with a predicted prefill duration: while any is, ``active_tokens`` may
         fall below ``prefill_sums`` as time passes."""
@@ -295,7 +279,9 @@ class ActiveLoad:
                 booking = self._bookings.pop(request_id, None)
                 if booking is not None:
                     self._unindex_first(booking)
-                    self._drop_slot(booking.blocks, slot)
+                    if self._holders is not None:
+                        for h in booking.blocks:
+                            self._holders.drop(h, slot)
                 dropped.append(request_id)
             self.prefill_sums[slot] = self.block_counts[slot] = 0
             self._free_slots.append(slot)
@@ -319,102 +305,16 @@ class ActiveLoad:
 
     def index_holders(self) -> None:
         """Keep the holder masks from now on (built from the bookings there are)."""
-        self._holders = {}
+        self._holders = HolderMap()
         for booking in self._bookings.values():
-            self._hold(booking.blocks[: booking.prompt_blocks], self._slots[booking.worker], 0)
-
-    def _hold(self, blocks: Sequence[int], slot: int, depth: int) -> None:
-        """Add ``slot`` to the holders of ``blocks[depth:]``, the blocks new to its rank (the
-        first ``depth`` are already held there: prefix closure). Of those, the ones another
-        rank holds are a prefix too (holder sets shrink with depth), found by bisection; the
-        rest, usually most, are added in one C-level update."""
-        holders = self._holders
-        if holders is None:
-            return
-        new = blocks[depth:]
-        shared = _held_prefix(new, holders.__contains__)
-        bit = 1 << slot
-        for h in new[:shared]:
-            held = holders[h]
-            holders[h] = (held if held >= 0 else 1 << ~held) | bit
-        holders.update(zip(new[shared:], repeat(self._alone(slot))))
-
-    def _unhold(self, blocks: Sequence[int], slot: int, depth: int) -> None:
-        """Drop ``slot`` from the holders of ``blocks[depth:]``, the blocks its rank no longer
-        holds; those only it held (a suffix, found by bisection) go in one C-level pass."""
-        holders = self._holders
-        if holders is None:
-            return
-        gone = blocks[depth:]
-        alone = self._alone(slot)
-        shared = _held_prefix(gone, lambda h: holders.get(h, alone) != alone)
-        for h in gone[:shared]:
-            self._drop_holder(h, slot)
-        deque(map(holders.pop, gone[shared:], repeat(None)), maxlen=0)
-
-    def _drop_slot(self, blocks: Sequence[int], slot: int) -> None:
-        """Drop ``slot`` from the holders of every one of ``blocks`` (its rank is going)."""
-        if self._holders is not None:
-            for h in blocks:
-                self._drop_holder(h, slot)
-
-    def _drop_holder(self, h: int, slot: int) -> None:
-        """Take ``slot`` out of ``h``'s holders (``h`` forgotten when none is left)."""
-        assert self._holders is not None
-        mask = self._held_by(h) & ~(1 << slot)
-        if not mask:
-            self._holders.pop(h, None)
-        elif mask & (mask - 1):
-            self._holders[h] = mask
-        else:
-            self._holders[h] = self._alone(mask.bit_length() - 1)
-
-    def _alone(self, slot: int) -> int:
-        """``~slot``, one int object per slot (shared by every block it alone holds)."""
-        alone = self._alone_ints
-        while len(alone) <= slot:
-            alone.append(~len(alone))
-        return alone[slot]
-
-    def _held_by(self, h: int) -> int:
-        """The bitmask of the slots holding ``h``: stored as the mask, or as ``~slot`` when one
-        slot does (most blocks: a small int instead of a fleet-wide one)."""
-        held = self._holders.get(h) if self._holders is not None else None
-        return 0 if held is None else held if held >= 0 else 1 << ~held
+            self._holders.hold(booking.blocks[: booking.prompt_blocks], self._slots[booking.worker], 0)
 
     def prefix_depths(self, seq_hashes: Sequence[int]) -> np.ndarray | None:
         """Per slot, how many leading ``seq_hashes`` are active on that rank (``prefix_depth``
         for every rank at once, from the holder masks); None when they are not kept."""
         if self._holders is None:
             return None
-        held_by = self._held_by
-        depths = np.zeros(len(self.prefill_sums), np.int64)
-        n = len(seq_hashes)
-        first = held_by(seq_hashes[0]) if n else 0
-        if not first:
-            return depths
-        lo, hi = 1, n + 1  # depth lo has holders; depth hi (past the end) has none
-        while hi - lo > 1:
-            mid = (lo + hi) >> 1
-            if seq_hashes[mid - 1] in self._holders:
-                lo = mid
-            else:
-                hi = mid
-        bottom = held_by(seq_hashes[lo - 1])
-        set_bits(depths, bottom, lo)
-        stack = [(1, lo, first, bottom)]
-        while stack:  # holder sets shrink with depth: equal masks mean no change between
-            top_depth, bottom_depth, top, bottom = stack.pop()
-            if top == bottom:
-                continue
-            if bottom_depth - top_depth == 1:
-                set_bits(depths, top & ~bottom, top_depth)
-                continue
-            mid = (top_depth + bottom_depth) >> 1
-            at_mid = held_by(seq_hashes[mid - 1])
-            stack.append((top_depth, mid, top, at_mid))
-            stack.append((mid, bottom_depth, at_mid, bottom))
-        return depths
+        return self._holders.prefix_depths(seq_hashes, len(self.prefill_sums))
 
     def _sync(self, key: WorkerKey, seqs: ActiveSequences) -> None:
         slot = self._slots[key]
@@ -468,7 +368,7 @@ class ActiveLoad:
         seqs = self._seqs(worker)
         blocks = list(seq_hashes)
         if self._holders is not None:
-            self._hold(blocks, self._slots[worker], seqs.prefix_depth(blocks))
+            self._holders.hold(blocks, self._slots[worker], seqs.prefix_depth(blocks))
         seqs.add_blocks(blocks)
         seqs.requests.add(request_id)
         booking = self._bookings[request_id] = _Booking(
@@ -502,7 +402,7 @@ class ActiveLoad:
         seqs.remove_blocks(booking.blocks)
         if self._holders is not None:
             prompt = booking.blocks[: booking.prompt_blocks]
-            self._unhold(prompt, self._slots[booking.worker], seqs.prefix_depth(prompt))
+            self._holders.unhold(prompt, self._slots[booking.worker], seqs.prefix_depth(prompt))
         seqs.requests.discard(request_id)
         self._unindex_first(booking)
         self._sync(booking.worker, seqs)
