@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import openai
 import pydantic
 import pytest
@@ -29,6 +30,7 @@ from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.openai import decode_request
 from tests.core.frontend.conftest import BASE_URL
 from tests.core.frontend.fake_workers import Batch, Script, failing, finish, reply, token_ids, tokenizer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -763,3 +765,83 @@ async def test_a_call_to_a_namespaced_function_names_its_namespace(make_frontend
     added = next(e["item"] for e in events if e["type"] == "response.output_item.added")
     for item in (unary["output"][0], added, events[-1]["response"]["output"][0]):
         assert (item["name"], item["namespace"]) == ("spawn_agent", "multi_agent_v1")
+
+
+# --------------------------------------------------------------------------- truncation "auto"
+
+CONTEXT = 256
+WORDS = " ".join(f"w{i}" for i in range(16))  # about 30 tokens of dyn-tiny
+
+
+def prompt_turn(prompt: str) -> int:
+    """The oldest user turn a prompt holds."""
+    return min(t for t in range(5) if f"turn {t}:" in prompt)
+
+
+def _long_conversation() -> list[dict]:
+    """Five user turns, each long, with a tool call and its output in the third."""
+    items: list[dict] = []
+    for turn in range(5):
+        items.append({"role": "user", "content": f"turn {turn}: {WORDS}"})
+        if turn == 2:
+            items.append({"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{}"})
+            items.append({"type": "function_call_output", "call_id": "c2", "output": f"sunny {WORDS}"})
+        items.append({"role": "assistant", "content": f"answer {turn}"})
+    items.append({"role": "user", "content": "last question"})
+    return items
+
+
+async def test_truncation_auto_drops_the_oldest_turns_that_do_not_fit(make_frontend):
+    records = {1: {"context_length": CONTEXT}}
+    async with make_frontend(workers=1, records=records, script=reply("Fine."), **HERMES) as fe:
+        await wait_until(lambda: fe.app.service.preprocessor.info.context_length == CONTEXT, 10, "the cap")
+        body = {
+            "model": "dyn-tiny",
+            "instructions": "Be terse.",
+            "input": _long_conversation(),
+            "max_output_tokens": 16,
+        }
+        refused = await fe.client.post("/v1/responses", json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
+        assert not fe.fleet.requests
+        r = await fe.client.post("/v1/responses", json={**body, "truncation": "auto"})
+        assert r.status_code == 200, r.text
+        response = Response.model_validate(r.json())
+        sent = fe.fleet.requests[-1]
+        prompt = tokenizer().decode(sent.token_ids)
+        chat = chat_request(request(**body)).chat
+        older = next(
+            i
+            for i, m in enumerate(chat.messages)
+            if str(m.get("content")).startswith(f"turn {prompt_turn(prompt) - 1}:")
+        )
+        longer = msgspec.structs.replace(chat, messages=[chat.messages[0], *chat.messages[older:]])
+        one_more_turn = len(await fe.app.service.preprocessor.tokenize_chat_async(longer))
+    assert response.truncation == "auto" and response.usage.input_tokens == len(sent.token_ids)
+    assert len(sent.token_ids) + 16 <= CONTEXT
+    assert "Be terse." in prompt and "last question" in prompt and "turn 0:" not in prompt
+    kept = [t for t in range(5) if f"turn {t}:" in prompt]
+    assert kept and kept == list(range(kept[0], 5))  # the newest turns, whole
+    assert one_more_turn + 16 > CONTEXT  # the fewest dropped
+
+
+async def test_truncation_auto_fails_as_without_it_when_the_last_message_alone_is_too_long(make_frontend):
+    records = {1: {"context_length": CONTEXT}}
+    async with make_frontend(workers=1, records=records) as fe:
+        await wait_until(lambda: fe.app.service.preprocessor.info.context_length == CONTEXT, 10, "the cap")
+        body = {
+            "model": "dyn-tiny",
+            "input": [{"role": "user", "content": "old"}, {"role": "user", "content": WORDS * 12}],
+            "truncation": "auto",
+        }
+        r = await fe.client.post("/v1/responses", json=body)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.json()["error"]["param"] == "input"
+        assert not fe.fleet.requests
+
+
+async def test_an_unknown_truncation_is_a_400_naming_the_field(frontend):
+    r = await frontend.client.post(
+        "/v1/responses", json={"model": "dyn-tiny", "input": "x", "truncation": "some"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "truncation"

@@ -156,6 +156,10 @@ def _check(req: ResponsesRequest) -> None:
             param="conversation",
             code="unsupported_parameter",
         )
+    if req.truncation not in (None, "auto", "disabled"):
+        raise bad_request(
+            f"truncation must be 'auto' or 'disabled', got {str(req.truncation)[:64]!r}", param="truncation"
+        )
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
         raise bad_request(
             f"max_output_tokens must be at least 1, got {req.max_output_tokens}", param="max_output_tokens"

@@ -3,15 +3,17 @@
 ``CREATE`` is a ``GenerateEndpoint``: the request is adapted into a chat request (``adapter``),
 continuing the stored conversation of its ``previous_response_id`` (unknown or evicted: a 404
 naming the field), prepared by ``OpenAIService.prepare_chat`` and written by ``ResponsesWire``.
-Its ``prompt_cache_key`` is the request's session identity when no header gave one (and it is
-one: ``session_identity.checked``). The app's ``ResponseStore`` (``FrontendApp.response_store``) keeps what
-``store`` asks to keep. Errors the chat path raises name the Responses request's fields (``text.format``,
-``max_output_tokens``, ``input``).
+With ``truncation: "auto"`` a conversation over the context loses its oldest turns
+(``truncation``). Its ``prompt_cache_key`` is the request's session identity when no header gave
+one (and it is one: ``session_identity.checked``). The app's ``ResponseStore``
+(``FrontendApp.response_store``) keeps what ``store`` asks to keep. Errors the chat path raises
+name the Responses request's fields (``text.format``, ``max_output_tokens``, ``input``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -19,6 +21,7 @@ import msgspec
 from dyn.core.asgi import JSON, respond
 from dyn.core.frontend.apis.responses.adapter import ChatTurn, chat_request
 from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponsesRequest
+from dyn.core.frontend.apis.responses.truncation import prepare_truncated, too_long
 from dyn.core.frontend.apis.responses.wire import ResponsesWire
 from dyn.core.frontend.endpoints.base import Call, Endpoint
 from dyn.core.frontend.endpoints.generate import GenerateEndpoint
@@ -26,6 +29,7 @@ from dyn.core.frontend.generation import Generation, RequestContext
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.frontend.session_identity import checked
 from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.openai import ChatCompletionRequest
 
 if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
@@ -57,10 +61,19 @@ async def prepare(
     _warn_dropped(turn, ctx.request_id)
     if ctx.session_id is None and req.prompt_cache_key:
         ctx.session_id = _session_id(req.prompt_cache_key)
-    try:
-        return await service.prepare_chat(
-            turn.chat, ctx, lambda gen: ResponsesWire(gen, req, turn, store), "responses", "Responses"
+
+    def prepare_chat(chat: ChatCompletionRequest) -> Awaitable[Generation]:
+        return service.prepare_chat(
+            chat, ctx, lambda gen: ResponsesWire(gen, req, turn, store), "responses", "Responses"
         )
+
+    try:
+        try:
+            return await prepare_chat(turn.chat)
+        except ApiError as exc:
+            if req.truncation != "auto" or not too_long(exc):
+                raise
+            return await prepare_truncated(turn.chat, service.preprocessor, prepare_chat, exc, ctx.request_id)
     except ApiError as exc:
         raise _in_responses_terms(exc) from None
 
