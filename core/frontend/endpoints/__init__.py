@@ -8,8 +8,8 @@ the frontend serves today: ``ReadEndpoint`` (GET/HEAD, a body computed from the 
 answered as SSE or one JSON body) and ``JsonEndpoint`` (``json_post.py``: a JSON request answered
 with one JSON body, nothing generated: ``/tokenize``, ``/detokenize``).
 
-A prefix endpoint (``prefix``, its ``path`` ending in ``/``) also serves the paths one segment under
-it (``/v1/responses/{id}``); ``find`` looks a path up. An endpoint answers errors in its API's
+A prefix endpoint (``prefix``, its ``path`` ending in ``/``) also serves the paths under it
+(``/v1/responses/{id}``, ``/v1/responses/{id}/input_items``); ``find`` looks a path up. An endpoint answers errors in its API's
 shape (``Endpoint.error_body``). The generating APIs live in ``dyn.core.frontend.apis``, one
 folder each.
 
@@ -68,8 +68,12 @@ def find(path: str) -> Endpoint | None:
     endpoint = ENDPOINTS.get(path)
     if endpoint is not None:
         return endpoint
-    parent = ENDPOINTS.get(path.rsplit("/", 1)[0] + "/")
-    return parent if parent is not None and parent.prefix else None
+    parts = path.split("/")
+    for depth in range(len(parts) - 1, 1, -1):  # the nearest prefix endpoint above it
+        parent = ENDPOINTS.get("/".join(parts[:depth]) + "/")
+        if parent is not None and parent.prefix:
+            return parent
+    return None
 
 
 __all__ = ["ENDPOINTS", "Call", "Endpoint", "ReadEndpoint", "find"]

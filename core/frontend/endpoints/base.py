@@ -37,7 +37,8 @@ class Endpoint(abc.ABC):
     path: str
     methods: tuple[str, ...]
     prefix: bool = False
-    """``path`` is a prefix: the endpoint also serves every path under it (``/v1/responses/{id}``)."""
+    """``path`` is a prefix: the endpoint also serves every path under it (``/v1/responses/{id}``,
+    ``/v1/responses/{id}/input_items``)."""
 
     @abc.abstractmethod
     async def serve(self, app: FrontendApp, call: Call) -> None: ...

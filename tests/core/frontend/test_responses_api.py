@@ -845,3 +845,56 @@ async def test_an_unknown_truncation_is_a_400_naming_the_field(frontend):
         "/v1/responses", json={"model": "dyn-tiny", "input": "x", "truncation": "some"}
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "truncation"
+
+
+# --------------------------------------------------------------------------- input items
+
+
+async def test_input_items_list_a_responses_own_input_a_page_at_a_time(make_frontend):
+    async with make_frontend(workers=1, script=reply("It is sunny.")) as fe:
+        client = sdk(fe)
+        first = await client.responses.create(model="dyn-tiny", input="Weather in Paris?")
+        own = [
+            {"role": "user", "content": "And tomorrow?"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "rain", "id": "fco_mine"},
+            {"role": "user", "content": [{"type": "input_text", "text": "Thanks!"}]},
+        ]
+        second = await client.responses.create(model="dyn-tiny", input=own, previous_response_id=first.id)
+        newest_first = [item async for item in client.responses.input_items.list(second.id)]
+        oldest_first = [
+            item async for item in client.responses.input_items.list(second.id, order="asc", limit=1)
+        ]
+        page = await client.responses.input_items.list(
+            second.id, order="asc", limit=2, after=oldest_first[0].id
+        )
+        again = [item async for item in client.responses.input_items.list(second.id)]
+        first_items = [item async for item in client.responses.input_items.list(first.id)]
+        missing = await fe.client.get("/v1/responses/resp_gone/input_items")
+        bad_limit = await fe.client.get(f"/v1/responses/{second.id}/input_items?limit=101")
+        bad_after = await fe.client.get(f"/v1/responses/{second.id}/input_items?after=nope")
+        other = await fe.client.get(f"/v1/responses/{second.id}/output_items")
+    assert [i.type for i in oldest_first] == ["message", "function_call", "function_call_output", "message"]
+    assert [i.id for i in newest_first] == [i.id for i in reversed(oldest_first)] == [i.id for i in again]
+    assert len({i.id for i in oldest_first}) == 4 and oldest_first[2].id == "fco_mine"
+    assert oldest_first[0].content[0].text == "And tomorrow?" and oldest_first[3].content[0].text == "Thanks!"
+    assert oldest_first[1].call_id == "c1" and oldest_first[1].name == "get_weather"
+    assert [i.id for i in page.data] == [i.id for i in oldest_first[1:3]] and page.has_more
+    assert [i.content[0].text for i in first_items] == ["Weather in Paris?"]  # the history is not listed
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "response_id"
+    assert bad_limit.status_code == 400 and bad_limit.json()["error"]["param"] == "limit"
+    assert bad_after.status_code == 400 and bad_after.json()["error"]["param"] == "after"
+    assert other.status_code == 404
+
+
+async def test_a_continued_response_stores_the_history_and_only_appends_its_own_items(make_frontend):
+    async with make_frontend(workers=1, script=reply("Fine.")) as fe:
+        client = sdk(fe)
+        first = await client.responses.create(model="dyn-tiny", input="one")
+        second = await client.responses.create(model="dyn-tiny", input="two", previous_response_id=first.id)
+        store = fe.app.response_store
+        history, stored = store.get(first.id), store.get(second.id)
+    assert stored.conversation.startswith(history.conversation[:-1] + b",")
+    items = json.loads(stored.conversation)
+    assert [i.get("content") for i in items if i.get("role") == "user"] == ["one", "two"]
+    assert stored.inputs == (2, 3) and history.inputs == (0, 1)

@@ -1,4 +1,5 @@
-"""``POST /v1/responses`` (``CREATE``), ``GET`` and ``DELETE /v1/responses/{id}`` (``STORED``).
+"""``POST /v1/responses`` (``CREATE``), ``GET`` and ``DELETE /v1/responses/{id}`` and
+``GET /v1/responses/{id}/input_items`` (``STORED``).
 
 ``CREATE`` is a ``GenerateEndpoint``: the request is adapted into a chat request (``adapter``),
 continuing the stored conversation of its ``previous_response_id`` (unknown or evicted: a 404
@@ -20,6 +21,7 @@ import msgspec
 
 from dyn.core.asgi import JSON, respond
 from dyn.core.frontend.apis.responses.adapter import ChatTurn, chat_request
+from dyn.core.frontend.apis.responses.input_items import input_items_page
 from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponsesRequest
 from dyn.core.frontend.apis.responses.truncation import prepare_truncated, too_long
 from dyn.core.frontend.apis.responses.wire import ResponsesWire
@@ -128,7 +130,8 @@ def _warn_dropped(turn: ChatTurn, request_id: str) -> None:
 
 
 class StoredEndpoint(Endpoint):
-    """``GET /v1/responses/{id}``: the stored response; ``DELETE``: forget it. 404 when the store
+    """``GET /v1/responses/{id}``: the stored response; ``DELETE``: forget it;
+    ``GET /v1/responses/{id}/input_items``: its input items (``input_items``). 404 when the store
     does not hold it (never stored, deleted, expired or evicted)."""
 
     path = "/v1/responses/"
@@ -136,8 +139,18 @@ class StoredEndpoint(Endpoint):
     prefix = True
 
     async def serve(self, app: FrontendApp, call: Call) -> None:
-        response_id = call.scope["path"].rsplit("/", 1)[1]
+        response_id, _, rest = call.scope["path"].removeprefix(self.path).partition("/")
         store = app.response_store
+        if rest:
+            method, path = call.scope["method"], call.scope["path"]
+            if rest != "input_items" or method != "GET":
+                raise ApiError(404, f"no route for {method} {path[:256]}; see /openapi.json")
+            stored = store.get(response_id)
+            if stored is None:
+                raise _not_found(response_id)
+            body = input_items_page(stored, response_id, call.scope.get("query_string", b""))
+            await respond(call.send, 200, body, call.extra + [JSON])
+            return
         if call.scope["method"] == "DELETE":
             if not store.delete(response_id):
                 raise _not_found(response_id)

@@ -18,6 +18,7 @@ from dyn.core.frontend.apis.responses.adapter import (
     MAX_METADATA_VALUE_CHARS,
     MAX_SHORT_CHARS,
 )
+from dyn.core.frontend.apis.responses.input_items import MAX_LIMIT
 from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponseObject, ResponsesRequest
 from dyn.core.protocol.errors import ErrorResponse
 
@@ -26,7 +27,8 @@ _REF = "#/components/schemas/" + PREFIX + "{name}"
 
 
 def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(paths, component schemas) of ``/v1/responses`` and ``/v1/responses/{response_id}``; with
+    """(paths, component schemas) of ``/v1/responses``, ``/v1/responses/{response_id}`` and its
+    ``input_items``; with
     ``model``, the request's ``model`` is that name."""
     schemas, components = msgspec.json.schema_components(
         [ResponsesRequest, ResponseObject, DeletedResponse, ErrorResponse], ref_template=_REF
@@ -73,8 +75,38 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
                 "responses": {"200": {"description": "OK", **json_content(deleted)}, **not_found},
             },
         },
+        "/v1/responses/{response_id}/input_items": {
+            "get": {
+                "summary": "A stored response's own input items, a page at a time",
+                "parameters": [stored, *_PAGE_PARAMETERS],
+                "responses": {
+                    "200": {"description": "OK", **json_content(_ITEM_LIST)},
+                    "400": errors["400"],
+                    **not_found,
+                },
+            },
+        },
     }
     return paths, {PREFIX + name: schema for name, schema in components.items()}
+
+
+_PAGE_PARAMETERS = [
+    {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}},
+    {"name": "after", "in": "query", "schema": {"type": "string"}},
+    {"name": "include", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}},
+]
+_ITEM_LIST = {
+    "type": "object",
+    "required": ["object", "data", "first_id", "last_id", "has_more"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {"type": "array", "items": {"type": "object", "required": ["id", "type"]}},
+        "first_id": {"type": ["string", "null"]},
+        "last_id": {"type": ["string", "null"]},
+        "has_more": {"type": "boolean"},
+    },
+}
 
 
 def _value_rules() -> dict[str, Any]:

@@ -4,7 +4,7 @@
 Each entry is a response's JSON body and its ``conversation``: the input items that led to it
 (those of the responses it continued included; ``instructions`` are not carried over, as OpenAI
 does not carry them) followed by its output items, as a JSON array, so that the next turn reads
-one entry whatever the length of the chain. The store holds at most ``max_count`` entries and
+one entry whatever the length of the chain; and where the request's own input items stand in it. The store holds at most ``max_count`` entries and
 ``max_bytes`` of them (the encoded sizes), each for ``ttl_s`` seconds from when it was stored; the
 least recently used goes first when a bound is reached, and an entry larger than ``max_bytes`` is
 not kept. Everything lives in one process: a frontend that restarts forgets them, and frontends
@@ -32,6 +32,9 @@ class StoredResponse(NamedTuple):
     conversation: bytes
     """The input and output items a ``previous_response_id`` continues (a JSON array)."""
     expires: float
+    inputs: tuple[int, int] = (0, 0)
+    """Where the request's own input items stand in ``conversation`` (start, end): what
+    ``GET /v1/responses/{id}/input_items`` lists."""
 
     @property
     def size(self) -> int:
@@ -61,10 +64,13 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, response_id: str, body: bytes, conversation: bytes) -> bool:
-        """Keep a response (replacing one of the same id); False when it alone exceeds ``max_bytes``."""
+    def put(
+        self, response_id: str, body: bytes, conversation: bytes, inputs: tuple[int, int] = (0, 0)
+    ) -> bool:
+        """Keep a response (replacing one of the same id); False when it alone exceeds ``max_bytes``.
+        ``inputs``: where the request's own input items stand in ``conversation``."""
         self.delete(response_id)
-        entry = StoredResponse(body, conversation, self.clock() + self.ttl_s)
+        entry = StoredResponse(body, conversation, self.clock() + self.ttl_s, inputs)
         if entry.size > self.max_bytes:
             log.warning(
                 "response %s is not stored: its %d bytes exceed the store's %d (previous_response_id "

@@ -330,7 +330,10 @@ class ResponsesWire(Wire):
         response = self._response(status, output, error)
         body = msgspec.json.encode(response)
         if self.req.store is not False and self.store is not None:
-            self.store.put(self.response_id, body, msgspec.json.encode([*self.turn.items, *output]))
+            turn = self.turn
+            new = msgspec.json.encode([*turn.items[turn.history_len :], *output])
+            inputs = (turn.history_len, len(turn.items))
+            self.store.put(self.response_id, body, _joined(turn.history_json, new), inputs)
         return body
 
     def _response(
