@@ -82,14 +82,17 @@ class FrontendApp:
         """The prefix a proxy serves this app under ("" for none); no trailing slash."""
         # imported here: at the top they would run while the endpoint table that imports them is half built
         from dyn.core.frontend.apis.anthropic.endpoints import PATHS as ANTHROPIC_PATHS
+        from dyn.core.frontend.apis.responses.background import BackgroundResponses
         from dyn.core.frontend.apis.responses.store import ResponseStore
 
         self.off = (frozenset() if docs else DOCS_PATHS) | (frozenset() if anthropic_api else ANTHROPIC_PATHS)
         """Paths turned off by flags: answered 404 as if there were no such endpoint."""
         self.models = models
         """Every model served, by each name a request may use (``resolve``)."""
-        self.response_store = response_store or ResponseStore()
+        self.response_store = response_store if response_store is not None else ResponseStore()
         """The Responses API's stored responses (``--responses-store-*``), for every model."""
+        self.background_responses = BackgroundResponses(self.response_store)
+        """The Responses API's background responses running here."""
         self.api_key = ApiKey(api_key) if api_key else None
         self.public_metrics = public_metrics
         self.max_inflight = max_inflight
@@ -194,6 +197,13 @@ class FrontendApp:
                 f"the frontend is serving its limit of {self.max_inflight} requests "
                 "(--max-inflight); retry after the Retry-After seconds"
             )
+        with self.admitted():
+            yield
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """Count work admitted already as in progress for its duration (a background response,
+        going on after its request was answered)."""
         self.inflight += 1
         try:
             yield

@@ -409,6 +409,8 @@ async def serve_frontend(settings: FrontendSettings) -> None:
         try:
             await server.serve(sockets=[sock])
         finally:
+            with anyio.CancelScope(shield=True):
+                await app.background_responses.drain(grace)
             tg.cancel_scope.cancel()
 
 

@@ -1,7 +1,8 @@
 """``/v1/responses`` against real dyn processes, through clients nobody here wrote: the ``openai``
 SDK's ``client.responses`` (unary, ``stream=True``, the ``responses.stream`` helper, function
 tools round-tripped with ``function_call_output``, ``previous_response_id``, ``text.format``
-json_schema, retrieve and delete, reasoning items), and the OpenAI Agents SDK with its default
+json_schema, retrieve and delete, background responses polled and cancelled, their input items,
+reasoning items), and the OpenAI Agents SDK with its default
 model class (``OpenAIResponsesModel``) running a two-tool loop. The mocker answers from a
 ``--replies`` script in the Hermes format of dyn-tiny's chat template; its worker reads
 reasoning with the ``basic`` parser (``<think>`` ... ``</think>`` when the model writes it)."""
@@ -159,6 +160,26 @@ def test_retrieve_and_delete_a_stored_response(client):
     client.responses.delete(response.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(response.id)
+
+
+def test_a_background_response_is_polled_to_its_end_and_another_is_cancelled(client):
+    import time
+
+    created = client.responses.create(model=MODEL, input="Say hello", background=True)
+    assert created.status == "queued" and created.background
+    deadline = time.monotonic() + 30
+    done = client.responses.retrieve(created.id)
+    while done.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        done = client.responses.retrieve(created.id)
+    assert done.status == "completed" and done.output_text == "Hello from dyn."
+    items = list(client.responses.input_items.list(created.id))
+    assert [item.content[0].text for item in items] == ["Say hello"]
+    long = client.responses.create(
+        model=MODEL, input="Talk at length", background=True, max_output_tokens=100_000
+    )
+    cancelled = client.responses.cancel(long.id)
+    assert cancelled.status == client.responses.retrieve(long.id).status == "cancelled"
 
 
 def test_reasoning_items_come_back_and_can_be_sent_back(client):

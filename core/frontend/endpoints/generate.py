@@ -7,7 +7,8 @@
   one; a client's id must be 1 to 256 visible ASCII characters) is echoed on every response. The
   agent session it belongs to is read from its headers (``dyn.core.frontend.session_identity``).
 - ``prepare(app, service, request, context)`` checks, renders, tokenizes and routes it into a
-  ``Generation``, which streams as SSE or is collected into one JSON body. From then on a
+  ``Generation``, which streams as SSE or is collected into one JSON body (or, where the
+  endpoint's ``detach`` takes it, runs on its own while the request is answered at once). From then on a
   client that disconnects while its request is routed (routing may wait in the router's queue,
   and the request leaves it) or generated cancels it (``until_disconnect``).
 """
@@ -55,6 +56,9 @@ _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
 """A client's request id: visible ASCII, so it can be echoed as a header and logged as it is."""
 
 Prepare = Callable[["FrontendApp", OpenAIService, Any, RequestContext], Awaitable[Generation]]
+Detach = Callable[["FrontendApp", Any, Generation], "bytes | None"]
+"""Runs a prepared generation on its own and returns the body to answer with at once; None: the
+request is answered as usual (the Responses API's background responses)."""
 
 
 class GenerateEndpoint(Endpoint):
@@ -63,10 +67,11 @@ class GenerateEndpoint(Endpoint):
 
     methods = ("POST",)
 
-    def __init__(self, path: str, request_type: type, prepare: Prepare) -> None:
+    def __init__(self, path: str, request_type: type, prepare: Prepare, detach: Detach | None = None) -> None:
         self.path = path
         self.request_type = request_type
         self.prepare = prepare
+        self.detach = detach
         self.label = path.removeprefix("/v1/").replace("/", "_")
         """The ``endpoint`` label of this endpoint's request metrics."""
 
@@ -109,6 +114,10 @@ class GenerateEndpoint(Endpoint):
             except ApiError as exc:
                 service.model_metrics.requests(self.label, label, "error").inc()
                 raise _with_headers(exc, extra) from None
+            detached = self.detach(app, req, gen) if self.detach is not None else None
+            if detached is not None:
+                await respond_parts(call.send, 200, [detached], extra + [JSON])
+                return
             active = service.model_metrics.active
             active.inc()
             try:

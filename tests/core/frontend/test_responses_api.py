@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import msgspec
 import openai
 import pydantic
@@ -29,7 +30,17 @@ from dyn.core.messages import GenerateRequest, TokenChunk, TokenLogprobs
 from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.openai import decode_request
 from tests.core.frontend.conftest import BASE_URL
-from tests.core.frontend.fake_workers import Batch, Script, failing, finish, reply, token_ids, tokenizer
+from tests.core.frontend.fake_workers import (
+    Batch,
+    Script,
+    endless,
+    failing,
+    finish,
+    held,
+    reply,
+    token_ids,
+    tokenizer,
+)
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.anyio
@@ -288,7 +299,6 @@ def test_a_previous_conversation_comes_before_the_input_and_the_instructions_fir
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"input": "x", "background": True}, "background"),
         ({"input": "x", "conversation": "conv_1"}, "conversation"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "x", "top_logprobs": 21}, "top_logprobs"),
@@ -713,7 +723,7 @@ async def test_errors_of_the_chat_path_name_the_responses_field(frontend):
 
 async def test_request_errors_are_openai_error_bodies(frontend):
     r = await frontend.client.post(
-        "/v1/responses", json={"model": "dyn-tiny", "input": "x", "background": True}
+        "/v1/responses", json={"model": "dyn-tiny", "input": "x", "background": True, "store": False}
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "background"
     r = await frontend.client.post("/v1/responses", json={"model": "dyn-tiny", "input": 3})
@@ -898,3 +908,129 @@ async def test_a_continued_response_stores_the_history_and_only_appends_its_own_
     items = json.loads(stored.conversation)
     assert [i.get("content") for i in items if i.get("role") == "user"] == ["one", "two"]
     assert stored.inputs == (2, 3) and history.inputs == (0, 1)
+
+
+# --------------------------------------------------------------------------- background
+
+
+async def _ended(client: openai.AsyncOpenAI, response_id: str) -> Response:
+    """The stored response once it has ended (polled as a client polls, at most 10 s)."""
+    for _ in range(500):
+        got = await client.responses.retrieve(response_id)
+        if got.status not in ("queued", "in_progress"):
+            return got
+        await anyio.sleep(0.02)
+    raise AssertionError(f"background response {response_id} still {got.status} after 10 s")
+
+
+async def test_a_background_response_is_answered_at_once_and_read_back_when_it_ends(make_frontend):
+    release = anyio.Event()
+    async with make_frontend(workers=1, script=held(release, reply("It is sunny."))) as fe:
+        client = sdk(fe)
+        created = await client.responses.create(model="dyn-tiny", input="Weather?", background=True)
+        running = await client.responses.retrieve(created.id)
+        busy = await fe.client.post(
+            "/v1/responses", json={"model": "dyn-tiny", "input": "more", "previous_response_id": created.id}
+        )
+        await wait_until(lambda: fe.app.inflight == 1, 10, "the task to count against --max-inflight")
+        release.set()
+        done = await _ended(client, created.id)
+        follow = await client.responses.create(
+            model="dyn-tiny", input="Thanks", previous_response_id=created.id
+        )
+        items = [i async for i in client.responses.input_items.list(created.id)]
+    assert created.status == "queued" and created.background and created.output == []
+    assert running.status == "in_progress" and running.usage is None
+    assert busy.status_code == 400 and busy.json()["error"]["param"] == "previous_response_id"
+    assert done.status == "completed" and done.output_text == "It is sunny." and done.background
+    assert done.usage.output_tokens == len(token_ids("It is sunny."))
+    assert follow.status == "completed" and [i.content[0].text for i in items] == ["Weather?"]
+    assert fe.app.inflight == 0 and not fe.fleet.cancelled
+
+
+async def test_cancel_stops_a_running_background_response_and_its_engine_request(make_frontend):
+    async with make_frontend(workers=1, script=endless()) as fe:
+        client = sdk(fe)
+        created = await client.responses.create(model="dyn-tiny", input="Go on forever", background=True)
+        await wait_until(lambda: fe.fleet.requests, 10, "the engine request")
+        cancelled = await client.responses.cancel(created.id)
+        read = await client.responses.retrieve(created.id)
+        again = await fe.client.post(f"/v1/responses/{created.id}/cancel")
+        unknown = await fe.client.post("/v1/responses/resp_gone/cancel")
+        for worker in fe.fleet:
+            worker.script = reply("ok")
+        plain = await client.responses.create(model="dyn-tiny", input="x")
+        not_background = await fe.client.post(f"/v1/responses/{plain.id}/cancel")
+        await wait_until(lambda: fe.fleet.cancelled, 10, "the engine request's cancel")
+    assert cancelled.status == read.status == "cancelled" and cancelled.id == created.id
+    assert fe.fleet.cancelled == [fe.fleet.requests[0].request_id]
+    assert again.status_code == 400 and again.json()["error"]["param"] == "response_id"
+    assert unknown.status_code == 404 and not_background.status_code == 400
+    assert fe.app.inflight == 0
+
+
+async def test_deleting_a_running_background_response_cancels_it(make_frontend):
+    async with make_frontend(workers=1, script=endless()) as fe:
+        client = sdk(fe)
+        created = await client.responses.create(model="dyn-tiny", input="Go on", background=True)
+        await wait_until(lambda: fe.fleet.requests, 10, "the engine request")
+        deleted = await client.responses.delete(created.id)
+        gone = await fe.client.get(f"/v1/responses/{created.id}")
+        await wait_until(lambda: fe.fleet.cancelled, 10, "the engine request's cancel")
+    assert deleted is None and gone.status_code == 404
+    assert fe.app.inflight == 0 and not fe.app.background_responses
+
+
+async def test_a_failed_background_response_is_stored_failed(make_frontend):
+    async with make_frontend(workers=1, script=failing()) as fe:
+        client = sdk(fe)
+        created = await client.responses.create(model="dyn-tiny", input="x", background=True)
+        done = await _ended(client, created.id)
+    assert done.status == "failed" and "fake engine failed" in done.error.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"), [({"store": False}, "background"), ({"stream": True}, "stream")]
+)
+async def test_what_a_background_response_cannot_be_is_a_400(frontend, fields, param):
+    body = {"model": "dyn-tiny", "input": "x", "background": True, **fields}
+    r = await frontend.client.post("/v1/responses", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    assert not frontend.fleet.requests
+
+
+async def test_background_responses_are_bounded(make_frontend):
+    async with make_frontend(workers=1, script=endless(), responses_store_max_entries=2) as fe:
+        assert fe.app.response_store.max_count == 2  # the flag reaches the app's store
+        client = sdk(fe)
+        for _ in range(2):
+            await client.responses.create(model="dyn-tiny", input="x", background=True)
+        over = await fe.client.post(
+            "/v1/responses", json={"model": "dyn-tiny", "input": "x", "background": True}
+        )
+        assert over.status_code == 429 and over.json()["error"]["param"] == "background"
+        for response_id in list(fe.app.background_responses._tasks):
+            await client.responses.cancel(response_id)
+
+
+async def test_at_exit_running_background_responses_get_the_grace_period_then_are_cancelled(make_frontend):
+    release = anyio.Event()
+
+    def script(request):
+        return (
+            endless()(request)
+            if "forever" in tokenizer().decode(request.token_ids)
+            else held(release, reply("Done."))(request)
+        )
+
+    async with make_frontend(workers=1, script=script) as fe:
+        client = sdk(fe)
+        quick = await client.responses.create(model="dyn-tiny", input="soon", background=True)
+        slow = await client.responses.create(model="dyn-tiny", input="forever", background=True)
+        await wait_until(lambda: len(fe.fleet.requests) == 2, 10, "both engine requests")
+        release.set()
+        await fe.app.background_responses.drain(0.5)
+        quick_end = await client.responses.retrieve(quick.id)
+        slow_end = await client.responses.retrieve(slow.id)
+    assert (quick_end.status, slow_end.status) == ("completed", "cancelled")
+    assert len(fe.fleet.cancelled) == 1 and not fe.app.background_responses

@@ -21,7 +21,7 @@
 
 Every input is bounded: at most ``MAX_INPUT_ITEMS`` items, ``metadata`` as OpenAI bounds it; the
 text itself by the frontend's prompt limits in ``prepare_chat``. A malformed item is a 400 naming
-it (``input[3].call_id``); ``background`` and ``conversation`` are 400s (not supported).
+it (``input[3].call_id``); ``conversation`` is a 400 (not supported).
 """
 
 from __future__ import annotations
@@ -143,12 +143,6 @@ def chat_request(
 
 
 def _check(req: ResponsesRequest) -> None:
-    if req.background:
-        raise bad_request(
-            "background responses are not supported by this server; send background: false (or omit it)",
-            param="background",
-            code="unsupported_parameter",
-        )
     if req.conversation is not None:
         raise bad_request(
             "conversations are not supported by this server; continue a response with "

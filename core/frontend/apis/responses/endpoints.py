@@ -1,14 +1,15 @@
-"""``POST /v1/responses`` (``CREATE``), ``GET`` and ``DELETE /v1/responses/{id}`` and
-``GET /v1/responses/{id}/input_items`` (``STORED``).
+"""``POST /v1/responses`` (``CREATE``); ``GET`` and ``DELETE /v1/responses/{id}``,
+``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel`` (``STORED``).
 
 ``CREATE`` is a ``GenerateEndpoint``: the request is adapted into a chat request (``adapter``),
 continuing the stored conversation of its ``previous_response_id`` (unknown or evicted: a 404
 naming the field), prepared by ``OpenAIService.prepare_chat`` and written by ``ResponsesWire``.
 With ``truncation: "auto"`` a conversation over the context loses its oldest turns
-(``truncation``). Its ``prompt_cache_key`` is the request's session identity when no header gave
-one (and it is one: ``session_identity.checked``). The app's ``ResponseStore``
-(``FrontendApp.response_store``) keeps what ``store`` asks to keep. Errors the chat path raises
-name the Responses request's fields (``text.format``, ``max_output_tokens``, ``input``).
+(``truncation``); ``background: true`` answers at once and generates after (``background``).
+Its ``prompt_cache_key`` is the request's session identity when no header gave one (and it is
+one: ``session_identity.checked``). The app's ``ResponseStore`` (``FrontendApp.response_store``)
+keeps what ``store`` asks to keep. Errors the chat path raises name the Responses request's
+fields (``text.format``, ``max_output_tokens``, ``input``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dyn.core.frontend.endpoints.generate import GenerateEndpoint
 from dyn.core.frontend.generation import Generation, RequestContext
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.frontend.session_identity import checked
-from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest
 
 if TYPE_CHECKING:
@@ -46,8 +47,15 @@ async def prepare(
 ) -> Generation:
     """``req`` as a generation written by ``ResponsesWire`` (see the module docstring)."""
     store = app.response_store
+    app.background_responses.check(req)
     history, history_json = None, b"[]"
     if req.previous_response_id is not None:
+        if req.previous_response_id in app.background_responses:
+            raise bad_request(
+                f"previous response {req.previous_response_id[:256]} is still running in the "
+                "background; continue it once GET /v1/responses/{id} says it has ended",
+                param="previous_response_id",
+            )
         stored = store.get(req.previous_response_id)
         if stored is None:
             raise ApiError(
@@ -130,35 +138,35 @@ def _warn_dropped(turn: ChatTurn, request_id: str) -> None:
 
 
 class StoredEndpoint(Endpoint):
-    """``GET /v1/responses/{id}``: the stored response; ``DELETE``: forget it;
-    ``GET /v1/responses/{id}/input_items``: its input items (``input_items``). 404 when the store
-    does not hold it (never stored, deleted, expired or evicted)."""
+    """``GET /v1/responses/{id}``: the stored response; ``DELETE``: forget it (cancelled first,
+    if it runs in the background); ``GET /v1/responses/{id}/input_items``: its input items
+    (``input_items``); ``POST /v1/responses/{id}/cancel``: stop it (``background``). 404 when
+    the store does not hold it (never stored, deleted, expired or evicted)."""
 
     path = "/v1/responses/"
-    methods = ("GET", "DELETE")
+    methods = ("GET", "DELETE", "POST")
     prefix = True
 
     async def serve(self, app: FrontendApp, call: Call) -> None:
         response_id, _, rest = call.scope["path"].removeprefix(self.path).partition("/")
         store = app.response_store
-        if rest:
-            method, path = call.scope["method"], call.scope["path"]
-            if rest != "input_items" or method != "GET":
-                raise ApiError(404, f"no route for {method} {path[:256]}; see /openapi.json")
-            stored = store.get(response_id)
-            if stored is None:
-                raise _not_found(response_id)
+        method = call.scope["method"]
+        if (rest, method) not in (("", "GET"), ("", "DELETE"), ("input_items", "GET"), ("cancel", "POST")):
+            raise ApiError(404, f"no route for {method} {call.scope['path'][:256]}; see /openapi.json")
+        stored = store.get(response_id)
+        if stored is None:
+            raise _not_found(response_id)
+        background = app.background_responses
+        if rest == "cancel":
+            body = await background.cancel(response_id)
+        elif rest == "input_items":
             body = input_items_page(stored, response_id, call.scope.get("query_string", b""))
-            await respond(call.send, 200, body, call.extra + [JSON])
-            return
-        if call.scope["method"] == "DELETE":
-            if not store.delete(response_id):
-                raise _not_found(response_id)
+        elif method == "DELETE":
+            if response_id in background:
+                await background.cancel(response_id)
+            store.delete(response_id)
             body = msgspec.json.encode(DeletedResponse(response_id))
         else:
-            stored = store.get(response_id)
-            if stored is None:
-                raise _not_found(response_id)
             body = stored.body
         await respond(call.send, 200, body, call.extra + [JSON])
 
@@ -173,5 +181,10 @@ def _not_found(response_id: str) -> ApiError:
     )
 
 
-CREATE = GenerateEndpoint("/v1/responses", ResponsesRequest, prepare)
+def _detach(app: FrontendApp, req: ResponsesRequest, gen: Generation) -> bytes | None:
+    """A background request's generation, started on its own (``background``)."""
+    return app.background_responses.start(app, gen) if req.background else None
+
+
+CREATE = GenerateEndpoint("/v1/responses", ResponsesRequest, prepare, _detach)
 STORED = StoredEndpoint()

@@ -75,6 +75,17 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
                 "responses": {"200": {"description": "OK", **json_content(deleted)}, **not_found},
             },
         },
+        "/v1/responses/{response_id}/cancel": {
+            "post": {
+                "summary": "Stop a background response that has not ended; the response, now cancelled",
+                "parameters": [stored],
+                "responses": {
+                    "200": {"description": "OK", **json_content(response)},
+                    "400": errors["400"],
+                    **not_found,
+                },
+            },
+        },
         "/v1/responses/{response_id}/input_items": {
             "get": {
                 "summary": "A stored response's own input items, a page at a time",
@@ -182,7 +193,10 @@ def _value_rules() -> dict[str, Any]:
         "truncation": {"enum": ["auto", "disabled", None]},
         "service_tier": {"enum": ["auto", "default", "flex", "priority", None]},
         "previous_response_id": {"type": "null", "description": "A stored response's id (not fuzzable)."},
-        "background": {"enum": [False, None], "description": "Background responses are not supported."},
+        "background": {
+            "type": ["boolean", "null"],
+            "description": "Answer at once (status queued) and generate after; needs store, not stream.",
+        },
         "conversation": {"type": "null", "description": "Conversations are not supported."},
         "nvext": {"type": "null", "description": "As in a chat completion (see its schema)."},
         "request_id": {"type": ["string", "null"], "pattern": "^[!-~]{1,256}$"},

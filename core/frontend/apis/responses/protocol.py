@@ -158,7 +158,8 @@ class ResponseObject(msgspec.Struct, kw_only=True):
     object: str = "response"
     created_at: int
     status: str
-    """``in_progress``, ``completed``, ``incomplete`` (``max_output_tokens``) or ``failed``."""
+    """``in_progress``, ``completed``, ``incomplete`` (``max_output_tokens``) or ``failed``; a
+    background response is ``queued`` when created, and may end ``cancelled``."""
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     background: bool = False

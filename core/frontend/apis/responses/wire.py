@@ -325,6 +325,28 @@ class ResponsesWire(Wire):
         namespace = self.turn.namespaces.get(call.name) if call is not None and call.name else None
         return _Item(kind, index, self.response_id, call, namespace)
 
+    # ----------------------------------------------------------------- background
+
+    def progress_body(self, status: str) -> bytes:
+        """The response as it stands before its output (``queued`` or ``in_progress``)."""
+        return msgspec.json.encode(self._response(status, []))
+
+    def store_progress(self, status: str) -> None:
+        """Keep the response at ``status`` in the store (with its input, for ``input_items``)
+        until ``_finished`` replaces it."""
+        if self.store is not None:
+            turn = self.turn
+            own = msgspec.json.encode(turn.items[turn.history_len :])
+            inputs = (turn.history_len, len(turn.items))
+            self.store.put(
+                self.response_id, self.progress_body(status), _joined(turn.history_json, own), inputs
+            )
+
+    def stop(self, status: str, error: ApiError | None = None) -> bytes:
+        """End the response without its output: ``cancelled``, or ``failed`` with ``error``."""
+        failure = ResponseError("server_error", error.message) if error is not None else None
+        return self._finished(status, [], failure)
+
     def _finished(self, status: str, output: list[OutputItem], error: ResponseError | None = None) -> bytes:
         """The final response, encoded and kept in the store when the request asks."""
         response = self._response(status, output, error)
@@ -340,7 +362,7 @@ class ResponsesWire(Wire):
         self, status: str, output: list[OutputItem], error: ResponseError | None = None
     ) -> ResponseObject:
         usage = None
-        if status != "in_progress":
+        if status not in ("queued", "in_progress"):
             info = self.gen.usage()
             details = info.prompt_tokens_details
             usage = ResponseUsage(
@@ -375,6 +397,7 @@ class ResponsesWire(Wire):
             id=self.response_id,
             created_at=gen.ctx.created,
             status="in_progress",
+            background=bool(req.background),
             instructions=cast(str | None, instructions),
             max_output_tokens=req.max_output_tokens,
             max_tool_calls=req.max_tool_calls,
