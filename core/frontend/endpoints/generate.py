@@ -8,9 +8,9 @@
   agent session it belongs to is read from its headers (``dyn.core.frontend.session_identity``).
 - ``prepare(app, service, request, context)`` checks, renders, tokenizes and routes it into a
   ``Generation``, which streams as SSE or is collected into one JSON body (or, where the
-  endpoint's ``detach`` takes it, runs on its own while the request is answered at once). From then on a
-  client that disconnects while its request is routed (routing may wait in the router's queue,
-  and the request leaves it) or generated cancels it (``until_disconnect``).
+  endpoint's ``detach`` takes it, runs on its own while the request is answered at once). From
+  then on a client that disconnects while its request is routed (routing may wait in the
+  router's queue, and the request leaves it) or generated cancels it (``until_disconnect``).
 """
 
 from __future__ import annotations
