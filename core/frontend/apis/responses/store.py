@@ -7,9 +7,8 @@ does not carry them) followed by its output items, as a JSON array, so that the 
 one entry whatever the length of the chain; and where the request's own input items stand in it.
 The store holds at most ``max_count`` entries and ``max_bytes`` of them (the encoded sizes), each
 for ``ttl_s`` seconds from when it was stored; the least recently used goes first when a bound is
-reached, and an entry larger than ``max_bytes`` is
-not kept. Everything lives in one process: a frontend that restarts forgets them, and frontends
-behind one load balancer do not share them.
+reached, and an entry larger than ``max_bytes`` is not kept. Everything lives in one process: a
+frontend that restarts forgets them, and frontends behind one load balancer do not share them.
 """
 
 from __future__ import annotations
