@@ -173,8 +173,7 @@ def test_items_nothing_here_can_use_are_dropped_and_custom_calls_kept():
         {"type": "custom_tool_call_output", "call_id": "p1", "output": "done"},
         {"type": "local_shell_call", "call_id": "s1", "action": {"type": "exec", "command": ["ls"]}},
         {"type": "web_search_call", "id": "ws_1", "status": "completed"},
-        {"type": "item_reference", "id": "msg_1"},
-        {"type": "item_reference", "id": "msg_2"},
+        {"type": "web_search_call", "id": "ws_2", "status": "completed"},
     ]
     turn = chat_request(request(input=items))
     call = turn.chat.messages[1]["tool_calls"][0]["function"]
@@ -186,12 +185,7 @@ def test_items_nothing_here_can_use_are_dropped_and_custom_calls_kept():
         "name": "apply_patch",
     }
     assert len(turn.chat.messages) == 3
-    assert sorted(turn.dropped_items) == [
-        "item_reference",
-        "item_reference",
-        "local_shell_call",
-        "web_search_call",
-    ]
+    assert sorted(turn.dropped_items) == ["local_shell_call", "web_search_call", "web_search_call"]
 
 
 def test_function_tools_are_kept_namespaces_flattened_and_hosted_tools_dropped():
@@ -618,7 +612,7 @@ async def test_prompt_cache_key_is_the_session_when_no_header_named_one(frontend
 async def test_dropped_tools_and_items_are_one_warning_each(frontend, caplog):
     body = {
         "model": "dyn-tiny",
-        "input": [{"role": "user", "content": "x"}, {"type": "item_reference", "id": "a"}],
+        "input": [{"role": "user", "content": "x"}, {"type": "local_shell_call", "call_id": "a"}],
         "tools": [{"type": "web_search"}, {"type": "mcp", "server_label": "s"}],
         "tool_choice": "auto",
         "some_new_field": 1,
@@ -628,7 +622,7 @@ async def test_dropped_tools_and_items_are_one_warning_each(frontend, caplog):
     assert r.status_code == 200
     warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
     assert any("cannot run were ignored: mcp, web_search" in w for w in warnings)
-    assert any("were dropped: item_reference x1" in w for w in warnings)
+    assert any("were dropped: local_shell_call x1" in w for w in warnings)
     assert any("some_new_field" in w for w in warnings)
 
 
@@ -1034,3 +1028,31 @@ async def test_at_exit_running_background_responses_get_the_grace_period_then_ar
         slow_end = await client.responses.retrieve(slow.id)
     assert (quick_end.status, slow_end.status) == ("completed", "cancelled")
     assert len(fe.fleet.cancelled) == 1 and not fe.app.background_responses
+
+
+# --------------------------------------------------------------------------- item references
+
+
+async def test_item_references_stand_for_the_stored_items_they_name(make_frontend):
+    async with make_frontend(workers=1, script=reply("It is sunny.")) as fe:
+        client = sdk(fe)
+        first = await client.responses.create(model="dyn-tiny", input="Weather in Paris?")
+        listed = [item async for item in client.responses.input_items.list(first.id)]
+        body = {
+            "model": "dyn-tiny",
+            "input": [
+                {"type": "item_reference", "id": listed[0].id},
+                {"type": "item_reference", "id": first.output[0].id},
+                {"role": "user", "content": "And tomorrow?"},
+            ],
+        }
+        r = await fe.client.post("/v1/responses", json=body)
+        prompt = tokenizer().decode(fe.fleet.requests[-1].token_ids)
+        refused = []
+        for bad_id in ("msg_nothere_0", "fco_mine", f"{first.output[0].id[:-1]}9", "x_" + "1" * 20, 7):
+            body["input"] = [{"type": "item_reference", "id": bad_id}]
+            refused.append(await fe.client.post("/v1/responses", json=body))
+    assert r.status_code == 200, r.text
+    assert prompt.index("Weather in Paris?") < prompt.index("It is sunny.") < prompt.index("And tomorrow?")
+    for bad in refused:
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[0].id", bad.text

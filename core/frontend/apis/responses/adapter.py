@@ -8,9 +8,10 @@
   else what its ``encrypted_content`` holds, else its ``summary`` texts) becomes the
   ``reasoning_content`` of the assistant message after it; an assistant message and the
   ``function_call`` items after it are one assistant message with ``tool_calls``;
-  ``function_call_output`` a tool message; ``custom_tool_call`` and its output likewise. Other
-  items (``item_reference``, ``local_shell_call``, ``web_search_call``, ...) are dropped and
-  named in one warning: nothing here can run or resolve them, and a 400 would stop the agent.
+  ``function_call_output`` a tool message; ``custom_tool_call`` and its output likewise
+  (``item_reference`` items were resolved before, ``references``). Other items
+  (``local_shell_call``, ``web_search_call``, ...) are dropped and named in one warning: nothing
+  here can run them, and a 400 would stop the agent.
 - ``tools``: function tools, and those of ``namespace`` groups (flattened; a call to one is
   answered with its ``namespace``). Hosted and freeform tools (``web_search``, ``file_search``,
   ``custom``, ``local_shell``, ``mcp``, ...) cannot run here and are dropped, named in one
