@@ -288,6 +288,7 @@ def test_sampling_stop_metadata_and_output_format():
         "type": "json_schema",
         "json_schema": {"name": "output", "schema": {"type": "object"}},
     }
+    assert req.chat_template_kwargs == {"reasoning_effort": "high"}  # as the Responses API's effort
 
 
 def test_count_tokens_needs_no_max_tokens():

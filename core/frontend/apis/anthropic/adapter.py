@@ -33,7 +33,8 @@ none is chat's auto / required / named / none, ``disable_parallel_tool_use`` is
 ``enable_thinking`` and ``thinking`` (the names Qwen3 and DeepSeek templates read), enabled also
 ``nvext.max_thinking_tokens``; disabled sets both false. ``cache_control`` anywhere (blocks,
 tools, the request) becomes ``nvext.cache_control`` with the longest ttl asked.
-``output_config.format`` is ``response_format`` json_schema; ``metadata.user_id`` is ``user``.
+``output_config.format`` is ``response_format`` json_schema, ``output_config.effort`` the template's
+``reasoning_effort``; ``metadata.user_id`` is ``user``.
 """
 
 from __future__ import annotations
@@ -386,9 +387,12 @@ def _tool_choice(req: CountTokensRequest, has_tools: bool) -> str | dict[str, An
     return {"type": "function", "function": {"name": choice.name}}
 
 
+MAX_EFFORT_CHARS = 64
+
+
 def _template_kwargs(req: CountTokensRequest) -> dict[str, Any] | None:
-    """``thinking`` as the template variables reasoning templates read; the request's own
-    ``chat_template_kwargs`` win."""
+    """``thinking`` and ``output_config.effort`` as the template variables reasoning templates
+    read; the request's own ``chat_template_kwargs`` win."""
     kwargs: dict[str, Any] = {}
     thinking = req.thinking
     if thinking is not None:
@@ -399,6 +403,14 @@ def _template_kwargs(req: CountTokensRequest) -> dict[str, Any] | None:
             )
         on = thinking.type != "disabled"
         kwargs = {"enable_thinking": on, "thinking": on}
+    effort = req.output_config.effort if req.output_config is not None else None
+    if effort is not None:
+        if not 0 < len(effort) <= MAX_EFFORT_CHARS:
+            raise bad_request(
+                f"output_config.effort must be 1 to {MAX_EFFORT_CHARS} characters (low, medium, high)",
+                param="output_config.effort",
+            )
+        kwargs["reasoning_effort"] = effort  # what the Responses API's reasoning.effort sets, as vLLM
     if req.chat_template_kwargs:
         kwargs.update(req.chat_template_kwargs)
     return kwargs or None

@@ -149,7 +149,8 @@ class OutputFormat(msgspec.Struct, kw_only=True):
 
 
 class OutputConfig(msgspec.Struct, kw_only=True):
-    """``format``: structured output (a JSON Schema); ``effort`` is accepted and ignored."""
+    """``format``: structured output (a JSON Schema); ``effort``: the template's
+    ``reasoning_effort``."""
 
     format: OutputFormat | None = None
     effort: str | None = None
