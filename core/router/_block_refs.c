@@ -83,40 +83,50 @@ static PyObject *count_or(int found, uint32_t count, PyObject *fallback) {
     return fallback;
 }
 
-/* get(hash, default=None) -> its count, or default. */
-static PyObject *refs_get(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+/* get(hash, default=None) on a table -> its value, or default. */
+static PyObject *table_get(const Map32 *m, PyObject *const *args, Py_ssize_t nargs) {
     uint64_t h;
-    uint32_t count = 0;
+    uint32_t value = 0;
     PyObject *fallback;
     if (hash_and_default(args, nargs, "get(hash, default=None)", &h, &fallback) < 0) return NULL;
-    int found = Map32_get(&self->counts, h, &count); /* before count is read */
-    return count_or(found, count, fallback);
+    int found = Map32_get(m, h, &value); /* before value is read */
+    return count_or(found, value, fallback);
 }
 
-/* pop(hash, default=None) -> its count (removing it), or default. */
-static PyObject *refs_pop(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+/* pop(hash, default=None) on a table -> its value (removing it), or default. */
+static PyObject *table_pop(Map32 *m, PyObject *const *args, Py_ssize_t nargs) {
     uint64_t h;
-    uint32_t count = 0;
+    uint32_t value = 0;
     PyObject *fallback;
     if (hash_and_default(args, nargs, "pop(hash, default=None)", &h, &fallback) < 0) return NULL;
-    int found = Map32_pop(&self->counts, h, &count); /* before count is read */
-    return count_or(found, count, fallback);
+    int found = Map32_pop(m, h, &value); /* before value is read */
+    return count_or(found, value, fallback);
 }
 
-/* set(hash, count): count >= 1. */
-static PyObject *refs_set(Refs *self, PyObject *args) {
+/* set(hash, value) on a table: value at least ``least`` (``what`` names it in the error). */
+static PyObject *table_set(Map32 *m, PyObject *args, unsigned long least, const char *what) {
     PyObject *item;
-    unsigned long count;
+    unsigned long value;
     uint64_t h;
-    if (!PyArg_ParseTuple(args, "Ok", &item, &count)) return NULL;
+    if (!PyArg_ParseTuple(args, "Ok", &item, &value)) return NULL;
     if (read_hash(item, &h) < 0) return NULL;
-    if (count < 1 || count >= NIL) {
-        PyErr_SetString(PyExc_ValueError, "a count is at least 1 and below 2**32 - 1");
+    if (value < least || value >= NIL) {
+        PyErr_Format(PyExc_ValueError, "a %s is at least %lu and below 2**32 - 1", what, least);
         return NULL;
     }
-    if (Map32_put(&self->counts, h, (uint32_t)count) < 0) return PyErr_NoMemory();
+    if (Map32_put(m, h, (uint32_t)value) < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
+
+static PyObject *refs_get(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+    return table_get(&self->counts, args, nargs);
+}
+
+static PyObject *refs_pop(Refs *self, PyObject *const *args, Py_ssize_t nargs) {
+    return table_pop(&self->counts, args, nargs);
+}
+
+static PyObject *refs_set(Refs *self, PyObject *args) { return table_set(&self->counts, args, 1, "count"); }
 
 /* prefix_depth(seq_hashes) -> how many leading hashes are here (chained hashes: bisection). */
 static PyObject *refs_prefix_depth(Refs *self, PyObject *seqs) {
@@ -229,40 +239,15 @@ static PyObject *sole_pop_all(Sole *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* get(hash, default=None) -> its slot, or default. */
 static PyObject *sole_get(Sole *self, PyObject *const *args, Py_ssize_t nargs) {
-    uint64_t h;
-    uint32_t slot = 0;
-    PyObject *fallback;
-    if (hash_and_default(args, nargs, "get(hash, default=None)", &h, &fallback) < 0) return NULL;
-    int found = Map32_get(&self->slots, h, &slot); /* before slot is read */
-    return count_or(found, slot, fallback);
+    return table_get(&self->slots, args, nargs);
 }
 
-/* pop(hash, default=None) -> its slot (removing it), or default. */
 static PyObject *sole_pop(Sole *self, PyObject *const *args, Py_ssize_t nargs) {
-    uint64_t h;
-    uint32_t slot = 0;
-    PyObject *fallback;
-    if (hash_and_default(args, nargs, "pop(hash, default=None)", &h, &fallback) < 0) return NULL;
-    int found = Map32_pop(&self->slots, h, &slot); /* before slot is read */
-    return count_or(found, slot, fallback);
+    return table_pop(&self->slots, args, nargs);
 }
 
-/* set(hash, slot). */
-static PyObject *sole_set(Sole *self, PyObject *args) {
-    PyObject *item;
-    unsigned long slot;
-    uint64_t h;
-    if (!PyArg_ParseTuple(args, "Ok", &item, &slot)) return NULL;
-    if (read_hash(item, &h) < 0) return NULL;
-    if (slot >= NIL) {
-        PyErr_SetString(PyExc_ValueError, "a slot is below 2**32 - 1");
-        return NULL;
-    }
-    if (Map32_put(&self->slots, h, (uint32_t)slot) < 0) return PyErr_NoMemory();
-    Py_RETURN_NONE;
-}
+static PyObject *sole_set(Sole *self, PyObject *args) { return table_set(&self->slots, args, 0, "slot"); }
 
 static Py_ssize_t sole_len(Sole *self) { return (Py_ssize_t)self->slots.count; }
 

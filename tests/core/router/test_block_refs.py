@@ -1,4 +1,5 @@
-"""``BlockRefs`` (C) and ``DictBlockRefs`` (its fallback) against a plain dict of counts."""
+"""``BlockRefs`` (C) and ``DictBlockRefs`` (its fallback) against a plain dict of counts; the
+install builds both C tables of ``_block_refs`` (``SoleHolders``: tests/core/router/test_holders.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shutil
 
 import pytest
 
-from dyn.core.router import block_refs
+from dyn.core.router import block_refs, holders
 from dyn.core.router.block_refs import BlockRefs, DictBlockRefs
 
 C_BUILT = BlockRefs is not DictBlockRefs
@@ -18,8 +19,9 @@ IMPLEMENTATIONS = [
 
 
 @pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler here: the install skips the extensions")
-def test_an_install_with_a_compiler_builds_the_c_table():
+def test_an_install_with_a_compiler_builds_the_c_tables():
     assert C_BUILT and block_refs.BlockRefs.__module__ == "dyn.core.router._block_refs"
+    assert holders.SoleHolders.__module__ == "dyn.core.router._block_refs"
 
 
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS, ids=["dict", "c"])

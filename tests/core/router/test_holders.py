@@ -4,7 +4,6 @@ against the slots a model says hold each hash."""
 from __future__ import annotations
 
 import random
-import shutil
 
 import pytest
 
@@ -17,11 +16,6 @@ IMPLEMENTATIONS = [
     DictSoleHolders,
     pytest.param(SoleHolders, marks=pytest.mark.skipif(not C_BUILT, reason="not built")),
 ]
-
-
-@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler here: the install skips the extensions")
-def test_an_install_with_a_compiler_builds_the_c_table():
-    assert C_BUILT and holders.SoleHolders.__module__ == "dyn.core.router._block_refs"
 
 
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS, ids=["dict", "c"])
@@ -59,7 +53,7 @@ def test_the_c_table_refuses_what_is_not_a_hash_or_a_slot():
         table.put_all([1 << 64], 0, 1)
     with pytest.raises(ValueError, match="start is at least 0"):
         table.put_all([1], -1, 1)
-    with pytest.raises(ValueError, match="slot is below"):
+    with pytest.raises(ValueError, match="slot is at least 0 and below"):
         table.set(1, (1 << 32) - 1)
     assert "x" not in table and -1 not in table and len(table) == 0
 
