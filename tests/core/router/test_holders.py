@@ -22,10 +22,10 @@ IMPLEMENTATIONS = [
 def test_bulk_puts_and_pops_follow_a_dict(kind):
     rng = random.Random(5)
     table, model = kind(), {}
-    for _ in range(3000):
+    for _ in range(1500):
         hashes = [rng.getrandbits(64) for _ in range(rng.randrange(0, 20))]
         if model and rng.random() < 0.3:
-            hashes += rng.sample(sorted(model), min(len(model), 5))
+            hashes += rng.sample(list(model), min(len(model), 5))
         start = rng.randrange(0, len(hashes) + 2)
         if rng.random() < 0.5:
             slot = rng.randrange(1 << 20)
@@ -36,7 +36,7 @@ def test_bulk_puts_and_pops_follow_a_dict(kind):
             for h in hashes[start:]:
                 model.pop(h, None)
         assert len(table) == len(model)
-        probe = rng.sample(sorted(model), min(len(model), 8)) + [rng.getrandbits(64)]
+        probe = rng.sample(list(model), min(len(model), 8)) + [rng.getrandbits(64)]
         assert [table.get(h) for h in probe] == [model.get(h) for h in probe]
         assert [h in table for h in probe] == [h in model for h in probe]
     h = next(iter(model))
