@@ -9,8 +9,8 @@ or ``failed``. ``cancel`` stops a running one (its engine requests are cancelled
 that disconnects) and stores it ``cancelled``; cancelling one that is not running is a 400.
 
 Bounded: a background response needs ``store`` (a 400 otherwise, as vLLM's), counts against
-``--max-inflight`` until it ends, and at most ``max_running`` run at once (the store's entry
-count; a 429 beyond). Streaming one (``stream: true`` as well) is not built: a 400 says to poll.
+``--max-inflight`` until it ends, and is refused (429) while ``max_running`` run (the store's
+entry count; requests being prepared at that moment may each still start one). Streaming one (``stream: true`` as well) is not built: a 400 says to poll.
 A background response lives in its frontend process: one that exits gives its running ones its
 graceful-shutdown time to end, then cancels them; its store goes with it.
 """
