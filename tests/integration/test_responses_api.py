@@ -27,6 +27,7 @@ REPLIES = [
     {"match": "Say hello", "text": "Hello from dyn."},
     {"match": "Think about Rome", "text": "<think>Rome is in Italy.</think>Rome is the capital of Italy."},
     {"match": "Describe Paris as JSON", "text": '{"name": "Paris", "population": 2100000}'},
+    {"match": "Talk at length", "text": "and so on " * 20_000},  # seconds of output: cancelled first
 ]
 TOOLS = [
     {
