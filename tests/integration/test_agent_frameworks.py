@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+from tests.openai_clients import async_openai
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -36,7 +38,6 @@ def url(stack_factory, tmp_path_factory):
 
 def test_openai_agents_sdk_runs_a_two_tool_loop(url):
     import agents
-    from openai import AsyncOpenAI
 
     agents.set_tracing_disabled(True)  # tracing would export to api.openai.com
     calls: list[tuple[str, str]] = []
@@ -53,9 +54,7 @@ def test_openai_agents_sdk_runs_a_two_tool_loop(url):
         calls.append(("get_time", city))
         return "14:05"
 
-    model = agents.OpenAIChatCompletionsModel(
-        model=MODEL, openai_client=AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-    )
+    model = agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=async_openai(url))
     agent = agents.Agent(
         name="assistant", instructions="Answer with the tools.", model=model, tools=[get_weather, get_time]
     )
@@ -68,7 +67,6 @@ def test_openai_agents_sdk_streams_the_same_loop(url):
     import asyncio
 
     import agents
-    from openai import AsyncOpenAI
 
     agents.set_tracing_disabled(True)
 
@@ -83,9 +81,7 @@ def test_openai_agents_sdk_streams_the_same_loop(url):
         return "14:05"
 
     async def run() -> str:
-        model = agents.OpenAIChatCompletionsModel(
-            model=MODEL, openai_client=AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-        )
+        model = agents.OpenAIChatCompletionsModel(model=MODEL, openai_client=async_openai(url))
         agent = agents.Agent(name="assistant", model=model, tools=[get_weather, get_time])
         result = agents.Runner.run_streamed(agent, "What are the weather and the time in Paris?", max_turns=5)
         async for _ in result.stream_events():

@@ -14,6 +14,8 @@ import json
 
 import pytest
 
+from tests.openai_clients import async_openai
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -232,13 +234,10 @@ def default_client(url):
     """The Agents SDK's default client and API pointed at the stack (restored after the test)."""
     import agents
     from agents.models import _openai_shared
-    from openai import AsyncOpenAI
 
     agents.set_tracing_disabled(True)  # tracing would export to api.openai.com
     saved = (_openai_shared.get_default_openai_client(), _openai_shared.get_use_responses_by_default())
-    agents.set_default_openai_client(
-        AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0), use_for_tracing=False
-    )
+    agents.set_default_openai_client(async_openai(url), use_for_tracing=False)
     agents.set_default_openai_api("responses")
     yield
     _openai_shared.set_default_openai_client(saved[0])
