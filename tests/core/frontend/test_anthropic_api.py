@@ -289,6 +289,9 @@ def test_sampling_stop_metadata_and_output_format():
         "json_schema": {"name": "output", "schema": {"type": "object"}},
     }
     assert req.chat_template_kwargs == {"reasoning_effort": "high"}  # as the Responses API's effort
+    with pytest.raises(ApiError) as caught:
+        chat(output_config={"effort": "x" * 65})
+    assert caught.value.param == "output_config.effort"
 
 
 def test_count_tokens_needs_no_max_tokens():

@@ -877,6 +877,7 @@ async def test_input_items_list_a_responses_own_input_a_page_at_a_time(make_fron
         missing = await fe.client.get("/v1/responses/resp_gone/input_items")
         bad_limit = await fe.client.get(f"/v1/responses/{second.id}/input_items?limit=101")
         bad_after = await fe.client.get(f"/v1/responses/{second.id}/input_items?after=nope")
+        long_query = await fe.client.get(f"/v1/responses/{second.id}/input_items?after={'x' * 5000}")
         other = await fe.client.get(f"/v1/responses/{second.id}/output_items")
     assert [i.type for i in oldest_first] == ["message", "function_call", "function_call_output", "message"]
     assert [i.id for i in newest_first] == [i.id for i in reversed(oldest_first)] == [i.id for i in again]
@@ -888,6 +889,7 @@ async def test_input_items_list_a_responses_own_input_a_page_at_a_time(make_fron
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "response_id"
     assert bad_limit.status_code == 400 and bad_limit.json()["error"]["param"] == "limit"
     assert bad_after.status_code == 400 and bad_after.json()["error"]["param"] == "after"
+    assert long_query.status_code == 400 and long_query.json()["error"]["param"] == "query"
     assert other.status_code == 404
 
 
@@ -942,11 +944,17 @@ async def test_a_background_response_is_answered_at_once_and_read_back_when_it_e
     assert fe.app.inflight == 0 and not fe.fleet.cancelled
 
 
+async def _running_background(fe, text: str) -> tuple[openai.AsyncOpenAI, Response]:
+    """A background response on ``fe``'s endless worker, once its engine request is out."""
+    client = sdk(fe)
+    created = await client.responses.create(model="dyn-tiny", input=text, background=True)
+    await wait_until(lambda: fe.fleet.requests, 10, "the engine request")
+    return client, created
+
+
 async def test_cancel_stops_a_running_background_response_and_its_engine_request(make_frontend):
     async with make_frontend(workers=1, script=endless()) as fe:
-        client = sdk(fe)
-        created = await client.responses.create(model="dyn-tiny", input="Go on forever", background=True)
-        await wait_until(lambda: fe.fleet.requests, 10, "the engine request")
+        client, created = await _running_background(fe, "Go on forever")
         cancelled = await client.responses.cancel(created.id)
         read = await client.responses.retrieve(created.id)
         again = await fe.client.post(f"/v1/responses/{created.id}/cancel")
@@ -965,9 +973,7 @@ async def test_cancel_stops_a_running_background_response_and_its_engine_request
 
 async def test_deleting_a_running_background_response_cancels_it(make_frontend):
     async with make_frontend(workers=1, script=endless()) as fe:
-        client = sdk(fe)
-        created = await client.responses.create(model="dyn-tiny", input="Go on", background=True)
-        await wait_until(lambda: fe.fleet.requests, 10, "the engine request")
+        client, created = await _running_background(fe, "Go on")
         deleted = await client.responses.delete(created.id)
         gone = await fe.client.get(f"/v1/responses/{created.id}")
         await wait_until(lambda: fe.fleet.cancelled, 10, "the engine request's cancel")

@@ -73,7 +73,7 @@ def _page(query: bytes) -> tuple[str, int, str | None]:
 
 def _listed(item: Any, response_id: str, index: int) -> dict[str, Any]:
     """``item`` as the list shows it: with an id, a message's content as parts."""
-    listed = dict(item) if isinstance(item, dict) else {"type": "message", "role": "user", "content": item}
+    listed = dict(item)  # every stored item is an object (the adapter refuses others)
     kind = listed.setdefault("type", "message")
     if kind == "message":
         content = listed.get("content")

@@ -335,12 +335,7 @@ class ResponsesWire(Wire):
         """Keep the response at ``status`` in the store (with its input, for ``input_items``)
         until ``_finished`` replaces it."""
         if self.store is not None:
-            turn = self.turn
-            own = msgspec.json.encode(turn.items[turn.history_len :])
-            inputs = (turn.history_len, len(turn.items))
-            self.store.put(
-                self.response_id, self.progress_body(status), _joined(turn.history_json, own), inputs
-            )
+            self._keep(self.progress_body(status), [])
 
     def stop(self, status: str, error: ApiError | None = None) -> bytes:
         """End the response without its output: ``cancelled``, or ``failed`` with ``error``."""
@@ -352,11 +347,18 @@ class ResponsesWire(Wire):
         response = self._response(status, output, error)
         body = msgspec.json.encode(response)
         if self.req.store is not False and self.store is not None:
-            turn = self.turn
-            new = msgspec.json.encode([*turn.items[turn.history_len :], *output])
-            inputs = (turn.history_len, len(turn.items))
-            self.store.put(self.response_id, body, _joined(turn.history_json, new), inputs)
+            self._keep(body, output)
         return body
+
+    def _keep(self, body: bytes, output: list[OutputItem]) -> None:
+        """Store ``body`` with the conversation: the history's bytes as stored, then this turn's
+        input and ``output`` (only those encoded here)."""
+        assert self.store is not None
+        turn = self.turn
+        new = msgspec.json.encode([*turn.items[turn.history_len :], *output])
+        self.store.put(
+            self.response_id, body, _joined(turn.history_json, new), (turn.history_len, len(turn.items))
+        )
 
     def _response(
         self, status: str, output: list[OutputItem], error: ResponseError | None = None
