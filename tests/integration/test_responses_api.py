@@ -1,7 +1,8 @@
 """``/v1/responses`` against real dyn processes, through clients nobody here wrote: the ``openai``
 SDK's ``client.responses`` (unary, ``stream=True``, the ``responses.stream`` helper, function
 tools round-tripped with ``function_call_output``, ``previous_response_id``, ``text.format``
-json_schema, retrieve and delete, background responses polled and cancelled, their input items,
+json_schema, retrieve and delete, background responses polled, cancelled and streamed then
+resumed, their input items,
 reasoning items), and the OpenAI Agents SDK with its default
 model class (``OpenAIResponsesModel``) running a two-tool loop. The mocker answers from a
 ``--replies`` script in the Hermes format of dyn-tiny's chat template; its worker reads
@@ -183,6 +184,23 @@ def test_a_background_response_is_polled_to_its_end_and_another_is_cancelled(cli
     )
     cancelled = client.responses.cancel(long.id)
     assert cancelled.status == client.responses.retrieve(long.id).status == "cancelled"
+
+
+def test_a_streamed_background_response_is_resumed_after_the_client_leaves(client):
+    stream = client.responses.create(model=MODEL, input="Say hello", background=True, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if len(seen) == 3:
+            break
+    stream.close()  # the client leaves; the response goes on
+    rest = list(
+        client.responses.retrieve(seen[0].response.id, stream=True, starting_after=seen[-1].sequence_number)
+    )
+    events = seen + rest
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed" and events[-1].response.background
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hello from dyn."
 
 
 def test_reasoning_items_come_back_and_can_be_sent_back(client):

@@ -414,7 +414,7 @@ def dyn_app(cors: Any = None) -> Any:
                     await send({"type": "http.response.body", "body": event, "more_body": True})
                 await send({"type": "http.response.body", "body": DONE, "more_body": False})
 
-            await until_disconnect(None, stream(), call)  # type: ignore[arg-type] - used on a disconnect only
+            await until_disconnect(stream(), call)
 
     ENDPOINTS["/bench/json"] = JsonEndpoint("/bench/json", handle)
     ENDPOINTS["/bench/sse"] = SseEndpoint()

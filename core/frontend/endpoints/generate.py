@@ -20,7 +20,7 @@ import logging
 import os
 import random
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -56,8 +56,9 @@ _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
 """A client's request id: visible ASCII, so it can be echoed as a header and logged as it is."""
 
 Prepare = Callable[["FrontendApp", OpenAIService, Any, RequestContext], Awaitable[Generation]]
-Detach = Callable[["FrontendApp", Any, Generation], "bytes | None"]
-"""Runs a prepared generation on its own and returns the body to answer with at once; None: the
+Detach = Callable[["FrontendApp", Any, Generation], "bytes | AsyncIterator[bytes] | None"]
+"""Runs a prepared generation on its own and returns what to answer with: a JSON body at once, or
+SSE events to send as they come (a client that leaves stops only their sending); None: the
 request is answered as usual (the Responses API's background responses)."""
 
 
@@ -107,16 +108,22 @@ class GenerateEndpoint(Endpoint):
         except ApiError as exc:
             raise _with_headers(exc, extra) from None
         label = "stream" if req.stream else "unary"
+        detached_events = False
 
         async def serve() -> None:
+            nonlocal detached_events
             try:
                 gen = await self.prepare(app, service, req, ctx)
             except ApiError as exc:
                 service.model_metrics.requests(self.label, label, "error").inc()
                 raise _with_headers(exc, extra) from None
             detached = self.detach(app, req, gen) if self.detach is not None else None
-            if detached is not None:
+            if isinstance(detached, bytes):
                 await respond_parts(call.send, 200, [detached], extra + [JSON])
+                return
+            if detached is not None:
+                detached_events = True
+                await send_events(call, extra, detached)
                 return
             active = service.model_metrics.active
             active.inc()
@@ -129,12 +136,32 @@ class GenerateEndpoint(Endpoint):
                 active.dec()
                 gen.release()
 
-        await until_disconnect(service, serve(), call)
+        if await until_disconnect(serve(), call):
+            service.model_metrics.disconnects.inc()
+            if detached_events:
+                log.info("client disconnected from a background response's events; it goes on")
+            else:
+                log.info("client disconnected; its engine requests were cancelled")
 
 
 async def _stream(gen: Generation, call: Call, extra: Headers) -> None:
     """The SSE response of ``gen``. Its head goes out with its first events (as vLLM's does,
     with the first output), so that both take one write (``dyn.core.asgi.HeadWithBody``)."""
+    emit = _sse(call, extra)
+    await emit(await gen.stream(emit), more=False)
+
+
+async def send_events(call: Call, extra: Headers, events: AsyncIterator[bytes]) -> None:
+    """An SSE response of ``events`` (whole SSE events), each chunk sent as it comes."""
+    emit = _sse(call, extra)
+    async for chunk in events:
+        await emit(chunk)
+    await emit(b"", more=False)
+
+
+def _sse(call: Call, extra: Headers) -> Callable[..., Awaitable[None]]:
+    """``emit(data, more=True)``: send ``data`` as the next part of an SSE response (its head
+    with the first); a lost connection raises ``Disconnected``."""
     send = call.send
     started = False
 
@@ -148,12 +175,11 @@ async def _stream(gen: Generation, call: Call, extra: Headers) -> None:
         except OSError:
             raise Disconnected() from None
 
-    await emit(await gen.stream(emit), more=False)
+    return emit
 
 
-async def until_disconnect(service: OpenAIService, work: Coroutine[Any, Any, None], call: Call) -> None:
-    """Run ``work`` unless the client disconnects first; then cancel it and count it in the
-    service's disconnect metric.
+async def until_disconnect(work: Coroutine[Any, Any, None], call: Call) -> bool:
+    """Run ``work`` unless the client disconnects first; then cancel it and return True.
 
     The server's ``DisconnectHook`` (``dyn.core.asgi``) cancels the work when the connection is
     lost. Under a server without one, a watcher task waits in ``receive()`` for the disconnect;
@@ -185,9 +211,7 @@ async def until_disconnect(service: OpenAIService, work: Coroutine[Any, Any, Non
             watcher.cancel()
         elif hook is not None:
             hook.unwatch()
-    if disconnected:
-        service.model_metrics.disconnects.inc()
-        log.info("client disconnected; its engine requests were cancelled")
+    return disconnected
 
 
 async def _watch(receive: Any, lost: Callable[[], None]) -> None:

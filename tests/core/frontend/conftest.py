@@ -127,6 +127,7 @@ async def asgi_call(
     sends); otherwise it stays until the response is complete."""
     sent: list[dict] = []
     gone = leave or anyio.Event()
+    path, _, query = path.partition("?")
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -135,7 +136,7 @@ async def asgi_call(
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
         "client": ("127.0.0.1", 50000),
         "server": ("dyn.test", 80),

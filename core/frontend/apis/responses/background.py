@@ -8,19 +8,32 @@ and the store holds the response at ``in_progress`` until it ends ``completed``,
 or ``failed``. ``cancel`` stops a running one (its engine requests are cancelled as for a client
 that disconnects) and stores it ``cancelled``; cancelling one that is not running is a 400.
 
+With ``stream: true`` as well, the request is answered with the response's events as they come
+instead, and they are kept (``EventLog``): ``GET /v1/responses/{id}?stream=true`` reads them
+again, from the event after ``starting_after`` (a sequence number) or from the first, and
+follows them until the response ends, as often as a client asks, while it runs and after. A
+cancelled one's events end without a terminal event (its stored body says ``cancelled``).
+
 Bounded: a background response needs ``store`` (a 400 otherwise, as vLLM's), counts against
 ``--max-inflight`` until it ends, and is refused (429) while ``max_running`` run (the store's
-entry count; requests being prepared at that moment may each still start one). Streaming one (``stream: true`` as well) is not built: a 400 says to poll.
-A background response lives in its frontend process: one that exits gives its running ones its
-graceful-shutdown time to end, then cancels them; its store goes with it.
+entry count; requests being prepared at that moment may each still start one). The kept events
+of all responses hold at most the store's byte budget (``--responses-store-max-bytes``) on top of
+it, and the logs of at most its entry count: past either, the logs of ended responses go first,
+oldest first, then a running one's oldest events (a ``starting_after`` before what is kept is a
+400). A background response lives in its frontend process: one that exits gives its running
+ones its graceful-shutdown time to end, then cancels them; its store goes with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from dyn.core.frontend.apis.responses.event_log import EventLog
+from dyn.core.frontend.apis.responses.query import query_args, whole_number
 from dyn.core.frontend.apis.responses.store import ResponseStore
 from dyn.core.frontend.apis.responses.wire import ResponsesWire
 from dyn.core.frontend.generation import Generation
@@ -38,7 +51,11 @@ class BackgroundResponses:
     def __init__(self, store: ResponseStore) -> None:
         self._store = store
         self.max_running = store.max_count
+        self.max_log_bytes = store.max_bytes
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._logs: OrderedDict[str, EventLog] = OrderedDict()
+        """The kept events of streamed background responses, oldest first."""
+        self.log_bytes = 0
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._tasks
@@ -52,13 +69,6 @@ class BackgroundResponses:
             return
         if req.store is False:
             raise bad_request("background responses must be stored: send store: true", param="background")
-        if req.stream:
-            raise bad_request(
-                "streaming a background response is not supported by this server; send stream: false "
-                "and poll GET /v1/responses/{id}",
-                param="stream",
-                code="unsupported_parameter",
-            )
         if len(self._tasks) >= self.max_running:
             raise ApiError(
                 429,
@@ -67,14 +77,42 @@ class BackgroundResponses:
                 param="background",
             )
 
-    def start(self, app: FrontendApp, gen: Generation) -> bytes:
-        """Run ``gen`` (a Responses generation, routed) in the background; the body to answer with."""
+    def start(self, app: FrontendApp, gen: Generation) -> bytes | AsyncIterator[bytes]:
+        """Run ``gen`` (a Responses generation, routed) in the background; what to answer with:
+        the queued response's body, or its events (streamed)."""
         wire = gen.wire
         assert isinstance(wire, ResponsesWire)
         wire.store_progress("in_progress")
-        task = asyncio.get_running_loop().create_task(self._run(app, gen, wire))
+        events = self._new_log(wire.response_id) if wire.req.stream else None
+        task = asyncio.get_running_loop().create_task(self._run(app, gen, wire, events))
         self._tasks[wire.response_id] = task
-        return wire.progress_body("queued")
+        return events.follow(-1) if events is not None else wire.progress_body("queued")
+
+    def events(self, response_id: str, starting_after: int) -> AsyncIterator[bytes]:
+        """The kept events of ``response_id`` after sequence number ``starting_after`` (-1: all),
+        followed until it ends; a 400 when none are kept or those asked for are gone."""
+        events = self._logs.get(response_id)
+        if events is None:
+            raise bad_request(
+                f"response {response_id[:256]} has no events to stream: only a response created with "
+                "background: true and stream: true has them, while this frontend keeps them; GET it "
+                "without stream=true",
+                param="stream",
+            )
+        if starting_after + 1 < events.first:
+            raise bad_request(
+                f"the events of response {response_id[:256]} before sequence number {events.first} are no "
+                "longer kept (the frontend's budget for them, --responses-store-max-bytes, was "
+                f"reached); send starting_after >= {events.first - 1}, or GET it without stream=true",
+                param="starting_after",
+            )
+        return events.follow(starting_after)
+
+    def forget(self, response_id: str) -> None:
+        """Drop the kept events of ``response_id`` (deleted)."""
+        events = self._logs.pop(response_id, None)
+        if events is not None:
+            self.log_bytes -= events.bytes
 
     async def drain(self, timeout_s: float) -> None:
         """The frontend is exiting: let the running background responses end for ``timeout_s``
@@ -106,22 +144,76 @@ class BackgroundResponses:
             raise ApiError(404, f"response {response_id[:256]} was cancelled and is no longer stored")
         return stored.body
 
-    async def _run(self, app: FrontendApp, gen: Generation, wire: ResponsesWire) -> None:
+    def _new_log(self, response_id: str) -> EventLog:
+        events = EventLog(self._grown)
+        self._logs[response_id] = events
+        self._drop_ended(lambda: len(self._logs) > self.max_running)
+        return events
+
+    def _grown(self, grown: EventLog, added: int) -> None:
+        """Keep the logs within ``max_log_bytes``: the ended ones go first, then ``grown``'s
+        oldest events."""
+        self.log_bytes += added
+        if self.log_bytes <= self.max_log_bytes:
+            return
+        self._drop_ended(lambda: self.log_bytes > self.max_log_bytes)
+        over = self.log_bytes - self.max_log_bytes
+        if over > 0:
+            self.log_bytes -= grown.trim(grown.bytes - over)
+
+    def _drop_ended(self, needed: Callable[[], bool]) -> None:
+        """Drop the logs of ended responses, oldest first, while ``needed()``."""
+        for response_id in [rid for rid, kept in self._logs.items() if kept.done]:
+            if not needed():
+                return
+            self.forget(response_id)
+
+    async def _run(
+        self, app: FrontendApp, gen: Generation, wire: ResponsesWire, events: EventLog | None
+    ) -> None:
         active = gen.service.model_metrics.active
         with app.admitted():
             active.inc()
             try:
-                await gen.collect()  # the wire stores the final response
+                if events is None:
+                    await gen.collect()  # the wire stores the final response
+                else:
+                    events.write(await gen.stream(events.emit, open_at_once=True))
             except asyncio.CancelledError:
                 wire.stop("cancelled")
             except ApiError as exc:
-                wire.stop("failed", exc)
+                _fail(wire, events, exc)
             except Exception as exc:  # never leave a stored response in_progress for good
                 log.exception("background response %s failed", wire.response_id)
-                wire.stop(
-                    "failed", ApiError(500, f"internal error ({type(exc).__name__}); see the frontend log")
+                _fail(
+                    wire,
+                    events,
+                    ApiError(500, f"internal error ({type(exc).__name__}); see the frontend log"),
                 )
             finally:
+                if events is not None:
+                    events.close()
                 active.dec()
                 gen.release()
                 self._tasks.pop(wire.response_id, None)
+
+
+def _fail(wire: ResponsesWire, events: EventLog | None, error: ApiError) -> None:
+    """Store the response as ``failed`` (streamed: with its output so far, and the event)."""
+    if events is None:
+        wire.stop("failed", error)
+    else:
+        events.write(wire.failed(error))
+
+
+def resume_point(query: bytes) -> int | None:
+    """``GET /v1/responses/{id}``'s query: None unless ``stream=true``; else the sequence number
+    after which to stream (``starting_after``, -1 when absent)."""
+    args = query_args(query)
+    stream = args.get("stream", "false").lower()
+    if stream not in ("true", "false"):
+        raise bad_request(f"stream must be true or false, got {stream[:64]!r}", param="stream")
+    if stream == "false":
+        return None
+    raw = args.get("starting_after")
+    return -1 if raw is None else whole_number(raw, "starting_after", 0, 2**62)

@@ -16,20 +16,21 @@ fields (``text.format``, ``max_output_tokens``, ``input``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from dyn.core.asgi import JSON, respond
 from dyn.core.frontend.apis.responses.adapter import ChatTurn, chat_request
+from dyn.core.frontend.apis.responses.background import resume_point
 from dyn.core.frontend.apis.responses.input_items import input_items_page
 from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponsesRequest
 from dyn.core.frontend.apis.responses.references import with_references_resolved
 from dyn.core.frontend.apis.responses.truncation import prepare_truncated, too_long
 from dyn.core.frontend.apis.responses.wire import ResponsesWire
 from dyn.core.frontend.endpoints.base import Call, Endpoint
-from dyn.core.frontend.endpoints.generate import GenerateEndpoint
+from dyn.core.frontend.endpoints.generate import GenerateEndpoint, send_events, until_disconnect
 from dyn.core.frontend.generation import Generation, RequestContext
 from dyn.core.frontend.service import OpenAIService
 from dyn.core.frontend.session_identity import checked
@@ -142,7 +143,8 @@ def _warn_dropped(turn: ChatTurn, request_id: str) -> None:
 
 
 class StoredEndpoint(Endpoint):
-    """``GET /v1/responses/{id}``: the stored response; ``DELETE``: forget it (cancelled first,
+    """``GET /v1/responses/{id}``: the stored response (``?stream=true``: its events, those of a
+    streamed background response, ``background``); ``DELETE``: forget it (cancelled first,
     if it runs in the background); ``GET /v1/responses/{id}/input_items``: its input items
     (``input_items``); ``POST /v1/responses/{id}/cancel``: stop it (``background``). 404 when
     the store does not hold it (never stored, deleted, expired or evicted)."""
@@ -161,14 +163,22 @@ class StoredEndpoint(Endpoint):
         if stored is None:
             raise _not_found(response_id)
         background = app.background_responses
+        query = call.scope.get("query_string", b"")
+        if rest == "" and method == "GET":
+            starting_after = resume_point(query)
+            if starting_after is not None:
+                events = background.events(response_id, starting_after)
+                await until_disconnect(send_events(call, call.extra, events), call)
+                return
         if rest == "cancel":
             body = await background.cancel(response_id)
         elif rest == "input_items":
-            body = input_items_page(stored, response_id, call.scope.get("query_string", b""))
+            body = input_items_page(stored, response_id, query)
         elif method == "DELETE":
             if response_id in background:
                 await background.cancel(response_id)
             store.delete(response_id)
+            background.forget(response_id)
             body = msgspec.json.encode(DeletedResponse(response_id))
         else:
             body = stored.body
@@ -185,7 +195,7 @@ def _not_found(response_id: str) -> ApiError:
     )
 
 
-def _detach(app: FrontendApp, req: ResponsesRequest, gen: Generation) -> bytes | None:
+def _detach(app: FrontendApp, req: ResponsesRequest, gen: Generation) -> bytes | AsyncIterator[bytes] | None:
     """A background request's generation, started on its own (``background``)."""
     return app.background_responses.start(app, gen) if req.background else None
 

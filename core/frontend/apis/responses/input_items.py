@@ -13,16 +13,15 @@ OpenAI returns it. ``include`` is accepted and changes nothing.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs
 
 import msgspec
 
+from dyn.core.frontend.apis.responses.query import query_args, whole_number
 from dyn.core.frontend.apis.responses.store import StoredResponse
 from dyn.core.protocol.errors import bad_request
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
-_MAX_QUERY_BYTES = 4096
 _PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 _ITEMS = msgspec.json.Decoder(list[Any])
 
@@ -56,19 +55,12 @@ def input_items_page(stored: StoredResponse, response_id: str, query: bytes) -> 
 
 
 def _page(query: bytes) -> tuple[str, int, str | None]:
-    if len(query) > _MAX_QUERY_BYTES:
-        raise bad_request(f"the query string is over {_MAX_QUERY_BYTES} bytes", param="query")
-    args = parse_qs(query.decode("latin-1"), max_num_fields=16)
-    order = args.get("order", ["desc"])[-1]
+    args = query_args(query)
+    order = args.get("order", "desc")
     if order not in ("asc", "desc"):
         raise bad_request(f"order must be 'asc' or 'desc', got {order[:64]!r}", param="order")
-    raw = args.get("limit", [str(DEFAULT_LIMIT)])[-1]
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise bad_request(
-            f"limit must be a whole number from 1 to {MAX_LIMIT}, got {raw[:64]!r}", param="limit"
-        )
-    after = args.get("after", [None])[-1]
-    return order, int(raw), after
+    limit = whole_number(args.get("limit", str(DEFAULT_LIMIT)), "limit", 1, MAX_LIMIT)
+    return order, limit, args.get("after")
 
 
 def _listed(item: Any, response_id: str, index: int) -> dict[str, Any]:

@@ -27,9 +27,8 @@ _REF = "#/components/schemas/" + PREFIX + "{name}"
 
 
 def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(paths, component schemas) of ``/v1/responses``, ``/v1/responses/{response_id}`` and its
-    ``input_items``; with
-    ``model``, the request's ``model`` is that name."""
+    """(paths, component schemas) of ``/v1/responses``, ``/v1/responses/{response_id}``, its
+    ``cancel`` and its ``input_items``; with ``model``, the request's ``model`` is that name."""
     schemas, components = msgspec.json.schema_components(
         [ResponsesRequest, ResponseObject, DeletedResponse, ErrorResponse], ref_template=_REF
     )
@@ -65,9 +64,20 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
         ),
         "/v1/responses/{response_id}": {
             "get": {
-                "summary": "A stored response (store: true, bounded by --responses-store-*)",
-                "parameters": [stored],
-                "responses": {"200": {"description": "OK", **json_content(response)}, **not_found},
+                "summary": "A stored response (store: true, bounded by --responses-store-*); with "
+                "stream=true, the events of one created with background and stream, after starting_after",
+                "parameters": [stored, *_RESUME_PARAMETERS],
+                "responses": {
+                    "200": {
+                        "description": "The response (JSON), or its SSE events when stream=true",
+                        "content": {
+                            **json_content(response)["content"],
+                            "text/event-stream": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "400": errors["400"],
+                    **not_found,
+                },
             },
             "delete": {
                 "summary": "Forget a stored response",
@@ -101,6 +111,10 @@ def openapi_paths(model: str | None = None) -> tuple[dict[str, Any], dict[str, A
     return paths, {PREFIX + name: schema for name, schema in components.items()}
 
 
+_RESUME_PARAMETERS = [
+    {"name": "stream", "in": "query", "schema": {"type": "boolean"}},
+    {"name": "starting_after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+]
 _PAGE_PARAMETERS = [
     {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}},
