@@ -17,23 +17,26 @@ trap 'kill -- -"$provisioning" 2>/dev/null || true; rm -rf "$out"' EXIT
 python -m pytest -n 2
 wait "$provisioning" || { cat "$out/log" >&2; echo "test.sh: provisioning the engine venvs failed" >&2; exit 1; }
 cat "$out/log" >&2
-DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest \
-  tests/integration/test_vllm_serve.py \
+# two test files at a time, the longest first (each file's engines stay in one process), then
+# test_vllm_serve.py alone: its priority test needs a queue to form in one vLLM engine, and with
+# another file's engine busy beside it the test process starved until each request ended
+DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest -n 2 --dist loadfile \
+  tests/integration/test_vllm_multimodal.py \
+  tests/integration/test_vllm_disagg.py \
   tests/plugins/vllm/test_real_vllm.py \
-  tests/plugins/sglang/test_constraints.py \
+  tests/plugins/vllm/test_real_vllm_disagg.py \
+  tests/integration/test_netns.py \
+  tests/integration/test_vllm_classify.py \
+  tests/plugins/vllm/test_real_vllm_multimodal.py \
+  tests/integration/test_vllm_lora.py \
+  tests/plugins/vllm/test_real_vllm_audio.py \
+  tests/plugins/vllm/test_real_vllm_lora.py \
+  tests/integration/test_vllm_plane_keys.py \
   tests/integration/test_embeddings.py::test_vllm_pooling_worker_embeds_through_the_openai_client \
   tests/cli/test_config_file.py::test_vllms_own_parser_reads_the_file_as_vllm_serve_config_would \
-  tests/plugins/vllm/test_real_vllm_lora.py \
-  tests/plugins/vllm/test_real_vllm_multimodal.py \
-  tests/plugins/vllm/test_real_vllm_audio.py \
-  tests/integration/test_vllm_multimodal.py \
-  tests/integration/test_vllm_classify.py \
-  tests/integration/test_vllm_lora.py \
-  tests/integration/test_netns.py \
-  tests/plugins/vllm/test_real_vllm_disagg.py \
-  tests/integration/test_vllm_disagg.py \
-  tests/integration/test_vllm_plane_keys.py \
   tests/plugins/vllm/test_flag_table.py \
   tests/core/parsers/test_vllm_plugin_real.py \
-  tests/integration/test_vllm_tool_parser_plugin.py
+  tests/integration/test_vllm_tool_parser_plugin.py \
+  tests/plugins/sglang/test_constraints.py
+DYN_VLLM_VENV=$(cat "$out/vllm") python -m pytest tests/integration/test_vllm_serve.py
 DYN_SGLANG_VENV=$(cat "$out/sglang") python -m pytest tests/integration/test_sglang_serve.py
