@@ -590,7 +590,7 @@ async def _body(resp: httpx.Response, part: MediaPart, settings: MediaSettings, 
     encoding = resp.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("identity", ""):
         inflate = None
-        if declared.isdigit() and int(declared) > cap:
+        if declared.isascii() and declared.isdigit() and int(declared) > cap:
             raise _too_big(part, settings)
     elif encoding in ("gzip", "x-gzip", "deflate"):
         inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, told apart

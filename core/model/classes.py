@@ -31,7 +31,7 @@ def class_labels(info: ModelInfo) -> list[str | None] | None:
     names: dict[int, str] = {}
     if isinstance(id2label, dict):
         for key, value in id2label.items():
-            if isinstance(key, str) and key.isdigit() and isinstance(value, str):
+            if isinstance(key, str) and key.isascii() and key.isdigit() and isinstance(value, str):
                 names[int(key)] = value
     count = config.get("num_labels")
     if not isinstance(count, int) or isinstance(count, bool) or count <= 0:

@@ -90,7 +90,7 @@ class CacheControl(msgspec.Struct, forbid_unknown_fields=True):
             text = ttl.strip()
             if text in _TTL_SHORTHANDS:
                 return _TTL_SHORTHANDS[text]
-            if not text.isdigit():
+            if not (text.isascii() and text.isdigit()):
                 raise ValueError(f'ttl must be integer seconds, "5m" or "1h", got {ttl!r}')
             ttl = int(text)
         return min(max(ttl, CACHE_TTL_MIN_S), CACHE_TTL_MAX_S)

@@ -96,7 +96,7 @@ def _device_aware_weighted(ctx: RouterContext) -> Router:
     text = os.environ.get(CUDA_TO_CPU_RATIO_ENV, "").strip()
     if not text:
         return DeviceAwareWeightedRouter(ctx.pool, DEFAULT_CUDA_TO_CPU_RATIO)
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ValueError(
             f"{CUDA_TO_CPU_RATIO_ENV}={text!r}: give a whole number of 1 or more (the throughput of "
             f"one accelerator worker in CPU workers; default {DEFAULT_CUDA_TO_CPU_RATIO})"

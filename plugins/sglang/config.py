@@ -262,7 +262,7 @@ def parse_tcp_endpoint(endpoint: str, what: str) -> tuple[str, int]:
         not endpoint.startswith("tcp://")
         or not sep
         or not host
-        or not port.isdigit()
+        or not (port.isascii() and port.isdigit())
         or not 0 < int(port) < 65536
     ):
         raise ValueError(f"{what} must look like tcp://HOST:PORT, got {endpoint!r}")

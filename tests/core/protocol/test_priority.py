@@ -46,6 +46,7 @@ def test_cache_ttl_is_parsed_and_clamped(ttl, seconds):
     assert CacheControl(ttl=ttl).ttl_seconds() == seconds
 
 
-def test_an_unparsable_cache_ttl_says_what_to_send():
+@pytest.mark.parametrize("ttl", ["forever", "\u00b2", "-5"])  # "²" is a digit to str.isdigit, not to int
+def test_an_unparsable_cache_ttl_says_what_to_send(ttl):
     with pytest.raises(ValueError, match='"5m" or "1h"'):
-        CacheControl(ttl="forever").ttl_seconds()
+        CacheControl(ttl=ttl).ttl_seconds()
