@@ -381,6 +381,32 @@ def test_stored_responses_expire_after_their_ttl_and_can_be_deleted():
         ResponseStore(max_count=0)
 
 
+def test_expiry_follows_the_order_of_puts_whatever_the_order_of_use():
+    clock = Clock()
+    store = ResponseStore(ttl_s=10, clock=clock)
+    for i, name in enumerate("abc"):
+        clock.now = i
+        store.put(name, b"x", b"[]")
+    store.get("a")  # used last: evicted last, but it still expires first
+    clock.now = 10.5
+    store.put("d", b"x", b"[]")
+    assert [store.get(n) is not None for n in "abcd"] == [False, True, True, True]
+
+
+def test_replacing_and_deleting_do_not_pile_up_in_the_expiry_queue():
+    clock = Clock()
+    store = ResponseStore(ttl_s=10, clock=clock)
+    store.put("kept", b"x", b"[]")
+    for i in range(10_000):
+        store.put("same", b"x", b"[]")
+        store.put(f"gone{i}", b"x", b"[]")
+        store.delete(f"gone{i}")
+    assert len(store) == 2 and len(store._by_expiry) <= 2 * 3 + 16  # three entries at most at a put
+    clock.now = 10
+    store.put("new", b"x", b"[]")
+    assert store.get("kept") is None and store.get("same") is None and len(store) == 1
+
+
 # --------------------------------------------------------------------------- over HTTP
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -58,6 +58,10 @@ class ResponseStore:
         self.ttl_s = ttl_s
         self.clock = clock
         self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._by_expiry: deque[tuple[float, str]] = deque()
+        """(expiry, id) of the entries put, in the order they were put, which is the order they
+        expire in (one ``ttl_s`` for all); a pair whose entry was replaced or dropped since is
+        skipped, and the queue is rebuilt when those outnumber the entries."""
         self.bytes = 0
         """The encoded size of every entry held."""
 
@@ -87,6 +91,9 @@ class ResponseStore:
             _, evicted = self._entries.popitem(last=False)
             self.bytes -= evicted.size
         self._entries[response_id] = entry
+        self._by_expiry.append((entry.expires, response_id))
+        if len(self._by_expiry) > 2 * len(self._entries) + 16:
+            self._by_expiry = deque(sorted((e.expires, rid) for rid, e in self._entries.items()))
         self.bytes += entry.size
         return True
 
@@ -110,8 +117,12 @@ class ResponseStore:
         return True
 
     def _expire(self) -> None:
-        """Drop the expired entries. Entries expire in the order they were stored, but are
-        kept in the order of use: every entry is looked at (a put is rare next to a generation)."""
+        """Drop the expired entries, oldest put first; each put is looked at once, so a put costs
+        the same however many entries the store holds."""
         now = self.clock()
-        for response_id in [rid for rid, e in self._entries.items() if e.expires <= now]:
-            self.delete(response_id)
+        queue = self._by_expiry
+        while queue and queue[0][0] <= now:
+            expires, response_id = queue.popleft()
+            entry = self._entries.get(response_id)
+            if entry is not None and entry.expires == expires:
+                self.delete(response_id)
