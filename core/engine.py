@@ -171,11 +171,15 @@ class PrefixPinning(Protocol):
 class Embedder(Protocol):
     """The call of an engine that lists ``FEATURE_EMBED`` in ``info.features``."""
 
-    async def embed(self, prompts: list[list[int]], task: PoolingTask = "embed") -> list[list[float]]:
+    async def embed(
+        self, prompts: list[list[int]], task: PoolingTask = "embed", activation: bool = True
+    ) -> list[list[float]]:
         """One vector per tokenized prompt, in order: with ``task`` ``embed`` an embedding of the
         model's embedding size, with ``classify`` (an engine listing ``FEATURE_CLASSIFY``) the
-        probabilities of the model's classes. Raises ``EngineError`` (code ``bad_request`` for an
-        input the engine cannot take, ``unsupported`` for a task it does not serve)."""
+        probabilities of the model's classes; ``activation`` False: the same without the
+        pooler's activation (the embedding not normalized, the classes' logits). Raises
+        ``EngineError`` (code ``bad_request`` for an input the engine cannot take,
+        ``unsupported`` for a task it does not serve)."""
 
 
 @dataclass(frozen=True)

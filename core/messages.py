@@ -305,11 +305,14 @@ class EmbedRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
     ``embed`` (an embedding; sent only to workers that list ``embed`` in their features) or
     ``classify`` (the class probabilities of a classification model; only to workers that list
     ``classify``). Answered by one ``EmbedReply``, or an ``ErrorReply`` (``unsupported`` from an
-    engine that does not pool so)."""
+    engine that does not pool so). ``activation`` False: the pooler's output without its
+    activation (vLLM's ``use_activation: false``): an embedding not normalized, a classifier's
+    logits instead of its probabilities."""
 
     request_id: str
     prompts: list[list[int]]
     task: PoolingTask = "embed"
+    activation: bool = True
 
 
 class EmbedReply(msgspec.Struct, array_like=True, gc=False):

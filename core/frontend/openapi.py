@@ -231,7 +231,6 @@ def _embedding_requests(
         "description": "No model dyn serves declares Matryoshka embeddings: a request that sets it is "
         "refused with a 400.",
     }
-    properties["use_activation"] = {"anyOf": [{"const": True}, {"type": "null"}], "default": None}
     truncate: dict[str, Any] = {"minimum": 1}
     if context_length is not None:
         truncate["maximum"] = context_length

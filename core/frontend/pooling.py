@@ -211,14 +211,19 @@ def _embedders(service: OpenAIService, api: str, task: PoolingTask) -> list[Work
 
 
 async def embed(
-    service: OpenAIService, prompts: list[list[int]], api: str, task: PoolingTask = "embed"
+    service: OpenAIService,
+    prompts: list[list[int]],
+    api: str,
+    task: PoolingTask = "embed",
+    activation: bool = True,
 ) -> list[list[float]]:
-    """One vector per prompt for ``task`` (an embedding, or a classifier's class probabilities),
-    from the least busy worker that pools so (see the module docstring); ``api`` names the API in
-    the 404 for a model whose workers do not."""
+    """One vector per prompt for ``task`` (an embedding, or a classifier's class probabilities;
+    without ``activation``, vLLM's ``use_activation: false``: not normalized, the logits), from
+    the least busy worker that pools so (see the module docstring); ``api`` names the API in the
+    404 for a model whose workers do not."""
     failures: list[str] = []
     for worker in _embedders(service, api, task):
-        request = EmbedRequest(f"embed-{next(_ids):x}", prompts, task)
+        request = EmbedRequest(f"embed-{next(_ids):x}", prompts, task, activation)
         try:
             reply: EmbedReply = await worker.client.embed(request, EMBED_TIMEOUT_S)
         except WorkerUnavailable as exc:

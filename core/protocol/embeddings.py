@@ -141,12 +141,6 @@ def embedding_request(body: bytes, kind: type[R]) -> R:
             "dimensions: remove 'dimensions' and shorten the vectors yourself if you must.",
             param="dimensions",
         )
-    if req.use_activation is False:
-        raise bad_request(
-            "use_activation=false is not supported: embeddings are always pooled with the "
-            "model's activation (normalized); remove the field",
-            param="use_activation",
-        )
     if req.continue_final_message and req.add_generation_prompt:
         raise bad_request(
             "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",

@@ -414,7 +414,7 @@ class WorkerHost:
                         "engine; start a worker that pools (dyn worker vllm|mocker --runner pooling)",
                         code="unsupported",
                     )
-                vectors = await cast(Embedder, engine).embed(call.prompts, call.task)
+                vectors = await cast(Embedder, engine).embed(call.prompts, call.task, call.activation)
                 reply = EmbedReply(rid, vectors, sum(len(p) for p in call.prompts))
             elif isinstance(call, PinPrefixRequest):
                 if FEATURE_PIN_PREFIX not in features:

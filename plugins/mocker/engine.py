@@ -611,9 +611,12 @@ class MockerEngine:
             self._wake.set()
         return closed
 
-    async def embed(self, prompts: list[list[int]], task: PoolingTask = "embed") -> list[list[float]]:
+    async def embed(
+        self, prompts: list[list[int]], task: PoolingTask = "embed", activation: bool = True
+    ) -> list[list[float]]:
         """One unit vector per prompt (``task`` ``classify``: the probabilities of the model's
-        classes, ``embeddings.class_probabilities``), once every prompt was prefilled by the
+        classes, ``embeddings.class_probabilities``; without ``activation`` the vector before its
+        normalization, the classes' logits), once every prompt was prefilled by the
         scheduler as a request of one output token (so pooling costs what a prompt costs; a
         prompt the scheduler cannot take is an ``EngineError`` ``bad_request``)."""
         if not self._embed_size:
@@ -649,9 +652,13 @@ class MockerEngine:
                 raise refused[0] from None
             raise
         if task == "classify":
-            return [embeddings.class_probabilities(ids, len(self._labels)) for ids in prompts]
+            count = len(self._labels)
+            if not activation:
+                return [embeddings.class_logits(ids, count) for ids in prompts]
+            return [embeddings.class_probabilities(ids, count) for ids in prompts]
         size = self._embed_size
-        return [embeddings.unit_vector(ids, size) for ids in prompts]
+        vector = embeddings.unit_vector if activation else embeddings.raw_vector
+        return [vector(ids, size) for ids in prompts]
 
     async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:
         """Pin the cached full blocks leading ``token_ids`` for ``ttl_s`` seconds; returns how many."""

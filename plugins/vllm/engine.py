@@ -464,9 +464,12 @@ class VllmEngine:
             raise EngineError(str(exc), code="bad_request") from None
         return rendered
 
-    async def embed(self, prompts: list[list[int]], task: PoolingTask = "embed") -> list[list[float]]:
+    async def embed(
+        self, prompts: list[list[int]], task: PoolingTask = "embed", activation: bool = True
+    ) -> list[list[float]]:
         """The pooled output of each prompt for ``task`` (an embedding, or a classifier's class
-        probabilities), through ``AsyncLLM.encode`` (all at once)."""
+        probabilities; without ``activation``, vLLM's ``use_activation=False``: not normalized,
+        the logits), through ``AsyncLLM.encode`` (all at once)."""
         llm, api = self._llm, self._api
         if llm is None or api is None or api.pooling_params is None:
             raise EngineError("the vLLM engine is not running", code="worker_shutdown")
@@ -485,7 +488,9 @@ class VllmEngine:
             self._live.add(rid)
             try:
                 outputs = llm.encode(
-                    api.tokens_prompt(prompt_token_ids=prompts[i]), pooling_params(task=task), rid
+                    api.tokens_prompt(prompt_token_ids=prompts[i]),
+                    pooling_params(task=task, use_activation=activation),
+                    rid,
                 )
                 async with aclosing(outputs):
                     async for output in outputs:

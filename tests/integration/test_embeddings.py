@@ -158,6 +158,15 @@ def test_vllm_pooling_worker_embeds_through_the_openai_client(tmp_path):
         assert max(abs(a - b) for a, b in zip(vectors[0], vectors[2], strict=True)) < 1e-3
         assert max(abs(a - b) for a, b in zip(vectors[0], vectors[1], strict=True)) > 1e-3
         assert got.usage.prompt_tokens == got.usage.total_tokens > 0
+        raw = (
+            c.embeddings.create(
+                model=VLLM_MODEL, input="The sky is blue.", extra_body={"use_activation": False}
+            )
+            .data[0]
+            .embedding
+        )  # vLLM's pooled hidden state before its normalization
+        assert abs(norm(raw) - 1.0) > 1e-2
+        assert [v / norm(raw) for v in raw] == pytest.approx(vectors[0], abs=2e-2)
         floats = c.embeddings.create(model=VLLM_MODEL, input=[[1, 2, 3]], encoding_format="float")
         assert len(floats.data[0].embedding) == VLLM_HIDDEN_SIZE
         with pytest.raises(openai.NotFoundError) as no_chat:

@@ -34,6 +34,11 @@ def test_classify_answers_each_input_with_its_class_probabilities(tmp_path):
             for d in data:
                 assert d["label"] == LABELS[max(range(3), key=d["probs"].__getitem__)]
             assert data[0]["probs"] == pytest.approx(data[2]["probs"], abs=1e-3)
+            raw = http.post("/classify", json={"model": MODEL, "input": texts[:1], "use_activation": False})
+            logits = raw.json()["data"][0]["probs"]  # vLLM's field, holding the logits
+            softmax = [math.exp(v) / math.fsum(math.exp(w) for w in logits) for v in logits]
+            assert softmax == pytest.approx(data[0]["probs"], abs=2e-2)
+            assert not math.isclose(sum(logits), 1.0, abs_tol=1e-2)
             pooled = http.post("/pooling", json={"model": MODEL, "input": texts[0], "task": "classify"})
             assert pooled.json()["data"][0]["data"] == pytest.approx(data[0]["probs"], abs=1e-3)
             embed = http.post("/v1/embeddings", json={"model": MODEL, "input": "x"})

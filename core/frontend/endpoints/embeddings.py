@@ -7,6 +7,8 @@ Inputs are tokenized here (text as a completion prompt, ``messages`` through the
 chat template path exactly as ``/tokenize`` renders them), bounded and embedded by one worker as
 ``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the ``embed`` task (the default) or
 ``classify`` (a classification model's probabilities): any other ``task`` is a 400 that says so.
+``use_activation: false`` answers the pooler's output before its activation, as vLLM does: an
+embedding not normalized, the classes' logits in place of their probabilities.
 """
 
 from __future__ import annotations
@@ -73,10 +75,12 @@ async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
 async def _vectors(
     service: OpenAIService, req: EmbeddingRequest, api: str, task: PoolingTask = "embed"
 ) -> tuple[list[list[float]], int]:
-    """The request's inputs pooled with ``task``, and the number of tokens they held."""
+    """The request's inputs pooled with ``task`` (with the pooler's activation unless
+    ``use_activation`` is false), and the number of tokens they held."""
     pooling.check_model(service)
     prompts = await _tokenized(service.preprocessor, req)
-    return await pooling.embed(service, prompts, api, task), sum(len(p) for p in prompts)
+    vectors = await pooling.embed(service, prompts, api, task, req.use_activation is not False)
+    return vectors, sum(len(p) for p in prompts)
 
 
 async def _tokenized(preprocessor: Preprocessor, req: EmbeddingRequest) -> list[list[int]]:

@@ -12,8 +12,8 @@ two ways vLLM scores, chosen by the served model:
   whose config says ``use_sep_token: false``), classified by the worker; a pair's score is the
   class's probability (the sigmoid of its logit, as vLLM's classifier head activates one class).
   A classifier with more classes cannot score (vLLM fails it: the score must be a scalar): a 400
-  that sends its inputs to ``/classify``. ``use_activation: false`` (vLLM's raw logit) is not
-  served: a 400.
+  that sends its inputs to ``/classify``. ``use_activation: false`` scores with the raw logit,
+  as vLLM's does.
 
 Either way each query and document is first cut to the text of its first
 ``max_tokens_per_query`` / ``max_tokens_per_doc`` tokens when those are set, and ``usage`` counts
@@ -105,12 +105,6 @@ async def _cross_encoded(
             "to /classify",
             param="model",
         )
-    if req.use_activation is False:
-        raise bad_request(
-            "use_activation: false (the cross-encoder's raw logit) is not served by dyn; leave it "
-            "out for the activated score",
-            param="use_activation",
-        )
     queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
     documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
     paired = [(queries[0] if len(queries) == 1 else queries[i], d) for i, d in enumerate(documents)]
@@ -119,8 +113,8 @@ async def _cross_encoded(
     context = preprocessor.info.context_length
     prompts = pooling.truncated(prompts, req.truncate_prompt_tokens, req.truncation_side, context)
     tokens = pooling.check_lengths(prompts, context, pairs.names[1])
-    probabilities = await pooling.embed(service, prompts, api, "classify")
-    return [p[0] for p in probabilities], tokens
+    scores = await pooling.embed(service, prompts, api, "classify", req.use_activation is not False)
+    return [s[0] for s in scores], tokens
 
 
 async def _cut(preprocessor: Preprocessor, texts: list[str], first: int, param: str) -> list[str]:

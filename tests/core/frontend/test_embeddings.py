@@ -113,6 +113,16 @@ async def test_truncate_prompt_tokens_keeps_the_last_tokens_as_vllm(make_fronten
         assert "cannot be greater than max_model_len" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/pooling"])
+async def test_use_activation_false_asks_the_worker_for_the_output_before_its_activation(make_frontend, path):
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        plain = await fe.client.post(path, json={"model": "dyn-tiny", "input": "x"})
+        raw = await fe.client.post(path, json={"model": "dyn-tiny", "input": "x", "use_activation": False})
+        asked = fe.fleet[1].embeds
+    assert plain.status_code == raw.status_code == 200, raw.text
+    assert [a.activation for a in asked] == [True, False]
+
+
 @pytest.mark.parametrize(
     "body,param,words",
     [
@@ -129,7 +139,6 @@ async def test_truncate_prompt_tokens_keeps_the_last_tokens_as_vllm(make_fronten
         ({"input": [[1], [2, 99999]]}, "input[1][1]", "not in the vocabulary"),
         ({"input": "x", "encoding_format": "binary"}, "encoding_format", ""),
         ({"input": "x", "embed_dtype": "float16"}, "embed_dtype", ""),
-        ({"input": "x", "use_activation": False}, "use_activation", "not supported"),
         ({"input": "x", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens", ""),
         ({"input": "x", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "embed nothing"),
         ({"messages": []}, None, ""),

@@ -109,6 +109,10 @@ async def test_embed_requests_travel_the_request_plane(tmp_path):
         reply = await client.embed(EmbedRequest("e1", [[1, 2, 3], [4]]), timeout_s=10)
         assert reply.request_id == "e1" and reply.prompt_tokens == 4
         assert reply.embeddings == [embeddings.unit_vector(p, 256) for p in ([1, 2, 3], [4])]
+        raw = await client.embed(EmbedRequest("e3", [[1, 2, 3]], activation=False), timeout_s=10)
+        (vector,) = raw.embeddings
+        assert norm(vector) > 2  # 256 standard Gaussian draws: about 16
+        assert [v / norm(vector) for v in vector] == pytest.approx(reply.embeddings[0])
         with pytest.raises(RemoteError) as refused:
             async for _ in client.generate(GenerateRequest("g", [1])):
                 pass
@@ -131,6 +135,7 @@ async def test_a_classifier_answers_class_probabilities_and_other_models_refuse(
         async with anyio.create_task_group() as tg:
             await tg.start(engine.run)
             probs = await engine.embed([[5, 6, 7], [8], [5, 6, 7]], "classify")
+            (logits,) = await engine.embed([[5, 6, 7]], "classify", activation=False)
             plain = MockerEngine(
                 MockerConfig(runner="pooling", speedup_ratio=1000), load_model_info(None, None)
             )
@@ -140,6 +145,8 @@ async def test_a_classifier_answers_class_probabilities_and_other_models_refuse(
             tg.cancel_scope.cancel()
     assert all(len(p) == len(LABELS) and math.isclose(math.fsum(p), 1.0) for p in probs)
     assert probs[0] == probs[2] != probs[1]
+    softmax = [math.exp(v) / math.fsum(math.exp(w) for w in logits) for v in logits]
+    assert softmax == pytest.approx(probs[0]) and any(v < 0 for v in logits)
 
 
 def test_a_one_class_classifier_answers_a_sigmoid_score_that_varies_with_the_input():
@@ -149,3 +156,5 @@ def test_a_one_class_classifier_answers_a_sigmoid_score_that_varies_with_the_inp
     assert all(len(s) == 1 and 0.0 < s[0] < 1.0 for s in scores)
     assert len({s[0] for s in scores}) == 50 and embeddings.class_probabilities([3, 4, 7], 1) == scores[3]
     assert min(s[0] for s in scores) < 0.3 and max(s[0] for s in scores) > 0.7
+    logit = embeddings.class_logits([3, 4, 7], 1)[0]
+    assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(scores[3][0])
