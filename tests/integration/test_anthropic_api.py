@@ -130,6 +130,42 @@ def test_count_tokens_matches_the_prompt_a_request_sends(client):
     assert counted.input_tokens == u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
 
 
+def test_context_editing_clears_old_tool_results_and_says_so(client):
+    """Three weather lookups; ``clear_tool_uses`` past one call keeps the last result only."""
+    turns = user("What is the weather in Paris?")
+    for i in range(3):
+        call = {"type": "tool_use", "id": f"c{i}", "name": "get_weather", "input": {"city": "Paris"}}
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"c{i}",
+            "content": f"lookup {i}: 18 C and sunny " * 20,
+        }
+        turns += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    edits = {
+        "edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "tool_uses", "value": 1},
+                "keep": {"type": "tool_uses", "value": 1},
+            }
+        ]
+    }
+    fields = {
+        "model": MODEL,
+        "tools": [WEATHER],
+        "messages": turns,
+        "betas": ["context-management-2025-06-27"],
+    }
+    answer = client.beta.messages.create(max_tokens=16, context_management=edits, **fields)
+    (applied,) = answer.context_management.applied_edits
+    counted = client.beta.messages.count_tokens(context_management=edits, **fields)
+    whole = client.beta.messages.count_tokens(**fields)
+    assert answer.content[0].text == "It is 18 C and sunny in Paris."
+    assert applied.cleared_tool_uses == 2 and applied.cleared_input_tokens > 100
+    assert counted.input_tokens == whole.input_tokens - applied.cleared_input_tokens
+    assert counted.context_management.original_input_tokens == whole.input_tokens
+
+
 def test_a_repeated_long_prompt_reads_the_cache(client):
     system = [
         {"type": "text", "text": "You are a careful assistant. " * 60, "cache_control": {"type": "ephemeral"}}

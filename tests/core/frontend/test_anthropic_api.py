@@ -557,7 +557,8 @@ async def test_unknown_fields_claude_code_sends_are_accepted(make_frontend, capl
             "/v1/messages?beta=true", json=body, headers={**_anthropic_headers(), "x-api-key": "anything"}
         )
     assert r.status_code == 200 and r.json()["content"] == [{"type": "text", "text": "ok"}]
-    assert "context_management" in caplog.text
+    assert "mcp_servers" in caplog.text and "context_management" not in caplog.text  # honoured
+    assert r.json()["context_management"] == {"applied_edits": []}  # keep: all clears nothing
 
 
 def _anthropic_headers() -> dict[str, str]:

@@ -3,7 +3,8 @@
 Both answer every error on their path in Anthropic's shape (``errors``), the app's own 401, 404,
 413, 415 and 503 included. A Messages request is adapted into a chat request (``adapter``),
 prepared by ``OpenAIService.prepare_chat`` like any chat completion (one validation, template,
-tokenizer, routing) and written by ``MessagesWire``. ``count_tokens`` tokenizes the same chat
+tokenizer, routing) and written by ``MessagesWire``; its ``context_management`` edits apply to
+its conversation first (``context_editing``), and both endpoints say what they cleared. ``count_tokens`` tokenizes the same chat
 request as ``/tokenize`` does: its count is the prompt a Messages request with the same body
 sends (``usage`` input + cache read + cache creation). The query (Claude Code's ``?beta=true``)
 and the ``anthropic-version`` and ``anthropic-beta`` headers are accepted, whatever they hold.
@@ -13,9 +14,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from dyn.core.frontend.apis.anthropic import errors
 from dyn.core.frontend.apis.anthropic.adapter import adapt
-from dyn.core.frontend.apis.anthropic.protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
+from dyn.core.frontend.apis.anthropic.context_editing import edited, edits_of
+from dyn.core.frontend.apis.anthropic.protocol import (
+    ContextManagementResponse,
+    CountTokensContextManagement,
+    CountTokensRequest,
+    CountTokensResponse,
+    MessageParam,
+    MessagesRequest,
+)
 from dyn.core.frontend.apis.anthropic.wire import MessagesWire
 from dyn.core.frontend.endpoints.generate import GenerateEndpoint, warn_ignored
 from dyn.core.frontend.endpoints.json_post import JsonEndpoint
@@ -46,9 +57,12 @@ class CountTokensEndpoint(JsonEndpoint):
 async def _prepare(
     app: FrontendApp, service: OpenAIService, req: MessagesRequest, ctx: RequestContext
 ) -> Generation:
+    context, _ = await _edit_context(service, req)
     chat, names = adapt(req)
     try:
-        return await service.prepare_chat(chat, ctx, MessagesWire, "messages", "Messages")
+        return await service.prepare_chat(
+            chat, ctx, lambda gen: MessagesWire(gen, context), "messages", "Messages"
+        )
     except ApiError as exc:
         raise names.renamed(exc) from None
 
@@ -57,6 +71,7 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
     req = decode_request(body, CountTokensRequest)
     warn_ignored(body, CountTokensRequest, "to /v1/messages/count_tokens")
     service = app.models.resolve(req.model)
+    _, original = await _edit_context(service, req)
     chat, names = adapt(req)
     try:
         check_chat(chat, service.outputs.max_logprobs)
@@ -64,7 +79,29 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
         tokens = await service.preprocessor.tokenize_chat_async(chat)
     except ApiError as exc:
         raise names.renamed(exc) from None
-    return CountTokensResponse(len(tokens))
+    context = CountTokensContextManagement(original) if original is not None else None
+    return CountTokensResponse(len(tokens), context)
+
+
+async def _edit_context(
+    service: OpenAIService, req: CountTokensRequest
+) -> tuple[ContextManagementResponse | None, int | None]:
+    """Apply ``req``'s context edits to its messages (in place); what they cleared (None when
+    the request sent no ``context_management``) and the prompt's tokens before them (None when
+    nothing was cleared)."""
+    if req.context_management is None:
+        return None, None
+    edits = edits_of(req.context_management)
+
+    async def count(messages: list[MessageParam]) -> int:
+        chat, names = adapt(msgspec.structs.replace(req, messages=messages))
+        try:
+            return len(await service.preprocessor.tokenize_chat_async(chat))
+        except ApiError as exc:
+            raise names.renamed(exc) from None
+
+    req.messages, applied, original = await edited(req.messages, edits, count)
+    return ContextManagementResponse(applied), original
 
 
 MESSAGES = MessagesEndpoint("/v1/messages", MessagesRequest, _prepare)

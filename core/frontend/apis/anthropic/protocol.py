@@ -2,8 +2,8 @@
 
 Requests decode straight from the body (``dyn.core.protocol.openai.decode_request``): a wrong
 type, a content block of an unknown ``type``, a missing field or a list over its bound is a 400
-naming the field. Unknown fields are accepted and ignored (Claude Code sends ``context_management``,
-``betas``, ``container``, ``mcp_servers`` and more; the endpoint logs them), so nothing a new
+naming the field. Unknown fields are accepted and ignored (Claude Code sends ``betas``,
+``container``, ``mcp_servers`` and more; the endpoint logs them), so nothing a new
 client version adds stops it. Every list is bounded here; text sizes are bounded by the
 frontend's prompt byte limit when the request is prepared, and the body by its size limit.
 
@@ -23,6 +23,8 @@ MAX_MESSAGES = 4096
 MAX_BLOCKS = 4096
 """The most content blocks in one message, in ``system``, or in one ``tool_result``."""
 MAX_TOOLS = 4096
+MAX_EDITS = 4
+"""The most ``context_management`` edits in one request (each may render the conversation)."""
 """Bounds the list as decoded; ``dyn.core.protocol.tools.MAX_TOOLS`` bounds the function tools kept."""
 
 U32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
@@ -159,6 +161,13 @@ class OutputConfig(msgspec.Struct, kw_only=True):
 SystemParam = str | Annotated[list[TextBlock], msgspec.Meta(max_length=MAX_BLOCKS)]
 
 
+class ContextManagement(msgspec.Struct, kw_only=True):
+    """``context_management``: Anthropic's context editing, each edit an object with its ``type``
+    (read by ``dyn.core.frontend.apis.anthropic.context_editing.edits_of``)."""
+
+    edits: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_EDITS)] = []
+
+
 class CountTokensRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/messages/count_tokens``: what a Messages request's prompt is made of."""
 
@@ -170,6 +179,7 @@ class CountTokensRequest(msgspec.Struct, kw_only=True):
     thinking: ThinkingParam | None = None
     output_config: OutputConfig | None = None
     cache_control: CacheControlParam | None = None
+    context_management: ContextManagement | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     """vLLM's extension: extra variables for the chat template."""
 
@@ -217,8 +227,25 @@ class ToolUseOut(msgspec.Struct, tag_field="type", tag="tool_use"):
     input: dict[str, Any]
 
 
-class Message(msgspec.Struct, tag_field="type", tag="message", kw_only=True):
-    """The unary response, and the ``message`` of ``message_start`` (with no content yet)."""
+class ThinkingCleared(msgspec.Struct, tag_field="type", tag="clear_thinking_20251015"):
+    cleared_thinking_turns: int
+    cleared_input_tokens: int
+
+
+class ToolUsesCleared(msgspec.Struct, tag_field="type", tag="clear_tool_uses_20250919"):
+    cleared_tool_uses: int
+    cleared_input_tokens: int
+
+
+class ContextManagementResponse(msgspec.Struct):
+    """What the request's context edits cleared (``context_editing``)."""
+
+    applied_edits: list[ThinkingCleared | ToolUsesCleared]
+
+
+class Message(msgspec.Struct, tag_field="type", tag="message", kw_only=True, omit_defaults=True):
+    """The unary response, and the ``message`` of ``message_start`` (with no content yet);
+    ``context_management`` only for a request that sent one."""
 
     id: str
     model: str
@@ -226,11 +253,17 @@ class Message(msgspec.Struct, tag_field="type", tag="message", kw_only=True):
     stop_reason: str | None
     stop_sequence: str | None
     usage: Usage
-    role: str = "assistant"
+    role: Literal["assistant"]
+    context_management: ContextManagementResponse | None = None
 
 
-class CountTokensResponse(msgspec.Struct):
+class CountTokensContextManagement(msgspec.Struct):
+    original_input_tokens: int
+
+
+class CountTokensResponse(msgspec.Struct, omit_defaults=True):
     input_tokens: int
+    context_management: CountTokensContextManagement | None = None
 
 
 class ErrorObject(msgspec.Struct):

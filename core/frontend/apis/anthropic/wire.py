@@ -35,7 +35,14 @@ import msgspec
 import orjson
 
 from dyn.core.frontend.apis.anthropic.errors import error_response
-from dyn.core.frontend.apis.anthropic.protocol import Message, TextOut, ThinkingOut, ToolUseOut, Usage
+from dyn.core.frontend.apis.anthropic.protocol import (
+    ContextManagementResponse,
+    Message,
+    TextOut,
+    ThinkingOut,
+    ToolUseOut,
+    Usage,
+)
 from dyn.core.frontend.choice import Choice
 from dyn.core.frontend.generation import ChoiceEnd, Generation, Wire
 from dyn.core.frontend.output import OutputDelta, ToolCallDelta
@@ -84,8 +91,10 @@ def usage(gen: Generation) -> Usage:
 class MessagesWire(Wire):
     """One assistant message (a Messages request has one choice)."""
 
-    def __init__(self, gen: Generation) -> None:
+    def __init__(self, gen: Generation, context: ContextManagementResponse | None = None) -> None:
+        """``context``: what the request's context edits cleared, when it asked for some."""
         super().__init__(gen)
+        self.context = context
         self.message_id = "msg_" + gen.ctx.request_id
         self._index = -1
         """The index of the last block opened."""
@@ -120,19 +129,19 @@ class MessagesWire(Wire):
     def closing(self) -> bytes:
         reason, sequence = self._stop
         u = usage(self.gen)
-        data = orjson.dumps(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                "usage": {
-                    "input_tokens": u.input_tokens,
-                    "output_tokens": u.output_tokens,
-                    "cache_creation_input_tokens": u.cache_creation_input_tokens,
-                    "cache_read_input_tokens": u.cache_read_input_tokens,
-                },
-            }
-        )
-        return _event(b"message_delta", data) + MESSAGE_STOP
+        delta: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": {
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "cache_creation_input_tokens": u.cache_creation_input_tokens,
+                "cache_read_input_tokens": u.cache_read_input_tokens,
+            },
+        }
+        if self.context is not None:
+            delta["context_management"] = msgspec.to_builtins(self.context)
+        return _event(b"message_delta", orjson.dumps(delta)) + MESSAGE_STOP
 
     def failed(self, error: ApiError) -> bytes:
         body = error_response(error)
@@ -232,6 +241,8 @@ class MessagesWire(Wire):
                 stop_reason=stop,
                 stop_sequence=sequence,
                 usage=u,
+                role="assistant",
+                context_management=self.context if stop is not None else None,
             )
         )
 
