@@ -139,19 +139,6 @@ def test_a_final_assistant_text_is_continued():
     assert chat().add_generation_prompt and not chat().continue_final_message
 
 
-def test_documents_are_a_400_naming_the_block():
-    block = {
-        "type": "document",
-        "source": {"type": "base64", "media_type": "application/pdf", "data": "AAAA"},
-    }
-    exc = bad({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [block]}]})
-    assert exc.status == 400 and exc.param == "messages[0].content[0]"
-    assert "document blocks are not supported yet" in exc.message
-    nested = {"type": "tool_result", "tool_use_id": "t", "content": [block]}
-    exc = bad({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [nested]}]})
-    assert exc.param == "messages[0].content[0].content[0]"
-
-
 def test_images_become_image_url_parts_in_order_in_user_turns_and_tool_results():
     """Claude Code sends screenshots as image blocks in a user turn or a tool result."""
     png = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}

@@ -23,8 +23,9 @@ Messages:
 - ``image`` blocks of a user turn or a tool result become chat's ``image_url`` parts (a
   ``base64`` source as a data URL of its ``media_type``, a ``url`` source as its URL) beside the
   text parts, in order, for the chat path to load and check (a model that takes no images
-  refuses them there); a ``file`` source, an image in an assistant turn and ``document`` blocks
-  are a 400 naming the block: not supported yet.
+  refuses them there); a ``file`` source and an image in an assistant turn are a 400 naming the
+  block. ``document`` blocks there become text parts (``documents``: text, content, and PDFs
+  read before adapting).
 
 Options: ``tools`` with ``input_schema`` become function tools; a server or hosted tool (any other
 ``type``) is ignored, with one warning per type per process. ``tool_choice`` auto / any / tool /
@@ -45,6 +46,7 @@ from typing import Any
 
 import msgspec
 
+from dyn.core.frontend.apis.anthropic.documents import document_text
 from dyn.core.frontend.apis.anthropic.protocol import (
     CacheControlParam,
     ContentBlock,
@@ -232,9 +234,9 @@ class _Conversion:
                     }
                 )
             elif isinstance(block, DocumentBlock):
-                raise _unsupported(at, block)
+                parts.append({"type": "text", "text": document_text(block, at)})
             elif not isinstance(block, ToolReferenceBlock):
-                raise _only(at, block, "text, image and tool_result blocks", "a user turn")
+                raise _only(at, block, "text, image, document and tool_result blocks", "a user turn")
         if parts or not out:
             out.append({"role": "user", "content": _joined(parts)})
         return out
@@ -251,9 +253,9 @@ class _Conversion:
             elif isinstance(part, ImageBlock):
                 parts.append(_image_part(part, f"{where}[{k}]"))
             elif isinstance(part, DocumentBlock):
-                raise _unsupported(f"{where}[{k}]", part)
+                parts.append({"type": "text", "text": document_text(part, f"{where}[{k}]")})
             elif not isinstance(part, ToolReferenceBlock):
-                raise _only(f"{where}[{k}]", part, "text and image blocks", "a tool result")
+                raise _only(f"{where}[{k}]", part, "text, image and document blocks", "a tool result")
         return _joined(parts)
 
     def assistant(self, content: str | list[ContentBlock], where: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Both answer every error on their path in Anthropic's shape (``errors``), the app
 413, 415 and 503 included. A Messages request is adapted into a chat request (``adapter``),
 prepared by ``OpenAIService.prepare_chat`` like any chat completion (one validation, template,
 tokenizer, routing) and written by ``MessagesWire``; its ``context_management`` edits apply to
-its conversation first (``context_editing``), and both endpoints say what they cleared. ``count_tokens`` tokenizes the same chat
+its conversation first (``context_editing``), and both endpoints say what they cleared. PDF
+documents are read into text before either (``documents``). ``count_tokens`` tokenizes the same chat
 request as ``/tokenize`` does: its count is the prompt a Messages request with the same body
 sends (``usage`` input + cache read + cache creation). The query (Claude Code's ``?beta=true``)
 and the ``anthropic-version`` and ``anthropic-beta`` headers are accepted, whatever they hold.
@@ -19,6 +20,7 @@ import msgspec
 from dyn.core.frontend.apis.anthropic import errors
 from dyn.core.frontend.apis.anthropic.adapter import adapt
 from dyn.core.frontend.apis.anthropic.context_editing import edited, edits_of
+from dyn.core.frontend.apis.anthropic.documents import read_pdfs
 from dyn.core.frontend.apis.anthropic.protocol import (
     ContextManagementResponse,
     CountTokensContextManagement,
@@ -57,6 +59,7 @@ class CountTokensEndpoint(JsonEndpoint):
 async def _prepare(
     app: FrontendApp, service: OpenAIService, req: MessagesRequest, ctx: RequestContext
 ) -> Generation:
+    await read_pdfs(req.messages, service.media)
     context, _ = await _edit_context(service, req)
     chat, names = adapt(req)
     try:
@@ -71,6 +74,7 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
     req = decode_request(body, CountTokensRequest)
     warn_ignored(body, CountTokensRequest, "to /v1/messages/count_tokens")
     service = app.models.resolve(req.model)
+    await read_pdfs(req.messages, service.media)
     _, original = await _edit_context(service, req)
     chat, names = adapt(req)
     try:

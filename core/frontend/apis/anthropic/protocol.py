@@ -53,9 +53,13 @@ class ImageBlock(msgspec.Struct, tag_field="type", tag="image", kw_only=True):
 
 
 class DocumentBlock(msgspec.Struct, tag_field="type", tag="document", kw_only=True):
-    """Accepted by the decoder so that the 400 can name it: documents are not served yet."""
+    """A document: its ``source`` (text, content blocks or a base64 PDF) read as text
+    (``dyn.core.frontend.apis.anthropic.documents``); ``citations`` is accepted and ignored."""
 
     source: Any = None
+    title: str | None = None
+    context: str | None = None
+    citations: Any = None
     cache_control: CacheControlParam | None = None
 
 

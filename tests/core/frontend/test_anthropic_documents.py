@@ -1,0 +1,163 @@
+"""Anthropic's ``document`` blocks read as text: text and content sources in the adapter, PDFs
+read with pypdf before it (``read_pdfs``), and a Messages request with a PDF in a tool result (as
+Claude Code's Read tool sends one) through the SDK in process, the text checked in the prompt the
+engine receives."""
+
+from __future__ import annotations
+
+import base64
+import io
+import sys
+
+import msgspec
+import pypdf
+import pytest
+
+from dyn.core.frontend.apis.anthropic.adapter import adapt
+from dyn.core.frontend.apis.anthropic.documents import MAX_PDF_PAGES, read_pdfs
+from dyn.core.frontend.apis.anthropic.protocol import MessagesRequest
+from dyn.core.frontend.media import MediaSettings
+from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.openai import decode_request
+from tests.core.frontend.fake_workers import reply, tokenizer
+from tests.core.frontend.test_anthropic_api import MODEL, client
+
+pytestmark = pytest.mark.anyio
+
+
+def pdf_of(*lines: str) -> bytes:
+    """A one-page PDF whose text layer holds ``lines`` (Helvetica, one line each)."""
+    text = "".join(f"BT /F1 12 Tf 72 {720 - 16 * i} Td ({line}) Tj ET\n" for i, line in enumerate(lines))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text.encode()),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = io.BytesIO(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (n, body))
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.write(b"".join(b"%010d 00000 n \n" % o for o in offsets))
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def blank_pages(n: int) -> bytes:
+    writer = pypdf.PdfWriter()
+    for _ in range(n):
+        writer.add_blank_page(72, 72)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def pdf_block(data: bytes, **fields) -> dict:
+    source = {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(data).decode()}
+    return {"type": "document", "source": source, **fields}
+
+
+def request(*blocks: dict) -> MessagesRequest:
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": list(blocks)}]}
+    return decode_request(msgspec.json.encode(body), MessagesRequest)
+
+
+async def read(req: MessagesRequest, media: MediaSettings | None = None) -> list:
+    await read_pdfs(req.messages, media or MediaSettings())
+    return adapt(req)[0].messages
+
+
+def test_text_and_content_documents_read_with_their_title_and_context():
+    text = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "Body."}}
+    titled = {**text, "title": "Notes", "context": "From the wiki."}
+    content = {
+        "type": "document",
+        "source": {
+            "type": "content",
+            "content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}],
+        },
+    }
+    messages = adapt(request(text, titled, content, {"type": "text", "text": "Summarize."}))[0].messages
+    assert messages == [
+        {"role": "user", "content": "Body.\nNotes\n\nFrom the wiki.\n\nBody.\nA\nB\nSummarize."}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ({"type": "url", "url": "https://example.com/a.pdf"}, "url sources are not supported"),
+        ({"type": "file", "file_id": "f"}, "file sources are not supported"),
+        ({"type": "content", "content": [{"type": "image"}]}, "holds text blocks"),
+        ({"type": "base64", "media_type": "text/csv", "data": "YQ=="}, "a base64 PDF"),
+    ],
+)
+def test_sources_it_cannot_read_are_a_400_naming_the_source(source, words):
+    with pytest.raises(ApiError) as bad:
+        adapt(request({"type": "document", "source": source}))
+    assert bad.value.status == 400 and words in bad.value.message
+    assert bad.value.param.startswith("messages[0].content[0].source")
+
+
+async def test_a_pdf_reads_as_its_pages_text_in_a_turn_and_in_a_tool_result():
+    doc = pdf_block(pdf_of("Quarterly report", "Revenue grew 12 percent"), title="Q3")
+    result = {"type": "tool_result", "tool_use_id": "r1", "content": [doc]}
+    turn = await read(request(doc))
+    assert "Q3" in turn[0]["content"] and "Revenue grew 12 percent" in turn[0]["content"]
+    (tool,) = await read(request(result))
+    assert tool["role"] == "tool" and "Quarterly report" in tool["content"]
+
+
+@pytest.mark.parametrize(
+    ("data", "media", "param", "words"),
+    [
+        (b"%PDF-1.4 not really", None, "source", "could not be read"),
+        (blank_pages(MAX_PDF_PAGES + 1), None, "source", f"more than {MAX_PDF_PAGES}"),
+        (pdf_of("x" * 64), MediaSettings(max_media_bytes=100), "source.data", "--max-media-bytes"),
+    ],
+)
+async def test_a_pdf_it_cannot_take_is_a_400(data, media, param, words):
+    with pytest.raises(ApiError) as bad:
+        await read(request(pdf_block(data)), media)
+    assert bad.value.status == 400 and words in bad.value.message
+    assert bad.value.param == f"messages[0].content[0].{param}"
+
+
+async def test_without_pypdf_a_pdf_is_a_400_that_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pypdf", None)
+    with pytest.raises(ApiError) as bad:
+        await read(request(pdf_block(pdf_of("x"))))
+    assert "dyn[pdf]" in bad.value.message
+
+
+async def test_claude_codes_read_of_a_pdf_reaches_the_model_as_text(make_frontend):
+    messages = [
+        {"role": "user", "content": "What does the report say?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "r1", "name": "Read", "input": {"file_path": "q3.pdf"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "r1",
+                    "content": [pdf_block(pdf_of("Revenue grew 12 percent"))],
+                }
+            ],
+        },
+    ]
+    tools = [{"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object"}}]
+    parser = {"tool_call_parser": "hermes", "enable_auto_tool_choice": True}
+    async with make_frontend(workers=1, script=reply("It grew."), **parser) as fe:
+        answer = await client(fe).messages.create(model=MODEL, max_tokens=8, messages=messages, tools=tools)
+        counted = await client(fe).messages.count_tokens(model=MODEL, messages=messages, tools=tools)
+        prompt = tokenizer().decode(fe.fleet.requests[0].token_ids)
+    assert answer.content[0].text == "It grew." and "Revenue grew 12 percent" in prompt
+    assert counted.input_tokens == answer.usage.input_tokens
