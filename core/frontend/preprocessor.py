@@ -124,6 +124,8 @@ class Preprocessor:
         self.tokenizer = tokenizer or Tokenizer.from_model(info)
         source = chat_template if chat_template is not None else self.tokenizer.chat_template
         self.chat_template: ChatTemplate | None = compile_template(source) if source else None
+        self._late_system: bool | None = None
+        """``accepts_late_system``, once probed."""
         self.limits = limits or RequestLimits()
         self.prompt_bytes = self.limits.prompt_bytes_limit(info.context_length)
         """The most bytes of prompt text one request may send."""
@@ -323,6 +325,25 @@ class Preprocessor:
         if not token_ids or len(token_ids) >= self.info.context_length:
             return None
         return token_ids
+
+    def accepts_late_system(self) -> bool:
+        """Whether the model's chat template renders a system message after the conversation's
+        first turns (Claude Code sends such reminders; Gemma's and Mistral's templates, among
+        others, raise on them). Probed once, with a five-message conversation."""
+        if self._late_system is None:
+            probe = [
+                {"role": "system", "content": "a"},
+                {"role": "user", "content": "b"},
+                {"role": "assistant", "content": "c"},
+                {"role": "system", "content": "d"},
+                {"role": "user", "content": "e"},
+            ]
+            try:
+                self._render(ChatCompletionRequest(messages=probe, model=self.info.name), probe, True, False)
+                self._late_system = True
+            except ApiError:
+                self._late_system = False
+        return self._late_system
 
     def template_kwargs(self, req: ChatCompletionRequest) -> dict[str, Any] | None:
         """The chat template arguments ``req`` renders with: the defaults, then its own."""

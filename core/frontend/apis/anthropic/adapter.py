@@ -291,6 +291,36 @@ class _Conversion:
         return message
 
 
+def fold_late_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` for a chat template that refuses a system message after the conversation's
+    first turns (``Preprocessor.accepts_late_system``): each such message becomes user text,
+    joined to the user message before or after it, so that roles still alternate."""
+    out: list[dict[str, Any]] = []
+    started = False
+    for message in messages:
+        folded = message["role"] == "system" and started
+        started = started or message["role"] != "system"
+        if folded:
+            message = {"role": "user", "content": message["content"]}
+        last = out[-1] if out else None
+        if last is not None and message["role"] == "user" == last["role"] and (folded or last.get("_folded")):
+            out[-1] = {
+                "role": "user",
+                "content": _concat(last["content"], message["content"]),
+                "_folded": True,
+            }
+        else:
+            out.append({**message, "_folded": True} if folded else message)
+    return [{k: v for k, v in m.items() if k != "_folded"} for m in out]
+
+
+def _concat(first: Any, second: Any) -> Any:
+    if isinstance(first, str) and isinstance(second, str):
+        return f"{first}\n\n{second}"
+    as_parts = [[{"type": "text", "text": c}] if isinstance(c, str) else list(c) for c in (first, second)]
+    return [*as_parts[0], {"type": "text", "text": "\n\n"}, *as_parts[1]]
+
+
 def _joined(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     """Text parts alone as one string (as before images were taken); with an image, the parts."""
     if all(part["type"] == "text" for part in parts):

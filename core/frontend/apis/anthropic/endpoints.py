@@ -5,7 +5,9 @@ Both answer every error on their path in Anthropic's shape (``errors``), the app
 prepared by ``OpenAIService.prepare_chat`` like any chat completion (one validation, template,
 tokenizer, routing) and written by ``MessagesWire``; its ``context_management`` edits apply to
 its conversation first (``context_editing``), and both endpoints say what they cleared. PDF
-documents are read into text before either (``documents``). ``count_tokens`` tokenizes the same chat
+documents are read into text before either (``documents``); for a chat template that refuses a
+system message after the first turns, such messages are folded into user turns
+(``adapter.fold_late_system``). ``count_tokens`` tokenizes the same chat
 request as ``/tokenize`` does: its count is the prompt a Messages request with the same body
 sends (``usage`` input + cache read + cache creation). The query (Claude Code's ``?beta=true``)
 and the ``anthropic-version`` and ``anthropic-beta`` headers are accepted, whatever they hold.
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from dyn.core.frontend.apis.anthropic import errors
-from dyn.core.frontend.apis.anthropic.adapter import adapt
+from dyn.core.frontend.apis.anthropic.adapter import FieldNames, adapt, fold_late_system
 from dyn.core.frontend.apis.anthropic.context_editing import edited, edits_of
 from dyn.core.frontend.apis.anthropic.documents import read_pdfs
 from dyn.core.frontend.apis.anthropic.protocol import (
@@ -34,7 +36,7 @@ from dyn.core.frontend.endpoints.generate import GenerateEndpoint, warn_ignored
 from dyn.core.frontend.endpoints.json_post import JsonEndpoint
 from dyn.core.frontend.generation import Generation, RequestContext
 from dyn.core.protocol.errors import ApiError
-from dyn.core.protocol.openai import check_chat, decode_request
+from dyn.core.protocol.openai import ChatCompletionRequest, check_chat, decode_request
 from dyn.core.protocol.tools import tool_plan
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ async def _prepare(
 ) -> Generation:
     await read_pdfs(req.messages, service.media)
     context, _ = await _edit_context(service, req)
-    chat, names = adapt(req)
+    chat, names = _adapted(service, req)
     try:
         return await service.prepare_chat(
             chat, ctx, lambda gen: MessagesWire(gen, context), "messages", "Messages"
@@ -76,7 +78,7 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
     service = app.models.resolve(req.model)
     await read_pdfs(req.messages, service.media)
     _, original = await _edit_context(service, req)
-    chat, names = adapt(req)
+    chat, names = _adapted(service, req)
     try:
         check_chat(chat, service.outputs.max_logprobs)
         tool_plan(chat.tools, chat.tool_choice, chat.parallel_tool_calls)
@@ -85,6 +87,14 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
         raise names.renamed(exc) from None
     context = CountTokensContextManagement(original) if original is not None else None
     return CountTokensResponse(len(tokens), context)
+
+
+def _adapted(service: OpenAIService, req: CountTokensRequest) -> tuple[ChatCompletionRequest, FieldNames]:
+    """``adapt(req)``, its later system messages folded for a template that refuses them."""
+    chat, names = adapt(req)
+    if not service.preprocessor.accepts_late_system():
+        chat.messages = fold_late_system(chat.messages)
+    return chat, names
 
 
 async def _edit_context(
@@ -98,7 +108,7 @@ async def _edit_context(
     edits = edits_of(req.context_management)
 
     async def count(messages: list[MessageParam]) -> int:
-        chat, names = adapt(msgspec.structs.replace(req, messages=messages))
+        chat, names = _adapted(service, msgspec.structs.replace(req, messages=messages))
         try:
             return len(await service.preprocessor.tokenize_chat_async(chat))
         except ApiError as exc:
