@@ -26,6 +26,15 @@ def events_of(messages: list[dict]) -> list[dict]:
     return [json.loads(block.split("\ndata: ", 1)[1]) for block in text.split("\n\n") if block]
 
 
+async def started_then_left(fe, messages: int) -> list[dict]:
+    """POST a streamed background response and leave after ``messages`` ASGI messages (the head
+    is one); the events seen."""
+    sent = await asgi_call(
+        fe.app, "POST", "/v1/responses", json.dumps(BODY).encode(), leave_after=lambda s: len(s) >= messages
+    )
+    return events_of(sent)
+
+
 async def test_a_streamed_background_response_is_read_again_from_any_event(make_frontend):
     async with make_frontend(workers=1, script=reply("It is sunny.")) as fe:
         client = sdk(fe)
@@ -47,15 +56,7 @@ async def test_a_client_that_leaves_does_not_stop_it_and_picks_up_where_it_left(
     release = anyio.Event()
     async with make_frontend(workers=1, script=held(release, reply("It is sunny."))) as fe:
         with anyio.fail_after(10):
-            seen = events_of(
-                await asgi_call(
-                    fe.app,
-                    "POST",
-                    "/v1/responses",
-                    json.dumps(BODY).encode(),
-                    leave_after=lambda s: len(s) > 1,
-                )
-            )
+            seen = await started_then_left(fe, 2)
         assert [e["type"] for e in seen] == ["response.created", "response.in_progress"]
         release.set()
         response_id = seen[0]["response"]["id"]
@@ -74,15 +75,7 @@ async def test_a_cancelled_one_ends_its_readers(make_frontend):
     async with make_frontend(workers=1, script=endless()) as fe:
         client = sdk(fe)
         with anyio.fail_after(10):
-            seen = events_of(
-                await asgi_call(
-                    fe.app,
-                    "POST",
-                    "/v1/responses",
-                    json.dumps(BODY).encode(),
-                    leave_after=lambda s: len(s) > 2,
-                )
-            )
+            seen = await started_then_left(fe, 3)
             response_id = seen[0]["response"]["id"]
             cancelled = await client.responses.cancel(response_id)
             replay = [e async for e in await client.responses.retrieve(response_id, stream=True)]
@@ -98,15 +91,7 @@ async def test_the_kept_events_are_bounded_by_the_store_budget(make_frontend):
     ) as fe:
         background = fe.app.background_responses
         with anyio.fail_after(10):
-            seen = events_of(
-                await asgi_call(
-                    fe.app,
-                    "POST",
-                    "/v1/responses",
-                    json.dumps(BODY).encode(),
-                    leave_after=lambda s: len(s) > 1,
-                )
-            )
+            seen = await started_then_left(fe, 2)
             response_id = seen[0]["response"]["id"]
             kept = background._logs[response_id]
             await wait_until(lambda: kept.first > 10, 10, "the oldest events to be dropped")
