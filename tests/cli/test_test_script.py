@@ -65,9 +65,10 @@ def test_every_step_passing_exits_0_and_runs_the_suite_then_each_engine(layout):
     run, calls = _run(layout)
     assert run.returncode == 0, run.stdout + run.stderr
     assert calls[0] == "||-m pytest -n 2"
-    assert calls[1].startswith("/venvs/vllm||-m pytest tests/integration/test_vllm_serve.py ")
-    assert " tests/integration/test_vllm_serve.py " in calls[1]
-    assert calls[2] == "|/venvs/sglang|-m pytest tests/integration/test_sglang_serve.py"
+    assert calls[1].startswith("/venvs/vllm||-m pytest -n 2 --dist loadfile tests/integration/")
+    assert " tests/plugins/vllm/test_real_vllm.py " in calls[1] and "test_vllm_serve" not in calls[1]
+    assert calls[2] == "/venvs/vllm||-m pytest tests/integration/test_vllm_serve.py"
+    assert calls[3] == "|/venvs/sglang|-m pytest tests/integration/test_sglang_serve.py"
 
 
 def test_a_failing_suite_fails_before_the_engine_tests(layout):

@@ -67,8 +67,10 @@ async def test_every_prompt_is_encoded_with_an_embed_task_and_answered_in_order(
     vectors = await engine(llm).embed([[7, 8, 9], [5]])
     assert vectors == [[3.0, 7.0], [1.0, 5.0]]
     assert sorted(c[0] for c in llm.calls) == [[5], [7, 8, 9]]
-    assert all(c[1] == {"task": "embed"} for c in llm.calls)
+    assert all(c[1] == {"task": "embed", "use_activation": True} for c in llm.calls)
     assert len({c[2] for c in llm.calls}) == 2  # one request id per input
+    await engine(llm).embed([[5]], "embed", activation=False)
+    assert llm.calls[-1][1] == {"task": "embed", "use_activation": False}
 
 
 async def test_a_bad_input_is_a_bad_request_and_a_generate_runner_does_not_embed():
