@@ -6,55 +6,23 @@ engine receives."""
 from __future__ import annotations
 
 import base64
-import io
 import sys
 
 import msgspec
-import pypdf
 import pytest
 
 from dyn.core.frontend.apis.anthropic.adapter import adapt
-from dyn.core.frontend.apis.anthropic.documents import MAX_PDF_PAGES, read_pdfs
+from dyn.core.frontend.apis.anthropic.documents import read_pdfs
 from dyn.core.frontend.apis.anthropic.protocol import MessagesRequest
+from dyn.core.frontend.documents import MAX_PDF_PAGES
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.openai import decode_request
 from tests.core.frontend.fake_workers import reply, tokenizer
 from tests.core.frontend.test_anthropic_api import MODEL, client
+from tests.pdf_files import blank_pages, pdf_of
 
 pytestmark = pytest.mark.anyio
-
-
-def pdf_of(*lines: str) -> bytes:
-    """A one-page PDF whose text layer holds ``lines`` (Helvetica, one line each)."""
-    text = "".join(f"BT /F1 12 Tf 72 {720 - 16 * i} Td ({line}) Tj ET\n" for i, line in enumerate(lines))
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text.encode()),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out = io.BytesIO(b"%PDF-1.4\n")
-    offsets = []
-    for n, body in enumerate(objects, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n%s\nendobj\n" % (n, body))
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    out.write(b"".join(b"%010d 00000 n \n" % o for o in offsets))
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
-
-
-def blank_pages(n: int) -> bytes:
-    writer = pypdf.PdfWriter()
-    for _ in range(n):
-        writer.add_blank_page(72, 72)
-    out = io.BytesIO()
-    writer.write(out)
-    return out.getvalue()
 
 
 def pdf_block(data: bytes, **fields) -> dict:
@@ -116,8 +84,8 @@ async def test_a_pdf_reads_as_its_pages_text_in_a_turn_and_in_a_tool_result():
 @pytest.mark.parametrize(
     ("data", "media", "param", "words"),
     [
-        (b"%PDF-1.4 not really", None, "source", "could not be read"),
-        (blank_pages(MAX_PDF_PAGES + 1), None, "source", f"more than {MAX_PDF_PAGES}"),
+        (b"%PDF-1.4 not really", None, "source.data", "could not be read"),
+        (blank_pages(MAX_PDF_PAGES + 1), None, "source.data", f"more than {MAX_PDF_PAGES}"),
         (pdf_of("x" * 64), MediaSettings(max_media_bytes=100), "source.data", "--max-media-bytes"),
     ],
 )

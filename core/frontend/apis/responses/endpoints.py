@@ -6,7 +6,8 @@ continuing the stored conversation of its ``previous_response_id`` (unknown or e
 naming the field), prepared by ``OpenAIService.prepare_chat`` and written by ``ResponsesWire``.
 With ``truncation: "auto"`` a conversation over the context loses its oldest turns
 (``truncation``); ``background: true`` answers at once and generates after (``background``);
-``item_reference`` items are read from the store (``references``).
+``item_reference`` items are read from the store (``references``), ``input_file`` parts as
+text (``files``).
 Its ``prompt_cache_key`` is the request's session identity when no header gave one (and it is
 one: ``session_identity.checked``). The app's ``ResponseStore`` (``FrontendApp.response_store``)
 keeps what ``store`` asks to keep. Errors the chat path raises name the Responses request's
@@ -24,6 +25,7 @@ import msgspec
 from dyn.core.asgi import JSON, respond
 from dyn.core.frontend.apis.responses.adapter import ChatTurn, chat_request
 from dyn.core.frontend.apis.responses.background import resume_point
+from dyn.core.frontend.apis.responses.files import with_files_read
 from dyn.core.frontend.apis.responses.input_items import input_items_page
 from dyn.core.frontend.apis.responses.protocol import DeletedResponse, ResponsesRequest
 from dyn.core.frontend.apis.responses.references import with_references_resolved
@@ -71,7 +73,7 @@ async def prepare(
             )
         history, history_json = _CONVERSATION.decode(stored.conversation), stored.conversation
     if isinstance(req.input, list):
-        req.input = with_references_resolved(req.input, store)
+        req.input = await with_files_read(with_references_resolved(req.input, store), service.media)
     turn = chat_request(req, history, history_json)
     _warn_dropped(turn, ctx.request_id)
     if ctx.session_id is None and req.prompt_cache_key:

@@ -1,0 +1,86 @@
+"""``input_file`` content parts, read as text before the request is adapted: in a user message's
+``content`` and in a ``function_call_output``'s ``output``.
+
+A part's ``file_data`` is a data URL (``data:<type>;base64,<data>``; the bare base64 of a PDF is
+taken too): a PDF (``application/pdf``) reads as its pages' text
+(``dyn.core.frontend.documents``, with its bounds), a ``text/*`` file as its UTF-8 text (bounded
+by ``--max-media-bytes``). The part becomes an ``input_text`` part: the file's ``filename`` on
+the first line, then its text. ``file_id`` (OpenAI's Files API) and ``file_url`` are a 400 naming
+the part: no files are stored or fetched here.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from dyn.core.frontend.documents import PDF, read_pdf
+from dyn.core.frontend.media import MediaSettings
+from dyn.core.protocol.errors import bad_request
+
+_PDF_BASE64 = base64.b64encode(b"%PDF").decode()[:5]
+
+
+async def with_files_read(items: list[Any], media: MediaSettings) -> list[Any]:
+    """``items`` with every ``input_file`` part replaced by an ``input_text`` part of its text."""
+    if not any(_has_file(item) for item in items):
+        return items
+    out = []
+    for i, item in enumerate(items):
+        if _has_file(item):
+            key = "content" if "content" in item else "output"
+            parts = [
+                await _text_part(part, f"input[{i}].{key}[{j}]", media) if _is_file(part) else part
+                for j, part in enumerate(item[key])
+            ]
+            item = {**item, key: parts}
+        out.append(item)
+    return out
+
+
+def _is_file(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "input_file"
+
+
+def _has_file(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    parts = item.get("content", item.get("output"))
+    return isinstance(parts, list) and any(_is_file(part) for part in parts)
+
+
+async def _text_part(part: dict[str, Any], where: str, media: MediaSettings) -> dict[str, Any]:
+    data = part.get("file_data")
+    if not isinstance(data, str):
+        held = "file_id" if "file_id" in part else "file_url" if "file_url" in part else None
+        raise bad_request(
+            f"{where}: an input_file needs its file_data here"
+            + (f"; {held} is not supported (no files are stored or fetched)" if held else ""),
+            param=where,
+        )
+    if data.startswith("data:"):
+        kind, _, payload = data.removeprefix("data:").partition(";base64,")
+        kind = kind.lower()
+    else:  # bare base64: a PDF's begins with the encoding of "%PDF"
+        kind, payload = (PDF if data.startswith(_PDF_BASE64) else "unknown (not a data URL)"), data
+    if kind == PDF:
+        text = await read_pdf(payload, f"{where}.file_data", media)
+    elif kind.startswith("text/"):
+        text = _text(payload, f"{where}.file_data", media)
+    else:
+        raise bad_request(
+            f"{where}.file_data: a PDF or a text/* file is read here, got {kind[:64]!r}",
+            param=f"{where}.file_data",
+        )
+    name = part.get("filename")
+    return {"type": "input_text", "text": f"{name}\n\n{text}" if isinstance(name, str) and name else text}
+
+
+def _text(payload: str, param: str, media: MediaSettings) -> str:
+    if len(payload) > media.max_media_bytes * 4 // 3 + 4:
+        raise bad_request(f"{param}: over {media.max_media_bytes} bytes (--max-media-bytes)", param=param)
+    try:
+        return base64.b64decode(payload, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise bad_request(f"{param}: not the base64 of UTF-8 text", param=param) from None

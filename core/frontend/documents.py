@@ -1,0 +1,79 @@
+"""Documents read as text for a model that reads text: a PDF's pages through pypdf (``pip install
+'dyn[pdf]'``), for the APIs that take documents (Anthropic's ``document`` blocks, the Responses
+API's ``input_file`` parts).
+
+``read_pdf`` decodes a PDF's base64 data, bounded by ``--max-media-bytes``, and extracts the text
+of its pages in a worker thread, at most ``MAX_PDF_PAGES`` pages (Anthropic's limit) and
+``MAX_DOCUMENT_CHARS`` characters; every failure is a 400 naming ``param``: data that is not
+base64, a PDF pypdf cannot read, too many pages or too much text, and no pypdf installed (saying
+what to install). Pages are not seen as images: a scan without a text layer reads as nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import logging
+
+import anyio.to_thread
+
+from dyn.core.frontend.media import MediaSettings
+from dyn.core.protocol.errors import bad_request
+
+log = logging.getLogger(__name__)
+
+MAX_PDF_PAGES = 100
+MAX_DOCUMENT_CHARS = 4 << 20
+"""The most text one document gives (the prompt's own byte limit applies after)."""
+PDF = "application/pdf"
+
+
+async def read_pdf(data: object, param: str, media: MediaSettings) -> str:
+    """The text of the PDF whose base64 is ``data``, a page per paragraph."""
+    if not isinstance(data, str) or len(data) > media.max_media_bytes * 4 // 3 + 4:
+        raise bad_request(
+            f"{param}: a PDF's base64 data of at most {media.max_media_bytes} bytes decoded "
+            "(--max-media-bytes)",
+            param=param,
+        )
+    try:
+        pdf = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request(f"{param}: not valid base64", param=param) from None
+    return await anyio.to_thread.run_sync(_pdf_text, pdf, param)
+
+
+def _pdf_text(pdf: bytes, param: str) -> str:
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:
+        raise bad_request(
+            f"{param}: reading a PDF needs pypdf in the frontend's environment: "
+            "pip install 'dyn[pdf]', or send the document's text",
+            param=param,
+        ) from None
+    try:
+        pages = PdfReader(io.BytesIO(pdf)).pages
+        if len(pages) > MAX_PDF_PAGES:
+            raise bad_request(
+                f"{param}: the PDF has {len(pages)} pages, more than {MAX_PDF_PAGES}; send fewer", param=param
+            )
+        texts: list[str] = []
+        size = 0
+        for page in pages:
+            text = page.extract_text() or ""
+            size += len(text)
+            if size > MAX_DOCUMENT_CHARS:
+                raise bad_request(
+                    f"{param}: the PDF's text is over {MAX_DOCUMENT_CHARS} characters; send fewer pages",
+                    param=param,
+                )
+            texts.append(text)
+    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+        log.info("%s: pypdf could not read the PDF: %r", param, exc)
+        raise bad_request(
+            f"{param}: the PDF could not be read ({type(exc).__name__}); check the file", param=param
+        ) from None
+    return "\n\n".join(texts)
