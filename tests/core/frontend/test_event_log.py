@@ -1,12 +1,16 @@
 """``EventLog``: a streamed background response's events, kept for readers that follow them from
-any sequence number, and trimmed from the oldest when its owner's budget is reached."""
+any sequence number, and trimmed from the oldest when its owner's budget is reached; its
+readers counted, and bounded per response by ``BackgroundResponses``."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
+from dyn.core.frontend.apis.responses.background import MAX_READERS, BackgroundResponses
 from dyn.core.frontend.apis.responses.event_log import EventLog
+from dyn.core.frontend.apis.responses.store import ResponseStore
+from dyn.core.protocol.errors import ApiError
 
 pytestmark = pytest.mark.anyio
 
@@ -76,3 +80,25 @@ async def test_trim_drops_the_oldest_but_keeps_an_open_logs_last_entry():
     log.close()
     assert await read(log, 2) == event(3)
     assert log.trim(0) == size and log.bytes == 0 and log.first == 4
+
+
+async def test_readers_are_counted_and_a_response_takes_a_bounded_number():
+    background = BackgroundResponses(ResponseStore())
+    log = background._new_log("resp_1")
+    log.write(event(0))
+
+    async def follow() -> None:
+        async for _ in background.events("resp_1", -1):
+            pass
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for _ in range(MAX_READERS):
+                tg.start_soon(follow)
+            await anyio.sleep(0.01)
+            assert log.readers == MAX_READERS
+            with pytest.raises(ApiError) as full:
+                background.events("resp_1", -1)
+            assert full.value.status == 429
+            log.close()
+    assert log.readers == 0

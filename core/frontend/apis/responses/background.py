@@ -20,7 +20,7 @@ entry count; requests being prepared at that moment may each still start one). T
 of all responses hold at most the store's byte budget (``--responses-store-max-bytes``) on top of
 it, and the logs of at most its entry count: past either, the logs of ended responses go first,
 oldest first, then a running one's oldest events (a ``starting_after`` before what is kept is a
-400). A background response lives in its frontend process: one that exits gives its running
+400); at most ``MAX_READERS`` clients read one response's events at once (a 429 beyond). A background response lives in its frontend process: one that exits gives its running
 ones its graceful-shutdown time to end, then cancels them; its store goes with it.
 """
 
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from dyn.core.frontend.app import FrontendApp
 
 log = logging.getLogger(__name__)
+
+MAX_READERS = 16
+"""The most clients reading one response's kept events at once (the creator among them)."""
 
 
 class BackgroundResponses:
@@ -97,6 +100,13 @@ class BackgroundResponses:
                 f"response {response_id[:256]} has no events to stream: only a response created with "
                 "background: true and stream: true has them, while this frontend keeps them; GET it "
                 "without stream=true",
+                param="stream",
+            )
+        if events.readers >= MAX_READERS:
+            raise ApiError(
+                429,
+                f"response {response_id[:256]} has {MAX_READERS} readers of its events already, the "
+                "most this server allows; wait for one to end",
                 param="stream",
             )
         if starting_after + 1 < events.first:

@@ -28,6 +28,8 @@ class EventLog:
         self.entries: list[bytes] = []
         self.bytes = 0
         self.done = False
+        self.readers = 0
+        """The ``follow`` calls reading now."""
         self._on_grow = on_grow
         self._pending = b""
         """Annotation events waiting for the next numbered event."""
@@ -89,19 +91,23 @@ class EventLog:
         closes; each chunk is every entry there was to read. A reader that asks for, or falls
         behind to, entries no longer kept (``trim``) ends there: check ``first`` before."""
         nxt = after + 1
-        while True:
-            if nxt < self.first:
-                return
-            end = self.end
-            if nxt < end:
-                chunk = b"".join(self.entries[nxt - self.first :])
-                nxt = end
-                yield chunk
-                continue
-            if self.done:
-                return
-            wake = self._wake
-            await wake.wait()
+        self.readers += 1
+        try:
+            while True:
+                if nxt < self.first:
+                    return
+                end = self.end
+                if nxt < end:
+                    chunk = b"".join(self.entries[nxt - self.first :])
+                    nxt = end
+                    yield chunk
+                    continue
+                if self.done:
+                    return
+                wake = self._wake
+                await wake.wait()
+        finally:
+            self.readers -= 1
 
     def _wake_readers(self) -> None:
         self._wake.set()
