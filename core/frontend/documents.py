@@ -29,19 +29,22 @@ MAX_DOCUMENT_CHARS = 4 << 20
 PDF = "application/pdf"
 
 
-async def read_pdf(data: object, param: str, media: MediaSettings) -> str:
-    """The text of the PDF whose base64 is ``data``, a page per paragraph."""
+def decoded(data: object, param: str, media: MediaSettings) -> bytes:
+    """The bytes of a file's base64 ``data``, at most ``--max-media-bytes`` of them; else a 400."""
     if not isinstance(data, str) or len(data) > media.max_media_bytes * 4 // 3 + 4:
         raise bad_request(
-            f"{param}: a PDF's base64 data of at most {media.max_media_bytes} bytes decoded "
-            "(--max-media-bytes)",
+            f"{param}: base64 data of at most {media.max_media_bytes} bytes decoded (--max-media-bytes)",
             param=param,
         )
     try:
-        pdf = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise bad_request(f"{param}: not valid base64", param=param) from None
-    return await anyio.to_thread.run_sync(_pdf_text, pdf, param)
+
+
+async def read_pdf(data: object, param: str, media: MediaSettings) -> str:
+    """The text of the PDF whose base64 is ``data``, a page per paragraph."""
+    return await anyio.to_thread.run_sync(_pdf_text, decoded(data, param, media), param)
 
 
 def _pdf_text(pdf: bytes, param: str) -> str:

@@ -12,10 +12,9 @@ the part: no files are stored or fetched here.
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any
 
-from dyn.core.frontend.documents import PDF, read_pdf
+from dyn.core.frontend.documents import PDF, decoded, read_pdf
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import bad_request
 
@@ -78,9 +77,7 @@ async def _text_part(part: dict[str, Any], where: str, media: MediaSettings) -> 
 
 
 def _text(payload: str, param: str, media: MediaSettings) -> str:
-    if len(payload) > media.max_media_bytes * 4 // 3 + 4:
-        raise bad_request(f"{param}: over {media.max_media_bytes} bytes (--max-media-bytes)", param=param)
     try:
-        return base64.b64decode(payload, validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        raise bad_request(f"{param}: not the base64 of UTF-8 text", param=param) from None
+        return decoded(payload, param, media).decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request(f"{param}: not UTF-8 text", param=param) from None
