@@ -21,6 +21,7 @@ from dyn.core.frontend.apis.anthropic.context_editing import (
     edits_of,
 )
 from dyn.core.frontend.apis.anthropic.protocol import (
+    MAX_EDITS,
     ContextManagement,
     MessageParam,
     ThinkingBlock,
@@ -159,3 +160,16 @@ async def test_the_engine_gets_the_edited_prompt_and_the_sdk_reads_what_was_clea
         == plain.input_tokens - thinking.cleared_input_tokens - tools.cleared_input_tokens
     )
     assert unary.usage.input_tokens == counted.input_tokens
+
+
+async def test_more_edits_than_the_bound_are_a_400(make_frontend):
+    edits = [{"type": "clear_thinking_20251015", "keep": "all"}] * (MAX_EDITS + 1)
+    body = {
+        "model": MODEL,
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": edits},
+    }
+    async with make_frontend(workers=1, script=reply("ok")) as fe:
+        r = await fe.client.post("/v1/messages", json=body)
+    assert r.status_code == 400 and "context_management.edits" in r.text and not fe.fleet.requests

@@ -11,6 +11,7 @@ import sys
 import msgspec
 import pytest
 
+from dyn.core.frontend import documents
 from dyn.core.frontend.apis.anthropic.adapter import adapt
 from dyn.core.frontend.apis.anthropic.documents import read_pdfs
 from dyn.core.frontend.apis.anthropic.protocol import MessagesRequest
@@ -129,3 +130,10 @@ async def test_claude_codes_read_of_a_pdf_reaches_the_model_as_text(make_fronten
         prompt = tokenizer().decode(fe.fleet.requests[0].token_ids)
     assert answer.content[0].text == "It grew." and "Revenue grew 12 percent" in prompt
     assert counted.input_tokens == answer.usage.input_tokens
+
+
+async def test_a_pdf_with_too_much_text_is_a_400(monkeypatch):
+    monkeypatch.setattr(documents, "MAX_DOCUMENT_CHARS", 10)
+    with pytest.raises(ApiError) as bad:
+        await read(request(pdf_block(pdf_of("more than ten characters"))))
+    assert bad.value.status == 400 and "over 10 characters" in bad.value.message

@@ -8,6 +8,7 @@ import base64
 
 import pytest
 
+from dyn.core.frontend.media import MediaSettings
 from tests.core.frontend.fake_workers import reply, tokenizer
 from tests.core.frontend.test_responses_api import sdk
 from tests.pdf_files import pdf_of
@@ -79,3 +80,11 @@ async def test_a_file_it_cannot_read_is_a_400_naming_the_part(make_frontend, par
         r = await fe.client.post("/v1/responses", json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert words in r.json()["error"]["message"] and not fe.fleet.requests
+
+
+async def test_a_text_file_over_the_media_bound_is_a_400(make_frontend):
+    part = {"type": "input_file", "file_data": data_url("text/plain", b"x" * 2048)}
+    body = {"model": "dyn-tiny", "input": [{"role": "user", "content": [part]}]}
+    async with make_frontend(workers=1, script=reply("x"), media=MediaSettings(max_media_bytes=1024)) as fe:
+        r = await fe.client.post("/v1/responses", json=body)
+    assert r.status_code == 400 and "--max-media-bytes" in r.json()["error"]["message"]
