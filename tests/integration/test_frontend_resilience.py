@@ -20,8 +20,10 @@ MODEL = "dyn-tiny"
 def resilient(stack_factory):
     """Two worker processes (so one can be killed) behind a round-robin frontend."""
     s = stack_factory("resilient")
-    s.worker("--block-size", "16", log_level="debug")
-    s.worker("--block-size", "16", "--speedup-ratio", "1")  # real time: its requests take a while
+    s.worker("--block-size", "16")
+    # real time, so its requests take a while (a walk-away is seen before the reply ends); its debug
+    # log shows the aborts
+    s.worker("--block-size", "16", "--speedup-ratio", "1", log_level="debug")
     s.start_frontend()
     s.wait_instances(2)
     return s
@@ -66,8 +68,8 @@ def test_200_concurrent_streams_complete(resilient):
 
 
 def test_client_disconnect_cancels_the_engine_request(resilient, wait_for):
-    debug_worker = resilient.procs[0]
-    # find which instance the debug-logging worker hosts: its log names it when serving
+    debug_worker = resilient.procs[1]
+    # find which instance the slow, debug-logging worker hosts: its log names it when serving
     log = debug_worker.log()
     instance = next(i for i in resilient.instances() if f"worker {i} " in log)
     body = {
