@@ -19,6 +19,12 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``long`` (15 s or more) run first. Collected in file order, the longest ran at
+    the end, one worker busy with it alone while the other had nothing left to take."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture
 def anyio_backend():
     return "asyncio"

@@ -402,6 +402,7 @@ def test_worker_exit_after_ready_keeps_serving_until_the_last_one_goes(stacks, t
     assert_all_gone(run.pids().values())
 
 
+@pytest.mark.long
 def test_a_dead_worker_is_restarted_after_a_doubling_back_off(stacks, tmp_path):
     dying = tmp_path / "dying"
     run = stacks(

@@ -168,6 +168,7 @@ def test_metric_names_are_read_from_promql():
     }
 
 
+@pytest.mark.long
 def test_every_dashboard_query_names_only_metrics_dyn_exports(exported):
     dashboard = json.loads(DASHBOARD.read_text())
     queries = list(dashboard_queries(dashboard))

@@ -72,6 +72,7 @@ def status(proc: DynProcess, prefix: str, timeout: float = 60) -> str:
     return poll_until(found, timeout, f"{prefix!r} from {proc.log_path.name}")
 
 
+@pytest.mark.long
 def test_the_base_stack_serves_as_its_manifests_run_it(etcd_server, tmp_path):
     keys = tmp_path / "plane-keys"
     subprocess.run(

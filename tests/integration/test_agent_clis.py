@@ -104,6 +104,7 @@ wire_api = "responses"
     assert FINAL in out
 
 
+@pytest.mark.long
 def test_claude_code_runs_a_tool_loop_through_the_messages_api(agents, serve, tmp_path):
     url = serve(_replies(tmp_path, _call("Bash", {"command": PROBE, "description": "Run the probe"})))
     env = {
@@ -142,6 +143,7 @@ def test_claude_code_runs_a_tool_loop_through_the_messages_api(agents, serve, tm
     [(), ("--engine-type", "sglang", "--enable-streaming-session")],
     ids=["default", "sglang-flavour"],
 )
+@pytest.mark.long
 def test_opencode_runs_a_tool_loop_through_chat_completions(agents, serve, tmp_path, flags):
     """The default stack with a bare model entry, and seed 003's walk-through on the mocker in
     SGLang's flavour (its streaming sessions on) with seed 003's model entry (tool calls,

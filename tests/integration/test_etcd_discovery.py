@@ -78,6 +78,7 @@ def test_a_stack_on_etcd_serves_and_forgets_a_killed_worker(etcd_server, tmp_pat
         stack.close()
 
 
+@pytest.mark.long
 def test_routing_goes_on_while_etcd_restarts(etcd_server, tmp_path):
     stack, flags = etcd_stack(tmp_path, etcd_server, "etcd-restart")
     try:

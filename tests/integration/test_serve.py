@@ -122,6 +122,7 @@ def test_serve_without_restarts_keeps_serving_on_the_rest(dyn_process, wait_for)
     stop_and_check(proc, pids, wait_for)
 
 
+@pytest.mark.long
 def test_children_stop_when_the_supervisor_is_killed(dyn_process, wait_for):
     proc = dyn_process("serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100")
     serve_ready_url(proc)

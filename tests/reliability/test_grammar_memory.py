@@ -97,6 +97,7 @@ def test_the_engines_refusals_are_one_line_400s_naming_the_field(grammar_stack, 
     assert "\n" not in error["message"] and "<state>" not in error["message"], error
 
 
+@pytest.mark.long
 def test_two_hundred_distinct_attacks_leave_frontend_and_worker_within_bounds(grammar_stack):
     s = grammar_stack
     worker_pid = s.procs[0].proc.pid

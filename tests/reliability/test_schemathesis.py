@@ -90,6 +90,7 @@ def accepted(result: dict, operation: str) -> int:
     return sum(phase["accepted"] for phase in result["valid_rates"][operation].values())
 
 
+@pytest.mark.long
 def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp_path):
     result = schemathesis(stack.url, tmp_path)
     assert result["operations"]["tested"] == 23
@@ -103,6 +104,7 @@ def test_schemathesis_finds_no_server_error_and_no_dropped_connection(stack, tmp
 POOLING_PATHS = ("/v1/embeddings", "/pooling", "/score", "/rerank")
 
 
+@pytest.mark.long
 def test_schemathesis_pooling_apis_on_pooling_workers(stack_factory, tmp_path):
     """The pooling APIs on mocker workers that embed (``--runner pooling``): the generated
     requests the document calls valid get their vectors or scores, none gets a server error."""
