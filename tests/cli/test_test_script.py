@@ -44,10 +44,10 @@ def layout(tmp_path):
     return tmp_path
 
 
-def _run(layout: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run(layout: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     calls = layout / "calls.log"
     run = subprocess.run(
-        ["bash", str(layout / "repo" / "scripts" / "test.sh")],
+        ["bash", str(layout / "repo" / "scripts" / "test.sh"), *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -61,14 +61,38 @@ def _run(layout: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[st
     return run, calls.read_text().splitlines() if calls.exists() else []
 
 
-def test_every_step_passing_exits_0_and_runs_the_suite_then_each_engine(layout):
+def test_every_step_passing_exits_0_and_runs_the_suite_then_each_engines_own_paths(layout):
     run, calls = _run(layout)
     assert run.returncode == 0, run.stdout + run.stderr
     assert calls[0] == "||-m pytest -n 2"
-    assert calls[1].startswith("/venvs/vllm||-m pytest -n 2 --dist loadfile tests/integration/")
-    assert " tests/plugins/vllm/test_real_vllm.py " in calls[1] and "test_vllm_serve" not in calls[1]
+    assert calls[1].startswith(
+        "/venvs/vllm||-m pytest -n 2 --dist loadfile tests/plugins/vllm/test_real_vllm.py "
+    )
     assert calls[2] == "/venvs/vllm||-m pytest tests/integration/test_vllm_serve.py"
+    assert calls[3] == "|/venvs/sglang|-m pytest -m not all_engines tests/integration/test_sglang_serve.py"
+    assert len(calls) == 4
+    assert not any("multimodal" in call or "disagg" in call for call in calls)
+
+
+def test_all_engines_adds_the_model_variants_and_the_rest_of_sglang(layout):
+    run, calls = _run(layout, "--all-engines")
+    assert run.returncode == 0, run.stdout + run.stderr
     assert calls[3] == "|/venvs/sglang|-m pytest tests/integration/test_sglang_serve.py"
+    assert calls[4].startswith("/venvs/vllm||-m pytest -n 2 --dist loadfile tests/integration/")
+    for variant in (
+        "test_vllm_multimodal.py",
+        "test_vllm_disagg.py",
+        "test_real_vllm_audio.py",
+        "test_vllm_lora.py",
+    ):
+        assert variant in calls[4]
+
+
+def test_an_unknown_argument_is_refused_before_anything_runs(layout):
+    run, calls = _run(layout, "--all")
+    assert run.returncode == 2
+    assert "usage: scripts/test.sh [--all-engines]" in run.stderr
+    assert calls == []
 
 
 def test_a_failing_suite_fails_before_the_engine_tests(layout):

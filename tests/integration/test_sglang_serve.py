@@ -297,6 +297,7 @@ def test_opencode_completes_a_turn_on_sglang_with_seed_003s_provider(stack, tmp_
     assert served_streams(url) > before
 
 
+@pytest.mark.all_engines
 def test_priority_radix_eviction_keeps_the_important_prefix_under_pressure(priority_stack):
     """An important prompt, then an ordinary one, then unique prompts that overflow the worker's
     4096-token pool: with --radix-eviction-policy priority SGLang evicts the ordinary prefix and
@@ -315,6 +316,7 @@ def test_priority_radix_eviction_keeps_the_important_prefix_under_pressure(prior
     assert cached(again_ordinary) < again_ordinary["usage"]["prompt_tokens"] // 2
 
 
+@pytest.mark.all_engines
 def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
     """One worker, one running slot (--max-running-requests 1): a long request holds it, three
     normal ones queue, then an important one (dyn's convention: a larger nvext priority) arrives
@@ -359,6 +361,7 @@ def test_priority_scheduling_reorders_a_contended_sglang_queue(priority_stack):
     assert [done[name][0] for name in shorts[1:]] == sorted(done[name][0] for name in shorts[1:]), done
 
 
+@pytest.mark.all_engines
 def test_a_session_on_one_running_slot_runs_as_ordinary_requests_instead_of_deadlocking(priority_stack):
     """SGLang keeps a running slot per open streaming session, so with one slot a session's next
     turn (and every other request) would wait for its idle timeout; dyn opens none there."""
@@ -372,6 +375,7 @@ def test_a_session_on_one_running_slot_runs_as_ordinary_requests_instead_of_dead
     assert "no session can be opened here" in log.read_text()
 
 
+@pytest.mark.all_engines
 def test_a_sigterm_to_a_worker_deregisters_it_and_drains_its_stream(tmp_path):
     """SIGTERM to a live SGLang worker mid-stream (a rolling restart): dyn's runner, not SGLang's
     own handler (which SGLang sets on the worker's loop), stops it: the worker leaves discovery,
