@@ -8,9 +8,9 @@
 #
 # With no argument (the README's test command, CI) the live-engine tests are each engine's own
 # paths: vLLM's generate worker and `dyn serve --engine vllm`, SGLang's worker and sessions.
-# `--all-engines` adds the rest: vLLM with the model variants (vision, audio, LoRA, pooling,
-# classification), its disaggregated pairs, its workers behind plane keys and in another network
-# namespace, and SGLang's priority scheduling and SIGTERM drain. They are most of the
+# `--all-engines` adds the rest: each engine's priority scheduling, vLLM with the model variants
+# (vision, audio, LoRA, pooling, classification), its disaggregated pairs, its workers behind
+# plane keys and in another network namespace, and SGLang's SIGTERM drain. They are most of the
 # live-engine time (on a 2-core AMD EPYC machine all vLLM files took 10 minutes together, beside a
 # 12-minute suite), and CI has 20 minutes for everything.
 set -euo pipefail
@@ -32,21 +32,21 @@ wait "$provisioning" || { cat "$out/log" >&2; echo "test.sh: provisioning the en
 cat "$out/log" >&2
 vllm=$(cat "$out/vllm")
 sglang=$(cat "$out/sglang")
-# two test files at a time, the longest first (each file's engines stay in one process), then
-# test_vllm_serve.py alone: its priority test needs a queue to form in one vLLM engine, and with
-# another file's engine busy beside it the test process starved until each request ended
-DYN_VLLM_VENV=$vllm python -m pytest -n 2 --dist loadfile \
+# two test files at a time, the longest first (each file's engines stay in one process). The
+# priority tests (marked all_engines) need a queue to form in one engine: with another file's
+# engine busy beside it the test process starved until each request ended, so they run alone
+DYN_VLLM_VENV=$vllm DYN_SGLANG_VENV=$sglang python -m pytest -n 2 --dist loadfile -m "not all_engines" \
+  tests/integration/test_vllm_serve.py \
+  tests/integration/test_sglang_serve.py \
   tests/plugins/vllm/test_real_vllm.py \
   tests/cli/test_config_file.py::test_vllms_own_parser_reads_the_file_as_vllm_serve_config_would \
   tests/plugins/vllm/test_flag_table.py \
   tests/core/parsers/test_vllm_plugin_real.py \
   tests/integration/test_vllm_tool_parser_plugin.py \
   tests/plugins/sglang/test_constraints.py
-DYN_VLLM_VENV=$vllm python -m pytest tests/integration/test_vllm_serve.py
-if [ "$all" = 0 ]; then
-  DYN_SGLANG_VENV=$sglang python -m pytest -m "not all_engines" tests/integration/test_sglang_serve.py
-else
-  DYN_SGLANG_VENV=$sglang python -m pytest tests/integration/test_sglang_serve.py
+if [ "$all" = 1 ]; then
+  DYN_VLLM_VENV=$vllm python -m pytest -m all_engines tests/integration/test_vllm_serve.py
+  DYN_SGLANG_VENV=$sglang python -m pytest -m all_engines tests/integration/test_sglang_serve.py
   DYN_VLLM_VENV=$vllm python -m pytest -n 2 --dist loadfile \
     tests/integration/test_vllm_multimodal.py \
     tests/integration/test_vllm_disagg.py \

@@ -66,18 +66,18 @@ def test_every_step_passing_exits_0_and_runs_the_suite_then_each_engines_own_pat
     assert run.returncode == 0, run.stdout + run.stderr
     assert calls[0] == "||-m pytest -n 2"
     assert calls[1].startswith(
-        "/venvs/vllm||-m pytest -n 2 --dist loadfile tests/plugins/vllm/test_real_vllm.py "
+        "/venvs/vllm|/venvs/sglang|-m pytest -n 2 --dist loadfile -m not all_engines "
+        "tests/integration/test_vllm_serve.py tests/integration/test_sglang_serve.py "
     )
-    assert calls[2] == "/venvs/vllm||-m pytest tests/integration/test_vllm_serve.py"
-    assert calls[3] == "|/venvs/sglang|-m pytest -m not all_engines tests/integration/test_sglang_serve.py"
-    assert len(calls) == 4
+    assert len(calls) == 2
     assert not any("multimodal" in call or "disagg" in call for call in calls)
 
 
-def test_all_engines_adds_the_model_variants_and_the_rest_of_sglang(layout):
+def test_all_engines_adds_the_priority_runs_alone_and_vllms_model_variants(layout):
     run, calls = _run(layout, "--all-engines")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert calls[3] == "|/venvs/sglang|-m pytest tests/integration/test_sglang_serve.py"
+    assert calls[2] == "/venvs/vllm||-m pytest -m all_engines tests/integration/test_vllm_serve.py"
+    assert calls[3] == "|/venvs/sglang|-m pytest -m all_engines tests/integration/test_sglang_serve.py"
     assert calls[4].startswith("/venvs/vllm||-m pytest -n 2 --dist loadfile tests/integration/")
     for variant in (
         "test_vllm_multimodal.py",

@@ -72,6 +72,7 @@ def test_kv_events_reach_the_router_and_a_shared_prefix_goes_to_its_holder(stack
     check_a_shared_prefix_goes_to_its_holder(stack[0], BLOCK, "vLLM")
 
 
+@pytest.mark.all_engines
 def test_priority_reorders_a_contended_vllm_queue(stack):
     """One worker, one running slot (--max-num-seqs 1): five long requests hold and queue for it,
     three normal ones queue, then an important one arrives last. vLLM's priority queue starts it
