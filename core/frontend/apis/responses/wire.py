@@ -25,6 +25,7 @@ import logging
 from typing import Any, cast
 
 import msgspec
+import orjson
 
 from dyn.core.frontend.apis.responses.adapter import ENCRYPTED_INCLUDE, ChatTurn, seal_reasoning
 from dyn.core.frontend.apis.responses.protocol import (
@@ -55,7 +56,9 @@ log = logging.getLogger(__name__)
 _PREFIXES = {"reasoning": "rs", "message": "msg", "function_call": "fc"}
 _LOGPROBS_HEAD = b'{"content":'
 _EMPTY_PART = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-_TEXT_DELTA = b"response.output_text.delta"
+_TEXT_DELTA_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
+)
 
 
 class _Item:
@@ -66,6 +69,7 @@ class _Item:
         "index",
         "id",
         "id_json",
+        "delta_middle",
         "parts",
         "logprobs",
         "call_id",
@@ -87,6 +91,11 @@ class _Item:
         self.id = f"{_PREFIXES[kind]}_{response_id.removeprefix('resp_')}_{index}"
         self.id_json = msgspec.json.encode(self.id)
         """The id as a JSON string (a client's request id may hold quotes)."""
+        self.delta_middle = b',"item_id":%s,"output_index":%d,"content_index":0,"delta":' % (
+            self.id_json,
+            index,
+        )
+        """What a text delta event of this item holds between its number and its text."""
         self.parts: list[str] = []
         self.logprobs: list[bytes] = []
         """Pieces of the JSON array of the text's logprobs, each without its brackets."""
@@ -151,7 +160,12 @@ class ResponsesWire(Wire):
         )
 
     def text(self, choice: Choice, text: str, logprobs: bytes | None) -> bytes:
-        return self._add("message", text, logprobs) if text else b""
+        item = self.open
+        if item is None or item.kind != "message" or logprobs or not text:
+            return self._add("message", text, logprobs) if text else b""
+        # nearly every token: text without logprobs into the open message, in one call
+        item.parts.append(text)
+        return self._text_delta(item, text, b"")
 
     def delta(self, choice: Choice, delta: OutputDelta | None, logprobs: bytes | None) -> bytes:
         return self._write(delta, logprobs) if delta is not None else b""
@@ -224,11 +238,13 @@ class ResponsesWire(Wire):
     def _text_delta(self, item: _Item, text: str, logprobs: bytes) -> bytes:
         """``response.output_text.delta``, the event of nearly every token, written directly."""
         seq = self.seq
-        self.seq += 1
-        return (
-            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":%d,'
-            b'"item_id":%s,"output_index":%d,"content_index":0,"delta":%s,"logprobs":[%s]}\n\n'
-            % (seq, item.id_json, item.index, msgspec.json.encode(text), logprobs)
+        self.seq = seq + 1
+        return b'%s%d%s%s,"logprobs":[%s]}\n\n' % (
+            _TEXT_DELTA_HEAD,
+            seq,
+            item.delta_middle,
+            orjson.dumps(text),
+            logprobs,
         )
 
     def _open(self, kind: str, call: ToolCallDelta | None = None) -> bytes:
