@@ -34,7 +34,8 @@ vllm=$(cat "$out/vllm")
 sglang=$(cat "$out/sglang")
 # two test files at a time, the longest first (each file's engines stay in one process). The
 # priority tests (marked all_engines) need a queue to form in one engine: with another file's
-# engine busy beside it the test process starved until each request ended, so they run alone
+# engine busy beside it the test process starved until each request ended, so they run alone,
+# under --all-engines
 DYN_VLLM_VENV=$vllm DYN_SGLANG_VENV=$sglang python -m pytest -n 2 --dist loadfile -m "not all_engines" \
   tests/integration/test_vllm_serve.py \
   tests/integration/test_sglang_serve.py \
