@@ -105,10 +105,12 @@ class LivePoller:
         assert len(self.latencies) >= 5, self.latencies
         assert max(self.latencies) < max(0.1, work_s / 4), (work_s, sorted(self.latencies)[-5:])
 
-    def assert_never_held(self, bound_s: float = 0.1) -> None:
+    def assert_never_held(self, bound_s: float = 0.25) -> None:
         """Every /live answered within ``bound_s`` but perhaps one, which met a scheduling hiccup
         of this shared machine (and still came within 5 x ``bound_s``: under the full suite's
-        parallel load one such answer took 0.27-0.41 s, where holding the loop took 1.3 s)."""
+        parallel load one such answer took 0.27-0.41 s, where holding the loop took 1.3 s). The
+        default is 0.25 s: on a 2-core machine half as fast per core, two answers in one run took
+        0.10 and 0.14 s under the suite's load, and holding the loop would take twice the 1.3 s."""
         assert not self.failures, self.failures
         assert len(self.latencies) >= 5, self.latencies
         slowest = sorted(self.latencies)[-2:]
@@ -267,7 +269,7 @@ def test_n128_with_twenty_logprobs_is_built_without_holding_the_loop(bounded, en
             assert len(lps["content"]) == 200 and all(len(e["top_logprobs"]) == 20 for e in lps["content"])
         else:
             assert len(lps["tokens"]) == 200 and all(1 <= len(t) <= 21 for t in lps["top_logprobs"])
-    live.assert_never_held(0.1)
+    live.assert_never_held()
 
 
 def test_a_response_over_max_response_bytes_is_refused_before_it_is_generated(bounded):
