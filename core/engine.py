@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from dyn.core.kv.events import KvEvent
-from dyn.core.messages import Finish, GenerateRequest, LoadMetrics, PoolingTask, PriorityOrder, TokenChunk
+from dyn.core.messages import (
+    CLASSIFY_TASKS,
+    Finish,
+    GenerateRequest,
+    LoadMetrics,
+    PoolingTask,
+    PriorityOrder,
+    TokenChunk,
+)
 
 if TYPE_CHECKING:
     from dyn.core.config import Flag
@@ -80,6 +88,14 @@ FEATURE_EMBED = "embed"
 FEATURE_CLASSIFY = "classify"
 """The engine classifies (``Embedder.embed`` with ``task="classify"``): its model is a
 classification model, served by a pooling worker; ``/classify`` goes only to such workers."""
+
+
+def pooling_feature(task: PoolingTask) -> str:
+    """The feature a worker lists to pool with ``task``: ``classify`` for a classifier's tasks,
+    else ``embed``."""
+    return FEATURE_CLASSIFY if task in CLASSIFY_TASKS else FEATURE_EMBED
+
+
 FEATURE_POOLING_ONLY = "pooling_only"
 """The engine embeds and does not generate (vLLM's ``--runner pooling``); ``generate`` refuses."""
 FEATURE_MEDIA = "media"
@@ -176,8 +192,10 @@ class Embedder(Protocol):
     ) -> list[list[float]]:
         """One vector per tokenized prompt, in order: with ``task`` ``embed`` an embedding of the
         model's embedding size, with ``classify`` (an engine listing ``FEATURE_CLASSIFY``) the
-        probabilities of the model's classes; ``activation`` False: the same without the
-        pooler's activation (the embedding not normalized, the classes' logits). Raises
+        probabilities of the model's classes; ``token_embed`` and ``token_classify`` the same
+        for each token, the prompt's rows laid end to end (``EmbedRequest``); ``activation``
+        False: the same without the pooler's activation (the embedding not normalized, the
+        classes' logits). Raises
         ``EngineError`` (code ``bad_request`` for an input the engine cannot take,
         ``unsupported`` for a task it does not serve)."""
 

@@ -30,7 +30,7 @@ end with a default so older peers still decode newer messages.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -297,17 +297,25 @@ class ControlReply(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
     message: str = ""
 
 
-PoolingTask = Literal["embed", "classify"]
+PoolingTask = Literal["embed", "classify", "token_embed", "token_classify"]
+"""vLLM's pooling tasks: one vector per input (``embed``, ``classify``), or one row per token of
+each input (``token_embed``: each token's embedding; ``token_classify``: each token's class
+probabilities)."""
+POOLING_TASKS: tuple[PoolingTask, ...] = get_args(PoolingTask)
+TOKEN_TASKS: frozenset[PoolingTask] = frozenset(("token_embed", "token_classify"))
+CLASSIFY_TASKS: frozenset[PoolingTask] = frozenset(("classify", "token_classify"))
+"""The tasks of a classification model (the others embed)."""
 
 
 class EmbedRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """Pool each tokenized input of ``prompts`` (one vector per input, in order) with ``task``:
-    ``embed`` (an embedding; sent only to workers that list ``embed`` in their features) or
-    ``classify`` (the class probabilities of a classification model; only to workers that list
-    ``classify``). Answered by one ``EmbedReply``, or an ``ErrorReply`` (``unsupported`` from an
-    engine that does not pool so). ``activation`` False: the pooler's output without its
-    activation (vLLM's ``use_activation: false``): an embedding not normalized, a classifier's
-    logits instead of its probabilities."""
+    ``embed`` or ``token_embed`` (embeddings; sent only to workers that list ``embed`` in their
+    features), ``classify`` or ``token_classify`` (a classification model's class probabilities;
+    only to workers that list ``classify``). For a token task an input's vector is its rows, one
+    per token, laid end to end (``len(prompt)`` rows of equal width). Answered by one
+    ``EmbedReply``, or an ``ErrorReply`` (``unsupported`` from an engine that does not pool so).
+    ``activation`` False: the pooler's output without its activation (vLLM's ``use_activation:
+    false``): an embedding not normalized, a classifier's logits instead of its probabilities."""
 
     request_id: str
     prompts: list[list[int]]

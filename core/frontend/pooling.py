@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio.to_thread
 
-from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
+from dyn.core.engine import FEATURE_CLASSIFY, pooling_feature
 from dyn.core.frontend import limits as bounds
 from dyn.core.frontend.endpoints.base import Call
 from dyn.core.frontend.endpoints.json_post import JsonEndpoint
-from dyn.core.messages import EmbedReply, EmbedRequest, PoolingTask
+from dyn.core.messages import TOKEN_TASKS, EmbedReply, EmbedRequest, PoolingTask
 from dyn.core.model.classes import class_labels
 from dyn.core.model.info import ModelInfo
 from dyn.core.protocol.embeddings import MAX_EMBED_TOKENS
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+VALUE_BYTES = 5
+"""Fewest bytes one pooled value adds to a JSON response (a float32 in base64 takes 5.3
+characters, its decimal digits more): what bounds a token task's rows before they are asked for."""
 EMBED_TIMEOUT_S = 300.0
 """Longest the frontend waits for a worker's vectors (a silence timeout, when set, ends it sooner)."""
 _turn = itertools.count()
@@ -172,6 +175,20 @@ def check_lengths(prompts: list[list[int]], context_length: int, param: str) -> 
     return total
 
 
+def check_token_rows(prompts: list[list[int]], width: int, preprocessor: Preprocessor, param: str) -> None:
+    """A 400 naming ``param`` when a token task's answer (one row of ``width`` values per token)
+    could be larger than ``--max-response-bytes``."""
+    values = sum(len(ids) for ids in prompts) * width
+    limit = preprocessor.limits.max_response_bytes
+    if values * VALUE_BYTES > limit:
+        raise bad_request(
+            f"this request's answer would hold {values} values (a row of {width} for each of its "
+            f"tokens), more than the {limit} bytes this server returns in one response: send fewer "
+            "or shorter inputs, or raise --max-response-bytes",
+            param=param,
+        )
+
+
 def check_model(service: OpenAIService) -> None:
     """A 400 when the request's ``model`` names a LoRA adapter (pooling runs on base models)."""
     if service.lora_name is not None:
@@ -187,13 +204,16 @@ def _embedders(service: OpenAIService, api: str, task: PoolingTask) -> list[Work
     workers = service.router.pool.workers()
     if not workers:
         raise unavailable(f"no workers serve {service.model_name} now; retry after the Retry-After seconds")
-    feature = FEATURE_CLASSIFY if task == "classify" else FEATURE_EMBED
+    feature = pooling_feature(task)
     able = [w for w in workers if feature in w.record.features and w.client.healthy]
     if not able:
-        if task == "classify":
+        if feature == FEATURE_CLASSIFY:
             what = "it is not a classification model (serve one with --runner pooling)"
         elif any(FEATURE_CLASSIFY in w.record.features for w in workers):
-            what = "it is a classification model: send its inputs to /classify"
+            what = (
+                "it is a classification model: send its inputs to /classify (or to /pooling with "
+                "the classify or token_classify task)"
+            )
         else:
             what = (
                 "its workers only generate. Start workers that embed: dyn worker vllm --runner "
@@ -218,7 +238,8 @@ async def embed(
     activation: bool = True,
 ) -> list[list[float]]:
     """One vector per prompt for ``task`` (an embedding, or a classifier's class probabilities;
-    without ``activation``, vLLM's ``use_activation: false``: not normalized, the logits), from
+    for a token task, one row per token end to end; without ``activation``, vLLM's
+    ``use_activation: false``: not normalized, the logits), from
     the least busy worker that pools so (see the module docstring); ``api`` names the API in the
     404 for a model whose workers do not."""
     failures: list[str] = []
@@ -242,6 +263,10 @@ async def embed(
             raise ApiError(
                 500, f"the worker returned {len(reply.embeddings)} vectors for {len(prompts)} inputs"
             )
+        if task in TOKEN_TASKS:
+            for vector, ids in zip(reply.embeddings, prompts, strict=True):
+                if len(vector) % len(ids):
+                    raise ApiError(500, f"the worker returned {len(vector)} values for {len(ids)} tokens")
         return reply.embeddings
     raise unavailable(f"every worker that embeds failed: {'; '.join(failures)}")
 

@@ -124,6 +124,9 @@ class Preprocessor:
         self.tokenizer = tokenizer or Tokenizer.from_model(info)
         source = chat_template if chat_template is not None else self.tokenizer.chat_template
         self.chat_template: ChatTemplate | None = compile_template(source) if source else None
+        self.template_given = chat_template is not None
+        """The template is the server's ``--chat-template``, not the tokenizer's own (scoring
+        applies only such a one: ``dyn.core.frontend.score_template``)."""
         self._late_system: bool | None = None
         """``accepts_late_system``, once probed."""
         self.limits = limits or RequestLimits()

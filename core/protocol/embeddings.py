@@ -111,7 +111,8 @@ class EmbeddingResponse(msgspec.Struct):
 
 class PoolingData(msgspec.Struct):
     index: int
-    data: list[float] | str
+    data: list[Any] | str
+    """The vector's floats, for a token task its rows (lists of floats), or base64 of them all."""
     object: str = "pooling"
 
 
@@ -228,9 +229,22 @@ def embedding_response(
 
 
 def pooling_response(
-    model: str, vectors: list[list[float]], prompt_tokens: int, fmt: str, endianness: Endianness
+    model: str,
+    vectors: list[list[float]],
+    prompt_tokens: int,
+    fmt: str,
+    endianness: Endianness,
+    rows: list[int] | None = None,
 ) -> PoolingResponse:
-    data = [PoolingData(i, encode_vector(v, fmt, endianness)) for i, v in enumerate(vectors)]
+    """``rows``: for a token task, how many rows each vector holds end to end (one per token):
+    in ``float`` format each input's data is then its rows; base64 encodes all the values."""
+    data = []
+    for i, vector in enumerate(vectors):
+        if rows is not None and fmt == "float":
+            width = len(vector) // rows[i]
+            data.append(PoolingData(i, [vector[at : at + width] for at in range(0, len(vector), width)]))
+        else:
+            data.append(PoolingData(i, encode_vector(vector, fmt, endianness)))
     return PoolingResponse(data=data, **_listed("pool", model, prompt_tokens))
 
 

@@ -9,10 +9,11 @@ the results come sorted by ``relevance_score``, the best first, the first ``top_
 
 How a pair is scored (the cosine of two embeddings, or a cross-encoder's probability) is the
 endpoint's (``dyn.core.frontend.endpoints.scoring``). Inputs are text: vLLM's multimodal inputs
-(``{"content": [...]}``) are refused. ``instruction`` and ``chat_template_kwargs`` feed the score
-templates vLLM applies only when its server is given one, which dyn does not take: they are
-ignored; ``use_activation`` does not change a cosine. Unknown fields are ignored, as vLLM ignores
-them.
+(``{"content": [...]}``) are refused. ``instruction`` and ``chat_template_kwargs`` feed a
+cross-encoder's score template, which applies only when the server is given a
+``--chat-template`` (``dyn.core.frontend.score_template``); otherwise they are ignored, as vLLM
+ignores them. ``use_activation`` does not change a cosine. Unknown fields are ignored, as vLLM
+ignores them.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ from dyn.core.engine import (
     PushingEngine,
     ReplySink,
     StreamingSessions,
+    pooling_feature,
 )
 from dyn.core.messages import (
     CancelRequest,
@@ -404,11 +405,12 @@ class WorkerHost:
         reply: ControlReply | EmbedReply | ErrorReply
         try:
             if isinstance(call, EmbedRequest):
-                if (FEATURE_CLASSIFY if call.task == "classify" else FEATURE_EMBED) not in features:
+                if pooling_feature(call.task) not in features:
                     pools = FEATURE_EMBED in features or FEATURE_CLASSIFY in features
                     raise EngineError(
-                        f"model {self.model_name} does not {call.task}: an embedding model embeds, a "
-                        "classification model classifies"
+                        f"model {self.model_name} does not pool with the {call.task} task: an "
+                        "embedding model embeds (embed, token_embed), a classification model "
+                        "classifies (classify, token_classify)"
                         if pools
                         else f"model {self.model_name} is served by a generate-only {self.engine_name} "
                         "engine; start a worker that pools (dyn worker vllm|mocker --runner pooling)",

@@ -1,68 +1,59 @@
-"""The mocker's embeddings: deterministic unit vectors of the model's hidden size.
+"""The mocker's pooler: deterministic embeddings of the model's hidden size, and class
+probabilities for a classification model, per input or per token.
 
-A vector depends on its input's token ids only (the same ids give the same vector in every
-process and run; different ids give unrelated vectors), drawn from a Gaussian seeded with the
-ids' hash and scaled to unit L2 norm, as a normalizing pooler (vLLM's default for embedding
-models) returns them; without the pooler's activation (``use_activation: false``), the Gaussian
-draws as they are. The size is the model's ``hidden_size`` from its ``config.json`` (256 for
-dyn-tiny).
+What a causal model's pooler sees at a token is the prompt up to that token, so each row here is
+a function of a prefix of the ids alone (the same ids give the same rows in every process and
+run; different ids give unrelated rows): standard Gaussian draws seeded with the prefix's hash.
+An embedding is the row scaled to unit L2 norm, as a normalizing pooler (vLLM's default for
+embedding models) returns it; without the pooler's activation (``use_activation: false``), the
+draws as they are. A classifier's logits are 4 times the first coordinates of a unit row (one
+class: the first of two), activated as vLLM's classifier heads do: their softmax, or for one
+class (a cross-encoder) the sigmoid of its logit. The ``embed`` and ``classify`` tasks pool the
+last token (vLLM's last-token pooling), so their vector is the last row of ``token_embed`` and
+``token_classify``. Rows are as wide as ``dyn.core.model.pooler.vector_width`` says (256 for
+dyn-tiny's embeddings).
 """
 
 from __future__ import annotations
 
-import math
-import random
 from array import array
 
+import numpy as np
 import xxhash
 
-from dyn.core.model import ModelInfo
-from dyn.core.model.info import read_model_json
-
-DEFAULT_HIDDEN_SIZE = 256
-"""For a model directory whose config.json states no hidden size."""
-_SIZE_KEYS = ("hidden_size", "d_model", "n_embd", "dim")
+from dyn.core.messages import CLASSIFY_TASKS, TOKEN_TASKS, PoolingTask
 
 
-def hidden_size(model: ModelInfo) -> int:
-    """The model's hidden size (its embedding size), from config.json; ``DEFAULT_HIDDEN_SIZE``
-    when the file or the field is missing."""
-    config = read_model_json(str(model.path), model.path / "config.json", required=False) or {}
-    for key in _SIZE_KEYS:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return DEFAULT_HIDDEN_SIZE
+def pooled(token_ids: list[int], task: PoolingTask, width: int, activation: bool = True) -> list[float]:
+    """The pooler's output for one prompt (see the module docstring): ``width`` values (the
+    hidden size, or the number of classes), one row per token laid end to end for a token task."""
+    if task in TOKEN_TASKS:
+        seeds = _prefix_seeds(token_ids)
+    else:
+        seeds = [xxhash.xxh64_intdigest(array("q", token_ids).tobytes())]
+    classify = task in CLASSIFY_TASKS
+    drawn = 2 if classify and width == 1 else width
+    draws = np.stack([np.random.default_rng(seed).standard_normal(drawn) for seed in seeds])
+    if classify or activation:
+        draws /= np.linalg.norm(draws, axis=1, keepdims=True)
+    if classify:
+        logits = 4.0 * draws[:, :width]
+        if not activation:
+            return logits.ravel().tolist()
+        if width == 1:
+            return (1.0 / (1.0 + np.exp(-logits))).ravel().tolist()
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return (weights / weights.sum(axis=1, keepdims=True)).ravel().tolist()
+    return draws.ravel().tolist()
 
 
-def class_logits(token_ids: list[int], count: int) -> list[float]:
-    """A classifier's logits for ``token_ids``, a function of the ids alone: ``count`` of them,
-    each 4 times a coordinate of a unit vector (one class: the first of two)."""
-    return [4.0 * v for v in unit_vector(token_ids, 2 if count == 1 else count)[:count]]
-
-
-def class_probabilities(token_ids: list[int], count: int) -> list[float]:
-    """``class_logits`` activated as vLLM's classifier heads do: their softmax, or for one class
-    (a cross-encoder) the sigmoid of its logit."""
-    logits = class_logits(token_ids, count)
-    if count == 1:
-        return [1.0 / (1.0 + math.exp(-logits[0]))]
-    top = max(logits)
-    weights = [math.exp(v - top) for v in logits]
-    total = math.fsum(weights)
-    return [w / total for w in weights]
-
-
-def raw_vector(token_ids: list[int], size: int) -> list[float]:
-    """The embedding of ``token_ids`` before its normalization: ``size`` standard Gaussian draws
-    seeded with the ids' hash (``unit_vector`` is this scaled to norm 1)."""
-    seed = xxhash.xxh64_intdigest(array("q", token_ids).tobytes())
-    gauss = random.Random(seed).gauss
-    return [gauss(0.0, 1.0) for _ in range(size)]
-
-
-def unit_vector(token_ids: list[int], size: int) -> list[float]:
-    """The embedding of ``token_ids``: ``size`` floats of L2 norm 1, a function of the ids alone."""
-    values = raw_vector(token_ids, size)
-    norm = math.sqrt(math.fsum(v * v for v in values)) or 1.0
-    return [v / norm for v in values]
+def _prefix_seeds(token_ids: list[int]) -> list[int]:
+    """The xxh64 of each prefix of the ids' int64 bytes, the shortest first (one pass; the last
+    is the whole prompt's seed)."""
+    data = memoryview(array("q", token_ids).tobytes())
+    state = xxhash.xxh64()
+    seeds = []
+    for at in range(0, len(data), 8):
+        state.update(data[at : at + 8])
+        seeds.append(state.intdigest())
+    return seeds

@@ -54,6 +54,7 @@ from array import array
 from collections.abc import AsyncIterator, Hashable
 
 import anyio
+import anyio.to_thread
 import msgspec
 import xxhash
 
@@ -69,6 +70,7 @@ from dyn.core.engine import (
     EngineInfo,
     KvEventSink,
     ReplySink,
+    pooling_feature,
 )
 from dyn.core.messages import (
     DisaggregationMode,
@@ -86,6 +88,7 @@ from dyn.core.model import ModelInfo
 from dyn.core.model.classes import class_labels
 from dyn.core.model.lora import parse_lora_modules
 from dyn.core.model.multimodal import placeholder_rules
+from dyn.core.model.pooler import hidden_size
 from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
@@ -238,7 +241,7 @@ class MockerEngine:
         self._embed_size = 0
         self._labels: list[str | None] = []
         if config.is_pooling:  # a classification model classifies, any other embeds (as vLLM's)
-            self._embed_size = embeddings.hidden_size(model)
+            self._embed_size = hidden_size(model)
             self._labels = class_labels(model) or []
             features += [FEATURE_CLASSIFY if self._labels else FEATURE_EMBED, FEATURE_POOLING_ONLY]
         self._embed_seq = 0
@@ -614,20 +617,22 @@ class MockerEngine:
     async def embed(
         self, prompts: list[list[int]], task: PoolingTask = "embed", activation: bool = True
     ) -> list[list[float]]:
-        """One unit vector per prompt (``task`` ``classify``: the probabilities of the model's
-        classes, ``embeddings.class_probabilities``; without ``activation`` the vector before its
-        normalization, the classes' logits), once every prompt was prefilled by the
-        scheduler as a request of one output token (so pooling costs what a prompt costs; a
-        prompt the scheduler cannot take is an ``EngineError`` ``bad_request``)."""
+        """What ``embeddings.pooled`` gives each prompt for ``task`` (a unit vector, a
+        classifier's class probabilities, or either per token; without ``activation`` the
+        vectors before their normalization, the classes' logits), once every prompt was
+        prefilled by the scheduler as a request of one output token (so pooling costs what a
+        prompt costs; a prompt the scheduler cannot take is an ``EngineError`` ``bad_request``).
+        The vectors are computed in a thread: a token task's are one row per token."""
         if not self._embed_size:
             raise EngineError(
                 "this mocker does not embed: start it with --runner pooling", code="unsupported"
             )
-        if (task == "classify") != bool(self._labels):
+        classify = pooling_feature(task) == FEATURE_CLASSIFY
+        if classify != bool(self._labels):
             raise EngineError(
                 f"the model {self.model.name} is not a classification model (its config.json names "
                 "no *ForSequenceClassification architecture)"
-                if task == "classify"
+                if classify
                 else f"the model {self.model.name} is a classification model: it classifies, it does not embed",
                 code="unsupported",
             )
@@ -651,14 +656,10 @@ class MockerEngine:
             if refused:
                 raise refused[0] from None
             raise
-        if task == "classify":
-            count = len(self._labels)
-            if not activation:
-                return [embeddings.class_logits(ids, count) for ids in prompts]
-            return [embeddings.class_probabilities(ids, count) for ids in prompts]
-        size = self._embed_size
-        vector = embeddings.unit_vector if activation else embeddings.raw_vector
-        return [vector(ids, size) for ids in prompts]
+        width = len(self._labels) if classify else self._embed_size
+        return await anyio.to_thread.run_sync(
+            lambda: [embeddings.pooled(ids, task, width, activation) for ids in prompts]
+        )
 
     async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:
         """Pin the cached full blocks leading ``token_ids`` for ``ttl_s`` seconds; returns how many."""

@@ -468,8 +468,10 @@ class VllmEngine:
         self, prompts: list[list[int]], task: PoolingTask = "embed", activation: bool = True
     ) -> list[list[float]]:
         """The pooled output of each prompt for ``task`` (an embedding, or a classifier's class
-        probabilities; without ``activation``, vLLM's ``use_activation=False``: not normalized,
-        the logits), through ``AsyncLLM.encode`` (all at once)."""
+        probabilities, or either per token, its rows end to end; without ``activation``, vLLM's
+        ``use_activation=False``: not normalized, the logits), through ``AsyncLLM.encode`` (all
+        at once: vLLM's engine pools with any task its model supports, where its API server
+        serves one)."""
         llm, api = self._llm, self._api
         if llm is None or api is None or api.pooling_params is None:
             raise EngineError("the vLLM engine is not running", code="worker_shutdown")
@@ -501,7 +503,7 @@ class VllmEngine:
                 self._live.discard(rid)
             if final is None:
                 raise EngineError(f"vLLM returned no embedding for input {i}")
-            vectors[i] = [float(v) for v in final.outputs.data.tolist()]
+            vectors[i] = final.outputs.data.float().reshape(-1).tolist()  # a token task's rows end to end
 
         try:
             async with anyio.create_task_group() as tg:

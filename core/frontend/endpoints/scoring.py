@@ -9,7 +9,9 @@ two ways vLLM scores, chosen by the served model:
   cosine similarity of the two vectors.
 - **Cross-encoder** (a classifier with one class, ``dyn.core.model.classes``): each (query,
   document) pair is one input, the tokenizer's pair encoding (or the two texts joined, for a model
-  whose config says ``use_sep_token: false``), classified by the worker; a pair's score is the
+  whose config says ``use_sep_token: false``; or, when the server was given a ``--chat-template``,
+  the pair rendered by it with the request's ``instruction`` and ``chat_template_kwargs``:
+  ``dyn.core.frontend.score_template``), classified by the worker; a pair's score is the
   class's probability (the sigmoid of its logit, as vLLM's classifier head activates one class).
   A classifier with more classes cannot score (vLLM fails it: the score must be a scalar): a 400
   that sends its inputs to ``/classify``. ``use_activation: false`` scores with the raw logit,
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dyn.core.frontend import pooling
+from dyn.core.frontend import pooling, score_template
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.model.classes import pair_with_separator
 from dyn.core.protocol.errors import bad_request
@@ -108,8 +110,12 @@ async def _cross_encoded(
     queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
     documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
     paired = [(queries[0] if len(queries) == 1 else queries[i], d) for i, d in enumerate(documents)]
-    separator = pair_with_separator(preprocessor.info)
-    prompts = await pooling.tokenize_pairs(preprocessor, paired, separator, pairs.names[1])
+    if preprocessor.template_given:
+        kwargs = score_template.template_kwargs(req.chat_template_kwargs, req.instruction)
+        prompts = await score_template.tokenize_scored(preprocessor, paired, kwargs, pairs.names[1])
+    else:
+        separator = pair_with_separator(preprocessor.info)
+        prompts = await pooling.tokenize_pairs(preprocessor, paired, separator, pairs.names[1])
     context = preprocessor.info.context_length
     prompts = pooling.truncated(prompts, req.truncate_prompt_tokens, req.truncation_side, context)
     tokens = pooling.check_lengths(prompts, context, pairs.names[1])

@@ -16,8 +16,9 @@ reason is ``length`` when ``max_tokens`` cut it, else ``stop`` (as an engine tha
 with an ``ErrorReply``; ``held(event, script)`` waits for ``event`` before answering.
 
 A worker whose ``features`` list ``embed`` answers ``EmbedRequest``s (``FakeClient.embed``) with
-``fake_vector(ids)`` per input (``fake_probs(ids)`` for the ``classify`` task), and records them in ``embeds``; ``embed_error``, when set, is
-the ``ErrorReply`` it answers them with instead.
+``fake_vector(ids)`` per input (``fake_probs(ids)`` for the ``classify`` task; for a token task,
+those of each prefix of the ids end to end), and records them in ``embeds``; ``embed_error``,
+when set, is the ``ErrorReply`` it answers them with instead.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import msgspec
 from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.messages import (
+    CLASSIFY_TASKS,
+    TOKEN_TASKS,
     EmbedReply,
     EmbedRequest,
     ErrorReply,
@@ -219,8 +222,13 @@ class FakeClient:
         worker.embeds.append(request)
         if worker.embed_error is not None:
             raise RemoteError(worker.embed_error)
-        pool = fake_probs if request.task == "classify" else fake_vector
-        vectors = [pool(ids) for ids in request.prompts]
+        pool = fake_probs if request.task in CLASSIFY_TASKS else fake_vector
+        if request.task in TOKEN_TASKS:  # a row per token, each pooled over the ids up to it
+            vectors = [
+                [v for end in range(1, len(ids) + 1) for v in pool(ids[:end])] for ids in request.prompts
+            ]
+        else:
+            vectors = [pool(ids) for ids in request.prompts]
         return EmbedReply(request.request_id, vectors, sum(len(p) for p in request.prompts))
 
     async def generate_batches(self, request: GenerateRequest) -> AsyncIterator[Batch]:

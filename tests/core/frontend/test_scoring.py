@@ -26,6 +26,7 @@ from tests.core.frontend.fake_workers import fake_probs, fake_vector
 pytestmark = pytest.mark.anyio
 
 EMBED = [FEATURE_EMBED]
+CLASSIFY = [FEATURE_EMBED, FEATURE_CLASSIFY]
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -133,7 +134,7 @@ async def test_max_tokens_per_doc_and_query_keep_each_texts_first_tokens(make_fr
             "max_tokens_per_query",
             "less than max_model_len",
         ),
-        ("/pooling", {"input": "x", "task": "token_classify"}, "task", "'classify'; send one"),
+        ("/pooling", {"input": "x", "task": "embedding"}, "task", "not a pooling task"),
     ],
 )
 async def test_bad_requests_are_400s_that_name_the_field(make_frontend, path, body, param, words):
@@ -183,6 +184,67 @@ async def test_pooling_answers_the_embed_task_as_pooling_objects(make_frontend, 
         assert list(struct.unpack("<4f", raw)) == fake_vector([3, 4])
 
 
+def prefix_rows(pool, ids: list[int]) -> list[list[float]]:
+    return [pool(ids[:end]) for end in range(1, len(ids) + 1)]
+
+
+async def test_pooling_token_tasks_answer_a_row_per_token(make_frontend, tokenizer, tmp_path):
+    """vLLM's ``token_embed`` and ``token_classify``: each input's rows, one per token, as lists
+    in ``float`` format and all the values in one base64 string; a classifier's own task is
+    ``classify``; a task the model does not pool with is a 404, an unknown or removed name a 400
+    that names the four."""
+    async with make_frontend(workers=1, features={1: EMBED}) as fe:
+        r = await fe.client.post("/pooling", json={"input": ["a b", "c"], "task": "token_embed"})
+        assert r.status_code == 200, r.text
+        ids = [tokenizer.encode(t) for t in ("a b", "c")]
+        assert [d["data"] for d in r.json()["data"]] == [prefix_rows(fake_vector, x) for x in ids]
+        assert r.json()["usage"]["prompt_tokens"] == sum(len(x) for x in ids)
+        assert fe.fleet[1].embeds[-1].task == "token_embed"
+        r = await fe.client.post(
+            "/pooling", json={"input": [3, 4], "task": "token_embed", "encoding_format": "base64"}
+        )
+        raw = base64.b64decode(r.json()["data"][0]["data"])
+        assert list(struct.unpack("<8f", raw)) == fake_vector([3]) + fake_vector([3, 4])
+        r = await fe.client.post("/pooling", json={"input": "x", "task": "token_classify"})
+        assert r.status_code == 404 and "not a classification model" in r.json()["error"]["message"]
+        for task, words in (
+            ("encode", "use token_embed or token_classify"),
+            ("score", "use classify"),
+            ("x", ""),
+        ):
+            r = await fe.client.post("/pooling", json={"input": "x", "task": task})
+            error = r.json()["error"]
+            assert r.status_code == 400 and error["param"] == "task", r.text
+            assert (
+                words in error["message"]
+                and "embed, classify, token_embed, token_classify" in error["message"]
+            )
+    model = str(make_classifier_model(tmp_path / "cls"))
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model) as fe:
+        r = await fe.client.post("/pooling", json={"input": [7, 1, 2]})
+        assert (
+            r.json()["data"][0]["data"] == fake_probs([7, 1, 2]) and fe.fleet[1].embeds[-1].task == "classify"
+        )
+        r = await fe.client.post("/pooling", json={"input": [7, 1, 2], "task": "token_classify"})
+        assert r.json()["data"][0]["data"] == prefix_rows(fake_probs, [7, 1, 2])
+
+
+async def test_pooling_token_rows_are_bounded_by_the_response_size(make_frontend):
+    """dyn-tiny embeds in 256 values a token: 100 tokens' rows are at least 128,000 bytes."""
+    limits = RequestLimits(max_response_bytes=100_000)
+    async with make_frontend(workers=1, features={1: EMBED}, limits=limits) as fe:
+        r = await fe.client.post("/pooling", json={"input": [5] * 100, "task": "token_embed"})
+        error = r.json()["error"]
+        assert (
+            r.status_code == 400 and "--max-response-bytes" in error["message"] and error["param"] == "input"
+        )
+        assert fe.fleet[1].embeds == []
+        r = await fe.client.post("/pooling", json={"input": [5] * 100})  # one vector: not bounded so
+        assert r.status_code == 200, r.text
+        r = await fe.client.post("/pooling", json={"input": [5] * 50, "task": "token_embed"})
+        assert r.status_code == 200 and len(r.json()["data"][0]["data"]) == 50
+
+
 async def test_classify_answers_probabilities_and_the_likeliest_label(make_frontend, tokenizer, tmp_path):
     """vLLM's ``/classify``: per input its class probabilities, ``num_classes`` and the name of
     the likeliest class from the model's ``id2label``; only workers that classify are asked, and
@@ -205,9 +267,6 @@ async def test_classify_answers_probabilities_and_the_likeliest_label(make_front
     async with make_frontend(workers=1, features={1: EMBED}) as fe:
         r = await fe.client.post("/classify", json={"input": "x"})
         assert r.status_code == 404 and "not a classification model" in r.json()["error"]["message"]
-
-
-CLASSIFY = [FEATURE_EMBED, FEATURE_CLASSIFY]
 
 
 async def test_a_one_class_classifier_scores_each_pair_as_a_cross_encoder(make_frontend, tokenizer, tmp_path):
@@ -244,6 +303,80 @@ async def test_a_cross_encoder_without_a_separator_scores_the_texts_joined(
         r = await fe.client.post("/score", json={"queries": QUERY, "documents": DOCS[0]})
         assert r.status_code == 200, r.text
         assert fe.fleet[1].embeds[-1].prompts == [tokenizer.encode(QUERY + DOCS[0])]
+
+
+SCORE_TEMPLATE = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
+    "{% if instruction is defined %}[{{ instruction }}]{% endif %}"
+    "{% if fail is defined %}{{ raise_exception('no good') }}{% endif %}"
+)
+
+
+async def test_a_served_chat_template_renders_each_pair_as_vllm_scores_with_it(
+    make_frontend, tokenizer, tmp_path
+):
+    """vLLM's score template: with ``--chat-template`` a cross-encoder's pair is the template's
+    rendering of a ``query`` and a ``document`` message, the request's ``instruction`` (unless its
+    ``chat_template_kwargs`` set one) among the variables, tokenized with special tokens."""
+    model = str(make_cross_encoder(tmp_path / "reranker"))
+    served = {"features": {1: CLASSIFY}, "model_path": model}
+    async with make_frontend(workers=1, chat_template=SCORE_TEMPLATE, **served) as fe:
+        r = await fe.client.post(
+            "/rerank", json={"query": QUERY, "documents": DOCS[:2], "instruction": "Strict"}
+        )
+        assert r.status_code == 200, r.text
+        expected = [
+            tokenizer.encode(f"<query>{QUERY}</query><document>{d}</document>[Strict]") for d in DOCS[:2]
+        ]
+        assert fe.fleet[1].embeds[-1].prompts == expected
+        body = {
+            "queries": QUERY,
+            "documents": DOCS[0],
+            "instruction": "a",
+            "chat_template_kwargs": {"instruction": "b"},
+        }
+        r = await fe.client.post("/score", json=body)
+        assert r.status_code == 200, r.text
+        assert fe.fleet[1].embeds[-1].prompts == [
+            tokenizer.encode(f"<query>{QUERY}</query><document>{DOCS[0]}</document>[b]")
+        ]
+        for kwargs, words in (({"tools": []}, "tools"), ({"fail": 1}, "no good")):
+            r = await fe.client.post(
+                "/score", json={"queries": "q", "documents": "d", "chat_template_kwargs": kwargs}
+            )
+            error = r.json()["error"]
+            assert (
+                r.status_code == 400
+                and error["param"] == "chat_template_kwargs"
+                and words in error["message"]
+            )
+    async with make_frontend(workers=1, **served) as fe:  # no template given: the pair encoding
+        r = await fe.client.post("/score", json={"queries": QUERY, "documents": DOCS[0], "instruction": "x"})
+        assert r.status_code == 200 and fe.fleet[1].embeds[-1].prompts == [
+            tokenizer.encode_pair(QUERY, DOCS[0])
+        ]
+
+
+async def test_score_template_renderings_are_bounded_in_time_and_size(make_frontend, tmp_path, monkeypatch):
+    """All of one request's renderings share ``--max-render-seconds``; the rendered text in all
+    is bounded by what one request may pool."""
+    from dyn.core.frontend import score_template
+
+    model = str(make_cross_encoder(tmp_path / "reranker"))
+    slow = "{% for i in range(90000) %}{% endfor %}{{ messages[0].content }}"
+    limits = RequestLimits(max_render_seconds=0.05)
+    async with make_frontend(
+        workers=1, features={1: CLASSIFY}, model_path=model, chat_template=slow, limits=limits
+    ) as fe:
+        r = await fe.client.post("/rerank", json={"query": "q", "documents": ["d"] * 50})
+        assert r.status_code == 400 and "--max-render-seconds" in r.json()["error"]["message"], r.text
+        monkeypatch.setattr(score_template, "MAX_RENDERED_CHARS", 20)
+    async with make_frontend(
+        workers=1, features={1: CLASSIFY}, model_path=model, chat_template=SCORE_TEMPLATE
+    ) as fe:
+        r = await fe.client.post("/rerank", json={"query": "q", "documents": ["d", "e"]})
+        assert r.status_code == 400 and "split the request" in r.json()["error"]["message"], r.text
+        assert fe.fleet[1].embeds == []
 
 
 async def test_a_classifier_of_several_classes_cannot_score(make_frontend, tmp_path):

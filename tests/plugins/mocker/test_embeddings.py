@@ -19,6 +19,7 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED, FEATURE_POOLING_ONLY, EngineError
 from dyn.core.messages import EmbedRequest, GenerateRequest
 from dyn.core.model import load_model_info
+from dyn.core.model.pooler import hidden_size
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
 from dyn.core.worker.host import WorkerHost
 from dyn.core.worker.settings import WorkerSettings
@@ -38,12 +39,37 @@ def norm(vector: list[float]) -> float:
 
 def test_vectors_are_unit_norm_of_the_hidden_size_and_a_function_of_the_ids():
     model = load_model_info(None, None)
-    size = embeddings.hidden_size(model)
+    size = hidden_size(model)
     assert size == 256
-    a, b = embeddings.unit_vector([1, 2, 3], size), embeddings.unit_vector([1, 2, 4], size)
+    a, b = embeddings.pooled([1, 2, 3], "embed", size), embeddings.pooled([1, 2, 4], "embed", size)
     assert len(a) == size and abs(norm(a) - 1.0) < 1e-12
-    assert a == embeddings.unit_vector([1, 2, 3], size) and a != b
+    assert a == embeddings.pooled([1, 2, 3], "embed", size) and a != b
     assert abs(sum(x * y for x, y in zip(a, b, strict=True))) < 0.3  # unrelated inputs, unrelated vectors
+
+
+def rows(flat: list[float], width: int) -> list[list[float]]:
+    return [flat[i : i + width] for i in range(0, len(flat), width)]
+
+
+def test_token_tasks_answer_a_row_per_token_each_a_function_of_its_prefix():
+    """``token_embed`` and ``token_classify``: one row per token, each what the task gives the
+    prompt up to that token (a causal model's pooler at that position), so the last row is the
+    whole prompt's ``embed`` or ``classify`` vector (last-token pooling) and two prompts that
+    share a prefix share its rows."""
+    abc, abd = (rows(embeddings.pooled(ids, "token_embed", 8), 8) for ids in ([1, 2, 3], [1, 2, 4]))
+    assert len(abc) == 3 and all(abs(norm(r) - 1.0) < 1e-12 for r in abc)
+    assert abc[:2] == abd[:2] and abc[2] != abd[2]
+    assert abc[1] == embeddings.pooled([1, 2], "embed", 8) and abc[2] == embeddings.pooled(
+        [1, 2, 3], "embed", 8
+    )
+    raw = rows(embeddings.pooled([1, 2, 3], "token_embed", 8, activation=False), 8)
+    assert [v / norm(r) for r in raw for v in r] == pytest.approx([v for r in abc for v in r])
+    assert any(abs(norm(r) - 1.0) > 0.1 for r in raw)
+    probs = rows(embeddings.pooled([5, 6, 7], "token_classify", 3), 3)
+    assert len(probs) == 3 and all(math.isclose(math.fsum(r), 1.0) for r in probs)
+    assert probs[-1] == pytest.approx(embeddings.pooled([5, 6, 7], "classify", 3))
+    scores = embeddings.pooled([5, 6, 7], "token_classify", 1)
+    assert len(scores) == 3 and all(0.0 < v < 1.0 for v in scores)
 
 
 def test_runner_is_checked():
@@ -68,7 +94,7 @@ async def test_embedding_costs_a_simulated_prefill_and_passes_the_scheduler():
         (vector,) = await engine.embed([prompt])
         elapsed = time.monotonic() - started
         assert elapsed >= 0.9 * prefill_ms(len(prompt)) / 1000  # about 48 ms for 2000 tokens
-        assert engine.passes >= 1 and vector == embeddings.unit_vector(prompt, 256)
+        assert engine.passes >= 1 and vector == embeddings.pooled(prompt, "embed", 256)
         with pytest.raises(EngineError) as refused:
             async for _ in engine.generate(GenerateRequest("g", [1, 2])):
                 pass
@@ -108,11 +134,18 @@ async def test_embed_requests_travel_the_request_plane(tmp_path):
         assert FEATURE_EMBED in record.features and FEATURE_POOLING_ONLY in record.features
         reply = await client.embed(EmbedRequest("e1", [[1, 2, 3], [4]]), timeout_s=10)
         assert reply.request_id == "e1" and reply.prompt_tokens == 4
-        assert reply.embeddings == [embeddings.unit_vector(p, 256) for p in ([1, 2, 3], [4])]
+        assert reply.embeddings == [embeddings.pooled(p, "embed", 256) for p in ([1, 2, 3], [4])]
         raw = await client.embed(EmbedRequest("e3", [[1, 2, 3]], activation=False), timeout_s=10)
         (vector,) = raw.embeddings
         assert norm(vector) > 2  # 256 standard Gaussian draws: about 16
         assert [v / norm(vector) for v in vector] == pytest.approx(reply.embeddings[0])
+        tokens = await client.embed(EmbedRequest("e4", [[1, 2, 3], [4]], "token_embed"), timeout_s=10)
+        assert [len(v) for v in tokens.embeddings] == [3 * 256, 256]
+        assert (
+            tokens.embeddings[0][-256:] == reply.embeddings[0] and tokens.embeddings[1] == reply.embeddings[1]
+        )
+        with pytest.raises(RemoteError, match="token_classify task"):
+            await client.embed(EmbedRequest("e5", [[1]], "token_classify"), timeout_s=10)
         with pytest.raises(RemoteError) as refused:
             async for _ in client.generate(GenerateRequest("g", [1])):
                 pass
@@ -136,25 +169,30 @@ async def test_a_classifier_answers_class_probabilities_and_other_models_refuse(
             await tg.start(engine.run)
             probs = await engine.embed([[5, 6, 7], [8], [5, 6, 7]], "classify")
             (logits,) = await engine.embed([[5, 6, 7]], "classify", activation=False)
+            (per_token,) = await engine.embed([[5, 6, 7]], "token_classify")
+            with pytest.raises(EngineError, match="classification model"):
+                await engine.embed([[1]], "token_embed")
             plain = MockerEngine(
                 MockerConfig(runner="pooling", speedup_ratio=1000), load_model_info(None, None)
             )
             await tg.start(plain.run)
-            with pytest.raises(EngineError, match="not a classification model"):
-                await plain.embed([[1]], "classify")
+            for task in ("classify", "token_classify"):
+                with pytest.raises(EngineError, match="not a classification model"):
+                    await plain.embed([[1]], task)
             tg.cancel_scope.cancel()
     assert all(len(p) == len(LABELS) and math.isclose(math.fsum(p), 1.0) for p in probs)
     assert probs[0] == probs[2] != probs[1]
+    assert len(per_token) == 3 * len(LABELS) and per_token[-len(LABELS) :] == probs[0]
     softmax = [math.exp(v) / math.fsum(math.exp(w) for w in logits) for v in logits]
-    assert softmax == pytest.approx(probs[0]) and any(v < 0 for v in logits)
+    assert softmax == pytest.approx(probs[0]) and not math.isclose(math.fsum(logits), 1.0)
 
 
 def test_a_one_class_classifier_answers_a_sigmoid_score_that_varies_with_the_input():
     """A cross-encoder's one class: vLLM activates one logit with a sigmoid, so the answer is a
     probability in (0, 1) of its own, not a softmax's constant 1."""
-    scores = [embeddings.class_probabilities([i, i + 1, 7], 1) for i in range(50)]
+    scores = [embeddings.pooled([i, i + 1, 7], "classify", 1) for i in range(50)]
     assert all(len(s) == 1 and 0.0 < s[0] < 1.0 for s in scores)
-    assert len({s[0] for s in scores}) == 50 and embeddings.class_probabilities([3, 4, 7], 1) == scores[3]
+    assert len({s[0] for s in scores}) == 50 and embeddings.pooled([3, 4, 7], "classify", 1) == scores[3]
     assert min(s[0] for s in scores) < 0.3 and max(s[0] for s in scores) > 0.7
-    logit = embeddings.class_logits([3, 4, 7], 1)[0]
+    logit = embeddings.pooled([3, 4, 7], "classify", 1, activation=False)[0]
     assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(scores[3][0])
