@@ -2,6 +2,11 @@
 'dyn[pdf]'``), for the APIs that take documents (Anthropic's ``document`` blocks, the Responses
 API's ``input_file`` parts).
 
+``fetched_texts`` reads documents named by http(s) URL, fetched as media items are
+(``dyn.core.frontend.media.fetch_documents``: allowed domains, sizes, timeout, at most
+``MAX_DOCUMENT_URLS`` a request): a body that starts as a PDF does reads as one, any other as
+UTF-8 text (else a 400).
+
 ``read_pdf`` decodes a PDF's base64 data, bounded by ``--max-media-bytes``, and extracts the text
 of its pages in a worker thread, at most ``MAX_PDF_PAGES`` pages (Anthropic's limit) and
 ``MAX_DOCUMENT_CHARS`` characters; every failure is a 400 naming ``param``: data that is not
@@ -18,7 +23,7 @@ import logging
 
 import anyio.to_thread
 
-from dyn.core.frontend.media import MediaSettings
+from dyn.core.frontend.media import MediaSettings, fetch_documents
 from dyn.core.protocol.errors import bad_request
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,21 @@ def decoded(data: object, param: str, media: MediaSettings) -> bytes:
 async def read_pdf(data: object, param: str, media: MediaSettings) -> str:
     """The text of the PDF whose base64 is ``data``, a page per paragraph."""
     return await anyio.to_thread.run_sync(_pdf_text, decoded(data, param, media), param)
+
+
+async def fetched_texts(urls: list[tuple[str, str]], media: MediaSettings) -> list[str]:
+    """The text of each document named by an http(s) URL, each ``(url, param)``, in order."""
+    bodies = await fetch_documents(urls, media)
+    return [await anyio.to_thread.run_sync(_text_of, body, param) for body, (_, param) in zip(bodies, urls)]
+
+
+def _text_of(body: bytes, param: str) -> str:
+    if body.startswith(b"%PDF"):
+        return _pdf_text(body, param)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request(f"{param}: the document is neither a PDF nor UTF-8 text", param=param) from None
 
 
 def _pdf_text(pdf: bytes, param: str) -> str:

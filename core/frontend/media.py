@@ -18,7 +18,8 @@ URLs:
 - ``data:<mime>;base64,<data>``: bounded by its length before decoding, decoded strictly.
 - ``file://`` URLs and absolute paths: only under ``MediaSettings.allowed_local_media_path``
   (symlinks and ``..`` resolved first), regular files only, size checked before reading.
-- ``http(s)://``: only from ``allowed_media_domains`` when set (checked again at every redirect);
+- ``http(s)://`` (also for documents named by URL: ``fetch_documents``): only from
+  ``allowed_media_domains`` when set (checked again at every redirect);
   streamed with the byte bound enforced while reading, within the modality's fetch timeout,
   redirects followed by hand (at most ``max_redirects``, http and https only). gzip and deflate
   bodies are inflated with the same bound; other content encodings are refused. Private and
@@ -56,7 +57,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import unquote, urlsplit
 
 import anyio
@@ -72,8 +73,13 @@ if TYPE_CHECKING:
 MODALITIES: tuple[MediaModality, ...] = get_args(MediaModality)
 DEFAULT_LIMIT_PER_PROMPT = 999
 """vLLM's ``MultiModalConfig.get_limit_per_prompt`` for a modality ``--limit-mm-per-prompt`` omits."""
-DEFAULT_FETCH_TIMEOUT_S: Mapping[str, float] = {"image": 5.0, "audio": 10.0, "video": 30.0}
-"""vLLM's ``VLLM_IMAGE_FETCH_TIMEOUT``, ``VLLM_AUDIO_FETCH_TIMEOUT`` and ``VLLM_VIDEO_FETCH_TIMEOUT``."""
+DEFAULT_FETCH_TIMEOUT_S: Mapping[str, float] = {"image": 5.0, "audio": 10.0, "video": 30.0, "document": 10.0}
+"""vLLM's ``VLLM_IMAGE_FETCH_TIMEOUT``, ``VLLM_AUDIO_FETCH_TIMEOUT`` and ``VLLM_VIDEO_FETCH_TIMEOUT``;
+a document's (``fetch_documents``) as an audio clip's."""
+MAX_DOCUMENT_URLS = 10
+"""Most documents one request may name by URL (``fetch_documents``)."""
+Fetched = MediaModality | Literal["document"]
+"""What an http(s) fetch brings: a media item, or a document read as text."""
 DEFAULT_MAX_IMAGE_PIXELS = 178_956_970
 """vLLM's ``VLLM_MAX_IMAGE_PIXELS`` (twice Pillow's ``MAX_IMAGE_PIXELS``, where Pillow refuses)."""
 DECODE_THREADS = 4
@@ -153,7 +159,7 @@ class MediaSettings:
         """Most items of ``modality`` one request may hold."""
         return self.limit_mm_per_prompt.get(modality, DEFAULT_LIMIT_PER_PROMPT)
 
-    def timeout_s(self, modality: MediaModality) -> float:
+    def timeout_s(self, modality: Fetched) -> float:
         """Longest one fetch of a ``modality`` item may take."""
         return self.fetch_timeout_s if self.fetch_timeout_s is not None else DEFAULT_FETCH_TIMEOUT_S[modality]
 
@@ -208,9 +214,10 @@ class LoadedMedia:
 
 @dataclass(frozen=True, slots=True)
 class MediaPart:
-    """A media part found in the messages, not loaded yet: a ``url`` or base64 ``data``."""
+    """A media part found in the messages, not loaded yet: a ``url`` or base64 ``data`` (a
+    ``document`` only by http(s) URL, for ``fetch_documents``)."""
 
-    modality: MediaModality
+    modality: Fetched
     message: int
     part: int
     param: str
@@ -371,6 +378,43 @@ async def load_media(
     if failed:
         raise failed[min(failed)]
     return [item for item in loaded if item is not None]
+
+
+async def fetch_documents(urls: Sequence[tuple[str, str]], settings: MediaSettings) -> list[bytes]:
+    """The bodies of a request's documents named by http(s) URL, each ``(url, param)`` (``param``
+    names it in a 400), fetched at once under the rules and bounds of a media item's fetch (the
+    allowed domains, ``--max-media-bytes`` each, ``--max-request-media-bytes`` together, the fetch
+    timeout, redirects); at most ``MAX_DOCUMENT_URLS`` of them. The first failed one's 400 is raised."""
+    if len(urls) > MAX_DOCUMENT_URLS:
+        raise bad_request(
+            f"this request names {len(urls)} documents by URL; at most {MAX_DOCUMENT_URLS} are fetched "
+            "for one request: send the others' data",
+            param=urls[MAX_DOCUMENT_URLS][1],
+        )
+    if not urls:
+        return []
+    import httpx
+
+    budget = _Budget(settings.max_request_media_bytes)
+    bodies: list[bytes] = [b""] * len(urls)
+    failed: dict[int, ApiError] = {}
+    async with httpx.AsyncClient(trust_env=True) as http, anyio.create_task_group() as tg:
+
+        async def fetch(k: int, url: str, param: str) -> None:
+            part = MediaPart("document", 0, 0, param, url=url)
+            try:
+                if not _is_http(url):
+                    raise _refused(part, f"{url[:100]!r} is not an http(s) URL")
+                bodies[k] = await _fetch(url, part, settings, budget, http)
+            except ApiError as exc:
+                failed[k] = exc
+                tg.cancel_scope.cancel()
+
+        for k, (url, param) in enumerate(urls):
+            tg.start_soon(fetch, k, url, param)
+    if failed:
+        raise failed[min(failed)]
+    return bodies
 
 
 class _Budget:
@@ -615,15 +659,17 @@ async def _body(resp: httpx.Response, part: MediaPart, settings: MediaSettings, 
 def _checked(part: MediaPart, data: bytes, max_pixels: int) -> LoadedMedia:
     """``data`` checked as ``part.modality`` and hashed (runs in a worker thread)."""
     width = height = frames = rate = None
-    if part.modality == "image":
+    modality = part.modality
+    assert modality != "document", "documents are fetched by fetch_documents, not loaded as media"
+    if modality == "image":
         mime, width, height = _check_image(data, max_pixels)
-    elif part.modality == "audio":
+    elif modality == "audio":
         mime, frames, rate = _check_audio(data)
     else:
         mime = _check_video(data)
     digest = hashlib.sha256(data).hexdigest()
     return LoadedMedia(
-        part.modality, data, mime, digest, part.message, part.part, part.param, width, height, frames, rate
+        modality, data, mime, digest, part.message, part.part, part.param, width, height, frames, rate
     )
 
 

@@ -1,7 +1,7 @@
 """Anthropic's ``document`` blocks read as text: text and content sources in the adapter, PDFs
-read with pypdf before it (``read_pdfs``), and a Messages request with a PDF in a tool result (as
-Claude Code's Read tool sends one) through the SDK in process, the text checked in the prompt the
-engine receives."""
+read with pypdf and URL sources fetched before it (``read_documents``), and a Messages request
+with a PDF in a tool result (as Claude Code's Read tool sends one) through the SDK in process, the
+text checked in the prompt the engine receives."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from dyn.core.frontend import documents
 from dyn.core.frontend.apis.anthropic.adapter import adapt
-from dyn.core.frontend.apis.anthropic.documents import read_pdfs
+from dyn.core.frontend.apis.anthropic.documents import read_documents
 from dyn.core.frontend.apis.anthropic.protocol import MessagesRequest
 from dyn.core.frontend.documents import MAX_PDF_PAGES
 from dyn.core.frontend.media import MediaSettings
@@ -21,6 +21,7 @@ from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.openai import decode_request
 from tests.core.frontend.fake_workers import reply, tokenizer
 from tests.core.frontend.test_anthropic_api import MODEL, client
+from tests.core.frontend.test_media import route, serving
 from tests.pdf_files import blank_pages, pdf_of
 
 pytestmark = pytest.mark.anyio
@@ -37,7 +38,7 @@ def request(*blocks: dict) -> MessagesRequest:
 
 
 async def read(req: MessagesRequest, media: MediaSettings | None = None) -> list:
-    await read_pdfs(req.messages, media or MediaSettings())
+    await read_documents(req.messages, media or MediaSettings())
     return adapt(req)[0].messages
 
 
@@ -60,7 +61,6 @@ def test_text_and_content_documents_read_with_their_title_and_context():
 @pytest.mark.parametrize(
     ("source", "words"),
     [
-        ({"type": "url", "url": "https://example.com/a.pdf"}, "url sources are not supported"),
         ({"type": "file", "file_id": "f"}, "file sources are not supported"),
         ({"type": "content", "content": [{"type": "image"}]}, "holds text blocks"),
         ({"type": "base64", "media_type": "text/csv", "data": "YQ=="}, "a base64 PDF"),
@@ -137,3 +137,49 @@ async def test_a_pdf_with_too_much_text_is_a_400(monkeypatch):
     with pytest.raises(ApiError) as bad:
         await read(request(pdf_block(pdf_of("more than ten characters"))))
     assert bad.value.status == 400 and "over 10 characters" in bad.value.message
+
+
+def url_block(url: str) -> dict:
+    return {"type": "document", "source": {"type": "url", "url": url}, "title": "Fetched"}
+
+
+async def test_url_documents_are_fetched_and_read_as_a_pdf_or_as_text(make_frontend):
+    """A URL source is fetched (all of a request's at once) as a media item is: a PDF reads as
+    its pages' text, any other body as UTF-8 text; in a turn, in a tool result, and through the
+    SDK in process."""
+    async with serving() as server:
+        pdf = route(server, "/q3.pdf", body=pdf_of("Revenue grew 12 percent"), content_type="application/pdf")
+        notes = route(server, "/notes.txt", body=b"Risks: FX", content_type="text/plain")
+        req = request(url_block(pdf), {"type": "text", "text": "Sum up."})
+        body = {"type": "tool_result", "tool_use_id": "r1", "content": [url_block(notes)]}
+        (turn,) = await read(req)
+        assert turn["content"] == "Fetched\n\nRevenue grew 12 percent\nSum up."
+        tool_req = request(body)
+        await read_documents(tool_req.messages, MediaSettings())
+        assert tool_req.messages[0].content[0].content[0].source["data"] == "Risks: FX"
+        async with make_frontend(workers=1, script=reply("Up 12%.")) as fe:
+            messages = [{"role": "user", "content": [url_block(pdf), {"type": "text", "text": "Sum up."}]}]
+            answer = await client(fe).messages.create(model=MODEL, max_tokens=8, messages=messages)
+            prompt = tokenizer().decode(fe.fleet.requests[0].token_ids)
+        assert answer.content[0].text == "Up 12%." and "Revenue grew 12 percent" in prompt
+
+
+async def test_url_documents_that_cannot_be_read_are_a_400_naming_the_source():
+    async with serving() as server:
+        binary = route(server, "/blob", body=bytes(range(256)))
+        big = route(server, "/big.txt", body=b"x" * 4096)
+        cases = [
+            (server.url + "/missing.pdf", MediaSettings(), "answered HTTP 404"),
+            (binary, MediaSettings(), "neither a PDF nor UTF-8 text"),
+            (big, MediaSettings(max_media_bytes=1024), "--max-media-bytes"),
+            (big, MediaSettings(allowed_media_domains=("example.com",)), "allowed media domains"),
+            ("ftp://127.0.0.1/a.pdf", MediaSettings(), "not an http(s) URL"),
+        ]
+        for url, media, words in cases:
+            with pytest.raises(ApiError) as bad:
+                await read(request({"type": "text", "text": "See:"}, url_block(url)), media)
+            assert bad.value.status == 400 and words in bad.value.message, (url, bad.value.message)
+            assert bad.value.param == "messages[0].content[1].source.url"
+        with pytest.raises(ApiError) as many:
+            await read(request(*[url_block(big)] * 11))
+        assert "at most 10" in many.value.message and many.value.param == "messages[0].content[10].source.url"

@@ -6,9 +6,12 @@ Sources, as Anthropic defines them:
 - ``{"type": "text", "media_type": "text/plain", "data": ...}``: the text as it is;
 - ``{"type": "content", "content": [text blocks]}``: the blocks' texts, one per line;
 - ``{"type": "base64", "media_type": "application/pdf", "data": ...}``: the text of its pages,
-  read before the request is adapted (``read_pdfs``) by ``dyn.core.frontend.documents``, with
-  its bounds and its 400s.
-- ``url`` and ``file`` sources are a 400 (no fetching of documents, no Files API here).
+  read before the request is adapted (``read_documents``) by ``dyn.core.frontend.documents``,
+  with its bounds and its 400s;
+- ``{"type": "url", "url": ...}``: fetched then, all of a request's at once
+  (``dyn.core.frontend.documents.fetched_texts``: a PDF's pages, or UTF-8 text; the media
+  fetch's bounds and ``--allowed-media-domains``).
+- ``file`` sources are a 400 (no Files API here).
 
 A document reads as its ``title``, its ``context`` and its text, each on lines of their own.
 Citations are not produced (``citations`` is accepted and ignored).
@@ -16,16 +19,18 @@ Citations are not produced (``citations`` is accepted and ignored).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from dyn.core.frontend.apis.anthropic.protocol import DocumentBlock, MessageParam, ToolResultBlock
-from dyn.core.frontend.documents import PDF, read_pdf
+from dyn.core.frontend.documents import PDF, fetched_texts, read_pdf
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import bad_request
 
 
 def document_text(block: DocumentBlock, where: str) -> str:
-    """The text a document block gives the model (a PDF already read by ``read_pdfs``)."""
+    """The text a document block gives the model (a PDF or a URL already read by
+    ``read_documents``)."""
     source = block.source if isinstance(block.source, dict) else {}
     kind = source.get("type")
     if kind == "text" and isinstance(source.get("data"), str):
@@ -33,11 +38,11 @@ def document_text(block: DocumentBlock, where: str) -> str:
     elif kind == "content" and isinstance(source.get("content"), (str, list)):
         text = _content_text(source["content"], f"{where}.source.content")
     elif kind == "base64" and source.get("media_type") == PDF:
-        raise AssertionError("read_pdfs turns PDF sources into text before adapting")
+        raise AssertionError("read_documents turns PDF sources into text before adapting")
     else:
         raise bad_request(
             f"{where}.source: a document takes a text source, a content source, or a base64 PDF"
-            + (f"; {kind} sources are not supported here" if kind in ("url", "file") else ""),
+            + ("; file sources are not supported here (no Files API)" if kind == "file" else ""),
             param=f"{where}.source",
         )
     return "\n\n".join(part for part in (block.title, block.context, text) if part)
@@ -54,24 +59,35 @@ def _content_text(content: str | list[Any], where: str) -> str:
     return "\n".join(texts)
 
 
-async def read_pdfs(messages: list[MessageParam], media: MediaSettings) -> None:
-    """Replace every base64 PDF document of ``messages`` (user turns and their tool results) by
-    a text source of its pages' text, in place."""
+async def read_documents(messages: list[MessageParam], media: MediaSettings) -> None:
+    """Replace every base64 PDF and URL document of ``messages`` (user turns and their tool
+    results) by a text source of its text, in place."""
+    by_url: list[tuple[DocumentBlock, str]] = []
+    for block, where in _documents(messages):
+        source = block.source if isinstance(block.source, dict) else {}
+        if source.get("type") == "base64" and source.get("media_type") == PDF:
+            _read(block, await read_pdf(source.get("data"), f"{where}.source.data", media))
+        elif source.get("type") == "url" and isinstance(source.get("url"), str):
+            by_url.append((block, where))
+    texts = await fetched_texts([(b.source["url"], f"{where}.source.url") for b, where in by_url], media)
+    for (block, _), text in zip(by_url, texts, strict=True):
+        _read(block, text)
+
+
+def _documents(messages: list[MessageParam]) -> Iterator[tuple[DocumentBlock, str]]:
+    """Every document block of the user turns and their tool results, with where it is."""
     for i, message in enumerate(messages):
         if message.role == "assistant" or isinstance(message.content, str):
             continue
         for j, block in enumerate(message.content):
             where = f"messages[{i}].content[{j}]"
             if isinstance(block, DocumentBlock):
-                await _read_pdf(block, where, media)
+                yield block, where
             elif isinstance(block, ToolResultBlock) and isinstance(block.content, list):
                 for k, part in enumerate(block.content):
                     if isinstance(part, DocumentBlock):
-                        await _read_pdf(part, f"{where}.content[{k}]", media)
+                        yield part, f"{where}.content[{k}]"
 
 
-async def _read_pdf(block: DocumentBlock, where: str, media: MediaSettings) -> None:
-    source = block.source if isinstance(block.source, dict) else {}
-    if source.get("type") == "base64" and source.get("media_type") == PDF:
-        text = await read_pdf(source.get("data"), f"{where}.source.data", media)
-        block.source = {"type": "text", "media_type": "text/plain", "data": text}
+def _read(block: DocumentBlock, text: str) -> None:
+    block.source = {"type": "text", "media_type": "text/plain", "data": text}

@@ -22,7 +22,7 @@ import msgspec
 from dyn.core.frontend.apis.anthropic import errors
 from dyn.core.frontend.apis.anthropic.adapter import FieldNames, adapt, fold_late_system
 from dyn.core.frontend.apis.anthropic.context_editing import edited, edits_of
-from dyn.core.frontend.apis.anthropic.documents import read_pdfs
+from dyn.core.frontend.apis.anthropic.documents import read_documents
 from dyn.core.frontend.apis.anthropic.protocol import (
     ContextManagementResponse,
     CountTokensContextManagement,
@@ -61,7 +61,7 @@ class CountTokensEndpoint(JsonEndpoint):
 async def _prepare(
     app: FrontendApp, service: OpenAIService, req: MessagesRequest, ctx: RequestContext
 ) -> Generation:
-    await read_pdfs(req.messages, service.media)
+    await read_documents(req.messages, service.media)
     context, _ = await _edit_context(service, req)
     chat, names = _adapted(service, req)
     try:
@@ -76,7 +76,7 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
     req = decode_request(body, CountTokensRequest)
     warn_ignored(body, CountTokensRequest, "to /v1/messages/count_tokens")
     service = app.models.resolve(req.model)
-    await read_pdfs(req.messages, service.media)
+    await read_documents(req.messages, service.media)
     _, original = await _edit_context(service, req)
     chat, names = _adapted(service, req)
     try:
