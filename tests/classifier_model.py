@@ -1,6 +1,7 @@
-"""A classification model directory for the tests that need one without weights (the frontend
-and the mocker read only its JSON files): dyn-tiny with a ``LlamaForSequenceClassification``
-``config.json`` naming three classes, or one (a cross-encoder: ``make_cross_encoder``)."""
+"""Pooling model directories for the tests that need one without weights (the frontend and the
+mocker read only its JSON files): dyn-tiny with a ``LlamaForSequenceClassification``
+``config.json`` naming three classes, or one (a cross-encoder: ``make_cross_encoder``), or an
+``HF_ColBERT`` one (a late-interaction model: ``make_colbert``)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,13 @@ def make_classifier_model(directory: Path, labels: list[str] = LABELS, **config_
 def make_cross_encoder(directory: Path, **config_fields) -> Path:
     """A one-class classifier: vLLM scores pairs with it (a cross-encoder, a reranker)."""
     return make_classifier_model(directory, ["LABEL_0"], num_labels=1, **config_fields)
+
+
+def make_colbert(directory: Path, dim: int = 16) -> Path:
+    """A late-interaction (ColBERT) model, its token embeddings ``dim`` wide (``colbert_dim``)."""
+    shutil.copytree(TINY_MODEL_DIR, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config["architectures"] = ["HF_ColBERT"]
+    config["colbert_dim"] = dim
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory

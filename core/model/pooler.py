@@ -1,6 +1,7 @@
-"""How wide a pooling model's vectors are, read from its ``config.json``: an embedding has the
-model's hidden size (vLLM's embed pooler without a projector), a classifier's output one value
-per class (``dyn.core.model.classes``).
+"""What a pooling model's ``config.json`` says about its vectors: how wide they are (an embedding
+has the model's hidden size, vLLM's embed pooler without a projector; a classifier's output one
+value per class, ``dyn.core.model.classes``), and whether it is a late-interaction (ColBERT)
+model, which pools per token only: vLLM scores its pairs by MaxSim over the tokens' embeddings.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from dyn.core.messages import CLASSIFY_TASKS, PoolingTask
 from dyn.core.model.classes import class_labels
 from dyn.core.model.info import ModelInfo, read_model_json
 
+LATE_INTERACTION_ARCHITECTURES = frozenset(
+    ("HF_ColBERT", "ColBERTModernBertModel", "ColBERTJinaRobertaModel", "ColBERTLfm2Model")
+)
+"""vLLM 0.32's text ColBERT architectures (its registry); the multimodal ones (ColPali, ColQwen)
+take images, which dyn's pooling inputs do not."""
 DEFAULT_HIDDEN_SIZE = 256
 """For a model directory whose config.json states no hidden size."""
 _SIZE_KEYS = ("hidden_size", "d_model", "n_embd", "dim")
@@ -27,10 +33,31 @@ def hidden_size(model: ModelInfo) -> int:
     return DEFAULT_HIDDEN_SIZE
 
 
+_COLBERT_DIM_KEYS = ("colbert_dim", "dim", "projection_dim")
+"""Where vLLM's ColBERT models read their projection's width, in its order."""
+
+
 @functools.lru_cache(maxsize=64)
 def vector_width(model: ModelInfo, task: PoolingTask) -> int:
     """How many values one vector of ``task`` holds (one row, for a token task): the number of
-    classes for a classifier's tasks, else the hidden size; read once per model and task."""
+    classes for a classifier's tasks; a late-interaction model's projection width (its
+    ``colbert_dim``, ``dim`` or ``projection_dim``, as vLLM reads it); else the hidden size.
+    Read once per model and task."""
     if task in CLASSIFY_TASKS:
         return len(class_labels(model) or ())
+    if late_interaction(model):
+        config = read_model_json(str(model.path), model.path / "config.json", required=False) or {}
+        for key in _COLBERT_DIM_KEYS:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
     return hidden_size(model)
+
+
+@functools.lru_cache(maxsize=64)
+def late_interaction(model: ModelInfo) -> bool:
+    """Whether the model is a late-interaction (ColBERT) model: one of its ``architectures`` is
+    in ``LATE_INTERACTION_ARCHITECTURES``; read once per model."""
+    config = read_model_json(str(model.path), model.path / "config.json", required=False) or {}
+    architectures = config.get("architectures")
+    return isinstance(architectures, list) and any(a in LATE_INTERACTION_ARCHITECTURES for a in architectures)

@@ -21,9 +21,11 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
+import numpy as np
 
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.openai import decode_request
@@ -147,11 +149,25 @@ def cosine(a: list[float], b: list[float]) -> float:
     return dot / norms if norms else 0.0
 
 
-def pair_scores(query_vectors: list[list[float]], document_vectors: list[list[float]]) -> list[float]:
-    """Each document's score against its query (the one query, or the query at its position)."""
+def maxsim(query_rows: list[float], document_rows: list[float], width: int) -> float:
+    """ColBERT's MaxSim of two inputs' token embeddings (each ``width`` values a row, rows end to
+    end): for each query token its best dot product with a document token, summed, as vLLM's
+    late-interaction scoring computes it (in float32)."""
+    query = np.asarray(query_rows, dtype=np.float32).reshape(-1, width)
+    document = np.asarray(document_rows, dtype=np.float32).reshape(-1, width)
+    return float((query @ document.T).max(axis=1).sum())
+
+
+def pair_scores(
+    query_vectors: list[list[float]],
+    document_vectors: list[list[float]],
+    measure: Callable[[list[float], list[float]], float] = cosine,
+) -> list[float]:
+    """Each document's score against its query (the one query, or the query at its position) by
+    ``measure``."""
     if len(query_vectors) == 1:
-        return [cosine(query_vectors[0], d) for d in document_vectors]
-    return [cosine(q, d) for q, d in zip(query_vectors, document_vectors, strict=True)]
+        return [measure(query_vectors[0], d) for d in document_vectors]
+    return [measure(q, d) for q, d in zip(query_vectors, document_vectors, strict=True)]
 
 
 class ScoreUsage(msgspec.Struct):

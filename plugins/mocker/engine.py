@@ -88,7 +88,7 @@ from dyn.core.model import ModelInfo
 from dyn.core.model.classes import class_labels
 from dyn.core.model.lora import parse_lora_modules
 from dyn.core.model.multimodal import placeholder_rules
-from dyn.core.model.pooler import hidden_size
+from dyn.core.model.pooler import vector_width
 from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
@@ -241,7 +241,7 @@ class MockerEngine:
         self._embed_size = 0
         self._labels: list[str | None] = []
         if config.is_pooling:  # a classification model classifies, any other embeds (as vLLM's)
-            self._embed_size = hidden_size(model)
+            self._embed_size = vector_width(model, "embed")
             self._labels = class_labels(model) or []
             features += [FEATURE_CLASSIFY if self._labels else FEATURE_EMBED, FEATURE_POOLING_ONLY]
         self._embed_seq = 0

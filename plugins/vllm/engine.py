@@ -222,13 +222,14 @@ class VllmEngine:
 
     async def _read_features(self, llm: Any) -> None:
         """``pooling_only`` under ``--runner pooling``, with ``embed`` and ``classify`` as vLLM
-        serves those tasks for the model (an embedding model embeds, a classification model
-        classifies); else ``media`` when the model vLLM loaded takes images or audio
+        serves those tasks for the model (an embedding model embeds, a late-interaction one per
+        token only, a classification model classifies); else ``media`` when the model vLLM loaded takes images or audio
         (``plugins.vllm.media.modalities``)."""
         model_config = llm.vllm_config.model_config
         if self._pooling:
             tasks = await llm.get_supported_tasks()
-            self.info.features = [FEATURE_EMBED] if "embed" in tasks else []
+            embeds = "embed" in tasks or "token_embed" in tasks  # a ColBERT model: token_embed alone
+            self.info.features = [FEATURE_EMBED] if embeds else []
             self.info.features.append(FEATURE_POOLING_ONLY)
             if "classify" in tasks:
                 self.info.features.append(FEATURE_CLASSIFY)

@@ -28,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from tests.classifier_model import make_cross_encoder
+from tests.classifier_model import make_colbert, make_cross_encoder
 from tests.integration.conftest import serve_ready_url
 from tests.vllm_cpu import MODEL as VLLM_MODEL
 from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
@@ -164,6 +164,25 @@ def test_a_cross_encoder_served_with_a_chat_template_scores_the_rendered_pair(dy
             ids = http.post("/tokenize", json={"prompt": text}).json()["tokens"]
             probs = http.post("/classify", json={"input": [ids]}).json()["data"][0]["probs"]
             assert got["score"] == pytest.approx(probs[0])
+
+
+def test_a_pooling_mocker_on_a_colbert_model_reranks_by_maxsim(dyn_process, tmp_path):
+    """A late-interaction model through real processes: its rows are ``colbert_dim`` wide and of
+    unit norm, so MaxSim gives a query's own text the most a score can be, its token count."""
+    model = make_colbert(tmp_path / "colbert", dim=16)
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100", "--runner", "pooling",
+        "--model-path", str(model),
+    )  # fmt: skip
+    query = "The sky is blue."
+    with httpx.Client(base_url=serve_ready_url(proc).removesuffix("/v1"), timeout=60) as http:
+        r = http.post("/rerank", json={"query": query, "documents": ["Grass is green.", query, "Blue sky."]})
+        assert r.status_code == 200, r.text
+        best = r.json()["results"][0]
+        tokens = http.post("/tokenize", json={"prompt": query}).json()["count"]
+        assert best["index"] == 1 and best["relevance_score"] == pytest.approx(tokens, rel=1e-4)
+        rows = http.post("/pooling", json={"input": query}).json()["data"][0]["data"]
+        assert len(rows) == tokens and all(len(row) == 16 and abs(norm(row) - 1.0) < 1e-5 for row in rows)
 
 
 def test_generating_workers_answer_embeddings_with_404(dyn_process):

@@ -6,7 +6,8 @@ from the model's ``id2label``); the shapes are in ``dyn.core.protocol.embeddings
 Inputs are tokenized here (text as a completion prompt, ``messages`` through the frontend's
 chat template path exactly as ``/tokenize`` renders them), bounded and embedded by one worker as
 ``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the request's ``task``, by default the
-model's own (``classify`` on a classification model, else ``embed``): ``embed`` and ``classify``
+model's own (``classify`` on a classification model, ``token_embed`` on a late-interaction
+(ColBERT) model, which answers neither ``embed`` nor ``/v1/embeddings``, else ``embed``): ``embed`` and ``classify``
 answer one vector per input, ``token_embed`` and ``token_classify`` one row per token of each
 input (its embedding, or its class probabilities), bounded by ``--max-response-bytes`` before
 the worker is asked (the rows' floats in ``float`` format; all of them in one base64 string, as
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from dyn.core.frontend import pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.messages import POOLING_TASKS, TOKEN_TASKS, PoolingTask
-from dyn.core.model.pooler import vector_width
+from dyn.core.model.pooler import late_interaction, vector_width
 from dyn.core.protocol.embeddings import (
     ClassificationResponse,
     EmbeddingRequest,
@@ -35,7 +36,7 @@ from dyn.core.protocol.embeddings import (
     embedding_response,
     pooling_response,
 )
-from dyn.core.protocol.errors import bad_request
+from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, check_chat
 
 if TYPE_CHECKING:
@@ -51,10 +52,26 @@ REMOVED_TASKS = {
 """vLLM's word for the pooling task names it no longer takes."""
 
 
+_PER_TOKEN = (
+    "'{model}' is a late-interaction (ColBERT) model: it pools per token, not one vector per "
+    "input; send {send}, or score pairs with /score or /rerank"
+)
+
+
 async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /v1/embeddings")
     service = app.models.resolve(req.model)
+    if late_interaction(service.preprocessor.info):
+        message = _PER_TOKEN.format(
+            model=service.model_name, send="its inputs to /pooling with the token_embed task"
+        )
+        raise ApiError(
+            404,
+            f"The model does not support the Embeddings API: {message}",
+            param="model",
+            code="embeddings_not_supported",
+        )
     vectors, tokens, _ = await _vectors(service, req, "Embeddings")
     return embedding_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness)
 
@@ -73,8 +90,13 @@ def _pooling_task(task: str | None, service: OpenAIService) -> PoolingTask:
     """The request's pooling task, by default the model's own as vLLM picks it (a classifier
     classifies, any other model embeds); a 400 for any other name, with vLLM's word for the
     tasks it removed."""
+    info = service.preprocessor.info
     if task is None:
-        return "classify" if pooling.model_classes(service.preprocessor.info) is not None else "embed"
+        if pooling.model_classes(info) is not None:
+            return "classify"
+        return "token_embed" if late_interaction(info) else "embed"
+    if task == "embed" and late_interaction(info):
+        raise bad_request(_PER_TOKEN.format(model=service.model_name, send="token_embed"), param="task")
     if task in POOLING_TASKS:
         return task
     removed = REMOVED_TASKS.get(task, f"task {task!r} is not a pooling task.")

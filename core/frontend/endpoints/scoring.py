@@ -7,6 +7,11 @@ two ways vLLM scores, chosen by the served model:
   bounded and embedded in one request to one worker as ``dyn.core.frontend.pooling`` says; one
   query is embedded once however many documents it is scored against. A pair's score is the
   cosine similarity of the two vectors.
+- **Late interaction** (a ColBERT model, ``dyn.core.model.pooler.late_interaction``): the same
+  inputs pooled with the ``token_embed`` task, a row per token (bounded by
+  ``--max-response-bytes`` as ``/pooling``'s rows are), and a pair's score is ColBERT's MaxSim of
+  the two inputs' rows, as vLLM's late-interaction scoring computes it (in a thread, at most
+  ``MAX_MAXSIM_WORK`` products a request).
 - **Cross-encoder** (a classifier with one class, ``dyn.core.model.classes``): each (query,
   document) pair is one input, the tokenizer's pair encoding (or the two texts joined, for a model
   whose config says ``use_sep_token: false``; or, when the server was given a ``--chat-template``,
@@ -24,11 +29,15 @@ the tokens pooled.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
+
+import anyio.to_thread
 
 from dyn.core.frontend import pooling, score_template
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.model.classes import pair_with_separator
+from dyn.core.model.pooler import late_interaction, vector_width
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.scoring import (
     Pairs,
@@ -37,6 +46,7 @@ from dyn.core.protocol.scoring import (
     ScoreRequest,
     ScoreResponse,
     ScoringFields,
+    maxsim,
     pair_scores,
     rerank_request,
     rerank_response,
@@ -91,8 +101,31 @@ async def _scores(
         queries_ids + documents_ids, req.truncate_prompt_tokens, req.truncation_side, context
     )
     tokens = pooling.check_lengths(prompts, context, pairs.names[1])
-    vectors = await pooling.embed(service, prompts, api)
-    return pair_scores(vectors[: len(queries)], vectors[len(queries) :]), tokens
+    n = len(queries)
+    if not late_interaction(preprocessor.info):
+        vectors = await pooling.embed(service, prompts, api)
+        return pair_scores(vectors[:n], vectors[n:]), tokens
+    width = vector_width(preprocessor.info, "token_embed")
+    pooling.check_token_rows(prompts, width, preprocessor, pairs.names[1])
+    _check_maxsim_work(prompts[:n], prompts[n:], width)
+    rows = await pooling.embed(service, prompts, api, "token_embed")
+    width = len(rows[0]) // len(prompts[0])  # the worker's own, should the config not say it
+    measure = functools.partial(maxsim, width=width)
+    return await anyio.to_thread.run_sync(pair_scores, rows[:n], rows[n:], measure), tokens
+
+
+def _check_maxsim_work(queries: list[list[int]], documents: list[list[int]], width: int) -> None:
+    """A 400 when MaxSim over every pair would take more than ``MAX_MAXSIM_WORK`` products."""
+    if len(queries) == 1:
+        work = len(queries[0]) * sum(len(d) for d in documents) * width
+    else:
+        work = sum(len(q) * len(d) for q, d in zip(queries, documents, strict=True)) * width
+    if work > MAX_MAXSIM_WORK:
+        raise bad_request(
+            f"scoring these pairs by MaxSim takes {work} products of token embeddings, more than the "
+            f"{MAX_MAXSIM_WORK} this server computes for one request: send fewer or shorter documents",
+            param="documents",
+        )
 
 
 async def _cross_encoded(
@@ -135,6 +168,10 @@ async def _cut(preprocessor: Preprocessor, texts: list[str], first: int, param: 
         for text, ids in zip(texts, pieces, strict=True)
     ]
 
+
+MAX_MAXSIM_WORK = 1 << 31
+"""Most products of token embeddings one request's MaxSim scores may take (about a second of
+float32 matrix products here)."""
 
 SCORE = pooling.AdmittedJsonEndpoint("/score", _score)
 SCORE_V1 = pooling.AdmittedJsonEndpoint("/v1/score", _score)

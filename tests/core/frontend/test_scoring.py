@@ -20,7 +20,7 @@ import pytest
 
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
 from dyn.core.frontend.limits import RequestLimits
-from tests.classifier_model import LABELS, make_classifier_model, make_cross_encoder
+from tests.classifier_model import LABELS, make_classifier_model, make_colbert, make_cross_encoder
 from tests.core.frontend.fake_workers import fake_probs, fake_vector
 
 pytestmark = pytest.mark.anyio
@@ -376,6 +376,47 @@ async def test_score_template_renderings_are_bounded_in_time_and_size(make_front
     ) as fe:
         r = await fe.client.post("/rerank", json={"query": "q", "documents": ["d", "e"]})
         assert r.status_code == 400 and "split the request" in r.json()["error"]["message"], r.text
+        assert fe.fleet[1].embeds == []
+
+
+def maxsim_of(query_rows: list[list[float]], document_rows: list[list[float]]) -> float:
+    return sum(max(sum(a * b for a, b in zip(q, d, strict=True)) for d in document_rows) for q in query_rows)
+
+
+async def test_a_late_interaction_model_scores_by_maxsim_over_token_embeddings(
+    make_frontend, tokenizer, tmp_path
+):
+    """vLLM's late-interaction scoring on a ColBERT model: queries and documents pooled with the
+    ``token_embed`` task, each pair scored by MaxSim over their rows; ``/pooling`` defaults to
+    ``token_embed`` there, and one vector per input (``/v1/embeddings``, the ``embed`` task) is
+    refused."""
+    model = str(make_colbert(tmp_path / "colbert"))
+    async with make_frontend(workers=1, features={1: EMBED}, model_path=model) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 200, r.text
+        (asked,) = fe.fleet[1].embeds
+        query, *docs = [tokenizer.encode(t) for t in (QUERY, *DOCS)]
+        assert asked.task == "token_embed" and asked.prompts == [query, *docs]
+        scores = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+        q_rows = prefix_rows(fake_vector, query)
+        expected = [maxsim_of(q_rows, prefix_rows(fake_vector, d)) for d in docs]
+        assert [scores[i] for i in range(3)] == pytest.approx(expected, rel=1e-5)
+        r = await fe.client.post("/pooling", json={"input": [3, 4]})
+        assert r.json()["data"][0]["data"] == prefix_rows(fake_vector, [3, 4])
+        r = await fe.client.post("/pooling", json={"input": [3, 4], "task": "embed"})
+        assert r.status_code == 400 and "late-interaction" in r.json()["error"]["message"]
+        r = await fe.client.post("/v1/embeddings", json={"input": "x"})
+        assert r.status_code == 404 and "token_embed" in r.json()["error"]["message"]
+
+
+async def test_maxsim_work_is_bounded_before_any_worker_is_asked(make_frontend, tmp_path, monkeypatch):
+    from dyn.core.frontend.endpoints import scoring
+
+    monkeypatch.setattr(scoring, "MAX_MAXSIM_WORK", 1000)
+    model = str(make_colbert(tmp_path / "colbert"))
+    async with make_frontend(workers=1, features={1: EMBED}, model_path=model) as fe:
+        r = await fe.client.post("/score", json={"queries": "a b c d", "documents": ["e f g h i j k"] * 4})
+        assert r.status_code == 400 and "MaxSim" in r.json()["error"]["message"], r.text
         assert fe.fleet[1].embeds == []
 
 
