@@ -2,8 +2,9 @@
 classification heads state them: ``id2label`` (index -> name) or else ``num_labels``.
 
 A model is a classifier when one of its ``architectures`` ends in ``ForSequenceClassification``
-(its class names, else ``None`` for a class without one); ``class_labels`` returns None for any
-other model. A classifier with one class is a cross-encoder: it scores a (query, document) pair,
+or ``ForTokenClassification`` (its class names, else ``None`` for a class without one; a token
+classifier, ``token_classifier``, classifies each token only); ``class_labels`` returns None for
+any other model. A classifier with one class is a cross-encoder: it scores a (query, document) pair,
 written as the tokenizer writes a pair of texts unless its config says ``use_sep_token: false``
 (``pair_with_separator``), as vLLM's cross-encoder scoring reads it.
 """
@@ -14,6 +15,7 @@ import functools
 
 from dyn.core.model.info import ModelInfo, read_model_json
 
+_CLASSIFIERS = ("ForSequenceClassification", "ForTokenClassification")
 MAX_CLASSES = 1 << 16
 """More classes than this is a broken config (and would be a large vector per input)."""
 
@@ -24,7 +26,7 @@ def class_labels(info: ModelInfo) -> list[str | None] | None:
     config = read_model_json(str(info.path), info.path / "config.json", required=False) or {}
     architectures = config.get("architectures")
     if not isinstance(architectures, list) or not any(
-        isinstance(a, str) and a.endswith("ForSequenceClassification") for a in architectures
+        isinstance(a, str) and a.endswith(_CLASSIFIERS) for a in architectures
     ):
         return None
     id2label = config.get("id2label")
@@ -38,6 +40,17 @@ def class_labels(info: ModelInfo) -> list[str | None] | None:
         count = max(names, default=-1) + 1 or 2  # transformers' default head has 2 classes
     count = min(count, MAX_CLASSES)
     return [names.get(i) for i in range(count)]
+
+
+@functools.lru_cache(maxsize=64)
+def token_classifier(info: ModelInfo) -> bool:
+    """Whether the model classifies each token (an ``architectures`` entry ending in
+    ``ForTokenClassification``: vLLM pools it with ``token_classify`` only)."""
+    config = read_model_json(str(info.path), info.path / "config.json", required=False) or {}
+    architectures = config.get("architectures")
+    return isinstance(architectures, list) and any(
+        isinstance(a, str) and a.endswith("ForTokenClassification") for a in architectures
+    )
 
 
 @functools.lru_cache(maxsize=64)

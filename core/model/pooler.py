@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from dyn.core.messages import CLASSIFY_TASKS, PoolingTask
-from dyn.core.model.classes import class_labels
+from dyn.core.model.classes import class_labels, token_classifier
 from dyn.core.model.info import ModelInfo, read_model_json
 
 LATE_INTERACTION_ARCHITECTURES = frozenset(
@@ -61,3 +61,11 @@ def late_interaction(model: ModelInfo) -> bool:
     config = read_model_json(str(model.path), model.path / "config.json", required=False) or {}
     architectures = config.get("architectures")
     return isinstance(architectures, list) and any(a in LATE_INTERACTION_ARCHITECTURES for a in architectures)
+
+
+def per_token_task(model: ModelInfo) -> PoolingTask | None:
+    """The token task a model pools with alone: ``token_embed`` for a late-interaction model,
+    ``token_classify`` for a token classifier; None for one that answers one vector per input."""
+    if late_interaction(model):
+        return "token_embed"
+    return "token_classify" if token_classifier(model) else None

@@ -88,7 +88,7 @@ from dyn.core.model import ModelInfo
 from dyn.core.model.classes import class_labels
 from dyn.core.model.lora import parse_lora_modules
 from dyn.core.model.multimodal import placeholder_rules
-from dyn.core.model.pooler import vector_width
+from dyn.core.model.pooler import per_token_task, vector_width
 from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
@@ -628,6 +628,11 @@ class MockerEngine:
                 "this mocker does not embed: start it with --runner pooling", code="unsupported"
             )
         classify = pooling_feature(task) == FEATURE_CLASSIFY
+        if task in ("embed", "classify") and per_token_task(self.model) is not None:
+            raise EngineError(
+                f"the model {self.model.name} pools per token only (the {per_token_task(self.model)} task)",
+                code="unsupported",
+            )
         if classify != bool(self._labels):
             raise EngineError(
                 f"the model {self.model.name} is not a classification model (its config.json names "

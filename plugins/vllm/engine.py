@@ -231,7 +231,7 @@ class VllmEngine:
             embeds = "embed" in tasks or "token_embed" in tasks  # a ColBERT model: token_embed alone
             self.info.features = [FEATURE_EMBED] if embeds else []
             self.info.features.append(FEATURE_POOLING_ONLY)
-            if "classify" in tasks:
+            if "classify" in tasks or "token_classify" in tasks:  # a token classifier: the latter alone
                 self.info.features.append(FEATURE_CLASSIFY)
             return
         mm_processor = getattr(getattr(llm, "renderer", None), "mm_processor", None)

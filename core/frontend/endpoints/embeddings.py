@@ -6,8 +6,9 @@ from the model's ``id2label``); the shapes are in ``dyn.core.protocol.embeddings
 Inputs are tokenized here (text as a completion prompt, ``messages`` through the frontend's
 chat template path exactly as ``/tokenize`` renders them), bounded and embedded by one worker as
 ``dyn.core.frontend.pooling`` says. ``/pooling`` pools with the request's ``task``, by default the
-model's own (``classify`` on a classification model, ``token_embed`` on a late-interaction
-(ColBERT) model, which answers neither ``embed`` nor ``/v1/embeddings``, else ``embed``): ``embed`` and ``classify``
+model's own (``classify`` on a classification model; ``token_embed`` on a late-interaction
+(ColBERT) model and ``token_classify`` on a token classifier, which pool per token only and
+answer neither ``/v1/embeddings`` nor ``/classify``; else ``embed``): ``embed`` and ``classify``
 answer one vector per input, ``token_embed`` and ``token_classify`` one row per token of each
 input (its embedding, or its class probabilities), bounded by ``--max-response-bytes`` before
 the worker is asked (the rows' floats in ``float`` format; all of them in one base64 string, as
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from dyn.core.frontend import pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.messages import POOLING_TASKS, TOKEN_TASKS, PoolingTask
-from dyn.core.model.pooler import late_interaction, vector_width
+from dyn.core.model.pooler import per_token_task, vector_width
 from dyn.core.protocol.embeddings import (
     ClassificationResponse,
     EmbeddingRequest,
@@ -52,26 +53,29 @@ REMOVED_TASKS = {
 """vLLM's word for the pooling task names it no longer takes."""
 
 
-_PER_TOKEN = (
-    "'{model}' is a late-interaction (ColBERT) model: it pools per token, not one vector per "
-    "input; send {send}, or score pairs with /score or /rerank"
-)
+def per_token_refusal(service: OpenAIService, api: str) -> ApiError | None:
+    """For a model that pools per token only (``per_token_task``), the 404 of an API that answers
+    one vector per input, as vLLM serves no such route for it; else None."""
+    task = per_token_task(service.preprocessor.info)
+    if task is None:
+        return None
+    kind = "late-interaction (ColBERT)" if task == "token_embed" else "token classification"
+    return ApiError(
+        404,
+        f"The model '{service.model_name}' does not support the {api} API: it is a {kind} model, "
+        f"which pools per token: send its inputs to /pooling with the {task} task"
+        + (", or score pairs with /score or /rerank" if task == "token_embed" else ""),
+        param="model",
+        code=f"{api.lower()}_not_supported",
+    )
 
 
 async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /v1/embeddings")
     service = app.models.resolve(req.model)
-    if late_interaction(service.preprocessor.info):
-        message = _PER_TOKEN.format(
-            model=service.model_name, send="its inputs to /pooling with the token_embed task"
-        )
-        raise ApiError(
-            404,
-            f"The model does not support the Embeddings API: {message}",
-            param="model",
-            code="embeddings_not_supported",
-        )
+    if refused := per_token_refusal(service, "Embeddings"):
+        raise refused
     vectors, tokens, _ = await _vectors(service, req, "Embeddings")
     return embedding_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness)
 
@@ -91,12 +95,14 @@ def _pooling_task(task: str | None, service: OpenAIService) -> PoolingTask:
     classifies, any other model embeds); a 400 for any other name, with vLLM's word for the
     tasks it removed."""
     info = service.preprocessor.info
+    own = per_token_task(info)
     if task is None:
-        if pooling.model_classes(info) is not None:
-            return "classify"
-        return "token_embed" if late_interaction(info) else "embed"
-    if task == "embed" and late_interaction(info):
-        raise bad_request(_PER_TOKEN.format(model=service.model_name, send="token_embed"), param="task")
+        return own or ("classify" if pooling.model_classes(info) is not None else "embed")
+    if own is not None and task in ("embed", "classify"):
+        raise bad_request(
+            f"'{service.model_name}' pools per token only: send the {own} task, or leave it out",
+            param="task",
+        )
     if task in POOLING_TASKS:
         return task
     removed = REMOVED_TASKS.get(task, f"task {task!r} is not a pooling task.")
@@ -111,6 +117,8 @@ async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /classify")
     service = app.models.resolve(req.model)
+    if refused := per_token_refusal(service, "Classification"):
+        raise refused
     probabilities, tokens, _ = await _vectors(service, req, "Classification", "classify")
     labels = pooling.model_classes(service.preprocessor.info) or []
     return classification_response(service.model_name, probabilities, labels, tokens)

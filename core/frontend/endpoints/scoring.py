@@ -36,7 +36,7 @@ import anyio.to_thread
 
 from dyn.core.frontend import pooling, score_template
 from dyn.core.frontend.endpoints.generate import warn_ignored
-from dyn.core.model.classes import pair_with_separator
+from dyn.core.model.classes import pair_with_separator, token_classifier
 from dyn.core.model.pooler import late_interaction, vector_width
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.scoring import (
@@ -89,6 +89,12 @@ async def _scores(
     ):
         if value >= context:
             raise bad_request(f"{name} ({value}) must be less than max_model_len ({context}).", param=name)
+    if token_classifier(preprocessor.info):
+        raise bad_request(
+            f"'{service.model_name}' classifies each token: it does not score pairs; send its "
+            "inputs to /pooling with the token_classify task",
+            param="model",
+        )
     classes = pooling.model_classes(preprocessor.info)
     if classes is not None:
         return await _cross_encoded(service, req, pairs, api, len(classes))

@@ -404,9 +404,37 @@ async def test_a_late_interaction_model_scores_by_maxsim_over_token_embeddings(
         r = await fe.client.post("/pooling", json={"input": [3, 4]})
         assert r.json()["data"][0]["data"] == prefix_rows(fake_vector, [3, 4])
         r = await fe.client.post("/pooling", json={"input": [3, 4], "task": "embed"})
-        assert r.status_code == 400 and "late-interaction" in r.json()["error"]["message"]
+        assert r.status_code == 400 and "pools per token only" in r.json()["error"]["message"]
         r = await fe.client.post("/v1/embeddings", json={"input": "x"})
-        assert r.status_code == 404 and "token_embed" in r.json()["error"]["message"]
+        error = r.json()["error"]
+        assert (
+            r.status_code == 404
+            and "late-interaction" in error["message"]
+            and "token_embed" in error["message"]
+        )
+
+
+async def test_a_token_classifier_pools_per_token_only(make_frontend, tmp_path):
+    """A ``*ForTokenClassification`` model (vLLM's default task for it: ``token_classify``):
+    ``/pooling`` answers each token's probabilities; ``/classify`` is a 404 and scoring a 400,
+    both saying what to send."""
+    model = str(make_classifier_model(tmp_path / "ner", architectures=["BertForTokenClassification"]))
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model) as fe:
+        r = await fe.client.post("/pooling", json={"input": [7, 1, 2]})
+        assert r.json()["data"][0]["data"] == prefix_rows(fake_probs, [7, 1, 2])
+        assert fe.fleet[1].embeds[-1].task == "token_classify"
+        r = await fe.client.post("/classify", json={"input": "x"})
+        error = r.json()["error"]
+        assert (
+            r.status_code == 404
+            and "token classification" in error["message"]
+            and "token_classify" in error["message"]
+        )
+        r = await fe.client.post("/pooling", json={"input": "x", "task": "classify"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "task"
+        r = await fe.client.post("/rerank", json={"query": "q", "documents": ["d"]})
+        assert r.status_code == 400 and "token_classify" in r.json()["error"]["message"]
+        assert len(fe.fleet[1].embeds) == 1
 
 
 async def test_maxsim_work_is_bounded_before_any_worker_is_asked(make_frontend, tmp_path, monkeypatch):

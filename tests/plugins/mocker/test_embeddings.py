@@ -27,7 +27,7 @@ from dyn.plugins.mocker import embeddings
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.engine import MockerEngine
 from dyn.plugins.mocker.timing import prefill_ms
-from tests.classifier_model import LABELS, make_classifier_model
+from tests.classifier_model import LABELS, make_classifier_model, make_colbert
 from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
@@ -196,3 +196,26 @@ def test_a_one_class_classifier_answers_a_sigmoid_score_that_varies_with_the_inp
     assert min(s[0] for s in scores) < 0.3 and max(s[0] for s in scores) > 0.7
     logit = embeddings.pooled([3, 4, 7], "classify", 1, activation=False)[0]
     assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(scores[3][0])
+
+
+async def test_per_token_models_pool_with_their_token_task_only(tmp_path):
+    """A token classifier classifies each token and a ColBERT model embeds each token
+    (``colbert_dim`` wide); neither answers one vector per input, as vLLM serves neither's."""
+    ner = load_model_info(
+        make_classifier_model(tmp_path / "ner", architectures=["BertForTokenClassification"])
+    )
+    colbert = load_model_info(make_colbert(tmp_path / "colbert", dim=8))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            engines = [
+                MockerEngine(MockerConfig(runner="pooling", speedup_ratio=1000), m) for m in (ner, colbert)
+            ]
+            for engine in engines:
+                await tg.start(engine.run)
+            (rows,) = await engines[0].embed([[5, 6, 7]], "token_classify")
+            (vectors,) = await engines[1].embed([[5, 6, 7]], "token_embed")
+            for engine, task in zip(engines, ("classify", "embed"), strict=True):
+                with pytest.raises(EngineError, match="pools per token only"):
+                    await engine.embed([[1]], task)
+            tg.cancel_scope.cancel()
+    assert len(rows) == 3 * len(LABELS) and len(vectors) == 3 * 8
