@@ -17,7 +17,8 @@ Contract:
   of its own before it. Only role, content, name, the assistant's
   tool_calls (JSON-string arguments parsed into objects) and reasoning, and the tool's tool_call_id
   are kept. Then, as transformers does, keys whose value is None are dropped and reasoning is
-  copied under ``reasoning_content`` and ``thinking``.
+  copied under ``reasoning_content`` and ``thinking``. A system message loses Claude Code's
+  ``x-anthropic-billing-header`` line, as vLLM drops it (``BILLING_HEADER``).
 - ``continue_final_message`` cuts the rendering right after the final message's content, found
   with transformers' marker (so the prefilled text is continued, not closed).
 - Anything the template or the messages get wrong raises ``ChatTemplateError`` with a message for
@@ -70,6 +71,12 @@ _TEXT_PARTS = {
 
 _ITERATES_CONTENT = re.compile(r"\{%-?\s*for\s+\w+\s+in\s+\w+(?:\[\s*['\"]content['\"]\s*\]|\.content\b)")
 """A template that loops over a message's content reads the parts (vLLM's "openai" format)."""
+
+BILLING_HEADER = "x-anthropic-billing-header"
+"""Claude Code's attribution line at the head of its system prompt. Its ``cch`` value changes on
+every request, so a prompt that keeps it misses the prefix cache from there on: vLLM drops it from
+system messages, and so does ``conversation``, whichever API brought it (a gateway may translate
+Claude Code's requests into chat completions)."""
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
@@ -280,7 +287,10 @@ def conversation(
         role = message.get("role")
         if not isinstance(role, str):
             raise ChatTemplateError(f"messages[{i}].role must be a string")
-        msg: dict[str, Any] = {"role": role, "content": _content(message.get("content"), i, media, parts)}
+        content = message.get("content")
+        if role == "system":
+            content = _without_billing_header(content)
+        msg: dict[str, Any] = {"role": role, "content": _content(content, i, media, parts)}
         if role == "assistant":
             if (tool_calls := message.get("tool_calls")) is not None:
                 msg["tool_calls"] = _tool_calls(tool_calls, i)
@@ -297,6 +307,30 @@ def conversation(
             msg = {"thinking": reasoning, **msg, "reasoning_content": reasoning}
         chat.append(msg)
     return chat
+
+
+def without_billing_header(text: str) -> str:
+    """``text`` without a leading ``BILLING_HEADER`` line ("" when nothing follows it)."""
+    return text.partition("\n")[2] if text.startswith(BILLING_HEADER) else text
+
+
+def _without_billing_header(content: Any) -> Any:
+    """A system message's content, each text (a string, or a text part's) that starts with the
+    billing line cut after it, and dropped when nothing is left (vLLM's rule)."""
+    if isinstance(content, str):
+        return without_billing_header(content)
+    if not isinstance(content, list):
+        return content
+    kept = []
+    for part in content:
+        text = part if isinstance(part, str) else part.get("text") if isinstance(part, Mapping) else None
+        if isinstance(text, str) and text.startswith(BILLING_HEADER):
+            rest = without_billing_header(text)
+            if rest:
+                kept.append(rest if isinstance(part, str) else {**part, "text": rest})
+            continue
+        kept.append(part)
+    return kept
 
 
 def _content(

@@ -13,10 +13,11 @@ import httpx2
 import msgspec
 import pytest
 
-from dyn.core.frontend.apis.anthropic.adapter import BILLING_HEADER, adapt
+from dyn.core.frontend.apis.anthropic.adapter import adapt
 from dyn.core.frontend.apis.anthropic.openapi import openapi_paths
 from dyn.core.frontend.apis.anthropic.protocol import CountTokensRequest, MessagesRequest
 from dyn.core.frontend.apis.anthropic.wire import signature, stop_reason
+from dyn.core.frontend.chat_template import BILLING_HEADER
 from dyn.core.messages import Finish, GenerateRequest, TokenChunk, Usage
 from dyn.core.protocol.errors import ApiError
 from dyn.core.protocol.openai import decode_request

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dyn.core.frontend.chat_template import ChatTemplate, ChatTemplateError, compile_template
+from dyn.core.frontend.chat_template import ChatTemplate, ChatTemplateError, compile_template, conversation
 from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.model.info import TINY_MODEL_DIR
 
@@ -286,3 +286,35 @@ def test_compiled_once_per_source() -> None:
     assert compile_template.cache_info().maxsize == 32
     assert isinstance(first, ChatTemplate) and first.source == source
     assert first.render([{"role": "user", "content": "a"}] * 3) == "3 unique-to-this-test"
+
+
+def test_claude_codes_billing_line_is_dropped_from_system_messages_only():
+    """vLLM's rule (``_strip_claude_code_billing_header``): the line changes every request, so a
+    gateway's chat request that keeps it would miss the prefix cache from its first tokens."""
+    header = "x-anthropic-billing-header: cc_version=2.1.332.f00; cc_entrypoint=cli; cch=7a1b2;"
+    messages = [
+        {"role": "system", "content": f"{header}\nYou are Claude Code."},
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": header}, {"type": "text", "text": "Be brief."}],
+        },
+        {"role": "system", "content": header},
+        {"role": "user", "content": f"{header}\nkept"},
+    ]
+    chat = conversation(messages)
+    assert [m["content"] for m in chat] == ["You are Claude Code.", "Be brief.", "", f"{header}\nkept"]
+    assert messages[1]["content"][0]["text"] == header  # the request is not changed
+
+
+@pytest.mark.anyio
+async def test_two_gateway_requests_differing_in_the_billing_line_give_the_same_prompt(make_frontend):
+    from tests.core.frontend.fake_workers import reply
+
+    async with make_frontend(workers=1, script=reply("ok")) as fe:
+        for cch in ("7a1b2", "9c3d4"):
+            system = f"x-anthropic-billing-header: cc_version=2.1.332.f00; cch={cch};\nYou are Claude Code."
+            body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}]}
+            r = await fe.client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+        first, second = fe.fleet.requests
+    assert first.token_ids == second.token_ids

@@ -7,9 +7,9 @@ names of a 400 the chat path raises back into the Messages API's (``stop`` is ``
 Messages:
 
 - ``system`` (a string or text blocks) and the system messages that lead ``messages`` become the
-  first system message; Claude Code's ``x-anthropic-billing-header`` line is dropped, as vLLM
-  drops it: it changes every session, and at the head of the prompt it would defeat prefix
-  caching across sessions. A later system message stays a system message where it is, except
+  first system message; Claude Code's ``x-anthropic-billing-header`` line is dropped
+  (``dyn.core.frontend.chat_template.without_billing_header``), as vLLM drops it: it changes
+  every request, and at the head of the prompt it would defeat prefix caching. A later system message stays a system message where it is, except
   that one between an assistant's ``tool_use`` and the user turn holding its results moves after
   that turn (a template needs the tool results right after the calls).
 - A user turn's ``tool_result`` blocks become ``tool`` messages, in order, before its text; the
@@ -63,12 +63,12 @@ from dyn.core.frontend.apis.anthropic.protocol import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from dyn.core.frontend.chat_template import without_billing_header
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import CacheControl, ChatCompletionRequest, NvExt
 
 log = logging.getLogger(__name__)
 
-BILLING_HEADER = "x-anthropic-billing-header"
 """The line Claude Code puts first in its system prompt (its version and a per-session hash)."""
 
 _warned_hosted: set[str] = set()
@@ -201,14 +201,14 @@ class _Conversion:
         if content is None:
             return ""
         if isinstance(content, str):
-            return "" if _billing_line(content) else content
+            return without_billing_header(content)
         texts = []
         for j, block in enumerate(content):
             if not isinstance(block, TextBlock):
                 raise _only(f"{where}[{j}]", block, "text blocks", "a system prompt")
             self.cache(block.cache_control)
-            if not _billing_line(block.text):
-                texts.append(block.text)
+            if text := without_billing_header(block.text):
+                texts.append(text)
         return "\n".join(texts)
 
     def user(self, content: str | list[ContentBlock], where: str) -> list[dict[str, Any]]:
@@ -344,10 +344,6 @@ def _image_part(block: ImageBlock, where: str) -> dict[str, Any]:
             param=f"{where}.source",
         )
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _billing_line(text: str) -> bool:
-    return text.startswith(BILLING_HEADER) and "\n" not in text.strip()
 
 
 def _kind(block: Any) -> str:
