@@ -504,7 +504,9 @@ class VllmEngine:
                 self._live.discard(rid)
             if final is None:
                 raise EngineError(f"vLLM returned no embedding for input {i}")
-            vectors[i] = final.outputs.data.float().reshape(-1).tolist()  # a token task's rows end to end
+            values = final.outputs.data.tolist()
+            nested = bool(values) and isinstance(values[0], list)  # a token task's rows, end to end
+            vectors[i] = [v for row in values for v in row] if nested else values
 
         try:
             async with anyio.create_task_group() as tg:
