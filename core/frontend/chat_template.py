@@ -7,14 +7,15 @@ Contract:
   ``strftime_now``, ``dict``, ``namespace`` and transformers' ``tojson`` filter). ``compile_template``
   keeps the last 32 sources, so a client's own template (vLLM's per-request ``chat_template``)
   compiles once however often it is sent.
-- Messages are first normalised as vLLM does for the "string" content format: content may be a
-  string, None (""), or a list of OpenAI content parts whose texts are joined with "\\n". Media
-  parts (``image_url``, ``input_audio``, ``audio_url``, ``video_url``) are refused unless the
-  caller names the model's placeholder for their modality (``render(media=...)``); then, as vLLM
-  does, a template that iterates over a message's content (its "openai" content format) gets the
-  parts, text as ``{"type": "text", "text": ...}`` and media as ``{"type": "image"}`` (``audio``,
-  ``video``), and any other template gets the text with each media item's placeholder on a line
-  of its own before it. Only role, content, name, the assistant's
+- Messages are first normalised as vLLM normalises them for the template's content format
+  (``ContentFormat``; ``auto``, the default, picks "openai" for a template that iterates over a
+  message's content, else "string"). Content may be a string, None, or a list of OpenAI content
+  parts. In the "string" format the texts are joined with "\\n" (None: ""); in the "openai"
+  format content is always a list of parts (a string is one text part; None: no parts), text as
+  ``{"type": "text", "text": ...}`` and media as ``{"type": "image"}`` (``audio``, ``video``).
+  Media parts (``image_url``, ``input_audio``, ``audio_url``, ``video_url``) are refused unless
+  the caller names the model's placeholder for their modality (``render(media=...)``); in the
+  "string" format each item's placeholder stands on a line of its own before the text. Only role, content, name, the assistant's
   tool_calls (JSON-string arguments parsed into objects) and reasoning, and the tool's tool_call_id
   are kept. Then, as transformers does, keys whose value is None are dropped and reasoning is
   copied under ``reasoning_content`` and ``thinking``. A system message loses Claude Code's
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 import jinja2.ext
@@ -68,6 +69,11 @@ _TEXT_PARTS = {
     "thinking": "thinking",
 }
 """Content part type -> the key holding its text (vLLM's text-like parts)."""
+
+ContentFormat = Literal["auto", "string", "openai"]
+"""vLLM's ``--chat-template-content-format``: message content as a string (text parts joined), as
+a list of parts (``{"type": "text", "text": ...}``), or chosen by the template (``auto``: parts
+when it loops over a message's content, as vLLM detects)."""
 
 _ITERATES_CONTENT = re.compile(r"\{%-?\s*for\s+\w+\s+in\s+\w+(?:\[\s*['\"]content['\"]\s*\]|\.content\b)")
 """A template that loops over a message's content reads the parts (vLLM's "openai" format)."""
@@ -140,6 +146,7 @@ class ChatTemplate:
         special_tokens: Mapping[str, str] | None = None,
         limits: RenderLimits = RenderLimits(),
         media: Mapping[str, str] | None = None,
+        content_format: ContentFormat = "auto",
     ) -> str:
         """The prompt text for ``messages``, rendered within ``limits``.
 
@@ -148,6 +155,7 @@ class ChatTemplate:
         may also override add_generation_prompt, continue_final_message, tools and documents, as in
         vLLM, but never ``messages``. ``media``: modality -> the model's placeholder text for one
         item (``{"image": "<image>"}``); media parts of other modalities are refused.
+        ``content_format``: how content reaches the template (``ContentFormat``).
         """
         variables: dict[str, Any] = dict(special_tokens) if special_tokens else {}
         if bos_token is not None:
@@ -173,24 +181,31 @@ class ChatTemplate:
         _check_dicts("tools", tools)
         _check_dicts("documents", documents)
 
-        chat = conversation(messages, media, self.reads_parts)
+        parts = self.reads_parts if content_format == "auto" else content_format == "openai"
+        chat = conversation(messages, media, parts)
         if not chat:
             raise ChatTemplateError(
                 "cannot apply the chat template to an empty conversation; send at least one message"
             )
         final = ""
         if continue_final_message:
-            final = chat[-1].get("content", "")
-            if not isinstance(final, str):
-                raise ChatTemplateError(
-                    "continue_final_message cannot continue a final message that holds images, "
-                    "audio or video; put the media in an earlier message"
-                )
+            content = chat[-1].get("content", "")
             if "content" not in self.source:
                 raise ChatTemplateError(
                     'continue_final_message is set but the chat template never reads "content"'
                 )
-            chat[-1]["content"] = final + _CONTINUE_TAG
+            if isinstance(content, str):
+                final = content
+                chat[-1]["content"] = final + _CONTINUE_TAG
+            else:  # parts: the last text part is continued, as transformers does
+                last = next((p for p in reversed(content) if "text" in p), None)
+                if last is None or content[-1] is not last:
+                    raise ChatTemplateError(
+                        "continue_final_message cannot continue a final message that ends with "
+                        "an image, audio or video; end it with text"
+                    )
+                final = last["text"]
+                last["text"] = final + _CONTINUE_TAG
 
         try:
             text = self._generate(
@@ -278,8 +293,8 @@ def conversation(
     parts: bool = False,
 ) -> list[dict[str, Any]]:
     """Fresh message dicts as the template sees them (see the module docstring); the input is not
-    changed. ``media``: the placeholder per modality the model takes; ``parts``: media go to the
-    template as content parts (else as placeholders in the text)."""
+    changed. ``media``: the placeholder per modality the model takes; ``parts``: the "openai"
+    content format, content as a list of parts (else the "string" one)."""
     chat: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
@@ -338,9 +353,9 @@ def _content(
 ) -> str | list[dict[str, str]]:
     """A message's content as the template sees it (see the module docstring)."""
     if content is None:
-        return ""
+        return [] if parts else ""
     if isinstance(content, str):
-        return content
+        return [{"type": "text", "text": content}] if parts else content
     if not isinstance(content, list):
         raise ChatTemplateError(f"messages[{i}].content must be a string, a list of content parts or null")
     texts: list[str] = []
@@ -379,10 +394,10 @@ def _content(
         if text:
             texts.append(text)
             items.append({"type": "text", "text": text})
-    if not placeholders:
-        return "\n".join(texts)
     if parts:
         return items
+    if not placeholders:
+        return "\n".join(texts)
     return "\n".join([*placeholders, "\n".join(texts)] if texts else placeholders)
 
 

@@ -16,6 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from dyn.core.config import MODEL_PANEL, PARSERS_PANEL, SECURITY_PANEL, flag
+from dyn.core.frontend.chat_template import ContentFormat
 from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.media import DEFAULT_LIMIT_PER_PROMPT, MediaSettings
 from dyn.core.router.modes import modes_help
@@ -407,6 +408,16 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
             help="A Jinja chat template file (or the template text) replacing the model's.",
         ),
     ] = None
+    chat_template_content_format: Annotated[
+        ContentFormat,
+        flag(
+            "--chat-template-content-format",
+            panel=PARSERS_PANEL,
+            help="How message content reaches the chat template (vLLM's flag): 'string' (text "
+            "parts joined), 'openai' (a list of parts, text ones as {type, text}), or 'auto' "
+            "(openai when the template loops over a message's content).",
+        ),
+    ] = "auto"
     default_chat_template_kwargs: Annotated[
         str | None,
         flag(

@@ -26,6 +26,7 @@ from dyn.core.frontend import limits as bounds
 from dyn.core.frontend.chat_template import (
     ChatTemplate,
     ChatTemplateError,
+    ContentFormat,
     RenderLimitError,
     RenderLimits,
     compile_template,
@@ -111,11 +112,15 @@ class Preprocessor:
         chat_template: str | None = None,
         limits: RequestLimits | None = None,
         default_template_kwargs: Mapping[str, Any] | None = None,
+        content_format: ContentFormat = "auto",
     ) -> None:
         """``chat_template``: a template source that replaces the model's (``--chat-template``);
         ``ChatTemplateError`` when it does not compile. ``limits``: the per-request bounds
         (default ``RequestLimits()``). ``default_template_kwargs``: chat template arguments every
-        request gets unless it sets them itself (vLLM's ``--default-chat-template-kwargs``)."""
+        request gets unless it sets them itself (vLLM's ``--default-chat-template-kwargs``).
+        ``content_format``: how message content reaches the template (vLLM's
+        ``--chat-template-content-format``)."""
+        self.content_format: ContentFormat = content_format
         self.default_template_kwargs = dict(default_template_kwargs or {})
         self.info = info
         """The model as served: ``model_info`` with the context the live workers serve (``cap_context``)."""
@@ -392,6 +397,7 @@ class Preprocessor:
                 eos_token=self.tokenizer.eos_token,
                 limits=self.render_limits,
                 media=self.placeholders,
+                content_format=self.content_format,
             )
         except RenderLimitError as exc:
             whose = "the request's chat_template" if source is not None else "the model's chat template"

@@ -26,7 +26,7 @@ from dyn.core.frontend.apis.chat_completions.chunks import REASONING_FIELD_NAMES
 from dyn.core.frontend.apis.responses.store import ResponseStore
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.catalog import ModelCatalog, ServedModel
-from dyn.core.frontend.chat_template import ChatTemplateError
+from dyn.core.frontend.chat_template import ChatTemplateError, ContentFormat
 from dyn.core.frontend.cors import CorsPolicy
 from dyn.core.frontend.limits import RequestLimits
 from dyn.core.frontend.media import MediaSettings
@@ -92,6 +92,8 @@ class FrontendSettings:
     """A file holding a Jinja chat template, or the template itself (``--chat-template``)."""
     default_chat_template_kwargs: dict[str, Any] | None = None
     """Chat template arguments for every request that does not set them itself."""
+    chat_template_content_format: ContentFormat = "auto"
+    """How message content reaches the chat template (``--chat-template-content-format``)."""
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
     public_metrics: bool = False
     """``/metrics`` answers without the API key."""
@@ -189,6 +191,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             chat_template=chat_template,
             limits=settings.limits,
             default_template_kwargs=settings.default_chat_template_kwargs,
+            content_format=settings.chat_template_content_format,
         )
         pool = WorkerPool(
             store,

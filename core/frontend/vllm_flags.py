@@ -9,8 +9,6 @@ vLLM's own parser. ``docs/vllm-serve-flags.md`` lists every ``vllm serve`` flag 
 from __future__ import annotations
 
 REFUSED: dict[str, str] = {
-    "--chat-template-content-format": "dyn renders message content as vLLM's 'string' format "
-    "(text parts joined), which the chat templates dyn serves expect",
     "--trust-request-mm-kwargs": "dyn takes no per-request multimodal options (mm_processor_kwargs, "
     "media_io_kwargs): media are processed with the model's defaults",
     "--exclude-tools-when-tool-choice-none": "not built yet: with tool_choice none the tools are "

@@ -318,3 +318,50 @@ async def test_two_gateway_requests_differing_in_the_billing_line_give_the_same_
             assert r.status_code == 200, r.text
         first, second = fe.fleet.requests
     assert first.token_ids == second.token_ids
+
+
+PARTS_ONLY = (
+    "{% for m in messages %}{{ m.role }}:{% for c in m['content'] %}"
+    "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}|{% endfor %}"
+)
+"""A template that reads content only as a list of parts (SmolVLM's and Idefics3's do)."""
+
+
+def test_the_content_format_is_the_templates_own_unless_set():
+    """vLLM's ``--chat-template-content-format``: ``auto`` gives a template that loops over the
+    content a list of parts for every message, text-only ones too; ``string`` and ``openai``
+    force one format whatever the template reads."""
+    template = compile_template(PARTS_ONLY)
+    chat = [{"role": "system", "content": None}, {"role": "user", "content": "hi"}]
+    assert template.render(chat, add_generation_prompt=False) == "system:|user:hi|"
+    assert template.render(chat, add_generation_prompt=False, content_format="string") == "system:|user:|"
+    plain = compile_template("{% for m in messages %}{{ m.content }};{% endfor %}")
+    assert plain.render(chat[1:], add_generation_prompt=False) == "hi;"
+    forced = plain.render(chat[1:], add_generation_prompt=False, content_format="openai")
+    assert forced == "[{'type': 'text', 'text': 'hi'}];"
+    assert conversation([{"role": "user", "content": [{"type": "text", "text": "a"}, "b"]}], parts=True) == [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    ]
+
+
+def test_continue_final_message_continues_the_last_text_part():
+    template = compile_template(PARTS_ONLY)
+    chat = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "It is"}]
+    rendered = template.render(chat, add_generation_prompt=False, continue_final_message=True)
+    assert rendered == "user:2+2?|assistant:It is"
+
+
+@pytest.mark.anyio
+async def test_the_frontend_takes_the_content_format_flag(make_frontend):
+    from tests.core.frontend.fake_workers import reply, tokenizer
+
+    plain = "{% for m in messages %}{{ m.content }};{% endfor %}"
+    async with make_frontend(
+        workers=1, script=reply("ok"), chat_template=plain, chat_template_content_format="openai"
+    ) as fe:
+        r = await fe.client.post(
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
+        )
+        assert r.status_code == 200, r.text
+        prompt = tokenizer().decode(fe.fleet.requests[0].token_ids)
+    assert "'type': 'text'" in prompt and "'text': 'hi'" in prompt
