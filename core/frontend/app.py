@@ -62,7 +62,8 @@ DOCS_PATHS = frozenset({"/openapi.json"})
 
 class FrontendApp:
     """ASGI app over the models of a ``ModelCatalog``. ``max_inflight``: most generate requests in
-    progress at once (0: no limit); ``public_metrics``: ``/metrics`` answers without the API key."""
+    progress at once (0: no limit); ``public_metrics``: ``/metrics`` answers without the API key;
+    ``sse_keep_alive_s``: a stream quiet this long gets an SSE comment (0: never)."""
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class FrontendApp:
         docs: bool = True,
         anthropic_api: bool = True,
         response_store: ResponseStore | None = None,
+        sse_keep_alive_s: float = 0,
     ) -> None:
         self.root_path = root_path
         """The prefix a proxy serves this app under ("" for none); no trailing slash."""
@@ -93,6 +95,8 @@ class FrontendApp:
         """The Responses API's stored responses (``--responses-store-*``), for every model."""
         self.background_responses = BackgroundResponses(self.response_store)
         """The Responses API's background responses running here."""
+        self.sse_keep_alive_s = sse_keep_alive_s
+        """Seconds of a quiet stream before an SSE keep-alive comment (0: never)."""
         self.api_key = ApiKey(api_key) if api_key else None
         self.public_metrics = public_metrics
         self.max_inflight = max_inflight

@@ -484,6 +484,16 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
         bool,
         flag("--disable-fastapi-docs", panel=HTTP_PANEL, help="Do not serve /openapi.json (a 404)."),
     ] = False
+    sse_keep_alive_interval: Annotated[
+        Annotated[int, Meta(ge=0)],
+        flag(
+            "--sse-keep-alive-interval",
+            panel=HTTP_PANEL,
+            help="Send an SSE comment (': keep-alive') when a stream has been quiet this many "
+            "seconds (queued, in prefill, between tokens), so proxies with read timeouts keep it "
+            "open (vLLM's flag); 0: never.",
+        ),
+    ] = 0
     ssl_keyfile: Annotated[
         str | None,
         flag("--ssl-keyfile", panel=SECURITY_PANEL, help="The server's private key (PEM): serve HTTPS."),

@@ -132,6 +132,8 @@ class FrontendSettings:
     """Rotated agent trace files kept."""
     disable_fastapi_docs: bool = False
     """``/openapi.json`` is a 404 (``--disable-fastapi-docs``)."""
+    sse_keep_alive_interval: int = 0
+    """Seconds of a quiet stream before an SSE keep-alive comment (``--sse-keep-alive-interval``; 0: never)."""
     uvicorn_log_level: str | None = None
     """The level of uvicorn's own loggers; None: they follow ``--log-level``."""
     host: str = "127.0.0.1"
@@ -266,6 +268,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         root_path=_root_path(settings.root_path),
         docs=not settings.disable_fastapi_docs,
         anthropic_api=settings.enable_anthropic_api,
+        sse_keep_alive_s=settings.sse_keep_alive_interval,
         response_store=ResponseStore(
             settings.responses_store_max_entries,
             settings.responses_store_max_bytes,

@@ -19,7 +19,6 @@ REFUSED: dict[str, str] = {
     "--enable-server-load-tracking": "dyn's /metrics always carries the frontend's in-flight "
     "requests (dynamo_frontend_active_requests)",
     "--enable-force-include-usage": "not built yet; ask for usage with stream_options.include_usage",
-    "--sse-keep-alive-interval": "not built yet: dyn sends no SSE comments while a stream waits",
     "--enable-tokenizer-info-endpoint": "not built yet; /tokenize and /detokenize are served",
     "--enable-log-outputs": "not built yet; --enable-log-requests logs each request",
     "--enable-log-deltas": "not built yet; --enable-log-requests logs each request",

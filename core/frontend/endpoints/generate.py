@@ -129,7 +129,7 @@ class GenerateEndpoint(Endpoint):
             active.inc()
             try:
                 if req.stream:
-                    await _stream(gen, call, extra)
+                    await _stream(gen, call, extra, app.sse_keep_alive_s)
                 else:
                     await respond_parts(call.send, 200, await gen.collect(), extra + [JSON])
             finally:
@@ -144,11 +144,55 @@ class GenerateEndpoint(Endpoint):
                 log.info("client disconnected; its engine requests were cancelled")
 
 
-async def _stream(gen: Generation, call: Call, extra: Headers) -> None:
+KEEP_ALIVE = b": keep-alive\n\n"
+"""vLLM's SSE keep-alive comment (clients skip comment lines; proxies count the bytes)."""
+
+
+async def _stream(gen: Generation, call: Call, extra: Headers, keep_alive_s: float = 0) -> None:
     """The SSE response of ``gen``. Its head goes out with its first events (as vLLM's does,
-    with the first output), so that both take one write (``dyn.core.asgi.HeadWithBody``)."""
+    with the first output), so that both take one write (``dyn.core.asgi.HeadWithBody``).
+    ``keep_alive_s`` > 0: a ``KEEP_ALIVE`` comment whenever that long passed since the last
+    write (the head with the first one, while the request is queued or in prefill)."""
     emit = _sse(call, extra)
-    await emit(await gen.stream(emit), more=False)
+    if not keep_alive_s > 0:
+        await emit(await gen.stream(emit), more=False)
+        return
+    lock = anyio.Lock()
+    last = anyio.current_time()
+
+    async def written(data: bytes, more: bool = True) -> None:
+        nonlocal last
+        async with lock:
+            await emit(data, more)
+            last = anyio.current_time()
+
+    async def keep_alive() -> None:
+        while True:
+            await anyio.sleep(max(last + keep_alive_s - anyio.current_time(), 0.0))
+            if anyio.current_time() - last >= keep_alive_s:
+                try:
+                    with anyio.CancelScope(shield=True):  # a comment is written whole
+                        await written(KEEP_ALIVE)
+                except Disconnected:
+                    return  # the stream's own next write says so
+
+    outcome: list[bytes | Exception] = []
+
+    async def stream() -> None:
+        try:
+            outcome.append(await gen.stream(written))
+        except Exception as exc:  # raised below, as itself rather than in the task group's group
+            outcome.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep_alive)
+        tg.start_soon(stream)
+    (end,) = outcome
+    if isinstance(end, Exception):
+        raise end
+    await written(end, more=False)
 
 
 async def send_events(call: Call, extra: Headers, events: AsyncIterator[bytes]) -> None:

@@ -27,13 +27,16 @@ import json
 import logging
 import ssl
 
+import anyio
+import openai
 import pytest
 
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.server import FrontendSettings, build_app
 from dyn.core.frontend.tls import TlsSettings
 from dyn.core.messages import Finish, GenerateRequest, TokenChunk, TokenLogprobs, Usage
-from tests.core.frontend.fake_workers import token_ids
+from tests.core.frontend.conftest import BASE_URL
+from tests.core.frontend.fake_workers import held, reply, token_ids
 
 pytestmark = pytest.mark.anyio
 
@@ -304,3 +307,39 @@ def test_logprob_labels_are_vllms():
     from dyn.core.frontend.logprobs import token_id_label
 
     assert token_id_label(0) == "token_id:0" and token_id_label(128009) == "token_id:128009"
+
+
+async def test_a_quiet_stream_gets_keep_alive_comments_that_clients_skip(make_frontend):
+    """vLLM's ``--sse-keep-alive-interval``: while the request waits for its first token, the
+    head and a ``: keep-alive`` comment go out every interval; the openai SDK skips them."""
+    gate = anyio.Event()
+    body = {"model": "dyn-tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with make_frontend(
+        workers=1, script=held(gate, reply("Hello there")), sse_keep_alive_interval=1
+    ) as fe:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _set_after(gate, 1.5))
+            r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200 and r.text.startswith(": keep-alive\n\n"), r.text[:80]
+        data = [e for e in r.text.split("\n\n") if e.startswith("data: {")]
+        text = "".join(
+            json.loads(e[6:])["choices"][0]["delta"].get("content") or "" for e in data if '"choices":[{' in e
+        )
+        assert text == "Hello there" and r.text.endswith("data: [DONE]\n\n")
+        gate = anyio.Event()
+        fe.fleet.script_all(held(gate, reply("Hello there")))
+        client = openai.AsyncOpenAI(
+            base_url=BASE_URL + "/v1", api_key="x", http_client=fe.client, max_retries=0
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _set_after(gate, 1.5))
+            stream = await client.chat.completions.create(**body)
+            pieces = [
+                c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content
+            ]
+        assert "".join(pieces) == "Hello there"
+
+
+async def _set_after(event: anyio.Event, delay_s: float) -> None:
+    await anyio.sleep(delay_s)
+    event.set()
