@@ -408,6 +408,15 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
             help="A Jinja chat template file (or the template text) replacing the model's.",
         ),
     ] = None
+    exclude_tools_when_tool_choice_none: Annotated[
+        bool,
+        flag(
+            "--exclude-tools-when-tool-choice-none",
+            panel=PARSERS_PANEL,
+            help="A request with tool_choice none renders no tools into the prompt (vLLM's flag); "
+            "by default they are rendered, as in vLLM.",
+        ),
+    ] = False
     chat_template_content_format: Annotated[
         ContentFormat,
         flag(

@@ -113,14 +113,18 @@ class Preprocessor:
         limits: RequestLimits | None = None,
         default_template_kwargs: Mapping[str, Any] | None = None,
         content_format: ContentFormat = "auto",
+        exclude_tools_when_none: bool = False,
     ) -> None:
         """``chat_template``: a template source that replaces the model's (``--chat-template``);
         ``ChatTemplateError`` when it does not compile. ``limits``: the per-request bounds
         (default ``RequestLimits()``). ``default_template_kwargs``: chat template arguments every
         request gets unless it sets them itself (vLLM's ``--default-chat-template-kwargs``).
         ``content_format``: how message content reaches the template (vLLM's
-        ``--chat-template-content-format``)."""
+        ``--chat-template-content-format``); ``exclude_tools_when_none``: see the attribute."""
         self.content_format: ContentFormat = content_format
+        self.exclude_tools_when_none = exclude_tools_when_none
+        """A request with ``tool_choice: "none"`` renders no tools (vLLM's
+        ``--exclude-tools-when-tool-choice-none``)."""
         self.default_template_kwargs = dict(default_template_kwargs or {})
         self.info = info
         """The model as served: ``model_info`` with the context the live workers serve (``cap_context``)."""
@@ -390,7 +394,7 @@ class Preprocessor:
                 messages,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
-                tools=req.tools,
+                tools=None if self.exclude_tools_when_none and req.tool_choice == "none" else req.tools,
                 documents=req.documents,
                 extra_kwargs=kwargs,
                 bos_token=self.tokenizer.bos_token,

@@ -94,6 +94,8 @@ class FrontendSettings:
     """Chat template arguments for every request that does not set them itself."""
     chat_template_content_format: ContentFormat = "auto"
     """How message content reaches the chat template (``--chat-template-content-format``)."""
+    exclude_tools_when_tool_choice_none: bool = False
+    """``tool_choice: "none"`` renders no tools (``--exclude-tools-when-tool-choice-none``)."""
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
     public_metrics: bool = False
     """``/metrics`` answers without the API key."""
@@ -194,6 +196,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             limits=settings.limits,
             default_template_kwargs=settings.default_chat_template_kwargs,
             content_format=settings.chat_template_content_format,
+            exclude_tools_when_none=settings.exclude_tools_when_tool_choice_none,
         )
         pool = WorkerPool(
             store,

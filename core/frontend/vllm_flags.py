@@ -11,8 +11,6 @@ from __future__ import annotations
 REFUSED: dict[str, str] = {
     "--trust-request-mm-kwargs": "dyn takes no per-request multimodal options (mm_processor_kwargs, "
     "media_io_kwargs): media are processed with the model's defaults",
-    "--exclude-tools-when-tool-choice-none": "not built yet: with tool_choice none the tools are "
-    "still rendered into the prompt, as vLLM does without this flag",
     "--tool-strict-level": "not built yet",
     "--tool-server": "dyn runs no built-in tools (MCP or demo tool servers); agents run their own tools",
     "--enable-per-request-metrics": "per-request timing is nvext.extra_fields ['timing'] in dyn",

@@ -365,3 +365,34 @@ async def test_the_frontend_takes_the_content_format_flag(make_frontend):
         assert r.status_code == 200, r.text
         prompt = tokenizer().decode(fe.fleet.requests[0].token_ids)
     assert "'type': 'text'" in prompt and "'text': 'hi'" in prompt
+
+
+@pytest.mark.anyio
+async def test_tool_choice_none_renders_no_tools_under_the_vllm_flag(make_frontend):
+    """vLLM's ``--exclude-tools-when-tool-choice-none``: off, the tools are rendered whatever the
+    choice (vLLM's default); on, ``tool_choice: "none"`` leaves them out of the prompt."""
+    from tests.core.frontend.fake_workers import reply, tokenizer
+
+    template = "{% if tools %}TOOLS {% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    prompts = {}
+    for exclude in (False, True):
+        async with make_frontend(
+            workers=1,
+            script=reply("ok"),
+            chat_template=template,
+            exclude_tools_when_tool_choice_none=exclude,
+            tool_call_parser="hermes",
+            enable_auto_tool_choice=True,
+        ) as fe:
+            for choice in ("none", "auto"):
+                body = {
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "tools": tools,
+                    "tool_choice": choice,
+                }
+                r = await fe.client.post("/v1/chat/completions", json=body)
+                assert r.status_code == 200, r.text
+                prompts[exclude, choice] = tokenizer().decode(fe.fleet.requests[-1].token_ids)
+    assert "TOOLS" in prompts[False, "none"] and "TOOLS" in prompts[True, "auto"]
+    assert "TOOLS" not in prompts[True, "none"]
