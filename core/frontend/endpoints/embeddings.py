@@ -53,7 +53,7 @@ REMOVED_TASKS = {
 """vLLM's word for the pooling task names it no longer takes."""
 
 
-def per_token_refusal(service: OpenAIService, api: str) -> ApiError | None:
+def _per_token_refusal(service: OpenAIService, api: str) -> ApiError | None:
     """For a model that pools per token only (``per_token_task``), the 404 of an API that answers
     one vector per input, as vLLM serves no such route for it; else None."""
     task = per_token_task(service.preprocessor.info)
@@ -74,7 +74,7 @@ async def _embeddings(app: FrontendApp, body: bytes) -> EmbeddingResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /v1/embeddings")
     service = app.models.resolve(req.model)
-    if refused := per_token_refusal(service, "Embeddings"):
+    if refused := _per_token_refusal(service, "Embeddings"):
         raise refused
     vectors, tokens, _ = await _vectors(service, req, "Embeddings")
     return embedding_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness)
@@ -91,9 +91,9 @@ async def _pooling(app: FrontendApp, body: bytes) -> PoolingResponse:
 
 
 def _pooling_task(task: str | None, service: OpenAIService) -> PoolingTask:
-    """The request's pooling task, by default the model's own as vLLM picks it (a classifier
-    classifies, any other model embeds); a 400 for any other name, with vLLM's word for the
-    tasks it removed."""
+    """The request's pooling task, by default the model's own as vLLM picks it (a per-token
+    model's token task, else a classifier classifies and any other model embeds); a 400 for a
+    task the model cannot take or any other name, with vLLM's word for the tasks it removed."""
     info = service.preprocessor.info
     own = per_token_task(info)
     if task is None:
@@ -117,7 +117,7 @@ async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /classify")
     service = app.models.resolve(req.model)
-    if refused := per_token_refusal(service, "Classification"):
+    if refused := _per_token_refusal(service, "Classification"):
         raise refused
     probabilities, tokens, _ = await _vectors(service, req, "Classification", "classify")
     labels = pooling.model_classes(service.preprocessor.info) or []
