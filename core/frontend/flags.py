@@ -408,6 +408,15 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
             help="A Jinja chat template file (or the template text) replacing the model's.",
         ),
     ] = None
+    enable_force_include_usage: Annotated[
+        bool,
+        flag(
+            "--enable-force-include-usage",
+            panel=PARSERS_PANEL,
+            help="Every stream carries usage, in each chunk and in a last chunk, as if its "
+            "stream_options set include_usage and continuous_usage_stats (vLLM's flag).",
+        ),
+    ] = False
     exclude_tools_when_tool_choice_none: Annotated[
         bool,
         flag(

@@ -94,6 +94,8 @@ class FrontendSettings:
     """Chat template arguments for every request that does not set them itself."""
     chat_template_content_format: ContentFormat = "auto"
     """How message content reaches the chat template (``--chat-template-content-format``)."""
+    enable_force_include_usage: bool = False
+    """Every stream carries usage (``--enable-force-include-usage``)."""
     exclude_tools_when_tool_choice_none: bool = False
     """``tool_choice: "none"`` renders no tools (``--exclude-tools-when-tool-choice-none``)."""
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
@@ -354,6 +356,7 @@ def _output_settings(settings: FrontendSettings) -> OutputSettings:
         return_tokens_as_token_ids=settings.return_tokens_as_token_ids,
         prompt_tokens_details=settings.enable_prompt_tokens_details,
         reasoning_field_name=settings.reasoning_field_name,
+        force_include_usage=settings.enable_force_include_usage,
     )
 
 

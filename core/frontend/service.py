@@ -101,6 +101,9 @@ class OutputSettings:
     """Usage carries ``prompt_tokens_details.cached_tokens`` (``--enable-prompt-tokens-details``)."""
     reasoning_field_name: str = "reasoning_content"
     """The chat message's and delta's field for reasoning (``--reasoning-field-name``)."""
+    force_include_usage: bool = False
+    """Every stream carries usage, in each chunk and at its end, as if its ``stream_options`` asked
+    for both (``--enable-force-include-usage``)."""
 
 
 @dataclass(slots=True)

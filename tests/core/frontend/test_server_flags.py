@@ -343,3 +343,33 @@ async def test_a_quiet_stream_gets_keep_alive_comments_that_clients_skip(make_fr
 async def _set_after(event: anyio.Event, delay_s: float) -> None:
     await anyio.sleep(delay_s)
     event.set()
+
+
+def data_chunks(text: str) -> list[dict]:
+    return [json.loads(e[6:]) for e in text.strip().split("\n\n") if e.startswith("data: {")]
+
+
+async def test_continuous_usage_stats_put_the_running_usage_in_every_chunk(make_frontend):
+    """vLLM's ``stream_options.continuous_usage_stats`` (with ``include_usage``): every choice
+    chunk carries the prompt's tokens and the choice's tokens so far, and the last one agrees
+    with the final usage chunk; ``--enable-force-include-usage`` gives both to every stream."""
+    chat = {"model": "dyn-tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    async with make_frontend(workers=1, script=reply("Hello there, friend")) as fe:
+        completion = {"model": "dyn-tiny", "prompt": "hi", "stream": True}
+        for path, body in (("/v1/chat/completions", chat), ("/v1/completions", completion)):
+            body = {**body, "stream_options": both}
+            chunks = data_chunks((await fe.client.post(path, json=body)).text)
+            *per_choice, final = chunks
+            assert final["choices"] == [] and all(c["choices"] for c in per_choice)
+            counts = [c["usage"]["completion_tokens"] for c in per_choice]
+            assert counts == sorted(counts) and counts[-1] == final["usage"]["completion_tokens"] > 0
+            assert {c["usage"]["prompt_tokens"] for c in chunks} == {final["usage"]["prompt_tokens"]}
+        alone = {**chat, "stream_options": {"continuous_usage_stats": True}}  # needs include_usage
+        assert all(
+            "usage" not in c
+            for c in data_chunks((await fe.client.post("/v1/chat/completions", json=alone)).text)
+        )
+    async with make_frontend(workers=1, script=reply("Hello there"), enable_force_include_usage=True) as fe:
+        chunks = data_chunks((await fe.client.post("/v1/chat/completions", json=chat)).text)
+        assert all("usage" in c for c in chunks) and chunks[-1]["choices"] == []

@@ -111,6 +111,17 @@ class StreamEncoder:
             + b"}\n\n"
         )
 
+    @staticmethod
+    def with_usage(event: bytes, prompt_tokens: int, completion_tokens: int) -> bytes:
+        """A choice's ``event`` with the running usage vLLM adds to every chunk under
+        ``stream_options.continuous_usage_stats`` (the choice's tokens so far)."""
+        usage = b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+            prompt_tokens,
+            prompt_tokens + completion_tokens,
+            completion_tokens,
+        )
+        return event[:-3] + b"," + usage + b"}\n\n"
+
     def usage(self, usage: UsageInfo) -> bytes:
         """The final ``stream_options.include_usage`` event: no choices, the request's usage."""
         return self._head + b'],"usage":' + msgspec.json.encode(usage) + b"}\n\n"

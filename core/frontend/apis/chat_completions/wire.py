@@ -34,23 +34,41 @@ class ChunkWire(Wire):
         self.enc = StreamEncoder(self.response_id, gen.ctx.created, gen.service.model_name, gen.chat)
         self.streams_prompt_logprobs = not gen.chat
         self.reasoning_field = gen.service.outputs.reasoning_field_name
+        opts = gen.req.stream_options
+        forced = gen.service.outputs.force_include_usage
+        self.include_usage = forced or (opts is not None and opts.include_usage)
+        """The stream ends with a usage chunk (``stream_options.include_usage``)."""
+        self.continuous = forced or (opts is not None and opts.include_usage and opts.continuous_usage_stats)
+        """Every choice chunk carries its running usage (``continuous_usage_stats``, as vLLM)."""
+
+    def _counted(self, choice: Choice, event: bytes) -> bytes:
+        """``event`` with the choice's usage so far when the request asked for it in every chunk."""
+        if not self.continuous or not event:
+            return event
+        return self.enc.with_usage(event, len(choice.prompt.token_ids), choice.timing.tokens)
 
     def start(self, choice: Choice) -> bytes:
         gen = self.gen
-        first = self.enc.role(choice.index, gen.role) if gen.chat else b""
+        first = self._counted(choice, self.enc.role(choice.index, gen.role)) if gen.chat else b""
         if gen.echo_texts is not None:
-            first += self.enc.text(choice.index, gen.echo_texts[choice.index])
+            first += self._counted(choice, self.enc.text(choice.index, gen.echo_texts[choice.index]))
         return first
 
     def text(self, choice: Choice, text: str, logprobs: bytes | None) -> bytes:
-        return self.enc.text(choice.index, text, logprobs)
+        return self._counted(choice, self.enc.text(choice.index, text, logprobs))
 
     def delta(self, choice: Choice, delta: OutputDelta | None, logprobs: bytes | None) -> bytes:
-        return self.enc.delta(
-            choice.index, chat_delta(*delta, self.reasoning_field) if delta else b"{}", logprobs
+        return self._counted(
+            choice,
+            self.enc.delta(
+                choice.index, chat_delta(*delta, self.reasoning_field) if delta else b"{}", logprobs
+            ),
         )
 
     def finish(self, choice: Choice, end: ChoiceEnd) -> bytes:
+        return self._counted(choice, self._final(choice, end))
+
+    def _final(self, choice: Choice, end: ChoiceEnd) -> bytes:
         if choice.output is None:
             return self.enc.finish(
                 choice.index,
@@ -71,8 +89,7 @@ class ChunkWire(Wire):
         )
 
     def closing(self) -> bytes:
-        opts = self.gen.req.stream_options
-        if opts is not None and opts.include_usage:
+        if self.include_usage:
             return self.enc.usage(self.gen.usage()) + DONE
         return DONE
 
