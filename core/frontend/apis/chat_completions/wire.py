@@ -42,31 +42,30 @@ class ChunkWire(Wire):
         """Every choice chunk carries its running usage (``continuous_usage_stats``, as vLLM)."""
 
     def _counted(self, choice: Choice, event: bytes) -> bytes:
-        """``event`` with the choice's usage so far when the request asked for it in every chunk."""
-        if not self.continuous or not event:
-            return event
+        """``event`` with the choice's usage so far (called only when ``continuous``)."""
         return self.enc.with_usage(event, len(choice.prompt.token_ids), choice.timing.tokens)
 
     def start(self, choice: Choice) -> bytes:
         gen = self.gen
-        first = self._counted(choice, self.enc.role(choice.index, gen.role)) if gen.chat else b""
+        events = [self.enc.role(choice.index, gen.role)] if gen.chat else []
         if gen.echo_texts is not None:
-            first += self._counted(choice, self.enc.text(choice.index, gen.echo_texts[choice.index]))
-        return first
+            events.append(self.enc.text(choice.index, gen.echo_texts[choice.index]))
+        if self.continuous:
+            events = [self._counted(choice, e) for e in events]
+        return b"".join(events)
 
     def text(self, choice: Choice, text: str, logprobs: bytes | None) -> bytes:
-        return self._counted(choice, self.enc.text(choice.index, text, logprobs))
+        event = self.enc.text(choice.index, text, logprobs)
+        return self._counted(choice, event) if self.continuous else event
 
     def delta(self, choice: Choice, delta: OutputDelta | None, logprobs: bytes | None) -> bytes:
-        return self._counted(
-            choice,
-            self.enc.delta(
-                choice.index, chat_delta(*delta, self.reasoning_field) if delta else b"{}", logprobs
-            ),
-        )
+        body = chat_delta(*delta, self.reasoning_field) if delta else b"{}"
+        event = self.enc.delta(choice.index, body, logprobs)
+        return self._counted(choice, event) if self.continuous else event
 
     def finish(self, choice: Choice, end: ChoiceEnd) -> bytes:
-        return self._counted(choice, self._final(choice, end))
+        event = self._final(choice, end)
+        return self._counted(choice, event) if self.continuous else event
 
     def _final(self, choice: Choice, end: ChoiceEnd) -> bytes:
         if choice.output is None:
