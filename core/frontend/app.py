@@ -79,6 +79,7 @@ class FrontendApp:
         anthropic_api: bool = True,
         response_store: ResponseStore | None = None,
         sse_keep_alive_s: float = 0,
+        tokenizer_info: bool = False,
     ) -> None:
         self.root_path = root_path
         """The prefix a proxy serves this app under ("" for none); no trailing slash."""
@@ -86,8 +87,13 @@ class FrontendApp:
         from dyn.core.frontend.apis.anthropic.endpoints import PATHS as ANTHROPIC_PATHS
         from dyn.core.frontend.apis.responses.background import BackgroundResponses
         from dyn.core.frontend.apis.responses.store import ResponseStore
+        from dyn.core.frontend.endpoints.tokenizer_info import PATHS as TOKENIZER_INFO_PATHS
 
-        self.off = (frozenset() if docs else DOCS_PATHS) | (frozenset() if anthropic_api else ANTHROPIC_PATHS)
+        self.off = (
+            (frozenset() if docs else DOCS_PATHS)
+            | (frozenset() if anthropic_api else ANTHROPIC_PATHS)
+            | (frozenset() if tokenizer_info else TOKENIZER_INFO_PATHS)
+        )
         """Paths turned off by flags: answered 404 as if there were no such endpoint."""
         self.models = models
         """Every model served, by each name a request may use (``resolve``)."""

@@ -502,6 +502,15 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
         bool,
         flag("--disable-fastapi-docs", panel=HTTP_PANEL, help="Do not serve /openapi.json (a 404)."),
     ] = False
+    enable_tokenizer_info_endpoint: Annotated[
+        bool,
+        flag(
+            "--enable-tokenizer-info-endpoint",
+            panel=HTTP_PANEL,
+            help="Serve GET /tokenizer_info, the served model's tokenizer configuration (vLLM's "
+            "flag); off, a 404.",
+        ),
+    ] = False
     sse_keep_alive_interval: Annotated[
         Annotated[int, Meta(ge=0)],
         flag(

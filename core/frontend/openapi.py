@@ -430,14 +430,20 @@ def openapi_document(
                 tok_resp,
             ),
             "/detokenize": _post("Text of token ids (special tokens kept)", detok_req, detok_resp),
+            "/tokenizer_info": {
+                "get": {
+                    "summary": "The tokenizer's configuration (with --enable-tokenizer-info-endpoint)",
+                    "responses": {"200": {"description": "Its tokenizer_config.json, as vLLM answers it"}},
+                }
+            },
             "/v1/embeddings": _post(
                 "Embeddings of text, token ids or one chat conversation (workers that embed)",
                 embed_req,
                 embed_resp,
             ),
             "/pooling": _post(
-                "vLLM's pooling: the embeddings request with a task ('embed', the one served), "
-                "answered as pooling objects (workers that embed)",
+                "vLLM's pooling: the embeddings request with a task (embed, classify, token_embed, "
+                "token_classify; by default the model's own), answered as pooling objects",
                 embed_req,
                 pool_resp,
             ),
@@ -450,8 +456,8 @@ def openapi_document(
             **dict.fromkeys(
                 ("/score", "/v1/score"),
                 _post(
-                    "Cosine similarity of each query's and document's embeddings, 1:N or N:N "
-                    "(workers that embed)",
+                    "Each query's score against each document, 1:N or N:N: the cosine of their "
+                    "embeddings, a ColBERT model's MaxSim, or a cross-encoder's probability",
                     score_req,
                     score_resp,
                 ),
@@ -459,8 +465,8 @@ def openapi_document(
             **dict.fromkeys(
                 ("/rerank", "/v1/rerank", "/v2/rerank"),
                 _post(
-                    "Documents ordered by the cosine similarity of their embeddings to the "
-                    "query's (workers that embed)",
+                    "Documents ordered by their score against the query (as /score scores "
+                    "them), the best first",
                     rerank_req,
                     rerank_resp,
                 ),

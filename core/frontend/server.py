@@ -136,6 +136,8 @@ class FrontendSettings:
     """Rotated agent trace files kept."""
     disable_fastapi_docs: bool = False
     """``/openapi.json`` is a 404 (``--disable-fastapi-docs``)."""
+    enable_tokenizer_info_endpoint: bool = False
+    """``GET /tokenizer_info`` is served (``--enable-tokenizer-info-endpoint``)."""
     sse_keep_alive_interval: int = 0
     """Seconds of a quiet stream before an SSE keep-alive comment (``--sse-keep-alive-interval``; 0: never)."""
     uvicorn_log_level: str | None = None
@@ -274,6 +276,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
         docs=not settings.disable_fastapi_docs,
         anthropic_api=settings.enable_anthropic_api,
         sse_keep_alive_s=settings.sse_keep_alive_interval,
+        tokenizer_info=settings.enable_tokenizer_info_endpoint,
         response_store=ResponseStore(
             settings.responses_store_max_entries,
             settings.responses_store_max_bytes,

@@ -16,7 +16,6 @@ REFUSED: dict[str, str] = {
     "--enable-per-request-metrics": "per-request timing is nvext.extra_fields ['timing'] in dyn",
     "--enable-server-load-tracking": "dyn's /metrics always carries the frontend's in-flight "
     "requests (dynamo_frontend_active_requests)",
-    "--enable-tokenizer-info-endpoint": "not built yet; /tokenize and /detokenize are served",
     "--enable-log-outputs": "not built yet; --enable-log-requests logs each request",
     "--enable-log-deltas": "not built yet; --enable-log-requests logs each request",
     "--cohere-is-reasoning-model": "dyn serves no Cohere-specific API",

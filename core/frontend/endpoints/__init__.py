@@ -32,6 +32,7 @@ from dyn.core.frontend.endpoints import (
     openapi,
     scoring,
     tokenize,
+    tokenizer_info,
 )
 from dyn.core.frontend.endpoints.base import Call, Endpoint, ReadEndpoint
 
@@ -47,6 +48,7 @@ ENDPOINTS: dict[str, Endpoint] = {
         models.ENDPOINT,
         tokenize.ENDPOINT,
         detokenize.ENDPOINT,
+        tokenizer_info.ENDPOINT,
         embeddings.ENDPOINT,
         embeddings.POOLING,
         embeddings.CLASSIFY,

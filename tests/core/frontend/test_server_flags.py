@@ -35,6 +35,7 @@ from dyn.core.errors import ConfigError
 from dyn.core.frontend.server import FrontendSettings, build_app
 from dyn.core.frontend.tls import TlsSettings
 from dyn.core.messages import Finish, GenerateRequest, TokenChunk, TokenLogprobs, Usage
+from dyn.core.model.info import TINY_MODEL_DIR
 from tests.core.frontend.conftest import BASE_URL
 from tests.core.frontend.fake_workers import held, reply, token_ids
 
@@ -373,3 +374,29 @@ async def test_continuous_usage_stats_put_the_running_usage_in_every_chunk(make_
     async with make_frontend(workers=1, script=reply("Hello there"), enable_force_include_usage=True) as fe:
         chunks = data_chunks((await fe.client.post("/v1/chat/completions", json=chat)).text)
         assert all("usage" in c for c in chunks) and chunks[-1]["choices"] == []
+
+
+async def test_tokenizer_info_is_served_behind_the_vllm_flag(make_frontend):
+    """vLLM's ``GET /tokenizer_info``: the tokenizer's configuration without file paths, added
+    tokens as their text, its class, and the served ``--chat-template``; off, a 404."""
+    config = json.loads((TINY_MODEL_DIR / "tokenizer_config.json").read_text())
+    async with make_frontend(workers=1) as fe:
+        assert (await fe.client.get("/tokenizer_info")).status_code == 404
+    template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    async with make_frontend(workers=1, enable_tokenizer_info_endpoint=True, chat_template=template) as fe:
+        r = await fe.client.get("/tokenizer_info")
+    assert r.status_code == 200, r.text
+    info = r.json()
+    assert info["chat_template"] == template and info["tokenizer_class"]
+    assert "vocab_file" not in info and "merges_file" not in info
+    for key, value in config.items():
+        if key not in (
+            "chat_template",
+            "added_tokens_decoder",
+            "vocab_file",
+            "merges_file",
+            "tokenizer_class",
+        ):
+            assert info[key] == value, key
+    for token_id, token in config.get("added_tokens_decoder", {}).items():
+        assert info["added_tokens_decoder"][token_id] == token["content"]
