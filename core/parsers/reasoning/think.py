@@ -57,8 +57,10 @@ class TaggedReasoningParser(BufferedParser, ReasoningParser):
     """Reasoning between ``start_tags`` and ``end_tags``, as described in the module; the class
     attributes are the format."""
 
-    start_tags: ClassVar[tuple[str, ...]] = ("<think>",)
-    end_tags: ClassVar[tuple[str, ...]] = ("</think>",)
+    start_tags: tuple[str, ...] = ("<think>",)
+    end_tags: tuple[str, ...] = ("</think>",)
+    """The tags, class attributes a parser may set per instance before ``setup`` reads them (tags
+    that depend on the request's effort or the checkpoint)."""
     starts_in_reasoning: ClassVar[bool] = False
     """The output is reasoning from its first character unless the prompt or kwargs say not."""
     thinking_keys: ClassVar[tuple[str, ...]] = ()
@@ -327,12 +329,12 @@ class Qwen3ReasoningParser(TaggedReasoningParser):
     drops_stray_end = True
 
 
-@REASONING_PARSERS.register("glm45", "glm47")
+@REASONING_PARSERS.register("glm45", "glm47", "ling3")
 class Glm45ReasoningParser(TaggedReasoningParser):
-    """GLM-4.5/4.6/4.7 and GLM-5 (vLLM's ``glm45``/``glm47``): reasoning from the start unless
-    ``thinking``/``enable_thinking`` is false (GLM-4.5's template then closes an empty section
-    in the prompt); ``<tool_call>`` ends a section; a later ``<think>`` (interleaved thinking
-    between tool calls) opens another. Dynamo's ``glm45`` instead waits for ``<think>``."""
+    """GLM-4.5/4.6/4.7, GLM-5 and Ling 3 (vLLM's ``glm45``/``glm47``/``ling3``): reasoning from
+    the start unless ``thinking``/``enable_thinking`` is false (GLM-4.5's template then closes an
+    empty section in the prompt); ``<tool_call>`` ends a section; a later ``<think>`` (interleaved
+    thinking between tool calls) opens another. Dynamo's ``glm45`` instead waits for ``<think>``."""
 
     starts_in_reasoning = True
     thinking_keys = ("thinking", "enable_thinking")

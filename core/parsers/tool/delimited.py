@@ -14,7 +14,7 @@ import functools
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
 from dyn.core.parsers.text import JsonScanner, marker_tail, split_held
@@ -25,8 +25,10 @@ from dyn.core.parsers.tool.buffered import BufferedToolParser
 class DelimitedToolParser(BufferedToolParser):
     """Calls between ``call_start`` and ``call_end``; subclasses read the body (``call_events``)."""
 
-    call_start: ClassVar[str]
-    call_end: ClassVar[str]
+    call_start: str
+    call_end: str
+    """The call markers: class attributes, which a parser may set anew per instance in its
+    constructor (markers that depend on the served checkpoint's vocabulary)."""
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)

@@ -99,8 +99,9 @@ class Glm45ToolParser(GlmToolParser):
     """GLM-4.5/4.6: calls written with a newline after the name, each key and each value."""
 
 
-@TOOL_PARSERS.register("glm47")
+@TOOL_PARSERS.register("glm47", "ling3")
 class Glm47ToolParser(GlmToolParser):
-    """GLM-4.7: calls written without newlines."""
+    """GLM-4.7: calls written without newlines. Also inclusionAI's Ling 3 (vLLM's ``ling3``, whose
+    parser is vLLM's GLM-4.7 one: the same calls)."""
 
     render_newline = ""

@@ -1,4 +1,5 @@
-"""Hermes-style tool calls: Hermes 2/3 (NousResearch), Qwen2.5 and Qwen3 instruct models.
+"""Hermes-style tool calls: Hermes 2/3 (NousResearch), Qwen2.5 and Qwen3 instruct models (vLLM's
+``hermes``, and ``qwen3_json``, which vLLM 0.32 maps to the same parser).
 
 Format (the Hermes function-calling template; Qwen2.5's and Qwen3's ``tokenizer_config.json``
 chat templates write the same): each call is a JSON object with ``name`` and ``arguments`` on its
@@ -18,7 +19,7 @@ from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.delimited import CallBodyReader, DelimitedToolParser, JsonCallBody, json_call
 
 
-@TOOL_PARSERS.register("hermes", "qwen25", "qwen3")
+@TOOL_PARSERS.register("hermes", "qwen25", "qwen3", "qwen3_json")
 class HermesToolParser(DelimitedToolParser):
     call_start = "<tool_call>"
     call_end = "</tool_call>"

@@ -12,7 +12,7 @@ forget the section marker). ``JsonArgsBody`` streams a headed body's JSON argume
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallStart
 from dyn.core.parsers.text import find_first, split_held
@@ -25,8 +25,9 @@ _OUTSIDE, _OPENED, _INSIDE = 0, 1, 2
 class SectionedToolParser(DelimitedToolParser):
     """``DelimitedToolParser`` whose calls sit inside ``section_starts`` ... ``section_ends``."""
 
-    section_starts: ClassVar[tuple[str, ...]]
-    section_ends: ClassVar[tuple[str, ...]]
+    section_starts: tuple[str, ...]
+    section_ends: tuple[str, ...]
+    """The section markers, class attributes a parser may set per instance (as the call markers)."""
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)

@@ -77,3 +77,8 @@ def test_render_reads_back(check_splits):
     calls = [ToolCall("get_weather", json.dumps({"city": "Paris"})), ToolCall("noop", "{}")]
     got = check_splits(Hermes, Hermes.render(calls))
     assert got.named_args == [("get_weather", {"city": "Paris"}), ("noop", {})]
+
+
+def test_vllm_names():
+    """vLLM 0.32 maps ``qwen3_json`` (and dyn ``qwen25``, ``qwen3``) to the Hermes reading."""
+    assert all(TOOL_PARSERS.get(name) is Hermes for name in ("hermes", "qwen25", "qwen3", "qwen3_json"))
