@@ -46,6 +46,8 @@ class DeepSeekV32ToolParser(MemberCalls, SectionedToolParser):
     call_start = INVOKE
     call_end = INVOKE_END
     needs_special_tokens = False  # DSML is plain text; vLLM asks for no change
+    parameter_pattern = _PARAMETER
+    """An invoke's parameter element: name, ``string`` attribute, value."""
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -54,7 +56,7 @@ class DeepSeekV32ToolParser(MemberCalls, SectionedToolParser):
             if head is None:
                 return self.unreadable(body, complete, final)
             self.start_call(events, head.group(1), head.end())
-        self.add_members(events, body, _PARAMETER, self._parameter)
+        self.add_members(events, body, self.parameter_pattern, self._parameter)
         if complete:
             self.end_call(events)
         return events

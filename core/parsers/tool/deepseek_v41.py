@@ -25,10 +25,8 @@ value without the ``string`` attribute is typed by the schema where vLLM reads i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.deepseek_v32 import DSML, DeepSeekV32ToolParser
 from dyn.core.parsers.tool.kv_arguments import value_text
@@ -52,16 +50,7 @@ class DeepSeekV41ToolParser(DeepSeekV32ToolParser):
     call_start = INVOKE
     call_end = INVOKE_END
     needs_special_tokens = True  # vLLM's parser engine keeps special tokens in the text
-
-    def add_members(
-        self,
-        events: list[Event],
-        body: str,
-        pattern: re.Pattern[str],
-        member: Callable[[re.Match[str]], tuple[str, Any]],
-    ) -> None:
-        # V3.2's reading of an invoke, with V4.1's spaced parameter elements
-        super().add_members(events, body, _PARAMETER, member)
+    parameter_pattern = _PARAMETER
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
