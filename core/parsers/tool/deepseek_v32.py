@@ -48,6 +48,8 @@ class DeepSeekV32ToolParser(MemberCalls, SectionedToolParser):
     needs_special_tokens = False  # DSML is plain text; vLLM asks for no change
     parameter_pattern = _PARAMETER
     """An invoke's parameter element: name, ``string`` attribute, value."""
+    parameter_tags = (f"<{DSML}parameter", f"</{DSML}parameter>")
+    """How ``render`` opens and closes a parameter element."""
 
     def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -70,14 +72,16 @@ class DeepSeekV32ToolParser(MemberCalls, SectionedToolParser):
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
+        opens, closes = cls.parameter_tags
+
         def parameter(key: str, value: object) -> str:
             string = "true" if isinstance(value, str) else "false"
-            return f'<{DSML}parameter name="{key}" string="{string}">{value_text(value)}</{DSML}parameter>'
+            return f'{opens} name="{key}" string="{string}">{value_text(value)}{closes}'
 
         invokes = "\n".join(
-            f'{INVOKE} name="{c.name}">\n'
+            f'{cls.call_start} name="{c.name}">\n'
             + "\n".join(parameter(k, v) for k, v in c.args.items())
-            + f"\n{INVOKE_END}"
+            + f"\n{cls.call_end}"
             for c in calls
         )
-        return f"{CALLS_BEGIN}\n{invokes}\n{CALLS_END}"
+        return f"{cls.section_starts[0]}\n{invokes}\n{cls.section_ends[0]}"

@@ -19,10 +19,8 @@ model (``toolcalls``, ``tool``) open it too, as in vLLM.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
-from dyn.core.parsers.tool.deepseek_v32 import CALLS_BEGIN, CALLS_END, DSML, DeepSeekV32ToolParser
+from dyn.core.parsers.tool import TOOL_PARSERS
+from dyn.core.parsers.tool.deepseek_v32 import DSML, DeepSeekV32ToolParser
 
 TOOL_CALLS_BEGIN = f"<{DSML}tool_calls>"
 TOOL_CALLS_END = f"</{DSML}tool_calls>"
@@ -34,8 +32,3 @@ class DeepSeekV4ToolParser(DeepSeekV32ToolParser):
     section_starts = (TOOL_CALLS_BEGIN, f"<{DSML}toolcalls>", f"<{DSML}tool>")  # type: ignore[assignment]
     section_ends = (TOOL_CALLS_END, f"</{DSML}toolcalls>", f"</{DSML}tool>")  # type: ignore[assignment]
     needs_special_tokens = True  # vLLM's parser engine keeps special tokens in the text
-
-    @classmethod
-    def render(cls, calls: Sequence[ToolCall]) -> str:
-        block = super().render(calls)
-        return TOOL_CALLS_BEGIN + block.removeprefix(CALLS_BEGIN).removesuffix(CALLS_END) + TOOL_CALLS_END

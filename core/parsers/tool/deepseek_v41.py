@@ -25,11 +25,9 @@ value without the ``string`` attribute is typed by the schema where vLLM reads i
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
+from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.core.parsers.tool.deepseek_v32 import DSML, DeepSeekV32ToolParser
-from dyn.core.parsers.tool.kv_arguments import value_text
 
 CALLS_BEGIN = f"<{DSML} calls>"
 CALLS_END = f"</{DSML} calls>"
@@ -51,17 +49,4 @@ class DeepSeekV41ToolParser(DeepSeekV32ToolParser):
     call_end = INVOKE_END
     needs_special_tokens = True  # vLLM's parser engine keeps special tokens in the text
     parameter_pattern = _PARAMETER
-
-    @classmethod
-    def render(cls, calls: Sequence[ToolCall]) -> str:
-        def parameter(key: str, value: object) -> str:
-            string = "true" if isinstance(value, str) else "false"
-            return f'{PARAMETER} name="{key}" string="{string}">{value_text(value)}{PARAMETER_END}\n'
-
-        invokes = "".join(
-            f'{INVOKE} name="{c.name}">\n'
-            + "".join(parameter(k, v) for k, v in c.args.items())
-            + f"{INVOKE_END}\n"
-            for c in calls
-        )
-        return f"{CALLS_BEGIN}\n{invokes}{CALLS_END}"
+    parameter_tags = (PARAMETER, PARAMETER_END)
