@@ -62,7 +62,7 @@ class OutputPlan:
     constrained: bool = False
     """The engine follows a grammar from the first token (see ``ReasoningParser.constrained``)."""
     tokenizer: Tokenizer | None = None
-    """The served model's, for a tool-call parser that ``takes_tokenizer``."""
+    """The served model's, for a tool-call or reasoning parser that ``takes_tokenizer``."""
 
     @property
     def needs_special_tokens(self) -> bool:
@@ -75,17 +75,23 @@ class OutputPlan:
             tools = RequiredToolCallsParser()
         elif self.tool_parser is None:
             tools = None
-        elif self.tool_parser.emits_reasoning:  # Harmony: where the output starts depends on the prompt
-            # such a parser (gpt_oss) also takes the prompt; ToolParser's own __init__ does not
-            tools = self.tool_parser(self.tools, prompt_text=self.prompt_text)  # type: ignore[call-arg]
-        elif self.tool_parser.takes_tokenizer:
-            tools = self.tool_parser(self.tools, tokenizer=self.tokenizer)  # type: ignore[call-arg]
         else:
-            tools = self.tool_parser(self.tools)
+            # a parser that emits reasoning (gpt_oss) also takes the prompt, where the output starts
+            # depending on it, and one that takes the tokenizer that; ToolParser's __init__ neither
+            extra: dict[str, Any] = {}
+            if self.tool_parser.emits_reasoning:
+                extra["prompt_text"] = self.prompt_text
+            if self.tool_parser.takes_tokenizer:
+                extra["tokenizer"] = self.tokenizer
+            tools = self.tool_parser(self.tools, **extra)
         reasoning = None
+        # the instance decides: a parser may emit no reasoning for this model (hf: no thinking field)
         if self.reasoning is not None and not (tools is not None and tools.emits_reasoning):
             reasoning = self.reasoning(
-                self.prompt_text, self.chat_template_kwargs, constrained=self.constrained
+                self.prompt_text,
+                self.chat_template_kwargs,
+                constrained=self.constrained,
+                **({"tokenizer": self.tokenizer} if self.reasoning.takes_tokenizer else {}),
             )
         return ChoiceOutput(reasoning, tools, keep_stop=self.forced == "named")
 

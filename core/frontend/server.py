@@ -34,7 +34,7 @@ from dyn.core.frontend.metrics import FrontendMetrics
 from dyn.core.frontend.migration import Reliability
 from dyn.core.frontend.preprocessor import Preprocessor
 from dyn.core.frontend.request_log import RequestLog
-from dyn.core.frontend.service import OpenAIService, OutputSettings
+from dyn.core.frontend.service import OpenAIService, OutputSettings, check_parsers
 from dyn.core.frontend.session_identity import AFFINITY_MODES, SessionAffinity
 from dyn.core.frontend.tls import TlsSettings
 from dyn.core.logs import status
@@ -202,6 +202,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             content_format=settings.chat_template_content_format,
             exclude_tools_when_none=settings.exclude_tools_when_tool_choice_none,
         )
+        check_parsers(outputs, preprocessor.tokenizer)  # hf: the model's response_template
         pool = WorkerPool(
             store,
             info.name,

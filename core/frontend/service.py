@@ -47,11 +47,12 @@ from dyn.core.frontend.output import OutputPlan
 from dyn.core.frontend.preprocessor import Preprocessor, Prompt, engine_request
 from dyn.core.frontend.request_log import RequestLog
 from dyn.core.frontend.session_identity import SessionAffinity, agent_ids
+from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.kv.hashing import MediaSpan, mm_key
 from dyn.core.messages import GenerateRequest, MediaItem, OutputConstraint, StopConditions, ToolSpec
 from dyn.core.model.info import ModelInfo
 from dyn.core.parsers.reasoning import REASONING_PARSERS
-from dyn.core.parsers.registry import Registry, UnknownParserError
+from dyn.core.parsers.registry import ParserModelError, ParserUnavailable, Registry, UnknownParserError
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.grammar import GrammarCompiler
@@ -241,8 +242,12 @@ class OpenAIService:
         )
         prompt = await self.preprocessor.chat_async(req, await self._media(req))
         output_plan = OutputPlan(
-            reasoning=_parser(REASONING_PARSERS, reasoning_name),
-            tool_parser=_parser(TOOL_PARSERS, tool_name) if plan.choice == "auto" else None,
+            reasoning=_parser(REASONING_PARSERS, reasoning_name, self.preprocessor.tokenizer),
+            tool_parser=(
+                _parser(TOOL_PARSERS, tool_name, self.preprocessor.tokenizer)
+                if plan.choice == "auto"
+                else None
+            ),
             tools=plan.tools,
             forced=plan.choice if plan.choice in ("named", "required") else None,
             forced_name=plan.name,
@@ -545,12 +550,24 @@ class OpenAIService:
             self.agent_trace.record(gen, ok)
 
 
-def _parser(registry: Registry, name: str | None) -> type | None:
-    """A parser class by the name the frontend was given or a worker advertised."""
+def check_parsers(outputs: OutputSettings, tokenizer: Tokenizer) -> None:
+    """The parsers the frontend's flags name, checked against the served model (``tokenizer``'s):
+    ``ParserModelError`` (a ``ValueError``) says what the model lacks. The tool-call parser only
+    counts with ``--enable-auto-tool-choice``, the only way the frontend uses it."""
+    if outputs.tool_call_parser and outputs.enable_auto_tool_choice:
+        TOOL_PARSERS.get(outputs.tool_call_parser).check_tokenizer(tokenizer)
+    if outputs.reasoning_parser:
+        REASONING_PARSERS.get(outputs.reasoning_parser).check_tokenizer(tokenizer)
+
+
+def _parser(registry: Registry, name: str | None, tokenizer: Tokenizer) -> type | None:
+    """A parser class by the name the frontend was given or a worker advertised, usable with the
+    served model (``tokenizer``'s): a 500 says what is missing when it is not."""
     if not name:
         return None
     try:
-        return registry.get(name)
+        cls = registry.get(name)
+        cls.check_tokenizer(tokenizer)
     except UnknownParserError as exc:
         raise ApiError(
             500,
@@ -558,6 +575,13 @@ def _parser(registry: Registry, name: str | None) -> type | None:
             "the frontend with its --tool-parser-plugin",
             code="unknown_parser",
         ) from None
+    except (ParserModelError, ParserUnavailable) as exc:
+        raise ApiError(
+            500,
+            f"the {registry.kind} {name!r} cannot read this model's output: {exc}",
+            code="unusable_parser",
+        ) from None
+    return cls
 
 
 async def _constraint(

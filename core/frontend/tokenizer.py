@@ -11,7 +11,9 @@ Special token strings come from tokenizer_config.json (a string, or a dict with 
 special_tokens_map.json fills the names it lacks. Chat templates follow transformers' loading:
 chat_template.jinja (and additional_chat_templates/*.jinja) replace tokenizer_config.json's
 ``chat_template``, which is a string or a list of ``{name, template}``; chat_template.json (the legacy
-processor file) is the last resort.
+processor file) is the last resort. ``response_template`` is tokenizer_config.json's key of that name
+as transformers keeps it: not checked here, so a malformed one never stops the model from loading;
+the ``hf`` parsers that read it say what is wrong with it (``dyn.core.parsers.response_template``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Tokenizer:
         "path",
         "special_tokens_map",
         "chat_templates",
+        "response_template",
         "special_token_ids",
         "added_tokens",
         "vocab_size",
@@ -63,6 +66,7 @@ class Tokenizer:
         special_tokens_map: Mapping[str, str] | None = None,
         chat_templates: Mapping[str, str] | None = None,
         path: Path | None = None,
+        response_template: Any = None,
     ) -> None:
         self.backend = backend
         """The Rust tokenizer; the incremental detokenizer decodes through it directly."""
@@ -71,6 +75,10 @@ class Tokenizer:
         """Named special tokens (bos_token, eos_token, pad_token, ...) as strings, as transformers has them."""
         self.chat_templates: dict[str, str] = dict(chat_templates or {})
         """Chat templates by name; the model's default one is under "default"."""
+        self.response_template: Any = response_template
+        """tokenizer_config.json's ``response_template`` as read (a dict when well formed; any
+        JSON value the file holds, unchecked), None when it has none: the checkpoint's description
+        of the assistant message that the ``hf`` parsers read, and check."""
         added = backend.get_added_tokens_decoder()
         self.added_tokens: dict[int, str] = {i: t.content for i, t in added.items()}
         """Every added token (special or not) by id, as vLLM's detokenizer needs them."""
@@ -119,6 +127,7 @@ class Tokenizer:
             special_tokens_map=specials,
             chat_templates=_chat_templates(directory, config),
             path=directory,
+            response_template=config.get("response_template"),
         )
 
     @classmethod

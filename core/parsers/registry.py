@@ -33,6 +33,13 @@ class ParserUnavailable(RuntimeError):
     to install. Parsers raise it from their ``check()`` classmethod, which servers call at start."""
 
 
+class ParserModelError(ValueError):
+    """A parser cannot read the served model's output: the model lacks what the format needs (a
+    ``response_template`` in its tokenizer_config.json, say); the message says what to fix.
+    Parsers raise it from their ``check_tokenizer(tokenizer)`` classmethod, which the frontend
+    calls when it knows the model (at start for its flags, per request for a worker's)."""
+
+
 class RegisteredParser(Protocol):
     """What a registry needs of a parser class: the name it is registered under and ``check()``."""
 

@@ -8,7 +8,7 @@ each call returns the events (``dyn.core.parsers.events``) that the text so far 
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dyn.core.parsers.events import Event
 
@@ -26,6 +26,14 @@ class StreamParser(abc.ABC):
     def check(cls) -> None:
         """Raise ``ParserUnavailable`` when this parser cannot run here (servers call it at start)."""
         return  # every parser can run unless it says otherwise
+
+    @classmethod
+    def check_tokenizer(cls, tokenizer: Any) -> None:
+        """Raise ``ParserModelError`` (``dyn.core.parsers.registry``) when this parser cannot read
+        the output of the model ``tokenizer`` (the served model's
+        ``dyn.core.frontend.tokenizer.Tokenizer``) belongs to; the frontend calls it at start for
+        the parsers its flags name and per request for one a worker advertises."""
+        return  # a format fixed by the parser suits every model
 
     @abc.abstractmethod
     def feed(self, text: str) -> list[Event]:

@@ -14,7 +14,7 @@ Names follow vLLM's ``--reasoning-parser`` and Dynamo's ``--dyn-reasoning-parser
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from dyn.core.parsers.registry import Registry
 from dyn.core.parsers.stream import StreamParser
@@ -27,14 +27,21 @@ class ReasoningParser(StreamParser):
     in ``setup`` (called at the end of ``__init__``, the request already stored), so that they
     need not repeat the constructor's signature."""
 
+    takes_tokenizer: ClassVar[bool] = False
+    """The parser reads the served model's tokenizer (its ``response_template``, say): the
+    frontend builds it with ``tokenizer=`` the model's ``dyn.core.frontend.tokenizer.Tokenizer``."""
+
     def __init__(
         self,
         prompt_text: str | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         *,
         constrained: bool = False,
+        tokenizer: Any = None,
     ) -> None:
         self.prompt_text = prompt_text
+        self.tokenizer = tokenizer
+        """The served model's tokenizer, given to a parser that ``takes_tokenizer`` (else None)."""
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.constrained = constrained
         """The engine held the output to a grammar from its first token (structured outputs, a

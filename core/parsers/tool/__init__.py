@@ -59,8 +59,9 @@ class ToolParser(StreamParser):
     """Base of the tool-call parsers (see the module's contract)."""
 
     takes_tokenizer: ClassVar[bool] = False
-    """The parser reads token ids or the vocabulary (a vLLM plugin's, ``_vllm_plugin``): the
-    frontend builds it with ``tokenizer=`` the served model's ``dyn.core.frontend.tokenizer.Tokenizer``."""
+    """The parser reads token ids, the vocabulary (a vLLM plugin's, ``_vllm_plugin``) or the model's
+    metadata (``hf``: its ``response_template``): the frontend builds it with ``tokenizer=`` the
+    served model's ``dyn.core.frontend.tokenizer.Tokenizer``."""
     emits_reasoning: ClassVar[bool] = False
     """The format carries reasoning too (Harmony): this parser also emits ``Reasoning`` events
     and takes the place of the reasoning parser of the same family."""

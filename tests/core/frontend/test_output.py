@@ -133,3 +133,41 @@ def test_chat_delta_json():
         "reasoning_content": "hmm",
         "tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}],
     }
+
+
+def test_parsers_get_the_prompt_and_the_tokenizer_they_ask_for():
+    """A tool-call parser that emits reasoning gets ``prompt_text``, one that takes the tokenizer
+    ``tokenizer``, one that does both both; a reasoning parser that takes the tokenizer gets it."""
+    from dyn.core.parsers.reasoning import ReasoningParser
+    from dyn.core.parsers.tool import ToolParser
+
+    seen: dict[str, dict] = {}
+
+    class Both(ToolParser):
+        emits_reasoning = True
+        takes_tokenizer = True
+
+        def __init__(self, tools=(), **kwargs):
+            super().__init__(tools)
+            seen["tool"] = kwargs
+
+        def feed(self, text):
+            return [text]
+
+    class Reads(ReasoningParser):
+        takes_tokenizer = True
+
+        def setup(self):
+            seen["reasoning"] = {"tokenizer": self.tokenizer, "prompt_text": self.prompt_text}
+
+        def feed(self, text):
+            return [text]
+
+    tok = object()
+    OutputPlan(tool_parser=Both, prompt_text="P", tokenizer=tok).new()  # type: ignore[arg-type]
+    assert seen.pop("tool") == {"prompt_text": "P", "tokenizer": tok}
+    OutputPlan(reasoning=Reads, prompt_text="P", tokenizer=tok).new()  # type: ignore[arg-type]
+    assert seen.pop("reasoning") == {"tokenizer": tok, "prompt_text": "P"}
+    Both.emits_reasoning = False
+    OutputPlan(tool_parser=Both, prompt_text="P", tokenizer=tok).new()  # type: ignore[arg-type]
+    assert seen.pop("tool") == {"tokenizer": tok}

@@ -281,6 +281,12 @@ async def test_requests_are_not_logged_by_default(frontend, caplog):
         ),
         ({"max_log_len": -1, "enable_log_requests": True}, "--max-log-len"),
         ({"uvicorn_log_level": "loud"}, "--uvicorn-log-level"),
+        # dyn-tiny has no response_template: the hf parsers say what the model lacks at start
+        ({"reasoning_parser": "hf"}, "--reasoning-parser hf needs a response_template in the model's"),
+        (
+            {"tool_call_parser": "hf", "enable_auto_tool_choice": True},
+            "--tool-call-parser hf needs a response_template in the model's",
+        ),
     ],
 )
 def test_bad_settings_are_config_errors(tmp_path, settings, words):

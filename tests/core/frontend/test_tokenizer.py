@@ -85,6 +85,19 @@ def _model_dir(tmp_path: Path, tok_config: dict | None, files: dict[str, str] | 
     return d
 
 
+def test_response_template_as_the_config_holds_it(tmp_path: Path) -> None:
+    """tokenizer_config.json's response_template, kept unchecked (the hf parsers check it): a
+    malformed one still loads the model."""
+    template = {"start_anchor": "<|im_start|>assistant\n", "fields": {"content": {}}}
+    assert (
+        Tokenizer.from_dir(_model_dir(tmp_path / "a", {"response_template": template})).response_template
+        == template
+    )
+    assert Tokenizer.from_dir(_model_dir(tmp_path / "b", {"response_template": [1]})).response_template == [1]
+    assert Tokenizer.from_dir(_model_dir(tmp_path / "c", {})).response_template is None
+    assert Tokenizer.from_dir(_model_dir(tmp_path / "d", None)).response_template is None
+
+
 def test_special_tokens_as_dicts_and_from_special_tokens_map(tmp_path: Path) -> None:
     d = _model_dir(
         tmp_path,
