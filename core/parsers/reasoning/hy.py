@@ -14,9 +14,9 @@ content), its default being each template's (``no_think`` for Hy3, ``high`` for 
 output is reasoning from its first character up to the end tag, reasoning that never ends stays
 reasoning.
 
-Some checkpoints give the tags a suffix (``<think:opensource>``); vLLM reads it from the
-vocabulary, this parser from the rendered prompt, whose last think tag carries it (without a
-prompt the tags have none). vLLM also takes the effort from the request's top-level
+Some checkpoints give the tags a suffix (``<think:opensource>``); like vLLM, the parser reads it
+from the served model's vocabulary (``hy_v3.token_suffix``), and without a tokenizer from the
+rendered prompt, whose last think tag carries it (without either the tags have none). vLLM also takes the effort from the request's top-level
 ``reasoning_effort``, which it merges into the template kwargs, as dyn's Responses API does with
 ``reasoning.effort``; otherwise the reading is ``think.py``'s, with its general differences.
 """
@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.reasoning.think import TaggedReasoningParser
+from dyn.core.parsers.tool.hy_v3 import token_suffix
 
 _THINK_TAG = re.compile(r"</?think(:[^\s>]+)?>")
 
@@ -39,14 +40,19 @@ def prompt_suffix(prompt: str) -> str:
 
 
 class HyReasoningParser(TaggedReasoningParser):
-    """HY's thinking section, its tags with the suffix of the rendered prompt's."""
+    """HY's thinking section, its tags with the suffix of the served model's vocabulary (else of
+    the rendered prompt's last think tag)."""
 
+    takes_tokenizer = True
     starts_in_reasoning = True
     default_effort: ClassVar[str] = "no_think"
     """The ``reasoning_effort`` the template assumes when the request gives none."""
 
     def setup(self) -> None:
-        suffix = prompt_suffix(self.prompt_text or "")
+        if self.tokenizer is not None:
+            suffix = token_suffix(self.tokenizer)
+        else:
+            suffix = prompt_suffix(self.prompt_text or "")
         self.start_tags, self.end_tags = (f"<think{suffix}>",), (f"</think{suffix}>",)
         super().setup()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.reasoning.hy import HyV3ReasoningParser, prompt_suffix
+from tests.core.parsers.test_hy_v3 import Vocabulary
 
 HyV3 = REASONING_PARSERS.get("hy_v3")
 
@@ -64,3 +65,17 @@ def test_suffixed_tags_are_read_from_the_prompt(check_splits):
     got = check_splits(parser(prompt, reasoning_effort="high"), "a</think>b")
     assert (got.reasoning, got.content) == ("a</think>b", "")
     assert isinstance(HyV3(prompt), HyV3ReasoningParser)
+
+
+def test_suffixed_tags_are_read_from_the_vocabulary_first(check_splits):
+    """With the served model's tokenizer, its vocabulary names the suffix, as in vLLM; a prompt
+    whose think tags carry none does not override it."""
+
+    def make():
+        return HyV3(ASSISTANT, {"reasoning_effort": "high"}, tokenizer=Vocabulary(":opensource"))
+
+    got = check_splits(make, REASONING + "</think:opensource>It is sunny.")
+    assert (got.reasoning, got.content) == (REASONING, "It is sunny.")
+    got = check_splits(make, "a</think>b")
+    assert (got.reasoning, got.content) == ("a</think>b", "")
+    assert HyV3ReasoningParser.takes_tokenizer
