@@ -66,6 +66,25 @@ REPLIES = [
             "<tool_call>\n<function=get_weather>\n<parameter=city>\nLima\n</parameter>\n</function>\n</tool_call>"
         ),
     },
+    {
+        "match": "horizon please",
+        "text": (
+            "<ifm|tool_calls>\n<ifm|tool_call>get_weather\n<ifm|arg_key>city</ifm|arg_key>\n"
+            "<ifm|arg_value>Kyiv</ifm|arg_value>\n</ifm|tool_call>\n</ifm|tool_calls>"
+        ),
+    },
+    {
+        "match": "hunyuan please",
+        "text": "<tool_calls>\n<tool_call>get_time<arg_key>tz</arg_key><arg_value>EET</arg_value></tool_call>\n</tool_calls>",
+    },
+    {
+        "match": "muse please",
+        "text": (
+            " to=self<|message|>The weather tool answers this.<|eom|><|start|>assistant to=get_weather<|message|>"
+            '<atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Nairobi'
+            "</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>"
+        ),
+    },
 ]
 
 
@@ -344,6 +363,9 @@ def test_reasoning_field_name_reasoning_moves_it_in_messages_and_deltas(agent_st
         ),
         ("kimi_k2", "kimi please", [("get_weather", {"city": "Rome"})]),
         ("qwen3_coder", "coder please", [("get_weather", {"city": "Lima"})]),
+        ("k2_horizon", "horizon please", [("get_weather", {"city": "Kyiv"})]),
+        ("hy_v4", "hunyuan please", [("get_time", {"tz": "EET"})]),  # a parser that takes the tokenizer
+        ("muse_glimmer", "muse please", [("get_weather", {"city": "Nairobi"})]),  # and one that reasons too
     ],
 )
 def test_other_formats_through_the_frontends_own_parser(agent_stack, stack_factory, parser, ask, expected):
@@ -362,6 +384,8 @@ def test_other_formats_through_the_frontends_own_parser(agent_stack, stack_facto
     ] == expected
     if parser == "kimi_k2":
         assert choice.message.tool_calls[0].id == "functions.get_weather:0"
+    if parser == "muse_glimmer":
+        assert choice.message.model_extra["reasoning_content"] == "The weather tool answers this."
 
 
 def test_auto_without_a_parser_is_a_400_naming_the_flag(stack_factory, tmp_path):
