@@ -31,6 +31,7 @@ content.
 
 from __future__ import annotations
 
+import abc
 import ast
 import json
 import math
@@ -210,8 +211,9 @@ class HyToolParser(MemberCalls, SectionedToolParser):
         return cls.write(calls, Markers.of())
 
     @staticmethod
+    @abc.abstractmethod
     def write(calls: Sequence[ToolCall], m: Markers) -> str:
-        raise NotImplementedError
+        """``calls`` as this format writes them, with the markers ``m``."""
 
     def call_begin(self) -> None:
         super().call_begin()
@@ -231,9 +233,9 @@ class HyToolParser(MemberCalls, SectionedToolParser):
             self.end_call(events)
         return events
 
+    @abc.abstractmethod
     def _head(self, body: str, complete: bool) -> tuple[str, int] | None:
         """(the function's name, where its arguments start), or None while it is not written."""
-        raise NotImplementedError
 
     def _member(self, pair: re.Match[str]) -> tuple[str, Any]:
         key = pair.group(1).strip()
