@@ -142,7 +142,9 @@ def test_speculative_prefix_is_skipped_when_the_threads_are_busy(pre: Preprocess
 
 def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Preprocessor) -> None:
     """The largest prompt the default caps accept, in one message: the loop is never held for
-    100 ms (its heartbeat keeps beating) while it is rendered and tokenized."""
+    250 ms (its heartbeat keeps beating) while it is rendered and tokenized, about 5 s of work
+    here that would hold it for seconds inline (100 ms was exceeded once, 129 ms, on a loaded
+    2-core machine with the suite's other worker beside it)."""
     text = ("All work and no play makes Jack a dull boy. " * (pre.prompt_bytes // 45))[
         : pre.prompt_bytes - 100
     ]
@@ -171,7 +173,7 @@ def test_the_loop_keeps_running_while_the_largest_prompt_is_preprocessed(pre: Pr
     anyio.run(run)
     assert WatchedTokenizer.threads and WatchedTokenizer.threads[0] != threading.current_thread().name
     assert time.perf_counter() - start > 0.05 and len(gaps) > 5  # real work happened while the loop beat
-    assert max(gaps) < 0.1, max(gaps)
+    assert max(gaps) < 0.25, max(gaps)
 
 
 def test_token_ids_outside_the_vocabulary_are_refused(pre: Preprocessor) -> None:
