@@ -22,7 +22,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.kv_arguments import MemberCalls, parameter_schema, typed_value, value_text
 from dyn.core.parsers.tool.sectioned import SectionedToolParser
@@ -46,24 +45,16 @@ class DeepSeekV32ToolParser(MemberCalls, SectionedToolParser):
     call_start = INVOKE
     call_end = INVOKE_END
     needs_special_tokens = False  # DSML is plain text; vLLM asks for no change
-    parameter_pattern = _PARAMETER
+    member_pattern = _PARAMETER
     """An invoke's parameter element: name, ``string`` attribute, value."""
     parameter_tags = (f"<{DSML}parameter", f"</{DSML}parameter>")
     """How ``render`` opens and closes a parameter element."""
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            head = _HEAD.match(body)
-            if head is None:
-                return self.unreadable(body, complete, final)
-            self.start_call(events, head.group(1), head.end())
-        self.add_members(events, body, self.parameter_pattern, self._parameter)
-        if complete:
-            self.end_call(events)
-        return events
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        head = _HEAD.match(body)
+        return None if head is None else (head.group(1), head.end())
 
-    def _parameter(self, parameter: re.Match[str]) -> tuple[str, Any]:
+    def member(self, parameter: re.Match[str]) -> tuple[str, Any]:
         key, is_string, text = parameter.groups()
         if is_string == "true":
             return key, text

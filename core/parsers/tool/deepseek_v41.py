@@ -48,5 +48,5 @@ class DeepSeekV41ToolParser(DeepSeekV32ToolParser):
     call_start = INVOKE
     call_end = INVOKE_END
     needs_special_tokens = True  # vLLM's parser engine keeps special tokens in the text
-    parameter_pattern = _PARAMETER
+    member_pattern = _PARAMETER
     parameter_tags = (PARAMETER, PARAMETER_END)

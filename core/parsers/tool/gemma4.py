@@ -155,14 +155,15 @@ class Gemma4ToolParser(MemberCalls, DelimitedToolParser):
         self._closer = "}"
         self._closed = False
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            head = _HEAD.match(body)
-            if head is None:
-                return self.unreadable(body, complete, final)
-            self._closer = _CLOSING[head.group(2)]
-            self.start_call(events, head.group(1), head.end())
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        head = _HEAD.match(body)
+        if head is None:
+            return None
+        self._closer = _CLOSING[head.group(2)]
+        return head.group(1), head.end()
+
+    def read_members(self, events: list[Event], body: str, complete: bool, final: bool) -> bool:
+        """Bare members up to the closing brace (or parenthesis); a call cut off after it ends."""
         while not self._closed:
             pos = _skip(body, self._pos, _SPACE + ",")
             if pos < len(body) and body[pos] == self._closer:
@@ -173,9 +174,7 @@ class Gemma4ToolParser(MemberCalls, DelimitedToolParser):
                 break
             key, raw, self._pos = member
             self.add_member(events, key, self._value(key, raw))
-        if complete or (final and self._closed):
-            self.end_call(events)
-        return events
+        return complete or (final and self._closed)
 
     def _value(self, key: str, raw: str) -> Any:
         value, scalar = read_value(raw)

@@ -25,7 +25,6 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.text import find_first
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.delimited import DelimitedToolParser
@@ -42,40 +41,35 @@ class GlmToolParser(MemberCalls, DelimitedToolParser):
     call_start = "<tool_call>"
     call_end = "</tool_call>"
     needs_special_tokens = True  # vLLM keeps <tool_call> in the text (skip_special_tokens=False)
+    member_pattern = _PAIR
 
     def call_begin(self) -> None:
         super().call_begin()
         self._broken = False
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            if not self._broken:
-                self._read_name(body, complete, events)
-            if self._name is None:
-                return self.unreadable(body, complete, final)
-        self.add_members(events, body, _PAIR, self._pair)
-        if complete:
-            self.end_call(events)
-        return events
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        return None if self._broken else self._read_name(body, complete)
 
-    def _pair(self, pair: re.Match[str]) -> tuple[str, Any]:
+    def member(self, pair: re.Match[str]) -> tuple[str, Any]:
         key = pair.group(1)
         return key, typed_value(
             pair.group(2).strip(), parameter_schema(self.tools.get(self._name or ""), key)
         )
 
-    def _read_name(self, body: str, complete: bool, events: list[Event]) -> None:
+    def _read_name(self, body: str, complete: bool) -> tuple[str, int] | None:
+        """(the name, where the arguments start): the name ends at a newline or the first
+        ``<arg_key>``; None while it is not written, and for good (``_broken``: the call stays
+        content) when it is no name."""
         start = len(body) - len(body.lstrip())
         cut = find_first(body, _NAME_ENDS, start)
         if cut is None and not complete:
-            return
+            return None
         end = len(body) if cut is None else cut[0]
         name = body[start:end].strip()
         if not _NAME.fullmatch(name):
             self._broken = True
-            return
-        self.start_call(events, name, end)
+            return None
+        return name, end
 
     render_newline: ClassVar[str] = "\n"
     """What ``render`` writes after the name, each key and each value, and between calls."""

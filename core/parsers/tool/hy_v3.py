@@ -39,7 +39,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool import TOOL_PARSERS, Tool, ToolCall
 from dyn.core.parsers.tool.kv_arguments import MemberCalls, parameter_schema, value_text
 from dyn.core.parsers.tool.sectioned import SectionedToolParser
@@ -203,7 +202,7 @@ class HyToolParser(MemberCalls, SectionedToolParser):
         m = self.markers = Markers.of(token_suffix(tokenizer))
         self.section_starts, self.section_ends = (m.section,), (m.section_end,)
         self.call_start, self.call_end = m.call, m.call_end
-        self._pair = m.pair()
+        self.member_pattern = m.pair()
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:
@@ -219,25 +218,19 @@ class HyToolParser(MemberCalls, SectionedToolParser):
         super().call_begin()
         self._broken = False
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            head = None if self._broken else self._head(body, complete)
-            if head is not None and (not head[0] or "<" in head[0]):
-                self._broken, head = True, None
-            if head is None:
-                return self.unreadable(body, complete, final)
-            self.start_call(events, *head)
-        self.add_members(events, body, self._pair, self._member)
-        if complete:
-            self.end_call(events)
-        return events
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        """``_head``'s; an empty name, or one with a ``<``, breaks the call for good (it stays
+        content)."""
+        head = None if self._broken else self._head(body, complete)
+        if head is not None and (not head[0] or "<" in head[0]):
+            self._broken, head = True, None
+        return head
 
     @abc.abstractmethod
     def _head(self, body: str, complete: bool) -> tuple[str, int] | None:
         """(the function's name, where its arguments start), or None while it is not written."""
 
-    def _member(self, pair: re.Match[str]) -> tuple[str, Any]:
+    def member(self, pair: re.Match[str]) -> tuple[str, Any]:
         key = pair.group(1).strip()
         return key, hy_value(pair.group(2), parameter_schema(self.tools.get(self._name or ""), key))
 

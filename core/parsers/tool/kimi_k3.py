@@ -82,12 +82,6 @@ def argument_value(kind: str, text: str) -> Any:
         return text
 
 
-def _argument(argument: re.Match[str]) -> tuple[str, Any]:
-    """(key, value) of an ``argument`` element."""
-    attrs = attributes(argument.group(1))
-    return attrs.get("key", ""), argument_value(attrs.get("type", "string"), argument.group(2))
-
-
 @TOOL_PARSERS.register("kimi_k3")
 class KimiK3ToolParser(MemberCalls, SectionedToolParser):
     section_starts = (TOOLS_OPEN,)
@@ -95,6 +89,7 @@ class KimiK3ToolParser(MemberCalls, SectionedToolParser):
     call_start = CALL_OPEN
     call_end = CALL_CLOSE
     needs_special_tokens = True  # <|open|>, <|close|> and <|sep|> are special tokens
+    member_pattern = _ARGUMENT
 
     def __init__(self, tools: Sequence[Tool] = ()) -> None:
         super().__init__(tools)
@@ -106,18 +101,15 @@ class KimiK3ToolParser(MemberCalls, SectionedToolParser):
     def finish(self) -> list[Event]:
         return self._markers.apply(super().finish(), final=True)
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            head = _HEAD.match(body)
-            name = attributes(head.group(1)).get("tool") if head is not None else None
-            if head is None or not name:
-                return self.unreadable(body, complete, final)
-            self.start_call(events, name, head.end())
-        self.add_members(events, body, _ARGUMENT, _argument)
-        if complete:
-            self.end_call(events)
-        return events
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        head = _HEAD.match(body)
+        name = attributes(head.group(1)).get("tool") if head is not None else None
+        return None if head is None or not name else (name, head.end())
+
+    def member(self, argument: re.Match[str]) -> tuple[str, Any]:
+        """(key, value) of an ``argument`` element."""
+        attrs = attributes(argument.group(1))
+        return attrs.get("key", ""), argument_value(attrs.get("type", "string"), argument.group(2))
 
     @classmethod
     def render(cls, calls: Sequence[ToolCall]) -> str:

@@ -13,7 +13,7 @@ import ast
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dyn.core.parsers.events import TOOL_CALL_END, Event, ToolCallArgs, ToolCallStart
 from dyn.core.parsers.tool import Tool
@@ -75,11 +75,21 @@ class MemberCalls:
     ``_name``: the function, ``None`` until the head is read; ``_pos``: where in the body the
     next member is searched; ``_args``: the writer of the arguments object. ``start_call``,
     ``add_member`` and ``end_call`` append the events of each step.
+
+    ``call_events`` reads a body with the format's hooks: ``call_head`` reads the head, then
+    ``read_members`` the members (by default each match of ``member_pattern``, read by
+    ``member``). A format whose body is read otherwise overrides ``call_events`` itself.
     """
 
     _name: str | None
     _pos: int
     _args: ArgumentsWriter
+    member_pattern: re.Pattern[str]
+    """One complete member of the body, for the default ``read_members``."""
+
+    if TYPE_CHECKING:  # the parser base's
+
+        def unreadable(self, body: str, complete: bool, final: bool) -> list[Event]: ...
 
     def call_begin(self) -> None:
         self._name = None
@@ -111,3 +121,33 @@ class MemberCalls:
     def end_call(self, events: list[Event]) -> None:
         """The body is complete: the object closes and the call ends."""
         events += [ToolCallArgs(self._args.close()), TOOL_CALL_END]
+
+    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
+        """The call starts once ``call_head`` reads its head (until then the body is
+        ``unreadable``); its members go out as ``read_members`` reads them, and it ends when
+        ``read_members`` says so."""
+        events: list[Event] = []
+        if self._name is None:
+            head = self.call_head(body, complete)
+            if head is None:
+                return self.unreadable(body, complete, final)
+            self.start_call(events, *head)
+        if self.read_members(events, body, complete, final):
+            self.end_call(events)
+        return events
+
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        """(the function's name, where its members start) once ``body`` holds the head; None
+        while it does not, or when it cannot be read."""
+        raise NotImplementedError(f"{type(self).__name__} reads no call heads")
+
+    def read_members(self, events: list[Event], body: str, complete: bool, final: bool) -> bool:
+        """Adds the members complete in ``body`` from ``_pos`` on; True when the call ends with
+        them. By default every ``member_pattern`` match, read by ``member``, and the call ends
+        with its end marker (``complete``)."""
+        self.add_members(events, body, self.member_pattern, self.member)
+        return complete
+
+    def member(self, match: re.Match[str]) -> tuple[str, Any]:
+        """(key, value) of the member ``match`` of ``member_pattern`` found."""
+        raise NotImplementedError(f"{type(self).__name__} reads no members")

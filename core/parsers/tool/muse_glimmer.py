@@ -84,18 +84,14 @@ class AtemCalls(MemberCalls, SectionedToolParser):
     section_ends = (BLOCK_END,)
     call_start = INVOKE
     call_end = INVOKE_END
+    member_pattern = _PARAMETER
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            head = _HEAD.match(body)
-            if head is None:
-                return self.unreadable(body, complete, final)
-            self.start_call(events, self._tool_name(head.group(1)), head.end())
-        self.add_members(events, body, _PARAMETER, lambda p: (p.group(1), atem_value(p.group(2))))
-        if complete:
-            self.end_call(events)
-        return events
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        head = _HEAD.match(body)
+        return None if head is None else (self._tool_name(head.group(1)), head.end())
+
+    def member(self, parameter: re.Match[str]) -> tuple[str, Any]:
+        return parameter.group(1), atem_value(parameter.group(2))
 
     def _tool_name(self, name: str) -> str:
         """``name`` as the request's tools spell it: ``x.x`` is ``x`` when only ``x`` is a tool."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool import TOOL_PARSERS
 from dyn.core.parsers.tool.glm4_moe import Glm47ToolParser
 from dyn.core.parsers.tool.kv_arguments import parameter_schema, typed_value
@@ -36,27 +35,27 @@ _NAME_END = re.compile(r"\n|<")
 class PoolsideV1ToolParser(Glm47ToolParser):
     """GLM-4.7's calls, written back to back, with verbatim string values (see the module)."""
 
-    def _pair(self, pair: re.Match[str]) -> tuple[str, Any]:
+    def member(self, pair: re.Match[str]) -> tuple[str, Any]:
         key, text = pair.group(1), pair.group(2)
         schema = parameter_schema(self.tools.get(self._name or ""), key)
         return key, text if schema.get("type") == "string" else typed_value(text.strip(), schema)
 
-    def _read_name(self, body: str, complete: bool, events: list[Event]) -> None:
+    def _read_name(self, body: str, complete: bool) -> tuple[str, int] | None:
         start = len(body) - len(body.lstrip())
         cut = _NAME_END.search(body, start)
         if cut is None:
             if not complete:
-                return
+                return None
             end = len(body)
         elif cut.group() == "<" and not body.startswith(_KEY, cut.start()):
             if not complete and _KEY.startswith(body[cut.start() :]):
-                return  # maybe <arg_key>, not complete yet
+                return None  # maybe <arg_key>, not complete yet
             self._broken = True  # another tag right after the name
-            return
+            return None
         else:
             end = cut.start()
         name = body[start:end].strip()
         if not name:
             self._broken = True
-            return
-        self.start_call(events, name, end)
+            return None
+        return name, end

@@ -26,7 +26,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dyn.core.parsers.events import Event
 from dyn.core.parsers.tool import TOOL_PARSERS, ToolCall
 from dyn.core.parsers.tool.kv_arguments import MemberCalls, value_text
 from dyn.core.parsers.tool.qwen3_coder import convert_value
@@ -49,29 +48,25 @@ class Step3ToolParser(MemberCalls, SectionedToolParser):
     call_start = CALL_BEGIN
     call_end = CALL_END
     needs_special_tokens = True  # vLLM's adjust_request: the markers are special tokens
+    member_pattern = _PARAMETER
 
     def call_begin(self) -> None:
         super().call_begin()
         self._properties: Mapping[str, Any] = {}
 
-    def call_events(self, body: str, *, complete: bool, final: bool) -> list[Event]:
-        events: list[Event] = []
-        if self._name is None:
-            head = _HEAD.match(body)
-            kind = head.group(1) if head is not None else None
-            if head is None or not head.group(2).strip() or (kind is not None and kind != "function"):
-                return self.unreadable(body, complete, final)
-            name = head.group(2).strip()
-            tool = self.tools.get(name)
-            properties = (tool.parameters or {}).get("properties") if tool is not None else None
-            self._properties = properties if isinstance(properties, Mapping) else {}
-            self.start_call(events, name, head.end())
-        self.add_members(events, body, _PARAMETER, self._parameter)
-        if complete:
-            self.end_call(events)
-        return events
+    def call_head(self, body: str, complete: bool) -> tuple[str, int] | None:
+        """Also keeps the named tool's parameter schemas, which type the values."""
+        head = _HEAD.match(body)
+        kind = head.group(1) if head is not None else None
+        if head is None or not head.group(2).strip() or (kind is not None and kind != "function"):
+            return None
+        name = head.group(2).strip()
+        tool = self.tools.get(name)
+        properties = (tool.parameters or {}).get("properties") if tool is not None else None
+        self._properties = properties if isinstance(properties, Mapping) else {}
+        return name, head.end()
 
-    def _parameter(self, parameter: re.Match[str]) -> tuple[str, Any]:
+    def member(self, parameter: re.Match[str]) -> tuple[str, Any]:
         key, raw = parameter.group(1), parameter.group(2).strip()
         schema = self._properties.get(key)
         return key, raw if schema is None else convert_value(raw, schema)
