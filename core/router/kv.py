@@ -55,6 +55,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -187,6 +188,20 @@ class _Prompt:
         self.seq = seq
         self.scores, self.predicted, self.tiers = overlaps
         self.scored_at = now
+
+
+@dataclass(slots=True)
+class _Scoring:
+    """What ``_admit`` scores one request's candidates with: its prompt, the hashes its booking
+    tracks, its length in tokens, the overlap credit and prefill tracking in force for it (its
+    overrides applied), and the time."""
+
+    prompt: _Prompt
+    track: list[int]
+    isl: int
+    credit: float
+    track_prefill: bool
+    now: float
 
 
 class _Group:
@@ -844,10 +859,9 @@ class KvRouter(Router):
         logits: dict[WorkerKey, float] | None = None
         picked: tuple[WorkerKey, int] | None = None
         overlap: int | None = None
+        scoring = _Scoring(prompt, track, isl, credit, track_prefill, now)
         if self.policy is not None:
-            picked = self._pick_by_policy(
-                self.policy, candidates, prompt, track, isl, credit, track_prefill, now
-            )
+            picked = self._pick_by_policy(self.policy, candidates, scoring)
         elif (
             candidates is self._fleet
             and len(candidates) >= BULK_SCORING_MIN
@@ -855,13 +869,13 @@ class KvRouter(Router):
             and not self.load.decaying
             and not log.isEnabledFor(logging.DEBUG)
         ):
-            in_bulk = self._pick_in_bulk(prompt, track, isl, credit, track_prefill, now)
+            in_bulk = self._pick_in_bulk(scoring)
             if in_bulk is not None:
                 picked, overlap = in_bulk[:2], in_bulk[2]
         if picked is not None:
             key, cached_key = picked
         else:
-            logits, cached = self._logits(candidates, prompt, track, isl, credit, track_prefill, now)
+            logits, cached = self._logits(candidates, scoring)
             key = candidates[0] if len(candidates) == 1 else select_worker(logits, c.temperature, self._rng)
             cached_key = cached[key]
         worker = self.pool.get(key[0])
@@ -923,20 +937,14 @@ class KvRouter(Router):
         return route
 
     def _logits(
-        self,
-        keys: list[WorkerKey] | set[WorkerKey],
-        prompt: _Prompt,
-        track: list[int],
-        isl: int,
-        credit: float,
-        track_prefill: bool,
-        now: float,
+        self, keys: list[WorkerKey] | set[WorkerKey], scoring: _Scoring
     ) -> tuple[dict[WorkerKey, float], dict[WorkerKey, int]]:
         """The cost of each of ``keys`` (in their order) and the prompt tokens each holds."""
         c = self.config
         bs = self.block_size or 1
-        scores, tiers = prompt.scores, prompt.tiers
-        cached, decode, prefill = self._loads(keys, prompt, track, isl, track_prefill, now)
+        scores, tiers = scoring.prompt.scores, scoring.prompt.tiers
+        isl, credit, track_prefill = scoring.isl, scoring.credit, scoring.track_prefill
+        cached, decode, prefill = self._loads(keys, scoring)
         logits = {
             k: worker_logit(
                 potential_prefill_tokens=prefill.get(k),
@@ -959,18 +967,13 @@ class KvRouter(Router):
         return logits, cached
 
     def _loads(
-        self,
-        keys: list[WorkerKey] | set[WorkerKey],
-        prompt: _Prompt,
-        track: list[int],
-        isl: int,
-        track_prefill: bool,
-        now: float,
+        self, keys: list[WorkerKey] | set[WorkerKey], scoring: _Scoring
     ) -> tuple[dict[WorkerKey, int], dict[WorkerKey, int], dict[WorkerKey, int]]:
         """``(cached tokens, potential decode blocks, potential prefill tokens)`` per rank of
         ``keys``: what the cost is computed from."""
         c = self.config
         bs = self.block_size or 1
+        prompt, isl, now = scoring.prompt, scoring.isl, scoring.now
         scores, tiers = prompt.scores, prompt.tiers
         host_w, disk_w = c.host_cache_hit_weight, c.disk_cache_hit_weight
         if tiers:
@@ -984,7 +987,9 @@ class KvRouter(Router):
             }
         else:
             cached = {k: min(scores.get(k, 0) * bs, isl) for k in keys}
-        decode, prefill = self.load.potential_loads(keys, track, isl, cached, track_prefill, now)
+        decode, prefill = self.load.potential_loads(
+            keys, scoring.track, isl, cached, scoring.track_prefill, now
+        )
         for k, blocks in prompt.predicted.items():
             # Those blocks are being prefilled there for a sibling: that work is already in the
             # worker's active prefill tokens and this request will reuse it, so it is not charged
@@ -995,19 +1000,12 @@ class KvRouter(Router):
         return cached, decode, prefill
 
     def _pick_by_policy(
-        self,
-        policy: Policy,
-        keys: list[WorkerKey],
-        prompt: _Prompt,
-        track: list[int],
-        isl: int,
-        credit: float,
-        track_prefill: bool,
-        now: float,
+        self, policy: Policy, keys: list[WorkerKey], scoring: _Scoring
     ) -> tuple[WorkerKey, int]:
         """``(rank, its cached tokens)`` as ``policy`` scores and picks over ``keys``' views."""
-        cached, decode, prefill = self._loads(keys, prompt, track, isl, track_prefill, now)
-        scores, tiers, bs = prompt.scores, prompt.tiers, self.block_size or 1
+        cached, decode, prefill = self._loads(keys, scoring)
+        scores, tiers, bs = scoring.prompt.scores, scoring.prompt.tiers, self.block_size or 1
+        isl, credit, track_prefill = scoring.isl, scoring.credit, scoring.track_prefill
         ranked: dict[WorkerKey, float] = {}
         for k in keys:
             worker = self.pool.get(k[0])
@@ -1024,15 +1022,14 @@ class KvRouter(Router):
         key = next(iter(ranked)) if len(ranked) == 1 else policy.pick(ranked, self._rng)
         return key, cached[key]
 
-    def _pick_in_bulk(
-        self, prompt: _Prompt, track: list[int], isl: int, credit: float, track_prefill: bool, now: float
-    ) -> tuple[WorkerKey, int, int] | None:
+    def _pick_in_bulk(self, scoring: _Scoring) -> tuple[WorkerKey, int, int] | None:
         """``(rank, its cached tokens, its matched blocks)``: what scoring every rank of the
         fleet at temperature 0 picks, computed over arrays. A rank with no predicted prefix and
         no lower-tier hit costs ``scale * max((prefill_sum + isl) / block_size - credit *
         overlap, 0) + active_blocks + blocks - active_prefix_depth`` (``worker_logit`` in the
         same float operations); the others are scored one by one. None when those are more
         than half the fleet: scoring each rank is then cheaper than scoring twice."""
+        prompt, track, isl, credit = scoring.prompt, scoring.track, scoring.isl, scoring.credit
         pos = self._fleet_pos
         special = {k for k in (*prompt.tiers, *prompt.predicted) if k in pos}
         if 2 * len(special) > len(pos):
@@ -1047,14 +1044,14 @@ class KvRouter(Router):
             decode -= depths[slots]
         overlap = self._fleet_overlaps(prompt.scores)
         scale, bs = self.config.prefill_load_scale, self.block_size or 1
-        if track_prefill:
+        if scoring.track_prefill:
             raw = (load.prefill_sums[slots] + isl) / bs
             values = scale * np.maximum(raw - credit * overlap, 0.0) + decode
         else:
             values = scale * np.maximum(0.0 - credit * overlap, 0.0) + decode
         cached: dict[WorkerKey, int] = {}
         if special:
-            logits, cached = self._logits(special, prompt, track, isl, credit, track_prefill, now)
+            logits, cached = self._logits(special, scoring)
             for k, logit in logits.items():
                 values[pos[k]] = logit
         position = argmin_position(values, self._rng)
