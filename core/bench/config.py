@@ -33,6 +33,20 @@ TARGET, WORKLOAD, SAMPLING, MULTI, PREFIX, TRACE, LOAD, OUTPUT = (
 )
 """The ``--help`` panels of ``dyn bench``."""
 
+# The trace flags ``dyn bench --trace`` and ``dyn bench replay --offline`` share, declared once
+TraceBlockSize = Annotated[
+    Annotated[int, Meta(ge=1)] | None,
+    flag(
+        "--trace-block-size",
+        panel=TRACE,
+        help="Tokens per trace hash id (default: 512, or 16 for Bailian traces).",
+    ),
+]
+TraceSpeedup = Annotated[
+    Annotated[float, Meta(ge=0.0)],
+    flag("--speedup", panel=TRACE, help="Divide the trace's arrival times and delays by this."),
+]
+
 
 CHOOSE_ONE = "choose exactly one workload: --parallel-sampling, --multi-turn, --prefix or --trace FILE"
 
@@ -258,18 +272,8 @@ class BenchConfig(msgspec.Struct, kw_only=True, frozen=True):
         flag("--prefix-ratio", panel=PREFIX, help="Share of the prompt common to a group."),
     ] = 0.5
     # Trace replay
-    trace_block_size: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        flag(
-            "--trace-block-size",
-            panel=TRACE,
-            help="Tokens per trace hash id (default: 512, or 16 for Bailian traces).",
-        ),
-    ] = None
-    speedup: Annotated[
-        Annotated[float, Meta(ge=0.0)],
-        flag("--speedup", panel=TRACE, help="Divide the trace's arrival times and delays by this."),
-    ] = 1.0
+    trace_block_size: TraceBlockSize = None
+    speedup: TraceSpeedup = 1.0
     vocab_size: Annotated[
         Annotated[int, Meta(ge=17)],
         flag(

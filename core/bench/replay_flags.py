@@ -3,7 +3,8 @@
 Each field is one flag of ``dyn bench replay``, named after it, with its default, range, help text
 and ``--help`` panel; ``dyn.cli.bench_replay`` offers them (``dyn.cli.config_flags.flag_table``:
 the Typer options, their ``DYN_*`` twins, the ``--config`` keys, the man page and the completions).
-The router's and the mocker's flags are ``KvRouterConfig``'s and ``MockerConfig``'s. This module
+The router's and the mocker's flags are ``KvRouterConfig``'s and ``MockerConfig``'s; ``--speedup``
+and ``--trace-block-size`` are ``dyn bench --trace``'s (``dyn.core.bench.config``). This module
 imports nothing heavy: the command line is built from it before anything runs.
 """
 
@@ -14,10 +15,11 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from dyn.core.bench.config import TRACE, TraceBlockSize, TraceSpeedup
 from dyn.core.config import WORKER_PANEL, flag
 from dyn.core.router.modes import modes_help
 
-REPLAY_PANEL = "Trace replay"
+REPLAY_PANEL = TRACE
 ROUTER_PANEL = "Router"
 OUTPUT_PANEL = "Output"
 
@@ -67,18 +69,8 @@ class ReplayFlags(msgspec.Struct, kw_only=True, frozen=True):
         str,
         flag("--router-mode", panel=ROUTER_PANEL, help=modes_help(offline=True)),
     ] = "kv"
-    speedup: Annotated[
-        Annotated[float, Meta(ge=0.0)],
-        flag("--speedup", panel=REPLAY_PANEL, help="Divide the trace's arrival times and delays by this."),
-    ] = 1.0
-    trace_block_size: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        flag(
-            "--trace-block-size",
-            panel=REPLAY_PANEL,
-            help="Tokens per trace hash id (default: 512, or 16 for Bailian traces).",
-        ),
-    ] = None
+    speedup: TraceSpeedup = 1.0
+    trace_block_size: TraceBlockSize = None
     vocab_size: Annotated[
         Annotated[int, Meta(ge=17)],
         flag(
