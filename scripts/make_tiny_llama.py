@@ -43,6 +43,25 @@ def tiny_tokenizer(special: tuple[str, ...] = (), chat_template: str | None = No
     return tokenizer
 
 
+def media_chat_template(part_types: tuple[str, ...], placeholder: str) -> str:
+    """dyn-tiny's Llama-3 chat template for a model with media input: a message whose content is
+    a list of parts renders each text part's text and each part whose ``type`` is in
+    ``part_types`` as ``placeholder``, in place (dyn-tiny-llava's images, dyn-tiny-qwen2-audio's
+    clips)."""
+    return (
+        "{{ bos_token }}"
+        "{% for message in messages %}"
+        "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+        "{% if message['content'] is string %}{{ message['content'] }}"
+        "{% else %}{% for part in message['content'] or [] %}"
+        "{% if part['type'] == 'text' %}{{ part['text'] }}"
+        f"{{% elif part['type'] in {part_types!r} %}}{placeholder}{{% endif %}}"
+        "{% endfor %}{% endif %}<|eot_id|>"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+    )
+
+
 def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
     """The tiny Llama's ``LlamaConfig`` for ``tokenizer`` (dyn-tiny's, maybe with added tokens)
     and a context of ``context`` tokens; dyn-tiny-llava's language model is the same."""

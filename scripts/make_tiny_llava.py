@@ -50,24 +50,15 @@ IMAGE_TOKEN = "<image>"
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2
 """Placeholder tokens per image: the patches (the CLS feature is dropped)."""
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] or [] %}"
-    "{% if part['type'] == 'text' %}{{ part['text'] }}"
-    "{% elif part['type'] in ('image', 'image_url') %}" + IMAGE_TOKEN + "{% endif %}"
-    "{% endfor %}{% endif %}<|eot_id|>"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
+IMAGE_PARTS = ("image", "image_url")
+"""The content part types the chat template renders as ``IMAGE_TOKEN``."""
 
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     from make_tiny_llama import (
         llama_config,
+        media_chat_template,
         save_random_model,
         tiny_tokenizer,
     )  # this script's directory is on sys.path
@@ -81,7 +72,8 @@ def generate(out_dir: str | Path) -> Path:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = tiny_tokenizer((IMAGE_TOKEN,), CHAT_TEMPLATE)
+    chat_template = media_chat_template(IMAGE_PARTS, IMAGE_TOKEN)
+    tokenizer = tiny_tokenizer((IMAGE_TOKEN,), chat_template)
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     image_processor = CLIPImageProcessor(
         size={"shortest_edge": IMAGE_SIZE},
@@ -92,7 +84,7 @@ def generate(out_dir: str | Path) -> Path:
         tokenizer=tokenizer,
         patch_size=PATCH_SIZE,
         vision_feature_select_strategy="default",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
         image_token=IMAGE_TOKEN,
         num_additional_image_tokens=1,
     )

@@ -57,18 +57,8 @@ CHUNK_SECONDS = 30
 MAX_AUDIO_TOKENS = 750
 """Placeholder tokens of a clip of 30 s or more: 3000 mel frames, 1500 encoder positions, pooled."""
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] or [] %}"
-    "{% if part['type'] == 'text' %}{{ part['text'] }}"
-    "{% elif part['type'] in ('audio', 'audio_url', 'input_audio') %}" + AUDIO_PART + "{% endif %}"
-    "{% endfor %}{% endif %}<|eot_id|>"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
+AUDIO_PARTS = ("audio", "audio_url", "input_audio")
+"""The content part types the chat template renders as ``AUDIO_PART``."""
 
 
 def qwen2_config(tokenizer):
@@ -100,7 +90,7 @@ def hub_name(name: str) -> str:
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
-    from make_tiny_llama import tiny_tokenizer  # this script's directory is on sys.path
+    from make_tiny_llama import media_chat_template, tiny_tokenizer  # this script's directory is on sys.path
     from safetensors.torch import save_file
     from transformers import (
         Qwen2AudioConfig,
@@ -112,7 +102,8 @@ def generate(out_dir: str | Path) -> Path:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = tiny_tokenizer((AUDIO_TOKEN, AUDIO_BOS, AUDIO_EOS), CHAT_TEMPLATE)
+    chat_template = media_chat_template(AUDIO_PARTS, AUDIO_PART)
+    tokenizer = tiny_tokenizer((AUDIO_TOKEN, AUDIO_BOS, AUDIO_EOS), chat_template)
     feature_extractor = WhisperFeatureExtractor(
         feature_size=128,
         sampling_rate=SAMPLING_RATE,
@@ -125,7 +116,7 @@ def generate(out_dir: str | Path) -> Path:
     processor = Qwen2AudioProcessor(
         feature_extractor=feature_extractor,
         tokenizer=tokenizer,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
         audio_token=AUDIO_TOKEN,
         audio_bos_token=AUDIO_BOS,
         audio_eos_token=AUDIO_EOS,
