@@ -47,7 +47,10 @@ REFUSED: dict[str, str] = {
     "--h11-max-incomplete-event-size": "dyn's HTTP server bounds requests itself (--max-prompt-bytes)",
     "--h11-max-header-count": "dyn's HTTP server bounds requests itself",
     "--enable-offline-docs": "dyn serves its OpenAPI schema at /openapi.json and no docs pages",
-    "--enable-flash-late-interaction": "dyn serves no late-interaction (ColBERT) scoring",
+    "--enable-flash-late-interaction": (
+        "dyn scores late interaction (MaxSim) in the frontend over the rows a worker pools; "
+        "vLLM's fused in-engine scoring is not built"
+    ),
 }
 """``vllm serve`` API-server flag -> why ``dyn frontend`` does not take it (one line)."""
 
