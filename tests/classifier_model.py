@@ -1,10 +1,12 @@
 """Pooling model directories for the tests that need one without weights (the frontend and the
 mocker read only its JSON files): dyn-tiny with a ``LlamaForSequenceClassification``
 ``config.json`` naming three classes, or one (a cross-encoder: ``make_cross_encoder``), or an
-``HF_ColBERT`` one (a late-interaction model: ``make_colbert``)."""
+``HF_ColBERT`` one (a late-interaction model: ``make_colbert``), or a ``JinaForRanking`` one (a
+listwise ranker: ``make_listwise_ranker``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -38,5 +40,24 @@ def make_colbert(directory: Path, dim: int = 16) -> Path:
     config = json.loads((directory / "config.json").read_text())
     config["architectures"] = ["HF_ColBERT"]
     config["colbert_dim"] = dim
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+RANKER_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_tiny_jina_ranker.py"
+
+
+def make_listwise_ranker(directory: Path) -> Path:
+    """A listwise ranker (jina-reranker-v3's architecture) with the tokenizer of
+    ``scripts/make_tiny_jina_ranker.py``: dyn-tiny's with the document and query markers at the
+    ids the model's pooler embeds."""
+    spec = importlib.util.spec_from_file_location("make_tiny_jina_ranker", RANKER_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shutil.copytree(TINY_MODEL_DIR, directory)
+    script.write_ranking_tokenizer(directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(architectures=["JinaForRanking"], embedding_size=8, vocab_size=script.VOCAB_SIZE)
     (directory / "config.json").write_text(json.dumps(config))
     return directory

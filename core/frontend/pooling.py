@@ -27,11 +27,13 @@ import anyio.to_thread
 
 from dyn.core.engine import FEATURE_CLASSIFY, pooling_feature
 from dyn.core.frontend import limits as bounds
+from dyn.core.frontend import listwise
 from dyn.core.frontend.endpoints.base import Call
 from dyn.core.frontend.endpoints.json_post import JsonEndpoint
 from dyn.core.messages import TOKEN_TASKS, EmbedReply, EmbedRequest, PoolingTask
 from dyn.core.model.classes import class_labels
 from dyn.core.model.info import ModelInfo
+from dyn.core.model.pooler import vector_width
 from dyn.core.protocol.embeddings import MAX_EMBED_TOKENS
 from dyn.core.protocol.errors import ApiError, bad_request, unavailable
 from dyn.core.router.pool import Worker
@@ -99,6 +101,28 @@ async def tokenize_pairs(
         return [tokenizer.encode(query + document) for query, document in pairs]
 
     return await anyio.to_thread.run_sync(encode)
+
+
+async def tokenize_ranked(
+    preprocessor: Preprocessor,
+    texts: list[str],
+    documents: list[int],
+    truncate: int | None,
+    side: Literal["left", "right"] | None,
+    param: str,
+) -> tuple[list[list[int]], int]:
+    """The ranking prompts ``texts`` (of ``documents[i]`` documents each) tokenized with special
+    tokens, truncated by ``truncate_prompt_tokens``, and bounded as every pooled input is, their
+    answer too (``param`` names them in a 400); and the number of tokens in all."""
+    prompts = await tokenize_texts(preprocessor, texts, True, param)
+    context = preprocessor.info.context_length
+    prompts = truncated(prompts, truncate, side, context)
+    tokens = check_lengths(prompts, context, param)
+    for i, (prompt, count) in enumerate(zip(prompts, documents, strict=True)):
+        listwise.check_markers(prompt, count, param if len(prompts) == 1 else f"{param}[{i}]")
+    width = vector_width(preprocessor.info, "token_embed")
+    check_token_rows(sum(documents) + len(documents), width, preprocessor, param)
+    return prompts, tokens
 
 
 @functools.lru_cache(maxsize=64)
@@ -175,15 +199,15 @@ def check_lengths(prompts: list[list[int]], context_length: int, param: str) -> 
     return total
 
 
-def check_token_rows(prompts: list[list[int]], width: int, preprocessor: Preprocessor, param: str) -> None:
-    """A 400 naming ``param`` when a token task's answer (one row of ``width`` values per token)
-    could be larger than ``--max-response-bytes``."""
-    values = sum(len(ids) for ids in prompts) * width
+def check_token_rows(rows: int, width: int, preprocessor: Preprocessor, param: str) -> None:
+    """A 400 naming ``param`` when a token task's answer (``rows`` rows of ``width`` values: one
+    per token, or per marker for a listwise ranker) could be larger than ``--max-response-bytes``."""
+    values = rows * width
     limit = preprocessor.limits.max_response_bytes
     if values * VALUE_BYTES > limit:
         raise bad_request(
-            f"this request's answer would hold {values} values (a row of {width} for each of its "
-            f"tokens), more than the {limit} bytes this server returns in one response: send fewer "
+            f"this request's answer would hold {values} values ({rows} rows of {width}), more than "
+            f"the {limit} bytes this server returns in one response: send fewer "
             "or shorter inputs, or raise --max-response-bytes",
             param=param,
         )
@@ -236,9 +260,11 @@ async def embed(
     api: str,
     task: PoolingTask = "embed",
     activation: bool = True,
+    rows: list[int] | None = None,
 ) -> list[list[float]]:
     """One vector per prompt for ``task`` (an embedding, or a classifier's class probabilities;
-    for a token task, one row per token end to end; without ``activation``, vLLM's
+    for a token task, rows end to end: one per token, or ``rows[i]`` for prompt i of a model
+    that embeds only some tokens; without ``activation``, vLLM's
     ``use_activation: false``: not normalized, the logits), from
     the least busy worker that pools so (see the module docstring); ``api`` names the API in the
     404 for a model whose workers do not."""
@@ -264,9 +290,10 @@ async def embed(
                 500, f"the worker returned {len(reply.embeddings)} vectors for {len(prompts)} inputs"
             )
         if task in TOKEN_TASKS:
-            for vector, ids in zip(reply.embeddings, prompts, strict=True):
-                if len(vector) % len(ids):
-                    raise ApiError(500, f"the worker returned {len(vector)} values for {len(ids)} tokens")
+            counts = rows if rows is not None else [len(ids) for ids in prompts]
+            for vector, count in zip(reply.embeddings, counts, strict=True):
+                if not vector or len(vector) % count:
+                    raise ApiError(500, f"the worker returned {len(vector)} values for {count} rows")
         return reply.embeddings
     raise unavailable(f"every worker that embeds failed: {'; '.join(failures)}")
 

@@ -10,8 +10,10 @@ draws as they are. A classifier's logits are 4 times the first coordinates of a 
 class: the first of two), activated as vLLM's classifier heads do: their softmax, or for one
 class (a cross-encoder) the sigmoid of its logit. The ``embed`` and ``classify`` tasks pool the
 last token (vLLM's last-token pooling), so their vector is the last row of ``token_embed`` and
-``token_classify``. Rows are as wide as ``dyn.core.model.pooler.vector_width`` says (256 for
-dyn-tiny's embeddings).
+``token_classify``. A listwise ranker (``dyn.core.model.pooler.listwise_ranker``) answers only
+the rows at its marker tokens, the documents' first and the query's last, as vLLM's
+``JinaForRankingPool`` does. Rows are as wide as ``dyn.core.model.pooler.vector_width`` says (256
+for dyn-tiny's embeddings).
 """
 
 from __future__ import annotations
@@ -24,11 +26,27 @@ import xxhash
 from dyn.core.messages import CLASSIFY_TASKS, TOKEN_TASKS, PoolingTask
 
 
-def pooled(token_ids: list[int], task: PoolingTask, width: int, activation: bool = True) -> list[float]:
+def pooled(
+    token_ids: list[int],
+    task: PoolingTask,
+    width: int,
+    activation: bool = True,
+    markers: tuple[int, int] | None = None,
+) -> list[float]:
     """The pooler's output for one prompt (see the module docstring): ``width`` values (the
-    hidden size, or the number of classes), one row per token laid end to end for a token task."""
+    hidden size, or the number of classes), one row per token laid end to end for a token task;
+    with ``markers`` (a listwise ranker's document and query marker ids) the rows at those
+    tokens only, the documents' first."""
     if task in TOKEN_TASKS:
         seeds = _prefix_seeds(token_ids)
+        if markers is not None:
+            document, query = markers
+            at = [i for i, t in enumerate(token_ids) if t == document] + [
+                i for i, t in enumerate(token_ids) if t == query
+            ]
+            seeds = [seeds[i] for i in at]
+            if not seeds:
+                return []
     else:
         seeds = [xxhash.xxh64_intdigest(array("q", token_ids).tobytes())]
     classify = task in CLASSIFY_TASKS

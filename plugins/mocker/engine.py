@@ -88,7 +88,7 @@ from dyn.core.model import ModelInfo
 from dyn.core.model.classes import class_labels
 from dyn.core.model.lora import parse_lora_modules
 from dyn.core.model.multimodal import placeholder_rules
-from dyn.core.model.pooler import per_token_task, vector_width
+from dyn.core.model.pooler import RANKING_TOKEN_IDS, listwise_ranker, per_token_task, vector_width
 from dyn.core.protocol.grammar import is_refusal
 from dyn.plugins.mocker import embeddings, logprobs
 from dyn.plugins.mocker.answers import Answers
@@ -662,8 +662,9 @@ class MockerEngine:
                 raise refused[0] from None
             raise
         width = len(self._labels) if classify else self._embed_size
+        markers = RANKING_TOKEN_IDS if listwise_ranker(self.model) else None
         return await anyio.to_thread.run_sync(
-            lambda: [embeddings.pooled(ids, task, width, activation) for ids in prompts]
+            lambda: [embeddings.pooled(ids, task, width, activation, markers) for ids in prompts]
         )
 
     async def pin_prefix(self, token_ids: list[int], ttl_s: float) -> int:

@@ -28,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from tests.classifier_model import make_colbert, make_cross_encoder
+from tests.classifier_model import make_colbert, make_cross_encoder, make_listwise_ranker
 from tests.integration.conftest import serve_ready_url
 from tests.vllm_cpu import MODEL as VLLM_MODEL
 from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
@@ -182,7 +182,27 @@ def test_a_pooling_mocker_on_a_colbert_model_reranks_by_maxsim(dyn_process, tmp_
         tokens = http.post("/tokenize", json={"prompt": query}).json()["count"]
         assert best["index"] == 1 and best["relevance_score"] == pytest.approx(tokens, rel=1e-4)
         rows = http.post("/pooling", json={"input": query}).json()["data"][0]["data"]
-        assert len(rows) == tokens and all(len(row) == 16 and abs(norm(row) - 1.0) < 1e-5 for row in rows)
+        assert len(rows) == tokens and all(len(row) == 512 and abs(norm(row) - 1.0) < 1e-5 for row in rows)
+
+
+def test_a_pooling_mocker_on_a_listwise_ranker_reranks_in_one_prompt(dyn_process, tmp_path):
+    """jina-reranker-v3's architecture through real processes: ``/rerank`` scores each document
+    by the cosine of its row and the query's in one ranking prompt, the rows ``/pooling`` answers
+    for the same texts (documents, then the query)."""
+    model = make_listwise_ranker(tmp_path / "jina")
+    proc = dyn_process(
+        "serve", "--http-port", "0", "--workers", "1", "--speedup-ratio", "100", "--runner", "pooling",
+        "--model-path", str(model),
+    )  # fmt: skip
+    docs = ["Grass is green.", "The sky is blue.", "Blue sky."]
+    with httpx.Client(base_url=serve_ready_url(proc).removesuffix("/v1"), timeout=60) as http:
+        r = http.post("/v1/rerank", json={"query": "Sky?", "documents": docs})
+        assert r.status_code == 200, r.text
+        scores = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+        rows = http.post("/pooling", json={"input": [*docs, "Sky?"]}).json()["data"][0]["data"]
+        assert len(rows) == 4 and all(len(row) == 512 and abs(norm(row) - 1.0) < 1e-5 for row in rows)
+        expected = [sum(a * b for a, b in zip(row, rows[-1], strict=True)) for row in rows[:-1]]
+        assert [scores[i] for i in range(3)] == pytest.approx(expected, abs=1e-5)
 
 
 def test_generating_workers_answer_embeddings_with_404(dyn_process):

@@ -4,8 +4,10 @@ probabilities over the model's three classes (summing to 1, as vLLM's classifica
 softmax gives them), the likeliest class's name from its ``id2label``, and the same input the
 same answer; ``/pooling`` with ``task: classify`` agrees, and with ``token_classify`` answers
 each token's probabilities, the last token's those of the input; embeddings are refused with a pointer to
-``/classify``, as vLLM serves no embed task for a classifier. Runs only when ``DYN_VLLM_VENV``
-names a venv made by ``scripts/provision_vllm_cpu.sh``.
+``/classify``, as vLLM serves no embed task for a classifier. And ``/rerank`` on a listwise ranker
+(``scripts/make_tiny_jina_ranker.py``, vLLM's ``JinaForRanking``) scores as vLLM's own offline
+scoring does. Runs only when ``DYN_VLLM_VENV`` names a venv made by
+``scripts/provision_vllm_cpu.sh``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import math
 import httpx
 import pytest
 
-from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
+from dyn.core.frontend.listwise import ranking_prompt
+from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver, vllm_serve
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(600)]
 MODEL = "dyn-tiny-classifier"
@@ -50,3 +53,49 @@ def test_classify_answers_each_input_with_its_class_probabilities(tmp_path):
             assert per_token[-1] == pytest.approx(data[0]["probs"], abs=2e-2)  # last-token pooling
             embed = http.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
             assert embed.status_code == 404 and "/classify" in embed.json()["error"]["message"]
+
+
+RANKER = "dyn-tiny-jina-ranker"
+SCORE_DRIVER = """
+import json, sys
+
+
+def main():
+    from vllm import LLM
+    from vllm.entrypoints.pooling.scoring.io_processor import JinaRankingIOProcessorMixin
+
+    job = json.loads(sys.argv[1])
+    llm = LLM(model=job["model"], runner="pooling", dtype="bfloat16", enforce_eager=True,
+              max_model_len=512, block_size=32)
+    scored = llm.score(job["query"], job["documents"], use_tqdm=False)
+    prompt = JinaRankingIOProcessorMixin.format_docs_prompts_func(
+        job["query"], job["documents"], instruction=job["instruction"])
+    print("RESULT " + json.dumps({"scores": [s.outputs.score for s in scored], "prompt": prompt}))
+
+
+if __name__ == "__main__":  # vLLM's engine core is a spawned process
+    main()
+"""
+
+
+def test_a_listwise_ranker_scores_as_vllms_own_scoring(tmp_path):
+    """jina-reranker-v3's architecture on vllm-cpu: dyn's ranking prompt is vLLM's, character for
+    character, and ``/rerank`` through ``dyn serve --engine vllm`` gives each document the score
+    vLLM's own offline scoring (``LLM.score``) gives it; ``/pooling`` answers one row per
+    document and the query's."""
+    python, model = python_and_model(RANKER)
+    query, docs = "Where is Paris?", ["Paris is in France.", "Bananas are yellow.", "The capital of France."]
+    job = {"model": str(model), "query": query, "documents": docs, "instruction": "Prefer facts."}
+    theirs = run_driver(python, tmp_path, SCORE_DRIVER, job)
+    assert theirs["prompt"] == ranking_prompt(query, docs, "Prefer facts.")
+    flags = ("--runner", "pooling", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32")
+    with vllm_serve(tmp_path, *flags, "--max-model-len", "512", model=RANKER) as (url, _):
+        with httpx.Client(base_url=url, timeout=120) as http:
+            r = http.post("/rerank", json={"model": RANKER, "query": query, "documents": docs})
+            assert r.status_code == 200, r.text
+            scores = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+            assert [scores[i] for i in range(3)] == pytest.approx(theirs["scores"], abs=1e-3)
+            assert len(set(theirs["scores"])) == 3
+            rows = http.post("/pooling", json={"model": RANKER, "input": [*docs, query]})
+            assert rows.status_code == 200, rows.text
+            assert [len(row) for row in rows.json()["data"][0]["data"]] == [512] * 4

@@ -12,7 +12,10 @@ answer neither ``/v1/embeddings`` nor ``/classify``; else ``embed``): ``embed`` 
 answer one vector per input, ``token_embed`` and ``token_classify`` one row per token of each
 input (its embedding, or its class probabilities), bounded by ``--max-response-bytes`` before
 the worker is asked (the rows' floats in ``float`` format; all of them in one base64 string, as
-vLLM encodes a tensor). Any other ``task`` is a 400 that names the four.
+vLLM encodes a tensor). Any other ``task`` is a 400 that names the four. On a listwise ranker
+(jina-reranker-v3) ``/pooling`` reads its texts as vLLM does, the documents then the query, in one
+ranking prompt, and answers one row per document and the query's last
+(``dyn.core.frontend.listwise``).
 ``use_activation: false`` answers the pooler's output before its activation, as vLLM does: an
 embedding not normalized, the classes' logits in place of their probabilities.
 """
@@ -21,10 +24,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dyn.core.frontend import pooling
+from dyn.core.frontend import listwise, pooling
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.messages import POOLING_TASKS, TOKEN_TASKS, PoolingTask
-from dyn.core.model.pooler import per_token_task, vector_width
+from dyn.core.model.pooler import listwise_ranker, per_token_task, vector_width
 from dyn.core.protocol.embeddings import (
     ClassificationResponse,
     EmbeddingRequest,
@@ -56,10 +59,17 @@ REMOVED_TASKS = {
 def _per_token_refusal(service: OpenAIService, api: str) -> ApiError | None:
     """For a model that pools per token only (``per_token_task``), the 404 of an API that answers
     one vector per input, as vLLM serves no such route for it; else None."""
-    task = per_token_task(service.preprocessor.info)
+    info = service.preprocessor.info
+    task = per_token_task(info)
     if task is None:
         return None
-    kind = "late-interaction (ColBERT)" if task == "token_embed" else "token classification"
+    kind = (
+        "token classification"
+        if task == "token_classify"
+        else "listwise ranking"
+        if listwise_ranker(info)
+        else "late-interaction (ColBERT)"
+    )
     return ApiError(
         404,
         f"The model '{service.model_name}' does not support the {api} API: it is a {kind} model, "
@@ -85,8 +95,12 @@ async def _pooling(app: FrontendApp, body: bytes) -> PoolingResponse:
     warn_ignored(body, PoolingRequest, "to /pooling")
     service = app.models.resolve(req.model)
     task = _pooling_task(req.task, service)
-    vectors, tokens, lengths = await _vectors(service, req, "Pooling", task)
-    rows = lengths if task in TOKEN_TASKS else None
+    rows: list[int] | None
+    if listwise_ranker(service.preprocessor.info):
+        vectors, tokens, rows = await _ranked(service, req, task)
+    else:
+        vectors, tokens, lengths = await _vectors(service, req, "Pooling", task)
+        rows = lengths if task in TOKEN_TASKS else None
     return pooling_response(service.model_name, vectors, tokens, req.encoding_format, req.endianness, rows)
 
 
@@ -113,6 +127,35 @@ def _pooling_task(task: str | None, service: OpenAIService) -> PoolingTask:
     )
 
 
+async def _ranked(
+    service: OpenAIService, req: EmbeddingRequest, task: PoolingTask
+) -> tuple[list[list[float]], int, list[int]]:
+    """``/pooling`` on a listwise ranker, as vLLM's: ``input`` is the documents, then the query
+    (two texts at least), read as one ranking prompt (``dyn.core.frontend.listwise``) whose rows
+    are the documents' embeddings and the query's last; the rows, the tokens, the row count."""
+    if task != "token_embed":
+        raise bad_request(
+            f"'{service.model_name}' is a listwise ranker: it pools with token_embed only", param="task"
+        )
+    items = embedding_inputs(req) if req.messages is None else []
+    if len(items) < 2 or not isinstance(items[0], str):
+        raise bad_request(
+            f"'{service.model_name}' is a listwise ranker: send input as a list of texts, the "
+            "documents and then the query (two at least), or score them with /rerank",
+            param="messages" if req.messages is not None else "input",
+        )
+    pooling.check_model(service)
+    preprocessor = service.preprocessor
+    pooling.check_texts(items, preprocessor, "input")
+    text = listwise.ranking_prompt(items[-1], items[:-1])
+    prompts, tokens = await pooling.tokenize_ranked(
+        preprocessor, [text], [len(items) - 1], req.truncate_prompt_tokens, req.truncation_side, "input"
+    )
+    rows = [len(items)]
+    vectors = await pooling.embed(service, prompts, "Pooling", task, req.use_activation is not False, rows)
+    return vectors, tokens, rows
+
+
 async def _classify(app: FrontendApp, body: bytes) -> ClassificationResponse:
     req = embedding_request(body, EmbeddingRequest)
     warn_ignored(body, EmbeddingRequest, "to /classify")
@@ -135,7 +178,9 @@ async def _vectors(
     prompts = await _tokenized(preprocessor, req)
     if task in TOKEN_TASKS:
         width = vector_width(preprocessor.info, task)
-        pooling.check_token_rows(prompts, width, preprocessor, "messages" if req.messages else "input")
+        pooling.check_token_rows(
+            sum(map(len, prompts)), width, preprocessor, "messages" if req.messages else "input"
+        )
     vectors = await pooling.embed(service, prompts, api, task, req.use_activation is not False)
     lengths = [len(p) for p in prompts]
     return vectors, sum(lengths), lengths

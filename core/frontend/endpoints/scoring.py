@@ -21,8 +21,13 @@ two ways vLLM scores, chosen by the served model:
   A classifier with more classes cannot score (vLLM fails it: the score must be a scalar): a 400
   that sends its inputs to ``/classify``. ``use_activation: false`` scores with the raw logit,
   as vLLM's does.
+- **Listwise** (jina-reranker-v3, ``dyn.core.model.pooler.listwise_ranker``): the query and its
+  documents in one ranking prompt (one prompt per pair for N queries), pooled with ``token_embed``,
+  one row per document and one for the query; a document's score is the cosine similarity of the
+  two (``dyn.core.frontend.listwise``). The instruction is ``chat_template_kwargs``'s or the
+  request's ``instruction``.
 
-Either way each query and document is first cut to the text of its first
+Each way each query and document is first cut to the text of its first
 ``max_tokens_per_query`` / ``max_tokens_per_doc`` tokens when those are set, and ``usage`` counts
 the tokens pooled.
 """
@@ -34,10 +39,10 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
-from dyn.core.frontend import pooling, score_template
+from dyn.core.frontend import listwise, pooling, score_template
 from dyn.core.frontend.endpoints.generate import warn_ignored
 from dyn.core.model.classes import pair_with_separator, token_classifier
-from dyn.core.model.pooler import late_interaction, vector_width
+from dyn.core.model.pooler import late_interaction, listwise_ranker, vector_width
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.scoring import (
     Pairs,
@@ -95,6 +100,8 @@ async def _scores(
             "inputs to /pooling with the token_classify task",
             param="model",
         )
+    if listwise_ranker(preprocessor.info):
+        return await _listwise(service, req, pairs, api)
     classes = pooling.model_classes(preprocessor.info)
     if classes is not None:
         return await _cross_encoded(service, req, pairs, api, len(classes))
@@ -112,7 +119,7 @@ async def _scores(
         vectors = await pooling.embed(service, prompts, api)
         return pair_scores(vectors[:n], vectors[n:]), tokens
     width = vector_width(preprocessor.info, "token_embed")
-    pooling.check_token_rows(prompts, width, preprocessor, pairs.names[1])
+    pooling.check_token_rows(sum(map(len, prompts)), width, preprocessor, pairs.names[1])
     _check_maxsim_work(prompts[:n], prompts[n:], width)
     rows = await pooling.embed(service, prompts, api, "token_embed")
     width = len(rows[0]) // len(prompts[0])  # the worker's own, should the config not say it
@@ -160,6 +167,30 @@ async def _cross_encoded(
     tokens = pooling.check_lengths(prompts, context, pairs.names[1])
     scores = await pooling.embed(service, prompts, api, "classify", req.use_activation is not False)
     return [s[0] for s in scores], tokens
+
+
+async def _listwise(
+    service: OpenAIService, req: ScoringFields, pairs: Pairs, api: str
+) -> tuple[list[float], int]:
+    """The listwise ranker's scores (see the module docstring)."""
+    preprocessor = service.preprocessor
+    pooling.check_count(len(pairs.queries) + len(pairs.documents), preprocessor, pairs.names[1])
+    queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
+    documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
+    instruction = score_template.template_kwargs(req.chat_template_kwargs, req.instruction).get("instruction")
+    groups = listwise.ranking_groups(queries, documents)
+    texts = [listwise.ranking_prompt(query, docs, instruction) for query, docs in groups]
+    counts = [len(docs) for _, docs in groups]
+    prompts, tokens = await pooling.tokenize_ranked(
+        preprocessor, texts, counts, req.truncate_prompt_tokens, req.truncation_side, pairs.names[1]
+    )
+    rows = [n + 1 for n in counts]
+    embeds = await pooling.embed(service, prompts, api, "token_embed", rows=rows)
+    return [
+        s
+        for values, (_, docs) in zip(embeds, groups, strict=True)
+        for s in listwise.scores(values, len(docs))
+    ], tokens
 
 
 async def _cut(preprocessor: Preprocessor, texts: list[str], first: int, param: str) -> list[str]:

@@ -46,6 +46,7 @@ from dyn.core.messages import (
     WorkerRecord,
 )
 from dyn.core.model.info import load_model_info
+from dyn.core.model.pooler import RANKING_TOKEN_IDS
 from dyn.core.transport.request_plane import RemoteError, WorkerUnavailable
 
 Batch = list[TokenChunk | Finish]
@@ -147,6 +148,17 @@ def fake_probs(ids: list[int]) -> list[float]:
     return [v / total for v in raw]
 
 
+def row_ends(ids: list[int]) -> list[int]:
+    """Where a token task's rows of ``ids`` end: after each token, or for a listwise ranker's
+    prompt (it holds the marker ids) after each document marker and then the query marker."""
+    document, query = RANKING_TOKEN_IDS
+    if query not in ids:
+        return list(range(1, len(ids) + 1))
+    return [i + 1 for i, t in enumerate(ids) if t == document] + [
+        i + 1 for i, t in enumerate(ids) if t == query
+    ]
+
+
 class FakeWorker:
     """One worker instance: what it was asked (``requests``), which requests its consumer left
     before their end (``cancelled``), and what it answers (``script``, replaceable any time)."""
@@ -223,10 +235,8 @@ class FakeClient:
         if worker.embed_error is not None:
             raise RemoteError(worker.embed_error)
         pool = fake_probs if request.task in CLASSIFY_TASKS else fake_vector
-        if request.task in TOKEN_TASKS:  # a row per token, each pooled over the ids up to it
-            vectors = [
-                [v for end in range(1, len(ids) + 1) for v in pool(ids[:end])] for ids in request.prompts
-            ]
+        if request.task in TOKEN_TASKS:  # a row per token (a listwise ranker's marker), over the ids up to it
+            vectors = [[v for end in row_ends(ids) for v in pool(ids[:end])] for ids in request.prompts]
         else:
             vectors = [pool(ids) for ids in request.prompts]
         return EmbedReply(request.request_id, vectors, sum(len(p) for p in request.prompts))

@@ -20,8 +20,16 @@ import pytest
 
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED
 from dyn.core.frontend.limits import RequestLimits
-from tests.classifier_model import LABELS, make_classifier_model, make_colbert, make_cross_encoder
-from tests.core.frontend.fake_workers import fake_probs, fake_vector
+from dyn.core.frontend.listwise import ranking_prompt
+from dyn.core.frontend.tokenizer import Tokenizer
+from tests.classifier_model import (
+    LABELS,
+    make_classifier_model,
+    make_colbert,
+    make_cross_encoder,
+    make_listwise_ranker,
+)
+from tests.core.frontend.fake_workers import fake_probs, fake_vector, row_ends
 
 pytestmark = pytest.mark.anyio
 
@@ -469,3 +477,73 @@ async def test_a_cross_encoders_pairs_are_bounded_by_count_and_bytes(make_fronte
         r = await fe.client.post("/rerank", json={"query": QUERY, "documents": ["x" * 5000]})
         assert r.status_code == 400 and "--max-prompt-bytes" in r.json()["error"]["message"]
         assert fe.fleet[1].embeds == []
+
+
+def ranker_rows(ids: list[int]) -> list[list[float]]:
+    """The fake worker's rows of a ranking prompt: at each document marker, then the query's."""
+    return [fake_vector(ids[:end]) for end in row_ends(ids)]
+
+
+async def test_a_listwise_ranker_reads_the_query_and_its_documents_in_one_prompt(make_frontend, tmp_path):
+    """jina-reranker-v3 as vLLM 0.32 serves it (``JinaRankingIOProcessor``): one query and its
+    documents are one ranking prompt, pooled with ``token_embed``; its rows are the documents'
+    embeddings and the query's last, and a document scores the cosine of its row and the
+    query's. N queries with N documents are N prompts; the instruction comes from
+    ``chat_template_kwargs``; marker strings in the texts are removed; ``/pooling`` reads its
+    texts as documents then the query; ``/v1/embeddings`` is a 404."""
+    model = make_listwise_ranker(tmp_path / "jina")
+    tok = Tokenizer.from_dir(model)
+    async with make_frontend(workers=1, features={1: EMBED}, model_path=str(model)) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 200, r.text
+        (asked,) = fe.fleet[1].embeds
+        ids = tok.encode(ranking_prompt(QUERY, DOCS))
+        assert asked.task == "token_embed" and asked.prompts == [ids]
+        *docs, query = ranker_rows(ids)
+        scores = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+        assert [scores[i] for i in range(3)] == pytest.approx([cosine(d, query) for d in docs], rel=1e-5)
+        assert r.json()["usage"]["total_tokens"] == len(ids)
+
+        body = {"queries": ["q1", "q2"], "documents": ["d1 <|embed_token|>", "d2"]}
+        body["chat_template_kwargs"] = {"instruction": "Prefer short passages."}
+        r = await fe.client.post("/score", json=body)
+        assert r.status_code == 200, r.text
+        prompts = fe.fleet[1].embeds[-1].prompts
+        texts = [ranking_prompt(q, [d], "Prefer short passages.") for q, d in (("q1", "d1 "), ("q2", "d2"))]
+        assert (
+            prompts == [tok.encode(t) for t in texts] and "<instruct>\nPrefer short passages.\n" in texts[0]
+        )
+        assert [x["score"] for x in r.json()["data"]] == pytest.approx(
+            [cosine(*ranker_rows(p)) for p in prompts], rel=1e-5
+        )
+
+        r = await fe.client.post("/pooling", json={"input": ["d1", "d2", "the query"]})
+        assert r.status_code == 200, r.text
+        assert r.json()["data"][0]["data"] == ranker_rows(
+            tok.encode(ranking_prompt("the query", ["d1", "d2"]))
+        )
+        for body, param in (({"input": ["only one"]}, "input"), ({"input": [[1, 2], [3]]}, "input")):
+            r = await fe.client.post("/pooling", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+            assert "the documents and then the query" in r.json()["error"]["message"]
+        r = await fe.client.post("/pooling", json={"input": ["a", "b"], "task": "embed"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "task"
+        r = await fe.client.post("/v1/embeddings", json={"input": "x"})
+        assert r.status_code == 404 and "listwise ranking" in r.json()["error"]["message"]
+
+
+async def test_a_ranking_prompt_that_loses_a_marker_is_a_400(make_frontend, tmp_path):
+    """``truncate_prompt_tokens`` that cuts the query's marker off, or a tokenizer that does not
+    map the markers to the ids the model embeds: a 400 before any worker is asked."""
+    model = make_listwise_ranker(tmp_path / "jina")
+    async with make_frontend(workers=1, features={1: EMBED}, model_path=str(model)) as fe:
+        body = {"query": QUERY, "documents": DOCS, "truncate_prompt_tokens": 20, "truncation_side": "right"}
+        r = await fe.client.post("/rerank", json=body)
+        assert r.status_code == 400 and "0 query marker tokens" in r.json()["error"]["message"], r.text
+        assert fe.fleet[1].embeds == []
+    plain = make_colbert(tmp_path / "plain")  # dyn-tiny's tokenizer: no marker ids
+    config = (plain / "config.json").read_text().replace("HF_ColBERT", "JinaForRanking")
+    (plain / "config.json").write_text(config)
+    async with make_frontend(workers=1, features={1: EMBED}, model_path=str(plain)) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 400 and "does not map <|embed_token|>" in r.json()["error"]["message"], r.text

@@ -19,7 +19,7 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED, FEATURE_POOLING_ONLY, EngineError
 from dyn.core.messages import EmbedRequest, GenerateRequest
 from dyn.core.model import load_model_info
-from dyn.core.model.pooler import hidden_size
+from dyn.core.model.pooler import RANKER_WIDTH, RANKING_TOKEN_IDS, hidden_size
 from dyn.core.transport.request_plane import RemoteError, WorkerClient
 from dyn.core.worker.host import WorkerHost
 from dyn.core.worker.settings import WorkerSettings
@@ -27,7 +27,7 @@ from dyn.plugins.mocker import embeddings
 from dyn.plugins.mocker.config import MockerConfig
 from dyn.plugins.mocker.engine import MockerEngine
 from dyn.plugins.mocker.timing import prefill_ms
-from tests.classifier_model import LABELS, make_classifier_model, make_colbert
+from tests.classifier_model import LABELS, make_classifier_model, make_colbert, make_listwise_ranker
 from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
@@ -70,6 +70,31 @@ def test_token_tasks_answer_a_row_per_token_each_a_function_of_its_prefix():
     assert probs[-1] == pytest.approx(embeddings.pooled([5, 6, 7], "classify", 3))
     scores = embeddings.pooled([5, 6, 7], "token_classify", 1)
     assert len(scores) == 3 and all(0.0 < v < 1.0 for v in scores)
+
+
+def test_a_listwise_rankers_rows_are_at_its_markers_the_documents_first():
+    """vLLM's ``JinaForRankingPool``: the rows at the document markers, in order, then the query
+    marker's, each the prompt's row at that token; none for a prompt without markers."""
+    doc, query = RANKING_TOKEN_IDS
+    prompt = [7, doc, 8, query, 9, doc]
+    every = rows(embeddings.pooled(prompt, "token_embed", 8), 8)
+    marked = rows(embeddings.pooled(prompt, "token_embed", 8, markers=RANKING_TOKEN_IDS), 8)
+    assert marked == [every[1], every[5], every[3]]
+    assert embeddings.pooled([7, 8], "token_embed", 8, markers=RANKING_TOKEN_IDS) == []
+
+
+async def test_a_listwise_ranker_engine_embeds_its_markers_only(tmp_path):
+    model = load_model_info(make_listwise_ranker(tmp_path / "jina"))
+    doc, query = RANKING_TOKEN_IDS
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            engine = MockerEngine(MockerConfig(runner="pooling", speedup_ratio=1000), model)
+            await tg.start(engine.run)
+            (vector,) = await engine.embed([[5, doc, 6, doc, query]], "token_embed")
+            with pytest.raises(EngineError, match="pools per token only"):
+                await engine.embed([[1]], "embed")
+            tg.cancel_scope.cancel()
+    assert len(vector) == 3 * RANKER_WIDTH  # vLLM's, whatever config.json says
 
 
 def test_runner_is_checked():
