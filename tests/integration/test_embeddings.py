@@ -182,7 +182,7 @@ def test_a_pooling_mocker_on_a_colbert_model_reranks_by_maxsim(dyn_process, tmp_
         tokens = http.post("/tokenize", json={"prompt": query}).json()["count"]
         assert best["index"] == 1 and best["relevance_score"] == pytest.approx(tokens, rel=1e-4)
         rows = http.post("/pooling", json={"input": query}).json()["data"][0]["data"]
-        assert len(rows) == tokens and all(len(row) == 512 and abs(norm(row) - 1.0) < 1e-5 for row in rows)
+        assert len(rows) == tokens and all(len(row) == 16 and abs(norm(row) - 1.0) < 1e-5 for row in rows)
 
 
 def test_a_pooling_mocker_on_a_listwise_ranker_reranks_in_one_prompt(dyn_process, tmp_path):
