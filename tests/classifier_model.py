@@ -34,6 +34,12 @@ def make_cross_encoder(directory: Path, **config_fields) -> Path:
     return make_classifier_model(directory, ["LABEL_0"], num_labels=1, **config_fields)
 
 
+def make_jina_vl_reranker(directory: Path) -> Path:
+    """jina-reranker-m0's architecture (``JinaVLForRanking``, one class, its own score template)
+    over dyn-tiny's tokenizer, for its text path."""
+    return make_classifier_model(directory, ["LABEL_0"], num_labels=1, architectures=["JinaVLForRanking"])
+
+
 def make_colbert(directory: Path, dim: int = 16) -> Path:
     """A late-interaction (ColBERT) model, its token embeddings ``dim`` wide (``colbert_dim``)."""
     shutil.copytree(TINY_MODEL_DIR, directory)

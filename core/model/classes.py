@@ -2,20 +2,25 @@
 classification heads state them: ``id2label`` (index -> name) or else ``num_labels``.
 
 A model is a classifier when one of its ``architectures`` ends in ``ForSequenceClassification``
-or ``ForTokenClassification`` (its class names, else ``None`` for a class without one; a token
+or ``ForTokenClassification``, or is one vLLM registers as a sequence classifier under another
+name (``NAMED_CLASSIFIERS``) (its class names, else ``None`` for a class without one; a token
 classifier, ``token_classifier``, classifies each token only); ``class_labels`` returns None for
 any other model. A classifier with one class is a cross-encoder: it scores a (query, document) pair,
-written as the tokenizer writes a pair of texts unless its config says ``use_sep_token: false``
+written by the model's own score template where it has one (``own_score_template``), else as the
+tokenizer writes a pair of texts unless its config says ``use_sep_token: false``
 (``pair_with_separator``), as vLLM's cross-encoder scoring reads it.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from dyn.core.model.info import ModelInfo, read_model_json
 
 _CLASSIFIERS = ("ForSequenceClassification", "ForTokenClassification")
+NAMED_CLASSIFIERS = frozenset(("JinaVLForRanking",))
+"""Sequence classifiers vLLM 0.32 registers under a name without the suffix."""
 MAX_CLASSES = 1 << 16
 """More classes than this is a broken config (and would be a large vector per input)."""
 
@@ -26,7 +31,7 @@ def class_labels(info: ModelInfo) -> list[str | None] | None:
     config = read_model_json(str(info.path), info.path / "config.json", required=False) or {}
     architectures = config.get("architectures")
     if not isinstance(architectures, list) or not any(
-        isinstance(a, str) and a.endswith(_CLASSIFIERS) for a in architectures
+        isinstance(a, str) and (a.endswith(_CLASSIFIERS) or a in NAMED_CLASSIFIERS) for a in architectures
     ):
         return None
     id2label = config.get("id2label")
@@ -63,3 +68,31 @@ def pair_with_separator(info: ModelInfo) -> bool:
         if isinstance(value := config.get(key), bool):
             return value
     return True
+
+
+class ScoreTemplate(NamedTuple):
+    """A cross-encoder's own way of writing a (query, document) pair, as vLLM's model class
+    states it: ``text`` with ``{query}`` and ``{document}`` filled in (its ``get_score_template``),
+    tokenized with special tokens, then ``suffix`` appended (its ``post_process_tokens``, which
+    vLLM applies to every pair the model scores, templated or not)."""
+
+    text: str
+    suffix: tuple[int, ...]
+
+
+SCORE_TEMPLATES = {
+    "JinaVLForRanking": ScoreTemplate("**Document**:\n{document}\n**Query**:\n{query}", (100,)),
+}
+"""jina-reranker-m0's: its document before its query, and its score token (id 100) last."""
+
+
+@functools.lru_cache(maxsize=64)
+def own_score_template(info: ModelInfo) -> ScoreTemplate | None:
+    """The model's own score template (``SCORE_TEMPLATES``, by its ``architectures``), or None."""
+    config = read_model_json(str(info.path), info.path / "config.json", required=False) or {}
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list):
+        return None
+    return next(
+        (SCORE_TEMPLATES[a] for a in architectures if isinstance(a, str) and a in SCORE_TEMPLATES), None
+    )

@@ -16,7 +16,9 @@ two ways vLLM scores, chosen by the served model:
   document) pair is one input, the tokenizer's pair encoding (or the two texts joined, for a model
   whose config says ``use_sep_token: false``; or, when the server was given a ``--chat-template``,
   the pair rendered by it with the request's ``instruction`` and ``chat_template_kwargs``:
-  ``dyn.core.frontend.score_template``), classified by the worker; a pair's score is the
+  ``dyn.core.frontend.score_template``; or the model's own score template, jina-reranker-m0's:
+  ``dyn.core.model.classes.own_score_template``, whose score token ends every pair), classified
+  by the worker; a pair's score is the
   class's probability (the sigmoid of its logit, as vLLM's classifier head activates one class).
   A classifier with more classes cannot score (vLLM fails it: the score must be a scalar): a 400
   that sends its inputs to ``/classify``. ``use_activation: false`` scores with the raw logit,
@@ -41,7 +43,7 @@ import anyio.to_thread
 
 from dyn.core.frontend import listwise, pooling, score_template
 from dyn.core.frontend.endpoints.generate import warn_ignored
-from dyn.core.model.classes import pair_with_separator, token_classifier
+from dyn.core.model.classes import own_score_template, pair_with_separator, token_classifier
 from dyn.core.model.pooler import late_interaction, listwise_ranker, vector_width
 from dyn.core.protocol.errors import bad_request
 from dyn.core.protocol.scoring import (
@@ -156,14 +158,20 @@ async def _cross_encoded(
     queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
     documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
     paired = [(queries[0] if len(queries) == 1 else queries[i], d) for i, d in enumerate(documents)]
+    own = own_score_template(preprocessor.info)
     if preprocessor.template_given:
         kwargs = score_template.template_kwargs(req.chat_template_kwargs, req.instruction)
         prompts = await score_template.tokenize_scored(preprocessor, paired, kwargs, pairs.names[1])
+    elif own is not None:
+        texts = [own.text.format(query=q, document=d) for q, d in paired]
+        prompts = await pooling.tokenize_texts(preprocessor, texts, True, pairs.names[1])
     else:
         separator = pair_with_separator(preprocessor.info)
         prompts = await pooling.tokenize_pairs(preprocessor, paired, separator, pairs.names[1])
     context = preprocessor.info.context_length
     prompts = pooling.truncated(prompts, req.truncate_prompt_tokens, req.truncation_side, context)
+    if own is not None and own.suffix:  # after truncation, as vLLM appends it
+        prompts = [[*ids, *own.suffix] for ids in prompts]
     tokens = pooling.check_lengths(prompts, context, pairs.names[1])
     scores = await pooling.embed(service, prompts, api, "classify", req.use_activation is not False)
     return [s[0] for s in scores], tokens

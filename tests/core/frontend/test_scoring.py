@@ -27,6 +27,7 @@ from tests.classifier_model import (
     make_classifier_model,
     make_colbert,
     make_cross_encoder,
+    make_jina_vl_reranker,
     make_listwise_ranker,
 )
 from tests.core.frontend.fake_workers import fake_probs, fake_vector, row_ends
@@ -300,6 +301,41 @@ async def test_a_one_class_classifier_scores_each_pair_as_a_cross_encoder(make_f
             "/score", json={"queries": QUERY, "documents": DOCS[:1], "use_activation": False}
         )
         assert r.status_code == 200 and fe.fleet[1].embeds[-1].activation is False
+
+
+async def test_a_model_with_its_own_score_template_writes_each_pair_with_it(
+    make_frontend, tokenizer, tmp_path
+):
+    """jina-reranker-m0 (``JinaVLForRanking``) as vLLM 0.32 scores text with it: a one-class
+    classifier whose pair is its own template (the document, then the query) tokenized with
+    special tokens, its score token (id 100) appended after ``truncate_prompt_tokens``; a served
+    ``--chat-template`` renders the pair instead, the score token still last."""
+    model = str(make_jina_vl_reranker(tmp_path / "m0"))
+    async with make_frontend(workers=1, features={1: CLASSIFY}, model_path=model) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS[:2]})
+        assert r.status_code == 200, r.text
+        texts = [f"**Document**:\n{d}\n**Query**:\n{QUERY}" for d in DOCS[:2]]
+        prompts = [tokenizer.encode(t) + [100] for t in texts]
+        assert fe.fleet[1].embeds[-1].task == "classify" and fe.fleet[1].embeds[-1].prompts == prompts
+        scores = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+        assert [scores[0], scores[1]] == pytest.approx([fake_probs(p)[0] for p in prompts])
+        body = {
+            "queries": QUERY,
+            "documents": DOCS[:1],
+            "truncate_prompt_tokens": 5,
+            "truncation_side": "right",
+        }
+        r = await fe.client.post("/score", json=body)
+        assert r.status_code == 200 and fe.fleet[1].embeds[-1].prompts == [prompts[0][:5] + [100]], r.text
+        r = await fe.client.post("/classify", json={"input": [[3, 4]]})
+        assert r.status_code == 200 and fe.fleet[1].embeds[-1].prompts == [[3, 4]]
+    template = "{% for m in messages %}[{{ m.role }}] {{ m.content }} {% endfor %}"
+    async with make_frontend(
+        workers=1, features={1: CLASSIFY}, model_path=model, chat_template=template
+    ) as fe:
+        r = await fe.client.post("/score", json={"queries": "q", "documents": ["d"]})
+        assert r.status_code == 200, r.text
+        assert fe.fleet[1].embeds[-1].prompts == [tokenizer.encode("[query] q [document] d ") + [100]]
 
 
 async def test_a_cross_encoder_without_a_separator_scores_the_texts_joined(
