@@ -58,6 +58,7 @@ def write_ranking_tokenizer(out: Path) -> None:
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
+    from make_tiny_llama import DEFAULT_CONTEXT, TINY_SIZES  # this script's directory is on sys.path
     from safetensors.torch import save_file
     from transformers import Qwen3Config, Qwen3Model
 
@@ -66,13 +67,8 @@ def generate(out_dir: str | Path) -> Path:
     write_ranking_tokenizer(out)
     config = Qwen3Config(
         vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=2048,
+        **TINY_SIZES,
+        max_position_embeddings=DEFAULT_CONTEXT,
         tie_word_embeddings=True,
         rms_norm_eps=1e-6,
         bos_token_id=0,

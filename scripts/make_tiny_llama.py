@@ -62,6 +62,17 @@ def media_chat_template(part_types: tuple[str, ...], placeholder: str) -> str:
     )
 
 
+TINY_SIZES = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+}
+"""The decoder's sizes in every tiny model here (the Llama, and the Qwen3 of the tiny ranker)."""
+
+
 def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
     """The tiny Llama's ``LlamaConfig`` for ``tokenizer`` (dyn-tiny's, maybe with added tokens)
     and a context of ``context`` tokens; dyn-tiny-llava's language model is the same."""
@@ -69,12 +80,7 @@ def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
 
     return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=32,
+        **TINY_SIZES,
         max_position_embeddings=context,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
