@@ -11,7 +11,8 @@ each concurrency: dyn on chat, responses and messages; Dynamo on chat and respon
 alternate inside a round. Prints one JSON object per measurement, then a table of medians and
 each API's req/s and the frontend's CPU per request (its process, utime + stime around the load) as a
 ratio of dyn's chat (the adapters' cost) and req/s against Dynamo's same API. The load client runs
-on the same two cores: an API with more events per response costs the client more too.
+on the same two cores: an API with more events per response costs the client more too, so its CPU
+per request is printed beside the frontend's.
 
     python tests/perf/bench_agent_apis.py --rounds 3 --requests 2000 --concurrency 32 128
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,7 +36,9 @@ APIS = {"dyn": ("chat", "responses", "messages"), "dynamo": ("chat", "responses"
 
 
 def load(args, api: str, concurrency: int) -> dict:
+    """The load client's JSON result, with its own CPU seconds (``client_cpu_s``)."""
     python = str(Path(args.anchor_dir, "venv", "bin", "python"))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [
             python,
@@ -52,7 +56,9 @@ def load(args, api: str, concurrency: int) -> dict:
         text=True,
         check=True,
     ).stdout
-    return json.loads(out)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {**json.loads(out), "client_cpu_s": spent}
 
 
 def main() -> None:
@@ -89,6 +95,9 @@ def main() -> None:
                             "ttft_p99_ms": result["ttft_ms"]["p99"],
                             "output_tokens": result["output_tokens_mean"],
                             "frontend_cpu_ms_per_req": round(1000 * cpu / max(result["requests_ok"], 1), 3),
+                            "client_cpu_ms_per_req": round(
+                                1000 * result["client_cpu_s"] / max(result["requests_ok"], 1), 3
+                            ),
                             "failed": result["requests_failed"],
                         }
                         rows.append(row)
@@ -98,9 +107,9 @@ def main() -> None:
     print()
     print(
         "| concurrency | stack | API | req/s | TTFT p50 ms | TTFT p99 ms | frontend CPU ms/req | "
-        "req/s / dyn chat | CPU / dyn chat | req/s / Dynamo same API |"
+        "client CPU ms/req | req/s / dyn chat | CPU / dyn chat | req/s / Dynamo same API |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in args.concurrency:
 
         def med(system: str, api: str, key: str, c: int = c) -> float:
@@ -110,8 +119,14 @@ def main() -> None:
 
         for system, apis in APIS.items():
             for api in apis:
-                keys = ("req_per_s", "ttft_p50_ms", "ttft_p99_ms", "frontend_cpu_ms_per_req")
-                rps, p50, p99, cpu = (med(system, api, k) for k in keys)
+                keys = (
+                    "req_per_s",
+                    "ttft_p50_ms",
+                    "ttft_p99_ms",
+                    "frontend_cpu_ms_per_req",
+                    "client_cpu_ms_per_req",
+                )
+                rps, p50, p99, cpu, client = (med(system, api, k) for k in keys)
                 vs_chat = vs_cpu = vs_dynamo = ""
                 if system == "dyn":
                     vs_chat = f"{rps / med('dyn', 'chat', 'req_per_s'):.3f}"
@@ -119,7 +134,7 @@ def main() -> None:
                     if api in APIS["dynamo"]:
                         vs_dynamo = f"{rps / med('dynamo', api, 'req_per_s'):.2f}x"
                 print(
-                    f"| {c} | {system} | {api} | {rps:.1f} | {p50:.1f} | {p99:.1f} | {cpu:.3f} | "
+                    f"| {c} | {system} | {api} | {rps:.1f} | {p50:.1f} | {p99:.1f} | {cpu:.3f} | {client:.3f} | "
                     f"{vs_chat} | {vs_cpu} | {vs_dynamo} |"
                 )
 
