@@ -182,7 +182,7 @@ async def _listwise(
 ) -> tuple[list[float], int]:
     """The listwise ranker's scores (see the module docstring)."""
     preprocessor = service.preprocessor
-    pooling.check_count(len(pairs.queries) + len(pairs.documents), preprocessor, pairs.names[1])
+    pooling.check_texts(pairs.queries + pairs.documents, preprocessor, pairs.names[1])
     queries = await _cut(preprocessor, pairs.queries, req.max_tokens_per_query, pairs.names[0])
     documents = await _cut(preprocessor, pairs.documents, req.max_tokens_per_doc, pairs.names[1])
     instruction = score_template.template_kwargs(req.chat_template_kwargs, req.instruction).get("instruction")

@@ -583,3 +583,20 @@ async def test_a_ranking_prompt_that_loses_a_marker_is_a_400(make_frontend, tmp_
     async with make_frontend(workers=1, features={1: EMBED}, model_path=str(plain)) as fe:
         r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
         assert r.status_code == 400 and "does not map <|embed_token|>" in r.json()["error"]["message"], r.text
+
+
+async def test_a_listwise_rankers_inputs_are_bounded_by_count_and_bytes(make_frontend, tmp_path):
+    """Scoring and ``/pooling`` on a listwise ranker count the query and documents under
+    ``--max-prompts`` and their text under ``--max-prompt-bytes`` before any prompt is built."""
+    model = make_listwise_ranker(tmp_path / "jina")
+    limits = RequestLimits(max_prompts=3, max_prompt_bytes=4096)
+    async with make_frontend(workers=1, features={1: EMBED}, model_path=str(model), limits=limits) as fe:
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": DOCS})
+        assert r.status_code == 400 and "--max-prompts" in r.json()["error"]["message"], r.text
+        r = await fe.client.post("/pooling", json={"input": ["d1", "d2", "d3", "q"]})
+        assert r.status_code == 400 and "--max-prompts" in r.json()["error"]["message"], r.text
+        r = await fe.client.post("/pooling", json={"input": ["x" * 5000, "q"]})
+        assert r.status_code == 400 and "--max-prompt-bytes" in r.json()["error"]["message"], r.text
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": ["x" * 5000]})
+        assert r.status_code == 400 and "--max-prompt-bytes" in r.json()["error"]["message"], r.text
+        assert fe.fleet[1].embeds == []
