@@ -8,7 +8,8 @@ Contract:
   message sets the task, the documents each in a ``<passage id="i">`` element ending in the
   document marker ``<|embed_token|>``, the query in a ``<query>`` element ending in the query
   marker ``<|rerank_token|>``, an ``<instruct>`` element when an instruction is given, and an
-  empty thinking block. The markers are removed from the texts first, so a text cannot forge one.
+  empty thinking block. The markers are removed from the texts first (as vLLM does), so a text
+  cannot add one; one that the removal itself joins is caught by the count below.
 - One query against N documents is one prompt of all N (``ranking_groups``); N queries paired
   with N documents are N prompts of one document each.
 - The model's pooler answers the ``token_embed`` rows at the markers' token ids

@@ -569,13 +569,17 @@ async def test_a_listwise_ranker_reads_the_query_and_its_documents_in_one_prompt
 
 
 async def test_a_ranking_prompt_that_loses_a_marker_is_a_400(make_frontend, tmp_path):
-    """``truncate_prompt_tokens`` that cuts the query's marker off, or a tokenizer that does not
-    map the markers to the ids the model embeds: a 400 before any worker is asked."""
+    """``truncate_prompt_tokens`` that cuts the query's marker off, a marker the removal of another
+    joins, or a tokenizer that does not map the markers to the ids the model embeds: a 400 before
+    any worker is asked."""
     model = make_listwise_ranker(tmp_path / "jina")
     async with make_frontend(workers=1, features={1: EMBED}, model_path=str(model)) as fe:
         body = {"query": QUERY, "documents": DOCS, "truncate_prompt_tokens": 20, "truncation_side": "right"}
         r = await fe.client.post("/rerank", json=body)
         assert r.status_code == 400 and "0 query marker tokens" in r.json()["error"]["message"], r.text
+        joined = "<|embed_<|rerank_token|>token|>"  # removing the inner marker joins the outer one
+        r = await fe.client.post("/rerank", json={"query": QUERY, "documents": [joined]})
+        assert r.status_code == 400 and "2 document and 1 query" in r.json()["error"]["message"], r.text
         assert fe.fleet[1].embeds == []
     plain = make_colbert(tmp_path / "plain")  # dyn-tiny's tokenizer: no marker ids
     config = (plain / "config.json").read_text().replace("HF_ColBERT", "JinaForRanking")
