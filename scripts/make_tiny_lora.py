@@ -35,15 +35,6 @@ SEED = 0
 SCALE = 0.1
 """Standard deviation of every entry of A and B: the update's entries are then about
 sqrt(RANK) x SCALE**2 x ALPHA/RANK = 0.057, three times the base weights' 0.02."""
-TINY_LLAMA_SHAPE = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-}
-"""dyn-tiny-llama's config.json values (scripts/make_tiny_llama.py) that fix the LoRA shapes."""
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -74,9 +65,10 @@ def generate(
 ) -> Path:
     """Write the adapter into ``out_dir`` (created if needed) and return its path."""
     import numpy as np
+    from make_tiny_llama import TINY_SIZES  # this script's directory is on sys.path
     from safetensors.numpy import save_file
 
-    config = TINY_LLAMA_SHAPE
+    config = TINY_SIZES  # dyn-tiny-llama's sizes fix the LoRA shapes
     base_name = BASE_MODEL
     if base_model is not None:
         config = json.loads((Path(base_model) / "config.json").read_text())
