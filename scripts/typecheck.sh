@@ -5,7 +5,7 @@
 # check runs in a temporary tree dyn/{core,cli,plugins} of symlinks (dyn is a namespace package).
 # Errors name the repository's paths (core/x.py); the exit status is mypy's. mypy's cache lives in
 # that temporary tree and goes with it: a cache kept between runs once reported a module added since
-# as missing (the stub core/kv/_radix.pyi), and a fresh check takes about 6 s here.
+# as missing (the stub core/kv/_radix.pyi), and a fresh check takes about 16 s here.
 # Extra arguments go to mypy (e.g. --no-incremental). Run it with the Python environment dyn is
 # installed in.
 set -euo pipefail
