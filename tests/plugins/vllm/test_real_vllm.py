@@ -124,32 +124,48 @@ def running_worker(root: Path) -> Iterator[tuple[subprocess.Popen, str, Tokenize
         stop_process_group(proc, grace_s=60)
 
 
+def rpc_directories(proc: subprocess.Popen) -> set[Path]:
+    """The ``VLLM_RPC_BASE_PATH`` of every process in ``proc``'s session (the worker and vLLM's
+    engine core)."""
+    session = os.getsid(proc.pid)
+    paths = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getsid(int(entry.name)) == session:
+                env = (entry / "environ").read_bytes().split(b"\0")
+                paths.update(
+                    v.split(b"=", 1)[1].decode() for v in env if v.startswith(b"VLLM_RPC_BASE_PATH=")
+                )
+        except OSError:
+            continue
+    return {Path(path) for path in paths}
+
+
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory):
-    """One ``dyn worker vllm`` for the module; yields ``(request endpoint, tokenizer)``."""
-    with running_worker(tmp_path_factory.mktemp("vllm-worker")) as (_, endpoint, tokenizer):
-        yield endpoint, tokenizer
+def running(tmp_path_factory):
+    """One ``dyn worker vllm`` for the module; yields ``(its process, request endpoint,
+    tokenizer)``. Stopping it must remove the directory it gave vLLM's IPC sockets (checked here,
+    at the module's end: an engine start is most of a minute, too long to spend on one more)."""
+    with running_worker(tmp_path_factory.mktemp("vllm-worker")) as started:
+        rpc_dirs = rpc_directories(started[0])
+        yield started
+    assert rpc_dirs and not any(path.exists() for path in rpc_dirs), rpc_dirs
 
 
-def test_vllms_ipc_sockets_live_in_the_workers_own_directory_and_go_with_it(tmp_path):
+@pytest.fixture
+def worker(running):
+    """The module's worker as ``(request endpoint, tokenizer)``."""
+    return running[1:]
+
+
+def test_vllms_ipc_sockets_live_in_the_workers_own_directory(running):
     """vLLM names its engine sockets ``$VLLM_RPC_BASE_PATH/<uuid>`` (by default straight in /tmp)
-    and leaves the files behind; the worker gives it a directory of its own and removes it."""
-    with running_worker(tmp_path) as (proc, _, _):
-        session = os.getsid(proc.pid)
-        paths = set()
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and os.getsid(int(entry.name)) == session:
-                    env = (entry / "environ").read_bytes().split(b"\0")
-                    paths.update(
-                        v.split(b"=", 1)[1].decode() for v in env if v.startswith(b"VLLM_RPC_BASE_PATH=")
-                    )
-            except OSError:
-                continue
-        assert len(paths) == 1, paths  # set before the engine core started, so it inherited it
-        rpc_dir = Path(paths.pop())
-        assert rpc_dir.name.startswith("dyn-vllm-rpc-") and any(p.is_socket() for p in rpc_dir.iterdir())
-    assert not rpc_dir.exists()
+    and leaves the files behind; the worker gives it a directory of its own (and removes it:
+    ``running`` checks that when it stops the worker)."""
+    paths = rpc_directories(running[0])
+    assert len(paths) == 1, paths  # set before the engine core started, so it inherited it
+    rpc_dir = paths.pop()
+    assert rpc_dir.name.startswith("dyn-vllm-rpc-") and any(p.is_socket() for p in rpc_dir.iterdir())
 
 
 def generate(endpoint: str, request: GenerateRequest) -> tuple[list[TokenChunk], Finish]:
