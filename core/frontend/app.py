@@ -85,6 +85,7 @@ class FrontendApp:
         """The prefix a proxy serves this app under ("" for none); no trailing slash."""
         # imported here: at the top they would run while the endpoint table that imports them is half built
         from dyn.core.frontend.apis.anthropic.endpoints import PATHS as ANTHROPIC_PATHS
+        from dyn.core.frontend.apis.files.store import FileStore
         from dyn.core.frontend.apis.responses.background import BackgroundResponses
         from dyn.core.frontend.apis.responses.store import ResponseStore
         from dyn.core.frontend.endpoints.tokenizer_info import PATHS as TOKENIZER_INFO_PATHS
@@ -101,6 +102,8 @@ class FrontendApp:
         """The Responses API's stored responses (``--responses-store-*``), for every model."""
         self.background_responses = BackgroundResponses(self.response_store)
         """The Responses API's background responses running here."""
+        self.file_store = FileStore()
+        """The Files API's uploads, read by ``file_id`` in Responses and Messages requests."""
         self.sse_keep_alive_s = sse_keep_alive_s
         """Seconds of a quiet stream before an SSE keep-alive comment (0: never)."""
         self.api_key = ApiKey(api_key) if api_key else None

@@ -58,6 +58,18 @@ async def fetched_texts(urls: list[tuple[str, str]], media: MediaSettings) -> li
     return [await anyio.to_thread.run_sync(_text_of, body, param) for body, (_, param) in zip(bodies, urls)]
 
 
+async def file_text(data: bytes, param: str, media: MediaSettings) -> str:
+    """The text of an uploaded file (the Files API's): a PDF's pages, else UTF-8 text; at most
+    ``--max-media-bytes`` of it, as a file sent in the request would be."""
+    if len(data) > media.max_media_bytes:
+        raise bad_request(
+            f"{param}: the file's {len(data)} bytes are more than the {media.max_media_bytes} a "
+            "document may have here (--max-media-bytes)",
+            param=param,
+        )
+    return await anyio.to_thread.run_sync(_text_of, data, param)
+
+
 def _text_of(body: bytes, param: str) -> str:
     if body.startswith(b"%PDF"):
         return _pdf_text(body, param)

@@ -314,7 +314,8 @@ def _media_part(part: Mapping[str, Any], i: int, j: int) -> MediaPart | None:
     if not isinstance(url, str) or not url:
         if kind == "input_image" and part.get("file_id") is not None:
             raise bad_request(
-                f"{where}: file_id images are not supported (dyn has no Files API); send an image_url",
+                f"{where}.file_id: images by file_id (uploads to /v1/files) are read in the Responses "
+                "and Messages APIs; send an image_url here",
                 param=f"{where}.file_id",
             )
         raise _no_data(part, f"{where}.{key}", "must hold a URL: a data: URL, an http(s) URL or a file")

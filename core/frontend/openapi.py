@@ -21,6 +21,7 @@ import msgspec
 
 import dyn.core
 from dyn.core.frontend.apis.anthropic.openapi import openapi_paths as anthropic_paths
+from dyn.core.frontend.apis.files.openapi import openapi_paths as files_paths
 from dyn.core.frontend.apis.responses.openapi import openapi_paths as responses_paths
 from dyn.core.frontend.beam_search import MAX_BEAM_STEP_REQUESTS
 from dyn.core.protocol.embeddings import (
@@ -406,6 +407,7 @@ def openapi_document(
     plain = {"200": {"description": "OK"}}
     responses, responses_schemas = responses_paths(model)
     messages, messages_schemas = anthropic_paths(model)
+    files, files_schemas = files_paths()
     return {
         "openapi": "3.1.0",
         "info": {
@@ -418,6 +420,7 @@ def openapi_document(
             "/v1/completions": _generate("Text completion", cmpl_req, cmpl_resp),
             **responses,
             **messages,
+            **files,
             "/v1/models": {
                 "get": {
                     "summary": "Served models",
@@ -487,6 +490,7 @@ def openapi_document(
                 "ErrorResponse": components.get("ErrorResponse", error),
                 **responses_schemas,
                 **messages_schemas,
+                **files_schemas,
             }
         },
     }

@@ -178,6 +178,24 @@ def test_a_repeated_long_prompt_reads_the_cache(client):
     assert second.usage.input_tokens + second.usage.cache_read_input_tokens == prompt
 
 
+def test_a_file_uploaded_through_the_beta_files_api_is_read_as_a_document(client):
+    """``beta.files.upload``, then a document naming it: the reply is the one the script gives to
+    the file's text, so that text reached the model."""
+    betas = ["files-api-2025-04-14"]
+    uploaded = client.beta.files.upload(
+        file=("ask.txt", b"What is the weather in Paris?", "text/plain"), betas=betas
+    )
+    assert uploaded.id.startswith("file_") and uploaded.size_bytes == 29
+    document = {"type": "document", "source": {"type": "file", "file_id": uploaded.id}}
+    message = client.beta.messages.create(
+        model=MODEL, max_tokens=64, betas=betas, messages=[{"role": "user", "content": [document]}]
+    )
+    assert message.content[0].text.startswith("Let me look.")  # the script's answer to the weather question
+    assert client.beta.files.delete(uploaded.id, betas=betas).type == "file_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        client.beta.files.retrieve_metadata(uploaded.id, betas=betas)
+
+
 def test_errors_are_anthropics_shape(client, url):
     with pytest.raises(anthropic.BadRequestError) as bad:
         client.messages.create(model=MODEL, max_tokens=0, messages=user("hello"))

@@ -2,7 +2,7 @@
 SDK's ``client.responses`` (unary, ``stream=True``, the ``responses.stream`` helper, function
 tools round-tripped with ``function_call_output``, ``previous_response_id``, ``text.format``
 json_schema, retrieve and delete, background responses polled, cancelled and streamed then
-resumed, their input items,
+resumed, their input items, a file uploaded with ``files.create`` and read by its id,
 reasoning items), and the OpenAI Agents SDK with its default
 model class (``OpenAIResponsesModel``) running a two-tool loop. The mocker answers from a
 ``--replies`` script in the Hermes format of dyn-tiny's chat template; its worker reads
@@ -164,6 +164,20 @@ def test_retrieve_and_delete_a_stored_response(client):
     client.responses.delete(response.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(response.id)
+
+
+def test_an_uploaded_file_is_read_by_its_id(client):
+    """``files.create``, then an ``input_file`` naming it: the reply is the one the script gives to
+    the file's text, so that text reached the model."""
+    import openai
+
+    uploaded = client.files.create(file=("ask.txt", b"Say hello"), purpose="user_data")
+    assert client.files.content(uploaded.id).read() == b"Say hello"
+    turn = {"role": "user", "content": [{"type": "input_file", "file_id": uploaded.id}]}
+    assert client.responses.create(model=MODEL, input=[turn]).output_text == "Hello from dyn."
+    assert client.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input=[turn])
 
 
 def test_a_background_response_is_polled_to_its_end_and_another_is_cancelled(client):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dyn.core.frontend.apis.anthropic import endpoints as anthropic
 from dyn.core.frontend.apis.chat_completions import endpoints as chat_completions
+from dyn.core.frontend.apis.files import endpoints as files
 from dyn.core.frontend.apis.responses import endpoints as responses
 from dyn.core.frontend.endpoints import (
     detokenize,
@@ -45,6 +46,8 @@ ENDPOINTS: dict[str, Endpoint] = {
         responses.STORED,
         anthropic.MESSAGES,
         anthropic.COUNT_TOKENS,
+        files.FILES,
+        files.FILE,
         models.ENDPOINT,
         tokenize.ENDPOINT,
         detokenize.ENDPOINT,

@@ -165,9 +165,9 @@ def test_images_become_image_url_parts_in_order_in_user_turns_and_tool_results()
             ],
         },
     ]
-    file = {"type": "image", "source": {"type": "file", "file_id": "f1"}}
+    file = {"type": "image", "source": {"type": "file"}}  # no file_id: the uploads are read before
     exc = bad({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [file]}]})
-    assert exc.param == "messages[0].content[0].source" and "no Files API" in exc.message
+    assert exc.param == "messages[0].content[0].source" and "the file_id of an upload" in exc.message
 
 
 def test_blocks_in_the_wrong_turn_are_a_400():

@@ -15,6 +15,7 @@ from dyn.core.frontend import documents
 from dyn.core.frontend.apis.anthropic.adapter import adapt
 from dyn.core.frontend.apis.anthropic.documents import read_documents
 from dyn.core.frontend.apis.anthropic.protocol import MessagesRequest
+from dyn.core.frontend.apis.files.store import FileStore
 from dyn.core.frontend.documents import MAX_PDF_PAGES
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import ApiError
@@ -38,7 +39,7 @@ def request(*blocks: dict) -> MessagesRequest:
 
 
 async def read(req: MessagesRequest, media: MediaSettings | None = None) -> list:
-    await read_documents(req.messages, media or MediaSettings())
+    await read_documents(req.messages, media or MediaSettings(), FileStore())
     return adapt(req)[0].messages
 
 
@@ -61,9 +62,9 @@ def test_text_and_content_documents_read_with_their_title_and_context():
 @pytest.mark.parametrize(
     ("source", "words"),
     [
-        ({"type": "file", "file_id": "f"}, "file sources are not supported"),
+        ({"type": "file"}, "a text, content, base64 PDF, url or file source"),
         ({"type": "content", "content": [{"type": "image"}]}, "holds text blocks"),
-        ({"type": "base64", "media_type": "text/csv", "data": "YQ=="}, "a base64 PDF"),
+        ({"type": "base64", "media_type": "text/csv", "data": "YQ=="}, "base64 PDF"),
     ],
 )
 def test_sources_it_cannot_read_are_a_400_naming_the_source(source, words):
@@ -155,7 +156,7 @@ async def test_url_documents_are_fetched_and_read_as_a_pdf_or_as_text(make_front
         (turn,) = await read(req)
         assert turn["content"] == "Fetched\n\nRevenue grew 12 percent\nSum up."
         tool_req = request(body)
-        await read_documents(tool_req.messages, MediaSettings())
+        await read_documents(tool_req.messages, MediaSettings(), FileStore())
         assert tool_req.messages[0].content[0].content[0].source["data"] == "Risks: FX"
         async with make_frontend(workers=1, script=reply("Up 12%.")) as fe:
             messages = [{"role": "user", "content": [url_block(pdf), {"type": "text", "text": "Sum up."}]}]

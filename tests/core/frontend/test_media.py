@@ -208,7 +208,11 @@ async def test_text_only_messages_and_parts_that_are_not_media_load_nothing():
         ({"audio_embeds": "AAAA"}, "messages[1].content[1]", "audio_embeds parts are not supported"),
         ({"type": "image_url", "uuid": "abc"}, "messages[1].content[1].image_url", "references by uuid"),
         ({"type": "image_url", "image_url": {}}, "messages[1].content[1].image_url", "must hold a URL"),
-        ({"type": "input_image", "file_id": "file-1"}, "messages[1].content[1].file_id", "no Files API"),
+        (
+            {"type": "input_image", "file_id": "file-1"},
+            "messages[1].content[1].file_id",
+            "send an image_url here",
+        ),
         (
             {"type": "input_audio", "input_audio": {"format": "wav"}},
             "messages[1].content[1].input_audio",

@@ -177,6 +177,28 @@ async def test_images_through_the_messages_and_responses_apis(make_frontend, vis
         assert [[m.data for m in req.media] for req in fe.fleet[1].requests] == [[RED], [RED]]
 
 
+async def test_an_uploaded_image_is_read_by_its_file_id_in_the_messages_and_responses_apis(
+    make_frontend, vision_model
+):
+    async with make_frontend(workers=1, model_path=vision_model, features={1: [FEATURE_MEDIA]}) as fe:
+        upload = {"file": ("red.png", RED, "image/png")}
+        openai_id = (await fe.client.post("/v1/files", files=upload, data={"purpose": "vision"})).json()["id"]
+        anthropic = {"anthropic-version": "2023-06-01"}
+        anthropic_id = (await fe.client.post("/v1/files", files=upload, headers=anthropic)).json()["id"]
+        block = {"type": "image", "source": {"type": "file", "file_id": anthropic_id}}
+        body = {"model": "tiny-vlm", "max_tokens": 3, "messages": [{"role": "user", "content": [block]}]}
+        r = await fe.client.post("/v1/messages", json=body, headers=anthropic)
+        assert r.status_code == 200, r.text
+        part = {"type": "input_image", "file_id": openai_id}
+        body = {"model": "tiny-vlm", "max_output_tokens": 3, "input": [{"role": "user", "content": [part]}]}
+        r = await fe.client.post("/v1/responses", json=body)
+        assert r.status_code == 200, r.text
+        assert [[m.data for m in req.media] for req in fe.fleet[1].requests] == [[RED], [RED]]
+        part["file_id"] = "file-gone"
+        r = await fe.client.post("/v1/responses", json=body)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "input[0].content[0].file_id"
+
+
 async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_image_needs(make_frontend, tmp_path):
     """Qwen2-VL's dynamic resolution: a 224x224 image is 64 ``<|image_pad|>`` tokens between the
     template's vision markers, a 20x20 one 4 (scaled up to the minimum), and one 200 times longer

@@ -48,7 +48,11 @@ async def test_a_pdf_and_a_text_file_reach_the_model_as_text(make_frontend):
 @pytest.mark.parametrize(
     ("part", "param", "words"),
     [
-        ({"type": "input_file", "file_id": "file-1"}, "input[0].content[0]", "file_id is not supported"),
+        (
+            {"type": "input_file", "filename": "a.txt"},
+            "input[0].content[0]",
+            "file_data, a file_url or a file_id",
+        ),
         (
             {"type": "input_file", "file_data": data_url("image/png", b"x")},
             "input[0].content[0].file_data",

@@ -339,8 +339,8 @@ def _image_part(block: ImageBlock, where: str) -> dict[str, Any]:
         url = source["url"]
     else:
         raise bad_request(
-            f"{where}.source: an image takes a base64 source (media_type and data) or a url source"
-            + ("; file sources are not supported (no Files API here)" if kind == "file" else ""),
+            f"{where}.source: an image takes a base64 source (media_type and data), a url source or a "
+            "file source (the file_id of an upload)",
             param=f"{where}.source",
         )
     return {"type": "image_url", "image_url": {"url": url}}

@@ -11,7 +11,10 @@ Sources, as Anthropic defines them:
 - ``{"type": "url", "url": ...}``: fetched then, all of a request's at once
   (``dyn.core.frontend.documents.fetched_texts``: a PDF's pages, or UTF-8 text; the media
   fetch's bounds and ``--allowed-media-domains``).
-- ``file`` sources are a 400 (no Files API here).
+- ``{"type": "file", "file_id": ...}``: a file uploaded to this frontend (``POST /v1/files``,
+  ``dyn.core.frontend.apis.files``), read then too: a PDF's pages, or UTF-8 text (a 404 naming
+  the block for a file the store does not hold). An ``image`` block's ``file`` source becomes a
+  base64 source of the uploaded file, for the adapter to load as any image.
 
 A document reads as its ``title``, its ``context`` and its text, each on lines of their own.
 Citations are not produced (``citations`` is accepted and ignored).
@@ -19,11 +22,13 @@ Citations are not produced (``citations`` is accepted and ignored).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
-from dyn.core.frontend.apis.anthropic.protocol import DocumentBlock, MessageParam, ToolResultBlock
-from dyn.core.frontend.documents import PDF, fetched_texts, read_pdf
+from dyn.core.frontend.apis.anthropic.protocol import DocumentBlock, ImageBlock, MessageParam, ToolResultBlock
+from dyn.core.frontend.apis.files.store import FileStore, stored_file
+from dyn.core.frontend.documents import PDF, fetched_texts, file_text, read_pdf
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import bad_request
 
@@ -41,8 +46,7 @@ def document_text(block: DocumentBlock, where: str) -> str:
         raise AssertionError("read_documents turns PDF sources into text before adapting")
     else:
         raise bad_request(
-            f"{where}.source: a document takes a text source, a content source, or a base64 PDF"
-            + ("; file sources are not supported here (no Files API)" if kind == "file" else ""),
+            f"{where}.source: a document takes a text, content, base64 PDF, url or file source",
             param=f"{where}.source",
         )
     return "\n\n".join(part for part in (block.title, block.context, text) if part)
@@ -59,14 +63,23 @@ def _content_text(content: str | list[Any], where: str) -> str:
     return "\n".join(texts)
 
 
-async def read_documents(messages: list[MessageParam], media: MediaSettings) -> None:
-    """Replace every base64 PDF and URL document of ``messages`` (user turns and their tool
-    results) by a text source of its text, in place."""
+async def read_documents(messages: list[MessageParam], media: MediaSettings, files: FileStore) -> None:
+    """Replace every base64 PDF, URL and file document of ``messages`` (user turns and their tool
+    results) by a text source of its text, and every image's file source by a base64 source of
+    the uploaded file, in place."""
     by_url: list[tuple[DocumentBlock, str]] = []
     for block, where in _documents(messages):
         source = block.source if isinstance(block.source, dict) else {}
-        if source.get("type") == "base64" and source.get("media_type") == PDF:
+        if isinstance(block, ImageBlock):
+            if source.get("type") == "file" and isinstance(source.get("file_id"), str):
+                stored = stored_file(files, source["file_id"], f"{where}.source.file_id")
+                data = base64.b64encode(stored.data).decode()
+                block.source = {"type": "base64", "media_type": stored.mime_type, "data": data}
+        elif source.get("type") == "base64" and source.get("media_type") == PDF:
             _read(block, await read_pdf(source.get("data"), f"{where}.source.data", media))
+        elif source.get("type") == "file" and isinstance(source.get("file_id"), str):
+            stored = stored_file(files, source["file_id"], f"{where}.source.file_id")
+            _read(block, await file_text(stored.data, f"{where}.source.file_id", media))
         elif source.get("type") == "url" and isinstance(source.get("url"), str):
             by_url.append((block, where))
     texts = await fetched_texts([(b.source["url"], f"{where}.source.url") for b, where in by_url], media)
@@ -74,18 +87,18 @@ async def read_documents(messages: list[MessageParam], media: MediaSettings) -> 
         _read(block, text)
 
 
-def _documents(messages: list[MessageParam]) -> Iterator[tuple[DocumentBlock, str]]:
-    """Every document block of the user turns and their tool results, with where it is."""
+def _documents(messages: list[MessageParam]) -> Iterator[tuple[DocumentBlock | ImageBlock, str]]:
+    """Every document and image block of the user turns and their tool results, with where it is."""
     for i, message in enumerate(messages):
         if message.role == "assistant" or isinstance(message.content, str):
             continue
         for j, block in enumerate(message.content):
             where = f"messages[{i}].content[{j}]"
-            if isinstance(block, DocumentBlock):
+            if isinstance(block, (DocumentBlock, ImageBlock)):
                 yield block, where
             elif isinstance(block, ToolResultBlock) and isinstance(block.content, list):
                 for k, part in enumerate(block.content):
-                    if isinstance(part, DocumentBlock):
+                    if isinstance(part, (DocumentBlock, ImageBlock)):
                         yield part, f"{where}.content[{k}]"
 
 

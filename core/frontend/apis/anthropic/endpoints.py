@@ -61,7 +61,7 @@ class CountTokensEndpoint(JsonEndpoint):
 async def _prepare(
     app: FrontendApp, service: OpenAIService, req: MessagesRequest, ctx: RequestContext
 ) -> Generation:
-    await read_documents(req.messages, service.media)
+    await read_documents(req.messages, service.media, app.file_store)
     context, _ = await _edit_context(service, req)
     chat, names = _adapted(service, req)
     try:
@@ -76,7 +76,7 @@ async def _count_tokens(app: FrontendApp, body: bytes) -> CountTokensResponse:
     req = decode_request(body, CountTokensRequest)
     warn_ignored(body, CountTokensRequest, "to /v1/messages/count_tokens")
     service = app.models.resolve(req.model)
-    await read_documents(req.messages, service.media)
+    await read_documents(req.messages, service.media, app.file_store)
     _, original = await _edit_context(service, req)
     chat, names = _adapted(service, req)
     try:

@@ -73,7 +73,9 @@ async def prepare(
             )
         history, history_json = _CONVERSATION.decode(stored.conversation), stored.conversation
     if isinstance(req.input, list):
-        req.input = await with_files_read(with_references_resolved(req.input, store), service.media)
+        req.input = await with_files_read(
+            with_references_resolved(req.input, store), service.media, app.file_store
+        )
     turn = chat_request(req, history, history_json)
     _warn_dropped(turn, ctx.request_id)
     if ctx.session_id is None and req.prompt_cache_key:

@@ -6,9 +6,12 @@ taken too): a PDF (``application/pdf``) reads as its pages' text
 (``dyn.core.frontend.documents``, with its bounds), a ``text/*`` file as its UTF-8 text (bounded
 by ``--max-media-bytes``). A part's ``file_url`` (http or https) is fetched, all of a request's at
 once, and reads the same way (``dyn.core.frontend.documents.fetched_texts``: the media fetch's
-bounds and ``--allowed-media-domains``). The part becomes an ``input_text`` part: the file's
-``filename`` on the first line, then its text. ``file_id`` (OpenAI's Files API) is a 400 naming
-the part: no files are stored here.
+bounds and ``--allowed-media-domains``). A part's ``file_id`` names a file uploaded to this
+frontend (``POST /v1/files``, ``dyn.core.frontend.apis.files``), read the same way: a PDF or UTF-8
+text (404 naming the part for a file the store does not hold). The part becomes an
+``input_text`` part: the file's ``filename`` (an uploaded file's own when the part names none) on
+the first line, then its text. An ``input_image`` part's ``file_id`` becomes the uploaded file
+as a data URL, loaded and checked as any image.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from dyn.core.frontend.documents import PDF, decoded, fetched_texts, read_pdf
+from dyn.core.frontend.apis.files.store import FileStore, stored_file
+from dyn.core.frontend.documents import PDF, decoded, fetched_texts, file_text, read_pdf
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import bad_request
 
 _PDF_BASE64 = base64.b64encode(b"%PDF").decode()[:5]
 
 
-async def with_files_read(items: list[Any], media: MediaSettings) -> list[Any]:
-    """``items`` with every ``input_file`` part replaced by an ``input_text`` part of its text."""
+async def with_files_read(items: list[Any], media: MediaSettings, files: FileStore) -> list[Any]:
+    """``items`` with every ``input_file`` part replaced by an ``input_text`` part of its text, and
+    every ``input_image`` naming an uploaded file by one whose ``image_url`` is its data URL."""
     if not any(_has_file(item) for item in items):
         return items
     by_url = [
@@ -38,7 +43,9 @@ async def with_files_read(items: list[Any], media: MediaSettings) -> list[Any]:
         if _has_file(item):
             key = "content" if "content" in item else "output"
             parts = [
-                await _text_part(part, f"input[{i}].{key}[{j}]", media, fetched) if _is_file(part) else part
+                await _text_part(part, f"input[{i}].{key}[{j}]", media, fetched, files)
+                if _is_file(part)
+                else part
                 for j, part in enumerate(item[key])
             ]
             item = {**item, key: parts}
@@ -57,7 +64,11 @@ def _files(items: list[Any]) -> list[tuple[dict[str, Any], str]]:
 
 
 def _is_file(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") == "input_file"
+    """An ``input_file`` part, or an ``input_image`` part naming an uploaded file."""
+    if not isinstance(part, dict):
+        return False
+    kind = part.get("type")
+    return kind == "input_file" or (kind == "input_image" and isinstance(part.get("file_id"), str))
 
 
 def _has_file(item: Any) -> bool:
@@ -68,20 +79,24 @@ def _has_file(item: Any) -> bool:
 
 
 async def _text_part(
-    part: dict[str, Any], where: str, media: MediaSettings, fetched: dict[str, str]
+    part: dict[str, Any], where: str, media: MediaSettings, fetched: dict[str, str], files: FileStore
 ) -> dict[str, Any]:
+    if part["type"] == "input_image":
+        stored = stored_file(files, part["file_id"], f"{where}.file_id")
+        url = f"data:{stored.mime_type};base64,{base64.b64encode(stored.data).decode()}"
+        return {"type": "input_image", "image_url": url, "detail": part.get("detail", "auto")}
     data = part.get("file_data")
+    name = part.get("filename")
     if f"{where}.file_url" in fetched:
         text = fetched[f"{where}.file_url"]
-    elif not isinstance(data, str):
-        raise bad_request(
-            f"{where}: an input_file needs its file_data or a file_url here"
-            + ("; file_id is not supported (no files are stored here)" if "file_id" in part else ""),
-            param=where,
-        )
-    else:
+    elif isinstance(data, str):
         text = await _data_text(data, where, media)
-    name = part.get("filename")
+    elif isinstance(part.get("file_id"), str):
+        stored = stored_file(files, part["file_id"], f"{where}.file_id")
+        text = await file_text(stored.data, f"{where}.file_id", media)
+        name = name or stored.filename
+    else:
+        raise bad_request(f"{where}: an input_file needs its file_data, a file_url or a file_id", param=where)
     return {"type": "input_text", "text": f"{name}\n\n{text}" if isinstance(name, str) and name else text}
 
 

@@ -1,0 +1,99 @@
+"""``FileStore``: uploaded files, kept in memory and bounded (``BoundedStore``).
+
+Each file is its bytes and what was said of them at upload: its name, its media type (the part's
+``Content-Type``, else guessed from the name) and OpenAI's ``purpose``. The store holds at most
+``max_count`` files and ``max_bytes`` of them, each for ``ttl_s`` seconds from its upload; the
+least recently used goes first when a bound is reached. One frontend process holds its own: a
+frontend that restarts forgets them, and the processes of ``--num-http-workers`` or frontends
+behind one load balancer do not share them (a file uploaded to one is a 404 on another).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from dyn.core.frontend.bounded_store import BoundedStore
+from dyn.core.protocol.errors import ApiError
+
+DEFAULT_MAX_COUNT = 1000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_TTL_S = 3600.0
+MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}")
+"""A media type as a file's ``Content-Type`` is served back (lower case, no parameters)."""
+
+
+class StoredFile(NamedTuple):
+    id: str
+    filename: str
+    mime_type: str
+    purpose: str
+    data: bytes
+    created_at: int
+    """Wall-clock seconds of the upload."""
+    expires: float
+    """The store's clock."""
+    expires_at: int
+    """Wall-clock seconds when it expires."""
+    seq: int
+    """Its place in the order of uploads (many share a second)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+class FileStore(BoundedStore[StoredFile]):
+    """Uploaded files by id (see the module docstring); ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        max_count: int = DEFAULT_MAX_COUNT,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ttl_s: float = DEFAULT_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(max_count, max_bytes, ttl_s, clock)
+        self._uploads = itertools.count()
+
+    def uploads(self) -> list[StoredFile]:
+        """The live files, oldest upload first."""
+        return sorted(self, key=lambda f: f.seq)
+
+    def add(self, prefix: str, filename: str, mime_type: str, purpose: str, data: bytes) -> StoredFile | None:
+        """Keep an upload under a new id (``prefix`` then 24 random hex digits: OpenAI's ids begin
+        ``file-``, Anthropic's ``file_``); None when it alone exceeds ``max_bytes``. A
+        ``mime_type`` that is not one (``type/subtype``, as ``MEDIA_TYPE`` reads it) is
+        ``application/octet-stream``."""
+        if not MEDIA_TYPE.fullmatch(mime_type):
+            mime_type = "application/octet-stream"
+        now = time.time()
+        entry = StoredFile(
+            f"{prefix}{secrets.token_hex(12)}",
+            filename,
+            mime_type,
+            purpose,
+            data,
+            int(now),
+            self.clock() + self.ttl_s,
+            int(now + self.ttl_s),
+            next(self._uploads),
+        )
+        return entry if self.keep(entry.id, entry) else None
+
+
+def stored_file(store: FileStore, file_id: str, param: str) -> StoredFile:
+    """The stored file ``file_id``; a 404 naming ``param`` when the store does not hold it."""
+    stored = store.get(file_id)
+    if stored is None:
+        raise ApiError(
+            404,
+            f"{param}: no file {file_id[:256]!r} here: it was never uploaded to this frontend, was "
+            "deleted, or expired or was evicted from its file store",
+            param=param,
+        )
+    return stored
