@@ -171,6 +171,7 @@ def _settings(flags: FrontendFlags) -> dict[str, Any]:
         session_affinity=affinity,
         parent_affinity=flags.router_parent_affinity,
         responses_store_ttl_s=flags.responses_store_ttl_secs,
+        files_store_ttl_s=flags.files_store_ttl_secs,
         tool_parser_plugins=tuple(flags.tool_parser_plugin or ()),
         default_chat_template_kwargs=_json_object(
             flags.default_chat_template_kwargs, "--default-chat-template-kwargs"

@@ -52,6 +52,7 @@ from dyn.core.frontend.service import OpenAIService
 from dyn.core.protocol.errors import ApiError, bad_request, encoded, overloaded
 
 if TYPE_CHECKING:
+    from dyn.core.frontend.apis.files.store import FileStore
     from dyn.core.frontend.apis.responses.store import ResponseStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class FrontendApp:
         docs: bool = True,
         anthropic_api: bool = True,
         response_store: ResponseStore | None = None,
+        file_store: FileStore | None = None,
         sse_keep_alive_s: float = 0,
         tokenizer_info: bool = False,
     ) -> None:
@@ -102,8 +104,9 @@ class FrontendApp:
         """The Responses API's stored responses (``--responses-store-*``), for every model."""
         self.background_responses = BackgroundResponses(self.response_store)
         """The Responses API's background responses running here."""
-        self.file_store = FileStore()
-        """The Files API's uploads, read by ``file_id`` in Responses and Messages requests."""
+        self.file_store = file_store if file_store is not None else FileStore()
+        """The Files API's uploads (``--files-store-*``), read by ``file_id`` in Responses and
+        Messages requests."""
         self.sse_keep_alive_s = sse_keep_alive_s
         """Seconds of a quiet stream before an SSE keep-alive comment (0: never)."""
         self.api_key = ApiKey(api_key) if api_key else None

@@ -352,6 +352,31 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
             help="How long a stored Responses API response is kept.",
         ),
     ] = 3600
+    files_store_max_entries: Annotated[
+        Annotated[int, Meta(ge=1)],
+        flag(
+            "--files-store-max-entries",
+            panel=LIMITS_PANEL,
+            help="Most files kept from uploads to /v1/files, read by file_id (least recently used "
+            "dropped first).",
+        ),
+    ] = 1000
+    files_store_max_bytes: Annotated[
+        Annotated[int, Meta(ge=1)],
+        flag(
+            "--files-store-max-bytes",
+            panel=LIMITS_PANEL,
+            help="Most bytes of uploaded files kept; a larger upload is a 413.",
+        ),
+    ] = 64 << 20
+    files_store_ttl_secs: Annotated[
+        Annotated[int, Meta(ge=1)],
+        flag(
+            "--files-store-ttl-secs",
+            panel=LIMITS_PANEL,
+            help="How long an uploaded file is kept.",
+        ),
+    ] = 3600
     enable_cache_control: Annotated[
         bool,
         flag(

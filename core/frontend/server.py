@@ -23,6 +23,7 @@ from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
 from dyn.core.frontend.agent_trace import AgentTrace
 from dyn.core.frontend.apis.chat_completions.chunks import REASONING_FIELD_NAMES
+from dyn.core.frontend.apis.files.store import FileStore
 from dyn.core.frontend.apis.responses.store import ResponseStore
 from dyn.core.frontend.app import FrontendApp
 from dyn.core.frontend.catalog import ModelCatalog, ServedModel
@@ -84,6 +85,10 @@ class FrontendSettings:
     responses_store_max_bytes: int = 64 << 20
     responses_store_ttl_s: int = 3600
     """The bounds of the Responses API's store (``--responses-store-*``)."""
+    files_store_max_entries: int = 1000
+    files_store_max_bytes: int = 64 << 20
+    files_store_ttl_s: int = 3600
+    """The bounds of the Files API's store (``--files-store-*``)."""
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     enable_auto_tool_choice: bool = False
@@ -282,6 +287,9 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             settings.responses_store_max_entries,
             settings.responses_store_max_bytes,
             settings.responses_store_ttl_s,
+        ),
+        file_store=FileStore(
+            settings.files_store_max_entries, settings.files_store_max_bytes, settings.files_store_ttl_s
         ),
     ), primary.pool
 

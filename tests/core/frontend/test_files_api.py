@@ -10,7 +10,9 @@ import anthropic
 import msgspec
 import openai
 import pytest
+from typer.testing import CliRunner
 
+from dyn.cli.app import app
 from dyn.core.frontend.apis.files.multipart import MAX_PARTS, form_parts
 from dyn.core.frontend.apis.files.store import FileStore
 from dyn.core.protocol.errors import ApiError
@@ -172,3 +174,34 @@ def test_the_multipart_reader_keeps_quoted_names_and_each_parts_type():
     assert part.data == b"# A\r\nB"
     with pytest.raises(ApiError):
         form_parts(b"text/plain", body)
+
+
+def test_the_store_flags_reach_the_frontends_settings(monkeypatch):
+    started = []
+    monkeypatch.setattr("dyn.core.frontend.server.run_frontend", started.append)
+    flags = ["--files-store-max-entries", "3", "--files-store-max-bytes", "9", "--files-store-ttl-secs", "5"]
+    result = CliRunner().invoke(app, ["frontend", *flags])
+    assert result.exit_code == 0, result.output
+    [settings] = started
+    assert (settings.files_store_max_entries, settings.files_store_max_bytes, settings.files_store_ttl_s) == (
+        3,
+        9,
+        5,
+    )
+    assert CliRunner().invoke(app, ["frontend", "--files-store-max-bytes", "0"]).exit_code != 0
+
+
+async def test_the_store_bounds_in_the_settings_bound_the_apps_store(make_frontend):
+    async with make_frontend(
+        workers=1, files_store_max_entries=3, files_store_max_bytes=9, files_store_ttl_s=5
+    ) as fe:
+        store = fe.app.file_store
+        assert (store.max_count, store.max_bytes, store.ttl_s) == (3, 9, 5)
+        sent = await asgi_call(
+            fe.app,
+            "POST",
+            "/v1/files",
+            multipart(("file", "a", b"x" * 10), ("purpose", None, b"batch")),
+            [FORM],
+        )
+        assert sent[0]["status"] == 413 and b"file store (9 bytes)" in sent[1]["body"]
