@@ -25,12 +25,21 @@ class Sized(Protocol):
 
 E = TypeVar("E", bound=Sized)
 
+DEFAULT_MAX_COUNT = 1000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_TTL_S = 3600.0
+"""The frontend's defaults for its stores (``--responses-store-*``, ``--files-store-*``)."""
+
 
 class BoundedStore(Generic[E]):
     """Entries by key (see the module docstring); ``clock`` is monotonic seconds."""
 
     def __init__(
-        self, max_count: int, max_bytes: int, ttl_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        max_count: int = DEFAULT_MAX_COUNT,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ttl_s: float = DEFAULT_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_count < 1 or max_bytes < 1 or ttl_s <= 0:
             raise ValueError("a store needs max_count, max_bytes and ttl_s above 0")

@@ -14,17 +14,15 @@ import itertools
 import re
 import secrets
 import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 from dyn.core.frontend.bounded_store import BoundedStore
 from dyn.core.protocol.errors import ApiError
 
-DEFAULT_MAX_COUNT = 1000
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_TTL_S = 3600.0
 MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}")
 """A media type as a file's ``Content-Type`` is served back (lower case, no parameters)."""
+_UPLOADS = itertools.count()
+"""Every upload's ``seq``."""
 
 
 class StoredFile(NamedTuple):
@@ -50,16 +48,6 @@ class StoredFile(NamedTuple):
 class FileStore(BoundedStore[StoredFile]):
     """Uploaded files by id (see the module docstring); ``clock`` is monotonic seconds."""
 
-    def __init__(
-        self,
-        max_count: int = DEFAULT_MAX_COUNT,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        ttl_s: float = DEFAULT_TTL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(max_count, max_bytes, ttl_s, clock)
-        self._uploads = itertools.count()
-
     def uploads(self) -> list[StoredFile]:
         """The live files, oldest upload first."""
         return sorted(self, key=lambda f: f.seq)
@@ -81,7 +69,7 @@ class FileStore(BoundedStore[StoredFile]):
             int(now),
             self.clock() + self.ttl_s,
             int(now + self.ttl_s),
-            next(self._uploads),
+            next(_UPLOADS),
         )
         return entry if self.keep(entry.id, entry) else None
 

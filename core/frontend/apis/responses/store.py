@@ -15,17 +15,11 @@ share them.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 from dyn.core.frontend.bounded_store import BoundedStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_COUNT = 1000
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_TTL_S = 3600.0
 
 
 class StoredResponse(NamedTuple):
@@ -45,15 +39,6 @@ class StoredResponse(NamedTuple):
 
 class ResponseStore(BoundedStore[StoredResponse]):
     """Stored responses by id (see the module docstring); ``clock`` is monotonic seconds."""
-
-    def __init__(
-        self,
-        max_count: int = DEFAULT_MAX_COUNT,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        ttl_s: float = DEFAULT_TTL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(max_count, max_bytes, ttl_s, clock)
 
     def put(
         self, response_id: str, body: bytes, conversation: bytes, inputs: tuple[int, int] = (0, 0)
