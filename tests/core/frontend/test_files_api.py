@@ -6,6 +6,8 @@ store's bounds and the multipart reader's."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import anthropic
 import msgspec
 import openai
@@ -14,7 +16,7 @@ from typer.testing import CliRunner
 
 from dyn.cli.app import app
 from dyn.core.frontend.apis.files.multipart import MAX_PARTS, form_parts
-from dyn.core.frontend.apis.files.store import FileStore
+from dyn.core.frontend.apis.files.store import MAX_FILES_PER_REQUEST, FileStore
 from dyn.core.protocol.errors import ApiError
 from tests.core.frontend.conftest import asgi_call
 from tests.core.frontend.fake_workers import reply, tokenizer
@@ -205,3 +207,29 @@ async def test_the_store_bounds_in_the_settings_bound_the_apps_store(make_fronte
             [FORM],
         )
         assert sent[0]["status"] == 413 and b"file store (9 bytes)" in sent[1]["body"]
+
+
+async def test_a_request_reads_a_bounded_number_of_uploads_by_id(make_frontend):
+    """Each file named is read again (a PDF parsed, an image loaded): a few bytes of ids must not
+    make one request read a large upload thousands of times."""
+    async with make_frontend(workers=1, script=reply("Ok.")) as fe:
+        oai = sdk(fe)
+        up = await oai.files.create(file=("a.txt", b"text"), purpose="user_data")
+        parts = [{"type": "input_file", "file_id": up.id}] * (MAX_FILES_PER_REQUEST + 1)
+        with pytest.raises(openai.BadRequestError) as many:
+            await oai.responses.create(model="dyn-tiny", input=[{"role": "user", "content": parts}])
+        assert f"at most {MAX_FILES_PER_REQUEST} uploaded files" in many.value.message
+        assert many.value.body["param"] == f"input[0].content[{MAX_FILES_PER_REQUEST}].file_id"
+        document = {"type": "document", "source": {"type": "file", "file_id": up.id}}
+        with pytest.raises(anthropic.BadRequestError) as many:
+            await client(fe).messages.create(
+                model=MODEL,
+                max_tokens=4,
+                messages=[{"role": "user", "content": [document] * (MAX_FILES_PER_REQUEST + 1)}],
+            )
+        assert f"at most {MAX_FILES_PER_REQUEST} uploaded files" in many.value.message
+        service = fe.app.models.resolve("dyn-tiny")
+        service.media = dataclasses.replace(service.media, max_request_media_bytes=7)
+        with pytest.raises(openai.BadRequestError) as big:
+            await oai.responses.create(model="dyn-tiny", input=[{"role": "user", "content": parts[:2]}])
+        assert "--max-request-media-bytes" in big.value.message

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dyn.core.frontend.apis.anthropic.protocol import DocumentBlock, ImageBlock, MessageParam, ToolResultBlock
-from dyn.core.frontend.apis.files.store import FileStore, stored_file
+from dyn.core.frontend.apis.files.store import FileReads, FileStore
 from dyn.core.frontend.documents import PDF, fetched_texts, file_text, read_pdf
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import bad_request
@@ -68,17 +68,18 @@ async def read_documents(messages: list[MessageParam], media: MediaSettings, fil
     results) by a text source of its text, and every image's file source by a base64 source of
     the uploaded file, in place."""
     by_url: list[tuple[DocumentBlock, str]] = []
+    reads = FileReads(files, media.max_request_media_bytes)
     for block, where in _documents(messages):
         source = block.source if isinstance(block.source, dict) else {}
         if isinstance(block, ImageBlock):
             if source.get("type") == "file" and isinstance(source.get("file_id"), str):
-                stored = stored_file(files, source["file_id"], f"{where}.source.file_id")
+                stored = reads.take(source["file_id"], f"{where}.source.file_id")
                 data = base64.b64encode(stored.data).decode()
                 block.source = {"type": "base64", "media_type": stored.mime_type, "data": data}
         elif source.get("type") == "base64" and source.get("media_type") == PDF:
             _read(block, await read_pdf(source.get("data"), f"{where}.source.data", media))
         elif source.get("type") == "file" and isinstance(source.get("file_id"), str):
-            stored = stored_file(files, source["file_id"], f"{where}.source.file_id")
+            stored = reads.take(source["file_id"], f"{where}.source.file_id")
             _read(block, await file_text(stored.data, f"{where}.source.file_id", media))
         elif source.get("type") == "url" and isinstance(source.get("url"), str):
             by_url.append((block, where))

@@ -17,7 +17,7 @@ import time
 from typing import NamedTuple
 
 from dyn.core.frontend.bounded_store import BoundedStore
-from dyn.core.protocol.errors import ApiError
+from dyn.core.protocol.errors import ApiError, bad_request
 
 MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,127}")
 """A media type as a file's ``Content-Type`` is served back (lower case, no parameters)."""
@@ -85,3 +85,37 @@ def stored_file(store: FileStore, file_id: str, param: str) -> StoredFile:
             param=param,
         )
     return stored
+
+
+MAX_FILES_PER_REQUEST = 10
+"""Most files one request may name by id (documents and images together), as it may name at most
+``MAX_DOCUMENT_URLS`` documents by URL: a stored file is read (a PDF parsed, an image loaded) each
+time it is named."""
+
+
+class FileReads:
+    """The uploaded files one request reads by id, bounded: at most ``MAX_FILES_PER_REQUEST`` of
+    them and ``max_bytes`` (``--max-request-media-bytes``) together, a 400 naming the part past
+    either."""
+
+    def __init__(self, store: FileStore, max_bytes: int) -> None:
+        self.store = store
+        self.max_bytes = max_bytes
+        self.count = 0
+        self.bytes = 0
+
+    def take(self, file_id: str, param: str) -> StoredFile:
+        stored = stored_file(self.store, file_id, param)
+        self.count += 1
+        self.bytes += stored.size
+        if self.count > MAX_FILES_PER_REQUEST:
+            raise bad_request(
+                f"{param}: a request reads at most {MAX_FILES_PER_REQUEST} uploaded files by id", param=param
+            )
+        if self.bytes > self.max_bytes:
+            raise bad_request(
+                f"{param}: the files this request names by id add up to more than {self.max_bytes} bytes "
+                "(--max-request-media-bytes)",
+                param=param,
+            )
+        return stored

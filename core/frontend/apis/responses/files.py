@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from dyn.core.frontend.apis.files.store import FileStore, stored_file
+from dyn.core.frontend.apis.files.store import FileReads, FileStore
 from dyn.core.frontend.documents import PDF, decoded, fetched_texts, file_text, read_pdf
 from dyn.core.frontend.media import MediaSettings
 from dyn.core.protocol.errors import bad_request
@@ -38,12 +38,13 @@ async def with_files_read(items: list[Any], media: MediaSettings, files: FileSto
         if isinstance(part.get("file_url"), str) and "file_data" not in part
     ]
     fetched = dict(zip((param for _, param in by_url), await fetched_texts(by_url, media), strict=True))
+    reads = FileReads(files, media.max_request_media_bytes)
     out = []
     for i, item in enumerate(items):
         if _has_file(item):
             key = "content" if "content" in item else "output"
             parts = [
-                await _text_part(part, f"input[{i}].{key}[{j}]", media, fetched, files)
+                await _text_part(part, f"input[{i}].{key}[{j}]", media, fetched, reads)
                 if _is_file(part)
                 else part
                 for j, part in enumerate(item[key])
@@ -79,10 +80,10 @@ def _has_file(item: Any) -> bool:
 
 
 async def _text_part(
-    part: dict[str, Any], where: str, media: MediaSettings, fetched: dict[str, str], files: FileStore
+    part: dict[str, Any], where: str, media: MediaSettings, fetched: dict[str, str], reads: FileReads
 ) -> dict[str, Any]:
     if part["type"] == "input_image":
-        stored = stored_file(files, part["file_id"], f"{where}.file_id")
+        stored = reads.take(part["file_id"], f"{where}.file_id")
         url = f"data:{stored.mime_type};base64,{base64.b64encode(stored.data).decode()}"
         return {"type": "input_image", "image_url": url, "detail": part.get("detail", "auto")}
     data = part.get("file_data")
@@ -92,7 +93,7 @@ async def _text_part(
     elif isinstance(data, str):
         text = await _data_text(data, where, media)
     elif isinstance(part.get("file_id"), str):
-        stored = stored_file(files, part["file_id"], f"{where}.file_id")
+        stored = reads.take(part["file_id"], f"{where}.file_id")
         text = await file_text(stored.data, f"{where}.file_id", media)
         name = name or stored.filename
     else:
