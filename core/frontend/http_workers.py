@@ -16,6 +16,10 @@ models, pools, routers and KV indexes, fed by the same workers' KV events).
   one that dies (after a back-off that doubles, 1 s up to 30 s, while it keeps dying within a
   minute of its start), and on SIGINT or SIGTERM stops them all (each drains as a single
   frontend does) before it returns. A worker dies with this process (``die_with_parent``).
+- A worker killed outright (SIGKILL, the OOM killer) takes the connections the kernel had queued
+  for it but it had not accepted yet: they are reset, unless the host's
+  ``net.ipv4.tcp_migrate_req`` is 1 (Linux 5.14+), which moves them to the other workers'
+  sockets. The supervisor says so at start when it is 0 (``_migration_hint``).
 - Per process, not shared: ``/metrics`` (a scrape reaches one worker: scrape each, or read the
   router's and workers' metrics), the ``/kv/`` views, sessions bound through ``nvext`` (a
   session's turns may reach different workers; their routers share bookings, not session
@@ -30,6 +34,7 @@ import multiprocessing
 import signal
 import time
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 from dyn.core.errors import ConfigError
@@ -71,11 +76,32 @@ def run_http_workers(settings: Any) -> None:
         url = supervisor.start()
         status(READY_PREFIX + url, url=url)
         log.info("%d HTTP worker processes serve %s", settings.num_http_workers, url)
+        hint = _migration_hint()
+        if hint is not None:
+            log.info(hint)
         supervisor.supervise(stop)
     finally:
         supervisor.stop()
         reserved.close()
         stop.restore()
+
+
+MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+
+
+def _migration_hint(setting: Path = MIGRATE_REQ) -> str | None:
+    """What to set so that a killed worker's queued connections move to the others; None when it
+    is set, or the kernel has no such setting."""
+    try:
+        value = setting.read_text().strip()
+    except OSError:
+        return None
+    if value != "0":
+        return None
+    return (
+        "net.ipv4.tcp_migrate_req is 0: connections queued for an HTTP worker that is killed are "
+        "reset; `sysctl -w net.ipv4.tcp_migrate_req=1` moves them to the other workers"
+    )
 
 
 def _shared_routing(settings: Any) -> Any:
