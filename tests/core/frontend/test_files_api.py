@@ -174,6 +174,12 @@ def test_the_multipart_reader_keeps_quoted_names_and_each_parts_type():
     (part,) = form_parts(FORM[1], body).values()
     assert part.name == "file" and part.filename == 'a;b "q".md' and part.content_type == "text/markdown"
     assert part.data == b"# A\r\nB"
+    inside = (
+        b'--b0undary\r\nContent-Disposition: form-data; name="file"\r\n\r\nx--b0undary y\r\n--b0undary--\r\n'
+    )
+    assert (
+        form_parts(FORM[1], inside)["file"].data == b"x--b0undary y"
+    )  # a boundary's text not on its own line
     with pytest.raises(ApiError):
         form_parts(b"text/plain", body)
 

@@ -36,8 +36,9 @@ def form_parts(content_type: bytes | None, body: bytes) -> dict[str, FormPart]:
     boundary = _param(params, "boundary")
     if not boundary or len(boundary) > 70:
         raise bad_request("the multipart/form-data Content-Type needs a boundary of 1 to 70 characters")
-    delimiter = b"--" + boundary.encode("latin-1")
-    chunks = body.split(delimiter)
+    # a delimiter is a line of its own: CRLF "--" boundary (the first may open the body), so a
+    # part's data may hold the boundary's text anywhere else
+    chunks = (b"\r\n" + body).split(b"\r\n--" + boundary.encode("latin-1"))
     if len(chunks) < 3 or not chunks[-1].startswith(b"--"):
         raise bad_request("the multipart body does not end with its closing boundary")
     if len(chunks) - 2 > MAX_PARTS:
@@ -50,9 +51,9 @@ def form_parts(content_type: bytes | None, body: bytes) -> dict[str, FormPart]:
 
 
 def _part(chunk: bytes) -> FormPart:
-    if not chunk.startswith(b"\r\n") or not chunk.endswith(b"\r\n"):
-        raise bad_request("a multipart part is not framed by CRLF lines")
-    head, sep, data = chunk[2:-2].partition(b"\r\n\r\n")
+    if not chunk.startswith(b"\r\n"):
+        raise bad_request("a multipart boundary line must end right after the boundary")
+    head, sep, data = chunk[2:].partition(b"\r\n\r\n")
     if not sep or len(head) > MAX_HEAD_BYTES:
         raise bad_request(
             f"a multipart part needs its headers (at most {MAX_HEAD_BYTES} bytes), a blank line, then its data"
