@@ -21,7 +21,28 @@ _NAMES_SHARE = 0.4
 
 
 def install() -> None:
-    """Use ``options_panel`` for every command's ``--help`` (idempotent)."""
+    """Use ``options_panel`` for every command's ``--help`` (idempotent). Typer's rich help
+    modules are patched when the first help is rendered: importing them costs a tenth of a
+    second, which every ``dyn`` process that prints no help (every worker, frontend and test
+    process) would pay at start."""
+    from typer.core import TyperCommand, TyperGroup
+
+    for cls in (TyperCommand, TyperGroup):
+        if getattr(cls.format_help, "_dyn_layout", False):
+            continue
+        cls.format_help = _laid_out(cls.format_help)  # type: ignore[method-assign]
+
+
+def _laid_out(format_help: Any) -> Any:
+    def laid_out(self: Any, ctx: Any, formatter: Any) -> Any:
+        _patch_rich_utils()
+        return format_help(self, ctx, formatter)
+
+    laid_out._dyn_layout = True  # type: ignore[attr-defined]
+    return laid_out
+
+
+def _patch_rich_utils() -> None:
     try:
         from typer import rich_utils
     except ImportError:  # pragma: no cover - rich is a dependency of typer
