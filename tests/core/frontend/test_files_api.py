@@ -15,8 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dyn.cli.app import app
-from dyn.core.frontend.apis.files.multipart import MAX_PARTS, form_parts
+from dyn.core.frontend.apis.files.multipart import MAX_HEAD_BYTES, MAX_PARTS, form_parts
 from dyn.core.frontend.apis.files.store import MAX_FILES_PER_REQUEST, FileStore
+from dyn.core.frontend.endpoints.generate import MAX_BODY_BYTES
 from dyn.core.protocol.errors import ApiError
 from tests.core.frontend.conftest import asgi_call
 from tests.core.frontend.fake_workers import reply, tokenizer
@@ -112,6 +113,16 @@ FORM = (b"content-type", b"multipart/form-data; boundary=b0undary")
 async def test_a_bad_upload_is_a_4xx_that_says_what_to_fix(frontend, body, headers, status, words):
     sent = await asgi_call(frontend.app, "POST", "/v1/files", body, headers)
     assert sent[0]["status"] == status and words in sent[1]["body"].decode(), sent[1]["body"]
+    assert frontend.app.file_store.bytes == 0
+
+
+async def test_an_upload_over_the_body_limit_or_with_an_oversized_part_head_is_refused(frontend):
+    body = multipart(("file", "big.bin", b"x" * (MAX_BODY_BYTES + 1)), ("purpose", None, b"batch"))
+    sent = await asgi_call(frontend.app, "POST", "/v1/files", body, [FORM])
+    assert sent[0]["status"] == 413 and b"upload a smaller file" in sent[1]["body"]
+    head = b'--b0undary\r\nContent-Disposition: form-data; name="file"\r\nX-Pad: ' + b"p" * MAX_HEAD_BYTES
+    sent = await asgi_call(frontend.app, "POST", "/v1/files", head + b"\r\n\r\nx\r\n--b0undary--\r\n", [FORM])
+    assert sent[0]["status"] == 400 and f"at most {MAX_HEAD_BYTES} bytes".encode() in sent[1]["body"]
     assert frontend.app.file_store.bytes == 0
 
 
