@@ -1,14 +1,40 @@
-"""The ``dyn`` command: one Typer app, one module per subcommand."""
+"""The ``dyn`` command: one Typer app, one module per subcommand, imported when it runs.
+
+Each subcommand's module (``dyn.cli.<name>``, dashes as underscores) has ``register(app)``, which
+adds the command to a Typer app; the root group (``dyn.cli.lazy``) calls it when the command is
+looked up, so ``dyn frontend`` imports neither the bench nor the engines' flags.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
+from collections.abc import Callable
+
 import typer
 
-from dyn.cli import bench, completion, config_file, frontend, indexer, inspect_kv, keys, router, serve, worker
+from dyn.cli import completion
 from dyn.cli.help_layout import install as install_help_layout
+from dyn.cli.lazy import Loader, lazy_group, typer_loader
 from dyn.cli.options import flag
 
 install_help_layout()
+
+SUBCOMMANDS = ("frontend", "serve", "router", "indexer", "inspect-kv", "keys", "worker", "bench")
+"""In the order ``dyn --help`` lists them."""
+
+
+@functools.cache  # one table per process: each loader builds its command once
+def _loaders() -> dict[str, Loader]:
+    return {name: typer_loader(name, _register_from(name)) for name in SUBCOMMANDS}
+
+
+def _register_from(name: str) -> Callable[[typer.Typer], None]:
+    def register(holder: typer.Typer) -> None:
+        importlib.import_module(f"dyn.cli.{name.replace('-', '_')}").register(holder)
+
+    return register
+
 
 app = typer.Typer(
     name="dyn",
@@ -18,7 +44,7 @@ app = typer.Typer(
     "--config FILE.yaml: its flags as a YAML mapping (the command line and the twins beat it).",
     no_args_is_help=True,
     add_completion=True,
-    cls=completion.CompletingGroup,
+    cls=lazy_group(completion.CompletingGroup, _loaders),
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -62,17 +88,6 @@ def main_options(
         from dyn.cli.options import env_hint
 
         raise typer.BadParameter(env_hint(str(exc), ctx)) from None
-
-
-app.command("frontend", cls=frontend.FrontendCommand)(frontend.frontend)
-app.command("serve", cls=serve.ServeCommand, context_settings=serve.CONTEXT_SETTINGS)(serve.serve)
-app.command("router")(router.router)
-app.add_typer(worker.app, name="worker")
-app.command("indexer")(indexer.indexer)
-app.add_typer(bench.app, name="bench")
-app.command("inspect-kv")(inspect_kv.inspect_kv)
-app.command("keys")(keys.keys)
-config_file.install(app)
 
 
 def main() -> None:

@@ -69,3 +69,8 @@ def compare(
 
 
 app.command("replay")(bench_replay.replay)
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``dyn bench`` to ``root`` (``dyn.cli.app``'s loaders)."""
+    root.add_typer(app, name="bench")

@@ -261,3 +261,8 @@ def _start_prefill_table(router_config: KvRouterConfig, router_mode: str, router
             "and the --aic-* flags to the dyn router instead"
         )
     shared_durations(AicSetup.from_config(router_config))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app`` (``dyn.cli.app``'s loaders)."""
+    app.command("frontend", cls=FrontendCommand)(frontend)

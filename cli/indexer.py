@@ -50,3 +50,8 @@ def indexer(
         api_key=api_key or None,
     )
     options.run_service(run_indexer, settings)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app`` (``dyn.cli.app``'s loaders)."""
+    app.command("indexer")(indexer)

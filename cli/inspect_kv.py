@@ -69,3 +69,8 @@ def inspect_kv(
     except TargetError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app`` (``dyn.cli.app``'s loaders)."""
+    app.command("inspect-kv")(inspect_kv)

@@ -21,3 +21,8 @@ def keys(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"wrote CurveZMQ plane keys to {path}; pass --plane-keys {path} to every dyn process")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app`` (``dyn.cli.app``'s loaders)."""
+    app.command("keys")(keys)

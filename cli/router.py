@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typer
+
 from dyn.cli import options
 from dyn.cli.config_flags import FROM_FLAGS, discovery_flags
 from dyn.cli.options import flag
@@ -62,3 +64,8 @@ def router(
         api_key=api_key or None,
     )
     options.run_service(run_router_service, settings)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app`` (``dyn.cli.app``'s loaders)."""
+    app.command("router")(router)

@@ -290,3 +290,8 @@ def _tiny_model_name() -> str:
     from dyn.core.model import TINY_MODEL_NAME
 
     return TINY_MODEL_NAME
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to ``app`` (``dyn.cli.app``'s loaders)."""
+    app.command("serve", cls=ServeCommand, context_settings=CONTEXT_SETTINGS)(serve)

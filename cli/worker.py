@@ -9,14 +9,17 @@ Installing a package that registers an engine is enough for ``dyn worker NAME`` 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import typer
+from typer.core import TyperGroup
 
 from dyn.cli import options
 from dyn.cli.config_flags import config_flags, discovery_flags
+from dyn.cli.lazy import Loader, lazy_group, typer_loader
 from dyn.core.messages import DisaggregationMode
 from dyn.core.model.names import served_names
 
@@ -30,6 +33,7 @@ LISTED_FIRST = ("mocker", "vllm", "sglang")
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 app = typer.Typer(
+    cls=lazy_group(TyperGroup, lambda: engine_loaders()),
     help="Run engine workers: each registers in discovery, serves the request plane and "
     "publishes KV events and load metrics.",
     no_args_is_help=True,
@@ -143,26 +147,31 @@ def _without(command: Any, name: str) -> Any:
     return wrapper
 
 
-def register_engines(target: typer.Typer) -> None:
-    """Add ``dyn worker NAME`` to ``target`` for every installed engine: dyn's own in
-    ``LISTED_FIRST`` order, then the others by name.
+def engine_loaders() -> dict[str, Loader]:
+    """The loader of ``dyn worker NAME`` for every installed engine: dyn's own in ``LISTED_FIRST``
+    order, then the others by name. A plugin is imported when its command is first looked up.
 
-    An engine whose plugin cannot be imported is left out with a warning on stderr, so one broken
-    package does not take the whole CLI down.
+    An engine whose plugin cannot be imported is left out with a warning on stderr (its command is
+    then not found), so one broken package does not take the whole CLI down.
     """
     from dyn.core.engine import available_engines
 
     engines = available_engines()
     rank = {name: at for at, name in enumerate(LISTED_FIRST)}
-    for name in sorted(engines, key=lambda n: (rank.get(n, len(rank)), n)):
-        entry = engines[name]
-        try:
-            plugin = entry.load()
-        except Exception as exc:
-            typer.echo(f"warning: engine {name!r} ({entry.value}) cannot be loaded: {exc}", err=True)
-            continue
-        settings = PASS_THROUGH if plugin.passes_through else None
-        target.command(name, context_settings=settings)(worker_command(plugin))
+    ordered = sorted(engines, key=lambda n: (rank.get(n, len(rank)), n))
+    return {
+        name: typer_loader(name, functools.partial(_register_engine, name, engines[name])) for name in ordered
+    }
+
+
+def _register_engine(name: str, entry: Any, target: typer.Typer) -> None:
+    try:
+        plugin = entry.load()
+    except Exception as exc:
+        typer.echo(f"warning: engine {name!r} ({entry.value}) cannot be loaded: {exc}", err=True)
+        return
+    settings = PASS_THROUGH if plugin.passes_through else None
+    target.command(name, context_settings=settings)(worker_command(plugin))
 
 
 def _settings(
@@ -205,4 +214,6 @@ def _serve(plugin: EnginePlugin, config: object, settings: WorkerSettings, **kwa
         options.fail(str(exc), 1)
 
 
-register_engines(app)
+def register(root: typer.Typer) -> None:
+    """Add ``dyn worker`` to ``root`` (``dyn.cli.app``'s loaders)."""
+    root.add_typer(app, name="worker")

@@ -10,7 +10,6 @@ import typer.main
 from typer.testing import CliRunner
 
 from dyn.cli.app import app as dyn_app
-from dyn.cli.worker import app as worker_app
 from dyn.core.bench.report import read_result
 
 runner = CliRunner()
@@ -127,7 +126,7 @@ AIC_SETUP = [
 
 
 def test_mocker_flags_are_the_same_in_both_commands():
-    worker = typer.main.get_command(worker_app).commands["mocker"]
+    worker = typer.main.get_command(dyn_app).commands["worker"].commands["mocker"]
     bench = typer.main.get_command(dyn_app).commands["bench"].commands["replay"]
     ours, theirs = options(worker), options(bench)
     engine = [
