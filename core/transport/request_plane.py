@@ -124,7 +124,7 @@ class _ReplyStream:
 
     def __init__(self) -> None:
         self.items: list[_StreamItem] = []
-        self.ready = anyio.Event()
+        self.ready = asyncio.Event()  # asyncio's own: this client runs on asyncio alone
         self.touched = False
         self.since = time.monotonic()
         self.started = False
@@ -390,7 +390,7 @@ class WorkerClient:
             with anyio.fail_after(timeout_s):
                 while not stream.items:
                     await stream.ready.wait()
-                    stream.ready = anyio.Event()
+                    stream.ready.clear()
         finally:
             del self._streams[rid]
         reply = stream.items[0]
@@ -421,7 +421,7 @@ class WorkerClient:
             self.send(request)
             while True:
                 await stream.ready.wait()
-                stream.ready = anyio.Event()
+                stream.ready.clear()
                 items = stream.items
                 if not items:
                     continue
