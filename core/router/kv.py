@@ -75,7 +75,7 @@ from dyn.core.router.cost import (
     worker_logit,
 )
 from dyn.core.router.load import ActiveLoad, tracking_hashes
-from dyn.core.router.metrics import RouterMetrics
+from dyn.core.router.metrics import RouterMetrics, WorkerLoad
 from dyn.core.router.policy import (
     AllWorkersBusyError,
     NoWorkersError,
@@ -322,6 +322,7 @@ class KvRouter(Router):
         self._clock = clock
         self.block_size = block_size
         self.load = ActiveLoad(rng=self._rng, clock=clock)
+        metrics.watch_load(self._worker_loads)
         # overlap sources: exactly one primary (or none when the credit is 0), maybe a side index
         self.indexer: RadixIndexer | None = None
         self.lower: LowerTierIndexes | None = None
@@ -919,7 +920,6 @@ class KvRouter(Router):
         m.requests.inc()
         m.isl.observe(isl)
         m.kv_hit_rate.observe(cached_key / isl if isl else 0.0)
-        self._publish_load(key)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request %s -> worker %d rank %d (overlap %d blocks, host %d, disk %d, logits %s)",
@@ -1087,13 +1087,14 @@ class KvRouter(Router):
         prefix = min(max(cached, 0), isl)
         return durations.expected_secs(isl - prefix, prefix)
 
-    def _publish_load(self, key: WorkerKey) -> None:
-        self.metrics.worker_load(
-            key,
-            self.load.active_decode_blocks(key),
-            self.load.active_tokens(key, self._clock()),
-            self.worker_type,
-        )
+    def _worker_loads(self) -> list[WorkerLoad]:
+        """Every rank's booked load now, for the metrics' per-worker gauges."""
+        load, now, worker_type = self.load, self._clock(), self.worker_type
+        return [
+            (key, worker_type, load.active_decode_blocks(key), load.active_tokens(key, now))
+            for keys in self._ranks.values()
+            for key in keys
+        ]
 
     def _sync(self, route: KvRoute, event: str) -> None:
         if self.on_booking is not None:
@@ -1141,7 +1142,6 @@ class KvRouter(Router):
         else:
             log.warning("ignoring replica event %r from router %s", event.event, event.router_id)
             return
-        self._publish_load(key)
         if event.event in ("prefill_done", "free") and len(self.queue):
             self._drain()
 
@@ -1150,8 +1150,6 @@ class KvRouter(Router):
         gone = self.load.free_prefixed(f"{router_id}/")
         if gone:
             log.info("freed %d booking(s) of departed router %s", len(gone), router_id)
-            for key in {k for ks in self._ranks.values() for k in ks}:
-                self._publish_load(key)
             if len(self.queue):
                 self._drain()
 
@@ -1189,7 +1187,6 @@ class KvRouter(Router):
         self.metrics.first_token(
             route.key, first_at - route.routed_at, route.decision.isl_tokens, self.worker_type
         )
-        self._publish_load(route.key)
         if len(self.queue):
             self._drain()
 
@@ -1206,7 +1203,5 @@ class KvRouter(Router):
         if route.first_at is not None and route.output_tokens > 1:
             itl = (time.perf_counter() - route.first_at) / (route.output_tokens - 1)
         self.metrics.finished(route.key, route.output_tokens, itl, self.worker_type)
-        if route.key[0] in self._ranks:
-            self._publish_load(route.key)
         if len(self.queue):
             self._drain()

@@ -10,7 +10,8 @@
 The histograms are ``LocklessHistogram`` series (``dyn.core.histogram``): the router observes
 them on its event loop, seven times a decision, and the client library's lock cost 0.6 µs each.
 - ``dynamo_frontend_worker_active_decode_blocks`` / ``_active_prefill_tokens``: the router's view
-  of each (worker, dp_rank)'s load.
+  of each (worker, dp_rank)'s load, read from every watching router's load view when scraped
+  (``watch_load``), not set at each of a request's three booking changes.
 - ``dynamo_frontend_router_queue_pending_requests`` / ``_pending_isl_tokens``: the router queue.
 
 The KV-event counters (``dynamo_component_kv_cache_events_applied``) live with the ingestion code
@@ -19,12 +20,19 @@ The KV-event counters (``dynamo_component_kv_cache_events_applied``) live with t
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from dyn.core.histogram import LocklessHistogram
 
 _COMPONENT = ("dynamo_namespace", "dynamo_component", "dynamo_endpoint")
 _WORKER = ("worker_id", "dp_rank", "worker_type")
+
+WorkerLoad = tuple[tuple[int, int], str, float, float]
+"""((worker, dp_rank), worker_type, active decode blocks, active prefill tokens)."""
 
 
 def _exponential(start: float, factor: float, count: int) -> list[float]:
@@ -106,14 +114,7 @@ class RouterMetrics:
         self.find_matches_ms = overhead["indexer_find_matches"]
         self.scheduling_ms = overhead["scheduling"]
         self.total_ms = overhead["total"]
-        self._decode_blocks = worker_gauge(
-            "dynamo_frontend_worker_active_decode_blocks", "Active decode blocks the router books on a worker"
-        )
-        self._prefill_tokens = worker_gauge(
-            "dynamo_frontend_worker_active_prefill_tokens",
-            "Active prefill tokens the router books on a worker",
-        )
-        self._worker_gauges: dict[tuple[int, int], tuple[Gauge, Gauge]] = {}
+        self._loads = _WorkerLoads(r)
         self._last_gauges: dict[tuple[tuple[int, int], str], tuple[Gauge, Gauge, Gauge]] = {}
         self._last_ttft = worker_gauge(
             "dynamo_frontend_worker_last_time_to_first_token_seconds",
@@ -153,22 +154,10 @@ class RouterMetrics:
             registry=r,
         )
 
-    def worker_load(
-        self,
-        worker: tuple[int, int],
-        decode_blocks: float,
-        prefill_tokens: float,
-        worker_type: str = "decode",
-    ) -> None:
-        gauges = self._worker_gauges.get(worker)
-        if gauges is None:
-            key = (str(worker[0]), str(worker[1]), worker_type)
-            gauges = self._worker_gauges[worker] = (
-                self._decode_blocks.labels(*key),
-                self._prefill_tokens.labels(*key),
-            )
-        gauges[0].set(decode_blocks)
-        gauges[1].set(prefill_tokens)
+    def watch_load(self, source: Callable[[], Iterable[WorkerLoad]]) -> None:
+        """Report what the bound method ``source`` returns as the per-worker load gauges at every
+        scrape, for as long as its object lives (a router that is dropped stops reporting)."""
+        self._loads.sources.append(weakref.WeakMethod(source))
 
     def _last(self, worker: tuple[int, int], worker_type: str) -> tuple[Gauge, Gauge, Gauge]:
         """The worker's last-request gauges (TTFT, ISL, ITL), labelled once."""
@@ -200,12 +189,9 @@ class RouterMetrics:
             self.itl.observe(itl_s)
 
     def forget_worker(self, worker: tuple[int, int], worker_type: str = "decode") -> None:
-        self._worker_gauges.pop(worker, None)
         self._last_gauges.pop((worker, worker_type), None)
         key = (str(worker[0]), str(worker[1]), worker_type)
         for gauge in (
-            self._decode_blocks,
-            self._prefill_tokens,
             self._last_ttft,
             self._last_isl,
             self._last_itl,
@@ -214,3 +200,45 @@ class RouterMetrics:
                 gauge.remove(*key)
             except KeyError:
                 pass
+
+
+class _WorkerLoads:
+    """The per-worker load gauges as a collector: each scrape asks the watching routers."""
+
+    DECODE = (
+        "dynamo_frontend_worker_active_decode_blocks",
+        "Active decode blocks the router books on a worker",
+    )
+    PREFILL = (
+        "dynamo_frontend_worker_active_prefill_tokens",
+        "Active prefill tokens the router books on a worker",
+    )
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sources: list[weakref.WeakMethod[Callable[[], Iterable[WorkerLoad]]]] = []
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily(*self.DECODE, labels=_WORKER),
+            GaugeMetricFamily(*self.PREFILL, labels=_WORKER),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        loads: dict[tuple[str, str, str], tuple[float, float]] = {}
+        live = []
+        for ref in self.sources:
+            source = ref()
+            if source is None:
+                continue
+            live.append(ref)
+            for (worker, rank), worker_type, blocks, tokens in source():
+                loads[(str(worker), str(rank), worker_type)] = (blocks, tokens)
+        self.sources[:] = live
+        decode = GaugeMetricFamily(*self.DECODE, labels=_WORKER)
+        prefill = GaugeMetricFamily(*self.PREFILL, labels=_WORKER)
+        for labels, (blocks, tokens) in loads.items():
+            decode.add_metric(labels, blocks)
+            prefill.add_metric(labels, tokens)
+        yield decode
+        yield prefill

@@ -4,6 +4,7 @@ WorkerPool methods the router uses; the indexes, load model, cost and queue are 
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter
 
@@ -154,6 +155,39 @@ async def test_finished_frees_the_booking():
     route.finished()
     route.finished()  # idempotent
     assert router.load.active_decode_blocks((1, 0)) == 0
+
+
+def _load_gauges(registry: CollectorRegistry) -> dict[str, float]:
+    """The per-worker load series of a scrape, as ``name{worker_id,dp_rank,worker_type}``."""
+    return {
+        f"{s.name}{{{s.labels['worker_id']},{s.labels['dp_rank']},{s.labels['worker_type']}}}": s.value
+        for family in registry.collect()
+        if family.name.startswith("dynamo_frontend_worker_active_")
+        for s in family.samples
+    }
+
+
+async def test_the_worker_load_gauges_show_the_bookings_when_scraped_and_leave_with_the_router():
+    registry = CollectorRegistry()
+    router = KvRouter(FakePool(2), KvRouterConfig(), RouterMetrics(registry), ingest=FakeIngestor)
+    assert _load_gauges(registry) == {
+        "dynamo_frontend_worker_active_decode_blocks{1,0,decode}": 0,
+        "dynamo_frontend_worker_active_decode_blocks{2,0,decode}": 0,
+        "dynamo_frontend_worker_active_prefill_tokens{1,0,decode}": 0,
+        "dynamo_frontend_worker_active_prefill_tokens{2,0,decode}": 0,
+    }
+    route = await router.route(request(PREFIX, "a"))
+    worker = route.decision.worker[0]
+    booked = _load_gauges(registry)
+    assert booked[f"dynamo_frontend_worker_active_decode_blocks{{{worker},0,decode}}"] == 40
+    assert booked[f"dynamo_frontend_worker_active_prefill_tokens{{{worker},0,decode}}"] == 160
+    route.first_token()
+    assert _load_gauges(registry)[f"dynamo_frontend_worker_active_prefill_tokens{{{worker},0,decode}}"] == 0
+    route.finished()
+    assert not any(_load_gauges(registry).values())
+    del router, route
+    gc.collect()
+    assert _load_gauges(registry) == {}
 
 
 async def test_queue_holds_requests_while_every_worker_is_busy_and_orders_by_priority():
