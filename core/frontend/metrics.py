@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from dyn.core.histogram import LocklessHistogramFamily
 
 PREFIX = "dynamo_frontend"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -37,43 +39,43 @@ class FrontendMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.ttft = Histogram(
+        self.ttft = LocklessHistogramFamily(
             f"{PREFIX}_time_to_first_token_seconds",
             "Time to first token",
             ["model"],
-            buckets=_SECONDS,
-            registry=r,
+            _SECONDS,
+            r,
         )
-        self.itl = Histogram(
+        self.itl = LocklessHistogramFamily(
             f"{PREFIX}_inter_token_latency_seconds",
             "Mean inter-token latency of a request",
             ["model"],
-            buckets=_SECONDS,
-            registry=r,
+            _SECONDS,
+            r,
         )
-        self.duration = Histogram(
-            f"{PREFIX}_request_duration_seconds", "Request duration", ["model"], buckets=_SECONDS, registry=r
+        self.duration = LocklessHistogramFamily(
+            f"{PREFIX}_request_duration_seconds", "Request duration", ["model"], _SECONDS, r
         )
-        self.isl = Histogram(
+        self.isl = LocklessHistogramFamily(
             f"{PREFIX}_input_sequence_tokens",
             "Prompt tokens per request",
             ["model"],
-            buckets=_TOKENS,
-            registry=r,
+            _TOKENS,
+            r,
         )
-        self.osl = Histogram(
+        self.osl = LocklessHistogramFamily(
             f"{PREFIX}_output_sequence_tokens",
             "Output tokens per request",
             ["model"],
-            buckets=_TOKENS,
-            registry=r,
+            _TOKENS,
+            r,
         )
-        self.cached = Histogram(
+        self.cached = LocklessHistogramFamily(
             f"{PREFIX}_cached_tokens",
             "Prompt tokens served from the KV cache",
             ["model"],
-            buckets=_TOKENS,
-            registry=r,
+            _TOKENS,
+            r,
         )
         self.output_tokens = Counter(
             f"{PREFIX}_output_tokens", "Output tokens generated", ["model"], registry=r

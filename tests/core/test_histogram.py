@@ -1,5 +1,6 @@
-"""``LocklessHistogram`` against prometheus_client's ``Histogram``: the same observations give the
-same exposition text (but the creation time), and the registry refuses a name twice."""
+"""``LocklessHistogram`` and ``LocklessHistogramFamily`` against prometheus_client's ``Histogram``:
+the same observations give the same exposition text (but the creation time), and the registry
+refuses a name twice."""
 
 import re
 
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from dyn.core.histogram import LocklessHistogram
+from dyn.core.histogram import LocklessHistogram, LocklessHistogramFamily
 
 BUCKETS = [0.001 * 2**i for i in range(15)]
 
@@ -28,6 +29,22 @@ def test_the_exposition_is_prometheus_clients(values):
         mine.observe(v)
         child.observe(v)
     assert exposition(ours) == exposition(theirs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.floats(0.0, 50.0)), max_size=60))
+def test_a_familys_series_are_exposed_as_prometheus_clients_labelled_histogram(values):
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = LocklessHistogramFamily("t_seconds", "Time", ["model"], BUCKETS, ours)
+    reference = Histogram("t_seconds", "Time", ["model"], buckets=BUCKETS, registry=theirs)
+    for model, v in values:
+        mine.labels(model).observe(v)
+        reference.labels(model).observe(v)
+    assert mine.labels("a") is mine.labels("a")  # made once; the library's child too:
+    reference.labels("a")
+    assert exposition(ours) == exposition(theirs)
+    with pytest.raises(ValueError, match="Duplicated"):
+        LocklessHistogramFamily("t_seconds", "Time", ["model"], BUCKETS, ours)
 
 
 def test_a_name_is_registered_once_and_labels_must_match():
