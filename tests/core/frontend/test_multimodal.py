@@ -29,6 +29,7 @@ from tests.media_models import (
     IMAGE_TOKENS,
     QWEN_TOKENS,
     make_audio_model,
+    make_llava_next_model,
     make_qwen_vl_model,
     make_vision_model,
 )
@@ -223,6 +224,30 @@ async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_image_needs(ma
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].image_url"
         assert "200 times" in r.json()["error"]["message"]
+
+
+async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles_need(
+    make_frontend, tmp_path
+):
+    """LLaVA-NeXT: at the tiny model's 28-pixel tiles (2x2 patches each) a 56x56 image fills the
+    2x2-tile pinpoint (4 for the whole image + 4 x 4 patches + 4 newlines), a 112x28 one the
+    1x3-tile pinpoint (4 + 2 x 6 + 2)."""
+    model = str(make_llava_next_model(tmp_path / "next"))
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        square, wide = png((9, 9, 9), size=56), wide_png((8, 8, 8), 112, 28)
+        body = {"messages": [user(image_part(square), image_part(wide), TEXT)], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        assert [m.length for m in request.media] == [24, 18]
+        for m in request.media:
+            assert request.token_ids[m.offset : m.offset + m.length] == [IMAGE_TOKEN_ID] * m.length
+
+
+def wide_png(colour: tuple[int, int, int], width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), colour).save(out, "PNG")
+    return out.getvalue()
 
 
 def wav(frames: int, rate: int = 16000) -> bytes:

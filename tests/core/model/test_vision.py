@@ -5,6 +5,7 @@ one additional token, the ``default`` strategy dropping it again: 576)."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.media_models import (
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,
+    make_llava_next_model,
     make_qwen_vl_model,
     make_vision_model,
 )
@@ -70,3 +72,47 @@ def test_the_qwen2_vl_family_counts_by_each_images_size(tmp_path):
         tokens.count_for(4020, 20)
     bounded = image_tokens(load_model_info(make_qwen_vl_model(tmp_path / "q2", max_pixels=256 * 28 * 28)))
     assert bounded.count_for(4000, 3000) <= 256
+
+
+SIZES = [
+    (28, 28),
+    (1, 1),
+    (100, 50),
+    (50, 100),
+    (300, 17),
+    (17, 300),
+    (640, 480),
+    (33, 97),
+    (56, 28),
+    (84, 29),
+]
+
+
+def test_llava_next_counts_each_images_tiles_as_transformers_processor_expands_them(tmp_path):
+    """The count of every size is what transformers' ``LlavaNextProcessor`` (the model's own
+    processor, loaded from its files) writes into the prompt: the whole image as one tile, the
+    best pinpoint's tiles less their padding, a newline token per row."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    d = make_llava_next_model(tmp_path / "next")
+    tokens = image_tokens(load_model_info(d))
+    assert (tokens.token, tokens.token_id, tokens.placeholder) == ("<image>", IMAGE_TOKEN_ID, "<image>")
+    processor = AutoProcessor.from_pretrained(d)
+    rng = random.Random(0)
+    sizes = SIZES + [(rng.randint(1, 2000), rng.randint(1, 2000)) for _ in range(30)]
+    for width, height in sizes:
+        ids = processor(text="<image>", images=[Image.new("RGB", (width, height))])["input_ids"][0]
+        assert tokens.count_for(width, height) == list(ids).count(IMAGE_TOKEN_ID), (width, height)
+
+
+def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_path):
+    d = make_llava_next_model(tmp_path / "next")
+    rewrite(d / "config.json", image_grid_pinpoints=[[28, "56"]])
+    assert image_tokens(load_model_info(d)) is None
+    rewrite(d / "config.json", image_grid_pinpoints=[[14, 28]])  # smaller than a tile
+    assert image_tokens(load_model_info(d)) is None
+    for family in ("idefics3", "llava_onevision", "mllama"):
+        other = make_vision_model(tmp_path / family)
+        rewrite(other / "config.json", model_type=family)
+        assert image_tokens(load_model_info(other)) is None
