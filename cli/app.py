@@ -79,7 +79,7 @@ def main_options(
 ) -> None:
     """Options that apply to every command."""
     from dyn.core.logs import configure_logging
-    from dyn.core.serve import follow_parent
+    from dyn.core.parent import follow_parent
 
     follow_parent()
     try:

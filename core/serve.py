@@ -13,14 +13,13 @@ Two ideas live here, both engine-agnostic and free of any CLI library:
   death (``restart_backoff_s``), and the supervisor says so. Stopping is a drain: every child gets
   SIGTERM (workers leave discovery and finish or hand back their requests, the frontend finishes
   its open responses), then SIGKILL after ``stop_timeout_s``; all are reaped before it returns.
-  Children stop even if the supervisor is SIGKILLed: each runs ``follow_parent`` at start (Linux's
-  PR_SET_PDEATHSIG), told the supervisor's pid in ``PARENT_ENV``.
+  Children stop even if the supervisor is SIGKILLed: each runs ``follow_parent`` at start
+  (``dyn.core.parent``: Linux's PR_SET_PDEATHSIG), told the supervisor's pid in ``PARENT_ENV``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import difflib
 import os
 import re
@@ -39,12 +38,11 @@ import orjson
 
 from dyn.core.frontend import vllm_flags
 from dyn.core.logs import PROCESS_ENV, json_record, status_text
+from dyn.core.parent import PARENT_ENV
 
 LISTENING_RE = re.compile(r"dyn frontend listening on (https?://\S+)")
 READY_PREFIX = "dyn serve: ready at "
 READY_RE = re.compile(re.escape(READY_PREFIX) + r"(https?://\S+)")
-_PR_SET_PDEATHSIG = 1
-PARENT_ENV = "DYN_SERVE_PARENT_PID"
 _STEADY_S = 60.0
 """A restarted worker that lived this long starts the back-off over."""
 SECRET_FLAGS = ("--api-key",)
@@ -304,30 +302,6 @@ class ServeConfig:
     @property
     def expected_instances(self) -> int:
         return len(self.workers) * self.instances_per_worker
-
-
-def follow_parent() -> None:
-    """In a child of ``dyn serve`` (``PARENT_ENV`` set): ask Linux to SIGTERM this process when
-    the supervisor dies, and stop at once if it died already. A no-op elsewhere."""
-    parent = os.environ.get(PARENT_ENV)
-    if parent:
-        die_with_parent(int(parent))
-
-
-def die_with_parent(parent: int) -> None:
-    """Ask Linux to SIGTERM this process when process ``parent`` dies, and stop at once if it
-    died already. A no-op off Linux."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    if os.getppid() != parent:  # the supervisor died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def hide_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:

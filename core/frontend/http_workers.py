@@ -119,7 +119,7 @@ def _serve(
     serves."""
     from dyn.core.frontend.server import run_frontend
     from dyn.core.logs import configure_logging
-    from dyn.core.serve import die_with_parent
+    from dyn.core.parent import die_with_parent
     from dyn.core.transport.sockets import use_advertise_host, use_plane_keys
 
     die_with_parent(parent)

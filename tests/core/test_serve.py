@@ -181,7 +181,7 @@ def test_wildcard_addresses_become_loopback_and_exits_read_well():
 
 FAKE_FRONTEND = r"""
 import http.server, json, os, signal, sys, threading, time
-from dyn.core.serve import follow_parent
+from dyn.core.parent import follow_parent
 follow_parent()  # as every dyn command does first
 instances, trigger = int(sys.argv[1]), sys.argv[2]
 
@@ -212,7 +212,7 @@ while time.monotonic() < deadline:
 
 FAKE_WORKER = r"""
 import os, signal, sys, time
-from dyn.core.serve import follow_parent
+from dyn.core.parent import follow_parent
 follow_parent()
 code, trigger, on_term = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 signal.signal(signal.SIGTERM, signal.SIG_IGN if on_term == "ignore" else (lambda *_: sys.exit(0)))
