@@ -37,9 +37,10 @@ from tests.media_models import (
 pytestmark = pytest.mark.anyio
 
 
-def png(colour: tuple[int, int, int], size: int = 8) -> bytes:
+def png(colour: tuple[int, int, int], size: int = 8, height: int | None = None) -> bytes:
+    """A PNG ``size`` pixels wide and ``height`` (else ``size``) high."""
     out = io.BytesIO()
-    Image.new("RGB", (size, size), colour).save(out, "PNG")
+    Image.new("RGB", (size, height or size), colour).save(out, "PNG")
     return out.getvalue()
 
 
@@ -218,9 +219,7 @@ async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_image_needs(ma
             assert ids[m.offset - 1] == QWEN_TOKENS["<|vision_start|>"]
             assert ids[m.offset : m.offset + m.length] == [pad] * m.length
             assert ids[m.offset + m.length] == QWEN_TOKENS["<|vision_end|>"]
-        out = io.BytesIO()
-        Image.new("RGB", (4020, 20)).save(out, "PNG")
-        body = {"messages": [user(image_part(out.getvalue()))], "max_tokens": 2}
+        body = {"messages": [user(image_part(png((0, 0, 0), 4020, 20)))], "max_tokens": 2}
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].image_url"
         assert "200 times" in r.json()["error"]["message"]
@@ -234,7 +233,7 @@ async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles
     1x3-tile pinpoint (4 + 2 x 6 + 2)."""
     model = str(make_llava_next_model(tmp_path / "next"))
     async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
-        square, wide = png((9, 9, 9), size=56), wide_png((8, 8, 8), 112, 28)
+        square, wide = png((9, 9, 9), size=56), png((8, 8, 8), 112, 28)
         body = {"messages": [user(image_part(square), image_part(wide), TEXT)], "max_tokens": 2}
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 200, r.text
@@ -242,12 +241,6 @@ async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles
         assert [m.length for m in request.media] == [24, 18]
         for m in request.media:
             assert request.token_ids[m.offset : m.offset + m.length] == [IMAGE_TOKEN_ID] * m.length
-
-
-def wide_png(colour: tuple[int, int, int], width: int, height: int) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (width, height), colour).save(out, "PNG")
-    return out.getvalue()
 
 
 def wav(frames: int, rate: int = 16000) -> bytes:
