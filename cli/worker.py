@@ -33,7 +33,7 @@ LISTED_FIRST = ("mocker", "vllm", "sglang")
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 app = typer.Typer(
-    cls=lazy_group(TyperGroup, lambda: engine_loaders()),
+    cls=lazy_group(TyperGroup, lambda: engine_loaders()),  # defined below
     help="Run engine workers: each registers in discovery, serves the request plane and "
     "publishes KV events and load metrics.",
     no_args_is_help=True,
