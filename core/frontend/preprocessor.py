@@ -45,7 +45,7 @@ from dyn.core.messages import (
     ToolSpec,
 )
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.multimodal import COUNT_ERRORS, placeholder_rules
+from dyn.core.model.multimodal import COUNT_ERRORS, placeholder_rules, uncounted_modalities
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
@@ -154,6 +154,8 @@ class Preprocessor:
         """The placeholder rule of each modality the model takes (empty: text only)."""
         self.placeholders = {m: rule.placeholder for m, rule in self.media_rules.items()} or None
         """What the chat template writes for each modality the model takes."""
+        self.uncounted_media = uncounted_modalities(info)
+        """The modalities the model takes whose placeholders dyn cannot count, with its family."""
 
     def cap_context(self, workers_context: int | None) -> None:
         """Serve at most ``workers_context`` tokens of context: the smallest a live worker advertises

@@ -280,6 +280,13 @@ class OpenAIService:
         taken = set(self.preprocessor.placeholders or ())
         if not set(kinds) <= taken:
             first = next(p for p in parts if p.modality not in taken)
+            family = self.preprocessor.uncounted_media.get(first.modality)
+            if family is not None:
+                raise bad_request(
+                    f"{first.param}: model {self.model_name!r} takes {first.modality}s, but dyn does "
+                    f"not count their placeholder tokens for its family ({family}): not built; send text",
+                    param=first.param,
+                )
             raise bad_request(
                 f"{first.param}: model {self.model_name!r} takes no {first.modality} input; send "
                 f"text, or serve a model that takes {first.modality}s",

@@ -165,6 +165,15 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     return ImageTokens(token, token_id, count)
 
 
+def uncounted_image_family(info: ModelInfo) -> str | None:
+    """The model's family (``model_type``) when it has a vision tower whose images
+    ``image_tokens`` cannot count; None for a model it counts or one that takes no images."""
+    config = read_processor_files(info).config
+    if not isinstance(config.get("vision_config"), dict) or image_tokens(info) is not None:
+        return None
+    return str(config.get("model_type") or "unknown")
+
+
 UNCOUNTED_FAMILIES = frozenset(
     {"idefics2", "idefics3", "smolvlm", "llava_onevision", "llava_next_video", "mllama"}
 )

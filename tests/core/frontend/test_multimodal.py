@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import random
 import wave
 
@@ -241,6 +242,22 @@ async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles
         assert [m.length for m in request.media] == [24, 18]
         for m in request.media:
             assert request.token_ids[m.offset : m.offset + m.length] == [IMAGE_TOKEN_ID] * m.length
+
+
+async def test_an_image_for_a_family_dyn_cannot_count_says_so(make_frontend, tmp_path):
+    """An Idefics3 model takes images, but its placeholders follow a rule dyn does not read: the
+    400 says that, not that the model takes no images."""
+    model = make_vision_model(tmp_path / "idefics")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "model_type": "idefics3"}))
+    async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
+        body = {"messages": [user(image_part(png((1, 2, 3))), TEXT)], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "messages[0].content[0].image_url"
+        assert "(idefics3): not built" in error["message"] and "takes images" in error["message"]
+        assert fe.fleet[1].requests == []
 
 
 def wav(frames: int, rate: int = 16000) -> bytes:
