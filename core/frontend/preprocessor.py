@@ -154,7 +154,7 @@ class Preprocessor:
         """The placeholder rule of each modality the model takes (empty: text only)."""
         self.placeholders = {m: rule.placeholder for m, rule in self.media_rules.items()} or None
         """What the chat template writes for each modality the model takes."""
-        self.uncounted_media = uncounted_modalities(info)
+        self.uncounted_media = uncounted_modalities(info, self.media_rules)
         """The modalities the model takes whose placeholders dyn cannot count, with its family."""
 
     def cap_context(self, workers_context: int | None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens, uncounted_image_family
+from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens, vision_family
 
 PlaceholderRule = ImageTokens | AudioTokens
 COUNT_ERRORS = (ImageSizeError, AudioLengthError)
@@ -26,8 +26,9 @@ def placeholder_rules(info: ModelInfo) -> dict[str, PlaceholderRule]:
     return rules
 
 
-def uncounted_modalities(info: ModelInfo) -> dict[str, str]:
-    """``{modality: family}`` for what the model takes but dyn cannot count (not built), so a
-    request with such media says so instead of calling the model text-only."""
-    family = uncounted_image_family(info)
+def uncounted_modalities(info: ModelInfo, rules: dict[str, PlaceholderRule]) -> dict[str, str]:
+    """``{modality: family}`` for what the model takes but ``rules`` (its ``placeholder_rules``)
+    cannot count (not built), so a request with such media says so instead of calling the model
+    text-only."""
+    family = vision_family(info) if "image" not in rules else None
     return {"image": family} if family is not None else {}

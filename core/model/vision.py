@@ -37,6 +37,11 @@ from dyn.core.model.info import ModelInfo, read_processor_files, token_content
 
 MAX_ASPECT_RATIO = 200
 """The Qwen2-VL family's image processors refuse a longer side over 200 times the shorter."""
+MAX_PINPOINTS = 256
+MAX_TILES = 64
+"""A LLaVA-NeXT grid of more shapes, or a shape more tiles long, is not read (the model is not
+counted): each image is matched against every shape, and its count grows with the tiles (llava-v1.6
+has 5 shapes of at most 3 tiles a side; anyres_max_9 grids some 36 of at most 9)."""
 
 
 class ImageSizeError(ValueError):
@@ -165,11 +170,11 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     return ImageTokens(token, token_id, count)
 
 
-def uncounted_image_family(info: ModelInfo) -> str | None:
-    """The model's family (``model_type``) when it has a vision tower whose images
-    ``image_tokens`` cannot count; None for a model it counts or one that takes no images."""
+def vision_family(info: ModelInfo) -> str | None:
+    """The model's family (``model_type``) when it has a vision tower, counted or not; None for
+    a model without one."""
     config = read_processor_files(info).config
-    if not isinstance(config.get("vision_config"), dict) or image_tokens(info) is not None:
+    if not isinstance(config.get("vision_config"), dict):
         return None
     return str(config.get("model_type") or "unknown")
 
@@ -187,12 +192,18 @@ def _any_resolution(
     tile, patch = _int(vision.get("image_size")), _int(vision.get("patch_size"))
     if not isinstance(grid, list) or not grid or tile is None or patch is None or not 0 < patch <= tile:
         return None
+    if len(grid) > MAX_PINPOINTS:
+        return None
     pinpoints = []
     for point in grid:
         if not isinstance(point, list | tuple) or len(point) != 2:
             return None
         height, width = _int(point[0]), _int(point[1])
-        if height is None or width is None or height < tile or width < tile:
+        if (
+            height is None
+            or width is None
+            or not tile <= min(height, width) <= max(height, width) <= MAX_TILES * tile
+        ):
             return None
         pinpoints.append((height, width))
     extra = _int(processor.get("num_additional_image_tokens"))

@@ -112,6 +112,12 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
     assert image_tokens(load_model_info(d)) is None
     rewrite(d / "config.json", image_grid_pinpoints=[[14, 28]])  # smaller than a tile
     assert image_tokens(load_model_info(d)) is None
+    rewrite(d / "config.json", image_grid_pinpoints=[[28, 28 * 65]])  # 65 tiles long: a huge count
+    assert image_tokens(load_model_info(d)) is None
+    rewrite(d / "config.json", image_grid_pinpoints=[[28, 28]] * 257)  # every image tries each
+    assert image_tokens(load_model_info(d)) is None
+    rewrite(d / "config.json", image_grid_pinpoints=[[28, 28 * 64]] * 256)  # the most that is read
+    assert image_tokens(load_model_info(d)).count_for(28 * 64, 28) == 4 + 2 * 128 + 2
     for family in ("idefics3", "llava_onevision", "mllama"):
         other = make_vision_model(tmp_path / family)
         rewrite(other / "config.json", model_type=family)
