@@ -240,6 +240,6 @@ class DiscoveryConfig(msgspec.Struct, kw_only=True, frozen=True):
     def open(self) -> DiscoveryStore:
         """The store (``open_store``); ``ValueError`` for an unknown backend, a bad namespace,
         malformed etcd endpoints, or (``ConfigError``) an etcd that does not answer."""
-        from dyn.core.discovery.store import open_store
+        from dyn.core.discovery.backends import open_store
 
         return open_store(self.backend, self.namespace, self.dir, etcd_endpoints=self.etcd_endpoints)

@@ -16,7 +16,6 @@ import math
 import re
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
-from pathlib import Path
 from types import TracebackType
 from typing import Literal, Protocol, TypeVar
 
@@ -280,18 +279,3 @@ class Lease:
                 if failing:
                     log.info("discovery heartbeat of instance %d recovered", instance_id)
                 failing = False
-
-
-def open_store(
-    backend: str,
-    namespace: str,
-    root: str | Path | None = None,
-    *,
-    etcd_endpoints: str | None = None,
-    check: bool = True,
-) -> DiscoveryStore:
-    """The discovery store ``backend`` for ``namespace``: ``backends.open_store``, importable
-    from here as before (see there)."""
-    from dyn.core.discovery.backends import open_store as open_registered
-
-    return open_registered(backend, namespace, root, etcd_endpoints=etcd_endpoints, check=check)

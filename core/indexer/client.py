@@ -39,8 +39,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from dyn.core.discovery.backends import open_store
 from dyn.core.discovery.services import service_namespace, service_record, service_store
-from dyn.core.discovery.store import DiscoveryStore, open_store
+from dyn.core.discovery.store import DiscoveryStore
 from dyn.core.kv.indexer import OverlapScores
 from dyn.core.kv.tiers import TieredScores, TierHits
 from dyn.core.messages import (

@@ -141,7 +141,7 @@ def find_indexer_url(
 ) -> str:
     """The HTTP URL of the newest live ``dyn indexer`` of ``model_name`` (None: any model) in
     ``namespace``; ``TargetError`` saying what to pass when there is none."""
-    from dyn.core.discovery.store import open_store
+    from dyn.core.discovery.backends import open_store
     from dyn.core.errors import ConfigError
     from dyn.core.indexer.client import indexers_store, serves_model
 

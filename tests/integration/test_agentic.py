@@ -14,7 +14,7 @@ import openai
 import pytest
 import zmq
 
-from dyn.core.discovery.store import open_store
+from dyn.core.discovery.backends import open_store
 from dyn.core.messages import LOAD_METRICS_TOPIC, LoadMetrics, PinPrefixRequest
 from dyn.core.transport.event_plane import decode_load_metrics
 from dyn.core.transport.request_plane import WorkerClient

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from dyn.core.discovery.store import open_store
+from dyn.core.discovery.backends import open_store
 from dyn.core.messages import (
     Finish,
     GenerateRequest,
