@@ -20,6 +20,8 @@
 #   module needs torchvision).
 # - $VENV/models/dyn-tiny-llava-next: the same as LLaVA-NeXT (llava-v1.6: images tiled by their size),
 #   written by scripts/make_tiny_llava.py with `tiles`.
+# - $VENV/models/dyn-tiny-idefics3: a random-weight Idefics3 (SmolVLM's architecture: images cut into
+#   tiles written as text around their tokens), by scripts/make_tiny_idefics3.py; vLLM's own module.
 # - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
 #   written by scripts/make_tiny_classifier.py, for /classify.
 # - $VENV/models/dyn-tiny-qwen2-audio: a random-weight Qwen2-Audio (a tiny Whisper-style audio
@@ -76,6 +78,7 @@ fi
 finish_engine_venv "$venv" "$repo"
 make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
 make_tiny_model "$venv" "$repo" dyn-tiny-llava-next make_tiny_llava.py tiles
+make_tiny_model "$venv" "$repo" dyn-tiny-idefics3 make_tiny_idefics3.py
 make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
 make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-audio make_tiny_qwen2_audio.py
 make_tiny_model "$venv" "$repo" dyn-tiny-jina-ranker make_tiny_jina_ranker.py

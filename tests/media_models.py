@@ -6,6 +6,8 @@ mocker read only their JSON files), all on dyn-tiny's tokenizer:
   strategy and one additional token) and a chat template that iterates over the content parts,
   as llava-hf's do;
 - ``make_qwen_vl_model``: the Qwen2-VL family's dynamic resolution;
+- ``make_idefics3_model``: Idefics3's (and SmolVLM's) images cut into tiles, written as text
+  around their tokens;
 - ``make_audio_model``: a Qwen2-Audio-style model (Whisper's feature extractor at 16 kHz: 25
   ``<|AUDIO|>`` tokens a second, 750 at most), its template writing
   ``<|audio_bos|><|AUDIO|><|audio_eos|>`` for an audio part."""
@@ -142,6 +144,55 @@ def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: i
     (directory / "preprocessor_config.json").write_text(
         json.dumps({"min_pixels": min_pixels, "max_pixels": max_pixels, "patch_size": 14, "merge_size": 2})
     )
+    return directory
+
+
+IDEFICS3_TOKENS = {
+    "<fake_token_around_image>": 4097,
+    "<global-img>": 4098,
+    **{f"<row_{r}_col_{c}>": 4099 + 6 * (r - 1) + (c - 1) for r in range(1, 7) for c in range(1, 7)},
+}
+"""Idefics3's tokens beside ``<image>`` (4096): the tile tags up to 6 x 6, as its tokenizer has them."""
+IDEFICS3_TILE = 56
+IDEFICS3_SEQ_LEN = 4
+"""``<image>`` tokens a tile: (56 // 14) ** 2 patches, pixel-shuffled by a scale factor of 2."""
+
+
+def make_idefics3_model(directory: Path, family: str = "idefics3") -> Path:
+    """An Idefics3-style model (``family``: ``idefics3``, or ``smolvlm`` for SmolVLM, the same
+    rule) in ``directory``: the tiny vision model's tokenizer with Idefics3's tokens added, images
+    resized to a longest edge of 4 tiles of ``IDEFICS3_TILE`` pixels and cut into those tiles,
+    ``IDEFICS3_SEQ_LEN`` image tokens a tile; transformers' ``AutoProcessor`` loads it."""
+    make_vision_model(directory)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] += [
+        {**tokenizer["added_tokens"][-1], "id": token_id, "content": token}
+        for token, token_id in IDEFICS3_TOKENS.items()
+    ]
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((directory / "config.json").read_text())
+    vocab = max(IDEFICS3_TOKENS.values()) + 1
+    config.update(
+        architectures=[f"{'SmolVLM' if family == 'smolvlm' else 'Idefics3'}ForConditionalGeneration"],
+        model_type=family,
+        image_token_id=IMAGE_TOKEN_ID,
+        scale_factor=2,
+        vision_config={"model_type": f"{family}_vision", "image_size": IDEFICS3_TILE, "patch_size": 14},
+        vocab_size=vocab,
+    )
+    config["text_config"]["vocab_size"] = vocab
+    del config["image_token_index"], config["vision_feature_select_strategy"]
+    (directory / "config.json").write_text(json.dumps(config))
+    processor_class = "SmolVLMProcessor" if family == "smolvlm" else "Idefics3Processor"
+    image_processor = {
+        "image_processor_type": f"{processor_class[:-9]}ImageProcessor",
+        "do_image_splitting": True,
+        "size": {"longest_edge": 4 * IDEFICS3_TILE},
+        "max_image_size": {"longest_edge": IDEFICS3_TILE},
+    }
+    processor = {"image_seq_len": IDEFICS3_SEQ_LEN, "processor_class": processor_class}
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
     return directory
 
 

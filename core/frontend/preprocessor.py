@@ -45,7 +45,7 @@ from dyn.core.messages import (
     ToolSpec,
 )
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.multimodal import COUNT_ERRORS, placeholder_rules, uncounted_modalities
+from dyn.core.model.multimodal import COUNT_ERRORS, placeholder_ids, placeholder_rules, uncounted_modalities
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
@@ -285,8 +285,8 @@ class Preprocessor:
         return self._finish(req, token_ids, text, req.max_completion_tokens, media=items)
 
     def _placed(self, token_ids: list[int], media: Sequence[MediaInput]) -> tuple[list[int], list[MediaItem]]:
-        """The prompt with each item's one placeholder token repeated as many times as the model
-        reads that item (its modality's ``tokens_for``), and where each item now is."""
+        """The prompt with each item's one placeholder token replaced by the tokens the model
+        reads for that item (its modality's ``placeholder_ids``), and where each item now is."""
         rules = self.media_rules
         kinds = sorted({item.modality for item in media})
         if not_taken := [m for m in kinds if m not in rules]:
@@ -306,17 +306,19 @@ class Preprocessor:
         items: list[MediaItem] = []
         start = 0
         for position, item in zip(at, media, strict=True):
-            rule = rules[item.modality]
             try:
-                count = rule.tokens_for(item)
+                placed = placeholder_ids(rules[item.modality], item, self._encode_plain)
             except COUNT_ERRORS as exc:
                 raise bad_request(f"{item.param}: {exc}", param=item.param) from None
             out += token_ids[start:position]
-            items.append(MediaItem(item.modality, item.data, item.mime, item.mm_hash, len(out), count))
-            out += [rule.token_id] * count
+            items.append(MediaItem(item.modality, item.data, item.mime, item.mm_hash, len(out), len(placed)))
+            out += placed
             start = position + 1
         out += token_ids[start:]
         return out, items
+
+    def _encode_plain(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def _chat_tokens(self, req: ChatCompletionRequest) -> list[int]:
         text = self._render(req, req.messages, req.add_generation_prompt, req.continue_final_message)

@@ -3,10 +3,14 @@
 model's files. Both rules answer the same questions: ``token`` and ``token_id`` (the placeholder
 that repeats), ``placeholder`` (what a template that reads text writes for one item) and
 ``tokens_for(item)`` (how many placeholder tokens a loaded item becomes, or one of
-``COUNT_ERRORS`` saying why the model cannot take it). No model dyn reads takes video.
+``COUNT_ERRORS`` saying why the model cannot take it); ``placeholder_ids`` is what an item becomes
+in the prompt. No model dyn reads takes video.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
 from dyn.core.model.info import ModelInfo
@@ -32,3 +36,14 @@ def uncounted_modalities(info: ModelInfo, rules: dict[str, PlaceholderRule]) -> 
     text-only."""
     family = vision_family(info) if "image" not in rules else None
     return {"image": family} if family is not None else {}
+
+
+def placeholder_ids(rule: PlaceholderRule, item: Any, encode: Callable[[str], list[int]]) -> list[int]:
+    """The tokens a loaded ``item`` becomes in the prompt under its modality's ``rule``: the
+    placeholder token repeated ``tokens_for(item)`` times, or, for an image a rule writes as text
+    around its tokens (Idefics3's tiles), that text tokenized by ``encode`` (without special
+    tokens added). Raises one of ``COUNT_ERRORS`` for an item the model cannot take."""
+    text = rule.text_for(item) if isinstance(rule, ImageTokens) else None
+    if text is not None:
+        return encode(text)
+    return [rule.token_id] * rule.tokens_for(item)

@@ -22,9 +22,20 @@ whole image as one tile (the LLaVA count), plus the tiles of the ``image_grid_pi
 resolution that keeps the most of the image (the least padding on a tie), with the rows and
 columns of patches that would be padding removed, plus one newline token per remaining row.
 
-Families whose count follows yet another rule (Idefics3's and SmolVLM's splits, LLaVA-OneVision's
-pooled tiles, LLaVA-NeXT-Video, Mllama) are not read: ``image_tokens`` returns None for a model it
-cannot count, and such a model is served as text only.
+Idefics3 and SmolVLM (``model_type`` ``idefics3``, ``smolvlm``) write an image as text around its
+tokens, as vLLM's ``Idefics3ProcessingInfo.get_image_repl`` and transformers' processors do
+(``SplitTiles``): the image is resized so its longest edge is the image processor's
+``size.longest_edge`` (the other edge rounded up to even), then cut into tiles of
+``max_image_size.longest_edge`` pixels, rows and columns rounded up. Each tile is written
+``<fake_token_around_image><row_R_col_C>`` and ``image_seq_len`` ``<image>`` tokens, with a newline
+after each row, then a newline and the whole image: ``<fake_token_around_image><global-img>``,
+``image_seq_len`` ``<image>`` tokens, ``<fake_token_around_image>``. An image of one tile (or with
+``do_image_splitting`` off) is that last part alone. The span an image takes in the prompt is the
+whole text, tokenized, as vLLM places it.
+
+Families whose count follows yet another rule (Idefics2, LLaVA-OneVision's pooled tiles,
+LLaVA-NeXT-Video, Mllama) are not read: ``image_tokens`` returns None for a model it cannot count,
+and such a model is served as text only.
 """
 
 from __future__ import annotations
@@ -42,6 +53,14 @@ MAX_TILES = 64
 """A LLaVA-NeXT grid of more shapes, or a shape more tiles long, is not read (the model is not
 counted): each image is matched against every shape, and its count grows with the tiles (llava-v1.6
 has 5 shapes of at most 3 tiles a side; anyres_max_9 grids some 36 of at most 9)."""
+
+
+MAX_SPLIT_TILES = 16
+"""An Idefics3-style model whose images may be cut into more tiles a side than this is not read
+(the model is not counted): an image's text grows with the tiles (Idefics3 and SmolVLM cut at most
+4 or 5 a side)."""
+MAX_IMAGE_SIDE = 4096
+"""Idefics3's image processors shrink a longer side to this before tiling."""
 
 
 class ImageSizeError(ValueError):
@@ -116,16 +135,77 @@ class AnyResolution:
 
 
 @dataclass(frozen=True, slots=True)
+class SplitTiles:
+    """Idefics3's and SmolVLM's rule (see the module docstring): ``seq_len`` image tokens a tile,
+    ``longest_edge`` the side an image is resized to, ``tile`` a tile's side, ``splitting`` whether
+    images are tiled at all; ``image``, ``fake`` and ``global_tag`` the tokens written."""
+
+    seq_len: int
+    longest_edge: int
+    tile: int
+    splitting: bool = True
+    image: str = "<image>"
+    fake: str = "<fake_token_around_image>"
+    global_tag: str = "<global-img>"
+
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """The (rows, columns) of tiles a ``width`` x ``height`` image is cut into; (0, 0) when it
+        is not cut."""
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        if not self.splitting:
+            return 0, 0
+        height, width = _fit_longest(height, width, self.longest_edge, even=True)
+        if max(height, width) > MAX_IMAGE_SIDE:
+            height, width = _fit_longest(height, width, MAX_IMAGE_SIDE, even=False)
+        rows, columns = -(-height // self.tile), -(-width // self.tile)
+        return (rows, columns) if rows > 1 or columns > 1 else (0, 0)
+
+    def count(self, width: int, height: int) -> int:
+        """The image tokens of a ``width`` x ``height`` image (the tiles' and the whole image's)."""
+        rows, columns = self.grid(width, height)
+        return (rows * columns + 1) * self.seq_len
+
+    def text(self, width: int, height: int) -> str:
+        """What a ``width`` x ``height`` image is written as in the prompt."""
+        rows, columns = self.grid(width, height)
+        tokens = self.image * self.seq_len
+        whole = f"{self.fake}{self.global_tag}{tokens}{self.fake}"
+        if rows == 0:
+            return whole
+        lines = (
+            "".join(f"{self.fake}<row_{r}_col_{c}>{tokens}" for c in range(1, columns + 1)) + "\n"
+            for r in range(1, rows + 1)
+        )
+        return "".join(lines) + "\n" + whole
+
+
+def _fit_longest(height: int, width: int, side: int, *, even: bool) -> tuple[int, int]:
+    """(height, width) with the longer edge (the width on a tie) set to ``side`` and the other
+    scaled and truncated, rounded up to even with ``even``, at least 1: transformers' Idefics3
+    resize arithmetic, float for float."""
+    aspect = width / height
+    if width >= height:
+        width, height = side, int(side / aspect)
+        height += 1 if even and height % 2 else 0
+    else:
+        height, width = side, int(side * aspect)
+        width += 1 if even and width % 2 else 0
+    return max(height, 1), max(width, 1)
+
+
+@dataclass(frozen=True, slots=True)
 class ImageTokens:
     """``token``: the placeholder token one image's tokens repeat; ``token_id``: its id;
     ``count``: how many times for one image (a fixed count), unless ``dynamic`` counts by the
     image's size (``count_for``); ``text``: what a template that reads text writes for an image
-    (the token, or the family's wrapped form)."""
+    (the token, or the family's wrapped form). With a ``SplitTiles`` rule an image is written as
+    text around its tokens (``text_for``), and ``count_for`` counts only its image tokens."""
 
     token: str
     token_id: int
     count: int
-    dynamic: DynamicResolution | AnyResolution | None = None
+    dynamic: DynamicResolution | AnyResolution | SplitTiles | None = None
     text: str = ""
 
     @property
@@ -145,6 +225,15 @@ class ImageTokens:
         """``count_for`` a loaded image (its ``width`` and ``height``)."""
         return self.count_for(item.width, item.height)
 
+    def text_for(self, item: Any) -> str | None:
+        """What a loaded image is written as in the prompt when the rule writes text around its
+        tokens (``SplitTiles``); None when the image is its placeholder token repeated."""
+        if not isinstance(self.dynamic, SplitTiles):
+            return None
+        if item.width is None or item.height is None:
+            raise ImageSizeError("the image's size is unknown")
+        return self.dynamic.text(item.width, item.height)
+
 
 def image_tokens(info: ModelInfo) -> ImageTokens | None:
     """The model's image placeholder, or None when it takes no images (or none dyn can count)."""
@@ -161,6 +250,11 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     token = token_content(processor.get("image_token")) or "<image>"
     if token_id is None:
         return None
+    if config.get("model_type") in SPLIT_FAMILIES:
+        split = _split_tiles(
+            config, vision, processor, image_processor or processor.get("image_processor"), token
+        )
+        return ImageTokens(token, token_id, 0, split) if split is not None else None
     if config.get("model_type") == "llava_next":
         tiles = _any_resolution(config, vision, processor, image_processor)
         return ImageTokens(token, token_id, 0, tiles) if tiles is not None else None
@@ -179,10 +273,47 @@ def vision_family(info: ModelInfo) -> str | None:
     return str(config.get("model_type") or "unknown")
 
 
-UNCOUNTED_FAMILIES = frozenset(
-    {"idefics2", "idefics3", "smolvlm", "llava_onevision", "llava_next_video", "mllama"}
-)
+UNCOUNTED_FAMILIES = frozenset({"idefics2", "llava_onevision", "llava_next_video", "mllama"})
 """Vision-language families whose placeholder count follows a rule not read here."""
+SPLIT_FAMILIES = frozenset({"idefics3", "smolvlm"})
+"""The families of ``SplitTiles``."""
+
+
+def _split_tiles(
+    config: dict[str, Any],
+    vision: dict[str, Any],
+    processor: dict[str, Any],
+    image_processor: Any,
+    token: str,
+) -> SplitTiles | None:
+    """The rule from the processor's ``image_seq_len`` (else the processors' formula: a tile's
+    patches after the connector's pixel shuffle) and the image processor's sizes (else the
+    families' defaults: tiles of the vision tower's side, four a side); None for sizes that do
+    not make sense or allow more than ``MAX_SPLIT_TILES`` tiles a side."""
+    image_processor = image_processor if isinstance(image_processor, dict) else {}
+    side, patch, scale = (
+        _int(vision.get("image_size")),
+        _int(vision.get("patch_size")),
+        _int(config.get("scale_factor")),
+    )
+    seq_len = _int(processor.get("image_seq_len"))
+    if seq_len is None and side and patch and scale and patch > 0 and scale > 0:
+        seq_len = (side // patch) ** 2 // scale**2
+    tile = _edge(image_processor.get("max_image_size"), side)
+    if seq_len is None or seq_len <= 0 or tile is None or tile <= 0:
+        return None
+    longest = _edge(image_processor.get("size"), 4 * tile)
+    if longest is None or longest <= 0 or -(-min(longest, MAX_IMAGE_SIDE) // tile) > MAX_SPLIT_TILES:
+        return None
+    splitting = image_processor.get("do_image_splitting", True) is not False
+    return SplitTiles(seq_len, longest, tile, splitting, image=token)
+
+
+def _edge(size: Any, default: int | None) -> int | None:
+    """``size["longest_edge"]``, else ``default`` when ``size`` states none."""
+    if not isinstance(size, dict) or "longest_edge" not in size:
+        return default
+    return _int(size["longest_edge"])
 
 
 def _any_resolution(

@@ -26,10 +26,13 @@ from dyn.core.frontend.limits import RequestLimits
 from tests.media_models import (
     AUDIO_TOKEN_ID,
     AUDIO_TOKENS,
+    IDEFICS3_SEQ_LEN,
+    IDEFICS3_TOKENS,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,
     make_audio_model,
+    make_idefics3_model,
     make_llava_next_model,
     make_qwen_vl_model,
     make_vision_model,
@@ -244,19 +247,42 @@ async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles
             assert request.token_ids[m.offset : m.offset + m.length] == [IMAGE_TOKEN_ID] * m.length
 
 
+async def test_an_idefics3_model_gets_each_image_written_as_its_tiles(make_frontend, tmp_path):
+    """Idefics3 (and SmolVLM): an image is resized to a longest edge of 224 pixels, so a 224x112
+    one is cut into 2 x 4 tiles of 56, each written ``<fake_token_around_image><row_R_col_C>`` and
+    4 ``<image>`` tokens, then the whole image; a 30x40 one into 4 x 3. Each span is the whole
+    written text, as vLLM places it."""
+    model = str(make_idefics3_model(tmp_path / "idefics3"))
+    fake, whole = IDEFICS3_TOKENS["<fake_token_around_image>"], IDEFICS3_TOKENS["<global-img>"]
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        wide, tall = png((9, 9, 9), 224, 112), png((8, 8, 8), 30, 40)
+        body = {"messages": [user(image_part(wide), image_part(tall), TEXT)], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        spans = [request.token_ids[m.offset : m.offset + m.length] for m in request.media]
+        first_tag = IDEFICS3_TOKENS["<row_1_col_1>"]
+        for span, (rows, columns) in zip(spans, [(2, 4), (4, 3)], strict=True):
+            tags = [t - first_tag for t in span if first_tag <= t < first_tag + 36]
+            assert tags == [6 * r + c for r in range(rows) for c in range(columns)]
+            assert span.count(IMAGE_TOKEN_ID) == (rows * columns + 1) * IDEFICS3_SEQ_LEN
+            assert span[0] == fake and span[-IDEFICS3_SEQ_LEN - 3 :][:2] == [fake, whole] and span[-1] == fake
+        assert r.json()["usage"]["prompt_tokens"] == len(request.token_ids)
+
+
 async def test_an_image_for_a_family_dyn_cannot_count_says_so(make_frontend, tmp_path):
-    """An Idefics3 model takes images, but its placeholders follow a rule dyn does not read: the
+    """An Idefics2 model takes images, but its placeholders follow a rule dyn does not read: the
     400 says that, not that the model takes no images."""
     model = make_vision_model(tmp_path / "idefics")
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "model_type": "idefics3"}))
+    (model / "config.json").write_text(json.dumps({**config, "model_type": "idefics2"}))
     async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
         body = {"messages": [user(image_part(png((1, 2, 3))), TEXT)], "max_tokens": 2}
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["param"] == "messages[0].content[0].image_url"
-        assert "(idefics3): not built" in error["message"] and "takes images" in error["message"]
+        assert "(idefics2): not built" in error["message"] and "takes images" in error["message"]
         assert fe.fleet[1].requests == []
 
 

@@ -12,9 +12,11 @@ import pytest
 from dyn.core.model import load_model_info
 from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens
 from tests.media_models import (
+    IDEFICS3_SEQ_LEN,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,
+    make_idefics3_model,
     make_llava_next_model,
     make_qwen_vl_model,
     make_vision_model,
@@ -118,7 +120,68 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
     assert image_tokens(load_model_info(d)) is None
     rewrite(d / "config.json", image_grid_pinpoints=[[28, 28 * 64]] * 256)  # the most that is read
     assert image_tokens(load_model_info(d)).count_for(28 * 64, 28) == 4 + 2 * 128 + 2
-    for family in ("idefics3", "llava_onevision", "mllama"):
+    for family in ("idefics2", "llava_onevision", "mllama"):
         other = make_vision_model(tmp_path / family)
         rewrite(other / "config.json", model_type=family)
         assert image_tokens(load_model_info(other)) is None
+
+
+SPLIT_SIZES = [(1, 1), (56, 56), (57, 56), (224, 112), (112, 224), (5000, 10), (9000, 4000)]
+SPLIT_SIZES += [(random.Random(1).randint(1, 3000), random.Random(2 + i).randint(1, 3000)) for i in range(43)]
+
+
+def test_idefics3_images_are_written_as_its_processor_writes_them(tmp_path):
+    """Idefics3's tiles: dyn's text for an image, tokenized, is transformers' processor's
+    expansion of ``<image>`` token for token, on 50 sizes from 1x1 to beyond the 4,096-pixel cap."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    d = make_idefics3_model(tmp_path / "idefics3")
+    tokens = image_tokens(load_model_info(d))
+    assert (tokens.token, tokens.token_id, tokens.placeholder) == ("<image>", IMAGE_TOKEN_ID, "<image>")
+    processor = AutoProcessor.from_pretrained(d)
+    for width, height in SPLIT_SIZES:
+        expanded = list(processor(text="<image>", images=[Image.new("RGB", (width, height))])["input_ids"][0])
+        mine = processor.tokenizer(tokens.dynamic.text(width, height), add_special_tokens=False)["input_ids"]
+        assert expanded[len(expanded) - len(mine) :] == mine and len(expanded) - len(mine) <= 1, (
+            width,
+            height,
+        )
+        assert tokens.count_for(width, height) == expanded.count(IMAGE_TOKEN_ID), (width, height)
+
+
+def test_smolvlm_images_are_written_as_its_processor_writes_them(tmp_path):
+    """SmolVLM, the same rule: its image processor's grid and its processor's prompt string (its
+    whole processor needs torchvision for video, which this venv has not)."""
+    from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+    from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
+
+    tokens = image_tokens(load_model_info(make_idefics3_model(tmp_path / "smolvlm", "smolvlm")))
+    split = tokens.dynamic
+    images = SmolVLMImageProcessorPil(
+        size={"longest_edge": split.longest_edge}, max_image_size={"longest_edge": split.tile}
+    )
+    for width, height in SPLIT_SIZES:
+        _, rows, columns = images.get_number_of_image_patches(height, width, {})
+        text = get_image_prompt_string(
+            rows, columns, split.seq_len, split.fake, split.image, split.global_tag
+        )
+        assert split.text(width, height) == text, (width, height)
+
+
+def test_idefics3_sizes_that_do_not_make_sense_or_tile_too_far_are_not_read(tmp_path):
+    """The formula stands in for a missing ``image_seq_len``; a tile of no pixels, or a grid of
+    more than 16 tiles a side, leaves the model uncounted."""
+    d = make_idefics3_model(tmp_path / "idefics3")
+    rewrite(d / "processor_config.json", image_seq_len=None)  # the formula: (56 // 14) ** 2 // 2 ** 2
+    assert image_tokens(load_model_info(d)).dynamic.seq_len == IDEFICS3_SEQ_LEN
+    rewrite(d / "preprocessor_config.json", do_image_splitting=False)
+    assert image_tokens(load_model_info(d)).count_for(224, 224) == IDEFICS3_SEQ_LEN
+    rewrite(d / "preprocessor_config.json", max_image_size={"longest_edge": 0})
+    assert image_tokens(load_model_info(d)) is None
+    rewrite(
+        d / "preprocessor_config.json", max_image_size={"longest_edge": 56}, size={"longest_edge": 56 * 17}
+    )
+    assert image_tokens(load_model_info(d)) is None  # 17 tiles a side
+    rewrite(d / "preprocessor_config.json", size={"longest_edge": 56 * 16}, do_image_splitting=True)
+    assert image_tokens(load_model_info(d)).count_for(56 * 16, 56 * 16) == (16 * 16 + 1) * IDEFICS3_SEQ_LEN
