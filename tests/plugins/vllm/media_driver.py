@@ -1,5 +1,5 @@
 """What the drivers of the real-vLLM media tests (test_real_vllm_multimodal.py,
-test_real_vllm_audio.py) share. Runs on the vLLM venv's Python: each test copies this file beside
+test_real_vllm_audio.py, test_real_vllm_llava_next.py, test_real_vllm_idefics3.py) share. Runs on the vLLM venv's Python: each test copies this file beside
 its driver (``copy_beside``), which imports it as ``media_driver``. A driver starts ``VllmEngine``
 (the worker's engine, no request plane), sends ``GenerateRequest``s as dyn's frontend would
 (``run``), and prints what the test checks (``drive``)."""
@@ -51,6 +51,17 @@ def settled_replay(endpoint: str, timeout_s: float = 10) -> list[bytes]:
             break
         batches = again
     return batches
+
+
+def png(color: tuple[int, int, int] = (90, 60, 30), size: tuple[int, int] = (40, 30)) -> bytes:
+    """A PNG of one ``color``, ``size`` (width, height) pixels (Pillow is on the vLLM venv)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
 
 
 def item(data: bytes, offset: int, length: int, modality: str = "image", mime: str = "image/png") -> Any:

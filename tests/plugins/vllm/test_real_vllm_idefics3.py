@@ -29,24 +29,16 @@ HEAD, TAIL = [11 + i for i in range(20)], [7, 8, 9]
 
 DRIVER = r'''
 """Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results (media_driver.drive)."""
-import asyncio, io, json, sys
-
-from PIL import Image
+import asyncio, json, sys
 
 from dyn.plugins.vllm.config import VllmConfig
-from media_driver import drive, item, run
-
-
-def png(size):
-    buf = io.BytesIO()
-    Image.new("RGB", size, (90, 60, 30)).save(buf, "PNG")
-    return buf.getvalue()
+from media_driver import drive, item, png, run
 
 
 async def requests(engine, job):
     out = []
     for prompt in job["prompts"]:
-        image = item(png(tuple(prompt["size"])), prompt["offset"], prompt["length"])
+        image = item(png(size=tuple(prompt["size"])), prompt["offset"], prompt["length"])
         out.append(await run(engine, prompt["name"], prompt["tokens"], [image], 2))
     return {"runs": out}
 

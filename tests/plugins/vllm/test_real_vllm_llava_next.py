@@ -28,30 +28,22 @@ OFFSET = 20
 
 DRIVER = r'''
 """Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results (media_driver.drive)."""
-import asyncio, io, json, sys
-
-from PIL import Image
+import asyncio, json, sys
 
 from dyn.plugins.vllm.config import VllmConfig
-from media_driver import drive, item, run
-
-
-def png(size):
-    buf = io.BytesIO()
-    Image.new("RGB", size, (90, 60, 30)).save(buf, "PNG")
-    return buf.getvalue()
+from media_driver import drive, item, png, run
 
 
 async def requests(engine, job):
     out = []
     for (width, height), length in zip(job["sizes"], job["lengths"]):
         prompt = [11 + i for i in range(job["offset"])] + [job["image_token"]] * length + [7, 8, 9]
-        image = png((width, height))
+        image = png(size=(width, height))
         out.append(await run(engine, f"{width}x{height}", prompt, [item(image, job["offset"], length)], 2))
     width, height = job["sizes"][0]
     short = job["lengths"][0] - 1
     prompt = [11 + i for i in range(job["offset"])] + [job["image_token"]] * short + [7, 8, 9]
-    out.append(await run(engine, "miscounted", prompt, [item(png((width, height)), job["offset"], short)], 2))
+    out.append(await run(engine, "miscounted", prompt, [item(png(size=(width, height)), job["offset"], short)], 2))
     return {"runs": out}
 
 

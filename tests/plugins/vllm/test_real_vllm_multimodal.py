@@ -44,18 +44,10 @@ MAX_TOKENS = 4
 
 DRIVER = r'''
 """Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results (media_driver.drive)."""
-import asyncio, hashlib, io, json, sys
-
-from PIL import Image
+import asyncio, hashlib, json, sys
 
 from dyn.plugins.vllm.config import VllmConfig
-from media_driver import drive, item, run
-
-
-def png(color, size=(40, 30)):
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, "PNG")
-    return buf.getvalue()
+from media_driver import drive, item, png, run
 
 
 async def requests(engine, job):
