@@ -305,9 +305,19 @@ class Preprocessor:
         out: list[int] = []
         items: list[MediaItem] = []
         start = 0
+        context = self.info.context_length
         for position, item in zip(at, media, strict=True):
+            rule = rules[item.modality]
             try:
-                placed = placeholder_ids(rules[item.modality], item, self._encode_plain)
+                # counted before its tokens are built: an item longer than the whole context is
+                # refused without building it (a model's files may state any count)
+                if (count := rule.tokens_for(item)) > context:
+                    raise bad_request(
+                        f"{item.param}: the {item.modality} takes {count} tokens, more than the "
+                        f"model's context of {context}; send a smaller one",
+                        param=item.param,
+                    )
+                placed = placeholder_ids(rule, item, self._encode_plain)
             except COUNT_ERRORS as exc:
                 raise bad_request(f"{item.param}: {exc}", param=item.param) from None
             out += token_ids[start:position]

@@ -164,6 +164,26 @@ async def test_a_data_url_counts_against_media_bounds_not_the_prompt_text_bound(
         assert r.status_code == 200, r.text
 
 
+async def test_an_image_longer_than_the_context_is_refused_before_its_tokens_are_built(
+    make_frontend, tmp_path
+):
+    """A model's files may state any count: a billion tokens an image is a 400 naming the part,
+    answered at once (the list is never built), and the frontend serves on."""
+    model = make_vision_model(tmp_path / "huge")
+    processor = json.loads((model / "processor_config.json").read_text())
+    (model / "processor_config.json").write_text(json.dumps({**processor, "image_seq_length": 10**9}))
+    async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
+        r = await fe.client.post(
+            "/v1/chat/completions", json={"messages": [user(image_part(RED))], "max_tokens": 2}
+        )
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "messages[0].content[0].image_url"
+        assert "takes 1000000000 tokens, more than the model's context" in error["message"]
+        r = await fe.client.post("/v1/chat/completions", json={"messages": [user(TEXT)], "max_tokens": 2})
+        assert r.status_code == 200, r.text
+
+
 async def test_images_through_the_messages_and_responses_apis(make_frontend, vision_model):
     """Anthropic's image blocks and the Responses API's input_image reach the worker as media."""
     encoded = base64.b64encode(RED).decode()
