@@ -55,6 +55,7 @@ def generate(out_dir: str | Path) -> Path:
     from make_tiny_llama import (
         llama_config,
         media_chat_template,
+        save_processor,
         save_random_model,
         tiny_tokenizer,
     )  # this script's directory is on sys.path
@@ -81,10 +82,7 @@ def generate(out_dir: str | Path) -> Path:
         image_seq_len=IMAGE_SEQ_LEN,
         chat_template=chat_template,
     )
-    processor.save_pretrained(str(out))
-    # transformers 5 keeps the image processor inside processor_config.json; earlier versions
-    # (and tools that read only this file) look for it on its own
-    image_processor.save_pretrained(str(out))
+    save_processor(processor, image_processor, out)
     vision = Idefics3VisionConfig(
         hidden_size=32,
         intermediate_size=64,

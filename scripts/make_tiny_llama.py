@@ -104,6 +104,14 @@ def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
     return save_random_model(LlamaForCausalLM, llama_config(tokenizer, context), out, SEED)
 
 
+def save_processor(processor, inner, out: Path) -> None:
+    """Write ``processor`` into ``out`` and, beside it, its ``inner`` image processor or feature
+    extractor on its own: transformers 5 keeps that inside processor_config.json, and earlier
+    versions (and tools that read only its own file) look for it alone."""
+    processor.save_pretrained(str(out))
+    inner.save_pretrained(str(out))
+
+
 def save_random_model(model_class, config, out: Path, seed: int) -> Path:
     """Write ``model_class(config)`` into ``out`` (its config, and its weights as safetensors in
     bfloat16, random from torch's generator seeded with ``seed``) and return ``out``."""

@@ -73,6 +73,7 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
     from make_tiny_llama import (
         llama_config,
         media_chat_template,
+        save_processor,
         save_random_model,
         tiny_tokenizer,
     )  # this script's directory is on sys.path
@@ -108,7 +109,7 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
         image_token=IMAGE_TOKEN,
         num_additional_image_tokens=1,
     )
-    processor.save_pretrained(str(out))
+    save_processor(processor, image_processor, out)
     if not tiles:
         # LlavaProcessor takes no image_seq_length, but llava-hf's processor configs state it and
         # frontends read it (dyn.core.model.vision)
@@ -116,9 +117,6 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
         path.write_text(
             json.dumps({**json.loads(path.read_text()), "image_seq_length": IMAGE_TOKENS}, indent=2) + "\n"
         )
-    # transformers 5 keeps the image processor inside processor_config.json; earlier versions
-    # (and tools that read only this file) look for it on its own
-    image_processor.save_pretrained(str(out))
     vision = CLIPVisionConfig(
         hidden_size=32,
         intermediate_size=64,

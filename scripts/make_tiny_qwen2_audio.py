@@ -90,7 +90,11 @@ def hub_name(name: str) -> str:
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
-    from make_tiny_llama import media_chat_template, tiny_tokenizer  # this script's directory is on sys.path
+    from make_tiny_llama import (  # this script's directory is on sys.path
+        media_chat_template,
+        save_processor,
+        tiny_tokenizer,
+    )
     from safetensors.torch import save_file
     from transformers import (
         Qwen2AudioConfig,
@@ -121,10 +125,7 @@ def generate(out_dir: str | Path) -> Path:
         audio_bos_token=AUDIO_BOS,
         audio_eos_token=AUDIO_EOS,
     )
-    processor.save_pretrained(str(out))
-    # transformers 5 keeps the feature extractor inside processor_config.json; earlier versions
-    # (and tools that read only this file) look for it on its own
-    feature_extractor.save_pretrained(str(out))
+    save_processor(processor, feature_extractor, out)
     audio = Qwen2AudioEncoderConfig(
         num_mel_bins=128,
         encoder_layers=2,
