@@ -1,5 +1,6 @@
 """Images and audio through the official ``openai`` and ``anthropic`` clients against a real ``dyn
-serve`` whose mocker workers serve a vision-language or a Qwen2-Audio-style model
+serve`` whose mocker workers serve a vision-language (LLaVA-style, or Idefics3-style: an image
+written as tiles around its tokens) or a Qwen2-Audio-style model
 (``tests/media_models.py``; no weights: the mocker reads their JSON files) with the KV router.
 
 A repeated image or clip is a cache hit on the worker that holds it (``cached_tokens`` covers the
@@ -19,7 +20,7 @@ import pytest
 from PIL import Image
 
 from tests.integration.conftest import serve_ready_url
-from tests.media_models import make_audio_model, make_vision_model
+from tests.media_models import make_audio_model, make_idefics3_model, make_vision_model
 
 pytestmark = pytest.mark.integration
 
@@ -52,9 +53,10 @@ def clip(which: int) -> dict:
     "make_model, part, question",
     [
         (make_vision_model, picture, "What colour is this square?"),
+        (make_idefics3_model, picture, "What colour is this square?"),
         (make_audio_model, clip, "What is this sound?"),
     ],
-    ids=["image", "audio"],
+    ids=["image", "idefics3-tiles", "audio"],
 )
 def test_a_repeated_item_is_a_cache_hit_where_it_is_cached(dyn_process, tmp_path, make_model, part, question):
     model = make_model(tmp_path / "tiny-mm")
