@@ -33,9 +33,11 @@ after each row, then a newline and the whole image: ``<fake_token_around_image><
 ``do_image_splitting`` off) is that last part alone. The span an image takes in the prompt is the
 whole text, tokenized, as vLLM places it.
 
-Families whose count follows yet another rule (Idefics2, LLaVA-OneVision's pooled tiles,
-LLaVA-NeXT-Video, Mllama) are not read: ``image_tokens`` returns None for a model it cannot count,
-and such a model is served as text only.
+Only these families are read (their ``model_type``s are listed below). Every other family with a
+vision tower writes its images by a rule not read here (Gemma 3's wrapped and newline-merged
+images, Pixtral's rows, InternVL's tiles, LLaVA-OneVision's pooled tiles, Mllama's cross
+attention, ...): ``image_tokens`` returns None for it rather than guess a count, and a request with
+an image for it is refused, naming the family (``vision_family``).
 """
 
 from __future__ import annotations
@@ -242,20 +244,21 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         return None
-    if "spatial_merge_size" in vision:
+    family = config.get("model_type")
+    if family in QWEN_VL_FAMILIES and "spatial_merge_size" in vision:
         return _qwen_vl(config, vision, image_processor)
-    if config.get("model_type") in UNCOUNTED_FAMILIES:
+    if family not in LLAVA_FAMILIES | SPLIT_FAMILIES:
         return None
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
     token = token_content(processor.get("image_token")) or "<image>"
     if token_id is None:
         return None
-    if config.get("model_type") in SPLIT_FAMILIES:
+    if family in SPLIT_FAMILIES:
         split = _split_tiles(
             config, vision, processor, image_processor or processor.get("image_processor"), token
         )
         return ImageTokens(token, token_id, 0, split) if split is not None else None
-    if config.get("model_type") == "llava_next":
+    if family == "llava_next":
         tiles = _any_resolution(config, vision, processor, image_processor)
         return ImageTokens(token, token_id, 0, tiles) if tiles is not None else None
     count = _count(vision, processor, image_processor, config)
@@ -273,8 +276,10 @@ def vision_family(info: ModelInfo) -> str | None:
     return str(config.get("model_type") or "unknown")
 
 
-UNCOUNTED_FAMILIES = frozenset({"idefics2", "llava_onevision", "llava_next_video", "mllama"})
-"""Vision-language families whose placeholder count follows a rule not read here."""
+QWEN_VL_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
+"""The families of ``DynamicResolution``."""
+LLAVA_FAMILIES = frozenset({"llava", "llava_next"})
+"""The families of the LLaVA count and of ``AnyResolution`` (``llava_next``)."""
 SPLIT_FAMILIES = frozenset({"idefics3", "smolvlm"})
 """The families of ``SplitTiles``."""
 

@@ -291,18 +291,19 @@ async def test_an_idefics3_model_gets_each_image_written_as_its_tiles(make_front
 
 
 async def test_an_image_for_a_family_dyn_cannot_count_says_so(make_frontend, tmp_path):
-    """An Idefics2 model takes images, but its placeholders follow a rule dyn does not read: the
-    400 says that, not that the model takes no images."""
-    model = make_vision_model(tmp_path / "idefics")
+    """A Gemma 3 model takes images, but writes them by a rule dyn does not read (its template
+    writes ``<start_of_image>``, not the token that repeats): the 400 says that, not that the model
+    takes no images or that the template wrote no placeholder."""
+    model = make_vision_model(tmp_path / "gemma3")
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "model_type": "idefics2"}))
+    (model / "config.json").write_text(json.dumps({**config, "model_type": "gemma3"}))
     async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
         body = {"messages": [user(image_part(png((1, 2, 3))), TEXT)], "max_tokens": 2}
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["param"] == "messages[0].content[0].image_url"
-        assert "(idefics2): not built" in error["message"] and "takes images" in error["message"]
+        assert "(gemma3): not built" in error["message"] and "takes images" in error["message"]
         assert fe.fleet[1].requests == []
 
 

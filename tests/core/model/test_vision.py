@@ -10,7 +10,7 @@ import random
 import pytest
 
 from dyn.core.model import load_model_info
-from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens
+from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens, vision_family
 from tests.media_models import (
     IDEFICS3_SEQ_LEN,
     IMAGE_TOKEN_ID,
@@ -120,10 +120,15 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
     assert image_tokens(load_model_info(d)) is None
     rewrite(d / "config.json", image_grid_pinpoints=[[28, 28 * 64]] * 256)  # the most that is read
     assert image_tokens(load_model_info(d)).count_for(28 * 64, 28) == 4 + 2 * 128 + 2
-    for family in ("idefics2", "llava_onevision", "mllama"):
+    for family in ("idefics2", "llava_onevision", "mllama", "gemma3", "mistral3", "internvl"):
         other = make_vision_model(tmp_path / family)
         rewrite(other / "config.json", model_type=family)
         assert image_tokens(load_model_info(other)) is None
+        assert vision_family(load_model_info(other)) == family
+    # a vision tower that merges patches is not the Qwen2-VL rule unless the family is Qwen's
+    glm = make_qwen_vl_model(tmp_path / "glm4v")
+    rewrite(glm / "config.json", model_type="glm4v")
+    assert image_tokens(load_model_info(glm)) is None
 
 
 SPLIT_SIZES = [(1, 1), (56, 56), (57, 56), (224, 112), (112, 224), (5000, 10), (9000, 4000)]
