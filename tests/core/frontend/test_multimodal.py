@@ -291,9 +291,9 @@ async def test_an_idefics3_model_gets_each_image_written_as_its_tiles(make_front
 
 
 async def test_an_image_for_a_family_dyn_cannot_count_says_so(make_frontend, tmp_path):
-    """A Gemma 3 model takes images, but writes them by a rule dyn does not read (its template
-    writes ``<start_of_image>``, not the token that repeats): the 400 says that, not that the model
-    takes no images or that the template wrote no placeholder."""
+    """A model of the Gemma 3 family takes images, but writes them by a rule dyn does not read (a
+    real one's template writes ``<start_of_image>``, not the token that repeats): the 400 says
+    that, not that the model takes no images or that the template wrote no placeholder."""
     model = make_vision_model(tmp_path / "gemma3")
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "model_type": "gemma3"}))
