@@ -54,10 +54,9 @@ def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     from make_tiny_llama import (
         llama_config,
-        media_chat_template,
+        media_model_start,
         save_processor,
         save_random_model,
-        tiny_tokenizer,
     )  # this script's directory is on sys.path
     from transformers import (
         Idefics3Config,
@@ -67,10 +66,7 @@ def generate(out_dir: str | Path) -> Path:
         Idefics3VisionConfig,
     )
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    chat_template = media_chat_template(IMAGE_PARTS, IMAGE_TOKEN)
-    tokenizer = tiny_tokenizer(SPECIAL, chat_template)
+    out, chat_template, tokenizer = media_model_start(out_dir, IMAGE_PARTS, IMAGE_TOKEN, SPECIAL)
     image_processor = Idefics3ImageProcessor(
         do_image_splitting=True,
         size={"longest_edge": LONGEST_EDGE},

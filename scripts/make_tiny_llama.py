@@ -104,6 +104,18 @@ def generate(out_dir: str | Path, context: int = DEFAULT_CONTEXT) -> Path:
     return save_random_model(LlamaForCausalLM, llama_config(tokenizer, context), out, SEED)
 
 
+def media_model_start(
+    out_dir: str | Path, part_types: tuple[str, ...], placeholder: str, special: tuple[str, ...]
+):
+    """How each tiny media model's generator starts: ``(out, chat_template, tokenizer)``, the
+    output directory (made), its ``media_chat_template`` and dyn-tiny's tokenizer with ``special``
+    tokens added and that template."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chat_template = media_chat_template(part_types, placeholder)
+    return out, chat_template, tiny_tokenizer(special, chat_template)
+
+
 def save_processor(processor, inner, out: Path) -> None:
     """Write ``processor`` into ``out`` and, beside it, its ``inner`` image processor or feature
     extractor on its own: transformers 5 keeps that inside processor_config.json, and earlier

@@ -72,10 +72,9 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
     ``tiles``: the LLaVA-NeXT variant (see the module docstring)."""
     from make_tiny_llama import (
         llama_config,
-        media_chat_template,
+        media_model_start,
         save_processor,
         save_random_model,
-        tiny_tokenizer,
     )  # this script's directory is on sys.path
     from transformers import (
         CLIPImageProcessor,
@@ -89,10 +88,7 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
         LlavaProcessor,
     )
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    chat_template = media_chat_template(IMAGE_PARTS, IMAGE_TOKEN)
-    tokenizer = tiny_tokenizer((IMAGE_TOKEN,), chat_template)
+    out, chat_template, tokenizer = media_model_start(out_dir, IMAGE_PARTS, IMAGE_TOKEN, (IMAGE_TOKEN,))
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     sizes = {"size": {"shortest_edge": IMAGE_SIZE}, "crop_size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE}}
     image_processor = (

@@ -91,9 +91,8 @@ def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     import torch
     from make_tiny_llama import (  # this script's directory is on sys.path
-        media_chat_template,
+        media_model_start,
         save_processor,
-        tiny_tokenizer,
     )
     from safetensors.torch import save_file
     from transformers import (
@@ -104,10 +103,9 @@ def generate(out_dir: str | Path) -> Path:
         WhisperFeatureExtractor,
     )
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    chat_template = media_chat_template(AUDIO_PARTS, AUDIO_PART)
-    tokenizer = tiny_tokenizer((AUDIO_TOKEN, AUDIO_BOS, AUDIO_EOS), chat_template)
+    out, chat_template, tokenizer = media_model_start(
+        out_dir, AUDIO_PARTS, AUDIO_PART, (AUDIO_TOKEN, AUDIO_BOS, AUDIO_EOS)
+    )
     feature_extractor = WhisperFeatureExtractor(
         feature_size=128,
         sampling_rate=SAMPLING_RATE,
