@@ -132,7 +132,8 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
 
 
 SPLIT_SIZES = [(1, 1), (56, 56), (57, 56), (224, 112), (112, 224), (5000, 10), (9000, 4000)]
-SPLIT_SIZES += [(random.Random(1).randint(1, 3000), random.Random(2 + i).randint(1, 3000)) for i in range(43)]
+_RNG = random.Random(1)
+SPLIT_SIZES += [(_RNG.randint(1, 3000), _RNG.randint(1, 3000)) for _ in range(43)]
 
 
 def test_idefics3_images_are_written_as_its_processor_writes_them(tmp_path):
