@@ -82,6 +82,17 @@ def make_vision_model(directory: Path) -> Path:
     return directory
 
 
+def add_special_tokens(directory: Path, tokens: dict[str, int]) -> None:
+    """Add ``tokens`` (content: id) to the model's ``tokenizer.json`` as special tokens, like its
+    ``<image>``."""
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] += [
+        {**tokenizer["added_tokens"][-1], "id": token_id, "content": token}
+        for token, token_id in tokens.items()
+    ]
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+
+
 LLAVA_NEXT_PINPOINTS = [[28, 56], [56, 28], [56, 56], [84, 28], [28, 84]]
 """LLaVA-NeXT's grid (336 x 672, 672 x 336, 672 x 672, 1008 x 336, 336 x 1008) at the tiny
 model's 28-pixel tile."""
@@ -120,12 +131,7 @@ def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: i
     """A Qwen2-VL-style model (the same tokenizer with Qwen's vision tokens added, a vision tower
     with 14-pixel patches merged 2x2, the image processor's pixel bounds) in ``directory``."""
     make_vision_model(directory)
-    tokenizer = json.loads((directory / "tokenizer.json").read_text())
-    tokenizer["added_tokens"] += [
-        {**tokenizer["added_tokens"][-1], "id": token_id, "content": token}
-        for token, token_id in QWEN_TOKENS.items()
-    ]
-    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    add_special_tokens(directory, QWEN_TOKENS)
     tok_config = json.loads((directory / "tokenizer_config.json").read_text())
     tok_config["chat_template"] = QWEN_TEMPLATE
     (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
@@ -164,12 +170,7 @@ def make_idefics3_model(directory: Path, family: str = "idefics3") -> Path:
     resized to a longest edge of 4 tiles of ``IDEFICS3_TILE`` pixels and cut into those tiles,
     ``IDEFICS3_SEQ_LEN`` image tokens a tile; transformers' ``AutoProcessor`` loads it."""
     make_vision_model(directory)
-    tokenizer = json.loads((directory / "tokenizer.json").read_text())
-    tokenizer["added_tokens"] += [
-        {**tokenizer["added_tokens"][-1], "id": token_id, "content": token}
-        for token, token_id in IDEFICS3_TOKENS.items()
-    ]
-    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    add_special_tokens(directory, IDEFICS3_TOKENS)
     config = json.loads((directory / "config.json").read_text())
     vocab = max(IDEFICS3_TOKENS.values()) + 1
     config.update(
