@@ -317,7 +317,7 @@ class Preprocessor:
                         f"model's context of {context}; send a smaller one",
                         param=item.param,
                     )
-                placed = placeholder_ids(rule, item, self._encode_plain)
+                placed = placeholder_ids(rule, item, count, self._encode_plain)
             except COUNT_ERRORS as exc:
                 raise bad_request(f"{item.param}: {exc}", param=item.param) from None
             out += token_ids[start:position]

@@ -38,12 +38,15 @@ def uncounted_modalities(info: ModelInfo, rules: dict[str, PlaceholderRule]) -> 
     return {"image": family} if family is not None else {}
 
 
-def placeholder_ids(rule: PlaceholderRule, item: Any, encode: Callable[[str], list[int]]) -> list[int]:
-    """The tokens a loaded ``item`` becomes in the prompt under its modality's ``rule``: the
-    placeholder token repeated ``tokens_for(item)`` times, or, for an image a rule writes as text
-    around its tokens (Idefics3's tiles), that text tokenized by ``encode`` (without special
-    tokens added). Raises one of ``COUNT_ERRORS`` for an item the model cannot take."""
+def placeholder_ids(
+    rule: PlaceholderRule, item: Any, count: int, encode: Callable[[str], list[int]]
+) -> list[int]:
+    """The tokens a loaded ``item`` becomes in the prompt under its modality's ``rule``, given its
+    ``count`` (``rule.tokens_for(item)``): the placeholder token repeated ``count`` times, or, for
+    an image a rule writes as text around its tokens (Idefics3's tiles), that text tokenized by
+    ``encode`` (without special tokens added). Raises one of ``COUNT_ERRORS`` for an item the
+    model cannot take."""
     text = rule.text_for(item) if isinstance(rule, ImageTokens) else None
     if text is not None:
         return encode(text)
-    return [rule.token_id] * rule.tokens_for(item)
+    return [rule.token_id] * count
