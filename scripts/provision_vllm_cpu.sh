@@ -22,6 +22,10 @@
 #   written by scripts/make_tiny_llava.py with `tiles`.
 # - $VENV/models/dyn-tiny-idefics3: a random-weight Idefics3 (SmolVLM's architecture: images cut into
 #   tiles written as text around their tokens), by scripts/make_tiny_idefics3.py; vLLM's own module.
+# - $VENV/cpu-torchvision: torchvision 0.28 (torch 2.13's) relinked to load beside a CPU torch
+#   (scripts/lib/cpu_torchvision.sh), on PYTHONPATH only where a test needs it.
+# - $VENV/models/dyn-tiny-qwen2-vl: a random-weight Qwen2-VL (images and clips counted by their size),
+#   by scripts/make_tiny_qwen2_vl.py with that torchvision (its processor's video half imports it).
 # - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
 #   written by scripts/make_tiny_classifier.py, for /classify.
 # - $VENV/models/dyn-tiny-qwen2-audio: a random-weight Qwen2-Audio (a tiny Whisper-style audio
@@ -55,6 +59,8 @@ say() { echo "provision_vllm_cpu: $*" >&2; }
 source "$repo/scripts/lib/cache_lock.sh"
 # shellcheck source=scripts/lib/engine_venv.sh
 source "$repo/scripts/lib/engine_venv.sh"
+# shellcheck source=scripts/lib/cpu_torchvision.sh
+source "$repo/scripts/lib/cpu_torchvision.sh"
 hold_cache_lock "$venv"
 
 install_engine() {
@@ -79,6 +85,8 @@ finish_engine_venv "$venv" "$repo"
 make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
 make_tiny_model "$venv" "$repo" dyn-tiny-llava-next make_tiny_llava.py tiles
 make_tiny_model "$venv" "$repo" dyn-tiny-idefics3 make_tiny_idefics3.py
+install_cpu_torchvision "$venv" 0.28.0
+PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-vl make_tiny_qwen2_vl.py
 make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
 make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-audio make_tiny_qwen2_audio.py
 make_tiny_model "$venv" "$repo" dyn-tiny-jina-ranker make_tiny_jina_ranker.py

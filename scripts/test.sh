@@ -55,7 +55,7 @@ if [ "$all" = 1 ]; then
     tests/integration/test_netns.py \
     tests/integration/test_vllm_classify.py \
     tests/plugins/vllm/test_real_vllm_multimodal.py \
-    tests/plugins/vllm/test_real_vllm_llava_next.py \
+    tests/plugins/vllm/test_real_vllm_image_counts.py \
     tests/plugins/vllm/test_real_vllm_idefics3.py \
     tests/integration/test_vllm_lora.py \
     tests/plugins/vllm/test_real_vllm_audio.py \

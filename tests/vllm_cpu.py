@@ -31,22 +31,31 @@ def python_and_model(model: str = MODEL) -> tuple[Path, Path]:
     return python, path
 
 
-def vllm_env() -> dict[str, str]:
-    """This environment plus a 1 GiB CPU KV cache, no hub downloads, unbuffered output, loopback."""
-    return {
+def vllm_env(torchvision: bool = False) -> dict[str, str]:
+    """This environment plus a 1 GiB CPU KV cache, no hub downloads, unbuffered output, loopback;
+    with ``torchvision``, the venv's CPU torchvision (scripts/lib/cpu_torchvision.sh) on
+    PYTHONPATH, for the models whose vLLM module or processor imports it."""
+    env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
         "VLLM_HOST_IP": "127.0.0.1",
     }
+    if torchvision:
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(Path(VENV or "") / "cpu-torchvision"), env.get("PYTHONPATH")])
+        )
+    return env
 
 
-def run_driver(python: Path, root: Path, script: str, job: dict, timeout_s: float = 240) -> dict:
+def run_driver(
+    python: Path, root: Path, script: str, job: dict, timeout_s: float = 240, torchvision: bool = False
+) -> dict:
     """Run ``script`` (a driver of vLLM's engine, written for the venv) on ``python`` with ``job``
-    as its JSON argument, in ``root``; its last ``RESULT {json}`` line, parsed. Its whole process
-    group is stopped after (vLLM's engine core too, should the driver hang); fails with its stderr
-    when it exits nonzero or prints no result."""
+    as its JSON argument, in ``root``, in ``vllm_env(torchvision)``; its last ``RESULT {json}``
+    line, parsed. Its whole process group is stopped after (vLLM's engine core too, should the
+    driver hang); fails with its stderr when it exits nonzero or prints no result."""
     import json
 
     from tests.integration.conftest import stop_process_group
@@ -57,7 +66,7 @@ def run_driver(python: Path, root: Path, script: str, job: dict, timeout_s: floa
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=vllm_env(),
+        env=vllm_env(torchvision),
         cwd=root,
         start_new_session=True,
     )

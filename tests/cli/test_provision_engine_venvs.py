@@ -70,5 +70,6 @@ def test_two_runs_at_once_build_once_and_share_the_venv(tmp_path, engine, venv_v
         assert (venv / "models" / ".dyn-tiny-llava").is_file()
         assert (venv / "models" / ".dyn-tiny-classifier").is_file()
         assert (venv / "models" / ".dyn-tiny-qwen2-audio").is_file()
+        assert (venv / "models" / ".dyn-tiny-qwen2-vl").is_file()
         assert (venv / ".dyn-vllm-cpu-extras").read_text().split() == ["soundfile"]
     assert (venv.parent / f"{engine}-cpu-test.lock").exists()

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Write `dyn-tiny-qwen2-vl`: a random-weight Qwen2-VL small enough for vLLM on a CPU, for tests
+of images (and clips) whose placeholder count follows their size.
+
+Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR
+
+Needs torch, torchvision, transformers and Pillow: transformers' Qwen2-VL processor holds a video
+processor, which needs torchvision (scripts/provision_vllm_cpu.sh installs one that runs on a CPU
+beside the venv and puts it on PYTHONPATH for this script). The model is transformers'
+`Qwen2VLForConditionalGeneration`: a vision tower of 14-pixel patches, 2 frames deep, merged 2x2
+(hidden size 32, 2 layers) before a Qwen2 decoder of dyn-tiny-llama's sizes with multimodal rotary
+positions. The weights are random (seeded) and saved as safetensors in bfloat16: the text it writes
+is noise, but a request with images runs vLLM's whole Qwen2-VL path (processor, dynamic resolution,
+vision encoder, prefix caching keyed by the images).
+
+The tokenizer is dyn-tiny's plus Qwen2-VL's `<|vision_start|>`, `<|vision_end|>`, `<|image_pad|>`
+and `<|video_pad|>`; the chat template is dyn-tiny's Llama-3 layout writing
+`<|vision_start|><|image_pad|><|vision_end|>` for an image part and the `<|video_pad|>` twin for a
+video part.
+
+Placeholder tokens, the rule a frontend needs (transformers' `smart_resize`, vLLM's
+`Qwen2VLProcessingInfo`): an image is resized so each side is a multiple of 28 pixels (the patch
+times the merge) and its area is within ``MIN_PIXELS``..``MAX_PIXELS``; it is then
+``(height / 28) * (width / 28)`` `<|image_pad|>` tokens (dyn.core.model.vision's `QwenResize`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+NAME = "dyn-tiny-qwen2-vl"
+SEED = 0
+CONTEXT = 4096
+PATCH_SIZE = 14
+MERGE_SIZE = 2
+TEMPORAL_PATCH_SIZE = 2
+MIN_PIXELS = 56 * 56
+MAX_PIXELS = 28 * 28 * 64
+"""At most 64 `<|image_pad|>` tokens an image, so that tests stay small."""
+VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
+IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
+SPECIAL = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
+IMAGE_PARTS = ("image", "image_url")
+VIDEO_PARTS = ("video", "video_url")
+
+
+def generate(out_dir: str | Path) -> Path:
+    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+    from make_tiny_llama import (
+        TINY_SIZES,
+        media_chat_template,
+        save_processor,
+        save_random_model,
+        tiny_tokenizer,
+    )  # this script's directory is on sys.path
+    from transformers import (
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+    )
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    image = media_chat_template(IMAGE_PARTS, VISION_START + IMAGE_PAD + VISION_END)
+    video_branch = (
+        f"{{% elif part['type'] in {VIDEO_PARTS!r} %}}{VISION_START}{VIDEO_PAD}{VISION_END}{{% endif %}}"
+    )
+    chat_template = image.replace(
+        "{% endif %}{% endfor %}{% endif %}", video_branch + "{% endfor %}{% endif %}", 1
+    )
+    tokenizer = tiny_tokenizer(SPECIAL, chat_template)
+    pixels = {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+    sizes = {"patch_size": PATCH_SIZE, "merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE}
+    image_processor = Qwen2VLImageProcessor(**pixels, **sizes)
+    video_processor = Qwen2VLVideoProcessor(**pixels, **sizes)
+    processor = Qwen2VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=chat_template,
+    )
+    save_processor(processor, image_processor, out)
+    # Qwen2-VL's text config has no head_dim: hidden_size / num_attention_heads is TINY_SIZES' 32.
+    text = {key: value for key, value in TINY_SIZES.items() if key != "head_dim"}
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL}
+    config = Qwen2VLConfig(
+        text_config={
+            **text,
+            "vocab_size": len(tokenizer),
+            "max_position_embeddings": CONTEXT,
+            "rms_norm_eps": 1e-6,
+            # mrope splits each head's rotary half (head_dim / 2 frequencies) into time, height, width.
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "tie_word_embeddings": True,
+        },
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": TINY_SIZES["hidden_size"],
+            "num_heads": 2,
+            "mlp_ratio": 2,
+            "patch_size": PATCH_SIZE,
+            "spatial_merge_size": MERGE_SIZE,
+            "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+        },
+        image_token_id=ids[IMAGE_PAD],
+        video_token_id=ids[VIDEO_PAD],
+        vision_start_token_id=ids[VISION_START],
+        vision_end_token_id=ids[VISION_END],
+        tie_word_embeddings=True,
+        torch_dtype="bfloat16",
+    )
+    return save_random_model(Qwen2VLForConditionalGeneration, config, out, SEED)
+
+
+def main(argv: list[str]) -> int:
+    from make_tiny_llama import one_directory_main
+
+    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
