@@ -5,7 +5,7 @@ mocker read only their JSON files), all on dyn-tiny's tokenizer:
   28x28 image, 14-pixel patches: 4 placeholder tokens per image with the ``default`` feature
   strategy and one additional token) and a chat template that iterates over the content parts,
   as llava-hf's do;
-- ``make_qwen_vl_model``: the Qwen2-VL family's dynamic resolution;
+- ``make_qwen_vl_model``: the Qwen2-VL family's dynamic resolution, for images and clips;
 - ``make_idefics3_model``: Idefics3's (and SmolVLM's) images cut into tiles, written as text
   around their tokens;
 - ``make_audio_model``: a Qwen2-Audio-style model (Whisper's feature extractor at 16 kHz: 25
@@ -123,13 +123,18 @@ def make_llava_next_model(directory: Path) -> Path:
     return directory
 
 
-QWEN_TOKENS = {"<|vision_start|>": 4097, "<|image_pad|>": 4098, "<|vision_end|>": 4099}
-QWEN_TEMPLATE = TEMPLATE.replace("<image>\n", "<|vision_start|><|image_pad|><|vision_end|>")
+QWEN_TOKENS = {"<|vision_start|>": 4097, "<|image_pad|>": 4098, "<|vision_end|>": 4099, "<|video_pad|>": 4100}
+QWEN_TEMPLATE = TEMPLATE.replace(
+    "<image>\n",
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif part['type'] == 'video' %}"
+    "<|vision_start|><|video_pad|><|vision_end|>",
+)
 
 
 def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280) -> Path:
     """A Qwen2-VL-style model (the same tokenizer with Qwen's vision tokens added, a vision tower
-    with 14-pixel patches merged 2x2, the image processor's pixel bounds) in ``directory``."""
+    with 14-pixel patches merged 2x2 and 2 frames deep, the image processor's pixel bounds, which
+    its video processor reads too, as the published checkpoints have it) in ``directory``."""
     make_vision_model(directory)
     add_special_tokens(directory, QWEN_TOKENS)
     tok_config = json.loads((directory / "tokenizer_config.json").read_text())
@@ -140,9 +145,10 @@ def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: i
         architectures=["Qwen2VLForConditionalGeneration"],
         model_type="qwen2_vl",
         image_token_id=QWEN_TOKENS["<|image_pad|>"],
+        video_token_id=QWEN_TOKENS["<|video_pad|>"],
         vision_start_token_id=QWEN_TOKENS["<|vision_start|>"],
         vision_config={"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
-        vocab_size=4100,
+        vocab_size=4101,
     )
     del config["image_token_index"]
     (directory / "config.json").write_text(json.dumps(config))

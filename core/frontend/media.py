@@ -35,8 +35,13 @@ Checks (in a worker thread, at most ``DECODE_THREADS`` at once in the process):
   extra), decoded here block by block to count their frames (a clip it cannot decode is a 400);
   without it their length stays unknown, and a model that counts tokens by length refuses them.
   The engine decodes the clip again from the bytes as sent.
-- Video: the container's magic bytes only (MP4/QuickTime ``ftyp``, WebM/Matroska EBML, AVI),
-  passed on undecoded: the engine decodes it.
+- Video: the container's magic bytes (MP4/QuickTime ``ftyp``, WebM/Matroska EBML, AVI), then,
+  where OpenCV is installed (the ``video`` extra), its frame count, rate and frame size as vLLM's
+  OpenCV loader reads them (the header's count, or the frames a seek to the end finds when the
+  header claims more); a frame over the pixel bound, a clip OpenCV cannot open or one without
+  frames is a 400. The frames are not decoded here: the engine decodes them from the bytes as
+  sent. Without OpenCV the clip's shape stays unknown, and a model that counts tokens by it
+  refuses the clip.
 
 Counts per modality (``limit_mm_per_prompt``) are checked before anything is loaded; bytes per
 item (``max_media_bytes``) and per request (``max_request_media_bytes``) before or while reading.
@@ -192,8 +197,9 @@ class LoadedMedia:
     """One media part, loaded and checked: ``data`` is the encoded item as the client sent it,
     ``mime`` its format as found in the bytes (not as declared), ``mm_hash`` the SHA-256 hex of
     ``data``. ``message`` and ``part`` index it in the request (``param`` names it for errors);
-    ``width`` and ``height`` are an image's; ``frames`` (samples per channel) and ``sample_rate``
-    a clip's, when known (None otherwise)."""
+    ``width`` and ``height`` are an image's or a video's frames'; ``frames`` (samples per
+    channel) and ``sample_rate`` an audio clip's; ``frames`` and ``fps`` a video's; each when
+    known (None otherwise)."""
 
     modality: MediaModality
     data: bytes
@@ -206,6 +212,7 @@ class LoadedMedia:
     height: int | None = None
     frames: int | None = None
     sample_rate: int | None = None
+    fps: float | None = None
 
     def item(self, offset: int, length: int) -> MediaItem:
         """The ``MediaItem`` a worker gets, its placeholder tokens at ``offset`` for ``length``."""
@@ -659,7 +666,7 @@ async def _body(resp: httpx.Response, part: MediaPart, settings: MediaSettings, 
 
 def _checked(part: MediaPart, data: bytes, max_pixels: int) -> LoadedMedia:
     """``data`` checked as ``part.modality`` and hashed (runs in a worker thread)."""
-    width = height = frames = rate = None
+    width = height = frames = rate = fps = None
     modality = part.modality
     assert modality != "document", "documents are fetched by fetch_documents, not loaded as media"
     if modality == "image":
@@ -667,10 +674,10 @@ def _checked(part: MediaPart, data: bytes, max_pixels: int) -> LoadedMedia:
     elif modality == "audio":
         mime, frames, rate = _check_audio(data)
     else:
-        mime = _check_video(data)
+        mime, frames, fps, width, height = _check_video(data, max_pixels)
     digest = hashlib.sha256(data).hexdigest()
     return LoadedMedia(
-        modality, data, mime, digest, part.message, part.part, part.param, width, height, frames, rate
+        modality, data, mime, digest, part.message, part.part, part.param, width, height, frames, rate, fps
     )
 
 
@@ -773,7 +780,32 @@ def _wav_length(data: bytes) -> tuple[int, int]:
     raise _Refused(f"the WAV header is broken: it has no {missing} chunk")
 
 
-def _check_video(data: bytes) -> str:
+def _check_video(
+    data: bytes, max_pixels: int
+) -> tuple[str, int | None, float | None, int | None, int | None]:
+    """``(mime, frames, fps, width, height)`` of a clip; all but the format None without OpenCV
+    (see the module docstring)."""
+    mime = _video_format(data)
+    cv2 = _opencv()
+    if cv2 is None:
+        return mime, None, None, None, None
+    return (mime, *_video_shape(cv2, data, max_pixels))
+
+
+def _opencv() -> Any:
+    """OpenCV, quiet (None when it is not installed): OpenCV's and FFmpeg's own messages about a
+    broken clip go to stderr past the frontend's logger, and the refusal already says it."""
+    # read by OpenCV's FFmpeg backend when it first opens a clip: AV_LOG_QUIET
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    try:
+        import cv2
+    except ImportError:
+        return None
+    cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+    return cv2
+
+
+def _video_format(data: bytes) -> str:
     if data[4:8] == b"ftyp":
         return "video/quicktime" if data[8:12] == b"qt  " else "video/mp4"
     if data[:4] == b"\x1a\x45\xdf\xa3":
@@ -781,3 +813,40 @@ def _check_video(data: bytes) -> str:
     if data[:4] == b"RIFF" and data[8:12] == b"AVI ":
         return "video/x-msvideo"
     raise _Refused("the video is not MP4, QuickTime, WebM, Matroska or AVI (by its first bytes)")
+
+
+def _video_shape(cv2: Any, data: bytes, max_pixels: int) -> tuple[int, float, int, int]:
+    """A clip's frames, rate and frame size as vLLM's OpenCV loader reads them: through the first
+    stream-buffered backend OpenCV has (FFmpeg), the header's frame count unless a seek to the end
+    finds fewer frames shown."""
+    from cv2 import videoio_registry as registry
+
+    backend = next(iter(registry.getStreamBufferedBackends()), None)
+    if backend is None:
+        raise _Refused("this frontend's OpenCV cannot read videos from memory (it was built without FFmpeg)")
+    stream = io.BytesIO(data)  # OpenCV reads it until released, without holding a reference
+    try:
+        capture = cv2.VideoCapture(stream, backend, [])
+    except Exception as exc:  # OpenCV's errors on untrusted bytes: the clip is broken
+        raise _Refused(f"the video could not be opened ({type(exc).__name__}: {exc})") from None
+    try:
+        if not capture.isOpened():
+            raise _Refused("the video could not be opened; send a whole MP4, WebM, Matroska or AVI file")
+        width = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+        height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        if width * height > max_pixels:
+            raise _Refused(
+                f"the video's frames are {width}x{height}, more than {max_pixels} pixels; send a smaller "
+                "one (or start the frontend with a larger --max-image-pixels)"
+            )
+        frames, fps = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)), float(capture.get(cv2.CAP_PROP_FPS))
+        if frames > 0 and capture.set(cv2.CAP_PROP_POS_AVI_RATIO, 1.0):
+            shown = int(capture.get(cv2.CAP_PROP_POS_FRAMES))
+            if not capture.grab() and 0 < shown < frames - 1:
+                frames = shown  # the header claims frames the stream does not have
+        if frames <= 0 or width <= 0 or height <= 0:
+            raise _Refused(f"the video has no frames to read ({frames} frame(s) of {width}x{height})")
+        return frames, fps, width, height
+    finally:
+        capture.release()
+        del stream

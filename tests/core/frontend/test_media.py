@@ -48,6 +48,7 @@ from dyn.core.frontend.media import (
 )
 from dyn.core.messages import MediaItem
 from dyn.core.protocol.errors import ApiError
+from tests.media_clips import clip
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -160,7 +161,7 @@ async def test_every_part_shape_vllm_takes_loads_in_order_of_appearance():
         {"type": "input_image", "image_url": data_url(a), "detail": "auto"},  # Responses API
         {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}},
         {"type": "audio_url", "audio_url": {"url": data_url(encoded("MP3"), "audio/mpeg")}},
-        {"type": "video_url", "video_url": {"url": data_url(b"\0\0\0\x18ftypmp42" + bytes(32), "video/mp4")}},
+        {"type": "video_url", "video_url": {"url": data_url(clip(), "video/mp4")}},
         {"type": "image_url", "image_url": {"url": data_url(a)}, "uuid": "client-id"},  # uuid beside data
     ]
     messages = [{"role": "user", "content": "plain text"}, {"role": "user", "content": parts}]
@@ -177,6 +178,7 @@ async def test_every_part_shape_vllm_takes_loads_in_order_of_appearance():
     assert loaded[0].mm_hash == loaded[2].mm_hash == loaded[6].mm_hash != loaded[1].mm_hash
     assert (loaded[3].frames, loaded[3].sample_rate) == (1600, 16000)
     assert [m.param for m in loaded][3] == "messages[1].content[3].input_audio"
+    assert (loaded[5].frames, loaded[5].fps, loaded[5].width, loaded[5].height) == (10, 8.0, 64, 48)
 
 
 async def test_text_only_messages_and_parts_that_are_not_media_load_nothing():
@@ -380,25 +382,44 @@ async def test_broken_audio_is_a_400_naming_the_part(sent, says):
     assert error.param == "messages[1].content[1].input_audio" and says in error.message, error.message
 
 
-async def test_videos_are_recognised_by_their_container_magic_and_passed_on_undecoded():
-    webm = b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01\x42\x82\x84webm" + bytes(20)
-    mkv = b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01\x42\x82\x88matroska" + bytes(20)
-    mov = b"\0\0\0\x14ftypqt  " + bytes(20)
-    avi = b"RIFF\0\0\0\0AVI LIST" + bytes(20)
+def video(data: bytes) -> dict:
+    return {"type": "video_url", "video_url": {"url": data_url(data, "video/mp4")}}
 
-    def video(data):
-        return {"type": "video_url", "video_url": {"url": data_url(data, "video/mp4")}}
 
-    loaded = await load_media(chat(video(webm), video(mkv), video(mov), video(avi)), MediaSettings())
+async def test_videos_are_read_for_their_frames_rate_and_size_in_each_container():
+    sent = {c: clip(12, 6.0, (80, 40), c) for c in ("mp4", "mov", "avi", "mkv", "webm")}
+    loaded = await load_media(chat(*(video(data) for data in sent.values())), MediaSettings())
     assert [m.mime for m in loaded] == [
-        "video/webm",
-        "video/x-matroska",
+        "video/mp4",
         "video/quicktime",
         "video/x-msvideo",
+        "video/x-matroska",
+        "video/webm",
     ]
-    assert loaded[0].data == webm and loaded[0].mm_hash == hashlib.sha256(webm).hexdigest()
-    error = await refused(chat(video(png())))
-    assert error.param == "messages[1].content[1].video_url" and "is not MP4" in error.message
+    assert {(m.frames, m.fps, m.width, m.height) for m in loaded} == {(12, 6.0, 80, 40)}
+    assert loaded[0].data == sent["mp4"] and loaded[0].mm_hash == hashlib.sha256(sent["mp4"]).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("sent", "says"),
+    [
+        (png(), "is not MP4"),
+        (clip()[:200], "could not be opened; send a whole MP4"),
+        (b"\0\0\0\x18ftypmp42" + bytes(32), "could not be opened"),
+        (clip(size=(400, 300)), "frames are 400x300, more than 100000 pixels"),
+    ],
+    ids=["not-a-video", "truncated", "header-only", "frames-too-large"],
+)
+async def test_a_video_that_cannot_be_read_is_a_400_naming_the_part(sent, says):
+    error = await refused(chat(video(sent)), MediaSettings(max_image_pixels=100_000))
+    assert error.param == "messages[1].content[1].video_url" and says in error.message, error.message
+
+
+async def test_without_opencv_a_video_is_passed_on_by_its_container_magic_with_its_shape_unknown(monkeypatch):
+    monkeypatch.setattr(media, "_opencv", lambda: None)
+    (loaded,) = await load_media(chat(video(b"\0\0\0\x14ftypqt  " + bytes(20))), MediaSettings())
+    assert loaded.mime == "video/quicktime"
+    assert (loaded.frames, loaded.fps, loaded.width, loaded.height) == (None, None, None, None)
 
 
 # ---------------------------------------------------------------------------- local files

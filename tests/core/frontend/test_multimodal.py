@@ -23,6 +23,7 @@ from PIL import Image
 
 from dyn.core.engine import FEATURE_MEDIA
 from dyn.core.frontend.limits import RequestLimits
+from tests.media_clips import clip
 from tests.media_models import (
     AUDIO_TOKEN_ID,
     AUDIO_TOKENS,
@@ -247,6 +248,42 @@ async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_image_needs(ma
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].image_url"
         assert "200 times" in r.json()["error"]["message"]
+
+
+def video_part(data: bytes) -> dict:
+    return {
+        "type": "video_url",
+        "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(data).decode()},
+    }
+
+
+async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_clip_needs(
+    make_frontend, tmp_path, monkeypatch
+):
+    """Qwen2-VL's clips (``dyn.core.model.video``): 30 frames at 10 a second are sampled to 6, 3
+    groups of 2 x 2 merged patches at 64x48 (scaled up to the minimum): 12 ``<|video_pad|>``
+    between the template's vision markers, beside an image's own count. A one-frame clip, and any
+    clip when the frontend has no OpenCV to read it, are 400s naming the part and the reason."""
+    from dyn.core.frontend import media
+
+    model = str(make_qwen_vl_model(tmp_path / "qwen"))
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        body = {"messages": [user(video_part(clip(30, 10.0)), image_part(png((8, 8, 8), size=20)), TEXT)]}
+        r = await fe.client.post("/v1/chat/completions", json={**body, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        assert [(m.modality, m.length) for m in request.media] == [("video", 12), ("image", 4)]
+        video = request.media[0]
+        ids = request.token_ids
+        assert ids[video.offset - 1] == QWEN_TOKENS["<|vision_start|>"]
+        assert ids[video.offset : video.offset + video.length] == [QWEN_TOKENS["<|video_pad|>"]] * 12
+        assert ids[video.offset + video.length] == QWEN_TOKENS["<|vision_end|>"]
+        r = await fe.client.post("/v1/chat/completions", json={"messages": [user(video_part(clip(1)))]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].video_url"
+        assert "has 1 frame(s)" in r.json()["error"]["message"]
+        monkeypatch.setattr(media, "_opencv", lambda: None)
+        r = await fe.client.post("/v1/chat/completions", json={"messages": [user(video_part(clip()))]})
+        assert r.status_code == 400 and "pip install 'dyn[video]'" in r.json()["error"]["message"]
 
 
 async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles_need(

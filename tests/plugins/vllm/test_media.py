@@ -102,10 +102,10 @@ def processor(*modalities, rate=16000.0, method="torchaudio"):
     ("config", "mm_processor", "takes"),
     [
         (model_config(), processor("image"), ["image"]),
-        (model_config(), None, ["image", "audio"]),  # no renderer to ask: the model config decides
+        (model_config(), None, ["image", "audio", "video"]),  # no renderer to ask: the model config decides
         (model_config(multimodal=False), None, []),
         (model_config(), processor("audio"), ["audio"]),  # Qwen2-Audio
-        (model_config(), processor("audio", "image", "video"), ["image", "audio"]),  # an omni model
+        (model_config(), processor("audio", "image", "video"), ["image", "audio", "video"]),  # an omni model
         (
             model_config(image_limit=0),
             processor("image"),
@@ -237,14 +237,13 @@ def test_the_prompt_carries_each_modalitys_items_and_uuids_in_prompt_order():
 @pytest.mark.parametrize(
     ("items", "needle"),
     [
-        ([item(modality="video")], "vLLM takes video as decoded frames"),
         ([item(mm_hash="ABC")], "mm_hash must be 64 lowercase hex"),
         ([item(8, 3)], "inside the 10-token prompt"),
         ([item(2, 0)], "must be non-empty"),
         ([item(6, 3), item(2, 3)], "after the previous item's"),
         ([item(2, 3), item(4, 3)], "after the previous item's"),  # overlapping
     ],
-    ids=["video", "hash", "past-the-end", "empty", "out-of-order", "overlap"],
+    ids=["hash", "past-the-end", "empty", "out-of-order", "overlap"],
 )
 def test_media_the_worker_cannot_pass_is_refused_with_a_reason(items, needle):
     with pytest.raises(media.MediaError, match=needle):
@@ -255,6 +254,7 @@ def test_well_formed_spans_pass():
     media.check_media(request(item(2, 3), item(6, 3)))
     media.check_media(request(item(0, 10, b"whole")))
     media.check_media(request(item(2, 3, modality="audio")))
+    media.check_media(request(item(2, 3, modality="video")))
     media.check_media(request(*mixed_items(), tokens=MIXED))
 
 
@@ -456,7 +456,7 @@ def clip_request(data=None) -> GenerateRequest:
             ("image", "audio"),
             Renderer(),
             request(item(2, 3, modality="video")),
-            "takes video as decoded frames",
+            "takes no video: send requests with videos to a worker serving a video-language model",
         ),
         (("image",), Renderer(), request(item(2, 3, b"not a png")), "not an image Pillow can decode"),
         (("audio",), Renderer(), clip_request(b"not a wav"), "not audio soundfile can decode"),

@@ -1,0 +1,120 @@
+"""The Qwen2-VL family's clips (``dyn.core.model.video``): how many frames vLLM's sampler takes and
+how many ``<|video_pad|>`` tokens they become, read from the model's files.
+
+The figures marked "vLLM" were run through vLLM 0.32's own Qwen2-VL path (its OpenCV loader and
+``Qwen2VLVideoBackend``, transformers' ``Qwen2VLVideoProcessor``) with dyn-tiny-qwen2-vl, whose
+pixel bounds these models share; tests/plugins/vllm/test_real_vllm_video.py runs them there."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from dyn.core.model import load_model_info
+from dyn.core.model.multimodal import placeholder_rules, uncounted_modalities
+from dyn.core.model.video import FrameSampling, VideoLengthError, video_tokens
+from tests.media_models import QWEN_TOKENS, make_qwen_vl_model
+
+TINY_QWEN_PIXELS = {"min_pixels": 56 * 56, "max_pixels": 28 * 28 * 64}
+"""dyn-tiny-qwen2-vl's (scripts/make_tiny_qwen2_vl.py)."""
+
+
+def rewrite(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return video_tokens(load_model_info(make_qwen_vl_model(tmp_path / "qwen", **TINY_QWEN_PIXELS)))
+
+
+def test_a_qwen2_vl_model_takes_clips_written_as_its_video_pad(tiny):
+    assert (tiny.token, tiny.token_id) == ("<|video_pad|>", QWEN_TOKENS["<|video_pad|>"])
+    assert tiny.placeholder == "<|vision_start|><|video_pad|><|vision_end|>"
+    assert tiny.sampling == FrameSampling(fps=2.0, min_frames=4, max_frames=768, temporal_patch_size=2)
+    assert (tiny.resolution.min_pixels, tiny.resolution.max_pixels) == (56 * 56, 28 * 28 * 64)
+
+
+@pytest.mark.parametrize(
+    ("frames", "fps", "width", "height", "tokens"),
+    [
+        (30, 10.0, 320, 240, 162),  # 6 frames at 2 a second: 3 groups of 6 x 9 merged patches
+        (7, 25.0, 100, 60, 16),  # raised to the 4-frame minimum: 2 groups of 2 x 4
+        (3, 30.0, 64, 64, 4),  # fewer frames than the minimum: 2, one group of 2 x 2
+        (200, 30.0, 128, 96, 90),  # 13.3 frames rounded down to 12: 6 groups of 3 x 5
+    ],
+)
+def test_a_clip_counts_as_vllm_counted_it(tiny, frames, fps, width, height, tokens):
+    assert tiny.count(frames, fps, width, height) == tokens
+    assert tiny.tokens_for(SimpleNamespace(frames=frames, fps=fps, width=width, height=height)) == tokens
+
+
+def test_frames_are_sampled_at_the_processors_rate_within_its_bounds():
+    sampling = FrameSampling(fps=2.0, min_frames=4, max_frames=768, temporal_patch_size=2)
+    assert sampling.frames(300, 30.0) == 20  # 10 s at 2 a second
+    assert sampling.frames(301, 30.0) == 20  # 20.07 rounded down to the temporal patch
+    assert sampling.frames(30 * 3600, 30.0) == 768  # an hour: the most frames
+    assert sampling.frames(900, 240.0) == 6  # 3.75 s: 7.5 frames, rounded down to the temporal patch
+    # a processor asking for 60 frames a second gets at most 30
+    assert FrameSampling(fps=60.0, min_frames=4, max_frames=768, temporal_patch_size=2).frames(60, 60.0) == 30
+    assert sampling.frames(5, 30.0) == 4  # the minimum, within the clip
+    assert sampling.frames(2, 30.0) == 2
+    with pytest.raises(VideoLengthError, match="has 1 frame.s.: the model takes clips of at least 2 frames"):
+        sampling.frames(1, 30.0)
+    with pytest.raises(VideoLengthError, match="frame rate is unknown"):
+        sampling.frames(100, 0.0)
+
+
+def test_a_clip_whose_shape_is_unknown_or_frames_too_narrow_is_refused_with_the_reason(tiny):
+    with pytest.raises(VideoLengthError, match=r"pip install 'dyn\[video\]'"):
+        tiny.count(None, None, None, None)
+    with pytest.raises(VideoLengthError, match="video frame"):
+        tiny.count(30, 10.0, 4020, 20)
+
+
+def test_cap_pixels_per_frame_bounds_a_long_clips_frames_by_an_even_share(tmp_path):
+    model = make_qwen_vl_model(tmp_path / "capped", max_pixels=28 * 28 * 768)
+    plain = video_tokens(load_model_info(model))
+    rewrite(model / "preprocessor_config.json", cap_pixels_per_frame=True, max_video_tokens=1000)
+    capped = video_tokens(load_model_info(model))
+    # 768 frames of 1280x720 (384 groups): each 1008x560 within max_pixels, 36 x 20 merged
+    # patches; capped, 900 tokens' worth of pixels shared by 384 groups is under the floor of
+    # 1.05 x 3136 pixels, and a frame is 56x28: 2
+    assert plain.count(30 * 3600, 30.0, 1280, 720) == 384 * 720
+    assert capped.count(30 * 3600, 30.0, 1280, 720) == 384 * 2
+    assert capped.count(30, 30.0, 1280, 720) < plain.count(30, 30.0, 1280, 720)
+
+
+def test_the_video_processors_settings_are_read_where_transformers_reads_them(tmp_path):
+    model = make_qwen_vl_model(tmp_path / "q")
+    rewrite(model / "preprocessor_config.json", fps=1.0, min_frames=2)
+    assert video_tokens(load_model_info(model)).sampling.fps == 1.0  # the image processor's file
+    (model / "video_preprocessor_config.json").write_text(json.dumps({"fps": 4, "max_pixels": 28 * 28 * 200}))
+    rule = video_tokens(load_model_info(model))  # its own file: transformers' defaults for the rest
+    assert (rule.sampling.fps, rule.sampling.min_frames) == (4.0, 4)
+    assert (rule.resolution.min_pixels, rule.resolution.max_pixels) == (128 * 28 * 28, 28 * 28 * 200)
+    (model / "processor_config.json").write_text(
+        json.dumps({"video_processor": {"size": {"shortest_edge": 3136, "longest_edge": 6272}, "fps": 0.5}})
+    )
+    rule = video_tokens(load_model_info(model))  # transformers 5's processor_config.json wins
+    assert (rule.sampling.fps, rule.resolution.max_pixels) == (0.5, 6272)
+
+
+def test_other_families_clips_are_not_counted_and_qwen3_vl_says_so(tmp_path):
+    model = make_qwen_vl_model(tmp_path / "q3")
+    rewrite(model / "config.json", model_type="qwen3_vl")
+    info = load_model_info(model)
+    assert video_tokens(info) is None
+    rules = placeholder_rules(info)
+    assert "video" not in rules and uncounted_modalities(info, rules) == {"video": "qwen3_vl"}
+    qwen2 = load_model_info(make_qwen_vl_model(tmp_path / "q2"))
+    assert set(placeholder_rules(qwen2)) == {"image", "video"} and uncounted_modalities(qwen2, {}) == {
+        "image": "qwen2_vl",
+        "video": "qwen2_vl",
+    }
+    rewrite(model / "config.json", model_type="qwen2_vl", video_token_id=None)
+    assert video_tokens(load_model_info(model)) is None

