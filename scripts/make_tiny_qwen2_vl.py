@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write `dyn-tiny-qwen2-vl`: a random-weight Qwen2-VL small enough for vLLM on a CPU, for tests
-of images (and clips) whose placeholder count follows their size.
+of images (and clips) whose placeholder count follows their size; with `2.5`, `dyn-tiny-qwen2.5-vl`,
+the same as Qwen2.5-VL (its vision tower's windowed attention and gated MLP, the same counts).
 
-Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR
+Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5]
 
 Needs torch, torchvision, transformers and Pillow: transformers' Qwen2-VL processor holds a video
 processor, which needs torchvision (scripts/provision_vllm_cpu.sh installs one that runs on a CPU
@@ -45,8 +46,10 @@ IMAGE_PARTS = ("image", "image_url")
 VIDEO_PARTS = ("video", "video_url")
 
 
-def generate(out_dir: str | Path) -> Path:
-    """Write the model directory into ``out_dir`` (created if needed) and return its path."""
+def generate(out_dir: str | Path, version: str = "2") -> Path:
+    """Write the model directory into ``out_dir`` (created if needed) and return its path: Qwen2-VL,
+    or Qwen2.5-VL when ``version`` is ``"2.5"``."""
+    import transformers
     from make_tiny_llama import (
         TINY_SIZES,
         media_chat_template,
@@ -54,13 +57,14 @@ def generate(out_dir: str | Path) -> Path:
         save_random_model,
         tiny_tokenizer,
     )  # this script's directory is on sys.path
-    from transformers import (
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-    )
+    from transformers import Qwen2VLImageProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    prefix = "Qwen2_5_VL" if version == "2.5" else "Qwen2VL"
+    config_class, model_class, processor_class = (
+        getattr(transformers, prefix + suffix)
+        for suffix in ("Config", "ForConditionalGeneration", "Processor")
+    )
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +80,7 @@ def generate(out_dir: str | Path) -> Path:
     sizes = {"patch_size": PATCH_SIZE, "merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE}
     image_processor = Qwen2VLImageProcessor(**pixels, **sizes)
     video_processor = Qwen2VLVideoProcessor(**pixels, **sizes)
-    processor = Qwen2VLProcessor(
+    processor = processor_class(
         image_processor=image_processor,
         tokenizer=tokenizer,
         video_processor=video_processor,
@@ -86,7 +90,20 @@ def generate(out_dir: str | Path) -> Path:
     # Qwen2-VL's text config has no head_dim: hidden_size / num_attention_heads is TINY_SIZES' 32.
     text = {key: value for key, value in TINY_SIZES.items() if key != "head_dim"}
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL}
-    config = Qwen2VLConfig(
+    vision = {
+        "depth": 2,
+        "hidden_size": 32,
+        "num_heads": 2,
+        "patch_size": PATCH_SIZE,
+        "spatial_merge_size": MERGE_SIZE,
+        "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+    }
+    if version == "2.5":  # its tower's width is hidden_size, its output out_hidden_size
+        vision.update(intermediate_size=64, out_hidden_size=TINY_SIZES["hidden_size"], window_size=56)
+        vision.update(fullatt_block_indexes=[1])
+    else:  # Qwen2-VL's tower's width is embed_dim, its output hidden_size
+        vision.update(embed_dim=32, hidden_size=TINY_SIZES["hidden_size"], mlp_ratio=2)
+    config = config_class(
         text_config={
             **text,
             "vocab_size": len(tokenizer),
@@ -99,16 +116,7 @@ def generate(out_dir: str | Path) -> Path:
             "pad_token_id": tokenizer.pad_token_id,
             "tie_word_embeddings": True,
         },
-        vision_config={
-            "depth": 2,
-            "embed_dim": 32,
-            "hidden_size": TINY_SIZES["hidden_size"],
-            "num_heads": 2,
-            "mlp_ratio": 2,
-            "patch_size": PATCH_SIZE,
-            "spatial_merge_size": MERGE_SIZE,
-            "temporal_patch_size": TEMPORAL_PATCH_SIZE,
-        },
+        vision_config=vision,
         image_token_id=ids[IMAGE_PAD],
         video_token_id=ids[VIDEO_PAD],
         vision_start_token_id=ids[VISION_START],
@@ -116,13 +124,18 @@ def generate(out_dir: str | Path) -> Path:
         tie_word_embeddings=True,
         torch_dtype="bfloat16",
     )
-    return save_random_model(Qwen2VLForConditionalGeneration, config, out, SEED)
+    return save_random_model(model_class, config, out, SEED)
 
 
 def main(argv: list[str]) -> int:
-    from make_tiny_llama import one_directory_main
-
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
+    if len(argv) == 2 and argv[1] == "2.5" and not argv[0].startswith("-"):
+        print(f"wrote {generate(argv[0], '2.5')} (dyn-tiny-qwen2.5-vl)")
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__.strip().splitlines()[4], file=sys.stderr)
+        return 2
+    print(f"wrote {generate(argv[0])} ({NAME})")
+    return 0
 
 
 if __name__ == "__main__":

