@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Write `dyn-tiny-qwen2-vl`: a random-weight Qwen2-VL small enough for vLLM on a CPU, for tests
 of images (and clips) whose placeholder count follows their size; with `2.5`, `dyn-tiny-qwen2.5-vl`,
-the same as Qwen2.5-VL (its vision tower's windowed attention and gated MLP, the same counts).
+the same as Qwen2.5-VL (its vision tower's windowed attention and gated MLP, the same counts); with
+`3`, `dyn-tiny-qwen3-vl`, as Qwen3-VL (16-pixel patches, and clips written with each frame pair's
+timestamp).
 
-Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5]
+Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5|3]
 
 Needs torch, torchvision, transformers and Pillow: transformers' Qwen2-VL processor holds a video
 processor, which needs torchvision (scripts/provision_vllm_cpu.sh installs one that runs on a CPU
@@ -39,6 +41,13 @@ TEMPORAL_PATCH_SIZE = 2
 MIN_PIXELS = 56 * 56
 MAX_PIXELS = 28 * 28 * 64
 """At most 64 `<|image_pad|>` tokens an image, so that tests stay small."""
+QWEN3_PATCH_SIZE = 16
+QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 64 * 64, 32 * 32 * 64
+QWEN3_VIDEO_MAX_PIXELS = 32 * 32 * 256
+"""Qwen3-VL's video bound is on all of a clip's frames together (transformers' 3-D ``smart_resize``)."""
+NAMES = {"2": NAME, "2.5": "dyn-tiny-qwen2.5-vl", "3": "dyn-tiny-qwen3-vl"}
+PREFIXES = {"2": "Qwen2VL", "2.5": "Qwen2_5_VL", "3": "Qwen3VL"}
+"""transformers' class-name prefix of each version."""
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
 SPECIAL = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
@@ -48,7 +57,7 @@ VIDEO_PARTS = ("video", "video_url")
 
 def generate(out_dir: str | Path, version: str = "2") -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path: Qwen2-VL,
-    or Qwen2.5-VL when ``version`` is ``"2.5"``."""
+    or Qwen2.5-VL when ``version`` is ``"2.5"``, or Qwen3-VL when it is ``"3"``."""
     import transformers
     from make_tiny_llama import (
         TINY_SIZES,
@@ -59,12 +68,13 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
     )  # this script's directory is on sys.path
     from transformers import Qwen2VLImageProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    prefix = "Qwen2_5_VL" if version == "2.5" else "Qwen2VL"
     config_class, model_class, processor_class = (
-        getattr(transformers, prefix + suffix)
+        getattr(transformers, PREFIXES[version] + suffix)
         for suffix in ("Config", "ForConditionalGeneration", "Processor")
     )
+    qwen3 = version == "3"
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,10 +86,18 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
         "{% endif %}{% endfor %}{% endif %}", video_branch + "{% endfor %}{% endif %}", 1
     )
     tokenizer = tiny_tokenizer(SPECIAL, chat_template)
-    pixels = {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
-    sizes = {"patch_size": PATCH_SIZE, "merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE}
-    image_processor = Qwen2VLImageProcessor(**pixels, **sizes)
-    video_processor = Qwen2VLVideoProcessor(**pixels, **sizes)
+    patch = QWEN3_PATCH_SIZE if qwen3 else PATCH_SIZE
+    sizes = {"patch_size": patch, "merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE}
+    if qwen3:
+        image_processor = Qwen2VLImageProcessor(
+            min_pixels=QWEN3_MIN_PIXELS, max_pixels=QWEN3_MAX_PIXELS, **sizes
+        )
+        bounds = {"shortest_edge": QWEN3_MIN_PIXELS, "longest_edge": QWEN3_VIDEO_MAX_PIXELS}
+        video_processor = Qwen3VLVideoProcessor(size=bounds, **sizes)
+    else:
+        pixels = {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+        image_processor = Qwen2VLImageProcessor(**pixels, **sizes)
+        video_processor = Qwen2VLVideoProcessor(**pixels, **sizes)
     processor = processor_class(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -88,29 +106,34 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
     )
     save_processor(processor, image_processor, out)
     # Qwen2-VL's text config has no head_dim: hidden_size / num_attention_heads is TINY_SIZES' 32.
-    text = {key: value for key, value in TINY_SIZES.items() if key != "head_dim"}
+    text = {key: value for key, value in TINY_SIZES.items() if key != "head_dim" or qwen3}
+    # mrope splits each head's rotary half (head_dim / 2 frequencies) into time, height, width
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]}
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL}
     vision = {
         "depth": 2,
         "hidden_size": 32,
         "num_heads": 2,
-        "patch_size": PATCH_SIZE,
+        "patch_size": patch,
         "spatial_merge_size": MERGE_SIZE,
         "temporal_patch_size": TEMPORAL_PATCH_SIZE,
     }
-    if version == "2.5":  # its tower's width is hidden_size, its output out_hidden_size
-        vision.update(intermediate_size=64, out_hidden_size=TINY_SIZES["hidden_size"], window_size=56)
-        vision.update(fullatt_block_indexes=[1])
-    else:  # Qwen2-VL's tower's width is embed_dim, its output hidden_size
+    if version == "2":  # Qwen2-VL's tower's width is embed_dim, its output hidden_size
         vision.update(embed_dim=32, hidden_size=TINY_SIZES["hidden_size"], mlp_ratio=2)
+    else:  # its tower's width is hidden_size, its output out_hidden_size
+        vision.update(intermediate_size=64, out_hidden_size=TINY_SIZES["hidden_size"])
+    if version == "2.5":
+        vision.update(window_size=56, fullatt_block_indexes=[1])
+    if qwen3:  # learned positions on a 4 x 4 grid, features also taken from the first block
+        vision.update(num_position_embeddings=16, deepstack_visual_indexes=[0])
+        rope["mrope_interleaved"] = True
     config = config_class(
         text_config={
             **text,
             "vocab_size": len(tokenizer),
             "max_position_embeddings": CONTEXT,
             "rms_norm_eps": 1e-6,
-            # mrope splits each head's rotary half (head_dim / 2 frequencies) into time, height, width.
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
+            "rope_parameters": rope,
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
@@ -128,13 +151,11 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[1] == "2.5" and not argv[0].startswith("-"):
-        print(f"wrote {generate(argv[0], '2.5')} (dyn-tiny-qwen2.5-vl)")
-        return 0
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print(__doc__.strip().splitlines()[4], file=sys.stderr)
+    if not 1 <= len(argv) <= 2 or argv[0].startswith("-") or argv[1:] not in ([], ["2.5"], ["3"]):
+        print(__doc__.strip().splitlines()[6], file=sys.stderr)
         return 2
-    print(f"wrote {generate(argv[0])} ({NAME})")
+    version = argv[1] if len(argv) == 2 else "2"
+    print(f"wrote {generate(argv[0], version)} ({NAMES[version]})")
     return 0
 
 

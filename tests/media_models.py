@@ -131,10 +131,14 @@ QWEN_TEMPLATE = TEMPLATE.replace(
 )
 
 
-def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280) -> Path:
+def make_qwen_vl_model(
+    directory: Path, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280, family: str = "qwen2_vl"
+) -> Path:
     """A Qwen2-VL-style model (the same tokenizer with Qwen's vision tokens added, a vision tower
     with 14-pixel patches merged 2x2 and 2 frames deep, the image processor's pixel bounds, which
-    its video processor reads too, as the published checkpoints have it) in ``directory``."""
+    its video processor reads too, as the published checkpoints have it) in ``directory``; with
+    ``family`` ``qwen3_vl``, Qwen3-VL's 16-pixel patches."""
+    patch = 16 if family == "qwen3_vl" else 14
     make_vision_model(directory)
     add_special_tokens(directory, QWEN_TOKENS)
     tok_config = json.loads((directory / "tokenizer_config.json").read_text())
@@ -142,19 +146,22 @@ def make_qwen_vl_model(directory: Path, min_pixels: int = 56 * 56, max_pixels: i
     (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
     config = json.loads((directory / "config.json").read_text())
     config.update(
-        architectures=["Qwen2VLForConditionalGeneration"],
-        model_type="qwen2_vl",
+        architectures=[
+            "Qwen3VLForConditionalGeneration" if patch == 16 else "Qwen2VLForConditionalGeneration"
+        ],
+        model_type=family,
         image_token_id=QWEN_TOKENS["<|image_pad|>"],
         video_token_id=QWEN_TOKENS["<|video_pad|>"],
         vision_start_token_id=QWEN_TOKENS["<|vision_start|>"],
-        vision_config={"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        vision_end_token_id=QWEN_TOKENS["<|vision_end|>"],
+        vision_config={"patch_size": patch, "spatial_merge_size": 2, "temporal_patch_size": 2},
         vocab_size=4101,
     )
     del config["image_token_index"]
     (directory / "config.json").write_text(json.dumps(config))
     (directory / "processor_config.json").unlink()
     (directory / "preprocessor_config.json").write_text(
-        json.dumps({"min_pixels": min_pixels, "max_pixels": max_pixels, "patch_size": 14, "merge_size": 2})
+        json.dumps({"min_pixels": min_pixels, "max_pixels": max_pixels, "patch_size": patch, "merge_size": 2})
     )
     return directory
 

@@ -39,7 +39,7 @@ def uncounted_modalities(info: ModelInfo, rules: dict[str, PlaceholderRule]) -> 
     text-only."""
     family = vision_family(info)
     uncounted = {"image": family} if family is not None and "image" not in rules else {}
-    if family in QWEN_VL_FAMILIES and "video" not in rules:
+    if family in QWEN_VL_FAMILIES and "video" not in rules:  # a Qwen2-VL-family model without a video token
         uncounted["video"] = family
     return uncounted
 
@@ -50,8 +50,12 @@ def placeholder_ids(
     """The tokens a loaded ``item`` becomes in the prompt under its modality's ``rule``, given its
     ``count`` (``rule.tokens_for(item)``): the placeholder token repeated ``count`` times, or, for
     an image a rule writes as text around its tokens (Idefics3's tiles), that text tokenized by
-    ``encode`` (without special tokens added). Raises one of ``COUNT_ERRORS`` for an item the
-    model cannot take."""
+    ``encode`` (without special tokens added), or, for a clip written with its frames' times
+    (Qwen3-VL's), its ``ids_for``. Raises one of ``COUNT_ERRORS`` for an item the model cannot
+    take."""
+    if isinstance(rule, VideoTokens):
+        ids = rule.ids_for(item, encode)
+        return ids if ids is not None else [rule.token_id] * count
     text = rule.text_for(item) if isinstance(rule, ImageTokens) else None
     if text is not None:
         return encode(text)

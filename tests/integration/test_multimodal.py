@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import wave
+from functools import partial
 
 import openai
 import pytest
@@ -64,8 +65,9 @@ def video(which: int) -> dict:
         (make_idefics3_model, picture, "What colour is this square?"),
         (make_audio_model, clip, "What is this sound?"),
         (make_qwen_vl_model, video, "What happens in this video?"),
+        (partial(make_qwen_vl_model, family="qwen3_vl"), video, "What happens in this video?"),
     ],
-    ids=["image", "idefics3-tiles", "audio", "video"],
+    ids=["image", "idefics3-tiles", "audio", "video", "video-with-times"],
 )
 def test_a_repeated_item_is_a_cache_hit_where_it_is_cached(dyn_process, tmp_path, make_model, part, question):
     model = make_model(tmp_path / "tiny-mm")

@@ -286,6 +286,38 @@ async def test_a_qwen2_vl_model_gets_as_many_placeholders_as_each_clip_needs(
         assert r.status_code == 400 and "pip install 'dyn[video]'" in r.json()["error"]["message"]
 
 
+async def test_a_qwen3_vl_clip_is_written_pair_by_pair_with_each_pairs_time(make_frontend, tmp_path):
+    """Qwen3-VL: the template's ``<|video_pad|>`` becomes, for each pair of sampled frames, its time
+    (``<0.3 seconds>``, tokenized alone) and its frame's tokens between the vision markers, inside the
+    template's own markers (transformers 5.10 and later, and vLLM with them); the item's span is all
+    of it. 30 frames at 10 a second: 6 frames sampled at 64x48 (resized to 64x64: 4 x 4 patches of
+    16, merged 2x2, 4 tokens), 3 pairs at 0.3, 1.4 and 2.6 seconds."""
+    model = str(
+        make_qwen_vl_model(
+            tmp_path / "qwen3", min_pixels=64 * 64, max_pixels=32 * 32 * 256, family="qwen3_vl"
+        )
+    )
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        r = await fe.client.post(
+            "/v1/chat/completions",
+            json={"messages": [user(video_part(clip(30, 10.0)), TEXT)], "max_tokens": 2},
+        )
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        (video,) = request.media
+        span = request.token_ids[video.offset : video.offset + video.length]
+        start, pad, end = (QWEN_TOKENS[t] for t in ("<|vision_start|>", "<|video_pad|>", "<|vision_end|>"))
+        assert (
+            request.token_ids[video.offset - 1] == start
+            and request.token_ids[video.offset + video.length] == end
+        )
+        assert span.count(pad) == 12 and span.count(start) == span.count(end) == 3
+        text = fe.app.service.preprocessor.tokenizer.decode(span, skip_special_tokens=False)
+        assert text == "".join(
+            f"<{t} seconds><|vision_start|>{'<|video_pad|>' * 4}<|vision_end|>" for t in ("0.3", "1.4", "2.6")
+        )
+
+
 async def test_a_llava_next_model_gets_as_many_placeholders_as_each_images_tiles_need(
     make_frontend, tmp_path
 ):

