@@ -105,7 +105,8 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
         chat_template=chat_template,
     )
     save_processor(processor, image_processor, out)
-    # Qwen2-VL's text config has no head_dim: hidden_size / num_attention_heads is TINY_SIZES' 32.
+    # Qwen2-VL's and Qwen2.5-VL's text configs have no head_dim: hidden_size / num_attention_heads
+    # is TINY_SIZES' 32.
     text = {key: value for key, value in TINY_SIZES.items() if key != "head_dim" or qwen3}
     # mrope splits each head's rotary half (head_dim / 2 frequencies) into time, height, width
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]}

