@@ -3,9 +3,10 @@
 of images (and clips) whose placeholder count follows their size; with `2.5`, `dyn-tiny-qwen2.5-vl`,
 the same as Qwen2.5-VL (its vision tower's windowed attention and gated MLP, the same counts); with
 `3`, `dyn-tiny-qwen3-vl`, as Qwen3-VL (16-pixel patches, and clips written with each frame pair's
-timestamp).
+timestamp); with `jina`, `dyn-tiny-jina-vl-ranker`, jina-reranker-m0's architecture
+(`JinaVLForRanking`: this Qwen2-VL with a one-class score head, `score.0` and `score.2`).
 
-Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5|3]
+Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5|3|jina]
 
 Needs torch, torchvision, transformers and Pillow: transformers' Qwen2-VL processor holds a video
 processor, which needs torchvision (scripts/provision_vllm_cpu.sh installs one that runs on a CPU
@@ -45,8 +46,8 @@ QWEN3_PATCH_SIZE = 16
 QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 64 * 64, 32 * 32 * 64
 QWEN3_VIDEO_MAX_PIXELS = 32 * 32 * 256
 """Qwen3-VL's video bound is on all of a clip's frames together (transformers' 3-D ``smart_resize``)."""
-NAMES = {"2": NAME, "2.5": "dyn-tiny-qwen2.5-vl", "3": "dyn-tiny-qwen3-vl"}
-PREFIXES = {"2": "Qwen2VL", "2.5": "Qwen2_5_VL", "3": "Qwen3VL"}
+NAMES = {"2": NAME, "2.5": "dyn-tiny-qwen2.5-vl", "3": "dyn-tiny-qwen3-vl", "jina": "dyn-tiny-jina-vl-ranker"}
+PREFIXES = {"2": "Qwen2VL", "2.5": "Qwen2_5_VL", "3": "Qwen3VL", "jina": "Qwen2VL"}
 """transformers' class-name prefix of each version."""
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
@@ -148,12 +149,41 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
         tie_word_embeddings=True,
         torch_dtype="bfloat16",
     )
-    return save_random_model(model_class, config, out, SEED)
+    save_random_model(model_class, config, out, SEED)
+    if version == "jina":
+        add_score_head(out, TINY_SIZES["hidden_size"])
+    return out
+
+
+def add_score_head(out: Path, hidden: int) -> None:
+    """Make the Qwen2-VL in ``out`` jina-reranker-m0's ``JinaVLForRanking``: its score head (a
+    ``hidden`` x ``hidden`` layer, ReLU, then one logit), random from the same seed, beside the
+    weights, and the config naming the architecture and its one class."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(SEED + 1)
+    weights = load_file(str(out / "model.safetensors"))
+    head = {
+        "score.0.weight": (hidden, hidden),
+        "score.0.bias": (hidden,),
+        "score.2.weight": (1, hidden),
+        "score.2.bias": (1,),
+    }
+    weights |= {name: (torch.randn(shape) * 0.5).to(torch.bfloat16) for name, shape in head.items()}
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config.update(
+        architectures=["JinaVLForRanking"], num_labels=1, id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0}
+    )
+    (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def main(argv: list[str]) -> int:
-    if not 1 <= len(argv) <= 2 or argv[0].startswith("-") or argv[1:] not in ([], ["2.5"], ["3"]):
-        print(__doc__.strip().splitlines()[6], file=sys.stderr)
+    if not 1 <= len(argv) <= 2 or argv[0].startswith("-") or argv[1:] not in ([], ["2.5"], ["3"], ["jina"]):
+        print(next(line for line in __doc__.splitlines() if line.startswith("Usage:")), file=sys.stderr)
         return 2
     version = argv[1] if len(argv) == 2 else "2"
     print(f"wrote {generate(argv[0], version)} ({NAMES[version]})")

