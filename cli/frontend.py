@@ -25,6 +25,7 @@ from dyn.core.frontend.session_identity import SessionAffinity
 if TYPE_CHECKING:
     from dyn.core.frontend.cors import CorsPolicy
     from dyn.core.frontend.tls import TlsSettings
+    from dyn.core.model.multimodal import MediaProcessing
     from dyn.core.router.config import KvRouterConfig
 
 
@@ -188,6 +189,7 @@ def _settings(flags: FrontendFlags) -> dict[str, Any]:
             trust_request_chat_template=flags.trust_request_chat_template,
         ),
         media=media,
+        media_processing=_media_processing(flags),
         reliability=Reliability(
             migration_limit=flags.migration_limit,
             migration_max_seq_len=flags.migration_max_seq_len,
@@ -228,6 +230,17 @@ def _media(flags: FrontendFlags) -> MediaSettings:
             fetch_timeout_s=flags.media_fetch_timeout,
             max_image_pixels=flags.max_image_pixels,
         )
+    except ConfigError as exc:
+        options.fail(str(exc))
+
+
+def _media_processing(flags: FrontendFlags) -> MediaProcessing:
+    """How the engine processes media (``--mm-processor-kwargs``, ``--media-io-kwargs``)."""
+    from dyn.core.errors import ConfigError
+    from dyn.core.model.multimodal import MediaProcessing
+
+    try:
+        return MediaProcessing.parse(flags.mm_processor_kwargs, flags.media_io_kwargs)
     except ConfigError as exc:
         options.fail(str(exc))
 

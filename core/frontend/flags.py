@@ -163,6 +163,26 @@ class FrontendFlags(msgspec.Struct, kw_only=True, frozen=True):
             f"{DEFAULT_LIMIT_PER_PROMPT}, vLLM's default. Checked before anything is loaded.",
         ),
     ] = None
+    mm_processor_kwargs: Annotated[
+        str | None,
+        flag(
+            "--mm-processor-kwargs",
+            panel=MEDIA_PANEL,
+            help="The model's image and video processor settings the engine was started with, a JSON "
+            "object as vLLM takes it ('{\"max_pixels\": 1003520}'): placeholders are counted with "
+            "them. dyn serve hands the flag to its vLLM workers too.",
+        ),
+    ] = None
+    media_io_kwargs: Annotated[
+        str | None,
+        flag(
+            "--media-io-kwargs",
+            panel=MEDIA_PANEL,
+            help="How the engine loads media, a JSON object by modality as vLLM takes it "
+            '(\'{"video": {"fps": 1}}\': the frames its video loader samples): placeholders are '
+            "counted with it. dyn serve hands the flag to its vLLM workers too.",
+        ),
+    ] = None
     max_media_bytes: Annotated[
         Annotated[int, Meta(ge=1)],
         flag(

@@ -45,7 +45,13 @@ from dyn.core.messages import (
     ToolSpec,
 )
 from dyn.core.model.info import ModelInfo
-from dyn.core.model.multimodal import COUNT_ERRORS, placeholder_ids, placeholder_rules, uncounted_modalities
+from dyn.core.model.multimodal import (
+    COUNT_ERRORS,
+    MediaProcessing,
+    placeholder_ids,
+    placeholder_rules,
+    uncounted_modalities,
+)
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
@@ -114,13 +120,16 @@ class Preprocessor:
         default_template_kwargs: Mapping[str, Any] | None = None,
         content_format: ContentFormat = "auto",
         exclude_tools_when_none: bool = False,
+        media_processing: MediaProcessing | None = None,
     ) -> None:
         """``chat_template``: a template source that replaces the model's (``--chat-template``);
         ``ChatTemplateError`` when it does not compile. ``limits``: the per-request bounds
         (default ``RequestLimits()``). ``default_template_kwargs``: chat template arguments every
         request gets unless it sets them itself (vLLM's ``--default-chat-template-kwargs``).
         ``content_format``: how message content reaches the template (vLLM's
-        ``--chat-template-content-format``); ``exclude_tools_when_none``: see the attribute."""
+        ``--chat-template-content-format``); ``exclude_tools_when_none``: see the attribute;
+        ``media_processing``: how the engine processes media beyond the model's files (vLLM's
+        ``--mm-processor-kwargs`` and ``--media-io-kwargs``), for counting placeholders."""
         self.content_format: ContentFormat = content_format
         self.exclude_tools_when_none = exclude_tools_when_none
         """A request with ``tool_choice: "none"`` renders no tools (vLLM's
@@ -150,7 +159,7 @@ class Preprocessor:
         self._tokenizer_fits = self.tokenizer.vocab_size <= info.vocab_size
         """Every id the tokenizer can give is in the model's vocabulary: only ids a client sent
         need the range check."""
-        self.media_rules = placeholder_rules(info)
+        self.media_rules = placeholder_rules(info, media_processing)
         """The placeholder rule of each modality the model takes (empty: text only)."""
         self.placeholders = {m: rule.placeholder for m, rule in self.media_rules.items()} or None
         """What the chat template writes for each modality the model takes."""

@@ -41,6 +41,7 @@ from dyn.core.frontend.tls import TlsSettings
 from dyn.core.logs import status
 from dyn.core.memory import trim_periodically
 from dyn.core.model.info import ModelError, ModelInfo, load_model_info
+from dyn.core.model.multimodal import MediaProcessing
 from dyn.core.parsers.reasoning import REASONING_PARSERS
 from dyn.core.parsers.registry import ParserUnavailable, UnknownParserError, load_plugin
 from dyn.core.parsers.tool import TOOL_PARSERS
@@ -112,6 +113,9 @@ class FrontendSettings:
     media: MediaSettings = field(default_factory=MediaSettings)
     """Where images, audio and video may come from and how much of them a request may hold
     (``--allowed-local-media-path``, ``--allowed-media-domains``, ``--limit-mm-per-prompt``, ...)."""
+    media_processing: MediaProcessing = field(default_factory=MediaProcessing)
+    """How the workers' engine processes media beyond the model's files (``--mm-processor-kwargs``,
+    ``--media-io-kwargs``): what placeholders are counted with."""
     reliability: Reliability = field(default_factory=Reliability)
     priority_convention: str = "dyn"
     """How ``agent_hints.priority`` is read: ``dyn`` (larger is more important) or ``dynamo``
@@ -206,6 +210,7 @@ def build_app(settings: FrontendSettings) -> tuple[FrontendApp, WorkerPool]:
             default_template_kwargs=settings.default_chat_template_kwargs,
             content_format=settings.chat_template_content_format,
             exclude_tools_when_none=settings.exclude_tools_when_tool_choice_none,
+            media_processing=settings.media_processing,
         )
         check_parsers(outputs, preprocessor.tokenizer)  # hf: the model's response_template
         pool = WorkerPool(

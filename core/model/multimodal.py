@@ -9,9 +9,12 @@ what an item becomes in the prompt.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from dyn.core.errors import ConfigError
 from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
 from dyn.core.model.info import ModelInfo
 from dyn.core.model.video import VideoLengthError, VideoTokens, video_tokens
@@ -21,14 +24,57 @@ PlaceholderRule = ImageTokens | AudioTokens | VideoTokens
 COUNT_ERRORS = (ImageSizeError, AudioLengthError, VideoLengthError)
 
 
-def placeholder_rules(info: ModelInfo) -> dict[str, PlaceholderRule]:
-    """``{modality: rule}`` for each modality the model takes; empty for a text-only model."""
+@dataclass(frozen=True, slots=True)
+class MediaProcessing:
+    """How the engine processes media beyond what the model's files say, as vLLM takes it:
+    ``processor_kwargs`` (``--mm-processor-kwargs``) replace the image and video processors'
+    settings (``{"max_pixels": 1003520}``), and ``media_io_kwargs`` (``--media-io-kwargs``) say
+    how each modality is loaded (``{"video": {"fps": 1}}``: the frames vLLM's loader samples).
+    A worker must be started with the same (``dyn serve`` hands them to both)."""
+
+    processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    media_io_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, processor_kwargs: str | None, media_io_kwargs: str | None) -> MediaProcessing:
+        """From the flags' JSON text; ``ConfigError`` naming the flag for anything but a JSON
+        object (of objects, by modality, for ``--media-io-kwargs``)."""
+        processing = _json_object("--mm-processor-kwargs", processor_kwargs)
+        loading = _json_object("--media-io-kwargs", media_io_kwargs)
+        for modality, options in loading.items():
+            if not isinstance(options, dict):
+                raise ConfigError(
+                    f"--media-io-kwargs: {modality!r} must map to an object of options "
+                    f'(\'{{"video": {{"fps": 1}}}}\'), got {options!r}'
+                )
+        return cls(processing, loading)
+
+
+def _json_object(flag: str, text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: not JSON ({exc}); give a JSON object") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: give a JSON object, got {text!r}")
+    return value
+
+
+def placeholder_rules(
+    info: ModelInfo, processing: MediaProcessing | None = None
+) -> dict[str, PlaceholderRule]:
+    """``{modality: rule}`` for each modality the model takes, as ``processing`` processes them;
+    empty for a text-only model."""
+    processing = processing or MediaProcessing()
+    overrides = processing.processor_kwargs
     rules: dict[str, PlaceholderRule] = {}
-    if (image := image_tokens(info)) is not None:
+    if (image := image_tokens(info, overrides)) is not None:
         rules["image"] = image
     if (audio := audio_tokens(info)) is not None:
         rules["audio"] = audio
-    if (video := video_tokens(info)) is not None:
+    if (video := video_tokens(info, overrides, processing.media_io_kwargs.get("video"))) is not None:
         rules["video"] = video
     return rules
 

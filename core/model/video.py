@@ -7,7 +7,8 @@ transformers' video processors resize and patch them). Qwen2-VL and Qwen2.5-VL (
 ``qwen2_vl``, ``qwen2_5_vl``; vLLM's ``Qwen2VLVideoBackend``, ``Qwen2VLVideoProcessor``):
 
 - Frames (``FrameSampling.frames``): ``n = total / source_fps * min(fps, 30)`` (``fps`` 2 by
-  default), raised to ``min_frames`` (4), then at most ``max_frames`` (768, and never more than the
+  default; this and the frame bounds are vLLM's loader's, set by ``--media-io-kwargs``, not the
+  video processor's config), raised to ``min_frames`` (4), then at most ``max_frames`` (768, and never more than the
   clip's frames rounded down to a multiple of ``temporal_patch_size``), then rounded down to a
   multiple of ``temporal_patch_size`` (2). A clip of fewer frames than one temporal patch has
   nothing to sample, and one whose rate is unknown (0) cannot be sampled: vLLM fails on both, and
@@ -35,8 +36,8 @@ each pair of frames with its time (``timed``):
   rate; each time is tokenized on its own, as vLLM does. transformers 5.10 and later (and vLLM
   with them) replace only the template's ``<|video_pad|>``, keeping its outer markers.
 
-The video processor's settings come from ``processor_config.json``'s ``video_processor`` (how
-transformers 5 saves them), else ``video_preprocessor_config.json`` (the published Qwen3-VL
+The video processor's settings (its pixel bounds; ``--mm-processor-kwargs`` laid over them) come
+from ``processor_config.json``'s ``video_processor`` (how transformers 5 saves them), else ``video_preprocessor_config.json`` (the published Qwen3-VL
 checkpoints), else the image processor's ``preprocessor_config.json`` (what the published Qwen2-VL
 and Qwen2.5-VL checkpoints have, and transformers reads for their video processor too), else
 transformers' defaults for the family. No other family's clips are read: ``video_tokens`` returns
@@ -46,12 +47,12 @@ None and a clip for a model of another family dyn reads images of is refused as 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dyn.core.model.info import ModelInfo, read_model_json, read_processor_files
-from dyn.core.model.vision import MAX_ASPECT_RATIO, DynamicResolution
+from dyn.core.model.vision import MAX_ASPECT_RATIO, DynamicResolution, overridden
 
 VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
 """The families whose clips are counted."""
@@ -79,7 +80,7 @@ _QWEN3_DEFAULTS = {
 }
 """transformers' ``Qwen3VLVideoProcessor`` defaults (its pixel bounds are on a whole clip)."""
 DEFAULT_FPS = 2.0
-"""The rate vLLM's samplers sample at unless the video processor's config says."""
+"""The rate vLLM's samplers sample at unless ``--media-io-kwargs`` says."""
 
 
 class VideoLengthError(ValueError):
@@ -243,8 +244,14 @@ def _resize_clip(
     return h_bar, w_bar
 
 
-def video_tokens(info: ModelInfo) -> VideoTokens | None:
-    """The model's video placeholder, or None when it takes no clips (or none dyn can count)."""
+def video_tokens(
+    info: ModelInfo, overrides: Mapping[str, Any] | None = None, loading: Mapping[str, Any] | None = None
+) -> VideoTokens | None:
+    """The model's video placeholder, or None when it takes no clips (or none dyn can count).
+    ``overrides``: settings that replace the video processor's (vLLM's ``--mm-processor-kwargs``:
+    ``min_pixels``, ``max_pixels``, ``size``, ...); ``loading``: how vLLM's loader samples a clip
+    (``--media-io-kwargs``' ``video``: ``fps``, ``min_frames``, ``max_frames``; 2, 4 and 768 by
+    default: vLLM's samplers take them from there, not from the video processor's config)."""
     files = read_processor_files(info)
     config = files.config
     vision = config.get("vision_config")
@@ -257,7 +264,8 @@ def video_tokens(info: ModelInfo) -> VideoTokens | None:
     start_id, end_id = _int(config.get("vision_start_token_id")), _int(config.get("vision_end_token_id"))
     patch = _int(vision.get("patch_size")) or (16 if timed else 14)
     merge = _int(vision.get("spatial_merge_size")) or 2
-    settings = _video_processor(info, files.processor, files.preprocessor)
+    settings = overridden(_video_processor(info, files.processor, files.preprocessor), overrides)
+    loading = loading or {}
     size = settings.get("size")
     if not isinstance(size, dict):
         size = {}
@@ -268,11 +276,11 @@ def video_tokens(info: ModelInfo) -> VideoTokens | None:
         or _int(vision.get("temporal_patch_size"))
         or defaults["temporal_patch_size"]
     )
-    fps = settings.get("fps")
+    fps = loading.get("fps")
     sampling = FrameSampling(
         float(fps) if isinstance(fps, int | float) and not isinstance(fps, bool) and fps > 0 else DEFAULT_FPS,
-        _int(settings.get("min_frames")) or defaults["min_frames"],
-        _int(settings.get("max_frames")) or defaults["max_frames"],
+        _int(loading.get("min_frames")) or defaults["min_frames"],
+        _int(loading.get("max_frames")) or defaults["max_frames"],
         step,
     )
     if token_id is None or not 0 < low <= high or (timed and (start_id is None or end_id is None)):

@@ -43,6 +43,7 @@ an image for it is refused, naming the family (``vision_family``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,10 +238,14 @@ class ImageTokens:
         return self.dynamic.text(item.width, item.height)
 
 
-def image_tokens(info: ModelInfo) -> ImageTokens | None:
-    """The model's image placeholder, or None when it takes no images (or none dyn can count)."""
+def image_tokens(info: ModelInfo, overrides: Mapping[str, Any] | None = None) -> ImageTokens | None:
+    """The model's image placeholder, or None when it takes no images (or none dyn can count).
+    ``overrides``: settings that replace the image processor's (vLLM's ``--mm-processor-kwargs``:
+    ``max_pixels``, ``do_image_splitting``, ...; ``overridden``)."""
     files = read_processor_files(info)
-    config, processor, image_processor = files.config, files.processor, files.preprocessor
+    config, processor = files.config, files.processor
+    inner = processor.get("image_processor")
+    image_processor = overridden(files.preprocessor or (inner if isinstance(inner, dict) else {}), overrides)
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         return None
@@ -254,9 +259,7 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     if token_id is None:
         return None
     if family in SPLIT_FAMILIES:
-        split = _split_tiles(
-            config, vision, processor, image_processor or processor.get("image_processor"), token
-        )
+        split = _split_tiles(config, vision, processor, image_processor, token)
         return ImageTokens(token, token_id, 0, split) if split is not None else None
     if family == "llava_next":
         tiles = _any_resolution(config, vision, processor, image_processor)
@@ -265,6 +268,19 @@ def image_tokens(info: ModelInfo) -> ImageTokens | None:
     if count is None or count <= 0:
         return None
     return ImageTokens(token, token_id, count)
+
+
+def overridden(settings: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A processor's ``settings`` with ``overrides`` laid over them, as transformers takes a
+    processor's keyword arguments over its saved config; a ``size`` given drops the saved
+    ``min_pixels`` and ``max_pixels`` (which the readers here would otherwise prefer)."""
+    merged = dict(settings)
+    if overrides:
+        if "size" in overrides:
+            merged.pop("min_pixels", None)
+            merged.pop("max_pixels", None)
+        merged.update(overrides)
+    return merged
 
 
 def vision_family(info: ModelInfo) -> str | None:

@@ -117,6 +117,24 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             "(POST /v1/embeddings) and refuses to generate.",
         ),
     ] = None
+    mm_processor_kwargs: Annotated[
+        str | None,
+        flag(
+            "--mm-processor-kwargs",
+            panel=ENGINE_PANEL,
+            help="vLLM's flag, handed to it: the model's image and video processor settings, a JSON "
+            "object ('{\"max_pixels\": 1003520}'). Give dyn frontend the same (dyn serve does).",
+        ),
+    ] = None
+    media_io_kwargs: Annotated[
+        str | None,
+        flag(
+            "--media-io-kwargs",
+            panel=ENGINE_PANEL,
+            help="vLLM's flag, handed to it: how media are loaded, a JSON object by modality "
+            '(\'{"video": {"fps": 1}}\'). Give dyn frontend the same (dyn serve does).',
+        ),
+    ] = None
     lora_modules: Annotated[
         tuple[str, ...],
         flag(
@@ -241,6 +259,8 @@ class VllmConfig(msgspec.Struct, kw_only=True, frozen=True):
             "--scheduling-policy": self.scheduling_policy,
             "--seed": self.seed,
             "--runner": self.runner,
+            "--mm-processor-kwargs": self.mm_processor_kwargs,
+            "--media-io-kwargs": self.media_io_kwargs,
         }
         for name, value in values.items():
             if value is not None:

@@ -243,7 +243,7 @@ class VllmEngine:
         if "audio" in taken:
             self._audio_resampling = media.audio_resampling(mm_processor)
         if "video" in taken:
-            self._video_loader = media.video_loader(mm_processor)
+            self._video_loader = media.video_loader(model_config, mm_processor)
         if taken:
             self.info.features = [FEATURE_MEDIA]
 

@@ -186,20 +186,22 @@ def decode_audio(i: int, item: MediaItem) -> tuple[Any, int]:
     return samples.T.copy(), rate
 
 
-def video_loader(mm_processor: Any) -> VideoLoader:
+def video_loader(model_config: Any, mm_processor: Any) -> VideoLoader:
     """vLLM's video decoder for the model, as its API server makes it for a ``video_url``
-    (``MediaConnector.fetch_video``): ``VideoMediaIO`` over RGB frames, with the sampling backend
-    registered for the model's video processor (``mm_processor``, the renderer's) when there is
-    one, else vLLM's default."""
+    (``MediaConnector.fetch_video``): ``VideoMediaIO`` over RGB frames with the video options of
+    ``--media-io-kwargs`` (``model_config``'s), and the sampling backend registered for the
+    model's video processor (``mm_processor``, the renderer's) unless those name one."""
     from vllm.multimodal.media import ImageMediaIO, VideoMediaIO
     from vllm.multimodal.video import get_video_loader_backend_for_processor
 
+    mm_config = getattr(model_config, "multimodal_config", None)
+    options = dict((getattr(mm_config, "media_io_kwargs", None) or {}).get("video", {}))
     hf_processor = getattr(getattr(mm_processor, "info", None), "get_hf_processor", None)
     video_processor = getattr(hf_processor(), "video_processor", None) if hf_processor else None
-    backend = (
-        get_video_loader_backend_for_processor(type(video_processor).__name__) if video_processor else None
-    )
-    loader = VideoMediaIO(ImageMediaIO(image_mode="RGB"), **({"video_backend": backend} if backend else {}))
+    if "video_backend" not in options and video_processor is not None:
+        if backend := get_video_loader_backend_for_processor(type(video_processor).__name__):
+            options["video_backend"] = backend
+    loader = VideoMediaIO(ImageMediaIO(image_mode="RGB"), **options)
     return lambda data: loader.load_bytes(data).media
 
 

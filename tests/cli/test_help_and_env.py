@@ -34,6 +34,8 @@ SAME_MEANING = {
     "DYN_LORA_MODULES": "the LoRA adapters a worker serves (vLLM's; the mocker simulates them)",
     "DYN_MAX_LORAS": "how many LoRA adapters an engine holds at once (vLLM's; the mocker simulates it)",
     "DYN_MAX_MODEL_LEN": "the context length a worker serves (vLLM's; the mocker simulates it)",
+    "DYN_MEDIA_IO_KWARGS": "how vLLM loads media: its workers load so, and the frontend counts so",
+    "DYN_MM_PROCESSOR_KWARGS": "vLLM's processor settings: its workers process so, and the frontend counts so",
     "DYN_MODEL_NAME": "the served model's name (inspect-kv finds that model's indexer)",
     "DYN_MODEL_PATH": "the served model's directory (inspect-kv tokenizes with it)",
     "DYN_NUM_REQUESTS": "how many requests a benchmark runs (live or replayed)",

@@ -1,7 +1,10 @@
 """``dyn frontend``'s media flags, spelled and shaped as ``vllm serve`` takes them
 (``--allowed-local-media-path DIR``, ``--allowed-media-domains a b`` with argparse's
 ``nargs='+'``, ``--limit-mm-per-prompt '{"image": 4}'`` or ``--limit-mm-per-prompt.image 4``),
-filling ``FrontendSettings.media``; a bad value stops the command before anything starts."""
+filling ``FrontendSettings.media``; a bad value stops the command before anything starts. The
+engine's processing flags (``--mm-processor-kwargs``, ``--media-io-kwargs``) fill
+``FrontendSettings.media_processing``, and ``dyn serve --engine vllm`` hands them to the frontend
+and to its vLLM workers both."""
 
 from __future__ import annotations
 
@@ -85,6 +88,8 @@ def test_limit_mm_per_prompt_one_key_at_a_time_as_vllm_s_parser_takes_it(started
         (["--limit-mm-per-prompt", '{"image": -1}'], "image must be a count of 0 or more"),
         (["--allowed-media-domains", "https://example.com"], "give host names"),
         (["--max-image-pixels", "999999999"], "--max-image-pixels"),
+        (["--mm-processor-kwargs", "max_pixels=4"], "--mm-processor-kwargs: not JSON"),
+        (["--media-io-kwargs", '{"video": 1}'], "--media-io-kwargs: 'video' must map to an object"),
     ],
 )
 def test_bad_media_flags_stop_the_frontend_before_it_starts(started, args, says):
@@ -103,3 +108,25 @@ def test_dotted_flags_merge_into_one_json_value_where_the_first_was():
     ]
     untouched = ["--limit-mm-per-prompt", '{"image": 1}', "--", "--limit-mm-per-prompt.image", "3"]
     assert expand_dotted(untouched) == untouched
+
+
+PROCESSING = ("--mm-processor-kwargs", '{"max_pixels": 12544}', "--media-io-kwargs", '{"video": {"fps": 4}}')
+
+
+def test_the_engines_processing_flags_fill_the_frontends_media_processing(started):
+    from dyn.core.model.multimodal import MediaProcessing
+
+    result = frontend(*PROCESSING)
+    assert result.exit_code == 0, result.output
+    (settings,) = started
+    assert settings.media_processing == MediaProcessing({"max_pixels": 12544}, {"video": {"fps": 4}})
+
+
+def test_dyn_serve_hands_the_processing_flags_to_the_frontend_and_its_vllm_workers(monkeypatch):
+    configs = []
+    monkeypatch.setattr("dyn.core.serve.run_stack", lambda config, **_: configs.append(config) or 0)
+    result = runner.invoke(app, ["serve", "--engine", "vllm", "--workers", "1", *PROCESSING])
+    assert result.exit_code == 0, result.output
+    (config,) = configs
+    for argv in (config.frontend.argv, config.workers[0].argv):
+        assert list(argv[-4:]) == list(PROCESSING)

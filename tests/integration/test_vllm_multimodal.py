@@ -160,3 +160,34 @@ def test_a_repeated_video_is_a_cache_hit_on_the_worker_that_holds_it(tmp_path):
         )
         with pytest.raises(openai.BadRequestError, match="has 1 frame"):
             ask(clip(1))
+
+
+def test_the_engines_processing_flags_count_as_vllm_processes_with_them(tmp_path):
+    """``dyn serve --engine vllm`` with vLLM's ``--mm-processor-kwargs`` (a smaller pixel bound) and
+    ``--media-io-kwargs`` (video sampled at 4 frames a second): both reach the frontend and the
+    worker, so the frontend's counts are vLLM's (the worker refuses a request whose are not): a
+    300x200 image is 12 ``<|image_pad|>`` instead of 54, a 3 s clip 12 frames of 12 instead of 6 of
+    54."""
+    flags = (
+        "--dtype", "bfloat16", "--enforce-eager", "--block-size", str(BLOCK),
+        "--mm-processor-kwargs", '{"max_pixels": 12544}', "--media-io-kwargs", '{"video": {"fps": 4}}',
+    )  # fmt: skip
+    model = "dyn-tiny-qwen2-vl"
+    with vllm_serve(tmp_path, *flags, model=model, torchvision=True) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def prompt_tokens(*parts: dict) -> int:
+            content = [*parts, {"type": "text", "text": "What is it?"}]
+            answer = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": content}], max_tokens=1
+            )
+            return answer.usage.prompt_tokens
+
+        text = prompt_tokens()
+        buf = io.BytesIO()
+        Image.new("RGB", (300, 200), (9, 9, 9)).save(buf, "PNG")
+        image_url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+        # the template's two vision markers, and the pads
+        assert prompt_tokens({"type": "image_url", "image_url": {"url": image_url}}) == text + 2 + 12
+        clip_url = "data:video/mp4;base64," + base64.b64encode(clip(30, 10.0, (320, 240))).decode()
+        assert prompt_tokens({"type": "video_url", "video_url": {"url": clip_url}}) == text + 2 + 6 * 12

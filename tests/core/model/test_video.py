@@ -8,12 +8,14 @@ pixel bounds these models share; tests/plugins/vllm/test_real_vllm_video.py runs
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
 
+from dyn.core.errors import ConfigError
 from dyn.core.model import load_model_info
-from dyn.core.model.multimodal import placeholder_rules, uncounted_modalities
+from dyn.core.model.multimodal import MediaProcessing, placeholder_rules, uncounted_modalities
 from dyn.core.model.video import FrameSampling, VideoLengthError, video_tokens
 from tests.media_models import QWEN_TOKENS, make_qwen_vl_model
 
@@ -91,17 +93,53 @@ def test_cap_pixels_per_frame_bounds_a_long_clips_frames_by_an_even_share(tmp_pa
 
 def test_the_video_processors_settings_are_read_where_transformers_reads_them(tmp_path):
     model = make_qwen_vl_model(tmp_path / "q")
-    rewrite(model / "preprocessor_config.json", fps=1.0, min_frames=2)
-    assert video_tokens(load_model_info(model)).sampling.fps == 1.0  # the image processor's file
-    (model / "video_preprocessor_config.json").write_text(json.dumps({"fps": 4, "max_pixels": 28 * 28 * 200}))
+    rewrite(model / "preprocessor_config.json", max_pixels=28 * 28 * 100, fps=1.0)
+    rule = video_tokens(load_model_info(model))  # the image processor's file, as the checkpoints have it
+    assert rule.resolution.max_pixels == 28 * 28 * 100
+    assert rule.sampling.fps == 2.0  # vLLM's loader samples at its own rate, not the processor's
+    (model / "video_preprocessor_config.json").write_text(json.dumps({"max_pixels": 28 * 28 * 200}))
     rule = video_tokens(load_model_info(model))  # its own file: transformers' defaults for the rest
-    assert (rule.sampling.fps, rule.sampling.min_frames) == (4.0, 4)
     assert (rule.resolution.min_pixels, rule.resolution.max_pixels) == (128 * 28 * 28, 28 * 28 * 200)
     (model / "processor_config.json").write_text(
-        json.dumps({"video_processor": {"size": {"shortest_edge": 3136, "longest_edge": 6272}, "fps": 0.5}})
+        json.dumps({"video_processor": {"size": {"shortest_edge": 3136, "longest_edge": 6272}}})
     )
     rule = video_tokens(load_model_info(model))  # transformers 5's processor_config.json wins
-    assert (rule.sampling.fps, rule.resolution.max_pixels) == (0.5, 6272)
+    assert (rule.resolution.min_pixels, rule.resolution.max_pixels) == (3136, 6272)
+
+
+def test_the_engines_processing_flags_change_the_count_as_they_change_vllms(tmp_path):
+    """vLLM's ``--mm-processor-kwargs`` replace the processors' pixel bounds (a ``size`` replaces
+    ``min_pixels``/``max_pixels`` too), and ``--media-io-kwargs``' video ``fps``, ``min_frames``
+    and ``max_frames`` are its loader's: figures from vLLM 0.32 with dyn-tiny-qwen2-vl."""
+    info = load_model_info(make_qwen_vl_model(tmp_path / "qwen", **TINY_QWEN_PIXELS))
+    rules = placeholder_rules(info, MediaProcessing({"max_pixels": 28 * 28 * 16}))
+    assert rules["image"].count_for(300, 200) == 12 and rules["video"].count(30, 10.0, 320, 240) == 36
+    faster = placeholder_rules(info, MediaProcessing(media_io_kwargs={"video": {"fps": 4}}))
+    assert faster["image"].count_for(300, 200) == 54 and faster["video"].count(30, 10.0, 320, 240) == 324
+    sized = placeholder_rules(
+        info, MediaProcessing({"size": {"shortest_edge": 3136, "longest_edge": 28 * 28 * 16}})
+    )
+    assert sized["image"].count_for(300, 200) == 12 == sized["video"].count(30, 10.0, 320, 240) // 3
+    bounded = placeholder_rules(info, MediaProcessing(media_io_kwargs={"video": {"max_frames": 4}}))
+    assert bounded["video"].sampling.max_frames == 4
+
+
+@pytest.mark.parametrize(
+    ("processor_kwargs", "media_io_kwargs", "says"),
+    [
+        ("{", None, "--mm-processor-kwargs: not JSON"),
+        ("[1]", None, "--mm-processor-kwargs: give a JSON object"),
+        (None, '{"video": 2}', "--media-io-kwargs: 'video' must map to an object"),
+    ],
+)
+def test_processing_flags_that_are_not_json_objects_are_refused_naming_the_flag(
+    processor_kwargs, media_io_kwargs, says
+):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        MediaProcessing.parse(processor_kwargs, media_io_kwargs)
+    assert MediaProcessing.parse('{"max_pixels": 1}', '{"video": {"fps": 1}}') == MediaProcessing(
+        {"max_pixels": 1}, {"video": {"fps": 1}}
+    )
 
 
 QWEN3_PIXELS = {"min_pixels": 64 * 64, "max_pixels": 32 * 32 * 256}

@@ -24,10 +24,14 @@ def test_only_the_flags_set_are_passed_with_kv_events_and_extras_last():
     assert argv[argv.index("--block-size") + 1] == "32"
     assert argv[argv.index("--scheduling-policy") + 1] == "priority"
     assert "--no-enable-prefix-caching" in argv and "--enforce-eager" in argv
-    assert "--max-model-len" not in argv and "--seed" not in argv
+    assert "--max-model-len" not in argv and "--seed" not in argv and "--mm-processor-kwargs" not in argv
     assert argv[-3:] == ["--swap-space", "4", "--trust-remote-code"]
     events = json.loads(argv[argv.index("--kv-events-config") + 1])
     assert events == json.loads(default_kv_events_config())
+    processing = VllmConfig(mm_processor_kwargs='{"max_pixels": 1}', media_io_kwargs='{"video": {"fps": 1}}')
+    argv = processing.engine_argv("/models/m")  # the frontend counts with them; vLLM processes with them
+    assert argv[argv.index("--mm-processor-kwargs") + 1] == '{"max_pixels": 1}'
+    assert argv[argv.index("--media-io-kwargs") + 1] == '{"video": {"fps": 1}}'
 
 
 def test_dyns_tokenizer_goes_to_vllm_after_the_model():
