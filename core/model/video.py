@@ -61,6 +61,8 @@ TIMED_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
 QWEN_VIDEO_TOKENS = ("<|vision_start|>", "<|video_pad|>", "<|vision_end|>")
 MAX_SAMPLING_FPS = 30
 """vLLM's Qwen2-VL and Qwen3-VL samplers never sample faster than this."""
+MAX_SAMPLED_FRAMES = 768
+"""Nor more frames than this, whatever ``max_frames`` says."""
 UNKNOWN_FPS = 24.0
 """The source rate vLLM's Qwen3-VL sampler assumes for a clip whose rate is unknown."""
 _DEFAULTS = {
@@ -100,12 +102,12 @@ class FrameSampling:
     def frames(self, total: int, source_fps: float) -> int:
         """Qwen2-VL's: how many frames are sampled from a clip of ``total`` frames at
         ``source_fps`` frames a second."""
-        if source_fps <= 0:
+        if not 0 < source_fps < math.inf:  # 0 (or NaN) is how OpenCV reports a rate it does not know
             raise VideoLengthError(
                 "the video's frame rate is unknown (a variable or missing rate): send a clip with a constant rate"
             )
         step = self.temporal_patch_size
-        most = math.floor(min(self.max_frames, total) / step) * step
+        most = math.floor(min(self.max_frames, MAX_SAMPLED_FRAMES, total) / step) * step
         n = total / source_fps * min(self.fps, MAX_SAMPLING_FPS)
         n = min(max(n, self.min_frames), most, total)
         n = math.floor(n / step) * step
@@ -118,16 +120,23 @@ class FrameSampling:
     def indices(self, total: int, source_fps: float) -> list[int]:
         """Qwen3-VL's: the indices of the frames sampled from a clip of ``total`` frames at
         ``source_fps`` frames a second (numpy's ``linspace`` rounded, computed as numpy does)."""
-        rate = source_fps if source_fps > 0 else UNKNOWN_FPS
+        rate = known_rate(source_fps)
         n = int(total / rate * min(self.fps, MAX_SAMPLING_FPS))
-        n = min(max(n, self.min_frames), min(self.max_frames, 768), total)
-        if n < self.temporal_patch_size:
+        n = min(max(n, self.min_frames), self.max_frames, MAX_SAMPLED_FRAMES, total)
+        if n < max(self.temporal_patch_size, 1):
             raise VideoLengthError(
                 f"the video has {total} frame(s): the model takes clips of at least "
                 f"{self.temporal_patch_size} frames"
             )
+        if n == 1:
+            return [0]
         step = (total - 1) / (n - 1)
         return [round(i * step) for i in range(n - 1)] + [total - 1]
+
+
+def known_rate(source_fps: float) -> float:
+    """Qwen3-VL's reading of a clip's rate: one OpenCV does not know (0, NaN, infinite) is 24."""
+    return source_fps if 0 < source_fps < math.inf else UNKNOWN_FPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +199,7 @@ class VideoTokens:
             n = self.sampling.frames(frames, fps)
             return [0.0] * (n // step), self._frame_tokens(n, width, height)
         indices = self.sampling.indices(frames, fps)
-        rate = fps if fps > 0 else UNKNOWN_FPS
+        rate = known_rate(fps)
         padded = indices + indices[-1:] * (-len(indices) % step)
         times = [(padded[i] / rate + padded[i + step - 1] / rate) / 2 for i in range(0, len(padded), step)]
         return times, self._frame_tokens(len(indices), width, height)

@@ -67,8 +67,14 @@ def test_frames_are_sampled_at_the_processors_rate_within_its_bounds():
     assert sampling.frames(2, 30.0) == 2
     with pytest.raises(VideoLengthError, match="has 1 frame.s.: the model takes clips of at least 2 frames"):
         sampling.frames(1, 30.0)
-    with pytest.raises(VideoLengthError, match="frame rate is unknown"):
-        sampling.frames(100, 0.0)
+    for unknown in (0.0, float("nan"), float("inf")):
+        with pytest.raises(VideoLengthError, match="frame rate is unknown"):
+            sampling.frames(100, unknown)
+    # whatever the loader's max_frames, vLLM samples at most 768
+    assert (
+        FrameSampling(fps=2.0, min_frames=4, max_frames=5000, temporal_patch_size=2).frames(30 * 3600, 30.0)
+        == 768
+    )
 
 
 def test_a_clip_whose_shape_is_unknown_or_frames_too_narrow_is_refused_with_the_reason(tiny):
@@ -198,6 +204,8 @@ def test_qwen3_vl_samples_frames_as_vllms_sampler_does():
     assert sampling.indices(7, 25.0) == [0, 2, 4, 6]  # the 4-frame minimum
     assert sampling.indices(48, 0.0) == [0, 16, 31, 47]  # an unknown rate read as 24: 4 frames
     assert len(sampling.indices(30 * 3600, 30.0)) == 768
+    assert sampling.indices(48, float("nan")) == sampling.indices(48, float("inf")) == [0, 16, 31, 47]
+    assert FrameSampling(fps=2.0, min_frames=1, max_frames=768, temporal_patch_size=1).indices(1, 30.0) == [0]
     for total in range(2, 700, 3):
         for fps in (1.0, 7.5, 23.976, 29.97, 30.0, 60.0):
             n = min(max(int(total / fps * 2), 4), 768, total)
