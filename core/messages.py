@@ -138,7 +138,11 @@ class MediaItem(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, f
     ``data``), the identifier vLLM is given (``multi_modal_uuids``) and reports back in its KV
     events' ``extra_keys``, and the one whose first 16 hex characters (as a u64) enter the KV block
     hashes of the blocks its placeholder tokens fall in (``dyn.core.kv.hashing``). ``offset`` and
-    ``length``: where its placeholder tokens are in the request's ``token_ids``."""
+    ``length``: where its placeholder tokens are in the request's ``token_ids`` (Gemma 3's
+    neighbours share the newline token between them). ``source``: the tokens the span stands for
+    in the prompt the chat template wrote, where they are more than the modality's placeholder
+    token (Gemma 3's: the template's newlines merged into the span's ends), for an engine that
+    expands the placeholder itself; empty: that placeholder token alone."""
 
     modality: MediaModality
     data: bytes
@@ -146,6 +150,7 @@ class MediaItem(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, f
     mm_hash: str
     offset: int
     length: int
+    source: list[int] = []
 
 
 class GenerateRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

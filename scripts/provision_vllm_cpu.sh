@@ -22,6 +22,8 @@
 #   written by scripts/make_tiny_llava.py with `tiles`.
 # - $VENV/models/dyn-tiny-idefics3: a random-weight Idefics3 (SmolVLM's architecture: images cut into
 #   tiles written as text around their tokens), by scripts/make_tiny_idefics3.py; vLLM's own module.
+# - $VENV/models/dyn-tiny-gemma3: a random-weight Gemma 3 (images wrapped in newlines that merge with
+#   the prompt's), by scripts/make_tiny_gemma3.py; vLLM's own module.
 # - $VENV/cpu-torchvision: torchvision 0.28 (torch 2.13's) relinked to load beside a CPU torch
 #   (scripts/lib/cpu_torchvision.sh), on PYTHONPATH only where a test needs it.
 # - $VENV/models/dyn-tiny-qwen2-vl: a random-weight Qwen2-VL (images and clips counted by their size),
@@ -88,6 +90,7 @@ finish_engine_venv "$venv" "$repo"
 make_tiny_model "$venv" "$repo" dyn-tiny-llava make_tiny_llava.py
 make_tiny_model "$venv" "$repo" dyn-tiny-llava-next make_tiny_llava.py tiles
 make_tiny_model "$venv" "$repo" dyn-tiny-idefics3 make_tiny_idefics3.py
+make_tiny_model "$venv" "$repo" dyn-tiny-gemma3 make_tiny_gemma3.py
 install_cpu_torchvision "$venv" 0.28.0
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-vl make_tiny_qwen2_vl.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2.5-vl make_tiny_qwen2_vl.py 2.5

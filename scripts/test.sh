@@ -57,6 +57,7 @@ if [ "$all" = 1 ]; then
     tests/plugins/vllm/test_real_vllm_multimodal.py \
     tests/plugins/vllm/test_real_vllm_image_counts.py \
     tests/plugins/vllm/test_real_vllm_idefics3.py \
+    tests/plugins/vllm/test_real_vllm_gemma3.py \
     tests/plugins/vllm/test_real_vllm_video.py \
     tests/integration/test_vllm_lora.py \
     tests/plugins/vllm/test_real_vllm_audio.py \

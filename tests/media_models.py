@@ -254,3 +254,56 @@ def make_audio_model(directory: Path) -> Path:
     }
     (directory / "preprocessor_config.json").write_text(json.dumps(extractor))
     return directory
+
+
+GEMMA3_TOKENS = {"<start_of_image>": 4096, "<end_of_image>": 4097, "<image_soft_token>": 4098}
+GEMMA3_NEWLINES = {"\n" * n: 4098 + n for n in range(1, 5)}
+"""One token for each run of one to four newlines, as Gemma's vocabulary has them (4099-4102)."""
+GEMMA3_SEQ_LEN = 4
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<start_of_image>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
+    "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+"""Gemma 3's layout: each image part written ``<start_of_image>``, each text part trimmed."""
+
+
+def make_gemma3_model(directory: Path) -> Path:
+    """A Gemma 3-style model in ``directory``: dyn-tiny's tokenizer with Gemma 3's image tokens
+    (``GEMMA3_TOKENS``, named as its tokenizer names them) and newline tokens
+    (``GEMMA3_NEWLINES``) added, ``GEMMA3_SEQ_LEN`` soft tokens an image, a 28-pixel SigLIP tower;
+    transformers' ``AutoProcessor`` loads it (``Gemma3Processor``)."""
+    make_vision_model(directory)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    image = tokenizer["added_tokens"].pop()
+    tokenizer["added_tokens"] += [{**image, "id": i, "content": t} for t, i in GEMMA3_TOKENS.items()]
+    tokenizer["added_tokens"] += [
+        {**image, "id": i, "content": t, "special": False} for t, i in GEMMA3_NEWLINES.items()
+    ]
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    tok_config = json.loads((directory / "tokenizer_config.json").read_text())
+    names = dict(zip(("boi_token", "eoi_token", "image_token"), GEMMA3_TOKENS, strict=True))
+    tok_config.update(names, extra_special_tokens=names, chat_template=GEMMA3_TEMPLATE)
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    config = json.loads((directory / "config.json").read_text())
+    vocab = max(GEMMA3_NEWLINES.values()) + 1
+    config.update(
+        architectures=["Gemma3ForConditionalGeneration"],
+        model_type="gemma3",
+        boi_token_index=GEMMA3_TOKENS["<start_of_image>"],
+        eoi_token_index=GEMMA3_TOKENS["<end_of_image>"],
+        image_token_index=GEMMA3_TOKENS["<image_soft_token>"],
+        mm_tokens_per_image=GEMMA3_SEQ_LEN,
+        vision_config={"model_type": "siglip_vision_model", "image_size": 28, "patch_size": 14},
+        vocab_size=vocab,
+    )
+    config["text_config"]["vocab_size"] = vocab
+    del config["vision_feature_select_strategy"]
+    (directory / "config.json").write_text(json.dumps(config))
+    processor = {"image_seq_length": GEMMA3_SEQ_LEN, "processor_class": "Gemma3Processor"}
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    image_processor = {"image_processor_type": "Gemma3ImageProcessor", "size": {"height": 28, "width": 28}}
+    (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
+    return directory

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.to_thread
@@ -52,6 +52,8 @@ from dyn.core.model.multimodal import (
     placeholder_rules,
     uncounted_modalities,
 )
+from dyn.core.model.newlines import Newlines, UnplacedItemError, merge_newlines
+from dyn.core.model.vision import ImageTokens
 from dyn.core.protocol.errors import ApiError, bad_request
 from dyn.core.protocol.openai import ChatCompletionRequest, CompletionRequest, _GenerationRequest, token_rules
 
@@ -147,6 +149,9 @@ class Preprocessor:
         applies only such a one: ``dyn.core.frontend.score_template``)."""
         self._late_system: bool | None = None
         """``accepts_late_system``, once probed."""
+        self._newlines: Newlines | Literal[False] | None = None
+        """The tokenizer's newline tokens, once read for a model whose images merge with them
+        (False: it has none)."""
         self.limits = limits or RequestLimits()
         self.prompt_bytes = self.limits.prompt_bytes_limit(info.context_length)
         """The most bytes of prompt text one request may send."""
@@ -334,7 +339,35 @@ class Preprocessor:
             out += placed
             start = position + 1
         out += token_ids[start:]
+        image = rules.get("image")
+        if isinstance(image, ImageTokens) and image.merges_newlines:
+            return self._merge_newlines(out, items, media, image.token_id)
         return out, items
+
+    def _merge_newlines(
+        self, token_ids: list[int], items: list[MediaItem], media: Sequence[MediaInput], placeholder: int
+    ) -> tuple[list[int], list[MediaItem]]:
+        """Gemma 3's images: the prompt with the newlines they are written with merged with the
+        prompt's own, and each item where vLLM places it (``dyn.core.model.newlines``)."""
+        if self._newlines is None:
+            self._newlines = Newlines.of(self._encode_plain) or False
+        if self._newlines is False:
+            raise bad_request(
+                f"model {self.info.name!r} writes its images with newlines that its tokenizer does not "
+                "have one token for (one to four newlines): it cannot take images",
+                param="messages",
+            )
+        try:
+            merged = merge_newlines(
+                token_ids, [(i.offset, i.length) for i in items], placeholder, self._newlines
+            )
+        except UnplacedItemError as exc:
+            raise bad_request(f"{media[exc.item].param}: {exc}", param=media[exc.item].param) from None
+        placed = [
+            msgspec.structs.replace(item, offset=offset, length=length, source=source)
+            for item, (offset, length), source in zip(items, merged.spans, merged.sources, strict=True)
+        ]
+        return merged.token_ids, placed
 
     def _encode_plain(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

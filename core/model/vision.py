@@ -33,11 +33,22 @@ after each row, then a newline and the whole image: ``<fake_token_around_image><
 ``do_image_splitting`` off) is that last part alone. The span an image takes in the prompt is the
 whole text, tokenized, as vLLM places it.
 
+Gemma 3 (``model_type`` ``gemma3``) writes each image its template wrote as ``<start_of_image>``
+as ``\n\n<start_of_image>``, ``image_seq_length`` (else ``mm_tokens_per_image``, else 256)
+``<image_soft_token>``s and ``<end_of_image>\n\n``, as transformers' ``Gemma3Processor`` and vLLM's
+``Gemma3MultiModalProcessor`` do (``PanAndScan``); with pan and scan on, a long image is also cut
+into crops, each written the same way after the whole image, in a sentence. The ``\n\n`` at either
+end then merges with a newline token beside it (``merges_newlines``, ``dyn.core.model.newlines``).
+Pan and scan's settings are the processor's defaults (off; crops of at least 256 pixels, at most
+4; an image 1.2 times longer than wide) with ``--mm-processor-kwargs`` over them: the image
+processor's saved ``do_pan_and_scan`` is not read, because transformers' processor and vLLM give
+the defaults precedence over it.
+
 Only these families are read (their ``model_type``s are listed below). Every other family with a
-vision tower writes its images by a rule not read here (Gemma 3's wrapped and newline-merged
-images, Pixtral's rows, InternVL's tiles, LLaVA-OneVision's pooled tiles, Mllama's cross
-attention, ...): ``image_tokens`` returns None for it rather than guess a count, and a request with
-an image for it is refused, naming the family (``vision_family``).
+vision tower writes its images by a rule not read here (Pixtral's rows, InternVL's tiles,
+LLaVA-OneVision's pooled tiles, Mllama's cross attention, ...): ``image_tokens`` returns None for
+it rather than guess a count, and a request with an image for it is refused, naming the family
+(``vision_family``).
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dyn.core.errors import ConfigError
 from dyn.core.model.info import ModelInfo, read_processor_files, token_content
 
 MAX_ASPECT_RATIO = 200
@@ -183,6 +195,54 @@ class SplitTiles:
         return "".join(lines) + "\n" + whole
 
 
+@dataclass(frozen=True, slots=True)
+class PanAndScan:
+    """Gemma 3's rule (see the module docstring): ``seq_len`` image tokens for the whole image and
+    for each crop; pan and scan ``enabled`` or not, with its ``min_crop`` side, ``max_crops`` and
+    ``min_ratio`` (how much longer than wide an image must be to be cropped); ``boi``, ``image`` and
+    ``eoi`` the tokens written."""
+
+    seq_len: int
+    enabled: bool = False
+    min_crop: int = 256
+    max_crops: int = 4
+    min_ratio: float = 1.2
+    boi: str = "<start_of_image>"
+    image: str = "<image_soft_token>"
+    eoi: str = "<end_of_image>"
+
+    def crops(self, width: int, height: int) -> int:
+        """The crops a ``width`` x ``height`` image is cut into besides the whole image (0: none),
+        as transformers' ``Gemma3ImageProcessor.pan_and_scan`` and vLLM count them."""
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        if not self.enabled:
+            return 0
+        long, short = max(width, height), min(width, height)
+        if long / short < self.min_ratio:
+            return 0
+        across = min(math.floor(long / self.min_crop), math.floor(long / short + 0.5))
+        across = min(self.max_crops, max(2, across))
+        if min(math.ceil(long / across), short) < self.min_crop:
+            return 0
+        return across
+
+    def count(self, width: int, height: int) -> int:
+        """The image tokens of a ``width`` x ``height`` image (the whole image's and its crops')."""
+        return (self.crops(width, height) + 1) * self.seq_len
+
+    def text(self, width: int, height: int) -> str:
+        """What a ``width`` x ``height`` image is written as in the prompt."""
+        crops = self.crops(width, height)
+        full = f"\n\n{self.boi}{self.image * self.seq_len}{self.eoi}\n\n"
+        if crops == 0:
+            return full
+        return (
+            f"Here is the original image {full} and here are some crops to help you see better "
+            + " ".join([full] * crops)
+        )
+
+
 def _fit_longest(height: int, width: int, side: int, *, even: bool) -> tuple[int, int]:
     """(height, width) with the longer edge (the width on a tie) set to ``side`` and the other
     scaled and truncated, rounded up to even with ``even``, at least 1: transformers' Idefics3
@@ -202,14 +262,17 @@ class ImageTokens:
     """``token``: the placeholder token one image's tokens repeat; ``token_id``: its id;
     ``count``: how many times for one image (a fixed count), unless ``dynamic`` counts by the
     image's size (``count_for``); ``text``: what a template that reads text writes for an image
-    (the token, or the family's wrapped form). With a ``SplitTiles`` rule an image is written as
-    text around its tokens (``text_for``), and ``count_for`` counts only its image tokens."""
+    (the token, or the family's wrapped form). With a ``SplitTiles`` or ``PanAndScan`` rule an
+    image is written as text around its tokens (``text_for``), and ``count_for`` counts only its
+    image tokens. ``merges_newlines``: the newlines the image is written with merge with the
+    prompt's own (Gemma 3's; ``dyn.core.model.newlines``)."""
 
     token: str
     token_id: int
     count: int
-    dynamic: DynamicResolution | AnyResolution | SplitTiles | None = None
+    dynamic: DynamicResolution | AnyResolution | SplitTiles | PanAndScan | None = None
     text: str = ""
+    merges_newlines: bool = False
 
     @property
     def placeholder(self) -> str:
@@ -230,8 +293,9 @@ class ImageTokens:
 
     def text_for(self, item: Any) -> str | None:
         """What a loaded image is written as in the prompt when the rule writes text around its
-        tokens (``SplitTiles``); None when the image is its placeholder token repeated."""
-        if not isinstance(self.dynamic, SplitTiles):
+        tokens (``SplitTiles``, ``PanAndScan``); None when the image is its placeholder token
+        repeated."""
+        if not isinstance(self.dynamic, SplitTiles | PanAndScan):
             return None
         if item.width is None or item.height is None:
             raise ImageSizeError("the image's size is unknown")
@@ -252,6 +316,8 @@ def image_tokens(info: ModelInfo, overrides: Mapping[str, Any] | None = None) ->
     family = config.get("model_type")
     if family in QWEN_VL_FAMILIES and "spatial_merge_size" in vision:
         return _qwen_vl(config, vision, image_processor)
+    if family == "gemma3":
+        return _pan_and_scan(config, processor, overrides or {})
     if family not in LLAVA_FAMILIES | SPLIT_FAMILIES:
         return None
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
@@ -298,6 +364,45 @@ LLAVA_FAMILIES = frozenset({"llava", "llava_next"})
 """The families of the LLaVA count and of ``AnyResolution`` (``llava_next``)."""
 SPLIT_FAMILIES = frozenset({"idefics3", "smolvlm"})
 """The families of ``SplitTiles``."""
+GEMMA3_BOI = 255999
+"""Gemma 3's ``<start_of_image>`` id, when its config does not say (``boi_token_index``)."""
+PAN_AND_SCAN_SETTINGS = {
+    "do_pan_and_scan": ("enabled", bool),
+    "pan_and_scan_min_crop_size": ("min_crop", int),
+    "pan_and_scan_max_num_crops": ("max_crops", int),
+    "pan_and_scan_min_ratio_to_activate": ("min_ratio", float),
+}
+"""``--mm-processor-kwargs`` keys of Gemma 3's pan and scan: the ``PanAndScan`` field, its type."""
+
+
+def _pan_and_scan(
+    config: dict[str, Any], processor: dict[str, Any], overrides: Mapping[str, Any]
+) -> ImageTokens | None:
+    """Gemma 3's rule: the processor's ``image_seq_length`` (else the config's
+    ``mm_tokens_per_image``, else 256) and pan and scan as ``overrides`` set it over the
+    processor's defaults (``ConfigError`` for a setting of the wrong type or not positive)."""
+    seq_len = _int(processor.get("image_seq_length")) or _int(config.get("mm_tokens_per_image")) or 256
+    token_id = _int(config.get("boi_token_index"))
+    if seq_len <= 0:
+        return None
+    settings = {
+        name: _pan_and_scan_setting(key, overrides[key], kind)
+        for key, (name, kind) in PAN_AND_SCAN_SETTINGS.items()
+        if key in overrides
+    }
+    rule = PanAndScan(seq_len, **settings)
+    return ImageTokens(rule.boi, GEMMA3_BOI if token_id is None else token_id, 0, rule, merges_newlines=True)
+
+
+def _pan_and_scan_setting(key: str, value: Any, kind: type) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"--mm-processor-kwargs: {key} must be true or false, got {value!r}")
+    allowed = (int, float) if kind is float else (int,)
+    if isinstance(value, allowed) and not isinstance(value, bool) and value > 0:
+        return kind(value)
+    raise ConfigError(f"--mm-processor-kwargs: {key} must be a positive {kind.__name__}, got {value!r}")
 
 
 def _split_tiles(

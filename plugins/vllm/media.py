@@ -15,8 +15,10 @@ Followed from vLLM 0.32 (``vllm/inputs/llm.py``, ``vllm/multimodal/processing/pr
   again.
 - dyn's frontend sends the expanded prompt (the KV router hashes the blocks the engine will
   cache), with each item's span (``MediaItem.offset``/``length``). So the worker collapses each
-  span back to its modality's placeholder token (``collapse``), has vLLM's renderer expand it
-  (``AsyncLLM.renderer.render_cmpl_async``, the step ``AsyncLLM.generate`` would run), and checks
+  span back to its modality's placeholder token, or to the tokens the frontend says it stands
+  for (``MediaItem.source``: Gemma 3's newlines merged into it; ``collapse``), has vLLM's
+  renderer expand it (``AsyncLLM.renderer.render_cmpl_async``, the step ``AsyncLLM.generate``
+  would run), and checks
   that vLLM's prompt is the request's, token for token and span for span, modality by modality
   (``check_expansion``): the frontend's placeholder counts and vLLM's must agree, or the router's
   block hashes and the prompt usage would be wrong. The rendered input then goes to
@@ -65,6 +67,8 @@ _PLACEHOLDER_NAMES = {
     "audio": ("audio_token_id", "audio_token_index"),
     "video": ("video_token_id", "video_token_index"),
 }
+MAX_SOURCE = 16
+"""The most tokens an item's span may stand for (``MediaItem.source``; Gemma 3's are at most 3)."""
 VideoLoader = Callable[[bytes], Any]
 """Encoded video bytes to what vLLM takes for one video (``video_loader``)."""
 
@@ -117,8 +121,9 @@ def audio_resampling(mm_processor: Any) -> tuple[float | None, str | None]:
 
 def check_media(request: GenerateRequest) -> None:
     """``MediaError`` unless every item is an image, an audio clip or a video with a well-formed
-    ``mm_hash`` and the spans lie inside the prompt, in order, without overlapping."""
-    end = 0
+    ``mm_hash``, the spans lie inside the prompt, in order, each sharing at most the previous one's
+    last token (Gemma 3's merged newlines), and each ``source`` is at most ``MAX_SOURCE`` tokens."""
+    end = 1
     for i, item in enumerate(request.media):
         if item.modality not in PASSED:
             raise MediaError(
@@ -128,12 +133,14 @@ def check_media(request: GenerateRequest) -> None:
             raise MediaError(
                 f"media item {i}: mm_hash must be 64 lowercase hex characters, got {item.mm_hash!r}"
             )
-        if item.length < 1 or item.offset < end or item.offset + item.length > len(request.token_ids):
+        if item.length < 1 or item.offset < end - 1 or item.offset + item.length > len(request.token_ids):
             raise MediaError(
                 f"media item {i}: its placeholder tokens [{item.offset}, {item.offset + item.length}) "
                 f"must be non-empty, inside the {len(request.token_ids)}-token prompt and after the "
-                "previous item's"
+                "previous item's (or sharing its last token)"
             )
+        if len(item.source) > MAX_SOURCE:
+            raise MediaError(f"media item {i}: its source is {len(item.source)} tokens, at most {MAX_SOURCE}")
         end = item.offset + item.length
 
 
@@ -236,15 +243,19 @@ def decode(media: Sequence[MediaItem], load_video: VideoLoader | None = None) ->
 def collapse(
     token_ids: Sequence[int], media: Sequence[MediaItem], placeholders: Mapping[str, int | None]
 ) -> list[int]:
-    """``token_ids`` with each item's span replaced by one placeholder token, its modality's in
-    ``placeholders`` (the model's), the prompt vLLM's processor expands; ``None`` or no entry:
-    the span's first token."""
+    """``token_ids`` with each item's span replaced by what it stands for in the prompt vLLM's
+    processor expands: its ``source`` when the frontend gives one, else one placeholder token, its
+    modality's in ``placeholders`` (the model's; ``None`` or no entry: the span's first token). A
+    token two spans share is in neither's source."""
     out: list[int] = []
     start = 0
     for item in media:
         placeholder = placeholders.get(item.modality)
         out += token_ids[start : item.offset]
-        out.append(token_ids[item.offset] if placeholder is None else placeholder)
+        if item.source:
+            out += item.source
+        else:
+            out.append(token_ids[item.offset] if placeholder is None else placeholder)
         start = item.offset + item.length
     out += token_ids[start:]
     return out

@@ -27,12 +27,16 @@ from tests.media_clips import clip
 from tests.media_models import (
     AUDIO_TOKEN_ID,
     AUDIO_TOKENS,
+    GEMMA3_NEWLINES,
+    GEMMA3_SEQ_LEN,
+    GEMMA3_TOKENS,
     IDEFICS3_SEQ_LEN,
     IDEFICS3_TOKENS,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,
     make_audio_model,
+    make_gemma3_model,
     make_idefics3_model,
     make_llava_next_model,
     make_qwen_vl_model,
@@ -360,20 +364,83 @@ async def test_an_idefics3_model_gets_each_image_written_as_its_tiles(make_front
 
 
 async def test_an_image_for_a_family_dyn_cannot_count_says_so(make_frontend, tmp_path):
-    """A model of the Gemma 3 family takes images, but writes them by a rule dyn does not read (a
-    real one's template writes ``<start_of_image>``, not the token that repeats): the 400 says
-    that, not that the model takes no images or that the template wrote no placeholder."""
-    model = make_vision_model(tmp_path / "gemma3")
+    """A model of the Mistral 3 family takes images, but writes them by a rule dyn does not read
+    (Pixtral's rows): the 400 says that, not that the model takes no images or that the template
+    wrote no placeholder."""
+    model = make_vision_model(tmp_path / "mistral3")
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "model_type": "gemma3"}))
+    (model / "config.json").write_text(json.dumps({**config, "model_type": "mistral3"}))
     async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
         body = {"messages": [user(image_part(png((1, 2, 3))), TEXT)], "max_tokens": 2}
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["param"] == "messages[0].content[0].image_url"
-        assert "(gemma3): not built" in error["message"] and "takes images" in error["message"]
+        assert "(mistral3): not built" in error["message"] and "takes images" in error["message"]
         assert fe.fleet[1].requests == []
+
+
+GEMMA3_LAYOUTS = {
+    "image-then-text": [image_part(RED), TEXT],
+    "side-by-side": [image_part(RED), image_part(BLUE), TEXT],
+    "text-around": [TEXT, image_part(RED), {"type": "text", "text": "and?"}],
+}
+
+
+async def test_a_gemma3_prompt_is_its_processors_and_each_image_where_vllm_places_it(make_frontend, tmp_path):
+    """Gemma 3: the prompt a worker gets is transformers' ``Gemma3Processor``'s for the rendered
+    text, token for token (each image wrapped in ``\n\n``, merged with the template's newline
+    before it, two side by side sharing their ``\n\n\n\n``), each span where vLLM places it, and
+    its source what the template wrote there."""
+    from transformers import AutoProcessor
+
+    model = make_gemma3_model(tmp_path / "gemma3")
+    processor = AutoProcessor.from_pretrained(model)
+    boi, soft = GEMMA3_TOKENS["<start_of_image>"], GEMMA3_TOKENS["<image_soft_token>"]
+    nl1, nl3, nl4 = (GEMMA3_NEWLINES["\n" * n] for n in (1, 3, 4))
+    async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
+        for name, parts in GEMMA3_LAYOUTS.items():
+            messages = [user(*parts)]
+            r = await fe.client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
+            assert r.status_code == 200, (name, r.text)
+            request = fe.fleet[1].requests[-1]
+            text = processor.tokenizer.apply_chat_template(
+                [user(*({"type": "image"} if p["type"] == "image_url" else p for p in parts))],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+            images = [Image.open(io.BytesIO(m.data)) for m in request.media]
+            expected = processor(text=text, images=images, add_special_tokens=False)["input_ids"][0]
+            assert request.token_ids == list(expected), name
+            assert r.json()["usage"]["prompt_tokens"] == len(request.token_ids)
+            for m in request.media:
+                span = request.token_ids[m.offset : m.offset + m.length]
+                assert (
+                    span.count(soft) == GEMMA3_SEQ_LEN and span[1] == boi and m.length == GEMMA3_SEQ_LEN + 4
+                )
+            if name == "image-then-text":
+                (only,) = request.media
+                assert request.token_ids[only.offset] == nl3 and only.source == [nl1, boi]
+            if name == "side-by-side":
+                first, second = request.media
+                assert second.offset == first.offset + first.length - 1
+                assert request.token_ids[second.offset] == nl4 and second.source == [boi]
+
+
+async def test_a_gemma3_image_followed_by_one_newline_is_a_400_as_vllm_fails_it(make_frontend, tmp_path):
+    model = make_gemma3_model(tmp_path / "gemma3")
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = config["chat_template"].replace("part['text'] | trim", "part['text']")
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
+        body = {"messages": [user(image_part(RED), {"type": "text", "text": "\nWhat?"})], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "messages[0].content[0].image_url"
+        assert "no single newline right after an image" in error["message"]
+        body["messages"][0]["content"][1]["text"] = "\n\nWhat?"  # two newlines merge as vLLM places them
+        assert (await fe.client.post("/v1/chat/completions", json=body)).status_code == 200
 
 
 def wav(frames: int, rate: int = 16000) -> bytes:

@@ -9,13 +9,17 @@ import random
 
 import pytest
 
+from dyn.core.errors import ConfigError
 from dyn.core.model import load_model_info
 from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens, vision_family
 from tests.media_models import (
+    GEMMA3_SEQ_LEN,
+    GEMMA3_TOKENS,
     IDEFICS3_SEQ_LEN,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
     QWEN_TOKENS,
+    make_gemma3_model,
     make_idefics3_model,
     make_llava_next_model,
     make_qwen_vl_model,
@@ -120,7 +124,7 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
     assert image_tokens(load_model_info(d)) is None
     rewrite(d / "config.json", image_grid_pinpoints=[[28, 28 * 64]] * 256)  # the most that is read
     assert image_tokens(load_model_info(d)).count_for(28 * 64, 28) == 4 + 2 * 128 + 2
-    for family in ("idefics2", "llava_onevision", "mllama", "gemma3", "mistral3", "internvl"):
+    for family in ("idefics2", "llava_onevision", "mllama", "mistral3", "internvl"):
         other = make_vision_model(tmp_path / family)
         rewrite(other / "config.json", model_type=family)
         assert image_tokens(load_model_info(other)) is None
@@ -191,3 +195,71 @@ def test_idefics3_sizes_that_do_not_make_sense_or_tile_too_far_are_not_read(tmp_
     assert image_tokens(load_model_info(d)) is None  # 17 tiles a side
     rewrite(d / "preprocessor_config.json", size={"longest_edge": 56 * 16}, do_image_splitting=True)
     assert image_tokens(load_model_info(d)).count_for(56 * 16, 56 * 16) == (16 * 16 + 1) * IDEFICS3_SEQ_LEN
+
+
+PAN_AND_SCAN = [
+    {},
+    {"do_pan_and_scan": True},
+    {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 20, "pan_and_scan_max_num_crops": 3},
+    {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 7, "pan_and_scan_min_ratio_to_activate": 2.5},
+]
+"""Gemma 3's pan and scan as ``--mm-processor-kwargs`` set it: off (the default), on with the
+processor's defaults, and with smaller crops that a small image can be cut into."""
+
+
+_RNG_GEMMA = random.Random(3)
+GEMMA3_SIZES = [(1, 1), (28, 28), (600, 20), (20, 600), (1024, 300), (300, 1024), (700, 560), (50, 26)]
+GEMMA3_SIZES += [(_RNG_GEMMA.randint(1, 400), _RNG_GEMMA.randint(1, 400)) for _ in range(22)]
+"""Small enough to process quickly, long enough (and, with the default 256-pixel crops, large
+enough) to be cropped."""
+
+
+@pytest.mark.parametrize("settings", PAN_AND_SCAN, ids=["off", "defaults", "three-crops", "ratio"])
+def test_gemma3_images_are_written_as_its_processor_writes_them(tmp_path, settings):
+    """Gemma 3: dyn's text for an image, tokenized, is transformers' ``Gemma3Processor``'s expansion
+    of ``<start_of_image>`` token for token (wrapped in newlines, and with pan and scan the crops
+    after the whole image in its sentence), on 30 sizes."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    d = make_gemma3_model(tmp_path / "gemma3")
+    tokens = image_tokens(load_model_info(d), settings)
+    boi, soft = GEMMA3_TOKENS["<start_of_image>"], GEMMA3_TOKENS["<image_soft_token>"]
+    assert (tokens.token, tokens.token_id, tokens.merges_newlines) == ("<start_of_image>", boi, True)
+    processor = AutoProcessor.from_pretrained(d)
+    cropped = 0
+    for width, height in GEMMA3_SIZES:
+        image = Image.new("RGB", (width, height))
+        expanded = list(processor(text="<start_of_image>", images=[image], **settings)["input_ids"][0])
+        mine = processor.tokenizer(tokens.dynamic.text(width, height), add_special_tokens=False)["input_ids"]
+        assert expanded[len(expanded) - len(mine) :] == mine and len(expanded) - len(mine) <= 1, (
+            width,
+            height,
+        )
+        assert tokens.count_for(width, height) == expanded.count(soft), (width, height)
+        cropped += tokens.count_for(width, height) > GEMMA3_SEQ_LEN
+    assert (cropped > 0) == bool(settings.get("do_pan_and_scan"))
+
+
+def test_gemma3_reads_its_count_and_refuses_pan_and_scan_settings_that_make_no_sense(tmp_path):
+    """The image's tokens are the processor's ``image_seq_length``, else the config's
+    ``mm_tokens_per_image``; the image processor's own ``do_pan_and_scan`` is not read (the
+    processor's default wins over it in transformers and vLLM alike); a bad setting is refused at
+    start, naming the flag."""
+    d = make_gemma3_model(tmp_path / "gemma3")
+    rewrite(d / "processor_config.json", image_seq_length=None)
+    rewrite(d / "config.json", mm_tokens_per_image=9)
+    rewrite(d / "preprocessor_config.json", do_pan_and_scan=True)
+    tokens = image_tokens(load_model_info(d))
+    assert tokens.count_for(3000, 100) == 9
+    for key, value in [
+        ("do_pan_and_scan", 1),
+        ("pan_and_scan_min_crop_size", 0),
+        ("pan_and_scan_max_num_crops", 2.5),
+        ("pan_and_scan_min_ratio_to_activate", "1.5"),
+    ]:
+        with pytest.raises(ConfigError, match=f"--mm-processor-kwargs: {key} must be"):
+            image_tokens(load_model_info(d), {key: value})
+    assert (
+        image_tokens(load_model_info(d), {"pan_and_scan_min_ratio_to_activate": 2}).dynamic.min_ratio == 2.0
+    )

@@ -1,5 +1,6 @@
 """What the drivers of the real-vLLM media tests (test_real_vllm_multimodal.py,
-test_real_vllm_audio.py, test_real_vllm_image_counts.py, test_real_vllm_idefics3.py, test_real_vllm_video.py) share. Runs on the vLLM venv's Python: each test copies this file beside
+test_real_vllm_audio.py, test_real_vllm_image_counts.py, test_real_vllm_idefics3.py,
+test_real_vllm_gemma3.py, test_real_vllm_video.py) share. Runs on the vLLM venv's Python: each test copies this file beside
 its driver (``copy_beside``), which imports it as ``media_driver``. A driver starts ``VllmEngine``
 (the worker's engine, no request plane), sends ``GenerateRequest``s as dyn's frontend would
 (``run``), and prints what the test checks (``drive``)."""
@@ -64,11 +65,18 @@ def png(color: tuple[int, int, int] = (90, 60, 30), size: tuple[int, int] = (40,
     return buf.getvalue()
 
 
-def item(data: bytes, offset: int, length: int, modality: str = "image", mime: str = "image/png") -> Any:
+def item(
+    data: bytes,
+    offset: int,
+    length: int,
+    modality: str = "image",
+    mime: str = "image/png",
+    source: list[int] | None = None,
+) -> Any:
     """A ``MediaItem`` as the frontend makes it: ``mm_hash`` the SHA-256 of ``data``."""
     from dyn.core.messages import MediaItem
 
-    return MediaItem(modality, data, mime, hashlib.sha256(data).hexdigest(), offset, length)
+    return MediaItem(modality, data, mime, hashlib.sha256(data).hexdigest(), offset, length, source or [])
 
 
 async def run(engine: Any, rid: str, tokens: list[int], media: list[Any], max_tokens: int) -> dict[str, Any]:

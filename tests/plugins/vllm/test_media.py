@@ -8,6 +8,7 @@ import hashlib
 import io
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 
 from dyn.core.engine import FEATURE_CLASSIFY, FEATURE_EMBED, FEATURE_MEDIA, FEATURE_POOLING_ONLY, EngineError
@@ -211,6 +212,18 @@ def test_each_span_collapses_to_its_own_modalitys_placeholder():
     ]
 
 
+def test_a_span_with_a_source_collapses_to_it_and_a_shared_token_to_neither():
+    """Gemma 3's images (``MediaItem.source``): the template's newline merged into the first
+    span's start comes back, and the newline-pair token two neighbours share goes with both."""
+    nl3, nl4, boi = 101, 102, 50
+    tokens = [7, nl3, boi, 9, 9, nl4, boi, 9, 9, 8]
+    first = msgspec.structs.replace(item(1, 5), source=[100, boi])
+    second = msgspec.structs.replace(item(5, 5), source=[boi])
+    assert media.collapse(tokens, [first, second], {"image": 99}) == [7, 100, boi, boi]
+    tail = msgspec.structs.replace(item(1, 4), source=[100, boi])
+    assert media.collapse(tokens[:-1], [tail, item(5, 4)], {"image": 99}) == [7, 100, boi, 99]
+
+
 def test_the_prompt_carries_the_images_and_their_mm_hash_as_uuids():
     items = [item(2, 3, b"a"), item(6, 3, b"b")]
     fields = media.prompt_fields(request(*items), {"image": ["image-a", "image-b"]}, {"image": IMAGE})
@@ -241,9 +254,10 @@ def test_the_prompt_carries_each_modalitys_items_and_uuids_in_prompt_order():
         ([item(8, 3)], "inside the 10-token prompt"),
         ([item(2, 0)], "must be non-empty"),
         ([item(6, 3), item(2, 3)], "after the previous item's"),
-        ([item(2, 3), item(4, 3)], "after the previous item's"),  # overlapping
+        ([item(2, 3), item(3, 3)], "after the previous item's"),  # two tokens shared
+        ([msgspec.structs.replace(item(2, 3), source=[1] * 17)], "source is 17 tokens, at most 16"),
     ],
-    ids=["hash", "past-the-end", "empty", "out-of-order", "overlap"],
+    ids=["hash", "past-the-end", "empty", "out-of-order", "overlap", "source"],
 )
 def test_media_the_worker_cannot_pass_is_refused_with_a_reason(items, needle):
     with pytest.raises(media.MediaError, match=needle):
@@ -252,6 +266,7 @@ def test_media_the_worker_cannot_pass_is_refused_with_a_reason(items, needle):
 
 def test_well_formed_spans_pass():
     media.check_media(request(item(2, 3), item(6, 3)))
+    media.check_media(request(item(2, 3), item(4, 3)))  # Gemma 3's neighbours share a newline
     media.check_media(request(item(0, 10, b"whole")))
     media.check_media(request(item(2, 3, modality="audio")))
     media.check_media(request(item(2, 3, modality="video")))
