@@ -353,3 +353,49 @@ def make_mistral3_model(directory: Path, family: str = "mistral3") -> Path:
     image_processor = {"image_processor_type": "PixtralImageProcessor", "size": {"longest_edge": 224}}
     (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
     return directory
+
+
+LLAMA4_TOKENS = {
+    "<|image_start|>": 4096,
+    "<|image_end|>": 4097,
+    "<|patch|>": 4098,
+    "<|tile_x_separator|>": 4099,
+    "<|tile_y_separator|>": 4100,
+}
+"""Llama 4's image tokens beside ``<|image|>`` (4101)."""
+LLAMA4_IMAGE = 4101
+
+
+def make_llama4_model(directory: Path) -> Path:
+    """A Llama 4-style model in ``directory``: the tiny vision model's tokenizer with Llama 4's image
+    tokens (its template writes ``<|image|>``), 56-pixel tiles of 14-pixel patches pixel-shuffled
+    by 0.5 (4 tokens a tile), canvases of at most 6 tiles: dyn-tiny-llama4's sizes."""
+    make_vision_model(directory)
+    add_special_tokens(directory, {**LLAMA4_TOKENS, "<|image|>": LLAMA4_IMAGE})
+    tok_config = json.loads((directory / "tokenizer_config.json").read_text())
+    tok_config["chat_template"] = TEMPLATE.replace("<image>\n", "<|image|>")
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    config = json.loads((directory / "config.json").read_text())
+    vocab = LLAMA4_IMAGE + 1
+    config.update(
+        architectures=["Llama4ForConditionalGeneration"],
+        model_type="llama4",
+        image_token_index=LLAMA4_IMAGE,
+        vision_config={
+            "model_type": "llama4_vision_model",
+            "image_size": 56,
+            "patch_size": 14,
+            "pixel_shuffle_ratio": 0.5,
+        },
+        vocab_size=vocab,
+    )
+    config["text_config"]["vocab_size"] = vocab
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / "processor_config.json").write_text(json.dumps({"processor_class": "Llama4Processor"}))
+    image_processor = {
+        "image_processor_type": "Llama4ImageProcessor",
+        "size": {"height": 56, "width": 56},
+        "max_patches": 6,
+    }
+    (directory / "preprocessor_config.json").write_text(json.dumps(image_processor))
+    return directory

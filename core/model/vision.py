@@ -53,6 +53,17 @@ patches of the tower's ``patch_size`` times the config's ``spatial_merge_size`` 
 rows and columns rounded up; each row is ``[IMG]`` per column and an ``[IMG_BREAK]``, the last
 row's break an ``[IMG_END]``.
 
+Llama 4 (``model_type`` ``llama4``) fits an image onto a canvas of tiles, as transformers'
+``Llama4ImageProcessor`` and vLLM's ``Mllama4MultiModalProcessor`` do (``TiledCanvas``): of the
+canvases of at most ``max_patches`` tiles of the tower's ``image_size`` (in the order
+transformers lists them), the one that scales the image up least (most, with
+``resize_to_max_canvas``), else down least, the smallest of equals, the scales compared in float32
+as torch computes them. An image on more than one tile is written ``<|image_start|>``, each row's
+tiles of ``<|patch|>`` tokens joined by ``<|tile_x_separator|>`` and ended by
+``<|tile_y_separator|>``, then ``<|image|>`` and the whole image's ``<|patch|>`` tokens and
+``<|image_end|>``; on one tile, only the last part. A tile is ``(image_size // patch_size) ** 2``
+patches, pixel-shuffled by ``pixel_shuffle_ratio``.
+
 Only these families are read (their ``model_type``s are listed below). Every other family with a
 vision tower writes its images by a rule not read here (Pixtral's own format, InternVL's tiles,
 LLaVA-OneVision's pooled tiles, Mllama's cross attention, ...): ``image_tokens`` returns None for
@@ -62,10 +73,13 @@ it rather than guess a count, and a request with an image for it is refused, nam
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from dyn.core.errors import ConfigError
 from dyn.core.model.info import ModelInfo, read_processor_files, token_content
@@ -239,6 +253,72 @@ class PatchRows:
 
 
 @dataclass(frozen=True, slots=True)
+class TiledCanvas:
+    """Llama 4's rule (see the module docstring): ``tile``-pixel tiles, canvases of at most
+    ``max_tiles`` of them, ``per_tile`` patch tokens a tile; ``to_max_canvas``: upscale onto the
+    largest canvas that fits; the tokens written."""
+
+    tile: int
+    max_tiles: int
+    per_tile: int
+    to_max_canvas: bool = False
+    start: str = "<|image_start|>"
+    end: str = "<|image_end|>"
+    image: str = "<|image|>"
+    patch: str = "<|patch|>"
+    x_separator: str = "<|tile_x_separator|>"
+    y_separator: str = "<|tile_y_separator|>"
+
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """The (rows, columns) of tiles of the canvas a ``width`` x ``height`` image is fitted
+        onto (transformers' ``get_best_fit``)."""
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        canvases = _canvases(self.max_tiles)
+        f32 = np.float32
+        scales = [
+            min(f32(rows * self.tile) / f32(height), f32(columns * self.tile) / f32(width))
+            for rows, columns in canvases
+        ]
+        up = [scale for scale in scales if scale >= 1]
+        if up:
+            chosen = max(up) if self.to_max_canvas else min(up)
+        else:
+            chosen = max(scales)
+        fitting = [canvas for canvas, scale in zip(canvases, scales, strict=True) if scale == chosen]
+        return min(fitting, key=lambda canvas: canvas[0] * canvas[1])
+
+    def count(self, width: int, height: int) -> int:
+        """The ``<|patch|>`` tokens of a ``width`` x ``height`` image (its tiles' and the whole
+        image's)."""
+        rows, columns = self.grid(width, height)
+        tiles = rows * columns
+        return self.per_tile * (tiles + 1 if tiles > 1 else 1)
+
+    def text(self, width: int, height: int) -> str:
+        """What a ``width`` x ``height`` image is written as in the prompt."""
+        rows, columns = self.grid(width, height)
+        patches = self.patch * self.per_tile
+        tiles = ""
+        if rows * columns > 1:
+            row = self.x_separator.join([patches] * columns) + self.y_separator
+            tiles = row * rows
+        return f"{self.start}{tiles}{self.image}{patches}{self.end}"
+
+
+@functools.lru_cache(maxsize=8)
+def _canvases(max_tiles: int) -> tuple[tuple[int, int], ...]:
+    """Every (rows, columns) of at most ``max_tiles`` tiles, in the order transformers'
+    ``find_supported_resolutions`` lists them: by aspect ratio, first met from the most tiles
+    down, and by tile count within one ratio (the order breaks ties in ``TiledCanvas.grid``)."""
+    by_ratio: dict[float, list[tuple[int, int]]] = {}
+    for tiles in range(max_tiles, 0, -1):
+        for rows in sorted(d for d in range(1, tiles + 1) if tiles % d == 0):
+            by_ratio.setdefault(rows / (tiles // rows), []).append((rows, tiles // rows))
+    return tuple(canvas for canvases in by_ratio.values() for canvas in canvases)
+
+
+@dataclass(frozen=True, slots=True)
 class PanAndScan:
     """Gemma 3's rule (see the module docstring): ``seq_len`` image tokens for the whole image and
     for each crop; pan and scan ``enabled`` or not, with its ``min_crop`` side, ``max_crops`` and
@@ -305,15 +385,17 @@ class ImageTokens:
     """``token``: the placeholder token one image's tokens repeat; ``token_id``: its id;
     ``count``: how many times for one image (a fixed count), unless ``dynamic`` counts by the
     image's size (``count_for``); ``text``: what a template that reads text writes for an image
-    (the token, or the family's wrapped form). With a ``SplitTiles``, ``PatchRows`` or
-    ``PanAndScan`` rule an image is written as text around its tokens (``text_for``), and
-    ``count_for`` counts only its image tokens. ``merges_newlines``: the newlines the image is written with merge with the
+    (the token, or the family's wrapped form). With a ``SplitTiles``, ``PatchRows``,
+    ``TiledCanvas`` or ``PanAndScan`` rule an image is written as text around its tokens
+    (``text_for``), and ``count_for`` counts only its image tokens. ``merges_newlines``: the newlines the image is written with merge with the
     prompt's own (Gemma 3's; ``dyn.core.model.newlines``)."""
 
     token: str
     token_id: int
     count: int
-    dynamic: DynamicResolution | AnyResolution | SplitTiles | PatchRows | PanAndScan | None = None
+    dynamic: DynamicResolution | AnyResolution | SplitTiles | PatchRows | TiledCanvas | PanAndScan | None = (
+        None
+    )
     text: str = ""
     merges_newlines: bool = False
 
@@ -336,9 +418,9 @@ class ImageTokens:
 
     def text_for(self, item: Any) -> str | None:
         """What a loaded image is written as in the prompt when the rule writes text around its
-        tokens (``SplitTiles``, ``PatchRows``, ``PanAndScan``); None when the image is its
-        placeholder token repeated."""
-        if not isinstance(self.dynamic, SplitTiles | PatchRows | PanAndScan):
+        tokens (every rule but ``DynamicResolution`` and ``AnyResolution``); None when the image
+        is its placeholder token repeated."""
+        if self.dynamic is None or isinstance(self.dynamic, DynamicResolution | AnyResolution):
             return None
         if item.width is None or item.height is None:
             raise ImageSizeError("the image's size is unknown")
@@ -363,6 +445,8 @@ def image_tokens(info: ModelInfo, overrides: Mapping[str, Any] | None = None) ->
         return _pan_and_scan(config, processor, overrides or {})
     if family == "mistral3" or (family == "llava" and vision.get("model_type") == "pixtral"):
         return _patch_rows(config, vision, processor, image_processor)
+    if family == "llama4":
+        return _tiled_canvas(config, vision, image_processor)
     if family not in LLAVA_FAMILIES | SPLIT_FAMILIES:
         return None
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
@@ -431,6 +515,32 @@ def _patch_rows(
         token_content(processor.get("image_break_token")) or "[IMG_BREAK]",
         token_content(processor.get("image_end_token")) or "[IMG_END]",
     )
+    return ImageTokens(rule.image, token_id, 0, rule)
+
+
+MAX_CANVAS_TILES = 64
+"""A Llama 4 model whose canvases may hold more tiles than this is not read (its images' text grows
+with the tiles; Llama 4 Scout and Maverick hold 16)."""
+
+
+def _tiled_canvas(
+    config: dict[str, Any], vision: dict[str, Any], image_processor: dict[str, Any]
+) -> ImageTokens | None:
+    """Llama 4's rule from the config (``image_token_index``, the tower's ``image_size``,
+    ``patch_size`` and ``pixel_shuffle_ratio``) and the image processor's ``max_patches`` and
+    ``resize_to_max_canvas``; None for sizes that do not make sense."""
+    token_id = _int(config.get("image_token_index"))
+    tile, patch = _int(vision.get("image_size")), _int(vision.get("patch_size"))
+    ratio = vision.get("pixel_shuffle_ratio", 0.5)
+    max_tiles = _int(image_processor.get("max_patches", 16))
+    if token_id is None or not tile or not patch or not max_tiles or min(tile, patch, max_tiles) <= 0:
+        return None
+    if not isinstance(ratio, int | float) or not 0 < ratio <= 1 or max_tiles > MAX_CANVAS_TILES:
+        return None
+    per_tile = (tile // patch) ** 2 // round(1 / ratio**2)
+    if per_tile <= 0:
+        return None
+    rule = TiledCanvas(tile, max_tiles, per_tile, image_processor.get("resize_to_max_canvas") is True)
     return ImageTokens(rule.image, token_id, 0, rule)
 
 

