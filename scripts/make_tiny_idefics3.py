@@ -22,7 +22,7 @@ into ``TILE``-pixel tiles (rows and columns rounded up); each tile is written
 `<fake_token_around_image><row_R_col_C>` and ``IMAGE_SEQ_LEN`` `<image>` tokens, a newline after
 each row, then a newline and the whole image, `<fake_token_around_image><global-img>`,
 ``IMAGE_SEQ_LEN`` `<image>` tokens, `<fake_token_around_image>`. An image that fits in one tile is
-only that last part (dyn.core.model.vision's `SplitTiles`).
+only that last part (dyn.core.model.image_layouts' `SplitTiles`).
 """
 
 from __future__ import annotations

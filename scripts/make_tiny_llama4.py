@@ -22,7 +22,7 @@ scales it up least (else down least, the smallest canvas of equals) and written
 `<|image_start|>`, then, for a canvas of more than one tile, each row's tiles of
 ``PATCHES_PER_TILE`` `<|patch|>` tokens joined by `<|tile_x_separator|>` and ended by
 `<|tile_y_separator|>`, then `<|image|>`, the whole image's ``PATCHES_PER_TILE`` `<|patch|>`
-tokens and `<|image_end|>` (dyn.core.model.vision's `TiledCanvas`).
+tokens and `<|image_end|>` (dyn.core.model.image_layouts' `TiledCanvas`).
 """
 
 from __future__ import annotations

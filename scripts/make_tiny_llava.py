@@ -35,7 +35,7 @@ transformers' `LlavaNextForConditionalGeneration` and `LlavaNextProcessor`) with
 (`image_grid_pinpoints`, ``PINPOINTS``) of llava-v1.6's shapes at the 28-pixel tile. An image is
 then the whole picture as one tile (the 4 tokens above), plus the tiles of the grid shape that
 keeps the most of it less the padding rows or columns, plus a newline token per row: 24 tokens for
-a 56x56 image, 18 for a 112x28 one (dyn.core.model.vision's `AnyResolution`); no
+a 56x56 image, 18 for a 112x28 one (dyn.core.model.image_layouts' `AnyResolution`); no
 ``image_seq_length`` is stated.
 
 The chat template is dyn-tiny's Llama-3 layout; a message whose content is a list of parts renders

@@ -20,7 +20,7 @@ Placeholder tokens, the rule a frontend needs (vLLM's `Mistral3MultiModalProcess
 longer than ``LONGEST_EDGE`` on a side is scaled down to it (both sides floored), then cut into
 rows and columns of ``PATCH_SIZE * SPATIAL_MERGE`` pixels (rounded up); it is written row by row,
 each row ``columns`` `[IMG]` tokens and an `[IMG_BREAK]`, the last row's break an `[IMG_END]`
-(dyn.core.model.vision's `PatchRows`).
+(dyn.core.model.image_layouts' `PatchRows`).
 """
 
 from __future__ import annotations

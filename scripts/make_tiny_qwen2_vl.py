@@ -25,7 +25,8 @@ video part.
 Placeholder tokens, the rule a frontend needs (transformers' `smart_resize`, vLLM's
 `Qwen2VLProcessingInfo`): an image is resized so each side is a multiple of 28 pixels (the patch
 times the merge) and its area is within ``MIN_PIXELS``..``MAX_PIXELS``; it is then
-``(height / 28) * (width / 28)`` `<|image_pad|>` tokens (dyn.core.model.vision's `QwenResize`).
+``(height / 28) * (width / 28)`` `<|image_pad|>` tokens (dyn.core.model.image_layouts'
+`DynamicResolution`).
 """
 
 from __future__ import annotations

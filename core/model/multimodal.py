@@ -16,9 +16,10 @@ from typing import Any
 
 from dyn.core.errors import ConfigError
 from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
+from dyn.core.model.image_layouts import ImageSizeError
 from dyn.core.model.info import ModelInfo
 from dyn.core.model.video import VideoLengthError, VideoTokens, video_tokens
-from dyn.core.model.vision import QWEN_VL_FAMILIES, ImageSizeError, ImageTokens, image_tokens, vision_family
+from dyn.core.model.vision import QWEN_VL_FAMILIES, ImageTokens, image_tokens, vision_family
 
 PlaceholderRule = ImageTokens | AudioTokens | VideoTokens
 COUNT_ERRORS = (ImageSizeError, AudioLengthError, VideoLengthError)

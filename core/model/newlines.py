@@ -3,7 +3,7 @@ have merged with the prompt's own, as vLLM 0.32 places them (``Gemma3MultiModalP
 ``_apply_token_matches`` and ``_find_mm_placeholders``).
 
 Gemma's vocabulary has one token for each run of one to four newlines. An image is written
-``\\n\\n<start_of_image>...<end_of_image>\\n\\n`` (``dyn.core.model.vision.PanAndScan``), so a
+``\\n\\n<start_of_image>...<end_of_image>\\n\\n`` (``dyn.core.model.image_layouts.PanAndScan``), so a
 newline token the chat template wrote beside it would, in the text Gemma's processor tokenizes
 whole, be part of a longer run. vLLM reproduces that on the token ids: after expanding every image
 it replaces each ``\\n`` ``\\n\\n`` pair by ``\\n\\n\\n``, then each ``\\n\\n`` ``\\n`` pair, then each

@@ -51,8 +51,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dyn.core.model.image_layouts import MAX_ASPECT_RATIO, DynamicResolution
 from dyn.core.model.info import ModelInfo, read_model_json, read_processor_files
-from dyn.core.model.vision import MAX_ASPECT_RATIO, DynamicResolution, overridden
+from dyn.core.model.vision import overridden
 
 VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
 """The families whose clips are counted."""

@@ -11,7 +11,8 @@ import pytest
 
 from dyn.core.errors import ConfigError
 from dyn.core.model import load_model_info
-from dyn.core.model.vision import ImageSizeError, ImageTokens, _canvases, image_tokens, vision_family
+from dyn.core.model.image_layouts import ImageSizeError, _canvases
+from dyn.core.model.vision import ImageTokens, image_tokens, vision_family
 from tests.media_models import (
     GEMMA3_SEQ_LEN,
     GEMMA3_TOKENS,

