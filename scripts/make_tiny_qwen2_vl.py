@@ -3,10 +3,12 @@
 of images (and clips) whose placeholder count follows their size; with `2.5`, `dyn-tiny-qwen2.5-vl`,
 the same as Qwen2.5-VL (its vision tower's windowed attention and gated MLP, the same counts); with
 `3`, `dyn-tiny-qwen3-vl`, as Qwen3-VL (16-pixel patches, and clips written with each frame pair's
-timestamp); with `jina`, `dyn-tiny-jina-vl-ranker`, jina-reranker-m0's architecture
+timestamp); with `3.5`, `dyn-tiny-qwen3.5`, as Qwen3.5 (Qwen3-VL's tower and processor before a
+hybrid decoder: one Gated DeltaNet layer, with 128-wide heads as vLLM's CPU kernel needs, and one
+full-attention layer); with `jina`, `dyn-tiny-jina-vl-ranker`, jina-reranker-m0's architecture
 (`JinaVLForRanking`: this Qwen2-VL with a one-class score head, `score.0` and `score.2`).
 
-Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5|3|jina]
+Usage: python scripts/make_tiny_qwen2_vl.py OUT_DIR [2.5|3|3.5|jina]
 
 Needs torch, torchvision, transformers and Pillow: transformers' Qwen2-VL processor holds a video
 processor, which needs torchvision (scripts/provision_vllm_cpu.sh installs one that runs on a CPU
@@ -47,9 +49,16 @@ QWEN3_PATCH_SIZE = 16
 QWEN3_MIN_PIXELS, QWEN3_MAX_PIXELS = 64 * 64, 32 * 32 * 64
 QWEN3_VIDEO_MAX_PIXELS = 32 * 32 * 256
 """Qwen3-VL's video bound is on all of a clip's frames together (transformers' 3-D ``smart_resize``)."""
-NAMES = {"2": NAME, "2.5": "dyn-tiny-qwen2.5-vl", "3": "dyn-tiny-qwen3-vl", "jina": "dyn-tiny-jina-vl-ranker"}
-PREFIXES = {"2": "Qwen2VL", "2.5": "Qwen2_5_VL", "3": "Qwen3VL", "jina": "Qwen2VL"}
-"""transformers' class-name prefix of each version."""
+NAMES = {
+    "2": NAME,
+    "2.5": "dyn-tiny-qwen2.5-vl",
+    "3": "dyn-tiny-qwen3-vl",
+    "3.5": "dyn-tiny-qwen3.5",
+    "jina": "dyn-tiny-jina-vl-ranker",
+}
+PREFIXES = {"2": "Qwen2VL", "2.5": "Qwen2_5_VL", "3": "Qwen3VL", "3.5": "Qwen3_5", "jina": "Qwen2VL"}
+"""transformers' class-name prefix of each version's config and model (Qwen3.5 takes Qwen3-VL's
+processor)."""
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
 SPECIAL = (VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
@@ -72,11 +81,13 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    config_class, model_class, processor_class = (
-        getattr(transformers, PREFIXES[version] + suffix)
-        for suffix in ("Config", "ForConditionalGeneration", "Processor")
+    config_class, model_class = (
+        getattr(transformers, PREFIXES[version] + suffix) for suffix in ("Config", "ForConditionalGeneration")
     )
-    qwen3 = version == "3"
+    processor_class = getattr(
+        transformers, ("Qwen3VL" if version == "3.5" else PREFIXES[version]) + "Processor"
+    )
+    qwen3 = version in ("3", "3.5")
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,9 +138,22 @@ def generate(out_dir: str | Path, version: str = "2") -> Path:
         vision.update(intermediate_size=64, out_hidden_size=TINY_SIZES["hidden_size"])
     if version == "2.5":
         vision.update(window_size=56, fullatt_block_indexes=[1])
-    if qwen3:  # learned positions on a 4 x 4 grid, features also taken from the first block
-        vision.update(num_position_embeddings=16, deepstack_visual_indexes=[0])
+    if qwen3:  # learned positions on a 4 x 4 grid
+        vision.update(num_position_embeddings=16)
         rope["mrope_interleaved"] = True
+    if version == "3":  # features also taken from the first block
+        vision.update(deepstack_visual_indexes=[0])
+    if (
+        version == "3.5"
+    ):  # a Gated DeltaNet layer (128-wide heads: vLLM's CPU kernel) and a full-attention one
+        text.update(
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=2,
+            linear_num_value_heads=2,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+        )
+        rope["partial_rotary_factor"] = 1.0
     config = config_class(
         text_config={
             **text,
@@ -183,7 +207,11 @@ def add_score_head(out: Path, hidden: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not 1 <= len(argv) <= 2 or argv[0].startswith("-") or argv[1:] not in ([], ["2.5"], ["3"], ["jina"]):
+    if (
+        not 1 <= len(argv) <= 2
+        or argv[0].startswith("-")
+        or argv[1:] not in ([], ["2.5"], ["3"], ["3.5"], ["jina"])
+    ):
         print(next(line for line in __doc__.splitlines() if line.startswith("Usage:")), file=sys.stderr)
         return 2
     version = argv[1] if len(argv) == 2 else "2"

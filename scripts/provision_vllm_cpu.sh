@@ -33,8 +33,10 @@
 #   (scripts/lib/cpu_torchvision.sh), on PYTHONPATH only where a test needs it.
 # - $VENV/models/dyn-tiny-qwen2-vl: a random-weight Qwen2-VL (images and clips counted by their size),
 #   by scripts/make_tiny_qwen2_vl.py with that torchvision (its processor's video half imports it);
-#   $VENV/models/dyn-tiny-qwen2.5-vl and dyn-tiny-qwen3-vl, the same as Qwen2.5-VL and Qwen3-VL
-#   (`make_tiny_qwen2_vl.py OUT 2.5`, `... OUT 3`), and dyn-tiny-jina-vl-ranker, jina-reranker-m0's
+#   $VENV/models/dyn-tiny-qwen2.5-vl, dyn-tiny-qwen3-vl and dyn-tiny-qwen3.5, the same as Qwen2.5-VL,
+#   Qwen3-VL and Qwen3.5 (`make_tiny_qwen2_vl.py OUT 2.5`, `... OUT 3`, `... OUT 3.5`: a Gated
+#   DeltaNet layer and a full-attention one, vLLM's CPU kernel for the first), and
+#   dyn-tiny-jina-vl-ranker, jina-reranker-m0's
 #   architecture on that Qwen2-VL (`... OUT jina`), for /rerank with its own score template.
 # - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
 #   written by scripts/make_tiny_classifier.py, for /classify.
@@ -100,6 +102,7 @@ install_cpu_torchvision "$venv" 0.28.0
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-vl make_tiny_qwen2_vl.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2.5-vl make_tiny_qwen2_vl.py 2.5
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen3-vl make_tiny_qwen2_vl.py 3
+PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen3.5 make_tiny_qwen2_vl.py 3.5
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-jina-vl-ranker make_tiny_qwen2_vl.py jina
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-mistral3 make_tiny_mistral3.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-llama4 make_tiny_llama4.py

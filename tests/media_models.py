@@ -137,8 +137,8 @@ def make_qwen_vl_model(
     """A Qwen2-VL-style model (the same tokenizer with Qwen's vision tokens added, a vision tower
     with 14-pixel patches merged 2x2 and 2 frames deep, the image processor's pixel bounds, which
     its video processor reads too, as the published checkpoints have it) in ``directory``; with
-    ``family`` ``qwen3_vl``, Qwen3-VL's 16-pixel patches."""
-    patch = 16 if family == "qwen3_vl" else 14
+    ``family`` ``qwen3_vl`` (or Qwen3.5's ``qwen3_5``), Qwen3-VL's 16-pixel patches."""
+    patch = 16 if family in ("qwen3_vl", "qwen3_5") else 14
     make_vision_model(directory)
     add_special_tokens(directory, QWEN_TOKENS)
     tok_config = json.loads((directory / "tokenizer_config.json").read_text())
@@ -147,7 +147,9 @@ def make_qwen_vl_model(
     config = json.loads((directory / "config.json").read_text())
     config.update(
         architectures=[
-            "Qwen3VLForConditionalGeneration" if patch == 16 else "Qwen2VLForConditionalGeneration"
+            {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_5": "Qwen3_5ForConditionalGeneration"}.get(
+                family, "Qwen2VLForConditionalGeneration"
+            )
         ],
         model_type=family,
         image_token_id=QWEN_TOKENS["<|image_pad|>"],

@@ -9,7 +9,7 @@ feature-select strategy (the CLS feature is dropped); a processor config that st
 ``image_seq_length`` is taken at its word, and without a processor config the vision tower's
 ``image_size`` and ``patch_size`` give ``(image_size // patch_size) ** 2``.
 
-The Qwen2-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: a vision tower with ``spatial_merge_size``)
+The Qwen2-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5: a vision tower with ``spatial_merge_size``)
 counts by each image's own size, as its image processor resizes it (transformers'
 ``smart_resize``): height and width rounded to multiples of ``patch_size * spatial_merge_size``,
 scaled into ``[min_pixels, max_pixels]`` keeping the aspect ratio (at most 200:1), then one token

@@ -21,8 +21,9 @@ transformers' video processors resize and patch them). Qwen2-VL and Qwen2.5-VL (
 - Tokens: ``n / temporal_patch_size`` groups of the frame's merged patches. The template writes
   ``<|vision_start|><|video_pad|><|vision_end|>`` and ``<|video_pad|>`` is what repeats.
 
-Qwen3-VL (``qwen3_vl``, ``qwen3_vl_moe``; ``Qwen3VLVideoBackend``, ``Qwen3VLVideoProcessor``) writes
-each pair of frames with its time (``timed``):
+Qwen3-VL (``qwen3_vl``, ``qwen3_vl_moe``; ``Qwen3VLVideoBackend``, ``Qwen3VLVideoProcessor``) and
+Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``: vLLM serves it with Qwen3-VL's processor) write each pair of
+frames with its time (``timed``):
 
 - Frames (``FrameSampling.indices``): ``int(total / source_fps * min(fps, 30))`` (an unknown rate
   read as 24), within ``[min_frames, max_frames]`` and the clip's frames, at the indices
@@ -55,10 +56,10 @@ from dyn.core.model.image_layouts import MAX_ASPECT_RATIO, DynamicResolution
 from dyn.core.model.info import ModelInfo, read_model_json, read_processor_files
 from dyn.core.model.vision import overridden
 
-VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
-"""The families whose clips are counted."""
-TIMED_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
+TIMED_FAMILIES = frozenset({"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
 """The families that write each pair of frames with its time."""
+VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"}) | TIMED_FAMILIES
+"""The families whose clips are counted."""
 QWEN_VIDEO_TOKENS = ("<|vision_start|>", "<|video_pad|>", "<|vision_end|>")
 MAX_SAMPLING_FPS = 30
 """vLLM's Qwen2-VL and Qwen3-VL samplers never sample faster than this."""

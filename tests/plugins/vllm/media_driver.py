@@ -125,6 +125,7 @@ async def drive(model: str, config: Any, requests: Callable[[Any], Awaitable[dic
         batches = settled_replay(engine.info.kv_replay_endpoint)
         result = {
             "features": engine.info.features,
+            "block_size": engine.info.block_size,
             **results,
             "batches": [base64.b64encode(payload).decode() for payload in batches],
         }
