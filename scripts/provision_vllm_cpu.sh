@@ -38,6 +38,8 @@
 #   DeltaNet layer and a full-attention one, vLLM's CPU kernel for the first), and
 #   dyn-tiny-jina-vl-ranker, jina-reranker-m0's
 #   architecture on that Qwen2-VL (`... OUT jina`), for /rerank with its own score template.
+# - $VENV/models/dyn-tiny-glm4v: a random-weight GLM-4.1V (images counted over two frames), by
+#   scripts/make_tiny_glm4v.py with the CPU torchvision; vLLM's own module.
 # - $VENV/models/dyn-tiny-classifier: a random-weight Llama sequence classifier (three classes),
 #   written by scripts/make_tiny_classifier.py, for /classify.
 # - $VENV/models/dyn-tiny-qwen2-audio: a random-weight Qwen2-Audio (a tiny Whisper-style audio
@@ -103,6 +105,7 @@ PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen2.5-vl make_tiny_qwen2_vl.py 2.5
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen3-vl make_tiny_qwen2_vl.py 3
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-qwen3.5 make_tiny_qwen2_vl.py 3.5
+PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-glm4v make_tiny_glm4v.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-jina-vl-ranker make_tiny_qwen2_vl.py jina
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-mistral3 make_tiny_mistral3.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-llama4 make_tiny_llama4.py

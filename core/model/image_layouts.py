@@ -9,6 +9,11 @@ feature-select strategy (the CLS feature is dropped); a processor config that st
 ``image_seq_length`` is taken at its word, and without a processor config the vision tower's
 ``image_size`` and ``patch_size`` give ``(image_size // patch_size) ** 2``.
 
+GLM-4V (``glm4v``, ``glm4v_moe``: GLM-4.1V and GLM-4.5V) counts the same way with two differences
+(transformers' ``Glm4vImageProcessor``): an image with a side under the merged patch is scaled up
+until it has none (before the aspect ratio is checked), and the pixel bounds hold two frames of the
+image; its template writes ``<|begin_of_image|><|image|><|end_of_image|>``.
+
 The Qwen2-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5: a vision tower with ``spatial_merge_size``)
 counts by each image's own size, as its image processor resizes it (transformers'
 ``smart_resize``): height and width rounded to multiples of ``patch_size * spatial_merge_size``,
@@ -96,27 +101,35 @@ class ImageSizeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class DynamicResolution:
-    """The Qwen2-VL family's rule (see the module docstring)."""
+    """The Qwen2-VL family's rule (see the module docstring); GLM-4V's with ``frames`` 2 (its
+    pixel bounds hold two frames of an image) and ``scale_up`` (a side under the merged patch
+    scales the image up first, before the aspect ratio is checked)."""
 
     patch_size: int
     merge_size: int
     min_pixels: int
     max_pixels: int
+    frames: int = 1
+    scale_up: bool = False
 
     def count(self, width: int, height: int) -> int:
+        factor = self.patch_size * self.merge_size
+        if self.scale_up and 0 < min(width, height) < factor:
+            scale = max(factor / height, factor / width)
+            height, width = int(height * scale), int(width * scale)
         if min(width, height) <= 0 or max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
             raise ImageSizeError(
                 f"a {width}x{height} image: the model takes images at most {MAX_ASPECT_RATIO} times "
                 "longer than wide (or the other way)"
             )
-        factor = self.patch_size * self.merge_size
         h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-        if h_bar * w_bar > self.max_pixels:
-            beta = math.sqrt(height * width / self.max_pixels)
+        frames = self.frames
+        if frames * h_bar * w_bar > self.max_pixels:
+            beta = math.sqrt(frames * height * width / self.max_pixels)
             h_bar = max(factor, math.floor(height / beta / factor) * factor)
             w_bar = max(factor, math.floor(width / beta / factor) * factor)
-        elif h_bar * w_bar < self.min_pixels:
-            beta = math.sqrt(self.min_pixels / (height * width))
+        elif frames * h_bar * w_bar < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (frames * height * width))
             h_bar = math.ceil(height * beta / factor) * factor
             w_bar = math.ceil(width * beta / factor) * factor
         return (h_bar // self.patch_size) * (w_bar // self.patch_size) // (self.merge_size**2)

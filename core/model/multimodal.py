@@ -19,7 +19,7 @@ from dyn.core.model.audio import AudioLengthError, AudioTokens, audio_tokens
 from dyn.core.model.image_layouts import ImageSizeError
 from dyn.core.model.info import ModelInfo
 from dyn.core.model.video import VideoLengthError, VideoTokens, video_tokens
-from dyn.core.model.vision import QWEN_VL_FAMILIES, ImageTokens, image_tokens, vision_family
+from dyn.core.model.vision import GLM4V_FAMILIES, QWEN_VL_FAMILIES, ImageTokens, image_tokens, vision_family
 
 PlaceholderRule = ImageTokens | AudioTokens | VideoTokens
 COUNT_ERRORS = (ImageSizeError, AudioLengthError, VideoLengthError)
@@ -86,7 +86,7 @@ def uncounted_modalities(info: ModelInfo, rules: dict[str, PlaceholderRule]) -> 
     text-only."""
     family = vision_family(info)
     uncounted = {"image": family} if family is not None and "image" not in rules else {}
-    if family in QWEN_VL_FAMILIES and "video" not in rules:  # a Qwen2-VL-family model without a video token
+    if family in QWEN_VL_FAMILIES | GLM4V_FAMILIES and "video" not in rules:  # one that takes video
         uncounted["video"] = family
     return uncounted
 

@@ -98,7 +98,7 @@ def image_tokens(info: ModelInfo, overrides: Mapping[str, Any] | None = None) ->
     if not isinstance(vision, dict):
         return None
     family = config.get("model_type")
-    if family in QWEN_VL_FAMILIES and "spatial_merge_size" in vision:
+    if family in QWEN_VL_FAMILIES | GLM4V_FAMILIES and "spatial_merge_size" in vision:
         return _qwen_vl(config, vision, image_processor)
     if family == "gemma3":
         return _pan_and_scan(config, processor, overrides or {})
@@ -148,6 +148,8 @@ def vision_family(info: ModelInfo) -> str | None:
 
 QWEN_VL_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"})
 """The families of ``DynamicResolution`` (Qwen3.5's are served by vLLM with Qwen3-VL's processor)."""
+GLM4V_FAMILIES = frozenset({"glm4v", "glm4v_moe"})
+"""GLM-4.1V's and GLM-4.5V's: ``DynamicResolution`` over two frames (their video is not counted)."""
 LLAVA_FAMILIES = frozenset({"llava", "llava_next"})
 """The families of the LLaVA count and of ``AnyResolution`` (``llava_next``)."""
 SPLIT_FAMILIES = frozenset({"idefics3", "smolvlm"})
@@ -313,23 +315,31 @@ def _any_resolution(
 QWEN_VL_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
 _QWEN_PIXELS = (56 * 56, 28 * 28 * 1280)
 """Qwen2-VL's image processor's default ``min_pixels`` and ``max_pixels``."""
+GLM4V_TOKENS = ("<|begin_of_image|>", "<|image|>", "<|end_of_image|>")
+_GLM4V_PIXELS = (112 * 112, 28 * 28 * 15000)
+"""GLM-4V's image processor's default ``size`` (``shortest_edge``, ``longest_edge``: pixels)."""
 
 
 def _qwen_vl(
     config: dict[str, Any], vision: dict[str, Any], image_processor: dict[str, Any]
 ) -> ImageTokens | None:
+    """The Qwen2-VL family's ``DynamicResolution``, or GLM-4V's (two frames to an image, small
+    images scaled up first, its own tokens and pixel defaults)."""
+    glm = config.get("model_type") in GLM4V_FAMILIES
     token_id = _int(config.get("image_token_id"))
     patch = _int(vision.get("patch_size")) or 14
     merge = _int(vision.get("spatial_merge_size")) or 2
     size = image_processor.get("size")
     if not isinstance(size, dict):
         size = {}
-    low = _int(image_processor.get("min_pixels")) or _int(size.get("shortest_edge")) or _QWEN_PIXELS[0]
-    high = _int(image_processor.get("max_pixels")) or _int(size.get("longest_edge")) or _QWEN_PIXELS[1]
+    default_low, default_high = _GLM4V_PIXELS if glm else _QWEN_PIXELS
+    low = _int(image_processor.get("min_pixels")) or _int(size.get("shortest_edge")) or default_low
+    high = _int(image_processor.get("max_pixels")) or _int(size.get("longest_edge")) or default_high
     if token_id is None or patch <= 0 or merge <= 0 or not 0 < low <= high:
         return None
-    start, pad, end = QWEN_VL_TOKENS
-    return ImageTokens(pad, token_id, 0, DynamicResolution(patch, merge, low, high), start + pad + end)
+    start, pad, end = GLM4V_TOKENS if glm else QWEN_VL_TOKENS
+    rule = DynamicResolution(patch, merge, low, high, frames=2 if glm else 1, scale_up=glm)
+    return ImageTokens(pad, token_id, 0, rule, start + pad + end)
 
 
 def _count(

