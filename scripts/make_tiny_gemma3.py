@@ -59,7 +59,14 @@ CHAT_TEMPLATE = (
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
-    from make_tiny_llama import TINY_SIZES, save_processor, save_random_model, tiny_tokenizer
+    from make_tiny_llama import (
+        TINY_SIZES,
+        TINY_VISION,
+        save_processor,
+        save_random_model,
+        special_token_ids,
+        tiny_tokenizer,
+    )
     from tokenizers import AddedToken
     from transformers import (
         Gemma3Config,
@@ -94,15 +101,10 @@ def generate(out_dir: str | Path) -> Path:
         **TINY_SIZES,
         max_position_embeddings=CONTEXT,
         sliding_window=512,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **special_token_ids(tokenizer),
     )
     vision = SiglipVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **TINY_VISION,
         image_size=IMAGE_SIZE,
         patch_size=PATCH_SIZE,
         vision_use_head=False,
@@ -141,7 +143,7 @@ def _name_vision_weights_as_published(path: Path) -> None:
 def main(argv: list[str]) -> int:
     from make_tiny_llama import one_directory_main
 
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
+    return one_directory_main(argv, generate, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,13 @@ IMAGE_PLACEHOLDER = "<|begin_of_image|><|image|><|end_of_image|>"
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
-    from make_tiny_llama import TINY_SIZES, media_model_start, save_processor, save_random_model
+    from make_tiny_llama import (
+        TINY_SIZES,
+        media_model_start,
+        save_processor,
+        save_random_model,
+        special_token_ids,
+    )
     from transformers import (
         Glm4vConfig,
         Glm4vForConditionalGeneration,
@@ -86,9 +92,7 @@ def generate(out_dir: str | Path) -> Path:
             "mrope_section": [2, 3, 3],
             "partial_rotary_factor": 0.5,
         },
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
+        **special_token_ids(tokenizer),
     }
     vision = {
         "depth": 2,
@@ -119,7 +123,7 @@ def generate(out_dir: str | Path) -> Path:
 def main(argv: list[str]) -> int:
     from make_tiny_llama import one_directory_main
 
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[5])
+    return one_directory_main(argv, generate, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ IMAGE_PARTS = ("image", "image_url")
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
     from make_tiny_llama import (
+        TINY_VISION,
         llama_config,
         media_model_start,
         save_processor,
@@ -80,10 +81,7 @@ def generate(out_dir: str | Path) -> Path:
     )
     save_processor(processor, image_processor, out)
     vision = Idefics3VisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **TINY_VISION,
         image_size=TILE,
         patch_size=PATCH_SIZE,
     )
@@ -103,7 +101,7 @@ def generate(out_dir: str | Path) -> Path:
 def main(argv: list[str]) -> int:
     from make_tiny_llama import one_directory_main
 
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
+    return one_directory_main(argv, generate, NAME, __doc__)
 
 
 if __name__ == "__main__":

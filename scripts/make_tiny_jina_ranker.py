@@ -93,7 +93,7 @@ def generate(out_dir: str | Path) -> Path:
 def main(argv: list[str]) -> int:
     from make_tiny_llama import one_directory_main  # this script's directory is on sys.path
 
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[3])
+    return one_directory_main(argv, generate, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,19 @@ TINY_SIZES = {
 """The decoder's sizes in every tiny model here (the Llama, and the Qwen3 of the tiny ranker)."""
 
 
+TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+"""The vision towers' sizes in the tiny vision-language models here (in transformers' usual names)."""
+
+
+def special_token_ids(tokenizer) -> dict:
+    """``bos_token_id``, ``eos_token_id`` and ``pad_token_id`` of ``tokenizer``, for a text config."""
+    return {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
 def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
     """The tiny Llama's ``LlamaConfig`` for ``tokenizer`` (dyn-tiny's, maybe with added tokens)
     and a context of ``context`` tokens; dyn-tiny-llava's language model is the same."""
@@ -82,9 +95,7 @@ def llama_config(tokenizer, context: int = DEFAULT_CONTEXT):
         vocab_size=len(tokenizer),
         **TINY_SIZES,
         max_position_embeddings=context,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **special_token_ids(tokenizer),
         tie_word_embeddings=True,
         rms_norm_eps=1e-5,
         rope_theta=10000.0,
@@ -135,11 +146,11 @@ def save_random_model(model_class, config, out: Path, seed: int) -> Path:
     return out
 
 
-def one_directory_main(argv: list[str], generate, name: str, usage: str) -> int:
+def one_directory_main(argv: list[str], generate, name: str, doc: str) -> int:
     """The ``main`` of a generator whose one argument is the output directory (the other tiny
-    models' scripts): writes the model, or prints ``usage`` and returns 2."""
+    models' scripts): writes the model, or prints the ``Usage:`` line of its ``doc`` and returns 2."""
     if len(argv) != 1 or argv[0].startswith("-"):
-        print(usage, file=sys.stderr)
+        print(next(line for line in doc.splitlines() if line.startswith("Usage:")), file=sys.stderr)
         return 2
     out = generate(argv[0])
     print(f"wrote {out} ({name})")

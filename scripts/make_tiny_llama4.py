@@ -50,7 +50,14 @@ IMAGE_PARTS = ("image", "image_url")
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
-    from make_tiny_llama import TINY_SIZES, media_model_start, save_processor, save_random_model
+    from make_tiny_llama import (
+        TINY_SIZES,
+        TINY_VISION,
+        media_model_start,
+        save_processor,
+        save_random_model,
+        special_token_ids,
+    )
     from transformers import (
         Llama4Config,
         Llama4ForConditionalGeneration,
@@ -83,15 +90,10 @@ def generate(out_dir: str | Path) -> Path:
         interleave_moe_layer_step=0,
         moe_layers=[],
         attention_chunk_size=None,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **special_token_ids(tokenizer),
     )
     vision = Llama4VisionConfig(
-        hidden_size=32,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **{**TINY_VISION, "intermediate_size": 128},  # four times the width: the pixel shuffle's
         image_size=TILE,
         patch_size=PATCH_SIZE,
         pixel_shuffle_ratio=0.5,
@@ -115,7 +117,7 @@ def generate(out_dir: str | Path) -> Path:
 def main(argv: list[str]) -> int:
     from make_tiny_llama import one_directory_main
 
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[4])
+    return one_directory_main(argv, generate, NAME, __doc__)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path;
     ``tiles``: the LLaVA-NeXT variant (see the module docstring)."""
     from make_tiny_llama import (
+        TINY_VISION,
         llama_config,
         media_model_start,
         save_processor,
@@ -114,10 +115,7 @@ def generate(out_dir: str | Path, *, tiles: bool = False) -> Path:
             json.dumps({**json.loads(path.read_text()), "image_seq_length": IMAGE_TOKENS}, indent=2) + "\n"
         )
     vision = CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **TINY_VISION,
         image_size=IMAGE_SIZE,
         patch_size=PATCH_SIZE,
         projection_dim=32,

@@ -41,7 +41,14 @@ IMAGE_PARTS = ("image", "image_url")
 
 def generate(out_dir: str | Path) -> Path:
     """Write the model directory into ``out_dir`` (created if needed) and return its path."""
-    from make_tiny_llama import TINY_SIZES, media_model_start, save_processor, save_random_model
+    from make_tiny_llama import (
+        TINY_SIZES,
+        TINY_VISION,
+        media_model_start,
+        save_processor,
+        save_random_model,
+        special_token_ids,
+    )
     from transformers import (
         Mistral3Config,
         Mistral3ForConditionalGeneration,
@@ -68,16 +75,11 @@ def generate(out_dir: str | Path) -> Path:
         **TINY_SIZES,
         max_position_embeddings=CONTEXT,
         sliding_window=None,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **special_token_ids(tokenizer),
         tie_word_embeddings=True,
     )
     vision = PixtralVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        **TINY_VISION,
         head_dim=16,
         image_size=LONGEST_EDGE,
         patch_size=PATCH_SIZE,
@@ -98,7 +100,7 @@ def generate(out_dir: str | Path) -> Path:
 def main(argv: list[str]) -> int:
     from make_tiny_llama import one_directory_main
 
-    return one_directory_main(argv, generate, NAME, __doc__.strip().splitlines()[4])
+    return one_directory_main(argv, generate, NAME, __doc__)
 
 
 if __name__ == "__main__":
