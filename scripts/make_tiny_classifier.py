@@ -41,11 +41,7 @@ def generate(out_dir: str | Path) -> Path:
     return save_random_model(LlamaForSequenceClassification, config, out, SEED)
 
 
-def main(argv: list[str]) -> int:
+if __name__ == "__main__":
     from make_tiny_llama import one_directory_main  # this script's directory is on sys.path
 
-    return one_directory_main(argv, generate, NAME, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(one_directory_main(sys.argv[1:], generate, NAME, __doc__))

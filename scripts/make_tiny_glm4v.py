@@ -120,11 +120,7 @@ def generate(out_dir: str | Path) -> Path:
     return save_random_model(Glm4vForConditionalGeneration, config, out, SEED)
 
 
-def main(argv: list[str]) -> int:
-    from make_tiny_llama import one_directory_main
-
-    return one_directory_main(argv, generate, NAME, __doc__)
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from make_tiny_llama import one_directory_main  # this script's directory is on sys.path
+
+    sys.exit(one_directory_main(sys.argv[1:], generate, NAME, __doc__))
