@@ -27,6 +27,8 @@
 #   processor requires it); vLLM's own module.
 # - $VENV/models/dyn-tiny-llama4: a random-weight Llama 4 (images fitted onto a canvas of tiles), by
 #   scripts/make_tiny_llama4.py with the CPU torchvision; vLLM's own module.
+# - $VENV/models/dyn-tiny-internvl: a random-weight InternVL3 (images cut into the closest grid of
+#   tiles), by scripts/make_tiny_internvl.py with the CPU torchvision; vLLM's own module.
 # - $VENV/models/dyn-tiny-gemma3: a random-weight Gemma 3 (images wrapped in newlines that merge with
 #   the prompt's), by scripts/make_tiny_gemma3.py; vLLM's own module.
 # - $VENV/cpu-torchvision: torchvision 0.28 (torch 2.13's) relinked to load beside a CPU torch
@@ -109,6 +111,7 @@ PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-glm4
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-jina-vl-ranker make_tiny_qwen2_vl.py jina
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-mistral3 make_tiny_mistral3.py
 PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-llama4 make_tiny_llama4.py
+PYTHONPATH="$venv/cpu-torchvision" make_tiny_model "$venv" "$repo" dyn-tiny-internvl make_tiny_internvl.py
 make_tiny_model "$venv" "$repo" dyn-tiny-classifier make_tiny_classifier.py
 make_tiny_model "$venv" "$repo" dyn-tiny-qwen2-audio make_tiny_qwen2_audio.py
 make_tiny_model "$venv" "$repo" dyn-tiny-jina-ranker make_tiny_jina_ranker.py

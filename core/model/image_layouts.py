@@ -9,6 +9,14 @@ feature-select strategy (the CLS feature is dropped); a processor config that st
 ``image_seq_length`` is taken at its word, and without a processor config the vision tower's
 ``image_size`` and ``patch_size`` give ``(image_size // patch_size) ** 2``.
 
+InternVL in transformers' format (``model_type`` ``internvl``: InternVL3, InternVL3.5 ``-hf``)
+cuts an image into tiles, as transformers' ``GotOcr2ImageProcessor`` and vLLM's
+``InternS1MultiModalProcessor`` do (``ClosestGrid``): of the grids of ``min_patches`` to
+``max_patches`` tiles, the one whose aspect ratio is closest to the image's (on a tie, the one
+with more tiles while the image covers over half of it), plus a thumbnail tile when the grid has
+more than one (with ``crop_to_patches``; else one tile); it is written ``<img>``, the tiles'
+``<IMG_CONTEXT>`` tokens (``image_seq_length`` a tile) and ``</img>``.
+
 GLM-4V (``glm4v``, ``glm4v_moe``: GLM-4.1V and GLM-4.5V) counts the same way with two differences
 (transformers' ``Glm4vImageProcessor``): an image with a side under the merged patch is scaled up
 until it has none (before the aspect ratio is checked), and the pixel bounds hold two frames of the
@@ -321,6 +329,69 @@ def _canvases(max_tiles: int) -> tuple[tuple[int, int], ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class ClosestGrid:
+    """InternVL's rule (see the module docstring): ``tile_width`` x ``tile_height`` tiles, grids of
+    ``min_tiles`` to ``max_tiles`` of them (``crop``: images are cut at all), ``seq_len`` tokens a
+    tile; ``start``, ``image`` and ``end`` the tokens written."""
+
+    tile_width: int
+    tile_height: int
+    min_tiles: int
+    max_tiles: int
+    seq_len: int
+    crop: bool = True
+    start: str = "<img>"
+    image: str = "<IMG_CONTEXT>"
+    end: str = "</img>"
+
+    def grid(self, width: int, height: int) -> tuple[int, int]:
+        """The (columns, rows) of the grid a ``width`` x ``height`` image is cut into
+        (transformers' ``get_optimal_tiled_canvas``): the aspect ratio closest to the image's; of
+        equals, the later in ``_grids``' order while the image's area is over half the grid's."""
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        aspect, area = width / height, width * height
+        best, best_diff = (1, 1), math.inf
+        for columns, rows in _grids(self.min_tiles, self.max_tiles):
+            diff = abs(aspect - columns / rows)
+            if diff < best_diff:
+                best, best_diff = (columns, rows), diff
+            elif diff == best_diff and area > 0.5 * self.tile_height * self.tile_width * columns * rows:
+                best = (columns, rows)
+        return best
+
+    def tiles(self, width: int, height: int) -> int:
+        """The tiles a ``width`` x ``height`` image becomes: its grid's and a thumbnail, or one."""
+        if min(width, height) <= 0:
+            raise ImageSizeError(f"a {width}x{height} image has no pixels")
+        if not self.crop or self.max_tiles <= 1:
+            return 1
+        columns, rows = self.grid(width, height)
+        return 1 + columns * rows if columns * rows > 1 else 1
+
+    def count(self, width: int, height: int) -> int:
+        """The ``<IMG_CONTEXT>`` tokens of a ``width`` x ``height`` image."""
+        return self.tiles(width, height) * self.seq_len
+
+    def text(self, width: int, height: int) -> str:
+        """What a ``width`` x ``height`` image is written as in the prompt."""
+        return self.start + self.image * self.count(width, height) + self.end
+
+
+@functools.lru_cache(maxsize=8)
+def _grids(min_tiles: int, max_tiles: int) -> tuple[tuple[int, int], ...]:
+    """Every (columns, rows) of ``min_tiles`` to ``max_tiles`` tiles, in transformers'
+    ``get_all_supported_aspect_ratios`` order: by columns then rows, stably sorted by tile count."""
+    grids = [
+        (columns, rows)
+        for columns in range(1, max_tiles + 1)
+        for rows in range(1, max_tiles + 1)
+        if min_tiles <= columns * rows <= max_tiles
+    ]
+    return tuple(sorted(grids, key=lambda grid: grid[0] * grid[1]))
+
+
+@dataclass(frozen=True, slots=True)
 class PanAndScan:
     """Gemma 3's rule (see the module docstring): ``seq_len`` image tokens for the whole image and
     for each crop; pan and scan ``enabled`` or not, with its ``min_crop`` side, ``max_crops`` and
@@ -380,3 +451,9 @@ def _fit_longest(height: int, width: int, side: int, *, even: bool) -> tuple[int
         height, width = side, int(side * aspect)
         width += 1 if even and width % 2 else 0
     return max(height, 1), max(width, 1)
+
+
+ImageLayout = (
+    DynamicResolution | AnyResolution | SplitTiles | PatchRows | TiledCanvas | ClosestGrid | PanAndScan
+)
+"""The rules a family's images are counted (and written) by."""

@@ -29,7 +29,9 @@ from dyn.core.model.image_layouts import (
     MAX_SPLIT_TILES,
     MAX_TILES,
     AnyResolution,
+    ClosestGrid,
     DynamicResolution,
+    ImageLayout,
     ImageSizeError,
     PanAndScan,
     PatchRows,
@@ -52,9 +54,7 @@ class ImageTokens:
     token: str
     token_id: int
     count: int
-    dynamic: DynamicResolution | AnyResolution | SplitTiles | PatchRows | TiledCanvas | PanAndScan | None = (
-        None
-    )
+    dynamic: ImageLayout | None = None
     text: str = ""
     merges_newlines: bool = False
 
@@ -106,6 +106,8 @@ def image_tokens(info: ModelInfo, overrides: Mapping[str, Any] | None = None) ->
         return _patch_rows(config, vision, processor, image_processor)
     if family == "llama4":
         return _tiled_canvas(config, vision, image_processor)
+    if family == "internvl":
+        return _closest_grid(config, vision, processor, image_processor)
     if family not in LLAVA_FAMILIES | SPLIT_FAMILIES:
         return None
     token_id = _int(config.get("image_token_index", config.get("image_token_id")))
@@ -202,6 +204,29 @@ def _tiled_canvas(
     if per_tile <= 0:
         return None
     rule = TiledCanvas(tile, max_tiles, per_tile, image_processor.get("resize_to_max_canvas") is True)
+    return ImageTokens(rule.image, token_id, 0, rule)
+
+
+def _closest_grid(
+    config: dict[str, Any], vision: dict[str, Any], processor: dict[str, Any], image_processor: dict[str, Any]
+) -> ImageTokens | None:
+    """InternVL's rule from the config (``image_token_id``, ``image_seq_length``, else the tower's
+    tile over its patches, pixel-shuffled by ``downsample_ratio``) and the image processor's tile
+    ``size``, ``min_patches``, ``max_patches`` and ``crop_to_patches``; None for sizes that do not
+    make sense or grids of over ``MAX_CANVAS_TILES`` tiles."""
+    token_id = _int(config.get("image_token_id"))
+    seq_len = _int(processor.get("image_seq_length")) or _int(config.get("image_seq_length"))
+    size = image_processor.get("size")
+    tile_height, tile_width = (
+        (_int(size.get("height")), _int(size.get("width"))) if isinstance(size, dict) else (None, None)
+    )
+    low, high = _int(image_processor.get("min_patches", 1)), _int(image_processor.get("max_patches", 12))
+    if token_id is None or not seq_len or not tile_height or not tile_width or low is None or high is None:
+        return None
+    if min(seq_len, tile_height, tile_width, low) <= 0 or not low <= high <= MAX_CANVAS_TILES:
+        return None
+    crop = image_processor.get("crop_to_patches") is True
+    rule = ClosestGrid(tile_width, tile_height, low, high, seq_len, crop)
     return ImageTokens(rule.image, token_id, 0, rule)
 
 

