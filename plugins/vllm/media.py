@@ -18,10 +18,9 @@ Followed from vLLM 0.32 (``vllm/inputs/llm.py``, ``vllm/multimodal/processing/pr
   span back to its modality's placeholder token, or to the tokens the frontend says it stands
   for (``MediaItem.source``: Gemma 3's newlines merged into it; ``collapse``), has vLLM's
   renderer expand it (``AsyncLLM.renderer.render_cmpl_async``, the step ``AsyncLLM.generate``
-  would run), and checks
-  that vLLM's prompt is the request's, token for token and span for span, modality by modality
-  (``check_expansion``): the frontend's placeholder counts and vLLM's must agree, or the router's
-  block hashes and the prompt usage would be wrong. The rendered input then goes to
+  would run), and checks that vLLM's prompt is the request's, token for token and span for span,
+  modality by modality (``check_expansion``): the frontend's placeholder counts and vLLM's must
+  agree, or the router's block hashes and the prompt usage would be wrong. The rendered input then goes to
   ``AsyncLLM.generate`` as is.
 - Each item's ``mm_hash`` is its ``multi_modal_uuids`` entry: vLLM's identity for the item in its
   processor and encoder caches and in its prefix-cache block hashes, and what its KV events'
