@@ -11,6 +11,8 @@ import anyio
 import httpx
 import pytest
 
+from tests.sse import sse_lines
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -41,7 +43,7 @@ def test_200_concurrent_streams_complete(resilient):
         events = 0
         async with client.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200, await r.aread()
-            async for line in r.aiter_lines():
+            async for line in sse_lines(r):
                 if line.startswith("data: ") and line != "data: [DONE]":
                     assert not line.startswith('data: {"error"'), line
                     events += 1

@@ -24,6 +24,7 @@ from tests.live_engines import (
     check_chat_through_the_openai_client,
     instances,
 )
+from tests.sse import sse_lines
 from tests.vllm_cpu import MODEL, NEEDS_VLLM, vllm_serve
 
 pytestmark = [
@@ -141,7 +142,7 @@ def test_priority_reorders_a_contended_vllm_queue(stack):
                 "POST", url + "/v1/completions", headers=headers, json=streamed, timeout=300
             ) as r:
                 assert r.status_code == 200
-                async for line in r.aiter_lines():
+                async for line in sse_lines(r):
                     if not line.startswith("data: {"):
                         continue
                     if not running.is_set():  # its first token: vLLM runs it

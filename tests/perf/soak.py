@@ -50,6 +50,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.*
+from tests.sse import sse_lines
+
 MODEL = "dyn-tiny"
 MIX = {"stream": 35, "completion": 10, "n4": 15, "cancel": 10, "tool": 15, "structured": 15}
 SAMPLE_EVERY_S = 10.0
@@ -135,7 +138,7 @@ async def _stream(client: httpx.AsyncClient, path: str, body: dict, cancel_after
         if r.status_code != 200:
             out["error"] = f"{r.status_code} {(await r.aread())[:200]!r}"
             return out
-        async for line in r.aiter_lines():
+        async for line in sse_lines(r):
             if not line.startswith("data: "):
                 continue
             if line == "data: [DONE]":

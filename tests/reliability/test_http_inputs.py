@@ -31,6 +31,8 @@ import httpx
 import openai
 import pytest
 
+from tests.sse import sse_lines
+
 pytestmark = pytest.mark.integration
 
 MODEL = "dyn-tiny"
@@ -187,7 +189,7 @@ def test_ten_times_overload_gets_full_answers_or_immediate_503s(admission):
         async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
             if r.status_code != 200:
                 return r.status_code, (r.headers.get("retry-after"), await r.aread())
-            events = [line[6:] async for line in r.aiter_lines() if line.startswith("data: ")]
+            events = [line[6:] async for line in sse_lines(r) if line.startswith("data: ")]
             return 200, events
 
     async def overload() -> list[tuple[int, object]]:

@@ -17,6 +17,7 @@ import msgspec
 import pytest
 import zmq
 
+from tests.sse import sse_lines
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.integration
@@ -41,7 +42,7 @@ async def _stream(client: httpx.AsyncClient, i: int, flowing=None, max_tokens: i
     out: dict = {"text": "", "usage": None, "finish": None, "error": None, "done": False}
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200, await r.aread()
-        async for line in r.aiter_lines():
+        async for line in sse_lines(r):
             if not line.startswith("data: "):
                 continue
             if line == "data: [DONE]":
