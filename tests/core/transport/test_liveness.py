@@ -202,6 +202,8 @@ async def test_a_server_never_there_or_never_handshaking_is_unreachable_and_fail
                 assert rpc.reachable  # no server: nothing known to be down
                 rpc.connect(nobody)
                 await wait_until(lambda: not rpc.reachable, 0.5, "a refused connection to be seen")
+                # the listener hears it from the client's own task, a moment after the flag turns
+                await wait_until(lambda: heard, 1, "the listener to hear it")
                 assert heard == [(False, "cannot connect (nothing listens there)")]
                 rpc.disconnect(nobody)
                 assert rpc.reachable
