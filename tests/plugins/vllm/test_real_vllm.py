@@ -184,6 +184,21 @@ def generate(endpoint: str, request: GenerateRequest) -> tuple[list[TokenChunk],
     return out[:-1], out[-1]
 
 
+def test_a_first_prompt_of_one_token_is_answered(worker):
+    """The worker's first request, on purpose: on a CPU with AMX, vLLM 0.32's attention runs AMX
+    instructions that the process may use only once it has asked the kernel, which only oneDNN
+    did, on larger prompts; a first prompt of one token killed vLLM's worker process with SIGILL
+    (``plugins/vllm/amx.py`` asks in every vLLM process). On a CPU without AMX it passes either way."""
+    endpoint, tokenizer = worker
+    chunks, finish = generate(
+        endpoint,
+        GenerateRequest(
+            "one-token", tokenizer.encode("hi").ids[:1], stop=StopConditions(max_tokens=4, ignore_eos=True)
+        ),
+    )
+    assert finish.reason == "length" and sum(len(c.token_ids) for c in chunks) == 4
+
+
 def constrained(worker, name: str, constraint: OutputConstraint, **sampling) -> str:
     """The text vLLM generates under ``constraint``; it must have ended on its own (EOS)."""
     endpoint, tokenizer = worker
