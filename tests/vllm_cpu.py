@@ -55,7 +55,8 @@ def run_driver(
     """Run ``script`` (a driver of vLLM's engine, written for the venv) on ``python`` with ``job``
     as its JSON argument, in ``root``, in ``vllm_env(torchvision)``; its last ``RESULT {json}``
     line, parsed. Its whole process group is stopped after (vLLM's engine core too, should the
-    driver hang); fails with its stderr when it exits nonzero or prints no result."""
+    driver hang); fails with its stderr's end when it exits nonzero or prints no result (all of
+    its output is kept in ``root/stdout.txt`` and ``root/stderr.txt``: vLLM logs to stdout)."""
     import json
 
     from tests.integration.conftest import stop_process_group
@@ -74,8 +75,12 @@ def run_driver(
         stdout, stderr = driver.communicate(timeout=timeout_s)
     finally:
         stop_process_group(driver, grace_s=10)
+    (root / "stdout.txt").write_text(stdout)
+    (root / "stderr.txt").write_text(stderr)
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert driver.returncode == 0 and lines, f"driver failed ({driver.returncode}):\n{stderr[-6000:]}"
+    assert driver.returncode == 0 and lines, (
+        f"driver failed ({driver.returncode}; its whole output in {root}):\n{stderr[-6000:]}"
+    )
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 

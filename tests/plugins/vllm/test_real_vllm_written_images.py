@@ -16,7 +16,9 @@ start a model, about 30 s.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -107,9 +109,33 @@ def family(request):
     return request.param
 
 
+# vLLM 0.32's oneDNN linear, its CPU matrix product where oneDNN serves it, refuses an input whose
+# rows are not contiguous ("Expected a.stride(-1) == 1"), and Llama 4's vision patch embedding hands
+# it a transposed one for an image of a single tile: vLLM's engine dies on such an image, under
+# `vllm serve` too. Seen on an Intel Xeon with AMX; the machines before it passed these tests.
+TRANSPOSED_INPUT_PROBE = """
+import torch
+from vllm import _custom_ops as ops
+handler = ops.create_onednn_mm(torch.ones(8, 8).t(), 32)
+ops.onednn_mm(handler, torch.ones(1, 8, 4).permute(0, 2, 1), None)
+"""
+
+
+def skip_where_vllm_refuses_transposed_inputs(python: Path) -> None:
+    probe = subprocess.run(
+        [str(python), "-c", TRANSPOSED_INPUT_PROBE], capture_output=True, text=True, timeout=120
+    )
+    if "a.stride(-1) == 1" in probe.stderr:
+        pytest.skip(
+            "vLLM 0.32's oneDNN linear refuses the transposed input Llama 4's vision tower gives it on this CPU"
+        )
+
+
 @pytest.fixture(scope="module")
 def result(tmp_path_factory, family):
     python, model = python_and_model(family.model)
+    if family.model == "dyn-tiny-llama4":
+        skip_where_vllm_refuses_transposed_inputs(python)
     root = tmp_path_factory.mktemp(family.model)
     copy_beside(root)
     texts = written(family)
