@@ -171,6 +171,10 @@ class LowerTierIndexer:
         """Total (rank, block) entries."""
         return sum(len(blocks) for blocks in self._blocks.values())
 
+    def holds_any(self) -> bool:
+        """Whether some rank holds a block in this tier (asked on every route: no count)."""
+        return any(self._blocks.values())
+
 
 class LowerTierIndexes:
     """The host, disk and external tiers' indexes together, and the tiered lookup over them."""
@@ -189,7 +193,7 @@ class LowerTierIndexes:
 
     def empty(self) -> bool:
         """Whether no rank holds any block in any lower tier."""
-        return not any(index.size for index in self.by_tier.values())
+        return not any([index.holds_any() for index in self.by_tier.values()])
 
     def hits(
         self,
