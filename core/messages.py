@@ -1,6 +1,6 @@
 """The catalogue of every message that crosses a process boundary in dyn.
 
-One place to read the protocol (SGLang's io_struct.py habit). Three families:
+One place to read the protocol (SGLang's io_struct.py habit). The families:
 
 - **Request plane** (frontend/router DEALER -> worker ROUTER, ZMQ multipart ``[kind, payload]``):
   ``GenerateRequest``, ``CancelRequest`` go to the worker; ``TokenChunk``, ``Finish``,
@@ -19,6 +19,8 @@ One place to read the protocol (SGLang's io_struct.py habit). Three families:
 - **Indexer plane** (router DEALER -> ``dyn indexer`` ROUTER): ``OverlapQuery`` is answered by
   ``OverlapAnswer`` or ``OverlapRefused``.
 - **Load metrics** (worker metrics PUB, topic ``load-metrics``): ``LoadMetrics``.
+- **Agent trace** (each HTTP worker process -> the one that writes ``--agent-trace-file``, a pipe
+  per worker carrying msgpack lists): ``AgentTraceEntry``.
 - **Discovery** (JSON records in the discovery store): ``WorkerRecord`` with ``WorkerEndpoints``.
 
 KV events are not here: they follow vLLM's wire format exactly, so that real engines and dyn's
@@ -30,7 +32,7 @@ end with a default so older peers still decode newer messages.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -573,6 +575,28 @@ class LoadMetrics(msgspec.Struct, array_like=True, omit_defaults=True, gc=False)
     """Streaming sessions open on this rank."""
     streaming_session_held_tokens: int = 0
     """Tokens of KV held in streaming-session slots."""
+
+
+# --------------------------------------------------------------------------- agent trace
+
+
+class AgentTraceEntry(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One finished choice's agent-trace row (``dyn.core.frontend.agent_trace``) before the
+    trace's one writer dates it: sent by each HTTP worker process of ``dyn frontend
+    --num-http-workers N`` to the process that writes the file (a pipe of its own), and handed
+    straight to the writer in a single frontend.
+
+    ``head``: the row's replay fields but ``timestamp`` (``input_length``, ``output_length``,
+    ``hash_ids``, ``block_size``); ``tail``: the rest (``request_id`` ...). ``received`` and
+    ``ended`` are ``time.perf_counter()`` values, CLOCK_MONOTONIC on Linux: one clock for every
+    process of the host, so the writer dates rows from every process against the first one
+    (``timestamp``) and a session's turns against its previous one's end (``delay_ms``)."""
+
+    head: dict[str, Any]
+    tail: dict[str, Any]
+    received: float
+    ended: float
+    session: str | None = None
 
 
 # --------------------------------------------------------------------------- discovery

@@ -20,6 +20,10 @@ models, pools, routers and KV indexes, fed by the same workers' KV events).
   for it but it had not accepted yet: they are reset, unless the host's
   ``net.ipv4.tcp_migrate_req`` is 1 (Linux 5.14+), which moves them to the other workers'
   sockets. The supervisor says so at start when it is 0 (``_migration_hint``).
+- One agent trace: with ``--agent-trace-file`` this process writes the file, and each worker
+  sends its requests' entries down a pipe of its own (``agent_trace.PipeSink``, read by a
+  ``TraceReceiver`` thread here), so the trace is dated on one clock and a session's
+  ``delay_ms`` counts its turns whichever worker served them.
 - Per process, not shared: ``/metrics`` (a scrape reaches one worker: scrape each, or read the
   router's and workers' metrics), the ``/kv/`` views, sessions bound through ``nvext`` (a
   session's turns may reach different workers; their routers share bookings, not session
@@ -35,9 +39,12 @@ import signal
 import time
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dyn.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dyn.core.frontend.agent_trace import TraceReceiver
 
 log = logging.getLogger("dyn.frontend")
 
@@ -52,12 +59,14 @@ def run_http_workers(settings: Any) -> None:
     """Serve ``settings`` (a ``FrontendSettings`` with ``num_http_workers`` > 1) from that many
     processes until SIGINT or SIGTERM; ``ConfigError`` for what can be checked before they start,
     or when they do not all start."""
-    from dyn.core.frontend.server import READY_PREFIX, build_app
+    from dyn.core.frontend.agent_trace import TraceReceiver
+    from dyn.core.frontend.server import READY_PREFIX, build_app, trace_file
     from dyn.core.logs import current_setup, status
     from dyn.core.service import bind_http
     from dyn.core.transport.sockets import plane_keys
 
     build_app(settings)  # every check a single frontend makes, here, once
+    receiver = TraceReceiver(trace_file(settings)) if settings.agent_trace_file is not None else None
     reserved = bind_http(settings.http_host, settings.http_port, reuse_port=True, listen=False)
     host, port = reserved.getsockname()[:2]
     keys = plane_keys()
@@ -69,7 +78,11 @@ def run_http_workers(settings: Any) -> None:
         router_config=_shared_routing(settings),
     )
     supervisor = _Supervisor(
-        child, settings.num_http_workers, current_setup(), str(keys.directory) if keys is not None else None
+        child,
+        settings.num_http_workers,
+        current_setup(),
+        str(keys.directory) if keys is not None else None,
+        receiver,
     )
     stop = _Stop()
     try:
@@ -82,6 +95,8 @@ def run_http_workers(settings: Any) -> None:
         supervisor.supervise(stop)
     finally:
         supervisor.stop()
+        if receiver is not None:
+            receiver.close()
         reserved.close()
         stop.restore()
 
@@ -146,10 +161,18 @@ class _Stop:
 
 
 class _Supervisor:
-    def __init__(self, settings: Any, count: int, logging_setup: tuple[str, str], keys: str | None) -> None:
+    def __init__(
+        self,
+        settings: Any,
+        count: int,
+        logging_setup: tuple[str, str],
+        keys: str | None,
+        trace: TraceReceiver | None = None,
+    ) -> None:
         import os
 
         self.settings = settings
+        self.trace = trace
         self.count = count
         self.logging_setup = logging_setup
         self.keys = keys
@@ -165,13 +188,23 @@ class _Supervisor:
 
     def _spawn(self, index: int) -> Any:
         ready = self.context.Event()
+        pipe = self.trace.pipe() if self.trace is not None else None
         proc = self.context.Process(
             target=_serve,
-            args=(self.settings, index, ready, self.logging_setup, self.keys, self.parent),
+            args=(
+                dataclasses.replace(self.settings, agent_trace_pipe=pipe),
+                index,
+                ready,
+                self.logging_setup,
+                self.keys,
+                self.parent,
+            ),
             name=f"dyn-frontend-{index}",
             daemon=True,
         )
         proc.start()
+        if pipe is not None:
+            pipe.close()  # the worker holds its own copy: its exit is then the pipe's end
         self.procs[index], self.readies[index] = proc, ready
         self.started_at[index] = time.monotonic()
         return ready

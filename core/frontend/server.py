@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +22,7 @@ import anyio
 
 from dyn.core.config import DiscoveryConfig
 from dyn.core.errors import ConfigError
-from dyn.core.frontend.agent_trace import AgentTrace
+from dyn.core.frontend.agent_trace import AgentTrace, PipeSink, TraceFile
 from dyn.core.frontend.apis.chat_completions.chunks import REASONING_FIELD_NAMES
 from dyn.core.frontend.apis.files.store import FileStore
 from dyn.core.frontend.apis.responses.store import ResponseStore
@@ -143,6 +144,9 @@ class FrontendSettings:
     """Size at which the agent trace file is rotated."""
     agent_trace_backups: int = 3
     """Rotated agent trace files kept."""
+    agent_trace_pipe: Connection | None = None
+    """In an HTTP worker process of ``--num-http-workers``: where its agent-trace entries go (the
+    supervising process writes the one file); None: this process writes it."""
     disable_fastapi_docs: bool = False
     """``/openapi.json`` is a 404 (``--disable-fastapi-docs``)."""
     enable_tokenizer_info_endpoint: bool = False
@@ -314,14 +318,22 @@ def _request_log(settings: FrontendSettings) -> RequestLog | None:
 
 
 def _agent_trace(settings: FrontendSettings) -> AgentTrace | None:
+    """The trace of this process's requests: written here, or sent to the process that writes it
+    for every HTTP worker (``agent_trace_pipe``); None without ``--agent-trace-file``, and in that
+    process's own check of the settings (it opens the file itself: ``http_workers``)."""
     if settings.agent_trace_file is None:
         return None
+    if settings.agent_trace_pipe is not None:
+        return AgentTrace(PipeSink(settings.agent_trace_pipe))
     if settings.num_http_workers > 1:
-        raise ConfigError(
-            "--agent-trace-file is written by one HTTP process: it is not built for "
-            "--num-http-workers above 1"
-        )
-    return AgentTrace(settings.agent_trace_file, settings.agent_trace_max_bytes, settings.agent_trace_backups)
+        return None
+    return AgentTrace(trace_file(settings))
+
+
+def trace_file(settings: FrontendSettings) -> TraceFile:
+    """``--agent-trace-file`` opened for writing, with its rotation settings."""
+    assert settings.agent_trace_file is not None
+    return TraceFile(settings.agent_trace_file, settings.agent_trace_max_bytes, settings.agent_trace_backups)
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -440,6 +452,9 @@ async def serve_frontend(settings: FrontendSettings) -> None:
         finally:
             with anyio.CancelScope(shield=True):
                 await app.background_responses.drain(grace)
+                trace = app.service.agent_trace
+                if trace is not None:  # an HTTP worker process's entries still in its pipe go
+                    await anyio.to_thread.run_sync(trace.close)
             tg.cancel_scope.cancel()
 
 

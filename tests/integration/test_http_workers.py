@@ -1,9 +1,10 @@
 """``dyn frontend --num-http-workers 2`` with real processes: two frontend processes accept on one
-port (``SO_REUSEPORT``), both serve, their KV routers share one view (replica sync), a killed one is
-restarted, and SIGTERM stops them all."""
+port (``SO_REUSEPORT``), both serve, their KV routers share one view (replica sync), the requests of
+both are in one agent trace, a killed one is restarted, and SIGTERM stops them all."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -23,7 +24,14 @@ PROMPT = "An agent's long context, resent every turn: " + "the tool returned a r
 def two_http_workers(stack_factory):
     stack = stack_factory("httpworkers")
     stack.worker("--block-size", "16", count=2)
-    stack.start_frontend("--router-mode", "kv", "--num-http-workers", "2")
+    stack.start_frontend(
+        "--router-mode",
+        "kv",
+        "--num-http-workers",
+        "2",
+        "--agent-trace-file",
+        str(stack.root / "trace.jsonl"),
+    )
     _until_every_process_sees(stack.url, 2)
     return stack
 
@@ -92,6 +100,37 @@ def test_both_processes_serve_with_one_kv_view(two_http_workers):
     processes = {_served(_fresh(url, "GET", "/metrics").text) for _ in range(40)}
     assert len(processes) == 2, processes  # /metrics is per process
     assert sum(count for count, _ in processes) >= 40, processes
+
+
+def test_one_agent_trace_holds_the_requests_of_both_processes_on_one_clock(two_http_workers):
+    """Each request of an agent session on a connection of its own (the kernel spreads them over
+    both processes): every one is a line of the one trace file that the supervising process
+    writes; dated on one clock, the turns' timestamps follow their order, and every turn but
+    the first written has its delay since the session's previous one."""
+    url, trace = two_http_workers.url, two_http_workers.root / "trace.jsonl"
+    headers = {"x-dynamo-session-id": "agent-1"}
+    sent = []
+    for turn in range(16):
+        r = _fresh(
+            url, "POST", "/v1/completions", json={"prompt": f"turn {turn}", "max_tokens": 2}, headers=headers
+        )
+        assert r.status_code == 200, r.text
+        sent.append(r.headers["x-request-id"])
+
+    def written() -> dict[str, dict] | None:
+        whole = trace.read_text().split("\n")[:-1]  # a line being written is not read yet
+        rows = {row["request_id"]: row for row in map(json.loads, whole)}
+        return rows if set(sent) <= rows.keys() else None
+
+    rows = poll_until(written, 10, "every turn in the agent trace")
+    turns = [rows[rid] for rid in sent]
+    assert {row["session_id"] for row in turns} == {"agent-1"}
+    stamps = [row["timestamp"] for row in turns]
+    assert stamps == sorted(stamps), stamps
+    assert sum("delay_ms" not in row for row in turns) == 1
+    assert all(row.get("delay_ms", 0) >= 0 for row in turns)
+    processes = {_served(_fresh(url, "GET", "/metrics").text) for _ in range(20)}
+    assert len(processes) == 2, processes  # both served some of them
 
 
 def test_a_killed_http_worker_is_restarted_and_the_other_serves_meanwhile(two_http_workers):

@@ -1,17 +1,20 @@
 """The agent trace in-process (``--agent-trace-file``, ``dyn.core.frontend.agent_trace``): a line
 per finished request with the prompt's chained block hashes, sessions timed by ``delay_ms``,
 rotation at ``--agent-trace-max-bytes`` keeping ``--agent-trace-backups`` files, bad settings
-refused, and a trace that cannot be written stopping tracing, not serving."""
+refused, a trace that cannot be written stopping tracing, not serving, and the pipes that carry
+the entries of HTTP worker processes to the one writer (bounded, never blocking)."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 
 import pytest
 
 from dyn.core.errors import ConfigError
-from dyn.core.frontend.agent_trace import AgentTrace
+from dyn.core.frontend.agent_trace import MAX_UNSENT, PipeSink, TraceFile, TraceReceiver
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
+from dyn.core.messages import AgentTraceEntry
 from tests.core.frontend.conftest import CHAT
 
 pytestmark = pytest.mark.anyio
@@ -59,17 +62,17 @@ async def test_the_file_rotates_at_its_size_keeping_its_backups(make_frontend, t
 
 def test_bad_settings_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="is a directory"):
-        AgentTrace(tmp_path)
+        TraceFile(tmp_path)
     with pytest.raises(ConfigError, match="at least 4096"):
-        AgentTrace(tmp_path / "t", max_bytes=10)
+        TraceFile(tmp_path / "t", max_bytes=10)
     with pytest.raises(ConfigError, match="0 or more"):
-        AgentTrace(tmp_path / "t", backups=-1)
+        TraceFile(tmp_path / "t", backups=-1)
 
 
 async def test_a_trace_that_cannot_be_written_stops_tracing_not_serving(make_frontend, tmp_path, caplog):
     trace = tmp_path / "trace.jsonl"
     async with make_frontend(workers=1, agent_trace_file=str(trace)) as fe:
-        writer = fe.app.service.agent_trace
+        writer = fe.app.service.agent_trace.sink
 
         class FullDisk:
             def write(self, data):
@@ -84,3 +87,50 @@ async def test_a_trace_that_cannot_be_written_stops_tracing_not_serving(make_fro
             assert r.status_code == 200
         assert writer._file is None
     assert sum("tracing stops" in m for m in caplog.messages) == 1
+
+
+def entry(request_id: str, received: float, ended: float, session: str | None = None) -> AgentTraceEntry:
+    head = {"input_length": 3, "output_length": 1, "hash_ids": [1], "block_size": 16}
+    return AgentTraceEntry(head, {"request_id": request_id}, received, ended, session)
+
+
+def test_entries_sent_down_pipes_are_written_as_one_process_writes_them(tmp_path):
+    """Under --num-http-workers each process's entries reach the one writer through a pipe of its
+    own; the lines are those a single process's TraceFile writes for the same entries."""
+    entries = [entry("a", 10.0, 10.5, "s"), entry("b", 10.2, 10.3), entry("c", 11.0, 11.2, "s")]
+    direct = TraceFile(tmp_path / "direct.jsonl")
+    direct.write(entries[:2])
+    direct.write(entries[2:])
+    direct.close()
+    receiver = TraceReceiver(TraceFile(tmp_path / "piped.jsonl"))
+    first, second = PipeSink(receiver.pipe()), PipeSink(receiver.pipe())
+    first.write(entries[:2])
+    first.close()  # sends what waits, then closes its end: the receiver sees it end
+    second.write(entries[2:])
+    second.close()
+    receiver.close()
+    assert lines(tmp_path / "piped.jsonl") == lines(tmp_path / "direct.jsonl")
+    third = lines(tmp_path / "direct.jsonl")[2]
+    assert third["timestamp"] == 1000.0 and third["delay_ms"] == 500.0  # 11.0 - 10.0; 11.0 - 10.5
+
+
+def test_a_worker_process_never_waits_for_a_writer_that_is_behind():
+    reading, sending = multiprocessing.Pipe(duplex=False)  # no one reads it
+    sink = PipeSink(sending)
+    for i in range(MAX_UNSENT + 3000):
+        sink.write([entry(f"r{i}", 0.0, 0.0)])
+    assert sink.dropped >= 2000  # past what the pipe and MAX_UNSENT hold, dropped and counted
+    reading.close()  # the sending thread's write fails now, and it ends
+    sink.close()
+
+
+def test_a_message_that_does_not_decode_is_skipped(tmp_path, caplog):
+    receiver = TraceReceiver(TraceFile(tmp_path / "t.jsonl"))
+    sending = receiver.pipe()
+    sending.send_bytes(b"\xc1 not msgpack")
+    sink = PipeSink(sending)
+    sink.write([entry("after", 1.0, 1.0)])
+    sink.close()
+    receiver.close()
+    assert [row["request_id"] for row in lines(tmp_path / "t.jsonl")] == ["after"]
+    assert any("does not decode" in m for m in caplog.messages)
