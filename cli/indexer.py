@@ -24,7 +24,9 @@ def indexer(
 ) -> None:
     """Standalone KV indexer: follows the workers' KV events and answers which worker caches
     how much of a prompt, over HTTP and ZMQ (routers use it with --use-remote-indexer)."""
-    from dyn.core.indexer.service import IndexerSettings, parse_workers, run_indexer
+    from dyn.core.indexer.peers import peer_problem
+    from dyn.core.indexer.service import IndexerSettings, run_indexer
+    from dyn.core.indexer.workers import parse_workers
 
     options.use_sockets(plane_keys, advertise_host)
     static = None
@@ -37,12 +39,17 @@ def indexer(
             raise typer.BadParameter(
                 "--workers needs --block-size (the engines' KV block size)", param_hint="--block-size"
             )
+    peers = [url.strip() for url in (flags.peers or "").split(",") if url.strip()]
+    for url in peers:
+        if (problem := peer_problem(url)) is not None:
+            raise typer.BadParameter(options.env_hint(problem), param_hint="--peers")
     settings = IndexerSettings(
         host=host,
         http_port=flags.http_port,
         zmq_port=flags.zmq_port,
         block_size=flags.block_size,
         workers=static,
+        peers=peers,
         model_name=model_name,
         model_path=model_path,
         event_threads=flags.router_event_threads,

@@ -59,7 +59,17 @@ class IndexerFlags(msgspec.Struct, kw_only=True, frozen=True):
             panel=INDEXER_PANEL,
             help="Follow these workers instead of discovery: "
             "'ID[:DP_RANK]=tcp://HOST:PORT[|REPLAY_ENDPOINT],...' (the KV-event "
-            "PUB socket, and optionally its replay socket).",
+            "PUB socket, and optionally its replay socket). More can join with POST /register.",
+        ),
+    ] = None
+    peers: Annotated[
+        str | None,
+        flag(
+            "--peers",
+            scope="indexer",
+            panel=INDEXER_PANEL,
+            help="Other indexers of this model, 'http://HOST:PORT,...': at start this one copies "
+            "the first answering peer's index (GET /dump) before it says it is ready.",
         ),
     ] = None
     router_event_threads: Annotated[

@@ -9,9 +9,14 @@ workers' KV-event PUB sockets. Workers come from one of two places:
   no ``block_size`` given, the first discovered worker's is used; a worker with another block size
   is followed but warned about (its blocks cannot be matched).
 - a static list (``--workers "id[:dp]=tcp://host:port[|replay_endpoint],..."``, parsed by
-  ``parse_workers``; needs a block size). Each entry is its own subscription, so ranks of one
+  ``parse_workers``; needs a block size) and, at any time, ``POST /register`` (``register``;
+  ``POST /unregister`` drops an entry and its blocks, ``dyn.core.indexer.registration``), as
+  Dynamo's standalone indexer takes them. Each entry is its own subscription, so ranks of one
   instance may publish on separate sockets. Blocks are indexed under the entry's
   ``(instance_id, dp_rank)``; a batch that names a nonzero ``data_parallel_rank`` overrides the rank.
+  An instance is followed one way: discovery's workers cannot be registered, and a discovered
+  worker whose id is registered is ignored (with a warning). At most ``MAX_REGISTERED`` entries
+  (each holds a ZMQ socket open).
 
 The service is its own ``IndexView`` (``dyn.core.kv.views``). Its ZMQ ROUTER answers the
 indexer plane of ``dyn.core.messages``: ``OverlapQuery`` (``token_ids`` hashed with the block size
@@ -62,13 +67,15 @@ from dyn.core.indexer.client import (
     indexer_record,
     indexers_store,
 )
-from dyn.core.kv.convert import KvEventMetrics, KvIndexWriter
-from dyn.core.kv.events import StorageTier
+from dyn.core.indexer.peers import SETTLE_S, PeerList, recover
+from dyn.core.indexer.registration import RegisteringHttpApp
+from dyn.core.indexer.workers import MAX_REGISTERED, StaticWorker, address_problem
+from dyn.core.kv.convert import KvEventMetrics
 from dyn.core.kv.hashing import block_hashes, sequence_hashes
-from dyn.core.kv.indexer import ApplyStatus, WorkerKey, radix_indexer
+from dyn.core.kv.indexer import WorkerKey, radix_indexer
 from dyn.core.kv.ingest import DEFAULT_EVENT_THREADS, KvEventIngestor
 from dyn.core.kv.tiers import LowerTierIndexes
-from dyn.core.kv.views import U64_MAX, IndexerHttpApp, IndexerMetrics, RadixIndexView
+from dyn.core.kv.views import U64_MAX, HttpError, IndexerMetrics, RadixIndexView
 from dyn.core.logs import status
 from dyn.core.messages import (
     OverlapAnswer,
@@ -85,100 +92,6 @@ from dyn.core.transport.sockets import warn_open_plane
 log = logging.getLogger("dyn.indexer")
 
 READY_PREFIX = "dyn indexer ready: "
-
-# --------------------------------------------------------------------------- --workers
-
-
-@dataclass(frozen=True, slots=True)
-class StaticWorker:
-    """One ``--workers`` entry: whose KV events, on which PUB socket (and replay socket)."""
-
-    instance_id: int
-    dp_rank: int
-    endpoint: str
-    replay_endpoint: str | None = None
-
-
-_ENTRY = re.compile(r"(?P<id>[0-9]+)(?::(?P<dp>[0-9]+))?=(?P<endpoint>[^|]+)(?:\|(?P<replay>.+))?")
-_ZMQ_SCHEMES = ("tcp://", "ipc://", "inproc://")
-
-
-def parse_workers(text: str) -> list[StaticWorker]:
-    """Parse ``"id[:dp]=tcp://host:port[|replay_endpoint],..."``; ``ValueError`` says what is wrong."""
-    entries: list[StaticWorker] = []
-    seen: set[WorkerKey] = set()
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        match = _ENTRY.fullmatch(item)
-        if match is None:
-            raise ValueError(
-                f"--workers entry {item!r} is not ID[:DP_RANK]=tcp://HOST:PORT"
-                "[|REPLAY_ENDPOINT] (ID and DP_RANK are non-negative integers)"
-            )
-        endpoint = match["endpoint"].strip()
-        replay = match["replay"].strip() if match["replay"] else None
-        for what, address in (("endpoint", endpoint), ("replay endpoint", replay)):
-            if address is not None and not (
-                address.startswith(_ZMQ_SCHEMES) and len(address) > address.index("//") + 2
-            ):
-                raise ValueError(
-                    f"--workers entry {item!r}: the {what} {address!r} is not a ZMQ "
-                    "address like tcp://127.0.0.1:5557"
-                )
-        worker = StaticWorker(int(match["id"]), int(match["dp"] or 0), endpoint, replay)
-        if worker.instance_id > U64_MAX:
-            raise ValueError(f"--workers entry {item!r}: the instance id is over 2**64 - 1")
-        key = (worker.instance_id, worker.dp_rank)
-        if key in seen:
-            raise ValueError(
-                f"--workers names instance {key[0]} dp rank {key[1]} twice; give "
-                "each (id, dp rank) one endpoint"
-            )
-        seen.add(key)
-        entries.append(worker)
-    if not entries:
-        raise ValueError("--workers is empty; give at least one ID[:DP_RANK]=tcp://HOST:PORT")
-    return entries
-
-
-class _StaticRanks:
-    """The ingestor's writer (one per tier) for ``--workers`` entries. The ingestor follows entry
-    ``i`` under the internal instance id ``i``; this maps ``(i, rank)`` to ``(instance_id, rank or
-    dp_rank)``."""
-
-    def __init__(self, indexer: KvIndexWriter, entries: Sequence[StaticWorker]) -> None:
-        self._indexer = indexer
-        self._entries = list(entries)
-
-    def key(self, worker: WorkerKey) -> WorkerKey:
-        entry = self._entries[worker[0]]
-        return entry.instance_id, worker[1] or entry.dp_rank
-
-    def store(
-        self,
-        worker: WorkerKey,
-        parent_hash: int | None,
-        block_hashes: Sequence[int],
-        local_hashes: Sequence[int],
-    ) -> ApplyStatus:
-        return self._indexer.store(self.key(worker), parent_hash, block_hashes, local_hashes)
-
-    def remove(self, worker: WorkerKey, block_hashes: Sequence[int]) -> ApplyStatus:
-        return self._indexer.remove(self.key(worker), block_hashes)
-
-    def clear(self, worker: WorkerKey) -> None:
-        self._indexer.clear(self.key(worker))
-
-    def remove_worker(self, instance_id: int) -> None:
-        self._indexer.clear(self.key((instance_id, 0)))
-
-    def blocks_held(self, worker: WorkerKey) -> int:
-        """The tier's count of the rank's blocks (what the ingestor bounds)."""
-        held = getattr(self._indexer, "blocks_held", None)
-        return 0 if held is None else int(held(self.key(worker)))
-
 
 # --------------------------------------------------------------------------- the service
 
@@ -201,6 +114,7 @@ class IndexerService(RadixIndexView):
         *,
         block_size: int | None = None,
         static_workers: Sequence[StaticWorker] | None = None,
+        peers: Sequence[str] = (),
         event_threads: int = DEFAULT_EVENT_THREADS,
         host: str = "127.0.0.1",
         zmq_port: int = 0,
@@ -229,31 +143,31 @@ class IndexerService(RadixIndexView):
         )  # sets _block_size
         assert self.lower is not None
         self.static_workers = list(static_workers) if static_workers is not None else None
+        try:
+            self.peers = PeerList(list(peers))
+        except ValueError as exc:
+            raise ConfigError(f"--peers: {exc}") from None
         self._records: dict[int, WorkerRecord] = {}
-        self._static_endpoints: dict[WorkerKey, str] = {}
+        self._registered: dict[WorkerKey, StaticWorker] = {}
+        """``--workers`` entries and ``/register`` calls, by ``(instance_id, dp_rank)``."""
         self._skipped_models: set[str] = set()
         self._mismatched: set[int] = set()
         self._lease: Lease | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        writer: Any = self.indexer
-        lower_writers: dict[StorageTier, Any] = dict(self.lower.writers())
-        if self.static_workers is not None:
-            writer = _StaticRanks(self.indexer, self.static_workers)
-            lower_writers = {t: _StaticRanks(w, self.static_workers) for t, w in lower_writers.items()}
         try:
             self.ingestor = KvEventIngestor(
-                writer,
+                self.indexer,
                 self.kv_metrics,
-                lower_tiers=lower_writers,
+                lower_tiers=dict(self.lower.writers()),
                 block_size=block_size,
                 event_threads=event_threads,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if self.static_workers is not None:
-            for i, entry in enumerate(self.static_workers):
-                self._static_endpoints[(entry.instance_id, entry.dp_rank)] = entry.endpoint
-                self.ingestor.add_worker(self._static_record(i, entry, block_size or 0))
+        if len(self.static_workers or ()) > MAX_REGISTERED:
+            raise ConfigError(f"--workers names over {MAX_REGISTERED} sockets; run several indexers")
+        for entry in self.static_workers or ():
+            self._follow(entry)
         self._rpc = RpcServer(decode_indexer_message, logger=log)
         self._rpc.handle(OverlapQuery, self._on_query)
         self._rpc.fallback = self._refuse_unexpected
@@ -261,23 +175,106 @@ class IndexerService(RadixIndexView):
         self._socket = self._rpc.socket
         self.endpoint = bind_zmq(self._socket, host, zmq_port, "--zmq-port")
 
-    def _static_record(self, index: int, entry: StaticWorker, block_size: int) -> WorkerRecord:
-        return WorkerRecord(
-            instance_id=index,
+    def _follow(self, entry: StaticWorker) -> None:
+        """Subscribe to an entry's socket (its rank's events)."""
+        self._registered[(entry.instance_id, entry.dp_rank)] = entry
+        record = WorkerRecord(
+            instance_id=entry.instance_id,
             namespace=self.store.namespace,
             model_name=self.model_name,
             engine="static",
             endpoints=WorkerEndpoints(request="", kv_events=entry.endpoint, kv_replay=entry.replay_endpoint),
-            block_size=block_size,
+            block_size=self._block_size or 0,
             total_kv_blocks=0,
             max_num_batched_tokens=0,
         )
+        self.ingestor.add_worker(record, dp_rank=entry.dp_rank)
+
+    # ----------------------------------------------------------------- /register, /unregister
+
+    def register(
+        self, entry: StaticWorker, *, model_name: str | None = None, block_size: int | None = None
+    ) -> None:
+        """Follow ``entry`` from now on (``POST /register``); ``HttpError`` 409 says why not: another
+        model, a block size other than the index's (the first registration gives an index without
+        one its block size), an entry already registered, an instance discovery follows, or
+        ``MAX_REGISTERED`` entries."""
+        key = (entry.instance_id, entry.dp_rank)
+        self._check_model(model_name, 409)
+        for what, address in (("endpoint", entry.endpoint), ("replay_endpoint", entry.replay_endpoint)):
+            problem = address_problem(address) if address is not None else None
+            if problem is not None:
+                raise HttpError(409, f"the {what} {problem}")
+        if self._block_size is None and block_size is None:
+            raise HttpError(
+                409, "the block size is not known yet: give block_size, the engine's KV block size"
+            )
+        if block_size is not None and self._block_size is not None and block_size != self._block_size:
+            raise HttpError(
+                409,
+                f"block_size {block_size} differs from this index's {self._block_size}; run one indexer per block size",
+            )
+        if key in self._registered:
+            raise HttpError(
+                409,
+                f"instance {key[0]} dp_rank {key[1]} is already registered "
+                f"({self._registered[key].endpoint}); unregister it first",
+            )
+        if entry.instance_id in self._records:
+            raise HttpError(
+                409, f"instance {entry.instance_id} is followed through discovery; it cannot be registered"
+            )
+        if len(self._registered) >= MAX_REGISTERED:
+            raise HttpError(
+                409, f"{MAX_REGISTERED} sockets are followed already; unregister one or run another indexer"
+            )
+        if self._block_size is None:
+            assert block_size is not None  # refused above
+            self.learn_block_size(block_size, f"registered instance {entry.instance_id}")
+        self._follow(entry)
+        log.info("following instance %d dp rank %d (KV events %s)", *key, entry.endpoint)
+
+    def unregister(
+        self, instance_id: int, dp_rank: int | None = None, *, model_name: str | None = None
+    ) -> None:
+        """Stop following a registered instance (every rank, or ``dp_rank``) and drop its blocks
+        (``POST /unregister``); ``HttpError`` 404 when it is not registered here."""
+        self._check_model(model_name, 404)
+        keys = [k for k in self._registered if k[0] == instance_id and dp_rank in (None, k[1])]
+        if not keys:
+            rank = "" if dp_rank is None else f" dp_rank {dp_rank}"
+            raise HttpError(404, f"instance {instance_id}{rank} is not registered")
+        for key in keys:
+            del self._registered[key]
+        if dp_rank is None:
+            self.ingestor.remove_worker(instance_id)
+        else:
+            self.ingestor.remove_rank(instance_id, dp_rank)
+        log.info(
+            "stopped following instance %d%s; its blocks are dropped",
+            instance_id,
+            "" if dp_rank is None else f" dp rank {dp_rank}",
+        )
+
+    def _check_model(self, model_name: str | None, status: int) -> None:
+        if model_name is not None and model_name != self.model_name:
+            raise HttpError(
+                status,
+                f"model_name {model_name!r} is not indexed here; this indexer indexes {self.model_name!r}",
+            )
+
+    def learn_block_size(self, block_size: int, source: str) -> None:
+        """Take ``block_size`` (from ``source``, for the log) as the index's, unknown until now."""
+        self._block_size = self.ingestor.block_size = block_size
+        log.info("KV block size %d (from %s)", block_size, source)
+        if self._lease is not None and self._tg is not None:
+            self._tg.start_soon(self._reannounce)
 
     # ----------------------------------------------------------------- IndexView (the rest is RadixIndexView's)
 
     def worker_endpoints(self) -> dict[WorkerKey, str | None]:
-        known: dict[WorkerKey, str | None] = dict(self._static_endpoints)
-        by_instance: dict[int, str | None] = {k[0]: e for k, e in self._static_endpoints.items()}
+        known: dict[WorkerKey, str | None] = {k: e.endpoint for k, e in self._registered.items()}
+        by_instance: dict[int, str | None] = {k[0]: e for k, e in known.items()}
         for record in self._records.values():
             by_instance[record.instance_id] = record.endpoints.kv_events
             for rank in range(max(record.dp_size, 1)):
@@ -295,6 +292,22 @@ class IndexerService(RadixIndexView):
             for rank in range(max(r.dp_size, 1))
             if r.total_kv_blocks > 0
         }
+
+    async def recover_from_peers(self, api_key: str | None = None) -> None:
+        """Start from the first usable peer's index (``dyn.core.indexer.peers``); call once the
+        subscriptions run, before announcing. Nothing when there are no peers."""
+        urls = self.peers.urls()
+        if not urls:
+            return
+        await anyio.sleep(SETTLE_S)
+        recovered = await recover(self.indexer, self.model_name, self._block_size, urls, api_key=api_key)
+        if recovered is None:
+            log.warning(
+                "no peer could be recovered from (%s); starting from the engines' events alone",
+                ", ".join(urls),
+            )
+        elif self._block_size is None:
+            self.learn_block_size(recovered[1], f"peer {recovered[0]}")
 
     # ----------------------------------------------------------------- running
 
@@ -366,11 +379,15 @@ class IndexerService(RadixIndexView):
                     self.model_name,
                 )
             return
+        if any(key[0] == record.instance_id for key in self._registered):
+            log.warning(
+                "ignoring discovered worker %d: the instance is registered (POST /unregister it to "
+                "follow it through discovery)",
+                record.instance_id,
+            )
+            return
         if self._block_size is None:
-            self._block_size = self.ingestor.block_size = record.block_size
-            log.info("KV block size %d (from worker %d)", record.block_size, record.instance_id)
-            if self._lease is not None and self._tg is not None:
-                self._tg.start_soon(self._reannounce)
+            self.learn_block_size(record.block_size, f"worker {record.instance_id}")
         elif record.block_size != self._block_size and record.instance_id not in self._mismatched:
             self._mismatched.add(record.instance_id)
             log.warning(
@@ -494,6 +511,7 @@ class IndexerSettings:
     zmq_port: int = 0
     block_size: int | None = None
     workers: list[StaticWorker] | None = None
+    peers: list[str] = field(default_factory=list)
     model_name: str | None = None
     model_path: str | None = None
     event_threads: int = DEFAULT_EVENT_THREADS
@@ -510,6 +528,7 @@ def build_service(settings: IndexerSettings) -> IndexerService:
         model_name,
         block_size=settings.block_size,
         static_workers=settings.workers,
+        peers=settings.peers,
         event_threads=settings.event_threads,
         host=settings.host,
         zmq_port=settings.zmq_port,
@@ -525,9 +544,7 @@ async def serve_indexer(settings: IndexerSettings) -> None:
     except ConfigError:
         service._socket.close(linger=0)
         raise
-    server = LoopHttpServer(
-        IndexerHttpApp(service, service.metrics, api_key=settings.api_key), sock, settings.host
-    )
+    server = LoopHttpServer(RegisteringHttpApp(service, api_key=settings.api_key), sock, settings.host)
     stop = anyio.Event()
 
     async with anyio.create_task_group() as tg:
@@ -545,6 +562,7 @@ async def serve_indexer(settings: IndexerSettings) -> None:
 
             tg.start_soon(on_signal)
             await tg.start(service.run)
+            await service.recover_from_peers(settings.api_key)
             if await server.start(tg):
                 tg.start_soon(until_served)
                 async with service.announce(server.url):

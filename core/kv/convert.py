@@ -4,7 +4,7 @@ Two halves, so the expensive one can run off the event loop:
 
 - ``BatchConverter.convert`` (per worker; pure apart from metrics and log lines, safe on any
   thread) turns one ``KvEventBatch`` into ``IndexOp``s: it picks the worker key
-  ``(instance_id, dp_rank)`` (the batch's ``data_parallel_rank`` overrides the registered rank),
+  ``(instance_id, dp_rank)`` (a batch's nonzero ``data_parallel_rank`` overrides the registered rank),
   the ``StorageTier`` from each event's ``medium``, and recomputes each stored block's local
   hash from ``token_ids[i*bs:(i+1)*bs]`` (with the event's ``lora_name``). The engine's block
   hashes are opaque ids and are passed through. A ``BlockStored`` stops at the first block whose
@@ -156,6 +156,8 @@ class KvIndexWriter(Protocol):
 
     def remove_worker(self, instance_id: int) -> None: ...
 
+    def remove_rank(self, worker: WorkerKey) -> None: ...
+
 
 # --------------------------------------------------------------------------- operations
 
@@ -206,7 +208,7 @@ class BatchConverter:
         self._warnings_left = MAX_BLOCK_SIZE_WARNINGS
 
     def convert(self, batch: KvEventBatch) -> list[IndexOp]:
-        rank = self.dp_rank if batch.data_parallel_rank is None else batch.data_parallel_rank
+        rank = batch.data_parallel_rank or self.dp_rank  # rank 0 on a rank's own socket: that rank
         worker = (self.instance_id, rank)
         ops: list[IndexOp] = []
         for event in batch.events:
@@ -324,6 +326,11 @@ class TieredIndexers:
         """Drop every block of every dp rank of ``instance_id`` from every tier."""
         for indexer in self._by_tier.values():
             indexer.remove_worker(instance_id)
+
+    def remove_rank(self, worker: WorkerKey) -> None:
+        """Forget one ``(instance_id, dp_rank)`` and its blocks in every tier."""
+        for indexer in self._by_tier.values():
+            indexer.remove_rank(worker)
 
 
 def apply_event_batch(batch: KvEventBatch, converter: BatchConverter, indexers: TieredIndexers) -> list[str]:

@@ -176,11 +176,17 @@ class RadixIndexer(abc.ABC):
     def remove_worker(self, instance_id: int) -> None:
         """Forget every dp rank of ``instance_id`` and all their blocks."""
         for key in [key for key in self._ids if key[0] == instance_id]:
-            self.clear(key)
-            wid = self._ids.pop(key)
-            self._forget(wid)
-            self._free.append(wid)
-            self.generation += 1
+            self.remove_rank(key)
+
+    def remove_rank(self, worker: WorkerKey) -> None:
+        """Forget one ``(instance_id, dp_rank)`` and its blocks (nothing when it is not known)."""
+        if worker not in self._ids:
+            return
+        self.clear(worker)
+        wid = self._ids.pop(worker)
+        self._forget(wid)
+        self._free.append(wid)
+        self.generation += 1
 
     # ------------------------------------------------------------------------------ queries
 

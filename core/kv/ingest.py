@@ -4,7 +4,9 @@
 ``remove_worker`` are synchronous, for membership listeners (``follow(membership)`` wires that up
 for any ``dyn.core.kv.membership.Membership``, such as the router's ``WorkerPool``);
 ``run`` owns the subscriptions until cancelled. Removing a worker stops its subscription and
-drops all its blocks from every tier's index.
+drops all its blocks from every tier's index. A worker whose ranks publish on sockets of their own
+(``dyn indexer``'s ``--workers`` and ``/register``) has a subscription per rank
+(``add_worker(record, dp_rank)``), and ``remove_rank`` drops one of them with that rank's blocks.
 
 Nothing a worker publishes can claim more than its discovery record advertises
 (``KvEventBounds``): before an op reaches the indexers, a ``stored`` op that would take a rank
@@ -55,7 +57,13 @@ from dyn.core.kv.convert import (
 )
 from dyn.core.kv.events import StorageTier
 from dyn.core.kv.membership import Member, Membership
-from dyn.core.kv.subscriber import DEFAULT_REPLAY_TIMEOUT, KvEventBounds, KvEventSubscriber
+from dyn.core.kv.subscriber import (
+    DEFAULT_REPLAY_TIMEOUT,
+    KvEventBounds,
+    KvEventSubscriber,
+    SubscriptionKey,
+    subscription_key,
+)
 from dyn.core.messages import WorkerRecord
 
 log = logging.getLogger(__name__)
@@ -94,7 +102,7 @@ class KvEventIngestor:
         self.block_size = block_size
         self.event_threads = event_threads
         self.replay_timeout = replay_timeout
-        self._subscribers: dict[int, KvEventSubscriber] = {}
+        self._subscribers: dict[SubscriptionKey, KvEventSubscriber] = {}
         self._running = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._threads: list[_EventThread] = []
@@ -121,16 +129,19 @@ class KvEventIngestor:
         else:
             self.remove_worker(member.record.instance_id)
 
-    def add_worker(self, record: WorkerRecord) -> None:
+    def add_worker(self, record: WorkerRecord, dp_rank: int | None = None) -> None:
         """Start following ``record``'s KV events (a worker without a KV-event endpoint is
-        skipped). A record with new endpoints for a known instance restarts it from scratch."""
-        current = self._subscribers.get(record.instance_id)
+        skipped). A record with new endpoints for a known instance restarts it from scratch.
+        ``dp_rank``: the socket publishes that one rank of the instance (its events default to
+        it), and other ranks of the instance may have sockets of their own."""
+        key = subscription_key(record.instance_id, dp_rank)
+        current = self._subscribers.get(key)
         if record.endpoints.kv_events is None:
             log.info(
                 "worker %d publishes no KV events; the router will not see its cache", record.instance_id
             )
             if current is not None:
-                self.remove_worker(record.instance_id)
+                self._drop(key)
             return
         if current is not None:
             if (current.record.endpoints.kv_events, current.record.endpoints.kv_replay) == (
@@ -138,7 +149,7 @@ class KvEventIngestor:
                 record.endpoints.kv_replay,
             ):
                 return
-            self.remove_worker(record.instance_id)
+            self._drop(key)
         if self.event_threads == 1:
 
             def deliver(ops: list[IndexOp]) -> None:
@@ -153,19 +164,41 @@ class KvEventIngestor:
             deliver,
             self.metrics,
             block_size=self.block_size,
+            dp_rank=dp_rank,
             replay_timeout=self.replay_timeout,
         )
-        self._subscribers[record.instance_id] = subscriber
+        self._subscribers[key] = subscriber
         if self._running:
             self._start(subscriber)
 
     def remove_worker(self, instance_id: int) -> None:
-        """Stop following the worker and drop all of its blocks."""
-        subscriber = self._subscribers.pop(instance_id, None)
-        if subscriber is not None and self._running:
-            self._stop(subscriber)
+        """Stop following the worker (each of its ranks' sockets) and drop all of its blocks."""
+        for key in self._keys_of(instance_id):
+            self._unsubscribe(key)
         self.indexers.remove_worker(instance_id)
         self.metrics.forget_worker(instance_id)
+
+    def remove_rank(self, instance_id: int, dp_rank: int) -> None:
+        """Stop following the socket added for ``dp_rank`` of the instance and drop that rank's
+        blocks (the instance's other ranks stay)."""
+        self._unsubscribe((instance_id, dp_rank))
+        self.indexers.remove_rank((instance_id, dp_rank))
+        if not self._keys_of(instance_id):
+            self.metrics.forget_worker(instance_id)
+
+    def _keys_of(self, instance_id: int) -> list[SubscriptionKey]:
+        return [k for k in self._subscribers if (k[0] if isinstance(k, tuple) else k) == instance_id]
+
+    def _drop(self, key: SubscriptionKey) -> None:
+        if isinstance(key, tuple):
+            self.remove_rank(*key)
+        else:
+            self.remove_worker(key)
+
+    def _unsubscribe(self, key: SubscriptionKey) -> None:
+        subscriber = self._subscribers.pop(key, None)
+        if subscriber is not None and self._running:
+            self._stop(subscriber)
 
     def subscriber(self, instance_id: int) -> KvEventSubscriber | None:
         return self._subscribers.get(instance_id)
@@ -213,7 +246,7 @@ class KvEventIngestor:
     def _apply(self, subscriber: KvEventSubscriber, ops: list[IndexOp]) -> None:
         """Apply on the router's loop, unless the subscriber was removed meanwhile; ops beyond
         the worker's bounds are refused (one at a time, so each sees the count before it)."""
-        if not (self._running and self._subscribers.get(subscriber.instance_id) is subscriber):
+        if not (self._running and self._subscribers.get(subscriber.key) is subscriber):
             return
         bounds = subscriber.bounds
         try:

@@ -86,6 +86,14 @@ _BYTES_PER_TOKEN = 12  # a token id (5 bytes), or an Eagle pair of them (11)
 
 Deliver = Callable[[list[IndexOp]], object]
 
+SubscriptionKey = int | tuple[int, int]
+"""A subscription's key: the instance id, or ``(instance_id, dp_rank)`` for one rank's own socket."""
+
+
+def subscription_key(instance_id: int, dp_rank: int | None) -> SubscriptionKey:
+    return instance_id if dp_rank is None else (instance_id, dp_rank)
+
+
 _plain_records = RejectedFrames(
     log,
     "worker record asking for unencrypted KV events under --plane-keys",
@@ -141,11 +149,14 @@ class KvEventSubscriber:
         metrics: KvEventMetrics,
         *,
         block_size: int | None = None,
-        dp_rank: int = 0,
+        dp_rank: int | None = None,
         replay_timeout: float = DEFAULT_REPLAY_TIMEOUT,
     ) -> None:
         self.record = record
         self.instance_id = record.instance_id
+        self.key = subscription_key(record.instance_id, dp_rank)
+        """What the subscription follows: the instance (all its ranks on one socket), or, given a
+        ``dp_rank``, that rank's own socket (its events default to the rank)."""
         self.bounds = KvEventBounds.of(record)
         self.rejects = RejectedFrames(
             log,
@@ -162,7 +173,7 @@ class KvEventSubscriber:
         self._deliver = deliver
         self._metrics = metrics
         self._converter = BatchConverter(
-            record.instance_id, block_size or record.block_size, metrics, dp_rank
+            record.instance_id, block_size or record.block_size, metrics, dp_rank or 0
         )
         self._replay_timeout = replay_timeout
         self._last: int | None = None

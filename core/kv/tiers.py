@@ -123,9 +123,11 @@ class LowerTierIndexer:
         return ApplyStatus.BLOCK_NOT_FOUND if missing else ApplyStatus.OK
 
     def clear(self, worker: WorkerKey) -> None:
-        """Drop every block of one rank in this tier."""
+        """Drop every block of one rank in this tier (a tier keeps no rank without blocks)."""
         self._edges.pop(worker, None)
         self._blocks.pop(worker, None)
+
+    remove_rank = clear
 
     def remove_worker(self, instance_id: int) -> None:
         """Drop every block of every dp rank of ``instance_id`` in this tier."""

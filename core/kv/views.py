@@ -385,7 +385,7 @@ class IndexerHttpApp:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             status, payload, content_type = 500, error_body("internal error; see the indexer log"), _JSON[1]
         if endpoint is not None:
-            self.metrics.observe(endpoint, time.perf_counter() - started, status != 200)
+            self.metrics.observe(endpoint, time.perf_counter() - started, status >= 400)
         await respond(send, status, payload, content_type)
 
     def _health(self) -> tuple[int, bytes, bytes]:

@@ -156,3 +156,58 @@ def test_static_workers_list_follows_the_named_worker_only(setup):
     assert [r.endpoints.metrics for r in records(stack, "idx-static.indexers")] == [http]
     assert proc.terminate() == 0  # SIGTERM: a clean stop that deregisters
     assert records(stack, "idx-static.indexers") == []
+
+
+def test_workers_registered_over_http_are_followed_until_unregistered(setup):
+    """Dynamo's way: an indexer that discovers nobody (another namespace) is told of a worker's
+    KV-event socket with ``POST /register``, and forgets it with ``POST /unregister``."""
+    stack, _, _, pair, _, _ = setup
+    target = pair[0]
+    path = stack.root / "discovery" / NAMESPACE / "instances" / f"{target}.json"
+    endpoints = json.loads(path.read_text())["record"]["endpoints"]
+    proc, http, _ = start_indexer(stack, "--block-size", str(BLOCK), namespace="idx-registered")
+    assert workers(http) == []
+    body = {
+        "instance_id": target,
+        "endpoint": endpoints["kv_events"],
+        "replay_endpoint": endpoints["kv_replay"],
+        "model_name": "dyn-tiny",
+        "block_size": BLOCK,
+    }
+    registered = httpx.post(http + "/register", json=body, timeout=5)
+    assert (registered.status_code, registered.json()) == (201, {"status": "ok"})
+    again = httpx.post(http + "/register", json=body, timeout=5)
+    assert again.status_code == 409 and "already registered" in again.json()["error"]
+    assert [(w["instance_id"], w["dp_rank"]) for w in workers(http)] == [(target, 0)]
+    tokens = prompt(4)
+    complete(stack, tokens, target)
+    full = len(tokens) // BLOCK * BLOCK
+    poll_until(
+        lambda: query(http, tokens)["scores"] == {str(target): {"0": full}},
+        20,
+        "the registered worker's blocks to be indexed",
+    )
+    gone = httpx.post(http + "/unregister", json={"instance_id": target, "model_name": "dyn-tiny"}, timeout=5)
+    assert gone.status_code == 200
+    assert workers(http) == [] and query(http, tokens)["scores"] == {}
+    assert httpx.post(http + "/unregister", json={"instance_id": target}, timeout=5).status_code == 404
+    assert proc.terminate() == 0
+
+
+def test_an_indexer_started_with_peers_begins_with_their_index(setup):
+    """A second indexer that discovers nobody (another namespace) copies the first one's index at
+    start (``--peers``) and answers the same scores before any engine publishes again."""
+    stack, http, _, pair, _, _ = setup
+    tokens = prompt(5)
+    complete(stack, tokens, pair[1])
+    first = poll_until(
+        lambda: (a := query(http, tokens))["scores"] and a, 20, "the first indexer to see the blocks"
+    )
+    proc, second, _ = start_indexer(
+        stack, "--block-size", str(BLOCK), "--peers", f"http://127.0.0.1:1,{http}", namespace="idx-peer"
+    )
+    assert query(second, tokens) == first
+    assert httpx.get(second + "/peers", timeout=5).json() == ["http://127.0.0.1:1", http]
+    log = " ".join(proc.log().split())  # the console wraps its lines
+    assert "peer http://127.0.0.1:1: not recovered from" in log and f"from peer {http}" in log
+    assert proc.terminate() == 0

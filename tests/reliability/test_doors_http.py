@@ -154,15 +154,17 @@ def test_the_indexer_http_api_needs_the_key_but_health(dyn_process, wait_for):
     fields = dict(part.split("=", 1) for part in _line_after(indexer, INDEXER_READY, wait_for).split())
     base = fields["http"]
     assert call(base, "GET", "/health").status_code == 200
-    for method, path, body in (
-        ("GET", "/workers", None),
-        ("GET", "/metrics", None),
-        ("GET", "/dump", None),
-        ("POST", "/query", {"token_ids": [1, 2, 3]}),
-        ("POST", "/query_by_hash", {"block_hashes": [1]}),
+    for method, path, body, status in (
+        ("GET", "/workers", None, 200),
+        ("GET", "/metrics", None, 200),
+        ("GET", "/dump", None, 200),
+        ("POST", "/query", {"token_ids": [1, 2, 3]}, 200),
+        ("POST", "/query_by_hash", {"block_hashes": [1]}, 200),
+        ("POST", "/register", {"instance_id": 1, "endpoint": "tcp://127.0.0.1:1"}, 201),
+        ("POST", "/unregister", {"instance_id": 1}, 200),
     ):
         assert_refused(call(base, method, path, body), openai_shape=False)
-        assert call(base, method, path, body, {"authorization": f"BEARER {KEY}"}).status_code == 200
+        assert call(base, method, path, body, {"authorization": f"BEARER {KEY}"}).status_code == status
     assert KEY not in indexer.log()
 
 

@@ -10,14 +10,14 @@ import msgspec
 import pytest
 import zmq
 
-from dyn.core.discovery.memory_store import MemoryDiscoveryStore
 from dyn.core.indexer.client import (
     IndexerQueryError,
     RemoteIndexer,
     indexers_namespace,
     resolve_indexer_address,
 )
-from dyn.core.indexer.service import IndexerService, StaticWorker
+from dyn.core.indexer.service import IndexerService
+from dyn.core.indexer.workers import StaticWorker
 from dyn.core.kv.events import BlockStored, StorageTier
 from dyn.core.kv.hashing import block_hashes
 from dyn.core.kv.tiers import TierHits
@@ -31,7 +31,6 @@ from dyn.core.messages import (
 from dyn.core.transport.codec import decode_indexer_message, encode
 from dyn.core.transport.event_plane import KvEventPublisher
 from dyn.core.transport.sockets import async_context, bind_random, configure
-from tests.memory_discovery import memory_store
 
 pytestmark = pytest.mark.anyio
 
@@ -39,11 +38,6 @@ BS = 4
 MODEL = "tiny"
 TOKENS = list(range(1, 25))  # 6 blocks
 LOCAL = block_hashes(TOKENS, BS)
-
-
-@pytest.fixture
-def store(tmp_path) -> MemoryDiscoveryStore:
-    return memory_store(tmp_path / "discovery", "ns")
 
 
 @asynccontextmanager

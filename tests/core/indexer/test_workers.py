@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dyn.cli.app import app
-from dyn.core.indexer.service import StaticWorker, parse_workers
+from dyn.core.indexer.workers import StaticWorker, parse_workers
 
 
 def test_parse_workers_reads_ids_ranks_and_replay_endpoints():

@@ -188,6 +188,18 @@ def test_clear_keeps_the_worker_known_and_remove_worker_forgets_every_rank(Index
     assert index.size == 0 and index.depth_histogram() == {}
 
 
+def test_remove_rank_forgets_one_rank_and_keeps_the_instances_others(Index):
+    index = Index()
+    chain(index, W2, [1, 2], base=200)
+    chain(index, W3, [1, 5], base=300)
+    index.remove_rank(W3)
+    index.remove_rank(W3)  # twice: nothing left to forget
+    assert index.workers() == [W2] and index.blocks_per_worker() == {W2: 2}
+    assert matches(index, [1, 5]) == {W2: 1}
+    chain(index, W3, [1, 5], base=400)  # known anew, from nothing
+    assert matches(index, [1, 5]) == {W2: 1, W3: 2}
+
+
 # ------------------------------------------------------------------------------ inspection
 
 
